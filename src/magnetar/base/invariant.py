@@ -1,0 +1,23 @@
+"""``invariant()``: always-on checks for programmer errors.
+
+Python's ``assert`` vanishes under ``-O``; an invariant does not. A violated invariant is a bug
+in Magnetar, never an operating condition: operating errors are typed ``MagnetarError``s.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+
+class InvariantViolation(AssertionError):
+    """A condition the code relies on does not hold: a bug, not bad input."""
+
+
+def invariant(condition: object, message: str) -> None:
+    """Raise ``InvariantViolation(message)`` unless ``condition`` is truthy."""
+    if not condition:
+        _fail(message)
+
+
+def _fail(message: str) -> NoReturn:
+    raise InvariantViolation(message)

@@ -1,0 +1,145 @@
+"""The I/O capabilities cores are given: ``Disk``, ``KeyValueStore`` and ``Network``.
+
+``runtime`` implements them with real files, RocksDB and asyncio sockets; ``sim`` with a
+simulated disk (which loses or tears unsynced writes on a crash), an in-memory key/value store
+with the same durability rules, and a simulated network with delays, drops and partitions.
+Cores receive these objects from a composition root and never open files or sockets.
+
+Durability contract shared by every implementation:
+
+* ``DiskFile.append``/``write_at`` reach the OS page cache only; they survive a process crash in
+  the real world but *not* a machine crash, and the simulator treats every crash as the worse
+  case: bytes not covered by a completed ``sync()`` may be lost or torn (a prefix kept).
+* ``await DiskFile.sync()`` returns only once every byte written before the call is durable.
+* Creating, renaming and removing files is durable once ``await Disk.sync_dir()`` of the parent
+  returned.
+* ``KeyValueStore.write(..., sync=True)`` is durable when it returns; ``sync=False`` writes may
+  be lost by a crash, but never partially: a batch survives whole or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Protocol
+
+
+class DiskFile(Protocol):
+    """An open file: appends and positional reads, explicit durability."""
+
+    @property
+    def path(self) -> str: ...
+
+    def size(self) -> int:
+        """Bytes in the file as the process sees them (durable or not)."""
+        ...
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Write ``data`` at the end; returns the offset it was written at."""
+        ...
+
+    def write_at(self, offset: int, data: bytes | bytearray | memoryview) -> None: ...
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes from ``offset`` (fewer at the end of the file)."""
+        ...
+
+    def truncate(self, size: int) -> None: ...
+
+    async def sync(self) -> None:
+        """Make every byte written so far durable (fdatasync)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Disk(Protocol):
+    """A directory tree rooted at a node's data directory; paths are relative, '/'-separated."""
+
+    def open(self, path: str, *, create: bool = True) -> DiskFile:
+        """Open ``path`` for reading and appending; ``create=False`` raises ``NotFound`` if absent."""
+        ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def listdir(self, path: str) -> list[str]:
+        """Names in directory ``path``, sorted; empty if it does not exist."""
+        ...
+
+    def makedirs(self, path: str) -> None: ...
+
+    def remove(self, path: str) -> None: ...
+
+    def rename(self, src: str, dst: str) -> None:
+        """Atomically replace ``dst`` by ``src``."""
+        ...
+
+    async def sync_dir(self, path: str) -> None:
+        """Make creations, renames and removals in directory ``path`` durable."""
+        ...
+
+    def free_bytes(self) -> int:
+        """Bytes still free on the device (read-only mode triggers on this)."""
+        ...
+
+
+class KeyValueStore(Protocol):
+    """An ordered byte-key store (RocksDB in production) for indexes and small state."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def write(self, puts: Iterable[tuple[bytes, bytes | None]], *, sync: bool) -> None:
+        """Apply a batch atomically: ``(key, value)`` puts, ``(key, None)`` deletes."""
+        ...
+
+    def scan(self, start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Items with ``start <= key < end`` in key order."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Connection(Protocol):
+    """One end of a byte stream between two nodes."""
+
+    @property
+    def peer(self) -> str:
+        """The remote end as ``host:port``."""
+        ...
+
+    async def read(self, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` bytes; ``b""`` once the peer closed or the connection broke."""
+        ...
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Queue ``data`` for sending; call ``drain()`` to wait for buffer space."""
+        ...
+
+    async def drain(self) -> None:
+        """Wait until the outgoing buffer is below its bound; raises ``ClosedError`` if broken."""
+        ...
+
+    def is_closing(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+ConnectionHandler = Callable[[Connection], Awaitable[None]]
+
+
+class Listener(Protocol):
+    @property
+    def port(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Network(Protocol):
+    """Opens connections and listens: the node's view of the network."""
+
+    async def connect(self, host: str, port: int) -> Connection:
+        """Connect or raise ``ConnectionError``."""
+        ...
+
+    async def listen(self, host: str, port: int, handler: ConnectionHandler) -> Listener:
+        """Serve ``handler`` for each incoming connection; ``port=0`` picks a free port."""
+        ...

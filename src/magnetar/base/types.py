@@ -1,0 +1,196 @@
+"""Value types shared by every layer.
+
+``LedgerId`` and ``EntryId`` are plain ints with a distinct type for the checker; ``Position``
+is (ledger id, entry id) with a total order; ``BookieId`` is a bookie's "host:port";
+``TopicName`` parses the forms Pulsar users write (``persistent://tenant/ns/topic``,
+``tenant/ns/topic``, ``topic`` -> ``public/default``, ``...-partition-N``).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from functools import total_ordering
+from typing import NewType
+
+from magnetar.base.errors import InvalidArgument
+from magnetar.base.limits import TOPIC_NAME_BYTES_MAX
+
+LedgerId = NewType("LedgerId", int)
+EntryId = NewType("EntryId", int)
+
+#: An entry id meaning "no entry": the LAC of an empty ledger, the last entry of an empty ledger.
+NO_ENTRY: EntryId = EntryId(-1)
+
+
+@total_ordering
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A point in a topic's log: ordered by ledger id, then entry id.
+
+    Ledger ids of one topic only grow, so this order is the log's order. ``Position(l, -1)``
+    stands before the first entry of ledger ``l``.
+    """
+
+    ledger_id: int
+    entry_id: int
+
+    def __post_init__(self) -> None:
+        if self.ledger_id < -1 or self.entry_id < -1:
+            raise InvalidArgument(f"invalid position {self.ledger_id}:{self.entry_id}")
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return (self.ledger_id, self.entry_id) < (other.ledger_id, other.entry_id)
+
+    def next(self) -> Position:
+        """The position of the following entry in the same ledger."""
+        return Position(self.ledger_id, self.entry_id + 1)
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """Parse ``"ledger:entry"``."""
+        ledger, sep, entry = text.partition(":")
+        if not sep:
+            raise InvalidArgument(f"position must be 'ledger:entry', got {text!r}")
+        try:
+            return cls(int(ledger), int(entry))
+        except ValueError:
+            raise InvalidArgument(f"position must be 'ledger:entry', got {text!r}") from None
+
+
+#: Before every entry of every ledger.
+EARLIEST = Position(-1, -1)
+
+_HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9._\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class BookieId:
+    """A bookie's identity: the ``host:port`` it registered with."""
+
+    host: str
+    port: int
+
+    def __post_init__(self) -> None:
+        if not self.host or not 0 < self.port < 65536:
+            raise InvalidArgument(f"invalid bookie address {self.host}:{self.port}")
+
+    @classmethod
+    def parse(cls, text: str) -> BookieId:
+        match = _HOST_PORT.match(text)
+        if match is None:
+            raise InvalidArgument(f"bookie id must be 'host:port', got {text!r}")
+        return cls(match["host"], int(match["port"]))
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class TopicDomain(enum.Enum):
+    PERSISTENT = "persistent"
+    NON_PERSISTENT = "non-persistent"
+
+
+_NAME_PART = re.compile(r"^[-=:.\w]+$")
+_PARTITION_SUFFIX = "-partition-"
+DEFAULT_TENANT = "public"
+DEFAULT_NAMESPACE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicName:
+    """A fully qualified topic name.
+
+    ``namespace`` is ``tenant/ns`` (or ``tenant/cluster/ns`` for the legacy four-part form).
+    ``partition_index`` is the N of a ``-partition-N`` suffix, or -1.
+    """
+
+    domain: TopicDomain
+    tenant: str
+    namespace_portion: str
+    local_name: str
+    cluster: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> TopicName:
+        if not text or len(text.encode()) > TOPIC_NAME_BYTES_MAX:
+            raise InvalidArgument(f"topic name must be 1..{TOPIC_NAME_BYTES_MAX} bytes")
+        domain = TopicDomain.PERSISTENT
+        rest = text
+        if "://" in text:
+            scheme, _, rest = text.partition("://")
+            try:
+                domain = TopicDomain(scheme)
+            except ValueError:
+                raise InvalidArgument(f"unknown topic domain {scheme!r} in {text!r}") from None
+        elif "/" not in text:
+            rest = f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}/{text}"
+        parts = rest.split("/", 3)
+        if len(parts) == 3:
+            tenant, namespace, local = parts
+            cluster = None
+        elif len(parts) == 4:
+            tenant, cluster, namespace, local = parts
+        else:
+            raise InvalidArgument(
+                f"invalid topic name {text!r}: expected [persistent://]tenant/namespace/topic or a short name"
+            )
+        for label, part in (("tenant", tenant), ("namespace", namespace), ("cluster", cluster)):
+            if part is not None and not _NAME_PART.match(part):
+                raise InvalidArgument(f"invalid {label} {part!r} in topic name {text!r}")
+        if not local or local.strip() != local or "/" in local:
+            raise InvalidArgument(f"invalid local topic name {local!r} in {text!r}")
+        return cls(domain, tenant, namespace, local, cluster)
+
+    @property
+    def namespace(self) -> str:
+        if self.cluster is not None:
+            return f"{self.tenant}/{self.cluster}/{self.namespace_portion}"
+        return f"{self.tenant}/{self.namespace_portion}"
+
+    @property
+    def partition_index(self) -> int:
+        head, sep, tail = self.local_name.rpartition(_PARTITION_SUFFIX)
+        if sep and head and tail.isdigit():
+            return int(tail)
+        return -1
+
+    @property
+    def is_partition(self) -> bool:
+        return self.partition_index >= 0
+
+    @property
+    def partitioned_topic_name(self) -> TopicName:
+        """The parent partitioned topic of a ``-partition-N`` name (itself otherwise)."""
+        if not self.is_partition:
+            return self
+        head = self.local_name.rpartition(_PARTITION_SUFFIX)[0]
+        return TopicName(self.domain, self.tenant, self.namespace_portion, head, self.cluster)
+
+    def partition(self, index: int) -> TopicName:
+        if index < 0:
+            raise InvalidArgument(f"partition index must be >= 0, got {index}")
+        base = self.partitioned_topic_name
+        return TopicName(
+            self.domain, self.tenant, self.namespace_portion, f"{base.local_name}{_PARTITION_SUFFIX}{index}", self.cluster
+        )
+
+    @property
+    def is_persistent(self) -> bool:
+        return self.domain is TopicDomain.PERSISTENT
+
+    @property
+    def persistence_path(self) -> str:
+        """``tenant/ns/persistent/local`` with the local name URL-encoded, as managed ledgers key it."""
+        from urllib.parse import quote
+
+        return f"{self.namespace}/{self.domain.value}/{quote(self.local_name, safe='')}"
+
+    def __str__(self) -> str:
+        return f"{self.domain.value}://{self.namespace}/{self.local_name}"

@@ -1,0 +1,9 @@
+"""The list of command modules attached to the ``magnetar`` app (one line per module)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import typer
+
+REGISTRARS: list[Callable[[typer.Typer], None]] = []

@@ -1,0 +1,61 @@
+"""Entry point of the ``magnetar`` console script: one typer app, one module per command group."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from magnetar import __version__
+from magnetar.faults import REGISTRY, parse_specs
+
+app = typer.Typer(
+    name="magnetar",
+    help="Magnetar: durable, replicated messaging that speaks the Pulsar protocol.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+faults_app = typer.Typer(help="Named fault points (shared/design/FAULTS.md).", no_args_is_help=True)
+app.add_typer(faults_app, name="faults")
+
+
+@app.command()
+def version() -> None:
+    """Print the Magnetar version."""
+    typer.echo(__version__)
+
+
+@faults_app.command("list")
+def faults_list() -> None:
+    """List every registered fault point with its code and meaning."""
+    table = Table(title="Magnetar fault points")
+    for column in ("code", "name", "seed", "meaning"):
+        table.add_column(column)
+    for point in REGISTRY.values():
+        table.add_row(point.code, point.name, point.seed_timing, point.meaning)
+    Console().print(table)
+
+
+@faults_app.command("check")
+def faults_check(spec: str = typer.Argument(..., help="name:action[@N][,...] as in MAGNETAR_FAULTS")) -> None:
+    """Validate a MAGNETAR_FAULTS value without arming anything."""
+    try:
+        specs = parse_specs(spec)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for item in specs:
+        typer.echo(str(item))
+
+
+def _register_commands() -> None:
+    """Attach the command modules; each exposes ``register(app)``."""
+    from magnetar.cli import commands
+
+    for register in commands.REGISTRARS:
+        register(app)
+
+
+def main() -> None:
+    _register_commands()
+    app()

@@ -1,0 +1,27 @@
+"""System clock and an OS-seeded ``Rng``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from magnetar.base.rng import SeededRng
+
+
+class SystemClock:
+    """``Clock`` over ``time`` and the running event loop."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def monotonic_ns(self) -> int:
+        return time.monotonic_ns()
+
+    async def sleep(self, duration_s: float) -> None:
+        await asyncio.sleep(duration_s)
+
+
+def system_rng() -> SeededRng:
+    """A ``SeededRng`` seeded from the OS; its seed is logged so a run can be reasoned about."""
+    return SeededRng(int.from_bytes(os.urandom(8), "little") >> 1)

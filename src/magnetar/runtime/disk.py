@@ -1,0 +1,120 @@
+"""``Disk`` over the local filesystem, rooted at a node's data directory.
+
+Writes go to the OS with ``os.pwrite``; ``sync()`` runs ``fdatasync`` in a worker thread so the
+event loop keeps serving while the disk flushes (group commit relies on that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+
+from magnetar.base.errors import InvalidArgument, NotFound
+
+
+class LocalFile:
+    __slots__ = ("_fd", "_path", "_size")
+
+    def __init__(self, path: str, fd: int) -> None:
+        self._path = path
+        self._fd = fd
+        self._size = os.fstat(fd).st_size
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def size(self) -> int:
+        return self._size
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        offset = self._size
+        self._write_all(offset, data)
+        return offset
+
+    def write_at(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        self._write_all(offset, data)
+
+    def _write_all(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self._fd, view[written:], offset + written)
+        self._size = max(self._size, offset + len(view))
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        return os.pread(self._fd, length, offset)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+        self._size = size
+
+    async def sync(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, os.fdatasync, self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class LocalDisk:
+    """A ``Disk`` rooted at ``root``; relative paths only, no escaping the root."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        os.makedirs(self.root, exist_ok=True)
+
+    def _abs(self, path: str) -> str:
+        full = os.path.normpath(os.path.join(self.root, path))
+        if full != self.root and not full.startswith(self.root + os.sep):
+            raise InvalidArgument(f"path {path!r} escapes the data directory")
+        return full
+
+    def open(self, path: str, *, create: bool = True) -> LocalFile:
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        try:
+            fd = os.open(self._abs(path), flags, 0o644)
+        except FileNotFoundError:
+            raise NotFound(f"no file {path!r}") from None
+        return LocalFile(path, fd)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self._abs(path))
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self._abs(path)))
+        except FileNotFoundError:
+            return []
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(self._abs(path), exist_ok=True)
+
+    def remove(self, path: str) -> None:
+        full = self._abs(path)
+        if os.path.isdir(full):
+            shutil.rmtree(full)
+        else:
+            try:
+                os.remove(full)
+            except FileNotFoundError:
+                pass
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(self._abs(src), self._abs(dst))
+
+    async def sync_dir(self, path: str) -> None:
+        def _sync() -> None:
+            fd = os.open(self._abs(path), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        await asyncio.get_running_loop().run_in_executor(None, _sync)
+
+    def free_bytes(self) -> int:
+        stat = os.statvfs(self.root)
+        return stat.f_bavail * stat.f_frsize
