@@ -12,7 +12,8 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_is_clean() -> None:
-    result = _run(tool("ruff"), "check", "src", "tests", "bench")
+    paths = [p for p in ("src", "tests", "bench") if (REPO / p).exists()]
+    result = _run(tool("ruff"), "check", *paths)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
