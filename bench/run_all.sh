@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: runs every benchmark under bench/ in turn. Each reports ratios against a
-# baseline it measures in the same run (min/median/max over repeats) and appends its JSON
-# result to bench/results/. Takes minutes; never part of `make test`.
-set -euo pipefail
+# baseline it measures in the same run (min/median/max over repeats); its output is kept in
+# bench/results/NAME.txt. Takes minutes; never part of `make test`.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 mkdir -p bench/results
@@ -10,7 +10,7 @@ status=0
 for script in bench/*.py; do
   [ -e "$script" ] || continue
   echo "=== $script"
-  if ! "$PY" "$script" --json-out "bench/results/$(basename "$script" .py).json"; then
+  if ! "$PY" "$script" 2>&1 | tee "bench/results/$(basename "$script" .py).txt"; then
     echo "benchmark $script failed" >&2
     status=1
   fi
