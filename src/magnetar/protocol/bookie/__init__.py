@@ -1,0 +1,54 @@
+"""Sans-IO codec for the ledger client <-> bookie protocol (layout in ``codec``'s docstring).
+
+Public surface: the message dataclasses, ``Entry`` (an entry in wire/storage form with its
+CRC32C digest), ``Status`` codes, ``encode(message) -> bytes`` and ``FrameDecoder.feed(bytes)
+-> list[message]``.
+"""
+
+from magnetar.protocol.bookie.codec import (
+    ENTRY_HEADER_BYTES,
+    PROTOCOL_VERSION,
+    AddRequest,
+    AddResponse,
+    Entry,
+    FrameDecoder,
+    GetInfoRequest,
+    GetInfoResponse,
+    Message,
+    Op,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadLastEntryRequest,
+    ReadRequest,
+    ReadResponse,
+    Request,
+    Response,
+    Status,
+    decode_frame,
+    encode,
+    entry_digest,
+)
+
+__all__ = [
+    "ENTRY_HEADER_BYTES",
+    "PROTOCOL_VERSION",
+    "AddRequest",
+    "AddResponse",
+    "Entry",
+    "FrameDecoder",
+    "GetInfoRequest",
+    "GetInfoResponse",
+    "Message",
+    "Op",
+    "ReadLacRequest",
+    "ReadLacResponse",
+    "ReadLastEntryRequest",
+    "ReadRequest",
+    "ReadResponse",
+    "Request",
+    "Response",
+    "Status",
+    "decode_frame",
+    "encode",
+    "entry_digest",
+]

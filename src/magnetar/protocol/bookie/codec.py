@@ -1,0 +1,432 @@
+"""The bookie wire protocol: message types, frame layout, encoder and a sans-IO decoder.
+
+Every integer is big-endian. A frame is::
+
+    u32 frame_len            bytes that follow this field; 10 <= frame_len <= BOOKIE_FRAME_BYTES_MAX
+    u8  version              PROTOCOL_VERSION (1)
+    u8  op                   request op, or request op | 0x80 for its response
+    u64 request_id           chosen by the client, echoed in the response
+    ... body                 op-specific, must end exactly at the end of the frame
+
+An *entry* (carried by ADD requests and READ responses, and stored verbatim by the bookie)::
+
+    u64 ledger_id  i64 entry_id  i64 lac  u32 payload_len  u32 digest  payload[payload_len]
+
+``digest`` is CRC32C over ``ledger_id, entry_id, lac`` (as the 24 bytes above) followed by the
+payload. The writer computes it, the bookie verifies it before storing (``BAD_DIGEST``), and a
+reader verifies it again, so corruption anywhere between writer and reader is detected.
+
+Bodies (``mk`` = master key: ``u8 len`` + bytes, at most ``BOOKIE_MASTER_KEY_BYTES_MAX``)::
+
+    0x01 ADD               u8 flags (0x01 RECOVERY), mk, entry
+    0x81 ADD resp          u16 status, u64 ledger_id, i64 entry_id
+    0x02 READ              u8 flags (0x01 FENCE), mk, u64 ledger_id, i64 entry_id
+    0x82 READ resp         u16 status, u64 ledger_id, i64 entry_id, i64 known_lac, u8 has_entry, [entry]
+    0x03 READ_LAC          u64 ledger_id
+    0x83 READ_LAC resp     u16 status, u64 ledger_id, i64 lac
+    0x04 READ_LAST_ENTRY   u8 flags (0x01 FENCE), mk, u64 ledger_id
+    0x84 READ_LAST resp    same layout as READ resp; entry_id is the highest entry stored (or -1)
+    0x05 GET_INFO          (empty)
+    0x85 GET_INFO resp     u16 status, u8 flags (0x01 READ_ONLY), u64 free_bytes, u64 ledger_count
+
+Invariants: ``FrameDecoder`` never holds more than one partial frame plus one read chunk; a
+length above ``BOOKIE_FRAME_BYTES_MAX`` raises ``LimitExceeded`` before any body is buffered;
+any other malformed frame raises ``CorruptData``. After either error the stream is out of sync
+and the connection must be closed (the decoder refuses further input).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+from magnetar.base.checksum import crc32c, crc32c_update
+from magnetar.base.errors import CorruptData, InvalidArgument, LimitExceeded
+from magnetar.base.limits import BOOKIE_FRAME_BYTES_MAX, BOOKIE_MASTER_KEY_BYTES_MAX, ENTRY_BYTES_MAX
+
+PROTOCOL_VERSION = 1
+RESPONSE_BIT = 0x80
+FLAG_RECOVERY = 0x01
+FLAG_FENCE = 0x01
+FLAG_READ_ONLY = 0x01
+LEDGER_ID_MAX = (1 << 63) - 1
+
+_LEN = struct.Struct(">I")
+_HEADER = struct.Struct(">BBQ")  # version, op, request id
+_ENTRY_HEADER = struct.Struct(">QqqII")  # ledger, entry, lac, payload length, digest
+_DIGEST_FIELDS = struct.Struct(">Qqq")
+_ADD_RESP = struct.Struct(">HQq")
+_READ_TAIL = struct.Struct(">Qq")
+_READ_RESP = struct.Struct(">HQqqB")
+_LEDGER = struct.Struct(">Q")
+_LAC_RESP = struct.Struct(">HQq")
+_INFO_RESP = struct.Struct(">HBQQ")
+
+HEADER_BYTES = _HEADER.size
+ENTRY_HEADER_BYTES = _ENTRY_HEADER.size
+_FRAME_MIN_BYTES = HEADER_BYTES
+
+
+class Op(enum.IntEnum):
+    ADD = 0x01
+    READ = 0x02
+    READ_LAC = 0x03
+    READ_LAST_ENTRY = 0x04
+    GET_INFO = 0x05
+
+
+class Status(enum.IntEnum):
+    """Result of a request; every non-OK value is an operating error the client must handle."""
+
+    OK = 0
+    NO_SUCH_ENTRY = 1  # the bookie never stored this entry (it is sure of that)
+    NO_SUCH_LEDGER = 2  # the bookie knows nothing of the ledger, or it was deleted
+    FENCED = 3  # a normal add to a fenced ledger
+    BAD_DIGEST = 4  # the entry's CRC32C does not match its fields
+    TOO_LARGE = 5  # the entry exceeds ENTRY_BYTES_MAX
+    READ_ONLY = 6  # the bookie's disk is nearly full; adds are refused, reads served
+    UNAUTHORIZED = 7  # the master key differs from the ledger's
+    BAD_REQUEST = 8  # a well-formed frame with invalid field values
+    UNAVAILABLE = 9  # the bookie is starting, stopping or overloaded; retry elsewhere
+
+
+def entry_digest(ledger_id: int, entry_id: int, lac: int, payload: bytes | bytearray | memoryview) -> int:
+    """CRC32C over (ledger, entry, LAC, payload): what the writer sends and readers verify."""
+    return crc32c_update(crc32c(_DIGEST_FIELDS.pack(ledger_id, entry_id, lac)), payload)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One ledger entry in its wire and storage form (``raw``), with its header parsed.
+
+    ``raw`` is exactly the encoded entry; the bookie stores and returns it unchanged, so a
+    reader checks the writer's digest end to end.
+    """
+
+    ledger_id: int
+    entry_id: int
+    lac: int
+    digest: int
+    raw: bytes
+
+    @classmethod
+    def build(cls, ledger_id: int, entry_id: int, lac: int, payload: bytes | bytearray | memoryview) -> Entry:
+        """Encode an entry as a writer does, computing its digest."""
+        _check_ledger(ledger_id)
+        if entry_id < 0 or lac < -1:
+            raise InvalidArgument(f"invalid entry {ledger_id}:{entry_id} with lac {lac}")
+        digest = entry_digest(ledger_id, entry_id, lac, payload)
+        raw = _ENTRY_HEADER.pack(ledger_id, entry_id, lac, len(payload), digest) + bytes(payload)
+        return cls(ledger_id, entry_id, lac, digest, raw)
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Entry:
+        """Parse a stored or received entry; raises ``CorruptData`` if the lengths disagree."""
+        if len(raw) < ENTRY_HEADER_BYTES:
+            raise CorruptData(f"entry of {len(raw)} bytes is shorter than its header")
+        ledger_id, entry_id, lac, length, digest = _ENTRY_HEADER.unpack_from(raw, 0)
+        if length != len(raw) - ENTRY_HEADER_BYTES:
+            raise CorruptData(f"entry payload length {length} != {len(raw) - ENTRY_HEADER_BYTES}")
+        return cls(ledger_id, entry_id, lac, digest, raw)
+
+    @property
+    def payload(self) -> bytes:
+        return self.raw[ENTRY_HEADER_BYTES:]
+
+    @property
+    def payload_bytes(self) -> int:
+        return len(self.raw) - ENTRY_HEADER_BYTES
+
+    def digest_ok(self) -> bool:
+        view = memoryview(self.raw)[ENTRY_HEADER_BYTES:]
+        return entry_digest(self.ledger_id, self.entry_id, self.lac, view) == self.digest
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddRequest:
+    request_id: int
+    entry: Entry
+    master_key: bytes = b""
+    recovery: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """Read one entry; ``fence`` also fences the ledger (journaled before the reply)."""
+
+    request_id: int
+    ledger_id: int
+    entry_id: int
+    fence: bool = False
+    master_key: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacRequest:
+    request_id: int
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLastEntryRequest:
+    """Read the highest entry the bookie stores for the ledger (optionally fencing first)."""
+
+    request_id: int
+    ledger_id: int
+    fence: bool = False
+    master_key: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class GetInfoRequest:
+    request_id: int
+
+
+Request = AddRequest | ReadRequest | ReadLacRequest | ReadLastEntryRequest | GetInfoRequest
+
+
+# --- responses ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddResponse:
+    request_id: int
+    status: Status
+    ledger_id: int
+    entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResponse:
+    """Answer to READ and READ_LAST_ENTRY (``op`` tells which); ``entry`` only when OK."""
+
+    request_id: int
+    status: Status
+    ledger_id: int
+    entry_id: int
+    known_lac: int
+    entry: Entry | None = None
+    op: Op = Op.READ
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacResponse:
+    request_id: int
+    status: Status
+    ledger_id: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
+class GetInfoResponse:
+    request_id: int
+    status: Status
+    read_only: bool
+    free_bytes: int
+    ledger_count: int
+
+
+Response = AddResponse | ReadResponse | ReadLacResponse | GetInfoResponse
+Message = Request | Response
+
+
+def _check_ledger(ledger_id: int) -> None:
+    if not 0 <= ledger_id <= LEDGER_ID_MAX:
+        raise InvalidArgument(f"ledger id {ledger_id} out of range")
+
+
+def _mk(master_key: bytes) -> bytes:
+    if len(master_key) > BOOKIE_MASTER_KEY_BYTES_MAX:
+        raise LimitExceeded("BOOKIE_MASTER_KEY_BYTES_MAX", len(master_key), BOOKIE_MASTER_KEY_BYTES_MAX)
+    return bytes((len(master_key),)) + master_key
+
+
+def _frame(op: int, request_id: int, *parts: bytes) -> bytes:
+    body_len = HEADER_BYTES + sum(len(p) for p in parts)
+    if body_len > BOOKIE_FRAME_BYTES_MAX:
+        raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", body_len, BOOKIE_FRAME_BYTES_MAX)
+    return b"".join((_LEN.pack(body_len), _HEADER.pack(PROTOCOL_VERSION, op, request_id), *parts))
+
+
+def encode(message: Message) -> bytes:
+    """The complete frame (length prefix included) for ``message``."""
+    if isinstance(message, AddRequest):
+        flags = FLAG_RECOVERY if message.recovery else 0
+        return _frame(Op.ADD, message.request_id, bytes((flags,)), _mk(message.master_key), message.entry.raw)
+    if isinstance(message, AddResponse):
+        body = _ADD_RESP.pack(message.status, message.ledger_id, message.entry_id)
+        return _frame(Op.ADD | RESPONSE_BIT, message.request_id, body)
+    if isinstance(message, ReadRequest):
+        flags = FLAG_FENCE if message.fence else 0
+        tail = _READ_TAIL.pack(message.ledger_id, message.entry_id)
+        return _frame(Op.READ, message.request_id, bytes((flags,)), _mk(message.master_key), tail)
+    if isinstance(message, ReadResponse):
+        has_entry = message.entry is not None
+        head = _READ_RESP.pack(message.status, message.ledger_id, message.entry_id, message.known_lac, has_entry)
+        raw = message.entry.raw if message.entry is not None else b""
+        return _frame(message.op | RESPONSE_BIT, message.request_id, head, raw)
+    if isinstance(message, ReadLacRequest):
+        return _frame(Op.READ_LAC, message.request_id, _LEDGER.pack(message.ledger_id))
+    if isinstance(message, ReadLacResponse):
+        body = _LAC_RESP.pack(message.status, message.ledger_id, message.lac)
+        return _frame(Op.READ_LAC | RESPONSE_BIT, message.request_id, body)
+    if isinstance(message, ReadLastEntryRequest):
+        flags = FLAG_FENCE if message.fence else 0
+        tail = _LEDGER.pack(message.ledger_id)
+        return _frame(Op.READ_LAST_ENTRY, message.request_id, bytes((flags,)), _mk(message.master_key), tail)
+    if isinstance(message, GetInfoRequest):
+        return _frame(Op.GET_INFO, message.request_id)
+    flags = FLAG_READ_ONLY if message.read_only else 0
+    body = _INFO_RESP.pack(message.status, flags, message.free_bytes, message.ledger_count)
+    return _frame(Op.GET_INFO | RESPONSE_BIT, message.request_id, body)
+
+
+# --- decoding ----------------------------------------------------------------------------------
+
+
+def _status(value: int) -> Status:
+    try:
+        return Status(value)
+    except ValueError:
+        raise CorruptData(f"unknown status code {value}") from None
+
+
+def _read_mk(body: bytes, offset: int) -> tuple[bytes, int]:
+    if offset >= len(body):
+        raise CorruptData("frame ends inside the master key length")
+    length = body[offset]
+    if length > BOOKIE_MASTER_KEY_BYTES_MAX:
+        raise CorruptData(f"master key of {length} bytes exceeds {BOOKIE_MASTER_KEY_BYTES_MAX}")
+    end = offset + 1 + length
+    if end > len(body):
+        raise CorruptData("frame ends inside the master key")
+    return body[offset + 1 : end], end
+
+
+def _exact(body: bytes, offset: int, struct_: struct.Struct) -> tuple[int, ...]:
+    if offset + struct_.size != len(body):
+        raise CorruptData(f"frame body of {len(body) - offset} bytes, expected {struct_.size}")
+    return struct_.unpack_from(body, offset)
+
+
+def _entry_at(body: bytes, offset: int) -> Entry:
+    raw = body[offset:]
+    if len(raw) - ENTRY_HEADER_BYTES > ENTRY_BYTES_MAX:
+        raise CorruptData(f"entry payload exceeds ENTRY_BYTES_MAX ({ENTRY_BYTES_MAX})")
+    entry = Entry.parse(raw)
+    if entry.ledger_id > LEDGER_ID_MAX:
+        raise CorruptData(f"ledger id {entry.ledger_id} out of range")
+    return entry
+
+
+def decode_frame(frame: bytes) -> Message:
+    """Decode one frame body (everything after the length prefix)."""
+    if len(frame) < HEADER_BYTES:
+        raise CorruptData(f"frame of {len(frame)} bytes is shorter than the header")
+    version, op, request_id = _HEADER.unpack_from(frame, 0)
+    if version != PROTOCOL_VERSION:
+        raise CorruptData(f"unsupported bookie protocol version {version}")
+    at = HEADER_BYTES
+    if op == Op.ADD:
+        if at >= len(frame):
+            raise CorruptData("ADD frame ends before its flags")
+        flags = frame[at]
+        master_key, at = _read_mk(frame, at + 1)
+        return AddRequest(request_id, _entry_at(frame, at), master_key, bool(flags & FLAG_RECOVERY))
+    if op == Op.ADD | RESPONSE_BIT:
+        status, ledger_id, entry_id = _exact(frame, at, _ADD_RESP)
+        return AddResponse(request_id, _status(status), ledger_id, entry_id)
+    if op == Op.READ:
+        if at >= len(frame):
+            raise CorruptData("READ frame ends before its flags")
+        flags = frame[at]
+        master_key, at = _read_mk(frame, at + 1)
+        ledger_id, entry_id = _exact(frame, at, _READ_TAIL)
+        return ReadRequest(request_id, ledger_id, entry_id, bool(flags & FLAG_FENCE), master_key)
+    if op in (Op.READ | RESPONSE_BIT, Op.READ_LAST_ENTRY | RESPONSE_BIT):
+        if len(frame) < at + _READ_RESP.size:
+            raise CorruptData("READ response shorter than its fixed fields")
+        status, ledger_id, entry_id, lac, has_entry = _READ_RESP.unpack_from(frame, at)
+        at += _READ_RESP.size
+        entry: Entry | None = None
+        if has_entry:
+            entry = _entry_at(frame, at)
+        elif at != len(frame):
+            raise CorruptData("READ response without an entry has trailing bytes")
+        return ReadResponse(request_id, _status(status), ledger_id, entry_id, lac, entry, Op(op & ~RESPONSE_BIT))
+    if op == Op.READ_LAC:
+        (ledger_id,) = _exact(frame, at, _LEDGER)
+        return ReadLacRequest(request_id, ledger_id)
+    if op == Op.READ_LAC | RESPONSE_BIT:
+        status, ledger_id, lac = _exact(frame, at, _LAC_RESP)
+        return ReadLacResponse(request_id, _status(status), ledger_id, lac)
+    if op == Op.READ_LAST_ENTRY:
+        if at >= len(frame):
+            raise CorruptData("READ_LAST_ENTRY frame ends before its flags")
+        flags = frame[at]
+        master_key, at = _read_mk(frame, at + 1)
+        (ledger_id,) = _exact(frame, at, _LEDGER)
+        return ReadLastEntryRequest(request_id, ledger_id, bool(flags & FLAG_FENCE), master_key)
+    if op == Op.GET_INFO:
+        if at != len(frame):
+            raise CorruptData("GET_INFO request has a body")
+        return GetInfoRequest(request_id)
+    if op == Op.GET_INFO | RESPONSE_BIT:
+        status, flags, free_bytes, ledger_count = _exact(frame, at, _INFO_RESP)
+        return GetInfoResponse(request_id, _status(status), bool(flags & FLAG_READ_ONLY), free_bytes, ledger_count)
+    raise CorruptData(f"unknown bookie op 0x{op:02x}")
+
+
+class FrameDecoder:
+    """Feed bytes, get messages. Sans-IO; one per connection direction.
+
+    ``max_frame_bytes`` bounds what one frame may claim (default ``BOOKIE_FRAME_BYTES_MAX``);
+    the buffer never grows past one frame plus the last chunk fed.
+    """
+
+    __slots__ = ("_broken", "_buffer", "_max_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int = BOOKIE_FRAME_BYTES_MAX) -> None:
+        self._buffer = bytearray()
+        self._max_frame_bytes = max_frame_bytes
+        self._broken = False
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
+        """Append ``data``; return every complete message, in order.
+
+        Raises ``LimitExceeded`` (frame too large) or ``CorruptData`` (malformed); afterwards
+        the decoder is broken and raises ``CorruptData`` on any further input.
+        """
+        if self._broken:
+            raise CorruptData("decoder is out of sync after an earlier error")
+        buffer = self._buffer
+        buffer += data
+        messages: list[Message] = []
+        start = 0
+        try:
+            while len(buffer) - start >= 4:
+                (frame_len,) = _LEN.unpack_from(buffer, start)
+                if frame_len > self._max_frame_bytes:
+                    raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", frame_len, self._max_frame_bytes)
+                if frame_len < _FRAME_MIN_BYTES:
+                    raise CorruptData(f"frame length {frame_len} below the header size")
+                end = start + 4 + frame_len
+                if end > len(buffer):
+                    break
+                messages.append(decode_frame(bytes(buffer[start + 4 : end])))
+                start = end
+        except (CorruptData, LimitExceeded):
+            self._broken = True
+            self._buffer = bytearray()
+            raise
+        if start:
+            del buffer[:start]
+        return messages
