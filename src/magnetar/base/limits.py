@@ -42,3 +42,8 @@ PULSAR_SEND_BUFFER_BYTES_MAX = 4 * PULSAR_FRAME_BYTES_MAX  # queued outbound byt
 # --- simulation --------------------------------------------------------------------------------
 SIM_STEPS_MAX = 10_000_000  # a scenario that runs longer than this is a livelock
 SIM_LINK_QUEUE_BYTES_MAX = 16 * MIB
+SIM_DISK_SECTOR_BYTES = 512  # the unit a torn write garbles
+SIM_NODES_MAX = 1_000
+SIM_KV_PENDING_BATCHES_MAX = 10_000  # unsynced batches a simulated store buffers before flushing
+SIM_CONNECTIONS_PER_NODE_MAX = 10_000
+SIM_LISTENERS_PER_NODE_MAX = 1_000

@@ -1,0 +1,180 @@
+"""A deterministic, virtual-time asyncio event loop.
+
+``SimLoop`` is asyncio's own ``BaseEventLoop`` (so ``Task``, ``Event``, ``Queue``, ``wait_for``,
+``gather`` and ``asyncio.sleep`` behave exactly as in production) with two changes:
+
+* ``time()`` returns virtual seconds, counted in integer nanoseconds from 0;
+* the selector never waits: ``select(timeout)`` advances virtual time by ``timeout`` and reports
+  no I/O. When nothing is runnable, time therefore jumps straight to the next timer; a one-hour
+  sleep finishes at once. ``select(None)`` (nothing runnable, no timer, awaited coroutine not
+  done) is a deadlock and raises ``SimDeadlock``.
+
+Invariants: there is no real I/O, no thread and no wall clock in a run (``run_in_executor``
+refuses); callbacks run in the order asyncio schedules them, which depends only on the program
+and on virtual time, so a run is a pure function of its inputs and seed. Every task is recorded
+with the simulated node that created it (``magnetar.faults.current_node``), in creation order,
+so a node's tasks can be cancelled in a deterministic order when it crashes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import math
+from asyncio import base_events
+from collections.abc import Coroutine, Generator
+from typing import Any, TypeVar
+
+from magnetar.base.limits import SIM_STEPS_MAX
+from magnetar.faults import current_node
+from magnetar.sim.errors import SimDeadlock, SimLivelock
+
+T = TypeVar("T")
+
+_NS_PER_S = 1_000_000_000
+#: Tasks still running when a run ends get this many loop iterations to finish their cancellation.
+SHUTDOWN_STEPS_MAX = 10_000
+
+
+class _VirtualSelector:
+    """Stands in for ``selectors.DefaultSelector``: no file descriptors, only the passage of time."""
+
+    def __init__(self, loop: SimLoop) -> None:
+        self._loop = loop
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        self._loop._on_select(timeout)
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+class SimLoop(base_events.BaseEventLoop):
+    """The event loop of a simulated world. Create one per run; it is not reusable after close."""
+
+    def __init__(self, *, steps_max: int = SIM_STEPS_MAX) -> None:
+        super().__init__()
+        self._now_ns = 0
+        self._steps = 0
+        self._steps_max = steps_max
+        self._task_serial = 0
+        self._live_tasks: dict[int, tuple[str | None, asyncio.Task[Any]]] = {}
+        self._selector = _VirtualSelector(self)
+        # Timers due within this much of "now" run now; one virtual nanosecond absorbs float
+        # rounding in ``when - time()`` without ever running a timer visibly early.
+        self._clock_resolution = 1e-9
+
+    # --- virtual time -------------------------------------------------------------------------
+    def time(self) -> float:
+        return self._now_ns / _NS_PER_S
+
+    @property
+    def now_ns(self) -> int:
+        """Virtual nanoseconds since the run began."""
+        return self._now_ns
+
+    @property
+    def steps(self) -> int:
+        """Loop iterations so far (each runs every callback that was ready)."""
+        return self._steps
+
+    def _on_select(self, timeout: float | None) -> None:
+        self._steps += 1
+        if self._steps > self._steps_max:
+            raise SimLivelock(f"more than {self._steps_max} loop iterations (SIM_STEPS_MAX)")
+        if timeout is None:
+            raise SimDeadlock(
+                f"deadlock at t={self.time():.6f}s: no task can run and no timer is pending, "
+                "but the awaited coroutine has not finished"
+            )
+        if timeout > 0:
+            self._now_ns += max(1, math.ceil(timeout * _NS_PER_S))
+
+    # --- what a selector loop would do with real I/O ------------------------------------------
+    def _process_events(self, event_list: list[Any]) -> None:
+        return None
+
+    def _write_to_self(self) -> None:
+        # Only called by call_soon_threadsafe: there are no other threads to wake us.
+        return None
+
+    def run_in_executor(self, executor: Any, func: Any, *args: Any) -> Any:  # type: ignore[override]
+        raise RuntimeError("run_in_executor is not available in simulation: there are no threads")
+
+    # --- task bookkeeping ---------------------------------------------------------------------
+    def create_task(  # type: ignore[override]
+        self,
+        coro: Coroutine[Any, Any, T] | Generator[Any, None, T],
+        *,
+        name: str | None = None,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[T]:
+        task: asyncio.Task[T] = super().create_task(coro, name=name, context=context)
+        node = context.run(current_node.get) if context is not None else current_node.get()
+        self._task_serial += 1
+        serial = self._task_serial
+        self._live_tasks[serial] = (node, task)
+        task.add_done_callback(lambda _task: self._live_tasks.pop(serial, None))
+        return task
+
+    def tasks_of(self, node: str | None) -> list[asyncio.Task[Any]]:
+        """Unfinished tasks created by ``node`` (``None``: outside any node), oldest first."""
+        return [task for owner, task in self._live_tasks.values() if owner == node and not task.done()]
+
+    def live_tasks(self) -> list[asyncio.Task[Any]]:
+        """Every unfinished task, oldest first."""
+        return [task for _owner, task in self._live_tasks.values() if not task.done()]
+
+    def cancel_all_and_close(self) -> None:
+        """Cancel every remaining task (oldest first), let them unwind, and close the loop."""
+        try:
+            for _ in range(SHUTDOWN_STEPS_MAX):
+                remaining = self.live_tasks()
+                if not remaining:
+                    break
+                for task in remaining:
+                    task.cancel()
+                self._run_once_guarded()
+            self.run_until_complete(self.shutdown_asyncgens())
+        finally:
+            self.close()
+
+    def _run_once_guarded(self) -> None:
+        # One iteration outside run_forever; a deadlock here just means nothing is left to run.
+        try:
+            self.run_until_complete(_one_step())
+        except SimDeadlock:
+            return
+
+
+async def _one_step() -> None:
+    await asyncio.sleep(0)
+
+
+def run(main: Coroutine[Any, Any, T], *, steps_max: int = SIM_STEPS_MAX) -> T:
+    """Run ``main`` to completion on a fresh ``SimLoop`` (like ``asyncio.run``), then close it.
+
+    Tasks still running when ``main`` returns are cancelled. Raises ``SimDeadlock`` if ``main``
+    can never finish, ``SimLivelock`` after ``steps_max`` loop iterations.
+    """
+    loop = SimLoop(steps_max=steps_max)
+    previous = _swap_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            loop.cancel_all_and_close()
+        finally:
+            _swap_event_loop(previous)
+
+
+def _swap_event_loop(loop: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop | None:
+    # Code that calls asyncio.get_event_loop() outside a task must find the simulated loop.
+    policy = asyncio.get_event_loop_policy()
+    try:
+        previous: asyncio.AbstractEventLoop | None = policy.get_event_loop()
+    except RuntimeError:
+        previous = None
+    policy.set_event_loop(loop)
+    return previous
