@@ -17,9 +17,14 @@ TOPIC_NAME_BYTES_MAX = 1024
 FAULT_SPECS_COUNT_MAX = 64
 
 # --- metadata ----------------------------------------------------------------------------------
-METADATA_VALUE_BYTES_MAX = 1 * MIB  # ZooKeeper's default jute.maxbuffer is just under 1 MiB
+# ZooKeeper's default jute.maxbuffer (1 MiB - 1) bounds a whole request: value, path, headers.
+METADATA_VALUE_BYTES_MAX = 1000 * KIB
 METADATA_PATH_BYTES_MAX = 1024
 METADATA_WATCHES_PER_SESSION_MAX = 100_000
+METADATA_SESSION_TIMEOUT_MS_DEFAULT = 30_000  # Pulsar's default ZooKeeper session timeout
+METADATA_CONNECT_TIMEOUT_MS_MAX = 30_000
+METADATA_OPERATION_TIMEOUT_MS_MAX = 30_000  # a ZooKeeper call not answered by then: MetadataUnavailable
+METADATA_RECORD_BYTES_MAX = METADATA_VALUE_BYTES_MAX
 
 # --- bookie protocol and storage --------------------------------------------------------------
 ENTRY_BYTES_MAX = 5 * MIB + 64 * KIB  # a 5 MiB Pulsar message plus its metadata
@@ -47,3 +52,17 @@ SIM_NODES_MAX = 1_000
 SIM_KV_PENDING_BATCHES_MAX = 10_000  # unsynced batches a simulated store buffers before flushing
 SIM_CONNECTIONS_PER_NODE_MAX = 10_000
 SIM_LISTENERS_PER_NODE_MAX = 1_000
+
+# --- ledger client -----------------------------------------------------------------------------
+#: Attempts to CAS the ledger-id counter before giving up (contention between creators).
+LEDGER_ID_ALLOC_RETRY_COUNT_MAX = 100
+#: Ledger ids one listing returns.
+LEDGER_LIST_COUNT_MAX = 10_000_000
+#: Attempts at one metadata compare-and-set loop (ensemble change, close, recovery state).
+LEDGER_METADATA_CAS_RETRY_COUNT_MAX = 64
+#: Ensemble changes one handle makes before failing (BookKeeper: unbounded; we bound it).
+LEDGER_ENSEMBLE_CHANGES_COUNT_MAX = 1024
+#: Entries one recovery reads forward before failing (a livelock guard, far above real tails).
+LEDGER_RECOVERY_ENTRIES_COUNT_MAX = 10_000_000
+#: Fragments one ledger may have.
+LEDGER_FRAGMENTS_COUNT_MAX = 4096
