@@ -1,0 +1,31 @@
+"""Bounding an awaitable by the injected ``Clock`` (virtual in simulation, real in production)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from magnetar.base.clock import Clock
+from magnetar.base.errors import TimeoutError_
+
+T = TypeVar("T")
+
+
+async def with_deadline(clock: Clock, timeout_ms: int, awaitable: Awaitable[T], what: str) -> T:
+    """Await ``awaitable``; cancel it and raise ``TimeoutError_`` after ``timeout_ms`` (0: no bound)."""
+    task = asyncio.ensure_future(awaitable)
+    if timeout_ms <= 0:
+        return await task
+    timer = asyncio.ensure_future(clock.sleep(timeout_ms / 1000))
+    try:
+        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        timer.cancel()
+        raise
+    if task.done():
+        timer.cancel()
+        return task.result()
+    task.cancel()
+    raise TimeoutError_(f"{what} took longer than {timeout_ms} ms")

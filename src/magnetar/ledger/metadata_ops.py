@@ -1,0 +1,115 @@
+"""Ledger metadata in the metadata store: create, read, compare-and-set, delete, list, id allocation.
+
+Every change is a compare-and-set against the version the caller read (``BadVersion`` when
+someone else changed it first); nothing here overwrites blindly. Layout under ``root``::
+
+    {root}/idgen              decimal counter: the next ledger id (CAS-incremented)
+    {root}/L{ledger id:019d}  the ledger's ``LedgerMetadata`` as JSON
+
+The store is reached through ``VersionedStore``, the narrow slice of the metadata API the ledger
+client needs; ``metadata_adapter.py`` maps the metadata package's ``MetadataStore`` onto it.
+Invariant: a stored record's state only moves along ``ledger_metadata.TRANSITIONS``
+(``cas`` refuses anything else before it reaches the store).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from magnetar.base.errors import AlreadyExists, BadVersion, LimitExceeded, NotFound
+from magnetar.base.invariant import invariant
+from magnetar.base.limits import LEDGER_ID_ALLOC_RETRY_COUNT_MAX, LEDGER_LIST_COUNT_MAX
+from magnetar.ledger.ledger_metadata import LedgerMetadata, transition_allowed
+
+DEFAULT_ROOT = "/ledgers"
+_PREFIX = "L"
+
+
+@dataclass(frozen=True, slots=True)
+class Versioned:
+    value: bytes
+    version: int
+
+
+class VersionedStore(Protocol):
+    async def get(self, path: str) -> Versioned | None: ...
+
+    async def create(self, path: str, value: bytes) -> int:
+        """Create ``path``; returns its version; ``AlreadyExists`` if present."""
+        ...
+
+    async def put(self, path: str, value: bytes, expected_version: int) -> int:
+        """Replace ``path`` if its version is ``expected_version``; ``BadVersion`` otherwise."""
+        ...
+
+    async def delete(self, path: str, expected_version: int) -> None: ...
+
+    async def children(self, path: str) -> list[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedMetadata:
+    metadata: LedgerMetadata
+    version: int
+
+
+class LedgerMetadataStore:
+    """Ledger metadata records over a ``VersionedStore``, changed only by CAS."""
+
+    def __init__(self, store: VersionedStore, root: str = DEFAULT_ROOT) -> None:
+        self._store = store
+        self._root = root.rstrip("/")
+
+    def path(self, ledger_id: int) -> str:
+        return f"{self._root}/{_PREFIX}{ledger_id:019d}"
+
+    async def allocate_id(self) -> int:
+        """A ledger id never handed out before (CAS on a counter, so ids only grow)."""
+        counter = f"{self._root}/idgen"
+        for _ in range(LEDGER_ID_ALLOC_RETRY_COUNT_MAX):
+            current = await self._store.get(counter)
+            try:
+                if current is None:
+                    await self._store.create(counter, b"1")
+                    return 0
+                next_id = int(current.value)
+                await self._store.put(counter, str(next_id + 1).encode(), current.version)
+                return next_id
+            except (AlreadyExists, BadVersion):
+                continue
+        raise LimitExceeded("LEDGER_ID_ALLOC_RETRY_COUNT_MAX", LEDGER_ID_ALLOC_RETRY_COUNT_MAX + 1,
+                            LEDGER_ID_ALLOC_RETRY_COUNT_MAX)
+
+    async def create(self, metadata: LedgerMetadata) -> VersionedMetadata:
+        version = await self._store.create(self.path(metadata.ledger_id), metadata.encode())
+        return VersionedMetadata(metadata, version)
+
+    async def read(self, ledger_id: int) -> VersionedMetadata:
+        found = await self._store.get(self.path(ledger_id))
+        if found is None:
+            raise NotFound(f"ledger {ledger_id} does not exist")
+        metadata = LedgerMetadata.decode(found.value)
+        invariant(metadata.ledger_id == ledger_id, f"metadata at {self.path(ledger_id)} names another ledger")
+        return VersionedMetadata(metadata, found.version)
+
+    async def cas(self, current: VersionedMetadata, new: LedgerMetadata) -> VersionedMetadata:
+        """Replace ``current`` by ``new``; ``BadVersion`` if the stored record moved on."""
+        invariant(new.ledger_id == current.metadata.ledger_id, "CAS must keep the ledger id")
+        invariant(
+            transition_allowed(current.metadata.state, new.state),
+            f"ledger metadata may not go {current.metadata.state} -> {new.state}",
+        )
+        version = await self._store.put(self.path(new.ledger_id), new.encode(), current.version)
+        return VersionedMetadata(new, version)
+
+    async def delete(self, ledger_id: int) -> None:
+        current = await self.read(ledger_id)
+        await self._store.delete(self.path(ledger_id), current.version)
+
+    async def list_ids(self) -> list[int]:
+        names = await self._store.children(self._root)
+        ids = sorted(int(n[len(_PREFIX):]) for n in names if n.startswith(_PREFIX) and n[len(_PREFIX):].isdigit())
+        if len(ids) > LEDGER_LIST_COUNT_MAX:
+            raise LimitExceeded("LEDGER_LIST_COUNT_MAX", len(ids), LEDGER_LIST_COUNT_MAX)
+        return ids

@@ -1,0 +1,190 @@
+"""Reading a ledger: ``LedgerReader`` with speculative reads and quorum LAC reads.
+
+* A reader of an OPEN ledger reads only up to the LAC it learned (``read_lac``), without fencing:
+  every entry <= LAC is on Qa bookies. A reader of a CLOSED ledger reads up to its last entry.
+* One entry is asked of the first bookie of its write set; if no answer arrives within
+  ``speculative_read_timeout_ms`` (or an error arrives), the next bookie of the write set is
+  asked too; the first digest-valid answer wins (``shared/reference`` 1.8).
+* Every answer is checked: ledger id, entry id and CRC32C digest must match, else that bookie's
+  answer counts as unavailable and the next one is tried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from magnetar.base.clock import Clock
+from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError
+from magnetar.base.types import NO_ENTRY, BookieId
+from magnetar.ledger._deadline import with_deadline
+from magnetar.ledger.config import LedgerClientConfig
+from magnetar.ledger.errors import BookieUnavailable, NoSuchEntryError
+from magnetar.ledger.lac import read_lac_quorum
+from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
+from magnetar.ledger.quorum import read_order
+from magnetar.ledger.transport import BookieTransport
+from magnetar.protocol.bookie.codec import Entry
+
+#: Entries one ``read_entries`` call may return (callers page through longer ranges).
+READ_BATCH_COUNT_MAX = 10_000
+
+
+def verified(entry: Entry, ledger_id: int, entry_id: int) -> bool:
+    return entry.ledger_id == ledger_id and entry.entry_id == entry_id and entry.digest_ok()
+
+
+class LedgerReader:
+    """Reads entries of one ledger. Build through ``LedgerManager.open_*``."""
+
+    def __init__(
+        self,
+        metadata: LedgerMetadata,
+        *,
+        transport: BookieTransport,
+        clock: Clock,
+        config: LedgerClientConfig,
+        master_key: bytes = b"",
+    ) -> None:
+        self._metadata = metadata
+        self._transport = transport
+        self._clock = clock
+        self._config = config
+        self._master_key = master_key
+        self._lac: int = metadata.last_entry_id if metadata.state is LedgerState.CLOSED else NO_ENTRY
+        self._background: set[asyncio.Task[object]] = set()
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._metadata
+
+    @property
+    def ledger_id(self) -> int:
+        return self._metadata.ledger_id
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest entry this reader may read (LAC learned, or the closed last entry)."""
+        return self._lac
+
+    @property
+    def is_closed(self) -> bool:
+        return self._metadata.state is LedgerState.CLOSED
+
+    async def read_lac(self) -> int:
+        """Quorum read of the LAC over the last ensemble, without fencing; it only grows."""
+        if self.is_closed:
+            return self._lac
+        result = await read_lac_quorum(
+            self._transport,
+            self._clock,
+            self._metadata,
+            fence=False,
+            timeout_ms=self._config.read_timeout_ms,
+            master_key=self._master_key,
+            background=self._background,
+        )
+        self._lac = max(self._lac, result.lac)
+        return self._lac
+
+    async def read_entries(self, first_entry_id: int, last_entry_id: int) -> list[Entry]:
+        """Entries ``first..last`` (inclusive, in order); all must be <= ``last_add_confirmed``."""
+        if first_entry_id < 0 or last_entry_id < first_entry_id:
+            raise InvalidArgument(f"bad entry range {first_entry_id}..{last_entry_id}")
+        if last_entry_id > self._lac:
+            raise InvalidArgument(
+                f"entry {last_entry_id} of ledger {self.ledger_id} is beyond the readable end {self._lac}"
+            )
+        count = last_entry_id - first_entry_id + 1
+        if count > READ_BATCH_COUNT_MAX:
+            raise LimitExceeded("READ_BATCH_COUNT_MAX", count, READ_BATCH_COUNT_MAX)
+        return list(
+            await asyncio.gather(*(self.read_entry(e) for e in range(first_entry_id, last_entry_id + 1)))
+        )
+
+    async def read_entry(self, entry_id: int) -> Entry:
+        """One entry, with speculative reads across its write set."""
+        if entry_id < 0 or entry_id > self._lac:
+            raise InvalidArgument(f"entry {entry_id} of ledger {self.ledger_id} is beyond the readable end {self._lac}")
+        return await speculative_read(
+            self._transport,
+            self._clock,
+            self._metadata,
+            entry_id,
+            config=self._config,
+            master_key=self._master_key,
+        )
+
+
+async def speculative_read(
+    transport: BookieTransport,
+    clock: Clock,
+    metadata: LedgerMetadata,
+    entry_id: int,
+    *,
+    config: LedgerClientConfig,
+    master_key: bytes,
+) -> Entry:
+    """Read ``entry_id`` from its write set, moving to the next bookie on error or slowness."""
+    ensemble = metadata.ensemble_for(entry_id)
+    order: list[BookieId] = [
+        ensemble[i] for i in read_order(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
+    ]
+
+    async def ask(bookie: BookieId) -> Entry:
+        entry = await with_deadline(
+            clock,
+            config.read_timeout_ms,
+            transport.read(bookie, metadata.ledger_id, entry_id, fence=False, master_key=master_key),
+            f"read {metadata.ledger_id}:{entry_id} from {bookie}",
+        )
+        if not verified(entry, metadata.ledger_id, entry_id):
+            raise BookieUnavailable(f"bookie {bookie} returned a corrupt copy of {metadata.ledger_id}:{entry_id}")
+        return entry
+
+    running: set[asyncio.Task[Entry]] = set()
+    negatives = 0
+    failures = 0
+    next_index = 0
+    timer: asyncio.Task[None] | None = None
+    speculative_s = config.speculative_read_timeout_ms / 1000
+    launch_now = True
+    try:
+        while True:
+            if not running and next_index >= len(order):
+                break
+            if launch_now or not running or (timer is not None and timer.done()):
+                launch_now = False
+                if next_index < len(order):
+                    running.add(asyncio.ensure_future(ask(order[next_index])))
+                    next_index += 1
+                if timer is not None:
+                    timer.cancel()
+                timer = (
+                    asyncio.ensure_future(clock.sleep(speculative_s))
+                    if speculative_s > 0 and next_index < len(order)
+                    else None
+                )
+            waiting: set[asyncio.Future[object]] = set(running)  # type: ignore[arg-type]
+            if timer is not None:
+                waiting.add(timer)  # type: ignore[arg-type]
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for task in [t for t in running if t.done()]:
+                running.discard(task)
+                try:
+                    return task.result()
+                except NoSuchEntryError:
+                    negatives += 1
+                    launch_now = True
+                except MagnetarError:
+                    failures += 1
+                    launch_now = True
+    finally:
+        for task in running:
+            task.cancel()
+        if timer is not None:
+            timer.cancel()
+    if failures == 0:
+        raise NoSuchEntryError(f"no bookie of the write set has {metadata.ledger_id}:{entry_id}")
+    raise BookieUnavailable(
+        f"could not read {metadata.ledger_id}:{entry_id}: {negatives} said no such entry, {failures} failed"
+    )
