@@ -1,0 +1,546 @@
+"""``Bookie``: the storage node core. Adds, reads, fencing, checkpoints, restart replay, GC.
+
+Add path: check (state, size, digest, master key, fence) -> note the entry in the ledger state
+-> put it in the write cache -> queue its journal record. The caller's ``on_done(Status.OK)``
+runs only after the journal fsync covering the record (see ``journal``): nothing is
+acknowledged that is not on disk.
+
+Checkpoint (``checkpoint()``, run when half the write cache is used or every
+``checkpoint_interval_ms``): swap the write cache halves, take the journal position as the
+mark, append the frozen half sorted by (ledger, entry) to the entry log, sync it, write every
+location plus dirty ledger states in one synced index batch, and only then persist the mark and
+delete journal files before it. Restart: load ledger states, replay the journal from the mark
+into the write cache (a torn tail ends replay), repair ``last_entry`` where the crash left it
+naming an entry that never became durable, and checkpoint.
+
+Fencing: ``fence()`` sets FENCED at once (later normal adds fail), journals a FENCE record and
+returns only after its fsync. Reads never answer NO_SUCH_ENTRY for an entry this bookie may have
+acknowledged: every acknowledged entry is in the journal, the write cache or the index.
+
+State machine (one table): CREATED -> REPLAYING -> WRITABLE <-> READ_ONLY -> STOPPING -> STOPPED,
+and any running state -> FAILED when the disk fails (then every add answers UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from magnetar import faults
+from magnetar.base.clock import Clock
+from magnetar.base.errors import CorruptData
+from magnetar.base.invariant import invariant
+from magnetar.base.io import Disk, KeyValueStore
+from magnetar.base.limits import BOOKIE_LEDGERS_COUNT_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
+from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, Entry, Status
+from magnetar.storage.caches import ReadCache, WriteCache
+from magnetar.storage.config import BookieConfig
+from magnetar.storage.entry_log import EntryLogger, log_ids
+from magnetar.storage.index import MARK_KEY, Index, entry_key, location_value, log_key, state_key
+from magnetar.storage.journal import (
+    KIND_ADD,
+    Journal,
+    JournalPosition,
+    JournalRecord,
+    add_record,
+    fence_record,
+    journal_file_ids,
+    replay,
+)
+from magnetar.storage.ledger_state import LedgerState, LedgerStatus
+from magnetar.storage.waits import wait_event_or_timeout
+
+log = logging.getLogger(__name__)
+
+OnDone = Callable[[Status], None]
+
+
+class BookieStatus(enum.Enum):
+    CREATED = "created"
+    REPLAYING = "replaying"
+    WRITABLE = "writable"
+    READ_ONLY = "read_only"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+_TRANSITIONS: dict[BookieStatus, frozenset[BookieStatus]] = {
+    BookieStatus.CREATED: frozenset({BookieStatus.REPLAYING, BookieStatus.STOPPED}),
+    BookieStatus.REPLAYING: frozenset(
+        {BookieStatus.WRITABLE, BookieStatus.READ_ONLY, BookieStatus.FAILED, BookieStatus.STOPPING}
+    ),
+    BookieStatus.WRITABLE: frozenset({BookieStatus.READ_ONLY, BookieStatus.STOPPING, BookieStatus.FAILED}),
+    BookieStatus.READ_ONLY: frozenset({BookieStatus.WRITABLE, BookieStatus.STOPPING, BookieStatus.FAILED}),
+    BookieStatus.FAILED: frozenset({BookieStatus.STOPPING}),
+    BookieStatus.STOPPING: frozenset({BookieStatus.STOPPED}),
+    BookieStatus.STOPPED: frozenset(),
+}
+_SERVING = frozenset({BookieStatus.WRITABLE, BookieStatus.READ_ONLY})
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    status: Status
+    entry_id: int
+    known_lac: int
+    raw: bytes | None = None
+
+
+@dataclass(slots=True)
+class BookieStats:
+    adds_count: int = 0
+    add_rejects_count: int = 0
+    reads_count: int = 0
+    checkpoints_count: int = 0
+    entries_flushed_count: int = 0
+    replayed_records_count: int = 0
+    logs_collected_count: int = 0
+
+
+class Bookie:
+    """One bookie's storage; every I/O goes through the injected disk, store and clock."""
+
+    def __init__(self, disk: Disk, kv: KeyValueStore, clock: Clock, config: BookieConfig) -> None:
+        self._disk = disk
+        self._clock = clock
+        self.config = config
+        self._index = Index(kv)
+        self._entry_log = EntryLogger(disk, config.entry_log_bytes_max)
+        self._journal: Journal | None = None
+        self._ledgers: dict[int, LedgerState] = {}
+        self._log_ledgers: dict[int, set[int]] = {}
+        self._active = WriteCache()
+        self._flushing = WriteCache()
+        self._read_cache = ReadCache(config.read_cache_bytes_max)
+        self._checkpoint_lock = asyncio.Lock()
+        self._checkpoint_wanted = asyncio.Event()
+        self._cache_room = asyncio.Event()
+        self._cache_room.set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.status = BookieStatus.CREATED
+        self.stats = BookieStats()
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def _transition(self, to: BookieStatus) -> None:
+        if to is self.status:
+            return
+        invariant(to in _TRANSITIONS[self.status], f"bookie: illegal transition {self.status} -> {to}")
+        log.info("bookie %s -> %s", self.status.value, to.value)
+        self.status = to
+
+    @property
+    def read_only(self) -> bool:
+        return self.status is BookieStatus.READ_ONLY
+
+    @property
+    def ledger_count(self) -> int:
+        return sum(1 for s in self._ledgers.values() if s.status is not LedgerStatus.DELETED)
+
+    def free_bytes(self) -> int:
+        return self._disk.free_bytes()
+
+    def ledger_state(self, ledger_id: int) -> LedgerState | None:
+        return self._ledgers.get(ledger_id)
+
+    def has_data(self) -> bool:
+        """Whether the data directory already holds bookie data (for the cookie check)."""
+        return bool(journal_file_ids(self._disk) or log_ids(self._disk) or not self._index.is_empty())
+
+    # --- start and replay ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._transition(BookieStatus.REPLAYING)
+        for state in self._index.states():
+            self._ledgers[state.ledger_id] = state
+        self._log_ledgers = self._index.log_ledgers()
+        await self._entry_log.start()
+        mark = self._index.mark() or JournalPosition(0, 0)
+        result = await replay(self._disk, mark)
+        if result.torn_at is not None:
+            log.warning("journal torn at file %d offset %d: replay ended there", result.torn_at.file_id, result.torn_at.offset)
+        for _, record in result.records:
+            self._apply_replayed(record)
+            if self._active.bytes >= self.config.write_cache_bytes_max // 2:
+                await self._flush_without_mark()
+        self.stats.replayed_records_count = len(result.records)
+        existing = journal_file_ids(self._disk)
+        self._journal = Journal(self._disk, self._clock, self.config, (existing[-1] + 1) if existing else 1)
+        await self._journal.start()
+        await self._checkpoint()
+        self._repair_last_entries()
+        self._transition(BookieStatus.READ_ONLY if self._disk_low() else BookieStatus.WRITABLE)
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._checkpoint_loop(), name="bookie-checkpoint"),
+            loop.create_task(self._disk_monitor_loop(), name="bookie-disk-monitor"),
+        ]
+
+    def _apply_replayed(self, record: JournalRecord) -> None:
+        if record.kind == KIND_ADD:
+            try:
+                entry = Entry.parse(record.entry_raw)
+            except CorruptData:
+                log.error("journal ADD record with a malformed entry skipped")
+                return
+            state = self._ledgers.get(entry.ledger_id)
+            if state is None:
+                state = self._ledgers[entry.ledger_id] = LedgerState(entry.ledger_id, master_key=record.master_key)
+            if state.status is LedgerStatus.DELETED:
+                return
+            state.note_entry(entry.entry_id, entry.lac)
+            self._active.put(entry.ledger_id, entry.entry_id, record.entry_raw)
+        else:
+            state = self._ledgers.get(record.ledger_id)
+            if state is None:
+                state = self._ledgers[record.ledger_id] = LedgerState(record.ledger_id, master_key=record.master_key)
+            if state.status is LedgerStatus.OPEN:
+                state.transition(LedgerStatus.FENCED)
+
+    def _repair_last_entries(self) -> None:
+        # A crash can leave last_entry naming an add that was never made durable (states are
+        # snapshotted at checkpoint time, ahead of the journal). Find the real highest entry.
+        repaired = []
+        for state in self._ledgers.values():
+            if state.status is LedgerStatus.DELETED or state.last_entry < 0:
+                continue
+            if self._index.location(state.ledger_id, state.last_entry) is None:
+                state.last_entry = self._index.last_stored_entry(state.ledger_id)
+                state.dirty = True
+                repaired.append(state)
+        if repaired:
+            self._index.kv.write([(state_key(s.ledger_id), s.encode()) for s in repaired], sync=True)
+            for state in repaired:
+                state.dirty = False
+
+    # --- add -----------------------------------------------------------------------------------
+
+    def add_entry(self, entry: Entry, master_key: bytes, recovery: bool, on_done: OnDone) -> None:
+        """Store ``entry``; ``on_done(status)`` runs once, with OK only after the journal fsync."""
+        status = self._check_add(entry, master_key, recovery)
+        if status is not Status.OK:
+            self.stats.add_rejects_count += 1
+            on_done(status)
+            return
+        state = self._ledgers[entry.ledger_id]
+        state.note_entry(entry.entry_id, entry.lac)
+        self._active.put(entry.ledger_id, entry.entry_id, entry.raw)
+        if self._active.bytes >= self.config.write_cache_bytes_max // 2:
+            self._checkpoint_wanted.set()
+            if self._flushing.bytes:
+                self._cache_room.clear()
+        self.stats.adds_count += 1
+        journal = self._journal
+        assert journal is not None
+
+        def _journaled(error: BaseException | None) -> None:
+            if error is not None:
+                self._on_disk_failure(error)
+                on_done(Status.UNAVAILABLE)
+            else:
+                on_done(Status.OK)
+
+        journal.submit(add_record(master_key, entry.raw), _journaled)
+
+    def _check_add(self, entry: Entry, master_key: bytes, recovery: bool) -> Status:
+        if self.status is not BookieStatus.WRITABLE:
+            return Status.READ_ONLY if self.status is BookieStatus.READ_ONLY else Status.UNAVAILABLE
+        if entry.payload_bytes > self.config.entry_bytes_max:
+            return Status.TOO_LARGE
+        if entry.entry_id < 0 or len(master_key) > BOOKIE_MASTER_KEY_BYTES_MAX:
+            return Status.BAD_REQUEST
+        if not entry.digest_ok():
+            return Status.BAD_DIGEST
+        state = self._ledgers.get(entry.ledger_id)
+        if state is None:
+            if len(self._ledgers) >= BOOKIE_LEDGERS_COUNT_MAX:
+                return Status.UNAVAILABLE
+            self._ledgers[entry.ledger_id] = LedgerState(entry.ledger_id, master_key=master_key)
+            return Status.OK
+        if state.status is LedgerStatus.DELETED:
+            return Status.NO_SUCH_LEDGER
+        if state.master_key != master_key:
+            return Status.UNAUTHORIZED
+        if state.status is LedgerStatus.FENCED and not recovery:
+            return Status.FENCED
+        return Status.OK
+
+    async def add(self, entry: Entry, master_key: bytes = b"", recovery: bool = False) -> Status:
+        """``add_entry`` as a coroutine (tests, tools): returns the final status."""
+        future: asyncio.Future[Status] = asyncio.get_running_loop().create_future()
+
+        def _done(status: Status) -> None:
+            if not future.done():
+                future.set_result(status)
+
+        self.add_entry(entry, master_key, recovery, _done)
+        return await future
+
+    async def wait_for_room(self) -> None:
+        """Backpressure for the server: wait while the journal queue or the write cache is full."""
+        journal = self._journal
+        if journal is not None:
+            await journal.wait_for_room()
+        await self._cache_room.wait()
+
+    def needs_backpressure(self) -> bool:
+        journal = self._journal
+        full_journal = journal is not None and journal.queued_bytes >= self.config.journal_queue_bytes_max
+        return full_journal or not self._cache_room.is_set()
+
+    # --- fencing -------------------------------------------------------------------------------
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> Status:
+        """Fence ``ledger_id``; returns OK only once the fence is durable in the journal."""
+        if self.status not in _SERVING:
+            return Status.UNAVAILABLE
+        state = self._ledgers.get(ledger_id)
+        if state is None:
+            if len(self._ledgers) >= BOOKIE_LEDGERS_COUNT_MAX:
+                return Status.UNAVAILABLE
+            state = self._ledgers[ledger_id] = LedgerState(ledger_id, master_key=master_key)
+        if state.status is LedgerStatus.DELETED:
+            return Status.NO_SUCH_LEDGER
+        if state.master_key != master_key:
+            return Status.UNAUTHORIZED
+        state.transition(LedgerStatus.FENCED)
+        await faults.point("bookie.fence.before_journal")
+        journal = self._journal
+        assert journal is not None
+        try:
+            await journal.append(fence_record(ledger_id, master_key))
+        except Exception as exc:
+            self._on_disk_failure(exc)
+            return Status.UNAVAILABLE
+        return Status.OK
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def read_entry(self, ledger_id: int, entry_id: int) -> ReadResult:
+        self.stats.reads_count += 1
+        state = self._ledgers.get(ledger_id)
+        if state is None or state.status is LedgerStatus.DELETED:
+            return ReadResult(Status.NO_SUCH_LEDGER, entry_id, -1)
+        raw = self._lookup(ledger_id, entry_id)
+        if raw is None:
+            return ReadResult(Status.NO_SUCH_ENTRY, entry_id, state.lac)
+        return ReadResult(Status.OK, entry_id, state.lac, raw)
+
+    def read_lac(self, ledger_id: int) -> tuple[Status, int]:
+        state = self._ledgers.get(ledger_id)
+        if state is None or state.status is LedgerStatus.DELETED:
+            return Status.NO_SUCH_LEDGER, -1
+        return Status.OK, state.lac
+
+    def read_last_entry(self, ledger_id: int) -> ReadResult:
+        """The highest entry this bookie stores for the ledger (NO_SUCH_ENTRY if it has none)."""
+        state = self._ledgers.get(ledger_id)
+        if state is None or state.status is LedgerStatus.DELETED:
+            return ReadResult(Status.NO_SUCH_LEDGER, -1, -1)
+        if state.last_entry < 0:
+            return ReadResult(Status.NO_SUCH_ENTRY, -1, state.lac)
+        return self.read_entry(ledger_id, state.last_entry)
+
+    def _lookup(self, ledger_id: int, entry_id: int) -> bytes | None:
+        raw = self._active.get(ledger_id, entry_id) or self._flushing.get(ledger_id, entry_id)
+        if raw is not None:
+            return raw
+        raw = self._read_cache.get(ledger_id, entry_id)
+        if raw is not None:
+            return raw
+        location = self._index.location(ledger_id, entry_id)
+        if location is None:
+            return None
+        log_id, offset, length = location
+        raw = self._entry_log.read(log_id, offset, length)
+        entry = Entry.parse(raw)
+        if entry.ledger_id != ledger_id or entry.entry_id != entry_id or not entry.digest_ok():
+            raise CorruptData(f"entry log {log_id} offset {offset} does not hold a valid {ledger_id}:{entry_id}")
+        self._read_ahead(ledger_id, entry_id, log_id, offset + length)
+        return raw
+
+    def _read_ahead(self, ledger_id: int, entry_id: int, log_id: int, next_offset: int) -> None:
+        # Entries were flushed sorted, so the ledger's next entries usually follow in the same
+        # log: one read brings them into the read cache.
+        if self.config.read_cache_bytes_max <= 0:
+            return
+        span: list[tuple[int, int, int]] = []
+        expected = next_offset + 4
+        budget = self.config.read_ahead_bytes_max
+        for entry, log, offset, length in self._index.locations_from(
+            ledger_id, entry_id + 1, self.config.read_ahead_count_max
+        ):
+            if log != log_id or offset != expected or length > budget:
+                break
+            span.append((entry, offset, length))
+            expected = offset + length + 4
+            budget -= length + 4
+        if not span:
+            return
+        start = span[0][1]
+        data = self._entry_log.read_span(log_id, start, span[-1][1] + span[-1][2] - start)
+        for entry, offset, length in span:
+            raw = data[offset - start : offset - start + length]
+            if len(raw) == length and len(raw) >= ENTRY_HEADER_BYTES:
+                self._read_cache.put(ledger_id, entry, raw)
+
+    # --- deletion and GC -----------------------------------------------------------------------
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Drop a ledger (its metadata was deleted): tombstone it, remove its index entries."""
+        state = self._ledgers.get(ledger_id)
+        if state is None:
+            state = self._ledgers[ledger_id] = LedgerState(ledger_id)
+        async with self._checkpoint_lock:
+            state.transition(LedgerStatus.DELETED)
+            self._active.drop_ledger(ledger_id)
+            self._flushing.drop_ledger(ledger_id)
+            self._read_cache.drop_ledger(ledger_id)
+            puts: list[tuple[bytes, bytes | None]] = [(key, None) for key in self._index.entry_keys_of(ledger_id)]
+            puts.append((state_key(ledger_id), state.encode()))
+            self._index.kv.write(puts, sync=True)
+            state.dirty = False
+
+    async def collect_garbage(self) -> list[int]:
+        """Remove entry logs that hold only deleted ledgers (or nothing indexed); returns their ids.
+
+        Logs that still hold a live ledger are kept whole: compaction (copying live entries of
+        mostly-dead logs) is not implemented.
+        """
+        removed = []
+        async with self._checkpoint_lock:
+            current = self._entry_log.current_log_id
+            for log_id in log_ids(self._disk):
+                if log_id >= current:
+                    continue
+                ledgers = self._log_ledgers.get(log_id, set())
+                if all(self._is_deleted(ledger) for ledger in ledgers):
+                    self._entry_log.remove(log_id)
+                    self._log_ledgers.pop(log_id, None)
+                    removed.append(log_id)
+            if removed:
+                self._index.kv.write([(log_key(log_id), None) for log_id in removed], sync=True)
+                await self._disk.sync_dir("entrylogs")
+        self.stats.logs_collected_count += len(removed)
+        return removed
+
+    def _is_deleted(self, ledger_id: int) -> bool:
+        state = self._ledgers.get(ledger_id)
+        return state is not None and state.status is LedgerStatus.DELETED
+
+    # --- checkpoint ----------------------------------------------------------------------------
+
+    async def checkpoint(self) -> None:
+        await self._checkpoint()
+
+    async def _checkpoint(self) -> None:
+        async with self._checkpoint_lock:
+            journal = self._journal
+            assert journal is not None
+            invariant(not self._flushing.entries, "a checkpoint started while a flush is pending")
+            self._flushing, self._active = self._active, WriteCache()
+            mark = journal.position()
+            await self._flush(self._flushing)
+            await faults.point("bookie.index.before_checkpoint_mark")
+            self._index.kv.write([(MARK_KEY, Index.mark_value(mark))], sync=True)
+            self._flushing = WriteCache()
+            self._cache_room.set()
+            journal.remove_files_before(mark.file_id)
+            self.stats.checkpoints_count += 1
+
+    async def _flush_without_mark(self) -> None:
+        # Replay larger than the write cache: flush what was replayed so far; the mark stays.
+        cache, self._active = self._active, WriteCache()
+        await self._flush(cache)
+
+    async def _flush(self, cache: WriteCache) -> None:
+        items = cache.sorted_items()
+        puts: list[tuple[bytes, bytes | None]] = []
+        touched_logs: set[int] = set()
+        half = len(items) // 2
+        for chunk_start, chunk_end in ((0, half), (half, len(items))):
+            chunk = items[chunk_start:chunk_end]
+            if not chunk:
+                if chunk_start == half:
+                    await faults.point("bookie.entrylog.mid_flush")
+                continue
+            places = await self._entry_log.append_many([raw for _, raw in chunk])
+            for ((ledger_id, entry_id), raw), (log_id, offset) in zip(chunk, places, strict=True):
+                puts.append((entry_key(ledger_id, entry_id), location_value(log_id, offset, len(raw))))
+                self._log_ledgers.setdefault(log_id, set()).add(ledger_id)
+                touched_logs.add(log_id)
+            if chunk_end == half:
+                await faults.point("bookie.entrylog.mid_flush")
+        await self._entry_log.sync()
+        for log_id in touched_logs:
+            puts.append((log_key(log_id), Index.log_ledgers_value(self._log_ledgers[log_id])))
+        for state in self._ledgers.values():
+            if state.dirty:
+                puts.append((state_key(state.ledger_id), state.encode()))
+                state.dirty = False
+        if puts:
+            self._index.kv.write(puts, sync=True)
+        self.stats.entries_flushed_count += len(items)
+
+    async def _checkpoint_loop(self) -> None:
+        interval_s = self.config.checkpoint_interval_ms / 1000
+        while self.status in _SERVING:
+            await wait_event_or_timeout(self._clock, self._checkpoint_wanted, interval_s)
+            self._checkpoint_wanted.clear()
+            if self.status not in _SERVING:
+                return
+            try:
+                await self._checkpoint()
+            except Exception as exc:
+                self._on_disk_failure(exc)
+                return
+
+    # --- disk space ----------------------------------------------------------------------------
+
+    def _disk_low(self) -> bool:
+        return self._disk.free_bytes() < self.config.disk_free_bytes_min
+
+    def check_disk(self) -> None:
+        """Enter read-only mode when the disk is nearly full; leave it at twice the threshold."""
+        free = self._disk.free_bytes()
+        if self.status is BookieStatus.WRITABLE and free < self.config.disk_free_bytes_min:
+            self._transition(BookieStatus.READ_ONLY)
+        elif self.status is BookieStatus.READ_ONLY and free >= 2 * self.config.disk_free_bytes_min:
+            self._transition(BookieStatus.WRITABLE)
+
+    async def _disk_monitor_loop(self) -> None:
+        while self.status in _SERVING:
+            await self._clock.sleep(self.config.disk_check_interval_ms / 1000)
+            if self.status in _SERVING:
+                self.check_disk()
+
+    def _on_disk_failure(self, error: BaseException) -> None:
+        if self.status in _SERVING:
+            log.error("bookie disk failure, refusing further adds: %r", error)
+            self._transition(BookieStatus.FAILED)
+
+    # --- stop ----------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        if self.status in (BookieStatus.STOPPING, BookieStatus.STOPPED):
+            return
+        if self.status is BookieStatus.CREATED:
+            self._transition(BookieStatus.STOPPED)
+            return
+        self._transition(BookieStatus.STOPPING)
+        self._checkpoint_wanted.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        if self._journal is not None:
+            await self._journal.stop()
+        self._entry_log.close()
+        self._transition(BookieStatus.STOPPED)

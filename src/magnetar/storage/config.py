@@ -1,0 +1,56 @@
+"""``BookieConfig``: every tunable of a bookie, as a frozen dataclass with unit-suffixed names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from magnetar.base.errors import InvalidArgument
+from magnetar.base.limits import ENTRY_BYTES_MAX, KIB, MIB
+
+
+@dataclass(frozen=True, slots=True)
+class BookieConfig:
+    host: str = "127.0.0.1"
+    port: int = 3181
+    data_dir: str = "data/bookie"
+    metadata_url: str = "memory://"
+
+    # Group commit: a group is written and fsynced once its oldest add waited this long or it
+    # holds this many bytes. 0 ms means "write as soon as the journal task is free": groups
+    # then form naturally from the adds that arrive while the previous fsync runs.
+    journal_group_wait_ms_max: int = 0
+    journal_group_bytes_max: int = 1 * MIB
+    journal_queue_bytes_max: int = 64 * MIB  # adds waiting for the journal; beyond it, reads pause
+    journal_file_bytes_max: int = 512 * MIB  # rotate to a new journal file beyond this
+
+    write_cache_bytes_max: int = 128 * MIB  # both halves together; a checkpoint starts at half
+    entry_log_bytes_max: int = 1024 * MIB  # rotate to a new entry log beyond this
+    read_cache_bytes_max: int = 64 * MIB
+    read_ahead_count_max: int = 64  # entries read together on a read-cache miss
+    read_ahead_bytes_max: int = 1 * MIB
+    checkpoint_interval_ms: int = 10_000
+
+    entry_bytes_max: int = ENTRY_BYTES_MAX
+    # Read-only mode below this much free disk; writable again above twice as much.
+    disk_free_bytes_min: int = 256 * MIB
+    disk_check_interval_ms: int = 1_000
+    gc_interval_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        checks = {
+            "journal_group_wait_ms_max": self.journal_group_wait_ms_max >= 0,
+            "journal_group_bytes_max": self.journal_group_bytes_max >= 4 * KIB,
+            "journal_queue_bytes_max": self.journal_queue_bytes_max >= self.entry_bytes_max,
+            "journal_file_bytes_max": self.journal_file_bytes_max >= self.journal_group_bytes_max,
+            "write_cache_bytes_max": self.write_cache_bytes_max >= 2 * self.entry_bytes_max,
+            "entry_log_bytes_max": self.entry_log_bytes_max >= 64 * KIB,
+            "read_cache_bytes_max": self.read_cache_bytes_max >= 0,
+            "read_ahead_count_max": self.read_ahead_count_max >= 1,
+            "checkpoint_interval_ms": self.checkpoint_interval_ms > 0,
+            "entry_bytes_max": 0 < self.entry_bytes_max <= ENTRY_BYTES_MAX,
+            "disk_free_bytes_min": self.disk_free_bytes_min >= 0,
+            "port": 0 <= self.port < 65536,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise InvalidArgument(f"invalid bookie config values: {', '.join(bad)}")

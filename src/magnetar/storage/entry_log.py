@@ -1,0 +1,126 @@
+"""Entry logs: append-only files holding entries flushed, sorted, from the write cache.
+
+File ``entrylogs/<log_id:020d>.log`` starts with ``b"MGL1" + u64 log_id``; then records of
+``u32 length`` + the entry in its wire form (which carries its own digest). The index maps each
+(ledger, entry) to (log, offset of the entry, length). A bookie always starts a fresh log after
+a restart, so a log torn by a crash is never appended to; its unindexed tail is dead bytes.
+Invariant: an offset is put into the index only after the log was synced past it.
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+
+from magnetar.base.errors import CorruptData
+from magnetar.base.io import Disk, DiskFile
+
+LOG_DIR = "entrylogs"
+LOG_MAGIC = b"MGL1"
+_HEADER = struct.Struct(">4sQ")
+_LEN = struct.Struct(">I")
+OPEN_LOGS_COUNT_MAX = 64  # read handles kept open at once (least recently used closed first)
+
+
+def log_path(log_id: int) -> str:
+    return f"{LOG_DIR}/{log_id:020d}.log"
+
+
+def log_ids(disk: Disk) -> list[int]:
+    ids = []
+    for name in disk.listdir(LOG_DIR):
+        stem, dot, ext = name.partition(".")
+        if dot and ext == "log" and stem.isdigit():
+            ids.append(int(stem))
+    return sorted(ids)
+
+
+class EntryLogger:
+    def __init__(self, disk: Disk, log_bytes_max: int) -> None:
+        self._disk = disk
+        self._log_bytes_max = log_bytes_max
+        self._current: DiskFile | None = None
+        self.current_log_id = -1
+        self._readers: collections.OrderedDict[int, DiskFile] = collections.OrderedDict()
+
+    async def start(self) -> None:
+        self._disk.makedirs(LOG_DIR)
+        existing = log_ids(self._disk)
+        await self._open(existing[-1] + 1 if existing else 1)
+
+    async def _open(self, log_id: int) -> None:
+        if self._current is not None:
+            await self._current.sync()
+            self._current.close()
+        file = self._disk.open(log_path(log_id))
+        file.truncate(0)
+        file.append(_HEADER.pack(LOG_MAGIC, log_id))
+        self._current, self.current_log_id = file, log_id
+        await self._disk.sync_dir(LOG_DIR)
+
+    async def append(self, raw: bytes) -> tuple[int, int]:
+        """Write ``raw``; returns (log id, offset of the entry). Not durable until ``sync()``."""
+        if self._current is None or self._current.size() >= self._log_bytes_max:
+            await self._open(self.current_log_id + 1)
+        assert self._current is not None
+        offset = self._current.append(_LEN.pack(len(raw)) + raw)
+        return self.current_log_id, offset + _LEN.size
+
+    async def append_many(self, raws: list[bytes]) -> list[tuple[int, int]]:
+        """Write several entries with one write call; returns each (log id, offset)."""
+        if self._current is None or self._current.size() >= self._log_bytes_max:
+            await self._open(self.current_log_id + 1)
+        assert self._current is not None
+        base = self._current.size()
+        parts: list[bytes] = []
+        places: list[tuple[int, int]] = []
+        at = base
+        for raw in raws:
+            parts.append(_LEN.pack(len(raw)))
+            parts.append(raw)
+            places.append((self.current_log_id, at + _LEN.size))
+            at += _LEN.size + len(raw)
+        self._current.append(b"".join(parts))
+        return places
+
+    async def sync(self) -> None:
+        if self._current is not None:
+            await self._current.sync()
+
+    def _reader(self, log_id: int) -> DiskFile:
+        if log_id == self.current_log_id and self._current is not None:
+            return self._current
+        file = self._readers.get(log_id)
+        if file is None:
+            file = self._disk.open(log_path(log_id), create=False)
+            self._readers[log_id] = file
+            if len(self._readers) > OPEN_LOGS_COUNT_MAX:
+                _, oldest = self._readers.popitem(last=False)
+                oldest.close()
+        else:
+            self._readers.move_to_end(log_id)
+        return file
+
+    def read(self, log_id: int, offset: int, length: int) -> bytes:
+        data = self._reader(log_id).read_at(offset, length)
+        if len(data) != length:
+            raise CorruptData(f"entry log {log_id} is short at {offset}: {len(data)} of {length} bytes")
+        return data
+
+    def read_span(self, log_id: int, offset: int, length: int) -> bytes:
+        """Raw bytes of a span of consecutive records (read-ahead)."""
+        return self._reader(log_id).read_at(offset, length)
+
+    def remove(self, log_id: int) -> None:
+        file = self._readers.pop(log_id, None)
+        if file is not None:
+            file.close()
+        self._disk.remove(log_path(log_id))
+
+    def close(self) -> None:
+        for file in self._readers.values():
+            file.close()
+        self._readers.clear()
+        if self._current is not None:
+            self._current.close()
+            self._current = None

@@ -1,0 +1,395 @@
+"""The write-ahead journal with group commit: an add is acknowledged only after the fsync covering it.
+
+Files: ``journal/<file_id:020d>.jnl``, each starting with ``b"MGJ1" + u64 file_id``, then records::
+
+    u32 body_len   u32 crc32c(body)   body          (body_len >= 1)
+    body = u8 kind, ...   kind 1 ADD:   u8 mk_len, mk, entry (the wire form, digest included)
+                          kind 2 FENCE: u8 mk_len, mk, u64 ledger_id
+
+Group commit: one journal task takes queued records (a group ends at ``journal_group_bytes_max``,
+or once the oldest record waited ``journal_group_wait_ms_max``), appends them with one write,
+awaits one ``DiskFile.sync()`` and only then runs every record's callback. While it waits for
+the disk, the event loop keeps accepting adds, which form the next group. Fault points, in
+order: ``bookie.before_journal_append``, ``bookie.journal.mid_write`` (half the group's bytes
+written), ``bookie.after_write_before_fsync``, ``bookie.after_fsync_before_reply``,
+``bookie.after_reply``.
+
+Invariants: a callback runs with ``None`` only after the sync that covers its record returned;
+callbacks run in submission order; a file is synced before the journal moves to the next one,
+so only the last file can have a torn tail. ``replay`` stops cleanly at the first torn record
+(short, bad length or bad CRC) in the last file and raises ``CorruptData`` for one earlier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from magnetar import faults
+from magnetar.base.checksum import crc32c
+from magnetar.base.clock import Clock
+from magnetar.base.errors import ClosedError, CorruptData, LimitExceeded
+from magnetar.base.invariant import invariant
+from magnetar.base.io import Disk, DiskFile
+from magnetar.base.limits import BOOKIE_JOURNAL_RECORD_BYTES_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
+from magnetar.storage.config import BookieConfig
+from magnetar.storage.waits import wait_event_or_timeout
+
+JOURNAL_DIR = "journal"
+FILE_MAGIC = b"MGJ1"
+_FILE_HEADER = struct.Struct(">4sQ")
+_RECORD_HEADER = struct.Struct(">II")
+_LEDGER = struct.Struct(">Q")
+KIND_ADD = 1
+KIND_FENCE = 2
+_REPLAY_WINDOW_BYTES = 8 * 1024 * 1024
+
+Callback = Callable[[BaseException | None], None]
+
+
+def journal_path(file_id: int) -> str:
+    return f"{JOURNAL_DIR}/{file_id:020d}.jnl"
+
+
+def journal_file_ids(disk: Disk) -> list[int]:
+    ids = []
+    for name in disk.listdir(JOURNAL_DIR):
+        stem, dot, ext = name.partition(".")
+        if dot and ext == "jnl" and stem.isdigit():
+            ids.append(int(stem))
+    return sorted(ids)
+
+
+def _frame(body: bytes) -> bytes:
+    if len(body) > BOOKIE_JOURNAL_RECORD_BYTES_MAX:
+        raise LimitExceeded("BOOKIE_JOURNAL_RECORD_BYTES_MAX", len(body), BOOKIE_JOURNAL_RECORD_BYTES_MAX)
+    return _RECORD_HEADER.pack(len(body), crc32c(body)) + body
+
+
+def add_record(master_key: bytes, entry_raw: bytes) -> bytes:
+    invariant(len(master_key) <= BOOKIE_MASTER_KEY_BYTES_MAX, "master key too long for a journal record")
+    return _frame(bytes((KIND_ADD, len(master_key))) + master_key + entry_raw)
+
+
+def fence_record(ledger_id: int, master_key: bytes) -> bytes:
+    invariant(len(master_key) <= BOOKIE_MASTER_KEY_BYTES_MAX, "master key too long for a journal record")
+    return _frame(bytes((KIND_FENCE, len(master_key))) + master_key + _LEDGER.pack(ledger_id))
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    """A replayed record: ``entry_raw`` for ADD, ``ledger_id`` for FENCE."""
+
+    kind: int
+    master_key: bytes
+    entry_raw: bytes = b""
+    ledger_id: int = -1
+
+
+def parse_body(body: bytes) -> JournalRecord:
+    kind = body[0]
+    if len(body) < 2 or 2 + body[1] > len(body):
+        raise CorruptData("journal record ends inside its master key")
+    master_key = body[2 : 2 + body[1]]
+    rest = body[2 + body[1] :]
+    if kind == KIND_ADD:
+        return JournalRecord(KIND_ADD, master_key, entry_raw=rest)
+    if kind == KIND_FENCE and len(rest) == _LEDGER.size:
+        return JournalRecord(KIND_FENCE, master_key, ledger_id=_LEDGER.unpack(rest)[0])
+    raise CorruptData(f"unknown journal record kind {kind} or bad length")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class JournalPosition:
+    """A point in the journal: everything before it is covered by a checkpoint once marked."""
+
+    file_id: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    records: list[tuple[JournalPosition, JournalRecord]]
+    torn_at: JournalPosition | None  # where the torn tail starts (already truncated), if any
+
+
+def _records_in(file: DiskFile, start: int) -> Iterator[tuple[int, bytes | None]]:
+    """(offset, body) for each valid record from ``start``; (offset, None) marks a torn tail."""
+    size = file.size()
+    window = b""
+    window_start = start
+    offset = start
+    while offset < size:
+        rel = offset - window_start
+        if rel + _RECORD_HEADER.size > len(window):
+            window = file.read_at(offset, max(_REPLAY_WINDOW_BYTES, _RECORD_HEADER.size))
+            window_start, rel = offset, 0
+        if rel + _RECORD_HEADER.size > len(window):
+            yield offset, None
+            return
+        body_len, crc = _RECORD_HEADER.unpack_from(window, rel)
+        if body_len == 0 or body_len > BOOKIE_JOURNAL_RECORD_BYTES_MAX:
+            yield offset, None
+            return
+        end = rel + _RECORD_HEADER.size + body_len
+        if end > len(window):
+            window = file.read_at(offset, max(_REPLAY_WINDOW_BYTES, _RECORD_HEADER.size + body_len))
+            window_start, rel = offset, 0
+            end = _RECORD_HEADER.size + body_len
+            if end > len(window):
+                yield offset, None
+                return
+        body = window[rel + _RECORD_HEADER.size : end]
+        if crc32c(body) != crc:
+            yield offset, None
+            return
+        yield offset, body
+        offset += _RECORD_HEADER.size + body_len
+
+
+async def replay(disk: Disk, mark: JournalPosition) -> ReplayResult:
+    """Every record at or after ``mark``; truncates (and syncs) a torn tail of the last file."""
+    ids = [i for i in journal_file_ids(disk) if i >= mark.file_id]
+    records: list[tuple[JournalPosition, JournalRecord]] = []
+    torn: JournalPosition | None = None
+    for index, file_id in enumerate(ids):
+        last = index == len(ids) - 1
+        file = disk.open(journal_path(file_id), create=False)
+        try:
+            header = file.read_at(0, _FILE_HEADER.size)
+            if len(header) < _FILE_HEADER.size or _FILE_HEADER.unpack(header) != (FILE_MAGIC, file_id):
+                if not last:
+                    raise CorruptData(f"journal file {file_id} has a bad header but is not the last one")
+                torn = JournalPosition(file_id, 0)
+                file.truncate(0)
+                await file.sync()
+                break
+            start = mark.offset if file_id == mark.file_id else _FILE_HEADER.size
+            for offset, body in _records_in(file, max(start, _FILE_HEADER.size)):
+                if body is None:
+                    if not last:
+                        raise CorruptData(f"journal file {file_id} is torn at {offset} but is not the last one")
+                    torn = JournalPosition(file_id, offset)
+                    file.truncate(offset)
+                    await file.sync()
+                    break
+                records.append((JournalPosition(file_id, offset), parse_body(body)))
+        finally:
+            file.close()
+    return ReplayResult(records, torn)
+
+
+class JournalStatus(enum.Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+_TRANSITIONS: dict[JournalStatus, frozenset[JournalStatus]] = {
+    JournalStatus.CREATED: frozenset({JournalStatus.RUNNING, JournalStatus.STOPPED}),
+    JournalStatus.RUNNING: frozenset({JournalStatus.STOPPED, JournalStatus.FAILED}),
+    JournalStatus.FAILED: frozenset({JournalStatus.STOPPED}),
+    JournalStatus.STOPPED: frozenset(),
+}
+
+
+class Journal:
+    """Appends records in groups, one fsync per group, and calls back after the fsync."""
+
+    def __init__(self, disk: Disk, clock: Clock, config: BookieConfig, first_file_id: int) -> None:
+        self._disk = disk
+        self._clock = clock
+        self._config = config
+        self._file_id = first_file_id
+        self._file: DiskFile | None = None
+        self._queue: collections.deque[tuple[bytes, Callback, int]] = collections.deque()
+        self._queued_bytes = 0
+        self._wakeup = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._task: asyncio.Task[None] | None = None
+        self._written = JournalPosition(first_file_id, 0)
+        self._failure: BaseException | None = None
+        self.status = JournalStatus.CREATED
+        self.groups_count = 0
+        self.syncs_count = 0
+
+    def _transition(self, to: JournalStatus) -> None:
+        invariant(to in _TRANSITIONS[self.status], f"journal: illegal transition {self.status} -> {to}")
+        self.status = to
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queued_bytes
+
+    def position(self) -> JournalPosition:
+        """End of what has been written to the journal file so far (synced or not)."""
+        return self._written
+
+    async def start(self) -> None:
+        self._disk.makedirs(JOURNAL_DIR)
+        await self._open_file(self._file_id)
+        self._transition(JournalStatus.RUNNING)
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="bookie-journal")
+
+    async def _open_file(self, file_id: int) -> None:
+        file = self._disk.open(journal_path(file_id))
+        file.truncate(0)
+        file.append(_FILE_HEADER.pack(FILE_MAGIC, file_id))
+        await file.sync()
+        await self._disk.sync_dir(JOURNAL_DIR)
+        self._file, self._file_id = file, file_id
+        self._written = JournalPosition(file_id, file.size())
+
+    def submit(self, record: bytes, callback: Callback) -> None:
+        """Queue ``record``; ``callback(None)`` once durable, ``callback(exc)`` if it cannot be."""
+        if self.status is not JournalStatus.RUNNING:
+            callback(self._failure or ClosedError(f"journal is {self.status.value}"))
+            return
+        self._queue.append((record, callback, self._clock.monotonic_ns()))
+        self._queued_bytes += len(record)
+        if self._queued_bytes >= self._config.journal_queue_bytes_max:
+            self._room.clear()
+        self._wakeup.set()
+
+    async def append(self, record: bytes) -> None:
+        """Queue ``record`` and return once it is durable."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def _done(error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        self.submit(record, _done)
+        await future
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: wait while the queue holds ``journal_queue_bytes_max`` or more."""
+        await self._room.wait()
+
+    def _take_group(self) -> tuple[list[bytes], list[Callback]]:
+        records: list[bytes] = []
+        callbacks: list[Callback] = []
+        group_bytes = 0
+        limit = self._config.journal_group_bytes_max
+        while self._queue and (not records or group_bytes + len(self._queue[0][0]) <= limit):
+            record, callback, _ = self._queue.popleft()
+            records.append(record)
+            callbacks.append(callback)
+            group_bytes += len(record)
+        self._queued_bytes -= group_bytes
+        if self._queued_bytes < self._config.journal_queue_bytes_max:
+            self._room.set()
+        return records, callbacks
+
+    async def _wait_for_group(self) -> None:
+        wait_ns = self._config.journal_group_wait_ms_max * 1_000_000
+        if wait_ns <= 0 or self._queued_bytes >= self._config.journal_group_bytes_max:
+            return
+        age_ns = self._clock.monotonic_ns() - self._queue[0][2]
+        if age_ns < wait_ns:
+            self._wakeup.clear()
+            await wait_event_or_timeout(self._clock, self._wakeup, (wait_ns - age_ns) / 1e9)
+
+    async def _run(self) -> None:
+        while self.status is JournalStatus.RUNNING:
+            if not self._queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            await self._wait_for_group()
+            records, callbacks = self._take_group()
+            try:
+                await self._write_group(records)
+            except Exception as exc:
+                self._fail(exc, callbacks)
+                return
+            for callback in callbacks:
+                callback(None)
+            await faults.point("bookie.after_reply")
+            if self._file is not None and self._file.size() >= self._config.journal_file_bytes_max:
+                try:
+                    await self._open_file(self._file_id + 1)
+                except Exception as exc:
+                    self._fail(exc, [])
+                    return
+
+    async def _write_group(self, records: list[bytes]) -> None:
+        file = self._file
+        invariant(file is not None, "journal has no open file")
+        assert file is not None  # narrowing for the type checker; the invariant above holds
+        await faults.point("bookie.before_journal_append")
+        data = b"".join(records) if len(records) > 1 else records[0]
+        half = len(data) // 2
+        # Two writes so the mid_write point can leave a torn group on disk as a crash would.
+        file.append(memoryview(data)[:half])
+        await faults.point("bookie.journal.mid_write")
+        file.append(memoryview(data)[half:])
+        self._written = JournalPosition(self._file_id, file.size())
+        await faults.point("bookie.after_write_before_fsync")
+        await file.sync()
+        self.groups_count += 1
+        self.syncs_count += 1
+        await faults.point("bookie.after_fsync_before_reply")
+
+    def _fail(self, error: BaseException, callbacks: list[Callback]) -> None:
+        self._failure = error
+        self._transition(JournalStatus.FAILED)
+        for callback in callbacks:
+            callback(error)
+        while self._queue:
+            _, callback, _ = self._queue.popleft()
+            callback(error)
+        self._queued_bytes = 0
+        self._room.set()
+
+    def remove_files_before(self, file_id: int) -> int:
+        """Delete journal files older than ``file_id`` (covered by a persisted checkpoint)."""
+        removed = 0
+        for old in journal_file_ids(self._disk):
+            if old < file_id and old != self._file_id:
+                self._disk.remove(journal_path(old))
+                removed += 1
+        return removed
+
+    async def stop(self) -> None:
+        """Let queued records reach the disk (their callers get an answer), then close."""
+        if self.status is JournalStatus.STOPPED:
+            return
+        if self.status is JournalStatus.RUNNING and self._queue:
+            await self._drain()
+        if self.status is JournalStatus.RUNNING or self.status is JournalStatus.FAILED:
+            self._transition(JournalStatus.STOPPED)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        while self._queue:
+            _, callback, _ = self._queue.popleft()
+            callback(ClosedError("journal stopped"))
+
+    async def _drain(self) -> None:
+        # An empty marker record: its callback runs after every record queued before it.
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def _done(_error: BaseException | None) -> None:
+            if not future.done():
+                future.set_result(None)
+
+        self._queue.append((b"", _done, self._clock.monotonic_ns()))
+        self._wakeup.set()
+        await future
