@@ -6,4 +6,7 @@ from collections.abc import Callable
 
 import typer
 
+from magnetar.cli import sim
+
 REGISTRARS: list[Callable[[typer.Typer], None]] = []
+REGISTRARS.append(sim.register)
