@@ -11,6 +11,7 @@ I4 stable outcome: two independent readings of the closed ledger agree.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
@@ -40,7 +41,7 @@ def check_ledger(
                 problems.append(f"I1/I3: entry {entry_id} reads {got!r}, acknowledged {payload!r}")
         if sorted(reading) != list(range(closed.last_entry_id + 1)):
             problems.append(f"I4: reading has ids {sorted(reading)[:5]}... not 0..{closed.last_entry_id}")
-    for first, second in zip(readings, readings[1:], strict=False):
+    for first, second in itertools.pairwise(readings):
         if first != second:
             problems.append("I4: two readings of the closed ledger differ")
     copies: dict[int, set[bytes]] = {}

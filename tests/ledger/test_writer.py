@@ -76,7 +76,7 @@ async def test_acks_in_entry_order_when_replies_arrive_out_of_order() -> None:
 async def test_ack_quorum_counting() -> None:
     cluster = make_cluster(3)
     handle = await cluster.manager().create_ledger(3, 3, 2)
-    a, b, c = handle.ensemble
+    _a, b, c = handle.ensemble
     slow_b = cluster.transport.rule(b, "add", None, "hold_before")
     assert await handle.add_entry(b"x") == 0  # a and c suffice
     slow_c = cluster.transport.rule(c, "add", None, "hold_before")
