@@ -90,22 +90,23 @@ class MetadataLock:
         while self._state is LockState.WAITING:
             self._changed.clear()
             if await self._try_create():
-                return
+                break
             await self._changed.wait()
         if self._state is not LockState.HELD:
-            raise LockLost(f"lock {self.path}: session ended while waiting")
+            raise LockLost(f"lock {self.path}: session ended or lock lost before acquire returned")
 
     async def try_acquire(self) -> bool:
         """Take the lock if free now; otherwise leave it (state RELEASED) and return False."""
         await self._start()
         if await self._try_create():
-            return True
+            return self._state is LockState.HELD
         if self._state is LockState.WAITING:
             self._to(LockState.RELEASED)
         return False
 
     async def _start(self) -> None:
         invariant(self._state is LockState.IDLE, f"lock {self.path} used twice")
+        self._store.session.check_alive()
         self._to(LockState.WAITING)
         self._store.session.add_listener(self._on_session)
         # Watch before the first attempt, so a deletion between a failed create and the wait is seen.
@@ -123,7 +124,19 @@ class MetadataLock:
         if self._state is not LockState.WAITING:
             return False
         self._version = 0
+        if self._watch is not None:
+            self._watch.cancel()  # its queued events are about earlier holders
+            self._watch = None
         self._to(LockState.HELD)
+        # Watch the node we now own, then read it: a deletion before the watch was armed is seen
+        # by the read, any later one by the watch (whose initial state is our node).
+        try:
+            self._watch = await self._store.watch(self.path, self._on_event)
+        except (SessionExpired, SessionClosed):
+            if self._state is LockState.HELD:
+                self._to(LockState.LOST)
+            return True
+        await self._verify()
         return True
 
     def _on_event(self, event: WatchEvent) -> None:

@@ -209,6 +209,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         session_id, _ = client.client_id
         self.session = Session(int(session_id))
         self._closing = False
+        self._stopping: asyncio.Future[None] | None = None
         self._watches: set[_ZkWatch] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         client.add_listener(self._on_kazoo_state)
@@ -301,7 +302,10 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.spawn(self._stop_client())
 
     async def _stop_client(self) -> None:
-        await self._loop.run_in_executor(None, _stop_and_close, self.client)
+        # One stop only: kazoo's close() fails if a second stop() returned while the first runs.
+        if self._stopping is None:
+            self._stopping = self._loop.run_in_executor(None, _stop_and_close, self.client)
+        await self._stopping
 
     # --- MetadataStore ---------------------------------------------------------------------
     async def get(self, path: str) -> GetResult | None:
@@ -378,7 +382,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._closing = True
         for watch in list(self._watches):
             watch.cancel()
-        await self._loop.run_in_executor(None, _stop_and_close, self.client)
+        await self._stop_client()
         for task in list(self._tasks):
             task.cancel()
         self.session.transition(SessionState.CLOSED)
