@@ -128,6 +128,8 @@ class SimLoop(base_events.BaseEventLoop):
 
     def cancel_all_and_close(self) -> None:
         """Cancel every remaining task (oldest first), let them unwind, and close the loop."""
+        # The shutdown has its own budget, even after a run that ended by exhausting its own.
+        self._steps_max = self._steps + 2 * SHUTDOWN_STEPS_MAX
         try:
             for _ in range(SHUTDOWN_STEPS_MAX):
                 remaining = self.live_tasks()
@@ -141,15 +143,10 @@ class SimLoop(base_events.BaseEventLoop):
             self.close()
 
     def _run_once_guarded(self) -> None:
-        # One iteration outside run_forever; a deadlock here just means nothing is left to run.
-        try:
-            self.run_until_complete(_one_step())
-        except SimDeadlock:
-            return
-
-
-async def _one_step() -> None:
-    await asyncio.sleep(0)
+        # One iteration outside the caller's run: a future completed by the next callback.
+        step: asyncio.Future[None] = self.create_future()
+        self.call_soon(step.set_result, None)
+        self.run_until_complete(step)
 
 
 def run(main: Coroutine[Any, Any, T], *, steps_max: int = SIM_STEPS_MAX) -> T:

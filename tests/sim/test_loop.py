@@ -1,0 +1,88 @@
+"""The virtual-time loop: time jumps, timeouts fire in virtual time, order is asyncio's."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from magnetar.sim import SimDeadlock, SimLivelock, run
+
+
+def test_an_hour_of_sleep_takes_no_wall_time() -> None:
+    async def main() -> float:
+        await asyncio.sleep(3600)
+        return asyncio.get_running_loop().time()
+
+    started = time.monotonic()
+    assert run(main()) == pytest.approx(3600.0)
+    assert time.monotonic() - started < 1.0
+
+
+def test_wait_for_times_out_in_virtual_time() -> None:
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.Event().wait(), 5)
+        return loop.time()
+
+    assert run(main()) == pytest.approx(5.0)
+
+
+def test_call_later_runs_in_time_order_and_ties_in_call_order() -> None:
+    order: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.2, order.append, "late")
+        loop.call_later(0.1, order.append, "tie-1")
+        loop.call_later(0.1, order.append, "tie-2")
+        loop.call_soon(order.append, "soon")
+        await asyncio.sleep(1)
+
+    run(main())
+    assert order == ["soon", "tie-1", "tie-2", "late"]
+
+
+def test_queue_gather_and_tasks_work_unchanged() -> None:
+    async def main() -> list[int]:
+        queue: asyncio.Queue[int] = asyncio.Queue(maxsize=2)
+
+        async def produce() -> None:
+            for i in range(5):
+                await asyncio.sleep(0.01)
+                await queue.put(i)
+
+        async def consume() -> list[int]:
+            return [await queue.get() for _ in range(5)]
+
+        _, got = await asyncio.gather(produce(), consume())
+        return got
+
+    assert run(main()) == [0, 1, 2, 3, 4]
+
+
+def test_nothing_runnable_and_no_timer_is_a_deadlock() -> None:
+    async def main() -> None:
+        await asyncio.Event().wait()
+
+    with pytest.raises(SimDeadlock):
+        run(main())
+
+
+def test_spinning_forever_is_a_livelock() -> None:
+    async def main() -> None:
+        while True:
+            await asyncio.sleep(0)
+
+    with pytest.raises(SimLivelock):
+        run(main(), steps_max=1_000)
+
+
+def test_threads_are_refused() -> None:
+    async def main() -> None:
+        await asyncio.get_running_loop().run_in_executor(None, print)
+
+    with pytest.raises(RuntimeError, match="no threads"):
+        run(main())
