@@ -1,0 +1,368 @@
+"""Pulsar frame codec: bytes in, ``Frame`` out, and back. Sans-IO, direction-agnostic.
+
+Wire layout (all integers big-endian)::
+
+    simple:   [total_size u32][command_size u32][BaseCommand]
+    payload:  [total_size u32][command_size u32][BaseCommand]
+              ( [0x0e02 u16][broker_entry_metadata_size u32][BrokerEntryMetadata] )   broker->client only
+              ( [0x0e01 u16][crc32c u32] )                  absent when protocol_version < 6
+              [metadata_size u32][MessageMetadata][payload ... to the end of the frame]
+
+``total_size`` counts everything after itself. The CRC32C covers ``metadata_size`` + metadata +
+payload. Only SEND and MESSAGE carry a payload; any other command with trailing bytes is malformed.
+
+Invariants:
+* A frame is at most ``PULSAR_FRAME_BYTES_MAX`` bytes including its 4-byte size field (Java's
+  ``maxMessageSize`` plus its 10 KiB padding). A larger announced size raises ``FrameTooLarge``
+  before any of its bytes are buffered; the decoder then refuses further input (the caller
+  closes the connection).
+* The decoder buffers at most ``PULSAR_RECEIVE_BUFFER_BYTES_MAX`` (one frame plus one read).
+* Checksum presence is detected, never assumed: a ``metadata_size`` can never start with the
+  bytes 0x0e 0x01 because that would announce more than 235 MB, far above the frame bound.
+* A checksum mismatch consumes only the bad frame: ``FrameChecksumMismatch`` carries the parsed
+  command so a broker can answer SEND_ERROR(ChecksumError) and keep the connection, as Java
+  does. Every other decoding error is sticky.
+* Zero copy where cheap: a frame cut from a ``bytes`` chunk fed while nothing was buffered is a
+  ``memoryview`` of that chunk; otherwise the frame is copied out of the buffer once.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import NoReturn, TypeVar
+
+from google.protobuf.message import DecodeError, EncodeError
+
+from magnetar.base.checksum import crc32c
+from magnetar.base.invariant import invariant
+from magnetar.base.limits import PULSAR_FRAME_BYTES_MAX, PULSAR_RECEIVE_BUFFER_BYTES_MAX
+from magnetar.protocol.pulsar.errors import FrameChecksumMismatch, FrameTooLarge, MalformedFrame
+from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
+
+MAGIC_CRC32C = 0x0E01
+MAGIC_BROKER_ENTRY_METADATA = 0x0E02
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_HEADER = struct.Struct(">II")
+_MAGIC_CRC = struct.Struct(">HI")
+_SIZE_FIELD_BYTES = 4
+_MIN_COMMAND_BYTES = 2  # BaseCommand.type is required: one tag byte plus one varint byte
+
+Buffer = bytes | bytearray | memoryview
+
+PAYLOAD_TYPES = frozenset({pb.BaseCommand.SEND, pb.BaseCommand.MESSAGE})
+
+
+def _body_fields() -> dict[int, str]:
+    """BaseCommand field name per command type (the field number equals the type's value)."""
+    return {f.number: f.name for f in pb.BaseCommand.DESCRIPTOR.fields if f.name != "type"}
+
+
+BODY_FIELD_BY_TYPE: dict[int, str] = _body_fields()
+
+
+def type_name(command_type: int) -> str:
+    """``"SEND"`` for 6; ``"UNKNOWN(99)"`` for a number outside the enum."""
+    try:
+        return str(pb.BaseCommand.Type.Name(command_type))  # type: ignore[arg-type,unused-ignore]
+    except ValueError:
+        return f"UNKNOWN({command_type})"
+
+
+def command_body(command: pb.BaseCommand) -> object | None:
+    """The sub-message that matches ``command.type``, or None if the schema defines no body."""
+    field = BODY_FIELD_BY_TYPE.get(command.type)
+    return None if field is None else getattr(command, field)
+
+
+def make_command(command_type: int, body: object) -> pb.BaseCommand:
+    """A BaseCommand of ``command_type`` whose matching field is set to ``body``."""
+    field = BODY_FIELD_BY_TYPE.get(command_type)
+    invariant(field is not None, f"no body field for command type {command_type}")
+    command = pb.BaseCommand(type=command_type)  # type: ignore[arg-type]
+    getattr(command, str(field)).CopyFrom(body)
+    return command
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePayload:
+    """What follows the command in a SEND or MESSAGE frame.
+
+    ``headers_and_payload`` is the exact wire form from the 0x0e01 magic (or from
+    ``metadata_size`` when the sender sent no checksum) to the end of the frame: the broker stores
+    it as the ledger entry and sends it back in MESSAGE frames unchanged.
+    """
+
+    metadata: pb.MessageMetadata
+    payload: memoryview  # the (possibly compressed, possibly batched) message bytes
+    headers_and_payload: memoryview
+    checksum: int | None  # the CRC32C found on the wire; None when the sender sent none
+    broker_entry_metadata: pb.BrokerEntryMetadata | None
+
+    def checksummed(self) -> Buffer:
+        """``headers_and_payload`` with a 0x0e01 checksum block, adding one if it was absent."""
+        if self.checksum is not None:
+            return self.headers_and_payload
+        return _MAGIC_CRC.pack(MAGIC_CRC32C, crc32c(self.headers_and_payload)) + bytes(self.headers_and_payload)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded frame: the envelope command and, for SEND/MESSAGE, its message."""
+
+    command: pb.BaseCommand
+    message: MessagePayload | None
+    size_bytes: int  # on the wire, including the 4-byte total_size field
+
+    @property
+    def type(self) -> int:
+        return self.command.type
+
+    @property
+    def body(self) -> object | None:
+        return command_body(self.command)
+
+
+class _DecoderState(enum.Enum):
+    OPEN = "open"
+    BROKEN = "broken"  # a sticky error happened; the connection must be closed
+
+
+class FrameDecoder:
+    """Incremental decoder: ``feed()`` bytes as they arrive, take frames with ``next_frame()``."""
+
+    def __init__(self, frame_bytes_max: int = PULSAR_FRAME_BYTES_MAX) -> None:
+        invariant(0 < frame_bytes_max <= PULSAR_FRAME_BYTES_MAX, "frame_bytes_max out of range")
+        self._frame_bytes_max = frame_bytes_max
+        self._buffer_bytes_max = PULSAR_RECEIVE_BUFFER_BYTES_MAX - PULSAR_FRAME_BYTES_MAX + frame_bytes_max
+        self._buf: bytes | bytearray = b""
+        self._pos = 0
+        self._state = _DecoderState.OPEN
+        self._error: Exception | None = None
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buf) - self._pos
+
+    def feed(self, data: Buffer) -> None:
+        """Append received bytes. Raises ``FrameTooLarge`` if the buffer bound would be exceeded."""
+        self._check_open()
+        if not data:
+            return
+        if self.buffered_bytes + len(data) > self._buffer_bytes_max:
+            self._break(FrameTooLarge("PULSAR_RECEIVE_BUFFER_BYTES_MAX", self.buffered_bytes + len(data),
+                                      self._buffer_bytes_max))
+        if self.buffered_bytes == 0:
+            # Zero copy: keep an immutable chunk as is; frames become memoryviews into it.
+            self._buf = data if isinstance(data, bytes) else bytes(data)
+            self._pos = 0
+            return
+        if isinstance(self._buf, bytes):
+            self._buf = bytearray(memoryview(self._buf)[self._pos:])
+            self._pos = 0
+        self._buf += data
+
+    def next_frame(self) -> Frame | None:
+        """The next complete frame, or None until more bytes arrive.
+
+        Raises ``FrameTooLarge`` / ``MalformedFrame`` (sticky) or ``FrameChecksumMismatch`` (the
+        frame is dropped and decoding can continue).
+        """
+        self._check_open()
+        available = self.buffered_bytes
+        if available < _SIZE_FIELD_BYTES:
+            return None
+        (total_size,) = _U32.unpack_from(self._buf, self._pos)
+        frame_bytes = _SIZE_FIELD_BYTES + total_size
+        if frame_bytes > self._frame_bytes_max:
+            self._break(FrameTooLarge("PULSAR_FRAME_BYTES_MAX", frame_bytes, self._frame_bytes_max))
+        if total_size < _SIZE_FIELD_BYTES + _MIN_COMMAND_BYTES:
+            self._break(MalformedFrame(f"frame total_size {total_size} is too small"))
+        if available < frame_bytes:
+            return None
+        start = self._pos
+        end = start + frame_bytes
+        if isinstance(self._buf, bytes):
+            view = memoryview(self._buf)[start:end]
+        else:
+            # Copy out once so that the buffer can be compacted while the frame lives on.
+            view = memoryview(bytes(memoryview(self._buf)[start:end]))
+        self._pos = end
+        self._compact()
+        try:
+            return decode_frame(view)
+        except FrameChecksumMismatch:
+            raise
+        except MalformedFrame as error:
+            self._break(error)
+
+    def _compact(self) -> None:
+        if self._pos == len(self._buf):
+            self._buf = b""
+            self._pos = 0
+        elif isinstance(self._buf, bytearray) and self._pos * 2 > len(self._buf):
+            del self._buf[: self._pos]
+            self._pos = 0
+
+    def _check_open(self) -> None:
+        if self._state is _DecoderState.BROKEN:
+            invariant(self._error is not None, "a broken decoder remembers its error")
+            raise MalformedFrame(f"decoder unusable after an earlier error: {self._error}")
+
+    def _break(self, error: Exception) -> NoReturn:
+        self._state = _DecoderState.BROKEN
+        self._error = error
+        self._buf = b""
+        self._pos = 0
+        raise error
+
+
+def decode_frame(frame: memoryview) -> Frame:
+    """Decode one complete frame (including its 4-byte size field)."""
+    if len(frame) < _HEADER.size:
+        raise MalformedFrame("frame shorter than its header")
+    total_size, command_size = _HEADER.unpack_from(frame, 0)
+    if total_size != len(frame) - _SIZE_FIELD_BYTES:
+        raise MalformedFrame(f"total_size {total_size} does not match frame length {len(frame)}")
+    if command_size < _MIN_COMMAND_BYTES or command_size > total_size - _SIZE_FIELD_BYTES:
+        raise MalformedFrame(f"command_size {command_size} out of range for total_size {total_size}")
+    command_end = _HEADER.size + command_size
+    command = pb.BaseCommand()
+    try:
+        command.ParseFromString(frame[_HEADER.size:command_end])
+    except DecodeError as error:
+        raise MalformedFrame(f"unparsable BaseCommand: {error}") from error
+    rest = frame[command_end:]
+    if command.type not in PAYLOAD_TYPES:
+        if len(rest):
+            raise MalformedFrame(f"{type_name(command.type)} carries {len(rest)} unexpected trailing bytes")
+        return Frame(command, None, len(frame))
+    if not len(rest):
+        raise MalformedFrame(f"{type_name(command.type)} without metadata and payload")
+    try:
+        message = _decode_message(rest)
+    except FrameChecksumMismatch as error:
+        error.command = command
+        raise
+    return Frame(command, message, len(frame))
+
+
+def _decode_message(rest: memoryview) -> MessagePayload:
+    offset = 0
+    broker_entry_metadata = None
+    if len(rest) >= 2 and _U16.unpack_from(rest, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
+        if len(rest) < 6:
+            raise MalformedFrame("truncated broker entry metadata header")
+        (size,) = _U32.unpack_from(rest, 2)
+        if 6 + size > len(rest):
+            raise MalformedFrame(f"broker entry metadata size {size} exceeds the frame")
+        broker_entry_metadata = _parse(pb.BrokerEntryMetadata, rest[6 : 6 + size], "BrokerEntryMetadata")
+        offset = 6 + size
+    headers_start = offset
+    checksum = None
+    if len(rest) - offset >= 2 and _U16.unpack_from(rest, offset)[0] == MAGIC_CRC32C:
+        if len(rest) - offset < _MAGIC_CRC.size:
+            raise MalformedFrame("truncated checksum block")
+        checksum = _U32.unpack_from(rest, offset + 2)[0]
+        offset += _MAGIC_CRC.size
+        computed = crc32c(rest[offset:])
+        if computed != checksum:
+            raise FrameChecksumMismatch(checksum, computed)
+    if len(rest) - offset < 4:
+        raise MalformedFrame("truncated metadata_size")
+    (metadata_size,) = _U32.unpack_from(rest, offset)
+    offset += 4
+    if metadata_size > len(rest) - offset:
+        raise MalformedFrame(f"metadata_size {metadata_size} exceeds the frame")
+    metadata = _parse(pb.MessageMetadata, rest[offset : offset + metadata_size], "MessageMetadata")
+    return MessagePayload(
+        metadata=metadata,
+        payload=rest[offset + metadata_size :],
+        headers_and_payload=rest[headers_start:],
+        checksum=checksum,
+        broker_entry_metadata=broker_entry_metadata,
+    )
+
+
+_Meta = TypeVar("_Meta", pb.MessageMetadata, pb.BrokerEntryMetadata)
+
+
+def _parse(cls: type[_Meta], data: memoryview, what: str) -> _Meta:
+    message = cls()
+    try:
+        message.ParseFromString(data)
+    except DecodeError as error:
+        raise MalformedFrame(f"unparsable {what}: {error}") from error
+    return message
+
+
+# --- encoding --------------------------------------------------------------------------------
+
+
+def _serialize(command: pb.BaseCommand) -> bytes:
+    try:
+        return bytes(command.SerializeToString())
+    except EncodeError as error:  # a required field is unset: never put that on the wire
+        invariant(False, f"incomplete {type_name(command.type)} command: {error}")
+        raise
+
+
+def encode_command(command: pb.BaseCommand) -> bytes:
+    """A simple frame. Raises ``FrameTooLarge`` if it exceeds ``PULSAR_FRAME_BYTES_MAX``."""
+    invariant(command.type not in PAYLOAD_TYPES, "SEND/MESSAGE need encode_payload_command")
+    body = _serialize(command)
+    _check_frame_size(_HEADER.size + len(body))
+    return _HEADER.pack(_SIZE_FIELD_BYTES + len(body), len(body)) + body
+
+
+def headers_and_payload(metadata: pb.MessageMetadata, payload: Buffer, *, checksum: bool = True) -> bytes:
+    """The wire form of a message after its command: ``[0x0e01][crc32c]`` (optional) + metadata + payload."""
+    metadata_bytes = bytes(metadata.SerializeToString())
+    body = _U32.pack(len(metadata_bytes)) + metadata_bytes + bytes(payload)
+    if not checksum:
+        return body
+    return _MAGIC_CRC.pack(MAGIC_CRC32C, crc32c(body)) + body
+
+
+def payload_frame_parts(
+    command: pb.BaseCommand,
+    headers_and_payload_bytes: Buffer,
+    broker_entry_metadata: pb.BrokerEntryMetadata | None = None,
+) -> tuple[bytes, Buffer]:
+    """A SEND/MESSAGE frame as (header, body) so a transport can write both without joining them.
+
+    ``headers_and_payload_bytes`` is passed through untouched (a stored entry, say).
+    """
+    invariant(command.type in PAYLOAD_TYPES, "only SEND and MESSAGE carry a payload")
+    body = _serialize(command)
+    prefix = b""
+    if broker_entry_metadata is not None:
+        entry_metadata = bytes(broker_entry_metadata.SerializeToString())
+        prefix = _MAGIC_CRC.pack(MAGIC_BROKER_ENTRY_METADATA, len(entry_metadata)) + entry_metadata
+    frame_bytes = _HEADER.size + len(body) + len(prefix) + len(headers_and_payload_bytes)
+    _check_frame_size(frame_bytes)
+    header = _HEADER.pack(frame_bytes - _SIZE_FIELD_BYTES, len(body)) + body + prefix
+    return header, headers_and_payload_bytes
+
+
+def encode_payload_command(
+    command: pb.BaseCommand,
+    metadata: pb.MessageMetadata,
+    payload: Buffer,
+    *,
+    checksum: bool = True,
+    broker_entry_metadata: pb.BrokerEntryMetadata | None = None,
+) -> bytes:
+    """A complete SEND or MESSAGE frame built from metadata and payload."""
+    header, body = payload_frame_parts(
+        command, headers_and_payload(metadata, payload, checksum=checksum), broker_entry_metadata
+    )
+    return header + bytes(body)
+
+
+def _check_frame_size(frame_bytes: int) -> None:
+    if frame_bytes > PULSAR_FRAME_BYTES_MAX:
+        raise FrameTooLarge("PULSAR_FRAME_BYTES_MAX", frame_bytes, PULSAR_FRAME_BYTES_MAX)
