@@ -57,6 +57,8 @@ class ManualClock:
         await future
 
     async def advance(self, duration_ms: int) -> None:
+        for _ in range(10):  # let ready tasks reach their sleep before time moves
+            await asyncio.sleep(0)
         self._now_ns += duration_ms * 1_000_000
         due = [f for t, f in self._sleepers if t <= self._now_ns]
         self._sleepers = [(t, f) for t, f in self._sleepers if t > self._now_ns]

@@ -133,8 +133,7 @@ class MetadataLock:
         try:
             self._watch = await self._store.watch(self.path, self._on_event)
         except (SessionExpired, SessionClosed):
-            if self._state is LockState.HELD:
-                self._to(LockState.LOST)
+            self._lose_if_held()
             return True
         await self._verify()
         return True
@@ -148,6 +147,10 @@ class MetadataLock:
             self._verify_task = asyncio.get_running_loop().create_task(self._verify())
         elif self._state is LockState.WAITING:
             self._changed.set()
+
+    def _lose_if_held(self) -> None:
+        if self._state is LockState.HELD:
+            self._to(LockState.LOST)
 
     async def _verify(self) -> None:
         try:
