@@ -381,7 +381,13 @@ class SimNetwork:
         other = end._other
         if other is None or other.state in (ConnState.CLOSED, ConnState.BROKEN):
             # Both ends are done: the links carry nothing anybody will read.
-            self._links = [link for link in self._links if link._receiver not in (end, other) or link._queue]
+            keep: list[_Link] = []
+            for link in self._links:
+                if link._receiver is end or link._receiver is other:
+                    link.clear()
+                else:
+                    keep.append(link)
+            self._links = keep
 
     def _port_for(self, node: str, port: int) -> int:
         if port != 0:
