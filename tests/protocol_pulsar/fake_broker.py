@@ -17,6 +17,7 @@ from magnetar.protocol.pulsar import (
     ConnectionTerminated,
     CorruptSend,
     SendReceived,
+    ServerConfig,
     ServerConnection,
     commands,
     pb,
@@ -48,6 +49,7 @@ class FakeBroker:
     _server: asyncio.base_events.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     ack_event: asyncio.Event = field(default_factory=asyncio.Event)
+    config: ServerConfig = field(default_factory=ServerConfig)
 
     @property
     def url(self) -> str:
@@ -71,7 +73,7 @@ class FakeBroker:
         assert task is not None
         self._tasks.add(task)
         loop = asyncio.get_running_loop()
-        conn = ServerConnection(now_ms=int(loop.time() * 1000))
+        conn = ServerConnection(now_ms=int(loop.time() * 1000), config=self.config)
         consumers: dict[int, int] = {}  # consumer_id -> next entry index to deliver
         permits: dict[int, int] = {}
         try:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from magnetar.protocol.pulsar import decode_entry, pb
+from magnetar.protocol.pulsar import ServerConfig, decode_entry, pb
 from tests.protocol_pulsar.fake_broker import LEDGER_ID, FakeBroker
 
 pulsar = pytest.importorskip("pulsar")
@@ -185,3 +185,28 @@ def test_official_consumer_accepts_our_message_frames(broker: FakeBroker) -> Non
     acked = [(m.ledgerId, m.entryId) for ack in broker.acks for m in ack.message_id]
     assert (LEDGER_ID, 0) in acked and (LEDGER_ID, 1) in acked
     assert all(not m.HasField("partition") for ack in broker.acks for m in ack.message_id)
+
+
+def _produce_plain(url: str) -> list[Any]:
+    client = _client(url)
+    try:
+        producer = client.create_producer(TOPIC, send_timeout_millis=10_000)
+        ids = [producer.send(f"v5-{i}".encode(), properties={"i": str(i)}) for i in range(3)]
+        producer.close()
+        return ids
+    finally:
+        client.close()
+
+
+def test_official_client_at_protocol_v5_sends_no_checksum() -> None:
+    broker = FakeBroker(config=ServerConfig(protocol_version_max=5))
+
+    async def body() -> list[Any]:
+        return await _in_thread(lambda: _produce_plain(broker.url))
+
+    ids = asyncio.run(_with_broker(broker, body))
+    assert broker.errors == []
+    assert broker.connects[0].protocol_version == 5
+    assert [e.checksum for e in broker.entries] == [None, None, None]  # the 0x0e01 block is absent
+    assert [bytes(e.payload) for e in broker.entries] == [b"v5-0", b"v5-1", b"v5-2"]
+    assert [i.entry_id() for i in ids] == [0, 1, 2]
