@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from dataclasses import dataclass, field
 
 from magnetar.protocol.pulsar import (
@@ -50,6 +51,8 @@ class FakeBroker:
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     ack_event: asyncio.Event = field(default_factory=asyncio.Event)
     config: ServerConfig = field(default_factory=ServerConfig)
+    pings_sent: int = 0
+    pinged_thrice: threading.Event = field(default_factory=threading.Event)  # waited on by client threads
 
     @property
     def url(self) -> str:
@@ -78,7 +81,21 @@ class FakeBroker:
         permits: dict[int, int] = {}
         try:
             while True:
-                data = await reader.read(64 * 1024)
+                deadline_ms = conn.next_deadline_ms()
+                now_ms = int(loop.time() * 1000)
+                timeout_s = None if deadline_ms is None else max(0.0, (deadline_ms - now_ms) / 1000)
+                try:
+                    data = await asyncio.wait_for(reader.read(64 * 1024), timeout=timeout_s)
+                except TimeoutError:
+                    for event in conn.tick(int(loop.time() * 1000)):
+                        self._on_event(conn, event, consumers, permits)
+                    if conn.outbound_bytes:
+                        self.pings_sent += 1
+                        if self.pings_sent >= 3:
+                            self.pinged_thrice.set()
+                    writer.writelines(conn.data_to_send())
+                    await writer.drain()
+                    continue
                 if not data:
                     return
                 for event in conn.receive_data(data, int(loop.time() * 1000)):

@@ -210,3 +210,29 @@ def test_official_client_at_protocol_v5_sends_no_checksum() -> None:
     assert [e.checksum for e in broker.entries] == [None, None, None]  # the 0x0e01 block is absent
     assert [bytes(e.payload) for e in broker.entries] == [b"v5-0", b"v5-1", b"v5-2"]
     assert [i.entry_id() for i in ids] == [0, 1, 2]
+
+
+def test_official_client_answers_our_keep_alive_pings() -> None:
+    # A short interval: the broker pings the idle client; without its PONG the broker would close
+    # the connection after a second interval and the next send would need a new connection.
+    broker = FakeBroker(config=ServerConfig(keep_alive_interval_ms=150))
+
+    def scenario() -> list[Any]:
+        client = _client(broker.url)
+        try:
+            producer = client.create_producer(TOPIC, send_timeout_millis=10_000)
+            first = producer.send(b"before")
+            assert broker.pinged_thrice.wait(timeout=20)
+            second = producer.send(b"after")
+            producer.close()
+            return [first, second]
+        finally:
+            client.close()
+
+    async def body() -> list[Any]:
+        return await _in_thread(scenario)
+
+    ids = asyncio.run(_with_broker(broker, body))
+    assert broker.errors == []  # no "keep-alive timeout"
+    assert len(broker.connects) == 1  # the same connection carried both sends
+    assert [i.entry_id() for i in ids] == [0, 1]
