@@ -25,6 +25,8 @@ from magnetar.protocol.bookie import (
     ReadRequest,
     ReadResponse,
     Status,
+    WriteLacRequest,
+    WriteLacResponse,
     encode,
     entry_digest,
 )
@@ -57,6 +59,8 @@ GOLDEN = [
         GetInfoResponse(6, Status.OK, True, 1000, 5),
         "0000001d" "01" "85" "0000000000000006" "0000" "01" "00000000000003e8" "0000000000000005",
     ),
+    (WriteLacRequest(7, 7, 4, b"k"), "0000001c" "01" "06" "0000000000000007" "01" "6b" "0000000000000007" "0000000000000004"),
+    (WriteLacResponse(7, Status.OK, 7, 4), "0000001c" "01" "86" "0000000000000007" "0000" "0000000000000007" "0000000000000004"),
 ]
 
 

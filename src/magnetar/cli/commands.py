@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import typer
 
-from magnetar.cli import sim
+from magnetar.cli import bookie, sim
 
 REGISTRARS: list[Callable[[typer.Typer], None]] = []
 REGISTRARS.append(sim.register)
+REGISTRARS.append(bookie.register)

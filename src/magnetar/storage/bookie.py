@@ -80,6 +80,8 @@ _TRANSITIONS: dict[BookieStatus, frozenset[BookieStatus]] = {
     BookieStatus.STOPPED: frozenset(),
 }
 _SERVING = frozenset({BookieStatus.WRITABLE, BookieStatus.READ_ONLY})
+# A failed disk stops adds; what is stored stays readable.
+_READABLE = frozenset({BookieStatus.WRITABLE, BookieStatus.READ_ONLY, BookieStatus.FAILED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +324,9 @@ class Bookie:
 
     def read_entry(self, ledger_id: int, entry_id: int) -> ReadResult:
         self.stats.reads_count += 1
+        if self.status not in _READABLE:
+            # Before replay finished, "no such entry" could be false (invariant 7 of FAULTS.md).
+            return ReadResult(Status.UNAVAILABLE, entry_id, -1)
         state = self._ledgers.get(ledger_id)
         if state is None or state.status is LedgerStatus.DELETED:
             return ReadResult(Status.NO_SUCH_LEDGER, entry_id, -1)
@@ -331,13 +336,35 @@ class Bookie:
         return ReadResult(Status.OK, entry_id, state.lac, raw)
 
     def read_lac(self, ledger_id: int) -> tuple[Status, int]:
+        if self.status not in _READABLE:
+            return Status.UNAVAILABLE, -1
         state = self._ledgers.get(ledger_id)
         if state is None or state.status is LedgerStatus.DELETED:
             return Status.NO_SUCH_LEDGER, -1
         return Status.OK, state.lac
 
+    def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> tuple[Status, int]:
+        """Raise the known LAC of a ledger (explicit LAC for idle ledgers); not journaled.
+
+        An explicit LAC is a hint for readers: losing it in a crash loses no entry, since
+        recovery derives the ledger's end from the entries themselves.
+        """
+        if self.status not in _READABLE:
+            return Status.UNAVAILABLE, -1
+        state = self._ledgers.get(ledger_id)
+        if state is None or state.status is LedgerStatus.DELETED:
+            return Status.NO_SUCH_LEDGER, -1
+        if state.master_key != master_key:
+            return Status.UNAUTHORIZED, state.lac
+        if lac > state.lac:
+            state.lac = lac
+            state.dirty = True
+        return Status.OK, state.lac
+
     def read_last_entry(self, ledger_id: int) -> ReadResult:
         """The highest entry this bookie stores for the ledger (NO_SUCH_ENTRY if it has none)."""
+        if self.status not in _READABLE:
+            return ReadResult(Status.UNAVAILABLE, -1, -1)
         state = self._ledgers.get(ledger_id)
         if state is None or state.status is LedgerStatus.DELETED:
             return ReadResult(Status.NO_SUCH_LEDGER, -1, -1)

@@ -28,6 +28,8 @@ Bodies (``mk`` = master key: ``u8 len`` + bytes, at most ``BOOKIE_MASTER_KEY_BYT
     0x84 READ_LAST resp    same layout as READ resp; entry_id is the highest entry stored (or -1)
     0x05 GET_INFO          (empty)
     0x85 GET_INFO resp     u16 status, u8 flags (0x01 READ_ONLY), u64 free_bytes, u64 ledger_count
+    0x06 WRITE_LAC         mk, u64 ledger_id, i64 lac          explicit LAC for an idle ledger
+    0x86 WRITE_LAC resp    u16 status, u64 ledger_id, i64 lac  (the bookie's known LAC afterwards)
 
 Invariants: ``FrameDecoder`` never holds more than one partial frame plus one read chunk; a
 length above ``BOOKIE_FRAME_BYTES_MAX`` raises ``LimitExceeded`` before any body is buffered;
@@ -74,6 +76,7 @@ class Op(enum.IntEnum):
     READ_LAC = 0x03
     READ_LAST_ENTRY = 0x04
     GET_INFO = 0x05
+    WRITE_LAC = 0x06
 
 
 class Status(enum.IntEnum):
@@ -186,7 +189,17 @@ class GetInfoRequest:
     request_id: int
 
 
-Request = AddRequest | ReadRequest | ReadLacRequest | ReadLastEntryRequest | GetInfoRequest
+@dataclass(frozen=True, slots=True)
+class WriteLacRequest:
+    """Raise the bookie's known LAC of an idle ledger (no later entry will carry it)."""
+
+    request_id: int
+    ledger_id: int
+    lac: int
+    master_key: bytes = b""
+
+
+Request = AddRequest | ReadRequest | ReadLacRequest | ReadLastEntryRequest | GetInfoRequest | WriteLacRequest
 
 
 # --- responses ---------------------------------------------------------------------------------
@@ -222,6 +235,14 @@ class ReadLacResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteLacResponse:
+    request_id: int
+    status: Status
+    ledger_id: int
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
 class GetInfoResponse:
     request_id: int
     status: Status
@@ -230,7 +251,7 @@ class GetInfoResponse:
     ledger_count: int
 
 
-Response = AddResponse | ReadResponse | ReadLacResponse | GetInfoResponse
+Response = AddResponse | ReadResponse | ReadLacResponse | GetInfoResponse | WriteLacResponse
 Message = Request | Response
 
 
@@ -280,6 +301,12 @@ def encode(message: Message) -> bytes:
         return _frame(Op.READ_LAST_ENTRY, message.request_id, bytes((flags,)), _mk(message.master_key), tail)
     if isinstance(message, GetInfoRequest):
         return _frame(Op.GET_INFO, message.request_id)
+    if isinstance(message, WriteLacRequest):
+        tail = _READ_TAIL.pack(message.ledger_id, message.lac)
+        return _frame(Op.WRITE_LAC, message.request_id, _mk(message.master_key), tail)
+    if isinstance(message, WriteLacResponse):
+        body = _LAC_RESP.pack(message.status, message.ledger_id, message.lac)
+        return _frame(Op.WRITE_LAC | RESPONSE_BIT, message.request_id, body)
     flags = FLAG_READ_ONLY if message.read_only else 0
     body = _INFO_RESP.pack(message.status, flags, message.free_bytes, message.ledger_count)
     return _frame(Op.GET_INFO | RESPONSE_BIT, message.request_id, body)
@@ -378,6 +405,13 @@ def decode_frame(frame: bytes) -> Message:
     if op == Op.GET_INFO | RESPONSE_BIT:
         status, flags, free_bytes, ledger_count = _exact(frame, at, _INFO_RESP)
         return GetInfoResponse(request_id, _status(status), bool(flags & FLAG_READ_ONLY), free_bytes, ledger_count)
+    if op == Op.WRITE_LAC:
+        master_key, at = _read_mk(frame, at)
+        ledger_id, lac = _exact(frame, at, _READ_TAIL)
+        return WriteLacRequest(request_id, ledger_id, lac, master_key)
+    if op == Op.WRITE_LAC | RESPONSE_BIT:
+        status, ledger_id, lac = _exact(frame, at, _LAC_RESP)
+        return WriteLacResponse(request_id, _status(status), ledger_id, lac)
     raise CorruptData(f"unknown bookie op 0x{op:02x}")
 
 

@@ -1,0 +1,264 @@
+"""``BookieClient``: one pipelined connection to one bookie (the ledger layer's transport below).
+
+Requests carry a client-chosen request id; responses may come back in any order and are matched
+to their futures by id. Many requests may be outstanding (pipelining), at most
+``inflight_count_max`` (``BOOKIE_CLIENT_INFLIGHT_COUNT_MAX``); the async calls wait for room,
+``add_nowait`` raises ``LimitExceeded`` instead. Each request has a deadline
+(``timeout_ms``, default ``request_timeout_ms``): a reaper task driven by the injected ``Clock``
+fails overdue requests with ``TimeoutError_`` (a late answer is then dropped).
+
+Contracts: a non-OK ``Status`` is *returned* in the response (callers need to tell FENCED from
+NO_SUCH_ENTRY from the rest); transport failures raise ``ClosedError`` (connection gone: every
+outstanding request fails with it) or ``TimeoutError_``. Reads verify the entry's CRC32C digest
+and ids and raise ``ChecksumMismatch`` when they do not match, so a caller never sees bytes the
+writer did not send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from magnetar.base.clock import Clock
+from magnetar.base.errors import ChecksumMismatch, ClosedError, CorruptData, LimitExceeded, TimeoutError_
+from magnetar.base.io import Connection, Network
+from magnetar.base.limits import BOOKIE_CLIENT_INFLIGHT_COUNT_MAX, BOOKIE_READ_CHUNK_BYTES
+from magnetar.protocol.bookie import (
+    AddRequest,
+    AddResponse,
+    Entry,
+    FrameDecoder,
+    GetInfoRequest,
+    GetInfoResponse,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadLastEntryRequest,
+    ReadRequest,
+    ReadResponse,
+    Request,
+    Response,
+    Status,
+    WriteLacRequest,
+    WriteLacResponse,
+    encode,
+)
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_MS_DEFAULT = 5_000  # BookKeeper's add and read timeouts
+DEADLINE_TICK_MS = 20
+REQUEST_ID_MAX = (1 << 64) - 1
+
+
+class BookieClient:
+    def __init__(
+        self,
+        connection: Connection,
+        clock: Clock,
+        *,
+        request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
+        inflight_count_max: int = BOOKIE_CLIENT_INFLIGHT_COUNT_MAX,
+    ) -> None:
+        self._connection = connection
+        self._clock = clock
+        self._request_timeout_ms = request_timeout_ms
+        self._inflight_count_max = inflight_count_max
+        self._pending: dict[int, tuple[asyncio.Future[Response], int]] = {}
+        self._next_id = 1
+        self._decoder = FrameDecoder()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._closed: BaseException | None = None
+        loop = asyncio.get_running_loop()
+        self._reader = loop.create_task(self._read_loop(), name=f"bookie-client-read-{connection.peer}")
+        self._reaper = loop.create_task(self._deadline_loop(), name=f"bookie-client-deadlines-{connection.peer}")
+
+    @classmethod
+    async def connect(
+        cls, network: Network, host: str, port: int, clock: Clock, **options: int
+    ) -> BookieClient:
+        """Open a connection; raises ``ConnectionError`` (as ``Network.connect``) if refused."""
+        return cls(await network.connect(host, port), clock, **options)
+
+    @property
+    def peer(self) -> str:
+        return self._connection.peer
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    @property
+    def inflight_count(self) -> int:
+        return len(self._pending)
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def _next_request_id(self) -> int:
+        request_id = self._next_id
+        self._next_id = 1 if request_id >= REQUEST_ID_MAX else request_id + 1
+        return request_id
+
+    def _send(self, request: Request, timeout_ms: int | None) -> asyncio.Future[Response]:
+        if self._closed is not None:
+            raise ClosedError(f"bookie connection to {self.peer} is closed: {self._closed}")
+        if len(self._pending) >= self._inflight_count_max:
+            raise LimitExceeded("BOOKIE_CLIENT_INFLIGHT_COUNT_MAX", len(self._pending) + 1, self._inflight_count_max)
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        deadline_ns = self._clock.monotonic_ns() + (timeout_ms or self._request_timeout_ms) * 1_000_000
+        self._pending[request.request_id] = (future, deadline_ns)
+        if len(self._pending) >= self._inflight_count_max:
+            self._room.clear()
+        self._connection.write(encode(request))
+        return future
+
+    async def _call(self, request: Request, timeout_ms: int | None) -> Response:
+        while len(self._pending) >= self._inflight_count_max and self._closed is None:
+            await self._room.wait()
+        future = self._send(request, timeout_ms)
+        await self._connection.drain()
+        return await future
+
+    def add_nowait(
+        self, entry: Entry, *, master_key: bytes = b"", recovery: bool = False, timeout_ms: int | None = None
+    ) -> asyncio.Future[Response]:
+        """Send an add without waiting; the future resolves to an ``AddResponse``.
+
+        For pipelining many adds from one task; call ``drain()`` now and then so the socket
+        buffer stays bounded.
+        """
+        return self._send(AddRequest(self._next_request_id(), entry, master_key, recovery), timeout_ms)
+
+    async def drain(self) -> None:
+        await self._connection.drain()
+
+    async def add(
+        self, entry: Entry, *, master_key: bytes = b"", recovery: bool = False, timeout_ms: int | None = None
+    ) -> AddResponse:
+        """Add ``entry``; OK means it is durable in the bookie's journal."""
+        response = await self._call(AddRequest(self._next_request_id(), entry, master_key, recovery), timeout_ms)
+        assert isinstance(response, AddResponse)
+        return response
+
+    async def read(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool = False,
+        master_key: bytes = b"",
+        timeout_ms: int | None = None,
+    ) -> ReadResponse:
+        """Read an entry; ``fence=True`` fences the ledger first (durably, before the answer)."""
+        request = ReadRequest(self._next_request_id(), ledger_id, entry_id, fence, master_key)
+        response = await self._call(request, timeout_ms)
+        assert isinstance(response, ReadResponse)
+        _verify(response, ledger_id, entry_id)
+        return response
+
+    async def read_last_entry(
+        self, ledger_id: int, *, fence: bool = False, master_key: bytes = b"", timeout_ms: int | None = None
+    ) -> ReadResponse:
+        """The highest entry the bookie stores for the ledger, with the bookie's known LAC."""
+        request = ReadLastEntryRequest(self._next_request_id(), ledger_id, fence, master_key)
+        response = await self._call(request, timeout_ms)
+        assert isinstance(response, ReadResponse)
+        _verify(response, ledger_id, None)
+        return response
+
+    async def read_lac(self, ledger_id: int, *, timeout_ms: int | None = None) -> ReadLacResponse:
+        response = await self._call(ReadLacRequest(self._next_request_id(), ledger_id), timeout_ms)
+        assert isinstance(response, ReadLacResponse)
+        return response
+
+    async def write_lac(
+        self, ledger_id: int, lac: int, *, master_key: bytes = b"", timeout_ms: int | None = None
+    ) -> WriteLacResponse:
+        response = await self._call(WriteLacRequest(self._next_request_id(), ledger_id, lac, master_key), timeout_ms)
+        assert isinstance(response, WriteLacResponse)
+        return response
+
+    async def get_info(self, *, timeout_ms: int | None = None) -> GetInfoResponse:
+        response = await self._call(GetInfoRequest(self._next_request_id()), timeout_ms)
+        assert isinstance(response, GetInfoResponse)
+        return response
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        error: BaseException = ClosedError(f"bookie {self.peer} closed the connection")
+        try:
+            while True:
+                data = await self._connection.read(BOOKIE_READ_CHUNK_BYTES)
+                if not data:
+                    break
+                for message in self._decoder.feed(data):
+                    self._resolve(message)
+        except (CorruptData, LimitExceeded) as exc:
+            error = ClosedError(f"bookie {self.peer} sent a malformed frame: {exc}")
+            log.warning("%s", error)
+        except asyncio.CancelledError:
+            error = ClosedError("bookie client closed")
+            raise
+        finally:
+            self._fail_all(error)
+
+    def _resolve(self, message: object) -> None:
+        request_id = getattr(message, "request_id", None)
+        if not isinstance(message, AddResponse | ReadResponse | ReadLacResponse | GetInfoResponse | WriteLacResponse):
+            raise CorruptData(f"bookie sent a request, not a response: {type(message).__name__}")
+        pending = self._pending.pop(request_id, None) if request_id is not None else None
+        if pending is None:
+            return  # timed out earlier; the answer arrives too late to matter
+        if not self._room.is_set() and len(self._pending) < self._inflight_count_max:
+            self._room.set()
+        future = pending[0]
+        if not future.done():
+            future.set_result(message)
+
+    async def _deadline_loop(self) -> None:
+        while self._closed is None:
+            await self._clock.sleep(DEADLINE_TICK_MS / 1000)
+            if not self._pending:
+                continue
+            now = self._clock.monotonic_ns()
+            overdue = [rid for rid, (_, deadline) in self._pending.items() if deadline <= now]
+            for request_id in overdue:
+                future, _ = self._pending.pop(request_id)
+                if not future.done():
+                    future.set_exception(TimeoutError_(f"bookie {self.peer}: request {request_id} timed out"))
+            if overdue:
+                self._room.set()
+
+    def _fail_all(self, error: BaseException) -> None:
+        if self._closed is None:
+            self._closed = error
+        pending, self._pending = self._pending, {}
+        for future, _ in pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._room.set()
+        self._connection.close()
+
+    async def close(self) -> None:
+        if self._closed is None:
+            self._fail_all(ClosedError("bookie client closed"))
+        for task in (self._reader, self._reaper):
+            task.cancel()
+        for task in (self._reader, self._reaper):
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+
+def _verify(response: ReadResponse, ledger_id: int, entry_id: int | None) -> None:
+    entry = response.entry
+    if response.status is not Status.OK:
+        return
+    if entry is None:
+        raise ChecksumMismatch(f"bookie answered OK for {ledger_id}:{response.entry_id} without an entry")
+    if entry.ledger_id != ledger_id or (entry_id is not None and entry.entry_id != entry_id):
+        raise ChecksumMismatch(f"bookie returned entry {entry.ledger_id}:{entry.entry_id} for {ledger_id}:{entry_id}")
+    if not entry.digest_ok():
+        raise ChecksumMismatch(f"entry {ledger_id}:{entry.entry_id} failed its CRC32C digest")

@@ -1,0 +1,316 @@
+"""The bookie process: composition root and asyncio server over the ``storage.Bookie`` core.
+
+``run_bookie(config)`` arms fault points from ``MAGNETAR_FAULTS``, opens the data directory
+(``LocalDisk``) and the index (RocksDB at ``<data_dir>/index``), checks the cookie against the
+metadata store, replays the journal, listens, and registers the bookie in the metadata store:
+
+* ``/ledgers/available/<host:port>``           ephemeral, JSON ``{"address", "read_only": false}``
+* ``/ledgers/available/readonly/<host:port>``  ephemeral, instead of the above while read-only
+* ``/ledgers/cookies/<host:port>``             persistent, the instance cookie (see ``storage.cookie``)
+
+(the BookKeeper layout; readers of ``/ledgers/available`` skip the child named ``readonly``).
+It prints ``magnetar-bookie listening on HOST:PORT`` once serving, and stops on SIGTERM/SIGINT.
+
+``BookieServer`` serves connections: each read chunk is decoded (``FrameDecoder``) and every
+request dispatched without waiting for the previous one (pipelining); an add's reply is written
+by the journal's callback after its fsync. A malformed or oversized frame closes that connection
+only. Backpressure: a connection stops reading while the bookie's journal queue or write cache is
+full, or while it has ``BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX`` requests in progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from magnetar import faults
+from magnetar.base.errors import CorruptData, LimitExceeded, MagnetarError
+from magnetar.base.io import Connection, Listener, Network
+from magnetar.base.limits import (
+    BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX,
+    BOOKIE_CONNECTIONS_COUNT_MAX,
+    BOOKIE_READ_CHUNK_BYTES,
+)
+from magnetar.protocol.bookie import (
+    AddRequest,
+    AddResponse,
+    FrameDecoder,
+    GetInfoRequest,
+    GetInfoResponse,
+    Op,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadLastEntryRequest,
+    ReadRequest,
+    ReadResponse,
+    Status,
+    WriteLacRequest,
+    WriteLacResponse,
+    encode,
+)
+from magnetar.protocol.bookie.codec import Entry, Message
+from magnetar.storage import Bookie, BookieConfig, BookieStatus, verify_or_create_cookie
+
+log = logging.getLogger(__name__)
+
+AVAILABLE_PATH = "/ledgers/available"
+READONLY_PATH = "/ledgers/available/readonly"
+COOKIES_PATH = "/ledgers/cookies"
+REGISTRATION_CHECK_INTERVAL_S = 1.0
+
+
+class _ConnectionState:
+    __slots__ = ("inflight", "room")
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self.room = asyncio.Event()
+        self.room.set()
+
+
+class BookieServer:
+    """Serves the bookie protocol for one ``Bookie`` on one listener."""
+
+    def __init__(self, bookie: Bookie, network: Network) -> None:
+        self.bookie = bookie
+        self._network = network
+        self._listener: Listener | None = None
+        self._connections: set[Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        self._listener = await self._network.listen(host, port, self._serve)
+        return self._listener.port
+
+    async def _serve(self, connection: Connection) -> None:
+        if len(self._connections) >= BOOKIE_CONNECTIONS_COUNT_MAX:
+            log.warning("refusing %s: BOOKIE_CONNECTIONS_COUNT_MAX reached", connection.peer)
+            return
+        self._connections.add(connection)
+        decoder = FrameDecoder()
+        state = _ConnectionState()
+        try:
+            while True:
+                if self.bookie.needs_backpressure():
+                    await self.bookie.wait_for_room()
+                if not state.room.is_set():
+                    await state.room.wait()
+                data = await connection.read(BOOKIE_READ_CHUNK_BYTES)
+                if not data:
+                    return
+                try:
+                    messages = decoder.feed(data)
+                except (CorruptData, LimitExceeded) as exc:
+                    log.warning("closing %s: %s", connection.peer, exc)
+                    return
+                for message in messages:
+                    if not self._dispatch(connection, state, message):
+                        log.warning("closing %s: it sent a %s", connection.peer, type(message).__name__)
+                        return
+        finally:
+            self._connections.discard(connection)
+            connection.close()
+
+    def _reply(self, connection: Connection, state: _ConnectionState) -> Callable[[Message], None]:
+        def send(message: Message) -> None:
+            state.inflight -= 1
+            if state.inflight < BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX:
+                state.room.set()
+            if not connection.is_closing():
+                connection.write(encode(message))
+
+        return send
+
+    def _begin(self, state: _ConnectionState) -> None:
+        state.inflight += 1
+        if state.inflight >= BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX:
+            state.room.clear()
+
+    def _dispatch(self, connection: Connection, state: _ConnectionState, message: Message) -> bool:
+        bookie = self.bookie
+        if isinstance(message, AddRequest):
+            self._begin(state)
+            send = self._reply(connection, state)
+            entry = message.entry
+            rid, ledger_id, entry_id = message.request_id, entry.ledger_id, entry.entry_id
+            bookie.add_entry(
+                entry, message.master_key, message.recovery, lambda status: send(AddResponse(rid, status, ledger_id, entry_id))
+            )
+            return True
+        if isinstance(message, ReadRequest | ReadLastEntryRequest):
+            self._begin(state)
+            send = self._reply(connection, state)
+            if message.fence:
+                self._spawn(self._fenced_read(message, send))
+            else:
+                send(self._read(message))
+            return True
+        if isinstance(message, ReadLacRequest):
+            status, lac = bookie.read_lac(message.ledger_id)
+            connection.write(encode(ReadLacResponse(message.request_id, status, message.ledger_id, lac)))
+            return True
+        if isinstance(message, WriteLacRequest):
+            status, lac = bookie.write_lac(message.ledger_id, message.lac, message.master_key)
+            connection.write(encode(WriteLacResponse(message.request_id, status, message.ledger_id, lac)))
+            return True
+        if isinstance(message, GetInfoRequest):
+            info = GetInfoResponse(
+                message.request_id, Status.OK, bookie.read_only, bookie.free_bytes(), bookie.ledger_count
+            )
+            connection.write(encode(info))
+            return True
+        return False  # a response frame sent to a server: the peer is confused
+
+    def _read(self, message: ReadRequest | ReadLastEntryRequest) -> ReadResponse:
+        op = Op.READ if isinstance(message, ReadRequest) else Op.READ_LAST_ENTRY
+        try:
+            if isinstance(message, ReadRequest):
+                result = self.bookie.read_entry(message.ledger_id, message.entry_id)
+            else:
+                result = self.bookie.read_last_entry(message.ledger_id)
+        except MagnetarError as exc:
+            log.error("read of ledger %d failed: %s", message.ledger_id, exc)
+            return ReadResponse(message.request_id, Status.UNAVAILABLE, message.ledger_id, -1, -1, None, op)
+        entry = Entry.parse(result.raw) if result.raw is not None else None
+        return ReadResponse(
+            message.request_id, result.status, message.ledger_id, result.entry_id, result.known_lac, entry, op
+        )
+
+    async def _fenced_read(self, message: ReadRequest | ReadLastEntryRequest, send: Callable[[Message], None]) -> None:
+        status = await self.bookie.fence(message.ledger_id, message.master_key)
+        if status is not Status.OK:
+            op = Op.READ if isinstance(message, ReadRequest) else Op.READ_LAST_ENTRY
+            entry_id = message.entry_id if isinstance(message, ReadRequest) else -1
+            send(ReadResponse(message.request_id, status, message.ledger_id, entry_id, -1, None, op))
+            return
+        send(self._read(message))
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        for connection in list(self._connections):
+            connection.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+
+class MetadataCookieRegistry:
+    """``CookieRegistry`` over a ``MetadataStore``: cookies at ``/ledgers/cookies/<bookie id>``."""
+
+    def __init__(self, store: object) -> None:
+        self._store = store
+
+    async def get_cookie(self, bookie_id: str) -> bytes | None:
+        result = await self._store.get(f"{COOKIES_PATH}/{bookie_id}")  # type: ignore[attr-defined]
+        return None if result is None else bytes(result[0])
+
+    async def put_cookie(self, bookie_id: str, cookie: bytes) -> None:
+        await self._store.put(f"{COOKIES_PATH}/{bookie_id}", cookie, -1)  # type: ignore[attr-defined]
+
+
+class Registration:
+    """Keeps the ephemeral registration node in step with the bookie's writable/read-only state."""
+
+    def __init__(self, store: object, bookie_id: str, bookie: Bookie) -> None:
+        self._store = store
+        self._bookie_id = bookie_id
+        self._bookie = bookie
+        self._registered_path: str | None = None
+
+    def _desired_path(self) -> str:
+        base = READONLY_PATH if self._bookie.read_only else AVAILABLE_PATH
+        return f"{base}/{self._bookie_id}"
+
+    async def sync(self) -> None:
+        desired = self._desired_path()
+        if desired == self._registered_path:
+            return
+        store = self._store
+        if self._registered_path is not None:
+            try:
+                await store.delete(self._registered_path)  # type: ignore[attr-defined]
+            except MagnetarError:
+                pass
+        value = json.dumps({"address": self._bookie_id, "read_only": self._bookie.read_only}).encode()
+        try:
+            await store.create(desired, value, ephemeral=True)  # type: ignore[attr-defined]
+        except MagnetarError:
+            # A previous session's node may linger until its session expires: replace it.
+            await store.delete(desired)  # type: ignore[attr-defined]
+            await store.create(desired, value, ephemeral=True)  # type: ignore[attr-defined]
+        self._registered_path = desired
+
+    async def run(self) -> None:
+        while self._bookie.status in (BookieStatus.WRITABLE, BookieStatus.READ_ONLY):
+            try:
+                await self.sync()
+            except MagnetarError as exc:
+                log.warning("bookie registration failed, will retry: %s", exc)
+            await asyncio.sleep(REGISTRATION_CHECK_INTERVAL_S)
+
+
+async def run_bookie(config: BookieConfig, *, ready: Callable[[int], None] | None = None) -> None:
+    """Run a bookie until SIGTERM/SIGINT (composition root of the bookie process)."""
+    from magnetar.runtime.clock import SystemClock, system_rng
+    from magnetar.runtime.disk import LocalDisk
+    from magnetar.runtime.kv import RocksKeyValueStore
+    from magnetar.runtime.metadata import open_metadata_store
+    from magnetar.runtime.network import TcpNetwork
+
+    faults.arm_from_env()
+    clock = SystemClock()
+    disk = LocalDisk(config.data_dir)
+    kv = RocksKeyValueStore(os.path.join(disk.root, "index"))
+    store = await open_metadata_store(config.metadata_url, clock=clock)
+    bookie = Bookie(disk, kv, clock, config)
+    network = TcpNetwork()
+    server = BookieServer(bookie, network)
+    registration_task: asyncio.Task[None] | None = None
+    try:
+        has_data = bookie.has_data()
+        # The port may be 0 (tests): the identity is known only once bound, so the cookie is
+        # checked after listening; until the bookie started, every request answers UNAVAILABLE.
+        port = await server.start(config.host, config.port)
+        bookie_id = f"{config.host}:{port}"
+        await verify_or_create_cookie(disk, MetadataCookieRegistry(store), bookie_id, system_rng(), has_data=has_data)
+        await bookie.start()
+        registration = Registration(store, bookie_id, bookie)
+        await registration.sync()
+        registration_task = asyncio.get_running_loop().create_task(registration.run(), name="bookie-registration")
+        print(f"magnetar-bookie listening on {bookie_id}", flush=True)
+        if ready is not None:
+            ready(port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        if registration_task is not None:
+            registration_task.cancel()
+        await server.stop()
+        await bookie.stop()
+        kv.close()
+        await store.close()
+
+
+def main(config: BookieConfig) -> None:
+    """Run ``run_bookie`` on uvloop (plain asyncio if uvloop is missing)."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        import uvloop
+
+        uvloop.run(run_bookie(config))
+    except ImportError:
+        asyncio.run(run_bookie(config))
