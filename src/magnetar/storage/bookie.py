@@ -51,7 +51,7 @@ from magnetar.storage.journal import (
     replay,
 )
 from magnetar.storage.ledger_state import LedgerState, LedgerStatus
-from magnetar.storage.waits import wait_event_or_timeout
+from magnetar.storage.waits import wait_event_or_timeout, watch_task
 
 log = logging.getLogger(__name__)
 
@@ -178,8 +178,8 @@ class Bookie:
         self._transition(BookieStatus.READ_ONLY if self._disk_low() else BookieStatus.WRITABLE)
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._checkpoint_loop(), name="bookie-checkpoint"),
-            loop.create_task(self._disk_monitor_loop(), name="bookie-disk-monitor"),
+            watch_task(loop.create_task(self._checkpoint_loop(), name="bookie-checkpoint"), log),
+            watch_task(loop.create_task(self._disk_monitor_loop(), name="bookie-disk-monitor"), log),
         ]
 
     def _apply_replayed(self, record: JournalRecord) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import logging
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,7 +38,9 @@ from magnetar.base.invariant import invariant
 from magnetar.base.io import Disk, DiskFile
 from magnetar.base.limits import BOOKIE_JOURNAL_RECORD_BYTES_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
 from magnetar.storage.config import BookieConfig
-from magnetar.storage.waits import wait_event_or_timeout
+from magnetar.storage.waits import wait_event_or_timeout, watch_task
+
+log = logging.getLogger(__name__)
 
 JOURNAL_DIR = "journal"
 FILE_MAGIC = b"MGJ1"
@@ -235,7 +238,7 @@ class Journal:
         self._disk.makedirs(JOURNAL_DIR)
         await self._open_file(self._file_id)
         self._transition(JournalStatus.RUNNING)
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="bookie-journal")
+        self._task = watch_task(asyncio.get_running_loop().create_task(self._run(), name="bookie-journal"), log)
 
     async def _open_file(self, file_id: int) -> None:
         file = self._disk.open(journal_path(file_id))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from magnetar.base.clock import Clock
 
@@ -19,3 +20,17 @@ async def wait_event_or_timeout(clock: Clock, event: asyncio.Event, timeout_s: f
         waiter.cancel()
         sleeper.cancel()
     return event.is_set()
+
+
+def watch_task(task: asyncio.Task[None], log: logging.Logger) -> asyncio.Task[None]:
+    """Retrieve and log how a background task ended, so no failure goes unnoticed."""
+
+    def _done(finished: asyncio.Task[None]) -> None:
+        if finished.cancelled():
+            return
+        error = finished.exception()
+        if error is not None:
+            log.error("background task %s ended: %r", finished.get_name(), error)
+
+    task.add_done_callback(_done)
+    return task

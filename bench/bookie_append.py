@@ -1,0 +1,206 @@
+"""Benchmark: one client appending to one real ``magnetar bookie`` process, pipelined.
+
+Reports, per repeat and as min/median/max over ``--repeats``:
+* raw disk limit on the same filesystem: 1 MiB writes + fdatasync each (MB/s), serial 4 KiB
+  write + fdatasync (ops/s, p50/p99 ms);
+* bookie adds with 1 KiB and 64 KiB entries, pipelined (entries/s, MB/s, add latency p50/p99);
+* bookie adds of 1 KiB entries paced at ``--rate`` adds/s (p50/p99 add latency).
+Targets (issue 4): 64 KiB >= 50% of raw fsync'd bandwidth; 1 KiB >= 30,000 adds/s; p99 <= 3 ms
+at 5,000 adds/s. Every add is acknowledged only after the bookie's journal fsync.
+
+Run: ``.venv/bin/python bench/bookie_append.py [--seconds 2.5] [--repeats 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import selectors
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
+
+from magnetar.ledger.bookie_client import BookieClient  # noqa: E402
+from magnetar.protocol.bookie import Entry, Status  # noqa: E402
+from magnetar.runtime import SystemClock, TcpNetwork  # noqa: E402
+
+KIB = 1024
+MIB = 1024 * 1024
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def raw_disk(directory: str, seconds: float) -> dict[str, float]:
+    path = os.path.join(directory, "raw_probe")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        block = os.urandom(MIB)
+        start = time.perf_counter()
+        written = 0
+        while time.perf_counter() - start < seconds / 2:
+            os.write(fd, block)
+            os.fdatasync(fd)
+            written += len(block)
+        mb_s = written / MIB / (time.perf_counter() - start)
+        small = os.urandom(4 * KIB)
+        latencies = []
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds / 2:
+            t0 = time.perf_counter()
+            os.write(fd, small)
+            os.fdatasync(fd)
+            latencies.append((time.perf_counter() - t0) * 1e3)
+        ops = len(latencies) / (time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        os.remove(path)
+    return {"raw_1mib_mb_s": mb_s, "raw_4k_fsync_ops_s": ops, "raw_4k_p50_ms": percentile(latencies, 0.5),
+            "raw_4k_p99_ms": percentile(latencies, 0.99)}
+
+
+def start_bookie(data_dir: str) -> tuple[subprocess.Popen[str], int]:
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    env.pop("MAGNETAR_FAULTS", None)
+    magnetar = str(Path(sys.executable).parent / "magnetar")
+    argv = [magnetar, "bookie", "--metadata", "memory:", "--port", "0", "--data-dir", data_dir]
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert process.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if selector.select(timeout=1):
+            line = process.stdout.readline()
+            if line.startswith("magnetar-bookie listening on "):
+                return process, int(line.strip().rsplit(":", 1)[1])
+            if not line:
+                break
+    process.kill()
+    raise RuntimeError("bookie did not start")
+
+
+async def pipelined(client: BookieClient, ledger: int, size: int, seconds: float, window: int) -> dict[str, float]:
+    payload = os.urandom(size)
+    latencies: list[float] = []
+    room = asyncio.Semaphore(window)
+    failures = 0
+
+    def done(start_ns: int, future: asyncio.Future[object]) -> None:
+        nonlocal failures
+        room.release()
+        if future.cancelled() or future.exception() is not None:
+            failures += 1
+            return
+        response = future.result()
+        if getattr(response, "status", None) is not Status.OK:
+            failures += 1
+        latencies.append((time.monotonic_ns() - start_ns) / 1e6)
+
+    start = time.perf_counter()
+    entry_id = 0
+    while time.perf_counter() - start < seconds:
+        await room.acquire()
+        t0 = time.monotonic_ns()
+        future = client.add_nowait(Entry.build(ledger, entry_id, entry_id - 1, payload), master_key=b"bench")
+        future.add_done_callback(lambda f, t0=t0: done(t0, f))
+        entry_id += 1
+        if entry_id % 64 == 0:
+            await client.drain()
+    for _ in range(window):
+        await room.acquire()
+    elapsed = time.perf_counter() - start
+    return {"entries_s": len(latencies) / elapsed, "mb_s": len(latencies) * size / MIB / elapsed,
+            "p50_ms": percentile(latencies, 0.5), "p99_ms": percentile(latencies, 0.99), "failures": failures}
+
+
+async def paced(client: BookieClient, ledger: int, size: int, seconds: float, rate: float) -> dict[str, float]:
+    payload = os.urandom(size)
+    latencies: list[float] = []
+    futures = []
+    interval = 1.0 / rate
+    start = time.perf_counter()
+    entry_id = 0
+    while time.perf_counter() - start < seconds:
+        due = start + entry_id * interval
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        t0 = time.monotonic_ns()
+        future = client.add_nowait(Entry.build(ledger, entry_id, entry_id - 1, payload), master_key=b"bench")
+        future.add_done_callback(lambda f, t0=t0: latencies.append((time.monotonic_ns() - t0) / 1e6))
+        futures.append(future)
+        entry_id += 1
+    await asyncio.gather(*futures)
+    achieved = len(latencies) / (time.perf_counter() - start)
+    return {"rate_achieved_s": achieved, "p50_ms": percentile(latencies, 0.5), "p99_ms": percentile(latencies, 0.99)}
+
+
+async def bookie_runs(port: int, seconds: float, rate: float, repeat: int) -> dict[str, dict[str, float]]:
+    client = await BookieClient.connect(TcpNetwork(), "127.0.0.1", port, SystemClock(), request_timeout_ms=30_000)
+    try:
+        base = 1000 * (repeat + 1)
+        small = await pipelined(client, base + 1, KIB, seconds, window=512)
+        large = await pipelined(client, base + 2, 64 * KIB, seconds, window=64)
+        slow = await paced(client, base + 3, KIB, seconds, rate)
+    finally:
+        await client.close()
+    return {"1KiB": small, "64KiB": large, f"paced_{int(rate)}": slow}
+
+
+def summary(label: str, values: list[float], unit: str) -> str:
+    return f"{label:<34} min {min(values):>10.2f}  median {statistics.median(values):>10.2f}  max {max(values):>10.2f} {unit}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=2.5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=5000.0)
+    parser.add_argument("--dir", default=str(REPO / "bench" / "results"))
+    args = parser.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    results: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="bookie_append.") as tmp:
+        process, port = start_bookie(os.path.join(tmp, "bookie"))
+        try:
+            for repeat in range(args.repeats):
+                raw = raw_disk(tmp, args.seconds)
+                runs = asyncio.run(bookie_runs(port, args.seconds, args.rate, repeat))
+                row = dict(raw)
+                for name, values in runs.items():
+                    row.update({f"{name}_{key}": value for key, value in values.items()})
+                row["64KiB_fraction_of_raw"] = row["64KiB_mb_s"] / row["raw_1mib_mb_s"]
+                results.append(row)
+                print(f"repeat {repeat + 1}: " + ", ".join(f"{k}={v:.2f}" for k, v in row.items()), flush=True)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    print(f"\nbookie_append: {args.repeats} repeats x {args.seconds}s, one client, one bookie, fsync before ack")
+    units = {"mb_s": "MB/s", "entries_s": "entries/s", "ops_s": "ops/s", "ms": "ms", "s": "/s"}
+    for key in results[0]:
+        unit = next((u for suffix, u in units.items() if key.endswith(suffix)), "")
+        print(summary(key, [r[key] for r in results], unit))
+    median = {key: statistics.median(r[key] for r in results) for key in results[0]}
+    print("\ntargets (median): "
+          f"64KiB >= 50% raw: {median['64KiB_fraction_of_raw']:.0%}; "
+          f"1KiB >= 30000 adds/s: {median['1KiB_entries_s']:.0f}; "
+          f"p99 <= 3 ms at {args.rate:.0f}/s: {median[f'paced_{int(args.rate)}_p99_ms']:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
