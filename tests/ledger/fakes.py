@@ -179,7 +179,7 @@ class Rule:
     """Hold or drop requests matching (bookie, op, entry id); ``release()`` lets held ones go."""
 
     bookie: BookieId
-    op: str  # "add", "read", "read_last", "write_lac"
+    op: str  # "add", "recovery_add", "read", "read_last", "write_lac"
     entry_id: int | None = None
     action: str = "hold_before"  # hold_before | hold_reply | fail | drop_fence
     event: asyncio.Event = field(default_factory=asyncio.Event)
@@ -231,7 +231,7 @@ class FakeTransport:
             if was_fenced and not recovery:
                 fake.normal_adds_after_fence.append((entry.ledger_id, entry.entry_id))
 
-        await self._run(bookie, "add", entry.entry_id, call)
+        await self._run(bookie, "recovery_add" if recovery else "add", entry.entry_id, call)
 
     async def read(self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes) -> Entry:
         return await self._run(bookie, "read", entry_id, lambda f: f.read(ledger_id, entry_id, fence))
