@@ -66,3 +66,80 @@ LEDGER_ENSEMBLE_CHANGES_COUNT_MAX = 1024
 LEDGER_RECOVERY_ENTRIES_COUNT_MAX = 10_000_000
 #: Fragments one ledger may have.
 LEDGER_FRAGMENTS_COUNT_MAX = 4096
+
+# --- managed ledger ----------------------------------------------------------------------------
+#: Appends one managed ledger holds queued or in flight; a full queue makes ``add_entry`` wait.
+MANAGED_LEDGER_ADD_QUEUE_COUNT_MAX = 10_000
+#: Ledgers one managed ledger may list (Pulsar has no bound; a topic beyond this is misconfigured).
+MANAGED_LEDGER_LEDGERS_COUNT_MAX = 100_000
+#: Readers of closed ledgers kept open per managed ledger (LRU).
+MANAGED_LEDGER_READERS_CACHED_COUNT_MAX = 64
+#: Bytes of recently appended entries kept for tail reads, per managed ledger.
+MANAGED_LEDGER_CACHE_BYTES_MAX = 64 * MIB
+#: Entries one ``read_entries`` call returns at most.
+MANAGED_LEDGER_READ_COUNT_MAX = 10_000
+#: Cursors one managed ledger may have.
+MANAGED_LEDGER_CURSORS_COUNT_MAX = 10_000
+#: Attempts at one managed-ledger-info compare-and-set before giving up.
+MANAGED_LEDGER_CAS_RETRY_COUNT_MAX = 16
+#: Individually deleted ranges one cursor persists (Pulsar's maxUnackedRangesToPersist); the
+#: rest are dropped from the persisted state and are redelivered after a reload.
+MANAGED_CURSOR_RANGES_PERSIST_COUNT_MAX = 10_000
+#: Individually deleted ranges one cursor holds in memory; beyond it an ack raises LimitExceeded.
+MANAGED_CURSOR_RANGES_COUNT_MAX = 1_000_000
+#: Batch entries with partial index acks one cursor holds (and persists).
+MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX = 100_000
+#: Indexes one batch entry may have (Pulsar's batch size bound is in messages per batch).
+MANAGED_CURSOR_BATCH_SIZE_MAX = 65_536
+#: Cursor-ledger entries before the cursor ledger is rolled over to a new one.
+MANAGED_CURSOR_LEDGER_ENTRIES_COUNT_MAX = 10_000
+
+# --- broker ------------------------------------------------------------------------------------
+#: SENDs one producer may have persisting at once (the client's default max_pending_messages is 1000).
+BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX = 100_000
+#: Entries one dispatcher read may ask for.
+BROKER_DISPATCH_READ_COUNT_MAX = 10_000
+#: Dispatched, unacknowledged entries one subscription tracks (Pulsar: maxUnackedMessagesPerSubscription).
+BROKER_PENDING_ACKS_PER_SUBSCRIPTION_COUNT_MAX = 1_000_000
+#: Positions with a redelivery count one subscription remembers.
+BROKER_REDELIVERY_TRACKER_COUNT_MAX = 1_000_000
+#: Entries a timestamp seek scans before giving up (it reads forward from the oldest entry).
+BROKER_SEEK_SCAN_ENTRIES_COUNT_MAX = 10_000_000
+#: Open client connections one broker serves.
+BROKER_CONNECTIONS_COUNT_MAX = 10_000
+#: Producers plus consumers one connection may open.
+BROKER_HANDLES_PER_CONNECTION_COUNT_MAX = 10_000
+#: Topics one broker keeps loaded.
+BROKER_TOPICS_LOADED_COUNT_MAX = 100_000
+
+# --- client ------------------------------------------------------------------------------------
+#: Requests one client connection may have awaiting a reply (lookups, subscribes, seeks, ...).
+CLIENT_PENDING_REQUESTS_COUNT_MAX = 10_000
+#: LOOKUP redirects followed before a lookup fails (the official client's maxLookupRedirects).
+CLIENT_LOOKUP_REDIRECTS_COUNT_MAX = 20
+#: Broker connections one client pool holds.
+CLIENT_CONNECTIONS_COUNT_MAX = 1_000
+#: Upper bound of ``ProducerConfig.max_pending_messages`` (messages sent and not yet receipted).
+CLIENT_PRODUCER_PENDING_COUNT_MAX = 100_000
+#: Upper bound of ``ProducerConfig.batch_max_messages``.
+CLIENT_BATCH_MESSAGES_COUNT_MAX = 10_000
+#: Upper bound of ``ConsumerConfig.receiver_queue_size`` (flow permits one consumer grants).
+CLIENT_RECEIVER_QUEUE_COUNT_MAX = 100_000
+#: Messages a consumer buffers at most; above it the broker ignored our permits and the
+#: connection is dropped (a batch may overshoot the permits, never by this much).
+CLIENT_RECEIVE_QUEUE_HARD_COUNT_MAX = 2 * CLIENT_RECEIVER_QUEUE_COUNT_MAX + CLIENT_BATCH_MESSAGES_COUNT_MAX
+#: Individual acks grouped into one ACK command before it is sent.
+CLIENT_ACK_GROUP_COUNT_MAX = 1_000
+#: Negatively acked messages awaiting redelivery per consumer.
+CLIENT_NACK_PENDING_COUNT_MAX = 100_000
+#: Batch entries with members still unacked that a consumer tracks.
+CLIENT_BATCH_TRACKER_COUNT_MAX = 100_000
+#: Reconnect attempts of one producer or consumer before it fails (with the 60 s backoff cap,
+#: more than a day).
+CLIENT_RECONNECT_ATTEMPTS_MAX = 2_000
+CLIENT_BACKOFF_INITIAL_MS = 100
+CLIENT_BACKOFF_MAX_MS = 60_000
+#: Period of the timers that expire requests and sends, flush acks and redeliver nacks.
+CLIENT_TIMER_TICK_MS = 100
+#: Partitions of one topic a client produces to or consumes from.
+CLIENT_PARTITIONS_COUNT_MAX = 10_000

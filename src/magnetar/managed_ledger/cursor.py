@@ -1,0 +1,527 @@
+"""``ManagedCursor``: a subscription's position in a managed ledger, and its persistence.
+
+State: the mark-delete position (every entry at or before it is acknowledged), individually
+deleted ranges after it (a ``PositionRangeSet``), batch-index acks (per batch entry, a bit set of
+acknowledged indexes: bit i set = index i acknowledged), properties, and the read position.
+
+Persistence (Pulsar's ``ManagedCursorInfo``/``PositionInfo`` scheme, ``shared/seeds/002_*``): a
+flush appends the whole state as one ``CursorInfo`` entry to the cursor's own ledger, then CASes
+the same record (naming that ledger) into ``{managed ledger path}/{cursor}``. Flushes are
+throttled to one per ``cursor_flush_interval_ms``; more than ``cursor_unpersisted_changes_max``
+unpersisted acks make acks wait for a flush. The cursor ledger rolls over after
+``cursor_ledger_entries_max`` entries, or when a write to it fails.
+
+Recovery: read the snapshot; if it names a cursor ledger, open that ledger *with recovery* (this
+fences a previous owner still flushing) and take its last entry. That entry is never older than
+the snapshot: every snapshot is CAS'd after the entry it describes was written, and a snapshot is
+only ever CAS'd with the ledger whose entry was written just before. Then the state is flushed to a
+fresh cursor ledger and the snapshot is CAS'd, which takes the cursor node over.
+
+Invariants: the mark-delete position never goes back, except by an explicit ``reset``; every
+individually deleted range lies after the mark-delete position and the first one does not start
+at the entry right after it; the persisted state is a state the cursor really had (never ahead
+of the acks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NoReturn
+from urllib.parse import quote, unquote
+
+from magnetar import faults
+from magnetar.base.errors import (
+    BadVersion,
+    FencedError,
+    InvalidArgument,
+    LimitExceeded,
+    MagnetarError,
+    NotFound,
+)
+from magnetar.base.invariant import invariant
+from magnetar.base.limits import (
+    MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX,
+    MANAGED_CURSOR_BATCH_SIZE_MAX,
+    MANAGED_CURSOR_RANGES_COUNT_MAX,
+)
+from magnetar.base.types import Position
+from magnetar.ledger.handle import LedgerHandle
+from magnetar.managed_ledger.config import CursorRecovery
+from magnetar.managed_ledger.errors import InvalidCursorPosition, ManagedLedgerClosed, ManagedLedgerFenced
+from magnetar.managed_ledger.ranges import PositionRangeSet
+from magnetar.metadata.records import BatchIndexAck, CursorInfo, PositionRange, PositionRecord, decode, encode
+
+if TYPE_CHECKING:
+    from magnetar.managed_ledger.managed_ledger import ManagedEntry, ManagedLedger
+
+_WORD_BITS = 64
+_WORD_MASK = (1 << _WORD_BITS) - 1
+
+
+def cursor_node_name(name: str) -> str:
+    """The metadata node name of cursor ``name`` (URL-encoded, as Pulsar's subscription names are)."""
+    if not name:
+        raise InvalidArgument("cursor name must not be empty")
+    return quote(name, safe="")
+
+
+def cursor_name_from_node(node: str) -> str:
+    return unquote(node)
+
+
+class CursorState(enum.Enum):
+    ACTIVE = "active"
+    FENCED = "fenced"  # another owner took the cursor (or its managed ledger) over
+    CLOSED = "closed"
+
+
+CURSOR_TRANSITIONS: dict[CursorState, frozenset[CursorState]] = {
+    CursorState.ACTIVE: frozenset({CursorState.FENCED, CursorState.CLOSED}),
+    CursorState.FENCED: frozenset({CursorState.CLOSED}),
+    CursorState.CLOSED: frozenset(),
+}
+
+
+def _mask_to_words(mask: int) -> list[int]:
+    words = []
+    while mask:
+        words.append(mask & _WORD_MASK)
+        mask >>= _WORD_BITS
+    return words
+
+
+def _words_to_mask(words: list[int]) -> int:
+    mask = 0
+    for i, word in enumerate(words):
+        mask |= (word & _WORD_MASK) << (i * _WORD_BITS)
+    return mask
+
+
+class ManagedCursor:
+    """Build through ``ManagedLedger.open_cursor`` / ``new_non_durable_cursor``."""
+
+    def __init__(self, ml: ManagedLedger, name: str, mark_delete: Position, *, durable: bool) -> None:
+        self._ml = ml
+        self.name = name
+        self.durable = durable
+        self._state = CursorState.ACTIVE
+        self._md = mark_delete
+        self._ranges = PositionRangeSet(MANAGED_CURSOR_RANGES_COUNT_MAX)
+        self._batch: dict[Position, int] = {}
+        self.properties: dict[str, int] = {}
+        self._read_position = ml.next_position(mark_delete)
+        self._path = f"{ml.path}/{cursor_node_name(name)}" if durable else ""
+        self._snapshot_version = -1
+        self._ledger: LedgerHandle | None = None
+        self._ledger_entries = 0
+        self._stale_ledger_id = -1  # recovered cursor ledger, deleted once the snapshot moved on
+        self._changes = 0  # acks and resets ever applied
+        self._persisted_changes = 0
+        self._persisted_md = mark_delete
+        self._last_flush_ns = ml.clock.monotonic_ns()
+        self._flush_lock = asyncio.Lock()
+        self._dirty = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+
+    # --- construction ----------------------------------------------------------------------------
+
+    @classmethod
+    async def create(cls, ml: ManagedLedger, name: str, mark_delete: Position) -> ManagedCursor:
+        cursor = cls(ml, name, mark_delete, durable=True)
+        try:
+            cursor._snapshot_version = await ml.store.put(cursor._path, encode(cursor._record(-1)), -1)
+        except BadVersion:
+            return await cls.recover(ml, name)  # created meanwhile (or left by a previous owner)
+        cursor._start_flusher()
+        return cursor
+
+    @classmethod
+    def non_durable(cls, ml: ManagedLedger, mark_delete: Position) -> ManagedCursor:
+        return cls(ml, "", mark_delete, durable=False)
+
+    @classmethod
+    async def recover(cls, ml: ManagedLedger, name: str) -> ManagedCursor:
+        """Load cursor ``name``: snapshot, then the last entry of its cursor ledger (fenced)."""
+        path = f"{ml.path}/{cursor_node_name(name)}"
+        found = await ml.store.get(path)
+        if found is None:
+            raise NotFound(f"cursor {name} of {ml.name} has no snapshot")
+        info = decode(CursorInfo, found.value)
+        if info.cursor_ledger_id >= 0 and ml.config.cursor_recovery is CursorRecovery.NEWEST:
+            info = await cls._newest_from_ledger(ml, info)
+        cursor = cls(ml, name, Position(info.mark_delete.ledger_id, info.mark_delete.entry_id), durable=True)
+        cursor._snapshot_version = found.version
+        cursor._stale_ledger_id = info.cursor_ledger_id
+        cursor._apply(info)
+        # Take the cursor node over now, so a previous owner's next flush loses its CAS.
+        await cursor._switch_ledger(cursor._record(-1))
+        cursor._persisted_md = cursor._md
+        cursor._start_flusher()
+        return cursor
+
+    @staticmethod
+    async def _newest_from_ledger(ml: ManagedLedger, info: CursorInfo) -> CursorInfo:
+        try:
+            reader = await ml.manager.open_ledger(info.cursor_ledger_id)
+        except NotFound:
+            return info  # the ledger was already replaced and deleted: the snapshot is newest
+        last = reader.last_add_confirmed
+        if last < 0:
+            return info
+        entry = (await reader.read_entries(last, last))[0]
+        return decode(CursorInfo, entry.payload)
+
+    def _apply(self, info: CursorInfo) -> None:
+        for persisted in info.individually_deleted:
+            first = Position(persisted.lower.ledger_id, persisted.lower.entry_id + 1)
+            last = Position(persisted.upper.ledger_id, persisted.upper.entry_id)
+            if last > self._md:
+                self._ranges.add_range(max(first, self._ml.next_position(self._md)), last, self._ml.next_position)
+        for ack in info.batch_index_acks or []:
+            position = Position(ack.ledger_id, ack.entry_id)
+            if position > self._md:
+                self._batch[position] = _words_to_mask(ack.ack_set)
+        self.properties = dict(info.properties)
+        self._advance_over_ranges()
+        self._read_position = self._ml.next_position(self._md)
+
+    # --- view ------------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> CursorState:
+        return self._state
+
+    @property
+    def mark_delete_position(self) -> Position:
+        return self._md
+
+    @property
+    def persisted_mark_delete_position(self) -> Position:
+        """The mark-delete position of the last complete flush."""
+        return self._persisted_md
+
+    @property
+    def read_position(self) -> Position:
+        return self._read_position
+
+    @property
+    def cursor_ledger_id(self) -> int:
+        return self._ledger.ledger_id if self._ledger is not None else -1
+
+    def individually_deleted_ranges(self) -> list[tuple[Position, Position]]:
+        """Closed ranges ``[first, last]`` of acknowledged entries after the mark-delete position."""
+        return list(self._ranges)
+
+    def batch_acked_indexes(self, position: Position) -> frozenset[int]:
+        mask = self._batch.get(position, 0)
+        return frozenset(i for i in range(mask.bit_length()) if mask >> i & 1)
+
+    def is_deleted(self, position: Position) -> bool:
+        return position <= self._md or self._ranges.contains(position)
+
+    def get_number_of_entries_in_backlog(self) -> int:
+        """Entries after the mark-delete position not individually acknowledged."""
+        lce = self._ml.last_confirmed_entry
+        backlog = self._ml.count_entries(self._md, lce)
+        for first, last in self._ranges:
+            backlog -= self._ml.count_entries(self._ml_before(first), min(last, lce))
+        return max(0, backlog)
+
+    def _ml_before(self, position: Position) -> Position:
+        return Position(position.ledger_id, position.entry_id - 1)
+
+    def has_more_entries(self) -> bool:
+        return self._ml.first_at_or_after(self._read_position) is not None and (
+            self._read_position <= self._ml.last_confirmed_entry
+        )
+
+    # --- acks ------------------------------------------------------------------------------------
+
+    def _check_active(self) -> None:
+        if self._state is CursorState.FENCED:
+            raise ManagedLedgerFenced(f"cursor {self.name} of {self._ml.name} was taken over")
+        if self._state is CursorState.CLOSED:
+            raise ManagedLedgerClosed(f"cursor {self.name} of {self._ml.name} is closed")
+
+    def _check_in_log(self, position: Position) -> None:
+        if position > self._ml.last_confirmed_entry:
+            raise InvalidCursorPosition(f"{position} is after the last entry {self._ml.last_confirmed_entry}")
+
+    async def mark_delete(self, position: Position, properties: dict[str, int] | None = None) -> None:
+        """Acknowledge every entry up to ``position``. An older position changes nothing (never back)."""
+        self._check_active()
+        self._check_in_log(position)
+        if properties is not None:
+            self.properties = dict(properties)
+        if position <= self._md and properties is None:
+            return
+        if position > self._md:
+            self._move_md(position)
+        await self._after_change()
+
+    async def delete(self, positions: Iterable[Position]) -> None:
+        """Acknowledge individual entries; the mark-delete position advances over contiguous ones."""
+        self._check_active()
+        changed = False
+        for position in positions:
+            self._check_in_log(position)
+            if position <= self._md:
+                continue
+            self._batch.pop(position, None)
+            changed |= self._ranges.add(position, self._ml.next_position)
+        if changed:
+            self._advance_over_ranges()
+            await self._after_change()
+
+    async def delete_batch_indexes(self, position: Position, indexes: Iterable[int], batch_size: int) -> None:
+        """Acknowledge some messages of batch entry ``position``; all of them acks the entry."""
+        self._check_active()
+        self._check_in_log(position)
+        if not 1 <= batch_size <= MANAGED_CURSOR_BATCH_SIZE_MAX:
+            raise InvalidArgument(f"batch_size must be 1..{MANAGED_CURSOR_BATCH_SIZE_MAX}")
+        if self.is_deleted(position):
+            return
+        mask = self._batch.get(position, 0)
+        for index in indexes:
+            if not 0 <= index < batch_size:
+                raise InvalidArgument(f"batch index {index} outside 0..{batch_size - 1}")
+            mask |= 1 << index
+        if mask == (1 << batch_size) - 1:
+            await self.delete([position])
+            return
+        if position not in self._batch and len(self._batch) >= MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX:
+            raise LimitExceeded("MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX", len(self._batch) + 1, MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX)
+        if mask != self._batch.get(position):
+            self._batch[position] = mask
+            await self._after_change()
+
+    async def reset(self, position: Position) -> None:
+        """Seek: the next entry delivered is ``position``; everything from it on is unacknowledged.
+
+        The only way the mark-delete position moves back (invariant 9 allows explicit resets).
+        """
+        self._check_active()
+        self._md = Position(position.ledger_id, position.entry_id - 1) if position.entry_id >= 0 else position
+        self._ranges.clear()
+        self._batch.clear()
+        self._read_position = self._ml.next_position(self._md)
+        await self._after_change()
+
+    def _move_md(self, position: Position) -> None:
+        invariant(position > self._md, "mark-delete only moves forward here")
+        self._md = position
+        self._ranges.remove_up_to(position, self._ml.next_position)
+        for acked in [p for p in self._batch if p <= position]:
+            del self._batch[acked]
+        self._advance_over_ranges()
+
+    def _advance_over_ranges(self) -> None:
+        while True:
+            first = self._ranges.first()
+            if first is None or first[0] != self._ml.next_position(self._md):
+                break
+            self._md = first[1]
+            self._ranges.remove_up_to(self._md, self._ml.next_position)
+        for acked in [p for p in self._batch if p <= self._md]:
+            del self._batch[acked]
+        if self._read_position <= self._md:
+            self._read_position = self._ml.next_position(self._md)
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    async def read_entries(self, count_max: int) -> list[ManagedEntry]:
+        """Up to ``count_max`` entries from the read position on, skipping acknowledged ones."""
+        self._check_active()
+        entries = await self._ml.read_entries(self._read_position, count_max)
+        if entries:
+            self._read_position = self._ml.next_position(entries[-1].position)
+        return [entry for entry in entries if not self.is_deleted(entry.position)]
+
+    def seek(self, read_position: Position) -> None:
+        """Move the read position (redelivery); never before the entry after the mark-delete position."""
+        self._read_position = max(read_position, self._ml.next_position(self._md))
+
+    # --- persistence -----------------------------------------------------------------------------
+
+    def _record(self, ledger_id: int) -> CursorInfo:
+        limit = self._ml.config.cursor_ranges_persist_count_max
+        ranges = [
+            PositionRange(
+                lower=PositionRecord(first.ledger_id, first.entry_id - 1),
+                upper=PositionRecord(last.ledger_id, last.entry_id),
+            )
+            for first, last in list(self._ranges)[:limit]
+        ]
+        batch = [
+            BatchIndexAck(p.ledger_id, p.entry_id, _mask_to_words(mask)) for p, mask in sorted(self._batch.items())
+        ]
+        return CursorInfo(
+            cursor_ledger_id=ledger_id,
+            mark_delete=PositionRecord(self._md.ledger_id, self._md.entry_id),
+            individually_deleted=ranges,
+            batch_index_acks=batch or None,
+            properties=dict(self.properties),
+            last_active_ms=self._ml.clock.now_ms(),
+        )
+
+    async def _after_change(self) -> None:
+        self._changes += 1
+        if not self.durable:
+            self._persisted_changes = self._changes
+            return
+        self._dirty.set()
+        unpersisted = self._changes - self._persisted_changes
+        if self._ml.config.cursor_flush_interval_ms == 0 or unpersisted >= self._ml.config.cursor_unpersisted_changes_max:
+            await self.flush()
+
+    def _start_flusher(self) -> None:
+        if self._ml.config.cursor_flush_interval_ms > 0:
+            self._flusher = asyncio.ensure_future(self._flush_periodically())
+
+    async def _flush_periodically(self) -> None:
+        interval_ns = self._ml.config.cursor_flush_interval_ms * 1_000_000
+        while self._state is CursorState.ACTIVE:
+            await self._dirty.wait()
+            wait_ns = self._last_flush_ns + interval_ns - self._ml.clock.monotonic_ns()
+            if wait_ns > 0:
+                await self._ml.clock.sleep(wait_ns / 1e9)
+            try:
+                await self.flush()
+            except MagnetarError:
+                # Fenced: the state says so. Bookies or metadata down: retry after an interval.
+                self._last_flush_ns = self._ml.clock.monotonic_ns()
+
+    async def flush(self) -> None:
+        """Persist the current state now (no-op if nothing changed since the last flush)."""
+        if not self.durable:
+            return
+        async with self._flush_lock:
+            self._check_active()
+            if self._changes == self._persisted_changes:
+                return
+            changes = self._changes
+            md = self._md
+            if self._ledger is None or self._ledger_entries >= self._ml.config.cursor_ledger_entries_max:
+                await self._switch_ledger(self._record(-1))
+            else:
+                await self._append_and_snapshot(self._ledger, self._record(self._ledger.ledger_id))
+            self._persisted_changes = changes
+            self._persisted_md = md
+            self._last_flush_ns = self._ml.clock.monotonic_ns()
+            if self._changes == self._persisted_changes:
+                self._dirty.clear()
+
+    async def _append_and_snapshot(self, ledger: LedgerHandle, record: CursorInfo) -> None:
+        try:
+            await ledger.add_entry(encode(record))
+        except FencedError as exc:
+            self._fence(exc)
+        except MagnetarError:
+            await self._switch_ledger(record)  # this cursor ledger failed: continue in a new one
+            return
+        self._ledger_entries += 1
+        await faults.point("managed_ledger.cursor.mid_flush")
+        await self._cas_snapshot(record)
+
+    async def _switch_ledger(self, record: CursorInfo) -> None:
+        config = self._ml.config
+        ledger = await self._ml.manager.create_ledger(config.ensemble_size, config.write_quorum_size, config.ack_quorum_size)
+        record = CursorInfo(
+            cursor_ledger_id=ledger.ledger_id,
+            mark_delete=record.mark_delete,
+            individually_deleted=record.individually_deleted,
+            batch_index_acks=record.batch_index_acks,
+            properties=record.properties,
+            last_active_ms=record.last_active_ms,
+        )
+        try:
+            await ledger.add_entry(encode(record))
+            await faults.point("managed_ledger.cursor.mid_flush")
+            await self._cas_snapshot(record)
+        except ManagedLedgerFenced:
+            await self._delete_quietly(ledger.ledger_id)
+            raise
+        old, self._ledger, self._ledger_entries = self._ledger, ledger, 1
+        if old is not None:
+            await self._retire(old.ledger_id, old)
+        if self._stale_ledger_id >= 0:
+            stale, self._stale_ledger_id = self._stale_ledger_id, -1
+            await self._delete_quietly(stale)
+
+    async def _retire(self, ledger_id: int, handle: LedgerHandle) -> None:
+        try:
+            await handle.close()
+        except MagnetarError:
+            pass  # failed or fenced: it is deleted anyway, the snapshot no longer names it
+        await self._delete_quietly(ledger_id)
+
+    async def _delete_quietly(self, ledger_id: int) -> None:
+        try:
+            await self._ml.manager.delete_ledger(ledger_id)
+        except MagnetarError:
+            return  # an orphan cursor ledger only wastes space
+
+    async def _cas_snapshot(self, record: CursorInfo) -> None:
+        try:
+            self._snapshot_version = await self._ml.store.put(self._path, encode(record), self._snapshot_version)
+        except BadVersion as exc:
+            self._fence(exc)
+
+    def _fence(self, cause: MagnetarError) -> NoReturn:
+        if self._state is CursorState.ACTIVE:
+            self._move(CursorState.FENCED)
+        raise ManagedLedgerFenced(f"cursor {self.name} of {self._ml.name} was taken over: {cause}") from cause
+
+    def on_ledger_fenced(self) -> None:
+        if self._state is CursorState.ACTIVE:
+            self._move(CursorState.FENCED)
+
+    def _move(self, new: CursorState) -> None:
+        invariant(new in CURSOR_TRANSITIONS[self._state], f"cursor {self.name}: {self._state} -> {new}")
+        self._state = new
+
+    # --- close, delete ---------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Persist what is unpersisted and release the cursor ledger. Idempotent."""
+        if self._state is CursorState.CLOSED:
+            return
+        if self._state is CursorState.ACTIVE and self.durable:
+            try:
+                await self.flush()
+            except ManagedLedgerFenced:
+                pass  # the new owner has the cursor; nothing of ours may be written
+        self._stop()
+        if self._ledger is not None:
+            try:
+                await self._ledger.close()
+            except MagnetarError:
+                pass  # the next owner fences and recovers it
+        if not self.durable:
+            self._ml.forget_non_durable_cursor(self)
+
+    def _stop(self) -> None:
+        if self._state is not CursorState.CLOSED:
+            self._move(CursorState.CLOSED)
+        if self._flusher is not None and self._flusher is not asyncio.current_task():
+            self._flusher.cancel()
+        self._dirty.set()
+
+    async def delete_persisted(self) -> None:
+        """Stop the cursor and delete its snapshot and cursor ledger."""
+        self._stop()
+        if self._ledger is not None:
+            await self._retire(self._ledger.ledger_id, self._ledger)
+        if self._stale_ledger_id >= 0:
+            await self._delete_quietly(self._stale_ledger_id)
+        try:
+            await self._ml.store.delete(self._path)
+        except NotFound:
+            return
+
+    def __repr__(self) -> str:
+        kind = "durable" if self.durable else "non-durable"
+        return f"ManagedCursor({self.name!r}, {kind}, md={self._md}, read={self._read_position})"
+

@@ -1,0 +1,921 @@
+"""``ManagedLedger``: one topic's log as a list of ledgers, with rollover, trimming and cursors.
+
+Protocol (Pulsar's ``ManagedLedgerImpl``, ``shared/seeds/002_*``):
+
+* **Open**: read ``ManagedLedgerInfo`` at ``{root}/{name}``; recover (fence + close) the last two
+  listed ledgers, which the previous owner may still be writing (a crash between the rollover CAS
+  and the close of the old ledger leaves two open); create a new ledger and CAS the list. A lost
+  CAS means another owner took the topic: the open fails with ``ManagedLedgerFenced``.
+* **Append**: ``add_entry`` queues the payload in a bounded queue (``add_queue_count_max``: a
+  full queue makes callers wait); one pump starts the adds on the current ledger in queue order
+  and callers are told strictly in position order, only after the ledger acknowledged the entry
+  (Qa bookies durable). A ``FencedError`` from the ledger or a ``BadVersion`` on the info means
+  another owner took over: the state becomes FENCED and every queued and later append fails.
+* **Rollover** when the current ledger reached ``max_entries_per_ledger`` or
+  ``max_size_bytes_per_ledger`` and is at least ``rollover_time_s_min`` old, or holds entries and
+  is ``rollover_time_s_max`` old: stop starting adds, let in-flight ones finish, create the new
+  ledger, CAS the list (old one with its final count), then close the old ledger.
+* **Trim**: ledgers wholly at or before the slowest durable cursor's mark-delete position are
+  deleted once retention allows (expired by ``retention_time_s`` or the log is over
+  ``retention_size_bytes``); the list is CAS'd first, then the ledgers are deleted. The current
+  ledger is never deleted.
+
+Invariants: ledger ids in the list strictly grow; acknowledged positions strictly grow; state
+changes only along ``TRANSITIONS``; time comes only from the injected ``Clock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import enum
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from magnetar import faults
+from magnetar.base.clock import Clock
+from magnetar.base.errors import (
+    BadVersion,
+    FencedError,
+    InvalidArgument,
+    LimitExceeded,
+    MagnetarError,
+    NotFound,
+)
+from magnetar.base.invariant import invariant
+from magnetar.base.limits import (
+    MANAGED_LEDGER_CACHE_BYTES_MAX,
+    MANAGED_LEDGER_CURSORS_COUNT_MAX,
+    MANAGED_LEDGER_LEDGERS_COUNT_MAX,
+    MANAGED_LEDGER_READ_COUNT_MAX,
+    MANAGED_LEDGER_READERS_CACHED_COUNT_MAX,
+)
+from magnetar.base.types import Position
+from magnetar.ledger.handle import LedgerHandle
+from magnetar.ledger.manager import LedgerManager
+from magnetar.ledger.reader import LedgerReader
+from magnetar.managed_ledger.config import ManagedLedgerConfig, OpenRecovery
+from magnetar.managed_ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced, ManagedLedgerTerminated
+from magnetar.metadata.api import MetadataStore
+from magnetar.metadata.errors import NodeExists
+from magnetar.metadata.records import LedgerInfo, ManagedLedgerInfo, PositionRecord, decode, encode
+
+if TYPE_CHECKING:
+    from magnetar.managed_ledger.cursor import ManagedCursor
+
+
+class MLState(enum.Enum):
+    INITIALIZING = "initializing"
+    LEDGER_OPENED = "ledger_opened"  # appends go to the current ledger
+    CLOSING_LEDGER = "closing_ledger"  # rollover: waiting for in-flight adds of the old ledger
+    CREATING_LEDGER = "creating_ledger"  # rollover: new ledger being created and listed
+    FENCED = "fenced"  # another owner took over; no more appends
+    TERMINATED = "terminated"  # no more appends by request; reads go on
+    CLOSED = "closed"
+
+
+TRANSITIONS: dict[MLState, frozenset[MLState]] = {
+    MLState.INITIALIZING: frozenset({MLState.LEDGER_OPENED, MLState.TERMINATED, MLState.FENCED, MLState.CLOSED}),
+    MLState.LEDGER_OPENED: frozenset(
+        {MLState.CLOSING_LEDGER, MLState.FENCED, MLState.TERMINATED, MLState.CLOSED}
+    ),
+    # Back to LEDGER_OPENED when a rollover failed for a reason other than fencing (retried later).
+    MLState.CLOSING_LEDGER: frozenset(
+        {MLState.CREATING_LEDGER, MLState.LEDGER_OPENED, MLState.FENCED, MLState.CLOSED}
+    ),
+    MLState.CREATING_LEDGER: frozenset({MLState.LEDGER_OPENED, MLState.FENCED, MLState.CLOSED}),
+    MLState.FENCED: frozenset({MLState.CLOSED}),
+    MLState.TERMINATED: frozenset({MLState.CLOSED}),
+    MLState.CLOSED: frozenset(),
+}
+
+_WRITABLE = (MLState.LEDGER_OPENED, MLState.CLOSING_LEDGER, MLState.CREATING_LEDGER)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedEntry:
+    position: Position
+    data: bytes
+
+
+@dataclass(eq=False, slots=True)
+class _OpAdd:
+    """One append: queued, then in flight on a ledger, then told to its caller in order."""
+
+    data: bytes
+    future: asyncio.Future[Position]
+    position: Position | None = None
+    error: MagnetarError | None = None
+    finished: bool = False
+
+
+@dataclass(slots=True)
+class _Current:
+    """The ledger appends go to, and what was started and acknowledged on it."""
+
+    handle: LedgerHandle
+    created_ns: int
+    created_ms: int
+    started_count: int = 0
+    started_bytes: int = 0
+    acked_count: int = 0
+    acked_bytes: int = 0
+    failed: bool = False  # the handle failed for a reason other than fencing: roll over
+    inflight: deque[_OpAdd] = field(default_factory=deque)
+
+
+class ManagedLedger:
+    """A topic's log. Build through ``ManagedLedgerFactory.open`` (or ``ManagedLedger.open``)."""
+
+    def __init__(
+        self,
+        name: str,
+        path: str,
+        *,
+        manager: LedgerManager,
+        store: MetadataStore,
+        clock: Clock,
+        config: ManagedLedgerConfig,
+    ) -> None:
+        self.name = name
+        self.path = path
+        self._manager = manager
+        self._store = store
+        self._clock = clock
+        self.config = config
+        self._state = MLState.INITIALIZING
+        self._failure: MagnetarError | None = None
+        self._ledgers: list[LedgerInfo] = []
+        self._ledger_ids: list[int] = []
+        self._info_version = -1
+        self._info_lock = asyncio.Lock()
+        self._terminated_at: Position | None = None
+        self._current: _Current | None = None
+        self._lce = Position(-1, -1)
+        self._queue: deque[_OpAdd] = deque()
+        self._admission: deque[asyncio.Future[None]] = deque()
+        self._pump_task: asyncio.Task[None] | None = None
+        self._rollover_requested = False
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
+        self._cache: OrderedDict[Position, bytes] = OrderedDict()
+        self._cache_bytes = 0
+        self._readers: OrderedDict[int, LedgerReader] = OrderedDict()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.cursors: dict[str, ManagedCursor] = {}
+        self._non_durable: set[ManagedCursor] = set()
+
+    # --- open ------------------------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        name: str,
+        path: str,
+        *,
+        manager: LedgerManager,
+        store: MetadataStore,
+        clock: Clock,
+        config: ManagedLedgerConfig,
+    ) -> ManagedLedger:
+        """Open (creating if missing) and take ownership: fence the previous owner, start a ledger."""
+        ml = cls(name, path, manager=manager, store=store, clock=clock, config=config)
+        await ml._initialize()
+        return ml
+
+    async def _initialize(self) -> None:
+        info, self._info_version = await self._read_or_create_info()
+        ledgers = list(info.ledgers)
+        for index in range(max(0, len(ledgers) - 2), len(ledgers)):
+            ledgers[index] = await self._recover_ledger(ledgers[index])
+        # An empty ledger holds nothing a cursor can point into: drop it from the list.
+        empty = [info_.ledger_id for info_ in ledgers[-2:] if info_.entries_count == 0]
+        ledgers = [info_ for info_ in ledgers if info_.ledger_id not in empty]
+        self._set_ledgers(ledgers)
+        self._lce = self._last_position_of_closed() or Position(-1, -1)
+        if info.terminated_position is not None:
+            self._terminated_at = Position(info.terminated_position.ledger_id, info.terminated_position.entry_id)
+            await self._cas_info(ledgers)
+            self._move(MLState.TERMINATED)
+        else:
+            handle = await self._create_ledger()
+            now_ms = self._clock.now_ms()
+            try:
+                await self._cas_info([*ledgers, LedgerInfo(handle.ledger_id, 0, 0, now_ms)])
+            except ManagedLedgerFenced:
+                await self._delete_quietly(handle.ledger_id)
+                raise
+            self._install(handle)
+            if self._lce == Position(-1, -1):
+                self._lce = Position(handle.ledger_id, -1)
+            self._move(MLState.LEDGER_OPENED)
+            self._spawn(self._time_rollover_loop())
+        for ledger_id in empty:
+            await self._delete_quietly(ledger_id)
+        await self._load_cursors()
+
+    async def _read_or_create_info(self) -> tuple[ManagedLedgerInfo, int]:
+        found = await self._store.get(self.path)
+        if found is None:
+            info = ManagedLedgerInfo(ledgers=[])
+            try:
+                return info, await self._store.put(self.path, encode(info), -1)
+            except NodeExists:
+                found = await self._store.get(self.path)
+                if found is None:
+                    raise ManagedLedgerFenced(f"{self.name}: info created and deleted under us") from None
+        return decode(ManagedLedgerInfo, found.value), found.version
+
+    async def _recover_ledger(self, info: LedgerInfo) -> LedgerInfo:
+        if self.config.open_recovery is OpenRecovery.FENCE:
+            last = (await self._manager.recover_ledger(info.ledger_id)).last_entry_id
+        else:
+            reader = await self._manager.open_ledger_no_recovery(info.ledger_id)
+            last = reader.last_add_confirmed if reader.is_closed else await reader.read_lac()
+        return LedgerInfo(info.ledger_id, last + 1, info.size_bytes, info.timestamp_ms or self._clock.now_ms())
+
+    async def _load_cursors(self) -> None:
+        from magnetar.managed_ledger.cursor import ManagedCursor, cursor_name_from_node
+
+        for node in await self._store.children(self.path):
+            name = cursor_name_from_node(node)
+            self.cursors[name] = await ManagedCursor.recover(self, name)
+
+    # --- state -----------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> MLState:
+        return self._state
+
+    def _move(self, new: MLState) -> None:
+        invariant(new in TRANSITIONS[self._state], f"managed ledger {self.name}: {self._state} -> {new}")
+        self._state = new
+
+    def _check_writable(self) -> None:
+        if self._state in _WRITABLE:
+            return
+        if self._state is MLState.FENCED:
+            raise ManagedLedgerFenced(f"managed ledger {self.name} is fenced: {self._failure}")
+        if self._state is MLState.TERMINATED:
+            raise ManagedLedgerTerminated(f"managed ledger {self.name} is terminated")
+        raise ManagedLedgerClosed(f"managed ledger {self.name} is {self._state.value}")
+
+    def _become_fenced(self, cause: MagnetarError) -> None:
+        if self._state in (MLState.FENCED, MLState.CLOSED):
+            return
+        self._failure = cause
+        self._move(MLState.FENCED)
+        error = ManagedLedgerFenced(f"managed ledger {self.name} was taken over: {cause}")
+        self._fail_queued(error)
+        for cursor in list(self.cursors.values()):
+            cursor.on_ledger_fenced()
+
+    def _fail_queued(self, error: MagnetarError) -> None:
+        while self._queue:
+            op = self._queue.popleft()
+            if not op.future.done():
+                op.future.set_exception(error)
+                op.future.exception()  # retrieved: a caller that gave up must not log noise
+        self._wake_admission(all_waiters=True)
+
+    # --- ledger list -----------------------------------------------------------------------------
+
+    def _set_ledgers(self, ledgers: list[LedgerInfo]) -> None:
+        ids = [info.ledger_id for info in ledgers]
+        invariant(ids == sorted(set(ids)), f"ledger ids must strictly grow: {ids}")
+        if len(ids) > MANAGED_LEDGER_LEDGERS_COUNT_MAX:
+            raise LimitExceeded("MANAGED_LEDGER_LEDGERS_COUNT_MAX", len(ids), MANAGED_LEDGER_LEDGERS_COUNT_MAX)
+        self._ledgers = ledgers
+        self._ledger_ids = ids
+
+    async def _cas_info(self, ledgers: list[LedgerInfo]) -> None:
+        """Replace the stored list (CAS on the version we hold); BadVersion: we were taken over."""
+        terminated = self._terminated_at
+        info = ManagedLedgerInfo(
+            ledgers=ledgers,
+            terminated_position=None if terminated is None else PositionRecord(terminated.ledger_id, terminated.entry_id),
+        )
+        try:
+            self._info_version = await self._store.put(self.path, encode(info), self._info_version)
+        except BadVersion as exc:
+            self._become_fenced(exc)
+            raise ManagedLedgerFenced(f"managed ledger {self.name}: info changed by another owner") from exc
+        self._set_ledgers(ledgers)
+
+    def _entries_in(self, index: int) -> int:
+        current = self._current
+        if current is not None and index == len(self._ledgers) - 1 and self._ledger_ids[index] == current.handle.ledger_id:
+            return current.acked_count
+        return self._ledgers[index].entries_count
+
+    def _last_position_of_closed(self) -> Position | None:
+        for info in reversed(self._ledgers):
+            if info.entries_count > 0:
+                return Position(info.ledger_id, info.entries_count - 1)
+        return None
+
+    # --- positions -------------------------------------------------------------------------------
+
+    @property
+    def last_confirmed_entry(self) -> Position:
+        """The last acknowledged entry; ``(ledger, -1)`` before the first entry of an empty log."""
+        return self._lce
+
+    @property
+    def current_ledger_id(self) -> int:
+        return self._ledger_ids[-1] if self._ledger_ids else -1
+
+    @property
+    def ledger_ids(self) -> list[int]:
+        return list(self._ledger_ids)
+
+    def ledger_infos(self) -> list[LedgerInfo]:
+        """The list with the current ledger's live count and size."""
+        result = list(self._ledgers)
+        current = self._current
+        if current is not None and result and result[-1].ledger_id == current.handle.ledger_id:
+            last = result[-1]
+            result[-1] = LedgerInfo(last.ledger_id, self._entries_in(len(result) - 1), current.acked_bytes, last.timestamp_ms)
+        return result
+
+    @property
+    def first_position(self) -> Position:
+        """The position just before the oldest stored entry (where an 'earliest' cursor starts)."""
+        if not self._ledger_ids:
+            return self._lce
+        return Position(self._ledger_ids[0], -1)
+
+    def first_at_or_after(self, position: Position) -> Position | None:
+        """The first stored, acknowledged entry at or after ``position``; None past the end."""
+        start = bisect.bisect_left(self._ledger_ids, position.ledger_id)
+        for index in range(start, len(self._ledger_ids)):
+            ledger_id = self._ledger_ids[index]
+            entry_id = max(position.entry_id, 0) if ledger_id == position.ledger_id else 0
+            if entry_id < self._entries_in(index):
+                return Position(ledger_id, entry_id)
+        return None
+
+    def next_position(self, position: Position) -> Position:
+        """The entry after ``position`` in the log (or where the next append would land)."""
+        found = self.first_at_or_after(Position(position.ledger_id, position.entry_id + 1))
+        if found is not None:
+            return found
+        if position.ledger_id >= self.current_ledger_id:
+            return Position(position.ledger_id, position.entry_id + 1) if position.ledger_id >= 0 else position.next()
+        current = self._ledger_ids[-1] if self._ledger_ids else position.ledger_id
+        return Position(current, self._entries_in(len(self._ledger_ids) - 1) if self._ledger_ids else 0)
+
+    def count_entries(self, after: Position, upto: Position) -> int:
+        """Stored entries ``p`` with ``after < p <= upto``."""
+        if upto <= after:
+            return 0
+        total = 0
+        start = bisect.bisect_left(self._ledger_ids, after.ledger_id)
+        for index in range(start, len(self._ledger_ids)):
+            ledger_id = self._ledger_ids[index]
+            if ledger_id > upto.ledger_id:
+                break
+            low = after.entry_id + 1 if ledger_id == after.ledger_id else 0
+            high = self._entries_in(index) - 1
+            if ledger_id == upto.ledger_id:
+                high = min(high, upto.entry_id)
+            total += max(0, high - low + 1)
+        return total
+
+    @property
+    def number_of_entries(self) -> int:
+        """Entries stored (acknowledged and not trimmed)."""
+        return sum(self._entries_in(i) for i in range(len(self._ledgers)))
+
+    @property
+    def total_size_bytes(self) -> int:
+        return sum(info.size_bytes for info in self.ledger_infos())
+
+    def position_after_n(self, start: Position, n: int) -> Position:
+        """The entry ``n`` entries after ``start`` (start excluded), clamped to the last one."""
+        if n < 0:
+            raise InvalidArgument(f"n must be >= 0, got {n}")
+        position = start
+        remaining = n
+        while remaining > 0:
+            found = self.first_at_or_after(Position(position.ledger_id, position.entry_id + 1))
+            if found is None or found > self._lce:
+                break
+            index = bisect.bisect_left(self._ledger_ids, found.ledger_id)
+            last_in_ledger = self._entries_in(index) - 1
+            step = min(remaining, last_in_ledger - found.entry_id + 1)
+            position = Position(found.ledger_id, found.entry_id + step - 1)
+            remaining -= step
+        return position
+
+    # --- append ----------------------------------------------------------------------------------
+
+    async def add_entry(self, data: bytes) -> Position:
+        """Append ``data``; returns its position once the ledger acknowledged it (Qa durable).
+
+        Positions returned grow strictly in call order. Waits while ``add_queue_count_max`` appends
+        are queued or in flight. Raises ``ManagedLedgerFenced`` once another owner took over,
+        ``ManagedLedgerTerminated``/``ManagedLedgerClosed``, or the ledger error that failed it
+        (its outcome is then undecided: it may appear in the log after recovery).
+        """
+        self._check_writable()
+        await self._admit()
+        self._check_writable()
+        op = _OpAdd(bytes(data), asyncio.get_running_loop().create_future())
+        self._queue.append(op)
+        self._kick_pump()
+        return await asyncio.shield(op.future)
+
+    @property
+    def pending_add_count(self) -> int:
+        inflight = len(self._current.inflight) if self._current is not None else 0
+        return len(self._queue) + inflight
+
+    async def _admit(self) -> None:
+        if self.pending_add_count < self.config.add_queue_count_max and not self._admission:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._admission.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in self._admission:
+                self._admission.remove(waiter)
+
+    def _wake_admission(self, *, all_waiters: bool = False) -> None:
+        while self._admission and (all_waiters or self.pending_add_count < self.config.add_queue_count_max):
+            waiter = self._admission.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _kick_pump(self) -> None:
+        if self._pump_task is None or self._pump_task.done():
+            self._pump_task = self._spawn(self._pump())
+
+    async def _pump(self) -> None:
+        while (self._queue or self._rollover_requested) and self._state is MLState.LEDGER_OPENED:
+            if self._needs_rollover():
+                try:
+                    await self._rollover()
+                except MagnetarError as exc:
+                    self._rollover_requested = False
+                    if self.state is not MLState.FENCED:
+                        self._fail_queued(exc)
+                    return
+                continue
+            if not self._queue:
+                break
+            self._start_add(self._queue.popleft())
+
+    def _needs_rollover(self) -> bool:
+        current = self._current
+        invariant(current is not None, "an opened managed ledger has a current ledger")
+        assert current is not None
+        if current.failed:
+            return True
+        age_s = (self._clock.monotonic_ns() - current.created_ns) / 1e9
+        if current.started_count > 0 and age_s >= self.config.rollover_time_s_max:
+            return True
+        if self._rollover_requested:
+            if current.started_count > 0:
+                return True
+            self._rollover_requested = False
+        full = (
+            current.started_count >= self.config.max_entries_per_ledger
+            or current.started_bytes >= self.config.max_size_bytes_per_ledger
+        )
+        return full and age_s >= self.config.rollover_time_s_min
+
+    def _start_add(self, op: _OpAdd) -> None:
+        current = self._current
+        assert current is not None
+        expected_entry_id = current.started_count
+        current.started_count += 1
+        current.started_bytes += len(op.data)
+        current.inflight.append(op)
+        self._drained.clear()
+        self._spawn(self._run_add(current, op, expected_entry_id))
+
+    async def _run_add(self, current: _Current, op: _OpAdd, expected_entry_id: int) -> None:
+        try:
+            entry_id = await current.handle.add_entry(op.data)
+        except FencedError as exc:
+            op.error = ManagedLedgerFenced(f"managed ledger {self.name}: ledger {current.handle.ledger_id} fenced")
+            self._become_fenced(exc)
+        except MagnetarError as exc:
+            op.error = exc
+            current.failed = True
+        else:
+            invariant(entry_id == expected_entry_id, f"entry id {entry_id}, expected {expected_entry_id}")
+            op.position = Position(current.handle.ledger_id, entry_id)
+        op.finished = True
+        self._deliver_in_order(current)
+
+    def _deliver_in_order(self, current: _Current) -> None:
+        # Callers learn outcomes in position order even if completions interleave.
+        while current.inflight and current.inflight[0].finished:
+            op = current.inflight.popleft()
+            if op.position is not None:
+                invariant(op.position > self._lce, f"position {op.position} not after {self._lce}")
+                self._lce = op.position
+                current.acked_count += 1
+                current.acked_bytes += len(op.data)
+                self._cache_put(op.position, op.data)
+                if not op.future.done():
+                    op.future.set_result(op.position)
+            elif not op.future.done():
+                invariant(op.error is not None, "a finished add has a position or an error")
+                assert op.error is not None
+                op.future.set_exception(op.error)
+                op.future.exception()
+        if not current.inflight:
+            self._drained.set()
+        self._wake_admission()
+        self._notify_entry_waiters()
+        if current.failed and self._queue:
+            self._kick_pump()
+
+    # --- rollover --------------------------------------------------------------------------------
+
+    async def _create_ledger(self) -> LedgerHandle:
+        config = self.config
+        return await self._manager.create_ledger(config.ensemble_size, config.write_quorum_size, config.ack_quorum_size)
+
+    def _install(self, handle: LedgerHandle) -> None:
+        self._current = _Current(handle, self._clock.monotonic_ns(), self._clock.now_ms())
+
+    async def _rollover(self) -> None:
+        old = self._current
+        assert old is not None
+        self._move(MLState.CLOSING_LEDGER)
+        await self._drained.wait()
+        if self._state is not MLState.CLOSING_LEDGER:
+            return  # fenced while draining
+        try:
+            if old.failed:
+                last = (await self._manager.recover_ledger(old.handle.ledger_id)).last_entry_id
+            else:
+                last = old.handle.last_add_confirmed
+            self._move(MLState.CREATING_LEDGER)
+            handle = await self._create_ledger()
+        except MagnetarError:
+            if self._state in (MLState.CLOSING_LEDGER, MLState.CREATING_LEDGER):
+                self._move(MLState.LEDGER_OPENED)
+            raise
+        await faults.point("managed_ledger.rollover.after_create")
+        now_ms = self._clock.now_ms()
+        closed = LedgerInfo(old.handle.ledger_id, last + 1, old.acked_bytes, now_ms)
+        async with self._info_lock:
+            invariant(self._ledger_ids[-1] == old.handle.ledger_id, "the current ledger is listed last")
+            try:
+                await self._cas_info([*self._ledgers[:-1], closed, LedgerInfo(handle.ledger_id, 0, 0, now_ms)])
+            except ManagedLedgerFenced:
+                await self._delete_quietly(handle.ledger_id)
+                raise
+        await faults.point("managed_ledger.rollover.after_cas")
+        if last >= 0:
+            self._lce = max(self._lce, Position(old.handle.ledger_id, last))
+        self._install(handle)
+        self._rollover_requested = False
+        self._move(MLState.LEDGER_OPENED)
+        if not old.failed:
+            await self._close_old(old.handle)
+        self._spawn(self.trim_consumed_ledgers())
+
+    async def _close_old(self, handle: LedgerHandle) -> None:
+        try:
+            await handle.close()
+        except FencedError as exc:
+            self._become_fenced(exc)
+            raise ManagedLedgerFenced(f"{self.name}: ledger {handle.ledger_id} fenced at close") from exc
+        except MagnetarError:
+            # The list already holds its final count; recovery closes it at the same end.
+            try:
+                await self._manager.recover_ledger(handle.ledger_id)
+            except MagnetarError:
+                return  # still OPEN: readers fall back to LAC reads; the next owner recovers it
+
+    async def _time_rollover_loop(self) -> None:
+        # Idle ledgers still roll over by age (a busy one is checked on each append).
+        max_s = self.config.rollover_time_s_max
+        while self._state in _WRITABLE:
+            current = self._current
+            assert current is not None
+            due_ns = current.created_ns + int(max_s * 1e9)
+            wait_ns = due_ns - self._clock.monotonic_ns()
+            if wait_ns > 0:
+                await self._clock.sleep(wait_ns / 1e9)
+                continue
+            if self._state is MLState.LEDGER_OPENED and current is self._current and current.started_count > 0:
+                self._rollover_requested = True
+                self._kick_pump()
+            await self._clock.sleep(max_s)
+
+    async def request_rollover(self) -> None:
+        """Roll the current ledger over now if it holds entries (tests, admin 'unload')."""
+        self._check_writable()
+        current = self._current
+        if current is None or current.started_count == 0:
+            return
+        self._rollover_requested = True
+        self._kick_pump()
+        pump = self._pump_task
+        if pump is not None and not pump.done():
+            await asyncio.wait([pump])
+        self._check_writable()
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    async def read_entries(self, start: Position, count_max: int) -> list[ManagedEntry]:
+        """Up to ``count_max`` acknowledged entries from ``start`` on (across ledgers, in order)."""
+        if not 1 <= count_max <= MANAGED_LEDGER_READ_COUNT_MAX:
+            raise InvalidArgument(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
+        if self._state is MLState.CLOSED:
+            raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
+        result: list[ManagedEntry] = []
+        position = self.first_at_or_after(start)
+        while position is not None and position <= self._lce and len(result) < count_max:
+            index = bisect.bisect_left(self._ledger_ids, position.ledger_id)
+            last = self._entries_in(index) - 1
+            if position.ledger_id == self._lce.ledger_id:
+                last = min(last, self._lce.entry_id)
+            last = min(last, position.entry_id + count_max - len(result) - 1)
+            result.extend(await self._read_range(position.ledger_id, position.entry_id, last))
+            position = self.first_at_or_after(Position(position.ledger_id, last + 1))
+        return result
+
+    async def read_entry(self, position: Position) -> ManagedEntry:
+        entries = await self.read_entries(position, 1)
+        if not entries or entries[0].position != position:
+            raise NotFound(f"no entry at {position} in {self.name}")
+        return entries[0]
+
+    async def _read_range(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+        cached = [self._cache.get(Position(ledger_id, e)) for e in range(first, last + 1)]
+        if all(data is not None for data in cached):
+            return [ManagedEntry(Position(ledger_id, first + i), data) for i, data in enumerate(cached) if data is not None]
+        reader = await self._reader_for(ledger_id, last)
+        entries = await reader.read_entries(first, last)
+        return [ManagedEntry(Position(ledger_id, e.entry_id), e.payload) for e in entries]
+
+    async def _reader_for(self, ledger_id: int, last: int) -> LedgerReader:
+        reader = self._readers.get(ledger_id)
+        if reader is None or (not reader.is_closed and reader.last_add_confirmed < last):
+            reader = await self._manager.open_ledger_no_recovery(ledger_id)
+            self._readers[ledger_id] = reader
+            while len(self._readers) > MANAGED_LEDGER_READERS_CACHED_COUNT_MAX:
+                self._readers.popitem(last=False)
+        self._readers.move_to_end(ledger_id)
+        if reader.last_add_confirmed < last and not reader.is_closed:
+            await reader.read_lac()
+            current = self._current
+            if reader.last_add_confirmed < last and current is not None and current.handle.ledger_id == ledger_id:
+                # The LAC of our own latest entry rides only on the next one: publish it.
+                await current.handle.send_explicit_lac()
+                await reader.read_lac()
+        if reader.last_add_confirmed < last:
+            raise NotFound(f"entry {ledger_id}:{last} is not readable yet (LAC {reader.last_add_confirmed})")
+        return reader
+
+    def _cache_put(self, position: Position, data: bytes) -> None:
+        self._cache[position] = data
+        self._cache_bytes += len(data)
+        while self._cache_bytes > MANAGED_LEDGER_CACHE_BYTES_MAX and self._cache:
+            _, evicted = self._cache.popitem(last=False)
+            self._cache_bytes -= len(evicted)
+
+    async def wait_for_entries_after(self, position: Position) -> None:
+        """Return once an entry after ``position`` is acknowledged (or the ledger stops)."""
+        while self._lce <= position and self._state in _WRITABLE:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._entry_waiters.append((position, waiter))
+            try:
+                await waiter
+            finally:
+                if (position, waiter) in self._entry_waiters:
+                    self._entry_waiters.remove((position, waiter))
+
+    def _notify_entry_waiters(self) -> None:
+        still: list[tuple[Position, asyncio.Future[None]]] = []
+        for position, waiter in self._entry_waiters:
+            if (self._lce > position or self._state not in _WRITABLE) and not waiter.done():
+                waiter.set_result(None)
+            elif not waiter.done():
+                still.append((position, waiter))
+        self._entry_waiters = still
+
+    async def find_newest_matching(
+        self, predicate: Callable[[ManagedEntry], Awaitable[bool] | bool], *, start: Position | None = None
+    ) -> Position | None:
+        """Binary search: the last entry for which ``predicate`` holds, given it holds on a prefix.
+
+        (Pulsar's ``findNewestMatching``, used by seek-by-publish-time and expiry.) None if it holds
+        for no entry.
+        """
+        before = start if start is not None else self.first_position
+        low = self.count_entries(Position(-1, -1), before)
+        high = low + self.count_entries(before, self._lce)
+        found: Position | None = None
+        origin = Position(-1, -1)
+        while low < high:
+            middle = (low + high) // 2
+            position = self.position_after_n(origin, middle + 1)
+            entry = await self.read_entry(position)
+            verdict = predicate(entry)
+            if isinstance(verdict, Awaitable):
+                verdict = await verdict
+            if verdict:
+                found = position
+                low = middle + 1
+            else:
+                high = middle
+        return found
+
+    # --- cursors ---------------------------------------------------------------------------------
+
+    async def open_cursor(self, name: str, *, initial_position: Position | None = None) -> ManagedCursor:
+        """The durable cursor ``name`` (created at ``initial_position``, default latest, if new)."""
+        from magnetar.managed_ledger.cursor import ManagedCursor
+
+        if self._state is MLState.CLOSED:
+            raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
+        found = self.cursors.get(name)
+        if found is not None:
+            return found
+        if len(self.cursors) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
+            raise LimitExceeded("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self.cursors) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
+        start = self._lce if initial_position is None else initial_position
+        cursor = await ManagedCursor.create(self, name, start)
+        self.cursors[name] = cursor
+        return cursor
+
+    def new_non_durable_cursor(self, start: Position | None = None) -> ManagedCursor:
+        """An in-memory cursor (readers): same API, nothing persisted, does not hold back trimming."""
+        from magnetar.managed_ledger.cursor import ManagedCursor
+
+        cursor = ManagedCursor.non_durable(self, self._lce if start is None else start)
+        if len(self._non_durable) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
+            raise LimitExceeded("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self._non_durable) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
+        self._non_durable.add(cursor)
+        return cursor
+
+    def forget_non_durable_cursor(self, cursor: ManagedCursor) -> None:
+        self._non_durable.discard(cursor)
+
+    async def delete_cursor(self, name: str) -> None:
+        cursor = self.cursors.pop(name, None)
+        if cursor is not None:
+            await cursor.delete_persisted()
+
+    def slowest_mark_delete(self) -> Position:
+        durable = [cursor.mark_delete_position for cursor in self.cursors.values()]
+        return min(durable) if durable else self._lce
+
+    # --- trimming --------------------------------------------------------------------------------
+
+    async def trim_consumed_ledgers(self) -> list[int]:
+        """Delete ledgers every durable cursor consumed, as retention allows; returns their ids."""
+        if self._state not in (*_WRITABLE, MLState.TERMINATED):
+            return []
+        async with self._info_lock:
+            doomed = self._trimmable()
+            if not doomed:
+                return []
+            kept = [info for info in self._ledgers if info.ledger_id not in doomed]
+            try:
+                await self._cas_info(kept)
+            except ManagedLedgerFenced:
+                return []
+        for ledger_id in doomed:
+            self._readers.pop(ledger_id, None)
+            for position in [p for p in self._cache if p.ledger_id == ledger_id]:
+                self._cache_bytes -= len(self._cache.pop(position))
+            await self._delete_quietly(ledger_id)
+        return doomed
+
+    def _trimmable(self) -> list[int]:
+        slowest = self.slowest_mark_delete()
+        now_ms = self._clock.now_ms()
+        total_bytes = self.total_size_bytes
+        deleted_bytes = 0
+        doomed: list[int] = []
+        for index, info in enumerate(self._ledgers[:-1]):  # never the current (last) ledger
+            entries = self._entries_in(index)
+            consumed = info.ledger_id < slowest.ledger_id or (
+                info.ledger_id == slowest.ledger_id and slowest.entry_id >= entries - 1
+            )
+            if not consumed:
+                break
+            retention_s = self.config.retention_time_s
+            retention_bytes = self.config.retention_size_bytes
+            expired = retention_s >= 0 and now_ms - info.timestamp_ms >= retention_s * 1000
+            over_size = retention_bytes >= 0 and total_bytes - deleted_bytes > retention_bytes
+            if not (expired or over_size):
+                break
+            doomed.append(info.ledger_id)
+            deleted_bytes += info.size_bytes
+        return doomed
+
+    async def _delete_quietly(self, ledger_id: int) -> None:
+        # An orphan ledger only wastes space; failing the caller for it would lose nothing less.
+        try:
+            await self._manager.delete_ledger(ledger_id)
+        except MagnetarError:
+            return
+
+    # --- terminate, close, delete ----------------------------------------------------------------
+
+    async def terminate(self) -> Position:
+        """No more appends: wait for in-flight ones, close the ledger, record the last position."""
+        self._check_writable()
+        while self._state is not MLState.LEDGER_OPENED or self._queue:
+            pump = self._pump_task
+            if pump is None or pump.done():
+                break
+            await asyncio.wait([pump])
+        self._check_writable()
+        await self._drained.wait()
+        current = self._current
+        assert current is not None
+        self._move(MLState.TERMINATED)
+        self._terminated_at = self._lce
+        await current.handle.close()
+        async with self._info_lock:
+            self._ledgers[-1] = LedgerInfo(
+                current.handle.ledger_id, current.handle.last_add_confirmed + 1, current.acked_bytes, self._clock.now_ms()
+            )
+            await self._cas_info(list(self._ledgers))
+        self._notify_entry_waiters()
+        return self._lce
+
+    @property
+    def is_terminated(self) -> bool:
+        return self._terminated_at is not None
+
+    async def close(self) -> None:
+        """Finish in-flight appends, persist cursors, close the current ledger. Idempotent."""
+        if self._state is MLState.CLOSED:
+            return
+        pump = self._pump_task
+        if pump is not None and not pump.done() and self._state in _WRITABLE:
+            await asyncio.wait([pump])
+        await self._drained.wait()
+        for cursor in list(self.cursors.values()):
+            await cursor.close()
+        current = self._current
+        if self._state is MLState.LEDGER_OPENED and current is not None and not current.failed:
+            try:
+                await current.handle.close()
+            except MagnetarError:
+                pass  # fenced or failed: the next owner's recovery decides the end
+        self._fail_queued(ManagedLedgerClosed(f"managed ledger {self.name} closed"))
+        self._move(MLState.CLOSED)
+        self._notify_entry_waiters()
+        self._cancel_tasks()
+
+    async def delete(self) -> None:
+        """Delete every ledger, every cursor and the metadata of this managed ledger."""
+        for name in list(self.cursors):
+            await self.delete_cursor(name)
+        ledger_ids = list(self._ledger_ids)
+        await self.close()
+        for ledger_id in ledger_ids:
+            await self._delete_quietly(ledger_id)
+        for node in await self._store.children(self.path):
+            await self._store.delete(f"{self.path}/{node}")
+        await self._store.delete(self.path)
+
+    # --- tasks -----------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # background failures are reflected in state; do not log noise
+
+    def _cancel_tasks(self) -> None:
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+
+    # Readers and cursors reach the manager and store through the ledger they belong to.
+    @property
+    def manager(self) -> LedgerManager:
+        return self._manager
+
+    @property
+    def store(self) -> MetadataStore:
+        return self._store
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
