@@ -1,6 +1,8 @@
 """The bookie process: composition root and asyncio server over the ``storage.Bookie`` core.
 
-``run_bookie(config)`` arms fault points from ``MAGNETAR_FAULTS``, opens the data directory
+``start_bookie(config, store=..., clock=..., network=...)`` starts one in the running loop (used
+by ``magnetar standalone`` for one or more bookies); ``run_bookie(config)`` is the bookie
+process around it: it arms fault points from ``MAGNETAR_FAULTS``, opens the data directory
 (``LocalDisk``) and the index (RocksDB at ``<data_dir>/index``), checks the cookie against the
 metadata store, replays the journal, listens, and registers the bookie in the metadata store:
 
@@ -30,6 +32,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from magnetar import faults
+from magnetar.base.clock import Clock
 from magnetar.base.errors import CorruptData, LimitExceeded, MagnetarError
 from magnetar.base.io import Connection, Listener, Network
 from magnetar.base.limits import (
@@ -37,6 +40,7 @@ from magnetar.base.limits import (
     BOOKIE_CONNECTIONS_COUNT_MAX,
     BOOKIE_READ_CHUNK_BYTES,
 )
+from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.bookie import (
     AddRequest,
     AddResponse,
@@ -55,6 +59,11 @@ from magnetar.protocol.bookie import (
     encode,
 )
 from magnetar.protocol.bookie.codec import Entry, Message
+from magnetar.runtime.clock import SystemClock, system_rng
+from magnetar.runtime.disk import LocalDisk
+from magnetar.runtime.kv import RocksKeyValueStore
+from magnetar.runtime.metadata import open_metadata_store
+from magnetar.runtime.network import TcpNetwork
 from magnetar.storage import Bookie, BookieConfig, BookieStatus, verify_or_create_cookie
 
 log = logging.getLogger(__name__)
@@ -260,23 +269,39 @@ class Registration:
             await asyncio.sleep(REGISTRATION_CHECK_INTERVAL_S)
 
 
-async def run_bookie(config: BookieConfig, *, ready: Callable[[int], None] | None = None) -> None:
-    """Run a bookie until SIGTERM/SIGINT (composition root of the bookie process)."""
-    from magnetar.runtime.clock import SystemClock, system_rng
-    from magnetar.runtime.disk import LocalDisk
-    from magnetar.runtime.kv import RocksKeyValueStore
-    from magnetar.runtime.metadata import open_metadata_store
-    from magnetar.runtime.network import TcpNetwork
+class RunningBookie:
+    """A bookie serving in this event loop: storage core, server and registration.
 
-    faults.arm_from_env()
-    clock = SystemClock()
+    ``start_bookie`` builds one; ``stop()`` stops it. Several can share one process and one
+    metadata store (``magnetar standalone --bookies 3``); the store is the caller's to close.
+    """
+
+    def __init__(
+        self, bookie: Bookie, server: BookieServer, kv: RocksKeyValueStore, bookie_id: str, registration_task: asyncio.Task[None]
+    ) -> None:
+        self.bookie = bookie
+        self.server = server
+        self.bookie_id = bookie_id
+        self._kv = kv
+        self._registration_task = registration_task
+
+    @property
+    def port(self) -> int:
+        return int(self.bookie_id.rsplit(":", 1)[1])
+
+    async def stop(self) -> None:
+        self._registration_task.cancel()
+        await self.server.stop()
+        await self.bookie.stop()
+        self._kv.close()
+
+
+async def start_bookie(config: BookieConfig, *, store: MetadataStore, clock: Clock, network: Network) -> RunningBookie:
+    """Open the data directory, check the cookie, replay the journal, listen and register."""
     disk = LocalDisk(config.data_dir)
     kv = RocksKeyValueStore(os.path.join(disk.root, "index"))
-    store = await open_metadata_store(config.metadata_url, clock=clock)
     bookie = Bookie(disk, kv, clock, config)
-    network = TcpNetwork()
     server = BookieServer(bookie, network)
-    registration_task: asyncio.Task[None] | None = None
     try:
         has_data = bookie.has_data()
         # The port may be 0 (tests): the identity is known only once bound, so the cookie is
@@ -287,22 +312,44 @@ async def run_bookie(config: BookieConfig, *, ready: Callable[[int], None] | Non
         await bookie.start()
         registration = Registration(store, bookie_id, bookie)
         await registration.sync()
-        registration_task = asyncio.get_running_loop().create_task(registration.run(), name="bookie-registration")
-        print(f"magnetar-bookie listening on {bookie_id}", flush=True)
-        if ready is not None:
-            ready(port)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-    finally:
-        if registration_task is not None:
-            registration_task.cancel()
+    except BaseException:
         await server.stop()
         await bookie.stop()
         kv.close()
+        raise
+    task = asyncio.get_running_loop().create_task(registration.run(), name=f"bookie-registration-{bookie_id}")
+    return RunningBookie(bookie, server, kv, bookie_id, task)
+
+
+async def run_bookie(config: BookieConfig, *, ready: Callable[[int], None] | None = None) -> None:
+    """Run a bookie until SIGTERM/SIGINT (composition root of the bookie process)."""
+    faults.arm_from_env()
+    clock = SystemClock()
+    store = await open_metadata_store(config.metadata_url, clock=clock)
+    try:
+        running = await start_bookie(config, store=store, clock=clock, network=TcpNetwork())
+        try:
+            print(f"magnetar-bookie listening on {running.bookie_id}", flush=True)
+            if ready is not None:
+                ready(running.port)
+            await wait_for_termination_signal()
+        finally:
+            await running.stop()
+    finally:
         await store.close()
+
+
+async def wait_for_termination_signal() -> None:
+    """Return on the first SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
 
 
 def main(config: BookieConfig) -> None:
