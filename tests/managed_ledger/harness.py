@@ -5,7 +5,10 @@ restarted or second broker would. Dropping a broker object without closing it is
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from magnetar.base.rng import SeededRng
 from magnetar.base.types import BookieId
@@ -13,7 +16,7 @@ from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.ledger.placement import RandomPlacement, StaticBookieDirectory
-from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.sim import SimClock
 from tests.ledger.fakes import FakeBookie, FakeTransport, MemoryVersionedStore
@@ -70,3 +73,22 @@ def config(**overrides: object) -> ManagedLedgerConfig:
     base: dict[str, object] = {"cursor_flush_interval_ms": 0, "retention_time_s": -1, "retention_size_bytes": -1}
     base.update(overrides)
     return ManagedLedgerConfig(**base)  # type: ignore[arg-type]
+
+
+async def until(condition: Callable[[], bool], rounds: int = 10_000) -> None:
+    """Run other tasks until ``condition()`` holds (no time passes)."""
+    for _ in range(rounds):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never became true")
+
+
+def crash(ml: ManagedLedger, *tasks: asyncio.Task[Any]) -> None:
+    """The owner process dies: its tasks stop where they are; nothing is closed or flushed."""
+    for task in tasks:
+        task.cancel()
+    ml._cancel_tasks()
+    for cursor in ml.cursors.values():
+        if cursor._flusher is not None:
+            cursor._flusher.cancel()
