@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import typer
 
-from magnetar.cli import bookie, sim
+from magnetar.cli import bookie, sim, standalone
 
 REGISTRARS: list[Callable[[typer.Typer], None]] = []
 REGISTRARS.append(sim.register)
 REGISTRARS.append(bookie.register)
+REGISTRARS.append(standalone.register)

@@ -1,0 +1,50 @@
+"""``magnetar standalone``: metadata, bookies and HTTP in one process (``runtime.standalone``)."""
+
+from __future__ import annotations
+
+import typer
+
+from magnetar.base.errors import InvalidArgument
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("standalone")
+    def standalone(
+        data_dir: str = typer.Option(None, "--data-dir", help="data directory (default data/standalone)"),
+        bookies: int = typer.Option(None, "--bookies", help="bookies in this process: 1 (E=Qw=Qa=1) or 3+ (3,3,2)"),
+        host: str = typer.Option(None, "--host", help="address to listen on (default 127.0.0.1)"),
+        broker_port: int = typer.Option(None, "--broker-port", help="Pulsar binary protocol port (default 6650)"),
+        web_port: int = typer.Option(None, "--web-port", help="HTTP port for /metrics and /health (default 8080)"),
+        bookie_port: int = typer.Option(None, "--bookie-port", help="first bookie's port (default 3181; 0 = any)"),
+        config: str = typer.Option(None, "--config", help="TOML file with a [standalone] section"),
+    ) -> None:
+        """Run Magnetar on one machine: embedded metadata store, bookies and HTTP endpoint."""
+        from magnetar.runtime.config import load_config, read_toml, section_of
+        from magnetar.runtime.standalone import StandaloneConfig, main
+        from magnetar.storage import CookieMismatch
+
+        try:
+            loaded = load_config(
+                StandaloneConfig,
+                "standalone",
+                file_values=section_of(read_toml(config), "standalone"),
+                overrides={
+                    "data_dir": data_dir,
+                    "bookies_count": bookies,
+                    "host": host,
+                    "broker_port": broker_port,
+                    "web_port": web_port,
+                    "bookie_port": bookie_port,
+                },
+            )
+        except InvalidArgument as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        try:
+            main(loaded)
+        except CookieMismatch as exc:  # a wiped or foreign bookie directory: refuse, say why
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(3) from None
+        except OSError as exc:  # a port in use, an unwritable data directory
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None

@@ -1,0 +1,153 @@
+"""``magnetar standalone``: one process holding the embedded metadata store, the bookies and the
+HTTP endpoint, in one data directory (the laptop and test deployment, like ``pulsar standalone``).
+
+Layout of the data directory::
+
+    <data_dir>/metadata/      the embedded metadata store (RocksDB)
+    <data_dir>/bookie-<i>/    bookie i (journal, entry logs, index, cookie)
+
+With one bookie (the default) ledgers are written with E=Qw=Qa=1; with ``--bookies 3`` the
+replicated quorum (3, 3, 2). Start-up order: metadata, then every bookie (each replays its
+journal before it serves), then the HTTP endpoint; a line ``magnetar standalone ready ...`` on
+stdout says when clients may connect. SIGTERM or SIGINT stops everything in reverse order.
+A SIGKILL loses nothing acknowledged: the bookies reply only after fsync and the metadata store
+writes synchronously.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from magnetar import faults
+from magnetar.base.errors import InvalidArgument
+from magnetar.metadata.api import MetadataStore
+from magnetar.runtime.bookie import RunningBookie, start_bookie, wait_for_termination_signal
+from magnetar.runtime.clock import SystemClock
+from magnetar.runtime.http import HttpEndpoint, start_http
+from magnetar.runtime.metadata import open_metadata_store
+from magnetar.runtime.network import TcpNetwork
+from magnetar.storage import BookieConfig
+
+log = logging.getLogger(__name__)
+
+#: More bookies than this in one process is a cluster: use ``magnetar bookie`` processes.
+STANDALONE_BOOKIES_COUNT_MAX = 9
+
+
+@dataclass(frozen=True)
+class StandaloneConfig:
+    data_dir: str = "data/standalone"
+    host: str = "127.0.0.1"
+    broker_port: int = 6650
+    web_port: int = 8080
+    bookies_count: int = 1
+    bookie_port: int = 3181  # bookie i listens on bookie_port + i; 0 picks free ports
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.bookies_count <= STANDALONE_BOOKIES_COUNT_MAX:
+            raise InvalidArgument(f"bookies_count must be 1..{STANDALONE_BOOKIES_COUNT_MAX}, got {self.bookies_count}")
+        for name in ("broker_port", "web_port", "bookie_port"):
+            port = getattr(self, name)
+            if not 0 <= port < 65536:
+                raise InvalidArgument(f"{name} must be 0..65535, got {port}")
+
+    @property
+    def quorum(self) -> tuple[int, int, int]:
+        """(E, Qw, Qa) for new ledgers: unreplicated with one bookie, (3, 3, 2) from three on."""
+        if self.bookies_count >= 3:
+            return (3, 3, 2)
+        return (self.bookies_count, self.bookies_count, self.bookies_count)
+
+    def metadata_url(self) -> str:
+        return f"embedded:{os.path.join(os.path.abspath(self.data_dir), 'metadata')}"
+
+    def bookie_config(self, index: int) -> BookieConfig:
+        port = 0 if self.bookie_port == 0 else self.bookie_port + index
+        return BookieConfig(
+            host=self.host,
+            port=port,
+            data_dir=os.path.join(os.path.abspath(self.data_dir), f"bookie-{index}"),
+            metadata_url=self.metadata_url(),
+        )
+
+
+@dataclass
+class Standalone:
+    """Everything a running standalone holds, stopped in reverse order by ``stop()``."""
+
+    config: StandaloneConfig
+    store: MetadataStore
+    bookies: list[RunningBookie] = dataclasses.field(default_factory=list)
+    http: HttpEndpoint | None = None
+    stoppers: list[Callable[[], Awaitable[None]]] = dataclasses.field(default_factory=list)
+
+    def ready_line(self) -> str:
+        bookies = ",".join(b.bookie_id for b in self.bookies)
+        http = f"{self.config.host}:{self.http.port}" if self.http else "-"
+        e, qw, qa = self.config.quorum
+        return (
+            f"magnetar standalone ready metadata={self.config.metadata_url()} bookies={bookies} "
+            f"quorum={e},{qw},{qa} http={http}"
+        )
+
+    async def stop(self) -> None:
+        for stop in reversed(self.stoppers):
+            try:
+                await stop()
+            except Exception:  # one part failing to stop must not keep the others running
+                log.exception("error while stopping standalone")
+        self.stoppers.clear()
+
+
+async def start_standalone(config: StandaloneConfig) -> Standalone:
+    clock = SystemClock()
+    network = TcpNetwork()
+    os.makedirs(config.data_dir, exist_ok=True)
+    store = await open_metadata_store(config.metadata_url(), clock=clock)
+    running = Standalone(config, store)
+    running.stoppers.append(store.close)
+    try:
+        for index in range(config.bookies_count):
+            bookie = await start_bookie(config.bookie_config(index), store=store, clock=clock, network=network)
+            running.bookies.append(bookie)
+            running.stoppers.append(bookie.stop)
+        running.http = await start_http(config.host, config.web_port, health=lambda: _health(running))
+        running.stoppers.append(running.http.stop)
+    except BaseException:
+        await running.stop()
+        raise
+    return running
+
+
+def _health(running: Standalone) -> dict[str, object]:
+    return {
+        "status": "ok",
+        "bookies": [{"id": b.bookie_id, "status": b.bookie.status.name} for b in running.bookies],
+    }
+
+
+async def run_standalone(config: StandaloneConfig) -> None:
+    faults.arm_from_env()
+    running = await start_standalone(config)
+    try:
+        print(running.ready_line(), flush=True)
+        await wait_for_termination_signal()
+        log.info("standalone stopping")
+    finally:
+        await running.stop()
+
+
+def main(config: StandaloneConfig) -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(run_standalone(config))
+    else:
+        uvloop.run(run_standalone(config))
