@@ -110,3 +110,53 @@ async def test_bounded_queue_backpressure() -> None:
     results = await asyncio.gather(*tasks)
     assert results == sorted(results) and len(set(results)) == 10
     assert bookie in world.bookies
+
+
+async def test_ledger_failure_rolls_over_to_a_new_ledger() -> None:
+    import pytest
+
+    from magnetar.base.errors import MagnetarError
+
+    world = make_world(3)
+    ml = await (await world.broker(config(ensemble_size=3, write_quorum_size=3, ack_quorum_size=3))).open(TOPIC)
+    first = await ml.add_entry(b"ok")
+    victim = next(iter(world.bookies.values()))
+    victim.crash()
+    with pytest.raises(MagnetarError):
+        await ml.add_entry(b"lost?")
+    victim.restart()
+    after = await ml.add_entry(b"again")
+    assert after.ledger_id > first.ledger_id
+    entries = await ml.read_entries(Position(-1, -1), 10)
+    assert entries[0].data == b"ok" and entries[-1].data == b"again"
+    assert [e.position for e in entries] == sorted(e.position for e in entries)
+
+
+async def test_terminate_stops_appends_and_survives_reopen() -> None:
+    import pytest
+
+    from magnetar.managed_ledger import ManagedLedgerTerminated
+
+    world = make_world()
+    ml = await (await world.broker(config())).open(TOPIC)
+    last = [await ml.add_entry(b"a"), await ml.add_entry(b"b")][-1]
+    assert await ml.terminate() == last
+    with pytest.raises(ManagedLedgerTerminated):
+        await ml.add_entry(b"c")
+    again = await (await world.broker(config())).open(TOPIC)
+    assert again.is_terminated and again.state is MLState.TERMINATED
+    assert [e.data for e in await again.read_entries(Position(-1, -1), 10)] == [b"a", b"b"]
+
+
+async def test_persisted_ranges_are_bounded() -> None:
+    world = make_world()
+    cfg = config(cursor_ranges_persist_count_max=2)
+    ml = await (await world.broker(cfg)).open(TOPIC)
+    cursor = await ml.open_cursor("sub", initial_position=ml.first_position)
+    p = [await ml.add_entry(b"x") for _ in range(10)]
+    await cursor.delete([p[1], p[3], p[5], p[7]])
+    assert len(cursor.individually_deleted_ranges()) == 4
+    await ml.close()
+    again = (await (await world.broker(cfg)).open(TOPIC)).cursors["sub"]
+    # Only the first two ranges were kept: the others are delivered again (at-least-once).
+    assert again.individually_deleted_ranges() == [(p[1], p[1]), (p[3], p[3])]

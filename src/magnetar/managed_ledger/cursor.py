@@ -491,8 +491,8 @@ class ManagedCursor:
         if self._state is CursorState.ACTIVE and self.durable:
             try:
                 await self.flush()
-            except ManagedLedgerFenced:
-                pass  # the new owner has the cursor; nothing of ours may be written
+            except MagnetarError:
+                pass  # fenced (the new owner has it) or storage down: the last flush stands
         self._stop()
         if self._ledger is not None:
             try:
