@@ -66,6 +66,10 @@ LEDGER_ENSEMBLE_CHANGES_COUNT_MAX = 1024
 LEDGER_RECOVERY_ENTRIES_COUNT_MAX = 10_000_000
 #: Fragments one ledger may have.
 LEDGER_FRAGMENTS_COUNT_MAX = 4096
+#: Bookie connections one ledger client keeps open (the least recently used idle one is closed).
+LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX = 1024
+#: Bookie registrations one directory listing accepts.
+LEDGER_DIRECTORY_BOOKIES_COUNT_MAX = 100_000
 
 # --- managed ledger ----------------------------------------------------------------------------
 #: Appends one managed ledger holds queued or in flight; a full queue makes ``add_entry`` wait.

@@ -7,3 +7,42 @@ deadlines, digest checks on reads). Meets ``storage`` only through ``protocol.bo
 never imports it. Invariant: an entry is acknowledged to the caller only once Qa bookies of its
 write set stored it durably and every lower entry was acknowledged.
 """
+
+from magnetar.ledger.bookie_transport import BookieClientTransport
+from magnetar.ledger.config import LedgerClientConfig
+from magnetar.ledger.directory import MetadataBookieDirectory
+from magnetar.ledger.errors import (
+    BookieUnavailable,
+    LedgerStateError,
+    NoSuchEntryError,
+    NotEnoughBookies,
+    RecoveryIncomplete,
+)
+from magnetar.ledger.handle import LedgerHandle, WriterState
+from magnetar.ledger.manager import LedgerManager
+from magnetar.ledger.placement import BookieDirectory, PlacementPolicy, RandomPlacement, StaticBookieDirectory
+from magnetar.ledger.reader import LedgerReader
+from magnetar.ledger.recovery import RecoveryMode
+from magnetar.ledger.transport import BookieTransport, LastEntryReply
+
+__all__ = [
+    "BookieClientTransport",
+    "BookieDirectory",
+    "BookieTransport",
+    "BookieUnavailable",
+    "LastEntryReply",
+    "LedgerClientConfig",
+    "LedgerHandle",
+    "LedgerManager",
+    "LedgerReader",
+    "LedgerStateError",
+    "MetadataBookieDirectory",
+    "NoSuchEntryError",
+    "NotEnoughBookies",
+    "PlacementPolicy",
+    "RandomPlacement",
+    "RecoveryIncomplete",
+    "RecoveryMode",
+    "StaticBookieDirectory",
+    "WriterState",
+]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import TimeoutError_
@@ -29,3 +29,15 @@ async def with_deadline(clock: Clock, timeout_ms: int, awaitable: Awaitable[T], 
         return task.result()
     task.cancel()
     raise TimeoutError_(f"{what} took longer than {timeout_ms} ms")
+
+
+def keep_in_background(task: asyncio.Task[Any], background: set[asyncio.Task[Any]]) -> None:
+    """Keep ``task`` referenced until it ends; its outcome no longer matters, so it is consumed."""
+    background.add(task)
+
+    def finished(done: asyncio.Task[Any]) -> None:
+        background.discard(done)
+        if not done.cancelled():
+            done.exception()
+
+    task.add_done_callback(finished)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from magnetar.base.clock import Clock
 from magnetar.base.errors import MagnetarError
 from magnetar.base.types import NO_ENTRY, BookieId
-from magnetar.ledger._deadline import with_deadline
+from magnetar.ledger._deadline import keep_in_background, with_deadline
 from magnetar.ledger.errors import NoSuchEntryError, RecoveryIncomplete
 from magnetar.ledger.ledger_metadata import LedgerMetadata
 from magnetar.ledger.quorum import fencing_covered
@@ -75,8 +75,7 @@ async def read_lac_quorum(
             last = max(last, reply.last_entry_id)
         if fencing_covered(answered, e, w, a):
             for task in remaining:
-                background.add(task)
-                task.add_done_callback(background.discard)
+                keep_in_background(task, background)
             return LacQuorumResult(lac, last, frozenset(ensemble[i] for i in answered))
     raise RecoveryIncomplete(
         f"ledger {metadata.ledger_id}: only {len(answered)} of {e} bookies answered the "

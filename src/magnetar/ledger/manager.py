@@ -9,6 +9,8 @@ opening without recovery never fences.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from magnetar.base.clock import Clock
 from magnetar.base.limits import LEDGER_FRAGMENTS_COUNT_MAX
 from magnetar.base.types import NO_ENTRY
@@ -36,8 +38,10 @@ class LedgerManager:
         clock: Clock,
         config: LedgerClientConfig | None = None,
         master_key: bytes = b"",
+        on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self._on_close = on_close
         self._transport = transport
         self._directory = directory
         self._placement = placement
@@ -115,3 +119,9 @@ class LedgerManager:
 
     async def list_ledgers(self) -> list[int]:
         return await self.store.list_ids()
+
+    async def close(self) -> None:
+        """Release what the composition root handed over (e.g. bookie connections). Idempotent."""
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            await on_close()

@@ -36,7 +36,7 @@ from magnetar.base.errors import BadVersion, LimitExceeded, MagnetarError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import LEDGER_METADATA_CAS_RETRY_COUNT_MAX, LEDGER_RECOVERY_ENTRIES_COUNT_MAX
 from magnetar.base.types import NO_ENTRY, BookieId
-from magnetar.ledger._deadline import with_deadline
+from magnetar.ledger._deadline import keep_in_background, with_deadline
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import NoSuchEntryError, RecoveryIncomplete
 from magnetar.ledger.lac import read_lac_quorum
@@ -197,8 +197,7 @@ class LedgerRecovery:
         finally:
             for task in remaining:
                 # Outstanding reads still fence their bookie; let them finish in the background.
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+                keep_in_background(task, self._background)
         raise RecoveryIncomplete(
             f"ledger {meta.ledger_id}: cannot tell whether entry {entry_id} exists "
             f"({len(negatives)} negatives of {meta.write_quorum_size})"

@@ -1,0 +1,197 @@
+"""``BookieClientTransport``: the production ``BookieTransport`` over pooled ``BookieClient``s.
+
+One pipelined ``BookieClient`` per bookie, opened lazily over the injected ``Network`` on first
+use and kept in a bounded pool (``LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX``; the least recently used
+idle connection is closed to make room). A pooled connection found closed is dropped and a new
+one opened; a request that fails with ``ClosedError`` is retried once on a fresh connection
+(a bookie restart must not cost an ensemble change), since every bookie request is idempotent (an add of the same entry stores the same
+bytes; reads and fences change nothing on a repeat).
+
+Translation at the boundary (the ledger code sees only its own errors):
+
+* ``Status.FENCED``                          -> ``FencedError``
+* ``Status.NO_SUCH_ENTRY``/``NO_SUCH_LEDGER`` -> ``NoSuchEntryError`` (a valid negative; for
+  ``read_last_entry`` it is the answer "no entry", with the bookie's known LAC)
+* every other status, ``ClosedError``, ``TimeoutError_``, ``ChecksumMismatch``, refused
+  connections                                -> ``BookieUnavailable``
+
+Invariant: at most one connect is in progress per bookie (a per-bookie lock), so concurrent
+requests share one connection instead of racing to open several.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+
+from magnetar.base.clock import Clock
+from magnetar.base.errors import (
+    ChecksumMismatch,
+    ClosedError,
+    FencedError,
+    LimitExceeded,
+    MagnetarError,
+    TimeoutError_,
+)
+from magnetar.base.io import Network
+from magnetar.base.limits import LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX
+from magnetar.base.types import NO_ENTRY, BookieId
+from magnetar.ledger.bookie_client import BookieClient
+from magnetar.ledger.config import LedgerClientConfig
+from magnetar.ledger.errors import BookieUnavailable, NoSuchEntryError
+from magnetar.ledger.transport import LastEntryReply
+from magnetar.protocol.bookie.codec import Entry, Status
+
+_NEGATIVE = (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER)
+
+
+def status_error(bookie: BookieId, status: Status, what: str) -> MagnetarError:
+    """The ledger-layer error for a non-OK bookie status."""
+    if status is Status.FENCED:
+        return FencedError(f"{what}: ledger fenced on bookie {bookie}")
+    if status in _NEGATIVE:
+        return NoSuchEntryError(f"{what}: bookie {bookie} answered {status.name}")
+    return BookieUnavailable(f"{what}: bookie {bookie} answered {status.name}")
+
+
+class BookieClientTransport:
+    """``BookieTransport`` over a pool of ``BookieClient`` connections (see the module docstring)."""
+
+    def __init__(
+        self,
+        network: Network,
+        clock: Clock,
+        config: LedgerClientConfig | None = None,
+        *,
+        connections_count_max: int = LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX,
+    ) -> None:
+        self._network = network
+        self._clock = clock
+        self._config = config or LedgerClientConfig()
+        self._connections_count_max = connections_count_max
+        self._clients: OrderedDict[BookieId, BookieClient] = OrderedDict()
+        self._connecting: dict[BookieId, asyncio.Lock] = {}
+        self._closed = False
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._clients)
+
+    # --- pool ----------------------------------------------------------------------------------
+
+    async def _client(self, bookie: BookieId) -> BookieClient:
+        if self._closed:
+            raise BookieUnavailable(f"transport closed; cannot reach {bookie}")
+        client = self._clients.get(bookie)
+        if client is not None and not client.closed:
+            self._clients.move_to_end(bookie)
+            return client
+        lock = self._connecting.setdefault(bookie, asyncio.Lock())
+        async with lock:
+            client = self._clients.get(bookie)
+            if client is not None and not client.closed:
+                return client
+            if client is not None:
+                await self._drop(bookie, client)
+            await self._make_room()
+            try:
+                client = await BookieClient.connect(
+                    self._network, bookie.host, bookie.port, self._clock,
+                    request_timeout_ms=max(self._config.add_timeout_ms, self._config.read_timeout_ms),
+                )
+            except (OSError, MagnetarError) as exc:
+                raise BookieUnavailable(f"cannot connect to bookie {bookie}: {exc}") from exc
+            if self._closed:
+                await client.close()
+                raise BookieUnavailable(f"transport closed; cannot reach {bookie}")
+            self._clients[bookie] = client
+            return client
+
+    async def _make_room(self) -> None:
+        while len(self._clients) >= self._connections_count_max:
+            idle = next((b for b, c in self._clients.items() if c.inflight_count == 0), None)
+            if idle is None:
+                raise LimitExceeded("LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX", len(self._clients) + 1,
+                                    self._connections_count_max)
+            await self._drop(idle, self._clients[idle])
+
+    async def _drop(self, bookie: BookieId, client: BookieClient) -> None:
+        if self._clients.get(bookie) is client:
+            del self._clients[bookie]
+        await client.close()
+
+    async def _call(self, bookie: BookieId, what: str, request):  # type: ignore[no-untyped-def]
+        """Run ``request(client)``; one retry on a fresh connection if a pooled one was dead."""
+        for attempt in range(2):
+            client = await self._client(bookie)
+            try:
+                return await request(client)
+            except ClosedError as exc:
+                await self._drop(bookie, client)
+                if attempt == 1:
+                    raise BookieUnavailable(f"{what}: connection to {bookie} lost: {exc}") from exc
+            except (TimeoutError_, ChecksumMismatch, LimitExceeded) as exc:
+                raise BookieUnavailable(f"{what}: {exc}") from exc
+        raise BookieUnavailable(f"{what}: bookie {bookie} unreachable")
+
+    async def close(self) -> None:
+        """Close every connection; later calls raise ``BookieUnavailable``. Idempotent."""
+        self._closed = True
+        clients = list(self._clients.items())
+        self._clients.clear()
+        for _, client in clients:
+            await client.close()
+
+    # --- BookieTransport -----------------------------------------------------------------------
+
+    async def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> None:
+        what = f"add {entry.ledger_id}:{entry.entry_id}"
+        response = await self._call(
+            bookie, what,
+            lambda c: c.add(entry, master_key=master_key, recovery=recovery, timeout_ms=self._config.add_timeout_ms),
+        )
+        if response.status is not Status.OK:
+            raise status_error(bookie, response.status, what)
+
+    async def read(
+        self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes
+    ) -> Entry:
+        what = f"read {ledger_id}:{entry_id}"
+        response = await self._call(
+            bookie, what,
+            lambda c: c.read(ledger_id, entry_id, fence=fence, master_key=master_key,
+                             timeout_ms=self._config.read_timeout_ms),
+        )
+        if response.status is not Status.OK:
+            raise status_error(bookie, response.status, what)
+        if response.entry is None:
+            raise BookieUnavailable(f"{what}: bookie {bookie} answered OK without an entry")
+        entry: Entry = response.entry
+        return entry
+
+    async def read_last_entry(
+        self, bookie: BookieId, ledger_id: int, *, fence: bool, master_key: bytes
+    ) -> LastEntryReply:
+        what = f"read_last_entry {ledger_id}"
+        response = await self._call(
+            bookie, what,
+            lambda c: c.read_last_entry(ledger_id, fence=fence, master_key=master_key,
+                                        timeout_ms=self._config.read_timeout_ms),
+        )
+        if response.status in _NEGATIVE:
+            return LastEntryReply(NO_ENTRY, max(response.known_lac, NO_ENTRY))
+        if response.status is not Status.OK:
+            raise status_error(bookie, response.status, what)
+        entry = response.entry
+        if entry is None:
+            raise BookieUnavailable(f"{what}: bookie {bookie} answered OK without an entry")
+        return LastEntryReply(entry.entry_id, max(response.known_lac, entry.lac))
+
+    async def write_lac(self, bookie: BookieId, ledger_id: int, lac: int, *, master_key: bytes) -> None:
+        what = f"write_lac {ledger_id}"
+        response = await self._call(
+            bookie, what,
+            lambda c: c.write_lac(ledger_id, lac, master_key=master_key, timeout_ms=self._config.add_timeout_ms),
+        )
+        if response.status is not Status.OK:
+            raise status_error(bookie, response.status, what)

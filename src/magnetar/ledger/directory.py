@@ -1,0 +1,54 @@
+"""``MetadataBookieDirectory``: the live writable bookies, read from the metadata store.
+
+Bookies register themselves (``runtime/bookie.py``) with ephemeral nodes in BookKeeper's layout::
+
+    /ledgers/available/<host:port>            writable (JSON {"address", "read_only": false})
+    /ledgers/available/readonly/<host:port>   read-only instead
+
+``available_bookies`` lists the children of ``/ledgers/available``, skipping the child named
+``readonly`` (and any name that is not a ``host:port``), so read-only bookies are never chosen
+for new ensembles or as replacements. A registration disappears when its bookie's session ends,
+so the list follows crashes within one session timeout. Invariant: the answer is sorted and
+holds at most ``LEDGER_DIRECTORY_BOOKIES_COUNT_MAX`` bookies.
+"""
+
+from __future__ import annotations
+
+from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError
+from magnetar.base.limits import LEDGER_DIRECTORY_BOOKIES_COUNT_MAX
+from magnetar.base.types import BookieId
+from magnetar.ledger.errors import NotEnoughBookies
+from magnetar.metadata.api import MetadataStore
+
+AVAILABLE_PATH = "/ledgers/available"
+READONLY_CHILD = "readonly"
+
+
+class MetadataBookieDirectory:
+    """``BookieDirectory`` over ``/ledgers/available`` registrations (writable bookies only)."""
+
+    def __init__(self, store: MetadataStore, path: str = AVAILABLE_PATH) -> None:
+        self._store = store
+        self._path = path
+
+    async def available_bookies(self) -> list[BookieId]:
+        try:
+            names = await self._store.children(self._path)
+        except MagnetarError as exc:
+            raise NotEnoughBookies(f"cannot list bookies at {self._path}: {exc}") from exc
+        bookies: list[BookieId] = []
+        for name in names:
+            if name == READONLY_CHILD:
+                continue
+            try:
+                bookies.append(BookieId.parse(name))
+            except InvalidArgument:
+                continue  # not a registration (a stray node): ignore it rather than fail placement
+        if len(bookies) > LEDGER_DIRECTORY_BOOKIES_COUNT_MAX:
+            raise LimitExceeded("LEDGER_DIRECTORY_BOOKIES_COUNT_MAX", len(bookies), LEDGER_DIRECTORY_BOOKIES_COUNT_MAX)
+        return sorted(bookies, key=str)
+
+    async def read_only_bookies(self) -> list[BookieId]:
+        """Bookies registered read-only (they still serve reads)."""
+        names = await self._store.children(f"{self._path}/{READONLY_CHILD}")
+        return sorted((BookieId.parse(n) for n in names), key=str)
