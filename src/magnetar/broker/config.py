@@ -1,0 +1,66 @@
+"""Broker configuration: one frozen dataclass, units last in every name.
+
+Hard bounds a deployment may lower but never raise are checked in ``__post_init__`` against the
+broker section of ``magnetar.base.limits``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from magnetar.base.errors import InvalidArgument
+from magnetar.base.limits import (
+    BROKER_DISPATCH_READ_COUNT_MAX,
+    BROKER_PENDING_ACKS_PER_SUBSCRIPTION_COUNT_MAX,
+    BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX,
+    BROKER_REDELIVERY_TRACKER_COUNT_MAX,
+    MIB,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    #: Name of the cluster; broker-assigned producer names are ``<cluster>-<index>-<counter>``.
+    cluster_name: str = "standalone"
+    broker_index: int = 0
+    #: Host and port clients are sent to by LOOKUP ("connect here"); set by the runtime.
+    advertised_host: str = "127.0.0.1"
+    advertised_port: int = 6650
+    #: Create a topic when a producer or consumer names one that does not exist (Pulsar: true).
+    topic_auto_creation: bool = True
+    #: Partitions of an auto-created topic; 0 means non-partitioned (Pulsar's default).
+    auto_created_partitions_count: int = 0
+    #: Answer a re-sent (producer_name, sequence_id) already persisted with a (-1,-1) receipt.
+    deduplication: bool = True
+    #: SENDs one producer may have between receipt and persist; reading pauses beyond it.
+    pending_sends_per_producer_max: int = 1000
+    #: Entries one dispatcher read asks the log for.
+    dispatch_read_count_max: int = 100
+    #: Dispatched-but-unacknowledged entries one subscription tracks; dispatch pauses beyond it.
+    pending_acks_per_subscription_max: int = 50_000
+    #: Positions with a redelivery count kept per subscription (oldest forgotten beyond it).
+    redelivery_tracker_count_max: int = 50_000
+    #: Queued outgoing bytes of one connection above which dispatch to it pauses and reading from
+    #: it stops (a client that never reads must not grow the broker's memory).
+    connection_outbound_bytes_high: int = 2 * MIB
+
+    def __post_init__(self) -> None:
+        bounds = (
+            ("pending_sends_per_producer_max", self.pending_sends_per_producer_max,
+             BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX),
+            ("dispatch_read_count_max", self.dispatch_read_count_max, BROKER_DISPATCH_READ_COUNT_MAX),
+            ("pending_acks_per_subscription_max", self.pending_acks_per_subscription_max,
+             BROKER_PENDING_ACKS_PER_SUBSCRIPTION_COUNT_MAX),
+            ("redelivery_tracker_count_max", self.redelivery_tracker_count_max, BROKER_REDELIVERY_TRACKER_COUNT_MAX),
+        )
+        for name, value, bound in bounds:
+            if not 1 <= value <= bound:
+                raise InvalidArgument(f"{name} must be 1..{bound}, got {value}")
+        if self.connection_outbound_bytes_high < 64 * 1024:
+            raise InvalidArgument("connection_outbound_bytes_high must be at least 64 KiB")
+        if self.auto_created_partitions_count < 0:
+            raise InvalidArgument("auto_created_partitions_count must be >= 0")
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.advertised_host}:{self.advertised_port}"

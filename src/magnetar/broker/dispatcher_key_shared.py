@@ -1,0 +1,92 @@
+"""Key_Shared: every key goes to one consumer, chosen by hashing the key; order per key is kept.
+
+The key is ``ordering_key``, else ``partition_key`` (an entry without either is routed by the
+empty key). AUTO_SPLIT consumers share a consistent-hash ring (``RING_POINTS_PER_CONSUMER`` points
+each), so a joining or leaving consumer moves few keys; STICKY consumers bring their own inclusive
+ranges over ``KEY_HASH_SLOTS``.
+
+Order when a consumer joins (Pulsar's "recently joined consumers"): keys that move to the new
+consumer may still have unacknowledged entries at an old one. The new consumer therefore receives
+nothing at or after the read position it joined at until every entry before that position has been
+acknowledged. A consumer without permits stalls the pass at its entry (head-of-line), so a later
+entry of the same key can never overtake an earlier one.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from magnetar.base.checksum import crc32c
+from magnetar.base.types import Position
+from magnetar.broker.consumer import Consumer
+from magnetar.broker.dispatcher import Dispatcher
+from magnetar.broker.entry import entry_key
+from magnetar.broker.log import Entry
+from magnetar.protocol.pulsar import pb
+
+KEY_HASH_SLOTS = 65_536  # Pulsar's range size for Key_Shared hash ranges
+RING_POINTS_PER_CONSUMER = 100
+
+
+def key_slot(key: bytes) -> int:
+    return crc32c(key) % KEY_HASH_SLOTS
+
+
+class KeySharedDispatcher(Dispatcher):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._ring_points: list[int] = []
+        self._ring_owners: list[Consumer] = []
+        self.recently_joined: dict[Consumer, Position] = {}
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        if self.pending or self.replay:
+            self.recently_joined[consumer] = self.read_position
+        self.consumers.append(consumer)
+        self._rebuild_ring()
+        self.wake()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        self.recently_joined.pop(consumer, None)
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        self._rebuild_ring()
+        super().remove_consumer(consumer)
+
+    def _rebuild_ring(self) -> None:
+        points: list[tuple[int, int, Consumer]] = []
+        for order, consumer in enumerate(self.consumers):
+            if consumer.hash_ranges:
+                continue
+            for i in range(RING_POINTS_PER_CONSUMER):
+                point = crc32c(f"{consumer.name}:{consumer.consumer_id}:{i}".encode()) % KEY_HASH_SLOTS
+                points.append((point, order, consumer))
+        points.sort(key=lambda item: (item[0], item[1]))
+        self._ring_points = [p for p, _, _ in points]
+        self._ring_owners = [c for _, _, c in points]
+
+    def owner(self, slot: int) -> Consumer | None:
+        for consumer in self.consumers:
+            for start, end in consumer.hash_ranges:
+                if start <= slot <= end:
+                    return consumer
+        if not self._ring_points:
+            return None
+        index = bisect.bisect_left(self._ring_points, slot) % len(self._ring_points)
+        return self._ring_owners[index]
+
+    def select(self, entry: Entry, metadata: pb.MessageMetadata) -> Consumer | None:
+        consumer = self.owner(key_slot(entry_key(metadata)))
+        if consumer is None or not consumer.can_receive():
+            return None
+        joined_at = self.recently_joined.get(consumer)
+        if joined_at is not None and entry.position >= joined_at:
+            if self._unacked_before(joined_at):
+                return None
+            del self.recently_joined[consumer]
+        return consumer
+
+    def _unacked_before(self, position: Position) -> bool:
+        if self.replay and self.replay[0] < position:
+            return True
+        return any(p < position for p in self.pending)

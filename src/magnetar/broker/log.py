@@ -1,0 +1,95 @@
+"""What the broker needs from a topic's storage: the ``TopicLog`` / ``SubscriptionCursor`` ports.
+
+The managed ledger (``magnetar.managed_ledger``) provides these through an adapter; ``memory_log``
+is the in-memory reference implementation used by unit tests and by brokers run without bookies.
+
+Contracts every implementation keeps:
+* ``append`` returns positions in call order: a later call never gets a smaller position, and a
+  returned position is durable (on the ack quorum for the managed ledger).
+* ``read(start, n)`` returns up to ``n`` entries with position >= ``start``, in log order.
+* ``last_position`` is the position of the last appended entry, or ``(current ledger, -1)`` when
+  the log holds no entry.
+* A cursor's ``mark_delete_position`` only moves forward except through ``reset``; positions at or
+  before it count as acknowledged, as do those passed to ``delete``.
+* Batch-index acks: an ack set is a list of 64-bit words, bit i = 1 meaning message i of the batch
+  is *still unacknowledged* (the wire meaning). An all-zero set deletes the entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from magnetar.base.types import Position
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    position: Position
+    data: bytes  # the stored headers_and_payload (0x0e01 checksum block, metadata, payload)
+
+
+class SubscriptionCursor(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def durable(self) -> bool: ...
+
+    @property
+    def mark_delete_position(self) -> Position: ...
+
+    def is_acked(self, position: Position) -> bool: ...
+
+    def batch_ack_set(self, position: Position) -> list[int] | None:
+        """The partial ack set of a batch entry, or None if no member was acked individually."""
+        ...
+
+    async def mark_delete(self, position: Position) -> None:
+        """Cumulative ack: everything at or before ``position`` is acknowledged."""
+        ...
+
+    async def delete(self, positions: Sequence[Position]) -> None:
+        """Individual acks."""
+        ...
+
+    async def delete_batch_indexes(self, position: Position, ack_set: Sequence[int]) -> None: ...
+
+    async def reset(self, mark_delete: Position) -> None:
+        """Seek: set the mark-delete position (backwards too) and forget individual acks after it."""
+        ...
+
+
+class TopicLog(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def last_position(self) -> Position: ...
+
+    async def append(self, data: bytes) -> Position: ...
+
+    async def read(self, start: Position, count_max: int) -> list[Entry]: ...
+
+    async def open_cursor(self, name: str, *, durable: bool, initial_mark_delete: Position) -> SubscriptionCursor:
+        """The cursor ``name``; a durable one keeps its stored state and ignores ``initial_mark_delete``."""
+        ...
+
+    async def delete_cursor(self, name: str) -> None: ...
+
+    def cursor_names(self) -> list[str]: ...
+
+    async def close(self) -> None: ...
+
+
+class LogStore(Protocol):
+    """Opens topic logs (the managed-ledger factory, seen from the broker)."""
+
+    async def open_log(self, topic: str, *, create: bool) -> TopicLog:
+        """Open ``topic``'s log; raises ``NotFound`` when it does not exist and ``create`` is false."""
+        ...
+
+    async def list_logs(self, namespace: str) -> list[str]:
+        """Full names of the persistent topics stored in ``namespace`` (``tenant/ns``)."""
+        ...

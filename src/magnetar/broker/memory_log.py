@@ -1,0 +1,199 @@
+"""In-memory reference implementation of the ``LogStore``/``TopicLog``/``SubscriptionCursor`` ports.
+
+Data lives in a ``MemoryLogStore`` that outlives brokers: a broker that is closed and started again
+over the same store sees every acknowledged entry and cursor, the way a broker restart over the
+same bookies does. Each ``open_log`` starts a new ledger id, as a managed ledger does on reopen.
+
+Bounds: a store holds at most ``entries_bytes_max`` bytes of entries (``LimitExceeded`` beyond);
+cursors hold at most ``MANAGED_CURSOR_RANGES_COUNT_MAX`` individual acks.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from magnetar.base.errors import LimitExceeded, NotFound
+from magnetar.base.limits import MANAGED_CURSOR_RANGES_COUNT_MAX, MIB
+from magnetar.base.types import Position, TopicName
+from magnetar.broker.log import Entry
+
+
+@dataclass
+class _CursorState:
+    mark_delete: Position
+    acked: set[Position] = field(default_factory=set)
+    batch_acks: dict[Position, list[int]] = field(default_factory=dict)
+
+
+@dataclass
+class _LogState:
+    positions: list[Position] = field(default_factory=list)
+    data: list[bytes] = field(default_factory=list)
+    cursors: dict[str, _CursorState] = field(default_factory=dict)
+    ledger_id: int = -1
+
+
+class MemoryCursor:
+    """A cursor over a ``MemoryTopicLog``; non-durable cursors are not kept in the store."""
+
+    def __init__(self, log: MemoryTopicLog, name: str, durable: bool, state: _CursorState) -> None:
+        self._log = log
+        self._name = name
+        self._durable = durable
+        self._state = state
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def durable(self) -> bool:
+        return self._durable
+
+    @property
+    def mark_delete_position(self) -> Position:
+        return self._state.mark_delete
+
+    def is_acked(self, position: Position) -> bool:
+        return position <= self._state.mark_delete or position in self._state.acked
+
+    def batch_ack_set(self, position: Position) -> list[int] | None:
+        found = self._state.batch_acks.get(position)
+        return list(found) if found is not None else None
+
+    async def mark_delete(self, position: Position) -> None:
+        state = self._state
+        if position <= state.mark_delete:
+            return
+        state.mark_delete = position
+        state.acked = {p for p in state.acked if p > position}
+        state.batch_acks = {p: s for p, s in state.batch_acks.items() if p > position}
+        self._advance()
+
+    async def delete(self, positions: Sequence[Position]) -> None:
+        state = self._state
+        for position in positions:
+            if position > state.mark_delete:
+                if len(state.acked) >= MANAGED_CURSOR_RANGES_COUNT_MAX:
+                    raise LimitExceeded("MANAGED_CURSOR_RANGES_COUNT_MAX", len(state.acked) + 1,
+                                        MANAGED_CURSOR_RANGES_COUNT_MAX)
+                state.acked.add(position)
+                state.batch_acks.pop(position, None)
+        self._advance()
+
+    async def delete_batch_indexes(self, position: Position, ack_set: Sequence[int]) -> None:
+        if self.is_acked(position):
+            return
+        previous = self._state.batch_acks.get(position)
+        merged = list(ack_set) if previous is None else [a & b for a, b in zip(previous, ack_set, strict=False)]
+        if not any(merged):
+            await self.delete([position])
+            return
+        self._state.batch_acks[position] = merged
+
+    async def reset(self, mark_delete: Position) -> None:
+        self._state.mark_delete = mark_delete
+        self._state.acked = {p for p in self._state.acked if p > mark_delete}
+        self._state.batch_acks = {p: s for p, s in self._state.batch_acks.items() if p > mark_delete}
+        self._advance()
+
+    def _advance(self) -> None:
+        """Fold individual acks that directly follow the mark-delete position into it."""
+        state = self._state
+        while state.acked:
+            following = self._log.position_after(state.mark_delete)
+            if following is None or following not in state.acked:
+                return
+            state.acked.discard(following)
+            state.mark_delete = following
+
+
+class MemoryTopicLog:
+    def __init__(self, store: MemoryLogStore, name: str, state: _LogState) -> None:
+        self._store = store
+        self._name = name
+        self._state = state
+        self._ephemeral: dict[str, MemoryCursor] = {}
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def last_position(self) -> Position:
+        positions = self._state.positions
+        return positions[-1] if positions else Position(self._state.ledger_id, -1)
+
+    def position_after(self, position: Position) -> Position | None:
+        positions = self._state.positions
+        index = bisect.bisect_right(positions, position)
+        return positions[index] if index < len(positions) else None
+
+    async def append(self, data: bytes) -> Position:
+        self._store.charge(len(data))
+        state = self._state
+        last = state.positions[-1] if state.positions else None
+        entry_id = last.entry_id + 1 if last is not None and last.ledger_id == state.ledger_id else 0
+        position = Position(state.ledger_id, entry_id)
+        state.positions.append(position)
+        state.data.append(bytes(data))
+        return position
+
+    async def read(self, start: Position, count_max: int) -> list[Entry]:
+        state = self._state
+        index = bisect.bisect_left(state.positions, start)
+        stop = min(len(state.positions), index + count_max)
+        return [Entry(state.positions[i], state.data[i]) for i in range(index, stop)]
+
+    async def open_cursor(self, name: str, *, durable: bool, initial_mark_delete: Position) -> MemoryCursor:
+        if durable:
+            state = self._state.cursors.get(name)
+            if state is None:
+                state = self._state.cursors[name] = _CursorState(initial_mark_delete)
+            return MemoryCursor(self, name, True, state)
+        cursor = MemoryCursor(self, name, False, _CursorState(initial_mark_delete))
+        self._ephemeral[name] = cursor
+        return cursor
+
+    async def delete_cursor(self, name: str) -> None:
+        self._state.cursors.pop(name, None)
+        self._ephemeral.pop(name, None)
+
+    def cursor_names(self) -> list[str]:
+        return sorted(self._state.cursors)
+
+    async def close(self) -> None:
+        self._ephemeral.clear()
+
+
+class MemoryLogStore:
+    """Topic logs in memory, shared by every broker opened over it."""
+
+    def __init__(self, entries_bytes_max: int = 512 * MIB) -> None:
+        self._logs: dict[str, _LogState] = {}
+        self._next_ledger_id = 1
+        self._bytes = 0
+        self._bytes_max = entries_bytes_max
+
+    def charge(self, size: int) -> None:
+        if self._bytes + size > self._bytes_max:
+            raise LimitExceeded("MemoryLogStore.entries_bytes_max", self._bytes + size, self._bytes_max)
+        self._bytes += size
+
+    async def open_log(self, topic: str, *, create: bool) -> MemoryTopicLog:
+        state = self._logs.get(topic)
+        if state is None:
+            if not create:
+                raise NotFound(f"topic {topic} does not exist")
+            state = self._logs[topic] = _LogState()
+        state.ledger_id = self._next_ledger_id  # a reopened log writes to a new ledger
+        self._next_ledger_id += 1
+        return MemoryTopicLog(self, topic, state)
+
+    async def list_logs(self, namespace: str) -> list[str]:
+        return sorted(t for t in self._logs if TopicName.parse(t).namespace == namespace)
+
+
+__all__ = ["MemoryCursor", "MemoryLogStore", "MemoryTopicLog"]

@@ -1,0 +1,156 @@
+"""A producer: accepts SENDs, persists them through its topic and answers in SEND order.
+
+Each SEND becomes a ``_PendingSend`` in a FIFO bounded by ``pending_sends_per_producer_max``
+(``send`` waits for room: the connection stops reading, which is the backpressure). Appends are
+started in SEND order and may complete in any order; receipts are released strictly from the head
+of the FIFO, so SEND_RECEIPT / SEND_ERROR for one producer always follow SEND order, which the
+official client requires. A SEND with a bad checksum takes its place in the FIFO with a ChecksumError.
+
+Persist before acknowledging: a receipt is sent only after the topic's append returned, i.e. after
+the entry is durable. Fault points ``broker.after_persist_before_receipt`` and
+``broker.after_receipt`` bracket the receipt.
+
+States: ACTIVE -> CLOSED (client close, fencing, connection loss); receipts of a closed producer
+are dropped (its client is gone or will resend after reconnecting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from magnetar import faults
+from magnetar.base.invariant import invariant
+from magnetar.base.types import Position
+from magnetar.broker.errors import BrokerError, to_broker_error
+from magnetar.protocol.pulsar import pb
+
+if TYPE_CHECKING:
+    from magnetar.broker.topic import Topic
+
+DUPLICATE = Position(-1, -1)  # Java answers a deduplicated SEND with message id (-1, -1)
+
+
+class ProducerChannel(Protocol):
+    def send_receipt(self, producer_id: int, sequence_id: int, ledger_id: int, entry_id: int,
+                     highest_sequence_id: int | None) -> None: ...
+
+    def send_send_error(self, producer_id: int, sequence_id: int, code: int, message: str) -> None: ...
+
+    def send_close_producer(self, producer_id: int) -> None: ...
+
+    def is_open(self) -> bool: ...
+
+
+class AccessMode(enum.IntEnum):
+    SHARED = pb.Shared
+    EXCLUSIVE = pb.Exclusive
+    WAIT_FOR_EXCLUSIVE = pb.WaitForExclusive
+    EXCLUSIVE_WITH_FENCING = pb.ExclusiveWithFencing
+
+
+class ProducerState(enum.Enum):
+    ACTIVE = "active"
+    CLOSED = "closed"
+
+
+_TRANSITIONS = {(ProducerState.ACTIVE, ProducerState.CLOSED), (ProducerState.CLOSED, ProducerState.CLOSED)}
+
+
+@dataclass(slots=True)
+class _PendingSend:
+    sequence_id: int
+    highest_sequence_id: int
+    position: Position | None = None
+    error: BrokerError | None = None
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return self.position is not None or self.error is not None
+
+
+class Producer:
+    def __init__(self, topic: Topic, producer_id: int, name: str, channel: ProducerChannel,
+                 access_mode: AccessMode, pending_max: int, connection_key: object = None) -> None:
+        self.topic = topic
+        self.producer_id = producer_id
+        self.name = name
+        self.channel = channel
+        self.access_mode = access_mode
+        self.connection_key = connection_key
+        self._pending: deque[_PendingSend] = deque()
+        self._pending_max = pending_max
+        self._room = asyncio.Event()
+        self._room.set()
+        self._flushing = False
+        self._state = ProducerState.ACTIVE
+
+    @property
+    def state(self) -> ProducerState:
+        return self._state
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def close(self) -> None:
+        invariant((self._state, ProducerState.CLOSED) in _TRANSITIONS, "producer state table")
+        self._state = ProducerState.CLOSED
+        self._room.set()
+
+    async def send(self, command: pb.CommandSend, data: bytes | None) -> None:
+        """Queue one SEND (``data`` None: it failed its checksum). Waits while the FIFO is full."""
+        while len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
+            self._room.clear()
+            await self._room.wait()
+        first = command.sequence_id
+        count = command.num_messages if command.HasField("num_messages") else 1
+        highest = command.highest_sequence_id if command.HasField("highest_sequence_id") else first + max(count, 1) - 1
+        op = _PendingSend(first, highest)
+        self._pending.append(op)
+        if data is None:
+            op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
+            await self._flush()
+        elif self.topic.is_duplicate(self.name, first):
+            op.position = DUPLICATE
+            await self._flush()
+        else:
+            op.task = asyncio.get_running_loop().create_task(self._persist(op, data))
+
+    async def _persist(self, op: _PendingSend, data: bytes) -> None:
+        try:
+            op.position = await self.topic.publish(data)
+            self.topic.record_sequence(self.name, op.highest_sequence_id)
+        except Exception as error:
+            op.error = to_broker_error(error)
+        await self._flush()
+
+    async def _flush(self) -> None:
+        if self._flushing:
+            return  # the running flush will reach this op: it loops while the head is done
+        self._flushing = True
+        try:
+            while self._pending and self._pending[0].done:
+                op = self._pending.popleft()
+                self._room.set()
+                await self._answer(op)
+        finally:
+            self._flushing = False
+
+    async def _answer(self, op: _PendingSend) -> None:
+        if self._state is not ProducerState.ACTIVE or not self.channel.is_open():
+            return
+        if op.error is not None:
+            self.channel.send_send_error(self.producer_id, op.sequence_id, op.error.code, op.error.message)
+            return
+        position = op.position
+        invariant(position is not None, "a done send has a position or an error")
+        await faults.point("broker.after_persist_before_receipt")
+        assert position is not None
+        self.channel.send_receipt(self.producer_id, op.sequence_id, position.ledger_id, position.entry_id,
+                                  op.highest_sequence_id)
+        await faults.point("broker.after_receipt")

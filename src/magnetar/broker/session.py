@@ -1,0 +1,396 @@
+"""One client connection, broker side: protocol events in, broker actions and replies out.
+
+The runtime feeds bytes into the ``ServerConnection`` and hands every event to ``Session.handle``,
+one at a time and in order (so a PRODUCER is set up before the SENDs that follow it). Replies are
+queued on the ``ServerConnection``; ``on_output`` tells the runtime there is something to write.
+
+The session is both channels its producers and consumers need (``ProducerChannel``,
+``ConsumerChannel``). ``writable()`` is false while queued outgoing bytes (here and in the
+runtime's socket buffer, reported through ``set_transport_backlog``) exceed
+``connection_outbound_bytes_high``: dispatch to this connection pauses and the runtime stops
+reading from it, so a client that never reads holds a bounded amount of broker memory.
+
+Every handle (producer or consumer id) is bounded by ``BROKER_HANDLES_PER_CONNECTION_COUNT_MAX``.
+Errors in one request become an ERROR (or ``*_RESPONSE`` Failed) for that request only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from magnetar.base.errors import InvalidArgument
+from magnetar.base.limits import BROKER_HANDLES_PER_CONNECTION_COUNT_MAX, BROKER_SEEK_SCAN_ENTRIES_COUNT_MAX
+from magnetar.base.types import EARLIEST, TopicName
+from magnetar.broker.consumer import Consumer, SubType
+from magnetar.broker.errors import BrokerError, to_broker_error
+from magnetar.broker.ids import before, is_earliest, is_latest, to_position
+from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.service import BrokerService
+from magnetar.broker.subscription import Subscription
+from magnetar.protocol.pulsar import (
+    ClientConnected,
+    CommandReceived,
+    ConnectionTerminated,
+    CorruptSend,
+    Event,
+    SendReceived,
+    ServerConnection,
+    State,
+    UnsupportedCommand,
+    commands,
+    pb,
+)
+
+log = logging.getLogger(__name__)
+T = pb.BaseCommand
+
+
+class Session:
+    def __init__(self, service: BrokerService, connection: ServerConnection, on_output: Callable[[], None]) -> None:
+        self.service = service
+        self.connection = connection
+        self._on_output = on_output
+        self.producers: dict[int, Producer] = {}
+        self.consumers: dict[int, tuple[Consumer, Subscription]] = {}
+        self._transport_backlog_bytes = 0
+        self._closed = False
+
+    # --- channel side (used by producers and dispatchers) ---------------------------------------
+
+    def is_open(self) -> bool:
+        return not self._closed and self.connection.state is State.CONNECTED
+
+    def outbound_bytes(self) -> int:
+        return self.connection.outbound_bytes + self._transport_backlog_bytes
+
+    def writable(self) -> bool:
+        return self.outbound_bytes() < self.service.config.connection_outbound_bytes_high
+
+    def set_transport_backlog(self, size: int) -> None:
+        """The runtime reports bytes handed to the socket and not yet drained."""
+        was = self.writable()
+        self._transport_backlog_bytes = size
+        if not was and self.writable():
+            self.notify_writable()
+
+    def notify_writable(self) -> None:
+        for _consumer, subscription in self.consumers.values():
+            if subscription.dispatcher is not None:
+                subscription.dispatcher.wake()
+
+    def _out(self) -> None:
+        self._on_output()
+
+    def send_receipt(self, producer_id: int, sequence_id: int, ledger_id: int, entry_id: int,
+                     highest_sequence_id: int | None) -> None:
+        if self.is_open():
+            self.connection.send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest_sequence_id)
+            self._out()
+
+    def send_send_error(self, producer_id: int, sequence_id: int, code: int, message: str) -> None:
+        if self.is_open():
+            self.connection.send_send_error(producer_id, sequence_id, code, message)
+            self._out()
+
+    def send_close_producer(self, producer_id: int) -> None:
+        self.producers.pop(producer_id, None)
+        if self.is_open():
+            self.connection.send_close_producer(producer_id)
+            self._out()
+
+    def send_message(self, consumer_id: int, msg_id: pb.MessageIdData, data: bytes, redelivery_count: int,
+                     ack_set: Iterable[int]) -> None:
+        if self.is_open():
+            self.connection.send_message(consumer_id, msg_id, data, redelivery_count, ack_set)
+            self._out()
+
+    def send_close_consumer(self, consumer_id: int) -> None:
+        self.consumers.pop(consumer_id, None)
+        if self.is_open():
+            self.connection.send_close_consumer(consumer_id)
+            self._out()
+
+    def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
+        if self.is_open():
+            self.connection.send_active_consumer_change(consumer_id, is_active)
+            self._out()
+
+    # --- events ---------------------------------------------------------------------------------
+
+    async def handle(self, event: Event) -> None:
+        """Act on one event; request failures are answered, never raised."""
+        if isinstance(event, SendReceived):
+            await self._on_send(event.command, bytes(event.message.checksummed()))
+        elif isinstance(event, CorruptSend):
+            await self._on_send(event.command, None)
+        elif isinstance(event, CommandReceived):
+            await self._on_command(event.type, event.body)
+        elif isinstance(event, UnsupportedCommand):
+            log.info("ignoring unsupported command type %s", event.type)
+        elif isinstance(event, ClientConnected | ConnectionTerminated):
+            return
+        self._out()
+
+    async def _on_command(self, kind: int, body: object) -> None:
+        handler = _HANDLERS.get(kind)
+        request_id = getattr(body, "request_id", None)
+        if handler is None:
+            if request_id is not None and kind not in _LOOKUP_KINDS:
+                self.connection.send_error(request_id, pb.NotAllowedError, f"command {kind} is not supported")
+            return
+        try:
+            await handler(self, body)
+        except Exception as error:  # one failed request must not take the connection down
+            broker_error = to_broker_error(error)
+            if not isinstance(error, BrokerError):
+                log.exception("request %s failed", kind)
+            if request_id is None or not self.is_open():
+                return
+            if kind == T.PARTITIONED_METADATA:
+                self.connection.send_partitioned_metadata_error(request_id, broker_error.code, broker_error.message)
+            elif kind == T.LOOKUP:
+                self.connection.send_lookup_error(request_id, broker_error.code, broker_error.message)
+            elif kind == T.GET_SCHEMA:
+                self.connection.send_get_schema_error(request_id, broker_error.code, broker_error.message)
+            else:
+                self.connection.send_error(request_id, broker_error.code, broker_error.message)
+
+    def _check_handles(self) -> None:
+        if len(self.producers) + len(self.consumers) >= BROKER_HANDLES_PER_CONNECTION_COUNT_MAX:
+            raise BrokerError(pb.TooManyRequests, "too many producers and consumers on this connection")
+
+    # --- lookup ---------------------------------------------------------------------------------
+
+    async def _partitioned_metadata(self, body: pb.CommandPartitionedTopicMetadata) -> None:
+        name = _topic_name(body.topic)
+        self.connection.send_partitioned_metadata(body.request_id, await self.service.partitions(name))
+
+    async def _lookup(self, body: pb.CommandLookupTopic) -> None:
+        _topic_name(body.topic)
+        self.connection.send_lookup_connect(body.request_id, self.service.config.service_url, authoritative=True)
+
+    async def _topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
+        pattern = body.topics_pattern if body.HasField("topics_pattern") else None
+        topics = await self.service.topics_of_namespace(body.namespace, pattern)
+        self.connection.send_get_topics_of_namespace_response(body.request_id, topics)
+
+    async def _get_schema(self, body: pb.CommandGetSchema) -> None:
+        self.connection.send_get_schema_error(body.request_id, pb.TopicNotFound, "no schema registered")
+
+    # --- producers ------------------------------------------------------------------------------
+
+    async def _producer(self, body: pb.CommandProducer) -> None:
+        existing = self.producers.get(body.producer_id)
+        if existing is not None:
+            if str(existing.topic.name) == body.topic:
+                self.connection.send_producer_success(body.request_id, existing.name,
+                                                      existing.topic.last_sequence_id(existing.name))
+                return
+            raise BrokerError(pb.ProducerBusy, f"producer id {body.producer_id} is in use on this connection")
+        self._check_handles()
+        topic = await self.service.get_topic(_topic_name(body.topic), create=True)
+        name = body.producer_name if body.HasField("producer_name") and body.producer_name else (
+            self.service.next_producer_name())
+        mode = AccessMode(body.producer_access_mode) if body.HasField("producer_access_mode") else AccessMode.SHARED
+        producer = Producer(topic, body.producer_id, name, self, mode,
+                            self.service.config.pending_sends_per_producer_max, connection_key=self)
+        if body.producer_id in self.producers:  # a duplicate PRODUCER raced us while the topic loaded
+            raise BrokerError(pb.ServiceNotReady, "producer is already being created")
+        admitted = topic.add_producer(producer, body.request_id, self._admit_waiting)
+        self.producers[body.producer_id] = producer
+        self.connection.send_producer_success(body.request_id, name, topic.last_sequence_id(name),
+                                              producer_ready=admitted)
+
+    def _admit_waiting(self, producer: Producer, request_id: int) -> None:
+        if self.is_open() and self.producers.get(producer.producer_id) is producer:
+            self.connection.send_producer_success(request_id, producer.name,
+                                                  producer.topic.last_sequence_id(producer.name))
+            self._out()
+
+    async def _on_send(self, command: pb.CommandSend, data: bytes | None) -> None:
+        producer = self.producers.get(command.producer_id)
+        if producer is None:
+            # Java closes the connection: the client then re-creates its producers and resends.
+            log.warning("SEND for unknown producer %s; closing the connection", command.producer_id)
+            self.connection.close("SEND for an unknown producer")
+            return
+        await producer.send(command, data)
+
+    async def _close_producer(self, body: pb.CommandCloseProducer) -> None:
+        producer = self.producers.pop(body.producer_id, None)
+        if producer is not None:
+            producer.topic.remove_producer(producer)
+        self.connection.send_success(body.request_id)
+
+    # --- consumers ------------------------------------------------------------------------------
+
+    async def _subscribe(self, body: pb.CommandSubscribe) -> None:
+        if body.consumer_id in self.consumers:
+            self.connection.send_success(body.request_id)
+            return
+        self._check_handles()
+        create = body.force_topic_creation if body.HasField("force_topic_creation") else True
+        topic = await self.service.get_topic(_topic_name(body.topic), create=create)
+        durable = body.durable if body.HasField("durable") else True
+        if not durable and body.HasField("start_message_id"):
+            start = body.start_message_id
+            if is_earliest(start):
+                initial = EARLIEST
+            elif is_latest(start):
+                initial = topic.log.last_position
+            else:
+                initial = before(to_position(start))
+        elif body.initialPosition == pb.CommandSubscribe.Earliest:
+            initial = EARLIEST
+        else:
+            initial = topic.log.last_position
+        if not body.subscription:
+            raise BrokerError(pb.InvalidTopicName, "subscription name must not be empty")
+        subscription = await topic.subscription(body.subscription, durable=durable, initial_mark_delete=initial)
+        ranges: tuple[tuple[int, int], ...] = ()
+        if body.HasField("keySharedMeta") and body.keySharedMeta.keySharedMode == pb.STICKY:
+            ranges = tuple((r.start, r.end) for r in body.keySharedMeta.hashRanges)
+        consumer = Consumer(body.consumer_id, body.consumer_name, SubType(body.subType), self,
+                            priority_level=body.priority_level, hash_ranges=ranges, connection_key=self)
+        if body.consumer_id in self.consumers:
+            raise BrokerError(pb.ServiceNotReady, "consumer is already being created")
+        subscription.add_consumer(consumer)
+        self.consumers[body.consumer_id] = (consumer, subscription)
+        self.connection.send_success(body.request_id)
+
+    def _consumer(self, consumer_id: int) -> tuple[Consumer, Subscription] | None:
+        return self.consumers.get(consumer_id)
+
+    async def _flow(self, body: pb.CommandFlow) -> None:
+        found = self._consumer(body.consumer_id)
+        if found is not None:
+            found[1].flow(found[0], body.messagePermits)
+
+    async def _ack(self, body: pb.CommandAck) -> None:
+        found = self._consumer(body.consumer_id)
+        if found is not None:
+            positions = [(to_position(m), list(m.ack_set)) for m in body.message_id]
+            await found[1].acknowledge(body, positions)
+        if body.HasField("request_id"):
+            self.connection.send_ack_response(body.consumer_id, body.request_id)
+
+    async def _redeliver(self, body: pb.CommandRedeliverUnacknowledgedMessages) -> None:
+        found = self._consumer(body.consumer_id)
+        if found is not None:
+            found[1].redeliver(found[0], [to_position(m) for m in body.message_ids])
+
+    async def _seek(self, body: pb.CommandSeek) -> None:
+        found = self._consumer(body.consumer_id)
+        if found is None:
+            raise BrokerError(pb.ConsumerNotFound, f"consumer {body.consumer_id} not found")
+        subscription = found[1]
+        topic_log = subscription.log
+        if body.HasField("message_id"):
+            target = body.message_id
+            if is_earliest(target):
+                mark_delete = EARLIEST
+            elif is_latest(target):
+                mark_delete = topic_log.last_position
+            else:
+                mark_delete = before(to_position(target))
+        elif body.HasField("message_publish_time"):
+            topic = self.service.topics.get(topic_log.name)
+            position = None if topic is None else await topic.find_by_publish_time(
+                body.message_publish_time, BROKER_SEEK_SCAN_ENTRIES_COUNT_MAX)
+            mark_delete = topic_log.last_position if position is None else before(position)
+        else:
+            raise BrokerError(pb.UnknownError, "SEEK needs a message id or a publish time")
+        detached = await subscription.reset(mark_delete)
+        for consumer in detached:  # CLOSE_CONSUMER went out before the SUCCESS below, as Java does
+            channel = consumer.connection_key
+            if isinstance(channel, Session):
+                channel.consumers.pop(consumer.consumer_id, None)
+        self.connection.send_success(body.request_id)
+
+    async def _get_last_message_id(self, body: pb.CommandGetLastMessageId) -> None:
+        found = self._consumer(body.consumer_id)
+        if found is None:
+            raise BrokerError(pb.ConsumerNotFound, f"consumer {body.consumer_id} not found")
+        subscription = found[1]
+        topic = self.service.topics.get(subscription.log.name)
+        if topic is None:
+            raise BrokerError(pb.ServiceNotReady, "topic is being unloaded")
+        last = await topic.last_message_id()
+        mark_delete = subscription.cursor.mark_delete_position
+        self.connection.send_get_last_message_id_response(
+            body.request_id, last,
+            commands.message_id(mark_delete.ledger_id, mark_delete.entry_id, partition=topic.partition_index),
+        )
+
+    async def _unsubscribe(self, body: pb.CommandUnsubscribe) -> None:
+        found = self._consumer(body.consumer_id)
+        if found is None:
+            raise BrokerError(pb.ConsumerNotFound, f"consumer {body.consumer_id} not found")
+        consumer, subscription = found
+        if any(c is not consumer for c in subscription.consumers):
+            raise BrokerError(pb.UnknownError, "Unconnected or shared consumer attempting to unsubscribe")
+        self.consumers.pop(body.consumer_id, None)
+        await subscription.remove_consumer(consumer)
+        await subscription.close(delete=True)
+        self.connection.send_success(body.request_id)
+
+    async def _close_consumer(self, body: pb.CommandCloseConsumer) -> None:
+        found = self.consumers.pop(body.consumer_id, None)
+        if found is not None:
+            await found[1].remove_consumer(found[0])
+        self.connection.send_success(body.request_id)
+
+    async def _consumer_stats(self, body: pb.CommandConsumerStats) -> None:
+        self.connection.send_command(commands.consumer_stats_error(body.request_id, pb.NotAllowedError,
+                                                                   "consumer stats are not supported"))
+
+    async def _auth_response(self, body: pb.CommandAuthResponse) -> None:
+        return
+
+    # --- teardown -------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """The connection is gone: producers leave their topics, consumers' unacked entries go back."""
+        if self._closed:
+            return
+        self._closed = True
+        for producer in list(self.producers.values()):
+            producer.topic.remove_producer(producer)
+        self.producers.clear()
+        for consumer, subscription in list(self.consumers.values()):
+            try:
+                await subscription.remove_consumer(consumer)
+            except Exception:
+                log.exception("removing consumer %s", consumer.consumer_id)
+        self.consumers.clear()
+
+
+def _topic_name(text: str) -> TopicName:
+    try:
+        return TopicName.parse(text)
+    except InvalidArgument as error:
+        raise BrokerError(pb.InvalidTopicName, str(error)) from error
+
+
+_LOOKUP_KINDS = frozenset({T.PARTITIONED_METADATA, T.LOOKUP, T.GET_SCHEMA})
+
+_HANDLERS: dict[int, Callable[[Session, Any], Awaitable[None]]] = {
+    T.PARTITIONED_METADATA: Session._partitioned_metadata,
+    T.LOOKUP: Session._lookup,
+    T.GET_TOPICS_OF_NAMESPACE: Session._topics_of_namespace,
+    T.GET_SCHEMA: Session._get_schema,
+    T.PRODUCER: Session._producer,
+    T.CLOSE_PRODUCER: Session._close_producer,
+    T.SUBSCRIBE: Session._subscribe,
+    T.FLOW: Session._flow,
+    T.ACK: Session._ack,
+    T.REDELIVER_UNACKNOWLEDGED_MESSAGES: Session._redeliver,
+    T.SEEK: Session._seek,
+    T.GET_LAST_MESSAGE_ID: Session._get_last_message_id,
+    T.UNSUBSCRIBE: Session._unsubscribe,
+    T.CLOSE_CONSUMER: Session._close_consumer,
+    T.CONSUMER_STATS: Session._consumer_stats,
+    T.AUTH_RESPONSE: Session._auth_response,
+}

@@ -1,0 +1,227 @@
+"""The broker's server loop: one task group per client connection over a ``base.io.Network``.
+
+``start_broker`` is the composition root's entry point (``magnetar standalone`` and tests call it).
+Per connection: a reader feeds bytes into a ``ServerConnection`` and hands events to the
+``Session`` in order; a writer drains queued frames to the socket; a ticker runs the keep-alive
+and handshake timers. Backpressure: the reader stops reading while the session is not writable
+(outgoing bytes above ``connection_outbound_bytes_high``), and dispatchers stop sending to it, so
+a client that never reads cannot grow broker memory. Bad input (malformed frame, oversized frame,
+protocol violation) closes that client's connection only. At most
+``BROKER_CONNECTIONS_COUNT_MAX`` connections are served; beyond it new ones are closed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+
+from magnetar.base.clock import Clock
+from magnetar.base.errors import ClosedError
+from magnetar.base.io import Connection, Listener, Network
+from magnetar.base.limits import BROKER_CONNECTIONS_COUNT_MAX, PULSAR_READ_CHUNK_BYTES
+from magnetar.broker.config import BrokerConfig
+from magnetar.broker.log import LogStore
+from magnetar.broker.service import BrokerService
+from magnetar.broker.session import Session
+from magnetar.metadata.api import MetadataStore
+from magnetar.protocol.pulsar import ConnectionTerminated, ServerConfig, ServerConnection, State
+
+log = logging.getLogger(__name__)
+
+
+class _ConnectionLoop:
+    def __init__(self, server: BrokerServer, conn: Connection) -> None:
+        self.server = server
+        self.conn = conn
+        self.clock = server.clock
+        self.protocol = ServerConnection(self._now_ms(), server.server_config)
+        self.session = Session(server.service, self.protocol, self._wake_writer)
+        self._output = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._done = asyncio.Event()
+
+    def _now_ms(self) -> int:
+        return self.clock.monotonic_ns() // 1_000_000
+
+    def _open(self) -> bool:
+        return self.protocol.state is not State.CLOSED
+
+    def _wake_writer(self) -> None:
+        self._output.set()
+
+    async def run(self) -> None:
+        writer = asyncio.get_running_loop().create_task(self._write_loop())
+        ticker = asyncio.get_running_loop().create_task(self._tick_loop())
+        try:
+            await self._read_loop()
+        finally:
+            await self._flush_quietly()
+            for task in (writer, ticker):
+                task.cancel()
+            for task in (writer, ticker):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await self.session.close()
+            self.conn.close()
+
+    async def _read_loop(self) -> None:
+        while self._open():
+            while not self.session.writable() and self._open():
+                self._writable.clear()
+                self._output.set()
+                await self._writable.wait()
+            data = await self.conn.read(PULSAR_READ_CHUNK_BYTES)
+            if not data:
+                return
+            try:
+                events = self.protocol.receive_data(data, self._now_ms())
+            except Exception as error:  # malformed/oversized frame, protocol violation: drop this client
+                log.info("closing connection from %s: %s", self.conn.peer, error)
+                return
+            for event in events:
+                await self.session.handle(event)
+                if isinstance(event, ConnectionTerminated):
+                    return
+            self._output.set()
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._output.wait()
+            self._output.clear()
+            chunks = self.protocol.data_to_send()
+            if chunks:
+                size = sum(len(c) for c in chunks)
+                self.session.set_transport_backlog(size)
+                try:
+                    for chunk in chunks:
+                        self.conn.write(chunk)
+                    await self.conn.drain()
+                except ClosedError:
+                    return
+                self.session.set_transport_backlog(0)
+            if self.session.writable():
+                self._writable.set()
+                self.session.notify_writable()
+            if self.protocol.state is State.CLOSED and not self.protocol.outbound_bytes:
+                self.conn.close()
+                return
+
+    async def _flush_quietly(self) -> None:
+        with contextlib.suppress(ClosedError, Exception):
+            for chunk in self.protocol.data_to_send():
+                self.conn.write(chunk)
+            await asyncio.wait_for(self.conn.drain(), timeout=1.0)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            deadline = self.protocol.next_deadline_ms()
+            if deadline is None:
+                return
+            delay_ms = max(0, deadline - self._now_ms())
+            await self.clock.sleep(min(delay_ms, 1000) / 1000)
+            if self._now_ms() < deadline:
+                continue
+            for event in self.protocol.tick(self._now_ms()):
+                if isinstance(event, ConnectionTerminated):
+                    log.info("closing connection from %s: %s", self.conn.peer, event.reason)
+                    self.conn.close()
+                    return
+            self._output.set()
+
+
+class BrokerServer:
+    """A running broker: ``port``, ``service_url``, ``close()``."""
+
+    def __init__(self, service: BrokerService, network: Network, clock: Clock,
+                 server_config: ServerConfig | None = None) -> None:
+        self.service = service
+        self.network = network
+        self.clock = clock
+        self.server_config = server_config or ServerConfig()
+        self._listener: Listener | None = None
+        self._loops: set[_ConnectionLoop] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @property
+    def port(self) -> int:
+        if self._listener is None:
+            raise ClosedError("broker is not listening")
+        return self._listener.port
+
+    @property
+    def service_url(self) -> str:
+        return self.service.config.service_url
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._loops)
+
+    async def listen(self, host: str, port: int) -> None:
+        self._listener = await self.network.listen(host, port, self._serve)
+
+    async def _serve(self, conn: Connection) -> None:
+        if self._closed or len(self._loops) >= BROKER_CONNECTIONS_COUNT_MAX:
+            conn.close()
+            return
+        loop = _ConnectionLoop(self, conn)
+        self._loops.add(loop)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await loop.run()
+        except Exception:
+            log.exception("connection from %s failed", conn.peer)
+        finally:
+            self._loops.discard(loop)
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def close(self) -> None:
+        """Stop listening, drop every client connection, close every topic."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._listener is not None:
+            self._listener.close()
+        for loop in list(self._loops):
+            loop.conn.close()
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.service.close()
+
+
+async def start_broker(
+    config: BrokerConfig,
+    *,
+    log_store: LogStore,
+    clock: Clock,
+    network: Network | None = None,
+    metadata: MetadataStore | None = None,
+    host: str = "127.0.0.1",
+    port: int = 6650,
+    server_config: ServerConfig | None = None,
+) -> BrokerServer:
+    """Start a broker listening on ``host:port`` (0 picks a free port) and return it running.
+
+    ``config.advertised_port`` is replaced by the bound port when ``port`` is 0 or the configured
+    advertised port is 0, so LOOKUP answers point at this listener.
+    """
+    if network is None:
+        from magnetar.runtime.network import TcpNetwork
+
+        network = TcpNetwork()
+    service = BrokerService(config, log_store, metadata)
+    server = BrokerServer(service, network, clock, server_config)
+    await server.listen(host, port)
+    if port == 0 or config.advertised_port == 0:
+        service.config = dataclasses.replace(config, advertised_port=server.port)
+    return server
