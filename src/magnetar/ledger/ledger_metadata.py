@@ -1,4 +1,10 @@
-"""A ledger's metadata record: quorum sizes, state, last entry, fragments.
+"""The ledger layer's typed view of a ledger's metadata record: quorum sizes, state, last entry,
+fragments — and the one transition table of its state.
+
+The stored form is the shared ``magnetar.metadata.records.LedgerMetadata`` (a version byte, then
+msgpack); this class is a thin typed view over it (``BookieId`` ensembles, queries, changes) and
+converts with ``to_record``/``from_record``; ``encode``/``decode`` go through ``records`` only,
+so there is one encoding of ledger metadata in the system.
 
 Invariants (checked on construction and on every change):
 
@@ -7,28 +13,21 @@ Invariants (checked on construction and on every change):
 * ``last_entry_id`` is ``NO_ENTRY`` unless the state is CLOSED.
 * The state only moves forward along ``TRANSITIONS`` (OPEN -> IN_RECOVERY -> CLOSED, or
   OPEN -> CLOSED); same-state updates (ensemble changes, re-replication) are allowed.
-
-The record is stored as JSON under the ledger's path and changed only by compare-and-set.
+  ``metadata_ops.LedgerMetadataStore.cas`` enforces it for every stored change.
 """
 
 from __future__ import annotations
 
-import enum
-import json
 from dataclasses import dataclass, replace
 
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptData, InvalidArgument
 from magnetar.base.invariant import InvariantViolation, invariant
 from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.ledger.quorum import validate_quorum
+from magnetar.metadata import records
+from magnetar.metadata.records import LedgerState
 
-FORMAT_VERSION = 1
-
-
-class LedgerState(enum.Enum):
-    OPEN = "OPEN"
-    IN_RECOVERY = "IN_RECOVERY"
-    CLOSED = "CLOSED"
+__all__ = ["TRANSITIONS", "Fragment", "LedgerMetadata", "LedgerState", "transition_allowed"]
 
 
 #: The one transition table of ledger metadata: state -> states it may move to (itself included,
@@ -62,9 +61,13 @@ class LedgerMetadata:
     last_entry_id: int
     fragments: tuple[Fragment, ...]
     ctime_ms: int = 0
-    custom: tuple[tuple[str, str], ...] = ()
+    custom: tuple[tuple[str, str], ...] = ()  # the record's ``properties``, sorted by key
+    length_bytes: int = 0
+    digest_type: str = "CRC32C"
+    password: bytes = b""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "custom", tuple(sorted(self.custom)))
         validate_quorum(self.ensemble_size, self.write_quorum_size, self.ack_quorum_size)
         invariant(len(self.fragments) >= 1, "a ledger has at least one fragment")
         invariant(self.fragments[0].first_entry_id == 0, "the first fragment starts at entry 0")
@@ -140,40 +143,48 @@ class LedgerMetadata:
 
     # --- encoding --------------------------------------------------------------------------------
 
+    def to_record(self) -> records.LedgerMetadata:
+        return records.LedgerMetadata(
+            ledger_id=self.ledger_id,
+            ensemble_size=self.ensemble_size,
+            write_quorum_size=self.write_quorum_size,
+            ack_quorum_size=self.ack_quorum_size,
+            state=self.state,
+            fragments=[records.Fragment(f.first_entry_id, [str(b) for b in f.ensemble]) for f in self.fragments],
+            ctime_ms=self.ctime_ms,
+            last_entry_id=self.last_entry_id,
+            length_bytes=self.length_bytes,
+            properties=dict(self.custom),
+            digest_type=self.digest_type,
+            password=self.password,
+        )
+
+    @classmethod
+    def from_record(cls, record: records.LedgerMetadata) -> LedgerMetadata:
+        """The view of a stored record; ``CorruptData`` if it breaks the ledger's invariants."""
+        try:
+            return cls(
+                ledger_id=record.ledger_id,
+                ensemble_size=record.ensemble_size,
+                write_quorum_size=record.write_quorum_size,
+                ack_quorum_size=record.ack_quorum_size,
+                state=record.state,
+                last_entry_id=record.last_entry_id,
+                fragments=tuple(
+                    Fragment(f.first_entry_id, tuple(BookieId.parse(b) for b in f.ensemble)) for f in record.fragments
+                ),
+                ctime_ms=record.ctime_ms,
+                custom=tuple(record.properties.items()),
+                length_bytes=record.length_bytes,
+                digest_type=record.digest_type,
+                password=record.password,
+            )
+        except (InvalidArgument, InvariantViolation) as exc:
+            raise CorruptData(f"bad ledger metadata for ledger {record.ledger_id}: {exc}") from exc
+
     def encode(self) -> bytes:
-        doc = {
-            "format": FORMAT_VERSION,
-            "ledger_id": self.ledger_id,
-            "E": self.ensemble_size,
-            "Qw": self.write_quorum_size,
-            "Qa": self.ack_quorum_size,
-            "state": self.state.value,
-            "last_entry_id": self.last_entry_id,
-            "fragments": [[f.first_entry_id, [str(b) for b in f.ensemble]] for f in self.fragments],
-            "ctime_ms": self.ctime_ms,
-            "custom": [list(kv) for kv in self.custom],
-        }
-        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+        return records.encode(self.to_record())
 
     @classmethod
     def decode(cls, data: bytes) -> LedgerMetadata:
-        try:
-            doc = json.loads(data)
-            if doc["format"] != FORMAT_VERSION:
-                raise CorruptData(f"unknown ledger metadata format {doc['format']}")
-            return cls(
-                ledger_id=int(doc["ledger_id"]),
-                ensemble_size=int(doc["E"]),
-                write_quorum_size=int(doc["Qw"]),
-                ack_quorum_size=int(doc["Qa"]),
-                state=LedgerState(doc["state"]),
-                last_entry_id=int(doc["last_entry_id"]),
-                fragments=tuple(
-                    Fragment(int(first), tuple(BookieId.parse(b) for b in ensemble))
-                    for first, ensemble in doc["fragments"]
-                ),
-                ctime_ms=int(doc.get("ctime_ms", 0)),
-                custom=tuple((str(k), str(v)) for k, v in doc.get("custom", [])),
-            )
-        except (KeyError, ValueError, TypeError, InvariantViolation) as exc:
-            raise CorruptData(f"bad ledger metadata: {exc}") from exc
+        return cls.from_record(records.decode(records.LedgerMetadata, data))

@@ -4,7 +4,7 @@ Every change is a compare-and-set against the version the caller read (``BadVers
 someone else changed it first); nothing here overwrites blindly. Layout under ``root``::
 
     {root}/idgen              decimal counter: the next ledger id (CAS-incremented)
-    {root}/L{ledger id:019d}  the ledger's ``LedgerMetadata`` as JSON
+    {root}/L{ledger id:019d}  the ledger's ``records.LedgerMetadata`` (version byte + msgpack)
 
 The store is reached through ``VersionedStore``, the narrow slice of the metadata API the ledger
 client needs; ``metadata_adapter.py`` maps the metadata package's ``MetadataStore`` onto it.
