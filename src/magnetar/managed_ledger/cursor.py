@@ -177,8 +177,9 @@ class ManagedCursor:
         for persisted in info.individually_deleted:
             first = Position(persisted.lower.ledger_id, persisted.lower.entry_id + 1)
             last = Position(persisted.upper.ledger_id, persisted.upper.entry_id)
-            if last > self._md:
-                self._ranges.add_range(max(first, self._ml.next_position(self._md)), last, self._ml.next_position)
+            first = max(first, self._ml.next_position(self._md))
+            if first <= last:  # else it names no entry this log still holds
+                self._ranges.add_range(first, last, self._ml.next_position)
         for ack in info.batch_index_acks or []:
             position = Position(ack.ledger_id, ack.entry_id)
             if position > self._md:
