@@ -15,6 +15,7 @@ an explicit reset, and what it persists is a state it really had.
 
 from magnetar.managed_ledger.config import CursorRecovery, ManagedLedgerConfig, OpenRecovery
 from magnetar.managed_ledger.cursor import CursorState, ManagedCursor
+from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.errors import (
     CursorNotFound,
     InvalidCursorPosition,
@@ -23,7 +24,7 @@ from magnetar.managed_ledger.errors import (
     ManagedLedgerTerminated,
 )
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
-from magnetar.managed_ledger.managed_ledger import ManagedEntry, ManagedLedger, MLState
+from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
 from magnetar.managed_ledger.ranges import PositionRangeSet
 
 __all__ = [

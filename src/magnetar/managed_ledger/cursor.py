@@ -54,7 +54,8 @@ from magnetar.managed_ledger.ranges import PositionRangeSet
 from magnetar.metadata.records import BatchIndexAck, CursorInfo, PositionRange, PositionRecord, decode, encode
 
 if TYPE_CHECKING:
-    from magnetar.managed_ledger.managed_ledger import ManagedEntry, ManagedLedger
+    from magnetar.managed_ledger.entry import ManagedEntry
+    from magnetar.managed_ledger.managed_ledger import ManagedLedger
 
 _WORD_BITS = 64
 _WORD_MASK = (1 << _WORD_BITS) - 1

@@ -27,9 +27,8 @@ changes only along ``TRANSITIONS``; time comes only from the injected ``Clock``.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import enum
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,18 +45,17 @@ from magnetar.base.errors import (
 )
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
-    MANAGED_LEDGER_CACHE_BYTES_MAX,
     MANAGED_LEDGER_CURSORS_COUNT_MAX,
-    MANAGED_LEDGER_LEDGERS_COUNT_MAX,
     MANAGED_LEDGER_READ_COUNT_MAX,
-    MANAGED_LEDGER_READERS_CACHED_COUNT_MAX,
 )
 from magnetar.base.types import Position
 from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.manager import LedgerManager
-from magnetar.ledger.reader import LedgerReader
 from magnetar.managed_ledger.config import ManagedLedgerConfig, OpenRecovery
+from magnetar.managed_ledger.entry import ManagedEntry
+from magnetar.managed_ledger.entry_reader import EntryReader
 from magnetar.managed_ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced, ManagedLedgerTerminated
+from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.errors import NodeExists
 from magnetar.metadata.records import LedgerInfo, ManagedLedgerInfo, PositionRecord, decode, encode
@@ -94,12 +92,6 @@ TRANSITIONS: dict[MLState, frozenset[MLState]] = {
 _WRITABLE = (MLState.LEDGER_OPENED, MLState.CLOSING_LEDGER, MLState.CREATING_LEDGER)
 
 
-@dataclass(frozen=True, slots=True)
-class ManagedEntry:
-    position: Position
-    data: bytes
-
-
 @dataclass(eq=False, slots=True)
 class _OpAdd:
     """One append: queued, then in flight on a ledger, then told to its caller in order."""
@@ -120,8 +112,6 @@ class _Current:
     created_ms: int
     started_count: int = 0
     started_bytes: int = 0
-    acked_count: int = 0
-    acked_bytes: int = 0
     failed: bool = False  # the handle failed for a reason other than fencing: roll over
     inflight: deque[_OpAdd] = field(default_factory=deque)
 
@@ -147,8 +137,7 @@ class ManagedLedger:
         self.config = config
         self._state = MLState.INITIALIZING
         self._failure: MagnetarError | None = None
-        self._ledgers: list[LedgerInfo] = []
-        self._ledger_ids: list[int] = []
+        self._list = LedgerList()
         self._info_version = -1
         self._info_lock = asyncio.Lock()
         self._terminated_at: Position | None = None
@@ -161,9 +150,7 @@ class ManagedLedger:
         self._drained = asyncio.Event()
         self._drained.set()
         self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
-        self._cache: OrderedDict[Position, bytes] = OrderedDict()
-        self._cache_bytes = 0
-        self._readers: OrderedDict[int, LedgerReader] = OrderedDict()
+        self._entries = EntryReader(manager)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cursors: dict[str, ManagedCursor] = {}
         self._non_durable: set[ManagedCursor] = set()
@@ -194,8 +181,8 @@ class ManagedLedger:
         # An empty ledger holds nothing a cursor can point into: drop it from the list.
         empty = [info_.ledger_id for info_ in ledgers[-2:] if info_.entries_count == 0]
         ledgers = [info_ for info_ in ledgers if info_.ledger_id not in empty]
-        self._set_ledgers(ledgers)
-        self._lce = self._last_position_of_closed() or Position(-1, -1)
+        self._list.set(ledgers)
+        self._lce = self._list.last_stored_position() or Position(-1, -1)
         if info.terminated_position is not None:
             self._terminated_at = Position(info.terminated_position.ledger_id, info.terminated_position.entry_id)
             await self._cas_info(ledgers)
@@ -281,15 +268,7 @@ class ManagedLedger:
                 op.future.exception()  # retrieved: a caller that gave up must not log noise
         self._wake_admission(all_waiters=True)
 
-    # --- ledger list -----------------------------------------------------------------------------
-
-    def _set_ledgers(self, ledgers: list[LedgerInfo]) -> None:
-        ids = [info.ledger_id for info in ledgers]
-        invariant(ids == sorted(set(ids)), f"ledger ids must strictly grow: {ids}")
-        if len(ids) > MANAGED_LEDGER_LEDGERS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_LEDGER_LEDGERS_COUNT_MAX", len(ids), MANAGED_LEDGER_LEDGERS_COUNT_MAX)
-        self._ledgers = ledgers
-        self._ledger_ids = ids
+    # --- ledger list ------------------------------------------------------------------------------
 
     async def _cas_info(self, ledgers: list[LedgerInfo]) -> None:
         """Replace the stored list (CAS on the version we hold); BadVersion: we were taken over."""
@@ -303,19 +282,7 @@ class ManagedLedger:
         except BadVersion as exc:
             self._become_fenced(exc)
             raise ManagedLedgerFenced(f"managed ledger {self.name}: info changed by another owner") from exc
-        self._set_ledgers(ledgers)
-
-    def _entries_in(self, index: int) -> int:
-        current = self._current
-        if current is not None and index == len(self._ledgers) - 1 and self._ledger_ids[index] == current.handle.ledger_id:
-            return current.acked_count
-        return self._ledgers[index].entries_count
-
-    def _last_position_of_closed(self) -> Position | None:
-        for info in reversed(self._ledgers):
-            if info.entries_count > 0:
-                return Position(info.ledger_id, info.entries_count - 1)
-        return None
+        self._list.set(ledgers)
 
     # --- positions -------------------------------------------------------------------------------
 
@@ -326,90 +293,47 @@ class ManagedLedger:
 
     @property
     def current_ledger_id(self) -> int:
-        return self._ledger_ids[-1] if self._ledger_ids else -1
+        return self._list.last_ledger_id
 
     @property
     def ledger_ids(self) -> list[int]:
-        return list(self._ledger_ids)
+        return list(self._list.ids)
 
     def ledger_infos(self) -> list[LedgerInfo]:
         """The list with the current ledger's live count and size."""
-        result = list(self._ledgers)
-        current = self._current
-        if current is not None and result and result[-1].ledger_id == current.handle.ledger_id:
-            last = result[-1]
-            result[-1] = LedgerInfo(last.ledger_id, self._entries_in(len(result) - 1), current.acked_bytes, last.timestamp_ms)
-        return result
+        return self._list.with_live_stats()
 
     @property
     def first_position(self) -> Position:
         """The position just before the oldest stored entry (where an 'earliest' cursor starts)."""
-        if not self._ledger_ids:
+        if not self._list.ids:
             return self._lce
-        return Position(self._ledger_ids[0], -1)
+        return Position(self._list.ids[0], -1)
 
     def first_at_or_after(self, position: Position) -> Position | None:
         """The first stored, acknowledged entry at or after ``position``; None past the end."""
-        start = bisect.bisect_left(self._ledger_ids, position.ledger_id)
-        for index in range(start, len(self._ledger_ids)):
-            ledger_id = self._ledger_ids[index]
-            entry_id = max(position.entry_id, 0) if ledger_id == position.ledger_id else 0
-            if entry_id < self._entries_in(index):
-                return Position(ledger_id, entry_id)
-        return None
+        return self._list.first_at_or_after(position)
 
     def next_position(self, position: Position) -> Position:
         """The entry after ``position`` in the log (or where the next append would land)."""
-        found = self.first_at_or_after(Position(position.ledger_id, position.entry_id + 1))
-        if found is not None:
-            return found
-        if position.ledger_id >= self.current_ledger_id:
-            return Position(position.ledger_id, position.entry_id + 1) if position.ledger_id >= 0 else position.next()
-        current = self._ledger_ids[-1] if self._ledger_ids else position.ledger_id
-        return Position(current, self._entries_in(len(self._ledger_ids) - 1) if self._ledger_ids else 0)
+        return self._list.next_position(position)
 
     def count_entries(self, after: Position, upto: Position) -> int:
         """Stored entries ``p`` with ``after < p <= upto``."""
-        if upto <= after:
-            return 0
-        total = 0
-        start = bisect.bisect_left(self._ledger_ids, after.ledger_id)
-        for index in range(start, len(self._ledger_ids)):
-            ledger_id = self._ledger_ids[index]
-            if ledger_id > upto.ledger_id:
-                break
-            low = after.entry_id + 1 if ledger_id == after.ledger_id else 0
-            high = self._entries_in(index) - 1
-            if ledger_id == upto.ledger_id:
-                high = min(high, upto.entry_id)
-            total += max(0, high - low + 1)
-        return total
+        return self._list.count_entries(after, upto)
 
     @property
     def number_of_entries(self) -> int:
         """Entries stored (acknowledged and not trimmed)."""
-        return sum(self._entries_in(i) for i in range(len(self._ledgers)))
+        return self._list.number_of_entries()
 
     @property
     def total_size_bytes(self) -> int:
-        return sum(info.size_bytes for info in self.ledger_infos())
+        return sum(info.size_bytes for info in self._list.with_live_stats())
 
     def position_after_n(self, start: Position, n: int) -> Position:
         """The entry ``n`` entries after ``start`` (start excluded), clamped to the last one."""
-        if n < 0:
-            raise InvalidArgument(f"n must be >= 0, got {n}")
-        position = start
-        remaining = n
-        while remaining > 0:
-            found = self.first_at_or_after(Position(position.ledger_id, position.entry_id + 1))
-            if found is None or found > self._lce:
-                break
-            index = bisect.bisect_left(self._ledger_ids, found.ledger_id)
-            last_in_ledger = self._entries_in(index) - 1
-            step = min(remaining, last_in_ledger - found.entry_id + 1)
-            position = Position(found.ledger_id, found.entry_id + step - 1)
-            remaining -= step
-        return position
+        return self._list.position_after_n(start, n, self._lce)
 
     # --- append ----------------------------------------------------------------------------------
 
@@ -521,9 +445,9 @@ class ManagedLedger:
             if op.position is not None:
                 invariant(op.position > self._lce, f"position {op.position} not after {self._lce}")
                 self._lce = op.position
-                current.acked_count += 1
-                current.acked_bytes += len(op.data)
-                self._cache_put(op.position, op.data)
+                self._list.live_count += 1
+                self._list.live_bytes += len(op.data)
+                self._entries.remember(op.position, op.data)
                 if not op.future.done():
                     op.future.set_result(op.position)
             elif not op.future.done():
@@ -546,6 +470,7 @@ class ManagedLedger:
 
     def _install(self, handle: LedgerHandle) -> None:
         self._current = _Current(handle, self._clock.monotonic_ns(), self._clock.now_ms())
+        self._list.set_live(handle.ledger_id)
 
     async def _rollover(self) -> None:
         old = self._current
@@ -567,11 +492,11 @@ class ManagedLedger:
             raise
         await faults.point("managed_ledger.rollover.after_create")
         now_ms = self._clock.now_ms()
-        closed = LedgerInfo(old.handle.ledger_id, last + 1, old.acked_bytes, now_ms)
+        closed = LedgerInfo(old.handle.ledger_id, last + 1, self._list.live_bytes, now_ms)
         async with self._info_lock:
-            invariant(self._ledger_ids[-1] == old.handle.ledger_id, "the current ledger is listed last")
+            invariant(self._list.ids[-1] == old.handle.ledger_id, "the current ledger is listed last")
             try:
-                await self._cas_info([*self._ledgers[:-1], closed, LedgerInfo(handle.ledger_id, 0, 0, now_ms)])
+                await self._cas_info([*self._list.infos[:-1], closed, LedgerInfo(handle.ledger_id, 0, 0, now_ms)])
             except ManagedLedgerFenced:
                 await self._delete_quietly(handle.ledger_id)
                 raise
@@ -638,12 +563,13 @@ class ManagedLedger:
         result: list[ManagedEntry] = []
         position = self.first_at_or_after(start)
         while position is not None and position <= self._lce and len(result) < count_max:
-            index = bisect.bisect_left(self._ledger_ids, position.ledger_id)
-            last = self._entries_in(index) - 1
+            last = self._list.last_in_ledger(position.ledger_id)
             if position.ledger_id == self._lce.ledger_id:
                 last = min(last, self._lce.entry_id)
             last = min(last, position.entry_id + count_max - len(result) - 1)
-            result.extend(await self._read_range(position.ledger_id, position.entry_id, last))
+            result.extend(await self._entries.read(
+                    position.ledger_id, position.entry_id, last, self._current.handle if self._current else None
+                ))
             position = self.first_at_or_after(Position(position.ledger_id, last + 1))
         return result
 
@@ -652,40 +578,6 @@ class ManagedLedger:
         if not entries or entries[0].position != position:
             raise NotFound(f"no entry at {position} in {self.name}")
         return entries[0]
-
-    async def _read_range(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
-        cached = [self._cache.get(Position(ledger_id, e)) for e in range(first, last + 1)]
-        if all(data is not None for data in cached):
-            return [ManagedEntry(Position(ledger_id, first + i), data) for i, data in enumerate(cached) if data is not None]
-        reader = await self._reader_for(ledger_id, last)
-        entries = await reader.read_entries(first, last)
-        return [ManagedEntry(Position(ledger_id, e.entry_id), e.payload) for e in entries]
-
-    async def _reader_for(self, ledger_id: int, last: int) -> LedgerReader:
-        reader = self._readers.get(ledger_id)
-        if reader is None or (not reader.is_closed and reader.last_add_confirmed < last):
-            reader = await self._manager.open_ledger_no_recovery(ledger_id)
-            self._readers[ledger_id] = reader
-            while len(self._readers) > MANAGED_LEDGER_READERS_CACHED_COUNT_MAX:
-                self._readers.popitem(last=False)
-        self._readers.move_to_end(ledger_id)
-        if reader.last_add_confirmed < last and not reader.is_closed:
-            await reader.read_lac()
-            current = self._current
-            if reader.last_add_confirmed < last and current is not None and current.handle.ledger_id == ledger_id:
-                # The LAC of our own latest entry rides only on the next one: publish it.
-                await current.handle.send_explicit_lac()
-                await reader.read_lac()
-        if reader.last_add_confirmed < last:
-            raise NotFound(f"entry {ledger_id}:{last} is not readable yet (LAC {reader.last_add_confirmed})")
-        return reader
-
-    def _cache_put(self, position: Position, data: bytes) -> None:
-        self._cache[position] = data
-        self._cache_bytes += len(data)
-        while self._cache_bytes > MANAGED_LEDGER_CACHE_BYTES_MAX and self._cache:
-            _, evicted = self._cache.popitem(last=False)
-            self._cache_bytes -= len(evicted)
 
     async def wait_for_entries_after(self, position: Position) -> None:
         """Return once an entry after ``position`` is acknowledged (or the ledger stops)."""
@@ -784,15 +676,13 @@ class ManagedLedger:
             doomed = self._trimmable()
             if not doomed:
                 return []
-            kept = [info for info in self._ledgers if info.ledger_id not in doomed]
+            kept = [info for info in self._list.infos if info.ledger_id not in doomed]
             try:
                 await self._cas_info(kept)
             except ManagedLedgerFenced:
                 return []
         for ledger_id in doomed:
-            self._readers.pop(ledger_id, None)
-            for position in [p for p in self._cache if p.ledger_id == ledger_id]:
-                self._cache_bytes -= len(self._cache.pop(position))
+            self._entries.forget_ledger(ledger_id)
             await self._delete_quietly(ledger_id)
         return doomed
 
@@ -802,8 +692,8 @@ class ManagedLedger:
         total_bytes = self.total_size_bytes
         deleted_bytes = 0
         doomed: list[int] = []
-        for index, info in enumerate(self._ledgers[:-1]):  # never the current (last) ledger
-            entries = self._entries_in(index)
+        for index, info in enumerate(self._list.infos[:-1]):  # never the current (last) ledger
+            entries = self._list.entries_in(index)
             consumed = info.ledger_id < slowest.ledger_id or (
                 info.ledger_id == slowest.ledger_id and slowest.entry_id >= entries - 1
             )
@@ -844,10 +734,10 @@ class ManagedLedger:
         self._terminated_at = self._lce
         await current.handle.close()
         async with self._info_lock:
-            self._ledgers[-1] = LedgerInfo(
-                current.handle.ledger_id, current.handle.last_add_confirmed + 1, current.acked_bytes, self._clock.now_ms()
+            self._list.infos[-1] = LedgerInfo(
+                current.handle.ledger_id, current.handle.last_add_confirmed + 1, self._list.live_bytes, self._clock.now_ms()
             )
-            await self._cas_info(list(self._ledgers))
+            await self._cas_info(list(self._list.infos))
         self._notify_entry_waiters()
         return self._lce
 
@@ -880,7 +770,7 @@ class ManagedLedger:
         """Delete every ledger, every cursor and the metadata of this managed ledger."""
         for name in list(self.cursors):
             await self.delete_cursor(name)
-        ledger_ids = list(self._ledger_ids)
+        ledger_ids = list(self._list.ids)
         await self.close()
         for ledger_id in ledger_ids:
             await self._delete_quietly(ledger_id)
