@@ -86,3 +86,18 @@ async def test_factory_delete_removes_ledgers_cursors_and_metadata() -> None:
     assert not await ml.store.exists(ml.path)
     reopened = await factory.open(TOPIC)
     assert reopened.number_of_entries == 0 and reopened.cursors == {}
+
+
+def test_retention_rule_table() -> None:
+    from magnetar.managed_ledger.retention import trimmable_ledgers
+    from magnetar.metadata.records import LedgerInfo
+
+    infos = [LedgerInfo(1, 2, 100, 0), LedgerInfo(4, 2, 100, 1000), LedgerInfo(7, 0, 0, 2000)]
+    done = Position(7, -1)
+    assert trimmable_ledgers(infos, done, 5000, 0, 0) == [1, 4]
+    assert trimmable_ledgers(infos, Position(4, 0), 5000, 0, 0) == [1]  # ledger 4 half consumed
+    assert trimmable_ledgers(infos, done, 5000, -1, -1) == []  # keep forever
+    assert trimmable_ledgers(infos, done, 5000, 4.5, -1) == [1]  # only ledger 1 is 4.5 s old
+    assert trimmable_ledgers(infos, done, 5000, -1, 150) == [1]  # 200 bytes > 150: drop one
+    assert trimmable_ledgers(infos, done, 5000, -1, 200) == []
+    assert trimmable_ledgers(infos[-1:], done, 5000, 0, 0) == []  # never the current ledger

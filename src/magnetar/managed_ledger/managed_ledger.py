@@ -56,6 +56,7 @@ from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.entry_reader import EntryReader
 from magnetar.managed_ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced, ManagedLedgerTerminated
 from magnetar.managed_ledger.ledger_list import LedgerList
+from magnetar.managed_ledger.retention import trimmable_ledgers
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.errors import NodeExists
 from magnetar.metadata.records import LedgerInfo, ManagedLedgerInfo, PositionRecord, decode, encode
@@ -687,27 +688,14 @@ class ManagedLedger:
         return doomed
 
     def _trimmable(self) -> list[int]:
-        slowest = self.slowest_mark_delete()
-        now_ms = self._clock.now_ms()
-        total_bytes = self.total_size_bytes
-        deleted_bytes = 0
-        doomed: list[int] = []
-        for index, info in enumerate(self._list.infos[:-1]):  # never the current (last) ledger
-            entries = self._list.entries_in(index)
-            consumed = info.ledger_id < slowest.ledger_id or (
-                info.ledger_id == slowest.ledger_id and slowest.entry_id >= entries - 1
-            )
-            if not consumed:
-                break
-            retention_s = self.config.retention_time_s
-            retention_bytes = self.config.retention_size_bytes
-            expired = retention_s >= 0 and now_ms - info.timestamp_ms >= retention_s * 1000
-            over_size = retention_bytes >= 0 and total_bytes - deleted_bytes > retention_bytes
-            if not (expired or over_size):
-                break
-            doomed.append(info.ledger_id)
-            deleted_bytes += info.size_bytes
-        return doomed
+        config = self.config
+        return trimmable_ledgers(
+            self._list.with_live_stats(),
+            self.slowest_mark_delete(),
+            self._clock.now_ms(),
+            config.retention_time_s,
+            config.retention_size_bytes,
+        )
 
     async def _delete_quietly(self, ledger_id: int) -> None:
         # An orphan ledger only wastes space; failing the caller for it would lose nothing less.
