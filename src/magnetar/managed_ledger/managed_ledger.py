@@ -86,7 +86,7 @@ TRANSITIONS: dict[MLState, frozenset[MLState]] = {
     ),
     MLState.CREATING_LEDGER: frozenset({MLState.LEDGER_OPENED, MLState.FENCED, MLState.CLOSED}),
     MLState.FENCED: frozenset({MLState.CLOSED}),
-    MLState.TERMINATED: frozenset({MLState.CLOSED}),
+    MLState.TERMINATED: frozenset({MLState.FENCED, MLState.CLOSED}),  # a new owner took it over
     MLState.CLOSED: frozenset(),
 }
 
