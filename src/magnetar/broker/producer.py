@@ -64,6 +64,7 @@ _TRANSITIONS = {(ProducerState.ACTIVE, ProducerState.CLOSED), (ProducerState.CLO
 class _PendingSend:
     sequence_id: int
     highest_sequence_id: int
+    records_sequence: bool = True
     position: Position | None = None
     error: BrokerError | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -102,20 +103,25 @@ class Producer:
         self._state = ProducerState.CLOSED
         self._room.set()
 
-    async def send(self, command: pb.CommandSend, data: bytes | None) -> None:
-        """Queue one SEND (``data`` None: it failed its checksum). Waits while the FIFO is full."""
+    async def send(self, command: pb.CommandSend, data: bytes | None, *, records_sequence: bool = True) -> None:
+        """Queue one SEND (``data`` None: it failed its checksum). Waits while the FIFO is full.
+
+        The chunks of one chunked message share a sequence id: they are never deduplicated, and
+        only the last one (``records_sequence``) records the sequence id as persisted.
+        """
         while len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
             self._room.clear()
             await self._room.wait()
         first = command.sequence_id
         count = command.num_messages if command.HasField("num_messages") else 1
         highest = command.highest_sequence_id if command.HasField("highest_sequence_id") else first + max(count, 1) - 1
-        op = _PendingSend(first, highest)
+        op = _PendingSend(first, highest, records_sequence=records_sequence)
+        chunk = command.HasField("is_chunk") and command.is_chunk
         self._pending.append(op)
         if data is None:
             op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
             await self._flush()
-        elif self.topic.is_duplicate(self.name, first):
+        elif not chunk and self.topic.is_duplicate(self.name, first):
             op.position = DUPLICATE
             await self._flush()
         else:
@@ -124,7 +130,8 @@ class Producer:
     async def _persist(self, op: _PendingSend, data: bytes) -> None:
         try:
             op.position = await self.topic.publish(data)
-            self.topic.record_sequence(self.name, op.highest_sequence_id)
+            if op.records_sequence:
+                self.topic.record_sequence(self.name, op.highest_sequence_id)
         except Exception as error:
             op.error = to_broker_error(error)
         await self._flush()

@@ -122,9 +122,12 @@ class Session:
     async def handle(self, event: Event) -> None:
         """Act on one event; request failures are answered, never raised."""
         if isinstance(event, SendReceived):
-            await self._on_send(event.command, bytes(event.message.checksummed()))
+            metadata = event.message.metadata
+            last_chunk = (not metadata.HasField("num_chunks_from_msg")
+                          or metadata.chunk_id == metadata.num_chunks_from_msg - 1)
+            await self._on_send(event.command, bytes(event.message.checksummed()), last_chunk)
         elif isinstance(event, CorruptSend):
-            await self._on_send(event.command, None)
+            await self._on_send(event.command, None, True)
         elif isinstance(event, CommandReceived):
             await self._on_command(event.type, event.body)
         elif isinstance(event, UnsupportedCommand):
@@ -209,14 +212,14 @@ class Session:
                                                   producer.topic.last_sequence_id(producer.name))
             self._out()
 
-    async def _on_send(self, command: pb.CommandSend, data: bytes | None) -> None:
+    async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool) -> None:
         producer = self.producers.get(command.producer_id)
         if producer is None:
             # Java closes the connection: the client then re-creates its producers and resends.
             log.warning("SEND for unknown producer %s; closing the connection", command.producer_id)
             self.connection.close("SEND for an unknown producer")
             return
-        await producer.send(command, data)
+        await producer.send(command, data, records_sequence=records_sequence)
 
     async def _close_producer(self, body: pb.CommandCloseProducer) -> None:
         producer = self.producers.pop(body.producer_id, None)
