@@ -1,0 +1,398 @@
+"""Scenario ``ledger-matrix``: one replicated ledger over real bookies, under one kind of fault.
+
+Nodes: ``bookie0..bookieE`` (E + 1, one spare for ensemble changes) each run a real ``Bookie``
+core on the node's ``SimDisk``/``SimKeyValueStore`` behind a bookie protocol server on
+``SimNetwork`` (the server class is injected: ``magnetar.runtime.bookie.BookieServer`` in
+tests; the layering keeps ``sim`` from importing ``runtime``) and register under
+``/ledgers/available`` in one shared memory metadata store on the simulated clock. A ``writer``
+node runs ``LedgerManager``/``LedgerHandle`` over ``BookieClientTransport`` and writes
+``entries_count`` entries (a few in flight at a time), logging every acknowledgement it gets.
+Recoverer nodes ``rec1``/``rec2`` open the ledger with recovery afterwards (``rec2`` only if
+``rec1`` died).
+
+Faults (``MatrixOptions.fault``), all timings from the world's seeded ``Rng``:
+
+* ``writer-point``   crash the writer at one of W1-W8 (W6/W7 with a bookie crash forcing an
+  ensemble change; W8 at close)
+* ``bookie-point``   crash an ensemble bookie at one of B1-B8, then restart it
+* ``recovery-point`` crash the writer, then ``rec1`` at one of R1-R3; ``rec2`` recovers
+* ``bookie-restart`` crash (power cut, torn disk) and restart random bookies while writing
+* ``power-cut``      crash every bookie at once while writing, then restart them
+* ``partition``      partition the writer from a random bookie for a while
+* ``zombie``         hang the writer (W5), recover meanwhile, then let the writer resume
+* ``lost-fence``     as ``zombie`` with the recoverer cut off from one ensemble bookie (the
+  BookKeeper 2614 setting: one fence never arrives)
+
+Then every bookie is power-cut and restarted (fences and entries must survive), and the
+evidence is collected for the separate checker (``ledger_matrix_check``): the writer's acks,
+every metadata state seen, two independent readings of the closed ledger, every bookie's copy
+of every entry, and normal-add probes of the last ensemble. Breaks (negative controls):
+``ack-before-fsync`` (bookies answer adds before the journal fsync), ``recovery-without-fencing``
+and ``truncate-to-lac`` (``RecoveryMode`` switches of the recoverers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from magnetar import faults
+from magnetar.base.errors import FencedError, MagnetarError
+from magnetar.base.io import Network
+from magnetar.ledger.bookie_transport import BookieClientTransport
+from magnetar.ledger.config import LedgerClientConfig
+from magnetar.ledger.directory import MetadataBookieDirectory
+from magnetar.ledger.errors import NoSuchEntryError
+from magnetar.ledger.ledger_metadata import LedgerMetadata
+from magnetar.ledger.manager import LedgerManager
+from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
+from magnetar.ledger.metadata_ops import LedgerMetadataStore
+from magnetar.ledger.placement import RandomPlacement
+from magnetar.ledger.recovery import RecoveryMode
+from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.protocol.bookie.codec import Entry, Status
+from magnetar.sim.clock import SimClock
+from magnetar.sim.scenarios import ledger_matrix_check
+from magnetar.sim.scenarios.base import Verdict
+from magnetar.sim.scenarios.ledger_matrix_check import Evidence
+from magnetar.sim.world import NodeContext, NodeMain, NodeState, SimWorld
+from magnetar.storage import Bookie, BookieConfig, BookieStatus
+
+FAULTS = (
+    "writer-point", "bookie-point", "recovery-point", "bookie-restart", "power-cut", "partition", "zombie",
+    "lost-fence",
+)
+BREAK_ACK_BEFORE_FSYNC = "ack-before-fsync"
+BREAK_RECOVERY_WITHOUT_FENCING = "recovery-without-fencing"
+BREAK_TRUNCATE_TO_LAC = "truncate-to-lac"
+BREAKS = frozenset({BREAK_ACK_BEFORE_FSYNC, BREAK_RECOVERY_WITHOUT_FENCING, BREAK_TRUNCATE_TO_LAC})
+
+PORT = 3181
+WRITER_WINDOW_COUNT_MAX = 4  # adds the writer keeps in flight
+PHASE_S_MAX = 60.0  # virtual seconds any phase may take before the run is declared stuck
+POLL_S = 0.005
+RECOVERY_ATTEMPTS_MAX = 20
+LOST_FENCE_HEAL_S = 1.0  # the recoverer's cut to one bookie lasts this long
+WRITER_POINTS = [p for p in faults.REGISTRY if p.startswith("ledger.") and not p.startswith("ledger.recovery.")]
+BOOKIE_POINTS = [p for p in faults.REGISTRY if p.startswith("bookie.")]
+RECOVERY_POINTS = [p for p in faults.REGISTRY if p.startswith("ledger.recovery.")]
+ZOMBIE_POINT = "ledger.before_send_next_entry"
+CLIENT_CONFIG = LedgerClientConfig(
+    add_timeout_ms=1_000, read_timeout_ms=1_000, speculative_read_timeout_ms=200, recovery_fence_timeout_ms=1_000
+)
+BOOKIE_CONFIG = BookieConfig(
+    write_cache_bytes_max=2 * 1024 * 1024,
+    entry_bytes_max=256 * 1024,
+    journal_queue_bytes_max=1024 * 1024,
+    journal_group_bytes_max=16 * 1024,
+    journal_file_bytes_max=64 * 1024,
+    entry_log_bytes_max=64 * 1024,
+    checkpoint_interval_ms=30,
+    disk_free_bytes_min=0,
+)
+
+
+class BookieService(Protocol):
+    async def start(self, host: str, port: int) -> int: ...
+
+    async def stop(self) -> None: ...
+
+
+#: Builds the protocol server of one bookie (``magnetar.runtime.bookie.BookieServer``).
+ServerFactory = Callable[[Bookie, Network], BookieService]
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixOptions:
+    ensemble_size: int = 3
+    write_quorum_size: int = 3
+    ack_quorum_size: int = 2
+    fault: str = "bookie-restart"
+    entries_count: int = 30
+    breaks: frozenset[str] = field(default_factory=frozenset)
+
+
+class _AckEarlyBookie(Bookie):
+    """Negative control: answers an accepted add at once, before its journal fsync."""
+
+    def add_entry(self, entry: Entry, master_key: bytes, recovery: bool, on_done: Callable[[Status], None]) -> None:
+        answered: list[Status] = []
+
+        def once(status: Status) -> None:
+            if not answered:
+                answered.append(status)
+                on_done(status)
+
+        super().add_entry(entry, master_key, recovery, once)
+        once(Status.OK)
+
+
+def run_matrix(world: SimWorld, options: MatrixOptions, serve: ServerFactory) -> Verdict:
+    """Run one matrix cell in ``world``; the verdict comes from ``ledger_matrix_check``."""
+    unknown = options.breaks - BREAKS
+    if unknown or options.fault not in FAULTS:
+        raise ValueError(f"unknown fault {options.fault!r} or breaks {sorted(unknown)}")
+    rng = world.rng.fork("ledger-matrix")
+    meta_server = MemoryMetadataServer(SimClock())
+    evidence = Evidence(options.ensemble_size, options.write_quorum_size, options.ack_quorum_size)
+    bookies: dict[str, Bookie] = {}
+    names = [f"bookie{i}" for i in range(options.ensemble_size + 1)]
+    mode = RecoveryMode.CORRECT
+    if BREAK_RECOVERY_WITHOUT_FENCING in options.breaks:
+        mode = RecoveryMode.NO_FENCING
+    elif BREAK_TRUNCATE_TO_LAC in options.breaks:
+        mode = RecoveryMode.TRUNCATE_TO_LAC
+    writer_done: list[str] = []
+    recovered: dict[str, LedgerMetadata] = {}
+
+    async def bookie_main(ctx: NodeContext) -> None:
+        kind = _AckEarlyBookie if BREAK_ACK_BEFORE_FSYNC in options.breaks else Bookie
+        bookie = kind(ctx.disk, ctx.kv("index"), ctx.clock, BOOKIE_CONFIG)
+        await bookie.start()
+        server = serve(bookie, ctx.network)
+        port = await server.start(ctx.host, PORT)
+        session = await meta_server.connect(session_timeout_ms=2_000)
+        path = f"/ledgers/available/{ctx.host}:{port}"
+        if await session.exists(path):
+            await session.delete(path)  # the previous incarnation's node, until its session expires
+        await session.create(path, b"{}", ephemeral=True)
+        bookies[ctx.name] = bookie
+        while bookie.status is BookieStatus.WRITABLE:
+            await ctx.clock.sleep(3600)
+
+    async def manager_for(ctx: NodeContext) -> LedgerManager:
+        session = await meta_server.connect(session_timeout_ms=2_000)
+        transport = BookieClientTransport(ctx.network, ctx.clock, CLIENT_CONFIG)
+        return LedgerManager(
+            store=LedgerMetadataStore(MetadataStoreAdapter(session)),
+            transport=transport,
+            directory=MetadataBookieDirectory(session),
+            placement=RandomPlacement(ctx.rng.fork("placement")),
+            clock=ctx.clock,
+            config=CLIENT_CONFIG,
+            on_close=transport.close,
+        )
+
+    async def writer_main(ctx: NodeContext) -> None:
+        manager = await manager_for(ctx)
+        handle = await manager.create_ledger(options.ensemble_size, options.write_quorum_size, options.ack_quorum_size)
+        evidence.ledger_id = handle.ledger_id
+        evidence.first_ensemble = handle.ensemble
+        window: set[asyncio.Task[int]] = set()
+        payload_rng = ctx.rng.fork("payloads")
+
+        async def add(payload: bytes) -> int:
+            entry_id = await handle.add_entry(payload)
+            evidence.record_ack(entry_id, payload, ctx.clock.monotonic_ns())
+            return entry_id
+
+        try:
+            for index in range(options.entries_count):
+                payload = b"%d:" % index + payload_rng.randbytes(payload_rng.randint(1, 600))
+                window.add(asyncio.ensure_future(add(payload)))
+                if len(window) >= WRITER_WINDOW_COUNT_MAX:
+                    done, window = await asyncio.wait(window, return_when=asyncio.FIRST_COMPLETED)
+                    failures = [t.exception() for t in done if t.exception() is not None]
+                    if failures:
+                        raise failures[0]  # type: ignore[misc]
+            for task in window:
+                await task
+            await handle.close()
+            writer_done.append("closed")
+        except MagnetarError as exc:
+            for task in window:
+                task.cancel()
+                task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
+            writer_done.append(f"failed: {type(exc).__name__}")
+        finally:
+            await manager.close()
+
+    def recoverer_main(name: str) -> NodeMain:
+        async def main(ctx: NodeContext) -> None:
+            manager = await manager_for(ctx)
+            ledger_id = evidence.ledger_id
+            assert ledger_id is not None
+            for _ in range(RECOVERY_ATTEMPTS_MAX):
+                try:
+                    recovered[name] = await manager.recover_ledger(ledger_id, mode=mode)
+                    break
+                except MagnetarError as exc:
+                    ctx.trace("recovery-retry", f"{type(exc).__name__}: {exc}")
+                    await ctx.clock.sleep(0.2)
+            await manager.close()
+
+        return main
+
+    async def until(condition: Callable[[], bool], what: str) -> None:
+        deadline = world.now_s() + PHASE_S_MAX
+        while not condition():
+            if world.now_s() > deadline:
+                raise AssertionError(f"stuck waiting for {what}")
+            await world.sleep(POLL_S)
+
+    def writer_finished() -> bool:
+        return bool(writer_done) or world.state("writer") is not NodeState.RUNNING
+
+    def all_writable() -> bool:
+        return all(
+            world.state(n) is NodeState.RUNNING and n in bookies and bookies[n].status is BookieStatus.WRITABLE
+            for n in names
+        )
+
+    def restart(name: str) -> None:
+        bookies.pop(name, None)
+        world.restart(name)
+
+    def power_cut(name: str, why: str) -> None:
+        if world.state(name) is NodeState.RUNNING:
+            world.crash(name, why)
+        restart(name)
+
+    def ensemble_names() -> list[str]:
+        return [b.host for b in evidence.first_ensemble]
+
+    async def watch_metadata() -> None:
+        session = await meta_server.connect(session_timeout_ms=600_000)
+        store = LedgerMetadataStore(MetadataStoreAdapter(session))
+        while True:
+            if evidence.ledger_id is not None:
+                try:
+                    meta = (await store.read(evidence.ledger_id)).metadata
+                    evidence.record_state(meta.state.value)
+                except MagnetarError:
+                    pass
+            await world.sleep(POLL_S)
+
+    async def heal_after(delay_s: float) -> None:
+        await world.sleep(delay_s)
+        world.network.heal()
+
+    async def recover(fault: str) -> None:
+        if fault == "recovery-point":
+            faults.arm(rng.choice(RECOVERY_POINTS), "crash", node="rec1")
+        world.add_node("rec1", recoverer_main("rec1"))
+        await until(lambda: "rec1" in recovered or world.state("rec1") is not NodeState.RUNNING, "rec1")
+        faults.disarm_all()
+        if "rec1" not in recovered:
+            world.add_node("rec2", recoverer_main("rec2"))
+            await until(lambda: "rec2" in recovered or world.state("rec2") is not NodeState.RUNNING, "rec2")
+
+    async def controller() -> None:
+        watcher = asyncio.ensure_future(watch_metadata())
+        for name in names:
+            world.add_node(name, bookie_main)
+        await until(all_writable, "bookies")
+        fault = options.fault
+        zombie = fault in ("zombie", "lost-fence")
+        if fault == "writer-point":
+            point = rng.choice(WRITER_POINTS)
+            faults.arm(point, "crash", from_hit=rng.randint(1, max(1, options.entries_count // 2)), node="writer")
+        elif fault == "bookie-point":
+            faults.arm(rng.choice(BOOKIE_POINTS), "crash", from_hit=rng.randint(1, 40), node=f"bookie{rng.randint(0, 2)}")
+        elif zombie:
+            faults.arm(ZOMBIE_POINT, "hang", from_hit=rng.randint(2, max(2, options.entries_count - 2)), node="writer")
+        world.add_node("writer", writer_main)
+        await until(lambda: evidence.ledger_id is not None or writer_finished(), "ledger creation")
+        if fault == "writer-point" and rng.random() < 0.5:
+            await world.sleep(rng.random() * 0.05)
+            victim = rng.choice(ensemble_names())
+            world.crash(victim, "force an ensemble change")
+            restart(victim)
+        elif fault == "bookie-restart":
+            for _ in range(rng.randint(1, 3)):
+                await world.sleep(rng.random() * 0.05)
+                power_cut(rng.choice(names), "random bookie crash")
+        elif fault == "power-cut":
+            await world.sleep(rng.random() * 0.05)
+            for name in names:
+                world.crash(name, "power cut")
+            for name in names:
+                restart(name)
+        elif fault == "partition":
+            await world.sleep(rng.random() * 0.03)
+            victim = rng.choice(ensemble_names())
+            world.network.partition("writer", victim)
+            await world.sleep(rng.random() * 2.0)
+            world.network.heal("writer", victim)
+        elif fault == "recovery-point":
+            await world.sleep(rng.random() * 0.05)
+            world.crash("writer", "writer dies before recovery")
+        if zombie:
+            await until(lambda: bool(faults.hits(ZOMBIE_POINT) >= faults.armed()[ZOMBIE_POINT].from_hit
+                                     if ZOMBIE_POINT in faults.armed() else True) or writer_finished(), "zombie hang")
+            healer: asyncio.Future[None] | None = None
+            if fault == "lost-fence":
+                world.network.partition("rec1", rng.choice(ensemble_names()))
+                # Heal later: with Qw = Qa a recovery that cannot write back to every bookie
+                # of a write set must wait (correctly) until it can.
+                healer = asyncio.ensure_future(heal_after(LOST_FENCE_HEAL_S))
+            await recover(fault)
+            if healer is not None:
+                healer.cancel()
+            world.network.heal()
+            world.release(ZOMBIE_POINT)
+            await until(writer_finished, "zombie writer")
+        else:
+            await until(writer_finished, "writer")
+            faults.disarm_all()
+            for name in names:
+                if world.state(name) is not NodeState.RUNNING:
+                    restart(name)
+            await until(all_writable, "bookies back")
+            await recover(fault)
+        faults.disarm_all()
+        for name in names:
+            power_cut(name, "final power cut")
+        await until(all_writable, "bookies after the final power cut")
+        world.add_node("checker", collect)
+        await until(lambda: evidence.collected or world.state("checker") is not NodeState.RUNNING, "collection")
+        watcher.cancel()
+
+    async def collect(ctx: NodeContext) -> None:
+        """Gather the checker's evidence (reads only, plus normal-add probes past the end)."""
+        managers = [await manager_for(ctx) for _ in range(2)]
+        ledger_id = evidence.ledger_id
+        assert ledger_id is not None
+        closed = (await managers[0].store.read(ledger_id)).metadata
+        evidence.closed = closed
+        for manager in managers:
+            reader = await manager.open_ledger_no_recovery(ledger_id)
+            reading: dict[int, bytes] = {}
+            for entry_id in range(reader.last_add_confirmed + 1 if reader.is_closed else 0):
+                try:
+                    reading[entry_id] = (await reader.read_entry(entry_id)).payload
+                except MagnetarError:
+                    continue  # unreadable: the checker reports it
+            evidence.readings.append(reading)
+        transport = BookieClientTransport(ctx.network, ctx.clock, CLIENT_CONFIG)
+        top = max([closed.last_entry_id, *evidence.acked]) + 2
+        for bookie in sorted(closed.bookies(), key=str):
+            for entry_id in range(top + 1):
+                try:
+                    entry = await transport.read(bookie, ledger_id, entry_id, fence=False, master_key=b"")
+                    evidence.copies.setdefault(entry_id, {})[bookie] = entry.payload
+                except NoSuchEntryError:
+                    evidence.negatives.setdefault(entry_id, set()).add(bookie)
+                except MagnetarError:
+                    continue
+        probe = Entry.build(ledger_id, closed.last_entry_id + 1, closed.last_entry_id, b"probe")
+        for index, bookie in enumerate(closed.last_fragment.ensemble):
+            try:
+                await transport.add(bookie, probe, recovery=False, master_key=b"")
+                evidence.probe_accepted.add(index)
+            except FencedError:
+                evidence.probe_fenced.add(index)
+            except MagnetarError:
+                continue
+        await transport.close()
+        for manager in managers:
+            await manager.close()
+        evidence.collected = True
+
+    world.run(controller())
+    evidence.writer_outcome = writer_done[0] if writer_done else "crashed"
+    evidence.sim_failures = list(world.failures)
+    return ledger_matrix_check.check(evidence)
+
