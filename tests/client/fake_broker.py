@@ -108,6 +108,8 @@ class FakeBroker:
     redirect_to: str | None = None  # answer LOOKUP with Redirect to this URL
     silent_types: set[int] = field(default_factory=set)  # requests of these types get no reply
     topic_not_found: set[str] = field(default_factory=set)
+    hold_receipts: bool = False  # keep receipts in ``held`` until ``release_receipts()``
+    held: list[tuple[Session, pb.BaseCommand]] = field(default_factory=list)
     connections_accepted: int = 0
     _producer_names: int = 0
     _listener: object | None = None
@@ -127,6 +129,14 @@ class FakeBroker:
 
     def topic(self, name: str) -> Topic:
         return self.topics.setdefault(name, Topic(name))
+
+    def release_receipts(self) -> None:
+        held, self.held = self.held, []
+        self.hold_receipts = False
+        for session, command in held:
+            if session in self.sessions:
+                session.conn.send_command(command)
+        self._flush_all()
 
     def drop_connections(self) -> None:
         for session in list(self.sessions):
@@ -203,7 +213,11 @@ class FakeBroker:
             entry = Entry(len(topic.entries), metadata, bytes(event.message.headers_and_payload), count)
             topic.entries.append(entry)
             topic.last_seq[name] = last_seq
-            session.conn.send_receipt(event.command.producer_id, seq, LEDGER_ID, entry.index)
+            if self.hold_receipts:
+                self.held.append((session, commands.send_receipt(event.command.producer_id, seq, LEDGER_ID,
+                                                                 entry.index)))
+            else:
+                session.conn.send_receipt(event.command.producer_id, seq, LEDGER_ID, entry.index)
         session.sends += 1
         if self.drop_after_sends is not None and session.sends >= self.drop_after_sends:
             self.drop_after_sends = None

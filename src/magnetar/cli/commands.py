@@ -6,9 +6,11 @@ from collections.abc import Callable
 
 import typer
 
-from magnetar.cli import bookie, sim, standalone
+from magnetar.cli import bookie, consume, produce, sim, standalone
 
 REGISTRARS: list[Callable[[typer.Typer], None]] = []
 REGISTRARS.append(sim.register)
 REGISTRARS.append(bookie.register)
 REGISTRARS.append(standalone.register)
+REGISTRARS.append(produce.register)
+REGISTRARS.append(consume.register)

@@ -1,0 +1,77 @@
+"""``magnetar consume``: receive (and acknowledge) messages with Magnetar's own client.
+
+Bounded: stops after ``--count`` messages (0: until the timeout) or ``--timeout-s``, whichever
+comes first; exits 1 if fewer than ``--count`` messages arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from magnetar.base.errors import MagnetarError, TimeoutError_
+from magnetar.cli.produce import DEFAULT_SERVICE_URL, connect
+from magnetar.client import ClientOptions, InitialPosition, Message, SubscriptionType
+
+
+async def consume(service_url: str, topic: str, subscription: str, count: int, sub_type: SubscriptionType,
+                  position: InitialPosition, timeout_s: float, console: Console) -> list[Message]:
+    options = ClientOptions(operation_timeout_ms=max(1, int(timeout_s * 1000)),
+                            connection_timeout_ms=max(1, min(10_000, int(timeout_s * 1000))))
+    client = connect(service_url, options)
+    received: list[Message] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    try:
+        consumer = await client.subscribe(topic, subscription, subscription_type=sub_type, initial_position=position)
+        while count == 0 or len(received) < count:
+            remaining_ms = int((deadline - loop.time()) * 1000)
+            if remaining_ms <= 0:
+                break
+            try:
+                message = await consumer.receive(timeout_ms=remaining_ms)
+            except TimeoutError_:
+                break
+            received.append(message)
+            key = f" key={escape(message.key)}" if message.key is not None else ""
+            props = f" props={escape(str(message.properties))}" if message.properties else ""
+            console.print(f"[cyan]{message.message_id}[/cyan]{key}{props} {escape(message.value())}")
+            consumer.acknowledge(message)
+        await consumer.flush_acks()
+        await consumer.close()
+        return received
+    finally:
+        await client.close()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("consume")
+    def consume_command(
+        topic: str = typer.Argument(..., help="topic name (short or persistent://tenant/ns/topic)"),
+        subscription: str = typer.Option(..., "--subscription", "-s", help="subscription name"),
+        count: int = typer.Option(1, "--count", "-n", min=0, max=1_000_000, help="messages to receive (0: until timeout)"),
+        sub_type: str = typer.Option("exclusive", "--type", "-t", help="exclusive, shared, failover or key_shared"),
+        position: str = typer.Option("earliest", "--position", help="where a new subscription starts: earliest or latest"),
+        service_url: str = typer.Option(DEFAULT_SERVICE_URL, "--service-url", "-u"),
+        timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="bound on the whole run"),
+    ) -> None:
+        """Receive messages from a subscription, print and acknowledge them."""
+        console = Console()
+        try:
+            kind = SubscriptionType[sub_type.upper()]
+            initial = InitialPosition[position.upper()]
+        except KeyError as exc:
+            raise typer.BadParameter(f"unknown value {exc}") from None
+        try:
+            received = asyncio.run(asyncio.wait_for(
+                consume(service_url, topic, subscription, count, kind, initial, timeout_s, console),
+                timeout=timeout_s + 5))
+        except (MagnetarError, OSError, TimeoutError) as exc:
+            console.print(f"[red]error:[/red] {type(exc).__name__}: {exc}")
+            raise typer.Exit(1) from None
+        console.print(f"[bold]{len(received)} messages consumed[/bold] from {topic}")
+        if count and len(received) < count:
+            raise typer.Exit(1)

@@ -1,0 +1,58 @@
+"""``magnetar produce`` / ``magnetar consume`` against the fake broker on a loopback socket."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from magnetar.cli.main import _register_commands, app
+from tests.client.fake_broker import FakeBroker
+from tests.client.tcp_broker import ThreadedBroker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def broker() -> Iterator[FakeBroker]:
+    threaded = ThreadedBroker()
+    try:
+        yield threaded.start()
+    finally:
+        threaded.stop()
+
+
+@pytest.fixture(scope="module")
+def runner() -> CliRunner:
+    if not any(c.name == "produce" for c in app.registered_commands):
+        _register_commands()
+    return CliRunner()
+
+
+def test_produce_then_consume(broker: FakeBroker, runner: CliRunner) -> None:
+    produced = runner.invoke(app, ["produce", "t", "-m", "hello", "-m", "world", "-n", "2", "--service-url", broker.url,
+                                   "--key", "K", "-p", "a=1", "--timeout-s", "10"])
+    assert produced.exit_code == 0, produced.output
+    assert "4 messages produced" in produced.output
+    topic = broker.topics["persistent://public/default/t"]
+    assert [e.metadata.partition_key for e in topic.entries] == ["K"] * 4
+    consumed = runner.invoke(app, ["consume", "t", "-s", "sub", "-n", "4", "--service-url", broker.url,
+                                   "--type", "shared", "--timeout-s", "10"])
+    assert consumed.exit_code == 0, consumed.output
+    assert consumed.output.count("hello") == 2 and consumed.output.count("world") == 2
+    assert "key=K" in consumed.output and "4 messages consumed" in consumed.output
+    assert broker.subscribes[0].subType == 1  # shared
+
+
+def test_consume_is_bounded_by_its_timeout(broker: FakeBroker, runner: CliRunner) -> None:
+    result = runner.invoke(app, ["consume", "empty", "-s", "sub", "-n", "1", "--service-url", broker.url,
+                                 "--timeout-s", "0.5"])
+    assert result.exit_code == 1
+    assert "0 messages consumed" in result.output
+
+
+def test_produce_to_an_unreachable_broker_fails_cleanly(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["produce", "t", "-m", "x", "--service-url", "pulsar://127.0.0.1:1", "--timeout-s", "1"])
+    assert result.exit_code == 1
+    assert "error" in result.output
