@@ -30,6 +30,7 @@ class BrokerThread:
         self._thread.start()
         self.server: BrokerServer | None = None
         self.port = 0
+        self.metadata: Any = None
 
     def call(self, coro: Coroutine[Any, Any, R], timeout_s: float = STEP_TIMEOUT_S) -> R:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
@@ -37,7 +38,7 @@ class BrokerThread:
     def start(self) -> BrokerThread:
         async def _start() -> BrokerServer:
             return await start_broker(self.config, log_store=self.log_store, clock=SystemClock(),
-                                      port=self.port)
+                                      port=self.port, metadata=self.metadata)
 
         self.server = self.call(_start())
         self.port = self.server.port

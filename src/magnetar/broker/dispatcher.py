@@ -257,10 +257,11 @@ class Dispatcher:
     def _deliver(self, consumer: Consumer, entry: Entry, metadata: pb.MessageMetadata) -> None:
         position = entry.position
         msg_id = commands.message_id(position.ledger_id, position.entry_id, partition=self.partition_index)
-        ack_set = self.cursor.batch_ack_set(position) or ()
+        count = entry_message_count(metadata)
+        ack_set = (self.cursor.batch_ack_set(position, count) if metadata.HasField("num_messages_in_batch") else None) or ()
         consumer.channel.send_message(
             consumer.consumer_id, msg_id, entry.data, self.redelivery_counts.get(position, 0), ack_set,
         )
-        consumer.permits -= entry_message_count(metadata)
+        consumer.permits -= count
         self.pending[position] = consumer
         consumer.pending_count += 1

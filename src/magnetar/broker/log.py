@@ -13,6 +13,7 @@ Contracts every implementation keeps:
   before it count as acknowledged, as do those passed to ``delete``.
 * Batch-index acks: an ack set is a list of 64-bit words, bit i = 1 meaning message i of the batch
   is *still unacknowledged* (the wire meaning). An all-zero set deletes the entry.
+  ``acked_indexes``/``ack_set_words`` convert between that and sets of acknowledged indexes.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ class SubscriptionCursor(Protocol):
 
     def is_acked(self, position: Position) -> bool: ...
 
-    def batch_ack_set(self, position: Position) -> list[int] | None:
-        """The partial ack set of a batch entry, or None if no member was acked individually."""
+    def batch_ack_set(self, position: Position, batch_size: int) -> list[int] | None:
+        """The wire ack set of a batch entry of ``batch_size`` messages, or None if none was acked alone."""
         ...
 
     async def mark_delete(self, position: Position) -> None:
@@ -54,7 +55,9 @@ class SubscriptionCursor(Protocol):
         """Individual acks."""
         ...
 
-    async def delete_batch_indexes(self, position: Position, ack_set: Sequence[int]) -> None: ...
+    async def delete_batch_indexes(self, position: Position, ack_set: Sequence[int], batch_size: int) -> None:
+        """Acknowledge the members whose bit in the wire ``ack_set`` is 0."""
+        ...
 
     async def reset(self, mark_delete: Position) -> None:
         """Seek: set the mark-delete position (backwards too) and forget individual acks after it."""
@@ -93,3 +96,23 @@ class LogStore(Protocol):
     async def list_logs(self, namespace: str) -> list[str]:
         """Full names of the persistent topics stored in ``namespace`` (``tenant/ns``)."""
         ...
+
+
+def acked_indexes(ack_set: Sequence[int], batch_size: int) -> set[int]:
+    """Indexes < ``batch_size`` whose bit is 0 in the wire ``ack_set`` (words are signed int64)."""
+    out = set()
+    for index in range(batch_size):
+        word = index // 64
+        bits = ack_set[word] & 0xFFFF_FFFF_FFFF_FFFF if word < len(ack_set) else 0
+        if not bits >> (index % 64) & 1:
+            out.add(index)
+    return out
+
+
+def ack_set_words(acked: set[int] | frozenset[int], batch_size: int) -> list[int]:
+    """The wire ack set (signed int64 words, bit = 1 still unacknowledged) for ``acked`` indexes."""
+    words = [0] * ((batch_size + 63) // 64)
+    for index in range(batch_size):
+        if index not in acked:
+            words[index // 64] |= 1 << (index % 64)
+    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from magnetar.base.errors import LimitExceeded, NotFound
 from magnetar.base.limits import MANAGED_CURSOR_RANGES_COUNT_MAX, MIB
 from magnetar.base.types import Position, TopicName
-from magnetar.broker.log import Entry
+from magnetar.broker.log import Entry, ack_set_words, acked_indexes
 
 
 @dataclass
 class _CursorState:
     mark_delete: Position
     acked: set[Position] = field(default_factory=set)
-    batch_acks: dict[Position, list[int]] = field(default_factory=dict)
+    batch_acks: dict[Position, set[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,9 +59,9 @@ class MemoryCursor:
     def is_acked(self, position: Position) -> bool:
         return position <= self._state.mark_delete or position in self._state.acked
 
-    def batch_ack_set(self, position: Position) -> list[int] | None:
+    def batch_ack_set(self, position: Position, batch_size: int) -> list[int] | None:
         found = self._state.batch_acks.get(position)
-        return list(found) if found is not None else None
+        return ack_set_words(found, batch_size) if found is not None else None
 
     async def mark_delete(self, position: Position) -> None:
         state = self._state
@@ -83,12 +83,11 @@ class MemoryCursor:
                 state.batch_acks.pop(position, None)
         self._advance()
 
-    async def delete_batch_indexes(self, position: Position, ack_set: Sequence[int]) -> None:
+    async def delete_batch_indexes(self, position: Position, ack_set: Sequence[int], batch_size: int) -> None:
         if self.is_acked(position):
             return
-        previous = self._state.batch_acks.get(position)
-        merged = list(ack_set) if previous is None else [a & b for a, b in zip(previous, ack_set, strict=False)]
-        if not any(merged):
+        merged = self._state.batch_acks.get(position, set()) | acked_indexes(ack_set, batch_size)
+        if len(merged) >= batch_size:
             await self.delete([position])
             return
         self._state.batch_acks[position] = merged

@@ -22,6 +22,7 @@ from magnetar.broker.dispatcher import Dispatcher
 from magnetar.broker.dispatcher_key_shared import KeySharedDispatcher
 from magnetar.broker.dispatcher_shared import SharedDispatcher
 from magnetar.broker.dispatcher_single import SingleActiveDispatcher
+from magnetar.broker.entry import entry_message_count, entry_metadata
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.ids import before
 from magnetar.broker.log import SubscriptionCursor, TopicLog
@@ -121,7 +122,7 @@ class Subscription:
             position, ack_set = positions[-1]
             if ack_set and any(ack_set):
                 await self.cursor.mark_delete(before(position))
-                await self.cursor.delete_batch_indexes(position, ack_set)
+                await self.cursor.delete_batch_indexes(position, ack_set, await self._batch_size(position))
                 target = before(position)
             else:
                 await self.cursor.mark_delete(position)
@@ -132,7 +133,7 @@ class Subscription:
         whole: list[Position] = []
         for position, ack_set in positions:
             if ack_set and any(ack_set):
-                await self.cursor.delete_batch_indexes(position, ack_set)
+                await self.cursor.delete_batch_indexes(position, ack_set, await self._batch_size(position))
                 if self.cursor.is_acked(position):
                     whole.append(position)
             else:
@@ -141,6 +142,12 @@ class Subscription:
             await self.cursor.delete(whole)
         if dispatcher is not None:
             dispatcher.acknowledged(whole)
+
+    async def _batch_size(self, position: Position) -> int:
+        entries = await self.log.read(position, 1)
+        if not entries or entries[0].position != position:
+            return 1
+        return entry_message_count(entry_metadata(entries[0].data))
 
     def redeliver(self, consumer: Consumer, positions: Sequence[Position]) -> None:
         if self.dispatcher is not None:

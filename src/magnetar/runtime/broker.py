@@ -18,17 +18,22 @@ import dataclasses
 import logging
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import ClosedError
+from magnetar.base.errors import ClosedError, InvalidArgument
 from magnetar.base.io import Connection, Listener, Network
 from magnetar.base.limits import BROKER_CONNECTIONS_COUNT_MAX, PULSAR_READ_CHUNK_BYTES
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.log import LogStore
+from magnetar.broker.managed_log import ManagedLogStore
 from magnetar.broker.service import BrokerService
 from magnetar.broker.session import Session
+from magnetar.ledger.manager import LedgerManager
+from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import ConnectionTerminated, ServerConfig, ServerConnection, State
 
 log = logging.getLogger(__name__)
+
+CLOSE_GRACE_S = 5.0  # how long close() lets connection loops end by themselves
 
 
 class _ConnectionLoop:
@@ -191,30 +196,43 @@ class BrokerServer:
         for loop in list(self._loops):
             loop.conn.close()
         tasks = [t for t in self._tasks if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if tasks:  # closed sockets end their loops; cancel only what does not end by itself
+            _, stuck = await asyncio.wait(tasks, timeout=CLOSE_GRACE_S)
+            for task in stuck:
+                task.cancel()
+            for task in stuck:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         await self.service.close()
 
 
 async def start_broker(
     config: BrokerConfig,
     *,
-    log_store: LogStore,
     clock: Clock,
-    network: Network | None = None,
     metadata: MetadataStore | None = None,
+    ledger_manager: LedgerManager | None = None,
+    managed_ledger_config: ManagedLedgerConfig | None = None,
+    log_store: LogStore | None = None,
+    network: Network | None = None,
     host: str = "127.0.0.1",
     port: int = 6650,
     server_config: ServerConfig | None = None,
 ) -> BrokerServer:
     """Start a broker listening on ``host:port`` (0 picks a free port) and return it running.
 
+    Storage: topics live in managed ledgers over ``ledger_manager`` with their metadata in
+    ``metadata`` (both required then), unless a ``log_store`` is given (tests, ``MemoryLogStore``).
     ``config.advertised_port`` is replaced by the bound port when ``port`` is 0 or the configured
-    advertised port is 0, so LOOKUP answers point at this listener.
+    advertised port is 0, so LOOKUP answers point at this listener. ``close()`` stops the broker
+    and closes its topics (managed ledgers); the ledger manager and metadata stay the caller's.
     """
+    if log_store is None:
+        if ledger_manager is None or metadata is None:
+            raise InvalidArgument("start_broker needs ledger_manager and metadata, or a log_store")
+        factory = ManagedLedgerFactory(manager=ledger_manager, store=metadata, clock=clock,
+                                       config=managed_ledger_config)
+        log_store = ManagedLogStore(factory, metadata)
     if network is None:
         from magnetar.runtime.network import TcpNetwork
 

@@ -1,0 +1,132 @@
+"""The storage ports over ``magnetar.managed_ledger``: what a broker with bookies runs on.
+
+``ManagedLogStore`` opens one managed ledger per topic through a ``ManagedLedgerFactory`` (named
+``tenant/ns/persistent/<encoded local name>``, as Pulsar names them) and lists topics from the
+metadata store under the factory's root. Durable subscriptions are managed cursors (persisted);
+readers get non-durable cursors, forgotten when deleted. Positions and batch acks are translated:
+the port speaks mark-delete positions and wire ack sets, the managed cursor "next position to
+read" on reset and sets of acknowledged indexes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from urllib.parse import unquote
+
+from magnetar.base.errors import NotFound
+from magnetar.base.types import Position, TopicName
+from magnetar.broker.log import Entry, ack_set_words, acked_indexes
+from magnetar.managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
+from magnetar.managed_ledger.factory import DEFAULT_ROOT
+from magnetar.metadata.api import MetadataStore
+
+
+class ManagedSubscriptionCursor:
+    def __init__(self, cursor: ManagedCursor, name: str, durable: bool) -> None:
+        self._cursor = cursor
+        self._name = name
+        self._durable = durable
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def durable(self) -> bool:
+        return self._durable
+
+    @property
+    def mark_delete_position(self) -> Position:
+        return self._cursor.mark_delete_position
+
+    def is_acked(self, position: Position) -> bool:
+        return self._cursor.is_deleted(position)
+
+    def batch_ack_set(self, position: Position, batch_size: int) -> list[int] | None:
+        acked = self._cursor.batch_acked_indexes(position)
+        return ack_set_words(acked, batch_size) if acked else None
+
+    async def mark_delete(self, position: Position) -> None:
+        await self._cursor.mark_delete(position)
+
+    async def delete(self, positions: Sequence[Position]) -> None:
+        await self._cursor.delete(positions)
+
+    async def delete_batch_indexes(self, position: Position, ack_set: Sequence[int], batch_size: int) -> None:
+        await self._cursor.delete_batch_indexes(position, acked_indexes(ack_set, batch_size), batch_size)
+
+    async def reset(self, mark_delete: Position) -> None:
+        await self._cursor.reset(mark_delete.next())
+
+
+class ManagedTopicLog:
+    def __init__(self, name: str, ml: ManagedLedger) -> None:
+        self._name = name
+        self._ml = ml
+        self._non_durable: dict[str, ManagedCursor] = {}
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def managed_ledger(self) -> ManagedLedger:
+        return self._ml
+
+    @property
+    def last_position(self) -> Position:
+        return self._ml.last_confirmed_entry
+
+    async def append(self, data: bytes) -> Position:
+        return await self._ml.add_entry(data)
+
+    async def read(self, start: Position, count_max: int) -> list[Entry]:
+        return [Entry(e.position, e.data) for e in await self._ml.read_entries(start, count_max)]
+
+    async def open_cursor(self, name: str, *, durable: bool,
+                          initial_mark_delete: Position) -> ManagedSubscriptionCursor:
+        if durable:
+            cursor = await self._ml.open_cursor(name, initial_position=initial_mark_delete)
+        else:
+            previous = self._non_durable.pop(name, None)
+            if previous is not None:
+                self._ml.forget_non_durable_cursor(previous)
+            cursor = self._ml.new_non_durable_cursor(initial_mark_delete)
+            self._non_durable[name] = cursor
+        return ManagedSubscriptionCursor(cursor, name, durable)
+
+    async def delete_cursor(self, name: str) -> None:
+        cursor = self._non_durable.pop(name, None)
+        if cursor is not None:
+            self._ml.forget_non_durable_cursor(cursor)
+            return
+        if name in self._ml.cursors:
+            await self._ml.delete_cursor(name)
+
+    def cursor_names(self) -> list[str]:
+        return sorted(self._ml.cursors)
+
+    async def close(self) -> None:
+        for cursor in self._non_durable.values():
+            self._ml.forget_non_durable_cursor(cursor)
+        self._non_durable.clear()
+        await self._ml.close()
+
+
+class ManagedLogStore:
+    def __init__(self, factory: ManagedLedgerFactory, metadata: MetadataStore, root: str = DEFAULT_ROOT) -> None:
+        self._factory = factory
+        self._metadata = metadata
+        self._root = root.rstrip("/")
+
+    async def open_log(self, topic: str, *, create: bool) -> ManagedTopicLog:
+        name = ManagedLedgerFactory.name_of(TopicName.parse(topic))
+        if not create and not await self._metadata.exists(self._factory.path_of(name)):
+            raise NotFound(f"topic {topic} does not exist")
+        return ManagedTopicLog(topic, await self._factory.open(name))
+
+    async def list_logs(self, namespace: str) -> list[str]:
+        parent = f"{self._root}/{namespace}/persistent"
+        if not await self._metadata.exists(parent):
+            return []
+        return sorted(f"persistent://{namespace}/{unquote(child)}" for child in await self._metadata.children(parent))
