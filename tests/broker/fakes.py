@@ -1,0 +1,61 @@
+"""Fakes for broker unit tests: a recording channel and helpers to build stored entries."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from magnetar.protocol.pulsar import headers_and_payload, pb
+
+
+@dataclass
+class FakeChannel:
+    messages: list[tuple[int, tuple[int, int], int]] = field(default_factory=list)  # (cid, (l, e), redeliveries)
+    closed_consumers: list[int] = field(default_factory=list)
+    active_changes: list[tuple[int, bool]] = field(default_factory=list)
+    receipts: list[tuple[int, int, int, int]] = field(default_factory=list)
+    send_errors: list[tuple[int, int, int]] = field(default_factory=list)
+    open: bool = True
+    can_write: bool = True
+
+    def send_message(self, consumer_id: int, msg_id: pb.MessageIdData, data: bytes, redelivery_count: int,
+                     ack_set: Iterable[int]) -> None:
+        self.messages.append((consumer_id, (msg_id.ledgerId, msg_id.entryId), redelivery_count))
+
+    def send_close_consumer(self, consumer_id: int) -> None:
+        self.closed_consumers.append(consumer_id)
+
+    def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
+        self.active_changes.append((consumer_id, is_active))
+
+    def send_receipt(self, producer_id: int, sequence_id: int, ledger_id: int, entry_id: int,
+                     highest_sequence_id: int | None) -> None:
+        self.receipts.append((producer_id, sequence_id, ledger_id, entry_id))
+
+    def send_send_error(self, producer_id: int, sequence_id: int, code: int, message: str) -> None:
+        self.send_errors.append((producer_id, sequence_id, code))
+
+    def send_close_producer(self, producer_id: int) -> None:
+        return
+
+    def writable(self) -> bool:
+        return self.can_write
+
+    def is_open(self) -> bool:
+        return self.open
+
+
+def entry(key: str = "", sequence_id: int = 0, batch: int | None = None) -> bytes:
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=sequence_id, publish_time=1000 + sequence_id)
+    if key:
+        metadata.partition_key = key
+    if batch is not None:
+        metadata.num_messages_in_batch = batch
+    return headers_and_payload(metadata, b"x")
+
+
+async def settle(rounds: int = 50) -> None:
+    """Let dispatcher tasks run until they block (no time passes)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)

@@ -1,0 +1,73 @@
+"""Receipts follow SEND order even when appends complete out of order; checksum errors keep their place."""
+
+from __future__ import annotations
+
+import asyncio
+
+from magnetar.base.types import Position, TopicName
+from magnetar.broker import BrokerConfig, MemoryLogStore
+from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.topic import Topic
+from magnetar.protocol.pulsar import pb
+from tests.broker.fakes import FakeChannel, settle
+
+
+class _ReorderingLog:
+    """Completes appends in reverse order once ``release()`` is called."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.waiters: list[asyncio.Future[None]] = []
+        self.next_entry = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def append(self, data: bytes) -> Position:
+        position = Position(9, self.next_entry)
+        self.next_entry += 1
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        await waiter
+        return position
+
+    def release(self) -> None:
+        for waiter in reversed(self.waiters):
+            waiter.set_result(None)
+
+
+def test_receipts_follow_send_order() -> None:
+    async def run() -> None:
+        inner = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
+        log = _ReorderingLog(inner)
+        topic = Topic(TopicName.parse("t"), log, BrokerConfig())  # type: ignore[arg-type]
+        channel = FakeChannel()
+        producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
+        for seq in range(3):
+            await producer.send(pb.CommandSend(producer_id=0, sequence_id=seq), b"data")
+        await producer.send(pb.CommandSend(producer_id=0, sequence_id=3), None)  # bad checksum
+        await settle()
+        assert channel.receipts == [] and channel.send_errors == []  # nothing before the head persisted
+        log.release()
+        await settle()
+        assert [seq for _, seq, _, _ in channel.receipts] == [0, 1, 2]
+        assert [(ledger, e) for _, _, ledger, e in channel.receipts] == [(9, 0), (9, 1), (9, 2)]
+        assert channel.send_errors == [(0, 3, pb.ChecksumError)]
+
+    asyncio.run(run())
+
+
+def test_resent_sequence_ids_are_deduplicated_only_once_persisted() -> None:
+    async def run() -> None:
+        log = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
+        topic = Topic(TopicName.parse("t"), log, BrokerConfig())
+        channel = FakeChannel()
+        producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
+        await producer.send(pb.CommandSend(producer_id=0, sequence_id=0), b"a")
+        await settle()
+        await producer.send(pb.CommandSend(producer_id=0, sequence_id=0), b"a")  # a resend after reconnect
+        await settle()
+        assert [(ledger, e) for _, _, ledger, e in channel.receipts] == [(1, 0), (-1, -1)]
+        assert len(await log.read(Position(-1, -1), 10)) == 1
+
+    asyncio.run(run())
