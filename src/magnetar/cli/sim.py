@@ -3,16 +3,30 @@
 The same seed replays the same run byte for byte. String hashing is randomised per process
 unless ``PYTHONHASHSEED`` is set, so the command re-executes itself with ``PYTHONHASHSEED=0``
 first: nothing in a run may then depend on it, even by accident. Exit code 1 on a violation.
+
+``ledger-matrix`` (one replicated ledger over real bookie cores under one kind of fault) is
+registered here rather than in ``sim.scenarios``: it needs the bookie protocol server, which
+lives in ``runtime`` (``sim`` may not import ``runtime``; ``cli`` may import both), so this
+module injects ``runtime.bookie.BookieServer``. Its options: ``--ensemble``/``--write-quorum``/
+``--ack-quorum``, ``--fault`` (one of ``ledger_matrix.FAULTS``), ``--ops`` (entries written).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import typer
 
+if TYPE_CHECKING:
+    from magnetar.sim import SimWorld
+    from magnetar.sim.scenarios.base import Verdict
+
 HASH_SEED_ENV = "PYTHONHASHSEED"
+LEDGER_MATRIX = "ledger-matrix"
+LEDGER_MATRIX_OPS_DEFAULT = 30  # entries the writer appends (MatrixOptions' default)
+OPS_DEFAULT = 50
 
 
 def _reexec_with_fixed_hash_seed() -> None:
@@ -24,32 +38,64 @@ def _reexec_with_fixed_hash_seed() -> None:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
+def _run_ledger_matrix(
+    seed: int, ops: int, breaks: frozenset[str], fault: str, quorum: tuple[int, int, int]
+) -> tuple[SimWorld, Verdict]:
+    from magnetar.runtime.bookie import BookieServer
+    from magnetar.sim import SimWorld
+    from magnetar.sim.scenarios.ledger_matrix import MatrixOptions, run_matrix
+
+    ensemble, write_quorum, ack_quorum = quorum
+    if not ensemble >= write_quorum >= ack_quorum >= 1:
+        raise ValueError(f"need E >= Qw >= Qa >= 1, got ({ensemble},{write_quorum},{ack_quorum})")
+    world = SimWorld(seed)
+    options = MatrixOptions(ensemble, write_quorum, ack_quorum, fault=fault, entries_count=ops, breaks=breaks)
+    return world, run_matrix(world, options, BookieServer)
+
+
 def sim(
     seed: int = typer.Option(..., "--seed", help="Seed of the run; the same seed replays it exactly."),
     scenario: str = typer.Option("durable-log", "--scenario", help="Scenario to run."),
-    ops: int = typer.Option(50, "--ops", "--steps", min=1, help="Operations per client."),
+    ops: int = typer.Option(None, "--ops", "--steps", min=1,
+                            help="Operations per client (entries written in ledger-matrix)."),
     breaks: list[str] = typer.Option(
         [], "--break", help="Negative control: break a mechanism on purpose (e.g. ack-before-fsync)."
     ),
+    fault: str = typer.Option("bookie-restart", "--fault", help="ledger-matrix: the kind of fault injected."),
+    ensemble: int = typer.Option(3, "--ensemble", "-E", min=1, help="ledger-matrix: ensemble size E."),
+    write_quorum: int = typer.Option(3, "--write-quorum", "--qw", min=1, help="ledger-matrix: write quorum Qw."),
+    ack_quorum: int = typer.Option(2, "--ack-quorum", "--qa", min=1, help="ledger-matrix: ack quorum Qa."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the verdict."),
     list_scenarios: bool = typer.Option(False, "--list", help="List scenarios and their breaks, then exit."),
 ) -> None:
     """Run a deterministic simulation: same seed, same trace."""
     _reexec_with_fixed_hash_seed()
-    from magnetar.sim.scenarios import BREAKS, SCENARIOS, ScenarioOptions, run_scenario
+    from magnetar.sim.scenarios import BREAKS, SCENARIOS, ScenarioOptions, ledger_matrix, run_scenario
 
     if list_scenarios:
         for name in SCENARIOS:
             typer.echo(f"{name}  breaks: {', '.join(sorted(BREAKS.get(name, ()))) or '-'}")
+        typer.echo(f"{LEDGER_MATRIX}  breaks: {', '.join(sorted(ledger_matrix.BREAKS))}  "
+                   f"faults: {', '.join(ledger_matrix.FAULTS)}")
         return
     try:
-        world, verdict = run_scenario(scenario, seed, ScenarioOptions(ops_count=ops, breaks=frozenset(breaks)))
+        if scenario == LEDGER_MATRIX:
+            world, verdict = _run_ledger_matrix(
+                seed, ops or LEDGER_MATRIX_OPS_DEFAULT, frozenset(breaks), fault, (ensemble, write_quorum, ack_quorum)
+            )
+        else:
+            world, verdict = run_scenario(
+                scenario, seed, ScenarioOptions(ops_count=ops or OPS_DEFAULT, breaks=frozenset(breaks))
+            )
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     if not quiet:
         typer.echo(world.trace_text(), nl=False)
-    typer.echo(f"seed {seed} scenario {scenario}")
+    label = scenario
+    if scenario == LEDGER_MATRIX:
+        label = f"{scenario} fault {fault} quorum ({ensemble},{write_quorum},{ack_quorum})"
+    typer.echo(f"seed {seed} scenario {label}")
     typer.echo(verdict.text())
     if not verdict.ok:
         raise typer.Exit(1)
