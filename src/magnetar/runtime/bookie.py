@@ -75,12 +75,33 @@ REGISTRATION_CHECK_INTERVAL_S = 1.0
 
 
 class _ConnectionState:
-    __slots__ = ("inflight", "room")
+    """Per connection: requests in progress and replies waiting to be written together.
 
-    def __init__(self) -> None:
+    Replies produced in one event-loop pass (every add of a journal group completes at once) are
+    joined into one socket write at the end of the pass instead of one write per reply.
+    """
+
+    __slots__ = ("connection", "inflight", "out", "out_scheduled", "room")
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
         self.inflight = 0
         self.room = asyncio.Event()
         self.room.set()
+        self.out: list[bytes] = []
+        self.out_scheduled = False
+
+    def send(self, data: bytes) -> None:
+        self.out.append(data)
+        if not self.out_scheduled:
+            self.out_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.out_scheduled = False
+        out, self.out = self.out, []
+        if out and not self.connection.is_closing():
+            self.connection.write(b"".join(out) if len(out) > 1 else out[0])
 
 
 class BookieServer:
@@ -103,7 +124,7 @@ class BookieServer:
             return
         self._connections.add(connection)
         decoder = FrameDecoder()
-        state = _ConnectionState()
+        state = _ConnectionState(connection)
         try:
             while True:
                 if self.bookie.needs_backpressure():
@@ -131,8 +152,7 @@ class BookieServer:
             state.inflight -= 1
             if state.inflight < BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX:
                 state.room.set()
-            if not connection.is_closing():
-                connection.write(encode(message))
+            state.send(encode(message))
 
         return send
 
@@ -162,17 +182,17 @@ class BookieServer:
             return True
         if isinstance(message, ReadLacRequest):
             status, lac = bookie.read_lac(message.ledger_id)
-            connection.write(encode(ReadLacResponse(message.request_id, status, message.ledger_id, lac)))
+            state.send(encode(ReadLacResponse(message.request_id, status, message.ledger_id, lac)))
             return True
         if isinstance(message, WriteLacRequest):
             status, lac = bookie.write_lac(message.ledger_id, message.lac, message.master_key)
-            connection.write(encode(WriteLacResponse(message.request_id, status, message.ledger_id, lac)))
+            state.send(encode(WriteLacResponse(message.request_id, status, message.ledger_id, lac)))
             return True
         if isinstance(message, GetInfoRequest):
             info = GetInfoResponse(
                 message.request_id, Status.OK, bookie.read_only, bookie.free_bytes(), bookie.ledger_count
             )
-            connection.write(encode(info))
+            state.send(encode(info))
             return True
         return False  # a response frame sent to a server: the peer is confused
 

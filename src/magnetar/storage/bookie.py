@@ -7,9 +7,10 @@ acknowledged that is not on disk.
 
 Checkpoint (``checkpoint()``, run when half the write cache is used or every
 ``checkpoint_interval_ms``): swap the write cache halves, take the journal position as the
-mark, append the frozen half sorted by (ledger, entry) to the entry log, sync it, write every
-location plus dirty ledger states in one synced index batch, and only then persist the mark and
-delete journal files before it. Restart: load ledger states, replay the journal from the mark
+mark, append the frozen half sorted by (ledger, entry) to the entry log in synced chunks, write
+every location plus dirty ledger states to the index (unsynced batches, then a synced last one),
+and only then persist the mark and delete journal files before it. The flush yields to the event
+loop between chunks, so adds and their journal fsyncs proceed while it runs. Restart: load ledger states, replay the journal from the mark
 into the write cache (a torn tail ends replay), repair ``last_entry`` where the crash left it
 naming an entry that never became durable, and checkpoint.
 
@@ -468,7 +469,7 @@ class Bookie:
         async with self._checkpoint_lock:
             journal = self._journal
             assert journal is not None
-            invariant(not self._flushing.entries, "a checkpoint started while a flush is pending")
+            invariant(not self._flushing.count, "a checkpoint started while a flush is pending")
             self._flushing, self._active = self._active, WriteCache()
             mark = journal.position()
             await self._flush(self._flushing)
@@ -485,24 +486,37 @@ class Bookie:
         await self._flush(cache)
 
     async def _flush(self, cache: WriteCache) -> None:
-        items = cache.sorted_items()
+        # Incremental, so adds keep flowing during a checkpoint: the frozen half goes to the entry
+        # log in chunks of ``flush_chunk_bytes``, each synced before the next (the sync runs off
+        # the event loop, and a bounded amount of entry-log data ahead of the journal's fsyncs on
+        # the device keeps add latency bounded). Locations go to the index in batches of
+        # ``index_batch_keys_max`` unsynced keys with a yield between them; the last batch is
+        # synced, which (WAL order) makes every earlier batch durable too.
         puts: list[tuple[bytes, bytes | None]] = []
         touched_logs: set[int] = set()
-        half = len(items) // 2
-        for chunk_start, chunk_end in ((0, half), (half, len(items))):
-            chunk = items[chunk_start:chunk_end]
-            if not chunk:
-                if chunk_start == half:
-                    await faults.point("bookie.entrylog.mid_flush")
-                continue
-            places = await self._entry_log.append_many([raw for _, raw in chunk])
-            for ((ledger_id, entry_id), raw), (log_id, offset) in zip(chunk, places, strict=True):
+        first = True
+        flushed = 0
+        for chunk in cache.sorted_chunks(self.config.flush_chunk_bytes):
+            places = await self._entry_log.append_many([raw for _, _, raw in chunk])
+            for (ledger_id, entry_id, raw), (log_id, offset) in zip(chunk, places, strict=True):
                 puts.append((entry_key(ledger_id, entry_id), location_value(log_id, offset, len(raw))))
-                self._log_ledgers.setdefault(log_id, set()).add(ledger_id)
+                ledgers = self._log_ledgers.get(log_id)
+                if ledgers is None:
+                    ledgers = self._log_ledgers[log_id] = set()
+                ledgers.add(ledger_id)
                 touched_logs.add(log_id)
-            if chunk_end == half:
+            flushed += len(chunk)
+            if first:
+                first = False
                 await faults.point("bookie.entrylog.mid_flush")
-        await self._entry_log.sync()
+            await self._entry_log.sync()
+        if first:
+            await faults.point("bookie.entrylog.mid_flush")
+        batch_max = self.config.index_batch_keys_max
+        while len(puts) > batch_max:
+            self._index.kv.write(puts[:batch_max], sync=False)
+            del puts[:batch_max]
+            await self._clock.sleep(0)
         for log_id in touched_logs:
             puts.append((log_key(log_id), Index.log_ledgers_value(self._log_ledgers[log_id])))
         for state in self._ledgers.values():
@@ -511,7 +525,7 @@ class Bookie:
                 state.dirty = False
         if puts:
             self._index.kv.write(puts, sync=True)
-        self.stats.entries_flushed_count += len(items)
+        self.stats.entries_flushed_count += flushed
 
     async def _checkpoint_loop(self) -> None:
         interval_s = self.config.checkpoint_interval_ms / 1000

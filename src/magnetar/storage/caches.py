@@ -8,34 +8,65 @@ and pausing new adds while a full half waits for the previous flush.
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterator
 
 
 class WriteCache:
-    __slots__ = ("bytes", "entries")
+    """Entries by ledger, then entry id: a flush walks ledgers in order and each ledger's entries
+    in order without sorting one big list (entries usually arrive in order, so the per-ledger
+    sort is a linear pass)."""
+
+    __slots__ = ("bytes", "count", "ledgers")
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[int, int], bytes] = {}
+        self.ledgers: dict[int, dict[int, bytes]] = {}
         self.bytes = 0
+        self.count = 0
 
     def put(self, ledger_id: int, entry_id: int, raw: bytes) -> None:
-        old = self.entries.get((ledger_id, entry_id))
+        entries = self.ledgers.get(ledger_id)
+        if entries is None:
+            entries = self.ledgers[ledger_id] = {}
+        old = entries.get(entry_id)
         if old is not None:
             self.bytes -= len(old)
-        self.entries[(ledger_id, entry_id)] = raw
+            self.count -= 1
+        entries[entry_id] = raw
         self.bytes += len(raw)
+        self.count += 1
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
-        return self.entries.get((ledger_id, entry_id))
+        entries = self.ledgers.get(ledger_id)
+        return None if entries is None else entries.get(entry_id)
 
     def drop_ledger(self, ledger_id: int) -> None:
-        for key in [k for k in self.entries if k[0] == ledger_id]:
-            self.bytes -= len(self.entries.pop(key))
+        entries = self.ledgers.pop(ledger_id, None)
+        if entries is not None:
+            self.bytes -= sum(len(raw) for raw in entries.values())
+            self.count -= len(entries)
 
-    def sorted_items(self) -> list[tuple[tuple[int, int], bytes]]:
-        return sorted(self.entries.items(), key=lambda item: item[0])
+    def sorted_chunks(self, chunk_bytes: int) -> Iterator[list[tuple[int, int, bytes]]]:
+        """(ledger, entry, raw) in (ledger, entry) order, in lists of about ``chunk_bytes``.
+
+        Lazy, so a flush can yield to the event loop between chunks; the cache must not change
+        while the iterator is in use (a flush works on the frozen half).
+        """
+        chunk: list[tuple[int, int, bytes]] = []
+        size = 0
+        for ledger_id in sorted(self.ledgers):
+            entries = self.ledgers[ledger_id]
+            for entry_id in sorted(entries):
+                raw = entries[entry_id]
+                if chunk and size + len(raw) > chunk_bytes:
+                    yield chunk
+                    chunk, size = [], 0
+                chunk.append((ledger_id, entry_id, raw))
+                size += len(raw)
+        if chunk:
+            yield chunk
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return self.count
 
 
 class ReadCache:

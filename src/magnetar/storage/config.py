@@ -29,6 +29,11 @@ class BookieConfig:
     read_ahead_count_max: int = 64  # entries read together on a read-cache miss
     read_ahead_bytes_max: int = 1 * MIB
     checkpoint_interval_ms: int = 10_000
+    # A checkpoint writes the entry log in chunks of this size, syncing each (bounds how much
+    # entry-log data sits ahead of a journal fsync on the device), and the index in unsynced
+    # batches of this many keys with a yield to the event loop between them.
+    flush_chunk_bytes: int = 4 * MIB
+    index_batch_keys_max: int = 4096
 
     entry_bytes_max: int = ENTRY_BYTES_MAX
     # Read-only mode below this much free disk; writable again above twice as much.
@@ -47,6 +52,8 @@ class BookieConfig:
             "read_cache_bytes_max": self.read_cache_bytes_max >= 0,
             "read_ahead_count_max": self.read_ahead_count_max >= 1,
             "checkpoint_interval_ms": self.checkpoint_interval_ms > 0,
+            "flush_chunk_bytes": self.flush_chunk_bytes >= 64 * KIB,
+            "index_batch_keys_max": self.index_batch_keys_max >= 1,
             "entry_bytes_max": 0 < self.entry_bytes_max <= ENTRY_BYTES_MAX,
             "disk_free_bytes_min": self.disk_free_bytes_min >= 0,
             "port": 0 <= self.port < 65536,
