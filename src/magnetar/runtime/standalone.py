@@ -1,5 +1,6 @@
-"""``magnetar standalone``: one process holding the embedded metadata store, the bookies and the
-HTTP endpoint, in one data directory (the laptop and test deployment, like ``pulsar standalone``).
+"""``magnetar standalone``: one process holding the embedded metadata store, the bookies, the
+broker and the HTTP endpoint, in one data directory (the laptop and test deployment, like
+``pulsar standalone``).
 
 Layout of the data directory::
 
@@ -8,7 +9,8 @@ Layout of the data directory::
 
 With one bookie (the default) ledgers are written with E=Qw=Qa=1; with ``--bookies 3`` the
 replicated quorum (3, 3, 2). Start-up order: metadata, then every bookie (each replays its
-journal before it serves), then the HTTP endpoint; a line ``magnetar standalone ready ...`` on
+journal before it serves), the ledger client, the broker (Pulsar protocol on ``broker_port``),
+then the HTTP endpoint; a line ``magnetar standalone ready ...`` on
 stdout says when clients may connect. SIGTERM or SIGINT stops everything in reverse order.
 A SIGKILL loses nothing acknowledged: the bookies reply only after fsync and the metadata store
 writes synchronously.
@@ -26,10 +28,14 @@ from dataclasses import dataclass
 
 from magnetar import faults
 from magnetar.base.errors import InvalidArgument
+from magnetar.broker import BrokerConfig
+from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
 from magnetar.runtime.bookie import RunningBookie, start_bookie, wait_for_termination_signal
-from magnetar.runtime.clock import SystemClock
+from magnetar.runtime.broker import BrokerServer, start_broker
+from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.http import HttpEndpoint, start_http
+from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.storage import BookieConfig
@@ -84,16 +90,18 @@ class Standalone:
     config: StandaloneConfig
     store: MetadataStore
     bookies: list[RunningBookie] = dataclasses.field(default_factory=list)
+    broker: BrokerServer | None = None
     http: HttpEndpoint | None = None
     stoppers: list[Callable[[], Awaitable[None]]] = dataclasses.field(default_factory=list)
 
     def ready_line(self) -> str:
         bookies = ",".join(b.bookie_id for b in self.bookies)
         http = f"{self.config.host}:{self.http.port}" if self.http else "-"
+        broker = self.broker.service_url if self.broker else "-"
         e, qw, qa = self.config.quorum
         return (
-            f"magnetar standalone ready metadata={self.config.metadata_url()} bookies={bookies} "
-            f"quorum={e},{qw},{qa} http={http}"
+            f"magnetar standalone ready broker={broker} metadata={self.config.metadata_url()} "
+            f"bookies={bookies} quorum={e},{qw},{qa} http={http}"
         )
 
     async def stop(self) -> None:
@@ -117,6 +125,20 @@ async def start_standalone(config: StandaloneConfig) -> Standalone:
             bookie = await start_bookie(config.bookie_config(index), store=store, clock=clock, network=network)
             running.bookies.append(bookie)
             running.stoppers.append(bookie.stop)
+        manager = await open_ledger_manager(store, network=network, clock=clock, rng=system_rng())
+        running.stoppers.append(lambda: close_ledger_manager(manager))
+        e, qw, qa = config.quorum
+        running.broker = await start_broker(
+            BrokerConfig(advertised_host=config.host, advertised_port=config.broker_port),
+            clock=clock,
+            metadata=store,
+            ledger_manager=manager,
+            managed_ledger_config=ManagedLedgerConfig(ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa),
+            network=network,
+            host=config.host,
+            port=config.broker_port,
+        )
+        running.stoppers.append(running.broker.close)
         running.http = await start_http(config.host, config.web_port, health=lambda: _health(running))
         running.stoppers.append(running.http.stop)
     except BaseException:
@@ -128,6 +150,7 @@ async def start_standalone(config: StandaloneConfig) -> Standalone:
 def _health(running: Standalone) -> dict[str, object]:
     return {
         "status": "ok",
+        "broker": running.broker.service_url if running.broker else None,
         "bookies": [{"id": b.bookie_id, "status": b.bookie.status.name} for b in running.bookies],
     }
 
