@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from magnetar.cli.produce import connect
 from magnetar.client import Compression, InitialPosition, MessageId
 from magnetar.client.consumer import Consumer
-from magnetar.cli.produce import connect
 from tests.client.fake_broker import FakeBroker
 from tests.client.tcp_broker import ThreadedBroker
 
