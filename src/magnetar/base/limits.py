@@ -70,6 +70,10 @@ LEDGER_FRAGMENTS_COUNT_MAX = 4096
 LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX = 1024
 #: Bookie registrations one directory listing accepts.
 LEDGER_DIRECTORY_BOOKIES_COUNT_MAX = 100_000
+#: Under-replication markers one replication-worker round looks at (the rest wait a round).
+AUTORECOVERY_MARKERS_SCAN_COUNT_MAX = 10_000
+#: Entries one re-replication batch may read and copy in parallel (config may ask for fewer).
+AUTORECOVERY_BATCH_COUNT_MAX = 1_000
 
 # --- managed ledger ----------------------------------------------------------------------------
 #: Appends one managed ledger holds queued or in flight; a full queue makes ``add_entry`` wait.

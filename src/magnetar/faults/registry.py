@@ -1,7 +1,7 @@
 """Every fault point in Magnetar, with its code and one-line meaning.
 
 Codes: W = writer (ledger client in the broker), B = bookie, R = recovery, M = managed ledger,
-P = broker (Pulsar protocol side), D = metadata store. The seed's crash timings C1-C5 map onto
+P = broker (Pulsar protocol side), D = metadata store, A = AutoRecovery. The seed's crash timings C1-C5 map onto
 these as ``shared/design/FAULTS.md`` describes. A test checks that every ``faults.point(...)``
 in the source names an entry here, so the chaos harness can cover every one.
 """
@@ -42,6 +42,8 @@ _POINTS = (
     FaultPoint("ledger.recovery.after_fence", "R1", "recoverer fenced the ensemble, has not read forward"),
     FaultPoint("ledger.recovery.after_writeback", "R2", "recovered entries written back, ledger not closed"),
     FaultPoint("ledger.recovery.before_close_cas", "R3", "recovery knows the last entry, CLOSED not yet written"),
+    # --- autorecovery (replication worker) -----------------------------------------------------
+    FaultPoint("autorecovery.after_copy", "A1", "fragment copied to the new bookie, ledger metadata not yet changed"),
     # --- managed ledger -------------------------------------------------------------------------
     FaultPoint("managed_ledger.rollover.after_create", "M1", "new ledger created, not yet in the topic's ledger list"),
     FaultPoint("managed_ledger.rollover.after_cas", "M2", "new ledger listed, old one not yet closed"),
