@@ -93,6 +93,7 @@ def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
 def start_bookie(data_dir: str) -> tuple[subprocess.Popen[str], int]:
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
     env.pop("MAGNETAR_FAULTS", None)
+    env.setdefault("MAGNETAR_BOOKIE_GC_INTERVAL_MS", "0")  # the bench's ledgers have no metadata
     magnetar = str(Path(sys.executable).parent / "magnetar")
     argv = [magnetar, "bookie", "--metadata", "memory:", "--port", "0", "--data-dir", data_dir]
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -18,6 +18,7 @@ from magnetar.storage import (
     LedgerStatus,
     verify_or_create_cookie,
 )
+from magnetar.storage.bookie import LiveLedgers
 from magnetar.storage.journal import JOURNAL_DIR, journal_file_ids, journal_path
 
 KEY = b"secret"
@@ -43,6 +44,11 @@ class Node:
 
     async def boot(self) -> Bookie:
         bookie = Bookie(self.disk, self.kv.reopen(), self.clock, self.config)
+        await bookie.start()
+        return bookie
+
+    async def boot_with(self, live_ledgers: LiveLedgers) -> Bookie:
+        bookie = Bookie(self.disk, self.kv.reopen(), self.clock, self.config, live_ledgers=live_ledgers)
         await bookie.start()
         return bookie
 

@@ -11,6 +11,9 @@ metadata store, replays the journal, listens, and registers the bookie in the me
 * ``/ledgers/cookies/<host:port>``             persistent, the instance cookie (see ``storage.cookie``)
 
 (the BookKeeper layout; readers of ``/ledgers/available`` skip the child named ``readonly``).
+Garbage collection asks the same store which ledgers still have metadata (the ledger layer's
+``/ledgers/L<id>`` nodes, read through ``ledger.metadata_ops``): the core itself never imports
+the ledger layer and only sees a ``LiveLedgers`` callable.
 It prints ``magnetar-bookie listening on HOST:PORT`` once serving, and stops on SIGTERM/SIGINT.
 
 ``BookieServer`` serves connections: each read chunk is decoded (``FrameDecoder``) and every
@@ -40,6 +43,8 @@ from magnetar.base.limits import (
     BOOKIE_CONNECTIONS_COUNT_MAX,
     BOOKIE_READ_CHUNK_BYTES,
 )
+from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
+from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.bookie import (
     AddRequest,
@@ -65,6 +70,7 @@ from magnetar.runtime.kv import RocksKeyValueStore
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.storage import Bookie, BookieConfig, BookieStatus, verify_or_create_cookie
+from magnetar.storage.bookie import LiveLedgers
 
 log = logging.getLogger(__name__)
 
@@ -316,11 +322,34 @@ class RunningBookie:
         self._kv.close()
 
 
-async def start_bookie(config: BookieConfig, *, store: MetadataStore, clock: Clock, network: Network) -> RunningBookie:
-    """Open the data directory, check the cookie, replay the journal, listen and register."""
+def metadata_live_ledgers(store: MetadataStore) -> LiveLedgers:
+    """The GC's source of truth: ids of ledgers whose metadata exists (the ledger layer's layout,
+    ``ledger.metadata_ops``). It raises (and the GC round is skipped) if the store cannot answer
+    or holds more than ``LEDGER_LIST_COUNT_MAX`` ledgers."""
+    ledgers = LedgerMetadataStore(MetadataStoreAdapter(store))
+
+    async def live() -> list[int]:
+        return await ledgers.list_ids()
+
+    return live
+
+
+async def start_bookie(
+    config: BookieConfig,
+    *,
+    store: MetadataStore,
+    clock: Clock,
+    network: Network,
+    live_ledgers: LiveLedgers | None = None,
+) -> RunningBookie:
+    """Open the data directory, check the cookie, replay the journal, listen and register.
+
+    Garbage collection (every ``config.gc_interval_ms``; 0 disables it) deletes the ledgers
+    ``live_ledgers`` does not list; by default that is the ledger metadata in ``store``.
+    """
     disk = LocalDisk(config.data_dir)
     kv = RocksKeyValueStore(os.path.join(disk.root, "index"))
-    bookie = Bookie(disk, kv, clock, config)
+    bookie = Bookie(disk, kv, clock, config, live_ledgers=live_ledgers or metadata_live_ledgers(store))
     server = BookieServer(bookie, network)
     try:
         has_data = bookie.has_data()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 from magnetar import faults
@@ -57,6 +57,9 @@ from magnetar.storage.waits import wait_event_or_timeout, watch_task
 log = logging.getLogger(__name__)
 
 OnDone = Callable[[Status], None]
+#: Returns the ids of every ledger whose metadata exists (the composition root reads them from
+#: the metadata store); raising means "unknown right now" and skips that GC round.
+LiveLedgers = Callable[[], Awaitable[Collection[int]]]
 
 
 class BookieStatus(enum.Enum):
@@ -102,13 +105,25 @@ class BookieStats:
     entries_flushed_count: int = 0
     replayed_records_count: int = 0
     logs_collected_count: int = 0
+    ledgers_collected_count: int = 0
+    gc_rounds_count: int = 0
+    gc_rounds_skipped_count: int = 0
 
 
 class Bookie:
     """One bookie's storage; every I/O goes through the injected disk, store and clock."""
 
-    def __init__(self, disk: Disk, kv: KeyValueStore, clock: Clock, config: BookieConfig) -> None:
+    def __init__(
+        self,
+        disk: Disk,
+        kv: KeyValueStore,
+        clock: Clock,
+        config: BookieConfig,
+        *,
+        live_ledgers: LiveLedgers | None = None,
+    ) -> None:
         self._disk = disk
+        self._live_ledgers = live_ledgers
         self._clock = clock
         self.config = config
         self._index = Index(kv)
@@ -182,6 +197,8 @@ class Bookie:
             watch_task(loop.create_task(self._checkpoint_loop(), name="bookie-checkpoint"), log),
             watch_task(loop.create_task(self._disk_monitor_loop(), name="bookie-disk-monitor"), log),
         ]
+        if self._live_ledgers is not None and self.config.gc_interval_ms > 0:
+            self._tasks.append(watch_task(loop.create_task(self._gc_loop(), name="bookie-gc"), log))
 
     def _apply_replayed(self, record: JournalRecord) -> None:
         if record.kind == KIND_ADD:
@@ -455,6 +472,47 @@ class Bookie:
                 await self._disk.sync_dir("entrylogs")
         self.stats.logs_collected_count += len(removed)
         return removed
+
+    async def collect_deleted_ledgers(self) -> list[int]:
+        """One GC round: delete ledgers whose metadata is gone, then remove dead entry logs.
+
+        The set of ledgers this bookie holds is taken *before* asking for the live ones: a
+        ledger's metadata is created before any add reaches a bookie, so every ledger in the
+        snapshot that is missing from the later listing was really deleted (a ledger created
+        during the listing is not in the snapshot). If the listing fails the round does nothing.
+        Returns the ledgers deleted.
+        """
+        provider = self._live_ledgers
+        if provider is None or self.status not in _READABLE:
+            return []
+        held = [ledger for ledger, state in self._ledgers.items() if state.status is not LedgerStatus.DELETED]
+        try:
+            live = set(await provider())
+        except Exception as exc:
+            self.stats.gc_rounds_skipped_count += 1
+            log.warning("bookie GC round skipped: live ledgers unknown: %r", exc)
+            return []
+        gone = [ledger for ledger in held if ledger not in live]
+        for ledger in gone:
+            await self.delete_ledger(ledger)
+        await self.collect_garbage()
+        self.stats.ledgers_collected_count += len(gone)
+        self.stats.gc_rounds_count += 1
+        if gone:
+            log.info("bookie GC deleted %d ledgers", len(gone))
+        return gone
+
+    async def _gc_loop(self) -> None:
+        interval_s = self.config.gc_interval_ms / 1000
+        while self.status in _SERVING:
+            await self._clock.sleep(interval_s)
+            if self.status not in _SERVING:
+                return
+            try:
+                await self.collect_deleted_ledgers()
+            except Exception as exc:
+                self._on_disk_failure(exc)
+                return
 
     def _is_deleted(self, ledger_id: int) -> bool:
         state = self._ledgers.get(ledger_id)

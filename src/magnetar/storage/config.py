@@ -39,6 +39,8 @@ class BookieConfig:
     # Read-only mode below this much free disk; writable again above twice as much.
     disk_free_bytes_min: int = 256 * MIB
     disk_check_interval_ms: int = 1_000
+    # Every this often the bookie asks the metadata store which ledgers still exist, deletes
+    # the others and removes entry logs holding only deleted ledgers; 0 disables GC.
     gc_interval_ms: int = 60_000
 
     def __post_init__(self) -> None:
@@ -56,6 +58,7 @@ class BookieConfig:
             "index_batch_keys_max": self.index_batch_keys_max >= 1,
             "entry_bytes_max": 0 < self.entry_bytes_max <= ENTRY_BYTES_MAX,
             "disk_free_bytes_min": self.disk_free_bytes_min >= 0,
+            "gc_interval_ms": self.gc_interval_ms >= 0,
             "port": 0 <= self.port < 65536,
         }
         bad = [name for name, ok in checks.items() if not ok]
