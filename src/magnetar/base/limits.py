@@ -36,6 +36,9 @@ BOOKIE_CONNECTIONS_COUNT_MAX = 4096  # open client connections per bookie
 BOOKIE_READ_CHUNK_BYTES = 256 * KIB  # one socket read
 BOOKIE_LEDGERS_COUNT_MAX = 10_000_000  # ledger states a bookie keeps in memory
 BOOKIE_JOURNAL_RECORD_BYTES_MAX = ENTRY_BYTES_MAX + 4 * KIB
+# A connection holding part of a frame that sends nothing for this long is closed (it pins up to
+# a frame of buffer: slow or stuck peers must not hold BOOKIE_CONNECTIONS_COUNT_MAX of those).
+BOOKIE_PARTIAL_FRAME_IDLE_MS = 30_000
 
 # --- pulsar protocol ---------------------------------------------------------------------------
 PULSAR_FRAME_BYTES_MAX = 5 * MIB + 10 * KIB  # Pulsar's maxMessageSize (5 MiB) + frame overhead

@@ -19,7 +19,9 @@ It prints ``magnetar-bookie listening on HOST:PORT`` once serving, and stops on 
 ``BookieServer`` serves connections: each read chunk is decoded (``FrameDecoder``) and every
 request dispatched without waiting for the previous one (pipelining); an add's reply is written
 by the journal's callback after its fsync. A malformed or oversized frame closes that connection
-only. Backpressure: a connection stops reading while the bookie's journal queue or write cache is
+only, and so does a partial frame left idle for ``BOOKIE_PARTIAL_FRAME_IDLE_MS`` (one sweeper
+task on the injected clock checks every connection). WRITE_LAC is answered after its journal
+fsync. Replies produced in one event-loop pass are written with one socket write. Backpressure: a connection stops reading while the bookie's journal queue or write cache is
 full, or while it has ``BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX`` requests in progress.
 """
 
@@ -41,6 +43,7 @@ from magnetar.base.io import Connection, Listener, Network
 from magnetar.base.limits import (
     BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX,
     BOOKIE_CONNECTIONS_COUNT_MAX,
+    BOOKIE_PARTIAL_FRAME_IDLE_MS,
     BOOKIE_READ_CHUNK_BYTES,
 )
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
@@ -81,21 +84,25 @@ REGISTRATION_CHECK_INTERVAL_S = 1.0
 
 
 class _ConnectionState:
-    """Per connection: requests in progress and replies waiting to be written together.
+    """Per connection: requests in progress, replies waiting to be written together, and when
+    bytes last arrived (for the idle partial-frame limit).
 
     Replies produced in one event-loop pass (every add of a journal group completes at once) are
     joined into one socket write at the end of the pass instead of one write per reply.
     """
 
-    __slots__ = ("connection", "inflight", "out", "out_scheduled", "room")
+    __slots__ = ("connection", "decoder", "inflight", "last_read_ns", "out", "out_scheduled", "reading", "room")
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, now_ns: int) -> None:
         self.connection = connection
+        self.decoder = FrameDecoder()
         self.inflight = 0
         self.room = asyncio.Event()
         self.room.set()
         self.out: list[bytes] = []
         self.out_scheduled = False
+        self.last_read_ns = now_ns
+        self.reading = False
 
     def send(self, data: bytes) -> None:
         self.out.append(data)
@@ -113,31 +120,64 @@ class _ConnectionState:
 class BookieServer:
     """Serves the bookie protocol for one ``Bookie`` on one listener."""
 
-    def __init__(self, bookie: Bookie, network: Network) -> None:
+    def __init__(
+        self,
+        bookie: Bookie,
+        network: Network,
+        *,
+        clock: Clock | None = None,
+        partial_frame_idle_ms: int = BOOKIE_PARTIAL_FRAME_IDLE_MS,
+    ) -> None:
+        """``partial_frame_idle_ms`` (0 disables it): close a connection that holds part of a
+        frame and sent nothing for that long, measured by ``clock`` (default: the bookie's)."""
         self.bookie = bookie
         self._network = network
+        self._clock = clock or bookie.clock
+        self._partial_frame_idle_ms = partial_frame_idle_ms
         self._listener: Listener | None = None
-        self._connections: set[Connection] = set()
+        self._connections: dict[Connection, _ConnectionState] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        self.idle_partial_closed_count = 0
 
     async def start(self, host: str, port: int) -> int:
         self._listener = await self._network.listen(host, port, self._serve)
+        if self._partial_frame_idle_ms > 0:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle(), name="bookie-idle-sweeper")
         return self._listener.port
+
+    async def _sweep_idle(self) -> None:
+        # One timer for all connections (not one per read): every quarter of the limit, close the
+        # connections that hold a partial frame and sent nothing for the whole limit.
+        limit_ns = self._partial_frame_idle_ms * 1_000_000
+        while True:
+            await self._clock.sleep(self._partial_frame_idle_ms / 4000)
+            now = self._clock.monotonic_ns()
+            for connection, state in list(self._connections.items()):
+                if state.reading and state.decoder.buffered_bytes and now - state.last_read_ns >= limit_ns:
+                    log.warning("closing %s: a partial frame idle for BOOKIE_PARTIAL_FRAME_IDLE_MS", connection.peer)
+                    self.idle_partial_closed_count += 1
+                    connection.close()
 
     async def _serve(self, connection: Connection) -> None:
         if len(self._connections) >= BOOKIE_CONNECTIONS_COUNT_MAX:
             log.warning("refusing %s: BOOKIE_CONNECTIONS_COUNT_MAX reached", connection.peer)
             return
-        self._connections.add(connection)
-        decoder = FrameDecoder()
-        state = _ConnectionState(connection)
+        state = _ConnectionState(connection, self._clock.monotonic_ns())
+        decoder = state.decoder
+        self._connections[connection] = state
         try:
             while True:
                 if self.bookie.needs_backpressure():
                     await self.bookie.wait_for_room()
                 if not state.room.is_set():
                     await state.room.wait()
+                # Idle time counts only while waiting for the peer (not while backpressure
+                # keeps this loop from reading).
+                state.last_read_ns = self._clock.monotonic_ns()
+                state.reading = True
                 data = await connection.read(BOOKIE_READ_CHUNK_BYTES)
+                state.reading = False
                 if not data:
                     return
                 try:
@@ -150,7 +190,7 @@ class BookieServer:
                         log.warning("closing %s: it sent a %s", connection.peer, type(message).__name__)
                         return
         finally:
-            self._connections.discard(connection)
+            self._connections.pop(connection, None)
             connection.close()
 
     def _reply(self, connection: Connection, state: _ConnectionState) -> Callable[[Message], None]:
@@ -191,8 +231,8 @@ class BookieServer:
             state.send(encode(ReadLacResponse(message.request_id, status, message.ledger_id, lac)))
             return True
         if isinstance(message, WriteLacRequest):
-            status, lac = bookie.write_lac(message.ledger_id, message.lac, message.master_key)
-            state.send(encode(WriteLacResponse(message.request_id, status, message.ledger_id, lac)))
+            self._begin(state)
+            self._spawn(self._write_lac(message, self._reply(connection, state)))
             return True
         if isinstance(message, GetInfoRequest):
             info = GetInfoResponse(
@@ -226,12 +266,18 @@ class BookieServer:
             return
         send(self._read(message))
 
+    async def _write_lac(self, message: WriteLacRequest, send: Callable[[Message], None]) -> None:
+        status, lac = await self.bookie.write_lac(message.ledger_id, message.lac, message.master_key)
+        send(WriteLacResponse(message.request_id, status, message.ledger_id, lac))
+
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._listener is not None:
             self._listener.close()
         for connection in list(self._connections):

@@ -14,6 +14,12 @@ loop between chunks, so adds and their journal fsyncs proceed while it runs. Res
 into the write cache (a torn tail ends replay), repair ``last_entry`` where the crash left it
 naming an entry that never became durable, and checkpoint.
 
+Explicit LAC (``write_lac``) is journaled like a fence and answered after its fsync.
+
+GC (``collect_deleted_ledgers``, every ``gc_interval_ms`` when a ``LiveLedgers`` provider is
+given): ledgers missing from the metadata are deleted and entry logs holding only deleted
+ledgers removed. Logs that still hold some live ledger are kept whole (no compaction yet).
+
 Fencing: ``fence()`` sets FENCED at once (later normal adds fail), journals a FENCE record and
 returns only after its fsync. Reads never answer NO_SUCH_ENTRY for an entry this bookie may have
 acknowledged: every acknowledged entry is in the journal, the write cache or the index.
@@ -43,12 +49,14 @@ from magnetar.storage.entry_log import EntryLogger, log_ids
 from magnetar.storage.index import MARK_KEY, Index, entry_key, location_value, log_key, state_key
 from magnetar.storage.journal import (
     KIND_ADD,
+    KIND_LAC,
     Journal,
     JournalPosition,
     JournalRecord,
     add_record,
     fence_record,
     journal_file_ids,
+    lac_record,
     replay,
 )
 from magnetar.storage.ledger_state import LedgerState, LedgerStatus
@@ -152,6 +160,10 @@ class Bookie:
         self.status = to
 
     @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
     def read_only(self) -> bool:
         return self.status is BookieStatus.READ_ONLY
 
@@ -218,7 +230,11 @@ class Bookie:
             state = self._ledgers.get(record.ledger_id)
             if state is None:
                 state = self._ledgers[record.ledger_id] = LedgerState(record.ledger_id, master_key=record.master_key)
-            if state.status is LedgerStatus.OPEN:
+            if record.kind == KIND_LAC:
+                if state.status is not LedgerStatus.DELETED and record.lac > state.lac:
+                    state.lac = record.lac
+                    state.dirty = True
+            elif state.status is LedgerStatus.OPEN:
                 state.transition(LedgerStatus.FENCED)
 
     def _repair_last_entries(self) -> None:
@@ -361,11 +377,12 @@ class Bookie:
             return Status.NO_SUCH_LEDGER, -1
         return Status.OK, state.lac
 
-    def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> tuple[Status, int]:
-        """Raise the known LAC of a ledger (explicit LAC for idle ledgers); not journaled.
+    async def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> tuple[Status, int]:
+        """Raise the known LAC of a ledger (explicit LAC for idle ledgers), durably.
 
-        An explicit LAC is a hint for readers: losing it in a crash loses no entry, since
-        recovery derives the ledger's end from the entries themselves.
+        The LAC is journaled and OK is returned only after the journal fsync covering it, like
+        an add: a reader that learned the LAC from this bookie still learns it after a crash.
+        Returns the status and the bookie's known LAC afterwards.
         """
         if self.status not in _READABLE:
             return Status.UNAVAILABLE, -1
@@ -374,9 +391,19 @@ class Bookie:
             return Status.NO_SUCH_LEDGER, -1
         if state.master_key != master_key:
             return Status.UNAUTHORIZED, state.lac
+        if lac < -1:
+            return Status.BAD_REQUEST, state.lac
         if lac > state.lac:
             state.lac = lac
             state.dirty = True
+        journal = self._journal
+        assert journal is not None
+        try:
+            # Also when the LAC did not rise: an earlier raise may still wait for its fsync.
+            await journal.append(lac_record(ledger_id, lac, master_key))
+        except Exception as exc:
+            self._on_disk_failure(exc)
+            return Status.UNAVAILABLE, state.lac
         return Status.OK, state.lac
 
     def read_last_entry(self, ledger_id: int) -> ReadResult:

@@ -5,6 +5,7 @@ Files: ``journal/<file_id:020d>.jnl``, each starting with ``b"MGJ1" + u64 file_i
     u32 body_len   u32 crc32c(body)   body          (body_len >= 1)
     body = u8 kind, ...   kind 1 ADD:   u8 mk_len, mk, entry (the wire form, digest included)
                           kind 2 FENCE: u8 mk_len, mk, u64 ledger_id
+                          kind 3 LAC:   u8 mk_len, mk, u64 ledger_id, i64 lac  (explicit LAC)
 
 Group commit: one journal task takes queued records (a group ends at ``journal_group_bytes_max``,
 or once the oldest record waited ``journal_group_wait_ms_max``), appends them with one write,
@@ -47,8 +48,10 @@ FILE_MAGIC = b"MGJ1"
 _FILE_HEADER = struct.Struct(">4sQ")
 _RECORD_HEADER = struct.Struct(">II")
 _LEDGER = struct.Struct(">Q")
+_LEDGER_LAC = struct.Struct(">Qq")
 KIND_ADD = 1
 KIND_FENCE = 2
+KIND_LAC = 3
 _REPLAY_WINDOW_BYTES = 8 * 1024 * 1024
 
 Callback = Callable[[BaseException | None], None]
@@ -83,14 +86,20 @@ def fence_record(ledger_id: int, master_key: bytes) -> bytes:
     return _frame(bytes((KIND_FENCE, len(master_key))) + master_key + _LEDGER.pack(ledger_id))
 
 
+def lac_record(ledger_id: int, lac: int, master_key: bytes) -> bytes:
+    invariant(len(master_key) <= BOOKIE_MASTER_KEY_BYTES_MAX, "master key too long for a journal record")
+    return _frame(bytes((KIND_LAC, len(master_key))) + master_key + _LEDGER_LAC.pack(ledger_id, lac))
+
+
 @dataclass(frozen=True, slots=True)
 class JournalRecord:
-    """A replayed record: ``entry_raw`` for ADD, ``ledger_id`` for FENCE."""
+    """A replayed record: ``entry_raw`` for ADD, ``ledger_id`` for FENCE, both ids for LAC."""
 
     kind: int
     master_key: bytes
     entry_raw: bytes = b""
     ledger_id: int = -1
+    lac: int = -1
 
 
 def parse_body(body: bytes) -> JournalRecord:
@@ -103,6 +112,9 @@ def parse_body(body: bytes) -> JournalRecord:
         return JournalRecord(KIND_ADD, master_key, entry_raw=rest)
     if kind == KIND_FENCE and len(rest) == _LEDGER.size:
         return JournalRecord(KIND_FENCE, master_key, ledger_id=_LEDGER.unpack(rest)[0])
+    if kind == KIND_LAC and len(rest) == _LEDGER_LAC.size:
+        ledger_id, lac = _LEDGER_LAC.unpack(rest)
+        return JournalRecord(KIND_LAC, master_key, ledger_id=ledger_id, lac=lac)
     raise CorruptData(f"unknown journal record kind {kind} or bad length")
 
 
