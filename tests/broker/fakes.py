@@ -46,12 +46,17 @@ class FakeChannel:
         return self.open
 
 
-def entry(key: str = "", sequence_id: int = 0, batch: int | None = None) -> bytes:
+def entry(key: str = "", sequence_id: int = 0, batch: int | None = None,
+          chunk: tuple[str, int, int] | None = None) -> bytes:
+    """A stored entry; ``chunk`` = (uuid, chunk_id, num_chunks) makes it one chunk of a message."""
     metadata = pb.MessageMetadata(producer_name="p", sequence_id=sequence_id, publish_time=1000 + sequence_id)
     if key:
         metadata.partition_key = key
     if batch is not None:
         metadata.num_messages_in_batch = batch
+    if chunk is not None:
+        metadata.uuid, metadata.chunk_id, metadata.num_chunks_from_msg = chunk
+        metadata.total_chunk_msg_size = chunk[2]
     return headers_and_payload(metadata, b"x")
 
 

@@ -6,6 +6,7 @@ import asyncio
 
 from magnetar.base.types import EARLIEST, Position
 from magnetar.broker import BrokerConfig, Consumer, MemoryLogStore, SubType
+from magnetar.broker.dispatcher_key_shared import KEY_HASH_SLOTS, key_slot
 from magnetar.broker.subscription import Subscription
 from magnetar.protocol.pulsar import pb
 from tests.broker.fakes import FakeChannel, entry, settle
@@ -134,17 +135,18 @@ def test_key_shared_routes_keys_stickily_and_holds_a_new_consumer_back() -> None
         channel = FakeChannel()
         a = _consumer(1, SubType.KEY_SHARED, channel, "a")
         sub.add_consumer(a)
-        sub.flow(a, 5)  # a takes the first five entries (if all its keys), leaving them unacked
+        sub.flow(a, 5)  # a takes the first five entries (one of each key), leaving them unacked
         await settle()
+        assert [pos for _, pos, _ in channel.messages] == [(1, i) for i in range(5)]
         b = _consumer(2, SubType.KEY_SHARED, channel, "b")
         sub.add_consumer(b)
         sub.flow(b, 100)
         sub.flow(a, 100)
         await settle()
-        assert sub.dispatcher is not None
-        joined_at = Position(1, 5)
-        # b gets nothing at or after where it joined while a still holds unacked earlier entries
-        assert all(pos < (joined_at.ledger_id, joined_at.entry_id) for cid, pos, _ in channel.messages if cid == 2)
+        # b gets nothing while a still holds unacked entries sent before b joined: a key that moved
+        # to b could otherwise be processed by b before a is done with its earlier entries
+        assert not [m for m in channel.messages if m[0] == 2]
+        assert per_key_violations(channel.messages, keys) == []
         ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
         await sub.acknowledge(ack, [(Position(1, i), []) for i in range(5)])
         await settle()
@@ -152,9 +154,173 @@ def test_key_shared_routes_keys_stickily_and_holds_a_new_consumer_back() -> None
         for cid, (_, entry_id), _ in channel.messages:
             if entry_id >= 5:
                 owners.setdefault(keys[entry_id], set()).add(cid)
-        assert len(channel.messages) == 20
+        assert sorted(pos for _, pos, _ in channel.messages) == [(1, i) for i in range(20)]
         assert all(len(o) == 1 for o in owners.values())  # after the handover each key has one owner
         assert {cid for o in owners.values() for cid in o} == {1, 2}  # and both consumers own keys
+        assert per_key_violations(channel.messages, keys) == []
+        await sub.close(delete=False)
+
+    asyncio.run(run())
+
+
+def per_key_violations(messages: list[tuple[int, tuple[int, int], int]], keys: list[str]) -> list[str]:
+    """Per-key order checker: a key's entries must reach consumers in log order (first deliveries)."""
+    last: dict[str, int] = {}
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for _cid, pos, _count in messages:
+        if pos in seen:
+            continue
+        seen.add(pos)
+        key = keys[pos[1]]
+        if pos[1] < last.get(key, -1):
+            out.append(f"{key}: {pos} after entry {last[key]}")
+        last[key] = max(last.get(key, -1), pos[1])
+    return out
+
+
+def test_per_key_checker_catches_an_overtake() -> None:  # negative control of the checker
+    keys = ["a", "a", "b"]
+    assert per_key_violations([(1, (1, 1), 0), (1, (1, 2), 0), (2, (1, 0), 0)], keys) == ["a: (1, 0) after entry 1"]
+
+
+def _keys_in_halves() -> tuple[str, str]:
+    """A key hashing into the lower half of the slots and one into the upper half."""
+    low = next(f"low{i}" for i in range(1000) if key_slot(f"low{i}".encode()) < KEY_HASH_SLOTS // 2)
+    high = next(f"high{i}" for i in range(1000) if key_slot(f"high{i}".encode()) >= KEY_HASH_SLOTS // 2)
+    return low, high
+
+
+async def _sticky_pair(keys: list[str], config: BrokerConfig | None = None
+                       ) -> tuple[Subscription, FakeChannel, Consumer, Consumer]:
+    sub, _ = await _subscription([entry(key=k, sequence_id=i) for i, k in enumerate(keys)], config)
+    channel = FakeChannel()
+    half = KEY_HASH_SLOTS // 2
+    a = Consumer(1, "a", SubType.KEY_SHARED, channel, hash_ranges=((0, half - 1),))
+    b = Consumer(2, "b", SubType.KEY_SHARED, channel, hash_ranges=((half, KEY_HASH_SLOTS - 1),))
+    sub.add_consumer(a)
+    sub.add_consumer(b)
+    return sub, channel, a, b
+
+
+def test_key_shared_a_consumer_without_permits_does_not_stall_other_keys() -> None:
+    async def run() -> None:
+        low, high = _keys_in_halves()
+        keys = [low if i % 2 == 0 else high for i in range(20)]  # low, high, low, high, ...
+        sub, channel, a, b = await _sticky_pair(keys)
+        sub.flow(a, 1)
+        sub.flow(b, 100)
+        await settle()
+        assert [pos for cid, pos, _ in channel.messages if cid == 1] == [(1, 0)]
+        # every entry of b's key went out although a's key is stalled in front of them
+        assert [pos for cid, pos, _ in channel.messages if cid == 2] == [(1, i) for i in range(1, 20, 2)]
+        assert sub.dispatcher is not None and len(sub.dispatcher.replay) == 9  # a's key, held
+        log = sub.log
+        for i in range(20, 24):  # new entries of the stalled key queue up behind the held ones
+            keys.append(low)
+            await log.append(entry(key=low, sequence_id=i))
+            sub.notify_entries_added()
+        await settle()
+        assert [pos for cid, pos, _ in channel.messages if cid == 1] == [(1, 0)]
+        sub.flow(a, 100)
+        await settle()
+        a_got = [pos[1] for cid, pos, _ in channel.messages if cid == 1]
+        assert a_got == [i for i in range(24) if keys[i] == low]  # in log order, nothing overtaken
+        assert per_key_violations(channel.messages, keys) == []
+        await sub.close(delete=False)
+
+    asyncio.run(run())
+
+
+def test_key_shared_look_ahead_is_bounded() -> None:
+    async def run() -> None:
+        low, high = _keys_in_halves()
+        keys = [low] * 5 + [high] * 5
+        sub, channel, a, b = await _sticky_pair(keys, BrokerConfig(dispatch_look_ahead_count_max=3))
+        sub.flow(b, 100)  # a has no permits at all
+        await settle()
+        assert sub.dispatcher is not None and len(sub.dispatcher.replay) == 3
+        assert [m for m in channel.messages if m[0] == 2] == []  # b's entries lie beyond the look-ahead
+        sub.flow(a, 100)
+        await settle()
+        assert [pos[1] for cid, pos, _ in channel.messages if cid == 1] == [0, 1, 2, 3, 4]
+        assert [pos[1] for cid, pos, _ in channel.messages if cid == 2] == [5, 6, 7, 8, 9]
+        await sub.close(delete=False)
+
+    asyncio.run(run())
+
+
+def test_key_shared_redelivered_entry_is_not_overtaken_by_later_entries_of_its_key() -> None:
+    async def run() -> None:
+        low, high = _keys_in_halves()
+        keys = [low, low, high]
+        sub, channel, a, b = await _sticky_pair(keys)
+        sub.flow(a, 1)
+        sub.flow(b, 10)
+        await settle()
+        sub.redeliver(a, [Position(1, 0)])  # a nacks entry 0 and has no permits: 0 and 1 wait
+        await settle()
+        assert [pos[1] for cid, pos, _ in channel.messages if cid == 1] == [0]
+        sub.flow(a, 10)
+        await settle()
+        assert [(pos[1], count) for cid, pos, count in channel.messages if cid == 1] == [(0, 0), (0, 1), (1, 0)]
+        await sub.close(delete=False)
+
+    asyncio.run(run())
+
+
+def chunk_split(messages: list[tuple[int, tuple[int, int], int]], chunks: dict[int, str]) -> list[str]:
+    """Checker: chunked messages whose chunks (entry id -> uuid) reached more than one consumer."""
+    owners: dict[str, set[int]] = {}
+    for cid, (_, entry_id), _ in messages:
+        if entry_id in chunks:
+            owners.setdefault(chunks[entry_id], set()).add(cid)
+    return sorted(uuid for uuid, o in owners.items() if len(o) > 1)
+
+
+def test_chunk_checker_catches_a_split_message() -> None:  # negative control of the checker
+    assert chunk_split([(1, (1, 0), 0), (2, (1, 1), 0)], {0: "m", 1: "m"}) == ["m"]
+
+
+def test_shared_sends_all_chunks_of_a_message_to_one_consumer() -> None:
+    async def run() -> None:
+        layout = [("m1", 0), None, ("m1", 1), None, ("m1", 2), None]  # chunks of m1 between plain entries
+        sub, _ = await _subscription([entry(sequence_id=i, chunk=(c[0], c[1], 3) if c else None)
+                                      for i, c in enumerate(layout)])
+        chunks = {i: c[0] for i, c in enumerate(layout) if c}
+        channel = FakeChannel()
+        a, b = _consumer(1, SubType.SHARED, channel), _consumer(2, SubType.SHARED, channel)
+        sub.add_consumer(a)
+        sub.add_consumer(b)
+        sub.flow(b, 100)
+        sub.flow(a, 2)  # a takes chunk 0, later chunk 1, then runs out of permits before chunk 2
+        await settle()
+        assert [pos[1] for cid, pos, _ in channel.messages if cid == 1] == [0, 2]
+        assert [pos[1] for cid, pos, _ in channel.messages if cid == 2] == [1, 3, 5]  # not stalled
+        assert chunk_split(channel.messages, chunks) == []
+        sub.flow(a, 1)
+        await settle()
+        assert [pos[1] for cid, pos, _ in channel.messages if cid == 1] == [0, 2, 4]
+        assert chunk_split(channel.messages, chunks) == []
+        await sub.close(delete=False)
+
+    asyncio.run(run())
+
+
+def test_shared_chunks_of_a_consumer_that_left_go_again_from_the_first() -> None:
+    async def run() -> None:
+        sub, log = await _subscription([entry(sequence_id=i, chunk=("m", i, 3)) for i in range(2)])
+        channel = FakeChannel()
+        a, b = _consumer(1, SubType.SHARED, channel), _consumer(2, SubType.SHARED, channel)
+        sub.add_consumer(a)
+        sub.flow(a, 10)
+        await settle()
+        sub.add_consumer(b)
+        sub.flow(b, 10)
+        await log.append(entry(sequence_id=2, chunk=("m", 2, 3)))
+        await sub.remove_consumer(a)  # before the last chunk was written
+        await settle()
+        assert [pos[1] for cid, pos, _ in channel.messages if cid == 2] == [0, 1, 2]
         await sub.close(delete=False)
 
     asyncio.run(run())

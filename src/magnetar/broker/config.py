@@ -40,9 +40,19 @@ class BrokerConfig:
     pending_acks_per_subscription_max: int = 50_000
     #: Positions with a redelivery count kept per subscription (oldest forgotten beyond it).
     redelivery_tracker_count_max: int = 50_000
+    #: Entries a Shared/Key_Shared subscription holds back in its replay set because their key's
+    #: (or chunked message's) consumer has no permits, while it goes on with other keys; beyond it
+    #: reading new entries pauses (Pulsar: keySharedLookAheadMsgInReplayThresholdPerSubscription).
+    dispatch_look_ahead_count_max: int = 20_000
+    #: Chunked messages whose chunks a Shared subscription is sending to one consumer (the owner of
+    #: the oldest is forgotten beyond it).
+    chunked_messages_tracked_count_max: int = 10_000
     #: Queued outgoing bytes of one connection above which dispatch to it pauses and reading from
     #: it stops (a client that never reads must not grow the broker's memory).
     connection_outbound_bytes_high: int = 2 * MIB
+    #: Test-only switch for the negative control of the outbound bound: False lets a connection's
+    #: queue grow without limit. Never False in a deployment.
+    connection_outbound_bound_enabled: bool = True
 
     def __post_init__(self) -> None:
         bounds = (
@@ -52,6 +62,10 @@ class BrokerConfig:
             ("pending_acks_per_subscription_max", self.pending_acks_per_subscription_max,
              BROKER_PENDING_ACKS_PER_SUBSCRIPTION_COUNT_MAX),
             ("redelivery_tracker_count_max", self.redelivery_tracker_count_max, BROKER_REDELIVERY_TRACKER_COUNT_MAX),
+            ("dispatch_look_ahead_count_max", self.dispatch_look_ahead_count_max,
+             BROKER_PENDING_ACKS_PER_SUBSCRIPTION_COUNT_MAX),
+            ("chunked_messages_tracked_count_max", self.chunked_messages_tracked_count_max,
+             BROKER_PENDING_ACKS_PER_SUBSCRIPTION_COUNT_MAX),
         )
         for name, value, bound in bounds:
             if not 1 <= value <= bound:

@@ -10,8 +10,13 @@ Invariants:
 * An entry is sent only to a consumer with permits > 0 on a writable connection; its message count
   is taken from the consumer's permits (permits may go negative by one batch, as in Pulsar).
 * Entries the cursor already counts as acknowledged are never sent.
-* Within one policy decision order is log order; a policy that cannot place an entry stops the
-  pass there (head-of-line), so per-key order holds for Key_Shared.
+* Ordered groups: a policy may put entries into a *group* (Key_Shared: the key's hash slot; Shared:
+  the chunks of one chunked message). Entries of one group are sent in log order: an entry is
+  never sent while an earlier entry of its group waits in ``replay``. A policy with
+  ``skip_blocked`` (Shared, Key_Shared) does not stall on an entry it cannot place: the entry is
+  held in ``replay`` and the pass goes on with other groups, up to ``look_ahead_count_max`` held
+  entries (Pulsar's keySharedLookAheadMsgInReplayThreshold); beyond it reading pauses. A policy
+  without it (Exclusive, Failover) stops the pass at that entry (head-of-line).
 * After ``reset`` (seek) or ``rewind`` nothing read before it is sent: ``_epoch`` discards reads
   that were in flight.
 """
@@ -38,6 +43,9 @@ log = logging.getLogger(__name__)
 class Dispatcher:
     """Base class; subclasses define ``select`` and how consumers join, leave and ask for redelivery."""
 
+    #: Hold an entry that cannot be placed and go on with other groups (see the module docstring).
+    skip_blocked = False
+
     def __init__(self, topic_log: TopicLog, cursor: SubscriptionCursor, config: BrokerConfig,
                  partition_index: int) -> None:
         self.log = topic_log
@@ -47,6 +55,8 @@ class Dispatcher:
         self.consumers: list[Consumer] = []
         self.pending: dict[Position, Consumer] = {}
         self.replay: list[Position] = []  # sorted
+        self.groups: dict[Position, object] = {}  # group of each pending or replayed entry that has one
+        self.replay_groups: dict[object, int] = {}  # group -> how many of its entries wait in replay
         self.redelivery_counts: dict[Position, int] = {}
         self.read_position = cursor.mark_delete_position.next()
         self._epoch = 0
@@ -77,6 +87,18 @@ class Dispatcher:
 
     def select(self, entry: Entry, metadata: pb.MessageMetadata) -> Consumer | None:
         raise TypeError(f"{type(self).__name__} must define select()")
+
+    def group_of(self, entry: Entry, metadata: pb.MessageMetadata) -> object | None:
+        """The ordered group of an entry, or None if it may be sent in any order."""
+        return None
+
+    def group_ready(self, group: object) -> bool:
+        """Cheap pre-check before reading a replayed entry of ``group``: could ``select`` place it?"""
+        return True
+
+    @property
+    def look_ahead_count_max(self) -> int:
+        return self.config.dispatch_look_ahead_count_max
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
@@ -116,7 +138,7 @@ class Dispatcher:
         index = bisect.bisect_right(self.replay, position)
         for replayed in self.replay[:index]:
             self.redelivery_counts.pop(replayed, None)
-        del self.replay[:index]
+            self._replay_discard(replayed)
         self.wake()
 
     def reset(self, read_position: Position) -> None:
@@ -124,7 +146,7 @@ class Dispatcher:
         for consumer in self.consumers:
             consumer.pending_count = 0
         self.pending.clear()
-        self.replay.clear()
+        self._replay_clear()
         self.redelivery_counts.clear()
         self.read_position = read_position
         self._epoch += 1
@@ -136,7 +158,7 @@ class Dispatcher:
             if count:
                 self._count_redelivery(position)
             self._forget(position, keep_count=True)
-        self.replay.clear()
+        self._replay_clear()
         self.read_position = self.cursor.mark_delete_position.next()
         self._epoch += 1
         self.wake()
@@ -149,6 +171,45 @@ class Dispatcher:
             consumer.pending_count -= 1
         if not keep_count:
             self.redelivery_counts.pop(position, None)
+        if position in self.groups and not self._in_replay(position):
+            del self.groups[position]
+
+    def _in_replay(self, position: Position) -> bool:
+        index = bisect.bisect_left(self.replay, position)
+        return index < len(self.replay) and self.replay[index] == position
+
+    def _replay_add(self, position: Position, group: object | None = None) -> None:
+        """Put ``position`` in the replay set; its group is ``group`` or the one it was sent with."""
+        index = bisect.bisect_left(self.replay, position)
+        if index < len(self.replay) and self.replay[index] == position:
+            return
+        self.replay.insert(index, position)
+        if group is not None:
+            self.groups[position] = group
+        group = self.groups.get(position)
+        if group is not None:
+            self.replay_groups[group] = self.replay_groups.get(group, 0) + 1
+
+    def _replay_discard(self, position: Position) -> None:
+        index = bisect.bisect_left(self.replay, position)
+        if index == len(self.replay) or self.replay[index] != position:
+            return
+        del self.replay[index]
+        group = self.groups.get(position)
+        if group is not None:
+            left = self.replay_groups[group] - 1
+            if left:
+                self.replay_groups[group] = left
+            else:
+                del self.replay_groups[group]
+            if position not in self.pending:
+                del self.groups[position]
+
+    def _replay_clear(self) -> None:
+        self.replay.clear()
+        self.replay_groups.clear()
+        for position in [p for p in self.groups if p not in self.pending]:
+            del self.groups[position]
 
     def _count_redelivery(self, position: Position) -> None:
         counts = self.redelivery_counts
@@ -159,10 +220,8 @@ class Dispatcher:
     def _to_replay(self, position: Position, *, count: bool) -> None:
         if count:
             self._count_redelivery(position)
+        self._replay_add(position)  # first, so that forgetting the pending entry keeps its group
         self._forget(position, keep_count=True)
-        index = bisect.bisect_left(self.replay, position)
-        if index == len(self.replay) or self.replay[index] != position:
-            self.replay.insert(index, position)
 
     def _replay_pending_of(self, consumer: Consumer, *, count: bool) -> None:
         for position in [p for p, c in self.pending.items() if c is consumer]:
@@ -190,15 +249,21 @@ class Dispatcher:
         return any(c.can_receive() for c in self.consumers)
 
     async def dispatch_once(self) -> bool:
-        """One read-and-send pass; True if anything was sent or skipped (call again)."""
+        """One read-and-send pass; True if anything was sent, held or skipped (call again)."""
         if not self._may_dispatch():
             return False
         epoch = self._epoch
         if self.replay:
-            entries = await self._read_replay(self.replay[: self.config.dispatch_read_count_max])
-            if epoch != self._epoch:
-                return True
-            return self._send(entries, replay=True)
+            batch = self._replay_batch()
+            if batch:
+                entries, dropped = await self._read_replay(batch)
+                if epoch != self._epoch:
+                    return True
+                if self._send(entries, replay=True) or dropped:
+                    return True
+            # What waits in replay cannot be placed now: a skipping policy looks further ahead.
+            if not self.skip_blocked or len(self.replay) >= self.look_ahead_count_max:
+                return False
         if self.read_position > self.log.last_position:
             return False
         entries = await self.log.read(self.read_position, self.config.dispatch_read_count_max)
@@ -208,29 +273,51 @@ class Dispatcher:
             return False
         return self._send(entries, replay=False)
 
-    async def _read_replay(self, positions: list[Position]) -> list[Entry]:
+    def _replay_batch(self) -> list[Position]:
+        """Up to one read's worth of replayed positions, leaving out groups that cannot be placed."""
+        out: list[Position] = []
+        skipped: set[object] = set()
+        for position in self.replay:
+            group = self.groups.get(position)
+            if group is not None and (group in skipped or not self.group_ready(group)):
+                skipped.add(group)
+                continue
+            out.append(position)
+            if len(out) >= self.config.dispatch_read_count_max:
+                break
+        return out
+
+    async def _read_replay(self, positions: list[Position]) -> tuple[list[Entry], bool]:
         out: list[Entry] = []
+        dropped = False
         for position in positions:
             found = await self.log.read(position, 1)
             if found and found[0].position == position:
                 out.append(found[0])
             else:  # trimmed or never existed: nothing to redeliver
-                self._drop_replay(position)
-        return out
-
-    def _drop_replay(self, position: Position) -> None:
-        index = bisect.bisect_left(self.replay, position)
-        if index < len(self.replay) and self.replay[index] == position:
-            del self.replay[index]
+                self._replay_discard(position)
+                dropped = True
+        return out, dropped
 
     def _advance(self, entry: Entry, replay: bool) -> None:
         if replay:
-            self._drop_replay(entry.position)
+            self._replay_discard(entry.position)
         else:
             self.read_position = entry.position.next()
 
+    def _hold(self, entry: Entry, group: object, replay: bool) -> bool:
+        """Keep an entry that cannot be sent now for later; False if the look-ahead is full."""
+        if replay:
+            return True  # it stays where it is
+        if len(self.replay) >= self.look_ahead_count_max:
+            return False
+        self._replay_add(entry.position, group)
+        self.read_position = entry.position.next()
+        return True
+
     def _send(self, entries: list[Entry], *, replay: bool) -> bool:
         progressed = False
+        blocked: set[object] = set()  # groups with an entry this pass could not send
         for entry in entries:
             if len(self.pending) >= self.config.pending_acks_per_subscription_max:
                 break
@@ -246,15 +333,29 @@ class Dispatcher:
                 self._advance(entry, replay)
                 progressed = True
                 continue
+            group = self.group_of(entry, metadata)
+            if group is not None and (group in blocked or (not replay and group in self.replay_groups)):
+                # An earlier entry of this group waits: sending this one would overtake it.
+                if not self._hold(entry, group, replay):
+                    break
+                progressed = progressed or not replay
+                continue
             consumer = self.select(entry, metadata)
             if consumer is None:
-                break
-            self._deliver(consumer, entry, metadata)
+                if group is None or not self.skip_blocked:
+                    break
+                blocked.add(group)
+                if not self._hold(entry, group, replay):
+                    break
+                progressed = progressed or not replay
+                continue
+            self._deliver(consumer, entry, metadata, group)
             self._advance(entry, replay)
             progressed = True
         return progressed
 
-    def _deliver(self, consumer: Consumer, entry: Entry, metadata: pb.MessageMetadata) -> None:
+    def _deliver(self, consumer: Consumer, entry: Entry, metadata: pb.MessageMetadata,
+                 group: object | None = None) -> None:
         position = entry.position
         msg_id = commands.message_id(position.ledger_id, position.entry_id, partition=self.partition_index)
         count = entry_message_count(metadata)
@@ -265,3 +366,5 @@ class Dispatcher:
         consumer.permits -= count
         self.pending[position] = consumer
         consumer.pending_count += 1
+        if group is not None:
+            self.groups[position] = group

@@ -5,11 +5,16 @@ empty key). AUTO_SPLIT consumers share a consistent-hash ring (``RING_POINTS_PER
 each), so a joining or leaving consumer moves few keys; STICKY consumers bring their own inclusive
 ranges over ``KEY_HASH_SLOTS``.
 
-Order when a consumer joins (Pulsar's "recently joined consumers"): keys that move to the new
-consumer may still have unacknowledged entries at an old one. The new consumer therefore receives
-nothing at or after the read position it joined at until every entry before that position has been
-acknowledged. A consumer without permits stalls the pass at its entry (head-of-line), so a later
-entry of the same key can never overtake an earlier one.
+Order per key: an entry's ordered group is its hash slot. When the consumer owning a slot has no
+permits, the entry is held in the replay set and the pass goes on with entries of other slots (a
+stalled consumer does not stall the others); later entries of a held slot are held behind it, so
+they never overtake it (see ``Dispatcher``).
+
+Order when a consumer joins (Pulsar's "recently joined consumers", with PIP-282's last-sent
+position): keys that move to the new consumer may still have unacknowledged entries at an old one.
+The new consumer therefore receives nothing until every entry sent before it joined (position at
+or before the last one sent then) has been acknowledged or taken back for redelivery. Held entries
+are not a reason to wait: nothing of them is in flight.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ def key_slot(key: bytes) -> int:
 
 
 class KeySharedDispatcher(Dispatcher):
+    skip_blocked = True
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._ring_points: list[int] = []
@@ -40,8 +47,8 @@ class KeySharedDispatcher(Dispatcher):
         self.recently_joined: dict[Consumer, Position] = {}
 
     def add_consumer(self, consumer: Consumer) -> None:
-        if self.pending or self.replay:
-            self.recently_joined[consumer] = self.read_position
+        if self.pending:
+            self.recently_joined[consumer] = max(self.pending)
         self.consumers.append(consumer)
         self._rebuild_ring()
         self.wake()
@@ -75,18 +82,24 @@ class KeySharedDispatcher(Dispatcher):
         index = bisect.bisect_left(self._ring_points, slot) % len(self._ring_points)
         return self._ring_owners[index]
 
+    def group_of(self, entry: Entry, metadata: pb.MessageMetadata) -> object | None:
+        return key_slot(entry_key(metadata))
+
+    def group_ready(self, group: object) -> bool:
+        consumer = self.owner(group) if isinstance(group, int) else None
+        return consumer is not None and consumer.can_receive()
+
     def select(self, entry: Entry, metadata: pb.MessageMetadata) -> Consumer | None:
         consumer = self.owner(key_slot(entry_key(metadata)))
         if consumer is None or not consumer.can_receive():
             return None
-        joined_at = self.recently_joined.get(consumer)
-        if joined_at is not None and entry.position >= joined_at:
-            if self._unacked_before(joined_at):
+        last_sent = self.recently_joined.get(consumer)
+        if last_sent is not None:
+            if self._in_flight_up_to(last_sent):
                 return None
             del self.recently_joined[consumer]
         return consumer
 
-    def _unacked_before(self, position: Position) -> bool:
-        if self.replay and self.replay[0] < position:
-            return True
-        return any(p < position for p in self.pending)
+    def _in_flight_up_to(self, position: Position) -> bool:
+        # pending is in dispatch order, so an old entry still in flight is usually found first
+        return any(p <= position for p in self.pending)

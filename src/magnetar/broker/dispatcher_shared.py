@@ -2,6 +2,14 @@
 
 Acks are individual; REDELIVER_UNACKNOWLEDGED_MESSAGES lists ids, which go to the replay set with
 their redelivery count incremented and are sent (to any consumer) before new entries.
+
+Chunked messages: all chunks of one message go to one consumer, in order, as Pulsar does (a
+consumer can only reassemble chunks it receives). The first chunk sent picks the consumer; the
+chunks of a message form an ordered group (see ``Dispatcher``), so while that consumer has no
+permits its chunks are held and other messages go on to other consumers. If the consumer leaves,
+its unacknowledged chunks are replayed from the first one and the next chunk sent picks again.
+At most ``chunked_messages_tracked_count_max`` messages are tracked; beyond it the oldest is
+forgotten (its remaining chunks may then go to another consumer, which drops the incomplete message).
 """
 
 from __future__ import annotations
@@ -12,10 +20,57 @@ from magnetar.broker.log import Entry
 from magnetar.protocol.pulsar import pb
 
 
+def _chunk_group(metadata: pb.MessageMetadata) -> tuple[str, str] | None:
+    if metadata.HasField("num_chunks_from_msg") and metadata.num_chunks_from_msg > 1 and metadata.HasField("uuid"):
+        return ("chunked", metadata.uuid)
+    return None
+
+
 class SharedDispatcher(Dispatcher):
+    skip_blocked = True
     _next_index = 0
 
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.chunk_owners: dict[object, Consumer] = {}  # chunked message group -> its consumer
+
+    def group_of(self, entry: Entry, metadata: pb.MessageMetadata) -> object | None:
+        return _chunk_group(metadata)
+
+    def _owner(self, group: object) -> Consumer | None:
+        owner = self.chunk_owners.get(group)
+        if owner is not None and (not owner.is_active or owner not in self.consumers):
+            del self.chunk_owners[group]
+            return None
+        return owner
+
+    def group_ready(self, group: object) -> bool:
+        owner = self._owner(group)
+        return owner is None or owner.can_receive()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        for group in [g for g, c in self.chunk_owners.items() if c is consumer]:
+            del self.chunk_owners[group]
+        super().remove_consumer(consumer)
+
     def select(self, entry: Entry, metadata: pb.MessageMetadata) -> Consumer | None:
+        group = _chunk_group(metadata)
+        if group is not None:
+            owner = self._owner(group)
+            if owner is not None:
+                if not owner.can_receive():
+                    return None
+                if metadata.chunk_id == metadata.num_chunks_from_msg - 1:
+                    del self.chunk_owners[group]  # the last chunk: the message is complete
+                return owner
+        chosen = self._round_robin()
+        if chosen is not None and group is not None and metadata.chunk_id < metadata.num_chunks_from_msg - 1:
+            self.chunk_owners[group] = chosen
+            while len(self.chunk_owners) > self.config.chunked_messages_tracked_count_max:
+                del self.chunk_owners[next(iter(self.chunk_owners))]
+        return chosen
+
+    def _round_robin(self) -> Consumer | None:
         consumers = self.consumers
         count = len(consumers)
         best: Consumer | None = None

@@ -66,7 +66,8 @@ class Session:
         return self.connection.outbound_bytes + self._transport_backlog_bytes
 
     def writable(self) -> bool:
-        return self.outbound_bytes() < self.service.config.connection_outbound_bytes_high
+        config = self.service.config
+        return not config.connection_outbound_bound_enabled or self.outbound_bytes() < config.connection_outbound_bytes_high
 
     def set_transport_backlog(self, size: int) -> None:
         """The runtime reports bytes handed to the socket and not yet drained."""
