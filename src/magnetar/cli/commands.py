@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import typer
 
-from magnetar.cli import bookie, consume, produce, sim, standalone
+from magnetar.cli import autorecovery, bookie, consume, produce, sim, standalone
 
 REGISTRARS: list[Callable[[typer.Typer], None]] = []
 REGISTRARS.append(sim.register)
@@ -14,3 +14,4 @@ REGISTRARS.append(bookie.register)
 REGISTRARS.append(standalone.register)
 REGISTRARS.append(produce.register)
 REGISTRARS.append(consume.register)
+REGISTRARS.append(autorecovery.register)
