@@ -51,7 +51,8 @@ TEST_DEADLINE_S = 55  # the run takes ~32 s, 30 of them waiting for the session 
 PROCESS_START_TIMEOUT_S = 20.0
 REPLICATION_DEADLINE_S = 45.0  # the dead bookie's session timeout (30 s) plus the copy
 WINDOW_COUNT_MAX = 32  # adds the writer keeps in flight
-ENTRIES_BEFORE_KILL = 300
+#: Entries written before the kill: they are what AutoRecovery copies (more for a bigger figure).
+ENTRIES_BEFORE_KILL = int(os.environ.get("MAGNETAR_REAL_CLUSTER_ENTRIES", "300"))
 ENTRIES_AFTER_KILL = 300
 PAYLOAD_BYTES = 512
 _chroots = itertools.count(1)
