@@ -165,6 +165,14 @@ class BrokerServer:
     def connection_count(self) -> int:
         return len(self._loops)
 
+    def connection_outbound_bytes(self) -> list[int]:
+        """Bytes each connection has queued for its client and not yet drained to the socket.
+
+        Call on the broker's event loop. What ``connection_outbound_bytes_high`` bounds (plus the
+        one frame that crosses it); tests watch it to show a client that never reads is contained.
+        """
+        return [loop.session.outbound_bytes() for loop in self._loops]
+
     async def listen(self, host: str, port: int) -> None:
         self._listener = await self.network.listen(host, port, self._serve)
 
