@@ -154,3 +154,22 @@ def test_public_api_is_pinned() -> None:
         "MultiTopicConsumer", "PartitionedProducer", "Producer", "ProducerConfig", "PulsarClient", "Reader",
         "SubscriptionType", "TopicNotFoundError", "full_topic_name", "key_partition", "murmur3_32", "partition_name",
     ])
+
+
+def test_close_is_bounded_when_receipts_never_come() -> None:
+    from magnetar.base.errors import ClosedError
+    from magnetar.client import ClientOptions
+
+    async def body(broker, client, _net):
+        producer = await client.create_producer("t1", send_timeout_ms=0)
+        broker.hold_receipts = True
+        future = await producer.send_async(b"x")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await producer.close()
+        with pytest.raises(ClosedError):
+            await future
+        return loop.time() - start
+
+    elapsed = sim_run(body, options=ClientOptions(operation_timeout_ms=2000))
+    assert 2.0 <= elapsed < 3.0

@@ -262,8 +262,12 @@ class Consumer:
                     cnx.send(T(type=T.CLOSE_CONSUMER, close_consumer=pb.CommandCloseConsumer(
                         consumer_id=self.consumer_id, request_id=cnx.new_request_id())))
             raise
-        if self.state is not State.CONNECTING:
+        if self.state is not State.CONNECTING:  # closed while we were subscribing: undo on the broker
             cnx.remove_consumer(self.consumer_id, self)
+            self._cnx = None
+            with suppress_closed():
+                cnx.send(T(type=T.CLOSE_CONSUMER, close_consumer=pb.CommandCloseConsumer(
+                    consumer_id=self.consumer_id, request_id=cnx.new_request_id())))
             return
         self._move(State.READY)
         self._send_flow(self.config.receiver_queue_size)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from magnetar.base.errors import ClosedError, InvalidArgument, LimitExceeded, MagnetarError, TimeoutError_
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import CLIENT_RECONNECT_ATTEMPTS_MAX, CLIENT_TIMER_TICK_MS, PULSAR_MESSAGE_BYTES_MAX
-from magnetar.client._util import Backoff
+from magnetar.client._util import Backoff, within
 from magnetar.client.config import ProducerConfig
 from magnetar.client.connection import BrokerConnection, suppress_closed
 from magnetar.client.errors import BrokerError, is_retryable
@@ -193,8 +193,11 @@ class Producer:
             raise
         success = response.body
         assert isinstance(success, pb.CommandProducerSuccess)
-        if self.state is not State.CONNECTING:  # closed while we were connecting
+        if self.state is not State.CONNECTING:  # closed while we were connecting: undo on the broker
             cnx.remove_producer(self.producer_id, self)
+            with suppress_closed():
+                cnx.send(T(type=T.CLOSE_PRODUCER, close_producer=pb.CommandCloseProducer(
+                    producer_id=self.producer_id, request_id=cnx.new_request_id())))
             return
         self.producer_name = success.producer_name
         if not self._sent_any and success.last_sequence_id >= 0:
@@ -447,7 +450,8 @@ class Producer:
         self._flush_batch()
         futures = [f for op in self._pending for f in op.futures]
         if futures:
-            await asyncio.gather(*futures, return_exceptions=True)
+            # asyncio.wait, not gather: a cancelled flush must not cancel the messages' futures.
+            await asyncio.wait(futures)
 
     # --- timers --------------------------------------------------------------------------
 
@@ -471,8 +475,10 @@ class Producer:
         if self.state in (State.CLOSED, State.CLOSING):
             return
         if self.state is not State.FAILED:
+            # Bounded even with send_timeout_ms=0 and a broker that never comes back.
+            timeout_s = self._client.options.operation_timeout_ms / 1000
             with contextlib.suppress(MagnetarError):
-                await self.flush()
+                await within(self._client.clock, timeout_s, self.flush(), "flush before close")
         if self.state is State.FAILED:
             self._move(State.CLOSED)
         else:
