@@ -218,3 +218,25 @@ def test_producer_survives_a_broker_sigkill_and_nothing_receipted_is_lost(
 
     receipted, seen = _run(body())
     assert receipted - seen == set()
+
+
+def test_seek_against_the_real_broker(standalone: Standalone) -> None:
+    async def body() -> tuple[bytes, bytes]:
+        client = connect(standalone.url, OPTIONS)
+        try:
+            producer = await client.create_producer("seek-topic")
+            ids = [await producer.send(str(i).encode()) for i in range(5)]
+            consumer = await client.subscribe("seek-topic", "sub", initial_position=InitialPosition.EARLIEST)
+            assert isinstance(consumer, Consumer)
+            for _ in range(5):
+                consumer.acknowledge(await consumer.receive(timeout_ms=20_000))
+            await consumer.flush_acks()
+            await consumer.seek(ids[2])
+            after_id = (await consumer.receive(timeout_ms=20_000)).payload
+            await consumer.seek(EARLIEST)
+            after_earliest = (await consumer.receive(timeout_ms=20_000)).payload
+            return after_id, after_earliest
+        finally:
+            await client.close()
+
+    assert _run(body()) == (b"3", b"0")
