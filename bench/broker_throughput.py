@@ -5,7 +5,9 @@ Starts ``magnetar standalone --bookies 1`` as a process (free ports, data on the
 ``--dir``; stopped by PID at the end, also on failure). Per repeat:
 * produce: the official ``pulsar-client`` sends ``--messages`` messages of ``--size`` bytes with
   batching on (its defaults: up to 1000 messages / 128 KiB / 10 ms per batch), ``send_async`` with
-  a blocking pending queue, until every receipt is back (msgs/s, MB/s of payload);
+  a blocking pending queue of ``--max-pending`` messages (the client's default 1000, i.e. about 8
+  batches in flight: produce is then bound by the fsync latency, not by the broker's CPU), until
+  every receipt is back (msgs/s, MB/s of payload);
 * consume: a new Exclusive subscription from the earliest message receives all of them
   (cumulative ack every 1000 messages and at the end);
 * raw bookie: one ``BookieClient`` appends the same total bytes to a fresh ledger of the same
@@ -110,8 +112,9 @@ class Standalone:
                 self.process.wait()
 
 
-def produce(client: Any, topic: str, count: int, size: int, seconds: float) -> dict[str, float]:
+def produce(client: Any, topic: str, count: int, size: int, seconds: float, max_pending: int) -> dict[str, float]:
     producer = client.create_producer(topic, batching_enabled=True, block_if_queue_full=True,
+                                      max_pending_messages=max_pending,
                                       send_timeout_millis=int(seconds * 1000) + 30_000)
     payload = os.urandom(size)
     done = [0, 0]  # acknowledged, failed
@@ -187,9 +190,12 @@ async def raw_bookie(host: str, port: int, ledger: int, total_bytes: int, entry_
 
 
 def measured(pid: int, run: Any) -> dict[str, float]:
-    start, cpu0 = time.perf_counter(), cpu_seconds(pid)
+    """``run``'s figures plus the CPU share (of one core) of the standalone process and of this one."""
+    start, cpu0, own0 = time.perf_counter(), cpu_seconds(pid), cpu_seconds(os.getpid())
     result: dict[str, float] = run()
-    result["cpu_standalone_pct"] = 100 * (cpu_seconds(pid) - cpu0) / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    result["cpu_standalone_pct"] = 100 * (cpu_seconds(pid) - cpu0) / elapsed
+    result["cpu_bench_client_pct"] = 100 * (cpu_seconds(os.getpid()) - own0) / elapsed
     return result
 
 
@@ -204,6 +210,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=KIB, help="message payload bytes")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=60.0, help="cap on each phase")
+    parser.add_argument("--max-pending", type=int, default=1000,
+                        help="producer max_pending_messages (the client's default 1000 allows ~8 batches in flight)")
     parser.add_argument("--raw-entry-bytes", type=int, default=128 * KIB)
     parser.add_argument("--raw-window", type=int, default=64)
     parser.add_argument("--dir", default=str(REPO / "bench" / "results"))
@@ -223,7 +231,7 @@ def main() -> None:
             for repeat in range(args.repeats):
                 topic = f"persistent://public/default/bench-{repeat}"
                 produced = measured(standalone.pid, lambda t=topic: produce(
-                    client, t, args.messages, args.size, args.seconds))
+                    client, t, args.messages, args.size, args.seconds, args.max_pending))
                 consumed = measured(standalone.pid, lambda t=topic, n=int(produced["count"]): consume(
                     client, t, "bench", n, args.size, args.seconds))
                 total = int(produced["count"]) * args.size
