@@ -2,7 +2,8 @@
 
 Reports, per repeat and as min/median/max over ``--repeats``:
 * raw disk limit on the same filesystem: 1 MiB writes + fdatasync each (MB/s), serial 4 KiB
-  write + fdatasync (ops/s, p50/p99 ms);
+  write + fdatasync (ops/s, p50/p99 ms), measured right before and after the bookie runs of the
+  repeat and averaged;
 * bookie adds with 1 KiB and 64 KiB entries, pipelined (entries/s, MB/s, add latency p50/p99);
 * bookie adds of 1 KiB entries paced at ``--rate`` adds/s (p50/p99 add latency).
 Targets (issue 4): 64 KiB >= 50% of raw fsync'd bandwidth; 1 KiB >= 30,000 adds/s; p99 <= 3 ms
@@ -187,15 +188,27 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent busy so far (Linux /proc/stat: everything but idle and iowait)."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 async def measured(
     bookie_pid: int, run: Coroutine[Any, Any, dict[str, float]]
 ) -> dict[str, float]:
-    """``run``'s figures plus the CPU share (of one core) the bookie and this client used."""
+    """``run``'s figures plus the CPU share (of one core) the bookie, this client and every other
+    process on the machine used meanwhile (the VM is shared: ``cpu_others_pct`` explains noise)."""
     start, bookie0, client0 = time.perf_counter(), cpu_seconds(bookie_pid), cpu_seconds(os.getpid())
+    machine0 = machine_busy_seconds()
     result = await run
     elapsed = time.perf_counter() - start
-    result["cpu_bookie_pct"] = 100 * (cpu_seconds(bookie_pid) - bookie0) / elapsed
-    result["cpu_client_pct"] = 100 * (cpu_seconds(os.getpid()) - client0) / elapsed
+    bookie = cpu_seconds(bookie_pid) - bookie0
+    client = cpu_seconds(os.getpid()) - client0
+    result["cpu_bookie_pct"] = 100 * bookie / elapsed
+    result["cpu_client_pct"] = 100 * client / elapsed
+    result["cpu_others_pct"] = 100 * max(0.0, machine_busy_seconds() - machine0 - bookie - client) / elapsed
     return result
 
 
@@ -243,9 +256,12 @@ def main() -> None:
         profiler = start_profiler(process.pid, args.profile) if args.profile else None
         try:
             for repeat in range(args.repeats):
-                raw = raw_disk(tmp, args.seconds)
+                # The raw baseline is measured right before and right after the bookie runs and
+                # averaged, so drift of a shared disk during the repeat hits both sides alike.
+                raw_before = raw_disk(tmp, args.seconds / 2)
                 runs = run_loop(bookie_runs(port, process.pid, args.seconds, args.rate, repeat, scenarios))
-                row = dict(raw)
+                raw_after = raw_disk(tmp, args.seconds / 2)
+                row = {key: (raw_before[key] + raw_after[key]) / 2 for key in raw_before}
                 for name, values in runs.items():
                     row.update({f"{name}_{key}": value for key, value in values.items()})
                 if "64KiB_mb_s" in row:

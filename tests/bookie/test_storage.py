@@ -349,3 +349,15 @@ def test_cookie_refuses_wiped_and_foreign_directories() -> None:
             await verify_or_create_cookie(disk, registry, "b1:3181", rng, has_data=True)
 
     sim(scenario)
+
+
+def test_split_add_record_is_byte_identical_to_the_framed_record() -> None:
+    from magnetar.storage.journal import KIND_ADD, _frame, add_record, parse_body
+
+    raw = entry(7, 3, b"p" * 70_000).raw
+    head, body = add_record(KEY, raw)
+    assert body is raw  # the entry is not copied until the group is written
+    whole = head + body
+    assert whole == _frame(bytes((KIND_ADD, len(KEY))) + KEY + raw)
+    record = parse_body(whole[8:])
+    assert record.kind == KIND_ADD and record.master_key == KEY and record.entry_raw == raw

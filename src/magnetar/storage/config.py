@@ -19,7 +19,7 @@ class BookieConfig:
     # holds this many bytes. 0 ms means "write as soon as the journal task is free": groups
     # then form naturally from the adds that arrive while the previous fsync runs.
     journal_group_wait_ms_max: int = 0
-    journal_group_bytes_max: int = 1 * MIB
+    journal_group_bytes_max: int = 4 * MIB
     journal_queue_bytes_max: int = 64 * MIB  # adds waiting for the journal; beyond it, reads pause
     journal_file_bytes_max: int = 512 * MIB  # rotate to a new journal file beyond this
 
@@ -32,8 +32,8 @@ class BookieConfig:
     # A checkpoint writes the entry log in chunks of this size, syncing each (bounds how much
     # entry-log data sits ahead of a journal fsync on the device), and the index in unsynced
     # batches of this many keys with a yield to the event loop between them.
-    flush_chunk_bytes: int = 4 * MIB
-    index_batch_keys_max: int = 4096
+    flush_chunk_bytes: int = 1 * MIB
+    index_batch_keys_max: int = 1024
 
     entry_bytes_max: int = ENTRY_BYTES_MAX
     # Read-only mode below this much free disk; writable again above twice as much.
@@ -48,7 +48,8 @@ class BookieConfig:
             "journal_group_wait_ms_max": self.journal_group_wait_ms_max >= 0,
             "journal_group_bytes_max": self.journal_group_bytes_max >= 4 * KIB,
             "journal_queue_bytes_max": self.journal_queue_bytes_max >= self.entry_bytes_max,
-            "journal_file_bytes_max": self.journal_file_bytes_max >= self.journal_group_bytes_max,
+            # A group larger than this still goes into one file; the journal rotates after it.
+            "journal_file_bytes_max": self.journal_file_bytes_max >= 64 * KIB,
             "write_cache_bytes_max": self.write_cache_bytes_max >= 2 * self.entry_bytes_max,
             "entry_log_bytes_max": self.entry_log_bytes_max >= 64 * KIB,
             "read_cache_bytes_max": self.read_cache_bytes_max >= 0,

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from magnetar import faults
-from magnetar.base.checksum import crc32c
+from magnetar.base.checksum import crc32c, crc32c_update
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, CorruptData, LimitExceeded
 from magnetar.base.invariant import invariant
@@ -55,6 +55,9 @@ KIND_LAC = 3
 _REPLAY_WINDOW_BYTES = 8 * 1024 * 1024
 
 Callback = Callable[[BaseException | None], None]
+#: A framed record, whole or as (framing + prefix, entry): an add's entry is then copied once,
+#: into the group's write, instead of once per concatenation.
+Record = bytes | tuple[bytes, bytes]
 
 
 def journal_path(file_id: int) -> str:
@@ -76,9 +79,20 @@ def _frame(body: bytes) -> bytes:
     return _RECORD_HEADER.pack(len(body), crc32c(body)) + body
 
 
-def add_record(master_key: bytes, entry_raw: bytes) -> bytes:
+def add_record(master_key: bytes, entry_raw: bytes) -> tuple[bytes, bytes]:
+    """An ADD record as (framing + kind + master key, entry): the same bytes as ``_frame`` of
+    their concatenation, without building it."""
     invariant(len(master_key) <= BOOKIE_MASTER_KEY_BYTES_MAX, "master key too long for a journal record")
-    return _frame(bytes((KIND_ADD, len(master_key))) + master_key + entry_raw)
+    prefix = bytes((KIND_ADD, len(master_key))) + master_key
+    body_len = len(prefix) + len(entry_raw)
+    if body_len > BOOKIE_JOURNAL_RECORD_BYTES_MAX:
+        raise LimitExceeded("BOOKIE_JOURNAL_RECORD_BYTES_MAX", body_len, BOOKIE_JOURNAL_RECORD_BYTES_MAX)
+    crc = crc32c_update(crc32c(prefix), entry_raw)
+    return _RECORD_HEADER.pack(body_len, crc) + prefix, entry_raw
+
+
+def record_bytes(record: Record) -> int:
+    return len(record) if isinstance(record, bytes) else len(record[0]) + len(record[1])
 
 
 def fence_record(ledger_id: int, master_key: bytes) -> bytes:
@@ -222,7 +236,7 @@ class Journal:
         self._config = config
         self._file_id = first_file_id
         self._file: DiskFile | None = None
-        self._queue: collections.deque[tuple[bytes, Callback, int]] = collections.deque()
+        self._queue: collections.deque[tuple[Record, int, Callback, int]] = collections.deque()
         self._queued_bytes = 0
         self._wakeup = asyncio.Event()
         self._room = asyncio.Event()
@@ -261,18 +275,19 @@ class Journal:
         self._file, self._file_id = file, file_id
         self._written = JournalPosition(file_id, file.size())
 
-    def submit(self, record: bytes, callback: Callback) -> None:
+    def submit(self, record: Record, callback: Callback) -> None:
         """Queue ``record``; ``callback(None)`` once durable, ``callback(exc)`` if it cannot be."""
         if self.status is not JournalStatus.RUNNING:
             callback(self._failure or ClosedError(f"journal is {self.status.value}"))
             return
-        self._queue.append((record, callback, self._clock.monotonic_ns()))
-        self._queued_bytes += len(record)
+        size = record_bytes(record)
+        self._queue.append((record, size, callback, self._clock.monotonic_ns()))
+        self._queued_bytes += size
         if self._queued_bytes >= self._config.journal_queue_bytes_max:
             self._room.clear()
         self._wakeup.set()
 
-    async def append(self, record: bytes) -> None:
+    async def append(self, record: Record) -> None:
         """Queue ``record`` and return once it is durable."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -292,25 +307,30 @@ class Journal:
         await self._room.wait()
 
     def _take_group(self) -> tuple[list[bytes], list[Callback]]:
-        records: list[bytes] = []
+        """The next group: its bytes as parts to join, and the callbacks of its records."""
+        parts: list[bytes] = []
         callbacks: list[Callback] = []
         group_bytes = 0
         limit = self._config.journal_group_bytes_max
-        while self._queue and (not records or group_bytes + len(self._queue[0][0]) <= limit):
-            record, callback, _ = self._queue.popleft()
-            records.append(record)
+        queue = self._queue
+        while queue and (not callbacks or group_bytes + queue[0][1] <= limit):
+            record, size, callback, _ = queue.popleft()
+            if isinstance(record, bytes):
+                parts.append(record)
+            else:
+                parts.extend(record)
             callbacks.append(callback)
-            group_bytes += len(record)
+            group_bytes += size
         self._queued_bytes -= group_bytes
         if self._queued_bytes < self._config.journal_queue_bytes_max:
             self._room.set()
-        return records, callbacks
+        return parts, callbacks
 
     async def _wait_for_group(self) -> None:
         wait_ns = self._config.journal_group_wait_ms_max * 1_000_000
         if wait_ns <= 0 or self._queued_bytes >= self._config.journal_group_bytes_max:
             return
-        age_ns = self._clock.monotonic_ns() - self._queue[0][2]
+        age_ns = self._clock.monotonic_ns() - self._queue[0][3]
         if age_ns < wait_ns:
             self._wakeup.clear()
             await wait_event_or_timeout(self._clock, self._wakeup, (wait_ns - age_ns) / 1e9)
@@ -322,9 +342,9 @@ class Journal:
                 await self._wakeup.wait()
                 continue
             await self._wait_for_group()
-            records, callbacks = self._take_group()
+            parts, callbacks = self._take_group()
             try:
-                await self._write_group(records)
+                await self._write_group(parts)
             except Exception as exc:
                 self._fail(exc, callbacks)
                 return
@@ -338,12 +358,12 @@ class Journal:
                     self._fail(exc, [])
                     return
 
-    async def _write_group(self, records: list[bytes]) -> None:
+    async def _write_group(self, parts: list[bytes]) -> None:
         file = self._file
         invariant(file is not None, "journal has no open file")
         assert file is not None  # narrowing for the type checker; the invariant above holds
         await faults.point("bookie.before_journal_append")
-        data = b"".join(records) if len(records) > 1 else records[0]
+        data = b"".join(parts) if len(parts) > 1 else parts[0]
         half = len(data) // 2
         # Two writes so the mid_write point can leave a torn group on disk as a crash would.
         file.append(memoryview(data)[:half])
@@ -362,7 +382,7 @@ class Journal:
         for callback in callbacks:
             callback(error)
         while self._queue:
-            _, callback, _ = self._queue.popleft()
+            _, _, callback, _ = self._queue.popleft()
             callback(error)
         self._queued_bytes = 0
         self._room.set()
@@ -394,7 +414,7 @@ class Journal:
             self._file.close()
             self._file = None
         while self._queue:
-            _, callback, _ = self._queue.popleft()
+            _, _, callback, _ = self._queue.popleft()
             callback(ClosedError("journal stopped"))
 
     async def _drain(self) -> None:
@@ -405,6 +425,6 @@ class Journal:
             if not future.done():
                 future.set_result(None)
 
-        self._queue.append((b"", _done, self._clock.monotonic_ns()))
+        self._queue.append((b"", 0, _done, self._clock.monotonic_ns()))
         self._wakeup.set()
         await future

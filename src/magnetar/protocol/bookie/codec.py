@@ -445,6 +445,9 @@ class FrameDecoder:
         buffer += data
         messages: list[Message] = []
         start = 0
+        # Frames are copied out through a memoryview (one copy, not a bytearray slice and then
+        # bytes); the view is released before the buffer is resized.
+        view = memoryview(buffer)
         try:
             while len(buffer) - start >= 4:
                 (frame_len,) = _LEN.unpack_from(buffer, start)
@@ -455,12 +458,14 @@ class FrameDecoder:
                 end = start + 4 + frame_len
                 if end > len(buffer):
                     break
-                messages.append(decode_frame(bytes(buffer[start + 4 : end])))
+                messages.append(decode_frame(bytes(view[start + 4 : end])))
                 start = end
         except (CorruptData, LimitExceeded):
+            view.release()
             self._broken = True
             self._buffer = bytearray()
             raise
+        view.release()
         if start:
             del buffer[:start]
         return messages
