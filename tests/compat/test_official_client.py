@@ -138,7 +138,7 @@ def test_key_shared_keeps_each_key_on_one_consumer_in_order(client: Any) -> None
     while total < 60 and time.monotonic() < deadline:
         for index, consumer in enumerate(consumers):
             try:
-                msg = consumer.receive(timeout_millis=100)
+                msg = consumer.receive(timeout_millis=20)
             except pulsar.Timeout:
                 continue
             total += 1
