@@ -269,6 +269,29 @@ def test_key_shared_redelivered_entry_is_not_overtaken_by_later_entries_of_its_k
     asyncio.run(run())
 
 
+def test_key_shared_held_and_unacked_entries_of_a_leaving_consumer_go_to_the_next_in_order() -> None:
+    async def run() -> None:
+        keys = [f"k{i % 4}" for i in range(24)]
+        sub, _ = await _subscription([entry(key=k, sequence_id=i) for i, k in enumerate(keys)])
+        channel = FakeChannel()
+        a, b = _consumer(1, SubType.KEY_SHARED, channel, "a"), _consumer(2, SubType.KEY_SHARED, channel, "b")
+        sub.add_consumer(a)
+        sub.add_consumer(b)
+        sub.flow(a, 2)  # a stalls early: its keys' later entries are held
+        sub.flow(b, 100)
+        await settle()
+        assert sub.dispatcher is not None and sub.dispatcher.replay
+        await sub.remove_consumer(a)
+        await settle()
+        firsts = [m for m in channel.messages if m[0] == 2 or m[2] > 0]
+        assert sorted({pos for _, pos, _ in channel.messages}) == [(1, i) for i in range(24)]
+        assert per_key_violations([m for m in firsts if m[0] == 2], keys) == []
+        assert not sub.dispatcher.replay and not sub.dispatcher.groups.keys() - sub.dispatcher.pending.keys()
+        await sub.close(delete=False)
+
+    asyncio.run(run())
+
+
 def chunk_split(messages: list[tuple[int, tuple[int, int], int]], chunks: dict[int, str]) -> list[str]:
     """Checker: chunked messages whose chunks (entry id -> uuid) reached more than one consumer."""
     owners: dict[str, set[int]] = {}
