@@ -84,7 +84,9 @@ def test_our_consumer_reads_official_batches(broker: FakeBroker) -> None:
             producer.send_async(f"o{i}".encode(), lambda res, mid: results.append(res), properties={"i": str(i)},
                                 partition_key="pk")
         producer.flush()
-        producer.send(b"plain", event_timestamp=77)
+        # Batching is on with a 60 s delay: flush instead of waiting for the batch timer.
+        producer.send_async(b"plain", lambda res, mid: results.append(res), event_timestamp=77)
+        producer.flush()
         producer.close()
     finally:
         client.close()
