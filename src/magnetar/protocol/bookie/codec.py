@@ -322,7 +322,7 @@ def _status(value: int) -> Status:
         raise CorruptData(f"unknown status code {value}") from None
 
 
-def _read_mk(body: bytes, offset: int) -> tuple[bytes, int]:
+def _read_mk(body: bytes | memoryview, offset: int) -> tuple[bytes, int]:
     if offset >= len(body):
         raise CorruptData("frame ends inside the master key length")
     length = body[offset]
@@ -331,17 +331,17 @@ def _read_mk(body: bytes, offset: int) -> tuple[bytes, int]:
     end = offset + 1 + length
     if end > len(body):
         raise CorruptData("frame ends inside the master key")
-    return body[offset + 1 : end], end
+    return bytes(body[offset + 1 : end]), end
 
 
-def _exact(body: bytes, offset: int, struct_: struct.Struct) -> tuple[int, ...]:
+def _exact(body: bytes | memoryview, offset: int, struct_: struct.Struct) -> tuple[int, ...]:
     if offset + struct_.size != len(body):
         raise CorruptData(f"frame body of {len(body) - offset} bytes, expected {struct_.size}")
     return struct_.unpack_from(body, offset)
 
 
-def _entry_at(body: bytes, offset: int) -> Entry:
-    raw = body[offset:]
+def _entry_at(body: bytes | memoryview, offset: int) -> Entry:
+    raw = bytes(body[offset:])  # the one copy of an entry out of the receive buffer
     if len(raw) - ENTRY_HEADER_BYTES > ENTRY_BYTES_MAX:
         raise CorruptData(f"entry payload exceeds ENTRY_BYTES_MAX ({ENTRY_BYTES_MAX})")
     entry = Entry.parse(raw)
@@ -350,8 +350,11 @@ def _entry_at(body: bytes, offset: int) -> Entry:
     return entry
 
 
-def decode_frame(frame: bytes) -> Message:
-    """Decode one frame body (everything after the length prefix)."""
+def decode_frame(frame: bytes | memoryview) -> Message:
+    """Decode one frame body (everything after the length prefix).
+
+    ``frame`` may be a view into a receive buffer: every field kept in the message is copied
+    out as ``bytes``, so no message refers to the buffer."""
     if len(frame) < HEADER_BYTES:
         raise CorruptData(f"frame of {len(frame)} bytes is shorter than the header")
     version, op, request_id = _HEADER.unpack_from(frame, 0)
@@ -445,8 +448,8 @@ class FrameDecoder:
         buffer += data
         messages: list[Message] = []
         start = 0
-        # Frames are copied out through a memoryview (one copy, not a bytearray slice and then
-        # bytes); the view is released before the buffer is resized.
+        # Frames are decoded straight from a view of the buffer (an entry is copied once, by
+        # ``decode_frame``); the view is released before the buffer is resized.
         view = memoryview(buffer)
         try:
             while len(buffer) - start >= 4:
@@ -458,7 +461,7 @@ class FrameDecoder:
                 end = start + 4 + frame_len
                 if end > len(buffer):
                     break
-                messages.append(decode_frame(bytes(view[start + 4 : end])))
+                messages.append(decode_frame(view[start + 4 : end]))
                 start = end
         except (CorruptData, LimitExceeded):
             view.release()
