@@ -12,12 +12,9 @@ from typing import Protocol
 class Clock(Protocol):
     def now_ms(self) -> int:
         """Wall-clock milliseconds since the Unix epoch (publish times, TTLs, retention)."""
-        ...
 
     def monotonic_ns(self) -> int:
         """Monotonic nanoseconds: for durations and deadlines only."""
-        ...
 
     async def sleep(self, duration_s: float) -> None:
         """Suspend the calling task for ``duration_s`` seconds of this clock's time."""
-        ...

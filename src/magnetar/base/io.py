@@ -31,23 +31,19 @@ class DiskFile(Protocol):
 
     def size(self) -> int:
         """Bytes in the file as the process sees them (durable or not)."""
-        ...
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write ``data`` at the end; returns the offset it was written at."""
-        ...
 
     def write_at(self, offset: int, data: bytes | bytearray | memoryview) -> None: ...
 
     def read_at(self, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes from ``offset`` (fewer at the end of the file)."""
-        ...
 
     def truncate(self, size: int) -> None: ...
 
     async def sync(self) -> None:
         """Make every byte written so far durable (fdatasync)."""
-        ...
 
     def close(self) -> None: ...
 
@@ -57,13 +53,11 @@ class Disk(Protocol):
 
     def open(self, path: str, *, create: bool = True) -> DiskFile:
         """Open ``path`` for reading and appending; ``create=False`` raises ``NotFound`` if absent."""
-        ...
 
     def exists(self, path: str) -> bool: ...
 
     def listdir(self, path: str) -> list[str]:
         """Names in directory ``path``, sorted; empty if it does not exist."""
-        ...
 
     def makedirs(self, path: str) -> None: ...
 
@@ -71,15 +65,12 @@ class Disk(Protocol):
 
     def rename(self, src: str, dst: str) -> None:
         """Atomically replace ``dst`` by ``src``."""
-        ...
 
     async def sync_dir(self, path: str) -> None:
         """Make creations, renames and removals in directory ``path`` durable."""
-        ...
 
     def free_bytes(self) -> int:
         """Bytes still free on the device (read-only mode triggers on this)."""
-        ...
 
 
 class KeyValueStore(Protocol):
@@ -89,11 +80,9 @@ class KeyValueStore(Protocol):
 
     def write(self, puts: Iterable[tuple[bytes, bytes | None]], *, sync: bool) -> None:
         """Apply a batch atomically: ``(key, value)`` puts, ``(key, None)`` deletes."""
-        ...
 
     def scan(self, start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Items with ``start <= key < end`` in key order."""
-        ...
 
     def close(self) -> None: ...
 
@@ -104,19 +93,15 @@ class Connection(Protocol):
     @property
     def peer(self) -> str:
         """The remote end as ``host:port``."""
-        ...
 
     async def read(self, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` bytes; ``b""`` once the peer closed or the connection broke."""
-        ...
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Queue ``data`` for sending; call ``drain()`` to wait for buffer space."""
-        ...
 
     async def drain(self) -> None:
         """Wait until the outgoing buffer is below its bound; raises ``ClosedError`` if broken."""
-        ...
 
     def is_closing(self) -> bool: ...
 
@@ -138,8 +123,6 @@ class Network(Protocol):
 
     async def connect(self, host: str, port: int) -> Connection:
         """Connect or raise ``ConnectionError``."""
-        ...
 
     async def listen(self, host: str, port: int, handler: ConnectionHandler) -> Listener:
         """Serve ``handler`` for each incoming connection; ``port=0`` picks a free port."""
-        ...

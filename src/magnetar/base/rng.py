@@ -16,11 +16,9 @@ T = TypeVar("T")
 class Rng(Protocol):
     def random(self) -> float:
         """Uniform float in [0, 1)."""
-        ...
 
     def randint(self, low: int, high: int) -> int:
         """Uniform integer in [low, high], both included."""
-        ...
 
     def choice(self, items: Sequence[T]) -> T: ...
 
@@ -32,7 +30,6 @@ class Rng(Protocol):
 
     def fork(self, label: str) -> Rng:
         """An independent stream derived deterministically from this one and ``label``."""
-        ...
 
 
 class SeededRng:

@@ -27,7 +27,6 @@ class ConsumerChannel(Protocol):
 
     def writable(self) -> bool:
         """False while the connection's outgoing bytes are above the high-water mark."""
-        ...
 
     def is_open(self) -> bool: ...
 

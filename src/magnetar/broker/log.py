@@ -45,23 +45,18 @@ class SubscriptionCursor(Protocol):
 
     def batch_ack_set(self, position: Position, batch_size: int) -> list[int] | None:
         """The wire ack set of a batch entry of ``batch_size`` messages, or None if none was acked alone."""
-        ...
 
     async def mark_delete(self, position: Position) -> None:
         """Cumulative ack: everything at or before ``position`` is acknowledged."""
-        ...
 
     async def delete(self, positions: Sequence[Position]) -> None:
         """Individual acks."""
-        ...
 
     async def delete_batch_indexes(self, position: Position, ack_set: Sequence[int], batch_size: int) -> None:
         """Acknowledge the members whose bit in the wire ``ack_set`` is 0."""
-        ...
 
     async def reset(self, mark_delete: Position) -> None:
         """Seek: set the mark-delete position (backwards too) and forget individual acks after it."""
-        ...
 
 
 class TopicLog(Protocol):
@@ -77,7 +72,6 @@ class TopicLog(Protocol):
 
     async def open_cursor(self, name: str, *, durable: bool, initial_mark_delete: Position) -> SubscriptionCursor:
         """The cursor ``name``; a durable one keeps its stored state and ignores ``initial_mark_delete``."""
-        ...
 
     async def delete_cursor(self, name: str) -> None: ...
 
@@ -91,11 +85,9 @@ class LogStore(Protocol):
 
     async def open_log(self, topic: str, *, create: bool) -> TopicLog:
         """Open ``topic``'s log; raises ``NotFound`` when it does not exist and ``create`` is false."""
-        ...
 
     async def list_logs(self, namespace: str) -> list[str]:
         """Full names of the persistent topics stored in ``namespace`` (``tenant/ns``)."""
-        ...
 
 
 def acked_indexes(ack_set: Sequence[int], batch_size: int) -> set[int]:

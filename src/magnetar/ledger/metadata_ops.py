@@ -37,11 +37,9 @@ class VersionedStore(Protocol):
 
     async def create(self, path: str, value: bytes) -> int:
         """Create ``path``; returns its version; ``AlreadyExists`` if present."""
-        ...
 
     async def put(self, path: str, value: bytes, expected_version: int) -> int:
         """Replace ``path`` if its version is ``expected_version``; ``BadVersion`` otherwise."""
-        ...
 
     async def delete(self, path: str, expected_version: int) -> None: ...
 

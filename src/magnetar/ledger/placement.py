@@ -20,7 +20,6 @@ from magnetar.ledger.errors import NotEnoughBookies
 class BookieDirectory(Protocol):
     async def available_bookies(self) -> list[BookieId]:
         """Bookies currently registered as writable."""
-        ...
 
 
 class StaticBookieDirectory:

@@ -47,4 +47,3 @@ class BookieTransport(Protocol):
 
     async def write_lac(self, bookie: BookieId, ledger_id: int, lac: int, *, master_key: bytes) -> None:
         """Store an explicit LAC on the bookie (for idle ledgers whose LAC no entry carries)."""
-        ...
