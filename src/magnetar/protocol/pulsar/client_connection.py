@@ -33,6 +33,7 @@ from magnetar.base.checksum import crc32c
 from magnetar.base.errors import LimitExceeded
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import PULSAR_MESSAGE_BYTES_MAX, PULSAR_SEND_BUFFER_BYTES_MAX
+from magnetar.protocol.pulsar._receiving import FrameReceiver
 from magnetar.protocol.pulsar.errors import ConnectionClosed, FrameChecksumMismatch, ProtocolViolation
 from magnetar.protocol.pulsar.frames import (
     MAGIC_CRC32C,
@@ -195,7 +196,7 @@ def connect_command(config: ClientConfig) -> pb.BaseCommand:
     return T(type=T.CONNECT, connect=body)
 
 
-class ClientConnection:
+class ClientConnection(FrameReceiver[Event]):
     """Protocol state of one connection to a broker, client side."""
 
     def __init__(self, now_ms: int, config: ClientConfig | None = None) -> None:
@@ -238,40 +239,8 @@ class ClientConnection:
 
     # --- receiving -----------------------------------------------------------------------
 
-    def receive_data(self, data: Buffer, now_ms: int) -> list[Event]:
-        """Decode ``data`` into events. Decoding errors and violations close the connection and raise."""
-        if self._state is State.CLOSED:
-            raise ConnectionClosed(f"connection closed ({self.close_reason})")
-        try:
-            self._decoder.feed(data)
-        except Exception as error:
-            self.close(f"undecodable input: {error}")
-            raise
-        events: list[Event] = []
-        while self._is_open():
-            try:
-                frame = self._decoder.next_frame()
-            except FrameChecksumMismatch as error:
-                self._mark_received(now_ms)
-                events.append(self._checksum_failure(error))
-                continue
-            except Exception as error:
-                self.close(f"undecodable input: {error}")
-                raise
-            if frame is None:
-                break
-            self._mark_received(now_ms)
-            event = self._handle(frame)
-            if event is not None:
-                events.append(event)
-        return events
-
     def _is_open(self) -> bool:
         return self._state is not State.CLOSED
-
-    def _mark_received(self, now_ms: int) -> None:
-        self._last_received_ms = now_ms
-        self._ping_sent_ms = None
 
     def _checksum_failure(self, error: FrameChecksumMismatch) -> Event:
         command = error.command

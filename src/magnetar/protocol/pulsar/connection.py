@@ -43,6 +43,7 @@ from magnetar.base.errors import LimitExceeded
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import PULSAR_MESSAGE_BYTES_MAX, PULSAR_SEND_BUFFER_BYTES_MAX
 from magnetar.protocol.pulsar import commands
+from magnetar.protocol.pulsar._receiving import FrameReceiver
 from magnetar.protocol.pulsar.errors import ConnectionClosed, FrameChecksumMismatch, ProtocolViolation
 from magnetar.protocol.pulsar.frames import (
     BODY_FIELD_BY_TYPE,
@@ -177,7 +178,7 @@ class ConnectionTerminated:
 Event = ClientConnected | CommandReceived | SendReceived | CorruptSend | UnsupportedCommand | ConnectionTerminated
 
 
-class ServerConnection:
+class ServerConnection(FrameReceiver[Event]):
     """Protocol state of one client connection, broker side."""
 
     def __init__(self, now_ms: int, config: ServerConfig | None = None) -> None:
@@ -221,44 +222,8 @@ class ServerConnection:
 
     # --- receiving -----------------------------------------------------------------------
 
-    def receive_data(self, data: Buffer, now_ms: int) -> list[Event]:
-        """Decode ``data`` and return the events it completes.
-
-        Raises ``FrameTooLarge``/``MalformedFrame``/``ProtocolViolation`` (the connection is then
-        CLOSED and the caller closes the socket) or ``ConnectionClosed`` if already closed.
-        """
-        if self._state is State.CLOSED:
-            raise ConnectionClosed(f"connection closed ({self.close_reason})")
-        try:
-            self._decoder.feed(data)
-        except Exception as error:
-            self.close(f"undecodable input: {error}")
-            raise
-        events: list[Event] = []
-        while self._is_open():
-            try:
-                frame = self._decoder.next_frame()
-            except FrameChecksumMismatch as error:
-                self._mark_received(now_ms)
-                events.append(self._checksum_failure(error))
-                continue
-            except Exception as error:
-                self.close(f"undecodable input: {error}")
-                raise
-            if frame is None:
-                break
-            self._mark_received(now_ms)
-            event = self._handle(frame)
-            if event is not None:
-                events.append(event)
-        return events
-
     def _is_open(self) -> bool:
         return self._state is not State.CLOSED
-
-    def _mark_received(self, now_ms: int) -> None:
-        self._last_received_ms = now_ms
-        self._ping_sent_ms = None
 
     def _checksum_failure(self, error: FrameChecksumMismatch) -> Event:
         command = error.command

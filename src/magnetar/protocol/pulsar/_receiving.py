@@ -1,0 +1,73 @@
+"""The receive loop both ends of a Pulsar connection share.
+
+Bytes go into the ``FrameDecoder``; each complete frame marks the connection alive (keep-alive
+bookkeeping) and goes to the subclass's ``_handle``. A frame whose checksum does not match is
+handed to ``_checksum_failure`` (which decides whether it is a per-message error or a protocol
+violation) and decoding continues, as the Java broker and the C++ client do. Any other decoding
+error closes the connection and propagates: the caller then closes the socket.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Generic, TypeVar
+
+from magnetar.protocol.pulsar.errors import ConnectionClosed, FrameChecksumMismatch
+from magnetar.protocol.pulsar.frames import Buffer, Frame, FrameDecoder
+
+E = TypeVar("E")
+
+
+class FrameReceiver(ABC, Generic[E]):
+    _decoder: FrameDecoder
+    _last_received_ms: int
+    _ping_sent_ms: int | None
+    close_reason: str | None
+
+    @abstractmethod
+    def _is_open(self) -> bool: ...
+
+    @abstractmethod
+    def close(self, reason: str) -> None: ...
+
+    @abstractmethod
+    def _handle(self, frame: Frame) -> E | None: ...
+
+    @abstractmethod
+    def _checksum_failure(self, error: FrameChecksumMismatch) -> E: ...
+
+    def receive_data(self, data: Buffer, now_ms: int) -> list[E]:
+        """Decode ``data`` and return the events it completes.
+
+        Raises ``FrameTooLarge``/``MalformedFrame``/``ProtocolViolation`` (the connection is then
+        CLOSED and the caller closes the socket) or ``ConnectionClosed`` if already closed.
+        """
+        if not self._is_open():
+            raise ConnectionClosed(f"connection closed ({self.close_reason})")
+        try:
+            self._decoder.feed(data)
+        except Exception as error:
+            self.close(f"undecodable input: {error}")
+            raise
+        events: list[E] = []
+        while self._is_open():
+            try:
+                frame = self._decoder.next_frame()
+            except FrameChecksumMismatch as error:
+                self._mark_received(now_ms)
+                events.append(self._checksum_failure(error))
+                continue
+            except Exception as error:
+                self.close(f"undecodable input: {error}")
+                raise
+            if frame is None:
+                break
+            self._mark_received(now_ms)
+            event = self._handle(frame)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _mark_received(self, now_ms: int) -> None:
+        self._last_received_ms = now_ms
+        self._ping_sent_ms = None
