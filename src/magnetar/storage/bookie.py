@@ -572,7 +572,7 @@ class Bookie:
 
     async def _flush(self, cache: WriteCache) -> None:
         # Incremental, so adds keep flowing during a checkpoint: the frozen half goes to the entry
-        # log in chunks of ``flush_chunk_bytes``, each synced before the next (the sync runs off
+        # log in chunks (``_flush_chunk_bytes``), each synced before the next (the sync runs off
         # the event loop, and a bounded amount of entry-log data ahead of the journal's fsyncs on
         # the device keeps add latency bounded). Locations go to the index in batches of
         # ``index_batch_keys_max`` unsynced keys with a yield between them; the last batch is
@@ -581,7 +581,7 @@ class Bookie:
         touched_logs: set[int] = set()
         first = True
         flushed = 0
-        for chunk in cache.sorted_chunks(self.config.flush_chunk_bytes):
+        for chunk in cache.sorted_chunks(self._flush_chunk_bytes):
             places = await self._entry_log.append_many([raw for _, _, raw in chunk])
             for (ledger_id, entry_id, raw), (log_id, offset) in zip(chunk, places, strict=True):
                 puts.append((entry_key(ledger_id, entry_id), location_value(log_id, offset, len(raw))))
@@ -611,6 +611,11 @@ class Bookie:
         if puts:
             self._index.kv.write(puts, sync=True)
         self.stats.entries_flushed_count += flushed
+
+    def _flush_chunk_bytes(self) -> int:
+        config = self.config
+        urgent = not self._cache_room.is_set() or self._active.bytes >= config.write_cache_bytes_max // 4
+        return config.flush_chunk_bytes_max if urgent else config.flush_chunk_bytes_min
 
     async def _checkpoint_loop(self) -> None:
         interval_s = self.config.checkpoint_interval_ms / 1000

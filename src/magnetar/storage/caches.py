@@ -8,7 +8,7 @@ and pausing new adds while a full half waits for the previous flush.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 class WriteCache:
@@ -45,21 +45,24 @@ class WriteCache:
             self.bytes -= sum(len(raw) for raw in entries.values())
             self.count -= len(entries)
 
-    def sorted_chunks(self, chunk_bytes: int) -> Iterator[list[tuple[int, int, bytes]]]:
-        """(ledger, entry, raw) in (ledger, entry) order, in lists of about ``chunk_bytes``.
+    def sorted_chunks(self, chunk_bytes: Callable[[], int]) -> Iterator[list[tuple[int, int, bytes]]]:
+        """(ledger, entry, raw) in (ledger, entry) order, in lists of about ``chunk_bytes()``
+        bytes (asked again for every chunk, so a flush can speed up when adds wait for it).
 
         Lazy, so a flush can yield to the event loop between chunks; the cache must not change
         while the iterator is in use (a flush works on the frozen half).
         """
         chunk: list[tuple[int, int, bytes]] = []
         size = 0
+        limit = chunk_bytes()
         for ledger_id in sorted(self.ledgers):
             entries = self.ledgers[ledger_id]
             for entry_id in sorted(entries):
                 raw = entries[entry_id]
-                if chunk and size + len(raw) > chunk_bytes:
+                if chunk and size + len(raw) > limit:
                     yield chunk
                     chunk, size = [], 0
+                    limit = chunk_bytes()
                 chunk.append((ledger_id, entry_id, raw))
                 size += len(raw)
         if chunk:

@@ -29,11 +29,14 @@ class BookieConfig:
     read_ahead_count_max: int = 64  # entries read together on a read-cache miss
     read_ahead_bytes_max: int = 1 * MIB
     checkpoint_interval_ms: int = 10_000
-    # A checkpoint writes the entry log in chunks of this size, syncing each (bounds how much
-    # entry-log data sits ahead of a journal fsync on the device), and the index in unsynced
-    # batches of this many keys with a yield to the event loop between them.
-    flush_chunk_bytes: int = 1 * MIB
-    index_batch_keys_max: int = 1024
+    # A checkpoint writes the entry log in chunks, syncing each: small chunks while nothing
+    # waits for the flush (little entry-log data ahead of a journal fsync on the device, short
+    # event-loop steps: add latency stays low), large ones once the active half of the write
+    # cache is half full (adds would soon wait: throughput first). The index goes in unsynced
+    # batches of ``index_batch_keys_max`` keys with a yield to the event loop between them.
+    flush_chunk_bytes_min: int = 256 * KIB
+    flush_chunk_bytes_max: int = 4 * MIB
+    index_batch_keys_max: int = 512
 
     entry_bytes_max: int = ENTRY_BYTES_MAX
     # Read-only mode below this much free disk; writable again above twice as much.
@@ -55,7 +58,8 @@ class BookieConfig:
             "read_cache_bytes_max": self.read_cache_bytes_max >= 0,
             "read_ahead_count_max": self.read_ahead_count_max >= 1,
             "checkpoint_interval_ms": self.checkpoint_interval_ms > 0,
-            "flush_chunk_bytes": self.flush_chunk_bytes >= 64 * KIB,
+            "flush_chunk_bytes_min": self.flush_chunk_bytes_min >= 64 * KIB,
+            "flush_chunk_bytes_max": self.flush_chunk_bytes_max >= self.flush_chunk_bytes_min,
             "index_batch_keys_max": self.index_batch_keys_max >= 1,
             "entry_bytes_max": 0 < self.entry_bytes_max <= ENTRY_BYTES_MAX,
             "disk_free_bytes_min": self.disk_free_bytes_min >= 0,
