@@ -11,7 +11,7 @@ at 5,000 adds/s. Every add is acknowledged only after the bookie's journal fsync
 
 Run: ``.venv/bin/python bench/bookie_append.py [--seconds 2.5] [--repeats 3] [--scenarios 1k,64k,paced]
 [--profile stacks.txt]`` (``--profile`` samples the bookie process with py-spy into collapsed
-stacks). Bounded: about ``repeats * (4 * seconds)`` plus start-up.
+stacks; py-spy is a separate install: ``.venv/bin/pip install py-spy``). Bounded: about ``repeats * (4 * seconds)`` plus start-up.
 """
 
 from __future__ import annotations
