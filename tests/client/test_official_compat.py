@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import pulsar
 import pytest
 
 from magnetar.cli.produce import connect
@@ -18,8 +19,6 @@ from magnetar.client import Compression, InitialPosition, MessageId
 from magnetar.client.consumer import Consumer
 from tests.client.fake_broker import FakeBroker
 from tests.client.tcp_broker import ThreadedBroker
-
-pulsar = pytest.importorskip("pulsar")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

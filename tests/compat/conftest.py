@@ -3,11 +3,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import pulsar
 import pytest
 
 from tests.compat.harness import BrokerThread
-
-pulsar = pytest.importorskip("pulsar")
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ import re
 import time
 from typing import Any
 
+import pulsar
 import pytest
 
 from magnetar.broker.dispatcher_key_shared import KEY_HASH_SLOTS, key_slot
 
-pulsar = pytest.importorskip("pulsar")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 RECEIVE_MS = 5000

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pulsar
 import pytest
 
-pulsar = pytest.importorskip("pulsar")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 RECEIVE_MS = 5000

@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pulsar
 import pytest
 
+from magnetar.base.types import Position, TopicName
 from tests.compat.bookie_harness import BookieBrokerThread
 
-pulsar = pytest.importorskip("pulsar")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
@@ -41,6 +42,19 @@ def durable_client(durable_broker: BookieBrokerThread) -> Iterator[Any]:
         c.close()
 
 
+def _wait_until_acked(broker: BookieBrokerThread, topic: str, subscription: str, positions: list[Position]) -> None:
+    async def all_acked() -> bool:
+        assert broker.server is not None
+        loaded = broker.server.service.topics.get(str(TopicName.parse(topic)))
+        cursor = loaded.subscriptions[subscription].cursor if loaded else None
+        return cursor is not None and all(cursor.is_acked(p) for p in positions)
+
+    deadline = time.monotonic() + 10
+    while not broker.call(all_acked()):
+        assert time.monotonic() < deadline, "the broker never received the client's acks"
+        time.sleep(0.01)
+
+
 def test_round_trip_and_holes_survive_broker_restart(durable_broker: BookieBrokerThread, durable_client: Any) -> None:
     topic = "durable"
     consumer = durable_client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
@@ -59,10 +73,13 @@ def test_round_trip_and_holes_survive_broker_restart(durable_broker: BookieBroke
         producer.send_async(data, lambda r, m, d=data: sent(r, m, d))
     producer.flush()
     first = [consumer.receive(timeout_millis=5000) for _ in range(30)]
+    acked_positions = []
     for msg in first:
         if int(msg.data()[1:]) % 3 == 0:
             consumer.acknowledge(msg)
-    time.sleep(0.3)  # the client flushes grouped acks every 100 ms
+            acked_positions.append(Position(msg.message_id().ledger_id(), msg.message_id().entry_id()))
+    # The client sends grouped acks every 100 ms: restart only once the broker's cursor has them all.
+    _wait_until_acked(durable_broker, topic, "s", acked_positions)
     durable_broker.restart()
     for i in range(30, 40):
         data = f"m{i}".encode()

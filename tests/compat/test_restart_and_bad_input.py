@@ -14,13 +14,13 @@ import threading
 import time
 from typing import Any
 
+import pulsar
 import pytest
 
 from magnetar.broker import BrokerConfig
 from magnetar.protocol.pulsar import encode_command, pb
 from tests.compat.harness import BrokerThread
 
-pulsar = pytest.importorskip("pulsar")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 CONNECT = encode_command(pb.BaseCommand(type=pb.BaseCommand.CONNECT, connect=pb.CommandConnect(

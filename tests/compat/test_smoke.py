@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pulsar
 import pytest
 
-pulsar = pytest.importorskip("pulsar")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 

@@ -12,12 +12,11 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import pulsar
 import pytest
 
 from magnetar.protocol.pulsar import ServerConfig, decode_entry, pb
 from tests.protocol_pulsar.fake_broker import LEDGER_ID, FakeBroker
-
-pulsar = pytest.importorskip("pulsar")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
