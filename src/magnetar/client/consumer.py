@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 from collections import deque
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from magnetar.base.limits import (
     CLIENT_RECONNECT_ATTEMPTS_MAX,
     CLIENT_TIMER_TICK_MS,
 )
+from magnetar.client._handler import HANDLER_TRANSITIONS, HandlerState
 from magnetar.client._util import Backoff, within
 from magnetar.client.config import ConsumerConfig, SubscriptionType
 from magnetar.client.connection import BrokerConnection, suppress_closed
@@ -67,23 +67,9 @@ T = pb.BaseCommand
 _STOP_CODES = frozenset({pb.TopicTerminatedError, pb.ConsumerBusy, pb.TopicNotFound, pb.SubscriptionNotFound})
 
 
-class State(enum.Enum):
-    IDLE = "idle"
-    CONNECTING = "connecting"
-    READY = "ready"
-    CLOSING = "closing"
-    CLOSED = "closed"
-    FAILED = "failed"
-
-
-_TRANSITIONS: dict[State, frozenset[State]] = {
-    State.IDLE: frozenset({State.CONNECTING, State.CLOSED, State.FAILED}),
-    State.CONNECTING: frozenset({State.READY, State.CLOSING, State.CLOSED, State.FAILED}),
-    State.READY: frozenset({State.CONNECTING, State.CLOSING, State.CLOSED, State.FAILED}),
-    State.CLOSING: frozenset({State.CLOSED, State.READY, State.FAILED}),  # READY: a refused unsubscribe
-    State.FAILED: frozenset({State.CLOSED}),
-    State.CLOSED: frozenset(),
-}
+State = HandlerState
+# A refused UNSUBSCRIBE leaves the consumer attached: CLOSING -> READY.
+_TRANSITIONS = {**HANDLER_TRANSITIONS, State.CLOSING: HANDLER_TRANSITIONS[State.CLOSING] | {State.READY}}
 
 
 def ack_set_words(unacked: Iterable[int], size: int) -> list[int]:

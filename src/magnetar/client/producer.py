@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import struct
 from collections import deque
 from collections.abc import Coroutine, Mapping
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from magnetar.base.errors import ClosedError, InvalidArgument, LimitExceeded, MagnetarError, TimeoutError_
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import CLIENT_RECONNECT_ATTEMPTS_MAX, CLIENT_TIMER_TICK_MS, PULSAR_MESSAGE_BYTES_MAX
+from magnetar.client._handler import HANDLER_TRANSITIONS, HandlerState
 from magnetar.client._util import Backoff, within
 from magnetar.client.config import ProducerConfig
 from magnetar.client.connection import BrokerConnection, suppress_closed
@@ -56,23 +56,8 @@ _U32 = struct.Struct(">I")
 _STOP_CODES = frozenset({pb.ProducerFenced, pb.TopicTerminatedError})
 
 
-class State(enum.Enum):
-    IDLE = "idle"
-    CONNECTING = "connecting"
-    READY = "ready"
-    CLOSING = "closing"
-    CLOSED = "closed"
-    FAILED = "failed"
-
-
-_TRANSITIONS: dict[State, frozenset[State]] = {
-    State.IDLE: frozenset({State.CONNECTING, State.CLOSED, State.FAILED}),
-    State.CONNECTING: frozenset({State.READY, State.CLOSING, State.CLOSED, State.FAILED}),
-    State.READY: frozenset({State.CONNECTING, State.CLOSING, State.CLOSED, State.FAILED}),
-    State.CLOSING: frozenset({State.CLOSED, State.FAILED}),
-    State.FAILED: frozenset({State.CLOSED}),
-    State.CLOSED: frozenset(),
-}
+State = HandlerState
+_TRANSITIONS = HANDLER_TRANSITIONS
 
 
 @dataclass(slots=True)
