@@ -22,37 +22,7 @@ from magnetar.ledger.metadata_ops import LedgerMetadataStore, Versioned
 from magnetar.ledger.placement import RandomPlacement, StaticBookieDirectory
 from magnetar.ledger.transport import LastEntryReply
 from magnetar.protocol.bookie.codec import Entry
-
-
-async def settle(rounds: int = 200) -> None:
-    """Let every runnable task run (the fakes never block on time)."""
-    for _ in range(rounds):
-        await asyncio.sleep(0)
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self._now_ns = 0
-        self._sleepers: list[tuple[int, asyncio.Future[None]]] = []
-
-    def now_ms(self) -> int:
-        return 1_700_000_000_000 + self._now_ns // 1_000_000
-
-    def monotonic_ns(self) -> int:
-        return self._now_ns
-
-    async def sleep(self, duration_s: float) -> None:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._sleepers.append((self._now_ns + int(duration_s * 1e9), future))
-        await future
-
-    async def advance(self, duration_s: float) -> None:
-        self._now_ns += int(duration_s * 1e9)
-        for due, future in list(self._sleepers):
-            if due <= self._now_ns and not future.done():
-                future.set_result(None)
-        self._sleepers = [(d, f) for d, f in self._sleepers if not f.done()]
-        await settle()
+from tests.manual_clock import ManualClock
 
 
 class MemoryVersionedStore:

@@ -39,7 +39,8 @@ from magnetar.ledger.quorum import write_set
 from magnetar.ledger.underreplication import AUDITOR_PATH, Marker, UnderReplicationMarkers
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.memory import MemoryMetadataServer
-from tests.ledger.fakes import FakeBookie, FakeTransport, ManualClock, settle
+from tests.ledger.fakes import FakeBookie, FakeTransport
+from tests.manual_clock import ManualClock, settle
 
 CONFIG = LedgerClientConfig(speculative_read_timeout_ms=100, add_timeout_ms=1_000, read_timeout_ms=1_000,
                             recovery_fence_timeout_ms=1_000)

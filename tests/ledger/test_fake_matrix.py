@@ -18,7 +18,8 @@ from magnetar.base.rng import SeededRng
 from magnetar.ledger.errors import RecoveryIncomplete
 from magnetar.ledger.recovery import RecoveryMode
 from tests.ledger.checkers import check_ledger
-from tests.ledger.fakes import make_cluster, settle
+from tests.ledger.fakes import make_cluster
+from tests.manual_clock import settle
 
 CONFIGS = [(3, 3, 2), (3, 2, 2), (5, 3, 2)]
 WRITER_POINTS = [

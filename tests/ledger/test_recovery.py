@@ -13,7 +13,8 @@ from magnetar.ledger.errors import RecoveryIncomplete
 from magnetar.ledger.ledger_metadata import LedgerState
 from magnetar.ledger.recovery import RecoveryMode
 from tests.ledger.checkers import check_ledger, payloads
-from tests.ledger.fakes import make_cluster, settle
+from tests.ledger.fakes import make_cluster
+from tests.manual_clock import settle
 
 
 async def _read_all(manager, ledger_id, last):  # type: ignore[no-untyped-def]

@@ -12,7 +12,8 @@ from magnetar.ledger.handle import WriterState
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
 from magnetar.ledger.quorum import write_set
 from tests.ledger.checkers import check_ledger, payloads
-from tests.ledger.fakes import make_cluster, settle
+from tests.ledger.fakes import make_cluster
+from tests.manual_clock import settle
 
 
 async def test_add_close_and_read_back() -> None:

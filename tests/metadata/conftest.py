@@ -38,37 +38,6 @@ def run(body: Callable[[], Awaitable[T]], deadline_s: float = TEST_DEADLINE_S) -
     return asyncio.run(bounded())
 
 
-class ManualClock:
-    """A ``Clock`` whose time moves only when the test calls ``advance``."""
-
-    def __init__(self) -> None:
-        self._now_ns = 0
-        self._sleepers: list[tuple[int, asyncio.Future[None]]] = []
-
-    def now_ms(self) -> int:
-        return 1_700_000_000_000 + self._now_ns // 1_000_000
-
-    def monotonic_ns(self) -> int:
-        return self._now_ns
-
-    async def sleep(self, duration_s: float) -> None:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._sleepers.append((self._now_ns + int(duration_s * 1e9), future))
-        await future
-
-    async def advance(self, duration_ms: int) -> None:
-        for _ in range(10):  # let ready tasks reach their sleep before time moves
-            await asyncio.sleep(0)
-        self._now_ns += duration_ms * 1_000_000
-        due = [f for t, f in self._sleepers if t <= self._now_ns]
-        self._sleepers = [(t, f) for t, f in self._sleepers if t > self._now_ns]
-        for future in due:
-            if not future.done():
-                future.set_result(None)
-        for _ in range(10):  # let woken tasks run to their next await
-            await asyncio.sleep(0)
-
-
 class Recorder:
     """Collects watch events; ``wait_for`` blocks until a condition on them holds."""
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from magnetar.metadata import MemoryMetadataServer, SessionState
-from tests.metadata.conftest import ManualClock, run
+from tests.manual_clock import ManualClock
+from tests.metadata.conftest import run
 
 
 def test_suspended_session_expires_after_its_timeout_on_the_injected_clock() -> None:
@@ -16,14 +17,14 @@ def test_suspended_session_expires_after_its_timeout_on_the_injected_clock() -> 
         await owner.create("/e", b"", ephemeral=True)
 
         server.suspend_session(owner.session.session_id)
-        await clock.advance(4_999)
+        await clock.advance(4_999 / 1000)
         assert owner.session.state is SessionState.SUSPENDED and await observer.exists("/e")
         server.resume_session(owner.session.session_id)
-        await clock.advance(10_000)
+        await clock.advance(10_000 / 1000)
         assert owner.session.state is SessionState.CONNECTED and await observer.exists("/e")
 
         server.suspend_session(owner.session.session_id)
-        await clock.advance(5_000)
+        await clock.advance(5_000 / 1000)
         assert owner.session.state is SessionState.EXPIRED
         assert not await observer.exists("/e")
         assert states == [SessionState.SUSPENDED, SessionState.CONNECTED, SessionState.SUSPENDED, SessionState.EXPIRED]
@@ -37,7 +38,7 @@ def test_node_times_come_from_the_injected_clock() -> None:
         server = MemoryMetadataServer(clock)
         store = await server.connect()
         await store.put("/t", b"", -1)
-        await clock.advance(1_500)
+        await clock.advance(1_500 / 1000)
         await store.put("/t", b"x", 0)
         node = server.node("/t")
         assert node is not None and node.mtime_ms - node.ctime_ms == 1_500
