@@ -248,3 +248,17 @@ def test_encoder_refuses_incomplete_commands() -> None:
 
     with pytest.raises(InvariantViolation, match="incomplete"):
         encode_command(T(type=T.SUCCESS, success=pb.CommandSuccess()))  # request_id is required
+
+
+def test_stored_entry_metadata_reads_with_and_without_the_checksum_block() -> None:
+    from magnetar.base.errors import CorruptData
+    from magnetar.protocol.pulsar import stored_entry_metadata
+    from magnetar.protocol.pulsar.frames import headers_and_payload
+
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=7, publish_time=1)
+    for checksum in (True, False):
+        stored = headers_and_payload(metadata, b"payload", checksum=checksum)
+        assert stored_entry_metadata(stored) == metadata
+        assert stored_entry_metadata(memoryview(stored)) == metadata
+    with pytest.raises(CorruptData):
+        stored_entry_metadata(b"\x00\x00\x00\x09abc")

@@ -33,9 +33,9 @@ from magnetar.base.errors import CorruptData
 from magnetar.base.types import Position
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer
-from magnetar.broker.entry import entry_message_count, entry_metadata
+from magnetar.broker.entry import entry_message_count
 from magnetar.broker.log import Entry, SubscriptionCursor, TopicLog
-from magnetar.protocol.pulsar import commands, pb
+from magnetar.protocol.pulsar import commands, pb, stored_entry_metadata
 
 log = logging.getLogger(__name__)
 
@@ -327,7 +327,7 @@ class Dispatcher:
                 progressed = True
                 continue
             try:
-                metadata = entry_metadata(entry.data)
+                metadata = stored_entry_metadata(entry.data)
             except CorruptData as error:
                 log.error("skipping unreadable entry %s on %s: %s", position, self.cursor.name, error)
                 self._advance(entry, replay)

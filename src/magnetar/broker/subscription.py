@@ -22,11 +22,11 @@ from magnetar.broker.dispatcher import Dispatcher
 from magnetar.broker.dispatcher_key_shared import KeySharedDispatcher
 from magnetar.broker.dispatcher_shared import SharedDispatcher
 from magnetar.broker.dispatcher_single import SingleActiveDispatcher
-from magnetar.broker.entry import entry_message_count, entry_metadata
+from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.ids import before
 from magnetar.broker.log import SubscriptionCursor, TopicLog
-from magnetar.protocol.pulsar import pb
+from magnetar.protocol.pulsar import pb, stored_entry_metadata
 
 
 class SubscriptionState(enum.Enum):
@@ -147,7 +147,7 @@ class Subscription:
         entries = await self.log.read(position, 1)
         if not entries or entries[0].position != position:
             return 1
-        return entry_message_count(entry_metadata(entries[0].data))
+        return entry_message_count(stored_entry_metadata(entries[0].data))
 
     def redeliver(self, consumer: Consumer, positions: Sequence[Position]) -> None:
         if self.dispatcher is not None:

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from magnetar.base.invariant import invariant
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.entry import entry_message_count, entry_metadata
+from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import TopicLog
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.subscription import Subscription
-from magnetar.protocol.pulsar import pb
+from magnetar.protocol.pulsar import pb, stored_entry_metadata
 
 DEDUP_PRODUCER_NAMES_COUNT_MAX = 10_000
 SUBSCRIPTIONS_PER_TOPIC_COUNT_MAX = 10_000
@@ -170,7 +170,7 @@ class Topic:
         entries = await self.log.read(last, 1)
         batch_index = None
         if entries and entries[0].position == last:
-            metadata = entry_metadata(entries[0].data)
+            metadata = stored_entry_metadata(entries[0].data)
             if metadata.HasField("num_messages_in_batch"):
                 batch_index = entry_message_count(metadata) - 1
         return _wire_id(last, partition, batch_index)
@@ -184,7 +184,7 @@ class Topic:
             if not entries:
                 return None
             for entry in entries:
-                if entry_metadata(entry.data).publish_time >= timestamp_ms:
+                if stored_entry_metadata(entry.data).publish_time >= timestamp_ms:
                     return entry.position
             scanned += len(entries)
             start = entries[-1].position.next()

@@ -57,6 +57,7 @@ from magnetar.protocol.pulsar.frames import (
     encode_payload_command,
     headers_and_payload,
     payload_frame_parts,
+    stored_entry_metadata,
 )
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
@@ -99,4 +100,5 @@ __all__ = [
     "message_count",
     "payload_frame_parts",
     "pb",
+    "stored_entry_metadata",
 ]

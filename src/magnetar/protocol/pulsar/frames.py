@@ -271,20 +271,36 @@ def _decode_message(rest: memoryview) -> MessagePayload:
         computed = crc32c(rest[offset:])
         if computed != checksum:
             raise FrameChecksumMismatch(checksum, computed)
-    if len(rest) - offset < 4:
-        raise MalformedFrame("truncated metadata_size")
-    (metadata_size,) = _U32.unpack_from(rest, offset)
-    offset += 4
-    if metadata_size > len(rest) - offset:
-        raise MalformedFrame(f"metadata_size {metadata_size} exceeds the frame")
-    metadata = _parse(pb.MessageMetadata, rest[offset : offset + metadata_size], "MessageMetadata")
+    metadata, payload_offset = _metadata_at(rest, offset)
     return MessagePayload(
         metadata=metadata,
-        payload=rest[offset + metadata_size :],
+        payload=rest[payload_offset:],
         headers_and_payload=rest[headers_start:],
         checksum=checksum,
         broker_entry_metadata=broker_entry_metadata,
     )
+
+
+def _metadata_at(data: memoryview, offset: int) -> tuple[pb.MessageMetadata, int]:
+    """The ``[metadata_size][MessageMetadata]`` at ``offset``, and where the payload starts."""
+    if len(data) - offset < 4:
+        raise MalformedFrame("truncated metadata_size")
+    (metadata_size,) = _U32.unpack_from(data, offset)
+    offset += 4
+    if metadata_size > len(data) - offset:
+        raise MalformedFrame(f"metadata_size {metadata_size} exceeds the frame")
+    return _parse(pb.MessageMetadata, data[offset : offset + metadata_size], "MessageMetadata"), offset + metadata_size
+
+
+def stored_entry_metadata(entry: Buffer) -> pb.MessageMetadata:
+    """The ``MessageMetadata`` of a stored ``headers_and_payload`` (checksum block optional).
+
+    The checksum is not verified here: it was checked when the SEND arrived, and the consumer
+    checks it again on the MESSAGE. Raises ``MalformedFrame`` (a ``CorruptData``).
+    """
+    view = memoryview(entry)
+    offset = _MAGIC_CRC.size if len(view) >= 2 and _U16.unpack_from(view, 0)[0] == MAGIC_CRC32C else 0
+    return _metadata_at(view, offset)[0]
 
 
 _Meta = TypeVar("_Meta", pb.MessageMetadata, pb.BrokerEntryMetadata)
