@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import selectors
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,10 +43,10 @@ import pulsar  # noqa: E402
 from magnetar.ledger.bookie_client import BookieClient  # noqa: E402
 from magnetar.protocol.bookie import Entry, Status  # noqa: E402
 from magnetar.runtime import SystemClock, TcpNetwork  # noqa: E402
+from magnetar.runtime.processes import StandaloneProcess  # noqa: E402
 
 KIB = 1024
 MIB = 1024 * 1024
-READY_TIMEOUT_S = 60
 RAW_LEDGER_BASE = 10**12  # far above the ids the standalone's ledger manager allocates
 
 
@@ -57,59 +55,6 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-class Standalone:
-    """``magnetar standalone`` as a child process; ``stop()`` ends it by its PID."""
-
-    def __init__(self, data_dir: str) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-        env.pop("MAGNETAR_FAULTS", None)
-        argv = [sys.executable, "-m", "magnetar.cli", "standalone", "--data-dir", data_dir, "--bookies", "1",
-                "--broker-port", "0", "--web-port", "0", "--bookie-port", "0"]
-        self.process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        try:
-            self.fields = self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-
-    def _wait_ready(self) -> dict[str, str]:
-        assert self.process.stdout is not None
-        selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if selector.select(timeout=1):
-                line = self.process.stdout.readline()
-                if line.startswith("magnetar standalone ready"):
-                    return dict(part.split("=", 1) for part in line.split()[3:])
-                if not line:
-                    break
-        raise RuntimeError("magnetar standalone did not start")
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @property
-    def broker_url(self) -> str:
-        return self.fields["broker"] if "://" in self.fields["broker"] else f"pulsar://{self.fields['broker']}"
-
-    @property
-    def bookie(self) -> tuple[str, int]:
-        first = self.fields["bookies"].split(",")[0]
-        host, port = first.rsplit(":", 1)
-        return host, int(port)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 def produce(client: Any, topic: str, count: int, size: int, seconds: float, max_pending: int) -> dict[str, float]:
@@ -223,11 +168,14 @@ def main() -> None:
     os.makedirs(args.dir, exist_ok=True)
     rows: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="broker_throughput.") as tmp:
-        standalone = Standalone(os.path.join(tmp, "standalone"))
+        # The raw phase writes ledgers that have no metadata: the bookie's GC must not collect them.
+        env = dict(os.environ, PYTHONPATH=str(REPO / "src"), MAGNETAR_BOOKIE_GC_INTERVAL_MS="0")
+        env.pop("MAGNETAR_FAULTS", None)
+        standalone = StandaloneProcess(os.path.join(tmp, "standalone"), env=env, stderr=subprocess.DEVNULL)
         client = pulsar.Client(standalone.broker_url, operation_timeout_seconds=60,
                                logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         try:
-            host, port = standalone.bookie
+            host, port = standalone.bookies[0]
             for repeat in range(args.repeats):
                 topic = f"persistent://public/default/bench-{repeat}"
                 produced = measured(standalone.pid, lambda t=topic: produce(
@@ -247,7 +195,7 @@ def main() -> None:
                 print(f"repeat {repeat + 1}: " + ", ".join(f"{k}={v:.2f}" for k, v in row.items()), flush=True)
         finally:
             client.close()
-            standalone.stop()
+            standalone.terminate()
     print(f"\nbroker_throughput: {args.repeats} repeats, {args.messages} x {args.size} B messages, official "
           f"client (batching on), magnetar standalone with 1 bookie (E=Qw=Qa=1, fsync before ack)")
     print(f"command: {command}")

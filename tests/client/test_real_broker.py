@@ -7,10 +7,6 @@ Bounded: each process is started with a readiness timeout and killed by PID in a
 from __future__ import annotations
 
 import asyncio
-import selectors
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,41 +17,15 @@ from magnetar.cli.produce import connect
 from magnetar.client import EARLIEST, ClientOptions, Compression, InitialPosition, SubscriptionType
 from magnetar.client.consumer import Consumer
 from magnetar.client.producer import Producer
+from magnetar.runtime.processes import StandaloneProcess, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-READY_TIMEOUT_S = 60
 OPTIONS = ClientOptions(operation_timeout_ms=20_000, connection_timeout_ms=5_000)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Standalone:
-    def __init__(self, data_dir: Path, broker_port: int, bookie_port: int) -> None:
-        argv = [sys.executable, "-m", "magnetar.cli", "standalone", "--data-dir", str(data_dir),
-                "--bookie-port", str(bookie_port), "--web-port", "0", "--broker-port", str(broker_port)]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.url = f"pulsar://127.0.0.1:{broker_port}"
-        selector = selectors.DefaultSelector()
-        assert self.proc.stdout is not None
-        selector.register(self.proc.stdout, selectors.EVENT_READ)
-        line = self.proc.stdout.readline() if selector.select(READY_TIMEOUT_S) else ""
-        if not line.startswith("magnetar standalone ready"):
-            self.kill()
-            raise AssertionError(f"standalone did not start: {line!r}")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-
-
 @pytest.fixture
-def launched() -> Iterator[list[Standalone]]:
-    started: list[Standalone] = []
+def launched() -> Iterator[list[StandaloneProcess]]:
+    started: list[StandaloneProcess] = []
     try:
         yield started
     finally:
@@ -64,8 +34,8 @@ def launched() -> Iterator[list[Standalone]]:
 
 
 @pytest.fixture
-def standalone(tmp_path: Path, launched: list[Standalone]) -> Standalone:
-    server = Standalone(tmp_path / "data", _free_port(), _free_port())
+def standalone(tmp_path: Path, launched: list[StandaloneProcess]) -> StandaloneProcess:
+    server = StandaloneProcess(str(tmp_path / "data"), broker_port=free_port(), bookie_port=free_port())
     launched.append(server)
     return server
 
@@ -74,9 +44,9 @@ def _run(coro: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coro, 120))
 
 
-def test_produce_consume_batches_and_acks(standalone: Standalone) -> None:
+def test_produce_consume_batches_and_acks(standalone: StandaloneProcess) -> None:
     async def body() -> tuple[list[Any], list[Any]]:
-        client = connect(standalone.url, OPTIONS)
+        client = connect(standalone.broker_url, OPTIONS)
         try:
             consumer = await client.subscribe("ours", "sub", initial_position=InitialPosition.EARLIEST)
             plain = await client.create_producer("ours")
@@ -102,9 +72,9 @@ def test_produce_consume_batches_and_acks(standalone: Standalone) -> None:
     assert [m.message_id.batch_index for m in got[3:]] == [i % 5 for i in range(10)]
 
 
-def test_reader_and_has_message_available(standalone: Standalone) -> None:
+def test_reader_and_has_message_available(standalone: StandaloneProcess) -> None:
     async def body() -> tuple[list[bytes], list[bool]]:
-        client = connect(standalone.url, OPTIONS)
+        client = connect(standalone.broker_url, OPTIONS)
         try:
             producer = await client.create_producer("reader-topic")
             assert isinstance(producer, Producer)
@@ -126,9 +96,9 @@ def test_reader_and_has_message_available(standalone: Standalone) -> None:
     assert flags == [False, True]
 
 
-def test_shared_consumer_nack_redelivery(standalone: Standalone) -> None:
+def test_shared_consumer_nack_redelivery(standalone: StandaloneProcess) -> None:
     async def body() -> tuple[bytes, int]:
-        client = connect(standalone.url, OPTIONS)
+        client = connect(standalone.broker_url, OPTIONS)
         try:
             consumer = await client.subscribe("nack-topic", "sub", initial_position=InitialPosition.EARLIEST,
                                               subscription_type=SubscriptionType.SHARED,
@@ -147,11 +117,11 @@ def test_shared_consumer_nack_redelivery(standalone: Standalone) -> None:
     assert _run(body()) == (b"again", 1)
 
 
-def test_official_client_and_ours_interoperate_through_the_broker(standalone: Standalone) -> None:
+def test_official_client_and_ours_interoperate_through_the_broker(standalone: StandaloneProcess) -> None:
     import pulsar
 
     async def produce() -> None:
-        client = connect(standalone.url, OPTIONS)
+        client = connect(standalone.broker_url, OPTIONS)
         try:
             producer = await client.create_producer("interop", batching_enabled=True, batch_max_messages=3,
                                                     compression=Compression.ZSTD)
@@ -160,7 +130,7 @@ def test_official_client_and_ours_interoperate_through_the_broker(standalone: St
             await client.close()
 
     _run(produce())
-    official = pulsar.Client(standalone.url, operation_timeout_seconds=20,
+    official = pulsar.Client(standalone.broker_url, operation_timeout_seconds=20,
                              logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     try:
         consumer = official.subscribe("interop", "sub", initial_position=pulsar.InitialPosition.Earliest)
@@ -175,7 +145,7 @@ def test_official_client_and_ours_interoperate_through_the_broker(standalone: St
     assert got == [f"ours-{i}".encode() for i in range(6)]
 
     async def consume() -> list[bytes]:
-        client = connect(standalone.url, OPTIONS)
+        client = connect(standalone.broker_url, OPTIONS)
         try:
             consumer = await client.subscribe("interop-back", "sub", initial_position=InitialPosition.EARLIEST)
             return [(await consumer.receive(timeout_ms=20_000)).payload for _ in range(4)]
@@ -186,15 +156,15 @@ def test_official_client_and_ours_interoperate_through_the_broker(standalone: St
 
 
 def test_producer_survives_a_broker_sigkill_and_nothing_receipted_is_lost(
-        tmp_path: Path, launched: list[Standalone]) -> None:
+        tmp_path: Path, launched: list[StandaloneProcess]) -> None:
     """Receipted messages are consumable after a SIGKILL + restart; pending sends are resent by
     the producer after it reconnects and complete (at-least-once: duplicates are allowed)."""
-    broker_port, bookie_port = _free_port(), _free_port()
-    first = Standalone(tmp_path / "data", broker_port, bookie_port)
+    broker_port, bookie_port = free_port(), free_port()
+    first = StandaloneProcess(str(tmp_path / "data"), broker_port=broker_port, bookie_port=bookie_port)
     launched.append(first)
 
     async def body() -> tuple[set[bytes], set[bytes]]:
-        client = connect(first.url, OPTIONS)
+        client = connect(first.broker_url, OPTIONS)
         try:
             producer = await client.create_producer("kill-topic", send_timeout_ms=0)
             receipted = {f"before-{i}".encode() for i in range(20)}
@@ -202,7 +172,7 @@ def test_producer_survives_a_broker_sigkill_and_nothing_receipted_is_lost(
                 await producer.send(payload)
             first.kill()
             pending = [await producer.send_async(f"during-{i}".encode()) for i in range(5)]
-            second = Standalone(tmp_path / "data", broker_port, bookie_port)
+            second = StandaloneProcess(str(tmp_path / "data"), broker_port=broker_port, bookie_port=bookie_port)
             launched.append(second)
             await asyncio.gather(*pending)
             receipted |= {f"during-{i}".encode() for i in range(5)}
@@ -220,9 +190,9 @@ def test_producer_survives_a_broker_sigkill_and_nothing_receipted_is_lost(
     assert receipted - seen == set()
 
 
-def test_seek_against_the_real_broker(standalone: Standalone) -> None:
+def test_seek_against_the_real_broker(standalone: StandaloneProcess) -> None:
     async def body() -> tuple[bytes, bytes]:
-        client = connect(standalone.url, OPTIONS)
+        client = connect(standalone.broker_url, OPTIONS)
         try:
             producer = await client.create_producer("seek-topic")
             ids = [await producer.send(str(i).encode()) for i in range(5)]

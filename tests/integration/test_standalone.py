@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -20,52 +19,12 @@ from magnetar.protocol.bookie import Status
 from magnetar.protocol.bookie.codec import Entry
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.network import TcpNetwork
+from magnetar.runtime.processes import StandaloneProcess, free_port
 
 pytestmark = pytest.mark.integration
-READY_TIMEOUT_S = 30
-
-
-class Standalone:
-    def __init__(self, data_dir: Path, *extra: str, bookie_port: int = 0) -> None:
-        argv = [sys.executable, "-m", "magnetar.cli", "standalone", "--data-dir", str(data_dir),
-                "--bookie-port", str(bookie_port), "--web-port", "0", "--broker-port", "0", *extra]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.fields = self._wait_ready()
-
-    def _wait_ready(self) -> dict[str, str]:
-        import selectors
-
-        selector = selectors.DefaultSelector()
-        assert self.proc.stdout is not None
-        selector.register(self.proc.stdout, selectors.EVENT_READ)
-        line = ""
-        if selector.select(READY_TIMEOUT_S):
-            line = self.proc.stdout.readline()
-        if not line.startswith("magnetar standalone ready"):
-            self.kill()
-            raise AssertionError(f"standalone did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}")
-        return dict(part.split("=", 1) for part in line.split()[3:])
-
-    @property
-    def http(self) -> str:
-        return f"http://{self.fields['http']}"
-
-    def bookies(self) -> list[tuple[str, int]]:
-        return [(b.rsplit(":", 1)[0], int(b.rsplit(":", 1)[1])) for b in self.fields["bookies"].split(",")]
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-
-    def terminate(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(30)
-
-
 @pytest.fixture
-def launched() -> Iterator[list[Standalone]]:
-    started: list[Standalone] = []
+def launched() -> Iterator[list[StandaloneProcess]]:
+    started: list[StandaloneProcess] = []
     yield started
     for standalone in started:
         standalone.kill()
@@ -103,41 +62,33 @@ async def _read_all(host: str, port: int, ledger_id: int, entry_ids: list[int]) 
         await client.close()
 
 
-def test_standalone_serves_health_metrics_and_bookies_and_stops_cleanly(tmp_path: Path, launched: list[Standalone]) -> None:
-    standalone = Standalone(tmp_path / "data", "--bookies", "3")
+def test_standalone_serves_health_metrics_and_bookies_and_stops_cleanly(tmp_path: Path, launched: list[StandaloneProcess]) -> None:
+    standalone = StandaloneProcess(str(tmp_path / "data"), bookies_count=3)
     launched.append(standalone)
     assert standalone.fields["quorum"] == "3,3,2"
-    status, body = _get(standalone.http + "/health")
+    status, body = _get(standalone.http_url + "/health")
     health = json.loads(body)
     assert status == 200 and health["status"] == "ok"
     assert [b["status"] for b in health["bookies"]] == ["WRITABLE"] * 3
-    status, body = _get(standalone.http + "/metrics")
+    status, body = _get(standalone.http_url + "/metrics")
     assert status == 200 and "process_cpu_seconds_total" in body
-    host, port = standalone.bookies()[1]
+    host, port = standalone.bookies[1]
     assert asyncio.run(_add_then_read(host, port, 7, 5)) == [0, 1, 2, 3, 4]
     assert standalone.terminate() == 0
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def test_acknowledged_entries_survive_sigkill_and_restart(tmp_path: Path, launched: list[Standalone]) -> None:
+def test_acknowledged_entries_survive_sigkill_and_restart(tmp_path: Path, launched: list[StandaloneProcess]) -> None:
     # A bookie's identity is its address (the cookie), so the restart must use the same port.
-    port = _free_port()
-    first = Standalone(tmp_path / "data", bookie_port=port)
+    port = free_port()
+    first = StandaloneProcess(str(tmp_path / "data"), bookie_port=port)
     launched.append(first)
-    host, _ = first.bookies()[0]
+    host, _ = first.bookies[0]
     acked = asyncio.run(_add_then_read(host, port, 11, 50))
     assert len(acked) == 50
     first.kill()  # SIGKILL: no shutdown path runs
-    second = Standalone(tmp_path / "data", bookie_port=port)
+    second = StandaloneProcess(str(tmp_path / "data"), bookie_port=port)
     launched.append(second)
-    assert second.bookies() == [(host, port)]
+    assert second.bookies == [(host, port)]
     payloads = asyncio.run(_read_all(host, port, 11, acked))
     assert payloads == [f"payload-{i}".encode() for i in acked]
     assert second.terminate() == 0
@@ -151,13 +102,13 @@ def test_bad_configuration_is_refused_with_a_clear_error(tmp_path: Path) -> None
     assert "bookies_count must be 1..9" in result.stderr
 
 
-def test_official_client_nothing_acknowledged_lost_across_sigkill(tmp_path: Path, launched: list[Standalone]) -> None:
+def test_official_client_nothing_acknowledged_lost_across_sigkill(tmp_path: Path, launched: list[StandaloneProcess]) -> None:
     """Issue 6: SIGKILL the standalone mid-stream; every message whose send returned is consumable
     after the restart, and messages delivered but not acknowledged are delivered again."""
     import pulsar
 
-    bookie_port, broker_port = _free_port(), _free_port()
-    first = Standalone(tmp_path / "data", "--broker-port", str(broker_port), bookie_port=bookie_port)
+    bookie_port, broker_port = free_port(), free_port()
+    first = StandaloneProcess(str(tmp_path / "data"), broker_port=broker_port, bookie_port=bookie_port)
     launched.append(first)
     url = f"pulsar://127.0.0.1:{broker_port}"
     client = pulsar.Client(url, operation_timeout_seconds=10)
@@ -176,7 +127,7 @@ def test_official_client_nothing_acknowledged_lost_across_sigkill(tmp_path: Path
     client.close()
     assert len(sent) == 200
 
-    second = Standalone(tmp_path / "data", "--broker-port", str(broker_port), bookie_port=bookie_port)
+    second = StandaloneProcess(str(tmp_path / "data"), broker_port=broker_port, bookie_port=bookie_port)
     launched.append(second)
     client = pulsar.Client(url, operation_timeout_seconds=10)
     try:

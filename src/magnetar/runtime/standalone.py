@@ -12,6 +12,8 @@ replicated quorum (3, 3, 2). Start-up order: metadata, then every bookie (each r
 journal before it serves), the ledger client, the broker (Pulsar protocol on ``broker_port``),
 then the HTTP endpoint; a line ``magnetar standalone ready ...`` on
 stdout says when clients may connect. SIGTERM or SIGINT stops everything in reverse order.
+The bookies take the same ``MAGNETAR_BOOKIE_*`` settings as ``magnetar bookie`` (journal, caches,
+GC); their address, data directory and metadata URL come from the standalone config.
 A SIGKILL loses nothing acknowledged: the bookies reply only after fsync and the metadata store
 writes synchronously.
 """
@@ -23,7 +25,7 @@ import dataclasses
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from magnetar import faults
@@ -34,6 +36,7 @@ from magnetar.metadata.api import MetadataStore
 from magnetar.runtime.bookie import RunningBookie, start_bookie, wait_for_termination_signal
 from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
+from magnetar.runtime.config import load_config
 from magnetar.runtime.http import HttpEndpoint, start_http
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
@@ -73,13 +76,19 @@ class StandaloneConfig:
     def metadata_url(self) -> str:
         return f"embedded:{os.path.join(os.path.abspath(self.data_dir), 'metadata')}"
 
-    def bookie_config(self, index: int) -> BookieConfig:
+    def bookie_config(self, index: int, environ: Mapping[str, str] | None = None) -> BookieConfig:
+        """Bookie ``index``'s config: ``MAGNETAR_BOOKIE_*`` settings, with address and paths from here."""
         port = 0 if self.bookie_port == 0 else self.bookie_port + index
-        return BookieConfig(
-            host=self.host,
-            port=port,
-            data_dir=os.path.join(os.path.abspath(self.data_dir), f"bookie-{index}"),
-            metadata_url=self.metadata_url(),
+        return load_config(
+            BookieConfig,
+            "bookie",
+            environ=environ,
+            overrides={
+                "host": self.host,
+                "port": port,
+                "data_dir": os.path.join(os.path.abspath(self.data_dir), f"bookie-{index}"),
+                "metadata_url": self.metadata_url(),
+            },
         )
 
 

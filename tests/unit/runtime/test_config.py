@@ -56,3 +56,14 @@ def test_bad_files(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="not valid TOML"):
         read_toml(str(bad))
     assert read_toml(None) == {}
+
+
+def test_standalone_bookies_take_magnetar_bookie_settings_but_not_their_address() -> None:
+    from magnetar.runtime.standalone import StandaloneConfig
+
+    config = StandaloneConfig(data_dir="/d", bookie_port=4000)
+    env = {"MAGNETAR_BOOKIE_GC_INTERVAL_MS": "0", "MAGNETAR_BOOKIE_PORT": "1", "MAGNETAR_BOOKIE_DATA_DIR": "/x"}
+    bookie = config.bookie_config(2, environ=env)
+    assert bookie.gc_interval_ms == 0
+    assert (bookie.port, bookie.data_dir) == (4002, "/d/bookie-2")
+    assert config.bookie_config(0, environ={}).gc_interval_ms > 0

@@ -1,0 +1,112 @@
+"""Magnetar nodes as child processes: start, wait for the ready line, stop by PID.
+
+Used by integration tests, benchmarks and (later) ``magnetar cluster``. A child is started with
+``python -m magnetar.cli``; it is ready once it printed its ready line on stdout, and it is
+always stopped by its own PID (SIGTERM, then SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+#: How long a child may take to print its ready line.
+READY_TIMEOUT_S = 60.0
+#: How long a SIGTERMed child may take to exit before it is SIGKILLed.
+STOP_GRACE_S = 30.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (for nodes whose identity is their address)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class StandaloneProcess:
+    """``magnetar standalone`` as a child process.
+
+    Ports default to 0 (any free one); pass fixed ports to restart a standalone on the same data
+    directory (a bookie's identity is its address). ``fields`` holds the ready line's
+    ``key=value`` pairs (broker, metadata, bookies, quorum, http).
+    """
+
+    def __init__(
+        self,
+        data_dir: str,
+        *,
+        bookies_count: int = 1,
+        broker_port: int = 0,
+        bookie_port: int = 0,
+        web_port: int = 0,
+        env: dict[str, str] | None = None,
+        stderr: int | None = subprocess.PIPE,
+    ) -> None:
+        argv = [sys.executable, "-m", "magnetar.cli", "standalone", "--data-dir", data_dir,
+                "--bookies", str(bookies_count), "--broker-port", str(broker_port),
+                "--bookie-port", str(bookie_port), "--web-port", str(web_port)]
+        child_env = dict(os.environ if env is None else env)
+        self.process = subprocess.Popen(argv, env=child_env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            self.fields = self._wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+
+    def _wait_ready(self) -> dict[str, str]:
+        assert self.process.stdout is not None
+        selector = selectors.DefaultSelector()
+        selector.register(self.process.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if selector.select(timeout=1):
+                line = self.process.stdout.readline()
+                if line.startswith("magnetar standalone ready"):
+                    return dict(part.split("=", 1) for part in line.split()[3:])
+                if not line:
+                    break
+        stderr = ""
+        if self.process.stderr is not None and self.process.poll() is not None:
+            stderr = self.process.stderr.read()[-4000:]
+        raise RuntimeError(f"magnetar standalone did not start: {stderr}")
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def broker_url(self) -> str:
+        return self.fields["broker"]
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.fields['http']}"
+
+    @property
+    def bookies(self) -> list[tuple[str, int]]:
+        out = []
+        for bookie in self.fields["bookies"].split(","):
+            host, port = bookie.rsplit(":", 1)
+            out.append((host, int(port)))
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL: nothing of the shutdown path runs."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(STOP_GRACE_S)
+
+    def terminate(self) -> int:
+        """SIGTERM and wait; SIGKILL after ``STOP_GRACE_S``. Returns the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
