@@ -154,3 +154,18 @@ CLIENT_BACKOFF_MAX_MS = 60_000
 CLIENT_TIMER_TICK_MS = 100
 #: Partitions of one topic a client produces to or consumes from.
 CLIENT_PARTITIONS_COUNT_MAX = 10_000
+
+# --- perf tool (cli/perf.py) ------------------------------------------------------------------
+#: Topics one ``magnetar perf`` run addresses (x partitions each).
+PERF_TOPICS_COUNT_MAX = 100_000
+#: Partitions per topic of one perf run.
+PERF_PARTITIONS_COUNT_MAX = 1_000
+#: Producers (and consumers) per topic of one perf run.
+PERF_CLIENTS_PER_TOPIC_MAX = 100
+#: A perf run is always bounded: at most this long, and at most this many messages.
+PERF_DURATION_S_MAX = 3_600
+PERF_MESSAGES_COUNT_MAX = 1_000_000_000
+#: After the producers stop, consumers get this long to receive what was acknowledged.
+PERF_DRAIN_S_MAX = 30
+#: Latency histogram range: 1 us .. 60 s, 3 significant digits.
+PERF_LATENCY_US_MAX = 60_000_000
