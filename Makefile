@@ -12,7 +12,7 @@ DATA_DIR ?= data/standalone
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,spark]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
