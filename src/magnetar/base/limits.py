@@ -169,3 +169,21 @@ PERF_MESSAGES_COUNT_MAX = 1_000_000_000
 PERF_DRAIN_S_MAX = 30
 #: Latency histogram range: 1 us .. 60 s, 3 significant digits.
 PERF_LATENCY_US_MAX = 60_000_000
+
+# --- chaos harness (magnetar.chaos) -----------------------------------------------------------
+#: Ops (sends, receives, acks, drained messages) one chaos history may hold.
+CHAOS_HISTORY_OPS_COUNT_MAX = 5_000_000
+#: Fault injections one chaos run may schedule.
+CHAOS_INJECTIONS_COUNT_MAX = 10_000
+#: Producers (and consumers) of one chaos workload.
+CHAOS_CLIENTS_COUNT_MAX = 64
+#: Messages one chaos producer sends at most (a run is bounded in count as well as in time).
+CHAOS_MESSAGES_PER_PRODUCER_MAX = 1_000_000
+#: Sends one chaos producer keeps in flight.
+CHAOS_PRODUCER_PENDING_COUNT_MAX = 1_000
+#: Retries of one unknown send by a deduplicating chaos producer (same sequence id).
+CHAOS_SEND_RETRIES_MAX = 3
+#: Messages one drain pass reads from one topic before it gives up.
+CHAOS_DRAIN_MESSAGES_COUNT_MAX = 10_000_000
+#: A whole chaos run is always bounded in time.
+CHAOS_RUN_S_MAX = 6 * 3600
