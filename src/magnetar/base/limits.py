@@ -122,6 +122,18 @@ BROKER_CONNECTIONS_COUNT_MAX = 10_000
 BROKER_HANDLES_PER_CONNECTION_COUNT_MAX = 10_000
 #: Topics one broker keeps loaded.
 BROKER_TOPICS_LOADED_COUNT_MAX = 100_000
+#: Namespace and topic policy nodes one broker caches and watches (the oldest is forgotten beyond it).
+POLICY_CACHE_NODES_COUNT_MAX = 100_000
+#: Entries one TTL-expiry or backlog-eviction pass of a subscription reads (the next pass goes on).
+BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX = 100_000
+#: Entries one admin ``skip/{n}`` may skip.
+ADMIN_SKIP_ENTRIES_COUNT_MAX = 1_000_000
+#: Partitions one partitioned topic may have (Pulsar: maxNumPartitionsPerPartitionedTopic, 0 = none).
+ADMIN_PARTITIONS_COUNT_MAX = 10_000
+#: Tenants, namespaces per tenant, and topics one admin listing returns.
+ADMIN_LIST_COUNT_MAX = 100_000
+#: Bytes of one admin request body.
+ADMIN_BODY_BYTES_MAX = 1 * MIB
 
 # --- client ------------------------------------------------------------------------------------
 #: Requests one client connection may have awaiting a reply (lookups, subscribes, seeks, ...).
