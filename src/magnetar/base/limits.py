@@ -199,3 +199,19 @@ CHAOS_SEND_RETRIES_MAX = 3
 CHAOS_DRAIN_MESSAGES_COUNT_MAX = 10_000_000
 #: A whole chaos run is always bounded in time.
 CHAOS_RUN_S_MAX = 6 * 3600
+
+# --- spark connector (magnetar.connectors.spark) ----------------------------------------------
+#: Topic partitions one Spark query reads (all topics together).
+SPARK_PARTITIONS_COUNT_MAX = 10_000
+#: Spark input partitions one planned read is cut into.
+SPARK_SLICES_COUNT_MAX = 100_000
+#: Entries one task asks of the bookies at once (pipelined over one connection per bookie).
+SPARK_READ_ENTRIES_CHUNK_COUNT_MAX = 1_000
+#: Rows of one Arrow record batch a task yields.
+SPARK_ARROW_BATCH_ROWS_MAX = 65_536
+#: Entries the driver scans ahead to count records for maxRecordsPerTrigger/minRecordsPerTrigger.
+SPARK_ADMISSION_SCAN_ENTRIES_MAX = 100_000
+#: Broker fallback: a reader that gets nothing for this long while rows are still due fails the task.
+SPARK_BROKER_READ_IDLE_MS_MAX = 30_000
+#: Rows one writer task keeps in flight to the broker.
+SPARK_WRITE_PENDING_COUNT_MAX = 1_000
