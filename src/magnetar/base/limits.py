@@ -122,6 +122,24 @@ BROKER_CONNECTIONS_COUNT_MAX = 10_000
 BROKER_HANDLES_PER_CONNECTION_COUNT_MAX = 10_000
 #: Topics one broker keeps loaded.
 BROKER_TOPICS_LOADED_COUNT_MAX = 100_000
+#: Producer names whose highest persisted sequence id one topic remembers (oldest forgotten beyond it).
+BROKER_DEDUP_PRODUCER_NAMES_COUNT_MAX = 10_000
+#: Persisted entries between two dedup snapshots (Pulsar: brokerDeduplicationEntriesInterval); it
+#: also bounds what a topic load replays after a crash.
+BROKER_DEDUP_SNAPSHOT_INTERVAL_ENTRIES = 1_000
+#: Entries one read of the dedup replay (topic load) asks for.
+BROKER_DEDUP_REPLAY_READ_COUNT = 500
+#: Delayed messages one subscription's in-memory index holds (about 56 bytes each); beyond it the
+#: rest stay unacknowledged in the log and are indexed again when the index has room.
+BROKER_DELAYED_INDEX_ENTRIES_MAX = 100_000
+#: Bytes of memory the delayed-delivery index of one subscription may use at its entry bound.
+BROKER_DELAYED_INDEX_BYTES_MAX = 8 * MIB
+#: Entries one rebuild pass of the delayed index reads (the next pass goes on).
+BROKER_DELAYED_REBUILD_READ_COUNT = 1_000
+#: Schema versions one topic may register.
+SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX = 1_000
+#: Bytes of one schema definition (Avro/JSON/protobuf text).
+SCHEMA_DATA_BYTES_MAX = 512 * 1024
 #: Namespace and topic policy nodes one broker caches and watches (the oldest is forgotten beyond it).
 POLICY_CACHE_NODES_COUNT_MAX = 100_000
 #: Entries one TTL-expiry or backlog-eviction pass of a subscription reads (the next pass goes on).
