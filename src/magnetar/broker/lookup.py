@@ -1,21 +1,56 @@
-"""Answers to PARTITIONED_METADATA and LOOKUP for a broker that owns every topic it is asked for.
+"""Answers to PARTITIONED_METADATA and LOOKUP.
 
 Partition counts of partitioned topics are read from the metadata store at
 ``/admin/partitioned-topics/{tenant}/{namespace}/{domain}/{encoded local name}`` (JSON
 ``{"partitions": N}``), where the admin API writes them, as in Pulsar. Everything else is
-non-partitioned (0), including each ``-partition-N`` name itself. A single broker answers every
-LOOKUP with "connect here" (response=Connect, authoritative=true) and its advertised URL.
+non-partitioned (0), including each ``-partition-N`` name itself.
+
+LOOKUP is answered by a ``TopicLookup``: ``SingleBrokerLookup`` (standalone, tests) answers every
+topic with "connect here" (response=Connect, authoritative=true) and the broker's advertised URL;
+in a cluster ``broker.ownership.OwnershipLookup`` answers Connect for bundles this broker owns (or
+acquires) and Redirect to the owner (or to the broker chosen to own it) otherwise.
 """
 
 from __future__ import annotations
 
+import enum
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import quote
 
 from magnetar.base.types import TopicName
 from magnetar.metadata.api import MetadataStore
 
 PARTITIONED_TOPICS_ROOT = "/admin/partitioned-topics"
+
+
+class LookupKind(enum.Enum):
+    CONNECT = "connect"  # the topic is served at ``url``: create the producer/consumer there
+    REDIRECT = "redirect"  # ask ``url`` again (with ``authoritative`` copied into the next LOOKUP)
+
+
+@dataclass(frozen=True, slots=True)
+class LookupAnswer:
+    kind: LookupKind
+    url: str
+    authoritative: bool
+
+
+class TopicLookup(Protocol):
+    async def lookup(self, topic: TopicName, authoritative: bool) -> LookupAnswer:
+        """Where ``topic`` is served; raises ``BrokerError`` (e.g. ServiceNotReady) when unknown now."""
+
+
+class SingleBrokerLookup:
+    """A broker that serves every topic itself: always Connect to its own advertised URL."""
+
+    def __init__(self, service_url: Callable[[], str]) -> None:
+        self._service_url = service_url
+
+    async def lookup(self, topic: TopicName, authoritative: bool) -> LookupAnswer:
+        return LookupAnswer(LookupKind.CONNECT, self._service_url(), True)
 
 
 def partitioned_topic_path(topic: TopicName) -> str:

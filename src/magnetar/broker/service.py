@@ -18,7 +18,7 @@ from magnetar.base.types import TopicName
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.log import LogStore
-from magnetar.broker.lookup import PartitionedTopics
+from magnetar.broker.lookup import PartitionedTopics, SingleBrokerLookup, TopicLookup
 from magnetar.broker.topic import Topic
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import pb
@@ -34,6 +34,8 @@ class BrokerService:
         self.config = config
         self.log_store = log_store
         self.partitioned = PartitionedTopics(metadata)
+        #: Answers LOOKUP; a cluster broker replaces it with ``broker.ownership.OwnershipLookup``.
+        self.lookup: TopicLookup = SingleBrokerLookup(lambda: self.config.service_url)
         self.topics: dict[str, Topic] = {}
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._producer_counter = 0

@@ -26,6 +26,7 @@ from magnetar.base.types import EARLIEST, TopicName
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.ids import before, is_earliest, is_latest, to_position
+from magnetar.broker.lookup import LookupKind
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
@@ -172,8 +173,11 @@ class Session:
         self.connection.send_partitioned_metadata(body.request_id, await self.service.partitions(name))
 
     async def _lookup(self, body: pb.CommandLookupTopic) -> None:
-        _topic_name(body.topic)
-        self.connection.send_lookup_connect(body.request_id, self.service.config.service_url, authoritative=True)
+        answer = await self.service.lookup.lookup(_topic_name(body.topic), body.authoritative)
+        if answer.kind is LookupKind.CONNECT:
+            self.connection.send_lookup_connect(body.request_id, answer.url, authoritative=answer.authoritative)
+        else:
+            self.connection.send_lookup_redirect(body.request_id, answer.url, authoritative=answer.authoritative)
 
     async def _topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
         pattern = body.topics_pattern if body.HasField("topics_pattern") else None
