@@ -32,6 +32,16 @@ class BrokerConfig:
     auto_created_partitions_count: int = 0
     #: Answer a re-sent (producer_name, sequence_id) already persisted with a (-1,-1) receipt.
     deduplication: bool = True
+    #: Broker-wide policy defaults, used where neither the namespace nor the topic sets one
+    #: (Pulsar: defaultRetentionTimeInMinutes/SizeInMB = 0, ttlDurationDefaultInSeconds = 0,
+    #: delayedDeliveryEnabled = true). Retention -1 keeps consumed entries forever; TTL 0 never expires.
+    retention_time_s: float = 0.0
+    retention_size_bytes: int = 0
+    message_ttl_s: int = 0
+    delayed_delivery: bool = True
+    #: How often loaded topics are checked for TTL expiry, backlog quotas and retention (Pulsar
+    #: checks these every 1-5 min; a short period costs one pass over the loaded topics).
+    policy_check_interval_ms: int = 5000
     #: SENDs one producer may have between receipt and persist; reading pauses beyond it.
     pending_sends_per_producer_max: int = 1000
     #: Entries one dispatcher read asks the log for.
@@ -72,6 +82,10 @@ class BrokerConfig:
                 raise InvalidArgument(f"{name} must be 1..{bound}, got {value}")
         if self.connection_outbound_bytes_high < 64 * 1024:
             raise InvalidArgument("connection_outbound_bytes_high must be at least 64 KiB")
+        if self.policy_check_interval_ms < 1 or self.message_ttl_s < 0:
+            raise InvalidArgument("policy_check_interval_ms must be >= 1 and message_ttl_s >= 0")
+        if self.retention_time_s < -1 or self.retention_size_bytes < -1:
+            raise InvalidArgument("retention_time_s and retention_size_bytes must be >= -1")
         if self.auto_created_partitions_count < 0:
             raise InvalidArgument("auto_created_partitions_count must be >= 0")
 

@@ -31,6 +31,23 @@ class Entry:
     data: bytes  # the stored headers_and_payload (0x0e01 checksum block, metadata, payload)
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerStats:
+    ledger_id: int
+    entries_count: int
+    size_bytes: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class StorageStats:
+    """What a topic's log stores now (admin stats, metrics, backlog quota)."""
+
+    entries_count: int
+    size_bytes: int
+    ledgers: tuple[LedgerStats, ...]
+
+
 class SubscriptionCursor(Protocol):
     @property
     def name(self) -> str: ...
@@ -46,8 +63,15 @@ class SubscriptionCursor(Protocol):
     def batch_ack_set(self, position: Position, batch_size: int) -> list[int] | None:
         """The wire ack set of a batch entry of ``batch_size`` messages, or None if none was acked alone."""
 
-    async def mark_delete(self, position: Position) -> None:
-        """Cumulative ack: everything at or before ``position`` is acknowledged."""
+    @property
+    def properties(self) -> dict[str, int]:
+        """Named numbers stored with the mark-delete position (the dedup cursor's snapshot)."""
+
+    async def mark_delete(self, position: Position, properties: dict[str, int] | None = None) -> None:
+        """Cumulative ack: everything at or before ``position`` is acknowledged.
+
+        ``properties`` (when given) replace the stored ones, persisted together with the position.
+        """
 
     async def delete(self, positions: Sequence[Position]) -> None:
         """Individual acks."""
@@ -57,6 +81,9 @@ class SubscriptionCursor(Protocol):
 
     async def reset(self, mark_delete: Position) -> None:
         """Seek: set the mark-delete position (backwards too) and forget individual acks after it."""
+
+    def backlog_entries(self) -> int:
+        """Stored entries after the mark-delete position that are not individually acknowledged."""
 
 
 class TopicLog(Protocol):
@@ -77,6 +104,16 @@ class TopicLog(Protocol):
 
     def cursor_names(self) -> list[str]: ...
 
+    def storage_stats(self) -> StorageStats:
+        """Entries, bytes and ledgers stored now."""
+
+    def backlog_bytes(self, after: Position) -> int:
+        """Bytes stored after ``after`` (an estimate from ledger sizes where entries are not counted)."""
+
+    async def apply_retention(self, retention_time_s: float, retention_size_bytes: int) -> list[int]:
+        """Adopt the retention policy (-1: unbounded) and delete what every durable cursor consumed
+        and retention lets go; returns the ids of the ledgers deleted."""
+
     async def close(self) -> None: ...
 
 
@@ -88,6 +125,9 @@ class LogStore(Protocol):
 
     async def list_logs(self, namespace: str) -> list[str]:
         """Full names of the persistent topics stored in ``namespace`` (``tenant/ns``)."""
+
+    async def delete_log(self, topic: str) -> None:
+        """Delete ``topic``'s log, its entries and cursors (the caller closed it first); NotFound if absent."""
 
 
 def acked_indexes(ack_set: Sequence[int], batch_size: int) -> set[int]:

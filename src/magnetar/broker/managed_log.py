@@ -15,7 +15,7 @@ from urllib.parse import unquote
 
 from magnetar.base.errors import NotFound
 from magnetar.base.types import Position, TopicName
-from magnetar.broker.log import Entry, ack_set_words, acked_indexes
+from magnetar.broker.log import Entry, LedgerStats, StorageStats, ack_set_words, acked_indexes
 from magnetar.managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
 from magnetar.metadata.api import MetadataStore
@@ -46,8 +46,12 @@ class ManagedSubscriptionCursor:
         acked = self._cursor.batch_acked_indexes(position)
         return ack_set_words(acked, batch_size) if acked else None
 
-    async def mark_delete(self, position: Position) -> None:
-        await self._cursor.mark_delete(position)
+    @property
+    def properties(self) -> dict[str, int]:
+        return dict(self._cursor.properties)
+
+    async def mark_delete(self, position: Position, properties: dict[str, int] | None = None) -> None:
+        await self._cursor.mark_delete(position, properties)
 
     async def delete(self, positions: Sequence[Position]) -> None:
         await self._cursor.delete(positions)
@@ -57,6 +61,13 @@ class ManagedSubscriptionCursor:
 
     async def reset(self, mark_delete: Position) -> None:
         await self._cursor.reset(mark_delete.next())
+
+    def backlog_entries(self) -> int:
+        return self._cursor.get_number_of_entries_in_backlog()
+
+    @property
+    def managed_cursor(self) -> ManagedCursor:
+        return self._cursor
 
 
 class ManagedTopicLog:
@@ -106,6 +117,18 @@ class ManagedTopicLog:
     def cursor_names(self) -> list[str]:
         return sorted(self._ml.cursors)
 
+    def storage_stats(self) -> StorageStats:
+        infos = self._ml.ledger_infos()
+        ledgers = tuple(LedgerStats(i.ledger_id, i.entries_count, i.size_bytes, i.timestamp_ms) for i in infos)
+        return StorageStats(self._ml.number_of_entries, sum(i.size_bytes for i in infos), ledgers)
+
+    def backlog_bytes(self, after: Position) -> int:
+        return self._ml.estimated_size_after(after)
+
+    async def apply_retention(self, retention_time_s: float, retention_size_bytes: int) -> list[int]:
+        self._ml.set_retention(retention_time_s, retention_size_bytes)
+        return await self._ml.trim_consumed_ledgers()
+
     async def close(self) -> None:
         for cursor in self._non_durable.values():
             self._ml.forget_non_durable_cursor(cursor)
@@ -130,3 +153,6 @@ class ManagedLogStore:
         if not await self._metadata.exists(parent):
             return []
         return sorted(f"persistent://{namespace}/{unquote(child)}" for child in await self._metadata.children(parent))
+
+    async def delete_log(self, topic: str) -> None:
+        await self._factory.delete(ManagedLedgerFactory.name_of(TopicName.parse(topic)))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from magnetar.base.errors import LimitExceeded, NotFound
 from magnetar.base.limits import MANAGED_CURSOR_RANGES_COUNT_MAX, MIB
 from magnetar.base.types import Position, TopicName
-from magnetar.broker.log import Entry, ack_set_words, acked_indexes
+from magnetar.broker.log import Entry, LedgerStats, StorageStats, ack_set_words, acked_indexes
 
 
 @dataclass
@@ -25,6 +25,7 @@ class _CursorState:
     mark_delete: Position
     acked: set[Position] = field(default_factory=set)
     batch_acks: dict[Position, set[int]] = field(default_factory=dict)
+    properties: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,8 +64,14 @@ class MemoryCursor:
         found = self._state.batch_acks.get(position)
         return ack_set_words(found, batch_size) if found is not None else None
 
-    async def mark_delete(self, position: Position) -> None:
+    @property
+    def properties(self) -> dict[str, int]:
+        return dict(self._state.properties)
+
+    async def mark_delete(self, position: Position, properties: dict[str, int] | None = None) -> None:
         state = self._state
+        if properties is not None:
+            state.properties = dict(properties)
         if position <= state.mark_delete:
             return
         state.mark_delete = position
@@ -98,6 +105,10 @@ class MemoryCursor:
         self._state.batch_acks = {p: s for p, s in self._state.batch_acks.items() if p > mark_delete}
         self._advance()
 
+    def backlog_entries(self) -> int:
+        positions = self._log.positions_after(self._state.mark_delete)
+        return len(positions) - sum(1 for p in self._state.acked if p > self._state.mark_delete)
+
     def _advance(self) -> None:
         """Fold individual acks that directly follow the mark-delete position into it."""
         state = self._state
@@ -129,6 +140,27 @@ class MemoryTopicLog:
         positions = self._state.positions
         index = bisect.bisect_right(positions, position)
         return positions[index] if index < len(positions) else None
+
+    def positions_after(self, position: Position) -> list[Position]:
+        positions = self._state.positions
+        return positions[bisect.bisect_right(positions, position):]
+
+    def storage_stats(self) -> StorageStats:
+        state = self._state
+        ledgers: dict[int, tuple[int, int]] = {}
+        for position, data in zip(state.positions, state.data, strict=True):
+            count, size = ledgers.get(position.ledger_id, (0, 0))
+            ledgers[position.ledger_id] = (count + 1, size + len(data))
+        stats = tuple(LedgerStats(lid, count, size, 0) for lid, (count, size) in sorted(ledgers.items()))
+        return StorageStats(len(state.positions), sum(s.size_bytes for s in stats), stats)
+
+    def backlog_bytes(self, after: Position) -> int:
+        index = bisect.bisect_right(self._state.positions, after)
+        return sum(len(d) for d in self._state.data[index:])
+
+    async def apply_retention(self, retention_time_s: float, retention_size_bytes: int) -> list[int]:
+        """The reference log keeps every entry: it has no ledgers to delete."""
+        return []
 
     async def append(self, data: bytes) -> Position:
         self._store.charge(len(data))
@@ -193,6 +225,12 @@ class MemoryLogStore:
 
     async def list_logs(self, namespace: str) -> list[str]:
         return sorted(t for t in self._logs if TopicName.parse(t).namespace == namespace)
+
+    async def delete_log(self, topic: str) -> None:
+        state = self._logs.pop(topic, None)
+        if state is None:
+            raise NotFound(f"topic {topic} does not exist")
+        self._bytes -= sum(len(d) for d in state.data)
 
 
 __all__ = ["MemoryCursor", "MemoryLogStore", "MemoryTopicLog"]

@@ -27,6 +27,7 @@ changes only along ``TRANSITIONS``; time comes only from the injected ``Clock``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
@@ -331,6 +332,24 @@ class ManagedLedger:
     @property
     def total_size_bytes(self) -> int:
         return sum(info.size_bytes for info in self._list.with_live_stats())
+
+    def estimated_size_after(self, position: Position) -> int:
+        """Bytes stored after ``position``: whole later ledgers, plus the average entry size times
+        the entries left in ``position``'s own ledger (Pulsar's estimated backlog size)."""
+        total = 0
+        for info in self._list.with_live_stats():
+            if info.ledger_id > position.ledger_id:
+                total += info.size_bytes
+            elif info.ledger_id == position.ledger_id and info.entries_count > 0:
+                left = max(0, info.entries_count - 1 - position.entry_id)
+                total += info.size_bytes * left // info.entries_count
+        return total
+
+    def set_retention(self, retention_time_s: float, retention_size_bytes: int) -> None:
+        """Adopt a new retention policy (namespace or topic policy); the next trim applies it."""
+        if retention_time_s != self.config.retention_time_s or retention_size_bytes != self.config.retention_size_bytes:
+            self.config = dataclasses.replace(
+                self.config, retention_time_s=retention_time_s, retention_size_bytes=retention_size_bytes)
 
     def position_after_n(self, start: Position, n: int) -> Position:
         """The entry ``n`` entries after ``start`` (start excluded), clamped to the last one."""
