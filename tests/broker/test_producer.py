@@ -61,6 +61,7 @@ def test_resent_sequence_ids_are_deduplicated_only_once_persisted() -> None:
     async def run() -> None:
         log = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
         topic = Topic(TopicName.parse("t"), log, BrokerConfig())
+        await topic.dedup.ready()
         channel = FakeChannel()
         producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
         await producer.send(pb.CommandSend(producer_id=0, sequence_id=0), b"a")

@@ -29,6 +29,7 @@ import contextlib
 import logging
 from collections.abc import Iterable, Sequence
 
+from magnetar.base.clock import Clock
 from magnetar.base.errors import CorruptData
 from magnetar.base.types import Position
 from magnetar.broker.config import BrokerConfig
@@ -47,8 +48,9 @@ class Dispatcher:
     skip_blocked = False
 
     def __init__(self, topic_log: TopicLog, cursor: SubscriptionCursor, config: BrokerConfig,
-                 partition_index: int) -> None:
+                 partition_index: int, *, clock: Clock | None = None) -> None:
         self.log = topic_log
+        self.clock = clock
         self.cursor = cursor
         self.config = config
         self.partition_index = partition_index

@@ -7,7 +7,10 @@ of the FIFO, so SEND_RECEIPT / SEND_ERROR for one producer always follow SEND or
 official client requires. A SEND with a bad checksum takes its place in the FIFO with a ChecksumError.
 
 Persist before acknowledging: a receipt is sent only after the topic's append returned, i.e. after
-the entry is durable. Fault points ``broker.after_persist_before_receipt`` and
+the entry is durable. Deduplication (``topic.dedup``, a ``MessageDeduplication``): a SEND whose
+sequence id that producer name already persisted is answered with a (-1,-1) receipt, as Java does;
+one whose id is still being appended (a resend after a reconnect racing the original) waits for
+that append and is then judged again. Fault points ``broker.after_persist_before_receipt`` and
 ``broker.after_receipt`` bracket the receipt.
 
 States: ACTIVE -> CLOSED (client close, fencing, connection loss); receipts of a closed producer
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from magnetar import faults
 from magnetar.base.invariant import invariant
 from magnetar.base.types import Position
+from magnetar.broker.dedup import DedupAppend, DedupStatus
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.protocol.pulsar import pb
 
@@ -121,19 +125,30 @@ class Producer:
         if data is None:
             op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
             await self._flush()
-        elif not chunk and self.topic.is_duplicate(self.name, first):
+        elif not chunk and await self._is_duplicate(first):
             op.position = DUPLICATE
             await self._flush()
         else:
-            op.task = asyncio.get_running_loop().create_task(self._persist(op, data))
+            append = self.topic.dedup.begin(self.name, highest, records_sequence=records_sequence)
+            op.task = asyncio.get_running_loop().create_task(self._persist(op, data, append))
 
-    async def _persist(self, op: _PendingSend, data: bytes) -> None:
+    async def _is_duplicate(self, sequence_id: int) -> bool:
+        dedup = self.topic.dedup
+        status = dedup.check(self.name, sequence_id)
+        while status is DedupStatus.UNKNOWN:  # each wait ends when one in-flight append ends
+            await dedup.wait_in_flight(self.name, sequence_id)
+            status = dedup.check(self.name, sequence_id)
+        return status is DedupStatus.DUPLICATE
+
+    async def _persist(self, op: _PendingSend, data: bytes, append: DedupAppend) -> None:
+        position: Position | None = None
         try:
-            op.position = await self.topic.publish(data)
-            if op.records_sequence:
-                self.topic.record_sequence(self.name, op.highest_sequence_id)
+            position = await self.topic.publish(data)
+            op.position = position
         except Exception as error:
             op.error = to_broker_error(error)
+        finally:
+            self.topic.dedup.finish(append, position)
         await self._flush()
 
     async def _flush(self) -> None:

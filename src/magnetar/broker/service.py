@@ -12,6 +12,7 @@ import asyncio
 import enum
 import re
 
+from magnetar.base.clock import Clock
 from magnetar.base.errors import LimitExceeded, NotFound
 from magnetar.base.limits import BROKER_TOPICS_LOADED_COUNT_MAX
 from magnetar.base.types import TopicName
@@ -30,8 +31,10 @@ class ServiceState(enum.Enum):
 
 
 class BrokerService:
-    def __init__(self, config: BrokerConfig, log_store: LogStore, metadata: MetadataStore | None = None) -> None:
+    def __init__(self, config: BrokerConfig, log_store: LogStore, metadata: MetadataStore | None = None,
+                 clock: Clock | None = None) -> None:
         self.config = config
+        self.clock = clock
         self.log_store = log_store
         self.partitioned = PartitionedTopics(metadata)
         #: Answers LOOKUP; a cluster broker replaces it with ``broker.ownership.OwnershipLookup``.
@@ -69,7 +72,7 @@ class BrokerService:
         self._loading[key] = future
         try:
             topic_log = await self.log_store.open_log(key, create=create and self.config.topic_auto_creation)
-            topic = Topic(name, topic_log, self.config)
+            topic = Topic(name, topic_log, self.config, clock=self.clock)
             self.topics[key] = topic
             future.set_result(topic)
             return topic

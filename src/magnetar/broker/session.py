@@ -199,6 +199,7 @@ class Session:
             raise BrokerError(pb.ProducerBusy, f"producer id {body.producer_id} is in use on this connection")
         self._check_handles()
         topic = await self.service.get_topic(_topic_name(body.topic), create=True)
+        await topic.dedup.ready()  # recovered before the first producer: last_sequence_id is right
         name = body.producer_name if body.HasField("producer_name") and body.producer_name else (
             self.service.next_producer_name())
         mode = AccessMode(body.producer_access_mode) if body.HasField("producer_access_mode") else AccessMode.SHARED

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 
+from magnetar.base.clock import Clock
 from magnetar.base.invariant import invariant
 from magnetar.base.types import Position
 from magnetar.broker.config import BrokerConfig
@@ -38,24 +39,26 @@ _TRANSITIONS = {(SubscriptionState.ACTIVE, SubscriptionState.CLOSED)}
 
 
 def make_dispatcher(sub_type: SubType, topic_log: TopicLog, cursor: SubscriptionCursor, config: BrokerConfig,
-                    partition_index: int) -> Dispatcher:
+                    partition_index: int, clock: Clock | None = None) -> Dispatcher:
     if sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
         return SingleActiveDispatcher(topic_log, cursor, config, partition_index,
                                       failover=sub_type is SubType.FAILOVER)
     if sub_type is SubType.SHARED:
-        return SharedDispatcher(topic_log, cursor, config, partition_index)
-    return KeySharedDispatcher(topic_log, cursor, config, partition_index)
+        return SharedDispatcher(topic_log, cursor, config, partition_index, clock=clock)
+    return KeySharedDispatcher(topic_log, cursor, config, partition_index, clock=clock)
 
 
 class Subscription:
     def __init__(self, name: str, topic_log: TopicLog, cursor: SubscriptionCursor, config: BrokerConfig,
-                 partition_index: int, on_closed: Callable[[Subscription], None]) -> None:
+                 partition_index: int, on_closed: Callable[[Subscription], None],
+                 clock: Clock | None = None) -> None:
         self.name = name
         self.log = topic_log
         self.cursor = cursor
         self.config = config
         self.partition_index = partition_index
         self._on_closed = on_closed
+        self.clock = clock
         self.dispatcher: Dispatcher | None = None
         self.sub_type: SubType | None = None
         self._state = SubscriptionState.ACTIVE
@@ -92,7 +95,7 @@ class Subscription:
         if self.dispatcher is None or self.sub_type is not consumer.sub_type:
             self.sub_type = consumer.sub_type
             self.dispatcher = make_dispatcher(consumer.sub_type, self.log, self.cursor, self.config,
-                                              self.partition_index)
+                                              self.partition_index, self.clock)
             self.dispatcher.start()
         self.dispatcher.add_consumer(consumer)
 

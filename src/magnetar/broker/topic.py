@@ -8,9 +8,8 @@ other producer exists and keeps others out; ExclusiveWithFencing closes the exis
 (CLOSE_PRODUCER) and makes their reconnects fail with ProducerFenced; WaitForExclusive is answered
 ``producer_ready=false`` and admitted (a second PRODUCER_SUCCESS) when the topic has no producer.
 
-Deduplication keeps the highest sequence id persisted per producer name (at most
-``DEDUP_PRODUCER_NAMES_COUNT_MAX``, oldest forgotten); only ids actually persisted count, which is
-what the 4.2.0 client's sequence-id reuse quirk needs.
+Deduplication (``dedup``, see ``broker/dedup.py``) keeps the highest sequence id persisted per
+producer name, snapshotted in the ``pulsar.dedup`` cursor and rebuilt on load.
 """
 
 from __future__ import annotations
@@ -19,9 +18,11 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from magnetar.base.clock import Clock
 from magnetar.base.invariant import invariant
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.dedup import MessageDeduplication
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import TopicLog
@@ -50,13 +51,15 @@ class WaitingProducer:
 
 
 class Topic:
-    def __init__(self, name: TopicName, topic_log: TopicLog, config: BrokerConfig) -> None:
+    def __init__(self, name: TopicName, topic_log: TopicLog, config: BrokerConfig,
+                 clock: Clock | None = None) -> None:
         self.name = name
         self.log = topic_log
         self.config = config
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
-        self._last_sequence: dict[str, int] = {}
+        self.clock = clock  # delayed delivery needs it; None: delayed messages go out at once
+        self.dedup = MessageDeduplication(topic_log, config)
         self._fenced_names: set[str] = set()
         self._waiting: list[WaitingProducer] = []
         self._state = TopicState.ACTIVE
@@ -76,17 +79,7 @@ class Topic:
     # --- producers ------------------------------------------------------------------------------
 
     def last_sequence_id(self, producer_name: str) -> int:
-        return self._last_sequence.get(producer_name, -1)
-
-    def is_duplicate(self, producer_name: str, sequence_id: int) -> bool:
-        return self.config.deduplication and sequence_id <= self._last_sequence.get(producer_name, -1)
-
-    def record_sequence(self, producer_name: str, highest_sequence_id: int) -> None:
-        table = self._last_sequence
-        previous = table.pop(producer_name, -1)
-        table[producer_name] = max(previous, highest_sequence_id)
-        while len(table) > DEDUP_PRODUCER_NAMES_COUNT_MAX:
-            del table[next(iter(table))]
+        return self.dedup.last_sequence_id(producer_name)
 
     def add_producer(self, producer: Producer, request_id: int,
                      admit: Callable[[Producer, int], None]) -> bool:
@@ -151,7 +144,8 @@ class Topic:
         found = self.subscriptions.get(name)  # another subscribe may have won while we awaited
         if found is not None:
             return found
-        subscription = Subscription(name, self.log, cursor, self.config, self.partition_index, self._forget)
+        subscription = Subscription(name, self.log, cursor, self.config, self.partition_index, self._forget,
+                                    clock=self.clock)
         self.subscriptions[name] = subscription
         return subscription
 
@@ -201,6 +195,7 @@ class Topic:
             self.remove_producer(producer)
         for subscription in list(self.subscriptions.values()):
             await subscription.close(delete=not subscription.durable)
+        await self.dedup.close()
         await self.log.close()
 
 

@@ -245,7 +245,7 @@ async def start_broker(
         from magnetar.runtime.network import TcpNetwork
 
         network = TcpNetwork()
-    service = BrokerService(config, log_store, metadata)
+    service = BrokerService(config, log_store, metadata, clock=clock)
     server = BrokerServer(service, network, clock, server_config)
     await server.listen(host, port)
     if port == 0 or config.advertised_port == 0:
