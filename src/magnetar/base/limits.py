@@ -153,6 +153,16 @@ ADMIN_LIST_COUNT_MAX = 100_000
 #: Bytes of one admin request body.
 ADMIN_BODY_BYTES_MAX = 1 * MIB
 
+# --- cluster (bundle ownership, load reports) --------------------------------------------------
+#: Bundles a namespace starts with (Pulsar: defaultNumberOfNamespaceBundles).
+NAMESPACE_BUNDLES_COUNT_DEFAULT = 4
+#: Bundles one namespace may be split into (Pulsar: loadBalancerNamespaceMaximumBundles).
+NAMESPACE_BUNDLES_COUNT_MAX = 128
+#: A broker republishes its load report at least this often.
+LOAD_REPORT_INTERVAL_MS = 5_000
+#: How often the load reporter checks whether the owned bundles changed (then it publishes at once).
+LOAD_REPORT_CHECK_MS = 200
+
 # --- client ------------------------------------------------------------------------------------
 #: Requests one client connection may have awaiting a reply (lookups, subscribes, seeks, ...).
 CLIENT_PENDING_REQUESTS_COUNT_MAX = 10_000
