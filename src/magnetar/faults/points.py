@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError
 from magnetar.base.limits import FAULT_SPECS_COUNT_MAX
+from magnetar.faults import breaks
 from magnetar.faults.registry import REGISTRY, FaultPoint
 
 __all__ = [
@@ -182,6 +183,7 @@ def arm_from_env(environ: dict[str, str] | None = None) -> list[FaultSpec]:
     """Arm what ``MAGNETAR_FAULTS`` names; called once by a real process's composition root."""
     text = (environ if environ is not None else os.environ).get(ENV_VAR, "")
     specs = parse_specs(text)
+    breaks.enable_from_env(environ)  # negative controls (MAGNETAR_BREAK), read at the same moment
     for spec in specs:
         arm(spec.name, spec.action, delay_ms=spec.delay_ms, from_hit=spec.from_hit)
     return specs
@@ -200,6 +202,7 @@ def disarm_all() -> None:
         release(name)
     _armed.clear()
     _hits.clear()
+    breaks.disable_all()
 
 
 def armed() -> dict[str, FaultSpec]:

@@ -36,6 +36,7 @@ from magnetar.base.errors import BadVersion, LimitExceeded, MagnetarError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import LEDGER_METADATA_CAS_RETRY_COUNT_MAX, LEDGER_RECOVERY_ENTRIES_COUNT_MAX
 from magnetar.base.types import NO_ENTRY, BookieId
+from magnetar.faults import breaks
 from magnetar.ledger._deadline import keep_in_background, with_deadline
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import NoSuchEntryError, RecoveryIncomplete
@@ -75,6 +76,15 @@ RECOVERY_TRANSITIONS: dict[RecoveryStep, frozenset[RecoveryStep]] = {
 }
 
 
+def _broken(mode: RecoveryMode) -> RecoveryMode:
+    """A real process started with ``MAGNETAR_BREAK`` (negative control, faults/breaks.py) recovers wrongly."""
+    if mode is RecoveryMode.CORRECT and breaks.active(breaks.Break.NO_FENCING):
+        return RecoveryMode.NO_FENCING
+    if mode is RecoveryMode.CORRECT and breaks.active(breaks.Break.TRUNCATE_TO_LAC):
+        return RecoveryMode.TRUNCATE_TO_LAC
+    return mode
+
+
 class LedgerRecovery:
     """One recovery attempt of one ledger; ``run()`` returns the CLOSED metadata."""
 
@@ -95,7 +105,7 @@ class LedgerRecovery:
         self._clock = clock
         self._config = config
         self._master_key = master_key
-        self._mode = mode
+        self._mode = _broken(mode)
         self.step = RecoveryStep.START
         self.recovered_entries: list[int] = []
         self._background: set[asyncio.Task[object]] = set()

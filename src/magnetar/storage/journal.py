@@ -8,12 +8,14 @@ Files: ``journal/<file_id:020d>.jnl``, each starting with ``b"MGJ1" + u64 file_i
                           kind 3 LAC:   u8 mk_len, mk, u64 ledger_id, i64 lac  (explicit LAC)
 
 Group commit: one journal task takes queued records (a group ends at ``journal_group_bytes_max``,
-or once the oldest record waited ``journal_group_wait_ms_max``), appends them with one write,
-awaits one ``DiskFile.sync()`` and only then runs every record's callback. While it waits for
+or once the oldest record waited ``journal_group_wait_ms_max``), appends and syncs them with one
+``DiskFile.append_and_sync`` (one worker-thread call in production, from the records' own
+buffers: no joined copy) and only then runs every record's callback. While it waits for
 the disk, the event loop keeps accepting adds, which form the next group. Fault points, in
 order: ``bookie.before_journal_append``, ``bookie.journal.mid_write`` (half the group's bytes
 written), ``bookie.after_write_before_fsync``, ``bookie.after_fsync_before_reply``,
-``bookie.after_reply``.
+``bookie.after_reply``. While a point between the write and the fsync is armed, the group is
+written in two halves and synced as separate steps, so those points are reached in between.
 
 Invariants: a callback runs with ``None`` only after the sync that covers its record returned;
 callbacks run in submission order; a file is synced before the journal moves to the next one,
@@ -36,8 +38,9 @@ from magnetar.base.checksum import crc32c, crc32c_update
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, CorruptData, LimitExceeded
 from magnetar.base.invariant import invariant
-from magnetar.base.io import Disk, DiskFile
+from magnetar.base.io import Bytes, Disk, DiskFile
 from magnetar.base.limits import BOOKIE_JOURNAL_RECORD_BYTES_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
+from magnetar.faults import breaks
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.waits import wait_event_or_timeout, watch_task
 
@@ -58,6 +61,24 @@ Callback = Callable[[BaseException | None], None]
 #: A framed record, whole or as (framing + prefix, entry): an add's entry is then copied once,
 #: into the group's write, instead of once per concatenation.
 Record = bytes | tuple[bytes, bytes]
+
+
+#: Fault points that fall between a group's write and its fsync; while one is armed the journal
+#: writes and syncs in separate steps so the point is reached in between.
+_STEPWISE_POINTS = frozenset({"bookie.journal.mid_write", "bookie.after_write_before_fsync"})
+
+
+def _split_half(parts: list[bytes]) -> tuple[list[Bytes], list[Bytes]]:
+    """``parts`` as two lists holding the first and the second half of their bytes."""
+    half = sum(len(part) for part in parts) // 2
+    first: list[Bytes] = []
+    for index, part in enumerate(parts):
+        if half < len(part):
+            view = memoryview(part)
+            return [*first, view[:half]], [view[half:], *parts[index + 1 :]]
+        first.append(part)
+        half -= len(part)
+    return first, []
 
 
 def journal_path(file_id: int) -> str:
@@ -343,6 +364,10 @@ class Journal:
                 continue
             await self._wait_for_group()
             parts, callbacks = self._take_group()
+            if breaks.active(breaks.Break.ACK_BEFORE_FSYNC):  # negative control only (faults/breaks.py)
+                for callback in callbacks:
+                    callback(None)
+                callbacks = []
             try:
                 await self._write_group(parts)
             except Exception as exc:
@@ -363,15 +388,21 @@ class Journal:
         invariant(file is not None, "journal has no open file")
         assert file is not None  # narrowing for the type checker; the invariant above holds
         await faults.point("bookie.before_journal_append")
-        data = b"".join(parts) if len(parts) > 1 else parts[0]
-        half = len(data) // 2
-        # Two writes so the mid_write point can leave a torn group on disk as a crash would.
-        file.append(memoryview(data)[:half])
-        await faults.point("bookie.journal.mid_write")
-        file.append(memoryview(data)[half:])
-        self._written = JournalPosition(self._file_id, file.size())
-        await faults.point("bookie.after_write_before_fsync")
-        await file.sync()
+        if _STEPWISE_POINTS.isdisjoint(faults.armed()):
+            # The common path: one worker-thread call writes the group's parts (no joined copy)
+            # and fdatasyncs the file; the event loop serves the next adds meanwhile.
+            await file.append_and_sync(parts)
+            self._written = JournalPosition(self._file_id, file.size())
+        else:
+            # A point between the write and the fsync is armed: the same bytes in two writes
+            # (so mid_write leaves a torn group on disk as a crash would), then the fsync.
+            first, second = _split_half(parts)
+            await file.append_parts(first)
+            await faults.point("bookie.journal.mid_write")
+            await file.append_parts(second)
+            self._written = JournalPosition(self._file_id, file.size())
+            await faults.point("bookie.after_write_before_fsync")
+            await file.sync()
         self.groups_count += 1
         self.syncs_count += 1
         await faults.point("bookie.after_fsync_before_reply")

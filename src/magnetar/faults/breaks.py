@@ -1,0 +1,67 @@
+"""Negative-control switches ("breaks"): each one disables a mechanism behind an invariant, so a
+checker can show that it catches the loss the mechanism prevents (``shared/design/FAULTS.md``).
+
+Production never sets them. A real process reads ``MAGNETAR_BREAK=name[,name...]`` once at
+start (``enable_from_env``, called by ``faults.arm_from_env`` from the composition root), the
+same way it reads ``MAGNETAR_FAULTS``; cores only ask ``active(Break.X)``, never the
+environment.
+
+* ``ack-before-fsync``  the bookie journal runs an add's reply before the group is even written
+  (not only before the fsync: a kill -9 keeps the OS page cache, so "written, not synced" would
+  survive it; "replied, still in the process's buffers" does not).
+* ``no-fencing``        ledger recovery neither fences the bookies nor reads with fencing
+  (``RecoveryMode.NO_FENCING``): a zombie writer keeps getting acknowledgements.
+* ``truncate-to-lac``   ledger recovery closes the ledger at the highest LAC it was told instead
+  of reading forward (``RecoveryMode.TRUNCATE_TO_LAC``): the last acknowledged entries vanish.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping
+
+from magnetar.base.errors import InvalidArgument
+
+ENV_VAR = "MAGNETAR_BREAK"
+
+
+class Break(enum.Enum):
+    ACK_BEFORE_FSYNC = "ack-before-fsync"
+    NO_FENCING = "no-fencing"
+    TRUNCATE_TO_LAC = "truncate-to-lac"
+
+
+_active: set[Break] = set()
+
+
+def parse(text: str) -> set[Break]:
+    out: set[Break] = set()
+    for raw in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            out.add(Break(raw))
+        except ValueError:
+            names = ", ".join(b.value for b in Break)
+            raise InvalidArgument(f"unknown break {raw!r}; known: {names}") from None
+    return out
+
+
+def enable(which: Break) -> None:
+    _active.add(which)
+
+
+def disable_all() -> None:
+    _active.clear()
+
+
+def active(which: Break) -> bool:
+    """Whether the negative control ``which`` is on in this process (an empty-set lookup if not)."""
+    return which in _active
+
+
+def enable_from_env(environ: Mapping[str, str] | None = None) -> set[Break]:
+    """Turn on what ``MAGNETAR_BREAK`` names; returns the set that is now on."""
+    text = (environ if environ is not None else os.environ).get(ENV_VAR, "")
+    for which in parse(text):
+        enable(which)
+    return set(_active)
