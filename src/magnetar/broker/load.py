@@ -1,0 +1,105 @@
+"""Load reports: what each broker publishes so that others can pick the least-loaded one.
+
+Every broker keeps one ephemeral node ``/loadbalance/brokers/{host:port}`` (its advertised
+Pulsar address) holding JSON ``{"pulsarServiceUrl", "webServiceUrl", "bundles", "numBundles",
+"topics", "connections", "msgRateIn", "msgRateOut"}`` (rates: entries appended / read for
+dispatch per second over the last report interval). It disappears with the broker's metadata
+session, so a dead broker stops being chosen once its session expired. A node left by this
+broker's previous session (same address, restarted before the session expired) is replaced.
+
+``least_loaded`` orders brokers by (bundles owned, topics loaded, connections, rate in, URL): the
+bundle count is what a new assignment changes, and the owner republishes at once after each
+change, so a burst of lookups spreads over the brokers instead of piling on one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from magnetar.base.errors import BadVersion, InvalidArgument
+from magnetar.metadata.api import MetadataStore
+from magnetar.metadata.errors import NoNode
+
+LOAD_REPORTS_ROOT = "/loadbalance/brokers"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    broker_id: str
+    pulsar_service_url: str
+    web_service_url: str
+    bundles: tuple[str, ...] = ()
+    topics: int = 0
+    connections: int = 0
+    msg_rate_in: float = 0.0
+    msg_rate_out: float = 0.0
+
+    def load_key(self) -> tuple[int, int, int, float, str]:
+        return (len(self.bundles), self.topics, self.connections, self.msg_rate_in, self.pulsar_service_url)
+
+    def encode(self) -> bytes:
+        return json.dumps({
+            "pulsarServiceUrl": self.pulsar_service_url, "webServiceUrl": self.web_service_url,
+            "bundles": list(self.bundles), "numBundles": len(self.bundles), "topics": self.topics,
+            "connections": self.connections, "msgRateIn": round(self.msg_rate_in, 3),
+            "msgRateOut": round(self.msg_rate_out, 3),
+        }).encode()
+
+    @staticmethod
+    def decode(broker_id: str, value: bytes) -> LoadReport:
+        try:
+            data = json.loads(value)
+            return LoadReport(broker_id, str(data["pulsarServiceUrl"]), str(data["webServiceUrl"]),
+                              tuple(str(b) for b in data.get("bundles", ())), int(data.get("topics", 0)),
+                              int(data.get("connections", 0)), float(data.get("msgRateIn", 0.0)),
+                              float(data.get("msgRateOut", 0.0)))
+        except (ValueError, KeyError, TypeError) as error:
+            raise InvalidArgument(f"bad load report of {broker_id}: {error}") from None
+
+
+def least_loaded(reports: Sequence[LoadReport]) -> LoadReport | None:
+    return min(reports, key=LoadReport.load_key, default=None)
+
+
+class LoadReports:
+    """Publishes this broker's report and reads everyone's."""
+
+    def __init__(self, store: MetadataStore, broker_id: str) -> None:
+        self._store = store
+        self.broker_id = broker_id
+        self.path = f"{LOAD_REPORTS_ROOT}/{broker_id}"
+        self._version: int | None = None
+        self.last: LoadReport | None = None
+
+    async def publish(self, report: LoadReport) -> None:
+        value = report.encode()
+        if self._version is not None:
+            try:
+                self._version = await self._store.put(self.path, value, self._version)
+                self.last = report
+                return
+            except (BadVersion, NoNode):
+                self._version = None  # deleted or replaced behind our back: create it again
+        try:
+            await self._store.create(self.path, value, ephemeral=True)
+        except BadVersion:  # NodeExists: our previous session's node, not expired yet
+            with contextlib.suppress(NoNode):
+                await self._store.delete(self.path)
+            await self._store.create(self.path, value, ephemeral=True)
+        self._version = 0
+        self.last = report
+
+    async def all(self) -> list[LoadReport]:
+        reports = []
+        for child in await self._store.children(LOAD_REPORTS_ROOT):
+            found = await self._store.get(f"{LOAD_REPORTS_ROOT}/{child}")
+            if found is None:
+                continue
+            try:
+                reports.append(LoadReport.decode(child, found.value))
+            except InvalidArgument:
+                continue  # a foreign or half-written node is no candidate
+        return reports

@@ -1,0 +1,525 @@
+"""Topic ownership in a cluster: brokers own namespace bundles through ephemeral locks.
+
+A broker serves a topic only while it holds the lock of the topic's bundle (``broker.bundles``):
+the ephemeral node ``/namespace/{tenant}/{ns}/{0xLOWER_0xUPPER}`` holding JSON
+``{"nativeUrl", "httpUrl", "disabled"}`` (Pulsar's ownership data), created by the owner's
+metadata session (``MetadataLock``). What is true at every moment:
+
+* LOOKUP (``OwnershipLookup``) answers Connect (authoritative) only for a bundle this broker holds
+  (or has just acquired). A bundle held by another broker is answered Redirect to its owner's
+  ``nativeUrl`` (authoritative=false: the owner confirms). A free bundle is acquired here when the
+  request is authoritative (an earlier broker chose us) or when this broker is the least loaded
+  by load report (``broker.load``); otherwise the answer is Redirect, authoritative=true, to the
+  least-loaded broker, which then acquires it.
+* A topic is loaded only while its bundle is held (``OwnedLogStore`` checks before and after the
+  open), and a topic's managed ledger is opened by the owner, which fences and recovers the
+  previous owner's ledger before the first write is accepted.
+* When a bundle's lock is lost (session expired or closed, node deleted behind our back), the
+  broker stops serving its topics at once, in the callback: the topics leave the service's table
+  and their producers and consumers get CLOSE_PRODUCER / CLOSE_CONSUMER (the client looks up
+  again), then the topics close. A SEND still on the wire for a closed producer makes the session
+  close that connection, so nothing more is written through this broker for the topic.
+* ``session_lost`` is set when the metadata session ends: the runtime then rebuilds the broker on
+  a new session (``runtime.broker_node``).
+* ``unload`` stops serving a bundle's topics and then releases its lock; ``split`` takes the locks
+  of both halves, then swaps the boundaries (compare-and-set), then releases the parent, so the
+  topics stay served without a gap and no other broker can take either half meanwhile. Whoever
+  acquires a bundle re-reads the boundaries and gives the lock back if the bundle was split.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from magnetar.base.clock import Clock
+from magnetar.base.errors import BadVersion, InvalidArgument, NotFound
+from magnetar.base.invariant import invariant
+from magnetar.base.limits import (
+    LOAD_REPORT_CHECK_MS,
+    LOAD_REPORT_INTERVAL_MS,
+    NAMESPACE_BUNDLES_COUNT_DEFAULT,
+)
+from magnetar.base.types import TopicName
+from magnetar.broker.bundles import BundleRange, NamespaceBundles, local_policies_path, topic_hash
+from magnetar.broker.errors import BrokerError
+from magnetar.broker.load import LoadReport, LoadReports, least_loaded
+from magnetar.broker.log import Entry, LogStore, TopicLog
+from magnetar.broker.lookup import LookupAnswer, LookupKind
+from magnetar.broker.service import BrokerService
+from magnetar.broker.topic import Topic
+from magnetar.metadata.api import MetadataStore, SessionState, Watch, WatchEvent
+from magnetar.metadata.lock import LockState, MetadataLock
+from magnetar.protocol.pulsar import pb
+
+log = logging.getLogger(__name__)
+
+OWNERSHIP_ROOT = "/namespace"
+
+
+def owner_path(namespace: str, bundle: BundleRange) -> str:
+    return f"{OWNERSHIP_ROOT}/{namespace}/{bundle.name}"
+
+
+class BundleState(enum.Enum):
+    OWNED = "owned"  # lock held, topics served
+    UNLOADING = "unloading"  # lock held, topics being closed; lookups answer ServiceNotReady
+    RELEASED = "released"  # given up (unload, split); lock deleted
+    LOST = "lost"  # lock lost (session ended, node deleted); topics no longer served
+
+
+_BUNDLE_TRANSITIONS: dict[BundleState, frozenset[BundleState]] = {
+    BundleState.OWNED: frozenset({BundleState.UNLOADING, BundleState.RELEASED, BundleState.LOST}),
+    BundleState.UNLOADING: frozenset({BundleState.RELEASED, BundleState.LOST}),
+    BundleState.RELEASED: frozenset(),
+    BundleState.LOST: frozenset(),
+}
+
+
+@dataclass(eq=False)
+class OwnedBundle:
+    namespace: str
+    range: BundleRange
+    lock: MetadataLock
+    state: BundleState = BundleState.OWNED
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.range.name}"
+
+    def serves(self, topic: TopicName) -> bool:
+        return topic.namespace == self.namespace and self.range.contains(topic_hash(topic))
+
+    def move(self, new: BundleState) -> None:
+        invariant(new in _BUNDLE_TRANSITIONS[self.state], f"bundle {self.key}: {self.state} -> {new}")
+        self.state = new
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerData:
+    native_url: str
+    http_url: str
+    disabled: bool = False
+
+    def encode(self) -> bytes:
+        return json.dumps({"nativeUrl": self.native_url, "httpUrl": self.http_url,
+                           "disabled": self.disabled}).encode()
+
+    @staticmethod
+    def decode(value: bytes) -> OwnerData:
+        try:
+            data = json.loads(value)
+            return OwnerData(str(data["nativeUrl"]), str(data.get("httpUrl", "")), bool(data.get("disabled")))
+        except (ValueError, KeyError, TypeError) as error:
+            raise InvalidArgument(f"bad ownership data: {error}") from None
+
+
+@dataclass
+class TrafficCounters:
+    entries_in: int = 0
+    entries_out: int = 0
+
+
+class OwnershipState(enum.Enum):
+    ACTIVE = "active"
+    SESSION_LOST = "session_lost"
+    CLOSED = "closed"
+
+
+def _not_ready(message: str) -> BrokerError:
+    return BrokerError(pb.ServiceNotReady, message)
+
+
+class BundleOwnership:
+    """The bundles this broker holds, over one metadata session."""
+
+    def __init__(self, store: MetadataStore, service: BrokerService, *, broker_id: str, http_url: str,
+                 bundles_count: int = NAMESPACE_BUNDLES_COUNT_DEFAULT) -> None:
+        self.store = store
+        self.service = service
+        self.http_url = http_url
+        self.bundles_count = bundles_count
+        self.loads = LoadReports(store, broker_id)
+        self.counters = TrafficCounters()
+        self.session_lost = asyncio.Event()
+        self.changed = asyncio.Event()  # set when the owned set changes (the load report is due)
+        self._owned: dict[str, OwnedBundle] = {}
+        self._bundles: dict[str, NamespaceBundles] = {}
+        self._watches: dict[str, Watch] = {}
+        self._mutex = asyncio.Lock()  # one acquisition / split at a time
+        self._closing_tasks: set[asyncio.Task[Any]] = set()
+        self._state = OwnershipState.ACTIVE
+        store.session.add_listener(self._on_session)
+
+    # --- identity and state ---------------------------------------------------------------------
+
+    @property
+    def service_url(self) -> str:
+        return self.service.config.service_url
+
+    @property
+    def state(self) -> OwnershipState:
+        return self._state
+
+    def owned(self) -> list[OwnedBundle]:
+        return sorted(self._owned.values(), key=lambda o: (o.namespace, o.range))
+
+    def install(self) -> None:
+        """Make the service answer LOOKUP through this ownership and load only owned topics."""
+        self.service.lookup = OwnershipLookup(self)
+        self.service.log_store = OwnedLogStore(self.service.log_store, self)
+
+    def serves(self, topic: TopicName) -> bool:
+        return self._state is OwnershipState.ACTIVE and any(
+            o.state is BundleState.OWNED and o.serves(topic) for o in self._owned.values())
+
+    def _check_active(self) -> None:
+        if self._state is not OwnershipState.ACTIVE:
+            raise _not_ready("broker lost its metadata session; look up again")
+
+    # --- bundles of a namespace -----------------------------------------------------------------
+
+    async def bundles_of(self, namespace: str) -> NamespaceBundles:
+        cached = self._bundles.get(namespace)
+        if cached is not None:
+            return cached
+        if namespace not in self._watches:
+            def forget(_event: WatchEvent) -> None:
+                self._bundles.pop(namespace, None)
+
+            self._watches[namespace] = await self.store.watch(local_policies_path(namespace), forget)
+        bundles, _ = await self._read_bundles(namespace)
+        self._bundles[namespace] = bundles
+        return bundles
+
+    async def _read_bundles(self, namespace: str) -> tuple[NamespaceBundles, int]:
+        """The stored boundaries and their version; a namespace seen first gets the default bundles."""
+        path = local_policies_path(namespace)
+        found = await self.store.get(path)
+        if found is None:
+            initial = NamespaceBundles.equal(namespace, self.bundles_count)
+            try:
+                await self.store.put(path, initial.encode(), -1)
+                return initial, 0
+            except BadVersion:
+                found = await self.store.get(path)  # another broker created it first
+                if found is None:
+                    raise _not_ready(f"bundles of {namespace} are changing; retry") from None
+        return NamespaceBundles.decode(namespace, found.value), found.version
+
+    async def owner_of(self, namespace: str, bundle: BundleRange) -> tuple[OwnerData, int] | None:
+        found = await self.store.get(owner_path(namespace, bundle))
+        if found is None:
+            return None
+        return OwnerData.decode(found.value), found.version
+
+    def _owner_data(self) -> OwnerData:
+        return OwnerData(self.service_url, self.http_url)
+
+    # --- lookup ---------------------------------------------------------------------------------
+
+    async def lookup(self, topic: TopicName, authoritative: bool) -> LookupAnswer:
+        self._check_active()
+        bundles = await self.bundles_of(topic.namespace)
+        bundle = bundles.find(topic)
+        answer = self._answer_if_held(topic.namespace, bundle)
+        if answer is not None:
+            return answer
+        async with self._mutex:
+            answer = self._answer_if_held(topic.namespace, bundle)
+            if answer is not None:
+                return answer
+            return await self._find_or_take(topic.namespace, bundle, authoritative)
+
+    def _answer_if_held(self, namespace: str, bundle: BundleRange) -> LookupAnswer | None:
+        owned = self._owned.get(f"{namespace}/{bundle.name}")
+        if owned is None:
+            return None
+        if owned.state is BundleState.OWNED:
+            return LookupAnswer(LookupKind.CONNECT, self.service_url, True)
+        raise _not_ready(f"bundle {owned.key} is being unloaded; retry")
+
+    async def _find_or_take(self, namespace: str, bundle: BundleRange, authoritative: bool) -> LookupAnswer:
+        key = f"{namespace}/{bundle.name}"
+        current = await self.owner_of(namespace, bundle)
+        if current is not None:
+            owner, version = current
+            if owner.native_url != self.service_url:
+                if owner.disabled:
+                    raise _not_ready(f"bundle {key} is being unloaded; retry")
+                return LookupAnswer(LookupKind.REDIRECT, owner.native_url, False)
+            # Our address, not held by this session: left by our previous life (restart before
+            # its session expired). That process is gone (we hold its address now): remove it.
+            with contextlib.suppress(BadVersion):
+                await self.store.delete(owner_path(namespace, bundle), version)
+        if not authoritative:
+            chosen = await self.choose_owner()
+            if chosen != self.service_url:
+                return LookupAnswer(LookupKind.REDIRECT, chosen, True)
+        if await self._acquire(namespace, bundle) and self.serves_bundle(namespace, bundle):
+            return LookupAnswer(LookupKind.CONNECT, self.service_url, True)
+        current = await self.owner_of(namespace, bundle)
+        if current is not None and current[0].native_url != self.service_url:
+            return LookupAnswer(LookupKind.REDIRECT, current[0].native_url, False)
+        raise _not_ready(f"ownership of bundle {key} is changing; retry")
+
+    async def choose_owner(self) -> str:
+        """The service URL of the least-loaded broker (this one when no report is readable)."""
+        reports = [r for r in await self.loads.all() if r.broker_id != self.loads.broker_id]
+        reports.append(self.load_report(self.loads.last.connections if self.loads.last else 0))
+        best = least_loaded(reports)
+        return self.service_url if best is None else best.pulsar_service_url
+
+    async def _acquire(self, namespace: str, bundle: BundleRange) -> bool:
+        lock = MetadataLock(self.store, owner_path(namespace, bundle), self._owner_data().encode())
+        if not await lock.try_acquire():
+            return False
+        current, _ = await self._read_bundles(namespace)
+        if bundle not in current.ranges:  # split meanwhile: our cached boundaries were stale
+            self._bundles[namespace] = current
+            await lock.release()
+            return False
+        self._adopt(namespace, bundle, lock)
+        return True
+
+    def _adopt(self, namespace: str, bundle: BundleRange, lock: MetadataLock) -> OwnedBundle:
+        owned = OwnedBundle(namespace, bundle, lock)
+        self._owned[owned.key] = owned
+        lock.on_lost(lambda: self._on_bundle_lost(owned))
+        if lock.state is not LockState.HELD:  # lost between the create and now
+            self._on_bundle_lost(owned)
+        log.info("acquired bundle %s", owned.key)
+        self.changed.set()
+        return owned
+
+    # --- losing, unloading, splitting -----------------------------------------------------------
+
+    def _stop_serving(self, serves: Callable[[TopicName], bool]) -> list[Topic]:
+        """Synchronously take the matching topics out of service and disconnect their clients."""
+        stopped = []
+        for key, topic in list(self.service.topics.items()):
+            if serves(topic.name):
+                del self.service.topics[key]
+                for producer in list(topic.producers.values()):
+                    producer.channel.send_close_producer(producer.producer_id)
+                for subscription in list(topic.subscriptions.values()):
+                    for consumer in subscription.consumers:
+                        consumer.channel.send_close_consumer(consumer.consumer_id)
+                stopped.append(topic)
+        return stopped
+
+    def _close_later(self, topics: Sequence[Topic]) -> None:
+        for topic in topics:
+            task = asyncio.get_running_loop().create_task(_close_quietly(topic))
+            self._closing_tasks.add(task)
+            task.add_done_callback(self._closing_tasks.discard)
+
+    def _on_bundle_lost(self, owned: OwnedBundle) -> None:
+        if owned.state in (BundleState.RELEASED, BundleState.LOST):
+            return
+        owned.move(BundleState.LOST)
+        if self._owned.get(owned.key) is owned:
+            del self._owned[owned.key]
+        if self._state is not OwnershipState.CLOSED:
+            log.warning("lost bundle %s: its topics are no longer served here", owned.key)
+        self._close_later(self._stop_serving(owned.serves))
+        self.changed.set()
+
+    def _on_session(self, state: SessionState) -> None:
+        if state not in (SessionState.EXPIRED, SessionState.CLOSED) or self._state is not OwnershipState.ACTIVE:
+            return
+        self._state = OwnershipState.SESSION_LOST
+        log.warning("metadata session %s: every bundle is lost", state.value)
+        for owned in list(self._owned.values()):
+            self._on_bundle_lost(owned)
+        self._close_later(self._stop_serving(lambda _topic: True))
+        self.session_lost.set()
+
+    def _require_owned(self, namespace: str, bundle_name: str) -> OwnedBundle:
+        bundle = BundleRange.parse(bundle_name)
+        owned = self._owned.get(f"{namespace}/{bundle.name}")
+        if owned is None or owned.state is not BundleState.OWNED:
+            raise NotFound(f"bundle {namespace}/{bundle.name} is not owned by {self.service_url}")
+        return owned
+
+    def serves_bundle(self, namespace: str, bundle: BundleRange) -> bool:
+        owned = self._owned.get(f"{namespace}/{bundle.name}")
+        return owned is not None and owned.state is BundleState.OWNED
+
+    def owns(self, namespace: str, bundle_name: str) -> bool:
+        owned = self._owned.get(f"{namespace}/{BundleRange.parse(bundle_name).name}")
+        return owned is not None and owned.state is BundleState.OWNED
+
+    async def unload(self, namespace: str, bundle_name: str) -> None:
+        """Close the bundle's topics (clients look up again), then give up its lock."""
+        owned = self._require_owned(namespace, bundle_name)
+        owned.move(BundleState.UNLOADING)
+        topics = self._stop_serving(owned.serves)
+        await asyncio.gather(*(_close_quietly(t) for t in topics))
+        if owned.state is BundleState.UNLOADING:
+            owned.move(BundleState.RELEASED)
+            if self._owned.get(owned.key) is owned:
+                del self._owned[owned.key]
+            await owned.lock.release()
+            log.info("unloaded bundle %s (%d topics)", owned.key, len(topics))
+        self.changed.set()
+
+    async def split(self, namespace: str, bundle_name: str) -> tuple[BundleRange, BundleRange]:
+        """Halve an owned bundle; this broker owns both halves afterwards, its topics stay loaded."""
+        self._check_active()
+        async with self._mutex:
+            owned = self._require_owned(namespace, bundle_name)
+            current, version = await self._read_bundles(namespace)
+            if owned.range not in current.ranges:
+                raise InvalidArgument(f"{owned.key} is no longer a bundle of {namespace}")
+            halves = owned.range.halves()
+            locks: list[MetadataLock] = []
+            try:
+                for half in halves:
+                    lock = MetadataLock(self.store, owner_path(namespace, half), self._owner_data().encode())
+                    locks.append(lock)
+                    if not await lock.try_acquire():
+                        raise BadVersion(f"bundle {namespace}/{half.name} is held by another broker")
+                split = current.split(owned.range)
+                await self.store.put(local_policies_path(namespace), split.encode(), version)
+            except BaseException:
+                for lock in locks:
+                    await lock.release()
+                raise
+            self._bundles[namespace] = split
+            for half, lock in zip(halves, locks, strict=True):
+                self._adopt(namespace, half, lock)
+            if owned.state is BundleState.OWNED:
+                owned.move(BundleState.RELEASED)
+                if self._owned.get(owned.key) is owned:
+                    del self._owned[owned.key]
+                await owned.lock.release()
+            log.info("split bundle %s into %s and %s", owned.key, halves[0].name, halves[1].name)
+            return halves
+
+    # --- load reports ---------------------------------------------------------------------------
+
+    def load_report(self, connections: int, rate_in: float = 0.0, rate_out: float = 0.0) -> LoadReport:
+        return LoadReport(
+            self.loads.broker_id, self.service_url, self.http_url,
+            tuple(o.key for o in self.owned() if o.state is BundleState.OWNED),
+            len(self.service.topics), connections, rate_in, rate_out,
+        )
+
+    async def run_load_reports(self, clock: Clock, connections: Callable[[], int],
+                               interval_ms: int = LOAD_REPORT_INTERVAL_MS) -> None:
+        """Publish the load report now, at every change of the owned set and every ``interval_ms``."""
+        last_ns = clock.monotonic_ns()
+        last_in, last_out = self.counters.entries_in, self.counters.entries_out
+        waited_ms = interval_ms
+        while self._state is OwnershipState.ACTIVE:
+            if self.changed.is_set() or waited_ms >= interval_ms:
+                self.changed.clear()
+                now = clock.monotonic_ns()
+                seconds = max(1e-9, (now - last_ns) / 1e9)
+                rate_in = (self.counters.entries_in - last_in) / seconds
+                rate_out = (self.counters.entries_out - last_out) / seconds
+                if waited_ms >= interval_ms:
+                    last_ns, last_in, last_out = now, self.counters.entries_in, self.counters.entries_out
+                    waited_ms = 0
+                try:
+                    await self.loads.publish(self.load_report(connections(), rate_in, rate_out))
+                except Exception as error:  # the session may be ending; the next round retries
+                    log.info("load report not published: %s", error)
+            await clock.sleep(LOAD_REPORT_CHECK_MS / 1000)
+            waited_ms += LOAD_REPORT_CHECK_MS
+
+    async def close(self) -> None:
+        """Stop reacting to the session (the runtime closes the service and the store)."""
+        if self._state is OwnershipState.ACTIVE:
+            self._state = OwnershipState.CLOSED
+        self.store.session.remove_listener(self._on_session)
+        for watch in self._watches.values():
+            watch.cancel()
+        self._watches.clear()
+        if self._closing_tasks:
+            await asyncio.gather(*list(self._closing_tasks), return_exceptions=True)
+
+
+async def _close_quietly(topic: Topic) -> None:
+    try:
+        await topic.close()
+    except Exception as error:  # a fenced or expired log fails to close cleanly; the next owner recovers it
+        log.info("closing %s after losing it: %s", topic.name, error)
+
+
+class OwnershipLookup:
+    """``TopicLookup`` of a cluster broker."""
+
+    def __init__(self, ownership: BundleOwnership) -> None:
+        self._ownership = ownership
+
+    async def lookup(self, topic: TopicName, authoritative: bool) -> LookupAnswer:
+        return await self._ownership.lookup(topic, authoritative)
+
+
+class _CountingLog:
+    """A topic log that counts entries appended and read (for the load report's rates)."""
+
+    def __init__(self, inner: TopicLog, counters: TrafficCounters) -> None:
+        self._inner = inner
+        self._counters = counters
+
+    async def append(self, data: bytes) -> Any:
+        position = await self._inner.append(data)
+        self._counters.entries_in += 1
+        return position
+
+    async def read(self, start: Any, count_max: int) -> list[Entry]:
+        entries = await self._inner.read(start, count_max)
+        self._counters.entries_out += len(entries)
+        return entries
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class OwnedLogStore:
+    """Opens a topic's log only while this broker owns the topic's bundle."""
+
+    def __init__(self, inner: LogStore, ownership: BundleOwnership) -> None:
+        self._inner = inner
+        self._ownership = ownership
+
+    def _check(self, topic: str) -> None:
+        if not self._ownership.serves(TopicName.parse(topic)):
+            raise _not_ready(f"{topic}: its namespace bundle is not served by {self._ownership.service_url}")
+
+    async def open_log(self, topic: str, *, create: bool) -> TopicLog:
+        self._check(topic)
+        opened = await self._inner.open_log(topic, create=create)
+        try:
+            self._check(topic)  # the bundle may have been lost while the ledger was being recovered
+        except BrokerError:
+            await opened.close()
+            raise
+        return cast(TopicLog, _CountingLog(opened, self._ownership.counters))
+
+    async def list_logs(self, namespace: str) -> list[str]:
+        return await self._inner.list_logs(namespace)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+__all__ = [
+    "BundleOwnership",
+    "BundleState",
+    "OwnedBundle",
+    "OwnedLogStore",
+    "OwnerData",
+    "OwnershipLookup",
+    "OwnershipState",
+    "owner_path",
+]
