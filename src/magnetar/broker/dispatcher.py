@@ -27,7 +27,7 @@ import asyncio
 import bisect
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import CorruptData
@@ -66,6 +66,8 @@ class Dispatcher:
         self._closed = False
         self._task: asyncio.Task[None] | None = None
         self.last_error: BaseException | None = None
+        #: Told (messages, bytes) of every entry sent to a consumer (the subscription's out-rate).
+        self.on_deliver: Callable[[int, int], None] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -366,6 +368,8 @@ class Dispatcher:
             consumer.consumer_id, msg_id, entry.data, self.redelivery_counts.get(position, 0), ack_set,
         )
         consumer.permits -= count
+        if self.on_deliver is not None:
+            self.on_deliver(count, len(entry.data))
         self.pending[position] = consumer
         consumer.pending_count += 1
         if group is not None:

@@ -4,25 +4,37 @@ Topics are loaded on demand (``get_topic``) and, when ``topic_auto_creation`` is
 first producer or consumer naming them. Concurrent loads of one topic share one open. At most
 ``BROKER_TOPICS_LOADED_COUNT_MAX`` topics are loaded. Producer names the broker assigns are
 ``<cluster>-<broker index>-<counter>``, unique for the life of this service.
+
+Policies: ``policies`` (a ``PolicyCache``) is read when a topic loads (auto-creation follows the
+namespace's ``autoTopicCreationOverride``) and by each topic on use. With a clock, a policy check
+runs every ``policy_check_interval_ms`` over the loaded topics (TTL, backlog quotas, retention)
+and samples their rates; ``check_policies()`` runs one pass at once. ``resources`` (tenants,
+namespaces, clusters) exists when there is a metadata store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
+import logging
 import re
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import LimitExceeded, NotFound
+from magnetar.base.errors import AlreadyExists, LimitExceeded, NotFound
 from magnetar.base.limits import BROKER_TOPICS_LOADED_COUNT_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.log import LogStore
 from magnetar.broker.lookup import PartitionedTopics, SingleBrokerLookup, TopicLookup
+from magnetar.broker.policies import PolicyCache
+from magnetar.broker.resources import NotEmptyError, Resources
 from magnetar.broker.topic import Topic
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import pb
+
+log = logging.getLogger(__name__)
 
 
 class ServiceState(enum.Enum):
@@ -40,6 +52,9 @@ class BrokerService:
         #: Answers LOOKUP; a cluster broker replaces it with ``broker.ownership.OwnershipLookup``.
         self.lookup: TopicLookup = SingleBrokerLookup(lambda: self.config.service_url)
         self.topics: dict[str, Topic] = {}
+        self.policies = PolicyCache(metadata, config)
+        self.resources = Resources(metadata, self.policies) if metadata is not None else None
+        self._checker: asyncio.Task[None] | None = None
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._producer_counter = 0
         self._state = ServiceState.RUNNING
@@ -53,7 +68,9 @@ class BrokerService:
         self._producer_counter += 1
         return name
 
-    async def get_topic(self, name: TopicName, *, create: bool) -> Topic:
+    async def get_topic(self, name: TopicName, *, create: bool, admin: bool = False) -> Topic:
+        """The loaded topic ``name``, loading it; ``create``: create it if missing and the
+        auto-creation policy allows it (``admin``: whatever the policy says)."""
         if self._state is not ServiceState.RUNNING:
             raise BrokerError(pb.ServiceNotReady, "broker is shutting down")
         if not name.is_persistent:
@@ -71,9 +88,13 @@ class BrokerService:
         future: asyncio.Future[Topic] = asyncio.get_running_loop().create_future()
         self._loading[key] = future
         try:
-            topic_log = await self.log_store.open_log(key, create=create and self.config.topic_auto_creation)
-            topic = Topic(name, topic_log, self.config, clock=self.clock)
+            effective = await self.policies.load(name)
+            allowed = admin or effective.auto_topic_creation
+            topic_log = await self.log_store.open_log(key, create=create and allowed)
+            topic = Topic(name, topic_log, self.config, clock=self.clock,
+                          policies=lambda: self.policies.effective(name))
             self.topics[key] = topic
+            self._start_checker()
             future.set_result(topic)
             return topic
         except NotFound as error:
@@ -103,6 +124,64 @@ class BrokerService:
             names = [n for n in names if regex.match(n)]
         return names
 
+    async def topic_exists(self, name: TopicName) -> bool:
+        return str(name) in self.topics or str(name) in await self.log_store.list_logs(name.namespace)
+
+    async def create_topic(self, name: TopicName) -> Topic:
+        """Admin create: a new non-partitioned topic (AlreadyExists if it is there)."""
+        if await self.topic_exists(name):
+            raise AlreadyExists(f"Topic {name} already exists")
+        return await self.get_topic(name, create=True, admin=True)
+
+    async def delete_topic(self, name: TopicName, *, force: bool = False) -> None:
+        """Delete a topic's log and cursors; refused (NotEmptyError) while clients are attached
+        unless ``force``, which disconnects them."""
+        if not await self.topic_exists(name):
+            raise NotFound(f"Topic {name} not found")
+        topic = self.topics.get(str(name))
+        if topic is not None and not force:
+            if topic.producers:
+                raise NotEmptyError(f"Topic {name} has active producers")
+            if any(s.consumers for s in topic.subscriptions.values()):
+                raise NotEmptyError(f"Topic {name} has active subscriptions")
+        if topic is not None:
+            topic.disconnect_producers()
+            for subscription in list(topic.subscriptions.values()):
+                subscription.disconnect_consumers()
+        await self.unload(name)
+        await self.log_store.delete_log(str(name))
+        if self.resources is not None and not name.is_partition:
+            await self.resources.delete_topic_policies(name)
+
+    # --- policy checks ---------------------------------------------------------------------------
+
+    def _start_checker(self) -> None:
+        if self.clock is not None and self._checker is None and self._state is ServiceState.RUNNING:
+            self._checker = asyncio.get_running_loop().create_task(self._check_loop(self.clock), name="policies")
+
+    async def _check_loop(self, clock: Clock) -> None:
+        while self._state is ServiceState.RUNNING:
+            await clock.sleep(self.config.policy_check_interval_ms / 1000)
+            try:
+                await self.check_policies()
+            except Exception:  # one failed pass must not stop the next
+                log.exception("policy check failed")
+
+    async def check_policies(self) -> None:
+        """One pass over the loaded topics: TTL, backlog quotas, retention; rates sampled."""
+        if self.clock is None:
+            return
+        for topic in list(self.topics.values()):
+            try:
+                await topic.check_policies(self.clock.now_ms())
+            except Exception as error:
+                log.warning("policy check of %s failed: %s", topic.name, error)
+            now_ns = self.clock.monotonic_ns()
+            topic.published.sample(now_ns)
+            for subscription in list(topic.subscriptions.values()):
+                subscription.dispatched.sample(now_ns)
+                subscription.expired.sample(now_ns)
+
     async def unload(self, name: TopicName) -> None:
         topic = self.topics.pop(str(name), None)
         if topic is not None:
@@ -112,6 +191,11 @@ class BrokerService:
         if self._state is ServiceState.CLOSED:
             return
         self._state = ServiceState.CLOSED
+        if self._checker is not None:
+            self._checker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._checker
+        self.policies.close()
         for key in list(self.topics):
             topic = self.topics.pop(key)
             await topic.close()

@@ -7,15 +7,21 @@ ConsumerBusy, as is a second consumer on an Exclusive subscription.
 Seek (``reset``) follows Java's order: every consumer is sent CLOSE_CONSUMER and detached first,
 then the cursor and dispatcher move, and only then does the caller reply SUCCESS; the client then
 subscribes again and sends a full FLOW, so no permits are lost.
+
+Moving forward without consumers' acks (TTL expiry, backlog eviction, the admin API's skip and
+clear-backlog) acknowledges through the cursor and tells the dispatcher, so what was dispatched
+and is now acknowledged is never sent again; each pass reads at most
+``BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX`` entries (the next pass goes on).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from magnetar.base.clock import Clock
 from magnetar.base.invariant import invariant
+from magnetar.base.limits import BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX
 from magnetar.base.types import Position
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer, SubType
@@ -26,7 +32,8 @@ from magnetar.broker.dispatcher_single import SingleActiveDispatcher
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.ids import before
-from magnetar.broker.log import SubscriptionCursor, TopicLog
+from magnetar.broker.log import Entry, SubscriptionCursor, TopicLog
+from magnetar.broker.metrics import RateMeter
 from magnetar.protocol.pulsar import pb, stored_entry_metadata
 
 
@@ -51,7 +58,7 @@ def make_dispatcher(sub_type: SubType, topic_log: TopicLog, cursor: Subscription
 class Subscription:
     def __init__(self, name: str, topic_log: TopicLog, cursor: SubscriptionCursor, config: BrokerConfig,
                  partition_index: int, on_closed: Callable[[Subscription], None],
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, admit_consumer: Callable[[], None] | None = None) -> None:
         self.name = name
         self.log = topic_log
         self.cursor = cursor
@@ -59,8 +66,12 @@ class Subscription:
         self.partition_index = partition_index
         self._on_closed = on_closed
         self.clock = clock
+        self._admit_consumer = admit_consumer
         self.dispatcher: Dispatcher | None = None
         self.sub_type: SubType | None = None
+        self.dispatched = RateMeter()
+        self.expired = RateMeter()
+        self.last_expire_ms = 0
         self._state = SubscriptionState.ACTIVE
 
     @property
@@ -92,10 +103,13 @@ class Subscription:
             raise BrokerError(pb.ConsumerBusy, f"subscription {self.name} is of a different type")
         if current and consumer.sub_type is SubType.EXCLUSIVE:
             raise BrokerError(pb.ConsumerBusy, "Exclusive consumer is already connected")
+        if self._admit_consumer is not None:
+            self._admit_consumer()
         if self.dispatcher is None or self.sub_type is not consumer.sub_type:
             self.sub_type = consumer.sub_type
             self.dispatcher = make_dispatcher(consumer.sub_type, self.log, self.cursor, self.config,
                                               self.partition_index, self.clock)
+            self.dispatcher.on_deliver = self.dispatched.record
             self.dispatcher.start()
         self.dispatcher.add_consumer(consumer)
 
@@ -158,8 +172,8 @@ class Subscription:
 
     # --- seek and removal -----------------------------------------------------------------------
 
-    async def reset(self, mark_delete: Position) -> list[Consumer]:
-        """Seek: detach every consumer (CLOSE_CONSUMER), then move the cursor. Returns the detached."""
+    def disconnect_consumers(self) -> list[Consumer]:
+        """Detach every consumer with CLOSE_CONSUMER (its client subscribes again); returns them."""
         detached = self.consumers
         dispatcher = self.dispatcher
         for consumer in detached:
@@ -170,10 +184,87 @@ class Subscription:
                 dispatcher.consumers.remove(consumer)
         if dispatcher is not None and isinstance(dispatcher, SingleActiveDispatcher):
             dispatcher.active = None
+        return detached
+
+    async def reset(self, mark_delete: Position) -> list[Consumer]:
+        """Seek: detach every consumer (CLOSE_CONSUMER), then move the cursor. Returns the detached."""
+        detached = self.disconnect_consumers()
+        dispatcher = self.dispatcher
         await self.cursor.reset(mark_delete)
         if dispatcher is not None:
             dispatcher.reset(mark_delete.next())
         return detached
+
+    # --- moving forward without consumers (TTL, eviction, admin) ---------------------------------
+
+    async def _scan(self) -> AsyncIterator[Entry]:
+        """Entries after the mark-delete position, in log order, one read at a time (one pass)."""
+        start = self.cursor.mark_delete_position.next()
+        scanned = 0
+        while scanned < BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX:
+            entries = await self.log.read(start, self.config.dispatch_read_count_max)
+            if not entries:
+                return
+            for entry in entries:
+                yield entry
+            scanned += len(entries)
+            start = entries[-1].position.next()
+
+    async def acknowledge_up_to(self, position: Position) -> None:
+        """Cumulatively acknowledge everything up to ``position`` (never moves back)."""
+        if position <= self.cursor.mark_delete_position:
+            return
+        await self.cursor.mark_delete(position)
+        if self.dispatcher is not None:
+            self.dispatcher.acknowledged_cumulative(position)
+
+    async def expire_older_than(self, cutoff_ms: int) -> int:
+        """Acknowledge the entries published before ``cutoff_ms`` (TTL); returns how many."""
+        last: Position | None = None
+        count = size = 0
+        async for entry in self._scan():
+            if stored_entry_metadata(entry.data).publish_time >= cutoff_ms:
+                break
+            last = entry.position
+            count += 1
+            size += len(entry.data)
+        if last is not None:
+            await self.acknowledge_up_to(last)
+            self.expired.record(count, size)
+            self.last_expire_ms = cutoff_ms
+        return count
+
+    async def evict_to_size(self, backlog_bytes_max: int) -> int:
+        """Acknowledge the oldest entries until at most ``backlog_bytes_max`` bytes are left."""
+        backlog = self.log.backlog_bytes(self.cursor.mark_delete_position)
+        last: Position | None = None
+        count = 0
+        async for entry in self._scan():
+            if backlog <= backlog_bytes_max:
+                break
+            backlog -= len(entry.data)
+            last = entry.position
+            count += 1
+        if last is not None:
+            await self.acknowledge_up_to(last)
+        return count
+
+    async def skip(self, count: int) -> int:
+        """Acknowledge the next ``count`` unacknowledged entries (admin ``skip``); returns how many."""
+        chosen: list[Position] = []
+        async for entry in self._scan():
+            if len(chosen) >= count:
+                break
+            if not self.cursor.is_acked(entry.position):
+                chosen.append(entry.position)
+        if chosen:
+            await self.cursor.delete(chosen)
+            if self.dispatcher is not None:
+                self.dispatcher.acknowledged(chosen)
+        return len(chosen)
+
+    async def clear_backlog(self) -> None:
+        await self.acknowledge_up_to(self.log.last_position)
 
     async def close(self, *, delete: bool) -> None:
         if not self._close_state():

@@ -10,10 +10,22 @@ other producer exists and keeps others out; ExclusiveWithFencing closes the exis
 
 Deduplication (``dedup``, see ``broker/dedup.py``) keeps the highest sequence id persisted per
 producer name, snapshotted in the ``pulsar.dedup`` cursor and rebuilt on load.
+
+Policies (``broker/policies.py``, read through ``policies()`` on every use, so a change applies at
+once): max producers (ProducerBusy) and consumers (ConsumerBusy); max message size (the SEND fails
+with NotAllowedError); publish rate (publishes wait, in SEND order, for the next one-second window:
+throttled, never dropped); backlog quotas, checked by ``check_policies`` and on each new producer:
+``producer_request_hold`` refuses producers with ProducerBlockedQuotaExceededError (the client keeps
+retrying, its sends held) and disconnects the connected ones, ``producer_exception`` does the same
+with ProducerBlockedQuotaExceededException (the client fails its pending sends),
+``consumer_backlog_eviction`` moves the slowest subscriptions forward until the quota holds;
+message TTL expires entries by publish time on every subscription; retention is handed to the log,
+which deletes only ledgers every durable cursor consumed *and* retention lets go.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,10 +34,12 @@ from magnetar.base.clock import Clock
 from magnetar.base.invariant import invariant
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.dedup import MessageDeduplication
+from magnetar.broker.dedup import MessageDeduplication, is_system_cursor
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import TopicLog
+from magnetar.broker.metrics import LatencyHistogram, RateMeter
+from magnetar.broker.policies import EffectivePolicies, QuotaLimit, RetentionAction, resolve
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.subscription import Subscription
 from magnetar.protocol.pulsar import pb, stored_entry_metadata
@@ -52,14 +66,24 @@ class WaitingProducer:
 
 class Topic:
     def __init__(self, name: TopicName, topic_log: TopicLog, config: BrokerConfig,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, policies: Callable[[], EffectivePolicies] | None = None) -> None:
         self.name = name
         self.log = topic_log
         self.config = config
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
-        self.clock = clock  # delayed delivery needs it; None: delayed messages go out at once
-        self.dedup = MessageDeduplication(topic_log, config)
+        self.clock = clock  # delayed delivery, publish throttling; None: neither waits
+        defaults = resolve(config, None, None)
+        self.policies: Callable[[], EffectivePolicies] = policies or (lambda: defaults)
+        self.dedup = MessageDeduplication(topic_log, config, enabled=lambda: self.policies().deduplication)
+        self.published = RateMeter()
+        self.publish_latency = LatencyHistogram()
+        #: The backlog quota found exceeded by the last check (None: within every quota).
+        self.quota_exceeded: QuotaLimit | None = None
+        self._throttle = asyncio.Lock()
+        self._window_end_ns = 0
+        self._window_msgs = 0
+        self._window_bytes = 0
         self._fenced_names: set[str] = set()
         self._waiting: list[WaitingProducer] = []
         self._state = TopicState.ACTIVE
@@ -94,6 +118,10 @@ class Topic:
             self.remove_producer(existing)  # a stale producer of a connection that is gone
         if len(self.producers) >= PRODUCERS_PER_TOPIC_COUNT_MAX:
             raise BrokerError(pb.ProducerBusy, "too many producers on this topic")
+        limit = self.policies().max_producers
+        if limit and len(self.producers) >= limit:
+            raise BrokerError(pb.ProducerBusy, f"Topic reached max producers limit ({limit})")
+        self._refuse_if_over_quota()
         others = list(self.producers.values())
         exclusive_held = any(p.access_mode is not AccessMode.SHARED for p in others)
         mode = producer.access_mode
@@ -126,10 +154,42 @@ class Topic:
 
     async def publish(self, data: bytes) -> Position:
         self._check_active()
+        policies = self.policies()
+        size_max = policies.max_message_size_bytes
+        if size_max and len(data) > size_max:
+            raise BrokerError(pb.NotAllowedError, f"Exceed maximum message size: {len(data)} > {size_max} bytes")
+        messages = 1
+        if policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s:
+            messages = entry_message_count(stored_entry_metadata(data))
+            await self._throttle_publish(policies, messages, len(data))
+        else:
+            messages = _message_count(data)
+        started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
         position = await self.log.append(data)
+        if self.clock is not None:
+            self.publish_latency.observe((self.clock.monotonic_ns() - started_ns) / 1e6)
+        self.published.record(messages, len(data))
         for subscription in self.subscriptions.values():
             subscription.notify_entries_added()
         return position
+
+    async def _throttle_publish(self, policies: EffectivePolicies, messages: int, size: int) -> None:
+        """Wait for room in the current one-second window; waiters go in arrival (SEND) order."""
+        clock = self.clock
+        if clock is None:
+            return
+        async with self._throttle:
+            rate_msgs, rate_bytes = policies.publish_rate_msgs_per_s, policies.publish_rate_bytes_per_s
+            now = clock.monotonic_ns()
+            if now >= self._window_end_ns:
+                self._window_end_ns, self._window_msgs, self._window_bytes = now + 1_000_000_000, 0, 0
+            full = (rate_msgs and self._window_msgs >= rate_msgs) or (rate_bytes and self._window_bytes >= rate_bytes)
+            if full:
+                await clock.sleep((self._window_end_ns - now) / 1e9)
+                self._window_end_ns = max(clock.monotonic_ns(), self._window_end_ns) + 1_000_000_000
+                self._window_msgs = self._window_bytes = 0
+            self._window_msgs += messages
+            self._window_bytes += size
 
     # --- subscriptions --------------------------------------------------------------------------
 
@@ -145,13 +205,99 @@ class Topic:
         if found is not None:
             return found
         subscription = Subscription(name, self.log, cursor, self.config, self.partition_index, self._forget,
-                                    clock=self.clock)
+                                    clock=self.clock, admit_consumer=self._admit_consumer)
         self.subscriptions[name] = subscription
         return subscription
 
     def _forget(self, subscription: Subscription) -> None:
         if self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
+
+    def _admit_consumer(self) -> None:
+        limit = self.policies().max_consumers
+        if limit and sum(len(s.consumers) for s in self.subscriptions.values()) >= limit:
+            raise BrokerError(pb.ConsumerBusy, f"Topic reached max consumers limit ({limit})")
+
+    def subscription_names(self) -> list[str]:
+        """Durable subscriptions stored and non-durable ones attached (system cursors left out)."""
+        names = {n for n in self.log.cursor_names() if not is_system_cursor(n)} | set(self.subscriptions)
+        return sorted(names)
+
+    # --- policies -------------------------------------------------------------------------------
+
+    def _durable_subscriptions(self) -> list[Subscription]:
+        return [s for s in self.subscriptions.values() if s.durable and not is_system_cursor(s.name)]
+
+    def backlog_bytes(self) -> int:
+        """Bytes after the slowest durable subscription (Pulsar's topic backlog size)."""
+        subscriptions = self._durable_subscriptions()
+        if not subscriptions:
+            return 0
+        slowest = min(s.cursor.mark_delete_position for s in subscriptions)
+        return self.log.backlog_bytes(slowest)
+
+    async def oldest_backlog_publish_ms(self) -> int | None:
+        """Publish time of the oldest entry some durable subscription has not acknowledged."""
+        subscriptions = self._durable_subscriptions()
+        if not subscriptions:
+            return None
+        slowest = min(s.cursor.mark_delete_position for s in subscriptions)
+        entries = await self.log.read(slowest.next(), 1)
+        return stored_entry_metadata(entries[0].data).publish_time if entries else None
+
+    def _refuse_if_over_quota(self) -> None:
+        policies = self.policies()
+        exceeded = self.quota_exceeded
+        size = policies.backlog_size
+        if size is not None and size.action is not RetentionAction.CONSUMER_BACKLOG_EVICTION and (
+                self.backlog_bytes() > size.limit):
+            exceeded = size
+        if exceeded is None or exceeded.action is RetentionAction.CONSUMER_BACKLOG_EVICTION:
+            return
+        if exceeded.action is RetentionAction.PRODUCER_REQUEST_HOLD:
+            raise BrokerError(pb.ProducerBlockedQuotaExceededError,
+                              f"Cannot create producer on topic with backlog quota exceeded ({exceeded.limit})")
+        raise BrokerError(pb.ProducerBlockedQuotaExceededException,
+                          f"Cannot create producer on topic with backlog quota exceeded ({exceeded.limit})")
+
+    async def check_policies(self, now_ms: int) -> None:
+        """One policy pass: TTL expiry, backlog quotas, retention. Called periodically and by tests."""
+        if self._state is not TopicState.ACTIVE:
+            return
+        policies = self.policies()
+        if policies.message_ttl_s > 0:
+            for subscription in list(self.subscriptions.values()):
+                await subscription.expire_older_than(now_ms - policies.message_ttl_s * 1000)
+        await self._check_backlog_quota(policies, now_ms)
+        await self.log.apply_retention(policies.retention_time_s, policies.retention_size_bytes)
+
+    async def _check_backlog_quota(self, policies: EffectivePolicies, now_ms: int) -> None:
+        exceeded: QuotaLimit | None = None
+        size = policies.backlog_size
+        if size is not None and self.backlog_bytes() > size.limit:
+            if size.action is RetentionAction.CONSUMER_BACKLOG_EVICTION:
+                for subscription in self._durable_subscriptions():
+                    await subscription.evict_to_size(size.limit)
+            else:
+                exceeded = size
+        age = policies.backlog_time
+        oldest = await self.oldest_backlog_publish_ms() if age is not None else None
+        if age is not None and oldest is not None and now_ms - oldest > age.limit * 1000:
+            if age.action is RetentionAction.CONSUMER_BACKLOG_EVICTION:
+                for subscription in self._durable_subscriptions():
+                    await subscription.expire_older_than(now_ms - age.limit * 1000)
+            else:
+                exceeded = exceeded or age
+        self.quota_exceeded = exceeded
+        if exceeded is not None:
+            self.disconnect_producers()
+
+    def disconnect_producers(self) -> None:
+        """CLOSE_PRODUCER to every producer: their clients reconnect and are asked again."""
+        for producer in list(self.producers.values()):
+            self.remove_producer(producer)
+            if producer.channel.is_open():
+                producer.channel.send_close_producer(producer.producer_id)
 
     # --- queries --------------------------------------------------------------------------------
 
@@ -197,6 +343,13 @@ class Topic:
             await subscription.close(delete=not subscription.durable)
         await self.dedup.close()
         await self.log.close()
+
+
+def _message_count(data: bytes) -> int:
+    try:
+        return entry_message_count(stored_entry_metadata(data))
+    except Exception:  # counted for stats only: an unreadable entry counts as one
+        return 1
 
 
 def _wire_id(position: Position, partition: int, batch_index: int | None) -> pb.MessageIdData:
