@@ -1,0 +1,114 @@
+"""``magnetar perf`` against an in-process broker (memory log), driven through the CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from magnetar.base.errors import InvalidArgument
+from magnetar.cli.main import _register_commands, app
+from magnetar.cli.perf import Latency, PerfSettings
+from tests.compat.harness import BrokerThread
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[BrokerThread]:
+    running = BrokerThread().start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def runner() -> CliRunner:
+    if not any(group.name == "perf" for group in app.registered_groups):
+        _register_commands()
+    return CliRunner()
+
+
+def perf(runner: CliRunner, *args: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["perf", *args])
+    return result.exit_code, result.output
+
+
+def test_produce_bounded_by_messages_writes_json(broker: BrokerThread, runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "produce.json"
+    code, output = perf(runner, "produce", "p1", "-u", broker.url, "--messages", "3000", "--duration", "20",
+                        "--topics", "2", "--partitions", "2", "--json", str(out))
+    assert code == 0, output
+    result = json.loads(out.read_text())
+    assert result["topics_addressed"] == 4
+    publish = result["publish"]
+    assert publish["sent"] == 3000 and publish["count"] == 3000 and publish["failed"] == 0
+    latency = publish["latency_ms"]
+    assert latency["count"] == 3000
+    assert 0 < latency["p50"] <= latency["p95"] <= latency["p99"] <= latency["p99_9"] <= latency["max"]
+    assert "publish latency ms: p50" in output
+
+
+def test_e2e_at_a_rate_receives_everything_with_latency(broker: BrokerThread, runner: CliRunner,
+                                                         tmp_path: Path) -> None:
+    out = tmp_path / "e2e.json"
+    code, output = perf(runner, "e2e", "e1", "-u", broker.url, "--rate", "500", "--duration", "2.2",
+                        "--no-batching", "--json", str(out))
+    assert code == 0, output
+    result = json.loads(out.read_text())
+    sent = result["publish"]["count"]
+    assert 800 <= sent <= 1200  # 500/s for ~2.2 s, paced
+    assert result["receive"]["count"] == sent
+    assert result["receive"]["latency_ms"]["count"] == sent
+    assert len(result["publish"]["per_second"]) == 2  # one live line per whole second
+    assert output.count("receive ") >= 2
+
+
+def test_consume_reads_what_produce_wrote(broker: BrokerThread, runner: CliRunner, tmp_path: Path) -> None:
+    code, output = perf(runner, "produce", "c1", "-u", broker.url, "--messages", "400", "--duration", "20")
+    assert code == 0, output
+    out = tmp_path / "consume.json"
+    code, output = perf(runner, "consume", "c1", "-u", broker.url, "--earliest", "--messages", "400",
+                        "--duration", "20", "--json", str(out))
+    assert code == 0, output
+    assert json.loads(out.read_text())["receive"]["count"] == 400
+
+
+def test_duration_bounds_an_unthrottled_run(broker: BrokerThread, runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "bounded.json"
+    code, output = perf(runner, "produce", "d1", "-u", broker.url, "--duration", "1", "--json", str(out))
+    assert code == 0, output
+    result = json.loads(out.read_text())
+    assert result["elapsed_s"] < 5
+    assert result["publish"]["count"] > 0
+
+
+def test_invalid_settings_are_refused(runner: CliRunner) -> None:
+    code, output = perf(runner, "produce", "x", "--topics", "0")
+    assert code == 2 and "topics must be" in output
+    with pytest.raises(InvalidArgument, match="duration"):
+        PerfSettings(duration_s=0)
+    assert PerfSettings(topic="a", topics=2, partitions=2).topic_names() == [
+        "a-0-partition-0", "a-0-partition-1", "a-1-partition-0", "a-1-partition-1"]
+
+
+def test_unreachable_broker_fails_cleanly(runner: CliRunner) -> None:
+    code, output = perf(runner, "produce", "x", "-u", "pulsar://127.0.0.1:1", "--duration", "1")
+    assert code == 1 and "error" in output
+
+
+def test_latency_summary_percentiles() -> None:
+    latency = Latency()
+    for micros in range(1, 10_001):
+        latency.record(micros)
+    summary = Latency.summary(latency.total)
+    assert summary["count"] == 10_000
+    assert summary["p50"] == pytest.approx(5.0, rel=0.01)
+    assert summary["p99"] == pytest.approx(9.9, rel=0.01)
+    assert summary["max"] == pytest.approx(10.0, rel=0.01)
+    assert Latency.summary(latency.take_interval())["count"] == 10_000
+    assert Latency.summary(latency.interval)["count"] == 0
