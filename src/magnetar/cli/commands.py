@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import typer
 
-from magnetar.cli import autorecovery, bookie, consume, perf, produce, sim, standalone
+from magnetar.cli import autorecovery, bookie, broker, consume, perf, produce, sim, standalone
 
 REGISTRARS: list[Callable[[typer.Typer], None]] = []
 REGISTRARS.append(sim.register)
@@ -16,3 +16,4 @@ REGISTRARS.append(produce.register)
 REGISTRARS.append(consume.register)
 REGISTRARS.append(autorecovery.register)
 REGISTRARS.append(perf.register)
+REGISTRARS.append(broker.register)

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, InvalidArgument
@@ -226,6 +227,7 @@ async def start_broker(
     host: str = "127.0.0.1",
     port: int = 6650,
     server_config: ServerConfig | None = None,
+    before_listen: Callable[[BrokerService], None] | None = None,
 ) -> BrokerServer:
     """Start a broker listening on ``host:port`` (0 picks a free port) and return it running.
 
@@ -234,6 +236,8 @@ async def start_broker(
     ``config.advertised_port`` is replaced by the bound port when ``port`` is 0 or the configured
     advertised port is 0, so LOOKUP answers point at this listener. ``close()`` stops the broker
     and closes its topics (managed ledgers); the ledger manager and metadata stay the caller's.
+    ``before_listen(service)`` runs before the first client can connect (a cluster broker installs
+    its bundle ownership there).
     """
     if log_store is None:
         if ledger_manager is None or metadata is None:
@@ -246,6 +250,8 @@ async def start_broker(
 
         network = TcpNetwork()
     service = BrokerService(config, log_store, metadata, clock=clock)
+    if before_listen is not None:
+        before_listen(service)
     server = BrokerServer(service, network, clock, server_config)
     await server.listen(host, port)
     if port == 0 or config.advertised_port == 0:

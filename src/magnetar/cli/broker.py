@@ -1,0 +1,56 @@
+"""``magnetar broker``: a stateless cluster broker over ZooKeeper (``runtime.broker_node``)."""
+
+from __future__ import annotations
+
+import typer
+
+from magnetar.base.errors import InvalidArgument
+
+
+def _quorum(text: str | None) -> tuple[int | None, int | None, int | None]:
+    if text is None:
+        return None, None, None
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        raise InvalidArgument(f"--ensemble must be E,Qw,Qa (e.g. 3,3,2), got {text!r}")
+    e, qw, qa = (int(p) for p in parts)
+    return e, qw, qa
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("broker")
+    def broker(
+        metadata: str = typer.Option(None, "--metadata", help="metadata store URL (zk://host:port/chroot)"),
+        port: int = typer.Option(None, "--port", help="Pulsar protocol port (default 6650; 0 = any free one)"),
+        http_port: int = typer.Option(None, "--http-port", help="HTTP port: /health, /metrics, admin (default 8080)"),
+        host: str = typer.Option(None, "--host", help="address to listen on (default 127.0.0.1)"),
+        advertised_address: str = typer.Option(None, "--advertised-address", help="address clients are sent to"),
+        ensemble: str = typer.Option(None, "--ensemble", help="E,Qw,Qa of new ledgers (default 3,3,2)"),
+        session_timeout_ms: int = typer.Option(None, "--session-timeout-ms", help="metadata session timeout"),
+        cluster_name: str = typer.Option(None, "--cluster-name", help="cluster name (producer-name prefix)"),
+        config: str = typer.Option(None, "--config", help="TOML file with a broker section"),
+    ) -> None:
+        """Run a broker: serves the topics of the bundles it owns, over the bookies in the metadata store."""
+        from magnetar.runtime.broker_node import BrokerNodeConfig, main
+        from magnetar.runtime.config import load_config, read_toml, section_of
+
+        try:
+            e, qw, qa = _quorum(ensemble)
+            loaded = load_config(
+                BrokerNodeConfig,
+                "broker",
+                file_values=section_of(read_toml(config), "broker"),
+                overrides={
+                    "metadata_url": metadata, "port": port, "http_port": http_port, "host": host,
+                    "advertised_address": advertised_address, "ensemble_size": e, "write_quorum_size": qw,
+                    "ack_quorum_size": qa, "session_timeout_ms": session_timeout_ms, "cluster_name": cluster_name,
+                },
+            )
+        except InvalidArgument as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        try:
+            main(loaded)
+        except OSError as exc:  # a port in use
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None

@@ -1,0 +1,275 @@
+"""``magnetar broker``: a stateless cluster broker over a shared metadata store (ZooKeeper).
+
+The broker keeps no data of its own: topics live in managed ledgers on the bookies registered
+in the metadata store (``/ledgers/available``), and which broker serves which topic is decided by
+bundle ownership (``broker.ownership``) through that store. Adding a broker moves no data.
+
+One *generation* is everything built on one metadata session: the store client, the ledger
+client, the broker service with its ownership, the Pulsar listener and the load reporter. When
+the session ends (expired after a pause or a partition), ownership has already stopped serving
+every topic (in the session callback); the node then stops that generation, closing every client
+connection, and starts a new one on a new session on the same ports, so clients look up again.
+Producer names stay unique across brokers and generations: the broker index in
+``<cluster>-<index>-<counter>`` comes from a sequential node under ``/counters/producer-name``
+(as Pulsar's distributed id generator).
+
+The HTTP endpoint (``/health``, ``/metrics``, bundle admin) lives across generations. A line
+``magnetar broker ready broker=pulsar://... http=host:port metadata=...`` on stdout says when
+clients may connect; SIGTERM or SIGINT stops the broker (its ephemeral nodes go with its session,
+so other brokers take its bundles at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from magnetar import faults
+from magnetar.base.clock import Clock
+from magnetar.base.errors import InvalidArgument
+from magnetar.base.io import Network
+from magnetar.base.limits import (
+    LOAD_REPORT_INTERVAL_MS,
+    METADATA_SESSION_TIMEOUT_MS_DEFAULT,
+    NAMESPACE_BUNDLES_COUNT_DEFAULT,
+    NAMESPACE_BUNDLES_COUNT_MAX,
+)
+from magnetar.broker import BrokerConfig
+from magnetar.broker.ownership import BundleOwnership
+from magnetar.broker.service import BrokerService
+from magnetar.managed_ledger import ManagedLedgerConfig
+from magnetar.metadata.api import MetadataStore
+from magnetar.runtime.bookie import wait_for_termination_signal
+from magnetar.runtime.broker import BrokerServer, start_broker
+from magnetar.runtime.clock import SystemClock, system_rng
+from magnetar.runtime.http import HttpEndpoint, start_http
+from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
+from magnetar.runtime.metadata import open_metadata_store
+from magnetar.runtime.network import TcpNetwork
+from magnetar.runtime.processes import free_port
+
+log = logging.getLogger(__name__)
+
+PRODUCER_NAME_COUNTER = "/counters/producer-name/broker-"
+#: Wait between attempts to reach the metadata store (ZooKeeper down, restarting).
+METADATA_RETRY_S = 1.0
+READY_PREFIX = "magnetar broker ready"
+
+
+@dataclass(frozen=True)
+class BrokerNodeConfig:
+    metadata_url: str = "zk://127.0.0.1:2181/magnetar"
+    host: str = "127.0.0.1"
+    port: int = 6650  # 0 picks a free port once; later generations keep it
+    http_port: int = 8080
+    advertised_address: str = "127.0.0.1"
+    cluster_name: str = "magnetar"
+    ensemble_size: int = 3
+    write_quorum_size: int = 3
+    ack_quorum_size: int = 2
+    session_timeout_ms: int = METADATA_SESSION_TIMEOUT_MS_DEFAULT
+    bundles_count: int = NAMESPACE_BUNDLES_COUNT_DEFAULT
+    load_report_interval_ms: int = LOAD_REPORT_INTERVAL_MS
+
+    def __post_init__(self) -> None:
+        for name in ("port", "http_port"):
+            if not 0 <= getattr(self, name) < 65536:
+                raise InvalidArgument(f"{name} must be 0..65535, got {getattr(self, name)}")
+        if not self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
+            raise InvalidArgument("need ensemble_size >= write_quorum_size >= ack_quorum_size >= 1")
+        if not 1 <= self.bundles_count <= NAMESPACE_BUNDLES_COUNT_MAX:
+            raise InvalidArgument(f"bundles_count must be 1..{NAMESPACE_BUNDLES_COUNT_MAX}")
+        if self.session_timeout_ms < 1000 or self.load_report_interval_ms < 100:
+            raise InvalidArgument("session_timeout_ms must be >= 1000 and load_report_interval_ms >= 100")
+
+
+class Generation:
+    """What one metadata session carries; ``stop()`` takes it down in reverse order."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+        self.server: BrokerServer | None = None
+        self.ownership: BundleOwnership | None = None
+        self.report_task: asyncio.Task[None] | None = None
+        self.manager: Any = None
+
+    async def stop(self) -> None:
+        if self.report_task is not None:
+            self.report_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.report_task
+        steps = [
+            self.server.close if self.server else None,
+            self.ownership.close if self.ownership else None,
+            (lambda: close_ledger_manager(self.manager)) if self.manager is not None else None,
+            self.store.close,
+        ]
+        for step in steps:
+            if step is None:
+                continue
+            try:
+                await step()
+            except Exception:  # one part failing to stop must not keep the others running
+                log.exception("error while stopping a broker generation")
+
+
+async def unique_broker_index(store: MetadataStore) -> int:
+    """A number no other broker (or earlier generation) got: the parent's sequential counter."""
+    path = await store.create(PRODUCER_NAME_COUNTER, b"", sequential=True)
+    with contextlib.suppress(Exception):
+        await store.delete(path)  # the counter lives in the parent; the child is not needed
+    return int(path[len(PRODUCER_NAME_COUNTER):])
+
+
+class BrokerNode:
+    def __init__(self, config: BrokerNodeConfig, *, clock: Clock | None = None, network: Network | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.network = network or TcpNetwork()
+        self.port = config.port or free_port(config.host)
+        self.http: HttpEndpoint | None = None
+        self.generation: Generation | None = None
+        self.generations = 0
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.config.advertised_address}:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        port = self.http.port if self.http is not None else self.config.http_port
+        return f"http://{self.config.advertised_address}:{port}"
+
+    @property
+    def ownership(self) -> BundleOwnership | None:
+        return self.generation.ownership if self.generation is not None else None
+
+    def ready_line(self) -> str:
+        http = f"{self.config.advertised_address}:{self.http.port}" if self.http else "-"
+        return f"{READY_PREFIX} broker={self.service_url} http={http} metadata={self.config.metadata_url}"
+
+    def health(self) -> dict[str, object]:
+        ownership = self.ownership
+        serving = ownership is not None and ownership.state.value == "active"
+        return {
+            "status": "ok" if serving else "starting",
+            "broker": self.service_url,
+            "generation": self.generations,
+            "bundles": [o.key for o in ownership.owned()] if ownership is not None else [],
+            "topics": len(ownership.service.topics) if ownership is not None else 0,
+        }
+
+    async def _open_store(self, stop: asyncio.Event) -> MetadataStore | None:
+        while not stop.is_set():
+            try:
+                return await open_metadata_store(self.config.metadata_url, clock=self.clock,
+                                                 session_timeout_ms=self.config.session_timeout_ms)
+            except Exception as error:
+                log.warning("metadata store %s not reachable (%s); retrying", self.config.metadata_url, error)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), METADATA_RETRY_S)
+        return None
+
+    async def start_generation(self, stop: asyncio.Event) -> Generation | None:
+        """Build a generation on a new session; ``None`` if asked to stop before it is up."""
+        store = await self._open_store(stop)
+        if store is None:
+            return None
+        generation = Generation(store)
+        config = self.config
+        try:
+            index = await unique_broker_index(store)
+            generation.manager = await open_ledger_manager(store, network=self.network, clock=self.clock,
+                                                           rng=system_rng())
+
+            def install(service: BrokerService) -> None:
+                ownership = BundleOwnership(store, service, broker_id=f"{config.advertised_address}:{self.port}",
+                                            http_url=self.http_url, bundles_count=config.bundles_count)
+                ownership.install()
+                generation.ownership = ownership
+
+            generation.server = await start_broker(
+                BrokerConfig(cluster_name=config.cluster_name, broker_index=index,
+                             advertised_host=config.advertised_address, advertised_port=self.port),
+                clock=self.clock, metadata=store, ledger_manager=generation.manager,
+                managed_ledger_config=ManagedLedgerConfig(ensemble_size=config.ensemble_size,
+                                                          write_quorum_size=config.write_quorum_size,
+                                                          ack_quorum_size=config.ack_quorum_size),
+                network=self.network, host=config.host, port=self.port, before_listen=install,
+            )
+            ownership = generation.ownership
+            assert ownership is not None
+            server = generation.server
+            generation.report_task = asyncio.get_running_loop().create_task(
+                ownership.run_load_reports(self.clock, lambda: server.connection_count,
+                                           config.load_report_interval_ms), name="load-reports")
+        except BaseException:
+            await generation.stop()
+            raise
+        self.generations += 1
+        return generation
+
+    async def run(self, stop: asyncio.Event, *, on_ready: Any = None) -> None:
+        """Serve until ``stop`` is set, starting a new generation whenever the session is lost."""
+        self.http = await start_http(self.config.host, self.config.http_port, health=self.health)
+        try:
+            while not stop.is_set():
+                try:
+                    self.generation = await self.start_generation(stop)
+                except OSError as error:  # the port is still held by the previous listener
+                    log.warning("broker generation failed to start: %s; retrying", error)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), METADATA_RETRY_S)
+                    continue
+                if self.generation is None:
+                    return
+                if self.generations == 1 and on_ready is not None:
+                    on_ready(self)
+                ownership = self.generation.ownership
+                assert ownership is not None
+                lost = asyncio.get_running_loop().create_task(ownership.session_lost.wait())
+                stopping = asyncio.get_running_loop().create_task(stop.wait())
+                await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                for task in (lost, stopping):
+                    task.cancel()
+                if not stop.is_set():
+                    log.warning("metadata session lost: restarting the broker on a new session")
+                generation, self.generation = self.generation, None
+                await generation.stop()
+        finally:
+            if self.generation is not None:
+                await self.generation.stop()
+                self.generation = None
+            await self.http.stop()
+
+
+async def run_broker_node(config: BrokerNodeConfig) -> None:
+    faults.arm_from_env()
+    stop = asyncio.Event()
+    node = BrokerNode(config)
+
+    async def signals() -> None:
+        await wait_for_termination_signal()
+        log.info("broker stopping")
+        stop.set()
+
+    watcher = asyncio.get_running_loop().create_task(signals())
+    try:
+        await node.run(stop, on_ready=lambda n: print(n.ready_line(), flush=True))
+    finally:
+        watcher.cancel()
+
+
+def main(config: BrokerNodeConfig) -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(run_broker_node(config))
+    else:
+        uvloop.run(run_broker_node(config))

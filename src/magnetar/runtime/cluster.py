@@ -1,0 +1,401 @@
+"""A local Magnetar cluster of real processes on 127.0.0.1: ZooKeeper, N bookies, M brokers.
+
+``LocalCluster(base_dir, bookies=3, brokers=2)`` chooses free ports once (a bookie's identity is
+its address, so a restart keeps them), gives every process a private data directory under
+``base_dir`` and one log file ``base_dir/logs/<name>.log`` (stdout and stderr, appended across
+restarts, so a child never blocks on a full pipe). ``start()`` starts ZooKeeper, waits until it
+answers ``ruok``, then the bookies, then the brokers, each ready once its ready line appears in
+its log after this start. ``stop()`` stops every process by its PID (SIGTERM, SIGKILL after a
+grace period). The state (ports, PIDs, URLs) is written to ``base_dir/cluster.json``;
+``LocalCluster.load(base_dir)`` reads it back (``magnetar cluster status|down``) and controls the
+processes by PID, after checking each PID still runs the command it was started with.
+
+Processes are named ``zookeeper``, ``bookie-0``.., ``broker-0``..; each is a ``ClusterProcess``
+with ``kill(sig)``, ``pause()`` (SIGSTOP), ``resume()`` (SIGCONT), ``restart(env)`` (same ports,
+same data directory, extra environment for this run only) and ``alive()``: the chaos runner
+drives faults through these. Children run in their own session, so a ``magnetar cluster up``
+leaves them running after it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from magnetar.runtime.broker_node import READY_PREFIX as BROKER_READY
+from magnetar.runtime.processes import STOP_GRACE_S, free_port
+
+ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
+CHROOT = "/magnetar"
+STATE_FILE = "cluster.json"
+BOOKIE_READY = "magnetar-bookie listening on"
+#: Metadata session timeout of the brokers: how long a dead or paused owner keeps its bundles.
+BROKER_SESSION_TIMEOUT_MS_DEFAULT = 6_000
+#: How often a starting process is checked for readiness.
+READY_POLL_S = 0.1
+#: Grace of a SIGTERM in ``stop()`` before SIGKILL (the cluster is disposable).
+CLUSTER_STOP_GRACE_S = 10.0
+
+ZOO_CFG = """tickTime=500
+dataDir={data}
+clientPort={port}
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+minSessionTimeout=1000
+maxSessionTimeout=60000
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,stat
+"""
+LOG4J = """log4j.rootLogger=WARN, FILE
+log4j.appender.FILE=org.apache.log4j.FileAppender
+log4j.appender.FILE.File=${zookeeper.log.file}
+log4j.appender.FILE.layout=org.apache.log4j.PatternLayout
+log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t] %c{1} - %m%n
+"""
+
+Progress = Callable[[str, str], None]  # (process name, "starting" | "ready")
+
+
+def zookeeper_ruok(port: int, timeout_s: float = 1.0) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+            sock.sendall(b"ruok")
+            sock.shutdown(socket.SHUT_WR)
+            return sock.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+def tcp_open(port: int, timeout_s: float = 1.0) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def http_health(port: int, timeout_s: float = 2.0) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=timeout_s) as response:
+            body = json.loads(response.read())
+            return body if isinstance(body, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+class ClusterProcess:
+    """One node of the cluster, controlled by its PID."""
+
+    def __init__(self, name: str, kind: str, argv: list[str], log_path: Path, *, port: int,
+                 http_port: int | None = None, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.kind = kind  # "zookeeper" | "bookie" | "broker"
+        self.argv = argv
+        self.log_path = log_path
+        self.port = port
+        self.http_port = http_port
+        self.env = dict(env or {})
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._pid: int | None = None  # adopted from a state file (not our child)
+        self._log_offset = 0
+
+    # --- identity -------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        if self._popen is not None:
+            return self._popen.pid
+        if self._pid is None:
+            raise RuntimeError(f"{self.name} was never started")
+        return self._pid
+
+    def _runs_our_command(self, pid: int) -> bool:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return [arg.decode(errors="replace") for arg in cmdline if arg] == self.argv
+
+    def alive(self) -> bool:
+        if self._popen is not None:
+            return self._popen.poll() is None
+        if self._pid is None:
+            return False
+        try:
+            state = Path(f"/proc/{self._pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state != "Z" and self._runs_our_command(self._pid)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self, env: dict[str, str] | None = None) -> None:
+        """Start the process (not waiting for it); ``env`` is extra environment for this run."""
+        if self.alive():
+            raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        child_env = {**os.environ, **self.env, **(env or {})}
+        with open(self.log_path, "ab") as log:
+            log.write(f"=== {self.name} start {time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode())
+            log.flush()
+            self._log_offset = log.tell()
+            self._popen = subprocess.Popen(self.argv, env=child_env, stdout=log, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, start_new_session=True)
+        self._pid = None
+
+    def ready(self) -> bool:
+        if self.kind == "zookeeper":
+            return zookeeper_ruok(self.port)
+        marker = BOOKIE_READY if self.kind == "bookie" else BROKER_READY
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_offset)
+                return marker.encode() in log.read()
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.ready():
+                return
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited while starting; log tail:\n{self.log_tail()}")
+            time.sleep(READY_POLL_S)  # polling a child's readiness under a deadline
+        raise RuntimeError(f"{self.name} not ready within {timeout_s:.0f} s; log tail:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def _signal(self, sig: int) -> bool:
+        if not self.alive():
+            return False
+        os.kill(self.pid, sig)
+        return True
+
+    def _wait_exit(self, timeout_s: float) -> bool:
+        if self._popen is not None:
+            try:
+                self._popen.wait(timeout_s)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                return True
+            time.sleep(0.05)  # not our child: poll its /proc entry until it is gone
+        return not self.alive()
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig``; for SIGKILL and SIGTERM wait until the process is gone."""
+        if not self._signal(sig):
+            return
+        if sig == signal.SIGTERM:
+            self._signal(signal.SIGCONT)  # a paused process handles SIGTERM only once resumed
+        if sig in (signal.SIGKILL, signal.SIGTERM) and not self._wait_exit(STOP_GRACE_S):
+            self._signal(signal.SIGKILL)
+            self._wait_exit(STOP_GRACE_S)
+
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def stop(self, grace_s: float = CLUSTER_STOP_GRACE_S) -> None:
+        """SIGTERM, then SIGKILL after ``grace_s``."""
+        if not self._signal(signal.SIGTERM):
+            return
+        self._signal(signal.SIGCONT)
+        if not self._wait_exit(grace_s):
+            self._signal(signal.SIGKILL)
+            self._wait_exit(STOP_GRACE_S)
+
+    def restart(self, env: dict[str, str] | None = None, timeout_s: float = 30) -> None:
+        """Kill -9 if running, start again on the same ports and data directory, wait until ready."""
+        self.kill(signal.SIGKILL)
+        self.start(env)
+        self.wait_ready(timeout_s)
+
+    def state(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "pid": self.pid if self.alive() else None,
+                "port": self.port, "http_port": self.http_port, "argv": self.argv, "env": self.env,
+                "log": str(self.log_path)}
+
+    @staticmethod
+    def from_state(data: dict[str, Any]) -> ClusterProcess:
+        process = ClusterProcess(data["name"], data["kind"], list(data["argv"]), Path(data["log"]),
+                                 port=int(data["port"]), http_port=data.get("http_port"), env=data.get("env"))
+        process._pid = data.get("pid")
+        return process
+
+
+@dataclass(frozen=True)
+class ProcessStatus:
+    name: str
+    pid: int | None
+    alive: bool
+    healthy: bool
+    detail: str
+
+
+class LocalCluster:
+    """ZooKeeper + bookies + brokers as real processes; synchronous (tests, chaos runner, CLI)."""
+
+    def __init__(self, base_dir: Path, *, bookies: int = 3, brokers: int = 2,
+                 ensemble: tuple[int, int, int] = (3, 3, 2), env: dict[str, dict[str, str]] | None = None,
+                 session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT) -> None:
+        e, qw, qa = ensemble
+        if not (bookies >= e >= qw >= qa >= 1 and brokers >= 1):
+            raise ValueError(f"need bookies >= E >= Qw >= Qa >= 1 and brokers >= 1, got {bookies}, {ensemble}")
+        self.base_dir = Path(base_dir).absolute()
+        self.ensemble = ensemble
+        self.session_timeout_ms = session_timeout_ms
+        env = env or {}
+        self.processes: dict[str, ClusterProcess] = {}
+        zk_port = free_port()
+        self.metadata_url = f"zk://127.0.0.1:{zk_port}{CHROOT}"
+        self._add(self._zookeeper(zk_port, env.get("zookeeper")))
+        for i in range(bookies):
+            self._add(self._bookie(i, free_port(), env.get(f"bookie-{i}")))
+        for i in range(brokers):
+            self._add(self._broker(i, free_port(), free_port(), env.get(f"broker-{i}")))
+
+    def _add(self, process: ClusterProcess) -> None:
+        self.processes[process.name] = process
+
+    def _log(self, name: str) -> Path:
+        return self.base_dir / "logs" / f"{name}.log"
+
+    def _zookeeper(self, port: int, env: dict[str, str] | None) -> ClusterProcess:
+        java = shutil.which("java")
+        if java is None or not Path(ZOOKEEPER_JAR).exists():
+            raise RuntimeError("ZooKeeper is not installed: run scripts/install-system-deps.sh")
+        directory = self.base_dir / "zookeeper"
+        (directory / "data").mkdir(parents=True, exist_ok=True)
+        (directory / "zoo.cfg").write_text(ZOO_CFG.format(data=directory / "data", port=port))
+        (directory / "log4j.properties").write_text(LOG4J)
+        argv = [java, "-Xmx256m", f"-Dzookeeper.log.file={directory / 'zookeeper.log'}",
+                f"-Dlog4j.configuration=file:{directory / 'log4j.properties'}", "-Dzookeeper.jmx.log4j.disable=true",
+                "-cp", f"{directory}:{ZOOKEEPER_JAR}", "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                str(directory / "zoo.cfg")]
+        return ClusterProcess("zookeeper", "zookeeper", argv, self._log("zookeeper"), port=port, env=env)
+
+    def _bookie(self, index: int, port: int, env: dict[str, str] | None) -> ClusterProcess:
+        name = f"bookie-{index}"
+        argv = [sys.executable, "-m", "magnetar.cli", "bookie", "--metadata", self.metadata_url, "--host", "127.0.0.1",
+                "--port", str(port), "--data-dir", str(self.base_dir / name)]
+        return ClusterProcess(name, "bookie", argv, self._log(name), port=port, env=env)
+
+    def _broker(self, index: int, port: int, http_port: int, env: dict[str, str] | None) -> ClusterProcess:
+        name = f"broker-{index}"
+        e, qw, qa = self.ensemble
+        argv = [sys.executable, "-m", "magnetar.cli", "broker", "--metadata", self.metadata_url,
+                "--host", "127.0.0.1", "--advertised-address", "127.0.0.1", "--port", str(port),
+                "--http-port", str(http_port), "--ensemble", f"{e},{qw},{qa}",
+                "--session-timeout-ms", str(self.session_timeout_ms), "--cluster-name", f"local{index}"]
+        return ClusterProcess(name, "broker", argv, self._log(name), port=port, http_port=http_port, env=env)
+
+    # --- views ----------------------------------------------------------------------------------
+
+    def of_kind(self, kind: str) -> list[ClusterProcess]:
+        return [p for p in self.processes.values() if p.kind == kind]
+
+    def service_url(self) -> str:
+        return "pulsar://" + ",".join(f"127.0.0.1:{p.port}" for p in self.of_kind("broker"))
+
+    def broker_url(self, broker: int = 0) -> str:
+        return f"pulsar://127.0.0.1:{self.processes[f'broker-{broker}'].port}"
+
+    def http_url(self, broker: int = 0) -> str:
+        return f"http://127.0.0.1:{self.processes[f'broker-{broker}'].http_port}"
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 60, progress: Progress | None = None) -> None:
+        """Start everything and wait until every process is ready; on failure stop them all."""
+        deadline = time.monotonic() + timeout_s
+        report = progress or (lambda _name, _state: None)
+        try:
+            for group in (self.of_kind("zookeeper"), self.of_kind("bookie"), self.of_kind("broker")):
+                for process in group:
+                    report(process.name, "starting")
+                    process.start()
+                for process in group:
+                    process.wait_ready(max(1.0, deadline - time.monotonic()))
+                    report(process.name, "ready")
+        except BaseException:
+            self.stop()
+            raise
+        self.write_state()
+
+    def stop(self) -> None:
+        """Stop every process by PID: brokers, then bookies, then ZooKeeper."""
+        for kind in ("broker", "bookie", "zookeeper"):
+            for process in self.of_kind(kind):
+                try:
+                    process.stop()
+                except OSError:
+                    continue  # gone between the check and the signal
+        with contextlib.suppress(OSError):
+            self.write_state()
+
+    def write_state(self) -> None:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        state = {"metadata_url": self.metadata_url, "service_url": self.service_url(),
+                 "ensemble": list(self.ensemble), "session_timeout_ms": self.session_timeout_ms,
+                 "processes": [p.state() for p in self.processes.values()]}
+        tmp = self.base_dir / f"{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.base_dir / STATE_FILE)
+
+    @classmethod
+    def load(cls, base_dir: Path) -> LocalCluster:
+        """The cluster described by ``base_dir/cluster.json`` (its processes adopted by PID)."""
+        state = json.loads((Path(base_dir) / STATE_FILE).read_text())
+        cluster = cls.__new__(cls)
+        cluster.base_dir = Path(base_dir).absolute()
+        cluster.metadata_url = state["metadata_url"]
+        e, qw, qa = (int(x) for x in state["ensemble"])
+        cluster.ensemble = (e, qw, qa)
+        cluster.session_timeout_ms = int(state["session_timeout_ms"])
+        cluster.processes = {}
+        for data in state["processes"]:
+            cluster._add(ClusterProcess.from_state(data))
+        return cluster
+
+    def status(self) -> list[ProcessStatus]:
+        out = []
+        for process in self.processes.values():
+            alive = process.alive()
+            pid = process.pid if alive else None
+            if not alive:
+                out.append(ProcessStatus(process.name, None, False, False, "not running"))
+            elif process.kind == "zookeeper":
+                ok = zookeeper_ruok(process.port)
+                out.append(ProcessStatus(process.name, pid, True, ok, "imok" if ok else "no answer to ruok"))
+            elif process.kind == "bookie":
+                ok = tcp_open(process.port)
+                out.append(ProcessStatus(process.name, pid, True, ok, f"127.0.0.1:{process.port}"))
+            else:
+                health = http_health(process.http_port or 0)
+                ok = health is not None and health.get("status") == "ok"
+                detail = f"bundles={len(health.get('bundles', []))} topics={health.get('topics')}" if health else "no /health"
+                out.append(ProcessStatus(process.name, pid, True, ok, detail))
+        return out
