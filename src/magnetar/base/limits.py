@@ -40,6 +40,10 @@ BOOKIE_JOURNAL_RECORD_BYTES_MAX = ENTRY_BYTES_MAX + 4 * KIB
 # a frame of buffer: slow or stuck peers must not hold BOOKIE_CONNECTIONS_COUNT_MAX of those).
 BOOKIE_PARTIAL_FRAME_IDLE_MS = 30_000
 
+# --- runtime network (TcpNetwork) ---------------------------------------------------------------
+NETWORK_READ_BUFFER_BYTES_MAX = 256 * KIB  # received, not yet read: the socket pauses beyond it
+NETWORK_WRITE_BUFFER_BYTES_MAX = 4 * MIB  # queued to send: drain() waits beyond it
+
 # --- pulsar protocol ---------------------------------------------------------------------------
 PULSAR_FRAME_BYTES_MAX = 5 * MIB + 10 * KIB  # Pulsar's maxMessageSize (5 MiB) + frame overhead
 PULSAR_MESSAGE_BYTES_MAX = 5 * MIB  # CONNECTED.max_message_size: metadata + payload of one SEND
