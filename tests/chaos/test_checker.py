@@ -119,14 +119,14 @@ def test_unstable_when_drains_disagree() -> None:
     assert kinds(h) == {AnomalyKind.UNSTABLE}
 
 
-def test_undelivered_only_when_consumers_caught_up() -> None:
+def test_undelivered_only_when_consumers_waited() -> None:
     h = _clean()
     h.meta["subscriptions"] = [[T, "shared"]]
     for seq in (0, 1, 2, 3):
         h.record(Op("consumer-shared-0", OpType.RECEIVE, T, value_of("p", seq), message_id=(1, seq, -1),
                     subscription="shared"))
     assert kinds(h) == set()
-    h.meta["consumers_caught_up"] = True
+    h.meta["consumers_waited"] = True
     missing = sorted(a.value for a in check(h).violations if a.kind is AnomalyKind.UNDELIVERED)
     assert missing == ["p:4", "p:5"]
 

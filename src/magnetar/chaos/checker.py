@@ -14,8 +14,8 @@ What it reports (``AnomalyKind``), and which invariant of ``shared/design/FAULTS
 * ``unstable``    two drains of one topic disagree (an undecided message must be decided the same
                   way for every reader) — invariant 4
 * ``undelivered`` a subscription never received a value that is stored — invariant 9 (at least
-                  once delivery); checked only when the history's meta says the consumers ran
-                  until they caught up (``meta["consumers_caught_up"] is True``)
+                  once delivery); checked only when the history's meta says the consumers were given
+                  their catch-up time (``meta["consumers_waited"] is True``)
 
 A send ``unknown`` (timeout, broken connection) may or may not be stored; either is fine. Only
 the first drain defines "stored"; the others are compared to it.
@@ -100,7 +100,7 @@ def check(history: History) -> CheckResult:
     _check_unexpected(result, sends, ops)
     _check_divergent(result, ops)
     _check_unstable(result, drains)
-    if history.meta.get("consumers_caught_up") is True:
+    if history.meta.get("consumers_waited") is True:
         subscriptions = {(str(t), str(s)) for t, s in history.meta.get("subscriptions", [])}
         _check_undelivered(result, ops, stored, subscriptions)
     return result

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import typer
 
-from magnetar.cli import autorecovery, bookie, broker, consume, perf, produce, sim, standalone
+from magnetar.cli import autorecovery, bookie, broker, chaos, cluster, consume, perf, produce, sim, standalone
 
 REGISTRARS: list[Callable[[typer.Typer], None]] = []
 REGISTRARS.append(sim.register)
@@ -17,3 +17,5 @@ REGISTRARS.append(consume.register)
 REGISTRARS.append(autorecovery.register)
 REGISTRARS.append(perf.register)
 REGISTRARS.append(broker.register)
+REGISTRARS.append(chaos.register)
+REGISTRARS.append(cluster.register)
