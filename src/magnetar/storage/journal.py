@@ -81,6 +81,10 @@ def _split_half(parts: list[bytes]) -> tuple[list[Bytes], list[Bytes]]:
     return first, []
 
 
+def _answered(_error: BaseException | None) -> None:
+    """The callback of a record whose caller was already answered (the ack-before-fsync break)."""
+
+
 def journal_path(file_id: int) -> str:
     return f"{JOURNAL_DIR}/{file_id:020d}.jnl"
 
@@ -301,6 +305,9 @@ class Journal:
         if self.status is not JournalStatus.RUNNING:
             callback(self._failure or ClosedError(f"journal is {self.status.value}"))
             return
+        if breaks.active(breaks.Break.ACK_BEFORE_FSYNC):  # negative control only (faults/breaks.py):
+            callback(None)  # answer when queued, before the write
+            callback = _answered
         size = record_bytes(record)
         self._queue.append((record, size, callback, self._clock.monotonic_ns()))
         self._queued_bytes += size
@@ -364,10 +371,6 @@ class Journal:
                 continue
             await self._wait_for_group()
             parts, callbacks = self._take_group()
-            if breaks.active(breaks.Break.ACK_BEFORE_FSYNC):  # negative control only (faults/breaks.py)
-                for callback in callbacks:
-                    callback(None)
-                callbacks = []
             try:
                 await self._write_group(parts)
             except Exception as exc:
