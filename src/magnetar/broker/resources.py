@@ -53,6 +53,10 @@ class NotEmptyError(MagnetarError):
     """A tenant with namespaces, or a namespace with topics, cannot be deleted."""
 
 
+class TopicBusy(MagnetarError):
+    """A topic with producers or consumers attached cannot be deleted without force."""
+
+
 class TenantInfo(msgspec.Struct, rename="camel"):
     admin_roles: list[str] = msgspec.field(default_factory=list)
     allowed_clusters: list[str] = msgspec.field(default_factory=list)

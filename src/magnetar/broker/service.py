@@ -29,7 +29,7 @@ from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.log import LogStore
 from magnetar.broker.lookup import PartitionedTopics, SingleBrokerLookup, TopicLookup
 from magnetar.broker.policies import PolicyCache
-from magnetar.broker.resources import NotEmptyError, Resources
+from magnetar.broker.resources import Resources, TopicBusy
 from magnetar.broker.topic import Topic
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import pb
@@ -134,16 +134,16 @@ class BrokerService:
         return await self.get_topic(name, create=True, admin=True)
 
     async def delete_topic(self, name: TopicName, *, force: bool = False) -> None:
-        """Delete a topic's log and cursors; refused (NotEmptyError) while clients are attached
+        """Delete a topic's log and cursors; refused (TopicBusy) while clients are attached
         unless ``force``, which disconnects them."""
         if not await self.topic_exists(name):
             raise NotFound(f"Topic {name} not found")
         topic = self.topics.get(str(name))
         if topic is not None and not force:
             if topic.producers:
-                raise NotEmptyError(f"Topic {name} has active producers")
+                raise TopicBusy(f"Topic {name} has active producers")
             if any(s.consumers for s in topic.subscriptions.values()):
-                raise NotEmptyError(f"Topic {name} has active subscriptions")
+                raise TopicBusy(f"Topic {name} has active subscriptions")
         if topic is not None:
             topic.disconnect_producers()
             for subscription in list(topic.subscriptions.values()):

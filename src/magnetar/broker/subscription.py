@@ -71,6 +71,9 @@ class Subscription:
         self.sub_type: SubType | None = None
         self.dispatched = RateMeter()
         self.expired = RateMeter()
+        if clock is not None:  # rates count from the subscription's start
+            self.dispatched.sample(clock.monotonic_ns())
+            self.expired.sample(clock.monotonic_ns())
         self.last_expire_ms = 0
         self._state = SubscriptionState.ACTIVE
 

@@ -77,6 +77,8 @@ class Topic:
         self.policies: Callable[[], EffectivePolicies] = policies or (lambda: defaults)
         self.dedup = MessageDeduplication(topic_log, config, enabled=lambda: self.policies().deduplication)
         self.published = RateMeter()
+        if clock is not None:
+            self.published.sample(clock.monotonic_ns())  # rates count from the load
         self.publish_latency = LatencyHistogram()
         #: The backlog quota found exceeded by the last check (None: within every quota).
         self.quota_exceeded: QuotaLimit | None = None

@@ -1,7 +1,10 @@
-"""The HTTP endpoint of a Magnetar process: ``/metrics`` (Prometheus text) and ``/health``.
+"""The HTTP endpoint of a Magnetar process: ``/metrics`` (Prometheus text), ``/health`` and, on a
+broker, the admin REST API mounted at ``/admin/v2``.
 
-Starlette app served by uvicorn inside the process's event loop. Later layers (the admin REST
-API) mount their routes here; nothing outside ``runtime`` and ``admin`` imports the framework.
+Starlette app served by uvicorn inside the process's event loop; nothing outside ``runtime`` and
+``admin`` imports the framework. ``/metrics`` renders the process-wide registry followed by the
+given extra registries (a broker's per-topic collector lives in its own registry, so two brokers
+in one test process do not collide).
 """
 
 from __future__ import annotations
@@ -12,11 +15,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
+
+from magnetar.admin import ADMIN_PATH, AdminContext, build_admin_app
+from magnetar.broker.metrics import BrokerCollector
+from magnetar.broker.resources import ClusterData
+from magnetar.broker.service import BrokerService
 
 #: How long a stopping endpoint waits for open HTTP requests before closing them.
 HTTP_SHUTDOWN_S_MAX = 5.0
@@ -52,19 +60,28 @@ class HttpEndpoint:
                 await self._task
 
 
-def build_app(health: Callable[[], dict[str, Any]]) -> Starlette:
+def build_app(health: Callable[[], dict[str, Any]], *, mounts: dict[str, Starlette] | None = None,
+              registries: list[CollectorRegistry] | None = None) -> Starlette:
+    extra = list(registries or ())
+
     async def metrics(_: Request) -> Response:
-        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        body = generate_latest(REGISTRY) + b"".join(generate_latest(r) for r in extra)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     async def health_route(_: Request) -> JSONResponse:
         return JSONResponse(health())
 
-    return Starlette(routes=[Route("/metrics", metrics), Route("/health", health_route)])
+    routes: list[BaseRoute] = [Route("/metrics", metrics), Route("/health", health_route)]
+    routes += [Mount(path, app=app) for path, app in (mounts or {}).items()]
+    return Starlette(routes=routes)
 
 
-async def start_http(host: str, port: int, *, health: Callable[[], dict[str, Any]]) -> HttpEndpoint:
+async def start_http(host: str, port: int, *, health: Callable[[], dict[str, Any]],
+                     mounts: dict[str, Starlette] | None = None,
+                     registries: list[CollectorRegistry] | None = None) -> HttpEndpoint:
     """Serve the app on ``host:port`` (0 picks a free port); returns once it is listening."""
-    config = uvicorn.Config(build_app(health), host=host, port=port, log_level="warning", lifespan="off")
+    app = build_app(health, mounts=mounts, registries=registries)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
     server = _EmbeddedServer(config)
     task = asyncio.get_running_loop().create_task(server.serve(), name="http")
     while not server.started:
@@ -73,3 +90,24 @@ async def start_http(host: str, port: int, *, health: Callable[[], dict[str, Any
             raise RuntimeError("HTTP endpoint stopped during start-up")
         await asyncio.sleep(0.01)
     return HttpEndpoint(server, task)
+
+
+async def start_broker_http(host: str, port: int, *, service: BrokerService,
+                            health: Callable[[], dict[str, Any]]) -> HttpEndpoint:
+    """A broker's HTTP endpoint: ``/metrics`` with per-topic and per-subscription series,
+    ``/health`` and, when the broker has a metadata store, the admin API at ``/admin/v2``."""
+    registry = CollectorRegistry()
+    registry.register(BrokerCollector(service))
+    mounts: dict[str, Starlette] = {}
+    if service.resources is not None:
+        context = AdminContext(service, cluster=service.config.cluster_name,
+                               broker_service_url=service.config.service_url)
+        mounts[ADMIN_PATH] = build_admin_app(context)
+    return await start_http(host, port, health=health, mounts=mounts, registries=[registry])
+
+
+async def bootstrap_cluster(service: BrokerService, *, web_url: str) -> None:
+    """First start: the broker's cluster, tenant ``public`` and namespace ``public/default``."""
+    if service.resources is not None:
+        await service.resources.bootstrap(service.config.cluster_name, ClusterData(
+            service_url=web_url, broker_service_url=service.config.service_url))

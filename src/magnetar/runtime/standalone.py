@@ -11,7 +11,9 @@ With one bookie (the default) ledgers are written with E=Qw=Qa=1; with ``--booki
 replicated quorum (3, 3, 2). Start-up order: metadata, then every bookie (each replays its
 journal before it serves), the ledger client, the broker (Pulsar protocol on ``broker_port``),
 then the HTTP endpoint; a line ``magnetar standalone ready ...`` on
-stdout says when clients may connect. SIGTERM or SIGINT stops everything in reverse order.
+stdout says when clients may connect. On first start the metadata store gets cluster
+``standalone``, tenant ``public`` and namespace ``public/default``; the HTTP port serves the admin
+API at ``/admin/v2`` and per-topic metrics at ``/metrics``. SIGTERM or SIGINT stops everything in reverse order.
 The bookies take the same ``MAGNETAR_BOOKIE_*`` settings as ``magnetar bookie`` (journal, caches,
 GC); their address, data directory and metadata URL come from the standalone config.
 A SIGKILL loses nothing acknowledged: the bookies reply only after fsync and the metadata store
@@ -37,7 +39,7 @@ from magnetar.runtime.bookie import RunningBookie, start_bookie, wait_for_termin
 from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
-from magnetar.runtime.http import HttpEndpoint, start_http
+from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_broker_http
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
@@ -148,7 +150,9 @@ async def start_standalone(config: StandaloneConfig) -> Standalone:
             port=config.broker_port,
         )
         running.stoppers.append(running.broker.close)
-        running.http = await start_http(config.host, config.web_port, health=lambda: _health(running))
+        await bootstrap_cluster(running.broker.service, web_url=f"http://{config.host}:{config.web_port}")
+        running.http = await start_broker_http(config.host, config.web_port, service=running.broker.service,
+                                               health=lambda: _health(running))
         running.stoppers.append(running.http.stop)
     except BaseException:
         await running.stop()

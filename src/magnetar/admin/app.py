@@ -1,0 +1,55 @@
+"""The admin REST application, mounted at ``/admin/v2`` on the broker's HTTP port.
+
+One router module per resource; ``ROUTERS`` lists them in matching order (more specific paths
+first). Another module extends the API by appending its ``routes(ctx)`` function to ``ROUTERS``
+before the app is built (e.g. bundle unload/split). ``/openapi.json`` serves the spec generated
+from these routes. Unknown paths and methods get JSON ``{"reason": ...}`` too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from magnetar import __version__
+from magnetar.admin import clusters, namespaces, policy_routes, subscriptions, tenants, topics
+from magnetar.admin.common import AdminContext, error_response
+from magnetar.admin.openapi import openapi_spec
+
+ADMIN_PATH = "/admin/v2"
+
+ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
+    clusters.routes,
+    tenants.routes,
+    namespaces.routes,
+    policy_routes.namespace_routes,
+    topics.routes,
+    subscriptions.routes,
+    policy_routes.topic_routes,
+]
+
+
+def admin_routes(ctx: AdminContext) -> list[BaseRoute]:
+    return [route for router in ROUTERS for route in router(ctx)]
+
+
+def build_admin_app(ctx: AdminContext) -> Starlette:
+    routes = admin_routes(ctx)
+    spec = openapi_spec(routes, title="Magnetar admin API (Pulsar /admin/v2)", version=__version__,
+                        server_path=ADMIN_PATH)
+
+    async def openapi(_: Request) -> Response:
+        return JSONResponse(spec)
+
+    async def http_error(_: Request, error: Exception) -> Response:
+        if isinstance(error, HTTPException):
+            return JSONResponse({"reason": error.detail}, status_code=error.status_code)
+        return error_response(error)
+
+    return Starlette(routes=[*routes, Route("/openapi.json", openapi, methods=["GET"])],
+                     exception_handlers={HTTPException: http_error, Exception: http_error})

@@ -1,0 +1,136 @@
+"""Topic stats and internal stats in Pulsar's JSON shapes (``TopicStats``, ``PersistentTopicInternalStats``).
+
+Rates are the last samples taken by the broker's policy check (``broker.metrics.RateMeter``);
+counters and sizes are read now. Partitioned stats add up the partitions' numbers and list each
+partition under ``partitions``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from magnetar.broker.dedup import is_system_cursor
+from magnetar.broker.managed_log import ManagedSubscriptionCursor, ManagedTopicLog
+from magnetar.broker.subscription import Subscription
+from magnetar.broker.topic import Topic
+
+_SUB_TYPES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}
+
+
+def _position(position: Any) -> str:
+    return f"{position.ledger_id}:{position.entry_id}"
+
+
+def subscription_stats(topic: Topic, subscription: Subscription) -> dict[str, Any]:
+    cursor = subscription.cursor
+    out = subscription.dispatched
+    return {
+        "msgRateOut": out.msg_rate,
+        "msgThroughputOut": out.byte_rate,
+        "bytesOutCounter": out.byte_count,
+        "msgOutCounter": out.msg_count,
+        "msgRateExpired": subscription.expired.msg_rate,
+        "totalMsgExpired": subscription.expired.msg_count,
+        "lastExpireTimestamp": subscription.last_expire_ms,
+        "msgBacklog": cursor.backlog_entries(),
+        "backlogSize": topic.log.backlog_bytes(cursor.mark_delete_position),
+        "unackedMessages": sum(c.pending_count for c in subscription.consumers),
+        "type": _SUB_TYPES.get(int(subscription.sub_type), "Exclusive") if subscription.sub_type is not None
+        else "Exclusive",
+        "isDurable": subscription.durable,
+        "consumers": [
+            {"consumerName": c.name, "availablePermits": c.permits, "unackedMessages": c.pending_count}
+            for c in subscription.consumers
+        ],
+    }
+
+
+def topic_stats(topic: Topic) -> dict[str, Any]:
+    storage = topic.log.storage_stats()
+    subscriptions = {name: subscription_stats(topic, sub) for name, sub in sorted(topic.subscriptions.items())
+                     if not is_system_cursor(name)}
+    published = topic.published
+    return {
+        "msgRateIn": published.msg_rate,
+        "msgThroughputIn": published.byte_rate,
+        "msgRateOut": sum(s["msgRateOut"] for s in subscriptions.values()),
+        "msgThroughputOut": sum(s["msgThroughputOut"] for s in subscriptions.values()),
+        "bytesInCounter": published.byte_count,
+        "msgInCounter": published.msg_count,
+        "bytesOutCounter": sum(s["bytesOutCounter"] for s in subscriptions.values()),
+        "msgOutCounter": sum(s["msgOutCounter"] for s in subscriptions.values()),
+        "averageMsgSize": published.byte_count / published.msg_count if published.msg_count else 0.0,
+        "storageSize": storage.size_bytes,
+        "backlogSize": topic.backlog_bytes(),
+        "publishers": [
+            {"producerId": p.producer_id, "producerName": p.name, "accessMode": p.access_mode.name.title()}
+            for p in topic.producers.values()
+        ],
+        "subscriptions": subscriptions,
+        "deduplicationStatus": "Enabled" if topic.policies().deduplication else "Disabled",
+        "backlogQuotaExceeded": topic.quota_exceeded is not None,
+    }
+
+
+def partitioned_stats(partitions: list[dict[str, Any]], count: int) -> dict[str, Any]:
+    total: dict[str, Any] = {"metadata": {"partitions": count}, "partitions": {}}
+    for key in ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter",
+                "msgInCounter", "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize"):
+        total[key] = sum(p[key] for p in partitions)
+    total["publishers"] = [pub for p in partitions for pub in p["publishers"]]
+    subscriptions: dict[str, dict[str, Any]] = {}
+    for p in partitions:
+        for name, sub in p["subscriptions"].items():
+            merged = subscriptions.setdefault(name, {"msgBacklog": 0, "msgRateOut": 0.0, "consumers": []})
+            merged["msgBacklog"] += sub["msgBacklog"]
+            merged["msgRateOut"] += sub["msgRateOut"]
+            merged["consumers"].extend(sub["consumers"])
+    total["subscriptions"] = subscriptions
+    return total
+
+
+def internal_stats(topic: Topic) -> dict[str, Any]:
+    log = topic.log
+    storage = log.storage_stats()
+    ledgers = [{"ledgerId": lg.ledger_id, "entries": lg.entries_count, "size": lg.size_bytes, "offloaded": False}
+               for lg in storage.ledgers]
+    cursors: dict[str, Any] = {}
+    for name, subscription in sorted(topic.subscriptions.items()):
+        cursors[name] = _cursor_stats(subscription)
+    stats: dict[str, Any] = {
+        "entriesAddedCounter": topic.published.msg_count,
+        "numberOfEntries": storage.entries_count,
+        "totalSize": storage.size_bytes,
+        "currentLedgerEntries": ledgers[-1]["entries"] if ledgers else 0,
+        "currentLedgerSize": ledgers[-1]["size"] if ledgers else 0,
+        "lastConfirmedEntry": _position(log.last_position),
+        "state": "LedgerOpened",
+        "ledgers": ledgers,
+        "cursors": cursors,
+    }
+    if isinstance(log, ManagedTopicLog):
+        stats["state"] = "".join(w.title() for w in log.managed_ledger.state.value.split("_"))
+        stats["lastLedgerCreatedTimestamp"] = storage.ledgers[-1].timestamp_ms if storage.ledgers else 0
+    return stats
+
+
+def _cursor_stats(subscription: Subscription) -> dict[str, Any]:
+    cursor = subscription.cursor
+    dispatcher = subscription.dispatcher
+    read = dispatcher.read_position if dispatcher is not None else cursor.mark_delete_position.next()
+    out: dict[str, Any] = {
+        "markDeletePosition": _position(cursor.mark_delete_position),
+        "readPosition": _position(read),
+        "messagesConsumedCounter": subscription.dispatched.msg_count,
+        "numberOfEntriesSinceFirstNotAckedMessage": cursor.backlog_entries(),
+        "state": "Open" if subscription.durable else "NonDurable",
+        "individuallyDeletedMessages": "[]",
+    }
+    if isinstance(cursor, ManagedSubscriptionCursor):
+        managed = cursor.managed_cursor
+        ranges = managed.individually_deleted_ranges()
+        out["individuallyDeletedMessages"] = "[" + ", ".join(
+            f"[{_position(a)}..{_position(b)}]" for a, b in ranges) + "]"
+        out["cursorLedger"] = managed.cursor_ledger_id
+        out["persistedMarkDeletePosition"] = _position(managed.persisted_mark_delete_position)
+    return out
