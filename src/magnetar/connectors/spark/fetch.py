@@ -1,0 +1,373 @@
+"""The connector's I/O: topic layouts from the metadata store, entries from bookies, and the
+broker as fallback. Runs on the driver (planning, admission control) and in tasks (reading).
+
+Read path of a slice (``readMode=auto``): each ledger's metadata travels in the slice, so a task
+reads entries straight from the ledger's bookies (speculative reads over the write set, digest
+checked), up to the LAC the planner saw, in chunks of ``SPARK_READ_ENTRIES_CHUNK_COUNT_MAX``
+entries pipelined per bookie. If a bookie read fails (no replica answers), the rest of the slice
+is read through the broker with a non-durable reader (``readMode=broker`` does that from the
+start; ``readMode=bookies`` fails instead). Either way the rows of one slice are the same.
+
+Layouts (``load_layout``): the managed ledger's ``ManagedLedgerInfo`` at
+``/managed-ledgers/<tenant>/<ns>/persistent/<topic>`` lists the ledgers; each ledger's metadata
+gives its state, and an open ledger's readable end is a quorum LAC read (no fencing: the broker
+keeps writing). The metadata store is read through ``runtime.metadata_view`` (read-only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import unquote
+
+import pyarrow as pa
+
+from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError, TimeoutError_
+from magnetar.base.limits import (
+    SPARK_ARROW_BATCH_ROWS_MAX,
+    SPARK_BROKER_READ_IDLE_MS_MAX,
+    SPARK_PARTITIONS_COUNT_MAX,
+    SPARK_READ_ENTRIES_CHUNK_COUNT_MAX,
+)
+from magnetar.base.types import NO_ENTRY, BookieId, Position, TopicName
+from magnetar.client import MessageId, PulsarClient
+from magnetar.connectors.spark.plan import EntryRange, LedgerSpan, PartitionLayout, Slice
+from magnetar.connectors.spark.rows import RowBuilder, ValueField
+from magnetar.ledger import BookieClientTransport, LedgerClientConfig
+from magnetar.ledger.ledger_metadata import LedgerMetadata
+from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
+from magnetar.ledger.metadata_ops import LedgerMetadataStore
+from magnetar.ledger.quorum import write_set
+from magnetar.ledger.reader import speculative_read
+from magnetar.metadata.records import LedgerState, ManagedLedgerInfo, decode
+from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.pulsar.batch import message_count
+from magnetar.protocol.pulsar.stored import split_stored_entry
+from magnetar.runtime.clock import SystemClock, system_rng
+from magnetar.runtime.metadata_view import MetadataView, open_metadata_view
+from magnetar.runtime.network import TcpNetwork
+
+#: Where managed ledgers keep their info (``managed_ledger.factory.DEFAULT_ROOT``).
+MANAGED_LEDGERS_ROOT = "/managed-ledgers"
+
+
+class DataLoss(MagnetarError):
+    """Offsets point at entries retention trimmed (raised when ``failOnDataLoss`` is true)."""
+
+
+@dataclass
+class Connections:
+    """What one process (driver or task) holds open: network, bookie pool, metadata, client."""
+
+    service_url: str
+    metadata_url: str | None
+    network: TcpNetwork
+    clock: SystemClock
+    transport: BookieClientTransport
+    view: MetadataView | None = None
+    client: PulsarClient | None = None
+
+    @classmethod
+    def make(cls, service_url: str, metadata_url: str | None) -> Connections:
+        network, clock = TcpNetwork(), SystemClock()
+        return cls(service_url, metadata_url, network, clock, BookieClientTransport(network, clock, LedgerClientConfig()))
+
+    async def metadata(self) -> MetadataView:
+        if self.view is None:
+            if not self.metadata_url:
+                raise InvalidArgument(
+                    "option metadataUrl is needed to plan reads (embedded:/<standalone data dir>/metadata or zk://...)"
+                )
+            self.view = await open_metadata_view(self.metadata_url)
+        return self.view
+
+    def pulsar(self) -> PulsarClient:
+        if self.client is None:
+            self.client = PulsarClient(self.service_url, network=self.network, clock=self.clock, rng=system_rng())
+        return self.client
+
+    async def close(self) -> None:
+        await self.transport.close()
+        if self.client is not None:
+            await self.client.close()
+        if self.view is not None:
+            await self.view.close()
+
+
+# --- planning -------------------------------------------------------------------------------
+
+
+def _pattern_namespace(pattern: str) -> tuple[str, str]:
+    """(``tenant/ns``, full-name regex) of a topicsPattern (short patterns live in public/default)."""
+    full = pattern if "://" in pattern else f"persistent://public/default/{pattern}"
+    rest = full.split("://", 1)[1]
+    parts = rest.split("/")
+    if len(parts) < 3:
+        raise InvalidArgument(f"topicsPattern {pattern!r}: expected persistent://tenant/namespace/<regex>")
+    return f"{parts[0]}/{parts[1]}", full
+
+
+async def resolve_partitions(cx: Connections, topics: tuple[str, ...], pattern: str | None) -> list[str]:
+    """Full names of every partition to read (each topic's partitions, or the topic itself)."""
+    names: list[str] = []
+    if pattern is not None:
+        namespace, regex = _pattern_namespace(pattern)
+        compiled = re.compile(regex)
+        view = await cx.metadata()
+        for child in await view.children(f"{MANAGED_LEDGERS_ROOT}/{namespace}/persistent"):
+            name = f"persistent://{namespace}/{unquote(child)}"
+            base = str(TopicName.parse(name).partitioned_topic_name)
+            if compiled.fullmatch(name) or compiled.fullmatch(base):
+                names.append(name)
+    else:
+        client = cx.pulsar()
+        for topic in topics:
+            names.extend(await client.get_partitions(topic))
+    names = sorted(set(names))
+    if len(names) > SPARK_PARTITIONS_COUNT_MAX:
+        raise LimitExceeded("SPARK_PARTITIONS_COUNT_MAX", len(names), SPARK_PARTITIONS_COUNT_MAX)
+    return names
+
+
+async def load_layout(cx: Connections, name: str) -> PartitionLayout:
+    """The ledgers of partition ``name`` and how far each is readable now."""
+    topic = TopicName.parse(name)
+    view = await cx.metadata()
+    found = await view.get(f"{MANAGED_LEDGERS_ROOT}/{topic.persistence_path}")
+    spans: list[LedgerSpan] = []
+    if found is not None:
+        info = decode(ManagedLedgerInfo, found.value)
+        ledgers = LedgerMetadataStore(MetadataStoreAdapter(cast(Any, view)))
+        for ledger in info.ledgers:
+            try:
+                metadata = (await ledgers.read(ledger.ledger_id)).metadata
+            except MagnetarError:  # deleted between the two reads: trimmed by retention
+                continue
+            readable = metadata.last_entry_id + 1 if metadata.state is LedgerState.CLOSED else (
+                await readable_end(cx, metadata)
+            )
+            spans.append(LedgerSpan(ledger.ledger_id, readable, metadata.encode()))
+    return PartitionLayout(str(topic), topic.partition_index, tuple(spans))
+
+
+# --- reading entries from bookies -----------------------------------------------------------
+
+
+async def readable_end(cx: Connections, metadata: LedgerMetadata) -> int:
+    """How many entries of an open ledger may be read: every entry that ``Qa`` bookies of its write
+    set store. Such an entry was acknowledged or will survive recovery (recovery keeps what it can
+    read), so it is never taken back. This reaches past the LAC, which lags the last add by one
+    entry until the writer adds again."""
+    ensemble = metadata.last_fragment.ensemble
+    e, w, a = metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size
+
+    async def last_of(bookie: BookieId) -> tuple[int, int]:
+        try:
+            reply = await cx.transport.read_last_entry(bookie, metadata.ledger_id, fence=False, master_key=b"")
+        except MagnetarError:
+            return NO_ENTRY, NO_ENTRY
+        return reply.last_entry_id, reply.lac
+
+    replies = await asyncio.gather(*(last_of(b) for b in ensemble))
+    lac = max(r[1] for r in replies)
+    end = lac
+    first_of_fragment = metadata.last_fragment.first_entry_id
+    for entry_id in range(max(lac + 1, first_of_fragment), max(r[0] for r in replies) + 1):
+        stored = sum(1 for i in write_set(entry_id, e, w) if replies[i][0] >= entry_id)
+        if stored < a:
+            break
+        end = entry_id
+    return end + 1
+
+
+async def entry_chunks(cx: Connections, piece: Slice) -> AsyncIterator[tuple[EntryRange, list[Entry]]]:
+    """The slice's entries from bookies, in order, ``SPARK_READ_ENTRIES_CHUNK_COUNT_MAX`` at a time
+    (speculative reads over each entry's write set, digests checked)."""
+    config = LedgerClientConfig()
+    for r in piece.ranges:
+        metadata = LedgerMetadata.decode(piece.ledger_metadata[r.ledger_id])
+        first = r.first
+        while first <= r.last:
+            last = min(r.last, first + SPARK_READ_ENTRIES_CHUNK_COUNT_MAX - 1)
+            entries = await asyncio.gather(*(
+                speculative_read(cx.transport, cx.clock, metadata, entry_id, config=config, master_key=b"")
+                for entry_id in range(first, last + 1)
+            ))
+            yield EntryRange(r.ledger_id, first, last), list(entries)
+            first = last + 1
+
+
+def _remaining(piece: Slice, position: Position) -> Slice:
+    """The part of ``piece`` at or after ``position``."""
+    ranges = []
+    for r in piece.ranges:
+        if (r.ledger_id, r.last) < (position.ledger_id, position.entry_id):
+            continue
+        first = max(r.first, position.entry_id) if r.ledger_id == position.ledger_id else r.first
+        if first <= r.last:
+            ranges.append(EntryRange(r.ledger_id, first, r.last))
+    return Slice(piece.topic, piece.partition, tuple(ranges), piece.ledger_metadata)
+
+
+async def read_slice(cx: Connections, piece: Slice, mode: str,
+                     value_fields: tuple[ValueField, ...] = ()) -> AsyncGenerator[pa.RecordBatch, None]:
+    """Record batches of every message in ``piece`` (see the module docstring for the modes)."""
+    builder = RowBuilder(piece.topic, piece.partition, value_fields)
+    rest = piece
+    if mode != "broker":
+        chunks = entry_chunks(cx, piece)
+        while True:
+            try:  # only fetching falls back; an undecodable entry is an error in every mode
+                chunk, entries = await anext(chunks)
+            except StopAsyncIteration:
+                rest = Slice(piece.topic, piece.partition, ())
+                break
+            except MagnetarError:
+                if mode == "bookies":
+                    raise
+                break
+            for entry in entries:
+                builder.add_entry(entry.ledger_id, entry.entry_id, entry.payload)
+            rest = _remaining(piece, Position(chunk.ledger_id, chunk.last + 1))
+            if len(builder) >= SPARK_ARROW_BATCH_ROWS_MAX:
+                yield builder.take()
+    if rest.ranges:
+        async for message in broker_messages(cx, rest):
+            builder.add_message(message)
+            if len(builder) >= SPARK_ARROW_BATCH_ROWS_MAX:
+                yield builder.take()
+    if len(builder):
+        yield builder.take()
+
+
+async def broker_messages(cx: Connections, piece: Slice) -> AsyncIterator[Any]:
+    """The slice's messages through the broker: a non-durable reader from its first entry."""
+    first, last = piece.ranges[0], piece.ranges[-1]
+    wanted = {r.ledger_id: r for r in piece.ranges}
+    reader = await cx.pulsar().create_reader(
+        piece.topic, MessageId(first.ledger_id, first.first), inclusive=True, receiver_queue_size=1_000
+    )
+    try:
+        while True:
+            try:
+                message = await reader.read_next(SPARK_BROKER_READ_IDLE_MS_MAX)
+            except TimeoutError_ as exc:
+                raise TimeoutError_(
+                    f"{piece.topic}: the broker sent nothing for {SPARK_BROKER_READ_IDLE_MS_MAX} ms before "
+                    f"{last.ledger_id}:{last.last} (SPARK_BROKER_READ_IDLE_MS_MAX)"
+                ) from exc
+            mid = message.message_id
+            if (mid.ledger_id, mid.entry_id) > (last.ledger_id, last.last):
+                return
+            r = wanted.get(mid.ledger_id)
+            if r is not None and r.first <= mid.entry_id <= r.last:
+                yield message
+            if (mid.ledger_id, mid.entry_id) == (last.ledger_id, last.last) and (
+                mid.batch_index < 0 or mid.batch_index == mid.batch_size - 1
+            ):
+                return
+    finally:
+        await reader.close()
+
+
+# --- admission control and timestamps (driver) ---------------------------------------------
+
+
+async def advance(cx: Connections, layout: PartitionLayout, start: Position, end: Position, *,
+                  max_records: int | None, max_bytes: int | None) -> tuple[Position, int]:
+    """The furthest ``p <= end`` such that ``[start, p)`` holds at most ``max_records`` records and
+    ``max_bytes`` bytes of entries — but at least one entry, so a query always progresses — and the
+    records counted. Entries are never split: a producer batch is read whole."""
+    records = 0
+    size = 0
+    position = start
+    ranges = layout.ranges(start, end)
+    if not ranges:
+        return start, 0
+    piece = Slice(layout.topic, layout.partition, tuple(ranges),
+                  {r.ledger_id: layout.metadata_of(r.ledger_id) for r in ranges})
+    async for _, entries in entry_chunks(cx, piece):
+        for entry in entries:
+            metadata, _payload = split_stored_entry(entry.payload)
+            count = message_count(metadata)
+            over = (max_records is not None and records + count > max_records) or (
+                max_bytes is not None and size + entry.payload_bytes > max_bytes
+            )
+            if over and records > 0:
+                return position, records
+            records += count
+            size += entry.payload_bytes
+            position = Position(entry.ledger_id, entry.entry_id + 1)
+    return end, records
+
+
+async def count_records(cx: Connections, layout: PartitionLayout, start: Position, end: Position,
+                        up_to: int) -> int:
+    """Records in ``[start, end)``, counting no further than ``up_to``."""
+    _, counted = await advance(cx, layout, start, end, max_records=up_to, max_bytes=None)
+    return counted
+
+
+async def publish_time(cx: Connections, layout: PartitionLayout, ledger_id: int, entry_id: int) -> int:
+    piece = Slice(layout.topic, layout.partition, (EntryRange(ledger_id, entry_id, entry_id),),
+                  {ledger_id: layout.metadata_of(ledger_id)})
+    async for _, entries in entry_chunks(cx, piece):
+        return int(split_stored_entry(entries[0].payload)[0].publish_time)
+    raise InvalidArgument(f"entry {ledger_id}:{entry_id} of {layout.topic} is not readable")
+
+
+async def position_for_timestamp(cx: Connections, layout: PartitionLayout, timestamp_ms: int) -> Position:
+    """The first entry published at or after ``timestamp_ms`` (publish times grow along a partition)."""
+    for span in layout.ledgers:
+        if span.readable == 0:
+            continue
+        if await publish_time(cx, layout, span.ledger_id, span.readable - 1) < timestamp_ms:
+            continue
+        low, high = 0, span.readable - 1
+        while low < high:  # binary search over the ledger's entries
+            mid = (low + high) // 2
+            if await publish_time(cx, layout, span.ledger_id, mid) < timestamp_ms:
+                low = mid + 1
+            else:
+                high = mid
+        return Position(span.ledger_id, low)
+    return layout.latest
+
+
+def run(coro: Any) -> Any:
+    """Run one coroutine on a fresh event loop (Spark calls the connector from plain threads)."""
+    return asyncio.run(coro)
+
+
+def call(work: Callable[[Connections], Awaitable[Any]], service_url: str, metadata_url: str | None) -> Any:
+    """``await work(cx)`` with fresh connections, closed afterwards."""
+
+    async def main() -> Any:
+        cx = Connections.make(service_url, metadata_url)
+        try:
+            return await work(cx)
+        finally:
+            await cx.close()
+
+    return run(main())
+
+
+def iterate(make: Callable[[Connections], AsyncGenerator[Any, None]], service_url: str,
+            metadata_url: str | None) -> Iterator[Any]:
+    """A plain iterator over the async iterator ``make(cx)``, on a private event loop."""
+    loop = asyncio.new_event_loop()
+    cx = Connections.make(service_url, metadata_url)
+    items = make(cx)
+    try:
+        while True:
+            try:
+                yield loop.run_until_complete(anext(items))
+            except StopAsyncIteration:
+                return
+    finally:
+        loop.run_until_complete(items.aclose())
+        loop.run_until_complete(cx.close())
+        loop.close()

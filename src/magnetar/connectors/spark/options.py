@@ -1,0 +1,134 @@
+"""What a Spark query asked of the connector, parsed once on the driver (pure; no pyspark).
+
+Spark hands options over as strings with lower-cased keys; ``ReadOptions.parse`` and
+``WriteOptions.parse`` accept any case and raise ``InvalidArgument`` naming the option at fault.
+Both are frozen and picklable: they travel inside every input partition and writer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from magnetar.base.errors import InvalidArgument
+from magnetar.client.topic import full_topic_name
+from magnetar.connectors.spark.offsets import Named, Spec, parse_spec
+
+DEFAULT_SERVICE_URL = "pulsar://127.0.0.1:6650"
+READ_MODES = ("auto", "bookies", "broker")
+SPLITS = ("partition", "ledger")
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _bool(options: dict[str, str], name: str, default: bool) -> bool:
+    text = options.get(name.lower())
+    if text is None:
+        return default
+    if text.strip().lower() in ("true", "1", "yes"):
+        return True
+    if text.strip().lower() in ("false", "0", "no"):
+        return False
+    raise InvalidArgument(f"option {name}: expected true or false, got {text!r}")
+
+
+def _int(options: dict[str, str], name: str, *, low: int = 0) -> int | None:
+    text = options.get(name.lower())
+    if text is None or not text.strip():
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidArgument(f"option {name}: expected an integer, got {text!r}") from None
+    if value < low:
+        raise InvalidArgument(f"option {name} must be >= {low}, got {value}")
+    return value
+
+
+def _choice(options: dict[str, str], name: str, choices: tuple[str, ...]) -> str:
+    value = options.get(name.lower(), choices[0]).strip().lower()
+    if value not in choices:
+        raise InvalidArgument(f"option {name}: expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    service_url: str
+    metadata_url: str | None
+    topics: tuple[str, ...]  # full names as given (partitioned topics are expanded when planning)
+    topics_pattern: str | None
+    starting: Named | dict[str, Spec]
+    ending: Named | dict[str, Spec]
+    starting_timestamp_ms: int | None
+    fail_on_data_loss: bool
+    max_records_per_trigger: int | None
+    max_bytes_per_trigger: int | None
+    min_records_per_trigger: int | None
+    split_by: str
+    min_partitions: int
+    read_mode: str
+    value_schema: str | None
+    subscription: str | None
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+        options = _lower(raw)
+        given = [name for name in ("topic", "topics", "topicspattern") if options.get(name, "").strip()]
+        if len(given) != 1:
+            raise InvalidArgument("give exactly one of the options topic, topics or topicsPattern")
+        topics: tuple[str, ...] = ()
+        pattern = None
+        if given[0] == "topicspattern":
+            pattern = options["topicspattern"].strip()
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise InvalidArgument(f"option topicsPattern is not a regular expression: {exc}") from None
+        else:
+            names = [t.strip() for t in options[given[0]].split(",") if t.strip()]
+            topics = tuple(dict.fromkeys(full_topic_name(t) for t in names))
+        if streaming and "endingoffsets" in options:
+            raise InvalidArgument("option endingOffsets is for batch reads only")
+        return cls(
+            service_url=options.get("serviceurl", DEFAULT_SERVICE_URL),
+            metadata_url=options.get("metadataurl") or None,
+            topics=topics,
+            topics_pattern=pattern,
+            starting=parse_spec(options.get("startingoffsets"), "latest" if streaming else "earliest"),
+            ending=parse_spec(options.get("endingoffsets"), "latest"),
+            starting_timestamp_ms=_int(options, "startingTimestamp"),
+            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            max_records_per_trigger=_int(options, "maxRecordsPerTrigger", low=1),
+            max_bytes_per_trigger=_int(options, "maxBytesPerTrigger", low=1),
+            min_records_per_trigger=_int(options, "minRecordsPerTrigger", low=1),
+            split_by=_choice(options, "splitBy", SPLITS),
+            min_partitions=_int(options, "minPartitions", low=1) or 1,
+            read_mode=_choice(options, "readMode", READ_MODES),
+            value_schema=options.get("valueschema") or None,
+            subscription=options.get("subscription") or None,
+        )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    service_url: str
+    topic: str | None  # None: every row names its topic in a ``topic`` column
+    producer_name: str | None  # prefix of the stable producer names; None: derived from the query
+    exactly_once: bool
+    batching: bool
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str]) -> WriteOptions:
+        options = _lower(raw)
+        topic = options.get("topic", "").strip()
+        return cls(
+            service_url=options.get("serviceurl", DEFAULT_SERVICE_URL),
+            topic=full_topic_name(topic) if topic else None,
+            producer_name=options.get("producername") or None,
+            exactly_once=_bool(options, "exactlyOnce", True),
+            batching=_bool(options, "batching", True),
+        )

@@ -1,0 +1,310 @@
+"""``format("magnetar")``: the PySpark Python Data Source (the only module importing pyspark).
+
+Batch read (``MagnetarBatchReader``), micro-batch streaming read (``MagnetarStreamReader``:
+offsets per partition, ``maxRecordsPerTrigger``/``maxBytesPerTrigger``/``minRecordsPerTrigger``
+as Spark read limits, ``Trigger.AvailableNow``, ``failOnDataLoss``), batch and streaming write
+(``MagnetarBatchWriter``/``MagnetarStreamWriter``, exactly once through broker deduplication under
+the conditions in ``sink``). Tasks yield Arrow record batches. Every method that Spark runs in a
+separate Python process gets what it needs through pickled, frozen values (options, slices).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from magnetar.base.types import Position
+from magnetar.connectors.spark import fetch
+from magnetar.connectors.spark.fetch import Connections, DataLoss
+from magnetar.connectors.spark.offsets import BEGINNING, Named, Spec, canonical, from_offset, spec_for
+from magnetar.connectors.spark.options import ReadOptions, WriteOptions
+from magnetar.connectors.spark.plan import PartitionLayout, Slice, cut
+from magnetar.connectors.spark.rows import parse_value_schema, schema_ddl
+from magnetar.connectors.spark.sink import producer_name, to_message, write_messages
+
+FORMAT = "magnetar"
+
+
+class SlicePartition(InputPartition):
+    """One Spark task: a slice plus how to reach the cluster."""
+
+    def __init__(self, piece: Slice, options: ReadOptions) -> None:
+        super().__init__(piece.topic)
+        self.piece = piece
+        self.options = options
+
+
+def _read_partition(partition: SlicePartition) -> Iterator[pa.RecordBatch]:
+    options = partition.options
+    fields = parse_value_schema(options.value_schema)
+    return fetch.iterate(
+        lambda cx: fetch.read_slice(cx, partition.piece, options.read_mode, fields),
+        options.service_url, options.metadata_url,
+    )
+
+
+async def _layouts(cx: Connections, options: ReadOptions) -> dict[str, PartitionLayout]:
+    names = await fetch.resolve_partitions(cx, options.topics, options.topics_pattern)
+    return {name: await fetch.load_layout(cx, name) for name in names}
+
+
+async def _resolve(cx: Connections, layout: PartitionLayout, spec: Spec, options: ReadOptions) -> Position:
+    if spec == "earliest":
+        return layout.earliest
+    if spec == "latest":
+        return layout.latest
+    assert isinstance(spec, Position)
+    return _checked_start(layout, spec, options.fail_on_data_loss)
+
+
+def _checked_start(layout: PartitionLayout, start: Position, fail_on_data_loss: bool) -> Position:
+    """``start``, or the earliest stored entry when retention trimmed it and loss is accepted."""
+    if layout.trimmed(start):
+        if fail_on_data_loss:
+            raise DataLoss(layout.describe_loss(start))
+        return layout.earliest
+    return start
+
+
+async def _starts(cx: Connections, layouts: dict[str, PartitionLayout], options: ReadOptions,
+                  default: Named) -> dict[str, Position]:
+    starts = {}
+    for name, layout in layouts.items():
+        if options.starting_timestamp_ms is not None:
+            starts[name] = await fetch.position_for_timestamp(cx, layout, options.starting_timestamp_ms)
+        else:
+            starts[name] = await _resolve(cx, layout, spec_for(options.starting, name, default), options)
+    return starts
+
+
+# --- batch read --------------------------------------------------------------------------------
+
+
+class MagnetarBatchReader(DataSourceReader):
+    def __init__(self, options: ReadOptions) -> None:
+        self.read_options = options
+
+    def partitions(self) -> list[InputPartition]:
+        options = self.read_options
+
+        async def plan(cx: Connections) -> list[Slice]:
+            layouts = await _layouts(cx, options)
+            starts = await _starts(cx, layouts, options, "earliest")
+            ends = {n: await _resolve(cx, lay, spec_for(options.ending, n, "latest"), options) for n, lay in layouts.items()}
+            return cut(layouts, starts, ends, split_by=options.split_by, min_partitions=options.min_partitions)
+
+        pieces = fetch.call(plan, options.service_url, options.metadata_url)
+        return [SlicePartition(piece, options) for piece in pieces]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, SlicePartition):  # Spark's placeholder when nothing is to be read
+            return iter(())
+        return _read_partition(partition)
+
+
+# --- streaming read ----------------------------------------------------------------------------
+
+
+class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets ``{partition: "L:E"}``; see ``offsets``. ``commit`` has nothing to release: the
+    source keeps no cursor (Spark's checkpoint is the position)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.read_options = options
+        self._target: dict[str, Position] | None = None
+
+    def _call(self, work: Any) -> Any:
+        return fetch.call(work, self.read_options.service_url, self.read_options.metadata_url)
+
+    def initialOffset(self) -> dict[str, str]:
+        options = self.read_options
+
+        async def initial(cx: Connections) -> dict[str, Position]:
+            return await _starts(cx, await _layouts(cx, options), options, "latest")
+
+        return canonical(self._call(initial))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        options = self.read_options
+        if options.max_records_per_trigger is not None:
+            return ReadMaxRows(options.max_records_per_trigger)
+        if options.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(options.max_bytes_per_trigger)
+        if options.min_records_per_trigger is not None:
+            return ReadMinRows(options.min_records_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        async def latest(cx: Connections) -> dict[str, Position]:
+            return {name: layout.latest for name, layout in (await _layouts(cx, self.read_options)).items()}
+
+        self._target = self._call(latest)
+
+    def reportLatestOffset(self) -> dict[str, str]:
+        async def latest(cx: Connections) -> dict[str, Position]:
+            return {name: layout.latest for name, layout in (await _layouts(cx, self.read_options)).items()}
+
+        return canonical(self._call(latest))
+
+    def latestOffset(self, start: dict[str, str] | None = None, limit: ReadLimit | None = None) -> dict[str, str]:
+        options = self.read_options
+        begin = from_offset(start)
+        target = self._target
+        limited = limit is not None and not isinstance(limit, ReadAllAvailable)
+
+        async def latest(cx: Connections) -> dict[str, Position]:
+            layouts = await _layouts(cx, options)
+            starts: dict[str, Position] = {}
+            ends: dict[str, Position] = {}
+            for name, layout in layouts.items():
+                starts[name] = _checked_start(layout, begin.get(name, BEGINNING), options.fail_on_data_loss)
+                end = layout.latest
+                if target is not None:
+                    cap = target.get(name, BEGINNING)
+                    end = min(end, max(cap, starts[name]))
+                ends[name] = max(end, starts[name])
+            if not limited:
+                return ends
+            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else options.max_records_per_trigger
+            max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else options.max_bytes_per_trigger
+            min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else options.min_records_per_trigger
+            busy = [n for n in sorted(layouts) if layouts[n].ranges(starts[n], ends[n])]
+            if min_rows is not None and target is None:
+                available = 0
+                for name in busy:
+                    available += await fetch.count_records(cx, layouts[name], starts[name], ends[name],
+                                                           min_rows - available)
+                    if available >= min_rows:
+                        break
+                if available < min_rows:
+                    return starts
+            if max_rows is None and max_bytes is None:
+                return ends
+            share = max(1, len(busy))
+            for name in busy:
+                ends[name], _ = await fetch.advance(
+                    cx, layouts[name], starts[name], ends[name],
+                    max_records=None if max_rows is None else max(1, max_rows // share),
+                    max_bytes=None if max_bytes is None else max(1, max_bytes // share),
+                )
+            return ends
+
+        positions = self._call(latest)
+        for name, position in begin.items():  # a partition never disappears from the offset
+            positions.setdefault(name, position)
+        return canonical(positions)
+
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[InputPartition]:
+        options = self.read_options
+        begin, finish = from_offset(start), from_offset(end)
+
+        async def plan(cx: Connections) -> list[Slice]:
+            layouts = await _layouts(cx, options)
+            layouts = {n: lay for n, lay in layouts.items() if n in finish}
+            starts = {n: _checked_start(lay, begin.get(n, BEGINNING), options.fail_on_data_loss)
+                      for n, lay in layouts.items()}
+            return cut(layouts, starts, finish, split_by=options.split_by, min_partitions=options.min_partitions)
+
+        if start == end:
+            return []
+        return [SlicePartition(piece, options) for piece in self._call(plan)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SlicePartition)
+        return _read_partition(partition)
+
+    def commit(self, end: dict[str, str]) -> None:
+        """Nothing to release: positions live in Spark's checkpoint."""
+
+
+# --- write -------------------------------------------------------------------------------------
+
+
+@dataclass
+class WriteCommit(WriterCommitMessage):
+    partition_id: int
+    rows: int
+
+
+def _write_rows(rows: Iterator[Any], options: WriteOptions, prefix: str, batch_id: int) -> WriteCommit:
+    context = TaskContext.get()
+    partition_id = context.partitionId() if context is not None else 0
+    messages = (to_message(row.asDict(), options.topic) for row in rows)
+    sent = fetch.run(write_messages(
+        options.service_url, messages, name=producer_name(prefix, partition_id), batch_id=batch_id,
+        exactly_once=options.exactly_once, batching=options.batching,
+    ))
+    return WriteCommit(partition_id, sent)
+
+
+class MagnetarBatchWriter(DataSourceWriter):
+    def __init__(self, options: WriteOptions) -> None:
+        self.write_options = options
+        self.prefix = options.producer_name or f"spark-{uuid.uuid4().hex[:16]}"  # fixed for the whole job
+
+    def write(self, iterator: Iterator[Any]) -> WriteCommit:
+        return _write_rows(iterator, self.write_options, self.prefix, 0)
+
+
+class MagnetarStreamWriter(DataSourceStreamWriter):
+    def __init__(self, options: WriteOptions) -> None:
+        self.write_options = options
+
+    def write(self, iterator: Iterator[Any]) -> WriteCommit:
+        context = TaskContext.get()
+        query_id = context.getLocalProperty("sql.streaming.queryId") if context is not None else None
+        batch_id = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
+        prefix = self.write_options.producer_name or f"spark-{query_id or 'query'}"
+        return _write_rows(iterator, self.write_options, prefix, int(batch_id or 0))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Every row was receipted by the broker before its task returned: nothing left to do."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Rows already sent stay; the re-run of this batch is deduplicated (see ``sink``)."""
+
+
+# --- the data source ---------------------------------------------------------------------------
+
+
+class MagnetarDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return schema_ddl(parse_value_schema(self.options.get("valueschema")))
+
+    def reader(self, schema: Any) -> MagnetarBatchReader:
+        return MagnetarBatchReader(ReadOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: Any) -> MagnetarStreamReader:
+        return MagnetarStreamReader(ReadOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: Any, overwrite: bool) -> MagnetarBatchWriter:
+        return MagnetarBatchWriter(WriteOptions.parse(self.options))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> MagnetarStreamWriter:
+        return MagnetarStreamWriter(WriteOptions.parse(self.options))

@@ -1,0 +1,52 @@
+"""Fixtures of the Spark connector tests: one standalone process and one SparkSession per module."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from magnetar.connectors.spark.fetch import run
+from magnetar.connectors.spark.sink import OutMessage, write_messages
+from magnetar.runtime.processes import StandaloneProcess
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
+    process = StandaloneProcess(str(tmp_path_factory.mktemp("standalone") / "data"))
+    try:
+        yield process
+    finally:
+        process.terminate()
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2,4]")  # 2 threads; a failed task is retried (up to 4 attempts)
+        .appName("magnetar-connector-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def produce(service_url: str, topic: str, values: list[bytes], *, keys: list[str] | None = None,
+            name: str = "test-producer") -> None:
+    """Publish ``values`` to ``topic`` in order (batched), waiting for every receipt."""
+    messages = [OutMessage(topic, value, keys[i] if keys else None, {"i": str(i)}, None)
+                for i, value in enumerate(values)]
+    run(write_messages(service_url, messages, name=name, batch_id=0, exactly_once=False, batching=True))

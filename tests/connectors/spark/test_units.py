@@ -1,0 +1,187 @@
+"""Unit tests of the connector's pure parts: offsets, options, planning, rows (no Spark, no I/O)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from magnetar.base.errors import InvalidArgument
+from magnetar.base.types import Position
+from magnetar.connectors.spark.offsets import BEGINNING, canonical, from_offset, parse_position, parse_spec
+from magnetar.connectors.spark.options import ReadOptions, WriteOptions
+from magnetar.connectors.spark.plan import EntryRange, LedgerSpan, PartitionLayout, cut
+from magnetar.connectors.spark.rows import RowBuilder, parse_value_schema, schema_ddl
+from magnetar.connectors.spark.sink import sequence_id, to_message
+from magnetar.protocol.pulsar.batch import encode_entry
+from magnetar.protocol.pulsar.frames import headers_and_payload
+from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
+
+T0 = "persistent://public/default/t-partition-0"
+T1 = "persistent://public/default/t-partition-1"
+
+
+# --- offsets -----------------------------------------------------------------------------------
+
+
+def test_offsets_are_canonical_whatever_the_insertion_order() -> None:
+    a = canonical({T1: Position(3, 4), T0: Position(1, 2)})
+    b = canonical({T0: Position(1, 2), T1: Position(3, 4)})
+    assert json.dumps(a) == json.dumps(b) == json.dumps({T0: "1:2", T1: "3:4"})
+    assert from_offset(a) == {T0: Position(1, 2), T1: Position(3, 4)}
+
+
+def test_offset_json_per_partition_with_short_names() -> None:
+    spec = parse_spec('{"t-partition-0": "5:7", "t-partition-1": "earliest"}', "latest")
+    assert spec == {T0: Position(5, 7), T1: "earliest"}
+    assert parse_spec(None, "latest") == "latest"
+    assert parse_spec(" earliest ", "latest") == "earliest"
+
+
+@pytest.mark.parametrize("bad", ["5", "a:b", "-2:0", "1:-1", '{"t": 5}', "[1]", "{bad json"])
+def test_bad_offsets_are_refused_with_the_reason(bad: str) -> None:
+    with pytest.raises(InvalidArgument):
+        if bad.startswith(("{", "[")):
+            parse_spec(bad, "latest")
+        else:
+            parse_position(bad)
+
+
+# --- options -----------------------------------------------------------------------------------
+
+
+def test_read_options_any_case_and_defaults() -> None:
+    batch = ReadOptions.parse({"topic": "t", "maxrecordspertrigger": "10"}, streaming=False)
+    assert batch.topics == ("persistent://public/default/t",)
+    assert batch.starting == "earliest" and batch.ending == "latest"
+    assert batch.max_records_per_trigger == 10 and batch.fail_on_data_loss
+    stream = ReadOptions.parse({"TOPICS": "a, b", "failOnDataLoss": "false"}, streaming=True)
+    assert stream.starting == "latest" and len(stream.topics) == 2 and not stream.fail_on_data_loss
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"topic": "a", "topics": "b"},
+    {"topic": "a", "failOnDataLoss": "maybe"},
+    {"topic": "a", "maxRecordsPerTrigger": "0"},
+    {"topic": "a", "splitBy": "bytes"},
+    {"topicsPattern": "(unclosed"},
+])
+def test_read_options_refuse_what_is_wrong(options: dict[str, str]) -> None:
+    with pytest.raises(InvalidArgument):
+        ReadOptions.parse(options, streaming=False)
+
+
+def test_ending_offsets_are_batch_only() -> None:
+    with pytest.raises(InvalidArgument, match="batch"):
+        ReadOptions.parse({"topic": "a", "endingOffsets": "latest"}, streaming=True)
+
+
+def test_write_options() -> None:
+    options = WriteOptions.parse({"topic": "out", "exactlyonce": "false"})
+    assert options.topic == "persistent://public/default/out" and not options.exactly_once
+
+
+# --- planning ----------------------------------------------------------------------------------
+
+
+def layout(name: str, *spans: tuple[int, int]) -> PartitionLayout:
+    return PartitionLayout(name, 0, tuple(LedgerSpan(lid, n, b"m%d" % lid) for lid, n in spans))
+
+
+def test_ranges_cross_ledgers_and_skip_empty_ones() -> None:
+    lay = layout(T0, (3, 10), (5, 0), (8, 4))
+    assert lay.earliest == Position(3, 0) and lay.latest == Position(8, 4)
+    assert lay.ranges(Position(3, 7), Position(8, 2)) == [EntryRange(3, 7, 9), EntryRange(8, 0, 1)]
+    assert lay.ranges(lay.latest, lay.latest) == []
+    assert lay.ranges(BEGINNING, lay.latest) == [EntryRange(3, 0, 9), EntryRange(8, 0, 3)]
+
+
+def test_trimmed_start_is_data_loss_but_beginning_never_is() -> None:
+    lay = layout(T0, (7, 5))
+    assert lay.trimmed(Position(3, 2))
+    assert not lay.trimmed(BEGINNING)
+    assert not lay.trimmed(Position(7, 0))
+    assert "retention trimmed" in lay.describe_loss(Position(3, 2))
+
+
+def test_cut_per_partition_per_ledger_and_to_min_partitions() -> None:
+    layouts = {T0: layout(T0, (1, 10), (2, 10)), T1: layout(T1, (4, 3))}
+    starts = {n: lay.earliest for n, lay in layouts.items()}
+    ends = {n: lay.latest for n, lay in layouts.items()}
+    assert len(cut(layouts, starts, ends)) == 2
+    by_ledger = cut(layouts, starts, ends, split_by="ledger")
+    assert [s.ranges for s in by_ledger] == [(EntryRange(1, 0, 9),), (EntryRange(2, 0, 9),), (EntryRange(4, 0, 2),)]
+    assert by_ledger[0].ledger_metadata == {1: b"m1"}
+    many = cut(layouts, starts, ends, min_partitions=6)
+    assert len(many) == 6
+    covered = sorted((r.ledger_id, e) for s in many for r in s.ranges for e in range(r.first, r.last + 1))
+    assert covered == sorted([(1, e) for e in range(10)] + [(2, e) for e in range(10)] + [(4, e) for e in range(3)])
+
+
+# --- rows --------------------------------------------------------------------------------------
+
+
+def stored_batch(values: list[bytes], *, keys: list[str | None], sequence: int = 100) -> bytes:
+    singles = []
+    for value, key in zip(values, keys, strict=True):
+        single = pb.SingleMessageMetadata(payload_size=len(value))
+        if key is not None:
+            single.partition_key = key
+        single.properties.add(key="k", value=value.decode())
+        singles.append((single, value))
+    metadata, payload = encode_entry(
+        pb.MessageMetadata(producer_name="p", sequence_id=sequence, publish_time=1_700_000_000_000),
+        messages=singles,
+    )
+    return headers_and_payload(metadata, payload)
+
+
+def test_rows_of_a_batch_entry_and_a_single_message() -> None:
+    builder = RowBuilder(T0, 0)
+    assert builder.add_entry(4, 9, stored_batch([b"a", b"b"], keys=["k1", None])) == 2
+    single, payload = encode_entry(pb.MessageMetadata(producer_name="q", sequence_id=7, publish_time=5,
+                                                      event_time=6, partition_key="z"), payload=b"c")
+    builder.add_entry(4, 10, headers_and_payload(single, payload))
+    rows = builder.take().to_pylist()
+    assert [r["value"] for r in rows] == [b"a", b"b", b"c"]
+    assert [r["key"] for r in rows] == [b"k1", None, b"z"]
+    assert [r["messageId"] for r in rows] == [
+        {"ledger": 4, "entry": 9, "batchIndex": 0}, {"ledger": 4, "entry": 9, "batchIndex": 1},
+        {"ledger": 4, "entry": 10, "batchIndex": -1},
+    ]
+    assert [r["sequenceId"] for r in rows] == [100, 101, 7]
+    assert rows[0]["properties"] == [("k", "a")] and rows[0]["eventTime"] is None
+    assert rows[2]["eventTime"] is not None and rows[2]["producerName"] == "q"
+    assert len(builder) == 0
+
+
+def test_value_schema_decodes_json_into_columns() -> None:
+    fields = parse_value_schema("id INT, name STRING")
+    assert schema_ddl(fields).endswith(", `id` INT, `name` STRING")
+    builder = RowBuilder(T0, 0, fields)
+    builder.add_entry(1, 0, stored_batch([b'{"id": 3, "name": "x"}', b"not json"], keys=[None, None]))
+    rows = builder.take().to_pylist()
+    assert (rows[0]["id"], rows[0]["name"]) == (3, "x")
+    assert (rows[1]["id"], rows[1]["name"]) == (None, None)
+    with pytest.raises(InvalidArgument):
+        parse_value_schema("value STRING")
+    with pytest.raises(InvalidArgument):
+        parse_value_schema("a MAP")
+
+
+# --- sink --------------------------------------------------------------------------------------
+
+
+def test_sequence_ids_order_by_batch_then_row() -> None:
+    assert sequence_id(0, 5) < sequence_id(1, 0) < sequence_id(1, 1)
+    with pytest.raises(InvalidArgument):
+        sequence_id(0, 1 << 32)
+
+
+def test_rows_to_messages() -> None:
+    message = to_message({"value": "v", "key": b"k", "properties": {"a": 1}}, "persistent://public/default/o")
+    assert (message.value, message.key, message.properties) == (b"v", "k", {"a": "1"})
+    assert to_message({"value": b"x", "topic": "t2"}, None).topic == "persistent://public/default/t2"
+    with pytest.raises(InvalidArgument):
+        to_message({"value": b"x"}, None)
