@@ -86,7 +86,8 @@ class AdminWorld:
 
     async def start(self, metadata: Any = None) -> AdminWorld:
         if metadata is None:
-            metadata = await MemoryMetadataServer(self.clock).connect()
+            self.metadata_server = MemoryMetadataServer(self.clock)
+            metadata = await self.metadata_server.connect()
         self.metadata = metadata
         self.service = BrokerService(self.config, self.log_store, metadata, clock=self.clock)
         assert self.service.resources is not None
