@@ -6,7 +6,19 @@ from collections.abc import Callable
 
 import typer
 
-from magnetar.cli import autorecovery, bookie, broker, chaos, cluster, consume, perf, produce, sim, standalone
+from magnetar.cli import (
+    admin,
+    autorecovery,
+    bookie,
+    broker,
+    chaos,
+    cluster,
+    consume,
+    perf,
+    produce,
+    sim,
+    standalone,
+)
 
 REGISTRARS: list[Callable[[typer.Typer], None]] = []
 REGISTRARS.append(sim.register)
@@ -19,3 +31,4 @@ REGISTRARS.append(perf.register)
 REGISTRARS.append(broker.register)
 REGISTRARS.append(chaos.register)
 REGISTRARS.append(cluster.register)
+REGISTRARS.append(admin.register)
