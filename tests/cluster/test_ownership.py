@@ -67,8 +67,8 @@ def run(body: Callable[[Node, Node, MemoryMetadataServer], Awaitable[Any]]) -> A
     async def main() -> Any:
         server = MemoryMetadataServer(SystemClock())
         logs = MemoryLogStore()
-        a = Node(await server.connect(10_000), 1, logs)  # type: ignore[arg-type]
-        b = Node(await server.connect(10_000), 2, logs)  # type: ignore[arg-type]
+        a = Node(await server.connect(10_000), 1, logs)
+        b = Node(await server.connect(10_000), 2, logs)
         try:
             return await asyncio.wait_for(body(a, b, server), 20)
         finally:

@@ -458,10 +458,10 @@ class OwnershipLookup:
     """``TopicLookup`` of a cluster broker."""
 
     def __init__(self, ownership: BundleOwnership) -> None:
-        self._ownership = ownership
+        self.ownership = ownership
 
     async def lookup(self, topic: TopicName, authoritative: bool) -> LookupAnswer:
-        return await self._ownership.lookup(topic, authoritative)
+        return await self.ownership.lookup(topic, authoritative)
 
 
 class _CountingLog:
