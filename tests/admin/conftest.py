@@ -1,0 +1,42 @@
+"""A broker with its HTTP endpoint (admin API, /metrics) on an event-loop thread, for the CLI and
+the official client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.runtime.clock import SystemClock
+from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_broker_http
+from tests.compat.harness import BrokerThread
+
+
+@dataclass
+class HttpBroker:
+    thread: BrokerThread
+    http: HttpEndpoint
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http.port}"
+
+
+@pytest.fixture
+def http_broker() -> Iterator[HttpBroker]:
+    thread = BrokerThread()
+    try:
+        thread.metadata = thread.call(MemoryMetadataServer(SystemClock()).connect())
+        thread.start()
+        assert thread.server is not None
+        service = thread.server.service
+        thread.call(bootstrap_cluster(service, web_url="http://127.0.0.1:0"))
+        http = thread.call(start_broker_http("127.0.0.1", 0, service=service, health=lambda: {"status": "ok"}))
+        try:
+            yield HttpBroker(thread, http)
+        finally:
+            thread.call(http.stop())
+    finally:
+        thread.stop()
