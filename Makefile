@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 DATA_DIR ?= data/standalone
 
-.PHONY: venv run test test-fast lint bench sim system-deps clean
+.PHONY: venv run test test-fast lint bench sim chaos system-deps clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,13 @@ bench: venv system-deps
 
 sim: venv
 	$(VENV)/bin/magnetar sim --seed 1
+
+# The long chaos runs (docs/chaos-report.md): the seed's matrix and 100 random fault injections
+# on ZooKeeper + 3 bookies + 2 brokers, (E,Qw,Qa) = (3,3,2). Exit status 1 on any violation.
+CHAOS_OUT ?= chaos-out
+chaos: venv system-deps
+	$(VENV)/bin/magnetar chaos --scenario seed-matrix --target cluster --seed 1 --send-interval-s 0.01 --out $(CHAOS_OUT)/seed-matrix
+	$(VENV)/bin/magnetar chaos --scenario random --injections 100 --target cluster --seed 1 --send-interval-s 0.01 --out $(CHAOS_OUT)/random
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .mypy_cache .ruff_cache
