@@ -18,7 +18,8 @@ the one ``standalone`` process.
 
 Scenarios (``SCENARIOS``): ``seed-matrix`` (C1-C5 x which node dies x the S transition, as
 ``shared/design/FAULTS.md`` maps them), ``every-point`` (one arm-hang-kill per registered fault
-point), ``random`` (N seeded injections of every kind), ``smoke`` (a few, for CI).
+point), ``random`` (N seeded injections of every kind), ``smoke`` (a few, for CI), ``zombie``
+(the owner broker SIGSTOPped past its session, twice).
 """
 
 from __future__ import annotations
@@ -160,11 +161,18 @@ def smoke(rng: random.Random) -> list[Step]:
     ]
 
 
+def zombie(rng: random.Random) -> list[Step]:
+    """The owner broker paused past its metadata session twice: another broker takes the topic
+    over (fencing the old owner's ledger) while the paused one still holds client connections."""
+    return [Step(StepKind.PAUSE, BROKER, hold_s=12.0, label=f"zombie owner {i + 1}") for i in range(2)]
+
+
 SCENARIOS = {
     "seed-matrix": "the seed's C1-C5 x which node dies x S (old owner returns as follower)",
     "every-point": "one arm-hang-kill at every fault point in the registry",
     "random": "N seeded injections: arm-hang-kill at random points, kill -9, SIGSTOP",
     "smoke": "three injections (CI)",
+    "zombie": "the owner broker paused past its session, twice (needs --target cluster)",
 }
 
 
@@ -178,6 +186,8 @@ def build(scenario: str, *, seed: int, injections: int = 0) -> list[Step]:
         steps = random_steps(rng, injections)
     elif scenario == "smoke":
         steps = smoke(rng)
+    elif scenario == "zombie":
+        steps = zombie(rng)
     else:
         raise InvalidArgument(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     if len(steps) > CHAOS_INJECTIONS_COUNT_MAX:

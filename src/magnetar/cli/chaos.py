@@ -16,7 +16,7 @@ from magnetar.base.errors import InvalidArgument
 def register(app: typer.Typer) -> None:
     @app.command("chaos")
     def chaos(
-        scenario: str = typer.Option("smoke", "--scenario", help="seed-matrix | every-point | random | smoke"),
+        scenario: str = typer.Option("smoke", "--scenario", help="seed-matrix | every-point | random | smoke | zombie"),
         injections: int = typer.Option(10, "--injections", min=0, help="fault injections of --scenario random"),
         seed: int = typer.Option(1, "--seed", help="seed of the schedule (which points, hits, processes)"),
         breaks: list[str] = typer.Option([], "--break", help="negative control: ack-before-fsync | no-fencing | "
@@ -27,6 +27,9 @@ def register(app: typer.Typer) -> None:
         brokers: int = typer.Option(2, "--brokers", min=1, help="brokers of a cluster target"),
         settle_s: float = typer.Option(2.0, "--settle-s", min=0.0, help="traffic between two injections"),
         run_s_max: float = typer.Option(3600.0, "--run-s-max", help="stop injecting after this long"),
+        send_interval_s: float = typer.Option(0.0, "--send-interval-s", min=0.0,
+                                              help="pause between two sends of a producer (smaller histories)"),
+        topics: int = typer.Option(1, "--topics", min=1, help="topics of the workload"),
         check_file: Path = typer.Option(None, "--check", help="only check this history.json"),
     ) -> None:
         """Inject faults into real Magnetar processes under an official-client workload; check the history."""
@@ -46,7 +49,8 @@ def register(app: typer.Typer) -> None:
         try:
             config = RunConfig(scenario=scenario, out_dir=out, injections=injections, seed=seed,
                                breaks=tuple(breaks), target=target, bookies=bookies, brokers=brokers,
-                               settle_s=settle_s, run_s_max=run_s_max)
+                               settle_s=settle_s, run_s_max=run_s_max, send_interval_s=send_interval_s,
+                               topics=topics)
         except InvalidArgument as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
