@@ -15,4 +15,11 @@ for script in bench/*.py; do
     status=1
   fi
 done
+# The side-by-side table (issue 10): installs the peers from Debian packages first.
+echo "=== bench/peers/run.py"
+bash bench/peers/install.sh
+if ! "$PY" bench/peers/run.py 2>&1 | tee bench/results/peers.txt; then
+  echo "benchmark bench/peers/run.py failed" >&2
+  status=1
+fi
 exit $status
