@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from magnetar import __version__
-from magnetar.admin import clusters, namespaces, policy_routes, subscriptions, tenants, topics
+from magnetar.admin import bundles, clusters, namespaces, policy_routes, subscriptions, tenants, topics
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
 
@@ -31,6 +31,7 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     topics.routes,
     subscriptions.routes,
     policy_routes.topic_routes,
+    bundles.routes,
 ]
 
 
