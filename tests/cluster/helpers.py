@@ -14,7 +14,7 @@ from pathlib import Path
 import pulsar
 
 from magnetar.base.types import TopicName
-from magnetar.broker.bundles import NamespaceBundles
+from magnetar.broker.bundles import BundleRange, NamespaceBundles, topic_hash
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
@@ -47,14 +47,16 @@ def bundle_key(topic: str) -> str:
 
 
 def owner_of(cluster: LocalCluster, topic: str) -> int | None:
-    """Index of the broker whose /health lists the topic's bundle (None: nobody answers owning it)."""
-    key = bundle_key(topic)
+    """Index of the broker whose /health lists a bundle holding the topic (None: nobody does)."""
+    name = TopicName.parse(topic)
     for index, broker in enumerate(cluster.of_kind("broker")):
         if not broker.alive():
             continue
-        health = http_health(broker.http_port or 0)
-        if health is not None and key in health.get("bundles", []):
-            return index
+        health = http_health(broker.http_port or 0) or {}
+        for key in health.get("bundles", []):
+            namespace, bundle = key.rsplit("/", 1)
+            if namespace == name.namespace and BundleRange.parse(bundle).contains(topic_hash(name)):
+                return index
     return None
 
 

@@ -25,10 +25,20 @@ import asyncio
 import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Mount
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from magnetar import faults
+from magnetar.admin import ADMIN_PATH, AdminContext, build_admin_app
 from magnetar.base.clock import Clock
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.io import Network
@@ -39,6 +49,7 @@ from magnetar.base.limits import (
     NAMESPACE_BUNDLES_COUNT_MAX,
 )
 from magnetar.broker import BrokerConfig
+from magnetar.broker.metrics import BrokerCollector
 from magnetar.broker.ownership import BundleOwnership
 from magnetar.broker.service import BrokerService
 from magnetar.managed_ledger import ManagedLedgerConfig
@@ -46,7 +57,7 @@ from magnetar.metadata.api import MetadataStore
 from magnetar.runtime.bookie import wait_for_termination_signal
 from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
-from magnetar.runtime.http import HttpEndpoint, start_http
+from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_http
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
@@ -85,6 +96,31 @@ class BrokerNodeConfig:
             raise InvalidArgument(f"bundles_count must be 1..{NAMESPACE_BUNDLES_COUNT_MAX}")
         if self.session_timeout_ms < 1000 or self.load_report_interval_ms < 100:
             raise InvalidArgument("session_timeout_ms must be >= 1000 and load_report_interval_ms >= 100")
+
+
+class _CurrentAdmin:
+    """The admin API of the current generation (its service), or 503 between generations."""
+
+    def __init__(self) -> None:
+        self.app: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.app is None:
+            await JSONResponse({"reason": "broker is starting"}, status_code=503)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class _CurrentCollector(Collector):
+    """Per-topic metrics of the current generation's service."""
+
+    def __init__(self, node: BrokerNode) -> None:
+        self._node = node
+
+    def collect(self) -> Iterator[Metric]:
+        generation = self._node.generation
+        if generation is not None and generation.server is not None:
+            yield from BrokerCollector(generation.server.service).collect()
 
 
 class Generation:
@@ -134,6 +170,7 @@ class BrokerNode:
         self.http: HttpEndpoint | None = None
         self.generation: Generation | None = None
         self.generations = 0
+        self._admin = _CurrentAdmin()
 
     @property
     def service_url(self) -> str:
@@ -204,6 +241,13 @@ class BrokerNode:
             ownership = generation.ownership
             assert ownership is not None
             server = generation.server
+            try:
+                await bootstrap_cluster(server.service, web_url=self.http_url)
+            except Exception as error:  # the admin resources are a convenience; serving goes on
+                log.warning("could not create the default cluster/tenant/namespace: %s", error)
+            self._admin.app = build_admin_app(AdminContext(server.service, cluster=config.cluster_name,
+                                                           service_url=self.http_url,
+                                                           broker_service_url=self.service_url))
             generation.report_task = asyncio.get_running_loop().create_task(
                 ownership.run_load_reports(self.clock, lambda: server.connection_count,
                                            config.load_report_interval_ms), name="load-reports")
@@ -215,7 +259,11 @@ class BrokerNode:
 
     async def run(self, stop: asyncio.Event, *, on_ready: Any = None) -> None:
         """Serve until ``stop`` is set, starting a new generation whenever the session is lost."""
-        self.http = await start_http(self.config.host, self.config.http_port, health=self.health)
+        registry = CollectorRegistry()
+        registry.register(_CurrentCollector(self))
+        admin = Starlette(routes=[Mount("", app=self._admin)])
+        self.http = await start_http(self.config.host, self.config.http_port, health=self.health,
+                                     mounts={ADMIN_PATH: admin}, registries=[registry])
         try:
             while not stop.is_set():
                 try:
@@ -239,6 +287,7 @@ class BrokerNode:
                 if not stop.is_set():
                     log.warning("metadata session lost: restarting the broker on a new session")
                 generation, self.generation = self.generation, None
+                self._admin.app = None
                 await generation.stop()
         finally:
             if self.generation is not None:

@@ -309,7 +309,7 @@ class LocalCluster:
         argv = [sys.executable, "-m", "magnetar.cli", "broker", "--metadata", self.metadata_url,
                 "--host", "127.0.0.1", "--advertised-address", "127.0.0.1", "--port", str(port),
                 "--http-port", str(http_port), "--ensemble", f"{e},{qw},{qa}",
-                "--session-timeout-ms", str(self.session_timeout_ms), "--cluster-name", f"local{index}"]
+                "--session-timeout-ms", str(self.session_timeout_ms)]
         return ClusterProcess(name, "broker", argv, self._log(name), port=port, http_port=http_port, env=env)
 
     # --- views ----------------------------------------------------------------------------------
