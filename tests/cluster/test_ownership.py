@@ -23,7 +23,8 @@ from magnetar.metadata import MemoryMetadataServer
 from magnetar.metadata._local import LocalClient
 from magnetar.protocol.pulsar import pb
 from magnetar.runtime.clock import SystemClock
-from tests.broker.fakes import FakeChannel
+from tests.broker.fakes import FakeChannel, entry
+from tests.manual_clock import ManualClock
 
 NS = "public/default"
 URL_A = "pulsar://127.0.0.1:1"
@@ -201,5 +202,31 @@ def test_a_restarted_broker_replaces_the_ownership_node_of_its_previous_life() -
         assert await a.lookup(topic) == connect(URL_A)
         assert a.ownership.serves(TopicName.parse(topic))
         await old_life.close()
+
+    run(body)
+
+
+def test_the_load_report_follows_ownership_at_once_and_rates_over_the_interval() -> None:
+    async def body(a: Node, b: Node, _: MemoryMetadataServer) -> None:
+        clock = ManualClock()
+        task = asyncio.get_running_loop().create_task(
+            a.ownership.run_load_reports(clock, lambda: 3, interval_ms=1_000))
+        try:
+            await clock.advance(0.2)
+            first = await b.ownership.loads.all()
+            assert [(r.pulsar_service_url, r.bundles, r.connections) for r in first] == [(URL_A, (), 3)]
+            topic = topics_in_distinct_bundles()[0]
+            await a.lookup(topic)  # an owned bundle more: republished within one check, not one interval
+            await clock.advance(0.2)
+            (report,) = await b.ownership.loads.all()
+            assert report.bundles == ("public/default/0x00000000_0x40000000",)
+            loaded = await a.service.get_topic(TopicName.parse(topic), create=True)
+            for i in range(10):
+                await loaded.publish(entry(sequence_id=i))
+            await clock.advance(1.0)
+            (report,) = await b.ownership.loads.all()
+            assert report.topics == 1 and report.msg_rate_in == pytest.approx(10 / 1.4, rel=0.01)
+        finally:
+            task.cancel()
 
     run(body)

@@ -2,8 +2,8 @@
 
 Every broker keeps one ephemeral node ``/loadbalance/brokers/{host:port}`` (its advertised
 Pulsar address) holding JSON ``{"pulsarServiceUrl", "webServiceUrl", "bundles", "numBundles",
-"topics", "connections", "msgRateIn", "msgRateOut"}`` (rates: entries appended / read for
-dispatch per second over the last report interval). It disappears with the broker's metadata
+"topics", "connections", "msgRateIn", "msgRateOut"}`` (rates: messages published to and
+dispatched from its loaded topics per second over the last report interval). It disappears with the broker's metadata
 session, so a dead broker stops being chosen once its session expired. A node left by this
 broker's previous session (same address, restarted before the session expired) is replaced.
 

@@ -36,7 +36,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import BadVersion, InvalidArgument, NotFound
@@ -50,7 +50,7 @@ from magnetar.base.types import TopicName
 from magnetar.broker.bundles import BundleRange, NamespaceBundles, local_policies_path, topic_hash
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.load import LoadReport, LoadReports, least_loaded
-from magnetar.broker.log import Entry, LogStore, TopicLog
+from magnetar.broker.log import LogStore, TopicLog
 from magnetar.broker.lookup import LookupAnswer, LookupKind
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic
@@ -120,12 +120,6 @@ class OwnerData:
             raise InvalidArgument(f"bad ownership data: {error}") from None
 
 
-@dataclass
-class TrafficCounters:
-    entries_in: int = 0
-    entries_out: int = 0
-
-
 class OwnershipState(enum.Enum):
     ACTIVE = "active"
     SESSION_LOST = "session_lost"
@@ -146,7 +140,6 @@ class BundleOwnership:
         self.http_url = http_url
         self.bundles_count = bundles_count
         self.loads = LoadReports(store, broker_id)
-        self.counters = TrafficCounters()
         self.session_lost = asyncio.Event()
         self.changed = asyncio.Event()  # set when the owned set changes (the load report is due)
         self._owned: dict[str, OwnedBundle] = {}
@@ -412,28 +405,39 @@ class BundleOwnership:
             len(self.service.topics), connections, rate_in, rate_out,
         )
 
+    def traffic(self) -> tuple[int, int]:
+        """Messages published to and dispatched from the loaded topics, since they were loaded."""
+        topics = list(self.service.topics.values())
+        published = sum(t.published.msg_count for t in topics)
+        dispatched = sum(s.dispatched.msg_count for t in topics for s in t.subscriptions.values())
+        return published, dispatched
+
     async def run_load_reports(self, clock: Clock, connections: Callable[[], int],
                                interval_ms: int = LOAD_REPORT_INTERVAL_MS) -> None:
-        """Publish the load report now, at every change of the owned set and every ``interval_ms``."""
-        last_ns = clock.monotonic_ns()
-        last_in, last_out = self.counters.entries_in, self.counters.entries_out
-        waited_ms = interval_ms
+        """Publish the load report now, at every change of the owned set and every ``interval_ms``.
+
+        Rates are message counts over the last interval (never below 0: unloading a topic drops
+        its counts from the sums).
+        """
+        last_ns = clock.monotonic_ns() - interval_ms * 1_000_000  # publish at once
+        last_in, last_out = self.traffic()
+        rate_in = rate_out = 0.0
         while self._state is OwnershipState.ACTIVE:
-            if self.changed.is_set() or waited_ms >= interval_ms:
+            now = clock.monotonic_ns()
+            due = now - last_ns >= interval_ms * 1_000_000
+            if self.changed.is_set() or due:
                 self.changed.clear()
-                now = clock.monotonic_ns()
-                seconds = max(1e-9, (now - last_ns) / 1e9)
-                rate_in = (self.counters.entries_in - last_in) / seconds
-                rate_out = (self.counters.entries_out - last_out) / seconds
-                if waited_ms >= interval_ms:
-                    last_ns, last_in, last_out = now, self.counters.entries_in, self.counters.entries_out
-                    waited_ms = 0
+                if due:
+                    seconds = max(1e-3, (now - last_ns) / 1e9)
+                    total_in, total_out = self.traffic()
+                    rate_in = max(0, total_in - last_in) / seconds
+                    rate_out = max(0, total_out - last_out) / seconds
+                    last_ns, last_in, last_out = now, total_in, total_out
                 try:
                     await self.loads.publish(self.load_report(connections(), rate_in, rate_out))
                 except Exception as error:  # the session may be ending; the next round retries
                     log.info("load report not published: %s", error)
             await clock.sleep(LOAD_REPORT_CHECK_MS / 1000)
-            waited_ms += LOAD_REPORT_CHECK_MS
 
     async def close(self) -> None:
         """Stop reacting to the session (the runtime closes the service and the store)."""
@@ -464,27 +468,6 @@ class OwnershipLookup:
         return await self.ownership.lookup(topic, authoritative)
 
 
-class _CountingLog:
-    """A topic log that counts entries appended and read (for the load report's rates)."""
-
-    def __init__(self, inner: TopicLog, counters: TrafficCounters) -> None:
-        self._inner = inner
-        self._counters = counters
-
-    async def append(self, data: bytes) -> Any:
-        position = await self._inner.append(data)
-        self._counters.entries_in += 1
-        return position
-
-    async def read(self, start: Any, count_max: int) -> list[Entry]:
-        entries = await self._inner.read(start, count_max)
-        self._counters.entries_out += len(entries)
-        return entries
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
 class OwnedLogStore:
     """Opens a topic's log only while this broker owns the topic's bundle."""
 
@@ -504,7 +487,7 @@ class OwnedLogStore:
         except BrokerError:
             await opened.close()
             raise
-        return cast(TopicLog, _CountingLog(opened, self._ownership.counters))
+        return opened
 
     async def list_logs(self, namespace: str) -> list[str]:
         return await self._inner.list_logs(namespace)

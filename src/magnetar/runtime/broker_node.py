@@ -268,7 +268,7 @@ class BrokerNode:
             while not stop.is_set():
                 try:
                     self.generation = await self.start_generation(stop)
-                except OSError as error:  # the port is still held by the previous listener
+                except Exception as error:  # port still held, metadata flapping, bookies not up yet
                     log.warning("broker generation failed to start: %s; retrying", error)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), METADATA_RETRY_S)
