@@ -1,6 +1,9 @@
 """``magnetar chaos`` on a real ``magnetar standalone`` (3 bookies, E,Qw,Qa = 3,3,2) under the
 official client: the bounded CI run is valid, and each negative control makes the checker report
-loss (exit status 1)."""
+loss (exit status 1). ``no-fencing`` needs a zombie writer, so it runs on a LocalCluster
+(ZooKeeper, 3 bookies, 2 brokers): the owner is paused past its session, another broker takes the
+topic over, and the resumed zombie's writes are acknowledged although recovery closed the ledger
+before them."""
 
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ from tests.conftest import REPO, child_env
 RUN_TIMEOUT_S = 120
 
 
-def _chaos(out: Path, *args: str) -> tuple[int, dict[str, object]]:
-    argv = [sys.executable, "-m", "magnetar.cli", "chaos", "--scenario", "smoke", "--settle-s", "1",
+def _chaos(out: Path, *args: str, scenario: str = "smoke") -> tuple[int, dict[str, object]]:
+    argv = [sys.executable, "-m", "magnetar.cli", "chaos", "--scenario", scenario, "--settle-s", "1",
             "--out", str(out), *args]
     result = subprocess.run(argv, env=child_env(PYTHONPATH=str(REPO / "src")), capture_output=True, text=True,
                             timeout=RUN_TIMEOUT_S)
@@ -48,5 +51,13 @@ def test_bounded_chaos_run_keeps_every_acknowledged_message(tmp_path: Path) -> N
 @pytest.mark.parametrize("broken", ["ack-before-fsync", "truncate-to-lac"])
 def test_negative_control_makes_the_checker_report_loss(tmp_path: Path, broken: str) -> None:
     code, result = _chaos(tmp_path / broken, "--break", broken)
+    assert code == 1, result
+    assert _anomalies(result, "lost") > 0
+
+
+@pytest.mark.integration
+def test_no_fencing_lets_a_zombie_owner_lose_acknowledged_messages(tmp_path: Path) -> None:
+    code, result = _chaos(tmp_path / "no-fencing", "--target", "cluster", "--break", "no-fencing",
+                          scenario="zombie")
     assert code == 1, result
     assert _anomalies(result, "lost") > 0

@@ -177,6 +177,8 @@ SCENARIOS = {
 
 
 def build(scenario: str, *, seed: int, injections: int = 0) -> list[Step]:
+    if injections > CHAOS_INJECTIONS_COUNT_MAX:
+        raise LimitExceeded("CHAOS_INJECTIONS_COUNT_MAX", injections, CHAOS_INJECTIONS_COUNT_MAX)
     rng = random.Random(seed)
     if scenario == "seed-matrix":
         steps = seed_matrix(rng)

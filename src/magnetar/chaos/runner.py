@@ -220,9 +220,31 @@ class Runner:
         else:
             proc.pause()
             self._event("pause", name, detail=f"SIGSTOP {step.hold_s:g}s")
-            time.sleep(step.hold_s)
+            paused_at = time.monotonic()
+            self._take_over(name, step.hold_s)
+            time.sleep(max(0.0, step.hold_s - (time.monotonic() - paused_at)))
             proc.resume()
             self._event("resume", name)
+
+    def _take_over(self, paused: str, hold_s: float) -> None:
+        """While a broker is paused past its session, make another broker load the topics (a
+        reader through it: the new owner fences and recovers the old owner's ledgers), so that
+        the paused one returns as a zombie. The workload's own clients do not notice a paused
+        peer (its TCP connections stay open) and would never move the topics."""
+        assert self.cluster is not None and self.workload is not None
+        session_s = getattr(self.cluster, "session_timeout_ms", None)
+        others = [n for n in self._names() if n.startswith("broker-") and n != paused]
+        if session_s is None or not others or not paused.startswith("broker-"):
+            return
+        wait_s = session_s / 1000 + 1.0
+        if wait_s >= hold_s:
+            return  # too short a pause to lose the session: no takeover
+        time.sleep(wait_s)
+        port = getattr(self._process(others[0]), "port", None)
+        if port is None:
+            return
+        loaded = self.workload.touch(f"pulsar://127.0.0.1:{port}", timeout_s=hold_s - wait_s)
+        self._event("takeover", others[0], detail=f"topics loaded through it: {loaded}")
 
     def _arm_hang_kill(self, step: schedule.Step) -> None:
         trigger = self._resolve(step.trigger) if step.trigger else None

@@ -67,7 +67,7 @@ class WorkloadConfig:
     subscriptions: tuple[str, ...] = ("exclusive", "failover", "shared", "key_shared")
     messages_per_producer: int = 100_000
     pending_max: int = 50
-    send_timeout_ms: int = 5_000
+    send_timeout_ms: int = 30_000  # the official client's default; longer than any pause
     operation_timeout_s: int = 10
     send_interval_s: float = 0.0  # pause between sends of one producer (keeps histories small)
 
@@ -336,6 +336,22 @@ class Workload:
         finally:
             reader.close()
         return values
+
+    def touch(self, url: str, timeout_s: float) -> bool:
+        """Open every topic through the broker at ``url`` with a short-lived reader (the broker
+        becomes the owner if the old one lost its session). True if every topic opened."""
+        client = pulsar.Client(url, operation_timeout_seconds=max(1, int(timeout_s)), logger=quiet_logger())
+        try:
+            for topic in self.config.topics:
+                reader = client.create_reader(topic, pulsar.MessageId.latest)
+                reader.has_message_available()
+                reader.close()
+            return True
+        except Exception as exc:
+            log.info("takeover through %s: %r", url, exc)
+            return False
+        finally:
+            client.close()
 
     def close(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
