@@ -7,10 +7,16 @@ Cores receive these objects from a composition root and never open files or sock
 
 Durability contract shared by every implementation:
 
-* ``DiskFile.append``/``write_at`` reach the OS page cache only; they survive a process crash in
-  the real world but *not* a machine crash, and the simulator treats every crash as the worse
-  case: bytes not covered by a completed ``sync()`` may be lost or torn (a prefix kept).
+* ``DiskFile.append``/``write_at``/``append_parts`` reach the OS page cache only; they survive a
+  process crash in the real world but *not* a machine crash, and the simulator treats every crash
+  as the worse case: bytes not covered by a completed ``sync()`` may be lost or torn (a prefix
+  kept).
 * ``await DiskFile.sync()`` returns only once every byte written before the call is durable.
+* ``await DiskFile.append_parts(parts)`` writes off the event loop (a worker thread in
+  production) and ``await DiskFile.append_and_sync(parts)`` also makes the file durable in the
+  same step; both reserve the bytes at once (``size()`` counts them before the write finished).
+  A file has at most one of these in progress at a time (its owner awaits each); if one fails,
+  the file's bytes from its offset on are undefined and the owner treats the disk as failed.
 * Creating, renaming and removing files is durable once ``await Disk.sync_dir()`` of the parent
   returned.
 * ``KeyValueStore.write(..., sync=True)`` is durable when it returns; ``sync=False`` writes may
@@ -19,8 +25,11 @@ Durability contract shared by every implementation:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Protocol
+
+#: What the write calls accept: anything exposing contiguous bytes.
+Bytes = bytes | bytearray | memoryview
 
 
 class DiskFile(Protocol):
@@ -41,6 +50,14 @@ class DiskFile(Protocol):
         """Up to ``length`` bytes from ``offset`` (fewer at the end of the file)."""
 
     def truncate(self, size: int) -> None: ...
+
+    async def append_parts(self, parts: Sequence[Bytes]) -> int:
+        """Write ``parts`` back to back at the end, off the event loop (no joined copy is
+        built); returns the offset of the first byte. Not durable until ``sync()``."""
+
+    async def append_and_sync(self, parts: Sequence[Bytes]) -> int:
+        """``append_parts`` then ``sync`` as one step (one worker-thread call in production):
+        returns, with the offset, only once every byte of the file, ``parts`` included, is durable."""
 
     async def sync(self) -> None:
         """Make every byte written so far durable (fdatasync)."""

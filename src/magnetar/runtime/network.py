@@ -1,24 +1,135 @@
-"""``Network`` over asyncio TCP streams (uvloop in production)."""
+"""``Network`` over asyncio TCP transports (uvloop in production).
+
+Each connection is a small ``asyncio.Protocol`` rather than a ``StreamReader``: the bytes object
+the transport delivers is handed to ``read()`` as is (no copy into a stream buffer and no copy
+out of it), and is only sliced when it is larger than the caller asked for. Received bytes
+waiting for ``read()`` are bounded by ``NETWORK_READ_BUFFER_BYTES_MAX`` (the transport stops
+reading beyond it and resumes below half); outgoing bytes by ``NETWORK_WRITE_BUFFER_BYTES_MAX``
+(``drain()`` waits above it).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+from collections.abc import Callable
+from typing import cast
 
 from magnetar.base.errors import ClosedError
 from magnetar.base.io import ConnectionHandler
+from magnetar.base.limits import NETWORK_READ_BUFFER_BYTES_MAX, NETWORK_WRITE_BUFFER_BYTES_MAX
 
-#: Outgoing bytes a connection may buffer before ``drain()`` waits (asyncio's high-water mark).
-WRITE_BUFFER_BYTES_MAX = 4 * 1024 * 1024
+
+class _ConnectionProtocol(asyncio.Protocol):
+    """Buffers received chunks for ``TcpConnection.read`` and tracks write flow control."""
+
+    def __init__(self, on_made: Callable[[_ConnectionProtocol], None] | None = None) -> None:
+        self._on_made = on_made
+        self.transport: asyncio.Transport | None = None
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.buffered_bytes = 0
+        self.eof = False
+        self.lost: BaseException | None = None
+        self.reading_paused = False
+        self._reader: asyncio.Future[None] | None = None
+        self._drainers: list[asyncio.Future[None]] = []
+        self.writing_paused = False
+
+    # --- asyncio.Protocol ----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(high=NETWORK_WRITE_BUFFER_BYTES_MAX)
+        if self._on_made is not None:
+            self._on_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.buffered_bytes += len(data)
+        if self.buffered_bytes > NETWORK_READ_BUFFER_BYTES_MAX and not self.reading_paused:
+            assert self.transport is not None
+            self.reading_paused = True
+            self.transport.pause_reading()
+        self._wake_reader()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake_reader()
+        return False  # let the transport close itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        self.lost = exc or ClosedError("connection closed")
+        self._wake_reader()
+        for waiter in self._drainers:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drainers.clear()
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        for waiter in self._drainers:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drainers.clear()
+
+    # --- used by TcpConnection -----------------------------------------------------------------
+
+    def _wake_reader(self) -> None:
+        reader = self._reader
+        if reader is not None and not reader.done():
+            reader.set_result(None)
+
+    async def wait_readable(self) -> None:
+        self._reader = asyncio.get_running_loop().create_future()
+        try:
+            await self._reader
+        finally:
+            self._reader = None
+
+    async def wait_writable(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._drainers.append(waiter)
+        await waiter
+
+    def take(self, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` buffered bytes: the first chunk as is when it fits (no copy)."""
+        chunks = self.chunks
+        first = chunks.popleft()
+        if len(first) > max_bytes:
+            chunks.appendleft(first[max_bytes:])
+            data = first[:max_bytes]
+        elif chunks and len(first) + len(chunks[0]) <= max_bytes:
+            # The reader fell behind by several small chunks: one join instead of many reads.
+            parts = [first]
+            size = len(first)
+            while chunks and size + len(chunks[0]) <= max_bytes:
+                part = chunks.popleft()
+                parts.append(part)
+                size += len(part)
+            data = b"".join(parts)
+        else:
+            data = first
+        self.buffered_bytes -= len(data)
+        if self.reading_paused and self.buffered_bytes <= NETWORK_READ_BUFFER_BYTES_MAX // 2:
+            self.reading_paused = False
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.resume_reading()
+        return data
 
 
 class TcpConnection:
-    __slots__ = ("_peer", "_reader", "_writer")
+    __slots__ = ("_peer", "_protocol", "_transport")
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
-        writer.transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES_MAX)
-        peer = writer.get_extra_info("peername")
+    def __init__(self, protocol: _ConnectionProtocol) -> None:
+        assert protocol.transport is not None
+        self._protocol = protocol
+        self._transport = protocol.transport
+        peer = self._transport.get_extra_info("peername")
         self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
 
     @property
@@ -26,27 +137,32 @@ class TcpConnection:
         return self._peer
 
     async def read(self, max_bytes: int) -> bytes:
-        try:
-            return await self._reader.read(max_bytes)
-        except (ConnectionError, OSError):
-            return b""
+        protocol = self._protocol
+        while not protocol.chunks:
+            if protocol.eof:
+                return b""
+            await protocol.wait_readable()
+        return protocol.take(max_bytes)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._writer.is_closing():
+        if self._transport.is_closing():
             raise ClosedError(f"connection to {self._peer} is closed")
-        self._writer.write(data)
+        self._transport.write(data)
 
     async def drain(self) -> None:
-        try:
-            await self._writer.drain()
-        except (ConnectionError, OSError) as exc:
-            raise ClosedError(f"connection to {self._peer} broke: {exc}") from exc
+        protocol = self._protocol
+        if protocol.lost is not None:
+            raise ClosedError(f"connection to {self._peer} broke: {protocol.lost}")
+        if protocol.writing_paused:
+            await protocol.wait_writable()
+            if protocol.lost is not None:
+                raise ClosedError(f"connection to {self._peer} broke: {protocol.lost}")
 
     def is_closing(self) -> bool:
-        return self._writer.is_closing()
+        return self._transport.is_closing()
 
     def close(self) -> None:
-        self._writer.close()
+        self._transport.close()
 
 
 class TcpListener:
@@ -63,16 +179,23 @@ class TcpListener:
 
 class TcpNetwork:
     async def connect(self, host: str, port: int) -> TcpConnection:
-        reader, writer = await asyncio.open_connection(host, port)
-        return TcpConnection(reader, writer)
+        _, protocol = await asyncio.get_running_loop().create_connection(_ConnectionProtocol, host, port)
+        return TcpConnection(protocol)
 
     async def listen(self, host: str, port: int, handler: ConnectionHandler) -> TcpListener:
-        async def _on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            connection = TcpConnection(reader, writer)
+        loop = asyncio.get_running_loop()
+        serving: set[asyncio.Task[None]] = set()
+
+        async def _serve(connection: TcpConnection) -> None:
             try:
                 await handler(connection)
             finally:
                 connection.close()
 
-        server = await asyncio.start_server(_on_client, host, port)
+        def _on_made(protocol: _ConnectionProtocol) -> None:
+            task = loop.create_task(_serve(TcpConnection(protocol)))
+            serving.add(task)
+            task.add_done_callback(serving.discard)
+
+        server = await loop.create_server(lambda: _ConnectionProtocol(_on_made), host, port)
         return TcpListener(server)

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from magnetar.base.errors import ClosedError, InvalidArgument, NotFound
+from magnetar.base.io import Bytes
 from magnetar.base.limits import MIB, SIM_DISK_SECTOR_BYTES
 from magnetar.base.rng import Rng
 from magnetar.sim.incarnation import check_alive
@@ -145,6 +147,25 @@ class SimFile:
             del inode.volatile[size:]
         else:
             inode.volatile += bytes(size - current)
+
+    async def append_parts(self, parts: Sequence[Bytes]) -> int:
+        # Like the real worker-thread write: the bytes are reserved and in the volatile image at
+        # once, the caller resumes only after a yield (other tasks run meanwhile), and a crash
+        # before a later sync loses or tears them like any unsynced write.
+        inode = self._check()
+        offset = len(inode.volatile)
+        self._disk._reserve(sum(len(part) for part in parts))
+        inode.touch(offset)
+        for part in parts:
+            inode.volatile += part
+        await asyncio.sleep(0)
+        self._check()
+        return offset
+
+    async def append_and_sync(self, parts: Sequence[Bytes]) -> int:
+        offset = await self.append_parts(parts)
+        await self.sync()
+        return offset
 
     async def sync(self) -> None:
         self._check()

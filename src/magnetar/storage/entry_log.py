@@ -67,20 +67,22 @@ class EntryLogger:
         return self.current_log_id, offset + _LEN.size
 
     async def append_many(self, raws: list[bytes]) -> list[tuple[int, int]]:
-        """Write several entries with one write call; returns each (log id, offset)."""
+        """Write several entries with one ``append_parts`` (off the event loop, from the entries'
+        own buffers); returns each (log id, offset). Not durable until ``sync()``."""
         if self._current is None or self._current.size() >= self._log_bytes_max:
             await self._open(self.current_log_id + 1)
         assert self._current is not None
-        base = self._current.size()
         parts: list[bytes] = []
         places: list[tuple[int, int]] = []
-        at = base
+        at = self._current.size()
+        log_id = self.current_log_id
+        pack = _LEN.pack
         for raw in raws:
-            parts.append(_LEN.pack(len(raw)))
+            parts.append(pack(len(raw)))
             parts.append(raw)
-            places.append((self.current_log_id, at + _LEN.size))
+            places.append((log_id, at + _LEN.size))
             at += _LEN.size + len(raw)
-        self._current.append(b"".join(parts))
+        await self._current.append_parts(parts)
         return places
 
     async def sync(self) -> None:

@@ -422,7 +422,7 @@ class FrameDecoder:
     """Feed bytes, get messages. Sans-IO; one per connection direction.
 
     ``max_frame_bytes`` bounds what one frame may claim (default ``BOOKIE_FRAME_BYTES_MAX``);
-    the buffer never grows past one frame plus the last chunk fed.
+    the buffer holds at most one partial frame (frames are decoded from the fed bytes).
     """
 
     __slots__ = ("_broken", "_buffer", "_max_frame_bytes")
@@ -444,31 +444,56 @@ class FrameDecoder:
         """
         if self._broken:
             raise CorruptData("decoder is out of sync after an earlier error")
-        buffer = self._buffer
-        buffer += data
         messages: list[Message] = []
-        start = 0
-        # Frames are decoded straight from a view of the buffer (an entry is copied once, by
-        # ``decode_frame``); the view is released before the buffer is resized.
-        view = memoryview(buffer)
+        # Frames are decoded straight from a view of ``data``; only a frame split across feeds
+        # is assembled in the buffer (and only its own bytes are copied there). An entry is
+        # then copied once, by ``decode_frame``.
+        view = memoryview(data)
         try:
-            while len(buffer) - start >= 4:
-                (frame_len,) = _LEN.unpack_from(buffer, start)
-                if frame_len > self._max_frame_bytes:
-                    raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", frame_len, self._max_frame_bytes)
-                if frame_len < _FRAME_MIN_BYTES:
-                    raise CorruptData(f"frame length {frame_len} below the header size")
-                end = start + 4 + frame_len
-                if end > len(buffer):
+            at = self._complete_buffered(view, messages)
+            while len(view) - at >= 4:
+                frame_len = self._frame_len(view, at)
+                end = at + 4 + frame_len
+                if end > len(view):
                     break
-                messages.append(decode_frame(view[start + 4 : end]))
-                start = end
+                messages.append(decode_frame(view[at + 4 : end]))
+                at = end
+            if at < len(view):
+                self._buffer += view[at:]
         except (CorruptData, LimitExceeded):
-            view.release()
             self._broken = True
             self._buffer = bytearray()
             raise
-        view.release()
-        if start:
-            del buffer[:start]
+        finally:
+            view.release()
         return messages
+
+    def _frame_len(self, source: bytes | bytearray | memoryview, at: int) -> int:
+        frame_len: int = _LEN.unpack_from(source, at)[0]
+        if frame_len > self._max_frame_bytes:
+            raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", frame_len, self._max_frame_bytes)
+        if frame_len < _FRAME_MIN_BYTES:
+            raise CorruptData(f"frame length {frame_len} below the header size")
+        return frame_len
+
+    def _complete_buffered(self, view: memoryview, messages: list[Message]) -> int:
+        """Move bytes of ``view`` into the buffered partial frame until it is whole (then decode
+        it and empty the buffer) or ``view`` is used up; returns how many bytes were taken."""
+        buffer = self._buffer
+        if not buffer:
+            return 0
+        at = 0
+        if len(buffer) < 4:
+            at = min(4 - len(buffer), len(view))
+            buffer += view[:at]
+            if len(buffer) < 4:
+                return at
+        end = 4 + self._frame_len(buffer, 0)
+        take = min(end - len(buffer), len(view) - at)
+        buffer += view[at : at + take]
+        at += take
+        if len(buffer) == end:
+            with memoryview(buffer) as frame:
+                messages.append(decode_frame(frame[4:]))
+            self._buffer = bytearray()
+        return at
