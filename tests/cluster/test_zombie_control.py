@@ -68,7 +68,7 @@ class InProcessBroker:
             ownership = self.node.ownership
             assert isinstance(ownership, BundleOwnership)
             ownership.store.session.remove_listener(ownership._on_session)
-            ownership._on_bundle_lost = lambda _owned: None  # type: ignore[method-assign]
+            ownership._on_bundle_lost = lambda _owned: None  # type: ignore[method-assign, assignment]
             assert isinstance(ownership.store, ZooKeeperMetadataStore)
             await ownership.store.expire_for_test()
 
