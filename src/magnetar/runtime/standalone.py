@@ -15,7 +15,8 @@ stdout says when clients may connect. On first start the metadata store gets clu
 ``standalone``, tenant ``public`` and namespace ``public/default``; the HTTP port serves the admin
 API at ``/admin/v2`` and per-topic metrics at ``/metrics``. SIGTERM or SIGINT stops everything in reverse order.
 The bookies take the same ``MAGNETAR_BOOKIE_*`` settings as ``magnetar bookie`` (journal, caches,
-GC); their address, data directory and metadata URL come from the standalone config.
+GC); their address, data directory and metadata URL come from the standalone config. The broker
+takes ``MAGNETAR_BROKER_*`` settings (``BrokerConfig``: policy defaults, check interval, bounds).
 A SIGKILL loses nothing acknowledged: the bookies reply only after fsync and the metadata store
 writes synchronously.
 """
@@ -140,7 +141,8 @@ async def start_standalone(config: StandaloneConfig) -> Standalone:
         running.stoppers.append(lambda: close_ledger_manager(manager))
         e, qw, qa = config.quorum
         running.broker = await start_broker(
-            BrokerConfig(advertised_host=config.host, advertised_port=config.broker_port),
+            load_config(BrokerConfig, "broker",
+                        overrides={"advertised_host": config.host, "advertised_port": config.broker_port}),
             clock=clock,
             metadata=store,
             ledger_manager=manager,
