@@ -36,7 +36,7 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
         assert up.returncode == 0, up.stdout + up.stderr
         state = json.loads((tmp_path / "c" / "cluster.json").read_text())
         pids = [p["pid"] for p in state["processes"]]
-        assert len(pids) == 6 and all(running(pid) for pid in pids)
+        assert len(pids) == 7 and all(running(pid) for pid in pids)
         assert state["service_url"].count(",") == 1 and "service URL" in up.stdout
         for process in state["processes"]:
             assert str(process["pid"]) in up.stdout and str(process["port"]) in up.stdout
@@ -47,7 +47,7 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
         assert again.returncode == 1 and "already running" in again.stdout
 
         down = magnetar("down", "--dir", directory, timeout_s=90)
-        assert down.returncode == 0 and "stopped 6 processes" in down.stdout, down.stdout + down.stderr
+        assert down.returncode == 0 and "stopped 7 processes" in down.stdout, down.stdout + down.stderr
         assert not any(running(pid) for pid in pids)
         after = magnetar("status", "--dir", directory, timeout_s=60)
         assert after.returncode == 1

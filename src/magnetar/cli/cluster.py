@@ -48,6 +48,7 @@ def up(
     brokers: int = typer.Option(2, "--brokers", min=1, max=9, help="broker processes"),
     ensemble: str = typer.Option("3,3,2", "--ensemble", help="E,Qw,Qa of new ledgers"),
     timeout_s: float = typer.Option(90.0, "--timeout-s", min=1, help="bound on the whole start-up"),
+    autorecovery: bool = typer.Option(True, "--autorecovery/--no-autorecovery", help="run an AutoRecovery process"),
 ) -> None:
     """Start the cluster and leave it running (stop it with `magnetar cluster down`)."""
     from magnetar.runtime.cluster import STATE_FILE, LocalCluster
@@ -63,7 +64,7 @@ def up(
         raise typer.BadParameter(f"--ensemble must be E,Qw,Qa, got {ensemble!r}") from None
     quorum = (min(e, bookies), min(qw, bookies), min(qa, bookies))
     try:
-        cluster = LocalCluster(base, bookies=bookies, brokers=brokers, ensemble=quorum)
+        cluster = LocalCluster(base, bookies=bookies, brokers=brokers, ensemble=quorum, autorecovery=autorecovery)
     except (ValueError, RuntimeError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

@@ -1,4 +1,5 @@
-"""A local Magnetar cluster of real processes on 127.0.0.1: ZooKeeper, N bookies, M brokers.
+"""A local Magnetar cluster of real processes on 127.0.0.1: ZooKeeper, N bookies, M brokers and
+an AutoRecovery process.
 
 ``LocalCluster(base_dir, bookies=3, brokers=2)`` chooses free ports once (a bookie's identity is
 its address, so a restart keeps them), gives every process a private data directory under
@@ -10,7 +11,8 @@ grace period). The state (ports, PIDs, URLs) is written to ``base_dir/cluster.js
 ``LocalCluster.load(base_dir)`` reads it back (``magnetar cluster status|down``) and controls the
 processes by PID, after checking each PID still runs the command it was started with.
 
-Processes are named ``zookeeper``, ``bookie-0``.., ``broker-0``..; each is a ``ClusterProcess``
+Processes are named ``zookeeper``, ``bookie-0``.., ``broker-0``.. and ``autorecovery`` (the
+auditor and replication worker, unless ``autorecovery=False``); each is a ``ClusterProcess``
 with ``kill(sig)``, ``pause()`` (SIGSTOP), ``resume()`` (SIGCONT), ``restart(env)`` (same ports,
 same data directory, extra environment for this run only) and ``alive()``: the chaos runner
 drives faults through these. Children run in their own session, so a ``magnetar cluster up``
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from magnetar.runtime.autorecovery import READY_PREFIX as AUTORECOVERY_READY
 from magnetar.runtime.broker_node import READY_PREFIX as BROKER_READY
 from magnetar.runtime.processes import STOP_GRACE_S, free_port
 
@@ -158,7 +161,7 @@ class ClusterProcess:
     def ready(self) -> bool:
         if self.kind == "zookeeper":
             return zookeeper_ruok(self.port)
-        marker = BOOKIE_READY if self.kind == "bookie" else BROKER_READY
+        marker = {"bookie": BOOKIE_READY, "broker": BROKER_READY}.get(self.kind, AUTORECOVERY_READY)
         try:
             with open(self.log_path, "rb") as log:
                 log.seek(self._log_offset)
@@ -260,7 +263,7 @@ class LocalCluster:
 
     def __init__(self, base_dir: Path, *, bookies: int = 3, brokers: int = 2,
                  ensemble: tuple[int, int, int] = (3, 3, 2), env: dict[str, dict[str, str]] | None = None,
-                 session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT) -> None:
+                 session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT, autorecovery: bool = True) -> None:
         e, qw, qa = ensemble
         if not (bookies >= e >= qw >= qa >= 1 and brokers >= 1):
             raise ValueError(f"need bookies >= E >= Qw >= Qa >= 1 and brokers >= 1, got {bookies}, {ensemble}")
@@ -276,6 +279,8 @@ class LocalCluster:
             self._add(self._bookie(i, free_port(), env.get(f"bookie-{i}")))
         for i in range(brokers):
             self._add(self._broker(i, free_port(), free_port(), env.get(f"broker-{i}")))
+        if autorecovery:
+            self._add(self._autorecovery(env.get("autorecovery")))
 
     def _add(self, process: ClusterProcess) -> None:
         self.processes[process.name] = process
@@ -312,6 +317,10 @@ class LocalCluster:
                 "--session-timeout-ms", str(self.session_timeout_ms)]
         return ClusterProcess(name, "broker", argv, self._log(name), port=port, http_port=http_port, env=env)
 
+    def _autorecovery(self, env: dict[str, str] | None) -> ClusterProcess:
+        argv = [sys.executable, "-m", "magnetar.cli", "autorecovery", "--metadata", self.metadata_url]
+        return ClusterProcess("autorecovery", "autorecovery", argv, self._log("autorecovery"), port=0, env=env)
+
     # --- views ----------------------------------------------------------------------------------
 
     def of_kind(self, kind: str) -> list[ClusterProcess]:
@@ -333,7 +342,8 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         report = progress or (lambda _name, _state: None)
         try:
-            for group in (self.of_kind("zookeeper"), self.of_kind("bookie"), self.of_kind("broker")):
+            for group in (self.of_kind("zookeeper"), self.of_kind("bookie"), self.of_kind("broker"),
+                          self.of_kind("autorecovery")):
                 for process in group:
                     report(process.name, "starting")
                     process.start()
@@ -346,8 +356,8 @@ class LocalCluster:
         self.write_state()
 
     def stop(self) -> None:
-        """Stop every process by PID: brokers, then bookies, then ZooKeeper."""
-        for kind in ("broker", "bookie", "zookeeper"):
+        """Stop every process by PID: AutoRecovery, brokers, bookies, then ZooKeeper."""
+        for kind in ("autorecovery", "broker", "bookie", "zookeeper"):
             for process in self.of_kind(kind):
                 try:
                     process.stop()
@@ -390,6 +400,8 @@ class LocalCluster:
             elif process.kind == "zookeeper":
                 ok = zookeeper_ruok(process.port)
                 out.append(ProcessStatus(process.name, pid, True, ok, "imok" if ok else "no answer to ruok"))
+            elif process.kind == "autorecovery":
+                out.append(ProcessStatus(process.name, pid, True, True, "running"))
             elif process.kind == "bookie":
                 ok = tcp_open(process.port)
                 out.append(ProcessStatus(process.name, pid, True, ok, f"127.0.0.1:{process.port}"))
