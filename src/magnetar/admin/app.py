@@ -35,12 +35,15 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
 ]
 
 
-def admin_routes(ctx: AdminContext) -> list[BaseRoute]:
-    return [route for router in ROUTERS for route in router(ctx)]
+def admin_routes(ctx: AdminContext,
+                 routers: list[Callable[[AdminContext], list[BaseRoute]]] | None = None) -> list[BaseRoute]:
+    return [route for router in (ROUTERS if routers is None else routers) for route in router(ctx)]
 
 
-def build_admin_app(ctx: AdminContext) -> Starlette:
-    routes = admin_routes(ctx)
+def build_admin_app(ctx: AdminContext,
+                    routers: list[Callable[[AdminContext], list[BaseRoute]]] | None = None) -> Starlette:
+    """The app over ``routers`` (default ``ROUTERS``)."""
+    routes = admin_routes(ctx, routers)
     spec = openapi_spec(routes, title="Magnetar admin API (Pulsar /admin/v2)", version=__version__,
                         server_path=ADMIN_PATH)
 
