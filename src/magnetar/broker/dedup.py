@@ -20,7 +20,8 @@ What is true:
 
 States (one enum): NEW -> RECOVERING -> READY; READY/NEW -> DISABLED when the switch is off at a
 ``ready`` (the cursor is deleted so it holds no ledgers back), DISABLED -> RECOVERING when it is on
-again; any -> CLOSED. The switch is one callable (``enabled``), by default ``config.deduplication``.
+again; any -> CLOSED. The switch is one callable (``enabled``), by default ``config.deduplication``
+(off under the ``no-dedup`` negative control, ``MAGNETAR_BREAK``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from magnetar.base.limits import (
 from magnetar.base.types import Position
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.log import SubscriptionCursor, TopicLog
+from magnetar.faults import breaks
 from magnetar.protocol.pulsar import message_count, pb, stored_entry_metadata
 
 log = logging.getLogger(__name__)
@@ -137,7 +139,7 @@ class MessageDeduplication:
     async def ready(self) -> None:
         """Recover (first call) or follow the switch; call before admitting a producer."""
         async with self._lock:
-            enabled = self._enabled()
+            enabled = self._enabled() and not breaks.active(breaks.Break.NO_DEDUP)
             if self._state in (DedupState.NEW, DedupState.DISABLED) and enabled:
                 self._move(DedupState.RECOVERING)
                 try:

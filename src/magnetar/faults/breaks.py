@@ -13,6 +13,8 @@ environment.
   (``RecoveryMode.NO_FENCING``): a zombie writer keeps getting acknowledgements.
 * ``truncate-to-lac``   ledger recovery closes the ledger at the highest LAC it was told instead
   of reading forward (``RecoveryMode.TRUNCATE_TO_LAC``): the last acknowledged entries vanish.
+* ``no-dedup``          the broker's message deduplication is off whatever the configuration says:
+  a producer's resends after a reconnect are stored twice.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class Break(enum.Enum):
     ACK_BEFORE_FSYNC = "ack-before-fsync"
     NO_FENCING = "no-fencing"
     TRUNCATE_TO_LAC = "truncate-to-lac"
+    NO_DEDUP = "no-dedup"
 
 
 _active: set[Break] = set()
