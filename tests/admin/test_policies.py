@@ -269,3 +269,16 @@ def test_without_a_metadata_store_topics_run_on_broker_defaults() -> None:
         await service.close()
 
     asyncio.run(main())
+
+
+def test_partitioned_auto_creation_policy_answers_partitioned_metadata() -> None:
+    async def body(w: AdminWorld) -> None:
+        await w.ok("POST", f"{NS}/autoTopicCreation", {"allowAutoTopicCreation": True, "topicType": "partitioned",
+                                                       "defaultNumPartitions": 3})
+        assert await w.ok("GET", f"{w.topic_path(T)}/partitions") == {"partitions": 0}  # admin reads never create
+        assert await w.service.partitions(TopicName.parse(T)) == 3  # what a client's lookup gets
+        assert await w.ok("GET", f"{w.topic_path(T)}/partitions") == {"partitions": 3}
+        await w.publish(T + "-partition-0", 1)
+        assert await w.service.partitions(TopicName.parse(T + "-partition-0")) == 0
+
+    run(body)

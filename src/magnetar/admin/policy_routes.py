@@ -214,7 +214,7 @@ async def _existing_topic(ctx: AdminContext, request: Request) -> Any:
     topic = topic_of(request)
     if not await ctx.resources.namespace_exists(topic.namespace):
         raise AdminError(404, f"Namespace {topic.namespace} does not exist")
-    if not await ctx.service.topic_exists(topic) and not await ctx.service.partitions(topic):
+    if not await ctx.service.topic_exists(topic) and not await ctx.service.partitioned.partitions(topic):
         raise AdminError(404, f"Topic {topic} not found")
     return topic
 

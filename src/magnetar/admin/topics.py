@@ -61,7 +61,7 @@ async def load(ctx: AdminContext, name: TopicName) -> Topic:
 async def targets(ctx: AdminContext, topic: TopicName) -> list[TopicName]:
     """The partitions of a partitioned topic, else the topic itself; 404 if it is neither."""
     await require_namespace(ctx, topic.namespace)
-    count = await ctx.service.partitions(topic)
+    count = await ctx.service.partitioned.partitions(topic)
     if count > 0:
         return [topic.partition(i) for i in range(count)]
     if not await ctx.service.topic_exists(topic):
@@ -105,7 +105,7 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
     async def create_topic(request: Request) -> Response:
         topic = topic_of(request)
         await require_namespace(ctx, topic.namespace)
-        if await ctx.service.partitions(topic):
+        if await ctx.service.partitioned.partitions(topic):
             raise AdminError(409, f"Partitioned topic {topic} already exists")
         await ctx.service.create_topic(topic)
         return no_content()
@@ -144,7 +144,7 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         found = await store.get(path)
         if found is None:
             raise AdminError(404, f"Partitioned topic {topic} not found")
-        current = await ctx.service.partitions(topic)
+        current = await ctx.service.partitioned.partitions(topic)
         if count <= current:
             raise AdminError(409, f"Number of partitions must be more than the current {current}")
         await store.put(path, json.dumps({"partitions": count}).encode(), found.version)
@@ -155,14 +155,14 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
     async def get_partitions(request: Request) -> Response:
         topic = topic_of(request)
         await require_namespace(ctx, topic.namespace)
-        return json_response({"partitions": await ctx.service.partitions(topic)})
+        return json_response({"partitions": await ctx.service.partitioned.partitions(topic)})
 
     @api_route(f"{base}/{{topic}}/partitions", ["DELETE"], "Delete a partitioned topic",
                query=(("force", "boolean"),))
     async def delete_partitioned(request: Request) -> Response:
         topic = topic_of(request)
         await require_namespace(ctx, topic.namespace)
-        count = await ctx.service.partitions(topic)
+        count = await ctx.service.partitioned.partitions(topic)
         if count == 0:
             raise AdminError(404, f"Partitioned topic {topic} not found")
         force = query_flag(request, "force")

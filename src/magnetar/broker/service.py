@@ -110,7 +110,20 @@ class BrokerService:
             del self._loading[key]
 
     async def partitions(self, name: TopicName) -> int:
-        return await self.partitioned.partitions(name)
+        """Partitions of ``name`` for PARTITIONED_METADATA; a new topic in a namespace whose
+        auto-creation policy says ``partitioned`` is created with its default partition count."""
+        count = await self.partitioned.partitions(name)
+        if count or name.is_partition or self.resources is None:
+            return count
+        effective = await self.policies.load(name)
+        wanted = effective.auto_topic_partitions_count
+        if not effective.auto_topic_creation or wanted < 1 or await self.topic_exists(name):
+            return 0
+        try:
+            await self.partitioned.create(name, wanted)
+        except AlreadyExists:  # another client or broker created it first
+            return await self.partitioned.partitions(name)
+        return wanted
 
     async def topics_of_namespace(self, namespace: str, pattern: str | None = None) -> list[str]:
         stored = set(await self.log_store.list_logs(namespace))
