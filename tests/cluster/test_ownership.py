@@ -21,6 +21,7 @@ from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.service import BrokerService
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.metadata._local import LocalClient
+from magnetar.metadata.errors import MetadataUnavailable
 from magnetar.protocol.pulsar import pb
 from magnetar.runtime.clock import SystemClock
 from tests.broker.fakes import FakeChannel, entry
@@ -228,5 +229,18 @@ def test_the_load_report_follows_ownership_at_once_and_rates_over_the_interval()
             assert report.topics == 1 and report.msg_rate_in == pytest.approx(10 / 1.4, rel=0.01)
         finally:
             task.cancel()
+
+    run(body)
+
+
+def test_a_lookup_the_metadata_store_cannot_answer_is_service_not_ready() -> None:
+    async def body(a: Node, b: Node, server: MemoryMetadataServer) -> None:
+        async def unavailable(path: str) -> None:
+            raise MetadataUnavailable(f"ZooKeeper unavailable ({path})")
+
+        a.store.get = unavailable  # type: ignore[method-assign, assignment]
+        with pytest.raises(BrokerError) as raised:
+            await a.lookup(topics_in_distinct_bundles()[0])
+        assert raised.value.code == pb.ServiceNotReady
 
     run(body)

@@ -55,6 +55,7 @@ from magnetar.broker.lookup import LookupAnswer, LookupKind
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic
 from magnetar.metadata.api import MetadataStore, SessionState, Watch, WatchEvent
+from magnetar.metadata.errors import MetadataError, SessionClosed
 from magnetar.metadata.lock import LockState, MetadataLock
 from magnetar.protocol.pulsar import pb
 
@@ -465,7 +466,12 @@ class OwnershipLookup:
         self.ownership = ownership
 
     async def lookup(self, topic: TopicName, authoritative: bool) -> LookupAnswer:
-        return await self.ownership.lookup(topic, authoritative)
+        """As ``BundleOwnership.lookup``; a metadata store that cannot answer now (ZooKeeper down,
+        session ending) is ServiceNotReady, which the client retries."""
+        try:
+            return await self.ownership.lookup(topic, authoritative)
+        except (MetadataError, SessionClosed) as error:
+            raise _not_ready(f"ownership of {topic} cannot be decided now: {error}") from error
 
 
 class OwnedLogStore:
