@@ -238,7 +238,7 @@ def test_a_lookup_the_metadata_store_cannot_answer_is_service_not_ready() -> Non
         async def unavailable(path: str) -> None:
             raise MetadataUnavailable(f"ZooKeeper unavailable ({path})")
 
-        a.store.get = unavailable  # type: ignore[method-assign, assignment]
+        a.store.get = unavailable  # type: ignore[method-assign]
         with pytest.raises(BrokerError) as raised:
             await a.lookup(topics_in_distinct_bundles()[0])
         assert raised.value.code == pb.ServiceNotReady
