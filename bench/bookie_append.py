@@ -181,11 +181,12 @@ def run_loop(coroutine: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(coroutine)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+def cpu_seconds(pid: int, *, system_only: bool = False) -> float:
+    """User + system (or only system) CPU seconds of process ``pid`` so far (Linux /proc)."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[12]) if system_only else int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy_seconds() -> float:
@@ -201,12 +202,14 @@ async def measured(
     """``run``'s figures plus the CPU share (of one core) the bookie, this client and every other
     process on the machine used meanwhile (the VM is shared: ``cpu_others_pct`` explains noise)."""
     start, bookie0, client0 = time.perf_counter(), cpu_seconds(bookie_pid), cpu_seconds(os.getpid())
+    bookie_sys0 = cpu_seconds(bookie_pid, system_only=True)
     machine0 = machine_busy_seconds()
     result = await run
     elapsed = time.perf_counter() - start
     bookie = cpu_seconds(bookie_pid) - bookie0
     client = cpu_seconds(os.getpid()) - client0
     result["cpu_bookie_pct"] = 100 * bookie / elapsed
+    result["cpu_bookie_sys_pct"] = 100 * (cpu_seconds(bookie_pid, system_only=True) - bookie_sys0) / elapsed
     if result.get("entries_s"):
         # Bookie CPU per add: how much work the bookie does, nearly independent of how much CPU
         # other processes leave it (the shared VM's noise moves throughput far more than this).

@@ -38,6 +38,12 @@ class DiskFile(Protocol):
     @property
     def path(self) -> str: ...
 
+    @property
+    def write_alignment_bytes(self) -> int:
+        """``append_parts``/``append_and_sync`` take their fastest path (production: past the
+        page cache) when the file size and the bytes written are multiples of this; 1 when any
+        size is as good. Only a hint: every write is correct whatever its alignment."""
+
     def size(self) -> int:
         """Bytes in the file as the process sees them (durable or not)."""
 
@@ -68,8 +74,10 @@ class DiskFile(Protocol):
 class Disk(Protocol):
     """A directory tree rooted at a node's data directory; paths are relative, '/'-separated."""
 
-    def open(self, path: str, *, create: bool = True) -> DiskFile:
-        """Open ``path`` for reading and appending; ``create=False`` raises ``NotFound`` if absent."""
+    def open(self, path: str, *, create: bool = True, direct: bool = False) -> DiskFile:
+        """Open ``path`` for reading and appending; ``create=False`` raises ``NotFound`` if absent.
+        ``direct=True`` asks for the page-cache bypass for aligned bulk writes (a log's bulk
+        writer); durability rules are the same either way."""
 
     def exists(self, path: str) -> bool: ...
 

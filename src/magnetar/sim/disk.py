@@ -46,6 +46,9 @@ class SimDiskConfig:
     torn_write_probability: float = 0.5
     garble_probability: float = 0.3
     sector_bytes: int = SIM_DISK_SECTOR_BYTES
+    # What files opened with ``direct=True`` report as ``write_alignment_bytes`` (production:
+    # 4096), so tests can run the padding paths of the journal and the entry log.
+    direct_alignment_bytes: int = 1
 
 
 class _Inode:
@@ -86,18 +89,23 @@ def _is_under(path: str, directory: str) -> bool:
 class SimFile:
     """An open simulated file (``DiskFile``)."""
 
-    __slots__ = ("_closed", "_disk", "_generation", "_inode", "_path")
+    __slots__ = ("_alignment", "_closed", "_disk", "_generation", "_inode", "_path")
 
-    def __init__(self, disk: SimDisk, path: str, inode: _Inode) -> None:
+    def __init__(self, disk: SimDisk, path: str, inode: _Inode, alignment: int = 1) -> None:
         self._disk = disk
         self._path = path
         self._inode = inode
         self._generation = disk.generation
         self._closed = False
+        self._alignment = alignment
 
     @property
     def path(self) -> str:
         return self._path
+
+    @property
+    def write_alignment_bytes(self) -> int:
+        return self._alignment
 
     def _check(self) -> _Inode:
         check_alive()
@@ -195,7 +203,7 @@ class SimDisk:
         self.capacity_bytes = self.config.capacity_bytes
 
     # --- Disk ---------------------------------------------------------------------------------
-    def open(self, path: str, *, create: bool = True) -> SimFile:
+    def open(self, path: str, *, create: bool = True, direct: bool = False) -> SimFile:
         check_alive()
         path = _normalize(path)
         if path in self._dirs or path == "":
@@ -208,7 +216,7 @@ class SimDisk:
                 raise NotFound(f"no directory {_parent(path)!r} for file {path!r}")
             inode = _Inode()
             self._files[path] = inode
-        return SimFile(self, path, inode)
+        return SimFile(self, path, inode, self.config.direct_alignment_bytes if direct else 1)
 
     def exists(self, path: str) -> bool:
         check_alive()

@@ -2,7 +2,9 @@
 
 File ``entrylogs/<log_id:020d>.log`` starts with ``b"MGL1" + u64 log_id``; then records of
 ``u32 length`` + the entry in its wire form (which carries its own digest). The index maps each
-(ledger, entry) to (log, offset of the entry, length). A bookie always starts a fresh log after
+(ledger, entry) to (log, offset of the entry, length). Each ``append_many`` is followed by zero
+bytes up to the file's ``write_alignment_bytes`` (so the next one is written past the page cache
+in production); padding is dead space that no index entry points into. A bookie always starts a fresh log after
 a restart, so a log torn by a crash is never appended to; its unindexed tail is dead bytes.
 Invariant: an offset is put into the index only after the log was synced past it.
 """
@@ -13,13 +15,20 @@ import collections
 import struct
 
 from magnetar.base.errors import CorruptData
-from magnetar.base.io import Disk, DiskFile
+from magnetar.base.io import Bytes, Disk, DiskFile
 
 LOG_DIR = "entrylogs"
 LOG_MAGIC = b"MGL1"
 _HEADER = struct.Struct(">4sQ")
 _LEN = struct.Struct(">I")
 OPEN_LOGS_COUNT_MAX = 64  # read handles kept open at once (least recently used closed first)
+
+
+_ZEROS = bytes(64 * 1024)
+
+
+def _zeros(count: int) -> Bytes:
+    return memoryview(_ZEROS)[:count] if count <= len(_ZEROS) else bytes(count)
 
 
 def log_path(log_id: int) -> str:
@@ -52,7 +61,7 @@ class EntryLogger:
         if self._current is not None:
             await self._current.sync()
             self._current.close()
-        file = self._disk.open(log_path(log_id))
+        file = self._disk.open(log_path(log_id), direct=True)
         file.truncate(0)
         file.append(_HEADER.pack(LOG_MAGIC, log_id))
         self._current, self.current_log_id = file, log_id
@@ -72,7 +81,7 @@ class EntryLogger:
         if self._current is None or self._current.size() >= self._log_bytes_max:
             await self._open(self.current_log_id + 1)
         assert self._current is not None
-        parts: list[bytes] = []
+        parts: list[Bytes] = []
         places: list[tuple[int, int]] = []
         at = self._current.size()
         log_id = self.current_log_id
@@ -82,6 +91,9 @@ class EntryLogger:
             parts.append(raw)
             places.append((log_id, at + _LEN.size))
             at += _LEN.size + len(raw)
+        pad = -at % self._current.write_alignment_bytes
+        if pad:
+            parts.append(_zeros(pad))
         await self._current.append_parts(parts)
         return places
 

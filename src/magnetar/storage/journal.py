@@ -6,6 +6,12 @@ Files: ``journal/<file_id:020d>.jnl``, each starting with ``b"MGJ1" + u64 file_i
     body = u8 kind, ...   kind 1 ADD:   u8 mk_len, mk, entry (the wire form, digest included)
                           kind 2 FENCE: u8 mk_len, mk, u64 ledger_id
                           kind 3 LAC:   u8 mk_len, mk, u64 ledger_id, i64 lac  (explicit LAC)
+                          kind 4 PAD:   zeros (skipped by replay)
+
+A group is padded with a PAD record so it ends on a multiple of the file's
+``write_alignment_bytes`` (production: 4096, so every later group is written past the page
+cache; see ``runtime.disk``). Groups never rewrite bytes of an earlier group: a torn write can
+only harm the group being written, never one already acknowledged.
 
 Group commit: one journal task takes queued records (a group ends at ``journal_group_bytes_max``,
 or once the oldest record waited ``journal_group_wait_ms_max``), appends and syncs them with one
@@ -55,6 +61,7 @@ _LEDGER_LAC = struct.Struct(">Qq")
 KIND_ADD = 1
 KIND_FENCE = 2
 KIND_LAC = 3
+KIND_PAD = 4
 _REPLAY_WINDOW_BYTES = 8 * 1024 * 1024
 
 Callback = Callable[[BaseException | None], None]
@@ -141,8 +148,25 @@ class JournalRecord:
     lac: int = -1
 
 
+def pad_record(size: int) -> bytes:
+    """A PAD record of exactly ``size`` bytes (``size`` > the record header)."""
+    invariant(size > _RECORD_HEADER.size, "a PAD record needs room for its header and kind")
+    return _frame(bytes((KIND_PAD,)) + bytes(size - _RECORD_HEADER.size - 1))
+
+
+def padding_for(end: int, alignment: int) -> int:
+    """Bytes of PAD record that make a group ending at ``end`` end on a multiple of ``alignment``
+    (0 when it already does; one alignment more when the gap is too small for a record)."""
+    gap = -end % alignment
+    if gap and gap <= _RECORD_HEADER.size:
+        gap += alignment
+    return gap
+
+
 def parse_body(body: bytes) -> JournalRecord:
     kind = body[0]
+    if kind == KIND_PAD:
+        return JournalRecord(KIND_PAD, b"")
     if len(body) < 2 or 2 + body[1] > len(body):
         raise CorruptData("journal record ends inside its master key")
     master_key = body[2 : 2 + body[1]]
@@ -231,7 +255,9 @@ async def replay(disk: Disk, mark: JournalPosition) -> ReplayResult:
                     file.truncate(offset)
                     await file.sync()
                     break
-                records.append((JournalPosition(file_id, offset), parse_body(body)))
+                record = parse_body(body)
+                if record.kind != KIND_PAD:
+                    records.append((JournalPosition(file_id, offset), record))
         finally:
             file.close()
     return ReplayResult(records, torn)
@@ -292,7 +318,7 @@ class Journal:
         self._task = watch_task(asyncio.get_running_loop().create_task(self._run(), name="bookie-journal"), log)
 
     async def _open_file(self, file_id: int) -> None:
-        file = self._disk.open(journal_path(file_id))
+        file = self._disk.open(journal_path(file_id), direct=True)
         file.truncate(0)
         file.append(_FILE_HEADER.pack(FILE_MAGIC, file_id))
         await file.sync()
@@ -391,6 +417,11 @@ class Journal:
         invariant(file is not None, "journal has no open file")
         assert file is not None  # narrowing for the type checker; the invariant above holds
         await faults.point("bookie.before_journal_append")
+        if file.write_alignment_bytes > 1:
+            end = file.size() + sum(len(part) for part in parts)
+            pad = padding_for(end, file.write_alignment_bytes)
+            if pad:
+                parts.append(pad_record(pad))
         if _STEPWISE_POINTS.isdisjoint(faults.armed()):
             # The common path: one worker-thread call writes the group's parts (no joined copy)
             # and fdatasyncs the file; the event loop serves the next adds meanwhile.
