@@ -36,6 +36,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
         .config("spark.driver.memory", "1g")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50")  # rows reach a writer before a failure
         .getOrCreate()
     )
     try:
@@ -44,9 +45,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         session.stop()
 
 
-def produce(service_url: str, topic: str, values: list[bytes], *, keys: list[str] | None = None,
-            name: str = "test-producer") -> None:
-    """Publish ``values`` to ``topic`` in order (batched), waiting for every receipt."""
-    messages = [OutMessage(topic, value, keys[i] if keys else None, {"i": str(i)}, None)
-                for i, value in enumerate(values)]
-    run(write_messages(service_url, messages, name=name, batch_id=0, exactly_once=False, batching=True))
+def produce(service_url: str, topic: str, values: list[bytes], *, batching: bool = True) -> None:
+    """Publish ``values`` to ``topic`` in order (one entry per message unless ``batching``)."""
+    messages = [OutMessage(topic, value, None, {"i": str(i)}, None) for i, value in enumerate(values)]
+    run(write_messages(service_url, messages, name="", batch_id=0, exactly_once=False, batching=batching))

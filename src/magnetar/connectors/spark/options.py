@@ -120,6 +120,8 @@ class WriteOptions:
     producer_name: str | None  # prefix of the stable producer names; None: derived from the query
     exactly_once: bool
     batching: bool
+    fail_task_after_rows: int | None  # failure drill: first attempts of tasks fail after N rows
+
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> WriteOptions:
@@ -131,4 +133,5 @@ class WriteOptions:
             producer_name=options.get("producername") or None,
             exactly_once=_bool(options, "exactlyOnce", True),
             batching=_bool(options, "batching", True),
+            fail_task_after_rows=_int(options, "failTaskAfterRows", low=1),
         )

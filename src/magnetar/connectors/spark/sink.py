@@ -93,10 +93,15 @@ def to_message(row: Mapping[str, Any], topic: str | None) -> OutMessage:
                       {str(k): str(v) for k, v in dict(props).items()}, event_ms)
 
 
+class InjectedTaskFailure(RuntimeError):
+    """The ``failTaskAfterRows`` drill: a first task attempt stops after that many receipted rows."""
+
+
 async def write_messages(service_url: str, messages: Iterable[OutMessage], *, name: str, batch_id: int,
-                         exactly_once: bool, batching: bool) -> int:
+                         exactly_once: bool, batching: bool, fail_after_rows: int | None = None) -> int:
     """Send every message (row ``i`` gets ``sequence_id(batch_id, i)`` when ``exactly_once``);
-    returns how many were sent once all are receipted (duplicates count: the broker answered)."""
+    returns how many were sent once all are receipted (duplicates count: the broker answered).
+    With ``fail_after_rows`` it raises ``InjectedTaskFailure`` once that many rows are receipted."""
     client = PulsarClient(service_url, network=TcpNetwork(), clock=SystemClock(), rng=system_rng())
     producers: dict[str, Producer | PartitionedProducer] = {}
     pending: list[asyncio.Future[Any]] = []
@@ -122,6 +127,11 @@ async def write_messages(service_url: str, messages: Iterable[OutMessage], *, na
                 sequence_id=sequence_id(batch_id, index) if exactly_once else None,
             ))
             sent += 1
+            if sent == fail_after_rows:
+                for producer in producers.values():
+                    await producer.flush()
+                await asyncio.gather(*pending)
+                raise InjectedTaskFailure(f"failTaskAfterRows: task stopped after {sent} receipted rows")
             if len(pending) >= SPARK_WRITE_PENDING_COUNT_MAX:
                 for producer in producers.values():
                     await producer.flush()

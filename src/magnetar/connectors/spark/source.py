@@ -251,10 +251,12 @@ class WriteCommit(WriterCommitMessage):
 def _write_rows(rows: Iterator[Any], options: WriteOptions, prefix: str, batch_id: int) -> WriteCommit:
     context = TaskContext.get()
     partition_id = context.partitionId() if context is not None else 0
+    first_attempt = context is None or context.attemptNumber() == 0
     messages = (to_message(row.asDict(), options.topic) for row in rows)
     sent = fetch.run(write_messages(
         options.service_url, messages, name=producer_name(prefix, partition_id), batch_id=batch_id,
         exactly_once=options.exactly_once, batching=options.batching,
+        fail_after_rows=options.fail_task_after_rows if first_attempt else None,
     ))
     return WriteCommit(partition_id, sent)
 
