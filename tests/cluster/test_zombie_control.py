@@ -110,7 +110,7 @@ def test_a_deaf_zombie_owner_loses_nothing_with_fencing_and_the_check_finds_loss
                 outcomes.send_async(p1, f"z-after-{i}".encode())
             # The zombie may keep the client retrying (it still answers "connect here"): sends
             # without an outcome by then are unknown, which is allowed; only acks are checked.
-            outcomes.wait(30, 20, undecided_ok=True)
+            outcomes.wait(30, 10, undecided_ok=True)
             c1.close()
             c2.close()
             stored = read_all(cluster.broker_url(0), topic)
