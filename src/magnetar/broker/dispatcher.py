@@ -19,6 +19,10 @@ Invariants:
   without it (Exclusive, Failover) stops the pass at that entry (head-of-line).
 * After ``reset`` (seek) or ``rewind`` nothing read before it is sent: ``_epoch`` discards reads
   that were in flight.
+* Delayed delivery (``supports_delayed`` policies, with a clock): a new entry whose
+  ``deliver_at_time`` is still ahead goes to ``delayed`` (``broker/delayed.py``) instead of a
+  consumer; when due it joins the replay set. One timer (``Clock.sleep``) wakes the loop at the
+  earliest deadline; nothing waits on the real clock.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from collections.abc import Callable, Iterable, Sequence
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import CorruptData
+from magnetar.base.limits import BROKER_DELAYED_INDEX_ENTRIES_MAX, BROKER_DELAYED_REBUILD_READ_COUNT
 from magnetar.base.types import Position
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer
+from magnetar.broker.delayed import DelayedDeliveryTracker, delayed_delivery_switch
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.log import Entry, SubscriptionCursor, TopicLog
 from magnetar.protocol.pulsar import commands, pb, stored_entry_metadata
@@ -46,11 +52,20 @@ class Dispatcher:
 
     #: Hold an entry that cannot be placed and go on with other groups (see the module docstring).
     skip_blocked = False
+    #: Honour deliver_at_time (Shared, Key_Shared); the others deliver at once, as Pulsar does.
+    supports_delayed = False
 
     def __init__(self, topic_log: TopicLog, cursor: SubscriptionCursor, config: BrokerConfig,
-                 partition_index: int, *, clock: Clock | None = None) -> None:
+                 partition_index: int, *, clock: Clock | None = None,
+                 delayed_enabled: Callable[[], bool] | None = None,
+                 delayed_index_entries_max: int = BROKER_DELAYED_INDEX_ENTRIES_MAX) -> None:
         self.log = topic_log
         self.clock = clock
+        self.delayed: DelayedDeliveryTracker | None = (
+            DelayedDeliveryTracker(delayed_index_entries_max) if clock is not None and self.supports_delayed else None)
+        self._delayed_enabled = delayed_enabled or delayed_delivery_switch(config)
+        self._timer: asyncio.Task[None] | None = None
+        self._timer_deadline_ms = 0
         self.cursor = cursor
         self.config = config
         self.partition_index = partition_index
@@ -78,6 +93,7 @@ class Dispatcher:
     async def close(self) -> None:
         self._closed = True
         self._wake.set()
+        self._cancel_timer()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -152,6 +168,9 @@ class Dispatcher:
         self.pending.clear()
         self._replay_clear()
         self.redelivery_counts.clear()
+        if self.delayed is not None:
+            self.delayed.clear()
+            self._cancel_timer()
         self.read_position = read_position
         self._epoch += 1
         self.wake()
@@ -245,6 +264,7 @@ class Dispatcher:
                 log.warning("dispatch on %s failed: %s", self.cursor.name, error)
                 progressed = False
             if not progressed:
+                self._arm_timer()
                 await self._wake.wait()
 
     def _may_dispatch(self) -> bool:
@@ -257,6 +277,10 @@ class Dispatcher:
         if not self._may_dispatch():
             return False
         epoch = self._epoch
+        if self.delayed is not None:
+            self._release_due()
+            if self.delayed.may_rebuild() and await self._rebuild_delayed(epoch):
+                return True
         if self.replay:
             batch = self._replay_batch()
             if batch:
@@ -337,6 +361,10 @@ class Dispatcher:
                 self._advance(entry, replay)
                 progressed = True
                 continue
+            if not replay and self._delay(position, metadata):
+                self._advance(entry, replay)  # indexed, or left in the log for a rebuild
+                progressed = True
+                continue
             group = self.group_of(entry, metadata)
             if group is not None and (group in blocked or (not replay and group in self.replay_groups)):
                 # An earlier entry of this group waits: sending this one would overtake it.
@@ -374,3 +402,73 @@ class Dispatcher:
         consumer.pending_count += 1
         if group is not None:
             self.groups[position] = group
+
+    # --- delayed delivery -----------------------------------------------------------------------
+
+    def _delay(self, position: Position, metadata: pb.MessageMetadata) -> bool:
+        """True if the entry is not due yet: it went to the delayed index (or overflowed)."""
+        if self.delayed is None or self.clock is None or not metadata.HasField("deliver_at_time"):
+            return False
+        if metadata.deliver_at_time <= self.clock.now_ms() or not self._delayed_enabled():
+            return False
+        self.delayed.add(position, metadata.deliver_at_time)
+        return True
+
+    def _release_due(self) -> None:
+        assert self.delayed is not None and self.clock is not None
+        for position in self.delayed.pop_due(self.clock.now_ms(), self.config.dispatch_read_count_max):
+            self._replay_add(position)
+
+    async def _rebuild_delayed(self, epoch: int) -> bool:
+        """One bounded pass over entries left out of a full index (see ``broker/delayed.py``)."""
+        tracker = self.delayed
+        assert tracker is not None and tracker.overflow_from is not None
+        entries = await self.log.read(tracker.overflow_from, BROKER_DELAYED_REBUILD_READ_COUNT)
+        if epoch != self._epoch:
+            return True
+        resume: Position | None = None
+        for entry in entries:
+            position = entry.position
+            if position >= self.read_position:
+                resume = None
+                break
+            resume = position.next()
+            if self.cursor.is_acked(position) or position in self.pending or self._in_replay(position):
+                continue
+            try:
+                metadata = stored_entry_metadata(entry.data)
+            except CorruptData:
+                continue
+            if not metadata.HasField("deliver_at_time"):
+                continue
+            if not tracker.add_rebuilt(position, metadata.deliver_at_time):
+                resume = position
+                break
+        if resume is not None and resume >= self.read_position:
+            resume = None
+        tracker.rebuild_done(resume)
+        return True
+
+    def _arm_timer(self) -> None:
+        """Wake the loop at the earliest delayed deadline (nothing to do if none is ahead)."""
+        tracker, clock = self.delayed, self.clock
+        if tracker is None or clock is None or self._closed:
+            return
+        deadline = tracker.next_deliver_at_ms()
+        if deadline is None or deadline <= clock.now_ms():
+            return  # nothing ahead, or due already: permits and acks wake the loop
+        if self._timer is not None and not self._timer.done() and self._timer_deadline_ms <= deadline:
+            return
+        self._cancel_timer()
+        self._timer_deadline_ms = deadline
+        self._timer = asyncio.get_running_loop().create_task(self._sleep_until(clock, deadline),
+                                                             name=f"delayed:{self.cursor.name}")
+
+    async def _sleep_until(self, clock: Clock, deadline_ms: int) -> None:
+        await clock.sleep(max(0, deadline_ms - clock.now_ms()) / 1000)
+        self.wake()
+
+    def _cancel_timer(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None and not timer.done():
+            timer.cancel()

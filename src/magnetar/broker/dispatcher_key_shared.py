@@ -39,6 +39,7 @@ def key_slot(key: bytes) -> int:
 
 class KeySharedDispatcher(Dispatcher):
     skip_blocked = True
+    supports_delayed = True
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ def _chunk_group(metadata: pb.MessageMetadata) -> tuple[str, str] | None:
 
 class SharedDispatcher(Dispatcher):
     skip_blocked = True
+    supports_delayed = True
     _next_index = 0
 
     def __init__(self, *args: object, **kwargs: object) -> None:
