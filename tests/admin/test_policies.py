@@ -282,3 +282,15 @@ def test_partitioned_auto_creation_policy_answers_partitioned_metadata() -> None
         assert await w.service.partitions(TopicName.parse(T + "-partition-0")) == 0
 
     run(body)
+
+
+def test_delayed_delivery_switch_follows_the_policy() -> None:
+    async def body(w: AdminWorld) -> None:
+        _consumer, sub, _ = await w.subscribe(T, "s")
+        assert sub.dispatcher is not None and sub.dispatcher._delayed_enabled() is True
+        await w.ok("POST", f"{NS}/delayedDelivery", {"active": False, "tickTime": 1000})
+        assert sub.dispatcher._delayed_enabled() is False
+        await w.ok("POST", f"{w.topic_path(T)}/delayedDelivery", {"active": True, "tickTime": 100})
+        assert sub.dispatcher._delayed_enabled() is True
+
+    run(body)

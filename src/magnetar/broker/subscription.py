@@ -46,19 +46,23 @@ _TRANSITIONS = {(SubscriptionState.ACTIVE, SubscriptionState.CLOSED)}
 
 
 def make_dispatcher(sub_type: SubType, topic_log: TopicLog, cursor: SubscriptionCursor, config: BrokerConfig,
-                    partition_index: int, clock: Clock | None = None) -> Dispatcher:
+                    partition_index: int, clock: Clock | None = None,
+                    delayed_enabled: Callable[[], bool] | None = None) -> Dispatcher:
     if sub_type in (SubType.EXCLUSIVE, SubType.FAILOVER):
         return SingleActiveDispatcher(topic_log, cursor, config, partition_index,
                                       failover=sub_type is SubType.FAILOVER)
     if sub_type is SubType.SHARED:
-        return SharedDispatcher(topic_log, cursor, config, partition_index, clock=clock)
-    return KeySharedDispatcher(topic_log, cursor, config, partition_index, clock=clock)
+        return SharedDispatcher(topic_log, cursor, config, partition_index, clock=clock,
+                                delayed_enabled=delayed_enabled)
+    return KeySharedDispatcher(topic_log, cursor, config, partition_index, clock=clock,
+                               delayed_enabled=delayed_enabled)
 
 
 class Subscription:
     def __init__(self, name: str, topic_log: TopicLog, cursor: SubscriptionCursor, config: BrokerConfig,
                  partition_index: int, on_closed: Callable[[Subscription], None],
-                 clock: Clock | None = None, admit_consumer: Callable[[], None] | None = None) -> None:
+                 clock: Clock | None = None, admit_consumer: Callable[[], None] | None = None,
+                 delayed_enabled: Callable[[], bool] | None = None) -> None:
         self.name = name
         self.log = topic_log
         self.cursor = cursor
@@ -67,6 +71,7 @@ class Subscription:
         self._on_closed = on_closed
         self.clock = clock
         self._admit_consumer = admit_consumer
+        self._delayed_enabled = delayed_enabled  # the delayedDelivery policy; None: the broker default
         self.dispatcher: Dispatcher | None = None
         self.sub_type: SubType | None = None
         self.dispatched = RateMeter()
@@ -111,7 +116,7 @@ class Subscription:
         if self.dispatcher is None or self.sub_type is not consumer.sub_type:
             self.sub_type = consumer.sub_type
             self.dispatcher = make_dispatcher(consumer.sub_type, self.log, self.cursor, self.config,
-                                              self.partition_index, self.clock)
+                                              self.partition_index, self.clock, self._delayed_enabled)
             self.dispatcher.on_deliver = self.dispatched.record
             self.dispatcher.start()
         self.dispatcher.add_consumer(consumer)

@@ -207,7 +207,8 @@ class Topic:
         if found is not None:
             return found
         subscription = Subscription(name, self.log, cursor, self.config, self.partition_index, self._forget,
-                                    clock=self.clock, admit_consumer=self._admit_consumer)
+                                    clock=self.clock, admit_consumer=self._admit_consumer,
+                                    delayed_enabled=lambda: self.policies().delayed_delivery)
         self.subscriptions[name] = subscription
         return subscription
 
