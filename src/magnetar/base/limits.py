@@ -45,7 +45,7 @@ NETWORK_READ_BUFFER_BYTES_MAX = 256 * KIB  # received, not yet read: the socket 
 NETWORK_WRITE_BUFFER_BYTES_MAX = 4 * MIB  # queued to send: drain() waits beyond it
 # --- runtime disk (LocalDisk) ------------------------------------------------------------------
 DISK_DIRECT_ALIGNMENT_BYTES = 4096  # O_DIRECT writes start and end on multiples of this
-DISK_DIRECT_BUFFER_BYTES = 4 * MIB  # the aligned buffer an O_DIRECT file copies each write through
+DISK_DIRECT_BUFFER_BYTES_MAX = 16 * MIB  # largest write copied through a file's aligned buffer (larger: buffered)
 
 # --- pulsar protocol ---------------------------------------------------------------------------
 PULSAR_FRAME_BYTES_MAX = 5 * MIB + 10 * KIB  # Pulsar's maxMessageSize (5 MiB) + frame overhead

@@ -8,16 +8,17 @@ copy into the page cache is the costly part and ``pwritev`` releases the GIL), `
 journal group).
 
 A file opened with ``direct=True`` also gets an ``O_DIRECT`` descriptor: a bulk write whose
-offset and length are multiples of ``DISK_DIRECT_ALIGNMENT_BYTES`` is copied through a reusable
-aligned buffer and written past the page cache (``write_alignment_bytes`` tells the owner, who
+offset and length are multiples of ``DISK_DIRECT_ALIGNMENT_BYTES`` (and at most
+``DISK_DIRECT_BUFFER_BYTES_MAX``) is copied into a reusable page-aligned buffer and written past
+the page cache (``write_alignment_bytes`` tells the owner, who
 pads its writes to it). In a VM the page-cache copy of buffered writes was most of the bookie's
 CPU (``copy_folio_from_iter_atomic`` in ``perf``); the direct path costs one user-space copy into
 a buffer that stays resident. Any other write, and every read, goes through the ordinary
 descriptor (the kernel keeps the two coherent). A filesystem without ``O_DIRECT`` support
 (tmpfs) simply keeps the buffered path. ``fdatasync`` covers both: it applies to the file.
 
-A worker call works on its own duplicates of the file descriptors, so ``close()`` while a call is
-still running (a cancelled caller) never lets the call write into a file that reused the number.
+``close()`` while a worker call still runs (its caller was cancelled) defers closing the
+descriptors to the end of that call, so a call never writes into a file that reused the number.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import errno
 import mmap
 import os
 import shutil
+import threading
 from collections.abc import Sequence
 
 from magnetar.base.errors import InvalidArgument, NotFound
+from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes
-from magnetar.base.limits import DISK_DIRECT_ALIGNMENT_BYTES, DISK_DIRECT_BUFFER_BYTES
+from magnetar.base.limits import DISK_DIRECT_ALIGNMENT_BYTES, DISK_DIRECT_BUFFER_BYTES_MAX, MIB
 
 #: Buffers one ``pwritev`` call takes (the kernel's IOV_MAX); longer part lists take several.
 _IOV_COUNT_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 1024
@@ -66,73 +69,108 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
         written += count
 
 
-def write_direct(fd: int, buffer: mmap.mmap, parts: Sequence[Bytes], offset: int) -> None:
-    """Copy ``parts`` through the aligned ``buffer`` and write them with ``O_DIRECT`` descriptor
-    ``fd`` at ``offset``; offset, total length and buffer size are multiples of the alignment,
-    so every write is too (blocking; any thread)."""
-    with memoryview(buffer) as view:
-        fill = 0
-        for part in parts:
-            with memoryview(part) as source:
-                at = 0
-                while at < len(source):
-                    count = min(len(source) - at, len(view) - fill)
-                    view[fill : fill + count] = source[at : at + count]
-                    fill += count
-                    at += count
-                    if fill == len(view):
-                        _pwrite_all(fd, view, offset)
-                        offset += fill
-                        fill = 0
-        if fill:
-            _pwrite_all(fd, view[:fill], offset)
+class _Descriptors:
+    """A file's descriptors, closed once the file is closed *and* no worker-thread call uses
+    them (a cancelled caller's call may still run): a call never writes into a reused number."""
+
+    __slots__ = ("_closed", "_lock", "_users", "direct_fd", "fd")
+
+    def __init__(self, fd: int, direct_fd: int) -> None:
+        self.fd = fd
+        self.direct_fd = direct_fd
+        self._lock = threading.Lock()
+        self._users = 0
+        self._closed = False
+
+    def acquire(self) -> None:
+        with self._lock:
+            invariant(not self._closed, "a worker call on a closed file")
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._closed and self._users == 0
+        if last:
+            self._close_all()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            idle = self._users == 0
+        if idle:
+            self._close_all()
+
+    def _close_all(self) -> None:
+        for fd in (self.fd, self.direct_fd):
+            if fd >= 0:
+                os.close(fd)
 
 
-def _write_then_sync(
-    fd: int, parts: Sequence[Bytes], offset: int, sync: bool, direct: tuple[int, mmap.mmap] | None
+def _write_job(
+    descriptors: _Descriptors, parts: Sequence[Bytes], offset: int, sync: bool, aligned: memoryview | None
 ) -> bool:
-    """The worker-thread write (and sync); returns whether the direct path took the bytes."""
+    """The worker-thread write (and sync); ``aligned`` is the parts already copied into the
+    page-aligned buffer for the O_DIRECT descriptor. Returns whether the direct write took them."""
     try:
         written_direct = False
-        if direct is not None:
+        if aligned is not None:
             try:
-                write_direct(direct[0], direct[1], parts, offset)
+                _pwrite_all(descriptors.direct_fd, aligned, offset)
                 written_direct = True
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
                 # The filesystem refuses O_DIRECT writes after all: the same bytes, buffered.
         if not written_direct:
-            pwritev_all(fd, parts, offset)
+            pwritev_all(descriptors.fd, parts, offset)
         if sync:
-            os.fdatasync(fd)
+            os.fdatasync(descriptors.fd)
         return written_direct
     finally:
-        os.close(fd)
-        if direct is not None:
-            os.close(direct[0])
+        descriptors.release()
 
 
-def _sync_fd(fd: int) -> None:
+def _sync_job(descriptors: _Descriptors) -> None:
     try:
-        os.fdatasync(fd)
+        os.fdatasync(descriptors.fd)
     finally:
-        os.close(fd)
+        descriptors.release()
+
+
+def _copy_into(buffer: mmap.mmap, parts: Sequence[Bytes], total: int) -> memoryview:
+    view = memoryview(buffer)
+    at = 0
+    for part in parts:
+        size = len(part)
+        view[at : at + size] = part
+        at += size
+    return view[:total]
 
 
 class LocalFile:
-    __slots__ = ("_direct_buffer", "_direct_fd", "_fd", "_path", "_size")
+    # The aligned copy is made on the event loop, so the worker call only runs pwrite and
+    # fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and the
+    # worker, which on a busy machine cost more than the copy itself.
+    __slots__ = ("_descriptors", "_direct_buffer", "_direct_ok", "_path", "_size")
 
     def __init__(self, path: str, fd: int, direct_fd: int = -1) -> None:
         self._path = path
-        self._fd = fd
+        self._descriptors = _Descriptors(fd, direct_fd)
         self._size = os.fstat(fd).st_size
-        self._direct_fd = direct_fd
+        self._direct_ok = direct_fd >= 0
+        # Owned by at most one write at a time; a write whose caller was cancelled keeps it.
         self._direct_buffer: mmap.mmap | None = None
 
     @property
+    def _fd(self) -> int:
+        return self._descriptors.fd
+
+    @property
     def write_alignment_bytes(self) -> int:
-        return DISK_DIRECT_ALIGNMENT_BYTES if self._direct_fd >= 0 else 1
+        return DISK_DIRECT_ALIGNMENT_BYTES if self._direct_ok else 1
 
     @property
     def path(self) -> str:
@@ -173,35 +211,34 @@ class LocalFile:
         offset = self._size
         total = sum(len(part) for part in parts)
         self._size += total
-        direct: tuple[int, mmap.mmap] | None = None
-        if self._direct_fd >= 0 and total and not (offset | total) % DISK_DIRECT_ALIGNMENT_BYTES:
-            if self._direct_buffer is None:
-                self._direct_buffer = mmap.mmap(-1, DISK_DIRECT_BUFFER_BYTES)  # page-aligned
-            direct = (os.dup(self._direct_fd), self._direct_buffer)
-        fd = os.dup(self._fd)
+        buffer: mmap.mmap | None = None
+        aligned: memoryview | None = None
+        if (
+            self._direct_ok
+            and 0 < total <= DISK_DIRECT_BUFFER_BYTES_MAX
+            and not (offset | total) % DISK_DIRECT_ALIGNMENT_BYTES
+        ):
+            buffer, self._direct_buffer = self._direct_buffer, None
+            if buffer is None or len(buffer) < total:
+                buffer = mmap.mmap(-1, -(-total // MIB) * MIB)  # page-aligned, grown to fit
+            aligned = _copy_into(buffer, parts, total)
+        self._descriptors.acquire()
         written_direct = await asyncio.get_running_loop().run_in_executor(
-            None, _write_then_sync, fd, parts, offset, sync, direct
+            None, _write_job, self._descriptors, parts, offset, sync, aligned
         )
-        if direct is not None and not written_direct:
-            self._close_direct()
+        if aligned is not None:
+            aligned.release()
+            self._direct_buffer = buffer
+            self._direct_ok = written_direct
         return offset
 
     async def sync(self) -> None:
-        fd = os.dup(self._fd)
-        await asyncio.get_running_loop().run_in_executor(None, _sync_fd, fd)
-
-    def _close_direct(self) -> None:
-        if self._direct_fd >= 0:
-            os.close(self._direct_fd)
-            self._direct_fd = -1
-        # Not mmap.close(): a cancelled caller's worker call may still be copying into it.
-        self._direct_buffer = None
+        self._descriptors.acquire()
+        await asyncio.get_running_loop().run_in_executor(None, _sync_job, self._descriptors)
 
     def close(self) -> None:
-        self._close_direct()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._descriptors.close()
+        self._direct_buffer = None
 
 
 class LocalDisk:
