@@ -13,8 +13,10 @@ OpenMessaging Benchmark, driving the official ``pulsar-client`` (the ``dev``/``b
 Topics are ``<topic>`` (``--topics 1``) or ``<topic>-0 .. <topic>-{N-1}``; with ``--partitions P``
 each is addressed as its ``-partition-0 .. -partition-{P-1}`` topics, which is what a client of a
 partitioned topic does underneath (so no admin call is needed). Every run is bounded by
-``--duration`` and ``--messages`` (whichever comes first); consumers get up to
-``PERF_DRAIN_S_MAX`` to receive what was acknowledged. Prints a live line per second (msgs/s,
+``--duration`` and ``--messages`` (whichever comes first). Throughput counts what was
+acknowledged (or received) within that window; messages still pending when it ends are
+abandoned when the client closes and reported as ``pending_at_end``, not as failures. In ``e2e``
+the consumers then get up to ``PERF_DRAIN_S_MAX`` to receive what was acknowledged. Prints a live line per second (msgs/s,
 MB/s, latency percentiles of the last second) and a summary; ``--json FILE`` writes the results
 (settings, totals, p50/p95/p99/p99.9/max, per-second series). ``run_perf`` is the same run as a
 function for the benchmarks under ``bench/``.
@@ -60,6 +62,8 @@ PERCENTILES = (("p50", 50.0), ("p95", 95.0), ("p99", 99.0), ("p99_9", 99.9))
 STAMP = struct.Struct(">q")  # send time (ns since the epoch) at the start of each payload
 #: Threads creating producers and consumers at start-up (creation is one round trip each).
 SETUP_THREADS = 16
+#: e2e drain: stop waiting for the consumers once nothing arrived for this long.
+DRAIN_IDLE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ class PerfSettings:
     batch_max_bytes: int = 128 * 1024
     batch_delay_ms: int = 10
     max_pending: int = 1000
+    burst: int = 1  # messages sent to one producer before the next one's turn
+    max_outstanding: int = 0  # messages awaiting their receipt over all producers (0 = per-producer bound only)
     duration_s: float = 10.0
     messages: int = 0  # 0 = until the duration is over
     subscription: str = "perf-sub"
@@ -102,6 +108,8 @@ class PerfSettings:
             (0 < self.duration_s <= PERF_DURATION_S_MAX, f"duration must be in (0, {PERF_DURATION_S_MAX}] s"),
             (0 <= self.messages <= PERF_MESSAGES_COUNT_MAX, f"messages must be 0..{PERF_MESSAGES_COUNT_MAX}"),
             (self.max_pending >= 1 and self.receiver_queue >= 1, "max_pending and receiver_queue must be >= 1"),
+            (1 <= self.burst <= PERF_MESSAGES_COUNT_MAX, "burst must be >= 1"),
+            (self.max_outstanding >= 0, "max_outstanding must be >= 0 (0 = no bound over all producers)"),
             (self.subscription_type in SUBSCRIPTION_TYPES, f"subscription type must be one of {SUBSCRIPTION_TYPES}"),
         ]
         for ok, message in checks:
@@ -172,9 +180,10 @@ class Side:
         self.per_second.append(row)
         return row
 
-    def result(self, elapsed_s: float, size: int) -> dict[str, Any]:
-        return {"count": self.count, "failed": self.failed, "msgs_s": self.count / elapsed_s,
-                "mb_s": self.count * size / MIB / elapsed_s, "latency_ms": Latency.summary(self.latency.total),
+    def result(self, elapsed_s: float, size: int, count: int) -> dict[str, Any]:
+        """Totals of the measured window (``count`` done in ``elapsed_s``); latency of every message."""
+        return {"count": count, "failed": self.failed, "msgs_s": count / elapsed_s,
+                "mb_s": count * size / MIB / elapsed_s, "latency_ms": Latency.summary(self.latency.total),
                 "per_second": self.per_second}
 
 
@@ -197,7 +206,10 @@ def _official_client(settings: PerfSettings) -> Iterator[Any]:
     try:
         yield client
     finally:
-        client.close()
+        try:
+            client.close()
+        except Exception as exc:  # already closed after a lost connection: the figures still stand
+            print(f"perf: closing the client: {exc}", file=sys.stderr)
 
 
 def _in_parallel(make: Callable[[str], Any], names: list[str]) -> list[Any]:
@@ -215,6 +227,8 @@ class PerfRun:
         self.received = Side()
         self.sent = 0
         self.stop = threading.Event()
+        self.closing = False
+        self.abandoned = 0
         self.errors: list[str] = []
 
     # --- consumers -----------------------------------------------------------------------------
@@ -254,16 +268,29 @@ class PerfRun:
         return _in_parallel(make, names)
 
     def _send_loop(self, producers: list[Any], pulsar: Any) -> None:
+        try:
+            self._send(producers, pulsar)
+        except Exception as exc:  # a producer closed under us (lost connection): stop, report it
+            if not self.closing:
+                self.errors.append(f"send: {type(exc).__name__}: {exc}")
+            self.stop.set()
+
+    def _send(self, producers: list[Any], pulsar: Any) -> None:
         ok = pulsar.Result.Ok
         body = bytearray(os.urandom(self.s.size))
         stamped = len(body) >= STAMP.size
         published = self.published
+        outstanding = threading.BoundedSemaphore(self.s.max_outstanding) if self.s.max_outstanding else None
 
         def receipt(sent_ns: int) -> Callable[[Any, Any], None]:
             def done(result: Any, _msg_id: Any) -> None:
+                if outstanding is not None:
+                    outstanding.release()
                 if result == ok:
                     published.count += 1
                     published.latency.record((time.time_ns() - sent_ns) // 1000)
+                elif self.closing:
+                    self.abandoned += 1  # still pending when the run ended: not a failure
                 else:
                     published.failed += 1
                     if len(self.errors) < 10:
@@ -274,18 +301,21 @@ class PerfRun:
         interval = 1.0 / self.s.rate if self.s.rate > 0 else 0.0
         start = time.perf_counter()
         count = len(producers)
+        burst = self.s.burst
         while self.sent < limit and not self.stop.is_set():
             if interval:
                 ahead = start + self.sent * interval - time.perf_counter()
                 if ahead > 0:
                     time.sleep(ahead)
+            if outstanding is not None:
+                while not outstanding.acquire(timeout=0.1):
+                    if self.stop.is_set():
+                        return
             now = time.time_ns()
             if stamped:
                 STAMP.pack_into(body, 0, now)
-            producers[self.sent % count].send_async(bytes(body), receipt(now))
+            producers[(self.sent // burst) % count].send_async(bytes(body), receipt(now))
             self.sent += 1
-        for producer in producers:
-            producer.flush()
 
     # --- the run -------------------------------------------------------------------------------
     def _line(self, second: int) -> str:
@@ -302,44 +332,48 @@ class PerfRun:
             parts.append(f"failed {self.published.failed}")
         return " | ".join(parts)
 
+    def _phase_over(self, sender: threading.Thread | None) -> bool:
+        """True once a ``--messages`` bound is reached: all sent and answered, or all received."""
+        if sender is not None:
+            answered = self.published.count + self.published.failed
+            return not sender.is_alive() and (answered >= self.sent or self.stop.is_set())
+        return self.received.count >= (self.s.messages or PERF_MESSAGES_COUNT_MAX)
+
     def _wait(self, sender: threading.Thread | None, start: float) -> float:
-        """Tick once a second until the sender is done (or the duration is over), then let the
-        consumers drain; returns the elapsed seconds of the measured phase."""
+        """Tick once a second until the duration is over or the ``--messages`` bound is reached;
+        returns the elapsed seconds of that measured phase."""
         deadline = start + self.s.duration_s
         second = 0
-        receive_target = self.s.messages or PERF_MESSAGES_COUNT_MAX
         while True:
             now = time.perf_counter()
-            if now >= deadline:
-                break
-            if sender is not None and not sender.is_alive():
-                break
-            if sender is None and self.received.count >= receive_target:
+            if now >= deadline or self._phase_over(sender):
                 break
             next_tick = start + second + 1
-            wait = max(0.0, min(next_tick, deadline) - now)
-            if sender is not None:
-                sender.join(timeout=wait)
-            else:  # consume only: look at the receive count often
-                time.sleep(min(wait, 0.02))
+            time.sleep(min(max(0.0, min(next_tick, deadline) - now), 0.02))
             if time.perf_counter() >= next_tick:
                 second += 1
                 if self.on_tick is not None:
                     self.on_tick(self._line(second))
         self.stop.set()
-        if sender is not None:
-            sender.join(timeout=PERF_DRAIN_S_MAX + 5)
-        elapsed = time.perf_counter() - start
-        if self.s.mode == "e2e":
-            drain_deadline = time.perf_counter() + PERF_DRAIN_S_MAX
-            while self.received.count < self.published.count and time.perf_counter() < drain_deadline:
-                time.sleep(0.01)
-        return elapsed
+        return time.perf_counter() - start
+
+    def _drain_receive(self) -> None:
+        """e2e: let the consumers receive everything sent (bounded; stops early when
+        nothing arrives for a while)."""
+        deadline = time.perf_counter() + PERF_DRAIN_S_MAX
+        last, last_change = self.received.count, time.perf_counter()
+        while self.received.count < self.sent and time.perf_counter() < deadline:
+            time.sleep(0.01)
+            if self.received.count != last:
+                last, last_change = self.received.count, time.perf_counter()
+            elif time.perf_counter() - last_change > DRAIN_IDLE_S:
+                break
 
     def run(self) -> dict[str, Any]:
         pulsar = _import_pulsar()
         with _official_client(self.s) as client:
-            consumers = self._subscribe(client, pulsar) if self.s.mode != "produce" else []
+            if self.s.mode != "produce":
+                self._subscribe(client, pulsar)
             producers = self._create_producers(client) if self.s.mode != "consume" else []
             sender = None
             start = time.perf_counter()
@@ -349,19 +383,22 @@ class PerfRun:
                 sender.start()
             try:
                 elapsed = self._wait(sender, start)
+                published, received = self.published.count, self.received.count  # the measured window
+                if sender is not None:
+                    sender.join(timeout=PERF_DRAIN_S_MAX)
+                if self.s.mode == "e2e":
+                    self._drain_receive()
+                    received = self.received.count
             finally:
                 self.stop.set()
-                for handle in producers + consumers:
-                    try:
-                        handle.close()
-                    except Exception as exc:  # a close that fails must not hide the figures
-                        self.errors.append(f"close: {exc}")
+                self.closing = True  # closing the client fails what is still pending: not failures
         result: dict[str, Any] = {"settings": dataclasses.asdict(self.s), "elapsed_s": elapsed,
                                   "topics_addressed": len(self.s.topic_names())}
         if self.s.mode != "consume":
-            result["publish"] = {"sent": self.sent, **self.published.result(elapsed, self.s.size)}
+            result["publish"] = {"sent": self.sent, "pending_at_end": self.abandoned,
+                                 **self.published.result(elapsed, self.s.size, published)}
         if self.s.mode != "produce":
-            result["receive"] = self.received.result(elapsed, self.s.size)
+            result["receive"] = self.received.result(elapsed, self.s.size, received)
         result["errors"] = self.errors
         return result
 
@@ -443,6 +480,9 @@ def register(app: typer.Typer) -> None:
             batch_max_messages: int = typer.Option(1000, "--batch-max-messages"),
             batch_delay_ms: int = typer.Option(10, "--batch-delay-ms"),
             max_pending: int = typer.Option(1000, "--max-pending", help="pending messages per producer"),
+            burst: int = typer.Option(1, "--burst", help="messages to one producer before the next one's turn"),
+            max_outstanding: int = typer.Option(0, "--max-outstanding",
+                                                help="messages awaiting receipt over all producers (0 = no bound)"),
             duration_s: float = typer.Option(10.0, "--duration", "-d", help="seconds (always bounded)"),
             messages: int = typer.Option(0, "--messages", "-m", help="stop after this many (0 = duration only)"),
             subscription: str = typer.Option("perf-sub", "--subscription"),
@@ -453,7 +493,8 @@ def register(app: typer.Typer) -> None:
         ) -> None:
             _cli(mode, service_url=service_url, topic=topic, topics=topics, partitions=partitions,
                  producers=producers, consumers=consumers, size=size, rate=rate, batching=batching,
-                 batch_max_messages=batch_max_messages, batch_delay_ms=batch_delay_ms, max_pending=max_pending,
+                 batch_max_messages=batch_max_messages, batch_delay_ms=batch_delay_ms, max_pending=max_pending, burst=burst,
+                 max_outstanding=max_outstanding,
                  duration_s=duration_s, messages=messages, subscription=subscription,
                  subscription_type=subscription_type, receiver_queue=receiver_queue, earliest=earliest,
                  json_path=json_path)
