@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,7 +125,9 @@ class RowBuilder:
         self.indexes: list[int] = []
         self.publish: list[int] = []
         self.event: list[int | None] = []
-        self.props: list[list[tuple[str, str]]] = []
+        self.prop_keys: list[str] = []
+        self.prop_values: list[str] = []
+        self.prop_offsets: list[int] = [0]
         self.producers: list[str] = []
         self.sequences: list[int] = []
         self.redeliveries: list[int] = []
@@ -153,7 +156,7 @@ class RowBuilder:
                 if metadata.HasField("partition_key") else None
             )
             self.event.append(metadata.event_time * 1000 if metadata.event_time else None)
-            self.props.append([(p.key, p.value) for p in metadata.properties])
+            self._add_properties([(p.key, p.value) for p in metadata.properties])
             self.sequences.append(metadata.sequence_id)
             return 1
         base_sequence = metadata.sequence_id
@@ -167,9 +170,19 @@ class RowBuilder:
                 if single.HasField("partition_key") else None
             )
             self.event.append(single.event_time * 1000 if single.event_time else None)
-            self.props.append([(p.key, p.value) for p in single.properties] if single.properties else [])
+            if single.properties:
+                for p in single.properties:
+                    self.prop_keys.append(p.key)
+                    self.prop_values.append(p.value)
+            self.prop_offsets.append(len(self.prop_keys))
             self.sequences.append(single.sequence_id if single.HasField("sequence_id") else base_sequence + index)
         return count
+
+    def _add_properties(self, pairs: Iterable[tuple[str, str]]) -> None:
+        for key, value in pairs:
+            self.prop_keys.append(key)
+            self.prop_values.append(value)
+        self.prop_offsets.append(len(self.prop_keys))
 
     def add_message(self, message: Any) -> None:
         """One message received through the broker (a ``magnetar.client.Message``)."""
@@ -181,7 +194,7 @@ class RowBuilder:
         self.indexes.append(mid.batch_index)
         self.publish.append(message.publish_time_ms * 1000)
         self.event.append(message.event_time_ms * 1000 if message.event_time_ms else None)
-        self.props.append(list(message.properties.items()))
+        self._add_properties(message.properties.items())
         self.producers.append(message.producer_name)
         self.sequences.append(message.sequence_id)
         self.redeliveries.append(message.redelivery_count)
@@ -197,12 +210,13 @@ class RowBuilder:
         columns = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),
-            pa.array([self.topic] * n, pa.string()),
-            pa.array([self.partition] * n, pa.int32()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             message_id,
             pa.array(self.publish, _TIMESTAMP),
             pa.array(self.event, _TIMESTAMP),
-            pa.array(self.props, pa.map_(pa.string(), pa.string())),
+            pa.MapArray.from_arrays(pa.array(self.prop_offsets, pa.int32()), pa.array(self.prop_keys, pa.string()),
+                                    pa.array(self.prop_values, pa.string())),
             pa.array(self.producers, pa.string()),
             pa.array(self.sequences, pa.int64()),
             pa.array(self.redeliveries, pa.int32()),
