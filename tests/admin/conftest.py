@@ -3,6 +3,7 @@ the official client."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,8 +25,9 @@ class HttpBroker:
         return f"http://127.0.0.1:{self.http.port}"
 
 
-@pytest.fixture
-def http_broker() -> Iterator[HttpBroker]:
+@contextlib.contextmanager
+def running_http_broker() -> Iterator[HttpBroker]:
+    """A broker thread with the memory metadata store, bootstrapped, serving HTTP on a free port."""
     thread = BrokerThread()
     try:
         thread.metadata = thread.call(MemoryMetadataServer(SystemClock()).connect())
@@ -40,3 +42,9 @@ def http_broker() -> Iterator[HttpBroker]:
             thread.call(http.stop())
     finally:
         thread.stop()
+
+
+@pytest.fixture
+def http_broker() -> Iterator[HttpBroker]:
+    with running_http_broker() as running:
+        yield running

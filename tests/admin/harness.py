@@ -8,7 +8,9 @@ broker serves it, and ``call`` to send one HTTP request straight to the ASGI app
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -141,3 +143,16 @@ class AdminWorld:
     async def check(self) -> None:
         await self.service.check_policies()
         await settle()
+
+
+def run_world(body: Callable[[AdminWorld], Awaitable[None]], config: BrokerConfig | None = None) -> None:
+    """Run ``body`` against a fresh started world, closed afterwards."""
+
+    async def main() -> None:
+        world = await AdminWorld(config).start()
+        try:
+            await body(world)
+        finally:
+            await world.close()
+
+    asyncio.run(main())

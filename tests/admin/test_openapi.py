@@ -19,8 +19,8 @@ from magnetar.admin import ADMIN_PATH, AdminContext, api_route, build_admin_app
 from magnetar.admin.openapi import api_routes
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.http import bootstrap_cluster, start_broker_http, start_http
-from tests.admin.conftest import HttpBroker
+from magnetar.runtime.http import start_http
+from tests.admin.conftest import HttpBroker, running_http_broker
 from tests.admin.harness import AdminWorld
 from tests.compat.harness import BrokerThread
 
@@ -94,20 +94,8 @@ def test_fuzz_catches_a_server_error() -> None:
 
 @pytest.fixture(scope="module")
 def fuzz_broker() -> Iterator[HttpBroker]:
-    thread = BrokerThread()
-    try:
-        thread.metadata = thread.call(MemoryMetadataServer(SystemClock()).connect())
-        thread.start()
-        assert thread.server is not None
-        service = thread.server.service
-        thread.call(bootstrap_cluster(service, web_url="http://127.0.0.1:0"))
-        http = thread.call(start_broker_http("127.0.0.1", 0, service=service, health=dict))
-        try:
-            yield HttpBroker(thread, http)
-        finally:
-            thread.call(http.stop())
-    finally:
-        thread.stop()
+    with running_http_broker() as running:
+        yield running
 
 
 @pytest.mark.integration

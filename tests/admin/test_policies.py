@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import msgspec
 import pytest
@@ -13,22 +12,14 @@ from magnetar.broker import BrokerConfig
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.policies import POLICIES_ROOT, Policies, RetentionAction
 from magnetar.protocol.pulsar import pb
-from tests.admin.harness import AdminWorld, message
+from tests.admin.harness import AdminWorld, message, run_world
 from tests.manual_clock import settle
 
 T = "persistent://public/default/t1"
 NS = "/namespaces/public/default"
 
 
-def run(body: Callable[[AdminWorld], Awaitable[None]], config: BrokerConfig | None = None) -> None:
-    async def main() -> None:
-        world = await AdminWorld(config).start()
-        try:
-            await body(world)
-        finally:
-            await world.close()
-
-    asyncio.run(main())
+run = run_world
 
 
 def test_policy_endpoints_store_pulsar_json_and_validate() -> None:

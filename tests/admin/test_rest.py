@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-
 from magnetar.base.types import TopicName
 from magnetar.broker.lookup import partitioned_topic_path
-from tests.admin.harness import AdminWorld
+from tests.admin.harness import AdminWorld, run_world
 
 T = "persistent://public/default/t1"
 
 
-def run(body: Callable[[AdminWorld], Awaitable[None]]) -> None:
-    async def main() -> None:
-        world = await AdminWorld().start()
-        try:
-            await body(world)
-        finally:
-            await world.close()
-
-    asyncio.run(main())
+run = run_world
 
 
 def test_first_start_has_cluster_tenant_and_default_namespace() -> None:
