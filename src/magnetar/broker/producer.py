@@ -87,6 +87,7 @@ class Producer:
         self.channel = channel
         self.access_mode = access_mode
         self.connection_key = connection_key
+        self.schema_version: bytes | None = None  # the registered schema it produces with, if any
         self._pending: deque[_PendingSend] = deque()
         self._pending_max = pending_max
         self._room = asyncio.Event()

@@ -30,6 +30,7 @@ from magnetar.broker.log import LogStore
 from magnetar.broker.lookup import PartitionedTopics, SingleBrokerLookup, TopicLookup
 from magnetar.broker.policies import PolicyCache
 from magnetar.broker.resources import Resources, TopicBusy
+from magnetar.broker.schema import SchemaRegistry
 from magnetar.broker.topic import Topic
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import pb
@@ -54,6 +55,7 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.policies = PolicyCache(metadata, config)
         self.resources = Resources(metadata, self.policies) if metadata is not None else None
+        self.schemas = SchemaRegistry(metadata)  # /schemas/...; in memory without a metadata store
         self._checker: asyncio.Task[None] | None = None
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._producer_counter = 0

@@ -28,6 +28,7 @@ from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.ids import before, is_earliest, is_latest, to_position
 from magnetar.broker.lookup import LookupKind
 from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.schema import carries_schema, version_bytes, version_from_bytes
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
 from magnetar.protocol.pulsar import (
@@ -185,7 +186,15 @@ class Session:
         self.connection.send_get_topics_of_namespace_response(body.request_id, topics)
 
     async def _get_schema(self, body: pb.CommandGetSchema) -> None:
-        self.connection.send_get_schema_error(body.request_id, pb.TopicNotFound, "no schema registered")
+        name = _topic_name(body.topic)
+        version = None
+        if body.HasField("schema_version") and body.schema_version:
+            version = version_from_bytes(bytes(body.schema_version))
+        found = await self.service.schemas.get(name, version if version is not None and version >= 0 else None)
+        if found is None:
+            self.connection.send_get_schema_error(body.request_id, pb.TopicNotFound, "no schema registered")
+            return
+        self.connection.send_get_schema_response(body.request_id, found[1].to_pb(), version_bytes(found[0]))
 
     # --- producers ------------------------------------------------------------------------------
 
@@ -194,28 +203,34 @@ class Session:
         if existing is not None:
             if str(existing.topic.name) == body.topic:
                 self.connection.send_producer_success(body.request_id, existing.name,
-                                                      existing.topic.last_sequence_id(existing.name))
+                                                      existing.topic.last_sequence_id(existing.name),
+                                                      schema_version=existing.schema_version)
                 return
             raise BrokerError(pb.ProducerBusy, f"producer id {body.producer_id} is in use on this connection")
         self._check_handles()
         topic = await self.service.get_topic(_topic_name(body.topic), create=True)
         await topic.dedup.ready()  # recovered before the first producer: last_sequence_id is right
+        schema_version = None
+        if body.HasField("schema") and carries_schema(body.schema):  # before admission: refused if incompatible
+            schema_version = version_bytes(await self.service.schemas.register(topic.name, body.schema))
         name = body.producer_name if body.HasField("producer_name") and body.producer_name else (
             self.service.next_producer_name())
         mode = AccessMode(body.producer_access_mode) if body.HasField("producer_access_mode") else AccessMode.SHARED
         producer = Producer(topic, body.producer_id, name, self, mode,
                             self.service.config.pending_sends_per_producer_max, connection_key=self)
+        producer.schema_version = schema_version
         if body.producer_id in self.producers:  # a duplicate PRODUCER raced us while the topic loaded
             raise BrokerError(pb.ServiceNotReady, "producer is already being created")
         admitted = topic.add_producer(producer, body.request_id, self._admit_waiting)
         self.producers[body.producer_id] = producer
         self.connection.send_producer_success(body.request_id, name, topic.last_sequence_id(name),
-                                              producer_ready=admitted)
+                                              schema_version=schema_version, producer_ready=admitted)
 
     def _admit_waiting(self, producer: Producer, request_id: int) -> None:
         if self.is_open() and self.producers.get(producer.producer_id) is producer:
             self.connection.send_producer_success(request_id, producer.name,
-                                                  producer.topic.last_sequence_id(producer.name))
+                                                  producer.topic.last_sequence_id(producer.name),
+                                                  schema_version=producer.schema_version)
             self._out()
 
     async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool) -> None:
@@ -242,6 +257,8 @@ class Session:
         self._check_handles()
         create = body.force_topic_creation if body.HasField("force_topic_creation") else True
         topic = await self.service.get_topic(_topic_name(body.topic), create=create)
+        if body.HasField("schema") and carries_schema(body.schema):
+            await self.service.schemas.check_consumer(topic.name, body.schema)
         durable = body.durable if body.HasField("durable") else True
         if not durable and body.HasField("start_message_id"):
             start = body.start_message_id
