@@ -75,9 +75,10 @@ class EntryLogger:
         offset = self._current.append(_LEN.pack(len(raw)) + raw)
         return self.current_log_id, offset + _LEN.size
 
-    async def append_many(self, raws: list[bytes]) -> list[tuple[int, int]]:
+    async def append_many(self, raws: list[bytes], *, sync: bool = False) -> list[tuple[int, int]]:
         """Write several entries with one ``append_parts`` (off the event loop, from the entries'
-        own buffers); returns each (log id, offset). Not durable until ``sync()``."""
+        own buffers); returns each (log id, offset). Durable once ``sync()`` returned, or when
+        this returns if ``sync`` (one ``append_and_sync``)."""
         if self._current is None or self._current.size() >= self._log_bytes_max:
             await self._open(self.current_log_id + 1)
         assert self._current is not None
@@ -94,7 +95,10 @@ class EntryLogger:
         pad = -at % self._current.write_alignment_bytes
         if pad:
             parts.append(_zeros(pad))
-        await self._current.append_parts(parts)
+        if sync:
+            await self._current.append_and_sync(parts)
+        else:
+            await self._current.append_parts(parts)
         return places
 
     async def sync(self) -> None:
