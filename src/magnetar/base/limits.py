@@ -53,6 +53,8 @@ PULSAR_MESSAGE_BYTES_MAX = 5 * MIB  # CONNECTED.max_message_size: metadata + pay
 PULSAR_READ_CHUNK_BYTES = 256 * KIB  # one socket read fed to a FrameDecoder
 PULSAR_RECEIVE_BUFFER_BYTES_MAX = PULSAR_FRAME_BYTES_MAX + 4 + PULSAR_READ_CHUNK_BYTES  # a frame + one read
 PULSAR_SEND_BUFFER_BYTES_MAX = 4 * PULSAR_FRAME_BYTES_MAX  # queued outbound bytes per connection
+#: Unanswered GET_OR_CREATE_SCHEMA requests one connection remembers (the oldest is forgotten).
+PULSAR_GET_OR_CREATE_SCHEMA_PENDING_COUNT_MAX = 1024
 
 # --- simulation --------------------------------------------------------------------------------
 SIM_STEPS_MAX = 10_000_000  # a scenario that runs longer than this is a livelock
@@ -78,6 +80,9 @@ LEDGER_RECOVERY_ENTRIES_COUNT_MAX = 10_000_000
 LEDGER_FRAGMENTS_COUNT_MAX = 4096
 #: Bookie connections one ledger client keeps open (the least recently used idle one is closed).
 LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX = 1024
+#: Entry bytes one bookie connection may have in flight through the task-free add path; beyond
+#: it adds take the path that waits for the socket buffer to drain.
+LEDGER_PIPELINED_ADD_BYTES_MAX = 4 * MIB
 #: Bookie registrations one directory listing accepts.
 LEDGER_DIRECTORY_BOOKIES_COUNT_MAX = 100_000
 #: Under-replication markers one replication-worker round looks at (the rest wait a round).
