@@ -4,12 +4,15 @@ evolution gets a new version, an incompatible producer or consumer is refused wi
 
 from __future__ import annotations
 
+import socket
+import struct
 from typing import Any
 
 import pulsar
 import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
 
+from magnetar.protocol.pulsar import encode_command, pb
 from tests.compat.harness import BrokerThread
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -88,3 +91,41 @@ def test_compatible_evolution_gets_a_new_version_and_incompatible_is_refused(bro
 def test_bytes_producer_is_accepted_on_a_topic_with_a_schema(client: Any) -> None:
     client.create_producer("schema-bytes", schema=StringSchema()).send("s")
     client.create_producer("schema-bytes").send(b"raw")  # BytesSchema sends no schema
+
+
+def _read_frame(sock: socket.socket) -> pb.BaseCommand:
+    def exact(n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = sock.recv(n - len(out))
+            assert chunk, "connection closed"
+            out += chunk
+        return out
+
+    frame = exact(struct.unpack(">I", exact(4))[0])
+    command_size = struct.unpack(">I", frame[:4])[0]
+    return pb.BaseCommand.FromString(frame[4:4 + command_size])
+
+
+def test_get_or_create_schema_as_a_java_client_sends_it(broker: BrokerThread) -> None:
+    """The 4.2.0 client never sends GET_OR_CREATE_SCHEMA; Java clients do: a raw connection."""
+    T = pb.BaseCommand
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:
+        sock.sendall(encode_command(T(type=T.CONNECT, connect=pb.CommandConnect(client_version="java-like",
+                                                                                 protocol_version=20))))
+        assert _read_frame(sock).type == T.CONNECTED
+
+        def get_or_create(request_id: int, record: type[Record]) -> pb.CommandGetOrCreateSchemaResponse:
+            info = AvroSchema(record).schema_info()
+            schema = pb.Schema(name="User", schema_data=info.schema().encode(), type=pb.Schema.Avro)
+            sock.sendall(encode_command(T(type=T.GET_OR_CREATE_SCHEMA, getOrCreateSchema=pb.CommandGetOrCreateSchema(
+                request_id=request_id, topic="persistent://public/default/schema-goc", schema=schema))))
+            reply = _read_frame(sock)
+            assert reply.type == T.GET_OR_CREATE_SCHEMA_RESPONSE
+            return reply.getOrCreateSchemaResponse
+
+        first = get_or_create(1, User)
+        assert first.schema_version == b"\0" * 8 and not first.HasField("error_code")
+        assert get_or_create(2, UserV2).schema_version == b"\0" * 7 + b"\1"
+        refused = get_or_create(3, UserV3)
+        assert refused.error_code == pb.IncompatibleSchema and not refused.HasField("schema_version")

@@ -196,6 +196,16 @@ class Session:
             return
         self.connection.send_get_schema_response(body.request_id, found[1].to_pb(), version_bytes(found[0]))
 
+    async def _get_or_create_schema(self, body: pb.CommandGetOrCreateSchema) -> None:
+        """Java clients' explicit registration (the 4.2.0 client never sends it)."""
+        try:
+            version = await self.service.schemas.register(_topic_name(body.topic), body.schema)
+        except BrokerError as error:
+            self.connection.send_get_or_create_schema_response(body.request_id, code=error.code,
+                                                               message=error.message)
+            return
+        self.connection.send_get_or_create_schema_response(body.request_id, version_bytes(version))
+
     # --- producers ------------------------------------------------------------------------------
 
     async def _producer(self, body: pb.CommandProducer) -> None:
@@ -407,6 +417,7 @@ _HANDLERS: dict[int, Callable[[Session, Any], Awaitable[None]]] = {
     T.LOOKUP: Session._lookup,
     T.GET_TOPICS_OF_NAMESPACE: Session._topics_of_namespace,
     T.GET_SCHEMA: Session._get_schema,
+    T.GET_OR_CREATE_SCHEMA: Session._get_or_create_schema,
     T.PRODUCER: Session._producer,
     T.CLOSE_PRODUCER: Session._close_producer,
     T.SUBSCRIBE: Session._subscribe,

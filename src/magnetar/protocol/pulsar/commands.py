@@ -235,6 +235,19 @@ def get_schema_error(request_id: int, code: int, message: str) -> pb.BaseCommand
     return T(type=T.GET_SCHEMA_RESPONSE, getSchemaResponse=body)
 
 
+def get_or_create_schema_response(request_id: int, schema_version: bytes | None = None, code: int | None = None,
+                                  message: str | None = None) -> pb.BaseCommand:
+    """Only as the reply to a GET_OR_CREATE_SCHEMA (sent by Java clients; the 4.2.0 client never
+    sends one and would drop the connection on this reply)."""
+    body = pb.CommandGetOrCreateSchemaResponse(request_id=request_id)
+    if schema_version is not None:
+        body.schema_version = schema_version
+    if code is not None:
+        body.error_code = code  # type: ignore[assignment]
+        body.error_message = message or ""
+    return T(type=T.GET_OR_CREATE_SCHEMA_RESPONSE, getOrCreateSchemaResponse=body)
+
+
 def auth_challenge(server_version: str, auth_method_name: str, challenge: bytes,
                    protocol_version: int) -> pb.BaseCommand:
     """Only after CONNECTED (before it the client closes) and only to clients with supports_auth_refresh."""

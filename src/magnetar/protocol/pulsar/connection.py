@@ -41,7 +41,11 @@ from google.protobuf.message import Message
 
 from magnetar.base.errors import LimitExceeded
 from magnetar.base.invariant import invariant
-from magnetar.base.limits import PULSAR_MESSAGE_BYTES_MAX, PULSAR_SEND_BUFFER_BYTES_MAX
+from magnetar.base.limits import (
+    PULSAR_GET_OR_CREATE_SCHEMA_PENDING_COUNT_MAX,
+    PULSAR_MESSAGE_BYTES_MAX,
+    PULSAR_SEND_BUFFER_BYTES_MAX,
+)
 from magnetar.protocol.pulsar import commands
 from magnetar.protocol.pulsar._receiving import FrameReceiver
 from magnetar.protocol.pulsar.errors import ConnectionClosed, FrameChecksumMismatch, ProtocolViolation
@@ -191,6 +195,9 @@ class ServerConnection(FrameReceiver[Event]):
         self._connect_deadline_ms = now_ms + self.config.connect_timeout_ms
         self._last_received_ms = now_ms
         self._ping_sent_ms: int | None = None
+        # GET_OR_CREATE_SCHEMA requests not yet answered: only they may get the reply type the
+        # 4.2.0 client would drop the connection on (at most PULSAR_GET_OR_CREATE_SCHEMA_PENDING_COUNT_MAX kept).
+        self._get_or_create_pending: dict[int, None] = {}
         self.protocol_version = 0  # negotiated; set on CONNECT
         self.client_version = ""
         self.features = ClientFeatures(False, False, False, False)
@@ -254,6 +261,11 @@ class ServerConnection(FrameReceiver[Event]):
             field_name = BODY_FIELD_BY_TYPE[kind]
             if not frame.command.HasField(field_name):
                 raise self._violation(f"{type_name(kind)} without its body")
+            if kind == T.GET_OR_CREATE_SCHEMA:
+                pending = self._get_or_create_pending
+                pending[frame.command.getOrCreateSchema.request_id] = None
+                while len(pending) > PULSAR_GET_OR_CREATE_SCHEMA_PENDING_COUNT_MAX:
+                    del pending[next(iter(pending))]
             body = getattr(frame.command, field_name)
             invariant(isinstance(body, Message), "bodies are protobuf messages")
             return CommandReceived(kind, body)
@@ -430,6 +442,14 @@ class ServerConnection(FrameReceiver[Event]):
 
     def send_get_schema_error(self, request_id: int, code: int, message: str) -> None:
         self._send(commands.get_schema_error(request_id, code, message))
+
+    def send_get_or_create_schema_response(self, request_id: int, schema_version: bytes | None = None,
+                                           code: int | None = None, message: str | None = None) -> None:
+        """Answer a GET_OR_CREATE_SCHEMA received on this connection (never sent unasked)."""
+        invariant(request_id in self._get_or_create_pending, "GET_OR_CREATE_SCHEMA_RESPONSE only answers a request")
+        del self._get_or_create_pending[request_id]
+        self._transition(Trigger.SEND_COMMAND)
+        self._queue(encode_command(commands.get_or_create_schema_response(request_id, schema_version, code, message)))
 
     def send_auth_challenge(self, auth_method_name: str, challenge: bytes) -> None:
         """Ask for fresh credentials; only clients that advertised supports_auth_refresh answer."""
