@@ -64,14 +64,16 @@ def _stored(client: Any, topic: str) -> collections.Counter[str]:
     return counts
 
 
-def _resend_after_restart(config: BrokerConfig, topic: str) -> tuple[collections.Counter[str], list[int]]:
+def _resend_after_restart(config: BrokerConfig, topic: str,
+                          batching: bool = False) -> tuple[collections.Counter[str], list[int]]:
     broker = BrokerThread(config).start()
     try:
         client = _client(broker.url)
         try:
-            producer = client.create_producer(topic, producer_name="fixed-producer", batching_enabled=False,
+            producer = client.create_producer(topic, producer_name="fixed-producer", batching_enabled=batching,
+                                              batching_max_messages=3, batching_max_publish_delay_ms=1,
                                               send_timeout_millis=60_000, max_pending_messages=100)
-            faults.arm("broker.after_persist_before_receipt", "hang", from_hit=6)
+            faults.arm("broker.after_persist_before_receipt", "hang", from_hit=3 if batching else 6)
             ok, done = _send_all_async(producer, MESSAGES)
             deadline_s = 10.0
             assert broker.call(_wait_for_entries(broker, topic, MESSAGES), deadline_s)
@@ -87,19 +89,26 @@ def _resend_after_restart(config: BrokerConfig, topic: str) -> tuple[collections
 
 
 async def _wait_for_entries(broker: BrokerThread, topic: str, count: int) -> bool:
-    """Wait (on the broker's loop, bounded by the caller) until ``count`` entries are stored."""
+    """Wait (on the broker's loop, bounded by the caller) until ``count`` messages are stored."""
     import asyncio
+
+    from magnetar.base.types import EARLIEST
+    from magnetar.broker.entry import entry_message_count
+    from magnetar.protocol.pulsar import stored_entry_metadata
 
     full = f"persistent://public/default/{topic}"
     while True:
         loaded = broker.server.service.topics.get(full) if broker.server is not None else None
-        if loaded is not None and loaded.log.last_position.entry_id + 1 >= count:
-            return True
+        if loaded is not None:
+            entries = await loaded.log.read(EARLIEST, count)
+            if sum(entry_message_count(stored_entry_metadata(e.data)) for e in entries) >= count:
+                return True
         await asyncio.sleep(0.01)
 
 
-def test_client_resends_after_reconnect_are_stored_once() -> None:
-    counts, ok = _resend_after_restart(BrokerConfig(advertised_port=0), "dedup-reconnect")
+@pytest.mark.parametrize("batching", [False, True], ids=["single", "batched"])
+def test_client_resends_after_reconnect_are_stored_once(batching: bool) -> None:
+    counts, ok = _resend_after_restart(BrokerConfig(advertised_port=0), f"dedup-reconnect-{batching}", batching)
     assert ok == list(range(MESSAGES))
     assert counts == collections.Counter({f"m-{i}": 1 for i in range(MESSAGES)})
 

@@ -32,7 +32,7 @@ import enum
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from magnetar.base.errors import CorruptData
 from magnetar.base.invariant import invariant
@@ -100,7 +100,7 @@ class DedupAppend:
     records_sequence: bool
     position: Position | None = None
     done: bool = False
-    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    finished: asyncio.Event | None = None  # made only when someone waits (a racing resend)
 
 
 class MessageDeduplication:
@@ -115,6 +115,7 @@ class MessageDeduplication:
         self._cursor: SubscriptionCursor | None = None
         self.highest: dict[str, int] = {}
         self._pushed: dict[str, int] = {}  # name -> highest id of an append in flight
+        self._in_flight_by_name: dict[str, int] = {}  # name -> appends in flight
         self._in_flight: deque[DedupAppend] = deque()
         self._safe: Position | None = None  # every append started up to the one here has finished
         self._since_snapshot = 0
@@ -206,6 +207,10 @@ class MessageDeduplication:
         """Wait until no append of ``producer_name`` with an id >= ``sequence_id`` is in flight."""
         for append in [a for a in self._in_flight
                        if a.producer_name == producer_name and a.highest_sequence_id >= sequence_id]:
+            if append.done:
+                continue
+            if append.finished is None:
+                append.finished = asyncio.Event()
             await append.finished.wait()
 
     # --- appends --------------------------------------------------------------------------------
@@ -214,6 +219,7 @@ class MessageDeduplication:
         """Register an append about to start; call in the order appends are started."""
         append = DedupAppend(producer_name, highest_sequence_id, records_sequence)
         self._in_flight.append(append)
+        self._in_flight_by_name[producer_name] = self._in_flight_by_name.get(producer_name, 0) + 1
         if records_sequence and highest_sequence_id > self._pushed.get(producer_name, -1):
             self._pushed[producer_name] = highest_sequence_id
         return append
@@ -229,10 +235,15 @@ class MessageDeduplication:
             if head.position is not None:
                 self._safe = head.position if self._safe is None else max(self._safe, head.position)
                 self._since_snapshot += 1
-        pushed = self._pushed.get(append.producer_name)
-        if pushed is not None and not any(a.producer_name == append.producer_name for a in self._in_flight):
-            del self._pushed[append.producer_name]
-        append.finished.set()
+        name = append.producer_name
+        left = self._in_flight_by_name[name] - 1
+        if left:
+            self._in_flight_by_name[name] = left
+        else:
+            del self._in_flight_by_name[name]
+            self._pushed.pop(name, None)
+        if append.finished is not None:
+            append.finished.set()
         if self.active and self._since_snapshot >= self._snapshot_interval:
             self._start_snapshot()
 
