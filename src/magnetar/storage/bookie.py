@@ -17,8 +17,9 @@ naming an entry that never became durable, and checkpoint.
 Explicit LAC (``write_lac``) is journaled like a fence and answered after its fsync.
 
 GC (``collect_deleted_ledgers``, every ``gc_interval_ms`` when a ``LiveLedgers`` provider is
-given): ledgers missing from the metadata are deleted and entry logs holding only deleted
-ledgers removed. Logs that still hold some live ledger are kept whole (no compaction yet).
+given): ledgers missing from the metadata are deleted, entry logs holding only deleted ledgers
+removed, and logs whose live bytes fell below ``compaction_live_percent_max`` percent compacted
+(live entries copied to the current log, then the old log removed; see ``storage.compaction``).
 
 Fencing: ``fence()`` sets FENCED at once (later normal adds fail), journals a FENCE record and
 returns only after its fsync. Reads never answer NO_SUCH_ENTRY for an entry this bookie may have
@@ -44,8 +45,9 @@ from magnetar.base.io import Disk, KeyValueStore
 from magnetar.base.limits import BOOKIE_LEDGERS_COUNT_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, Entry, Status
 from magnetar.storage.caches import ReadCache, WriteCache
+from magnetar.storage.compaction import LiveEntry, checked_raw, chunks, live_bytes, live_entries
 from magnetar.storage.config import BookieConfig
-from magnetar.storage.entry_log import EntryLogger, log_ids
+from magnetar.storage.entry_log import LOG_DIR, EntryLogger, log_ids
 from magnetar.storage.index import MARK_KEY, Index, entry_key, location_value, log_key, state_key
 from magnetar.storage.journal import (
     KIND_ADD,
@@ -116,6 +118,8 @@ class BookieStats:
     ledgers_collected_count: int = 0
     gc_rounds_count: int = 0
     gc_rounds_skipped_count: int = 0
+    logs_compacted_count: int = 0
+    compacted_bytes_count: int = 0
 
 
 class Bookie:
@@ -480,8 +484,8 @@ class Bookie:
     async def collect_garbage(self) -> list[int]:
         """Remove entry logs that hold only deleted ledgers (or nothing indexed); returns their ids.
 
-        Logs that still hold a live ledger are kept whole: compaction (copying live entries of
-        mostly-dead logs) is not implemented.
+        Logs that still hold a live ledger are kept here; ``compact_logs`` copies the live
+        entries out of mostly-dead ones.
         """
         removed = []
         async with self._checkpoint_lock:
@@ -496,9 +500,64 @@ class Bookie:
                     removed.append(log_id)
             if removed:
                 self._index.kv.write([(log_key(log_id), None) for log_id in removed], sync=True)
-                await self._disk.sync_dir("entrylogs")
+                await self._disk.sync_dir(LOG_DIR)
         self.stats.logs_collected_count += len(removed)
         return removed
+
+    async def compact_logs(self) -> list[int]:
+        """Compact every entry log but the current one whose live bytes are below
+        ``compaction_live_percent_max`` percent of its size (see ``storage.compaction``: live
+        entries copied to the current log and synced before the index names them, the old log
+        removed last). Returns the ids of the logs compacted away."""
+        percent = self.config.compaction_live_percent_max
+        compacted: list[int] = []
+        if percent <= 0:
+            return compacted
+        for log_id in sorted(self._log_ledgers):
+            if log_id >= self._entry_log.current_log_id or log_id not in self._log_ledgers:
+                continue
+            live_ledgers = [ledger for ledger in self._log_ledgers[log_id] if not self._is_deleted(ledger)]
+            if not live_ledgers:
+                continue  # collect_garbage removes it whole
+            entries = live_entries(self._index, log_id, live_ledgers)
+            if live_bytes(entries) * 100 >= percent * self._entry_log.size_of(log_id):
+                continue
+            await self._compact_log(log_id, entries)
+            compacted.append(log_id)
+        return compacted
+
+    async def _compact_log(self, log_id: int, entries: list[LiveEntry]) -> None:
+        touched: set[int] = set()
+        for chunk in chunks(entries, self.config.flush_chunk_bytes_max):
+            async with self._checkpoint_lock:
+                # Under the lock nothing else changes the index or appends to the entry log.
+                moving = [
+                    e
+                    for e in chunk
+                    if not self._is_deleted(e.ledger_id)
+                    and self._index.location(e.ledger_id, e.entry_id) == (log_id, e.offset, e.length)
+                ]
+                if not moving:
+                    continue
+                raws = [checked_raw(self._entry_log.read(log_id, e.offset, e.length), e, log_id) for e in moving]
+                places = await self._entry_log.append_many(raws, sync=True)
+                puts: list[tuple[bytes, bytes | None]] = []
+                for e, (new_log, new_offset) in zip(moving, places, strict=True):
+                    puts.append((entry_key(e.ledger_id, e.entry_id), location_value(new_log, new_offset, e.length)))
+                    self._log_ledgers.setdefault(new_log, set()).add(e.ledger_id)
+                    touched.add(new_log)
+                self._index.kv.write(puts, sync=False)
+                self.stats.compacted_bytes_count += live_bytes(moving)
+        async with self._checkpoint_lock:
+            final: list[tuple[bytes, bytes | None]] = [
+                (log_key(log), Index.log_ledgers_value(self._log_ledgers[log])) for log in sorted(touched)
+            ]
+            final.append((log_key(log_id), None))
+            self._index.kv.write(final, sync=True)
+            self._log_ledgers.pop(log_id, None)
+            self._entry_log.remove(log_id)
+            await self._disk.sync_dir(LOG_DIR)
+        self.stats.logs_compacted_count += 1
 
     async def collect_deleted_ledgers(self) -> list[int]:
         """One GC round: delete ledgers whose metadata is gone, then remove dead entry logs.
@@ -523,6 +582,7 @@ class Bookie:
         for ledger in gone:
             await self.delete_ledger(ledger)
         await self.collect_garbage()
+        await self.compact_logs()
         self.stats.ledgers_collected_count += len(gone)
         self.stats.gc_rounds_count += 1
         if gone:

@@ -45,6 +45,9 @@ class BookieConfig:
     # Every this often the bookie asks the metadata store which ledgers still exist, deletes
     # the others and removes entry logs holding only deleted ledgers; 0 disables GC.
     gc_interval_ms: int = 60_000
+    # A GC round also compacts entry logs whose live bytes are below this percent of their size
+    # (copies the live entries to the current log, removes the old one); 0 disables compaction.
+    compaction_live_percent_max: int = 50
 
     def __post_init__(self) -> None:
         checks = {
@@ -64,6 +67,7 @@ class BookieConfig:
             "entry_bytes_max": 0 < self.entry_bytes_max <= ENTRY_BYTES_MAX,
             "disk_free_bytes_min": self.disk_free_bytes_min >= 0,
             "gc_interval_ms": self.gc_interval_ms >= 0,
+            "compaction_live_percent_max": 0 <= self.compaction_live_percent_max <= 100,
             "port": 0 <= self.port < 65536,
         }
         bad = [name for name, ok in checks.items() if not ok]

@@ -21,6 +21,7 @@ LOG_DIR = "entrylogs"
 LOG_MAGIC = b"MGL1"
 _HEADER = struct.Struct(">4sQ")
 _LEN = struct.Struct(">I")
+RECORD_HEADER_BYTES = _LEN.size  # the u32 length before each entry
 OPEN_LOGS_COUNT_MAX = 64  # read handles kept open at once (least recently used closed first)
 
 
@@ -124,6 +125,10 @@ class EntryLogger:
         if len(data) != length:
             raise CorruptData(f"entry log {log_id} is short at {offset}: {len(data)} of {length} bytes")
         return data
+
+    def size_of(self, log_id: int) -> int:
+        """Bytes in log ``log_id`` (records, padding and any dead tail)."""
+        return self._reader(log_id).size()
 
     def read_span(self, log_id: int, offset: int, length: int) -> bytes:
         """Raw bytes of a span of consecutive records (read-ahead)."""
