@@ -129,3 +129,32 @@ def test_get_or_create_schema_as_a_java_client_sends_it(broker: BrokerThread) ->
         assert get_or_create(2, UserV2).schema_version == b"\0" * 7 + b"\1"
         refused = get_or_create(3, UserV3)
         assert refused.error_code == pb.IncompatibleSchema and not refused.HasField("schema_version")
+
+
+def test_schemas_persist_across_a_standalone_restart(tmp_path: Any) -> None:
+    """A real ``magnetar standalone``: versions live in its metadata store (/schemas/...), so after
+    a SIGTERM and restart the old version is still served and an incompatible producer refused."""
+    from magnetar.runtime.processes import StandaloneProcess, free_port
+
+    broker_port, bookie_port = free_port(), free_port()
+    started: list[StandaloneProcess] = []
+    try:
+        for round_ in range(2):
+            standalone = StandaloneProcess(str(tmp_path / "data"), broker_port=broker_port, bookie_port=bookie_port)
+            started.append(standalone)
+            client = pulsar.Client(standalone.broker_url, operation_timeout_seconds=15,
+                                   logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+            try:
+                if round_ == 0:
+                    client.create_producer("schema-durable", schema=AvroSchema(User)).send(User(name="a", age=1))
+                else:
+                    info = client._client.get_schema_info("persistent://public/default/schema-durable", 0)
+                    assert info.schema() == AvroSchema(User).schema_info().schema()
+                    with pytest.raises(pulsar.IncompatibleSchema):
+                        client.create_producer("schema-durable", schema=AvroSchema(UserV3))
+            finally:
+                client.close()
+            assert standalone.terminate() == 0
+    finally:
+        for process in started:
+            process.kill()
