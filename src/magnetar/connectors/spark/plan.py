@@ -59,9 +59,7 @@ class PartitionLayout:
 
     def trimmed(self, start: Position) -> bool:
         """``start`` points into a ledger that is gone from the front of the list (retention)."""
-        return start.ledger_id >= 0 and (
-            not self.ledgers or start.ledger_id < self.ledgers[0].ledger_id
-        ) and start.ledger_id != BEGINNING.ledger_id
+        return start.ledger_id >= 0 and (not self.ledgers or start.ledger_id < self.ledgers[0].ledger_id)
 
     def describe_loss(self, start: Position) -> str:
         first = format_position(self.earliest) if self.ledgers else "none"
@@ -90,10 +88,6 @@ class PartitionLayout:
             if span.ledger_id == ledger_id:
                 return span.metadata
         raise InvalidArgument(f"{self.topic}: ledger {ledger_id} is not in the layout")
-
-    def after(self, range_: EntryRange, count: int) -> Position:
-        """The position after the first ``count`` entries of ``range_``."""
-        return Position(range_.ledger_id, range_.first + count)
 
 
 @dataclass(frozen=True)
