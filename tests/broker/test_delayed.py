@@ -13,7 +13,7 @@ from magnetar.base.limits import BROKER_DELAYED_INDEX_BYTES_MAX, BROKER_DELAYED_
 from magnetar.base.types import EARLIEST, Position
 from magnetar.broker import BrokerConfig, Consumer, MemoryLogStore, SubType
 from magnetar.broker.dispatcher import Dispatcher
-from magnetar.broker.dispatcher_key_shared import KeySharedDispatcher
+from magnetar.broker.dispatcher_key_shared import KeySharedDispatcher, key_slot
 from magnetar.broker.dispatcher_shared import SharedDispatcher
 from magnetar.broker.dispatcher_single import SingleActiveDispatcher
 from magnetar.broker.log import SubscriptionCursor, TopicLog
@@ -68,6 +68,11 @@ def _start(kind: type[Dispatcher], log: TopicLog, cursor: SubscriptionCursor, cl
     return dispatcher
 
 
+async def _close(dispatcher: Dispatcher) -> None:
+    assert dispatcher.last_error is None, dispatcher.last_error  # no pass of the loop failed
+    await dispatcher.close()
+
+
 def early_deliveries(channel: TimedChannel, deliver_at: dict[tuple[int, int], int]) -> list[tuple[int, int]]:
     """The checker: ids sent before their deliver_at_time."""
     return [pos for pos, at in channel.sent_at if at < deliver_at.get(pos, 0)]
@@ -88,7 +93,7 @@ def test_shared_delivers_each_delayed_message_at_its_time_in_time_order() -> Non
         assert [pos for pos, _ in channel.sent_at] == [(1, 3), (1, 4), (1, 1), (1, 2), (1, 0)]
         assert [at - T0 for _, at in channel.sent_at] == [0, 1, 100, 200, 300]
         assert early_deliveries(channel, deliver_at) == []
-        await dispatcher.close()
+        await _close(dispatcher)
 
     asyncio.run(run())
 
@@ -101,7 +106,7 @@ def test_negative_control_with_delayed_delivery_off_the_checker_sees_early_messa
         dispatcher = _start(SharedDispatcher, log, cursor, clock, channel, SubType.SHARED, delayed_enabled=lambda: False)
         await settle()
         assert early_deliveries(channel, {(1, 0): T0 + 500}) == [(1, 0)]
-        await dispatcher.close()
+        await _close(dispatcher)
 
     asyncio.run(run())
 
@@ -114,7 +119,7 @@ def test_exclusive_delivers_delayed_messages_at_once_as_pulsar_does() -> None:
         dispatcher = _start(SingleActiveDispatcher, log, cursor, clock, channel, SubType.EXCLUSIVE)
         await settle()
         assert [pos for pos, _ in channel.sent_at] == [(1, 0), (1, 1)]
-        await dispatcher.close()
+        await _close(dispatcher)
 
     asyncio.run(run())
 
@@ -131,7 +136,38 @@ def test_key_shared_delays_too_and_other_keys_go_on() -> None:
         assert len(channel.sent_at) == 2
         await clock.advance(0.001)
         assert channel.sent_at[-1] == ((1, 0), T0 + 50)
-        await dispatcher.close()
+        await _close(dispatcher)
+
+    asyncio.run(run())
+
+
+def test_due_entries_that_cannot_be_placed_stay_within_the_look_ahead_bound() -> None:
+    """Key_Shared: 30 due entries of a key whose consumer has no permits wait; the replay set never
+    holds more than dispatch_look_ahead_count_max (5) of them; the rest stay in the index."""
+
+    async def run() -> None:
+        clock = ManualClock()
+        log, cursor = await _log([_entry(i, T0 + 10, key="a") for i in range(30)])
+        config = BrokerConfig(dispatch_look_ahead_count_max=5)
+        dispatcher = KeySharedDispatcher(log, cursor, config, -1, clock=clock)
+        dispatcher.start()
+        channel = TimedChannel(clock=clock)
+        blocked, free = Consumer(1, "blocked", SubType.KEY_SHARED, channel), Consumer(2, "free", SubType.KEY_SHARED,
+                                                                                       channel)
+        dispatcher.add_consumer(blocked)
+        dispatcher.add_consumer(free)
+        dispatcher.flow(blocked, 1)  # enough to read everything into the index
+        await settle()
+        assert dispatcher.delayed is not None and len(dispatcher.delayed) == 30
+        owner = dispatcher.owner(key_slot(b"a"))
+        other = free if owner is blocked else blocked
+        owner.permits, other.permits = 0, 100
+        await clock.advance(0.02)
+        assert len(dispatcher.replay) <= 5 and len(dispatcher.delayed) >= 25 and channel.sent_at == []
+        dispatcher.flow(owner, 100)
+        await settle()
+        assert len(channel.sent_at) == 30
+        await _close(dispatcher)
 
     asyncio.run(run())
 
@@ -147,7 +183,7 @@ def test_seek_forgets_the_index() -> None:
         dispatcher.reset(Position(1, 1))  # seek past it
         await clock.advance(0.1)
         assert channel.sent_at == [] and len(dispatcher.delayed) == 0
-        await dispatcher.close()
+        await _close(dispatcher)
 
     asyncio.run(run())
 
@@ -183,7 +219,7 @@ def test_a_full_index_leaves_entries_in_the_log_and_rebuilds_them_in_time() -> N
         assert sorted(pos for pos, _ in channel.sent_at) == [(1, i) for i in range(80)]
         assert early_deliveries(channel, deliver_at) == []
         assert tracker.overflowed_count > 0 and not tracker.overflowing
-        await dispatcher.close()
+        await _close(dispatcher)
 
     asyncio.run(run())
 
@@ -207,7 +243,7 @@ def test_after_a_restart_the_unacknowledged_delayed_entries_are_indexed_again() 
         assert channel2.sent_at == []
         await clock.advance(0.1)
         assert channel2.sent_at == [((1, 1), T0 + 200)]
-        await second.close()
+        await _close(second)
 
     asyncio.run(run())
 
@@ -245,7 +281,7 @@ def test_100k_delayed_messages_stay_within_the_index_memory_bound() -> None:
             [tracemalloc.Filter(True, "*broker/delayed.py")]).statistics("filename"))
         for _ in range(200):
             await clock.advance(0.001)
-        await dispatcher.close()
+        await _close(dispatcher)
         return indexed, index_bytes, channel.sent_at
 
     indexed, index_bytes, sent_at = asyncio.run(run())

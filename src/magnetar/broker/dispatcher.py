@@ -366,6 +366,8 @@ class Dispatcher:
                 progressed = True
                 continue
             group = self.group_of(entry, metadata)
+            if replay and group is not None and position not in self.groups:
+                self._adopt_group(position, group)  # a due delayed entry joined replay without one
             if group is not None and (group in blocked or (not replay and group in self.replay_groups)):
                 # An earlier entry of this group waits: sending this one would overtake it.
                 if not self._hold(entry, group, replay):
@@ -414,9 +416,18 @@ class Dispatcher:
         self.delayed.add(position, metadata.deliver_at_time)
         return True
 
+    def _adopt_group(self, position: Position, group: object) -> None:
+        """Count a replayed entry in its group, learnt only now that it was read."""
+        self.groups[position] = group
+        self.replay_groups[group] = self.replay_groups.get(group, 0) + 1
+
     def _release_due(self) -> None:
+        """Due entries join the replay set, which stays within the look-ahead bound."""
         assert self.delayed is not None and self.clock is not None
-        for position in self.delayed.pop_due(self.clock.now_ms(), self.config.dispatch_read_count_max):
+        room = min(self.config.dispatch_read_count_max, self.look_ahead_count_max - len(self.replay))
+        if room <= 0:
+            return
+        for position in self.delayed.pop_due(self.clock.now_ms(), room):
             self._replay_add(position)
 
     async def _rebuild_delayed(self, epoch: int) -> bool:
