@@ -239,3 +239,21 @@ def test_close_takes_a_final_snapshot_so_the_next_load_replays_nothing() -> None
         assert cursor.properties == {"p": 6} and cursor.mark_delete_position == log.last_position
 
     asyncio.run(run())
+
+
+def test_a_resent_chunked_message_is_not_completed_twice() -> None:
+    async def run() -> None:
+        store = MemoryLogStore()
+        topic = await _topic(store)
+        channel = FakeChannel()
+        producer = Producer(topic, 0, "c", channel, AccessMode.SHARED, 100)
+        for _ in range(2):  # the whole message, then its resend after a reconnect
+            for chunk_id in range(3):
+                command = pb.CommandSend(producer_id=0, sequence_id=7, is_chunk=True)
+                await producer.send(command, _entry("c", 7, chunk=(chunk_id, 3)), records_sequence=chunk_id == 2)
+            await settle()
+        last_chunks = [Position(ledger, e) == DUPLICATE for _, _, ledger, e in channel.receipts][2::3]
+        assert last_chunks == [False, True]
+        assert len(await _stored(store)) == 5  # 3 + the resent first two chunks
+
+    asyncio.run(run())

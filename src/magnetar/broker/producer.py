@@ -111,8 +111,9 @@ class Producer:
     async def send(self, command: pb.CommandSend, data: bytes | None, *, records_sequence: bool = True) -> None:
         """Queue one SEND (``data`` None: it failed its checksum). Waits while the FIFO is full.
 
-        The chunks of one chunked message share a sequence id: they are never deduplicated, and
-        only the last one (``records_sequence``) records the sequence id as persisted.
+        The chunks of one chunked message share a sequence id: only the last one
+        (``records_sequence``) is checked for a duplicate and records the sequence id as persisted;
+        earlier chunks are always stored (a resent message's extra chunks never complete it again).
         """
         while len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
             self._room.clear()
@@ -126,7 +127,7 @@ class Producer:
         if data is None:
             op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
             await self._flush()
-        elif not chunk and await self._is_duplicate(first):
+        elif (not chunk or records_sequence) and await self._is_duplicate(first):  # a last chunk counts
             op.position = DUPLICATE
             await self._flush()
         else:
