@@ -1,4 +1,4 @@
-"""The schema registry with the official client: String/JSON/Avro records round-trip, a compatible
+"""The schema registry with the official client: String/JSON/Avro/protobuf round-trip, a compatible
 evolution gets a new version, an incompatible producer or consumer is refused with
 ``pulsar.IncompatibleSchema``, and GET_SCHEMA answers (through the client's ``get_schema_info``)."""
 
@@ -10,7 +10,9 @@ from typing import Any
 
 import pulsar
 import pytest
-from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+from pulsar.schema import AvroSchema, Integer, JsonSchema, ProtobufNativeSchema, Record, String, StringSchema
 
 from magnetar.protocol.pulsar import encode_command, pb
 from tests.compat.harness import BrokerThread
@@ -62,6 +64,15 @@ def test_string_schema_round_trip(client: Any) -> None:
     producer = client.create_producer("schema-str", schema=StringSchema())
     producer.send("héllo")
     assert consumer.receive(timeout_millis=5000).value() == "héllo"
+
+
+def test_protobuf_native_round_trip_and_another_root_message_refused(client: Any) -> None:
+    consumer = client.subscribe("schema-pb", "s", schema=ProtobufNativeSchema(Timestamp))
+    producer = client.create_producer("schema-pb", schema=ProtobufNativeSchema(Timestamp))
+    producer.send(Timestamp(seconds=5, nanos=7))
+    assert consumer.receive(timeout_millis=5000).value() == Timestamp(seconds=5, nanos=7)
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer("schema-pb", schema=ProtobufNativeSchema(Duration))
 
 
 def test_compatible_evolution_gets_a_new_version_and_incompatible_is_refused(broker: BrokerThread,
