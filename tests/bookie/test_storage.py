@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -351,13 +352,33 @@ def test_cookie_refuses_wiped_and_foreign_directories() -> None:
     sim(scenario)
 
 
-def test_split_add_record_is_byte_identical_to_the_framed_record() -> None:
-    from magnetar.storage.journal import KIND_ADD, _frame, add_record, parse_body
+def test_add_record_checksums_its_payload_once_and_replay_still_catches_damage() -> None:
+    from magnetar.base.checksum import crc32c
+    from magnetar.protocol.bookie import ENTRY_HEADER_BYTES
+    from magnetar.storage.journal import (
+        KIND_ADD,
+        KIND_ADD_DIGESTED,
+        _body_intact,
+        _frame,
+        add_record,
+        parse_body,
+    )
 
     raw = entry(7, 3, b"p" * 70_000).raw
     head, body = add_record(KEY, raw)
     assert body is raw  # the entry is not copied until the group is written
+    prefix = bytes((KIND_ADD_DIGESTED, len(KEY))) + KEY
+    # The record CRC covers the body up to the end of the entry header; the digest the rest.
+    assert head == struct.pack(">II", len(prefix) + len(raw), crc32c(prefix + raw[:ENTRY_HEADER_BYTES])) + prefix
     whole = head + body
-    assert whole == _frame(bytes((KIND_ADD, len(KEY))) + KEY + raw)
     record = parse_body(whole[8:])
     assert record.kind == KIND_ADD and record.master_key == KEY and record.entry_raw == raw
+    crc = struct.unpack(">I", whole[4:8])[0]
+    assert _body_intact(whole[8:], crc)
+    damaged = bytearray(whole[8:])
+    damaged[-1] ^= 1  # a payload byte: only the entry's digest can notice
+    assert not _body_intact(bytes(damaged), crc)
+    assert not _body_intact(whole[8:-100], crc)  # a short (torn) payload
+    legacy = _frame(bytes((KIND_ADD, len(KEY))) + KEY + raw)  # kind 1, whole-body CRC
+    assert _body_intact(legacy[8:], struct.unpack(">I", legacy[4:8])[0])
+    assert parse_body(legacy[8:]).entry_raw == raw

@@ -7,6 +7,12 @@ Files: ``journal/<file_id:020d>.jnl``, each starting with ``b"MGJ1" + u64 file_i
                           kind 2 FENCE: u8 mk_len, mk, u64 ledger_id
                           kind 3 LAC:   u8 mk_len, mk, u64 ledger_id, i64 lac  (explicit LAC)
                           kind 4 PAD:   zeros (skipped by replay)
+                          kind 5 ADD:   as kind 1, but the record's CRC covers the body only up
+                                        to the end of the entry header: the entry's digest
+                                        (CRC32C over its fields and payload, checked when the
+                                        add arrived and again at replay) covers the payload, so
+                                        an add's payload is checksummed once, not twice.
+                                        Replay reads kind 1 records (older journals) as well.
 
 A group is padded with a PAD record so it ends on a multiple of the file's
 ``write_alignment_bytes`` (production: 4096, so every later group is written past the page
@@ -47,6 +53,7 @@ from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes, Disk, DiskFile
 from magnetar.base.limits import BOOKIE_JOURNAL_RECORD_BYTES_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
 from magnetar.faults import breaks
+from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, Entry
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.waits import wait_event_or_timeout, watch_task
 
@@ -62,6 +69,7 @@ KIND_ADD = 1
 KIND_FENCE = 2
 KIND_LAC = 3
 KIND_PAD = 4
+KIND_ADD_DIGESTED = 5
 _REPLAY_WINDOW_BYTES = 8 * 1024 * 1024
 
 Callback = Callable[[BaseException | None], None]
@@ -112,14 +120,15 @@ def _frame(body: bytes) -> bytes:
 
 
 def add_record(master_key: bytes, entry_raw: bytes) -> tuple[bytes, bytes]:
-    """An ADD record as (framing + kind + master key, entry): the same bytes as ``_frame`` of
-    their concatenation, without building it."""
+    """An ADD record (kind 5) as (framing + kind + master key, entry), without concatenating
+    them; its CRC covers the body up to the end of the entry header (the digest covers the rest)."""
     invariant(len(master_key) <= BOOKIE_MASTER_KEY_BYTES_MAX, "master key too long for a journal record")
-    prefix = bytes((KIND_ADD, len(master_key))) + master_key
+    invariant(len(entry_raw) >= ENTRY_HEADER_BYTES, "an ADD record needs a whole entry header")
+    prefix = bytes((KIND_ADD_DIGESTED, len(master_key))) + master_key
     body_len = len(prefix) + len(entry_raw)
     if body_len > BOOKIE_JOURNAL_RECORD_BYTES_MAX:
         raise LimitExceeded("BOOKIE_JOURNAL_RECORD_BYTES_MAX", body_len, BOOKIE_JOURNAL_RECORD_BYTES_MAX)
-    crc = crc32c_update(crc32c(prefix), entry_raw)
+    crc = crc32c_update(crc32c(prefix), memoryview(entry_raw)[:ENTRY_HEADER_BYTES])
     return _RECORD_HEADER.pack(body_len, crc) + prefix, entry_raw
 
 
@@ -171,7 +180,7 @@ def parse_body(body: bytes) -> JournalRecord:
         raise CorruptData("journal record ends inside its master key")
     master_key = body[2 : 2 + body[1]]
     rest = body[2 + body[1] :]
-    if kind == KIND_ADD:
+    if kind in (KIND_ADD, KIND_ADD_DIGESTED):
         return JournalRecord(KIND_ADD, master_key, entry_raw=rest)
     if kind == KIND_FENCE and len(rest) == _LEDGER.size:
         return JournalRecord(KIND_FENCE, master_key, ledger_id=_LEDGER.unpack(rest)[0])
@@ -193,6 +202,20 @@ class JournalPosition:
 class ReplayResult:
     records: list[tuple[JournalPosition, JournalRecord]]
     torn_at: JournalPosition | None  # where the torn tail starts (already truncated), if any
+
+
+def _body_intact(body: bytes, crc: int) -> bool:
+    """Whether a record body is what was written: its CRC over the whole body, or for a kind 5
+    ADD over the body up to the end of the entry header plus the entry's own digest."""
+    if body[0] != KIND_ADD_DIGESTED:
+        return crc32c(body) == crc
+    entry_at = 2 + body[1] if len(body) >= 2 else len(body) + 1
+    if entry_at + ENTRY_HEADER_BYTES > len(body) or crc32c(memoryview(body)[: entry_at + ENTRY_HEADER_BYTES]) != crc:
+        return False
+    try:
+        return Entry.parse(body[entry_at:]).digest_ok()
+    except CorruptData:
+        return False
 
 
 def _records_in(file: DiskFile, start: int) -> Iterator[tuple[int, bytes | None]]:
@@ -222,7 +245,7 @@ def _records_in(file: DiskFile, start: int) -> Iterator[tuple[int, bytes | None]
                 yield offset, None
                 return
         body = window[rel + _RECORD_HEADER.size : end]
-        if crc32c(body) != crc:
+        if not _body_intact(body, crc):
             yield offset, None
             return
         yield offset, body
