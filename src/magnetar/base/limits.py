@@ -249,6 +249,12 @@ SPARK_SLICES_COUNT_MAX = 100_000
 SPARK_READ_ENTRIES_CHUNK_COUNT_MAX = 1_000
 #: Rows of one Arrow record batch a task yields.
 SPARK_ARROW_BATCH_ROWS_MAX = 65_536
+#: Value bytes of one Arrow record batch a task yields (a batch is cut before it holds more).
+SPARK_ARROW_BATCH_BYTES_MAX = 64 * 1024 * 1024
+#: Entry reads one task keeps in flight to the bookies (read-ahead window, in entries)...
+SPARK_READ_AHEAD_ENTRIES_MAX = 512
+#: ...and in bytes, estimated from the largest entry read so far.
+SPARK_READ_AHEAD_BYTES_MAX = 32 * 1024 * 1024
 #: Entries the driver scans ahead to count records for maxRecordsPerTrigger/minRecordsPerTrigger.
 SPARK_ADMISSION_SCAN_ENTRIES_MAX = 100_000
 #: Broker fallback: a reader that gets nothing for this long while rows are still due fails the task.
