@@ -105,6 +105,9 @@ MANAGED_LEDGER_READ_COUNT_MAX = 10_000
 MANAGED_LEDGER_CURSORS_COUNT_MAX = 10_000
 #: Attempts at one managed-ledger-info compare-and-set before giving up.
 MANAGED_LEDGER_CAS_RETRY_COUNT_MAX = 16
+#: Ledgers one add may be written to: after a ledger failure the adds recovery did not find are
+#: written again to the next ledger; past this many attempts they fail to their callers.
+MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX = 5
 #: Individually deleted ranges one cursor persists (Pulsar's maxUnackedRangesToPersist); the
 #: rest are dropped from the persisted state and are redelivered after a reload.
 MANAGED_CURSOR_RANGES_PERSIST_COUNT_MAX = 10_000
@@ -249,7 +252,7 @@ SPARK_SLICES_COUNT_MAX = 100_000
 SPARK_READ_ENTRIES_CHUNK_COUNT_MAX = 1_000
 #: Rows of one Arrow record batch a task yields.
 SPARK_ARROW_BATCH_ROWS_MAX = 65_536
-#: Value bytes of one Arrow record batch a task yields (a batch is cut before it holds more).
+#: Value bytes at which a task cuts the Arrow record batch it is building (it may exceed by one entry).
 SPARK_ARROW_BATCH_BYTES_MAX = 64 * 1024 * 1024
 #: Entry reads one task keeps in flight to the bookies (read-ahead window, in entries)...
 SPARK_READ_AHEAD_ENTRIES_MAX = 512
