@@ -632,19 +632,25 @@ class Bookie:
 
     async def _flush(self, cache: WriteCache) -> None:
         # Incremental, so adds keep flowing during a checkpoint: the frozen half goes to the entry
-        # log in chunks (``_flush_chunk_bytes``), each synced before the next (the sync runs off
-        # the event loop, and a bounded amount of entry-log data ahead of the journal's fsyncs on
-        # the device keeps add latency bounded). Locations go to the index in batches of
-        # ``index_batch_keys_max`` unsynced keys with a yield between them; the last batch is
-        # synced, which (WAL order) makes every earlier batch durable too.
+        # log in chunks (``_flush_chunk_bytes``), written off the event loop. On a buffered log
+        # each chunk is synced before the next: a bounded amount of dirty entry-log data in the
+        # page cache ahead of the journal's fsyncs keeps add latency bounded. A log written past
+        # the page cache (``write_alignment_bytes`` > 1) has no such backlog, so it is synced
+        # once, after the last chunk: every device cache flush also delays the journal's.
+        # Either way the log is synced before any index entry names its offsets. Locations go
+        # to the index in batches of ``index_batch_keys_max`` unsynced keys with a yield between
+        # them; the last batch is synced, which (WAL order) makes every earlier batch durable too.
         puts: list[tuple[bytes, bytes | None]] = []
         touched_logs: set[int] = set()
         first = True
         flushed = 0
+        sync_each = self._entry_log.write_alignment_bytes == 1
         for chunk in cache.sorted_chunks(self._flush_chunk_bytes):
-            # Written and synced in one step, except the first chunk: the mid_flush point sits
-            # between its write and its sync.
-            places = await self._entry_log.append_many([raw for _, _, raw in chunk], sync=not first)
+            # A buffered log's chunk is written and synced in one step, except the first: the
+            # mid_flush point sits between its write and its sync.
+            places = await self._entry_log.append_many(
+                [raw for _, _, raw in chunk], sync=sync_each and not first
+            )
             for (ledger_id, entry_id, raw), (log_id, offset) in zip(chunk, places, strict=True):
                 puts.append((entry_key(ledger_id, entry_id), location_value(log_id, offset, len(raw))))
                 ledgers = self._log_ledgers.get(log_id)
@@ -656,7 +662,10 @@ class Bookie:
             if first:
                 first = False
                 await faults.point("bookie.entrylog.mid_flush")
-                await self._entry_log.sync()
+                if sync_each:
+                    await self._entry_log.sync()
+        if not sync_each and not first:
+            await self._entry_log.sync()
         if first:
             await faults.point("bookie.entrylog.mid_flush")
         batch_max = self.config.index_batch_keys_max

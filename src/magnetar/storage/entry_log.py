@@ -102,6 +102,11 @@ class EntryLogger:
             await self._current.append_parts(parts)
         return places
 
+    @property
+    def write_alignment_bytes(self) -> int:
+        """The current log's ``write_alignment_bytes`` (1 before the first log is open)."""
+        return self._current.write_alignment_bytes if self._current is not None else 1
+
     async def sync(self) -> None:
         if self._current is not None:
             await self._current.sync()
