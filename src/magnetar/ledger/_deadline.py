@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import inspect
 import weakref
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -56,6 +57,8 @@ class _Deadlines:
                 self._reaper.cancel()
             self._wake_at_ns = at_ns
             self._reaper = self.loop.create_task(self._reap())
+            # A clock that fails (a simulated node that died) ends the reaper; nobody awaits it.
+            self._reaper.add_done_callback(_consume_outcome)
         return deadline
 
     def done(self, deadline: _Deadline) -> None:
@@ -91,6 +94,11 @@ class _Deadlines:
                 self._reaper = None
 
 
+def _consume_outcome(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 _REAPERS: weakref.WeakKeyDictionary[Any, _Deadlines] = weakref.WeakKeyDictionary()
 
 
@@ -110,9 +118,14 @@ async def with_deadline(clock: Clock, timeout_ms: int, awaitable: Awaitable[T], 
     task = asyncio.current_task()
     if task is None:  # not inside a task: nothing the reaper could cancel
         return await asyncio.ensure_future(with_deadline(clock, timeout_ms, awaitable, what))
-    deadlines = _deadlines(clock)
-    cancelling = task.cancelling()
-    deadline = deadlines.add(clock.monotonic_ns() + timeout_ms * 1_000_000, task)
+    try:
+        deadlines = _deadlines(clock)
+        cancelling = task.cancelling()
+        deadline = deadlines.add(clock.monotonic_ns() + timeout_ms * 1_000_000, task)
+    except BaseException:
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()  # never started: close it rather than leave it un-awaited
+        raise
     try:
         return await awaitable
     except asyncio.CancelledError:

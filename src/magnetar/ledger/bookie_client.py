@@ -92,6 +92,10 @@ class BookieClient:
     def inflight_count(self) -> int:
         return len(self._pending)
 
+    @property
+    def inflight_count_max(self) -> int:
+        return self._inflight_count_max
+
     # --- requests ------------------------------------------------------------------------------
 
     def _next_request_id(self) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from typing import Any
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import (
@@ -34,7 +35,7 @@ from magnetar.base.errors import (
     TimeoutError_,
 )
 from magnetar.base.io import Network
-from magnetar.base.limits import LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX
+from magnetar.base.limits import LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX, LEDGER_PIPELINED_ADD_BYTES_MAX
 from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.ledger.bookie_client import BookieClient
 from magnetar.ledger.config import LedgerClientConfig
@@ -71,6 +72,7 @@ class BookieClientTransport:
         self._connections_count_max = connections_count_max
         self._clients: OrderedDict[BookieId, BookieClient] = OrderedDict()
         self._connecting: dict[BookieId, asyncio.Lock] = {}
+        self._pipelined_bytes: dict[BookieId, int] = {}
         self._closed = False
 
     @property
@@ -152,6 +154,44 @@ class BookieClientTransport:
         )
         if response.status is not Status.OK:
             raise status_error(bookie, response.status, what)
+
+    # --- PipelinedAdds (the writer's task-free path) -------------------------------------------
+
+    def add_nowait(self, bookie: BookieId, entry: Entry, *, master_key: bytes) -> asyncio.Future[Any] | None:
+        client = self._clients.get(bookie)
+        if client is None or client.closed or self._closed:
+            return None
+        size = len(entry.raw)
+        inflight = self._pipelined_bytes.get(bookie, 0)
+        if inflight + size > LEDGER_PIPELINED_ADD_BYTES_MAX or client.inflight_count >= client.inflight_count_max:
+            return None
+        try:
+            future = client.add_nowait(entry, master_key=master_key, timeout_ms=self._config.add_timeout_ms)
+        except (ClosedError, LimitExceeded):
+            return None
+        self._pipelined_bytes[bookie] = inflight + size
+        return future
+
+    def add_outcome(self, bookie: BookieId, entry: Entry, future: asyncio.Future[Any]) -> bool:
+        left = self._pipelined_bytes.get(bookie, 0) - len(entry.raw)
+        if left > 0:
+            self._pipelined_bytes[bookie] = left
+        else:
+            self._pipelined_bytes.pop(bookie, None)
+        what = f"add {entry.ledger_id}:{entry.entry_id}"
+        if future.cancelled():
+            return False
+        error = future.exception()
+        if isinstance(error, ClosedError):
+            return False  # the connection died: ``add`` reconnects and sends again
+        if isinstance(error, TimeoutError_ | ChecksumMismatch | LimitExceeded):
+            raise BookieUnavailable(f"{what}: {error}") from error
+        if error is not None:
+            raise error
+        response = future.result()
+        if response.status is not Status.OK:
+            raise status_error(bookie, response.status, what)
+        return True
 
     async def read(
         self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes

@@ -26,6 +26,7 @@ import enum
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from magnetar import faults
@@ -41,7 +42,7 @@ from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
 from magnetar.ledger.metadata_ops import LedgerMetadataStore, VersionedMetadata
 from magnetar.ledger.placement import BookieDirectory, PlacementPolicy
 from magnetar.ledger.quorum import write_set
-from magnetar.ledger.transport import BookieTransport
+from magnetar.ledger.transport import BookieTransport, PipelinedAdds
 from magnetar.protocol.bookie.codec import Entry
 
 
@@ -58,6 +59,10 @@ WRITER_TRANSITIONS: dict[WriterState, frozenset[WriterState]] = {
     WriterState.CLOSED: frozenset(),
     WriterState.FAILED: frozenset(),
 }
+
+
+#: Fault points on the reply path of an add; while one is armed adds take the task path (``_send_one``).
+_REPLY_POINTS = frozenset({"ledger.after_reply_before_count", "ledger.after_quorum_before_ack"})
 
 
 @dataclass(eq=False, slots=True)
@@ -210,7 +215,49 @@ class LedgerHandle:
             if bookie in op.acked or bookie in op.inflight or bookie in self._failed_bookies:
                 continue
             op.inflight.add(bookie)
-            self._spawn(self._send_one(op, bookie))
+            future = self._send_pipelined(op, bookie)
+            if future is None:
+                self._spawn(self._send_one(op, bookie))
+            else:
+                future.add_done_callback(partial(self._on_pipelined_reply, op, bookie))
+
+    def _send_pipelined(self, op: PendingAdd, bookie: BookieId) -> asyncio.Future[Any] | None:
+        """The add on the transport's task-free path, or None (then ``_send_one``). Skipped while
+        a fault point of the reply path is armed, so fault tests see every point."""
+        if not isinstance(self._transport, PipelinedAdds) or _REPLY_POINTS & faults.armed().keys():
+            return None
+        return self._transport.add_nowait(bookie, op.entry, master_key=self._master_key)
+
+    def _on_pipelined_reply(self, op: PendingAdd, bookie: BookieId, future: asyncio.Future[Any]) -> None:
+        transport = self._transport
+        assert isinstance(transport, PipelinedAdds)
+        try:
+            stored = transport.add_outcome(bookie, op.entry, future)
+        except FencedError as exc:
+            op.inflight.discard(bookie)
+            self._fail(FencedError(f"ledger {self.ledger_id} fenced by bookie {bookie}: {exc}"))
+            return
+        except MagnetarError:
+            op.inflight.discard(bookie)
+            self._on_bookie_failure(bookie)
+            return
+        if not stored:  # the connection was lost: the slow path reconnects and sends again
+            if self._state in (WriterState.OPEN, WriterState.CLOSING):
+                self._spawn(self._send_one(op, bookie))
+            else:
+                op.inflight.discard(bookie)
+            return
+        op.inflight.discard(bookie)
+        self._count_reply(op, bookie)
+
+    def _count_reply(self, op: PendingAdd, bookie: BookieId) -> None:
+        """``bookie`` stored ``op``: count it and complete what reached its ack quorum."""
+        if op.future.done() or self._state not in (WriterState.OPEN, WriterState.CLOSING):
+            return
+        if bookie not in self._write_set_bookies(op.entry_id):
+            return  # replaced by an ensemble change meanwhile: its copy no longer counts
+        op.acked.add(bookie)
+        self._complete_in_order()
 
     async def _send_one(self, op: PendingAdd, bookie: BookieId) -> None:
         try:

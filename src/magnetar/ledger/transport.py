@@ -19,8 +19,9 @@ the writer's digest end to end. Contract for implementations (the real adapter o
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from magnetar.base.types import BookieId
 from magnetar.protocol.bookie.codec import Entry
@@ -47,3 +48,23 @@ class BookieTransport(Protocol):
 
     async def write_lac(self, bookie: BookieId, ledger_id: int, lac: int, *, master_key: bytes) -> None:
         """Store an explicit LAC on the bookie (for idle ledgers whose LAC no entry carries)."""
+
+
+@runtime_checkable
+class PipelinedAdds(Protocol):
+    """Optional capability of a transport: an add sent on an already open connection without a
+    task of its own (the writer's hot path: one callback per reply instead of a task per add).
+
+    ``add_nowait`` returns ``None`` when it cannot send that way (no open connection, or its
+    in-flight bytes reached ``LEDGER_PIPELINED_ADD_BYTES_MAX``): the caller then uses ``add``.
+    Its future is bounded by the connection's request deadline. Once it is done,
+    ``add_outcome`` gives the outcome ``add`` would have had: it returns True (stored), raises
+    ``FencedError`` or ``BookieUnavailable``, or returns False when the connection was lost, in
+    which case the caller retries with ``add`` (adds are idempotent).
+    """
+
+    def add_nowait(self, bookie: BookieId, entry: Entry, *, master_key: bytes) -> asyncio.Future[Any] | None:
+        """Send the add now, or ``None`` (use ``add``)."""
+
+    def add_outcome(self, bookie: BookieId, entry: Entry, future: asyncio.Future[Any]) -> bool:
+        """The done ``future``'s outcome (see the class docstring)."""
