@@ -92,6 +92,8 @@ class PerfSettings:
     subscription_type: str = "exclusive"
     receiver_queue: int = 1000
     earliest: bool = False
+    windows: int = 1  # measured windows of duration_s each, over the same producers and consumers
+    operation_timeout_s: int = 30  # a producer/consumer creation (or close) slower than this fails the run
 
     def __post_init__(self) -> None:
         checks = [
@@ -109,6 +111,8 @@ class PerfSettings:
             (0 <= self.messages <= PERF_MESSAGES_COUNT_MAX, f"messages must be 0..{PERF_MESSAGES_COUNT_MAX}"),
             (self.max_pending >= 1 and self.receiver_queue >= 1, "max_pending and receiver_queue must be >= 1"),
             (1 <= self.burst <= PERF_MESSAGES_COUNT_MAX, "burst must be >= 1"),
+            (1 <= self.windows <= 1000 and 1 <= self.operation_timeout_s <= 600,
+             "windows must be 1..1000 and operation_timeout_s 1..600"),
             (self.max_outstanding >= 0, "max_outstanding must be >= 0 (0 = no bound over all producers)"),
             (self.subscription_type in SUBSCRIPTION_TYPES, f"subscription type must be one of {SUBSCRIPTION_TYPES}"),
         ]
@@ -198,9 +202,7 @@ def _import_pulsar() -> Any:
 @contextmanager
 def _official_client(settings: PerfSettings) -> Iterator[Any]:
     pulsar = _import_pulsar()
-    # A creation that takes longer than this fails the run (an unreachable broker fails fast).
-    operation_timeout_s = int(min(60, max(5, settings.duration_s)))
-    client = pulsar.Client(settings.service_url, operation_timeout_seconds=operation_timeout_s,
+    client = pulsar.Client(settings.service_url, operation_timeout_seconds=settings.operation_timeout_s,
                            io_threads=1, message_listener_threads=1,
                            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     try:
@@ -229,6 +231,7 @@ class PerfRun:
         self.stop = threading.Event()
         self.closing = False
         self.abandoned = 0
+        self.windows: list[dict[str, float]] = []
         self.errors: list[str] = []
 
     # --- consumers -----------------------------------------------------------------------------
@@ -340,12 +343,16 @@ class PerfRun:
         return self.received.count >= (self.s.messages or PERF_MESSAGES_COUNT_MAX)
 
     def _wait(self, sender: threading.Thread | None, start: float) -> float:
-        """Tick once a second until the duration is over or the ``--messages`` bound is reached;
-        returns the elapsed seconds of that measured phase."""
-        deadline = start + self.s.duration_s
+        """Tick once a second until every window is over or the ``--messages`` bound is reached;
+        returns the elapsed seconds of that measured phase. Each window's rates are recorded."""
+        deadline = start + self.s.duration_s * self.s.windows
         second = 0
+        window_end, marks = start + self.s.duration_s, (0, 0)
         while True:
             now = time.perf_counter()
+            if now >= window_end and len(self.windows) < self.s.windows:
+                marks = self._close_window(marks, now - (window_end - self.s.duration_s))
+                window_end += self.s.duration_s
             if now >= deadline or self._phase_over(sender):
                 break
             next_tick = start + second + 1
@@ -356,6 +363,12 @@ class PerfRun:
                     self.on_tick(self._line(second))
         self.stop.set()
         return time.perf_counter() - start
+
+    def _close_window(self, marks: tuple[int, int], elapsed_s: float) -> tuple[int, int]:
+        published, received = self.published.count, self.received.count
+        self.windows.append({"publish_msgs_s": (published - marks[0]) / elapsed_s,
+                             "receive_msgs_s": (received - marks[1]) / elapsed_s})
+        return published, received
 
     def _drain_receive(self) -> None:
         """e2e: let the consumers receive everything sent (bounded; stops early when
@@ -393,7 +406,7 @@ class PerfRun:
                 self.stop.set()
                 self.closing = True  # closing the client fails what is still pending: not failures
         result: dict[str, Any] = {"settings": dataclasses.asdict(self.s), "elapsed_s": elapsed,
-                                  "topics_addressed": len(self.s.topic_names())}
+                                  "topics_addressed": len(self.s.topic_names()), "windows": self.windows}
         if self.s.mode != "consume":
             result["publish"] = {"sent": self.sent, "pending_at_end": self.abandoned,
                                  **self.published.result(elapsed, self.s.size, published)}
@@ -489,6 +502,8 @@ def register(app: typer.Typer) -> None:
             subscription_type: str = typer.Option("exclusive", "--subscription-type"),
             receiver_queue: int = typer.Option(1000, "--receiver-queue"),
             earliest: bool = typer.Option(False, "--earliest", help="new subscriptions start at the earliest"),
+            windows: int = typer.Option(1, "--windows", help="measured windows of --duration each (same clients)"),
+            operation_timeout_s: int = typer.Option(30, "--operation-timeout", help="seconds per create/close"),
             json_path: str = typer.Option(None, "--json", help="write the results to this JSON file"),
         ) -> None:
             _cli(mode, service_url=service_url, topic=topic, topics=topics, partitions=partitions,
@@ -497,7 +512,7 @@ def register(app: typer.Typer) -> None:
                  max_outstanding=max_outstanding,
                  duration_s=duration_s, messages=messages, subscription=subscription,
                  subscription_type=subscription_type, receiver_queue=receiver_queue, earliest=earliest,
-                 json_path=json_path)
+                 windows=windows, operation_timeout_s=operation_timeout_s, json_path=json_path)
 
         run.__doc__ = doc
         perf_app.command(mode)(run)
