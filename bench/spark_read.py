@@ -2,14 +2,20 @@
 same rows from Parquet, in the same run and the same SparkSession.
 
 Starts ``magnetar standalone`` (one bookie; data under ``--dir``; stopped by PID at the end, also
-on failure), publishes ``--count`` messages of ``--size`` bytes to ``--partitions`` partitions
-(``bench-partition-N``) with the official client (batching on), then per repeat:
-* connector: ``spark.read.format("magnetar")`` of every partition (entries read straight from the
-  bookie, Arrow batches out), ``minPartitions`` = 2 x cores, materialized with the ``noop`` sink;
-* parquet: the same rows (all connector columns, written once before the repeats from the
-  connector's DataFrame), ``spark.read.parquet(...)`` materialized the same way.
-Reports rows/s of each and the ratio connector/parquet, min/median/max over ``--repeats``;
-target: ratio >= 0.5.
+on failure), creates the partitioned topic ``bench`` with ``--partitions`` partitions (admin REST)
+and publishes ``--count`` messages of ``--size`` random bytes to it with the official client
+(batching on, round-robin over partitions). Then:
+* parquet copy: the connector's DataFrame (every column) written once to Parquet;
+* reader alone: every Spark partition's ``read()`` run in this process, one after the other, without
+  Spark (the connector's Python cost: bookie reads + Arrow batches);
+* one warm-up run of each (not counted), then ``--repeats`` runs, alternating which goes first:
+  connector = ``spark.read.format("magnetar").option("topic", "bench")`` (entries straight from the
+  bookie, Arrow record batches out, ``minPartitions`` = 2 x cores), parquet = ``spark.read.parquet``
+  of the copy. Both are measured by the same action (``--action``): ``noop`` (default) writes every
+  row of every column to Spark's ``noop`` sink (all columns turned into rows); ``value`` computes
+  ``sum(length(value))`` (Parquet then reads only that column, the connector still builds all).
+Reports rows/s of each (min/median/max over the repeats) and the ratio connector/parquet of each
+repeat; target: ratio >= 0.5.
 
 Run: ``.venv/bin/python bench/spark_read.py [--count 1000000] [--size 1024] [--repeats 3]``.
 Bounded: publishing stops after ``--seconds``; each read is one Spark job over a fixed set of rows.
@@ -18,6 +24,7 @@ Bounded: publishing stops after ``--seconds``; each read is one Spark job over a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -25,7 +32,9 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
@@ -34,14 +43,24 @@ import pulsar  # noqa: E402
 
 from magnetar.runtime.processes import StandaloneProcess  # noqa: E402
 
+TOPIC = "bench"
 
-def publish(url: str, partitions: int, count: int, size: int, seconds: float) -> int:
-    """``count`` messages round-robin over the partitions; returns how many were receipted."""
+
+def create_partitioned(http: str, partitions: int) -> None:
+    request = urllib.request.Request(f"http://{http}/admin/v2/persistent/public/default/{TOPIC}/partitions",
+                                     data=json.dumps(partitions).encode(), method="PUT",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        if reply.status not in (200, 204):
+            raise RuntimeError(f"creating {TOPIC} with {partitions} partitions: HTTP {reply.status}")
+
+
+def publish(url: str, count: int, size: int, seconds: float) -> int:
+    """``count`` messages to the partitioned topic; returns how many were receipted."""
     client = pulsar.Client(url, operation_timeout_seconds=60, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    producers = [client.create_producer(f"bench-partition-{p}", batching_enabled=True,
-                                        batching_max_messages=1000, batching_max_publish_delay_ms=10,
-                                        max_pending_messages=5000, block_if_queue_full=True)
-                 for p in range(partitions)]
+    producer = client.create_producer(TOPIC, batching_enabled=True, batching_max_messages=1000,
+                                      batching_max_publish_delay_ms=10, max_pending_messages=5000,
+                                      block_if_queue_full=True)
     done = threading.Semaphore(0)
     failed: list[object] = []
     payload = os.urandom(size)
@@ -53,13 +72,12 @@ def publish(url: str, partitions: int, count: int, size: int, seconds: float) ->
         done.release()
 
     sent = 0
-    for i in range(count):
+    for _ in range(count):
         if time.monotonic() > deadline:
             break
-        producers[i % partitions].send_async(payload, receipt)
+        producer.send_async(payload, receipt)
         sent += 1
-    for producer in producers:
-        producer.flush()
+    producer.flush()
     for _ in range(sent):
         done.acquire(timeout=60)
     client.close()
@@ -68,10 +86,23 @@ def publish(url: str, partitions: int, count: int, size: int, seconds: float) ->
     return sent
 
 
-def timed_noop(df: object) -> float:
+def timed(df: Any, action: str) -> float:
     start = time.perf_counter()
-    df.write.format("noop").mode("overwrite").save()  # type: ignore[attr-defined]
+    if action == "noop":
+        df.write.format("noop").mode("overwrite").save()
+    else:
+        df.selectExpr("sum(length(value))").collect()
     return time.perf_counter() - start
+
+
+def reader_alone(options: dict[str, str]) -> tuple[int, float]:
+    """(rows, seconds) of running every planned partition's ``read()`` here, without Spark."""
+    from magnetar.connectors.spark.source import MagnetarDataSource
+
+    reader = MagnetarDataSource(options).reader(None)
+    start = time.perf_counter()
+    rows = sum(batch.num_rows for partition in reader.partitions() for batch in reader.read(partition))
+    return rows, time.perf_counter() - start
 
 
 def summary(values: list[float]) -> str:
@@ -79,11 +110,12 @@ def summary(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--count", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--action", choices=("noop", "value"), default="noop")
     parser.add_argument("--seconds", type=float, default=600, help="publishing stops after this long")
     parser.add_argument("--dir", default=None, help="parent of the data directory (default: a temp dir)")
     args = parser.parse_args()
@@ -93,38 +125,48 @@ def main() -> None:
     standalone = StandaloneProcess(str(work / "data"))
     spark = None
     try:
+        create_partitioned(standalone.fields["http"], args.partitions)
         start = time.perf_counter()
-        rows = publish(standalone.broker_url, args.partitions, args.count, args.size, args.seconds)
-        print(f"published {rows:,} messages of {args.size} B to {args.partitions} partitions "
+        rows = publish(standalone.broker_url, args.count, args.size, args.seconds)
+        print(f"published {rows:,} messages of {args.size} B to {TOPIC} ({args.partitions} partitions) "
               f"in {time.perf_counter() - start:.1f} s")
         from pyspark.sql import SparkSession
 
         cores = os.cpu_count() or 2
+        options = {"serviceUrl": standalone.broker_url, "metadataUrl": standalone.fields["metadata"],
+                   "topic": TOPIC, "minPartitions": str(2 * cores)}
+        alone_rows, alone_s = reader_alone(options)
+        print(f"reader alone (no Spark, one process, one partition after the other): {alone_rows:,} rows "
+              f"in {alone_s:.2f} s = {alone_rows / alone_s:,.0f} rows/s")
         spark = (SparkSession.builder.master("local[*]").appName("magnetar-spark-read-bench")
                  .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
                  .config("spark.sql.shuffle.partitions", str(cores)).getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
-        connector = (spark.read.format("magnetar").option("serviceUrl", standalone.broker_url)
-                     .option("metadataUrl", standalone.fields["metadata"]).option("topicsPattern", "bench")
-                     .option("minPartitions", str(2 * cores)).load())
+        connector = spark.read.format("magnetar").options(**options).load()
         parquet_path = str(work / "parquet")
         connector.write.parquet(parquet_path)
         parquet = spark.read.parquet(parquet_path)
         counted = parquet.count()
         if counted != rows:
             raise RuntimeError(f"the connector read {counted:,} rows, {rows:,} were published")
-        print(f"spark local[*] on {cores} cores; parquet copy {counted:,} rows")
+        print(f"spark local[*] on {cores} cores; parquet copy {counted:,} rows; action {args.action}")
+        frames = {"connector": connector, "parquet": parquet}
+        warm = {name: timed(df, args.action) for name, df in frames.items()}
+        print(f"warm-up (not counted): connector {warm['connector']:.2f} s, parquet {warm['parquet']:.2f} s")
         rates: dict[str, list[float]] = {"connector": [], "parquet": []}
+        ratios: list[float] = []
         for repeat in range(args.repeats):
-            seconds = {"connector": timed_noop(connector), "parquet": timed_noop(parquet)}
+            order = ["connector", "parquet"] if repeat % 2 == 0 else ["parquet", "connector"]
+            seconds = {name: timed(frames[name], args.action) for name in order}
             for name, elapsed in seconds.items():
                 rates[name].append(rows / elapsed)
-            print(f"repeat {repeat + 1}: connector {seconds['connector']:.2f} s, parquet {seconds['parquet']:.2f} s")
-        ratios = [c / p for c, p in zip(rates["connector"], rates["parquet"], strict=True)]
+            ratios.append(seconds["parquet"] / seconds["connector"])
+            print(f"repeat {repeat + 1}: connector {seconds['connector']:.2f} s, parquet {seconds['parquet']:.2f} s, "
+                  f"ratio {ratios[-1]:.2f}")
         print(f"connector rows/s: {summary(rates['connector'])}")
         print(f"parquet   rows/s: {summary(rates['parquet'])}")
-        print(f"ratio connector/parquet: min {min(ratios):.2f}  median {statistics.median(ratios):.2f}  "
-              f"max {max(ratios):.2f}  (target >= 0.50)")
+        print(f"ratio connector/parquet per repeat: {', '.join(f'{r:.2f}' for r in ratios)}; min {min(ratios):.2f}  "
+              f"median {statistics.median(ratios):.2f}  max {max(ratios):.2f}  (target >= 0.50)")
     finally:
         if spark is not None:
             spark.stop()

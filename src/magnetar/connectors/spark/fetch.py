@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -27,9 +28,12 @@ import pyarrow as pa
 
 from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError, TimeoutError_
 from magnetar.base.limits import (
+    SPARK_ARROW_BATCH_BYTES_MAX,
     SPARK_ARROW_BATCH_ROWS_MAX,
     SPARK_BROKER_READ_IDLE_MS_MAX,
     SPARK_PARTITIONS_COUNT_MAX,
+    SPARK_READ_AHEAD_BYTES_MAX,
+    SPARK_READ_AHEAD_ENTRIES_MAX,
     SPARK_READ_ENTRIES_CHUNK_COUNT_MAX,
 )
 from magnetar.base.types import NO_ENTRY, BookieId, Position, TopicName
@@ -43,7 +47,7 @@ from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.ledger.quorum import write_set
 from magnetar.ledger.reader import speculative_read
 from magnetar.metadata.records import LedgerState, ManagedLedgerInfo, decode
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie.codec import ENTRY_HEADER_BYTES, Entry
 from magnetar.protocol.pulsar.batch import message_count
 from magnetar.protocol.pulsar.stored import split_stored_entry
 from magnetar.runtime.clock import SystemClock, system_rng
@@ -212,35 +216,78 @@ def _remaining(piece: Slice, position: Position) -> Slice:
     return Slice(piece.topic, piece.partition, tuple(ranges), piece.ledger_metadata)
 
 
+async def entry_stream(cx: Connections, piece: Slice) -> AsyncGenerator[Entry, None]:
+    """The slice's entries from bookies, in order, with a read-ahead window: up to
+    ``SPARK_READ_AHEAD_ENTRIES_MAX`` entry reads in flight, fewer once entries are large (the
+    window times the largest entry seen stays within ``SPARK_READ_AHEAD_BYTES_MAX``). Each read is
+    speculative over the entry's write set, digest checked. The consumer's work between entries
+    overlaps the bookies' and the network's."""
+    config = LedgerClientConfig()
+    metadata = {r.ledger_id: LedgerMetadata.decode(piece.ledger_metadata[r.ledger_id]) for r in piece.ranges}
+    wanted = ((r.ledger_id, e) for r in piece.ranges for e in range(r.first, r.last + 1))
+    window: deque[asyncio.Future[Entry]] = deque()
+    limit = 8  # until the first entry tells how large entries are
+    try:
+        while True:
+            while len(window) < limit:
+                following = next(wanted, None)
+                if following is None:
+                    break
+                ledger_id, entry_id = following
+                window.append(asyncio.ensure_future(speculative_read(
+                    cx.transport, cx.clock, metadata[ledger_id], entry_id, config=config, master_key=b""
+                )))
+            if not window:
+                return
+            head = window.popleft()
+            if head.done():
+                await asyncio.sleep(0)  # let the reads just queued go out and received bytes in
+            entry = await head
+            limit = max(1, min(SPARK_READ_AHEAD_ENTRIES_MAX, SPARK_READ_AHEAD_BYTES_MAX // max(1, len(entry.raw))))
+            yield entry
+    finally:
+        for future in window:
+            future.cancel()
+        if window:
+            await asyncio.gather(*window, return_exceptions=True)
+
+
 async def read_slice(cx: Connections, piece: Slice, mode: str,
                      value_fields: tuple[ValueField, ...] = ()) -> AsyncGenerator[pa.RecordBatch, None]:
-    """Record batches of every message in ``piece`` (see the module docstring for the modes)."""
+    """Record batches of every message in ``piece`` (see the module docstring for the modes), cut
+    at ``SPARK_ARROW_BATCH_ROWS_MAX`` rows or ``SPARK_ARROW_BATCH_BYTES_MAX`` value bytes."""
     builder = RowBuilder(piece.topic, piece.partition, value_fields)
     rest = piece
     if mode != "broker":
-        chunks = entry_chunks(cx, piece)
-        while True:
-            try:  # only fetching falls back; an undecodable entry is an error in every mode
-                chunk, entries = await anext(chunks)
-            except StopAsyncIteration:
-                rest = Slice(piece.topic, piece.partition, ())
-                break
-            except MagnetarError:
-                if mode == "bookies":
-                    raise
-                break
-            for entry in entries:
-                builder.add_entry(entry.ledger_id, entry.entry_id, entry.payload)
-            rest = _remaining(piece, Position(chunk.ledger_id, chunk.last + 1))
-            if len(builder) >= SPARK_ARROW_BATCH_ROWS_MAX:
-                yield builder.take()
+        entries = entry_stream(cx, piece)
+        try:
+            while True:
+                try:  # only fetching falls back; an undecodable entry is an error in every mode
+                    entry = await anext(entries)
+                except StopAsyncIteration:
+                    rest = Slice(piece.topic, piece.partition, ())
+                    break
+                except MagnetarError:
+                    if mode == "bookies":
+                        raise
+                    break
+                builder.add_entry(entry.ledger_id, entry.entry_id, memoryview(entry.raw)[ENTRY_HEADER_BYTES:])
+                rest = _remaining(piece, Position(entry.ledger_id, entry.entry_id + 1))
+                if _full(builder):
+                    yield builder.take()
+        finally:
+            await entries.aclose()
     if rest.ranges:
         async for message in broker_messages(cx, rest):
             builder.add_message(message)
-            if len(builder) >= SPARK_ARROW_BATCH_ROWS_MAX:
+            if _full(builder):
                 yield builder.take()
     if len(builder):
         yield builder.take()
+
+
+def _full(builder: RowBuilder) -> bool:
+    return len(builder) >= SPARK_ARROW_BATCH_ROWS_MAX or builder.value_bytes >= SPARK_ARROW_BATCH_BYTES_MAX
 
 
 async def broker_messages(cx: Connections, piece: Slice) -> AsyncIterator[Any]:

@@ -15,15 +15,23 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Iterable
+import struct
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+from google.protobuf.message import DecodeError
 
-from magnetar.base.errors import InvalidArgument
-from magnetar.protocol.pulsar.batch import decode_entry, is_batch
+from magnetar.base.errors import InvalidArgument, LimitExceeded
+from magnetar.protocol.pulsar.batch import NONE, decompress, is_batch
+from magnetar.protocol.pulsar.errors import MalformedFrame
+from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 from magnetar.protocol.pulsar.stored import split_stored_entry
+
+#: Arrow ``binary`` offsets are 32-bit: one record batch's values stay below 2 GiB (batches are
+#: cut at ``SPARK_ARROW_BATCH_BYTES_MAX``, far below, plus at most one entry).
+ARROW_BINARY_BYTES_MAX = 2**31 - 1
 
 SCHEMA_DDL = (
     "key BINARY, value BINARY, topic STRING, partition INT, "
@@ -96,9 +104,36 @@ def arrow_schema(fields: tuple[ValueField, ...]) -> pa.Schema:
     return pa.schema(ARROW_FIELDS + [pa.field(f.name, _VALUE_TYPES[f.ddl_type][0]) for f in fields])
 
 
-def _key_bytes(key: str | None, b64: bool) -> bytes | None:
-    if key is None:
-        return None
+def _binary(values: list[bytes | memoryview], sizes: list[int]) -> pa.Array:
+    """An Arrow binary array of ``values``: their bytes joined once, offsets from their sizes."""
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(np.array(sizes, np.int64), out=offsets[1:])
+    if offsets[-1] > ARROW_BINARY_BYTES_MAX:
+        raise LimitExceeded("ARROW_BINARY_BYTES_MAX", int(offsets[-1]), ARROW_BINARY_BYTES_MAX)
+    data = pa.py_buffer(b"".join(values))
+    return pa.Array.from_buffers(pa.binary(), len(sizes), [None, pa.py_buffer(offsets.astype(np.int32)), data])
+
+
+def _sparse_binary(n: int, pairs: list[tuple[int, bytes]]) -> pa.Array:
+    if not pairs:
+        return pa.nulls(n, pa.binary())
+    column: list[bytes | None] = [None] * n
+    for row, value in pairs:
+        column[row] = value
+    return pa.array(column, pa.binary())
+
+
+def _sparse_timestamps(n: int, pairs: list[tuple[int, int]]) -> pa.Array:
+    """Milliseconds at some rows, null elsewhere, as microsecond timestamps."""
+    if not pairs:
+        return pa.nulls(n, _TIMESTAMP)
+    column: list[int | None] = [None] * n
+    for row, ms in pairs:
+        column[row] = ms * 1000
+    return pa.array(column, _TIMESTAMP)
+
+
+def _key_bytes(key: str, b64: bool) -> bytes:
     if b64:
         try:
             return base64.b64decode(key)
@@ -107,8 +142,24 @@ def _key_bytes(key: str | None, b64: bool) -> bytes | None:
     return key.encode()
 
 
+_U32 = struct.Struct(">I").unpack_from
+_SINGLE = pb.SingleMessageMetadata
+_S = {f.name: f for f in pb.SingleMessageMetadata.DESCRIPTOR.fields}
+_SEQUENCE = _S["sequence_id"]
+_PROPERTIES, _KEY, _PAYLOAD_SIZE = _S["properties"].number, _S["partition_key"].number, _S["payload_size"].number
+_EVENT_TIME, _KEY_B64, _SEQUENCE_NO = _S["event_time"].number, _S["partition_key_b64_encoded"].number, _SEQUENCE.number
+
+
 class RowBuilder:
-    """Accumulates rows of one topic partition column by column; ``take()`` yields a record batch."""
+    """Accumulates rows of one topic partition; ``take()`` yields them as one record batch.
+
+    Columns are gathered in their cheapest form: per entry (ledger, entry, publish time, producer,
+    how many rows) and per message only what varies (a view of the value, its sequence id); keys,
+    event times and properties are recorded sparsely, as (row, value), so a batch without them
+    costs nothing there. ``take`` expands everything with numpy/Arrow: values become one Arrow
+    binary array over a single joined buffer, per-entry columns are repeated, and a message's
+    ``batchIndex`` is its row number minus its entry's first row.
+    """
 
     def __init__(self, topic: str, partition: int, value_fields: tuple[ValueField, ...] = ()) -> None:
         self.topic = topic
@@ -118,119 +169,195 @@ class RowBuilder:
         self._reset()
 
     def _reset(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes] = []
-        self.ledgers: list[int] = []
-        self.entries: list[int] = []
-        self.indexes: list[int] = []
-        self.publish: list[int] = []
-        self.event: list[int | None] = []
+        # per entry (a broker message counts as an entry of one row)
+        self.e_ledger: list[int] = []
+        self.e_entry: list[int] = []
+        self.e_rows: list[int] = []
+        self.e_first_index: list[int] = []  # batchIndex of the entry's first row (-1: not a batch)
+        self.e_publish_ms: list[int] = []
+        self.e_producer: list[str] = []
+        self.e_redelivery: list[int] = []
+        # per row
+        self.values: list[bytes | memoryview] = []
+        self.sizes: list[int] = []
+        self.sequences: list[int] = []
+        self.value_bytes = 0
+        # sparse, (row, value) in row order
+        self.keys: list[tuple[int, bytes]] = []
+        self.events: list[tuple[int, int]] = []
+        self.prop_rows: list[int] = []
         self.prop_keys: list[str] = []
         self.prop_values: list[str] = []
-        self.prop_offsets: list[int] = [0]
-        self.producers: list[str] = []
-        self.sequences: list[int] = []
-        self.redeliveries: list[int] = []
 
     def __len__(self) -> int:
         return len(self.values)
 
+    def _entry(self, ledger_id: int, entry_id: int, rows: int, first_index: int, publish_ms: int,
+               producer: str, redelivery: int = 0) -> None:
+        self.e_ledger.append(ledger_id)
+        self.e_entry.append(entry_id)
+        self.e_rows.append(rows)
+        self.e_first_index.append(first_index)
+        self.e_publish_ms.append(publish_ms)
+        self.e_producer.append(producer)
+        self.e_redelivery.append(redelivery)
+
     def add_entry(self, ledger_id: int, entry_id: int, stored: bytes | memoryview) -> int:
-        """Every message of one stored entry; returns how many rows were added."""
+        """Every message of one stored entry; returns how many rows were added. Raises
+        ``MalformedFrame`` for an entry that is not a valid (batch) message."""
         metadata, payload = split_stored_entry(stored)
-        messages = decode_entry(metadata, payload)
-        count = len(messages)
-        publish_us = metadata.publish_time * 1000
-        producer = metadata.producer_name
-        self.ledgers.extend([ledger_id] * count)
-        self.entries.extend([entry_id] * count)
-        self.publish.extend([publish_us] * count)
-        self.producers.extend([producer] * count)
-        self.redeliveries.extend([0] * count)
+        codec = metadata.compression
+        data = payload if codec == NONE else decompress(codec, payload, metadata.uncompressed_size)
+        row = len(self.values)
         if not is_batch(metadata):
-            message = messages[0]
-            self.values.append(message.payload)
-            self.indexes.append(-1)
-            self.keys.append(
-                _key_bytes(metadata.partition_key, metadata.partition_key_b64_encoded)
-                if metadata.HasField("partition_key") else None
-            )
-            self.event.append(metadata.event_time * 1000 if metadata.event_time else None)
-            self._add_properties([(p.key, p.value) for p in metadata.properties])
+            self._entry(ledger_id, entry_id, 1, -1, metadata.publish_time, metadata.producer_name)
+            self.values.append(data)
+            self.sizes.append(len(data))
+            self.value_bytes += len(data)
             self.sequences.append(metadata.sequence_id)
+            if metadata.HasField("partition_key"):
+                self.keys.append((row, _key_bytes(metadata.partition_key, metadata.partition_key_b64_encoded)))
+            if metadata.event_time:
+                self.events.append((row, metadata.event_time))
+            for p in metadata.properties:
+                self.prop_rows.append(row)
+                self.prop_keys.append(p.key)
+                self.prop_values.append(p.value)
             return 1
-        base_sequence = metadata.sequence_id
-        for index, message in enumerate(messages):
-            single = message.metadata
-            assert single is not None
-            self.values.append(message.payload)
-            self.indexes.append(index)
-            self.keys.append(
-                _key_bytes(single.partition_key, single.partition_key_b64_encoded)
-                if single.HasField("partition_key") else None
-            )
-            self.event.append(single.event_time * 1000 if single.event_time else None)
-            if single.properties:
-                for p in single.properties:
-                    self.prop_keys.append(p.key)
-                    self.prop_values.append(p.value)
-            self.prop_offsets.append(len(self.prop_keys))
-            self.sequences.append(single.sequence_id if single.HasField("sequence_id") else base_sequence + index)
+        count = metadata.num_messages_in_batch
+        self._entry(ledger_id, entry_id, count, 0, metadata.publish_time, metadata.producer_name)
+        self._add_batch(data, count, row, metadata.sequence_id)
         return count
 
-    def _add_properties(self, pairs: Iterable[tuple[str, str]]) -> None:
-        for key, value in pairs:
-            self.prop_keys.append(key)
-            self.prop_values.append(value)
-        self.prop_offsets.append(len(self.prop_keys))
+    def _add_batch(self, data: bytes | memoryview, count: int, row: int, base_sequence: int) -> None:
+        """The messages of an uncompressed batch payload (``batch.decode_batch``'s format, walked
+        without building per-message objects beyond the parsed metadata)."""
+        view = memoryview(data)
+        total = len(view)
+        if count > total:  # every message takes at least its 4-byte size field
+            raise MalformedFrame(f"batch of {count} messages cannot fit in {total} bytes")
+        values, sizes, sequences = self.values, self.sizes, self.sequences
+        parse = _SINGLE.FromString
+        offset = 0
+        try:
+            for index in range(count):
+                size = _U32(view, offset)[0]
+                offset += 4
+                fields = parse(view[offset : offset + size]).ListFields()
+                offset += size
+                if len(fields) == 2 and fields[1][0] is _SEQUENCE:  # payload_size and sequence_id only
+                    payload_size = fields[0][1]
+                    sequences.append(fields[1][1])
+                else:
+                    payload_size = self._sparse_fields(fields, row + index, base_sequence + index)
+                end = offset + payload_size
+                if end > total:
+                    raise MalformedFrame(f"payload_size {payload_size} of message {index} exceeds the batch")
+                values.append(view[offset:end])
+                sizes.append(payload_size)
+                offset = end
+        except (struct.error, DecodeError) as error:
+            raise MalformedFrame(f"malformed batch entry: {error}") from error
+        if offset != total:
+            raise MalformedFrame(f"batch has {total - offset} trailing bytes after {count} messages")
+        self.value_bytes += total
+
+    def _sparse_fields(self, fields: list[tuple[Any, Any]], row: int, default_sequence: int) -> int:
+        """Records a message's keys, event time, properties and sequence id; returns payload_size."""
+        payload_size = -1
+        sequence = default_sequence
+        key: str | None = None
+        b64 = False
+        for descriptor, value in fields:
+            number = descriptor.number
+            if number == _PAYLOAD_SIZE:
+                payload_size = value
+            elif number == _SEQUENCE_NO:
+                sequence = value
+            elif number == _KEY:
+                key = value
+            elif number == _KEY_B64:
+                b64 = value
+            elif number == _EVENT_TIME:
+                if value:
+                    self.events.append((row, value))
+            elif number == _PROPERTIES:
+                for p in value:
+                    self.prop_rows.append(row)
+                    self.prop_keys.append(p.key)
+                    self.prop_values.append(p.value)
+        if payload_size < 0:
+            raise MalformedFrame(f"message {row} of a batch has no payload_size")
+        if key is not None:
+            self.keys.append((row, _key_bytes(key, b64)))
+        self.sequences.append(sequence)
+        return payload_size
 
     def add_message(self, message: Any) -> None:
         """One message received through the broker (a ``magnetar.client.Message``)."""
         mid = message.message_id
-        self.keys.append(message.key.encode() if message.key is not None else None)
-        self.values.append(message.payload)
-        self.ledgers.append(mid.ledger_id)
-        self.entries.append(mid.entry_id)
-        self.indexes.append(mid.batch_index)
-        self.publish.append(message.publish_time_ms * 1000)
-        self.event.append(message.event_time_ms * 1000 if message.event_time_ms else None)
-        self._add_properties(message.properties.items())
-        self.producers.append(message.producer_name)
+        row = len(self.values)
+        self._entry(mid.ledger_id, mid.entry_id, 1, mid.batch_index, message.publish_time_ms,
+                    message.producer_name, message.redelivery_count)
+        payload = message.payload
+        self.values.append(payload)
+        self.sizes.append(len(payload))
+        self.value_bytes += len(payload)
         self.sequences.append(message.sequence_id)
-        self.redeliveries.append(message.redelivery_count)
+        if message.key is not None:
+            self.keys.append((row, message.key.encode()))
+        if message.event_time_ms:
+            self.events.append((row, message.event_time_ms))
+        for key, value in message.properties.items():
+            self.prop_rows.append(row)
+            self.prop_keys.append(key)
+            self.prop_values.append(value)
 
     def take(self) -> pa.RecordBatch:
         """The rows gathered so far as one record batch (the builder starts over)."""
         n = len(self.values)
+        rows = np.array(self.e_rows, np.int64)
+        entry_of_row = np.repeat(np.arange(len(rows)), rows)
+        first_rows = np.cumsum(rows) - rows
+        batch_index = (np.repeat(np.array(self.e_first_index, np.int64) - first_rows, rows)
+                       + np.arange(n)).astype(np.int32)
         message_id = pa.StructArray.from_arrays(
-            [pa.array(self.ledgers, pa.int64()), pa.array(self.entries, pa.int64()),
-             pa.array(self.indexes, pa.int32())],
+            [pa.array(np.repeat(np.array(self.e_ledger, np.int64), rows)),
+             pa.array(np.repeat(np.array(self.e_entry, np.int64), rows)),
+             pa.array(batch_index)],
             fields=list(MESSAGE_ID_TYPE),
         )
+        publish_us = np.repeat(np.array(self.e_publish_ms, np.int64) * 1000, rows)
         columns = [
-            pa.array(self.keys, pa.binary()),
-            pa.array(self.values, pa.binary()),
+            _sparse_binary(n, self.keys),
+            _binary(self.values, self.sizes),
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             message_id,
-            pa.array(self.publish, _TIMESTAMP),
-            pa.array(self.event, _TIMESTAMP),
-            pa.MapArray.from_arrays(pa.array(self.prop_offsets, pa.int32()), pa.array(self.prop_keys, pa.string()),
-                                    pa.array(self.prop_values, pa.string())),
-            pa.array(self.producers, pa.string()),
+            pa.array(publish_us, _TIMESTAMP),
+            _sparse_timestamps(n, self.events),
+            self._properties(n),
+            pa.array(self.e_producer, pa.string()).take(pa.array(entry_of_row)),
             pa.array(self.sequences, pa.int64()),
-            pa.array(self.redeliveries, pa.int32()),
+            pa.array(np.repeat(np.array(self.e_redelivery, np.int32), rows)),
         ]
         if self.value_fields:
             columns.extend(self._value_columns())
         self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
+    def _properties(self, n: int) -> pa.MapArray:
+        counts = np.bincount(np.array(self.prop_rows, np.int64), minlength=n) if self.prop_rows else np.zeros(n, np.int64)
+        offsets = np.zeros(n + 1, np.int32)
+        np.cumsum(counts, out=offsets[1:])
+        return pa.MapArray.from_arrays(pa.array(offsets), pa.array(self.prop_keys, pa.string()),
+                                       pa.array(self.prop_values, pa.string()))
+
     def _value_columns(self) -> list[pa.Array]:
         decoded: list[dict[str, Any] | None] = []
         for value in self.values:
             try:
-                obj = json.loads(value)
+                obj = json.loads(bytes(value))
             except ValueError:
                 obj = None
             decoded.append(obj if isinstance(obj, dict) else None)

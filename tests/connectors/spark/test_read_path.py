@@ -1,0 +1,167 @@
+"""The connector's read path without Spark: the vectorized row builder (every metadata field,
+compression, malformed entries) and the pipelined bookie reads (order, read-ahead window)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+import pytest
+
+from magnetar.base.limits import SPARK_READ_AHEAD_ENTRIES_MAX
+from magnetar.base.types import BookieId
+from magnetar.connectors.spark import fetch
+from magnetar.connectors.spark.fetch import Connections
+from magnetar.connectors.spark.plan import EntryRange, Slice
+from magnetar.connectors.spark.rows import RowBuilder
+from magnetar.ledger.ledger_metadata import Fragment, LedgerMetadata, LedgerState
+from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.pulsar.batch import LZ4, ZSTD, encode_entry
+from magnetar.protocol.pulsar.errors import MalformedFrame
+from magnetar.protocol.pulsar.frames import headers_and_payload
+from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
+from tests.ledger.fakes import FakeBookie, FakeTransport
+from tests.manual_clock import ManualClock
+
+T = "persistent://public/default/r-partition-2"
+
+
+def batch_entry(singles: list[tuple[pb.SingleMessageMetadata, bytes]], *, codec: int = pb.NONE,
+                sequence: int = 10, publish: int = 1_700_000_000_123) -> bytes:
+    metadata, payload = encode_entry(
+        pb.MessageMetadata(producer_name="prod", sequence_id=sequence, publish_time=publish),
+        messages=singles, codec=codec,
+    )
+    return headers_and_payload(metadata, payload)
+
+
+def single(**fields: Any) -> pb.SingleMessageMetadata:
+    message = pb.SingleMessageMetadata(**{k: v for k, v in fields.items() if k != "properties"})
+    for key, value in fields.get("properties", {}).items():
+        message.properties.add(key=key, value=value)
+    return message
+
+
+def test_batch_rows_with_every_optional_field_and_without() -> None:
+    builder = RowBuilder(T, 2)
+    entry = batch_entry([
+        (single(sequence_id=50), b"plain"),  # the official client's shape: payload_size + sequence_id
+        (single(partition_key="k", event_time=77, properties={"a": "1", "b": "2"}), b"full"),
+        (single(partition_key="aGk=", partition_key_b64_encoded=True), b""),
+        (single(), b"no-sequence"),
+    ])
+    assert builder.add_entry(3, 8, entry) == 4
+    batch = builder.take()
+    assert batch.num_rows == 4 and len(builder) == 0
+    rows = batch.to_pylist()
+    assert [r["value"] for r in rows] == [b"plain", b"full", b"", b"no-sequence"]
+    assert [r["key"] for r in rows] == [None, b"k", b"hi", None]
+    assert [r["sequenceId"] for r in rows] == [50, 11, 12, 13]  # own, else the entry's plus the index
+    assert [r["messageId"]["batchIndex"] for r in rows] == [0, 1, 2, 3]
+    assert {r["messageId"]["entry"] for r in rows} == {8} and {r["messageId"]["ledger"] for r in rows} == {3}
+    assert [r["properties"] for r in rows] == [[], [("a", "1"), ("b", "2")], [], []]
+    assert rows[1]["eventTime"].timestamp() == pytest.approx(0.077) and rows[0]["eventTime"] is None
+    assert {r["producerName"] for r in rows} == {"prod"} and {r["partition"] for r in rows} == {2}
+    assert rows[0]["publishTime"].timestamp() == pytest.approx(1_700_000_000.123)
+    assert {r["topic"] for r in rows} == {T} and {r["redeliveryCount"] for r in rows} == {0}
+
+
+@pytest.mark.parametrize("codec", [LZ4, ZSTD])
+def test_compressed_batches_decode_to_the_same_rows(codec: int) -> None:
+    values = [b"x" * 300, b"y" * 5, b"z"]
+    builder = RowBuilder(T, 2)
+    builder.add_entry(1, 0, batch_entry([(single(sequence_id=i), v) for i, v in enumerate(values)], codec=codec))
+    assert builder.take().column("value").to_pylist() == values
+
+
+def test_entries_and_broker_messages_mix_in_one_batch_in_order() -> None:
+    class Mid:
+        ledger_id, entry_id, batch_index, batch_size = 9, 4, 1, 2
+
+    class Message:
+        message_id = Mid()
+        key, payload, publish_time_ms, event_time_ms = "bk", b"from-broker", 5, 0
+        properties = {"p": "q"}
+        producer_name, sequence_id, redelivery_count = "other", 99, 2
+
+    builder = RowBuilder(T, 2)
+    builder.add_entry(9, 3, batch_entry([(single(sequence_id=1), b"a"), (single(sequence_id=2), b"b")]))
+    builder.add_message(Message())
+    rows = builder.take().to_pylist()
+    assert [(r["messageId"]["entry"], r["messageId"]["batchIndex"]) for r in rows] == [(3, 0), (3, 1), (4, 1)]
+    assert rows[2]["key"] == b"bk" and rows[2]["properties"] == [("p", "q")]
+    assert (rows[2]["producerName"], rows[2]["redeliveryCount"], rows[2]["sequenceId"]) == ("other", 2, 99)
+    assert [r["value"] for r in rows] == [b"a", b"b", b"from-broker"]
+
+
+def corrupt(entry: bytes, old: bytes, new: bytes) -> bytes:
+    assert entry.count(old) == 1
+    return entry.replace(old, new)
+
+
+@pytest.mark.parametrize("damage", ["payload_size too large", "trailing bytes", "count too large", "truncated"])
+def test_malformed_batches_are_refused(damage: str) -> None:
+    good = batch_entry([(single(sequence_id=1), b"abc"), (single(sequence_id=2), b"defg")])
+    if damage == "payload_size too large":
+        bad = corrupt(good, b"\x18\x04", b"\x18\x7f")  # second message: payload_size 4 -> 127
+    elif damage == "trailing bytes":
+        bad = good + b"\x00"
+    elif damage == "count too large":
+        bad = corrupt(good, b"\x58\x02", b"\x58\x03")  # num_messages_in_batch 2 -> 3
+    else:
+        bad = good[:-3]
+    with pytest.raises(MalformedFrame):
+        RowBuilder(T, 2).add_entry(1, 0, bad)
+    RowBuilder(T, 2).add_entry(1, 0, good)  # control: the undamaged entry decodes
+
+
+# --- pipelined bookie reads ------------------------------------------------------------------
+
+
+class CountingTransport(FakeTransport):
+    """Records how many reads were in flight at once."""
+
+    def __init__(self, bookies: dict[Any, FakeBookie]) -> None:
+        super().__init__(bookies)
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def read(self, bookie: Any, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes) -> Entry:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0)
+            return await super().read(bookie, ledger_id, entry_id, fence=fence, master_key=master_key)
+        finally:
+            self.in_flight -= 1
+
+
+def stored_ledger(ledger_id: int, payloads: list[bytes]) -> tuple[FakeBookie, LedgerMetadata]:
+    bookie = FakeBookie(BookieId("127.0.0.1", 3181))
+    for entry_id, payload in enumerate(payloads):
+        bookie.durable[(ledger_id, entry_id)] = Entry.build(ledger_id, entry_id, entry_id - 1, payload)
+    metadata = LedgerMetadata(ledger_id, 1, 1, 1, LedgerState.CLOSED, len(payloads) - 1,
+                              (Fragment(0, (bookie.bookie_id,)),))
+    return bookie, metadata
+
+
+async def read_all(entry_bytes: int, count: int, ranges: tuple[EntryRange, ...]) -> tuple[list[int], int]:
+    bookie, metadata = stored_ledger(7, [b"%d-" % i + b"x" * entry_bytes for i in range(count)])
+    transport = CountingTransport({bookie.bookie_id: bookie})
+    cx = Connections("pulsar://unused", None, cast(Any, None), cast(Any, ManualClock()), cast(Any, transport))
+    piece = Slice(T, 2, ranges, {7: metadata.encode()})
+    got = [entry.entry_id async for entry in fetch.entry_stream(cx, piece)]
+    return got, transport.most_in_flight
+
+
+def test_entries_come_in_order_with_many_reads_in_flight() -> None:
+    got, most = asyncio.run(read_all(10, 1200, (EntryRange(7, 5, 1099), EntryRange(7, 1150, 1199))))
+    assert got == list(range(5, 1100)) + list(range(1150, 1200))
+    # pipelined: far more than one read at a time, never more than the window
+    assert 100 < most <= SPARK_READ_AHEAD_ENTRIES_MAX
+
+
+def test_read_ahead_shrinks_for_large_entries() -> None:
+    got, most = asyncio.run(read_all(4 * 1024 * 1024, 30, (EntryRange(7, 0, 29),)))
+    assert got == list(range(30))
+    assert most <= 8  # 32 MiB of read-ahead holds 7 entries of 4 MiB (8 before the first arrived)
