@@ -268,3 +268,5 @@ SPARK_ADMISSION_SCAN_ENTRIES_MAX = 100_000
 SPARK_BROKER_READ_IDLE_MS_MAX = 30_000
 #: Rows one writer task keeps in flight to the broker.
 SPARK_WRITE_PENDING_COUNT_MAX = 1_000
+#: One admin REST call of the connector (advancing the named subscription on commit).
+SPARK_ADMIN_REQUEST_MS_MAX = 30_000
