@@ -125,6 +125,9 @@ async def test_ledger_failure_rolls_over_to_a_new_ledger() -> None:
     with pytest.raises(MagnetarError):
         await ml.add_entry(b"lost?")
     victim.restart()
+    with pytest.raises(MagnetarError):  # refused until the owner settled the failure (topic fencing)
+        await ml.add_entry(b"too early")
+    await ml.settle_failed_writes()
     after = await ml.add_entry(b"again")
     assert after.ledger_id > first.ledger_id
     entries = await ml.read_entries(Position(-1, -1), 10)

@@ -18,9 +18,17 @@ What is true:
   caller waits for those appends (``wait_in_flight``) and asks again.
 * At most ``BROKER_DEDUP_PRODUCER_NAMES_COUNT_MAX`` names are kept (oldest update forgotten).
 
+* After a failed write (``rebuild``, called by the fenced topic once every append started has
+  ended and the log has settled the failure): READY -> NEW, then recovery as above. ``highest``
+  then holds exactly the ids the log holds: an id of a failed append is in it iff its entry landed.
+  ``pushed`` is empty then (no append in flight): Pulsar's ``resetHighestSequenceIdPushed``.
+* Invariant the write path keeps for this to be right: the entries of one producer name are stored
+  in send order (the managed ledger never stores an add after one that failed to its caller), so
+  the highest persisted id covers every lower id that producer sent.
+
 States (one enum): NEW -> RECOVERING -> READY; READY/NEW -> DISABLED when the switch is off at a
 ``ready`` (the cursor is deleted so it holds no ledgers back), DISABLED -> RECOVERING when it is on
-again; any -> CLOSED. The switch is one callable (``enabled``), by default ``config.deduplication``
+again; READY -> NEW on ``rebuild``; any -> CLOSED. The switch is one callable (``enabled``), by default ``config.deduplication``
 (off under the ``no-dedup`` negative control, ``MAGNETAR_BREAK``).
 """
 
@@ -77,6 +85,7 @@ _TRANSITIONS = {
     (DedupState.RECOVERING, DedupState.READY),
     (DedupState.RECOVERING, DedupState.NEW),  # recovery failed: the next producer tries again
     (DedupState.READY, DedupState.DISABLED),
+    (DedupState.READY, DedupState.NEW),  # rebuild after a failed write
     (DedupState.DISABLED, DedupState.RECOVERING),
     *((state, DedupState.CLOSED) for state in DedupState),
 }
@@ -121,7 +130,10 @@ class MessageDeduplication:
         self._since_snapshot = 0
         self._snapshot_task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._idle = asyncio.Event()  # set while no append is in flight
+        self._idle.set()
         self.snapshots_taken = 0
+        self.rebuilds = 0
 
     @property
     def state(self) -> DedupState:
@@ -180,6 +192,21 @@ class MessageDeduplication:
             log.info("dedup of %s: replayed %d entries after the snapshot at %s", self._log.name, replayed,
                      cursor.mark_delete_position)
 
+    async def rebuild(self) -> None:
+        """Recompute the map from the snapshot and the log (after a failed write; see the module
+        docstring). Call only when no append is in flight (``wait_appends_finished``)."""
+        async with self._lock:
+            invariant(not self._in_flight, "dedup is rebuilt with no append in flight")
+            if self._state is DedupState.READY:
+                self._move(DedupState.NEW)
+                self._pushed.clear()
+                self.rebuilds += 1
+        await self.ready()
+
+    async def wait_appends_finished(self) -> None:
+        """Return once every append registered with ``begin`` has ended (``finish``)."""
+        await self._idle.wait()
+
     async def _disable(self) -> None:
         self._move(DedupState.DISABLED)
         await self._stop_snapshots()
@@ -219,6 +246,7 @@ class MessageDeduplication:
         """Register an append about to start; call in the order appends are started."""
         append = DedupAppend(producer_name, highest_sequence_id, records_sequence)
         self._in_flight.append(append)
+        self._idle.clear()
         self._in_flight_by_name[producer_name] = self._in_flight_by_name.get(producer_name, 0) + 1
         if records_sequence and highest_sequence_id > self._pushed.get(producer_name, -1):
             self._pushed[producer_name] = highest_sequence_id
@@ -235,6 +263,8 @@ class MessageDeduplication:
             if head.position is not None:
                 self._safe = head.position if self._safe is None else max(self._safe, head.position)
                 self._since_snapshot += 1
+        if not self._in_flight:
+            self._idle.set()
         name = append.producer_name
         left = self._in_flight_by_name[name] - 1
         if left:

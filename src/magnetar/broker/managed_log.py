@@ -15,10 +15,13 @@ from urllib.parse import unquote
 
 from magnetar.base.errors import NotFound
 from magnetar.base.types import Position, TopicName
+from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import Entry, LedgerStats, StorageStats, ack_set_words, acked_indexes
 from magnetar.managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
+from magnetar.managed_ledger.errors import ManagedLedgerTerminated
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
 from magnetar.metadata.api import MetadataStore
+from magnetar.protocol.pulsar import pb
 
 
 class ManagedSubscriptionCursor:
@@ -89,7 +92,15 @@ class ManagedTopicLog:
         return self._ml.last_confirmed_entry
 
     async def append(self, data: bytes) -> Position:
-        return await self._ml.add_entry(data)
+        try:
+            return await self._ml.add_entry(data)
+        except ManagedLedgerTerminated as error:
+            raise BrokerError(pb.TopicTerminatedError, f"topic {self._name} is terminated") from error
+
+    async def settle_failed_writes(self) -> None:
+        """After a failed append: the failed ledger is recovered (entries that landed join the
+        log), a new one started, appends accepted again (``Topic``'s ``SettlesFailedWrites``)."""
+        await self._ml.settle_failed_writes()
 
     async def read(self, start: Position, count_max: int) -> list[Entry]:
         return [Entry(e.position, e.data) for e in await self._ml.read_entries(start, count_max)]

@@ -3,6 +3,21 @@
 States: ACTIVE -> CLOSED (unloaded or broker shutdown). A closed topic refuses new producers and
 consumers with ServiceNotReady; the client looks it up again and retries.
 
+ACTIVE -> FENCED -> ACTIVE after a failed write (Pulsar's ``PersistentTopic.addFailed``): an append
+failed for a reason other than losing the topic (a ledger failure the log could not repair). The
+outcome of that append is unknown (its entry may be on the bookies) and the producer's later
+messages must not be stored before it. So the topic is fenced: every publish and every new
+producer is refused with ServiceNotReady, and every producer is disconnected (CLOSE_PRODUCER: the
+client reconnects and resends everything pending, in order, with the same sequence ids). Once
+every append started has ended, the log settles the failure (``SettlesFailedWrites``: the failed
+ledger is closed through recovery, so what landed is in the log and the rest never will be) and
+deduplication is rebuilt from the log (snapshot + replay: its map then names exactly the ids the
+log holds, none of a failed append that did not land); only then is the topic ACTIVE again. A
+resend of a message that landed is answered as a duplicate, one that did not land is stored once.
+If settling fails (bookies still down) the topic stays fenced and tries again every
+``BROKER_TOPIC_UNFENCE_RETRY_INTERVAL_MS`` (at most ``BROKER_TOPIC_UNFENCE_ATTEMPTS_COUNT_MAX``
+times) and on every producer that asks to be admitted.
+
 Producer access modes: Shared producers coexist; Exclusive is refused (ProducerBusy) while any
 other producer exists and keeps others out; ExclusiveWithFencing closes the existing producers
 (CLOSE_PRODUCER) and makes their reconnects fail with ProducerFenced; WaitForExclusive is answered
@@ -26,12 +41,20 @@ which deletes only ledgers every durable cursor consumed *and* retention lets go
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from magnetar.base.clock import Clock
+from magnetar.base.errors import ClosedError, FencedError
 from magnetar.base.invariant import invariant
+from magnetar.base.limits import (
+    BROKER_TOPIC_UNFENCE_ATTEMPTS_COUNT_MAX,
+    BROKER_TOPIC_UNFENCE_RETRY_INTERVAL_MS,
+)
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dedup import MessageDeduplication, is_system_cursor
@@ -44,6 +67,8 @@ from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.subscription import Subscription
 from magnetar.protocol.pulsar import pb, stored_entry_metadata
 
+log = logging.getLogger(__name__)
+
 DEDUP_PRODUCER_NAMES_COUNT_MAX = 10_000
 SUBSCRIPTIONS_PER_TOPIC_COUNT_MAX = 10_000
 PRODUCERS_PER_TOPIC_COUNT_MAX = 10_000
@@ -51,10 +76,31 @@ PRODUCERS_PER_TOPIC_COUNT_MAX = 10_000
 
 class TopicState(enum.Enum):
     ACTIVE = "active"
+    FENCED = "fenced"  # a write failed: no publish, no new producer until the log is settled
     CLOSED = "closed"
 
 
-_TRANSITIONS = {(TopicState.ACTIVE, TopicState.CLOSED)}
+_TRANSITIONS = {
+    (TopicState.ACTIVE, TopicState.CLOSED),
+    (TopicState.ACTIVE, TopicState.FENCED),
+    (TopicState.FENCED, TopicState.ACTIVE),
+    (TopicState.FENCED, TopicState.CLOSED),
+}
+
+
+@runtime_checkable
+class SettlesFailedWrites(Protocol):
+    """A log whose failed appends may still surface (a managed ledger: the entry may be on the
+    bookies). ``settle_failed_writes`` returns once each of them is in the log or never will be,
+    and lets appends through again."""
+
+    async def settle_failed_writes(self) -> None: ...
+
+
+def is_write_failure(error: BaseException) -> bool:
+    """An append error that leaves its outcome unknown, as opposed to a refusal (BrokerError), the
+    topic having moved to another owner (FencedError) or being closed."""
+    return isinstance(error, Exception) and not isinstance(error, BrokerError | FencedError | ClosedError)
 
 
 @dataclass(slots=True)
@@ -88,6 +134,8 @@ class Topic:
         self._window_bytes = 0
         self._fenced_names: set[str] = set()
         self._waiting: list[WaitingProducer] = []
+        self._unfencing: asyncio.Task[None] | None = None
+        self.write_failures = 0  # times the topic was fenced after a failed write
         self._state = TopicState.ACTIVE
 
     @property
@@ -98,9 +146,54 @@ class Topic:
     def partition_index(self) -> int:
         return self.name.partition_index
 
+    def _move(self, new: TopicState) -> None:
+        invariant((self._state, new) in _TRANSITIONS, f"topic state {self._state} -> {new}")
+        self._state = new
+
     def _check_active(self) -> None:
-        if self._state is not TopicState.ACTIVE:
+        if self._state is TopicState.CLOSED:
             raise BrokerError(pb.ServiceNotReady, f"topic {self.name} is being unloaded")
+
+    def _check_writable(self) -> None:
+        self._check_active()
+        if self._state is TopicState.FENCED:
+            self._start_unfence()
+            raise BrokerError(pb.ServiceNotReady, f"topic {self.name} is fenced after a failed write; retry")
+
+    # --- write failures -------------------------------------------------------------------------
+
+    def _fence(self, error: BaseException) -> None:
+        if self._state is not TopicState.ACTIVE:
+            return
+        self._move(TopicState.FENCED)
+        self.write_failures += 1
+        log.warning("topic %s fenced after a failed write: %s", self.name, error)
+        self.disconnect_producers()
+        self._start_unfence()
+
+    def _start_unfence(self) -> None:
+        if self._state is TopicState.FENCED and (self._unfencing is None or self._unfencing.done()):
+            self._unfencing = asyncio.get_running_loop().create_task(self._unfence(), name=f"unfence:{self.name}")
+
+    async def _unfence(self) -> None:
+        for attempt in range(BROKER_TOPIC_UNFENCE_ATTEMPTS_COUNT_MAX):
+            if self._state is not TopicState.FENCED:
+                return
+            try:
+                await self.dedup.wait_appends_finished()
+                if isinstance(self.log, SettlesFailedWrites):
+                    await self.log.settle_failed_writes()
+                await self.dedup.rebuild()
+            except Exception as error:  # bookies or metadata still down: try again later
+                log.warning("topic %s stays fenced (attempt %d): %s", self.name, attempt + 1, error)
+                if self.clock is None:
+                    return
+                await self.clock.sleep(BROKER_TOPIC_UNFENCE_RETRY_INTERVAL_MS / 1000)
+                continue
+            if self._state is TopicState.FENCED:
+                self._move(TopicState.ACTIVE)
+                log.info("topic %s accepts writes again", self.name)
+            return
 
     # --- producers ------------------------------------------------------------------------------
 
@@ -110,7 +203,7 @@ class Topic:
     def add_producer(self, producer: Producer, request_id: int,
                      admit: Callable[[Producer, int], None]) -> bool:
         """Admit ``producer``; False means it waits (WaitForExclusive) and ``admit`` is called later."""
-        self._check_active()
+        self._check_writable()
         if producer.name in self._fenced_names:
             raise BrokerError(pb.ProducerFenced, f"producer {producer.name} was fenced by an exclusive producer")
         existing = self.producers.get(producer.name)
@@ -155,7 +248,8 @@ class Topic:
             waiting.admit(waiting.producer, waiting.request_id)
 
     async def publish(self, data: bytes) -> Position:
-        self._check_active()
+        """Append ``data``; a write failure fences the topic (see the module docstring)."""
+        self._check_writable()
         policies = self.policies()
         size_max = policies.max_message_size_bytes
         if size_max and len(data) > size_max:
@@ -167,7 +261,13 @@ class Topic:
         else:
             messages = _message_count(data)
         started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
-        position = await self.log.append(data)
+        self._check_writable()  # fenced while throttled
+        try:
+            position = await self.log.append(data)
+        except BaseException as error:
+            if is_write_failure(error):
+                self._fence(error)
+            raise
         if self.clock is not None:
             self.publish_latency.observe((self.clock.monotonic_ns() - started_ns) / 1e6)
         self.published.record(messages, len(data))
@@ -338,8 +438,12 @@ class Topic:
     async def close(self) -> None:
         if self._state is TopicState.CLOSED:
             return
-        invariant((self._state, TopicState.CLOSED) in _TRANSITIONS, "topic state table")
-        self._state = TopicState.CLOSED
+        self._move(TopicState.CLOSED)
+        unfencing, self._unfencing = self._unfencing, None
+        if unfencing is not None and not unfencing.done():
+            unfencing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await unfencing
         for producer in list(self.producers.values()):
             self.remove_producer(producer)
         for subscription in list(self.subscriptions.values()):

@@ -21,6 +21,10 @@ class ManagedLedgerTerminated(MagnetarError):
     """The managed ledger was terminated: no more appends."""
 
 
+class ManagedLedgerWriteFailed(MagnetarError):
+    """Adds failed after a ledger failure; no add is accepted until ``settle_failed_writes``."""
+
+
 class CursorNotFound(NotFound):
     """No cursor of that name."""
 
@@ -35,4 +39,5 @@ __all__ = [
     "ManagedLedgerClosed",
     "ManagedLedgerFenced",
     "ManagedLedgerTerminated",
+    "ManagedLedgerWriteFailed",
 ]

@@ -11,6 +11,22 @@ Protocol (Pulsar's ``ManagedLedgerImpl``, ``shared/seeds/002_*``):
   and callers are told strictly in position order, only after the ledger acknowledged the entry
   (Qa bookies durable). A ``FencedError`` from the ledger or a ``BadVersion`` on the info means
   another owner took over: the state becomes FENCED and every queued and later append fails.
+* **A failed add** (the ledger gave up on it for any reason other than fencing: a bookie died or
+  hung and none can replace it) is not told to its caller yet: its outcome is undecided, since
+  the entry may be on the bookies. Every add started after it on that ledger failed too (the
+  ledger completes adds in entry order). Once they have all come back, the ledger is closed
+  through *recovery* (fence + read forward), which decides the truth: an undecided add whose entry
+  id is at or below the recovered end is stored there and succeeds at that position; the others
+  are not stored and are written again, in their order and ahead of every add queued meanwhile,
+  to the next ledger (Pulsar's ``ManagedLedgerImpl`` resubmits pending adds to a new ledger the
+  same way). So callers never see a failure for an entry that is in the log, and the entries of
+  the log are in call order: an add is stored only after every earlier one is.
+* **If that cannot be done** (recovery or the new ledger fails, or an add was written
+  ``MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX`` times), the undecided adds and every add queued behind
+  them fail, in order, and the managed ledger *refuses every later add* until its owner calls
+  ``settle_failed_writes`` (Pulsar's topic fences itself and calls ``readyToCreateNewLedger``):
+  that recovers the failed ledger and starts a new one, so entries that did land are in the log
+  before the owner rebuilds what it derives from the log (deduplication) and writes again.
 * **Rollover** when the current ledger reached ``max_entries_per_ledger`` or
   ``max_size_bytes_per_ledger`` and is at least ``rollover_time_s_min`` old, or holds entries and
   is ``rollover_time_s_max`` old: stop starting adds, let in-flight ones finish, create the new
@@ -46,6 +62,7 @@ from magnetar.base.errors import (
 )
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
+    MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX,
     MANAGED_LEDGER_CURSORS_COUNT_MAX,
     MANAGED_LEDGER_READ_COUNT_MAX,
 )
@@ -55,7 +72,12 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger.config import ManagedLedgerConfig, OpenRecovery
 from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.entry_reader import EntryReader
-from magnetar.managed_ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced, ManagedLedgerTerminated
+from magnetar.managed_ledger.errors import (
+    ManagedLedgerClosed,
+    ManagedLedgerFenced,
+    ManagedLedgerTerminated,
+    ManagedLedgerWriteFailed,
+)
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.retention import trimmable_ledgers
 from magnetar.metadata.api import MetadataStore
@@ -103,6 +125,8 @@ class _OpAdd:
     position: Position | None = None
     error: MagnetarError | None = None
     finished: bool = False
+    entry_id: int = -1  # its entry id in the ledger it was last started on
+    attempts: int = 0  # ledgers it was started on
 
 
 @dataclass(slots=True)
@@ -116,6 +140,8 @@ class _Current:
     started_bytes: int = 0
     failed: bool = False  # the handle failed for a reason other than fencing: roll over
     inflight: deque[_OpAdd] = field(default_factory=deque)
+    #: Adds that failed on this (failed) ledger, in entry-id order: recovery decides their outcome.
+    undecided: deque[_OpAdd] = field(default_factory=deque)
 
 
 class ManagedLedger:
@@ -148,6 +174,9 @@ class ManagedLedger:
         self._queue: deque[_OpAdd] = deque()
         self._admission: deque[asyncio.Future[None]] = deque()
         self._pump_task: asyncio.Task[None] | None = None
+        #: Set when adds failed to their callers after a write failure: later adds are refused
+        #: until ``settle_failed_writes`` (their order behind the failed ones could not be kept).
+        self._write_failure: MagnetarError | None = None
         self._rollover_requested = False
         self._drained = asyncio.Event()
         self._drained.set()
@@ -245,6 +274,10 @@ class ManagedLedger:
 
     def _check_writable(self) -> None:
         if self._state in _WRITABLE:
+            if self._write_failure is not None:
+                raise ManagedLedgerWriteFailed(
+                    f"managed ledger {self.name}: earlier adds failed ({self._write_failure}); "
+                    "no add is accepted until the failure is settled")
             return
         if self._state is MLState.FENCED:
             raise ManagedLedgerFenced(f"managed ledger {self.name} is fenced: {self._failure}")
@@ -258,16 +291,26 @@ class ManagedLedger:
         self._failure = cause
         self._move(MLState.FENCED)
         error = ManagedLedgerFenced(f"managed ledger {self.name} was taken over: {cause}")
-        self._fail_queued(error)
+        self._fail_queued(error, write_failure=False)
         for cursor in list(self.cursors.values()):
             cursor.on_ledger_fenced()
 
-    def _fail_queued(self, error: MagnetarError) -> None:
-        while self._queue:
-            op = self._queue.popleft()
+    def _fail_queued(self, error: MagnetarError, *, write_failure: bool = True) -> None:
+        """Fail the undecided adds, then every queued one (their order). ``write_failure``: later
+        adds are refused until ``settle_failed_writes``."""
+        current = self._current
+        undecided = list(current.undecided) if current is not None else []
+        if current is not None:
+            current.undecided.clear()
+        failed = 0
+        for op in [*undecided, *self._queue]:
             if not op.future.done():
                 op.future.set_exception(error)
                 op.future.exception()  # retrieved: a caller that gave up must not log noise
+                failed += 1
+        self._queue.clear()
+        if failed and write_failure and self._write_failure is None:
+            self._write_failure = error
         self._wake_admission(all_waiters=True)
 
     # --- ledger list ------------------------------------------------------------------------------
@@ -375,8 +418,9 @@ class ManagedLedger:
 
     @property
     def pending_add_count(self) -> int:
-        inflight = len(self._current.inflight) if self._current is not None else 0
-        return len(self._queue) + inflight
+        current = self._current
+        started = len(current.inflight) + len(current.undecided) if current is not None else 0
+        return len(self._queue) + started
 
     async def _admit(self) -> None:
         if self.pending_add_count < self.config.add_queue_count_max and not self._admission:
@@ -399,8 +443,12 @@ class ManagedLedger:
         if self._pump_task is None or self._pump_task.done():
             self._pump_task = self._spawn(self._pump())
 
+    def _has_work(self) -> bool:
+        current = self._current
+        return bool(self._queue or self._rollover_requested or (current is not None and current.failed))
+
     async def _pump(self) -> None:
-        while (self._queue or self._rollover_requested) and self._state is MLState.LEDGER_OPENED:
+        while self._has_work() and self._state is MLState.LEDGER_OPENED:
             if self._needs_rollover():
                 try:
                     await self._rollover()
@@ -439,6 +487,9 @@ class ManagedLedger:
         expected_entry_id = current.started_count
         current.started_count += 1
         current.started_bytes += len(op.data)
+        op.position, op.error, op.finished = None, None, False
+        op.entry_id = expected_entry_id
+        op.attempts += 1
         current.inflight.append(op)
         self._drained.clear()
         self._spawn(self._run_add(current, op, expected_entry_id))
@@ -463,13 +514,10 @@ class ManagedLedger:
         while current.inflight and current.inflight[0].finished:
             op = current.inflight.popleft()
             if op.position is not None:
-                invariant(op.position > self._lce, f"position {op.position} not after {self._lce}")
-                self._lce = op.position
-                self._list.live_count += 1
-                self._list.live_bytes += len(op.data)
-                self._entries.remember(op.position, op.data)
-                if not op.future.done():
-                    op.future.set_result(op.position)
+                invariant(not current.undecided, "no add of a ledger completes after one that failed")
+                self._complete(op)
+            elif current.failed and self._state in _WRITABLE:
+                current.undecided.append(op)  # the ledger's recovery decides (``_rollover``)
             elif not op.future.done():
                 invariant(op.error is not None, "a finished add has a position or an error")
                 assert op.error is not None
@@ -479,8 +527,67 @@ class ManagedLedger:
             self._drained.set()
         self._wake_admission()
         self._notify_entry_waiters()
-        if current.failed and self._queue:
+        if current.failed and not current.inflight and current is self._current:
             self._kick_pump()
+
+    def _complete(self, op: _OpAdd) -> None:
+        """``op`` is stored at ``op.position`` in the current (last listed) ledger: tell its caller."""
+        assert op.position is not None
+        invariant(op.position > self._lce, f"position {op.position} not after {self._lce}")
+        self._lce = op.position
+        self._list.live_count += 1
+        self._list.live_bytes += len(op.data)
+        self._entries.remember(op.position, op.data)
+        if not op.future.done():
+            op.future.set_result(op.position)
+
+    def _settle_undecided(self, old: _Current, last: int) -> None:
+        """The failed ledger ``old`` was recovered and closed at ``last``: its undecided adds with
+        an entry id up to ``last`` are stored there (each wrote its own entry: one writer, ids in
+        start order); the rest are not stored and go back to the head of the queue, in order."""
+        undecided = list(old.undecided)
+        old.undecided.clear()
+        invariant(last < old.started_count, f"recovered end {last} beyond the {old.started_count} adds started")
+        resend: list[_OpAdd] = []
+        for op in undecided:
+            if op.entry_id <= last:
+                invariant(not resend, "stored undecided adds come before the unstored ones")
+                op.position = Position(old.handle.ledger_id, op.entry_id)
+                self._complete(op)
+            else:
+                resend.append(op)
+        self._queue.extendleft(reversed(resend))
+        self._notify_entry_waiters()
+        if resend and resend[0].attempts >= MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX:
+            raise LimitExceeded("MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX", resend[0].attempts + 1,
+                                MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX)
+
+    async def settle_failed_writes(self) -> None:
+        """Make the log whole after a write failure, then accept adds again.
+
+        If the current ledger failed, roll over now: its recovery puts every entry that reached
+        the bookies into the log (its undecided adds are told, the rest written again). When this
+        returns, every add that ever failed to its caller is either in the log or never will be,
+        so the owner can rebuild what it derives from the log (deduplication) before writing.
+        Raises (and keeps refusing adds) if the ledger cannot be recovered or replaced yet.
+        """
+        for _ in range(2):
+            if self._state not in _WRITABLE:
+                break
+            current = self._current
+            if current is None or not current.failed:
+                break
+            self._kick_pump()
+            pump = self._pump_task
+            if pump is not None and not pump.done():
+                await asyncio.wait([pump])
+        if self._state not in _WRITABLE:
+            self._check_writable()
+        current = self._current
+        if current is not None and current.failed:
+            raise ManagedLedgerWriteFailed(f"managed ledger {self.name}: ledger {current.handle.ledger_id} "
+                                           "failed and could not be recovered and replaced yet")
+        self._write_failure = None
 
     # --- rollover --------------------------------------------------------------------------------
 
@@ -502,6 +609,7 @@ class ManagedLedger:
         try:
             if old.failed:
                 last = (await self._manager.recover_ledger(old.handle.ledger_id)).last_entry_id
+                self._settle_undecided(old, last)
             else:
                 last = old.handle.last_add_confirmed
             self._move(MLState.CREATING_LEDGER)
@@ -768,7 +876,7 @@ class ManagedLedger:
                 await current.handle.close()
             except MagnetarError:
                 pass  # fenced or failed: the next owner's recovery decides the end
-        self._fail_queued(ManagedLedgerClosed(f"managed ledger {self.name} closed"))
+        self._fail_queued(ManagedLedgerClosed(f"managed ledger {self.name} closed"), write_failure=False)
         self._move(MLState.CLOSED)
         self._notify_entry_waiters()
         self._cancel_tasks()
