@@ -6,7 +6,8 @@
   "unbatched" is groups of 1 with up to ``window`` messages in flight, "batched" is the client's
   batching (Redis: a pipeline of ``group`` XADDs; RabbitMQ and NATS have no batch in their
   protocols, so their group only saves client work);
-* end-to-end latency: one consumer, one producer paced at ``rate`` messages/s; each payload
+* end-to-end latency: one consumer, one producer paced at ``rate`` messages/s (at most ``window``
+  sends in flight; a send that waits for room still carries the time it was due); each payload
   carries its send time (``magnetar.cli.perf.STAMP``), the consumer records receive - send in the
   same HdrHistogram as ``magnetar perf`` (``magnetar.cli.perf.Latency``).
 Every loop is bounded by ``seconds``.
@@ -56,7 +57,8 @@ async def durable_publish(driver: Driver, size: int, seconds: float, window: int
     return {"msgs_s": acked[0] / elapsed, "mb_s": acked[0] * size / MIB / elapsed, "senders": senders}
 
 
-async def paced_e2e(driver: Driver, size: int, seconds: float, rate: float) -> dict[str, float]:
+async def paced_e2e(driver: Driver, size: int, seconds: float, rate: float,
+                    window: int = 1000) -> dict[str, float]:
     latency = Latency()
     received = [0]
 
@@ -67,16 +69,20 @@ async def paced_e2e(driver: Driver, size: int, seconds: float, rate: float) -> d
     await driver.consume(on_payload)
     body = bytearray(os.urandom(size))
     pending: set[asyncio.Task[None]] = set()
+    room = asyncio.Semaphore(window)  # sends in flight; a peer that falls behind makes the sender wait
     sent = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         ahead = start + sent / rate - time.perf_counter()
         if ahead > 0:
             await asyncio.sleep(ahead)
-        STAMP.pack_into(body, 0, time.time_ns())
-        task = asyncio.ensure_future(driver.send([bytes(body)]))
+        STAMP.pack_into(body, 0, time.time_ns())  # stamped before waiting for room: waits count as latency
+        payload = bytes(body)
+        await room.acquire()
+        task = asyncio.ensure_future(driver.send([payload]))
         pending.add(task)
         task.add_done_callback(pending.discard)
+        task.add_done_callback(lambda _t: room.release())
         sent += 1
     if pending:
         await asyncio.wait(pending, timeout=DRAIN_S)
@@ -191,8 +197,10 @@ class RedisDriver:
     async def open(self) -> None:
         import redis.asyncio as redis
 
-        self.client = redis.Redis(host="127.0.0.1", port=self.port,
-                                  max_connections=self.max_senders + 2)
+        # A blocking pool: a send waits for a free connection instead of failing.
+        pool = redis.BlockingConnectionPool(host="127.0.0.1", port=self.port, max_connections=self.max_senders + 2,
+                                            timeout=60)
+        self.client = redis.Redis(connection_pool=pool)
 
     async def send(self, payloads: list[bytes]) -> None:
         if len(payloads) == 1:
