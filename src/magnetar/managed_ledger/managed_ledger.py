@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -86,6 +87,8 @@ from magnetar.metadata.records import LedgerInfo, ManagedLedgerInfo, PositionRec
 
 if TYPE_CHECKING:
     from magnetar.managed_ledger.cursor import ManagedCursor
+
+log = logging.getLogger(__name__)
 
 
 class MLState(enum.Enum):
@@ -558,6 +561,9 @@ class ManagedLedger:
                 resend.append(op)
         self._queue.extendleft(reversed(resend))
         self._notify_entry_waiters()
+        log.info("%s: ledger %d failed; recovery closed it at entry %d: %d failed adds are stored there, "
+                 "%d are written again to the next ledger", self.name, old.handle.ledger_id, last,
+                 len(undecided) - len(resend), len(resend))
         if resend and resend[0].attempts >= MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX:
             raise LimitExceeded("MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX", resend[0].attempts + 1,
                                 MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX)
