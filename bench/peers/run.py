@@ -89,7 +89,7 @@ def magnetar_repeat(url: str, args: argparse.Namespace, tag: str) -> dict[str, f
     result = run_perf(PerfSettings(mode="e2e", service_url=url, topic=f"e2e-{tag}", size=args.size,
                                    batching=False, rate=args.rate, duration_s=args.seconds))
     row.update(e2e_p50_ms=result["receive"]["latency_ms"]["p50"], e2e_p99_ms=result["receive"]["latency_ms"]["p99"],
-               e2e_received=result["receive"]["count"], e2e_sent=result["publish"]["count"])
+               e2e_received=result["receive"]["count"], e2e_sent=result["publish"]["sent"])
     return row
 
 
