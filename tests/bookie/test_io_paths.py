@@ -15,6 +15,7 @@ from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.io import Disk, KeyValueStore
 from magnetar.base.limits import NETWORK_READ_BUFFER_BYTES_MAX, NETWORK_WRITE_BUFFER_BYTES_MAX
+from magnetar.base.rng import SeededRng
 from magnetar.protocol.bookie import (
     AddRequest,
     Entry,
@@ -245,3 +246,36 @@ def test_local_disk_direct_path_round_trip(tmp_path: Path) -> None:
         await bookie.stop()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("in_flight", [1, 2])
+def test_journal_groups_overlap_but_complete_in_submission_order(in_flight: int) -> None:
+    """With random sync latencies a later group's fsync often returns first; its records are
+    still answered only after every earlier record (and never more groups than allowed fly)."""
+
+    async def scenario() -> None:
+        disk = SimDisk(rng=SeededRng(7))
+        config = BookieConfig(journal_groups_in_flight_max=in_flight)
+        journal = Journal(disk, SimClock(), config, first_file_id=1)
+        await journal.start()
+        answered: list[int] = []
+        most_in_flight = 0
+        futures = []
+        for i in range(200):
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def callback(error: BaseException | None, i: int = i, done: asyncio.Future[None] = done) -> None:
+                assert error is None
+                answered.append(i)
+                done.set_result(None)
+
+            journal.submit(add_record(b"k", Entry.build(9, i, i - 1, b"x" * 500).raw), callback)
+            futures.append(done)
+            await asyncio.sleep(0.0001)  # adds keep arriving while groups are written
+            most_in_flight = max(most_in_flight, len(journal._inflight))
+        await asyncio.gather(*futures)
+        assert answered == list(range(200))
+        assert most_in_flight == in_flight
+        await journal.stop()
+
+    run(scenario())

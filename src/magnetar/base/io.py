@@ -14,9 +14,9 @@ Durability contract shared by every implementation:
 * ``await DiskFile.sync()`` returns only once every byte written before the call is durable.
 * ``await DiskFile.append_parts(parts)`` writes off the event loop (a worker thread in
   production) and ``await DiskFile.append_and_sync(parts)`` also makes the file durable in the
-  same step; both reserve the bytes at once (``size()`` counts them before the write finished).
-  A file has at most one of these in progress at a time (its owner awaits each); if one fails,
-  the file's bytes from its offset on are undefined and the owner treats the disk as failed.
+  same step; both reserve the bytes at once (``size()`` counts them before the write finished),
+  so several may be in progress on one file, each at its own offset. If one fails, the file's
+  bytes from its offset on are undefined and the owner treats the disk as failed.
 * Creating, renaming and removing files is durable once ``await Disk.sync_dir()`` of the parent
   returned.
 * ``KeyValueStore.write(..., sync=True)`` is durable when it returns; ``sync=False`` writes may

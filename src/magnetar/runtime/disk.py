@@ -34,7 +34,12 @@ from collections.abc import Sequence
 from magnetar.base.errors import InvalidArgument, NotFound
 from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes
-from magnetar.base.limits import DISK_DIRECT_ALIGNMENT_BYTES, DISK_DIRECT_BUFFER_BYTES_MAX, MIB
+from magnetar.base.limits import (
+    DISK_DIRECT_ALIGNMENT_BYTES,
+    DISK_DIRECT_BUFFER_BYTES_MAX,
+    DISK_DIRECT_BUFFERS_COUNT_MAX,
+    MIB,
+)
 
 #: Buffers one ``pwritev`` call takes (the kernel's IOV_MAX); longer part lists take several.
 _IOV_COUNT_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 1024
@@ -154,15 +159,16 @@ class LocalFile:
     # The aligned copy is made on the event loop, so the worker call only runs pwrite and
     # fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and the
     # worker, which on a busy machine cost more than the copy itself.
-    __slots__ = ("_descriptors", "_direct_buffer", "_direct_ok", "_path", "_size")
+    __slots__ = ("_descriptors", "_direct_buffers", "_direct_ok", "_path", "_size")
 
     def __init__(self, path: str, fd: int, direct_fd: int = -1) -> None:
         self._path = path
         self._descriptors = _Descriptors(fd, direct_fd)
         self._size = os.fstat(fd).st_size
         self._direct_ok = direct_fd >= 0
-        # Owned by at most one write at a time; a write whose caller was cancelled keeps it.
-        self._direct_buffer: mmap.mmap | None = None
+        # Aligned buffers not in use; a write takes one and gives it back when it returns (a
+        # write whose caller was cancelled keeps its own). Several writes may be in flight.
+        self._direct_buffers: list[mmap.mmap] = []
 
     @property
     def _fd(self) -> int:
@@ -218,7 +224,7 @@ class LocalFile:
             and 0 < total <= DISK_DIRECT_BUFFER_BYTES_MAX
             and not (offset | total) % DISK_DIRECT_ALIGNMENT_BYTES
         ):
-            buffer, self._direct_buffer = self._direct_buffer, None
+            buffer = self._direct_buffers.pop() if self._direct_buffers else None
             if buffer is None or len(buffer) < total:
                 buffer = mmap.mmap(-1, -(-total // MIB) * MIB)  # page-aligned, grown to fit
             aligned = _copy_into(buffer, parts, total)
@@ -228,7 +234,8 @@ class LocalFile:
         )
         if aligned is not None:
             aligned.release()
-            self._direct_buffer = buffer
+            if buffer is not None and len(self._direct_buffers) < DISK_DIRECT_BUFFERS_COUNT_MAX:
+                self._direct_buffers.append(buffer)
             self._direct_ok = written_direct
         return offset
 
@@ -238,7 +245,7 @@ class LocalFile:
 
     def close(self) -> None:
         self._descriptors.close()
-        self._direct_buffer = None
+        self._direct_buffers = []
 
 
 class LocalDisk:

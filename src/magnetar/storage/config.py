@@ -22,6 +22,8 @@ class BookieConfig:
     journal_group_bytes_max: int = 4 * MIB
     journal_queue_bytes_max: int = 64 * MIB  # adds waiting for the journal; beyond it, reads pause
     journal_file_bytes_max: int = 512 * MIB  # rotate to a new journal file beyond this
+    # Groups written and synced at once (the next one's write overlaps the previous fsync).
+    journal_groups_in_flight_max: int = 2
 
     write_cache_bytes_max: int = 128 * MIB  # both halves together; a checkpoint starts at half
     entry_log_bytes_max: int = 1024 * MIB  # rotate to a new entry log beyond this
@@ -56,6 +58,7 @@ class BookieConfig:
             "journal_queue_bytes_max": self.journal_queue_bytes_max >= self.entry_bytes_max,
             # A group larger than this still goes into one file; the journal rotates after it.
             "journal_file_bytes_max": self.journal_file_bytes_max >= 64 * KIB,
+            "journal_groups_in_flight_max": 1 <= self.journal_groups_in_flight_max <= 8,
             "write_cache_bytes_max": self.write_cache_bytes_max >= 2 * self.entry_bytes_max,
             "entry_log_bytes_max": self.entry_log_bytes_max >= 64 * KIB,
             "read_cache_bytes_max": self.read_cache_bytes_max >= 0,

@@ -29,9 +29,13 @@ written), ``bookie.after_write_before_fsync``, ``bookie.after_fsync_before_reply
 ``bookie.after_reply``. While a point between the write and the fsync is armed, the group is
 written in two halves and synced as separate steps, so those points are reached in between.
 
-Invariants: a callback runs with ``None`` only after the sync that covers its record returned;
-callbacks run in submission order; a file is synced before the journal moves to the next one,
-so only the last file can have a torn tail. ``replay`` stops cleanly at the first torn record
+Up to ``journal_groups_in_flight_max`` groups are in flight at once (the next group's write
+overlaps the previous group's fsync, as BookKeeper's force-write thread does); they complete in
+order. Invariants: a callback runs with ``None`` only after the sync that covers its record
+returned and after every earlier record's callback; a file is synced (nothing in flight) before
+the journal moves to the next one, so only the last file can have a torn tail. A crash may
+leave a later group durable behind a torn earlier one: replay stops at the torn one, and the
+later group was never acknowledged. ``replay`` stops cleanly at the first torn record
 (short, bad length or bad CRC) in the last file and raises ``CorruptData`` for one earlier.
 """
 
@@ -81,6 +85,7 @@ Record = bytes | tuple[bytes, bytes]
 #: Fault points that fall between a group's write and its fsync; while one is armed the journal
 #: writes and syncs in separate steps so the point is reached in between.
 _STEPWISE_POINTS = frozenset({"bookie.journal.mid_write", "bookie.after_write_before_fsync"})
+_SEQUENTIAL_POINTS = _STEPWISE_POINTS | {"bookie.before_journal_append"}
 
 
 def _split_half(parts: list[bytes]) -> tuple[list[Bytes], list[Bytes]]:
@@ -316,6 +321,8 @@ class Journal:
         self._room = asyncio.Event()
         self._room.set()
         self._task: asyncio.Task[None] | None = None
+        # Groups being written and synced, oldest first, with the callbacks of their records.
+        self._inflight: collections.deque[tuple[asyncio.Task[None], list[Callback]]] = collections.deque()
         self._written = JournalPosition(first_file_id, 0)
         self._failure: BaseException | None = None
         self.status = JournalStatus.CREATED
@@ -412,28 +419,57 @@ class Journal:
             self._wakeup.clear()
             await wait_event_or_timeout(self._clock, self._wakeup, (wait_ns - age_ns) / 1e9)
 
+    def _groups_in_flight_max(self) -> int:
+        # One group at a time while a point that can suspend a group before its bytes are
+        # reserved, or between its write and its fsync, is armed: groups then reach the file
+        # in order and each point is passed by one group at a time.
+        if not _SEQUENTIAL_POINTS.isdisjoint(faults.armed()):
+            return 1
+        return self._config.journal_groups_in_flight_max
+
+    def _rotation_due(self) -> bool:
+        return self._file is not None and self._file.size() >= self._config.journal_file_bytes_max
+
     async def _run(self) -> None:
+        # Up to ``journal_groups_in_flight_max`` groups are written and synced at once (each its
+        # own worker call, at its own reserved offset): the next group's write overlaps the
+        # previous one's fsync. Groups complete strictly in order: a group's callbacks run only
+        # after its own sync returned *and* every earlier group's callbacks ran.
+        inflight = self._inflight
         while self.status is JournalStatus.RUNNING:
+            rotation_due = self._rotation_due()
+            if inflight and (inflight[0][0].done() or len(inflight) >= self._groups_in_flight_max() or rotation_due):
+                write, callbacks = inflight[0]
+                try:
+                    await write
+                except Exception as exc:
+                    self._fail(exc)
+                    return
+                inflight.popleft()
+                for callback in callbacks:
+                    callback(None)
+                await faults.point("bookie.after_reply")
+                continue
+            if rotation_due:
+                try:
+                    await self._open_file(self._file_id + 1)  # nothing in flight: the old file is synced
+                except Exception as exc:
+                    self._fail(exc)
+                    return
+                continue
             if not self._queue:
                 self._wakeup.clear()
-                await self._wakeup.wait()
+                if not (inflight and inflight[0][0].done()):
+                    await self._wakeup.wait()
                 continue
             await self._wait_for_group()
             parts, callbacks = self._take_group()
-            try:
-                await self._write_group(parts)
-            except Exception as exc:
-                self._fail(exc, callbacks)
-                return
-            for callback in callbacks:
-                callback(None)
-            await faults.point("bookie.after_reply")
-            if self._file is not None and self._file.size() >= self._config.journal_file_bytes_max:
-                try:
-                    await self._open_file(self._file_id + 1)
-                except Exception as exc:
-                    self._fail(exc, [])
-                    return
+            write = asyncio.get_running_loop().create_task(self._write_group(parts))
+            write.add_done_callback(self._on_write_done)
+            inflight.append((write, callbacks))
+
+    def _on_write_done(self, _write: asyncio.Task[None]) -> None:
+        self._wakeup.set()
 
     async def _write_group(self, parts: list[bytes]) -> None:
         file = self._file
@@ -464,16 +500,22 @@ class Journal:
         self.syncs_count += 1
         await faults.point("bookie.after_fsync_before_reply")
 
-    def _fail(self, error: BaseException, callbacks: list[Callback]) -> None:
+    def _fail(self, error: BaseException) -> None:
         self._failure = error
         self._transition(JournalStatus.FAILED)
-        for callback in callbacks:
-            callback(error)
+        self._fail_inflight(error)
         while self._queue:
             _, _, callback, _ = self._queue.popleft()
             callback(error)
         self._queued_bytes = 0
         self._room.set()
+
+    def _fail_inflight(self, error: BaseException) -> None:
+        while self._inflight:
+            write, callbacks = self._inflight.popleft()
+            write.cancel()
+            for callback in callbacks:
+                callback(error)
 
     def remove_files_before(self, file_id: int) -> int:
         """Delete journal files older than ``file_id`` (covered by a persisted checkpoint)."""
@@ -498,6 +540,7 @@ class Journal:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        self._fail_inflight(ClosedError("journal stopped"))
         if self._file is not None:
             self._file.close()
             self._file = None
