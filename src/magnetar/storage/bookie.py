@@ -685,6 +685,10 @@ class Bookie:
 
     def _flush_chunk_bytes(self) -> int:
         config = self.config
+        if self._entry_log.write_alignment_bytes > 1:
+            # Past the page cache there is no dirty backlog to keep small: large chunks, fewer
+            # worker calls (each chunk's copy into the aligned buffer is a short loop step).
+            return config.flush_chunk_bytes_max
         urgent = not self._cache_room.is_set() or self._active.bytes >= config.write_cache_bytes_max // 4
         return config.flush_chunk_bytes_max if urgent else config.flush_chunk_bytes_min
 

@@ -34,7 +34,8 @@ class BookieConfig:
     # A checkpoint writes the entry log in chunks, syncing each: small chunks while nothing
     # waits for the flush (little entry-log data ahead of a journal fsync on the device, short
     # event-loop steps: add latency stays low), large ones once the active half of the write
-    # cache is half full (adds would soon wait: throughput first). The index goes in unsynced
+    # cache is half full (adds would soon wait: throughput first); on a log written past the
+    # page cache (O_DIRECT) there is no dirty backlog, so always large. The index goes in unsynced
     # batches of ``index_batch_keys_max`` keys with a yield to the event loop between them.
     flush_chunk_bytes_min: int = 256 * KIB
     flush_chunk_bytes_max: int = 4 * MIB
