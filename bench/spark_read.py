@@ -86,13 +86,21 @@ def publish(url: str, count: int, size: int, seconds: float) -> int:
     return sent
 
 
-def timed(df: Any, action: str) -> float:
+CPU_USED: dict[str, list[dict[str, float]]] = {"connector": [], "parquet": []}
+
+
+def timed(df: Any, action: str, name: str = "") -> float:
+    before = cpu_seconds()
     start = time.perf_counter()
     if action == "noop":
         df.write.format("noop").mode("overwrite").save()
     else:
         df.selectExpr("sum(length(value))").collect()
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    if name:
+        after = cpu_seconds()
+        CPU_USED[name].append({role: after[role] - before[role] for role in after})
+    return elapsed
 
 
 def reader_alone(options: dict[str, str]) -> tuple[int, float]:
@@ -103,6 +111,59 @@ def reader_alone(options: dict[str, str]) -> tuple[int, float]:
     start = time.perf_counter()
     rows = sum(batch.num_rows for partition in reader.partitions() for batch in reader.read(partition))
     return rows, time.perf_counter() - start
+
+
+def entries_alone(options: dict[str, str]) -> tuple[int, float]:
+    """(bytes, seconds) of fetching every planned partition's entries at once in this process
+    (pipelined bookie reads, no row building, no Spark): what the bookie can serve."""
+    import asyncio
+
+    from magnetar.connectors.spark import fetch
+    from magnetar.connectors.spark.source import MagnetarDataSource, SlicePartition
+
+    pieces = [p.piece for p in MagnetarDataSource(options).reader(None).partitions() if isinstance(p, SlicePartition)]
+
+    async def fetch_all(cx: fetch.Connections) -> int:
+        async def one(piece: Any) -> int:
+            return sum([len(entry.raw) async for entry in fetch.entry_stream(cx, piece)])
+
+        return sum(await asyncio.gather(*(one(piece) for piece in pieces)))
+
+    start = time.perf_counter()
+    size = fetch.call(fetch_all, options["serviceUrl"], options["metadataUrl"])
+    return size, time.perf_counter() - start
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this run's child processes, by role: the
+    standalone, Spark's JVM, and the Python workers the JVM started."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    commands: dict[int, bytes] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+            commands[int(name)] = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        parents[int(name)] = int(fields[1])
+        cpu[int(name)] = (int(fields[11]) + int(fields[12])) / tick
+    out = {"standalone": 0.0, "spark jvm": 0.0, "python workers": 0.0}
+    for pid in cpu:
+        ancestor, chain = pid, []
+        while ancestor in parents and ancestor != os.getpid():
+            chain.append(ancestor)
+            ancestor = parents[ancestor]
+        if ancestor != os.getpid() or not chain:
+            continue
+        command = commands.get(pid, b"")
+        role = ("standalone" if b"standalone" in command else "spark jvm" if b"java" in command.split(b"\0")[0]
+                else "python workers")
+        out[role] += cpu[pid]
+    return out
 
 
 def summary(values: list[float]) -> str:
@@ -138,8 +199,12 @@ def main() -> None:
         alone_rows, alone_s = reader_alone(options)
         print(f"reader alone (no Spark, one process, one partition after the other): {alone_rows:,} rows "
               f"in {alone_s:.2f} s = {alone_rows / alone_s:,.0f} rows/s")
+        fetched, fetch_s = entries_alone(options)
+        print(f"entries alone (all partitions at once, no rows, no Spark): {fetched / 1e6:,.0f} MB in {fetch_s:.2f} s "
+              f"= {fetched / 1e6 / fetch_s:,.0f} MB/s = {rows / fetch_s:,.0f} rows/s (the bookie's ceiling here)")
         spark = (SparkSession.builder.master("local[*]").appName("magnetar-spark-read-bench")
-                 .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.driver.memory", "4g")
                  .config("spark.sql.shuffle.partitions", str(cores)).getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         connector = spark.read.format("magnetar").options(**options).load()
@@ -157,7 +222,7 @@ def main() -> None:
         ratios: list[float] = []
         for repeat in range(args.repeats):
             order = ["connector", "parquet"] if repeat % 2 == 0 else ["parquet", "connector"]
-            seconds = {name: timed(frames[name], args.action) for name in order}
+            seconds = {name: timed(frames[name], args.action, name) for name in order}
             for name, elapsed in seconds.items():
                 rates[name].append(rows / elapsed)
             ratios.append(seconds["parquet"] / seconds["connector"])
@@ -167,6 +232,9 @@ def main() -> None:
         print(f"parquet   rows/s: {summary(rates['parquet'])}")
         print(f"ratio connector/parquet per repeat: {', '.join(f'{r:.2f}' for r in ratios)}; min {min(ratios):.2f}  "
               f"median {statistics.median(ratios):.2f}  max {max(ratios):.2f}  (target >= 0.50)")
+        for name, runs in CPU_USED.items():
+            roles = ", ".join(f"{role} {statistics.median(r[role] for r in runs):.1f}" for role in runs[0])
+            print(f"CPU seconds per {name} run (median): {roles}")
     finally:
         if spark is not None:
             spark.stop()

@@ -29,6 +29,7 @@ def build(spark: Any, args: argparse.Namespace) -> Any:
         .option("topic", args.input)
         .option("startingOffsets", "earliest")
         .option("maxRecordsPerTrigger", "100000")
+        .options(**({"subscription": "windowed-counts", "adminUrl": args.admin_url} if args.admin_url else {}))
         .load()
     )
     return (
@@ -40,7 +41,7 @@ def build(spark: Any, args: argparse.Namespace) -> Any:
     )
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="windowed counts per key: Magnetar -> Magnetar + Parquet")
     parser.add_argument("--service-url", default="pulsar://127.0.0.1:6650")
     parser.add_argument("--metadata-url", required=True, help="embedded:<standalone data dir>/metadata or zk://...")
@@ -49,13 +50,15 @@ def main() -> None:
     parser.add_argument("--parquet", required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--available-now", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--admin-url", default=None,
+                        help="broker HTTP address: the subscription 'windowed-counts' then follows the query")
+    return parser.parse_args(argv)
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+
+def run(spark: Any, args: argparse.Namespace) -> None:
+    """Start the query and wait for it (until the topic is drained with ``--available-now``)."""
     from pyspark.sql import functions as F
 
-    spark = SparkSession.builder.appName("magnetar-windowed-counts").getOrCreate()
     counts = build(spark, args)
 
     def write_both(batch: Any, batch_id: int) -> None:
@@ -72,7 +75,18 @@ def main() -> None:
         "checkpointLocation", args.checkpoint)
     query = (writer.trigger(availableNow=True) if args.available_now else writer).start()
     query.awaitTermination()
-    spark.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName("magnetar-windowed-counts").getOrCreate()
+    try:
+        run(spark, args)
+    finally:
+        spark.stop()
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,7 +47,19 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         session.stop()
 
 
-def produce(service_url: str, topic: str, values: list[bytes], *, batching: bool = True) -> None:
+def produce(service_url: str, topic: str, values: list[bytes], *, batching: bool = True,
+            keys: list[str] | None = None, event_times_ms: list[int] | None = None) -> None:
     """Publish ``values`` to ``topic`` in order (one entry per message unless ``batching``)."""
-    messages = [OutMessage(topic, value, None, {"i": str(i)}, None) for i, value in enumerate(values)]
+    messages = [OutMessage(topic, value, keys[i] if keys else None, {"i": str(i)},
+                           event_times_ms[i] if event_times_ms else None) for i, value in enumerate(values)]
     run(write_messages(service_url, messages, name="", batch_id=0, exactly_once=False, batching=batching))
+
+
+def admin(standalone: StandaloneProcess, method: str, path: str, body: Any = None) -> Any:
+    """One admin REST call (``/admin/v2`` + ``path``) to the standalone; the decoded JSON reply."""
+    request = urllib.request.Request(f"http://{standalone.fields['http']}/admin/v2{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        raw = reply.read()
+    return json.loads(raw) if raw else None

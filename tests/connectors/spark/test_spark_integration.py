@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from magnetar.runtime.processes import StandaloneProcess
-from tests.connectors.spark.conftest import produce
+from tests.connectors.spark.conftest import admin, produce
 
 pytestmark = pytest.mark.integration
 
@@ -20,9 +20,11 @@ def read_options(standalone: StandaloneProcess) -> dict[str, str]:
 
 
 def test_batch_read_of_a_partitioned_topic(standalone: StandaloneProcess, spark: Any) -> None:
+    admin(standalone, "PUT", "/persistent/public/default/batch-t/partitions", PARTITIONS)
     for p in range(PARTITIONS):
         produce(standalone.broker_url, f"batch-t-partition-{p}", [f"p{p}-{i}".encode() for i in range(200)])
-    df = spark.read.format("magnetar").options(**read_options(standalone)).option("topicsPattern", "batch-t").load()
+    df = (spark.read.format("magnetar").options(**read_options(standalone))
+          .option("topic", "batch-t").load())  # the partitioned topic by its name: all its partitions
     rows = df.select("value", "partition", "messageId", "properties", "sequenceId").collect()
     assert len(rows) == PARTITIONS * 200
     by_partition: dict[int, list[Any]] = {}
@@ -32,6 +34,9 @@ def test_batch_read_of_a_partitioned_topic(standalone: StandaloneProcess, spark:
     for p, got in by_partition.items():
         assert [bytes(r.value) for r in got] == [f"p{p}-{i}".encode() for i in range(200)]
         assert [r.properties["i"] for r in got] == [str(i) for i in range(200)]
+    by_pattern = (spark.read.format("magnetar").options(**read_options(standalone))
+                  .option("topicsPattern", "batch-t").option("splitBy", "ledger").load())
+    assert sorted(bytes(r.value) for r in by_pattern.select("value").collect()) == sorted(bytes(r.value) for r in rows)
 
 
 def fail_once(marker: str, suffix: bytes = b"-37") -> Any:
@@ -62,7 +67,8 @@ def test_stream_restarts_from_its_checkpoint_without_duplicates_or_gaps(
         stream = (
             spark.readStream.format("magnetar").options(**read_options(standalone))
             .option("topicsPattern", "stream-t").option("startingOffsets", "earliest")
-            .option("maxRecordsPerTrigger", "60").load()
+            .option("maxRecordsPerTrigger", "60")
+            .option("subscription", "pipeline").option("adminUrl", f"http://{standalone.fields['http']}").load()
             .select(fail_once(str(tmp_path / "failed"))(col("value")).alias("value"), "partition", "messageId")
         )
         query = (
@@ -75,14 +81,29 @@ def test_stream_restarts_from_its_checkpoint_without_duplicates_or_gaps(
         assert all(p["numInputRows"] <= 60 for p in batches)
         return batches
 
+    def next_read(stored: int) -> list[int]:
+        """Per partition, the entry the named subscription reads next (one message per entry:
+        ``stored`` minus its backlog), -1 when there is no such subscription."""
+        out = []
+        for p in range(2):
+            subscriptions = admin(standalone, "GET", f"/persistent/public/default/stream-t-partition-{p}/stats")[
+                "subscriptions"]
+            out.append(stored - subscriptions["pipeline"]["msgBacklog"] if "pipeline" in subscriptions else -1)
+        return out
+
     for p in range(2):
         produce(standalone.broker_url, f"stream-t-partition-{p}", [f"p{p}-{i}".encode() for i in range(50)],
                 batching=False)
+    assert next_read(50) == [-1, -1]  # control: nothing creates the subscription before a commit
     assert len(run_query(100)) >= 2  # rate-limited: several micro-batches
+    first = next_read(50)  # committed: at least the first batch (30 per partition); never past the data
+    assert all(30 <= n <= 50 for n in first), first
     for p in range(2):
         produce(standalone.broker_url, f"stream-t-partition-{p}", [f"p{p}-{i}".encode() for i in range(50, 120)],
                 batching=False)
     run_query(140)  # restarted from the checkpoint: only the new rows, one task failed and was retried
+    second = next_read(120)  # the subscription followed the commits (one batch behind at most)
+    assert all(f < n <= 120 for f, n in zip(first, second, strict=True)), (first, second)
     assert (tmp_path / "failed").exists()
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     values = sorted(bytes(r.value).decode() for r in rows)
@@ -120,3 +141,32 @@ def test_fail_on_data_loss(standalone: StandaloneProcess, spark: Any) -> None:
     with pytest.raises(Exception, match="retention trimmed"):
         trimmed.load().collect()
     assert [bytes(r.value) for r in trimmed.option("failOnDataLoss", "false").load().collect()] == [b"a", b"b", b"c"]
+
+
+def test_example_pipeline_counts_per_key_in_windows(standalone: StandaloneProcess, spark: Any, tmp_path: Any) -> None:
+    """examples/spark_pipeline.py, bounded (AvailableNow): per-key counts of the closed windows
+    reach the Parquet output and the output topic."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "spark_pipeline.py"
+    spec = importlib.util.spec_from_file_location("spark_pipeline", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    t0 = 1_700_000_040_000 - 1_700_000_040_000 % 60_000  # a minute boundary
+    keys = ["a", "b", "a", "a"] * 25  # 100 messages over 10 minutes: 10 per minute, a:b = 3:1
+    times = [t0 + i * 6_000 for i in range(100)]
+    produce(standalone.broker_url, "clicks", [b"x"] * 100, keys=keys, event_times_ms=times)
+    args = example.parse_args([
+        "--service-url", standalone.broker_url, "--metadata-url", standalone.fields["metadata"],
+        "--input", "clicks", "--output", "click-counts", "--parquet", str(tmp_path / "counts"),
+        "--checkpoint", str(tmp_path / "checkpoint"), "--available-now",
+    ])
+    example.run(spark, args)
+    counts = {(r.window.start.timestamp(), r.key): r["count"] for r in spark.read.parquet(str(tmp_path / "counts")).collect()}
+    # the watermark (latest event - 2 minutes) closed the windows of minutes 0..6
+    expected = {(t0 / 1000 + 60 * m, k): c for m in range(7) for k, c in (("a", 7 if m % 2 == 0 else 8), ("b", 3 if m % 2 == 0 else 2))}
+    assert counts == expected
+    published = spark.read.format("magnetar").options(**read_options(standalone)).option("topic", "click-counts").load()
+    assert sorted(json.loads(bytes(r.value))["count"] for r in published.select("value").collect()) == sorted(counts.values())

@@ -11,11 +11,13 @@ from magnetar.base.types import Position
 from magnetar.connectors.spark.offsets import BEGINNING, canonical, from_offset, parse_position, parse_spec
 from magnetar.connectors.spark.options import ReadOptions, WriteOptions
 from magnetar.connectors.spark.plan import EntryRange, LedgerSpan, PartitionLayout, cut
+from magnetar.connectors.spark.progress import SubscriptionError, advance_subscription, subscription_path
 from magnetar.connectors.spark.rows import RowBuilder, parse_value_schema, schema_ddl
 from magnetar.connectors.spark.sink import sequence_id, to_message
 from magnetar.protocol.pulsar.batch import encode_entry
 from magnetar.protocol.pulsar.frames import headers_and_payload
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
+from magnetar.runtime.processes import free_port
 
 T0 = "persistent://public/default/t-partition-0"
 T1 = "persistent://public/default/t-partition-1"
@@ -75,6 +77,24 @@ def test_read_options_refuse_what_is_wrong(options: dict[str, str]) -> None:
 def test_ending_offsets_are_batch_only() -> None:
     with pytest.raises(InvalidArgument, match="batch"):
         ReadOptions.parse({"topic": "a", "endingOffsets": "latest"}, streaming=True)
+
+
+def test_named_subscription_is_for_streams_and_needs_the_admin_url() -> None:
+    options = ReadOptions.parse({"topic": "a", "subscription": "etl", "adminUrl": "http://127.0.0.1:8080"},
+                                streaming=True)
+    assert (options.subscription, options.admin_url) == ("etl", "http://127.0.0.1:8080")
+    with pytest.raises(InvalidArgument, match="adminUrl"):
+        ReadOptions.parse({"topic": "a", "subscription": "etl"}, streaming=True)
+    with pytest.raises(InvalidArgument, match="streaming"):
+        ReadOptions.parse({"topic": "a", "subscription": "etl", "adminUrl": "http://h:1"}, streaming=False)
+    assert subscription_path("persistent://t/ns/a b-partition-3", "my/sub") == (
+        "/persistent/t/ns/a%20b-partition-3/subscription/my%2Fsub")
+
+
+def test_advancing_the_subscription_reports_an_unreachable_admin_api() -> None:
+    with pytest.raises(SubscriptionError, match="SPARK_ADMIN_REQUEST_MS_MAX"):
+        advance_subscription(f"http://127.0.0.1:{free_port()}", "etl", {T0: Position(3, 4)})
+    advance_subscription("http://unused", "etl", {T0: BEGINNING})  # nothing read yet: no call at all
 
 
 def test_write_options() -> None:

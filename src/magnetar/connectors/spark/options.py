@@ -72,7 +72,8 @@ class ReadOptions:
     min_partitions: int
     read_mode: str
     value_schema: str | None
-    subscription: str | None
+    subscription: str | None  # streaming: the durable subscription advanced on commit (``progress``)
+    admin_url: str | None
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -93,6 +94,12 @@ class ReadOptions:
             topics = tuple(dict.fromkeys(full_topic_name(t) for t in names))
         if streaming and "endingoffsets" in options:
             raise InvalidArgument("option endingOffsets is for batch reads only")
+        subscription = options.get("subscription", "").strip() or None
+        admin_url = options.get("adminurl", "").strip() or None
+        if subscription is not None and not streaming:
+            raise InvalidArgument("option subscription is for streaming reads only")
+        if subscription is not None and admin_url is None:
+            raise InvalidArgument("option subscription needs adminUrl (the broker's HTTP address, http://host:port)")
         return cls(
             service_url=options.get("serviceurl", DEFAULT_SERVICE_URL),
             metadata_url=options.get("metadataurl") or None,
@@ -109,7 +116,8 @@ class ReadOptions:
             min_partitions=_int(options, "minPartitions", low=1) or 1,
             read_mode=_choice(options, "readMode", READ_MODES),
             value_schema=options.get("valueschema") or None,
-            subscription=options.get("subscription") or None,
+            subscription=subscription,
+            admin_url=admin_url,
         )
 
 

@@ -41,6 +41,7 @@ from magnetar.connectors.spark.fetch import Connections, DataLoss
 from magnetar.connectors.spark.offsets import BEGINNING, Named, Spec, canonical, from_offset, spec_for
 from magnetar.connectors.spark.options import ReadOptions, WriteOptions
 from magnetar.connectors.spark.plan import PartitionLayout, Slice, cut
+from magnetar.connectors.spark.progress import advance_subscription
 from magnetar.connectors.spark.rows import parse_value_schema, schema_ddl
 from magnetar.connectors.spark.sink import producer_name, to_message, write_messages
 
@@ -128,8 +129,8 @@ class MagnetarBatchReader(DataSourceReader):
 
 
 class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets ``{partition: "L:E"}``; see ``offsets``. ``commit`` has nothing to release: the
-    source keeps no cursor (Spark's checkpoint is the position)."""
+    """Offsets ``{partition: "L:E"}``; see ``offsets``. The source reads without a cursor (Spark's
+    checkpoint is the position); ``commit`` only moves the optional named subscription."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.read_options = options
@@ -236,7 +237,11 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read_partition(partition)
 
     def commit(self, end: dict[str, str]) -> None:
-        """Nothing to release: positions live in Spark's checkpoint."""
+        """Positions live in Spark's checkpoint; with the ``subscription`` option the named
+        subscription is moved to ``end`` on every partition (see ``progress``)."""
+        options = self.read_options
+        if options.subscription is not None and options.admin_url is not None:
+            advance_subscription(options.admin_url, options.subscription, from_offset(end))
 
 
 # --- write -------------------------------------------------------------------------------------
