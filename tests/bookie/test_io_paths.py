@@ -33,6 +33,7 @@ from magnetar.sim import SimClock, SimDisk, SimDiskConfig, SimKeyValueStore, run
 from magnetar.storage import Bookie
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.journal import Journal, JournalPosition, add_record, replay
+from tests.bookie.test_storage import SMALL
 
 
 def _parts(count: int, seed: int) -> list[bytes]:
@@ -185,15 +186,7 @@ def test_tcp_connection_bounds_unread_bytes_and_delivers_them_intact() -> None:
 
 
 KEY = b"k"
-ALIGNED_CONFIG = BookieConfig(
-    write_cache_bytes_max=4 * 1024 * 1024,
-    entry_bytes_max=512 * 1024,
-    journal_queue_bytes_max=2 * 1024 * 1024,
-    journal_file_bytes_max=256 * 1024,
-    entry_log_bytes_max=256 * 1024,
-    checkpoint_interval_ms=1_000_000,
-    disk_free_bytes_min=0,
-)
+ALIGNED_CONFIG = SMALL  # small files: rotations happen, groups and chunks pad often
 
 
 async def _aligned_round_trip(disk: Disk, kv: KeyValueStore, clock: Clock) -> list[bytes]:
