@@ -10,7 +10,7 @@ import pytest
 
 from magnetar.base.limits import SPARK_READ_AHEAD_ENTRIES_MAX
 from magnetar.base.types import BookieId
-from magnetar.connectors.spark import fetch
+from magnetar.connectors.spark import fetch, rows
 from magnetar.connectors.spark.fetch import Connections
 from magnetar.connectors.spark.plan import EntryRange, Slice
 from magnetar.connectors.spark.rows import RowBuilder
@@ -20,6 +20,7 @@ from magnetar.protocol.pulsar.batch import LZ4, ZSTD, encode_entry
 from magnetar.protocol.pulsar.errors import MalformedFrame
 from magnetar.protocol.pulsar.frames import headers_and_payload
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
+from magnetar.protocol.pulsar.stored import split_stored_entry
 from tests.ledger.fakes import FakeBookie, FakeTransport
 from tests.manual_clock import ManualClock
 
@@ -92,6 +93,80 @@ def test_entries_and_broker_messages_mix_in_one_batch_in_order() -> None:
     assert rows[2]["key"] == b"bk" and rows[2]["properties"] == [("p", "q")]
     assert (rows[2]["producerName"], rows[2]["redeliveryCount"], rows[2]["sequenceId"]) == ("other", 2, 99)
     assert [r["value"] for r in rows] == [b"a", b"b", b"from-broker"]
+
+
+#: A batch entry as the official Python client (pulsar-client, C++ core) stores it: five messages
+#: ``v0000000``..``v0000004``, captured from a standalone.
+OFFICIAL_CLIENT_ENTRY = bytes.fromhex(
+    "0e019cdbaf490000001b0a0e7374616e64616c6f6e652d302d31100018d4b1a880a03458050000000418084000763030303030303000"
+    "000004180840017630303030303031000000041808400276303030303030320000000418084003763030303030303300000004180840"
+    "047630303030303034"
+)
+
+
+def rows_both_ways(monkeypatch: pytest.MonkeyPatch, *entries: bytes) -> tuple[list[dict[str, Any]], bool]:
+    """The rows of ``entries`` through the builder as is, and whether they equal the rows of the
+    message-by-message walk (the uniform fast path switched off)."""
+    builder = RowBuilder(T, 2)
+    for entry_id, entry in enumerate(entries):
+        builder.add_entry(5, entry_id, entry)
+    fast = builder.take()
+    with monkeypatch.context() as patch:
+        patch.setattr(rows, "_uniform_batch", lambda view, count: None)
+        for entry_id, entry in enumerate(entries):
+            builder.add_entry(5, entry_id, entry)
+        slow = builder.take()
+    return fast.to_pylist(), fast.equals(slow)
+
+
+def test_the_official_clients_batch_takes_the_uniform_path_and_gives_the_same_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    metadata, payload = split_stored_entry(OFFICIAL_CLIENT_ENTRY)
+    assert rows._uniform_batch(memoryview(payload), metadata.num_messages_in_batch) is not None
+    got, same = rows_both_ways(monkeypatch, OFFICIAL_CLIENT_ENTRY)
+    assert same
+    assert [r["value"] for r in got] == [b"v%07d" % i for i in range(5)]
+    assert [r["sequenceId"] for r in got] == list(range(5))
+    assert {r["producerName"] for r in got} == {"standalone-0-1"}
+
+
+@pytest.mark.parametrize("shape", ["same sizes", "sequence ids cross a varint width", "sizes differ",
+                                   "an extra field", "empty payloads", "one message", "large sequence ids"])
+def test_uniform_path_or_not_the_rows_are_the_same(monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
+    sequences = list(range(120, 136)) if shape == "sequence ids cross a varint width" else list(range(16))
+    if shape == "large sequence ids":
+        sequences = [2**62 + i for i in range(16)]
+    values = [b"%04d" % i for i in range(len(sequences))]
+    if shape == "sizes differ":
+        values[7] = b"longer"
+    if shape == "empty payloads":
+        values = [b""] * len(sequences)
+    singles = [(single(sequence_id=q), v) for q, v in zip(sequences, values, strict=True)]
+    if shape == "an extra field":
+        singles[3][0].event_time = 5
+    if shape == "one message":
+        singles = singles[:1]
+    entry = batch_entry(singles)
+    metadata, payload = split_stored_entry(entry)
+    uniform = rows._uniform_batch(memoryview(payload), metadata.num_messages_in_batch)
+    expect_uniform = shape in ("same sizes", "empty payloads", "one message", "large sequence ids")
+    assert (uniform is not None) == expect_uniform
+    got, same = rows_both_ways(monkeypatch, entry)
+    assert same
+    assert [r["sequenceId"] for r in got] == [m.sequence_id for m, _ in singles]
+
+
+def test_a_damaged_message_in_a_uniform_looking_batch_is_not_read_as_uniform() -> None:
+    """Negative control: one message whose sequence-id varint is cut short (continuation bit on
+    its last byte) must fail the vectorized check, so the walk reports the damage."""
+    entry = batch_entry([(single(sequence_id=200 + i), b"abcd") for i in range(8)])
+    _, payload = split_stored_entry(entry)
+    damaged = bytearray(payload)
+    stride = len(damaged) // 8
+    damaged[3 * stride + 8] |= 0x80  # message 3: size(4) 0x18 0x04 0x40 then the 2-byte varint
+    assert rows._uniform_batch(memoryview(bytes(payload)), 8) is not None  # control: undamaged is uniform
+    assert rows._uniform_batch(memoryview(bytes(damaged)), 8) is None
 
 
 def corrupt(entry: bytes, old: bytes, new: bytes) -> bytes:

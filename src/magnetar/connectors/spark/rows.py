@@ -104,13 +104,56 @@ def arrow_schema(fields: tuple[ValueField, ...]) -> pa.Schema:
     return pa.schema(ARROW_FIELDS + [pa.field(f.name, _VALUE_TYPES[f.ddl_type][0]) for f in fields])
 
 
-def _binary(values: list[bytes | memoryview], sizes: list[int]) -> pa.Array:
-    """An Arrow binary array of ``values``: their bytes joined once, offsets from their sizes."""
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _uniform_batch(view: memoryview, count: int) -> tuple[int, np.ndarray, bytes] | None:
+    """``(payload_size, sequence ids, values joined)`` of a batch whose messages are all laid out
+    alike — every single-message metadata exactly ``payload_size`` then ``sequence_id`` (the
+    official clients' shape), one payload size, sequence ids of one varint width — checked for
+    every message at once with numpy; ``None`` when any message differs (the caller then walks
+    the batch message by message). Under these checks each metadata parses, as protobuf, to
+    exactly this payload size and sequence id, so both paths give the same rows."""
+    total = len(view)
+    if total < 6:
+        return None
+    first = _U32(view, 0)[0]
+    if first < 4 or first > 25 or view[4] != 0x18:  # 0x18: payload_size's tag comes first
+        return None
+    stride_guess = total // count
+    payload_size = stride_guess - 4 - first
+    if payload_size < 0 or stride_guess * count != total:
+        return None
+    prefix = struct.pack(">I", first) + b"\x18" + _varint(payload_size) + b"\x40"  # 0x40: sequence_id's tag
+    width = 4 + first - len(prefix)  # bytes of the sequence id's varint
+    if not 1 <= width <= 9:  # 9 varint bytes hold 63 bits: the value fits an int64
+        return None
+    rows = np.frombuffer(view, np.uint8).reshape(count, stride_guess)
+    if not (rows[:, : len(prefix)] == np.frombuffer(prefix, np.uint8)).all():
+        return None
+    varints = rows[:, len(prefix) : 4 + first]
+    if (varints[:, -1] & 0x80).any() or (width > 1 and not (varints[:, :-1] & 0x80).all()):
+        return None
+    sequences = np.zeros(count, np.int64)
+    for j in range(width):
+        sequences |= (varints[:, j].astype(np.int64) & 0x7F) << (7 * j)
+    return payload_size, sequences, rows[:, 4 + first :].tobytes()
+
+
+def _binary(pieces: list[bytes | memoryview], sizes: list[int]) -> pa.Array:
+    """An Arrow binary array of values whose bytes are ``pieces`` joined and whose lengths are
+    ``sizes`` (one copy of the bytes)."""
     offsets = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(np.array(sizes, np.int64), out=offsets[1:])
     if offsets[-1] > ARROW_BINARY_BYTES_MAX:
         raise LimitExceeded("ARROW_BINARY_BYTES_MAX", int(offsets[-1]), ARROW_BINARY_BYTES_MAX)
-    data = pa.py_buffer(b"".join(values))
+    data = pa.py_buffer(b"".join(pieces))
     return pa.Array.from_buffers(pa.binary(), len(sizes), [None, pa.py_buffer(offsets.astype(np.int32)), data])
 
 
@@ -145,7 +188,7 @@ def _key_bytes(key: str, b64: bool) -> bytes:
 _U32 = struct.Struct(">I").unpack_from
 _SINGLE = pb.SingleMessageMetadata
 _S = {f.name: f for f in pb.SingleMessageMetadata.DESCRIPTOR.fields}
-_SEQUENCE = _S["sequence_id"]
+_SEQUENCE, _PAYLOAD = _S["sequence_id"], _S["payload_size"]
 _PROPERTIES, _KEY, _PAYLOAD_SIZE = _S["properties"].number, _S["partition_key"].number, _S["payload_size"].number
 _EVENT_TIME, _KEY_B64, _SEQUENCE_NO = _S["event_time"].number, _S["partition_key_b64_encoded"].number, _SEQUENCE.number
 
@@ -178,7 +221,7 @@ class RowBuilder:
         self.e_producer: list[str] = []
         self.e_redelivery: list[int] = []
         # per row
-        self.values: list[bytes | memoryview] = []
+        self.pieces: list[bytes | memoryview] = []  # the values of all rows, in row order, in pieces
         self.sizes: list[int] = []
         self.sequences: list[int] = []
         self.value_bytes = 0
@@ -190,7 +233,7 @@ class RowBuilder:
         self.prop_values: list[str] = []
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.sizes)
 
     def _entry(self, ledger_id: int, entry_id: int, rows: int, first_index: int, publish_ms: int,
                producer: str, redelivery: int = 0) -> None:
@@ -208,10 +251,10 @@ class RowBuilder:
         metadata, payload = split_stored_entry(stored)
         codec = metadata.compression
         data = payload if codec == NONE else decompress(codec, payload, metadata.uncompressed_size)
-        row = len(self.values)
+        row = len(self.sizes)
         if not is_batch(metadata):
             self._entry(ledger_id, entry_id, 1, -1, metadata.publish_time, metadata.producer_name)
-            self.values.append(data)
+            self.pieces.append(data)
             self.sizes.append(len(data))
             self.value_bytes += len(data)
             self.sequences.append(metadata.sequence_id)
@@ -236,7 +279,15 @@ class RowBuilder:
         total = len(view)
         if count > total:  # every message takes at least its 4-byte size field
             raise MalformedFrame(f"batch of {count} messages cannot fit in {total} bytes")
-        values, sizes, sequences = self.values, self.sizes, self.sequences
+        pieces, sizes, sequences = self.pieces, self.sizes, self.sequences
+        uniform = _uniform_batch(view, count)
+        if uniform is not None:
+            payload_size, batch_sequences, values = uniform
+            pieces.append(values)
+            sizes.extend([payload_size] * count)
+            sequences.extend(batch_sequences.tolist())
+            self.value_bytes += total
+            return
         parse = _SINGLE.FromString
         offset = 0
         try:
@@ -245,7 +296,7 @@ class RowBuilder:
                 offset += 4
                 fields = parse(view[offset : offset + size]).ListFields()
                 offset += size
-                if len(fields) == 2 and fields[1][0] is _SEQUENCE:  # payload_size and sequence_id only
+                if len(fields) == 2 and fields[0][0] is _PAYLOAD and fields[1][0] is _SEQUENCE:  # the usual shape
                     payload_size = fields[0][1]
                     sequences.append(fields[1][1])
                 else:
@@ -253,7 +304,7 @@ class RowBuilder:
                 end = offset + payload_size
                 if end > total:
                     raise MalformedFrame(f"payload_size {payload_size} of message {index} exceeds the batch")
-                values.append(view[offset:end])
+                pieces.append(view[offset:end])
                 sizes.append(payload_size)
                 offset = end
         except (struct.error, DecodeError) as error:
@@ -296,11 +347,11 @@ class RowBuilder:
     def add_message(self, message: Any) -> None:
         """One message received through the broker (a ``magnetar.client.Message``)."""
         mid = message.message_id
-        row = len(self.values)
+        row = len(self.sizes)
         self._entry(mid.ledger_id, mid.entry_id, 1, mid.batch_index, message.publish_time_ms,
                     message.producer_name, message.redelivery_count)
         payload = message.payload
-        self.values.append(payload)
+        self.pieces.append(payload)
         self.sizes.append(len(payload))
         self.value_bytes += len(payload)
         self.sequences.append(message.sequence_id)
@@ -315,7 +366,7 @@ class RowBuilder:
 
     def take(self) -> pa.RecordBatch:
         """The rows gathered so far as one record batch (the builder starts over)."""
-        n = len(self.values)
+        n = len(self.sizes)
         rows = np.array(self.e_rows, np.int64)
         entry_of_row = np.repeat(np.arange(len(rows)), rows)
         first_rows = np.cumsum(rows) - rows
@@ -328,9 +379,10 @@ class RowBuilder:
             fields=list(MESSAGE_ID_TYPE),
         )
         publish_us = np.repeat(np.array(self.e_publish_ms, np.int64) * 1000, rows)
+        values = _binary(self.pieces, self.sizes)
         columns = [
             _sparse_binary(n, self.keys),
-            _binary(self.values, self.sizes),
+            values,
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             message_id,
@@ -342,7 +394,7 @@ class RowBuilder:
             pa.array(np.repeat(np.array(self.e_redelivery, np.int32), rows)),
         ]
         if self.value_fields:
-            columns.extend(self._value_columns())
+            columns.extend(self._value_columns(values))
         self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
@@ -353,11 +405,11 @@ class RowBuilder:
         return pa.MapArray.from_arrays(pa.array(offsets), pa.array(self.prop_keys, pa.string()),
                                        pa.array(self.prop_values, pa.string()))
 
-    def _value_columns(self) -> list[pa.Array]:
+    def _value_columns(self, values: pa.Array) -> list[pa.Array]:
         decoded: list[dict[str, Any] | None] = []
-        for value in self.values:
+        for value in values.to_pylist():
             try:
-                obj = json.loads(bytes(value))
+                obj = json.loads(value)
             except ValueError:
                 obj = None
             decoded.append(obj if isinstance(obj, dict) else None)
