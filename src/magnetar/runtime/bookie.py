@@ -33,7 +33,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from magnetar import faults
@@ -300,14 +300,47 @@ class MetadataCookieRegistry:
         await self._store.put(f"{COOKIES_PATH}/{bookie_id}", cookie, -1)  # type: ignore[attr-defined]
 
 
-class Registration:
-    """Keeps the ephemeral registration node in step with the bookie's writable/read-only state."""
+StoreReopener = Callable[[], Awaitable[MetadataStore]]
 
-    def __init__(self, store: object, bookie_id: str, bookie: Bookie) -> None:
+
+class Registration:
+    """Keeps the ephemeral registration node in step with the bookie's writable/read-only state.
+
+    The node lives as long as the metadata session. When the session has ended (expired after a
+    long pause or a partition) and a ``reopen`` function was given, the next round opens a new
+    session and registers again, so a bookie that lost its session becomes visible to writers
+    again without a restart; ``on_new_store`` tells the owner of the other users of the store.
+    """
+
+    def __init__(self, store: MetadataStore, bookie_id: str, bookie: Bookie, *,
+                 reopen: StoreReopener | None = None,
+                 on_new_store: Callable[[MetadataStore], None] | None = None) -> None:
         self._store = store
         self._bookie_id = bookie_id
         self._bookie = bookie
         self._registered_path: str | None = None
+        self._reopen = reopen
+        self._on_new_store = on_new_store
+
+    @property
+    def store(self) -> MetadataStore:
+        return self._store
+
+    async def renew_session(self) -> bool:
+        """Open a new session if the current one has ended; True if it did."""
+        if self._reopen is None or self._store.session.alive:
+            return False
+        old = self._store
+        log.warning("bookie %s: metadata session %s, opening a new one", self._bookie_id, old.session.state.value)
+        self._store = await self._reopen()
+        self._registered_path = None
+        if self._on_new_store is not None:
+            self._on_new_store(self._store)
+        try:
+            await old.close()
+        except MagnetarError:
+            pass
+        return True
 
     def _desired_path(self) -> str:
         base = READONLY_PATH if self._bookie.read_only else AVAILABLE_PATH
@@ -335,6 +368,7 @@ class Registration:
     async def run(self) -> None:
         while self._bookie.status in (BookieStatus.WRITABLE, BookieStatus.READ_ONLY):
             try:
+                await self.renew_session()
                 await self.sync()
             except MagnetarError as exc:
                 log.warning("bookie registration failed, will retry: %s", exc)
@@ -349,13 +383,20 @@ class RunningBookie:
     """
 
     def __init__(
-        self, bookie: Bookie, server: BookieServer, kv: RocksKeyValueStore, bookie_id: str, registration_task: asyncio.Task[None]
+        self, bookie: Bookie, server: BookieServer, kv: RocksKeyValueStore, bookie_id: str,
+        registration_task: asyncio.Task[None], registration: Registration,
     ) -> None:
         self.bookie = bookie
         self.server = server
         self.bookie_id = bookie_id
         self._kv = kv
         self._registration_task = registration_task
+        self._registration = registration
+
+    @property
+    def metadata_store(self) -> MetadataStore:
+        """The store the bookie registers in now (a new one after its first session ended)."""
+        return self._registration.store
 
     @property
     def port(self) -> int:
@@ -368,14 +409,15 @@ class RunningBookie:
         self._kv.close()
 
 
-def metadata_live_ledgers(store: MetadataStore) -> LiveLedgers:
+def metadata_live_ledgers(store: MetadataStore | Callable[[], MetadataStore]) -> LiveLedgers:
     """The GC's source of truth: ids of ledgers whose metadata exists (the ledger layer's layout,
     ``ledger.metadata_ops``). It raises (and the GC round is skipped) if the store cannot answer
-    or holds more than ``LEDGER_LIST_COUNT_MAX`` ledgers."""
-    ledgers = LedgerMetadataStore(MetadataStoreAdapter(store))
+    or holds more than ``LEDGER_LIST_COUNT_MAX`` ledgers. ``store`` may be a function returning
+    the current store (a bookie that renews its session asks it every round)."""
+    current = store if callable(store) else (lambda: store)
 
     async def live() -> list[int]:
-        return await ledgers.list_ids()
+        return await LedgerMetadataStore(MetadataStoreAdapter(current())).list_ids()
 
     return live
 
@@ -387,15 +429,19 @@ async def start_bookie(
     clock: Clock,
     network: Network,
     live_ledgers: LiveLedgers | None = None,
+    reopen_store: StoreReopener | None = None,
 ) -> RunningBookie:
     """Open the data directory, check the cookie, replay the journal, listen and register.
 
     Garbage collection (every ``config.gc_interval_ms``; 0 disables it) deletes the ledgers
-    ``live_ledgers`` does not list; by default that is the ledger metadata in ``store``.
+    ``live_ledgers`` does not list; by default that is the ledger metadata in the current store.
+    With ``reopen_store``, a session that ends is replaced by a new one and the bookie registers
+    again (the bookie process does this; standalone's embedded store never expires).
     """
     disk = LocalDisk(config.data_dir)
     kv = RocksKeyValueStore(os.path.join(disk.root, "index"))
-    bookie = Bookie(disk, kv, clock, config, live_ledgers=live_ledgers or metadata_live_ledgers(store))
+    holder = [store]
+    bookie = Bookie(disk, kv, clock, config, live_ledgers=live_ledgers or metadata_live_ledgers(lambda: holder[0]))
     server = BookieServer(bookie, network)
     try:
         has_data = bookie.has_data()
@@ -405,7 +451,8 @@ async def start_bookie(
         bookie_id = f"{config.host}:{port}"
         await verify_or_create_cookie(disk, MetadataCookieRegistry(store), bookie_id, system_rng(), has_data=has_data)
         await bookie.start()
-        registration = Registration(store, bookie_id, bookie)
+        registration = Registration(store, bookie_id, bookie, reopen=reopen_store,
+                                    on_new_store=lambda new: holder.__setitem__(0, new))
         await registration.sync()
     except BaseException:
         await server.stop()
@@ -413,7 +460,7 @@ async def start_bookie(
         kv.close()
         raise
     task = asyncio.get_running_loop().create_task(registration.run(), name=f"bookie-registration-{bookie_id}")
-    return RunningBookie(bookie, server, kv, bookie_id, task)
+    return RunningBookie(bookie, server, kv, bookie_id, task, registration)
 
 
 async def run_bookie(config: BookieConfig, *, ready: Callable[[int], None] | None = None) -> None:
@@ -421,14 +468,19 @@ async def run_bookie(config: BookieConfig, *, ready: Callable[[int], None] | Non
     faults.arm_from_env()
     clock = SystemClock()
     store = await open_metadata_store(config.metadata_url, clock=clock)
+
+    async def reopen() -> MetadataStore:
+        return await open_metadata_store(config.metadata_url, clock=clock)
+
     try:
-        running = await start_bookie(config, store=store, clock=clock, network=TcpNetwork())
+        running = await start_bookie(config, store=store, clock=clock, network=TcpNetwork(), reopen_store=reopen)
         try:
             print(f"magnetar-bookie listening on {running.bookie_id}", flush=True)
             if ready is not None:
                 ready(running.port)
             await wait_for_termination_signal()
         finally:
+            store = running.metadata_store  # a renewed session's store, if the first one ended
             await running.stop()
     finally:
         await store.close()
