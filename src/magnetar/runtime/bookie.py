@@ -353,16 +353,16 @@ class Registration:
         store = self._store
         if self._registered_path is not None:
             try:
-                await store.delete(self._registered_path)  # type: ignore[attr-defined]
+                await store.delete(self._registered_path)
             except MagnetarError:
                 pass
         value = json.dumps({"address": self._bookie_id, "read_only": self._bookie.read_only}).encode()
         try:
-            await store.create(desired, value, ephemeral=True)  # type: ignore[attr-defined]
+            await store.create(desired, value, ephemeral=True)
         except MagnetarError:
             # A previous session's node may linger until its session expires: replace it.
-            await store.delete(desired)  # type: ignore[attr-defined]
-            await store.create(desired, value, ephemeral=True)  # type: ignore[attr-defined]
+            await store.delete(desired)
+            await store.create(desired, value, ephemeral=True)
         self._registered_path = desired
 
     async def run(self) -> None:
