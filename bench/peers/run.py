@@ -52,6 +52,7 @@ METRICS = ("batched_msgs_s", "batched_mb_s", "unbatched_msgs_s", "unbatched_mb_s
 
 def peer_repeat(name: str, port: int, args: argparse.Namespace, tag: str) -> dict[str, float]:
     row: dict[str, float] = {}
+    bound = 3 * args.seconds + 60  # connect, measure, drain, close
     for label, group in (("batched", args.group), ("unbatched", 1)):
         async def publish(stream: str = f"b{tag}{label}", group: int = group) -> dict[str, float]:
             driver = DRIVERS[name](port, stream)
@@ -61,7 +62,7 @@ def peer_repeat(name: str, port: int, args: argparse.Namespace, tag: str) -> dic
             finally:
                 await driver.close()
 
-        figures = run_uvloop(publish)
+        figures = run_uvloop(publish, bound)
         row[f"{label}_msgs_s"] = figures["msgs_s"]
         row[f"{label}_mb_s"] = figures["mb_s"]
 
@@ -73,7 +74,7 @@ def peer_repeat(name: str, port: int, args: argparse.Namespace, tag: str) -> dic
         finally:
             await driver.close()
 
-    figures = run_uvloop(e2e)
+    figures = run_uvloop(e2e, bound)
     row.update(e2e_p50_ms=figures["p50_ms"], e2e_p99_ms=figures["p99_ms"], e2e_received=figures["received"],
                e2e_sent=figures["sent"])
     return row

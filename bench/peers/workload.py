@@ -238,11 +238,12 @@ DRIVERS: dict[str, Callable[[int, str], Driver]] = {
 }
 
 
-def run_uvloop(factory: Callable[[], Awaitable[Any]]) -> Any:
-    """The peer clients run on uvloop, as Magnetar's servers do."""
+def run_uvloop(factory: Callable[[], Awaitable[Any]], bound_s: float) -> Any:
+    """The peer clients run on uvloop, as Magnetar's servers do; a client that hangs fails the
+    scenario after ``bound_s`` (``TimeoutError``) instead of the whole run."""
     import uvloop
 
     async def main() -> Any:
-        return await factory()
+        return await asyncio.wait_for(factory(), bound_s)
 
     return uvloop.run(main())
