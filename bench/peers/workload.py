@@ -193,6 +193,7 @@ class RedisDriver:
         self.stream = stream
         self.client: Any = None
         self.reader: asyncio.Task[None] | None = None
+        self.stopping = False
 
     async def open(self) -> None:
         import redis.asyncio as redis
@@ -215,7 +216,7 @@ class RedisDriver:
         last = [b"$"]
 
         async def read_loop() -> None:
-            while True:
+            while not self.stopping:  # XREAD blocks at most 100 ms: the loop sees the flag
                 found = await self.client.xread({self.stream: last[0]}, block=100, count=1000)
                 for _stream, entries in found or []:
                     for entry_id, fields in entries:
@@ -226,11 +227,16 @@ class RedisDriver:
         await asyncio.sleep(0.2)  # XREAD with "$" must be in place before the first XADD
 
     async def close(self) -> None:
+        self.stopping = True
         if self.reader is not None:
-            self.reader.cancel()
-            await asyncio.gather(self.reader, return_exceptions=True)
+            # Cancelling redis-py in the middle of a blocking read can hang: let it see the flag.
+            done, _ = await asyncio.wait({self.reader}, timeout=5)
+            if not done:
+                self.reader.cancel()
+            elif not self.reader.cancelled():
+                self.reader.exception()
         if self.client is not None:
-            await self.client.aclose()
+            await asyncio.wait_for(self.client.aclose(), 10)
 
 
 DRIVERS: dict[str, Callable[[int, str], Driver]] = {
