@@ -4,8 +4,11 @@ compression, malformed entries) and the pipelined bookie reads (order, read-ahea
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 from typing import Any, cast
 
+import fastavro
 import pytest
 
 from magnetar.base.limits import SPARK_READ_AHEAD_ENTRIES_MAX
@@ -13,7 +16,7 @@ from magnetar.base.types import BookieId
 from magnetar.connectors.spark import fetch, rows
 from magnetar.connectors.spark.fetch import Connections
 from magnetar.connectors.spark.plan import EntryRange, Slice
-from magnetar.connectors.spark.rows import RowBuilder
+from magnetar.connectors.spark.rows import RowBuilder, parse_value_schema
 from magnetar.ledger.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from magnetar.protocol.bookie.codec import Entry
 from magnetar.protocol.pulsar.batch import LZ4, ZSTD, encode_entry
@@ -240,3 +243,36 @@ def test_read_ahead_shrinks_for_large_entries() -> None:
     got, most = asyncio.run(read_all(4 * 1024 * 1024, 30, (EntryRange(7, 0, 29),)))
     assert got == list(range(30))
     assert most <= 8  # 32 MiB of read-ahead holds 7 entries of 4 MiB (8 before the first arrived)
+
+
+# --- Avro values -----------------------------------------------------------------------------
+
+AVRO_V0 = {"type": "record", "name": "Click", "fields": [{"name": "page", "type": "string"},
+                                                          {"name": "n", "type": "int"}]}
+AVRO_V1 = {"type": "record", "name": "Click", "fields": [{"name": "n", "type": "long"},
+                                                          {"name": "page", "type": "string"},
+                                                          {"name": "extra", "type": "double", "default": 0.0}]}
+
+
+def avro_bytes(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+def test_avro_values_decode_with_the_writer_schema_of_their_version() -> None:
+    fields = parse_value_schema("page STRING, n BIGINT")
+    builder = RowBuilder(T, 2, fields, {0: json.dumps(AVRO_V0), 1: json.dumps(AVRO_V1)})
+    for entry_id, (version, value) in enumerate([
+        (0, avro_bytes(AVRO_V0, {"page": "/a", "n": 1})),
+        (1, avro_bytes(AVRO_V1, {"n": 2, "page": "/b", "extra": 1.5})),  # other field order: needs v1 to decode
+        (None, avro_bytes(AVRO_V1, {"n": 3, "page": "/c", "extra": 0.0})),  # no version: the newest
+        (0, b"\xff"),  # not Avro of v0: null columns
+    ]):
+        metadata = pb.MessageMetadata(producer_name="p", sequence_id=entry_id, publish_time=1)
+        if version is not None:
+            metadata.schema_version = version.to_bytes(8, "big")
+        meta, payload = encode_entry(metadata, payload=value)
+        builder.add_entry(1, entry_id, headers_and_payload(meta, payload))
+    rows_ = builder.take().to_pylist()
+    assert [(r["page"], r["n"]) for r in rows_] == [("/a", 1), ("/b", 2), ("/c", 3), (None, None)]

@@ -170,3 +170,27 @@ def test_example_pipeline_counts_per_key_in_windows(standalone: StandaloneProces
     assert counts == expected
     published = spark.read.format("magnetar").options(**read_options(standalone)).option("topic", "click-counts").load()
     assert sorted(json.loads(bytes(r.value))["count"] for r in published.select("value").collect()) == sorted(counts.values())
+
+
+def test_avro_values_of_the_official_client_become_columns(standalone: StandaloneProcess, spark: Any) -> None:
+    import pulsar
+    from pulsar.schema import AvroSchema, Integer, Record, String
+
+    class Click(Record):
+        page = String()
+        n = Integer()
+
+    client = pulsar.Client(standalone.broker_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        producer = client.create_producer("avro-t", schema=AvroSchema(Click))  # registers the schema
+        for i in range(5):
+            producer.send(Click(page=f"/p{i}", n=i))
+    finally:
+        client.close()
+    def read(value_format: str) -> list[tuple[str, int]]:
+        df = (spark.read.format("magnetar").options(**read_options(standalone)).option("topic", "avro-t")
+              .option("valueSchema", "page STRING, n INT").option("valueFormat", value_format).load())
+        return [(r.page, r.n) for r in df.select("page", "n").collect()]
+
+    assert read("avro") == [(f"/p{i}", i) for i in range(5)]
+    assert read("json") == [(None, None)] * 5  # control: the same bytes are not JSON

@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import unquote
 
+import msgspec
 import pyarrow as pa
 
 from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError, TimeoutError_
@@ -37,6 +38,7 @@ from magnetar.base.limits import (
     SPARK_READ_ENTRIES_CHUNK_COUNT_MAX,
 )
 from magnetar.base.types import NO_ENTRY, BookieId, Position, TopicName
+from magnetar.broker.schema import SchemaRecord, schema_path
 from magnetar.client import MessageId, PulsarClient
 from magnetar.connectors.spark.plan import EntryRange, LedgerSpan, PartitionLayout, Slice
 from magnetar.connectors.spark.rows import RowBuilder, ValueField
@@ -54,6 +56,8 @@ from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.metadata_view import MetadataView, open_metadata_view
 from magnetar.runtime.network import TcpNetwork
 
+#: ``Schema.Type`` of Avro definitions in the schema registry (Pulsar's protocol number).
+AVRO_SCHEMA_TYPE = 4
 #: Where managed ledgers keep their info (``managed_ledger.factory.DEFAULT_ROOT``).
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 
@@ -157,6 +161,22 @@ async def load_layout(cx: Connections, name: str) -> PartitionLayout:
     return PartitionLayout(str(topic), topic.partition_index, tuple(spans))
 
 
+async def avro_schemas(cx: Connections, partition: str) -> dict[int, str]:
+    """The Avro schema definitions registered for ``partition``'s topic, by version (read from the
+    schema registry's nodes in the metadata store; other schema types are left out)."""
+    view = await cx.metadata()
+    path = schema_path(TopicName.parse(partition))
+    out: dict[int, str] = {}
+    for child in await view.children(path):
+        found = await view.get(f"{path}/{child}")
+        if found is None:
+            continue
+        record = msgspec.json.decode(found.value, type=SchemaRecord)
+        if record.type == AVRO_SCHEMA_TYPE:
+            out[int(child)] = record.data.decode()
+    return out
+
+
 # --- reading entries from bookies -----------------------------------------------------------
 
 
@@ -252,11 +272,11 @@ async def entry_stream(cx: Connections, piece: Slice) -> AsyncGenerator[Entry, N
             await asyncio.gather(*window, return_exceptions=True)
 
 
-async def read_slice(cx: Connections, piece: Slice, mode: str,
-                     value_fields: tuple[ValueField, ...] = ()) -> AsyncGenerator[pa.RecordBatch, None]:
+async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tuple[ValueField, ...] = (),
+                     avro_schemas: Mapping[int, str] | None = None) -> AsyncGenerator[pa.RecordBatch, None]:
     """Record batches of every message in ``piece`` (see the module docstring for the modes), cut
     at ``SPARK_ARROW_BATCH_ROWS_MAX`` rows or ``SPARK_ARROW_BATCH_BYTES_MAX`` value bytes."""
-    builder = RowBuilder(piece.topic, piece.partition, value_fields)
+    builder = RowBuilder(piece.topic, piece.partition, value_fields, avro_schemas)
     rest = piece
     if mode != "broker":
         entries = entry_stream(cx, piece)

@@ -18,6 +18,7 @@ from magnetar.connectors.spark.offsets import Named, Spec, parse_spec
 DEFAULT_SERVICE_URL = "pulsar://127.0.0.1:6650"
 READ_MODES = ("auto", "bookies", "broker")
 SPLITS = ("partition", "ledger")
+VALUE_FORMATS = ("json", "avro")
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -72,6 +73,7 @@ class ReadOptions:
     min_partitions: int
     read_mode: str
     value_schema: str | None
+    value_format: str  # how valueSchema columns are decoded: json, or avro (the topic's registered schemas)
     subscription: str | None  # streaming: the durable subscription advanced on commit (``progress``)
     admin_url: str | None
 
@@ -116,6 +118,7 @@ class ReadOptions:
             min_partitions=_int(options, "minPartitions", low=1) or 1,
             read_mode=_choice(options, "readMode", READ_MODES),
             value_schema=options.get("valueschema") or None,
+            value_format=_choice(options, "valueFormat", VALUE_FORMATS),
             subscription=subscription,
             admin_url=admin_url,
         )

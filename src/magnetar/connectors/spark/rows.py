@@ -13,12 +13,15 @@ columns (null when the value is not JSON or lacks the field).
 from __future__ import annotations
 
 import base64
+import io
 import json
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import fastavro
 import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
@@ -176,6 +179,28 @@ def _sparse_timestamps(n: int, pairs: list[tuple[int, int]]) -> pa.Array:
     return pa.array(column, _TIMESTAMP)
 
 
+class AvroValues:
+    """Decodes Avro record values with the writer schema of the version their entry names (the
+    newest registered one when the entry names none or an unknown one); a value that does not
+    decode, or is not a record, gives ``None`` (its columns are null)."""
+
+    def __init__(self, schemas: Mapping[int, str]) -> None:
+        self.schemas = {version: fastavro.parse_schema(json.loads(text)) for version, text in schemas.items()}
+        self.newest = max(self.schemas) if self.schemas else None
+
+    def decode(self, value: bytes | None, version: int) -> dict[str, Any] | None:
+        schema = self.schemas.get(version)
+        if schema is None and self.newest is not None:
+            schema = self.schemas[self.newest]
+        if value is None or schema is None:
+            return None
+        try:
+            record = fastavro.schemaless_reader(io.BytesIO(value), schema, None)
+        except Exception:  # fastavro raises many types on bytes that are not this schema's
+            return None
+        return record if isinstance(record, dict) else None
+
+
 def _key_bytes(key: str, b64: bool) -> bytes:
     if b64:
         try:
@@ -204,10 +229,12 @@ class RowBuilder:
     ``batchIndex`` is its row number minus its entry's first row.
     """
 
-    def __init__(self, topic: str, partition: int, value_fields: tuple[ValueField, ...] = ()) -> None:
+    def __init__(self, topic: str, partition: int, value_fields: tuple[ValueField, ...] = (),
+                 avro_schemas: Mapping[int, str] | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.value_fields = value_fields
+        self.avro = AvroValues(avro_schemas) if avro_schemas is not None else None
         self._schema = arrow_schema(value_fields)
         self._reset()
 
@@ -220,6 +247,7 @@ class RowBuilder:
         self.e_publish_ms: list[int] = []
         self.e_producer: list[str] = []
         self.e_redelivery: list[int] = []
+        self.e_schema_version: list[int] = []  # -1: the entry names none
         # per row
         self.pieces: list[bytes | memoryview] = []  # the values of all rows, in row order, in pieces
         self.sizes: list[int] = []
@@ -236,7 +264,7 @@ class RowBuilder:
         return len(self.sizes)
 
     def _entry(self, ledger_id: int, entry_id: int, rows: int, first_index: int, publish_ms: int,
-               producer: str, redelivery: int = 0) -> None:
+               producer: str, redelivery: int = 0, schema_version: bytes = b"") -> None:
         self.e_ledger.append(ledger_id)
         self.e_entry.append(entry_id)
         self.e_rows.append(rows)
@@ -244,6 +272,7 @@ class RowBuilder:
         self.e_publish_ms.append(publish_ms)
         self.e_producer.append(producer)
         self.e_redelivery.append(redelivery)
+        self.e_schema_version.append(int.from_bytes(schema_version, "big") if len(schema_version) == 8 else -1)
 
     def add_entry(self, ledger_id: int, entry_id: int, stored: bytes | memoryview) -> int:
         """Every message of one stored entry; returns how many rows were added. Raises
@@ -253,7 +282,8 @@ class RowBuilder:
         data = payload if codec == NONE else decompress(codec, payload, metadata.uncompressed_size)
         row = len(self.sizes)
         if not is_batch(metadata):
-            self._entry(ledger_id, entry_id, 1, -1, metadata.publish_time, metadata.producer_name)
+            self._entry(ledger_id, entry_id, 1, -1, metadata.publish_time, metadata.producer_name,
+                        schema_version=metadata.schema_version)
             self.pieces.append(data)
             self.sizes.append(len(data))
             self.value_bytes += len(data)
@@ -268,7 +298,8 @@ class RowBuilder:
                 self.prop_values.append(p.value)
             return 1
         count = metadata.num_messages_in_batch
-        self._entry(ledger_id, entry_id, count, 0, metadata.publish_time, metadata.producer_name)
+        self._entry(ledger_id, entry_id, count, 0, metadata.publish_time, metadata.producer_name,
+                    schema_version=metadata.schema_version)
         self._add_batch(data, count, row, metadata.sequence_id)
         return count
 
@@ -394,7 +425,7 @@ class RowBuilder:
             pa.array(np.repeat(np.array(self.e_redelivery, np.int32), rows)),
         ]
         if self.value_fields:
-            columns.extend(self._value_columns(values))
+            columns.extend(self._value_columns(values, rows))
         self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
@@ -405,14 +436,19 @@ class RowBuilder:
         return pa.MapArray.from_arrays(pa.array(offsets), pa.array(self.prop_keys, pa.string()),
                                        pa.array(self.prop_values, pa.string()))
 
-    def _value_columns(self, values: pa.Array) -> list[pa.Array]:
+    def _value_columns(self, values: pa.Array, rows: np.ndarray) -> list[pa.Array]:
         decoded: list[dict[str, Any] | None] = []
-        for value in values.to_pylist():
-            try:
-                obj = json.loads(value)
-            except ValueError:
-                obj = None
-            decoded.append(obj if isinstance(obj, dict) else None)
+        if self.avro is not None:
+            versions = np.repeat(np.array(self.e_schema_version, np.int64), rows).tolist()
+            avro = self.avro
+            decoded = [avro.decode(value, version) for value, version in zip(values.to_pylist(), versions, strict=True)]
+        else:
+            for value in values.to_pylist():
+                try:
+                    obj = json.loads(value)
+                except ValueError:
+                    obj = None
+                decoded.append(obj if isinstance(obj, dict) else None)
         out = []
         for field in self.value_fields:
             arrow_type, convert = _VALUE_TYPES[field.ddl_type]

@@ -51,19 +51,28 @@ FORMAT = "magnetar"
 class SlicePartition(InputPartition):
     """One Spark task: a slice plus how to reach the cluster."""
 
-    def __init__(self, piece: Slice, options: ReadOptions) -> None:
+    def __init__(self, piece: Slice, options: ReadOptions, avro_schemas: dict[int, str] | None = None) -> None:
         super().__init__(piece.topic)
         self.piece = piece
         self.options = options
+        self.avro_schemas = avro_schemas  # valueFormat=avro: the topic's writer schemas by version
 
 
 def _read_partition(partition: SlicePartition) -> Iterator[pa.RecordBatch]:
     options = partition.options
     fields = parse_value_schema(options.value_schema)
     return fetch.iterate(
-        lambda cx: fetch.read_slice(cx, partition.piece, options.read_mode, fields),
+        lambda cx: fetch.read_slice(cx, partition.piece, options.read_mode, fields, partition.avro_schemas),
         options.service_url, options.metadata_url,
     )
+
+
+async def _partitions(cx: Connections, pieces: list[Slice], options: ReadOptions) -> list[InputPartition]:
+    """Input partitions of ``pieces``, with the Avro writer schemas when values are Avro."""
+    if options.value_format != "avro" or not options.value_schema:
+        return [SlicePartition(piece, options) for piece in pieces]
+    schemas = {name: await fetch.avro_schemas(cx, name) for name in sorted({p.topic for p in pieces})}
+    return [SlicePartition(piece, options, schemas[piece.topic]) for piece in pieces]
 
 
 async def _layouts(cx: Connections, options: ReadOptions) -> dict[str, PartitionLayout]:
@@ -110,14 +119,14 @@ class MagnetarBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         options = self.read_options
 
-        async def plan(cx: Connections) -> list[Slice]:
+        async def plan(cx: Connections) -> list[InputPartition]:
             layouts = await _layouts(cx, options)
             starts = await _starts(cx, layouts, options, "earliest")
             ends = {n: await _resolve(cx, lay, spec_for(options.ending, n, "latest"), options) for n, lay in layouts.items()}
-            return cut(layouts, starts, ends, split_by=options.split_by, min_partitions=options.min_partitions)
+            pieces = cut(layouts, starts, ends, split_by=options.split_by, min_partitions=options.min_partitions)
+            return await _partitions(cx, pieces, options)
 
-        pieces = fetch.call(plan, options.service_url, options.metadata_url)
-        return [SlicePartition(piece, options) for piece in pieces]
+        return list(fetch.call(plan, options.service_url, options.metadata_url))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SlicePartition):  # Spark's placeholder when nothing is to be read
@@ -221,16 +230,17 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         options = self.read_options
         begin, finish = from_offset(start), from_offset(end)
 
-        async def plan(cx: Connections) -> list[Slice]:
+        async def plan(cx: Connections) -> list[InputPartition]:
             layouts = await _layouts(cx, options)
             layouts = {n: lay for n, lay in layouts.items() if n in finish}
             starts = {n: _checked_start(lay, begin.get(n, BEGINNING), options.fail_on_data_loss)
                       for n, lay in layouts.items()}
-            return cut(layouts, starts, finish, split_by=options.split_by, min_partitions=options.min_partitions)
+            pieces = cut(layouts, starts, finish, split_by=options.split_by, min_partitions=options.min_partitions)
+            return await _partitions(cx, pieces, options)
 
         if start == end:
             return []
-        return [SlicePartition(piece, options) for piece in self._call(plan)]
+        return list(self._call(plan))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SlicePartition)
