@@ -11,6 +11,7 @@ from typing import Any, cast
 import fastavro
 import pytest
 
+from magnetar.base.errors import MagnetarError
 from magnetar.base.limits import SPARK_READ_AHEAD_ENTRIES_MAX
 from magnetar.base.types import BookieId
 from magnetar.connectors.spark import fetch, rows
@@ -276,3 +277,45 @@ def test_avro_values_decode_with_the_writer_schema_of_their_version() -> None:
         builder.add_entry(1, entry_id, headers_and_payload(meta, payload))
     rows_ = builder.take().to_pylist()
     assert [(r["page"], r["n"]) for r in rows_] == [("/a", 1), ("/b", 2), ("/c", 3), (None, None)]
+
+
+# --- falling back to the broker ----------------------------------------------------------------
+
+
+def test_a_failed_bookie_read_hands_the_rest_of_the_slice_to_the_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries 0..9 stored; reads of entry 6 fail: rows 0..5 come from the bookie, the broker path
+    is asked for exactly 6..9 (``readMode=auto``); ``readMode=bookies`` fails instead."""
+    entries = [batch_entry([(single(sequence_id=i), b"e%d" % i)], sequence=i) for i in range(10)]
+    bookie, metadata = stored_ledger(7, entries)
+    transport = CountingTransport({bookie.bookie_id: bookie})
+    transport.rule(bookie.bookie_id, "read", 6, action="fail")
+    asked: list[Slice] = []
+
+    class Mid:
+        def __init__(self, entry_id: int) -> None:
+            self.ledger_id, self.entry_id, self.batch_index, self.batch_size = 7, entry_id, 0, 1
+
+    class BrokerMessage:
+        def __init__(self, entry_id: int) -> None:
+            self.message_id = Mid(entry_id)
+            self.key, self.payload, self.publish_time_ms, self.event_time_ms = None, b"e%d" % entry_id, 1, 0
+            self.properties: dict[str, str] = {}
+            self.producer_name, self.sequence_id, self.redelivery_count = "p", entry_id, 0
+
+    async def broker_messages(cx: Any, piece: Slice) -> Any:
+        asked.append(piece)
+        for r in piece.ranges:
+            for entry_id in range(r.first, r.last + 1):
+                yield BrokerMessage(entry_id)
+
+    monkeypatch.setattr(fetch, "broker_messages", broker_messages)
+    cx = Connections("pulsar://unused", None, cast(Any, None), cast(Any, ManualClock()), cast(Any, transport))
+    piece = Slice(T, 2, (EntryRange(7, 0, 9),), {7: metadata.encode()})
+
+    async def read(mode: str) -> list[bytes]:
+        return [v for batch in [b async for b in fetch.read_slice(cx, piece, mode)] for v in batch.column("value").to_pylist()]
+
+    assert asyncio.run(read("auto")) == [b"e%d" % i for i in range(10)]
+    assert [p.ranges for p in asked] == [(EntryRange(7, 6, 9),)]
+    with pytest.raises(MagnetarError):
+        asyncio.run(read("bookies"))
