@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import msgspec
 import pyarrow as pa
@@ -38,7 +38,6 @@ from magnetar.base.limits import (
     SPARK_READ_ENTRIES_CHUNK_COUNT_MAX,
 )
 from magnetar.base.types import NO_ENTRY, BookieId, Position, TopicName
-from magnetar.broker.schema import SchemaRecord, schema_path
 from magnetar.client import MessageId, PulsarClient
 from magnetar.connectors.spark.plan import EntryRange, LedgerSpan, PartitionLayout, Slice
 from magnetar.connectors.spark.rows import RowBuilder, ValueField
@@ -56,8 +55,17 @@ from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.metadata_view import MetadataView, open_metadata_view
 from magnetar.runtime.network import TcpNetwork
 
-#: ``Schema.Type`` of Avro definitions in the schema registry (Pulsar's protocol number).
+#: The schema registry's layout (the broker's ``schema`` module, read here without importing the
+#: broker): ``/schemas/{tenant}/{namespace}/{topic}/{version:010d}``, each node a JSON record whose
+#: ``type`` is Pulsar's ``Schema.Type`` number and ``data`` the definition (base64 in the JSON).
+SCHEMAS_ROOT = "/schemas"
 AVRO_SCHEMA_TYPE = 4
+
+
+class StoredSchema(msgspec.Struct):
+    type: int
+    data: bytes
+
 #: Where managed ledgers keep their info (``managed_ledger.factory.DEFAULT_ROOT``).
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 
@@ -165,13 +173,14 @@ async def avro_schemas(cx: Connections, partition: str) -> dict[int, str]:
     """The Avro schema definitions registered for ``partition``'s topic, by version (read from the
     schema registry's nodes in the metadata store; other schema types are left out)."""
     view = await cx.metadata()
-    path = schema_path(TopicName.parse(partition))
+    base = TopicName.parse(partition).partitioned_topic_name
+    path = f"{SCHEMAS_ROOT}/{base.tenant}/{base.namespace_portion}/{quote(base.local_name, safe='')}"
     out: dict[int, str] = {}
     for child in await view.children(path):
         found = await view.get(f"{path}/{child}")
         if found is None:
             continue
-        record = msgspec.json.decode(found.value, type=SchemaRecord)
+        record = msgspec.json.decode(found.value, type=StoredSchema)
         if record.type == AVRO_SCHEMA_TYPE:
             out[int(child)] = record.data.decode()
     return out
