@@ -3,8 +3,8 @@ broker as fallback. Runs on the driver (planning, admission control) and in task
 
 Read path of a slice (``readMode=auto``): each ledger's metadata travels in the slice, so a task
 reads entries straight from the ledger's bookies (speculative reads over the write set, digest
-checked), up to the LAC the planner saw, in chunks of ``SPARK_READ_ENTRIES_CHUNK_COUNT_MAX``
-entries pipelined per bookie. If a bookie read fails (no replica answers), the rest of the slice
+checked), up to the LAC the planner saw, with a read-ahead window of entry reads in flight
+(``entry_stream``). If a bookie read fails (no replica answers), the rest of the slice
 is read through the broker with a non-durable reader (``readMode=broker`` does that from the
 start; ``readMode=bookies`` fails instead). Either way the rows of one slice are the same.
 
@@ -256,6 +256,7 @@ async def entry_stream(cx: Connections, piece: Slice) -> AsyncGenerator[Entry, N
     wanted = ((r.ledger_id, e) for r in piece.ranges for e in range(r.first, r.last + 1))
     window: deque[asyncio.Future[Entry]] = deque()
     limit = 8  # until the first entry tells how large entries are
+    largest = 1
     try:
         while True:
             while len(window) < limit:
@@ -272,7 +273,8 @@ async def entry_stream(cx: Connections, piece: Slice) -> AsyncGenerator[Entry, N
             if head.done():
                 await asyncio.sleep(0)  # let the reads just queued go out and received bytes in
             entry = await head
-            limit = max(1, min(SPARK_READ_AHEAD_ENTRIES_MAX, SPARK_READ_AHEAD_BYTES_MAX // max(1, len(entry.raw))))
+            largest = max(largest, len(entry.raw))
+            limit = max(1, min(SPARK_READ_AHEAD_ENTRIES_MAX, SPARK_READ_AHEAD_BYTES_MAX // largest))
             yield entry
     finally:
         for future in window:

@@ -222,11 +222,12 @@ class RowBuilder:
     """Accumulates rows of one topic partition; ``take()`` yields them as one record batch.
 
     Columns are gathered in their cheapest form: per entry (ledger, entry, publish time, producer,
-    how many rows) and per message only what varies (a view of the value, its sequence id); keys,
-    event times and properties are recorded sparsely, as (row, value), so a batch without them
-    costs nothing there. ``take`` expands everything with numpy/Arrow: values become one Arrow
-    binary array over a single joined buffer, per-entry columns are repeated, and a message's
-    ``batchIndex`` is its row number minus its entry's first row.
+    schema version, how many rows) and per message only what varies (its value's size and
+    sequence id; the values' bytes as pieces in row order: a view per message, or one buffer for a
+    whole uniform batch); keys, event times and properties are recorded sparsely, as (row, value),
+    so a batch without them costs nothing there. ``take`` expands everything with numpy/Arrow:
+    values become one Arrow binary array over the pieces joined once, per-entry columns are
+    repeated, and a message's ``batchIndex`` is its row number minus its entry's first row.
     """
 
     def __init__(self, topic: str, partition: int, value_fields: tuple[ValueField, ...] = (),
