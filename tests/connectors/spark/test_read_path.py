@@ -178,7 +178,8 @@ def corrupt(entry: bytes, old: bytes, new: bytes) -> bytes:
     return entry.replace(old, new)
 
 
-@pytest.mark.parametrize("damage", ["payload_size too large", "trailing bytes", "count too large", "truncated"])
+@pytest.mark.parametrize("damage", ["payload_size too large", "trailing bytes", "count too large", "truncated",
+                                    "count zero"])
 def test_malformed_batches_are_refused(damage: str) -> None:
     good = batch_entry([(single(sequence_id=1), b"abc"), (single(sequence_id=2), b"defg")])
     if damage == "payload_size too large":
@@ -187,6 +188,8 @@ def test_malformed_batches_are_refused(damage: str) -> None:
         bad = good + b"\x00"
     elif damage == "count too large":
         bad = corrupt(good, b"\x58\x02", b"\x58\x03")  # num_messages_in_batch 2 -> 3
+    elif damage == "count zero":
+        bad = corrupt(good, b"\x58\x02", b"\x58\x00")  # num_messages_in_batch 2 -> 0, payload left
     else:
         bad = good[:-3]
     with pytest.raises(MalformedFrame):

@@ -124,7 +124,7 @@ def _uniform_batch(view: memoryview, count: int) -> tuple[int, np.ndarray, bytes
     the batch message by message). Under these checks each metadata parses, as protobuf, to
     exactly this payload size and sequence id, so both paths give the same rows."""
     total = len(view)
-    if total < 6:
+    if total < 6 or count < 1:
         return None
     first = _U32(view, 0)[0]
     if first < 4 or first > 25 or view[4] != 0x18:  # 0x18: payload_size's tag comes first
