@@ -118,6 +118,11 @@ def test_stats_and_internal_stats_shapes() -> None:
         internal = await w.ok("GET", f"{w.topic_path(T)}/internalStats")
         assert internal["numberOfEntries"] == 5 and internal["cursors"]["s1"]["markDeletePosition"]
         assert internal["ledgers"][0]["entries"] == 5
+        partitioned = w.topic_path(T + "-parted")
+        await w.ok("PUT", f"{partitioned}/partitions", 2)
+        assert (await w.call("GET", f"{partitioned}/internalStats")).status == 412
+        one = await w.ok("GET", f"{partitioned}-partition-1/internalStats")
+        assert one["numberOfEntries"] == 0
 
     run(body)
 

@@ -188,8 +188,9 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
 
     @api_route(f"{base}/{{topic}}/internalStats", ["GET"], "Internal stats (ledgers, cursors)")
     async def stats_internal(request: Request) -> Response:
-        names = await targets(ctx, topic_of(request))
-        if len(names) != 1 or names[0].is_partition:
+        topic = topic_of(request)
+        names = await targets(ctx, topic)
+        if names != [topic]:  # a partitioned topic's name: its partitions have the stats
             raise AdminError(412, "internalStats is per partition: ask for {topic}-partition-{i}")
         return json_response(internal_stats(await load(ctx, names[0])))
 
