@@ -233,13 +233,8 @@ class LedgerHandle:
         assert isinstance(transport, PipelinedAdds)
         try:
             stored = transport.add_outcome(bookie, op.entry, future)
-        except FencedError as exc:
-            op.inflight.discard(bookie)
-            self._fail(FencedError(f"ledger {self.ledger_id} fenced by bookie {bookie}: {exc}"))
-            return
-        except MagnetarError:
-            op.inflight.discard(bookie)
-            self._on_bookie_failure(bookie)
+        except MagnetarError as exc:
+            self._on_add_error(op, bookie, exc)
             return
         if not stored:  # the connection was lost: the slow path reconnects and sends again
             if self._state in (WriterState.OPEN, WriterState.CLOSING):
@@ -249,6 +244,14 @@ class LedgerHandle:
             return
         op.inflight.discard(bookie)
         self._count_reply(op, bookie)
+
+    def _on_add_error(self, op: PendingAdd, bookie: BookieId, exc: MagnetarError) -> None:
+        """``bookie`` did not store ``op``: fenced fails the ledger, anything else replaces the bookie."""
+        op.inflight.discard(bookie)
+        if isinstance(exc, FencedError):
+            self._fail(FencedError(f"ledger {self.ledger_id} fenced by bookie {bookie}: {exc}"))
+        else:
+            self._on_bookie_failure(bookie)
 
     def _count_reply(self, op: PendingAdd, bookie: BookieId) -> None:
         """``bookie`` stored ``op``: count it and complete what reached its ack quorum."""
@@ -267,13 +270,8 @@ class LedgerHandle:
                 self._transport.add(bookie, op.entry, recovery=False, master_key=self._master_key),
                 f"add {self.ledger_id}:{op.entry_id} to {bookie}",
             )
-        except FencedError as exc:
-            op.inflight.discard(bookie)
-            self._fail(FencedError(f"ledger {self.ledger_id} fenced by bookie {bookie}: {exc}"))
-            return
-        except MagnetarError:
-            op.inflight.discard(bookie)
-            self._on_bookie_failure(bookie)
+        except MagnetarError as exc:
+            self._on_add_error(op, bookie, exc)
             return
         op.inflight.discard(bookie)
         await faults.point("ledger.after_reply_before_count")
