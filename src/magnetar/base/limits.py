@@ -47,6 +47,7 @@ NETWORK_WRITE_BUFFER_BYTES_MAX = 4 * MIB  # queued to send: drain() waits beyond
 DISK_DIRECT_ALIGNMENT_BYTES = 4096  # O_DIRECT writes start and end on multiples of this
 DISK_DIRECT_BUFFER_BYTES_MAX = 16 * MIB  # largest write copied through a file's aligned buffer (larger: buffered)
 DISK_DIRECT_BUFFERS_COUNT_MAX = 4  # idle aligned buffers a file keeps for its next writes
+KV_GROUP_COMMIT_BATCHES_MAX = 1024  # concurrent write_durable batches merged into one synced RocksDB write
 
 # --- pulsar protocol ---------------------------------------------------------------------------
 PULSAR_FRAME_BYTES_MAX = 5 * MIB + 10 * KIB  # Pulsar's maxMessageSize (5 MiB) + frame overhead
