@@ -161,6 +161,14 @@ def smoke(rng: random.Random) -> list[Step]:
     ]
 
 
+def lac_tail(rng: random.Random) -> list[Step]:
+    """C3 twice: the writer hangs before the add that would carry the previous entry's LAC to
+    the bookies, then dies. The last acknowledged entries are on the bookies but beyond every
+    LAC they hold, so only recovery that reads forward keeps them (the truncate-to-lac control)."""
+    return [arm_step("ledger.before_send_next_entry", rng, hit=hit, process=BROKER, label=f"C3 lac tail {hit}")
+            for hit in (rng.randint(20, FREQUENT_HIT_MAX), rng.randint(20, FREQUENT_HIT_MAX))]
+
+
 def zombie(rng: random.Random) -> list[Step]:
     """The owner broker paused past its metadata session twice: another broker takes the topic
     over (fencing the old owner's ledger) while the paused one still holds client connections."""
@@ -173,6 +181,7 @@ SCENARIOS = {
     "random": "N seeded injections: arm-hang-kill at random points, kill -9, SIGSTOP",
     "smoke": "three injections (CI)",
     "zombie": "the owner broker paused past its session, twice (needs --target cluster)",
+    "lac-tail": "the writer dies before its next add carries the LAC, twice (truncate-to-lac control)",
 }
 
 
@@ -190,6 +199,8 @@ def build(scenario: str, *, seed: int, injections: int = 0) -> list[Step]:
         steps = smoke(rng)
     elif scenario == "zombie":
         steps = zombie(rng)
+    elif scenario == "lac-tail":
+        steps = lac_tail(rng)
     else:
         raise InvalidArgument(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     if len(steps) > CHAOS_INJECTIONS_COUNT_MAX:
