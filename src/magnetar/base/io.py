@@ -21,6 +21,12 @@ Durability contract shared by every implementation:
   returned.
 * ``KeyValueStore.write(..., sync=True)`` is durable when it returns; ``sync=False`` writes may
   be lost by a crash, but never partially: a batch survives whole or not at all.
+* ``await KeyValueStore.write_durable(batch)`` is durable when it returns, and the event loop is
+  not blocked while it waits for the sync (a worker thread in production). The batch takes its
+  place in the write order when ``write_durable`` is *called*; batches of concurrent calls are
+  written in that order and synced together (group commit). When one returns, its batch and
+  every batch of an earlier call are durable. After a failed durable write the store refuses
+  every later ``write_durable`` (reopen it): a later batch may depend on the lost one.
 """
 
 from __future__ import annotations
@@ -105,6 +111,10 @@ class KeyValueStore(Protocol):
 
     def write(self, puts: Iterable[tuple[bytes, bytes | None]], *, sync: bool) -> None:
         """Apply a batch atomically: ``(key, value)`` puts, ``(key, None)`` deletes."""
+
+    def write_durable(self, puts: Iterable[tuple[bytes, bytes | None]]) -> Awaitable[None]:
+        """Queue a batch now (its place in the write order); the awaitable completes once it is
+        durable, without blocking the event loop (see the module docstring: group commit)."""
 
     def scan(self, start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Items with ``start <= key < end`` in key order."""

@@ -2,9 +2,29 @@
 
 Both stores are this one implementation, so they behave identically by construction; the
 embedded store only adds a ``persist`` hook that writes every change durably before it is
-applied and acknowledged. A mutation is planned first (a list of node after-images, nothing
-changed yet), then persisted, then applied and its watch events queued, all without yielding to
-the event loop in between, so concurrent callers see mutations as atomic and in one order.
+applied and acknowledged. A mutation is planned (a list of node after-images) against the
+*latest* tree, then staged and handed to ``persist`` in the same step, without yielding, so
+mutations are totally ordered by their staging. The persist hook must take the plan's place in
+the durable write order when it is called (the embedded store queues it for a group commit), and
+its awaitable completes once the plan is durable. Mutations are pipelined: a second one is
+planned on top of a first that is still being written, so N concurrent writers share syncs.
+
+Two views of the tree, so that readers never see a change that could still be lost:
+
+* the visible tree (``_nodes``/``_kids``): every plan that is durable, applied in staging order.
+  Reads (``get``, ``children``, ``exists``) and watch events come only from it.
+* the latest tree: the visible one plus the staged, not yet durable plans (``_staged_nodes``,
+  ``_staged_kids``). Only planning reads it, so versions, sequence numbers and CAS checks chain.
+
+When a plan's persist completes, it and every plan staged before it are durable (the store's
+write order), so all of them are applied, in order, before its caller resumes. A mutation whose
+check fails against the latest tree (``BadVersion``, ``NodeExists``, ``NotEmpty`` ...) while
+plans are in flight first waits for them to be durable and visible, then checks again: a caller
+is never refused because of a change that readers cannot see yet (that would not be
+linearizable). If a persist fails, the outcome of that plan and of those staged after it is
+unknown: the server stops accepting mutations (``MetadataUnavailable``; reopen the store),
+reads keep serving the visible, durable tree. Without a persist hook (the memory store) a plan
+is applied as it is staged.
 
 Invariants: every node but the root has its parent in the tree; a parent's ``cversion`` counts
 its child creations and deletions (it numbers sequential children, as ZooKeeper's does);
@@ -14,8 +34,10 @@ ephemeral nodes have no children and belong to a live session.
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import BadVersion, LimitExceeded
@@ -31,7 +53,13 @@ from magnetar.metadata.api import (
     WatchCallback,
     WatchEvent,
 )
-from magnetar.metadata.errors import NoChildrenForEphemerals, NodeExists, NoNode, NotEmpty
+from magnetar.metadata.errors import (
+    MetadataUnavailable,
+    NoChildrenForEphemerals,
+    NodeExists,
+    NoNode,
+    NotEmpty,
+)
 from magnetar.metadata.paths import (
     ROOT,
     ancestors,
@@ -54,7 +82,18 @@ class Node:
 
 
 Plan = list[tuple[str, Node | None]]
+#: Called when a plan is staged: queues it durably in staging order; the awaitable completes
+#: once it (and every plan queued before it) is durable.
 PersistHook = Callable[[Plan], Awaitable[None]]
+_T = TypeVar("_T")
+_STATE_ERRORS = (BadVersion, NotEmpty, NoChildrenForEphemerals)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    plan: Plan
+    persisted: asyncio.Future[None]
+    applied: bool = False
 
 
 class LocalServer:
@@ -70,8 +109,12 @@ class LocalServer:
         self._watches: dict[str, list[_LocalWatch]] = {}
         self._next_session_id = first_session_id
         self._expiry_tasks: dict[int, asyncio.Task[None]] = {}
-        # Serialises mutations whose persist hook yields, so plans never interleave.
-        self._write_lock = asyncio.Lock()
+        # The latest tree over the visible one: staged, not yet durable after-images, and the
+        # child names they add (True) or remove (False) per parent.
+        self._staged_nodes: dict[str, Node | None] = {}
+        self._staged_kids: dict[str, dict[str, bool]] = {}
+        self._in_flight: collections.deque[_InFlight] = collections.deque()
+        self._failure: BaseException | None = None
 
     # --- loading (embedded store) ---------------------------------------------------------
     def load_node(self, path: str, node: Node) -> None:
@@ -89,13 +132,16 @@ class LocalServer:
         return [p for p, n in self._nodes.items() if n.ephemeral_owner and n.ephemeral_owner not in self._clients]
 
     async def remove_nodes(self, paths: list[str]) -> None:
-        async with self._write_lock:
+        def planner() -> tuple[Plan, None]:
             plan: Plan = []
             overlay: dict[str, Node | None] = {}
             # A path may have been deleted by another client since it was listed.
-            for path in sorted((p for p in paths if p in self._nodes), key=lambda p: -p.count("/")):
+            present = (p for p in paths if self._latest(p) is not None)
+            for path in sorted(present, key=lambda p: -p.count("/")):
                 self._plan_delete(plan, overlay, path, None)
-            await self._commit(plan)
+            return plan, None
+
+        await self._mutate(planner)
 
     # --- sessions ------------------------------------------------------------------------
     def allocate_session_id(self) -> int:
@@ -125,7 +171,7 @@ class LocalServer:
         # The session stops serving first, so its own watches do not see its cleanup.
         client.detach_watches()
         owned = sorted(self._ephemerals.pop(session_id, set()))
-        if owned:
+        if owned and self._failure is None:  # a failed store drops them at its next open
             await self.remove_nodes(owned)
         del self._clients[session_id]
         client.session.transition(state)
@@ -178,7 +224,7 @@ class LocalServer:
 
     # --- writes --------------------------------------------------------------------------
     async def create(self, path: str, value: bytes, owner: int, sequential: bool) -> str:
-        async with self._write_lock:
+        def planner() -> tuple[Plan, str]:
             plan: Plan = []
             overlay: dict[str, Node | None] = {}
             now = self._clock.now_ms()
@@ -187,40 +233,75 @@ class LocalServer:
                     self._plan_child(plan, overlay, ancestor, Node(b"", 0, 0, now, now, 0))
             parent = self._current(overlay, parent_of(path))
             invariant(parent is not None, "parent planned")
-            if sequential:
-                assert parent is not None
-                path = f"{path}{parent.cversion:010d}"
-            if self._current(overlay, path) is not None:
-                raise NodeExists(f"metadata node exists: {path}")
-            self._plan_child(plan, overlay, path, Node(value, 0, 0, now, now, owner))
-            await self._commit(plan)
-            if owner:
-                self._ephemerals[owner].add(path)
-            return path
+            assert parent is not None
+            created = f"{path}{parent.cversion:010d}" if sequential else path
+            if self._current(overlay, created) is not None:
+                raise NodeExists(f"metadata node exists: {created}")
+            self._plan_child(plan, overlay, created, Node(value, 0, 0, now, now, owner))
+            return plan, created
+
+        return await self._mutate(planner)
 
     async def set(self, path: str, value: bytes, expected_version: int) -> int:
-        async with self._write_lock:
-            node = self._nodes.get(path)
+        def planner() -> tuple[Plan, int]:
+            node = self._latest(path)
             if node is None:
                 raise NoNode(f"metadata node does not exist: {path}")
             if node.version != expected_version:
                 raise BadVersion(f"{path}: version is {node.version}, expected {expected_version}")
             new = replace(node, value=value, version=node.version + 1, mtime_ms=self._clock.now_ms())
-            await self._commit([(path, new)])
-            return new.version
+            return [(path, new)], new.version
+
+        return await self._mutate(planner)
 
     async def delete(self, path: str, expected_version: int | None) -> None:
-        async with self._write_lock:
+        def planner() -> tuple[Plan, None]:
             plan: Plan = []
             self._plan_delete(plan, {}, path, expected_version)
-            owner = self._nodes[path].ephemeral_owner
+            return plan, None
+
+        await self._mutate(planner)
+
+    async def _mutate(self, planner: Callable[[], tuple[Plan, _T]]) -> _T:
+        """Plan against the latest tree and commit; a failed check is final only once no plan
+        staged before it is still in flight (see the module docstring)."""
+        while True:
+            self._check_writable()
+            try:
+                plan, result = planner()
+            except _STATE_ERRORS:
+                if not self._in_flight:
+                    raise
+                await asyncio.wait({self._in_flight[-1].persisted})
+                continue
             await self._commit(plan)
-            if owner and owner in self._ephemerals:
-                self._ephemerals[owner].discard(path)
+            return result
+
+    def _check_writable(self) -> None:
+        if self._failure is not None:
+            raise MetadataUnavailable(f"metadata store stopped after a failed durable write: {self._failure!r}")
 
     # --- planning ------------------------------------------------------------------------
     def _current(self, overlay: dict[str, Node | None], path: str) -> Node | None:
-        return overlay[path] if path in overlay else self._nodes.get(path)
+        return overlay[path] if path in overlay else self._latest(path)
+
+    def _latest(self, path: str) -> Node | None:
+        """The node in the latest tree (visible plus staged plans)."""
+        return self._staged_nodes[path] if path in self._staged_nodes else self._nodes.get(path)
+
+    def _has_children(self, path: str) -> bool:
+        """Whether ``path`` has children in the latest tree."""
+        visible = self._kids.get(path, set())
+        delta = self._staged_kids.get(path)
+        if not delta:
+            return bool(visible)
+        count = len(visible)
+        for name, added in delta.items():
+            if added and name not in visible:
+                count += 1
+            elif not added and name in visible:
+                count -= 1
+        return count > 0
 
     def _plan_child(self, plan: Plan, overlay: dict[str, Node | None], path: str, node: Node) -> None:
         parent_path = parent_of(path)
@@ -243,7 +324,7 @@ class LocalServer:
             raise NoNode(f"metadata node does not exist: {path}")
         if expected_version is not None and node.version != expected_version:
             raise BadVersion(f"{path}: version is {node.version}, expected {expected_version}")
-        if self._kids.get(path):
+        if self._has_children(path):
             raise NotEmpty(f"metadata node has children: {path}")
         parent_path = parent_of(path)
         parent = self._current(overlay, parent_path)
@@ -255,8 +336,62 @@ class LocalServer:
         plan.append((parent_path, bumped))
 
     async def _commit(self, plan: Plan) -> None:
-        if self._persist is not None:
-            await self._persist(plan)
+        """Stage ``plan`` and hand it to the persist hook now; return once it is applied."""
+        self._track_ephemerals(plan)
+        if self._persist is None:
+            self._apply(plan)
+            return
+        for path, node in plan:
+            parent_path = parent_of(path)
+            name = path.rsplit("/", 1)[1]
+            if node is None:
+                self._staged_kids.setdefault(parent_path, {})[name] = False
+            elif self._latest(path) is None and path != ROOT:
+                self._staged_kids.setdefault(parent_path, {})[name] = True
+            self._staged_nodes[path] = node
+        try:
+            persisted = asyncio.ensure_future(self._persist(plan))
+        except BaseException as exc:
+            self._failure = exc
+            raise
+        entry = _InFlight(plan, persisted)
+        self._in_flight.append(entry)
+        # Registered before anyone awaits it, so it runs before the caller resumes.
+        persisted.add_done_callback(lambda _: self._persisted(entry))
+        # A cancelled caller does not cancel the write: its plan is applied when durable.
+        await asyncio.shield(persisted)
+        invariant(entry.applied, "a persisted plan is applied before its caller resumes")
+
+    def _persisted(self, entry: _InFlight) -> None:
+        """Apply every plan staged up to ``entry`` once its persist succeeded; stop on failure."""
+        persisted = entry.persisted
+        if persisted.cancelled() or persisted.exception() is not None:
+            if self._failure is None:
+                self._failure = persisted.exception() or asyncio.CancelledError()
+            return
+        if entry.applied:
+            return
+        while self._in_flight:
+            head = self._in_flight.popleft()
+            self._apply(head.plan)
+            head.applied = True
+            if head is entry:
+                break
+        if not self._in_flight and self._failure is None:
+            self._staged_nodes.clear()
+            self._staged_kids.clear()
+
+    def _track_ephemerals(self, plan: Plan) -> None:
+        """Keep ``_ephemerals`` (per session) in step with the latest tree."""
+        for path, node in plan:
+            old = self._latest(path)
+            if node is None and old is not None and old.ephemeral_owner:
+                self._ephemerals.get(old.ephemeral_owner, set()).discard(path)
+            elif node is not None and old is None and node.ephemeral_owner in self._ephemerals:
+                self._ephemerals[node.ephemeral_owner].add(path)
+
+    def _apply(self, plan: Plan) -> None:
+        """Apply a durable plan to the visible tree and queue its watch events."""
         events: list[WatchEvent] = []
         for path, node in plan:
             old = self._nodes.get(path)

@@ -1,16 +1,24 @@
 """The embedded durable metadata store for ``magnetar standalone``: one process, one directory.
 
 It is the memory store's tree (``_local``) with every change written to an injected
-``KeyValueStore`` as one atomic batch with ``sync=True`` *before* the change is applied and the
-caller is answered: a write that returned is durable, one that did not may or may not be there
-(never half of it). On open the whole tree is read back (metadata is small), version numbers
-included, and the ephemeral nodes of the previous process's sessions are removed.
+``KeyValueStore`` as one atomic batch with ``write_durable`` *before* the change becomes visible
+and the caller is answered: a write that returned is durable, one that did not may or may not be
+there (never half of it). ``write_durable`` queues the batch when ``_local`` stages the plan (so
+the durable order is the staging order) and syncs the batches of concurrent writers together off
+the event loop (group commit); ``_local`` keeps the change invisible to readers until then. The
+fault point ``metadata.embedded.after_write_before_reply`` sits between that durable write and
+the reply. ``inline_sync=True`` keeps the old path, one ``write(sync=True)`` per change on the
+event loop: only a baseline for benchmarks and tests. On open the whole tree is read back
+(metadata is small), version numbers included, and the ephemeral nodes of the previous
+process's sessions are removed.
 
 Key layout: ``md/n<path>`` -> msgpack ``[value, version, cversion, ctime_ms, mtime_ms, owner]``;
 ``md/s`` -> next session id (8 bytes big-endian), so session ids are never reused.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable
 
 import msgspec
 
@@ -32,6 +40,10 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(_NodeTuple)
 
 
+async def _done() -> None:
+    """An awaitable that is already complete (the inline path wrote synchronously)."""
+
+
 class EmbeddedMetadataStore(LocalClient):
     """A client of an ``EmbeddedMetadataServer``; if it ``owns_server``, closing it closes the server."""
 
@@ -46,17 +58,20 @@ class EmbeddedMetadataStore(LocalClient):
 
 
 class EmbeddedMetadataServer(LocalServer):
-    def __init__(self, kv: KeyValueStore, clock: Clock, first_session_id: int) -> None:
+    def __init__(self, kv: KeyValueStore, clock: Clock, first_session_id: int, *, inline_sync: bool = False) -> None:
         super().__init__(clock, persist=self._write, first_session_id=first_session_id)
         self._kv = kv
+        self._inline_sync = inline_sync
+        # The session counter asked to be persisted so far (ids below it may be handed out).
+        self._session_reserved = first_session_id
         self._closed = False
 
     @classmethod
-    async def open(cls, kv: KeyValueStore, clock: Clock) -> EmbeddedMetadataServer:
+    async def open(cls, kv: KeyValueStore, clock: Clock, *, inline_sync: bool = False) -> EmbeddedMetadataServer:
         """Load the tree from ``kv`` and drop the previous process's ephemeral nodes."""
         raw = kv.get(_SESSION_KEY)
         first_session_id = int.from_bytes(raw, "big") if raw else 1
-        server = cls(kv, clock, first_session_id)
+        server = cls(kv, clock, first_session_id, inline_sync=inline_sync)
         for key, value in kv.scan(_NODE_PREFIX, _NODE_END):
             path = key[len(_NODE_PREFIX) :].decode("utf-8", "surrogatepass")
             try:
@@ -76,13 +91,17 @@ class EmbeddedMetadataServer(LocalServer):
         self, session_timeout_ms: int = METADATA_SESSION_TIMEOUT_MS_DEFAULT, *, owns_server: bool = False
     ) -> EmbeddedMetadataStore:
         """A new client (session). ``owns_server``: closing that client closes this server and its store."""
-        # Persist the counter before the id is used, so no id is handed out twice.
-        self._kv.write([(_SESSION_KEY, (self.next_session_id + 1).to_bytes(8, "big"))], sync=True)
+        # Persist the counter before the id is used, so no id is handed out twice. Each connect
+        # reserves one more id, so concurrent connects each wait for a counter above their id.
+        self._session_reserved = max(self._session_reserved, self.next_session_id) + 1
+        await self._durable([(_SESSION_KEY, self._session_reserved.to_bytes(8, "big"))])
         client = EmbeddedMetadataStore(self, session_timeout_ms)
         client.owns_server = owns_server
         return client
 
-    async def _write(self, plan: Plan) -> None:
+    def _write(self, plan: Plan) -> Awaitable[None]:
+        """Queue ``plan``'s batch now (``_local`` calls this as it stages the plan); the result
+        completes after the durable write and the fault point."""
         batch: list[tuple[bytes, bytes | None]] = []
         for path, node in plan:
             key = _NODE_PREFIX + path.encode("utf-8", "surrogatepass")
@@ -91,7 +110,18 @@ class EmbeddedMetadataServer(LocalServer):
             else:
                 fields = (node.value, node.version, node.cversion, node.ctime_ms, node.mtime_ms, node.ephemeral_owner)
                 batch.append((key, _encoder.encode(fields)))
-        self._kv.write(batch, sync=True)
+        durable = self._durable(batch)
+        return self._reply_after(durable)
+
+    def _durable(self, batch: list[tuple[bytes, bytes | None]]) -> Awaitable[None]:
+        if self._inline_sync:
+            self._kv.write(batch, sync=True)
+            return _done()
+        return self._kv.write_durable(batch)
+
+    @staticmethod
+    async def _reply_after(durable: Awaitable[None]) -> None:
+        await durable
         await faults.point("metadata.embedded.after_write_before_reply")
 
     async def close(self) -> None:

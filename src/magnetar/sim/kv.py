@@ -5,13 +5,17 @@ batch and makes it and every earlier batch durable at once (a synced WAL write f
 before it). ``write(..., sync=False)`` applies the batch to the volatile map and queues it;
 ``flush()`` makes queued batches durable. ``crash(rng)`` keeps the durable map plus, in order, a
 random prefix of the queued batches (none without ``rng``): a batch survives whole or not at all,
-never partially, and never out of order.
+never partially, and never out of order. ``write_durable`` is the group commit: it applies and
+queues the batch at once (as ``sync=False``), and one callback on the next loop turn makes every
+queued batch durable and completes all the waiting callers together (``durable_groups`` counts
+those syncs); a crash before that callback loses them as it loses any unsynced batch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Iterable, Iterator
 
 from magnetar.base.errors import ClosedError
 from magnetar.base.limits import SIM_KV_PENDING_BATCHES_MAX
@@ -29,7 +33,9 @@ class SimKeyValueStore:
         self._volatile: dict[bytes, bytes] = {}
         self._keys: list[bytes] = []  # sorted keys of the volatile map
         self._pending: list[_Batch] = []
+        self._waiting: list[asyncio.Future[None]] = []
         self._closed = False
+        self.durable_groups = 0
 
     def get(self, key: bytes) -> bytes | None:
         self._check()
@@ -43,6 +49,31 @@ class SimKeyValueStore:
         # Past the bound the store flushes instead of buffering more (as a full memtable would).
         if sync or len(self._pending) >= SIM_KV_PENDING_BATCHES_MAX:
             self.flush()
+
+    def write_durable(self, puts: Iterable[tuple[bytes, bytes | None]]) -> Awaitable[None]:
+        self.write(puts, sync=False)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._waiting.append(future)
+        if len(self._waiting) == 1:
+            loop.call_soon(self._sync_waiting)
+        return future
+
+    def _sync_waiting(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        if not waiting:  # a crash came first and dropped them
+            return
+        if self._closed:
+            failure = ClosedError("key/value store is closed")
+            for future in waiting:
+                if not future.done():
+                    future.set_exception(failure)
+            return
+        self.flush()
+        self.durable_groups += 1
+        for future in waiting:
+            if not future.done():
+                future.set_result(None)
 
     def scan(self, start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         self._check()
@@ -72,6 +103,9 @@ class SimKeyValueStore:
             self._apply(self._durable, batch, track_keys=False)
         lost = len(self._pending) - kept
         self._pending.clear()
+        for future in self._waiting:  # their callers crashed with the node: never told "durable"
+            future.cancel()
+        self._waiting = []
         self._volatile = dict(self._durable)
         self._keys = sorted(self._volatile)
         return f"kept {kept} and lost {lost} unsynced batches"
