@@ -112,6 +112,28 @@ def test_tampered_payload_fails_the_digest_but_decodes() -> None:
     assert not decoded.entry.digest_ok()
 
 
+def test_the_digest_is_computed_once_per_entry_and_equality_ignores_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from magnetar.protocol.bookie import codec
+
+    calls: list[int] = []
+    real = codec.entry_digest
+
+    def counting(*args: object) -> int:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(codec, "entry_digest", counting)
+    (good,) = FrameDecoder().feed(encode(AddRequest(1, ENTRY)))
+    raw = bytearray(encode(AddRequest(1, ENTRY)))
+    raw[-1] ^= 0x01
+    (bad,) = FrameDecoder().feed(bytes(raw))
+    assert isinstance(good, AddRequest) and isinstance(bad, AddRequest)
+    assert good.entry.digest_ok() and good.entry.digest_ok()
+    assert not bad.entry.digest_ok() and not bad.entry.digest_ok()
+    assert len(calls) == 2
+    assert good.entry == ENTRY
+
+
 def test_oversized_frame_is_refused_before_buffering_and_breaks_the_decoder() -> None:
     decoder = FrameDecoder()
     with pytest.raises(LimitExceeded) as info:

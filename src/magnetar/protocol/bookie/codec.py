@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from magnetar.base.checksum import crc32c, crc32c_update
 from magnetar.base.errors import CorruptData, InvalidArgument, LimitExceeded
@@ -112,6 +112,9 @@ class Entry:
     lac: int
     digest: int
     raw: bytes
+    #: The outcome of the first ``digest_ok()`` (``raw`` never changes, so one CRC pass is enough
+    #: however many layers check: the bookie client and the ledger reader both do).
+    _digest_checked: bool | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def build(cls, ledger_id: int, entry_id: int, lac: int, payload: bytes | bytearray | memoryview) -> Entry:
@@ -142,8 +145,12 @@ class Entry:
         return len(self.raw) - ENTRY_HEADER_BYTES
 
     def digest_ok(self) -> bool:
-        view = memoryview(self.raw)[ENTRY_HEADER_BYTES:]
-        return entry_digest(self.ledger_id, self.entry_id, self.lac, view) == self.digest
+        checked = self._digest_checked
+        if checked is None:
+            view = memoryview(self.raw)[ENTRY_HEADER_BYTES:]
+            checked = entry_digest(self.ledger_id, self.entry_id, self.lac, view) == self.digest
+            object.__setattr__(self, "_digest_checked", checked)
+        return checked
 
 
 # --- requests ----------------------------------------------------------------------------------
