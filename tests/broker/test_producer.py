@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+
+import pytest
 
 from magnetar.base.types import Position, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
@@ -15,13 +18,24 @@ from tests.broker.fakes import FakeChannel, settle
 class _ReorderingLog:
     """Completes appends in reverse order once ``release()`` is called."""
 
-    def __init__(self, inner: object) -> None:
+    def __init__(self, inner: object, *, nowait: bool) -> None:
         self.inner = inner
+        self.nowait = nowait  # take the producer's task-free path (``append_nowait``) or ``append``
         self.waiters: list[asyncio.Future[None]] = []
         self.next_entry = 0
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
+
+    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
+        if not self.nowait:
+            return False
+        position = Position(9, self.next_entry)
+        self.next_entry += 1
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        waiter.add_done_callback(lambda _: on_done(position, None))
+        return True
 
     async def append(self, data: bytes) -> Position:
         position = Position(9, self.next_entry)
@@ -36,10 +50,11 @@ class _ReorderingLog:
             waiter.set_result(None)
 
 
-def test_receipts_follow_send_order() -> None:
+@pytest.mark.parametrize("nowait", [False, True], ids=["task", "task-free"])
+def test_receipts_follow_send_order(nowait: bool) -> None:
     async def run() -> None:
         inner = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
-        log = _ReorderingLog(inner)
+        log = _ReorderingLog(inner, nowait=nowait)
         topic = Topic(TopicName.parse("t"), log, BrokerConfig())  # type: ignore[arg-type]
         channel = FakeChannel()
         producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)

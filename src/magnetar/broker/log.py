@@ -18,7 +18,7 @@ Contracts every implementation keeps:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -94,6 +94,11 @@ class TopicLog(Protocol):
     def last_position(self) -> Position: ...
 
     async def append(self, data: bytes) -> Position: ...
+
+    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
+        """``append`` without a task: later ``on_done(position, None)`` or ``on_done(None, error)``,
+        never before this returns. Returns False, having done nothing, when ``append`` would have
+        to wait (backpressure, a fault point): then call ``append``."""
 
     async def read(self, start: Position, count_max: int) -> list[Entry]: ...
 

@@ -10,8 +10,9 @@ cursors hold at most ``MANAGED_CURSOR_RANGES_COUNT_MAX`` individual acks.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from magnetar.base.errors import LimitExceeded, NotFound
@@ -163,6 +164,9 @@ class MemoryTopicLog:
         return []
 
     async def append(self, data: bytes) -> Position:
+        return self._append_now(data)
+
+    def _append_now(self, data: bytes) -> Position:
         self._store.charge(len(data))
         state = self._state
         last = state.positions[-1] if state.positions else None
@@ -171,6 +175,14 @@ class MemoryTopicLog:
         state.positions.append(position)
         state.data.append(bytes(data))
         return position
+
+    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
+        try:
+            position = self._append_now(data)
+        except LimitExceeded:
+            return False  # nothing stored: ``append`` raises it
+        asyncio.get_running_loop().call_soon(on_done, position, None)
+        return True
 
     async def read(self, start: Position, count_max: int) -> list[Entry]:
         state = self._state

@@ -23,6 +23,7 @@ import asyncio
 import enum
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from magnetar import faults
@@ -62,6 +63,10 @@ class ProducerState(enum.Enum):
 
 
 _TRANSITIONS = {(ProducerState.ACTIVE, ProducerState.CLOSED), (ProducerState.CLOSED, ProducerState.CLOSED)}
+
+
+#: The points a receipt passes: while one is armed, receipts go through the awaiting ``_flush``.
+_RECEIPT_POINTS = frozenset({"broker.after_persist_before_receipt", "broker.after_receipt"})
 
 
 @dataclass(slots=True)
@@ -132,7 +137,8 @@ class Producer:
             await self._flush()
         else:
             append = self.topic.dedup.begin(self.name, highest, records_sequence=records_sequence)
-            op.task = asyncio.get_running_loop().create_task(self._persist(op, data, append))
+            if not self.topic.publish_nowait(data, max(count, 1), partial(self._persisted, op, append)):
+                op.task = asyncio.get_running_loop().create_task(self._persist(op, data, append))
 
     async def _is_duplicate(self, sequence_id: int) -> bool:
         dedup = self.topic.dedup
@@ -153,6 +159,28 @@ class Producer:
             self.topic.dedup.finish(append, position)
         await self._flush()
 
+    def _persisted(self, op: _PendingSend, append: DedupAppend, position: Position | None,
+                   error: BaseException | None) -> None:
+        """``_persist``'s ending for a SEND that took ``Topic.publish_nowait``."""
+        op.position = position
+        if error is not None:
+            op.error = to_broker_error(error)
+        self.topic.dedup.finish(append, position)
+        if faults.any_armed(_RECEIPT_POINTS):
+            op.task = asyncio.get_running_loop().create_task(self._flush())
+            return
+        self._flush_now()
+
+    def _flush_now(self) -> None:
+        """``_flush`` without awaiting: for when no receipt fault point is armed."""
+        if self._flushing:
+            return  # the running flush will reach this op: it loops while the head is done
+        while self._pending and self._pending[0].done:
+            op = self._pending.popleft()
+            self._room.set()
+            if self._state is ProducerState.ACTIVE and self.channel.is_open():
+                self._answer_now(op)
+
     async def _flush(self) -> None:
         if self._flushing:
             return  # the running flush will reach this op: it loops while the head is done
@@ -168,13 +196,18 @@ class Producer:
     async def _answer(self, op: _PendingSend) -> None:
         if self._state is not ProducerState.ACTIVE or not self.channel.is_open():
             return
+        if op.error is None:
+            await faults.point("broker.after_persist_before_receipt")
+        self._answer_now(op)
+        if op.error is None:
+            await faults.point("broker.after_receipt")
+
+    def _answer_now(self, op: _PendingSend) -> None:
         if op.error is not None:
             self.channel.send_send_error(self.producer_id, op.sequence_id, op.error.code, op.error.message)
             return
         position = op.position
         invariant(position is not None, "a done send has a position or an error")
-        await faults.point("broker.after_persist_before_receipt")
         assert position is not None
         self.channel.send_receipt(self.producer_id, op.sequence_id, position.ledger_id, position.entry_id,
                                   op.highest_sequence_id)
-        await faults.point("broker.after_receipt")

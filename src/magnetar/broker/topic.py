@@ -46,6 +46,7 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol, runtime_checkable
 
 from magnetar.base.clock import Clock
@@ -274,6 +275,38 @@ class Topic:
         for subscription in self.subscriptions.values():
             subscription.notify_entries_added()
         return position
+
+    def publish_nowait(self, data: bytes, messages: int,
+                       on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
+        """``publish`` without a task for the common case: ``on_done(position, None)`` or
+        ``on_done(None, error)`` later, as ``publish`` would return or raise. Returns False, having
+        done nothing, when ``publish`` has to wait or refuse (not active, a publish rate, a size
+        limit) or the log cannot append at once: then call ``publish``. ``messages`` is the count
+        the SEND declared (stats only)."""
+        if self._state is not TopicState.ACTIVE:
+            return False
+        policies = self.policies()
+        size_max = policies.max_message_size_bytes
+        if policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s or (size_max and len(data) > size_max):
+            return False
+        started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
+        return self.log.append_nowait(data, partial(self._published, len(data), messages, started_ns, on_done))
+
+    def _published(self, size: int, messages: int, started_ns: int,
+                   on_done: Callable[[Position | None, BaseException | None], None],
+                   position: Position | None, error: BaseException | None) -> None:
+        """``publish``'s ending for an append made by ``publish_nowait``."""
+        if error is not None:
+            if is_write_failure(error):
+                self._fence(error)
+            on_done(None, error)
+            return
+        if self.clock is not None:
+            self.publish_latency.observe((self.clock.monotonic_ns() - started_ns) / 1e6)
+        self.published.record(messages, size)
+        for subscription in self.subscriptions.values():
+            subscription.notify_entries_added()
+        on_done(position, None)
 
     async def _throttle_publish(self, policies: EffectivePolicies, messages: int, size: int) -> None:
         """Wait for room in the current one-second window; waiters go in arrival (SEND) order."""

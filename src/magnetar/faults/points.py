@@ -23,6 +23,7 @@ __all__ = [
     "FaultPoint",
     "FaultSpec",
     "InjectedFault",
+    "any_armed",
     "arm",
     "arm_from_env",
     "armed",
@@ -207,6 +208,11 @@ def disarm_all() -> None:
 
 def armed() -> dict[str, FaultSpec]:
     return dict(_armed)
+
+
+def any_armed(names: frozenset[str]) -> bool:
+    """Whether one of ``names`` is armed (no copy: cheap enough for a per-message path)."""
+    return bool(_armed) and not names.isdisjoint(_armed)
 
 
 def hits(name: str) -> int:

@@ -63,6 +63,8 @@ WRITER_TRANSITIONS: dict[WriterState, frozenset[WriterState]] = {
 
 #: Fault points on the reply path of an add; while one is armed adds take the task path (``_send_one``).
 _REPLY_POINTS = frozenset({"ledger.after_reply_before_count", "ledger.after_quorum_before_ack"})
+#: The points ``add_entry`` passes before it returns: ``add_entry_nowait`` declines while one is armed.
+_SEND_POINTS = frozenset({"ledger.before_send_next_entry", "ledger.before_send", "ledger.after_send_before_reply"})
 
 
 @dataclass(eq=False, slots=True)
@@ -98,6 +100,8 @@ class LedgerHandle:
         self._meta = metadata
         self._store = store
         self._transport = transport
+        # Checked once: isinstance against a runtime Protocol costs microseconds per call.
+        self._pipelined: PipelinedAdds | None = transport if isinstance(transport, PipelinedAdds) else None
         self._directory = directory
         self._placement = placement
         self._clock = clock
@@ -180,6 +184,23 @@ class LedgerHandle:
             await faults.point("ledger.after_send_before_reply")
         return await asyncio.shield(op.future)
 
+    def add_entry_nowait(self, payload: bytes) -> asyncio.Future[int] | None:
+        """``add_entry`` without a task: the add is sent at once and the returned future completes
+        as ``add_entry`` would return or raise (do not cancel it). Returns None, having done
+        nothing, when ``add_entry`` would have to wait (backpressure), a send fault point is armed
+        or the handle is not open: then call ``add_entry``."""
+        if (self._state is not WriterState.OPEN or self._admission
+                or len(self._pending) >= self._config.pending_adds_count_max or faults.any_armed(_SEND_POINTS)):
+            return None
+        entry_id = self._last_add_pushed + 1
+        self._last_add_pushed = entry_id
+        op = PendingAdd(Entry.build(self.ledger_id, entry_id, self._lac, payload),
+                        asyncio.get_running_loop().create_future())
+        self._pending[entry_id] = op
+        self._drained.clear()
+        self._send_to_write_set(op)
+        return op.future
+
     def _check_open(self) -> None:
         if self._state is WriterState.FAILED:
             invariant(self._failure is not None, "a failed handle records its failure")
@@ -224,13 +245,13 @@ class LedgerHandle:
     def _send_pipelined(self, op: PendingAdd, bookie: BookieId) -> asyncio.Future[Any] | None:
         """The add on the transport's task-free path, or None (then ``_send_one``). Skipped while
         a fault point of the reply path is armed, so fault tests see every point."""
-        if not isinstance(self._transport, PipelinedAdds) or _REPLY_POINTS & faults.armed().keys():
+        if self._pipelined is None or faults.any_armed(_REPLY_POINTS):
             return None
-        return self._transport.add_nowait(bookie, op.entry, master_key=self._master_key)
+        return self._pipelined.add_nowait(bookie, op.entry, master_key=self._master_key)
 
     def _on_pipelined_reply(self, op: PendingAdd, bookie: BookieId, future: asyncio.Future[Any]) -> None:
-        transport = self._transport
-        assert isinstance(transport, PipelinedAdds)
+        transport = self._pipelined
+        assert transport is not None
         try:
             stored = transport.add_outcome(bookie, op.entry, future)
         except MagnetarError as exc:

@@ -49,6 +49,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from magnetar import faults
@@ -419,6 +420,18 @@ class ManagedLedger:
         self._kick_pump()
         return await asyncio.shield(op.future)
 
+    def add_entry_nowait(self, data: bytes) -> asyncio.Future[Position] | None:
+        """``add_entry`` without a task: the returned future completes as ``add_entry`` would
+        return or raise (do not cancel it). Returns None, having done nothing, when ``add_entry``
+        would have to wait for room or the ledger is not writable: then call ``add_entry``."""
+        if (self._state not in _WRITABLE or self._write_failure is not None or self._admission
+                or self.pending_add_count >= self.config.add_queue_count_max):
+            return None
+        op = _OpAdd(bytes(data), asyncio.get_running_loop().create_future())
+        self._queue.append(op)
+        self._kick_pump()
+        return op.future
+
     @property
     def pending_add_count(self) -> int:
         current = self._current
@@ -443,7 +456,12 @@ class ManagedLedger:
                 waiter.set_result(None)
 
     def _kick_pump(self) -> None:
-        if self._pump_task is None or self._pump_task.done():
+        if self._pump_task is not None and not self._pump_task.done():
+            return  # the running pump takes what was queued
+        # What needs no rollover starts here and now; a pump task only for a rollover (it waits).
+        while self._queue and self._state is MLState.LEDGER_OPENED and not self._needs_rollover():
+            self._start_add(self._queue.popleft())
+        if self._has_work() and self._state is MLState.LEDGER_OPENED:
             self._pump_task = self._spawn(self._pump())
 
     def _has_work(self) -> bool:
@@ -495,19 +513,40 @@ class ManagedLedger:
         op.attempts += 1
         current.inflight.append(op)
         self._drained.clear()
-        self._spawn(self._run_add(current, op, expected_entry_id))
+        added = current.handle.add_entry_nowait(op.data)
+        if added is None:
+            self._spawn(self._run_add(current, op, expected_entry_id))
+        else:
+            added.add_done_callback(partial(self._added, current, op, expected_entry_id))
+
+    def _added(self, current: _Current, op: _OpAdd, expected_entry_id: int, added: asyncio.Future[int]) -> None:
+        """``_run_add``'s ending for an add sent by ``add_entry_nowait``."""
+        if added.cancelled():
+            return  # as a cancelled ``_run_add`` task: the handle was torn down under it
+        error = added.exception()
+        if error is not None and not isinstance(error, MagnetarError):
+            return  # as ``_run_add``, which lets anything but a ledger error end its task
+        self._finish_add(current, op, expected_entry_id, added.result() if error is None else None, error)
 
     async def _run_add(self, current: _Current, op: _OpAdd, expected_entry_id: int) -> None:
         try:
             entry_id = await current.handle.add_entry(op.data)
-        except FencedError as exc:
-            op.error = ManagedLedgerFenced(f"managed ledger {self.name}: ledger {current.handle.ledger_id} fenced")
-            self._become_fenced(exc)
         except MagnetarError as exc:
-            op.error = exc
+            self._finish_add(current, op, expected_entry_id, None, exc)
+        else:
+            self._finish_add(current, op, expected_entry_id, entry_id, None)
+
+    def _finish_add(self, current: _Current, op: _OpAdd, expected_entry_id: int, entry_id: int | None,
+                    error: BaseException | None) -> None:
+        if isinstance(error, FencedError):
+            op.error = ManagedLedgerFenced(f"managed ledger {self.name}: ledger {current.handle.ledger_id} fenced")
+            self._become_fenced(error)
+        elif isinstance(error, MagnetarError):
+            op.error = error
             current.failed = True
         else:
             invariant(entry_id == expected_entry_id, f"entry id {entry_id}, expected {expected_entry_id}")
+            assert entry_id is not None
             op.position = Position(current.handle.ledger_id, entry_id)
         op.finished = True
         self._deliver_in_order(current)
