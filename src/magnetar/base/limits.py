@@ -85,6 +85,8 @@ LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX = 1024
 #: Entry bytes one bookie connection may have in flight through the task-free add path; beyond
 #: it adds take the path that waits for the socket buffer to drain.
 LEDGER_PIPELINED_ADD_BYTES_MAX = 4 * MIB
+#: Write sets remembered (one per (first index, E, Qw): E of them per ensemble shape).
+LEDGER_WRITE_SETS_CACHED_COUNT_MAX = 4096
 #: Bookie registrations one directory listing accepts.
 LEDGER_DIRECTORY_BOOKIES_COUNT_MAX = 100_000
 #: Under-replication markers one replication-worker round looks at (the rest wait a round).

@@ -20,9 +20,11 @@ Bookies are named here by their index in the ensemble (0..E-1); callers map inde
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable
 
 from magnetar.base.errors import InvalidArgument
+from magnetar.base.limits import LEDGER_WRITE_SETS_CACHED_COUNT_MAX
 
 
 def validate_quorum(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
@@ -40,7 +42,12 @@ def write_set(entry_id: int, ensemble_size: int, write_quorum_size: int) -> tupl
         raise InvalidArgument(f"entry id must be >= 0, got {entry_id}")
     if not ensemble_size >= write_quorum_size >= 1:
         raise InvalidArgument(f"need ensemble >= write quorum >= 1, got E={ensemble_size} Qw={write_quorum_size}")
-    start = entry_id % ensemble_size
+    return _write_set(entry_id % ensemble_size, ensemble_size, write_quorum_size)
+
+
+@functools.lru_cache(maxsize=LEDGER_WRITE_SETS_CACHED_COUNT_MAX)
+def _write_set(start: int, ensemble_size: int, write_quorum_size: int) -> tuple[int, ...]:
+    # Computed on every add (send, count, quorum check): a handful of distinct answers, cached.
     return tuple((start + w) % ensemble_size for w in range(write_quorum_size))
 
 
