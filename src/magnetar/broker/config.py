@@ -44,6 +44,9 @@ class BrokerConfig:
     policy_check_interval_ms: int = 5000
     #: SENDs one producer may have between receipt and persist; reading pauses beyond it.
     pending_sends_per_producer_max: int = 1000
+    #: SENDs all producers of one connection may have unanswered; reading from the connection
+    #: pauses at it and resumes at half (Pulsar: maxPendingPublishRequestsPerConnection).
+    pending_sends_per_connection_max: int = 1000
     #: Entries one dispatcher read asks the log for.
     dispatch_read_count_max: int = 100
     #: Dispatched-but-unacknowledged entries one subscription tracks; dispatch pauses beyond it.
@@ -67,6 +70,8 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         bounds = (
             ("pending_sends_per_producer_max", self.pending_sends_per_producer_max,
+             BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX),
+            ("pending_sends_per_connection_max", self.pending_sends_per_connection_max,
              BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX),
             ("dispatch_read_count_max", self.dispatch_read_count_max, BROKER_DISPATCH_READ_COUNT_MAX),
             ("pending_acks_per_subscription_max", self.pending_acks_per_subscription_max,

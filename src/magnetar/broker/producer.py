@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
@@ -95,6 +96,9 @@ class Producer:
         self.schema_version: bytes | None = None  # the registered schema it produces with, if any
         self._pending: deque[_PendingSend] = deque()
         self._pending_max = pending_max
+        #: Called once per SEND taken off the FIFO (answered, or dropped once closed): the
+        #: connection's count of unanswered SENDs.
+        self.on_answered: Callable[[], None] | None = None
         self._room = asyncio.Event()
         self._room.set()
         self._flushing = False
@@ -178,6 +182,8 @@ class Producer:
         while self._pending and self._pending[0].done:
             op = self._pending.popleft()
             self._room.set()
+            if self.on_answered is not None:
+                self.on_answered()
             if self._state is ProducerState.ACTIVE and self.channel.is_open():
                 self._answer_now(op)
 
@@ -189,6 +195,8 @@ class Producer:
             while self._pending and self._pending[0].done:
                 op = self._pending.popleft()
                 self._room.set()
+                if self.on_answered is not None:
+                    self.on_answered()
                 await self._answer(op)
         finally:
             self._flushing = False

@@ -16,6 +16,7 @@ Errors in one request become an ERROR (or ``*_RESPONSE`` Failed) for that reques
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -58,6 +59,9 @@ class Session:
         self.consumers: dict[int, tuple[Consumer, Subscription]] = {}
         self._transport_backlog_bytes = 0
         self._closed = False
+        self._pending_sends = 0  # SENDs handed to producers and not yet answered
+        self._send_room = asyncio.Event()
+        self._send_room.set()
 
     # --- channel side (used by producers and dispatchers) ---------------------------------------
 
@@ -85,6 +89,22 @@ class Session:
 
     def _out(self) -> None:
         self._on_output()
+
+    @property
+    def pending_sends(self) -> int:
+        return self._pending_sends
+
+    async def wait_send_room(self) -> None:
+        """Returns once this connection may take more SENDs: at ``pending_sends_per_connection_max``
+        unanswered ones the runtime stops reading until half of them were answered."""
+        while self._pending_sends >= self.service.config.pending_sends_per_connection_max and not self._closed:
+            self._send_room.clear()
+            await self._send_room.wait()
+
+    def _send_answered(self) -> None:
+        self._pending_sends -= 1
+        if not self._send_room.is_set() and self._pending_sends <= self.service.config.pending_sends_per_connection_max // 2:
+            self._send_room.set()
 
     def send_receipt(self, producer_id: int, sequence_id: int, ledger_id: int, entry_id: int,
                      highest_sequence_id: int | None) -> None:
@@ -229,6 +249,7 @@ class Session:
         producer = Producer(topic, body.producer_id, name, self, mode,
                             self.service.config.pending_sends_per_producer_max, connection_key=self)
         producer.schema_version = schema_version
+        producer.on_answered = self._send_answered
         if body.producer_id in self.producers:  # a duplicate PRODUCER raced us while the topic loaded
             raise BrokerError(pb.ServiceNotReady, "producer is already being created")
         admitted = topic.add_producer(producer, body.request_id, self._admit_waiting)
@@ -250,6 +271,7 @@ class Session:
             log.warning("SEND for unknown producer %s; closing the connection", command.producer_id)
             self.connection.close("SEND for an unknown producer")
             return
+        self._pending_sends += 1
         await producer.send(command, data, records_sequence=records_sequence)
 
     async def _close_producer(self, body: pb.CommandCloseProducer) -> None:
@@ -392,6 +414,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        self._send_room.set()
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
         self.producers.clear()

@@ -79,6 +79,8 @@ class _ConnectionLoop:
                 self._writable.clear()
                 self._output.set()
                 await self._writable.wait()
+            if self.session.pending_sends >= self.server.service.config.pending_sends_per_connection_max:
+                await self.session.wait_send_room()
             data = await self.conn.read(PULSAR_READ_CHUNK_BYTES)
             if not data:
                 return
