@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import mmap
 import os
 import selectors
@@ -177,8 +178,26 @@ async def pipelined(client: BookieClient, ledger: int, size: int, seconds: float
 async def paced(client: BookieClient, ledger: int, size: int, seconds: float, rate: float) -> dict[str, float]:
     payload = os.urandom(size)
     latencies: list[float] = []
-    futures = []
     interval = 1.0 / rate
+    failures = 0
+    pending = 0
+    all_done = asyncio.Event()
+    sending = True
+
+    # Futures are not kept (a list of all of them made the client's own full GC passes longer).
+    def done(start_ns: int, future: asyncio.Future[object]) -> None:
+        nonlocal failures, pending
+        pending -= 1
+        if not sending and not pending:
+            all_done.set()
+        if future.cancelled() or future.exception() is not None:
+            failures += 1
+            return
+        if getattr(future.result(), "status", None) is not Status.OK:
+            failures += 1  # an error reply comes fast: it must not count as a fast add
+            return
+        latencies.append((time.monotonic_ns() - start_ns) / 1e6)
+
     start = time.perf_counter()
     entry_id = 0
     while time.perf_counter() - start < seconds:
@@ -188,12 +207,15 @@ async def paced(client: BookieClient, ledger: int, size: int, seconds: float, ra
             await asyncio.sleep(delay)
         t0 = time.monotonic_ns()
         future = client.add_nowait(Entry.build(ledger, entry_id, entry_id - 1, payload), master_key=b"bench")
-        future.add_done_callback(lambda f, t0=t0: latencies.append((time.monotonic_ns() - t0) / 1e6))
-        futures.append(future)
+        pending += 1
+        future.add_done_callback(lambda f, t0=t0: done(t0, f))
         entry_id += 1
-    await asyncio.gather(*futures)
+    sending = False
+    if pending:
+        await all_done.wait()
     achieved = len(latencies) / (time.perf_counter() - start)
-    return {"rate_achieved_s": achieved, "p50_ms": percentile(latencies, 0.5), "p99_ms": percentile(latencies, 0.99)}
+    return {"rate_achieved_s": achieved, "p50_ms": percentile(latencies, 0.5), "p99_ms": percentile(latencies, 0.99),
+            "failures": failures}
 
 
 SCENARIOS = ("1k", "64k", "paced")
@@ -223,15 +245,42 @@ def machine_busy_seconds() -> float:
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
+class GcPauses:
+    """This client's own garbage-collector pauses (``gc.callbacks``): they delay its callbacks,
+    so during a run they show up as add latency that the bookie did not cause."""
+
+    def __init__(self) -> None:
+        self.total_ms = 0.0
+        self.max_ms = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        pause = (time.perf_counter() - self._started) * 1e3
+        self.total_ms += pause
+        self.max_ms = max(self.max_ms, pause)
+
+
 async def measured(
     bookie_pid: int, run: Coroutine[Any, Any, dict[str, float]]
 ) -> dict[str, float]:
     """``run``'s figures plus the CPU share (of one core) the bookie, this client and every other
-    process on the machine used meanwhile (the VM is shared: ``cpu_others_pct`` explains noise)."""
+    process on the machine used meanwhile (the VM is shared: ``cpu_others_pct`` explains noise),
+    and the client's own GC pauses (``client_gc_max_ms``, ``client_gc_total_ms``). What the
+    client holds before the run is frozen (``gc.freeze``), so its full collections stay short."""
+    gc.collect()
+    gc.freeze()
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
     start, bookie0, client0 = time.perf_counter(), cpu_seconds(bookie_pid), cpu_seconds(os.getpid())
     bookie_sys0 = cpu_seconds(bookie_pid, system_only=True)
     machine0 = machine_busy_seconds()
-    result = await run
+    try:
+        result = await run
+    finally:
+        gc.callbacks.remove(pauses)
     elapsed = time.perf_counter() - start
     bookie = cpu_seconds(bookie_pid) - bookie0
     client = cpu_seconds(os.getpid()) - client0
@@ -243,6 +292,8 @@ async def measured(
         result["cpu_bookie_us_per_add"] = 1e6 * bookie / (result["entries_s"] * elapsed)
     result["cpu_client_pct"] = 100 * client / elapsed
     result["cpu_others_pct"] = 100 * max(0.0, machine_busy_seconds() - machine0 - bookie - client) / elapsed
+    result["client_gc_max_ms"] = pauses.max_ms
+    result["client_gc_total_ms"] = pauses.total_ms
     return result
 
 

@@ -28,6 +28,7 @@ full, or while it has ``BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX`` requests in progr
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -474,6 +475,11 @@ async def run_bookie(config: BookieConfig, *, ready: Callable[[int], None] | Non
 
     try:
         running = await start_bookie(config, store=store, clock=clock, network=TcpNetwork(), reopen_store=reopen)
+        # What start-up loaded and built lives as long as the process: moved out of the
+        # collector's generations, a full collection no longer walks it (one took 7-8 ms on the
+        # event loop, an add latency spike; ``bench/bookie_append.py``, docs/performance.md).
+        gc.collect()
+        gc.freeze()
         try:
             print(f"magnetar-bookie listening on {running.bookie_id}", flush=True)
             if ready is not None:

@@ -19,16 +19,29 @@ descriptor (the kernel keeps the two coherent). A filesystem without ``O_DIRECT`
 
 ``close()`` while a worker call still runs (its caller was cancelled) defers closing the
 descriptors to the end of that call, so a call never writes into a file that reused the number.
+
+``remove`` of a file renames it into ``<root>/.trash`` (cheap, on the event loop: the path is
+gone at once, and durably so after ``sync_dir`` of its directory, as with an unlink) and one
+background thread deletes it gently: it shrinks the file ``_TRIM_STEP_BYTES`` at a time with a
+pause between steps, then unlinks it. Unlinking a large file in one step frees all its extents
+in one filesystem transaction (and, with the ``discard`` mount option, one large discard): on the
+bench VM unlinking a 512 MiB journal file took ~65 ms on the event loop and a concurrent 4 KiB
+``fdatasync`` (the journal's group commit) waited up to 30-45 ms; trimmed in 16 MiB steps, every
+such ``fdatasync`` stayed under 2.5 ms. Files left in the trash by a crash are deleted when the
+next ``LocalDisk`` opens the directory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import mmap
 import os
+import queue
 import shutil
 import threading
+import time
 from collections.abc import Sequence
 
 from magnetar.base.errors import InvalidArgument, NotFound
@@ -43,6 +56,60 @@ from magnetar.base.limits import (
 
 #: Buffers one ``pwritev`` call takes (the kernel's IOV_MAX); longer part lists take several.
 _IOV_COUNT_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 1024
+
+
+#: Where ``LocalDisk.remove`` moves a file before it is deleted in the background.
+TRASH_DIR = ".trash"
+#: Bytes one trimming step cuts off a removed file, and the pause after each step.
+_TRIM_STEP_BYTES = 16 * MIB
+_TRIM_PAUSE_S = 0.002
+
+
+def delete_gently(path: str) -> None:
+    """Shrink ``path`` by ``_TRIM_STEP_BYTES`` at a time (pausing ``_TRIM_PAUSE_S`` after each
+    step), then unlink it (blocking: the trash thread's job)."""
+    size = os.stat(path).st_size
+    while size > _TRIM_STEP_BYTES:
+        size -= _TRIM_STEP_BYTES
+        os.truncate(path, size)
+        time.sleep(_TRIM_PAUSE_S)
+    os.remove(path)
+
+
+class _Trash:
+    """The one background thread (started on first use) that deletes trashed files in turn."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._names = itertools.count()
+        self.pending = 0  # files queued or being deleted (tests wait for 0)
+
+    def unique_name(self, name: str) -> str:
+        return f"{os.getpid()}-{time.monotonic_ns()}-{next(self._names)}-{name}"
+
+    def put(self, path: str) -> None:
+        with self._lock:
+            self.pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="magnetar-disk-trash", daemon=True)
+                self._thread.start()
+        self._queue.put(path)
+
+    def _run(self) -> None:
+        while True:
+            path = self._queue.get()
+            try:
+                delete_gently(path)
+            except OSError:
+                pass  # already gone (its directory was deleted) or not a plain file: nothing to keep
+            finally:
+                with self._lock:
+                    self.pending -= 1
+
+
+TRASH = _Trash()
 
 
 def pwritev_all(fd: int, parts: Sequence[Bytes], offset: int) -> None:
@@ -254,6 +321,15 @@ class LocalDisk:
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
+        self._trash = os.path.join(self.root, TRASH_DIR)
+        for name in self._trash_leftovers():
+            TRASH.put(os.path.join(self._trash, name))
+
+    def _trash_leftovers(self) -> list[str]:
+        try:
+            return sorted(os.listdir(self._trash))
+        except FileNotFoundError:
+            return []
 
     def _abs(self, path: str) -> str:
         full = os.path.normpath(os.path.join(self.root, path))
@@ -289,14 +365,18 @@ class LocalDisk:
         os.makedirs(self._abs(path), exist_ok=True)
 
     def remove(self, path: str) -> None:
+        """Remove a directory tree at once, a file by moving it to the trash (module docstring)."""
         full = self._abs(path)
         if os.path.isdir(full):
             shutil.rmtree(full)
-        else:
-            try:
-                os.remove(full)
-            except FileNotFoundError:
-                pass
+            return
+        os.makedirs(self._trash, exist_ok=True)
+        trashed = os.path.join(self._trash, TRASH.unique_name(os.path.basename(full)))
+        try:
+            os.rename(full, trashed)
+        except FileNotFoundError:
+            return
+        TRASH.put(trashed)
 
     def rename(self, src: str, dst: str) -> None:
         os.replace(self._abs(src), self._abs(dst))

@@ -45,9 +45,13 @@ class WriteCache:
             self.bytes -= sum(len(raw) for raw in entries.values())
             self.count -= len(entries)
 
-    def sorted_chunks(self, chunk_bytes: Callable[[], int]) -> Iterator[list[tuple[int, int, bytes]]]:
+    def sorted_chunks(
+        self, chunk_bytes: Callable[[], int], count_max: int
+    ) -> Iterator[list[tuple[int, int, bytes]]]:
         """(ledger, entry, raw) in (ledger, entry) order, in lists of about ``chunk_bytes()``
-        bytes (asked again for every chunk, so a flush can speed up when adds wait for it).
+        bytes (asked again for every chunk, so a flush can speed up when adds wait for it) and
+        at most ``count_max`` entries (the work a flush does per chunk on the event loop is per
+        entry: small entries make short chunks, so adds are not held up behind one).
 
         Lazy, so a flush can yield to the event loop between chunks; the cache must not change
         while the iterator is in use (a flush works on the frozen half).
@@ -59,7 +63,7 @@ class WriteCache:
             entries = self.ledgers[ledger_id]
             for entry_id in sorted(entries):
                 raw = entries[entry_id]
-                if chunk and size + len(raw) > limit:
+                if chunk and (size + len(raw) > limit or len(chunk) >= count_max):
                     yield chunk
                     chunk, size = [], 0
                     limit = chunk_bytes()

@@ -31,15 +31,21 @@ class BookieConfig:
     read_ahead_count_max: int = 64  # entries read together on a read-cache miss
     read_ahead_bytes_max: int = 1 * MIB
     checkpoint_interval_ms: int = 10_000
-    # A checkpoint writes the entry log in chunks, syncing each: small chunks while nothing
-    # waits for the flush (little entry-log data ahead of a journal fsync on the device, short
-    # event-loop steps: add latency stays low), large ones once the active half of the write
-    # cache is half full (adds would soon wait: throughput first); on a log written past the
-    # page cache (O_DIRECT) there is no dirty backlog, so always large. The index goes in unsynced
-    # batches of ``index_batch_keys_max`` keys with a yield to the event loop between them.
+    # A checkpoint writes the entry log in chunks (a buffered log syncs each): small chunks
+    # while nothing waits for the flush (little entry-log data ahead of a journal write and
+    # fsync on the device, short event-loop steps: add latency stays low), large ones once the
+    # active half of the write cache is half full (adds would soon wait: throughput first).
+    # The background checkpoint also pauses ``flush_pause_ms`` before each small chunk, so its
+    # writes are spread out instead of a burst that every journal fsync meets. A chunk also holds at
+    # most ``flush_chunk_entries_max`` entries: the flush's work on the event loop is per entry
+    # (about 2 us each), and adds wait behind one chunk's worth of it. The index goes in
+    # unsynced batches of ``index_batch_keys_max`` keys with a yield to the event loop between
+    # them; the last batch and the checkpoint mark are synced off the event loop.
     flush_chunk_bytes_min: int = 256 * KIB
     flush_chunk_bytes_max: int = 4 * MIB
-    index_batch_keys_max: int = 512
+    flush_chunk_entries_max: int = 256
+    flush_pause_ms: int = 5
+    index_batch_keys_max: int = 256
 
     entry_bytes_max: int = ENTRY_BYTES_MAX
     # Read-only mode below this much free disk; writable again above twice as much.
@@ -67,6 +73,8 @@ class BookieConfig:
             "checkpoint_interval_ms": self.checkpoint_interval_ms > 0,
             "flush_chunk_bytes_min": self.flush_chunk_bytes_min >= 64 * KIB,
             "flush_chunk_bytes_max": self.flush_chunk_bytes_max >= self.flush_chunk_bytes_min,
+            "flush_chunk_entries_max": self.flush_chunk_entries_max >= 1,
+            "flush_pause_ms": self.flush_pause_ms >= 0,
             "index_batch_keys_max": self.index_batch_keys_max >= 1,
             "entry_bytes_max": 0 < self.entry_bytes_max <= ENTRY_BYTES_MAX,
             "disk_free_bytes_min": self.disk_free_bytes_min >= 0,
