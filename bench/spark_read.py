@@ -17,7 +17,18 @@ and publishes ``--count`` messages of ``--size`` random bytes to it with the off
 Reports rows/s of each (min/median/max over the repeats) and the ratio connector/parquet of each
 repeat; target: ratio >= 0.5.
 
-Run: ``.venv/bin/python bench/spark_read.py [--count 1000000] [--size 1024] [--repeats 3]``.
+``--ceiling`` adds a third side measured the same way: ``format("magnetar_ceiling")``, a minimal
+Python data source with the connector's exact schema and partition count whose ``read()`` only
+yields pre-built in-memory Arrow record batches (the same rows' shape: ``--count`` rows of
+``--size``-byte values, ``--ceiling-batch-rows`` rows per batch; built once per Python worker, logged,
+and the run says whether any build fell inside the repeats). It is what Spark itself costs to take
+rows from a Python data source: no I/O, no decoding. ``--sides ceiling,parquet`` measures it without
+a standalone (the parquet copy is then written from the ceiling). ``--conf key=value`` and ``--master``
+try Spark settings; ``--values random`` gives every message its own random bytes (the Parquet copy
+is then ~1 GB instead of a dictionary-encoded few MB); ``--jfr FILE`` records the Spark JVM over the
+repeats (Java Flight Recorder). CPU seconds per side and role are read from ``/proc``.
+
+Run: ``.venv/bin/python bench/spark_read.py [--count 1000000] [--size 1024] [--repeats 3] [--ceiling]``.
 Bounded: publishing stops after ``--seconds``; each read is one Spark job over a fixed set of rows.
 """
 
@@ -28,6 +39,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -40,10 +52,108 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
 import pulsar  # noqa: E402
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 
 from magnetar.runtime.processes import StandaloneProcess  # noqa: E402
 
 TOPIC = "bench"
+CEILING_FORMAT = "magnetar_ceiling"
+
+# --- ceiling: a Python data source serving pre-built Arrow batches --------------------------------
+#
+# Spark imports this module by name in its Python workers (``PYTHONPATH`` gets this directory), so
+# the batches cached here live as long as a worker does (``spark.python.worker.reuse``): built on a
+# worker's first read, then every read only yields them. What a read then costs is Spark's own
+# cost of a Python data source's rows (worker, Arrow IPC, JVM), with no I/O and no decoding.
+
+_CEILING_CACHE: dict[tuple[Any, ...], list[list[Any]]] = {}
+CEILING_CACHE_KEYS_MAX = 4  # ceiling sides of one run (each holds --count x --size bytes per worker)
+
+
+def ceiling_batches(rows: int, size: int, partitions: int, batch_rows: int, values: str) -> list[list[Any]]:
+    """Every partition's record batches (the connector's schema and row shape: 1 producer batch
+    of 126 messages per entry, no keys, event times or properties), each batch its own buffers."""
+    import numpy as np
+    import pyarrow as pa
+
+    from magnetar.connectors.spark.rows import MESSAGE_ID_TYPE, arrow_schema
+
+    schema = arrow_schema(())
+    timestamp = schema.field("publishTime").type
+    rng = np.random.default_rng(7)
+    payload = rng.integers(0, 256, size, np.uint8)
+    out = []
+    for p in range(partitions):
+        first, last = rows * p // partitions, rows * (p + 1) // partitions
+        topic = f"persistent://public/default/{TOPIC}-partition-{p}"
+        batches = []
+        for start in range(first, last, batch_rows):
+            n = min(batch_rows, last - start)
+            data = (rng.integers(0, 256, n * size, np.uint8) if values == "random" else np.tile(payload, n))
+            offsets = np.arange(0, (n + 1) * size, size, dtype=np.int32)
+            row = np.arange(start - first, start - first + n, dtype=np.int64)
+            columns = [
+                pa.nulls(n, pa.binary()),
+                pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]),
+                pa.repeat(pa.scalar(topic, pa.string()), n),
+                pa.repeat(pa.scalar(p, pa.int32()), n),
+                pa.StructArray.from_arrays([pa.array(np.full(n, 10 + p, np.int64)), pa.array(row // 126),
+                                            pa.array((row % 126).astype(np.int32))], fields=list(MESSAGE_ID_TYPE)),
+                pa.array(1_700_000_000_000_000 + (row // 126) * 1000, timestamp),
+                pa.nulls(n, timestamp),
+                pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], pa.string()),
+                                        pa.array([], pa.string())),
+                pa.repeat(pa.scalar("standalone-0-0", pa.string()), n),
+                pa.array(row),
+                pa.array(np.zeros(n, np.int32)),
+            ]
+            batches.append(pa.RecordBatch.from_arrays(columns, schema=schema))
+        out.append(batches)
+    return out
+
+
+class CeilingPartition(InputPartition):
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
+
+
+class CeilingReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.key = (int(options["rows"]), int(options["size"]), int(options["partitions"]),
+                    int(options["batchrows"]), options["values"])
+        self.builds = options["builds"]
+
+    def partitions(self) -> list[InputPartition]:
+        return [CeilingPartition(i) for i in range(self.key[2])]
+
+    def read(self, partition: InputPartition) -> Any:
+        assert isinstance(partition, CeilingPartition)
+        batches = _CEILING_CACHE.get(self.key)
+        if batches is None:  # this worker's first read: build (once), and say so in the log
+            if len(_CEILING_CACHE) >= CEILING_CACHE_KEYS_MAX:
+                _CEILING_CACHE.clear()
+            start = time.perf_counter()
+            batches = _CEILING_CACHE[self.key] = ceiling_batches(*self.key)
+            with open(self.builds, "a") as log:
+                log.write(f"{os.getpid()} {time.time():.3f} {time.perf_counter() - start:.2f}\n")
+        return iter(batches[partition.index])
+
+
+class CeilingDataSource(DataSource):
+    """``format("magnetar_ceiling")``: the connector's schema, rows from ``ceiling_batches``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return CEILING_FORMAT
+
+    def schema(self) -> str:
+        from magnetar.connectors.spark.rows import SCHEMA_DDL
+
+        return SCHEMA_DDL
+
+    def reader(self, schema: Any) -> CeilingReader:
+        return CeilingReader(dict(self.options))
 
 
 def create_partitioned(http: str, partitions: int) -> None:
@@ -55,8 +165,9 @@ def create_partitioned(http: str, partitions: int) -> None:
             raise RuntimeError(f"creating {TOPIC} with {partitions} partitions: HTTP {reply.status}")
 
 
-def publish(url: str, count: int, size: int, seconds: float) -> int:
-    """``count`` messages to the partitioned topic; returns how many were receipted."""
+def publish(url: str, count: int, size: int, seconds: float, values: str) -> int:
+    """``count`` messages to the partitioned topic; returns how many were receipted. ``values``:
+    ``same`` (one random payload for every message) or ``random`` (each its own random bytes)."""
     client = pulsar.Client(url, operation_timeout_seconds=60, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     producer = client.create_producer(TOPIC, batching_enabled=True, batching_max_messages=1000,
                                       batching_max_publish_delay_ms=10, max_pending_messages=5000,
@@ -64,6 +175,7 @@ def publish(url: str, count: int, size: int, seconds: float) -> int:
     done = threading.Semaphore(0)
     failed: list[object] = []
     payload = os.urandom(size)
+    pool = os.urandom(size * 4096) if values == "random" else b""
     deadline = time.monotonic() + seconds
 
     def receipt(result: object, _id: object) -> None:
@@ -75,6 +187,10 @@ def publish(url: str, count: int, size: int, seconds: float) -> int:
     for _ in range(count):
         if time.monotonic() > deadline:
             break
+        if values == "random":  # a fresh pool every 4,096 messages: no two values alike
+            if sent % 4096 == 0 and sent:
+                pool = os.urandom(size * 4096)
+            payload = pool[(sent % 4096) * size : (sent % 4096 + 1) * size]
         producer.send_async(payload, receipt)
         sent += 1
     producer.flush()
@@ -86,10 +202,8 @@ def publish(url: str, count: int, size: int, seconds: float) -> int:
     return sent
 
 
-CPU_USED: dict[str, list[dict[str, float]]] = {"connector": [], "parquet": []}
-
-
-def timed(df: Any, action: str, name: str = "") -> float:
+def timed(df: Any, action: str) -> tuple[float, dict[str, float]]:
+    """(seconds, CPU seconds by role) of one run of ``action`` over ``df``."""
     before = cpu_seconds()
     start = time.perf_counter()
     if action == "noop":
@@ -97,10 +211,8 @@ def timed(df: Any, action: str, name: str = "") -> float:
     else:
         df.selectExpr("sum(length(value))").collect()
     elapsed = time.perf_counter() - start
-    if name:
-        after = cpu_seconds()
-        CPU_USED[name].append({role: after[role] - before[role] for role in after})
-    return elapsed
+    after = cpu_seconds()
+    return elapsed, {role: after[role] - before[role] for role in after}
 
 
 def reader_alone(options: dict[str, str]) -> tuple[int, float]:
@@ -170,6 +282,20 @@ def summary(values: list[float]) -> str:
     return f"min {min(values):,.0f}  median {statistics.median(values):,.0f}  max {max(values):,.0f}"
 
 
+def jvm_pid() -> int | None:
+    """The Spark JVM this process started (for ``--jfr``)."""
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+                command = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if int(stat[1]) == os.getpid() and command.endswith(b"java"):
+                return int(name)
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--count", type=int, default=1_000_000)
@@ -177,68 +303,145 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--action", choices=("noop", "value"), default="noop")
+    parser.add_argument("--values", choices=("same", "random"), default="same",
+                        help="same: one random payload for every message; random: each its own")
+    parser.add_argument("--sides", default="connector,parquet",
+                        help="what is timed, of connector, parquet, ceiling (without connector no standalone is "
+                             "started and the parquet copy is written from the ceiling)")
+    parser.add_argument("--ceiling", action="store_true", help="add the ceiling side")
+    parser.add_argument("--ceiling-batch-rows", default="8192",
+                        help="rows per record batch of the ceiling, comma-separated for several ceiling sides")
+    parser.add_argument("--read-partitions", type=int, default=0,
+                        help="Spark partitions (connector minPartitions, ceiling partitions); 0: 2 x cores")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--conf", action="append", default=[], help="extra Spark setting key=value")
+    parser.add_argument("--no-alone", action="store_true", help="skip the reader-alone and entries-alone phases")
+    parser.add_argument("--jfr", default=None, help="record the Spark JVM (Flight Recorder) over the repeats")
     parser.add_argument("--seconds", type=float, default=600, help="publishing stops after this long")
     parser.add_argument("--dir", default=None, help="parent of the data directory (default: a temp dir)")
     args = parser.parse_args()
+    sides = [side.strip() for side in args.sides.split(",") if side.strip()]
+    if args.ceiling and "ceiling" not in sides:
+        sides.append("ceiling")
+    if not set(sides) <= {"connector", "parquet", "ceiling"} or not sides:
+        parser.error(f"--sides: {args.sides!r}")
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Spark's Python workers import this module by name (the ceiling's data source and its cache)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent),
+                                                             os.environ.get("PYTHONPATH")]))
     work = Path(tempfile.mkdtemp(prefix="magnetar-spark-bench-", dir=args.dir))
-    standalone = StandaloneProcess(str(work / "data"))
+    standalone = StandaloneProcess(str(work / "data")) if "connector" in sides else None
     spark = None
+    cores = os.cpu_count() or 2
+    read_partitions = args.read_partitions or 2 * cores
     try:
-        create_partitioned(standalone.fields["http"], args.partitions)
-        start = time.perf_counter()
-        rows = publish(standalone.broker_url, args.count, args.size, args.seconds)
-        print(f"published {rows:,} messages of {args.size} B to {TOPIC} ({args.partitions} partitions) "
-              f"in {time.perf_counter() - start:.1f} s")
+        rows = args.count
+        options: dict[str, str] = {}
+        if standalone is not None:
+            create_partitioned(standalone.fields["http"], args.partitions)
+            start = time.perf_counter()
+            rows = publish(standalone.broker_url, args.count, args.size, args.seconds, args.values)
+            print(f"published {rows:,} messages of {args.size} B ({args.values} values) to {TOPIC} "
+                  f"({args.partitions} partitions) in {time.perf_counter() - start:.1f} s")
+            options = {"serviceUrl": standalone.broker_url, "metadataUrl": standalone.fields["metadata"],
+                       "topic": TOPIC, "minPartitions": str(read_partitions)}
+            if not args.no_alone:
+                alone_rows, alone_s = reader_alone(options)
+                print(f"reader alone (no Spark, one process, one partition after the other): {alone_rows:,} rows "
+                      f"in {alone_s:.2f} s = {alone_rows / alone_s:,.0f} rows/s")
+                fetched, fetch_s = entries_alone(options)
+                print(f"entries alone (all partitions at once, no rows, no Spark): {fetched / 1e6:,.0f} MB in "
+                      f"{fetch_s:.2f} s = {fetched / 1e6 / fetch_s:,.0f} MB/s = {rows / fetch_s:,.0f} rows/s "
+                      f"(the bookie's ceiling here)")
         from pyspark.sql import SparkSession
 
-        cores = os.cpu_count() or 2
-        options = {"serviceUrl": standalone.broker_url, "metadataUrl": standalone.fields["metadata"],
-                   "topic": TOPIC, "minPartitions": str(2 * cores)}
-        alone_rows, alone_s = reader_alone(options)
-        print(f"reader alone (no Spark, one process, one partition after the other): {alone_rows:,} rows "
-              f"in {alone_s:.2f} s = {alone_rows / alone_s:,.0f} rows/s")
-        fetched, fetch_s = entries_alone(options)
-        print(f"entries alone (all partitions at once, no rows, no Spark): {fetched / 1e6:,.0f} MB in {fetch_s:.2f} s "
-              f"= {fetched / 1e6 / fetch_s:,.0f} MB/s = {rows / fetch_s:,.0f} rows/s (the bookie's ceiling here)")
-        spark = (SparkSession.builder.master("local[*]").appName("magnetar-spark-read-bench")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.memory", "4g")
-                 .config("spark.sql.shuffle.partitions", str(cores)).getOrCreate())
+        builder = (SparkSession.builder.master(args.master).appName("magnetar-spark-read-bench")
+                   .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.driver.memory", "4g")
+                   .config("spark.sql.shuffle.partitions", str(cores)))
+        for setting in args.conf:
+            key, _, value = setting.partition("=")
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
-        connector = spark.read.format("magnetar").options(**options).load()
+        frames: dict[str, Any] = {}
+        if "connector" in sides:
+            frames["connector"] = spark.read.format("magnetar").options(**options).load()
+        builds = work / "ceiling-builds.log"
+        if "ceiling" in sides:
+            import spark_read  # this file by its module name: what the workers import
+
+            spark.dataSource.register(spark_read.CeilingDataSource)
+            for batch_rows in args.ceiling_batch_rows.split(","):
+                name = "ceiling" if "," not in args.ceiling_batch_rows else f"ceiling/{batch_rows}"
+                frames[name] = spark.read.format(CEILING_FORMAT).options(
+                    rows=str(rows), size=str(args.size), partitions=str(read_partitions), batchrows=batch_rows,
+                    values=args.values, builds=str(builds)).load()
         parquet_path = str(work / "parquet")
-        connector.write.parquet(parquet_path)
+        source = "connector" if "connector" in frames else next(iter(frames))
+        frames[source].write.parquet(parquet_path)
         parquet = spark.read.parquet(parquet_path)
         counted = parquet.count()
         if counted != rows:
-            raise RuntimeError(f"the connector read {counted:,} rows, {rows:,} were published")
-        print(f"spark local[*] on {cores} cores; parquet copy {counted:,} rows; action {args.action}")
-        frames = {"connector": connector, "parquet": parquet}
-        warm = {name: timed(df, args.action) for name, df in frames.items()}
-        print(f"warm-up (not counted): connector {warm['connector']:.2f} s, parquet {warm['parquet']:.2f} s")
-        rates: dict[str, list[float]] = {"connector": [], "parquet": []}
-        ratios: list[float] = []
+            raise RuntimeError(f"{source} read {counted:,} rows, {rows:,} were expected")
+        if "parquet" in sides:
+            frames["parquet"] = parquet
+        parquet_bytes = sum(f.stat().st_size for f in Path(parquet_path).glob("*.parquet"))
+        print(f"spark {args.master} on {cores} cores, settings {args.conf or 'default'}; parquet copy (of {source}) "
+              f"{counted:,} rows, {parquet_bytes / 1e6:,.1f} MB in files, read as {parquet.rdd.getNumPartitions()} "
+              f"partitions; {read_partitions} read partitions; action {args.action}")
+        warm = {name: timed(df, args.action)[0] for name, df in frames.items()}
+        if "ceiling" in sides:  # a second pass: every Python worker has built its ceiling batches
+            for name in frames:
+                if name.startswith("ceiling"):
+                    warm[name] = timed(frames[name], args.action)[0]
+        builds_before = builds.read_text().splitlines() if builds.exists() else []
+        print("warm-up (not counted): " + ", ".join(f"{name} {s:.2f} s" for name, s in warm.items()))
+        jvm = jvm_pid() if args.jfr else None
+        if jvm is not None:
+            subprocess.run(["jcmd", str(jvm), "JFR.start", "name=bench", "settings=profile"], check=True,
+                           capture_output=True)
+        print(f"load average before the repeats: {Path('/proc/loadavg').read_text().strip()}")
+        names = list(frames)
+        rates: dict[str, list[float]] = {name: [] for name in names}
+        cpu: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+        ratios: dict[str, list[float]] = {name: [] for name in names if name != "parquet"}
         for repeat in range(args.repeats):
-            order = ["connector", "parquet"] if repeat % 2 == 0 else ["parquet", "connector"]
-            seconds = {name: timed(frames[name], args.action, name) for name in order}
-            for name, elapsed in seconds.items():
-                rates[name].append(rows / elapsed)
-            ratios.append(seconds["parquet"] / seconds["connector"])
-            print(f"repeat {repeat + 1}: connector {seconds['connector']:.2f} s, parquet {seconds['parquet']:.2f} s, "
-                  f"ratio {ratios[-1]:.2f}")
-        print(f"connector rows/s: {summary(rates['connector'])}")
-        print(f"parquet   rows/s: {summary(rates['parquet'])}")
-        print(f"ratio connector/parquet per repeat: {', '.join(f'{r:.2f}' for r in ratios)}; min {min(ratios):.2f}  "
-              f"median {statistics.median(ratios):.2f}  max {max(ratios):.2f}  (target >= 0.50)")
-        for name, runs in CPU_USED.items():
-            roles = ", ".join(f"{role} {statistics.median(r[role] for r in runs):.1f}" for role in runs[0])
+            order = names[repeat % len(names):] + names[: repeat % len(names)]
+            seconds: dict[str, float] = {}
+            for name in order:
+                seconds[name], used = timed(frames[name], args.action)
+                rates[name].append(rows / seconds[name])
+                cpu[name].append(used)
+            if "parquet" in seconds:
+                for name in ratios:
+                    ratios[name].append(seconds["parquet"] / seconds[name])
+            print(f"repeat {repeat + 1}: " + ", ".join(f"{name} {seconds[name]:.2f} s" for name in order))
+        print(f"load average after the repeats: {Path('/proc/loadavg').read_text().strip()}")
+        if jvm is not None:
+            subprocess.run(["jcmd", str(jvm), "JFR.stop", "name=bench", f"filename={args.jfr}"], check=True,
+                           capture_output=True)
+            print(f"JVM flight recording of the repeats: {args.jfr}")
+        for name in names:
+            print(f"{name:>16} rows/s: {summary(rates[name])}")
+        for name, values in ratios.items():
+            if values:
+                print(f"ratio {name}/parquet per repeat: {', '.join(f'{r:.2f}' for r in values)}; min {min(values):.2f}  "
+                      f"median {statistics.median(values):.2f}  max {max(values):.2f}  (target >= 0.50)")
+        for name, runs in cpu.items():
+            roles = ", ".join(f"{role} {statistics.median(r[role] for r in runs):.2f}" for role in runs[0])
             print(f"CPU seconds per {name} run (median): {roles}")
+        if "ceiling" in sides:
+            logged = builds.read_text().splitlines() if builds.exists() else []
+            print(f"ceiling batches built {len(logged)} times (pid, seconds: "
+                  f"{', '.join(' '.join(line.split()[::2]) for line in logged)}); during the repeats: "
+                  f"{len(logged) - len(builds_before)}")
     finally:
         if spark is not None:
             spark.stop()
-        standalone.terminate()
+        if standalone is not None:
+            standalone.terminate()
         shutil.rmtree(work, ignore_errors=True)
 
 
