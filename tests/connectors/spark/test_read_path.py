@@ -9,9 +9,11 @@ import json
 from typing import Any, cast
 
 import fastavro
+import numpy as np
 import pytest
 
 from magnetar.base.errors import MagnetarError
+from magnetar.base.invariant import InvariantViolation
 from magnetar.base.limits import SPARK_READ_AHEAD_ENTRIES_MAX
 from magnetar.base.types import BookieId
 from magnetar.connectors.spark import fetch, rows
@@ -171,6 +173,30 @@ def test_a_damaged_message_in_a_uniform_looking_batch_is_not_read_as_uniform() -
     damaged[3 * stride + 8] |= 0x80  # message 3: size(4) 0x18 0x04 0x40 then the 2-byte varint
     assert rows._uniform_batch(memoryview(bytes(payload)), 8) is not None  # control: undamaged is uniform
     assert rows._uniform_batch(memoryview(bytes(damaged)), 8) is None
+
+
+def test_uniform_and_walked_batches_mix_in_one_record_batch_in_order() -> None:
+    """Values are copied once from pieces of every kind (a uniform batch's 2-D view, a walked
+    batch's per-message views, a non-batch message's bytes) into one buffer, in row order."""
+    uniform = batch_entry([(single(sequence_id=i), b"u%03d" % i) for i in range(6)])
+    walked = batch_entry([(single(sequence_id=9), b"w-short"), (single(partition_key="k"), b"w-longer-value")])
+    metadata, payload = split_stored_entry(uniform)
+    assert rows._uniform_batch(memoryview(payload), metadata.num_messages_in_batch) is not None
+    alone = headers_and_payload(pb.MessageMetadata(producer_name="p", sequence_id=3, publish_time=1), b"alone")
+    builder = RowBuilder(T, 2)
+    for entry_id, entry in enumerate([uniform, walked, alone, uniform]):
+        builder.add_entry(5, entry_id, entry)
+    values = builder.take().column("value").to_pylist()
+    expected = [b"u%03d" % i for i in range(6)]
+    assert values == [*expected, b"w-short", b"w-longer-value", b"alone", *expected]
+
+
+def test_value_pieces_that_disagree_with_their_sizes_are_an_invariant_violation() -> None:
+    """Negative control for the copy: sizes that do not add up to the pieces' bytes are caught."""
+    two_rows = np.frombuffer(b"abcdef", np.uint8).reshape(2, 3)
+    assert rows._binary([two_rows, b"xy"], [3, 3, 2]).to_pylist() == [b"abc", b"def", b"xy"]
+    with pytest.raises(InvariantViolation):
+        rows._binary([two_rows, b"xy"], [3, 3, 3])
 
 
 def corrupt(entry: bytes, old: bytes, new: bytes) -> bytes:

@@ -27,6 +27,7 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from magnetar.base.errors import InvalidArgument, LimitExceeded
+from magnetar.base.invariant import invariant
 from magnetar.protocol.pulsar.batch import NONE, decompress, is_batch
 from magnetar.protocol.pulsar.errors import MalformedFrame
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
@@ -116,13 +117,14 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _uniform_batch(view: memoryview, count: int) -> tuple[int, np.ndarray, bytes] | None:
-    """``(payload_size, sequence ids, values joined)`` of a batch whose messages are all laid out
+def _uniform_batch(view: memoryview, count: int) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """``(payload_size, sequence ids, values)`` of a batch whose messages are all laid out
     alike — every single-message metadata exactly ``payload_size`` then ``sequence_id`` (the
     official clients' shape), one payload size, sequence ids of one varint width — checked for
     every message at once with numpy; ``None`` when any message differs (the caller then walks
     the batch message by message). Under these checks each metadata parses, as protobuf, to
-    exactly this payload size and sequence id, so both paths give the same rows."""
+    exactly this payload size and sequence id, so both paths give the same rows. ``values`` is a
+    view into ``view`` (one row of ``payload_size`` bytes per message), copied only by ``_binary``."""
     total = len(view)
     if total < 6 or count < 1:
         return None
@@ -146,18 +148,37 @@ def _uniform_batch(view: memoryview, count: int) -> tuple[int, np.ndarray, bytes
     sequences = np.zeros(count, np.int64)
     for j in range(width):
         sequences |= (varints[:, j].astype(np.int64) & 0x7F) << (7 * j)
-    return payload_size, sequences, rows[:, 4 + first :].tobytes()
+    return payload_size, sequences, rows[:, 4 + first :]
 
 
-def _binary(pieces: list[bytes | memoryview], sizes: list[int]) -> pa.Array:
+#: The values of rows, in row order, in pieces: a message's bytes, or a uniform batch's values
+#: (a 2-D view, one row per message, into the entry).
+Piece = bytes | memoryview | np.ndarray
+
+
+def _binary(pieces: list[Piece], sizes: list[int]) -> pa.Array:
     """An Arrow binary array of values whose bytes are ``pieces`` joined and whose lengths are
-    ``sizes`` (one copy of the bytes)."""
+    ``sizes``: each byte copied once, straight from the entries into one numpy buffer (numpy asks
+    for huge pages for large buffers; a ``bytes`` join there cost ~1 ms/MB of page faults)."""
     offsets = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(np.array(sizes, np.int64), out=offsets[1:])
-    if offsets[-1] > ARROW_BINARY_BYTES_MAX:
-        raise LimitExceeded("ARROW_BINARY_BYTES_MAX", int(offsets[-1]), ARROW_BINARY_BYTES_MAX)
-    data = pa.py_buffer(b"".join(pieces))
-    return pa.Array.from_buffers(pa.binary(), len(sizes), [None, pa.py_buffer(offsets.astype(np.int32)), data])
+    total = int(offsets[-1])
+    if total > ARROW_BINARY_BYTES_MAX:
+        raise LimitExceeded("ARROW_BINARY_BYTES_MAX", total, ARROW_BINARY_BYTES_MAX)
+    data = np.empty(total, np.uint8)
+    flat = data.data  # a writable 1-D byte view of the buffer
+    position = 0
+    for piece in pieces:
+        if isinstance(piece, np.ndarray):
+            end = position + piece.size
+            data[position:end].reshape(piece.shape)[...] = piece
+        else:
+            end = position + len(piece)
+            flat[position:end] = piece
+        position = end
+    invariant(position == total, f"value pieces hold {position} bytes, their sizes say {total}")
+    return pa.Array.from_buffers(pa.binary(), len(sizes), [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                           pa.py_buffer(data)])
 
 
 def _sparse_binary(n: int, pairs: list[tuple[int, bytes]]) -> pa.Array:
@@ -223,10 +244,10 @@ class RowBuilder:
 
     Columns are gathered in their cheapest form: per entry (ledger, entry, publish time, producer,
     schema version, how many rows) and per message only what varies (its value's size and
-    sequence id; the values' bytes as pieces in row order: a view per message, or one buffer for a
-    whole uniform batch); keys, event times and properties are recorded sparsely, as (row, value),
+    sequence id; the values' bytes as pieces in row order: a view per message, or one 2-D view for
+    a whole uniform batch); keys, event times and properties are recorded sparsely, as (row, value),
     so a batch without them costs nothing there. ``take`` expands everything with numpy/Arrow:
-    values become one Arrow binary array over the pieces joined once, per-entry columns are
+    values become one Arrow binary array over the pieces copied once, per-entry columns are
     repeated, and a message's ``batchIndex`` is its row number minus its entry's first row.
     """
 
@@ -250,7 +271,7 @@ class RowBuilder:
         self.e_redelivery: list[int] = []
         self.e_schema_version: list[int] = []  # -1: the entry names none
         # per row
-        self.pieces: list[bytes | memoryview] = []  # the values of all rows, in row order, in pieces
+        self.pieces: list[Piece] = []  # the values of all rows, in row order, in pieces
         self.sizes: list[int] = []
         self.sequences: list[int] = []
         self.value_bytes = 0
