@@ -641,8 +641,9 @@ class Bookie:
         # no such backlog, so it is synced once, after the last chunk: every device cache flush
         # also delays the journal's. Either way the log is synced before any index entry names
         # its offsets. Locations go to the index in batches of ``index_batch_keys_max`` unsynced
-        # keys with a yield between them; the last batch is synced (off the event loop), which
-        # (WAL order) makes every earlier batch durable too. Keys and values are kept in two
+        # keys with a yield between them (paced: each synced, then a pause); the last batch is
+        # synced (off the event loop), which (WAL order) makes every earlier batch durable too.
+        # Keys and values are kept in two
         # lists of bytes: no tuple per entry for the garbage collector to walk.
         #
         # ``paced`` (the background checkpoint): while nothing waits for the flush (not
@@ -687,11 +688,20 @@ class Bookie:
         if first:
             await faults.point("bookie.entrylog.mid_flush")
         batch_max = self.config.index_batch_keys_max
+        kv = self._index.kv
         at = 0
         while len(keys) - at > batch_max:
-            self._index.kv.write(zip(keys[at : at + batch_max], values[at : at + batch_max], strict=True), sync=False)
+            batch = zip(keys[at : at + batch_max], values[at : at + batch_max], strict=True)
             at += batch_max
-            await self._clock.sleep(0)
+            if pause_s and not self._flush_urgent():
+                # Each batch synced on its own (off the loop), then a pause: no long run of
+                # loop steps (whose GIL the worker threads finishing journal fsyncs wait for)
+                # and no large WAL sync at the end for a journal fsync to wait behind.
+                await kv.write_durable(batch)
+                await self._clock.sleep(pause_s)
+            else:
+                kv.write(batch, sync=False)
+                await self._clock.sleep(0)
         puts: list[tuple[bytes, bytes | None]] = list(zip(keys[at:], values[at:], strict=True))
         for log_id in touched_logs:
             puts.append((log_key(log_id), Index.log_ledgers_value(self._log_ledgers[log_id])))

@@ -39,13 +39,14 @@ class BookieConfig:
     # writes are spread out instead of a burst that every journal fsync meets. A chunk also holds at
     # most ``flush_chunk_entries_max`` entries: the flush's work on the event loop is per entry
     # (about 2 us each), and adds wait behind one chunk's worth of it. The index goes in
-    # unsynced batches of ``index_batch_keys_max`` keys with a yield to the event loop between
-    # them; the last batch and the checkpoint mark are synced off the event loop.
+    # batches of ``index_batch_keys_max`` keys with a yield to the event loop between them (the
+    # background checkpoint: each batch synced, then a pause); the last batch and the
+    # checkpoint mark are synced off the event loop.
     flush_chunk_bytes_min: int = 256 * KIB
     flush_chunk_bytes_max: int = 4 * MIB
     flush_chunk_entries_max: int = 256
     flush_pause_ms: int = 5
-    index_batch_keys_max: int = 256
+    index_batch_keys_max: int = 512
 
     entry_bytes_max: int = ENTRY_BYTES_MAX
     # Read-only mode below this much free disk; writable again above twice as much.

@@ -1,0 +1,209 @@
+"""What keeps add latency flat while the bookie does background work (docs/performance.md,
+"Session 4: paced p99"): the checkpoint flush in short chunks, paced while nothing waits for it,
+with the index synced batch by batch off the event loop; and ``LocalDisk.remove`` deleting a
+large file in the background in steps instead of one unlink on the event loop.
+
+Every checker here is also run against the behaviour it guards against (negative control)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from magnetar.base.io import KeyValueStore
+from magnetar.protocol.bookie import Status
+from magnetar.runtime import disk as runtime_disk
+from magnetar.runtime.disk import TRASH, TRASH_DIR, LocalDisk
+from magnetar.storage import Bookie
+from magnetar.storage.caches import WriteCache
+from tests.bookie.test_storage import KEY, SMALL, Node, entry, sim
+
+MIB = 1024 * 1024
+PACED = dataclasses.replace(SMALL, flush_chunk_entries_max=16, index_batch_keys_max=32, flush_pause_ms=5)
+
+
+# --- write cache chunks ----------------------------------------------------------------------
+
+
+def _chunks_within(chunks: list[list[tuple[int, int, bytes]]], count_max: int) -> bool:
+    return all(len(chunk) <= count_max for chunk in chunks)
+
+
+def test_flush_chunks_hold_at_most_count_max_entries_in_order() -> None:
+    cache = WriteCache()
+    for ledger in (3, 1, 2):
+        for entry_id in reversed(range(100)):
+            cache.put(ledger, entry_id, b"x" * 10)
+    chunks = list(cache.sorted_chunks(lambda: 1 * MIB, 16))
+    assert _chunks_within(chunks, 16)
+    flat = [(ledger, entry_id) for chunk in chunks for ledger, entry_id, _ in chunk]
+    assert flat == sorted(flat) and len(flat) == 300
+    # Negative control: bounded by bytes only, one chunk takes every entry.
+    assert not _chunks_within(list(cache.sorted_chunks(lambda: 1 * MIB, 1_000_000)), 16)
+
+
+# --- the paced background checkpoint ---------------------------------------------------------
+
+
+class RecordingStore:
+    """A ``KeyValueStore`` that notes each write (kind, keys, sim time) before passing it on."""
+
+    def __init__(self, inner: KeyValueStore, node: Node) -> None:
+        self._inner = inner
+        self._node = node
+        self.calls: list[tuple[str, int, int]] = []
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._inner.get(key)
+
+    def scan(self, start: bytes, end: bytes | None = None) -> Iterable[tuple[bytes, bytes]]:
+        return self._inner.scan(start, end)
+
+    def write(self, puts: Iterable[tuple[bytes, bytes | None]], *, sync: bool) -> None:
+        batch = list(puts)
+        self.calls.append(("sync" if sync else "write", len(batch), self._node.clock.monotonic_ns()))
+        self._inner.write(batch, sync=sync)
+
+    def write_durable(self, puts: Iterable[tuple[bytes, bytes | None]]):  # type: ignore[no-untyped-def]
+        batch = list(puts)
+        self.calls.append(("durable", len(batch), self._node.clock.monotonic_ns()))
+        return self._inner.write_durable(batch)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+async def _checkpoint_trace(paced: bool) -> tuple[list[int], list[tuple[str, int, int]], Bookie]:
+    """Entry-log write times and index writes of one checkpoint of 200 entries."""
+    node = Node(PACED)
+    store = RecordingStore(node.kv.reopen(), node)
+    bookie = Bookie(node.disk, store, node.clock, PACED)  # type: ignore[arg-type]
+    await bookie.start()
+    for i in range(200):
+        assert await bookie.add(entry(1, i, lac=i - 1), KEY) is Status.OK
+    writes: list[int] = []
+    entry_log = bookie._entry_log
+    real_append_many = entry_log.append_many
+
+    async def append_many(raws: list[bytes], *, sync: bool = False) -> list[tuple[int, int]]:
+        writes.append(node.clock.monotonic_ns())
+        return await real_append_many(raws, sync=sync)
+
+    entry_log.append_many = append_many  # type: ignore[method-assign]
+    store.calls.clear()
+    await bookie._checkpoint(paced=paced)
+    return writes, list(store.calls), bookie
+
+
+def _spread_out(times: list[int], pause_ms: int) -> bool:
+    """Several writes, each at least ``pause_ms`` after the previous one."""
+    return len(times) >= 3 and all(b - a >= pause_ms * 1_000_000 for a, b in itertools.pairwise(times))
+
+
+def _index_synced_in_batches(calls: list[tuple[str, int, int]], batch_max: int) -> bool:
+    """No synced write on the event loop, no large unsynced backlog: every batch durable."""
+    return (
+        all(kind == "durable" for kind, _, _ in calls)
+        and sum(1 for kind, _, _ in calls if kind == "durable") >= 200 // batch_max
+        and all(count <= batch_max + 8 for _, count, _ in calls)
+    )
+
+
+def test_background_checkpoint_spreads_entry_log_writes_and_syncs_index_batches() -> None:
+    async def scenario() -> None:
+        writes, calls, bookie = await _checkpoint_trace(paced=True)
+        assert len(writes) >= 200 // 16
+        assert _spread_out(writes, PACED.flush_pause_ms)
+        assert _index_synced_in_batches(calls, PACED.index_batch_keys_max)
+        for i in range(200):
+            assert bookie.read_entry(1, i).raw == entry(1, i, lac=i - 1).raw
+        await bookie.stop()
+        # Negative control: the unpaced checkpoint (start-up, tests) writes back to back and
+        # leaves the index unsynced until one final batch.
+        writes, calls, bookie = await _checkpoint_trace(paced=False)
+        assert not _spread_out(writes, PACED.flush_pause_ms)
+        assert not _index_synced_in_batches(calls, PACED.index_batch_keys_max)
+        assert calls[-1][0] == "durable"  # the mark, synced off the event loop
+        assert not any(kind == "sync" for kind, _, _ in calls)
+        await bookie.stop()
+
+    sim(scenario)
+
+
+def test_background_checkpoint_stops_pausing_once_adds_would_wait() -> None:
+    async def scenario() -> None:
+        node = Node(PACED)
+        bookie = await node.boot()
+        for i in range(200):
+            assert await bookie.add(entry(1, i, lac=i - 1), KEY) is Status.OK
+        bookie._flush_urgent = lambda: True  # type: ignore[method-assign]
+        start = node.clock.monotonic_ns()
+        await bookie._checkpoint(paced=True)
+        assert node.clock.monotonic_ns() - start < PACED.flush_pause_ms * 1_000_000
+        await bookie.stop()
+
+    sim(scenario)
+
+
+# --- LocalDisk.remove: background, in steps ----------------------------------------------------
+
+
+def _wait_for_trash(timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while TRASH.pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert TRASH.pending == 0
+
+
+def _trimmed_in_steps(sizes: list[int], file_bytes: int, step: int) -> bool:
+    return len(sizes) >= file_bytes // step - 1 and sizes == sorted(sizes, reverse=True)
+
+
+def test_remove_moves_a_file_aside_at_once_and_deletes_it_in_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime_disk, "_TRIM_STEP_BYTES", 1 * MIB)
+    monkeypatch.setattr(runtime_disk, "_TRIM_PAUSE_S", 0.0)
+    sizes: list[int] = []
+    real_truncate = os.truncate
+
+    def truncate(path: str, size: int) -> None:
+        if TRASH_DIR in str(path):
+            sizes.append(size)
+        real_truncate(path, size)
+
+    monkeypatch.setattr(runtime_disk.os, "truncate", truncate)
+    disk = LocalDisk(str(tmp_path))
+    disk.makedirs("journal")
+    (tmp_path / "journal" / "1.jnl").write_bytes(os.urandom(5 * MIB))
+    (tmp_path / "journal" / "2.jnl").write_bytes(b"kept")
+    disk.remove("journal/1.jnl")
+    assert not disk.exists("journal/1.jnl")
+    assert disk.listdir("journal") == ["2.jnl"]
+    _wait_for_trash()
+    assert os.listdir(tmp_path / TRASH_DIR) == []
+    assert _trimmed_in_steps(sizes, 5 * MIB, 1 * MIB)
+    # Negative control: a plain unlink frees the whole file in one step.
+    sizes.clear()
+    monkeypatch.setattr(runtime_disk, "delete_gently", os.remove)
+    (tmp_path / "journal" / "3.jnl").write_bytes(os.urandom(5 * MIB))
+    disk.remove("journal/3.jnl")
+    _wait_for_trash()
+    assert not _trimmed_in_steps(sizes, 5 * MIB, 1 * MIB)
+    disk.remove("journal/missing.jnl")  # already gone: nothing to do
+    disk.remove("journal")  # a directory goes at once
+    assert not disk.exists("journal")
+
+
+def test_files_a_crash_left_in_the_trash_are_deleted_when_the_disk_is_opened(tmp_path: Path) -> None:
+    (tmp_path / TRASH_DIR).mkdir()
+    (tmp_path / TRASH_DIR / "left-behind.log").write_bytes(os.urandom(64 * 1024))
+    LocalDisk(str(tmp_path))
+    _wait_for_trash()
+    assert os.listdir(tmp_path / TRASH_DIR) == []
