@@ -340,8 +340,9 @@ def _in_parallel(make: Callable[[str], Any], names: list[str]) -> list[Any]:
         return list(pool.map(make, names))
 
 
-#: Threads whose Python thread state is kept (``_pin_thread_state``).
-_PINNED: set[int] = set()
+#: ``pinned`` is set in a thread state once it is kept (``_pin_thread_state``): thread-local, so
+#: a new thread that reuses a dead one's identifier is not taken for it.
+_THREAD = threading.local()
 
 
 def _pin_thread_state() -> None:
@@ -354,7 +355,7 @@ def _pin_thread_state() -> None:
     released keeps the count of the state pybind11 made above zero, so it is reused. Done only
     when that state is the thread's registered one (else ``Ensure`` would make another and
     block on the GIL this thread holds); one small state per client thread is left at exit."""
-    _PINNED.add(threading.get_ident())
+    _THREAD.pinned = True
     try:
         api = ctypes.pythonapi
         registered, current = api.PyGILState_GetThisThreadState, api.PyThreadState_Get
@@ -400,7 +401,7 @@ class _Receipts:
     def done(self, result: Any, _msg_id: Any) -> None:
         # An exception escaping a callback ends the process (the client's rule): none may.
         try:
-            if threading.get_ident() not in _PINNED:
+            if not getattr(_THREAD, "pinned", False):
                 _pin_thread_state()
             now = time.time_ns()
             sent_ns = self._pop() if self._times else now
@@ -478,7 +479,7 @@ class PerfRun:
 
     # --- consumers -----------------------------------------------------------------------------
     def _on_message(self, consumer: Any, message: Any) -> None:
-        if threading.get_ident() not in _PINNED:
+        if not getattr(_THREAD, "pinned", False):
             _pin_thread_state()
         now = time.time_ns()
         data = message.data()
