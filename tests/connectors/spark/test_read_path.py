@@ -348,3 +348,26 @@ def test_a_failed_bookie_read_hands_the_rest_of_the_slice_to_the_broker(monkeypa
     assert [p.ranges for p in asked] == [(EntryRange(7, 6, 9),)]
     with pytest.raises(MagnetarError):
         asyncio.run(read("bookies"))
+
+
+def test_a_task_freezes_long_lived_objects_once_and_nothing_else_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's daemon collects garbage after every task of a reused worker; a worker's first read
+    freezes what is alive then. Negative control: outside a task (driver, tests) nothing is frozen."""
+    import gc
+
+    from magnetar.connectors.spark import source
+
+    frozen = gc.get_freeze_count()
+    try:
+        source._freeze_long_lived()
+        assert gc.get_freeze_count() == frozen  # no TaskContext: not a Spark task
+        gc.unfreeze()
+        monkeypatch.setattr(source.TaskContext, "get", classmethod(lambda cls: object()))
+        source._freeze_long_lived()
+        after_first = gc.get_freeze_count()
+        assert after_first > 0
+        later_task = [[] for _ in range(100)]  # what a later task allocates is not frozen
+        source._freeze_long_lived()
+        assert gc.get_freeze_count() == after_first and len(later_task) == 100
+    finally:
+        gc.unfreeze()

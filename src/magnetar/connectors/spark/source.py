@@ -10,6 +10,7 @@ separate Python process gets what it needs through pickled, frozen values (optio
 
 from __future__ import annotations
 
+import gc
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,7 +59,19 @@ class SlicePartition(InputPartition):
         self.avro_schemas = avro_schemas  # valueFormat=avro: the topic's writer schemas by version
 
 
+def _freeze_long_lived() -> None:
+    """In a Spark task, once per Python worker: collect, then move every object alive (mostly
+    the modules pyspark and this connector import) to the permanent generation. Spark's daemon
+    runs a full ``gc.collect()`` after every task of a reused worker; walking those objects cost
+    tens of ms per task here (8% of the workers' CPU in a 1M-row read). Objects later tasks
+    allocate are collected as before. Outside a task (driver, tests) nothing changes."""
+    if TaskContext.get() is not None and gc.get_freeze_count() == 0:
+        gc.collect()
+        gc.freeze()
+
+
 def _read_partition(partition: SlicePartition) -> Iterator[pa.RecordBatch]:
+    _freeze_long_lived()
     options = partition.options
     fields = parse_value_schema(options.value_schema)
     return fetch.iterate(
