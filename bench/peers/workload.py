@@ -11,12 +11,17 @@
   carries its send time (``magnetar.cli.perf.STAMP``), the consumer records receive - send in the
   same HdrHistogram as ``magnetar perf`` (``magnetar.cli.perf.Latency``).
 Every loop is bounded by ``seconds``.
+
+``publish_clients`` runs the durable publish from N client processes at once (spawned, each with
+its own connection and the same workload, started together), for ``run.py --clients N``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
+import queue
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -26,6 +31,8 @@ from magnetar.cli.perf import STAMP, Latency
 MIB = 1024 * 1024
 #: After a paced run, the consumer gets this long to receive the rest.
 DRAIN_S = 10.0
+#: A client process gets this long to start and connect (RabbitMQ may still be booting).
+CLIENT_START_S = 90.0
 
 
 class Driver(Protocol):
@@ -39,7 +46,9 @@ class Driver(Protocol):
     async def close(self) -> None: ...
 
 
-async def durable_publish(driver: Driver, size: int, seconds: float, window: int, group: int) -> dict[str, float]:
+async def durable_publish(driver: Driver, size: int, seconds: float, window: int, group: int,
+                          on_phase: Callable[[str], None] | None = None) -> dict[str, float]:
+    """``on_phase("start")``/``("end")`` around the measured phase (the server's CPU is read there)."""
     payload = os.urandom(size)
     senders = max(1, min(driver.max_senders, window // group))
     acked = [0]
@@ -51,10 +60,15 @@ async def durable_publish(driver: Driver, size: int, seconds: float, window: int
             await driver.send(batch)
             acked[0] += group
 
-    start = time.perf_counter()
+    if on_phase is not None:
+        on_phase("start")
+    start, cpu0 = time.perf_counter(), time.process_time()
     await asyncio.gather(*(sender() for _ in range(senders)))
-    elapsed = time.perf_counter() - start
-    return {"msgs_s": acked[0] / elapsed, "mb_s": acked[0] * size / MIB / elapsed, "senders": senders}
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    if on_phase is not None:
+        on_phase("end")
+    return {"msgs_s": acked[0] / elapsed, "mb_s": acked[0] * size / MIB / elapsed, "senders": senders,
+            "acked": acked[0], "elapsed_s": elapsed, "client_cpu_s": cpu}
 
 
 async def paced_e2e(driver: Driver, size: int, seconds: float, rate: float,
@@ -253,3 +267,86 @@ def run_uvloop(factory: Callable[[], Awaitable[Any]], bound_s: float) -> Any:
         return await asyncio.wait_for(factory(), bound_s)
 
     return uvloop.run(main())
+
+
+def _publish_client(name: str, port: int, stream: str, size: int, seconds: float, window: int, group: int,
+                    index: int, reports: Any, go: Any, bound_s: float) -> None:
+    """One client process of ``publish_clients``: connect, report ready, wait for ``go``, publish."""
+    async def main() -> dict[str, float]:
+        driver = DRIVERS[name](port, stream)
+        await driver.open()
+        try:
+            reports.put(("ready", index, None))
+            deadline = time.monotonic() + CLIENT_START_S
+            while not go.is_set():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("no start signal")
+                await asyncio.sleep(0.005)
+            return await durable_publish(driver, size, seconds, window, group)
+        finally:
+            await driver.close()
+
+    try:
+        reports.put(("result", index, run_uvloop(main, bound_s)))
+    except BaseException as exc:  # the parent fails the scenario with it
+        reports.put(("error", index, f"{type(exc).__name__}: {exc}"))
+
+
+def publish_clients(name: str, port: int, stream: str, size: int, seconds: float, window: int, group: int,
+                    clients: int, bound_s: float, on_phase: Callable[[str], None] | None = None) -> dict[str, float]:
+    """``durable_publish`` from ``clients`` spawned processes on the same stream, started together;
+    acks summed over the longest client's measured time. Every process is stopped by the end
+    (terminated, then killed, if it outlives ``bound_s``)."""
+    context = multiprocessing.get_context("spawn")
+    reports = context.Queue()
+    go = context.Event()
+    processes = [context.Process(target=_publish_client, daemon=True, name=f"peer-client-{i}",
+                                 args=(name, port, stream, size, seconds, window, group, i, reports, go, bound_s))
+                 for i in range(clients)]
+    ready: set[int] = set()
+    results: dict[int, dict[str, float]] = {}
+    errors: list[str] = []
+    deadline = time.monotonic() + CLIENT_START_S + bound_s
+
+    def collect(until: Callable[[], bool]) -> None:
+        while not until() and not errors and time.monotonic() < deadline:
+            try:
+                kind, index, data = reports.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if kind == "ready":
+                ready.add(index)
+            elif kind == "result":
+                results[index] = data
+            else:
+                errors.append(f"client {index}: {data}")
+
+    try:
+        for process in processes:
+            process.start()
+        collect(lambda: len(ready) == clients)
+        if len(ready) == clients and not errors:
+            if on_phase is not None:
+                on_phase("start")
+            go.set()
+            collect(lambda: len(results) == clients)
+            if on_phase is not None:
+                on_phase("end")
+    finally:
+        go.set()
+        for process in processes:
+            process.join(timeout=max(1.0, deadline - time.monotonic()))
+        for stop in ("terminate", "kill"):
+            for process in processes:
+                if process.is_alive():
+                    getattr(process, stop)()
+                    process.join(timeout=10)
+        reports.cancel_join_thread()
+        reports.close()
+    if errors or len(results) < clients:
+        raise RuntimeError("; ".join(errors) or f"{clients - len(results)} client(s) reported no result in time")
+    acked = sum(r["acked"] for r in results.values())
+    elapsed = max(r["elapsed_s"] for r in results.values())
+    return {"msgs_s": acked / elapsed, "mb_s": acked * size / MIB / elapsed, "acked": acked, "elapsed_s": elapsed,
+            "senders": sum(r["senders"] for r in results.values()),
+            "client_cpu_s": sum(r["client_cpu_s"] for r in results.values())}
