@@ -103,6 +103,9 @@ MANAGED_LEDGER_LEDGERS_COUNT_MAX = 100_000
 MANAGED_LEDGER_READERS_CACHED_COUNT_MAX = 64
 #: Bytes of recently appended entries kept for tail reads, per managed ledger.
 MANAGED_LEDGER_CACHE_BYTES_MAX = 64 * MIB
+#: Bytes of entry cache all managed ledgers of one broker hold together (Pulsar:
+#: managedLedgerCacheSizeMB); the least recently written topic's oldest entries go first.
+MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX = 256 * MIB
 #: Entries one ``read_entries`` call returns at most.
 MANAGED_LEDGER_READ_COUNT_MAX = 10_000
 #: Cursors one managed ledger may have.

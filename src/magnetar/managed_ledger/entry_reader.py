@@ -1,7 +1,10 @@
 """``EntryReader``: reads entries of a managed ledger's ledgers, with two bounded caches.
 
 * Entry cache: recently appended payloads (``MANAGED_LEDGER_CACHE_BYTES_MAX``, oldest evicted
-  first), so consumers at the tail never go to a bookie — as Pulsar's entry cache.
+  first), so consumers at the tail never go to a bookie — as Pulsar's entry cache. The managed
+  ledgers of one factory share a ``CacheBudget`` (``MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX``, as
+  Pulsar's broker-wide managedLedgerCacheSizeMB): beyond it the entry cache written to least
+  recently gives up its oldest entries first, so thousands of topics cannot add up to gigabytes.
 * Reader cache: ``LedgerReader``s opened *without recovery* (never fencing: reading must not
   disturb the writer), LRU-bounded by ``MANAGED_LEDGER_READERS_CACHED_COUNT_MAX``.
 
@@ -15,7 +18,11 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from magnetar.base.errors import NotFound
-from magnetar.base.limits import MANAGED_LEDGER_CACHE_BYTES_MAX, MANAGED_LEDGER_READERS_CACHED_COUNT_MAX
+from magnetar.base.limits import (
+    MANAGED_LEDGER_CACHE_BYTES_MAX,
+    MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX,
+    MANAGED_LEDGER_READERS_CACHED_COUNT_MAX,
+)
 from magnetar.base.types import Position
 from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.manager import LedgerManager
@@ -23,12 +30,40 @@ from magnetar.ledger.reader import LedgerReader
 from magnetar.managed_ledger.entry import ManagedEntry
 
 
+class CacheBudget:
+    """Bytes of entry cache all ``EntryReader``s sharing it may hold together."""
+
+    def __init__(self, bytes_max: int = MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX) -> None:
+        self.bytes_max = bytes_max
+        self.bytes = 0
+        self._holders: OrderedDict[EntryReader, None] = OrderedDict()  # least recently written first
+
+    def charged(self, holder: EntryReader, size: int) -> None:
+        self.bytes += size
+        self._holders[holder] = None
+        self._holders.move_to_end(holder)
+        while self.bytes > self.bytes_max and self._holders:
+            victim = next(iter(self._holders))
+            if not victim.evict_oldest():
+                del self._holders[victim]
+
+    def released(self, holder: EntryReader, size: int, *, empty: bool) -> None:
+        self.bytes -= size
+        if empty:
+            self._holders.pop(holder, None)
+
+
 class EntryReader:
-    def __init__(self, manager: LedgerManager) -> None:
+    def __init__(self, manager: LedgerManager, budget: CacheBudget | None = None) -> None:
         self._manager = manager
+        self._budget = budget if budget is not None else CacheBudget()
         self._cache: OrderedDict[Position, bytes] = OrderedDict()
         self._cache_bytes = 0
         self._readers: OrderedDict[int, LedgerReader] = OrderedDict()
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._cache_bytes
 
     def remember(self, position: Position, data: bytes) -> None:
         self._cache[position] = data
@@ -36,11 +71,32 @@ class EntryReader:
         while self._cache_bytes > MANAGED_LEDGER_CACHE_BYTES_MAX and self._cache:
             _, evicted = self._cache.popitem(last=False)
             self._cache_bytes -= len(evicted)
+            self._budget.released(self, len(evicted), empty=False)
+        self._budget.charged(self, len(data))
+
+    def evict_oldest(self) -> bool:
+        """Drop the oldest cached entry (the shared budget is over); whether there was one."""
+        if not self._cache:
+            return False
+        _, evicted = self._cache.popitem(last=False)
+        self._cache_bytes -= len(evicted)
+        self._budget.bytes -= len(evicted)
+        return True
 
     def forget_ledger(self, ledger_id: int) -> None:
         self._readers.pop(ledger_id, None)
         for position in [p for p in self._cache if p.ledger_id == ledger_id]:
-            self._cache_bytes -= len(self._cache.pop(position))
+            size = len(self._cache.pop(position))
+            self._cache_bytes -= size
+            self._budget.released(self, size, empty=not self._cache)
+
+    def clear(self) -> None:
+        """Give back every cached entry (the managed ledger closed)."""
+        size = self._cache_bytes
+        self._cache.clear()
+        self._cache_bytes = 0
+        self._readers.clear()
+        self._budget.released(self, size, empty=True)
 
     async def read(self, ledger_id: int, first: int, last: int, writer: LedgerHandle | None) -> list[ManagedEntry]:
         """Entries ``first..last`` of ``ledger_id`` (all acknowledged); ``writer``: our current ledger's."""

@@ -15,6 +15,7 @@ from magnetar.base.errors import InvalidArgument, NotFound
 from magnetar.base.types import TopicName
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger.config import ManagedLedgerConfig
+from magnetar.managed_ledger.entry_reader import CacheBudget
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.paths import validate_node_path
@@ -38,6 +39,8 @@ class ManagedLedgerFactory:
         self.config = config or ManagedLedgerConfig()
         self._root = root.rstrip("/")
         self._opening: dict[str, asyncio.Future[ManagedLedger]] = {}
+        #: One bound on the entry cache of every managed ledger this factory opens.
+        self.cache_budget = CacheBudget()
 
     @staticmethod
     def name_of(topic: TopicName) -> str:
@@ -60,8 +63,8 @@ class ManagedLedgerFactory:
         self._opening[name] = future
         try:
             ml = await ManagedLedger.open(
-                name, path, manager=self._manager, store=self._store, clock=self._clock, config=config or self.config
-            )
+                name, path, manager=self._manager, store=self._store, clock=self._clock, config=config or self.config,
+                cache_budget=self.cache_budget)
         except BaseException as exc:
             del self._opening[name]
             future.set_exception(exc)

@@ -73,7 +73,7 @@ from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger.config import ManagedLedgerConfig, OpenRecovery
 from magnetar.managed_ledger.entry import ManagedEntry
-from magnetar.managed_ledger.entry_reader import EntryReader
+from magnetar.managed_ledger.entry_reader import CacheBudget, EntryReader
 from magnetar.managed_ledger.errors import (
     ManagedLedgerClosed,
     ManagedLedgerFenced,
@@ -160,6 +160,7 @@ class ManagedLedger:
         store: MetadataStore,
         clock: Clock,
         config: ManagedLedgerConfig,
+        cache_budget: CacheBudget | None = None,
     ) -> None:
         self.name = name
         self.path = path
@@ -185,7 +186,7 @@ class ManagedLedger:
         self._drained = asyncio.Event()
         self._drained.set()
         self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
-        self._entries = EntryReader(manager)
+        self._entries = EntryReader(manager, cache_budget)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cursors: dict[str, ManagedCursor] = {}
         self._non_durable: set[ManagedCursor] = set()
@@ -202,9 +203,11 @@ class ManagedLedger:
         store: MetadataStore,
         clock: Clock,
         config: ManagedLedgerConfig,
+        cache_budget: CacheBudget | None = None,
     ) -> ManagedLedger:
-        """Open (creating if missing) and take ownership: fence the previous owner, start a ledger."""
-        ml = cls(name, path, manager=manager, store=store, clock=clock, config=config)
+        """Open (creating if missing) and take ownership: fence the previous owner, start a ledger.
+        Managed ledgers given one ``cache_budget`` share its bound on cached entry bytes."""
+        ml = cls(name, path, manager=manager, store=store, clock=clock, config=config, cache_budget=cache_budget)
         await ml._initialize()
         return ml
 
@@ -923,6 +926,7 @@ class ManagedLedger:
                 pass  # fenced or failed: the next owner's recovery decides the end
         self._fail_queued(ManagedLedgerClosed(f"managed ledger {self.name} closed"), write_failure=False)
         self._move(MLState.CLOSED)
+        self._entries.clear()
         self._notify_entry_waiters()
         self._cancel_tasks()
 

@@ -1,0 +1,53 @@
+"""The entry caches of one factory's managed ledgers share one byte bound (as Pulsar's
+broker-wide managedLedgerCacheSizeMB), on top of each one's own bound."""
+
+from __future__ import annotations
+
+from magnetar.base.limits import MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX
+from magnetar.base.types import Position
+from magnetar.managed_ledger.entry_reader import CacheBudget, EntryReader
+from tests.managed_ledger.harness import config, make_world
+
+
+def _reader(budget: CacheBudget) -> EntryReader:
+    return EntryReader(manager=None, budget=budget)  # type: ignore[arg-type]  # caching only
+
+
+def test_readers_sharing_a_budget_stay_under_it_and_the_least_recently_written_gives_way() -> None:
+    budget = CacheBudget(bytes_max=1000)
+    a, b = _reader(budget), _reader(budget)
+    for i in range(6):
+        a.remember(Position(1, i), b"a" * 100)
+    for i in range(6):
+        b.remember(Position(2, i), b"b" * 100)
+    assert budget.bytes == a.cached_bytes + b.cached_bytes <= 1000
+    assert b.cached_bytes == 600 and a.cached_bytes == 400  # a wrote least recently: it gave up its oldest
+    b.forget_ledger(2)
+    a.clear()
+    assert budget.bytes == 0 and a.cached_bytes == b.cached_bytes == 0
+
+
+def test_negative_control_separate_budgets_add_up() -> None:
+    """Each reader with a budget of its own (the old per-ledger bound only) holds all it wrote."""
+    a, b = _reader(CacheBudget(bytes_max=1000)), _reader(CacheBudget(bytes_max=1000))
+    for i in range(6):
+        a.remember(Position(1, i), b"a" * 100)
+        b.remember(Position(2, i), b"b" * 100)
+    assert a.cached_bytes + b.cached_bytes == 1200
+
+
+async def test_a_factorys_managed_ledgers_share_its_budget_and_closing_gives_bytes_back() -> None:
+    world = make_world()
+    factory = await world.broker(config())
+    assert factory.cache_budget.bytes_max == MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX
+    factory.cache_budget.bytes_max = 10_000
+    mls = [await factory.open(f"public/default/persistent/t{i}") for i in range(3)]
+    for ml in mls:
+        for _ in range(20):
+            await ml.add_entry(b"x" * 1000)
+    assert factory.cache_budget.bytes <= 10_000
+    entries = await mls[0].read_entries(Position(-1, -1), 100)  # evicted entries come from the bookies
+    assert len(entries) == 20 and all(e.data == b"x" * 1000 for e in entries)
+    for ml in mls:
+        await ml.close()
+    assert factory.cache_budget.bytes == 0
