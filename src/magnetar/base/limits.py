@@ -233,6 +233,8 @@ PERF_DURATION_S_MAX = 3_600
 PERF_MESSAGES_COUNT_MAX = 1_000_000_000
 #: After the producers stop, consumers get this long to receive what was acknowledged.
 PERF_DRAIN_S_MAX = 30
+#: ``magnetar perf --processes``: client processes of one run.
+PERF_PROCESSES_COUNT_MAX = 64
 #: Latency histogram range: 1 us .. 60 s, 3 significant digits.
 PERF_LATENCY_US_MAX = 60_000_000
 

@@ -75,6 +75,7 @@ from magnetar.base.limits import (
     PERF_LATENCY_US_MAX,
     PERF_MESSAGES_COUNT_MAX,
     PERF_PARTITIONS_COUNT_MAX,
+    PERF_PROCESSES_COUNT_MAX,
     PERF_TOPICS_COUNT_MAX,
     PULSAR_MESSAGE_BYTES_MAX,
 )
@@ -88,8 +89,6 @@ STAMP = struct.Struct(">q")  # send time (ns since the epoch) at the start of ea
 SETUP_THREADS = 16
 #: e2e drain: stop waiting for the consumers once nothing arrived for this long.
 DRAIN_IDLE_S = 2.0
-#: ``--processes``: client processes of one run.
-PROCESSES_MAX = 64
 #: A client process reports its counts to the parent this often (the parent's bounds and drain
 #: act on them).
 PROGRESS_S = 0.1
@@ -153,7 +152,7 @@ class PerfSettings:
              "windows must be 1..1000 and operation_timeout_s 1..600"),
             (self.max_outstanding >= 0, "max_outstanding must be >= 0 (0 = no bound over all producers)"),
             (self.subscription_type in SUBSCRIPTION_TYPES, f"subscription type must be one of {SUBSCRIPTION_TYPES}"),
-            (1 <= self.processes <= PROCESSES_MAX, f"processes must be 1..{PROCESSES_MAX}"),
+            (1 <= self.processes <= PERF_PROCESSES_COUNT_MAX, f"processes must be 1..{PERF_PROCESSES_COUNT_MAX}"),
             (self.messages == 0 or self.messages >= self.processes,
              "messages must be 0 or at least one per process"),
         ]
