@@ -273,6 +273,9 @@ SPARK_ARROW_BATCH_BYTES_MAX = 8 * 1024 * 1024
 SPARK_READ_AHEAD_ENTRIES_MAX = 512
 #: ...and in bytes, estimated from the largest entry read so far.
 SPARK_READ_AHEAD_BYTES_MAX = 32 * 1024 * 1024
+#: Pipelined read connections one connector process opens (one per bookie); reads of further
+#: bookies go through the ledger's transport.
+SPARK_BOOKIE_READ_CONNECTIONS_COUNT_MAX = 64
 #: Entries the driver scans ahead to count records for maxRecordsPerTrigger/minRecordsPerTrigger.
 SPARK_ADMISSION_SCAN_ENTRIES_MAX = 100_000
 #: Broker fallback: a reader that gets nothing for this long while rows are still due fails the task.

@@ -28,7 +28,8 @@ from magnetar.protocol.pulsar.frames import headers_and_payload
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 from magnetar.protocol.pulsar.stored import split_stored_entry
 from tests.ledger.fakes import FakeBookie, FakeTransport
-from tests.manual_clock import ManualClock
+from tests.ledger.test_pipelined_reads import WireBookie, WireNetwork
+from tests.manual_clock import ManualClock, settle
 
 T = "persistent://public/default/r-partition-2"
 
@@ -243,6 +244,9 @@ class CountingTransport(FakeTransport):
         finally:
             self.in_flight -= 1
 
+    async def close(self) -> None:
+        pass
+
 
 def stored_ledger(ledger_id: int, payloads: list[bytes]) -> tuple[FakeBookie, LedgerMetadata]:
     bookie = FakeBookie(BookieId("127.0.0.1", 3181))
@@ -273,6 +277,120 @@ def test_read_ahead_shrinks_for_large_entries() -> None:
     got, most = asyncio.run(read_all(4 * 1024 * 1024, 30, (EntryRange(7, 0, 29),)))
     assert got == list(range(30))
     assert most <= 8  # 32 MiB of read-ahead holds 7 entries of 4 MiB (8 before the first arrived)
+
+
+# --- pipelined reads over the task's own bookie connections ----------------------------------
+
+A, B = BookieId("127.0.0.1", 3181), BookieId("127.0.0.1", 3182)
+
+
+def wire_cluster(count: int, *, refuse: bool = False) -> tuple[Connections, dict[BookieId, WireBookie],
+                                                                 CountingTransport, LedgerMetadata, ManualClock]:
+    """A closed ledger 7 of ``count`` entries on bookies A and B (E = W = A = 2: both store every
+    entry, and the first bookie of an entry's write set alternates): each is reachable over the
+    wire (``WireNetwork``: the pipelined path) and through the fake transport (the speculative
+    path). ``refuse``: the network refuses both."""
+    entries = {(7, e): Entry.build(7, e, e - 1, b"%d-" % e + b"x" * 200) for e in range(count)}
+    wires = {b: WireBookie(dict(entries), chunk_bytes=1000) for b in (A, B)}
+    fakes = {b: FakeBookie(b, durable=dict(entries)) for b in (A, B)}
+    metadata = LedgerMetadata(7, 2, 2, 2, LedgerState.CLOSED, count - 1, (Fragment(0, (A, B)),))
+    network = WireNetwork({} if refuse else {(b.host, b.port): w for b, w in wires.items()})
+    clock = ManualClock()
+    transport = CountingTransport(fakes)
+    cx = Connections("pulsar://unused", None, cast(Any, network), cast(Any, clock), cast(Any, transport))
+    return cx, wires, transport, metadata, clock
+
+
+def test_pipelined_reads_come_in_order_a_window_per_write_without_the_speculative_path() -> None:
+    cx, wires, transport, metadata, _ = wire_cluster(1200)
+    piece = Slice(T, 2, (EntryRange(7, 5, 1099), EntryRange(7, 1150, 1199)), {7: metadata.encode()})
+
+    async def main() -> list[tuple[int, bytes]]:
+        try:
+            return [(e.entry_id, bytes(e.raw)) async for e in fetch.entry_stream(cx, piece)]
+        finally:
+            await cx.close()
+
+    got = asyncio.run(main())
+    assert [entry_id for entry_id, _ in got] == list(range(5, 1100)) + list(range(1150, 1200))
+    assert all(raw == wires[A].entries[(7, e)].raw for e, raw in got)
+    asked = sorted(wires[A].asked + wires[B].asked)
+    assert asked == [e for e, _ in got]  # each entry asked once, of one bookie
+    assert set(wires[A].asked) == {e for e, _ in got if e % 2 == 0}  # the first of its write set
+    assert wires[A].writes + wires[B].writes < 30  # ~1,150 reads in a few writes (window halves)
+    assert transport.log == []  # no speculative read was needed
+
+
+def test_without_read_connections_every_entry_takes_the_speculative_path() -> None:
+    """Negative control of the test above: the bookies refuse connections, so the counters that
+    stayed at zero there count every entry here; the rows are the same."""
+    cx, wires, transport, metadata, _ = wire_cluster(300, refuse=True)
+    piece = Slice(T, 2, (EntryRange(7, 0, 299),), {7: metadata.encode()})
+
+    async def main() -> list[int]:
+        try:
+            return [e.entry_id async for e in fetch.entry_stream(cx, piece)]
+        finally:
+            await cx.close()
+
+    assert asyncio.run(main()) == list(range(300))
+    assert wires[A].writes == wires[B].writes == 0
+    assert sorted(e for op, _, e in transport.log if op == "read") == list(range(300))
+    assert cx.refused == {A, B}
+
+
+def test_a_damaged_missing_or_late_pipelined_read_is_read_again_over_the_write_set() -> None:
+    """Entry 3 comes damaged from its first bookie, entry 4 is missing there, entry 5 is never
+    answered: each is read speculatively over its write set (after the speculative timeout for
+    5) and the stream goes on in order; the other entries never leave the pipelined path."""
+    cx, wires, transport, metadata, clock = wire_cluster(40)
+    first_of = {3: B, 4: A, 5: B}  # read_order alternates with the entry id
+    wires[first_of[3]].corrupt.add(3)
+    del wires[first_of[4]].entries[(7, 4)]
+    wires[first_of[5]].silent.add(5)
+    piece = Slice(T, 2, (EntryRange(7, 0, 39),), {7: metadata.encode()})
+
+    async def main() -> list[tuple[int, bytes]]:
+        got: list[tuple[int, bytes]] = []
+
+        async def consume() -> None:
+            async for e in fetch.entry_stream(cx, piece):
+                got.append((e.entry_id, bytes(e.raw)))
+
+        task = asyncio.ensure_future(consume())
+        await settle()
+        assert [e for e, _ in got] == [0, 1, 2, 3, 4]  # waiting for 5, not past it
+        await clock.advance(2.1)  # the speculative timeout
+        await task
+        await cx.close()
+        return got
+
+    got = asyncio.run(main())
+    assert [e for e, _ in got] == list(range(40))
+    assert all(raw == Entry.build(7, e, e - 1, b"%d-" % e + b"x" * 200).raw for e, raw in got)
+    assert sorted(e for op, _, e in transport.log if op == "read") == [3, 4, 5]
+
+
+def test_a_pipelined_failure_the_write_set_cannot_mend_ends_the_stream() -> None:
+    """Negative control of the test above: entry 3 damaged on the wire and unreadable through the
+    transport on both bookies: the stream fails at entry 3 instead of yielding it."""
+    cx, wires, transport, metadata, _ = wire_cluster(10)
+    wires[B].corrupt.add(3)
+    for bookie in (A, B):
+        transport.rule(bookie, "read", 3, action="fail")
+    piece = Slice(T, 2, (EntryRange(7, 0, 9),), {7: metadata.encode()})
+
+    async def main() -> list[int]:
+        got: list[int] = []
+        try:
+            async for e in fetch.entry_stream(cx, piece):
+                got.append(e.entry_id)
+        finally:
+            await cx.close()
+        return got
+
+    with pytest.raises(MagnetarError):
+        asyncio.run(main())
 
 
 # --- Avro values -----------------------------------------------------------------------------

@@ -2,11 +2,15 @@
 broker as fallback. Runs on the driver (planning, admission control) and in tasks (reading).
 
 Read path of a slice (``readMode=auto``): each ledger's metadata travels in the slice, so a task
-reads entries straight from the ledger's bookies (speculative reads over the write set, digest
-checked), up to the LAC the planner saw, with a read-ahead window of entry reads in flight
-(``entry_stream``). If a bookie read fails (no replica answers), the rest of the slice
-is read through the broker with a non-durable reader (``readMode=broker`` does that from the
-start; ``readMode=bookies`` fails instead). Either way the rows of one slice are the same.
+reads entries straight from the ledger's bookies, up to the LAC the planner saw, with a read-ahead
+window of entry reads in flight (``entry_stream``). Each entry is first asked of the first bookie
+of its write set over a pipelined connection of the task's own (``Connections.read_client``:
+reads sent a window at a time in one write, answers decoded as views, no task per read); an
+answer that is missing, negative, late (``speculative_read_timeout_ms``) or fails its check
+(ids, CRC32C digest) sends that entry down the ledger's speculative read over the whole write
+set. If that fails too (no replica answers), the rest of the slice is read through the broker
+with a non-durable reader (``readMode=broker`` does that from the start; ``readMode=bookies``
+fails instead). Either way the rows of one slice are the same.
 
 Layouts (``load_layout``): the managed ledger's ``ManagedLedgerInfo`` at
 ``/managed-ledgers/<tenant>/<ns>/persistent/<topic>`` lists the ledgers; each ledger's metadata
@@ -20,7 +24,8 @@ import asyncio
 import re
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, cast
 from urllib.parse import quote, unquote
 
@@ -31,6 +36,7 @@ from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError, 
 from magnetar.base.limits import (
     SPARK_ARROW_BATCH_BYTES_MAX,
     SPARK_ARROW_BATCH_ROWS_MAX,
+    SPARK_BOOKIE_READ_CONNECTIONS_COUNT_MAX,
     SPARK_BROKER_READ_IDLE_MS_MAX,
     SPARK_PARTITIONS_COUNT_MAX,
     SPARK_READ_AHEAD_BYTES_MAX,
@@ -42,13 +48,20 @@ from magnetar.client import MessageId, PulsarClient
 from magnetar.connectors.spark.plan import EntryRange, LedgerSpan, PartitionLayout, Slice
 from magnetar.connectors.spark.rows import RowBuilder, ValueField
 from magnetar.ledger import BookieClientTransport, LedgerClientConfig
+from magnetar.ledger.bookie_client import Answer, BookieClient, checked_entry
 from magnetar.ledger.ledger_metadata import LedgerMetadata
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
-from magnetar.ledger.quorum import write_set
+from magnetar.ledger.quorum import read_order, write_set
 from magnetar.ledger.reader import speculative_read
 from magnetar.metadata.records import LedgerState, ManagedLedgerInfo, decode
-from magnetar.protocol.bookie.codec import ENTRY_HEADER_BYTES, Entry
+from magnetar.protocol.bookie.codec import (
+    ENTRY_HEADER_BYTES,
+    Entry,
+    EntryView,
+    ReadResponse,
+    ReadViewResponse,
+)
 from magnetar.protocol.pulsar.batch import message_count
 from magnetar.protocol.pulsar.stored import split_stored_entry
 from magnetar.runtime.clock import SystemClock, system_rng
@@ -85,6 +98,10 @@ class Connections:
     transport: BookieClientTransport
     view: MetadataView | None = None
     client: PulsarClient | None = None
+    #: Pipelined read connections of this process, one per bookie (see ``read_client``).
+    readers: dict[BookieId, BookieClient] = field(default_factory=dict)
+    #: Bookies that refused a read connection: read through ``transport`` from then on.
+    refused: set[BookieId] = field(default_factory=set)
 
     @classmethod
     def make(cls, service_url: str, metadata_url: str | None) -> Connections:
@@ -105,7 +122,37 @@ class Connections:
             self.client = PulsarClient(self.service_url, network=self.network, clock=self.clock, rng=system_rng())
         return self.client
 
+    async def read_client(self, bookie: BookieId) -> BookieClient | None:
+        """This process's pipelined read connection to ``bookie`` (entries decoded as views),
+        opened on first use and again after it broke. ``None`` — read through ``transport``
+        instead — without a network (tests over a fake transport), once the bookie refused, or
+        with ``SPARK_BOOKIE_READ_CONNECTIONS_COUNT_MAX`` connections open."""
+        client = self.readers.get(bookie)
+        if client is not None and not client.closed:
+            return client
+        if client is not None:
+            del self.readers[bookie]
+            await client.close()
+        if self.network is None or bookie in self.refused or len(self.readers) >= SPARK_BOOKIE_READ_CONNECTIONS_COUNT_MAX:
+            return None
+        try:
+            client = await BookieClient.connect(self.network, bookie.host, bookie.port, self.clock,
+                                                request_timeout_ms=LedgerClientConfig().read_timeout_ms,
+                                                entry_views=True)
+        except (OSError, MagnetarError):
+            self.refused.add(bookie)
+            return None
+        other = self.readers.get(bookie)
+        if other is not None and not other.closed:  # another stream connected meanwhile: share its
+            await client.close()
+            return other
+        self.readers[bookie] = client
+        return client
+
     async def close(self) -> None:
+        readers, self.readers = list(self.readers.values()), {}
+        for reader in readers:
+            await reader.close()
         await self.transport.close()
         if self.client is not None:
             await self.client.close()
@@ -245,42 +292,97 @@ def _remaining(piece: Slice, position: Position) -> Slice:
     return Slice(piece.topic, piece.partition, tuple(ranges), piece.ledger_metadata)
 
 
-async def entry_stream(cx: Connections, piece: Slice) -> AsyncGenerator[Entry, None]:
+#: An entry read: a view into the received bytes (pipelined path) or a copy (speculative path).
+ReadEntry = Entry | EntryView
+
+#: A read in the window: (ledger, entry, its pipelined read's future, or its speculative read
+#: over the write set as a task when the entry's first bookie has no read connection).
+_Pending = tuple[int, int, "asyncio.Future[Answer] | asyncio.Future[Entry]"]
+
+
+async def entry_stream(cx: Connections, piece: Slice) -> AsyncGenerator[ReadEntry, None]:
     """The slice's entries from bookies, in order, with a read-ahead window: up to
     ``SPARK_READ_AHEAD_ENTRIES_MAX`` entry reads in flight, fewer once entries are large (the
-    window times the largest entry seen stays within ``SPARK_READ_AHEAD_BYTES_MAX``). Each read is
-    speculative over the entry's write set, digest checked. The consumer's work between entries
-    overlaps the bookies' and the network's."""
+    window times the largest entry seen stays within ``SPARK_READ_AHEAD_BYTES_MAX``). The window
+    is refilled once half of it was consumed, each bookie's new reads sent in one write
+    (``BookieClient.read_nowait``); an entry whose pipelined read does not bring a checked
+    entry (module docstring) is read speculatively over its write set, digest checked. The
+    consumer's work between entries overlaps the bookies' and the network's."""
     config = LedgerClientConfig()
+    timeout_ms = config.speculative_read_timeout_ms or config.read_timeout_ms
     metadata = {r.ledger_id: LedgerMetadata.decode(piece.ledger_metadata[r.ledger_id]) for r in piece.ranges}
     wanted = ((r.ledger_id, e) for r in piece.ranges for e in range(r.first, r.last + 1))
-    window: deque[asyncio.Future[Entry]] = deque()
+    window: deque[_Pending] = deque()
     limit = 8  # until the first entry tells how large entries are
     largest = 1
+    more = True
     try:
         while True:
-            while len(window) < limit:
-                following = next(wanted, None)
-                if following is None:
-                    break
-                ledger_id, entry_id = following
-                window.append(asyncio.ensure_future(speculative_read(
-                    cx.transport, cx.clock, metadata[ledger_id], entry_id, config=config, master_key=b""
-                )))
+            if more and len(window) <= limit // 2:
+                more = await _send_reads(cx, metadata, wanted, limit - len(window), window, timeout_ms)
             if not window:
                 return
-            head = window.popleft()
-            if head.done():
-                await asyncio.sleep(0)  # let the reads just queued go out and received bytes in
-            entry = await head
-            largest = max(largest, len(entry.raw))
-            limit = max(1, min(SPARK_READ_AHEAD_ENTRIES_MAX, SPARK_READ_AHEAD_BYTES_MAX // largest))
+            ledger_id, entry_id, future = window.popleft()
+            entry: ReadEntry | None = None
+            try:
+                answer = await future  # a speculative read's errors end the stream here
+                if isinstance(answer, Entry):
+                    entry = answer  # a speculative read: checked already
+                elif isinstance(answer, ReadViewResponse | ReadResponse):
+                    entry = checked_entry(answer, ledger_id, entry_id)
+            except MagnetarError:
+                if isinstance(future, asyncio.Task):
+                    raise
+            if entry is None:
+                entry = await speculative_read(cx.transport, cx.clock, metadata[ledger_id], entry_id, config=config,
+                                               master_key=b"")
+            if len(entry.raw) > largest:
+                largest = len(entry.raw)
+                limit = max(1, min(SPARK_READ_AHEAD_ENTRIES_MAX, SPARK_READ_AHEAD_BYTES_MAX // largest))
             yield entry
     finally:
-        for future in window:
-            future.cancel()
-        if window:
-            await asyncio.gather(*window, return_exceptions=True)
+        for _, _, pending in window:
+            pending.cancel()
+        tasks = [pending for _, _, pending in window if isinstance(pending, asyncio.Task)]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _send_reads(cx: Connections, metadata: Mapping[int, LedgerMetadata], wanted: Iterator[tuple[int, int]],
+                      count: int, window: deque[_Pending], timeout_ms: int) -> bool:
+    """Move up to ``count`` entries of ``wanted`` into ``window``, their pipelined reads sent to
+    the first bookie of each entry's write set: one ``read_nowait`` (one write) per bookie and
+    ledger. An entry whose bookie has no read connection (or whose connection cannot take the
+    reads) is read speculatively over its write set, in a task. Returns whether ``wanted`` may
+    hold more."""
+    batch = list(islice(wanted, count))
+    runs: dict[tuple[BookieId, int], list[int]] = {}  # (bookie, ledger) -> positions in batch
+    for position, (ledger_id, entry_id) in enumerate(batch):
+        ledger = metadata[ledger_id]
+        first = ledger.ensemble_for(entry_id)[read_order(entry_id, ledger.ensemble_size, ledger.write_quorum_size)[0]]
+        runs.setdefault((first, ledger_id), []).append(position)
+    futures: list[asyncio.Future[Answer] | asyncio.Future[Entry] | None] = [None] * len(batch)
+    for (bookie, ledger_id), positions in runs.items():
+        client = await cx.read_client(bookie)
+        if client is None:
+            continue
+        try:
+            sent = client.read_nowait(ledger_id, [batch[i][1] for i in positions], timeout_ms=timeout_ms)
+        except MagnetarError:  # closed or full
+            continue
+        for i, future in zip(positions, sent, strict=True):
+            futures[i] = future
+        try:
+            await client.drain()
+        except MagnetarError:
+            pass  # the connection broke: its futures fail, their entries are read speculatively
+    config = LedgerClientConfig()
+    for (ledger_id, entry_id), read in zip(batch, futures, strict=True):
+        if read is None:
+            read = asyncio.ensure_future(speculative_read(cx.transport, cx.clock, metadata[ledger_id], entry_id,
+                                                          config=config, master_key=b""))
+        window.append((ledger_id, entry_id, read))
+    return len(batch) == count
 
 
 async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tuple[ValueField, ...] = (),
@@ -291,6 +393,7 @@ async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tup
     rest = piece
     if mode != "broker":
         entries = entry_stream(cx, piece)
+        last_read: tuple[int, int] | None = None
         try:
             while True:
                 try:  # only fetching falls back; an undecodable entry is an error in every mode
@@ -301,9 +404,11 @@ async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tup
                 except MagnetarError:
                     if mode == "bookies":
                         raise
+                    if last_read is not None:
+                        rest = _remaining(piece, Position(last_read[0], last_read[1] + 1))
                     break
                 builder.add_entry(entry.ledger_id, entry.entry_id, memoryview(entry.raw)[ENTRY_HEADER_BYTES:])
-                rest = _remaining(piece, Position(entry.ledger_id, entry.entry_id + 1))
+                last_read = entry.ledger_id, entry.entry_id
                 if _full(builder):
                     yield builder.take()
         finally:
@@ -436,7 +541,7 @@ def call(work: Callable[[Connections], Awaitable[Any]], service_url: str, metada
 def iterate(make: Callable[[Connections], AsyncGenerator[Any, None]], service_url: str,
             metadata_url: str | None) -> Iterator[Any]:
     """A plain iterator over the async iterator ``make(cx)``, on a private event loop."""
-    loop = asyncio.new_event_loop()
+    loop = _new_event_loop()
     cx = Connections.make(service_url, metadata_url)
     items = make(cx)
     try:
@@ -449,3 +554,13 @@ def iterate(make: Callable[[Connections], AsyncGenerator[Any, None]], service_ur
         loop.run_until_complete(items.aclose())
         loop.run_until_complete(cx.close())
         loop.close()
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where installed (a dependency of magnetar; cheaper socket reads and
+    callbacks than asyncio's selector loop), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()

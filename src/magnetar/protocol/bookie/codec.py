@@ -31,6 +31,10 @@ Bodies (``mk`` = master key: ``u8 len`` + bytes, at most ``BOOKIE_MASTER_KEY_BYT
     0x06 WRITE_LAC         mk, u64 ledger_id, i64 lac          explicit LAC for an idle ledger
     0x86 WRITE_LAC resp    u16 status, u64 ledger_id, i64 lac  (the bookie's known LAC afterwards)
 
+Readers that drop entries soon after use (the Spark connector) decode responses with
+``ResponseViewDecoder``: a READ/READ_LAST_ENTRY response then comes as ``ReadViewResponse`` whose
+``EntryView`` refers to the received bytes instead of copying them.
+
 Invariants: ``FrameDecoder`` never holds more than one partial frame plus one read chunk; a
 length above ``BOOKIE_FRAME_BYTES_MAX`` raises ``LimitExceeded`` before any body is buffered;
 any other malformed frame raises ``CorruptData``. After either error the stream is out of sync
@@ -231,6 +235,54 @@ class ReadResponse:
     known_lac: int
     entry: Entry | None = None
     op: Op = Op.READ
+
+
+@dataclass(frozen=True, slots=True)
+class EntryView:
+    """An entry as received, not copied: ``raw`` is a read-only view into the bytes a
+    ``ResponseViewDecoder`` was fed (or into the one buffer it assembled a split frame in), so it
+    keeps that buffer alive as long as it lives. For readers that drop entries soon after use;
+    anything that keeps entries (a cache) takes ``to_entry()``, a copy."""
+
+    ledger_id: int
+    entry_id: int
+    lac: int
+    digest: int
+    raw: memoryview
+
+    @property
+    def payload(self) -> memoryview:
+        return self.raw[ENTRY_HEADER_BYTES:]
+
+    @property
+    def payload_bytes(self) -> int:
+        return len(self.raw) - ENTRY_HEADER_BYTES
+
+    def digest_ok(self) -> bool:
+        """One CRC32C pass over the entry (not cached: a view is checked once, by its reader)."""
+        return entry_digest(self.ledger_id, self.entry_id, self.lac, self.raw[ENTRY_HEADER_BYTES:]) == self.digest
+
+    def to_entry(self) -> Entry:
+        return Entry(self.ledger_id, self.entry_id, self.lac, self.digest, bytes(self.raw))
+
+
+@dataclass(frozen=True, slots=True)
+class ReadViewResponse:
+    """``ReadResponse`` as a ``ResponseViewDecoder`` gives it: the entry as an ``EntryView``."""
+
+    request_id: int
+    status: Status
+    ledger_id: int
+    entry_id: int
+    known_lac: int
+    entry: EntryView | None = None
+    op: Op = Op.READ
+
+    def copied(self) -> ReadResponse:
+        """The same answer with the entry copied out of the receive buffer."""
+        entry = self.entry.to_entry() if self.entry is not None else None
+        return ReadResponse(self.request_id, self.status, self.ledger_id, self.entry_id, self.known_lac, entry,
+                            self.op)
 
 
 @dataclass(frozen=True, slots=True)
@@ -503,4 +555,139 @@ class FrameDecoder:
             with memoryview(buffer) as frame:
                 messages.append(decode_frame(frame[4:]))
             self._buffer = bytearray()
+        return at
+
+
+# --- decoding responses without copying entries (readers) --------------------------------------
+
+_READ_RESPONSE_OPS = (Op.READ | RESPONSE_BIT, Op.READ_LAST_ENTRY | RESPONSE_BIT)
+
+
+def _entry_view_at(body: memoryview, offset: int) -> EntryView:
+    raw = body[offset:]
+    if len(raw) < ENTRY_HEADER_BYTES:
+        raise CorruptData(f"entry of {len(raw)} bytes is shorter than its header")
+    if len(raw) - ENTRY_HEADER_BYTES > ENTRY_BYTES_MAX:
+        raise CorruptData(f"entry payload exceeds ENTRY_BYTES_MAX ({ENTRY_BYTES_MAX})")
+    ledger_id, entry_id, lac, length, digest = _ENTRY_HEADER.unpack_from(raw, 0)
+    if length != len(raw) - ENTRY_HEADER_BYTES:
+        raise CorruptData(f"entry payload length {length} != {len(raw) - ENTRY_HEADER_BYTES}")
+    if ledger_id > LEDGER_ID_MAX:
+        raise CorruptData(f"ledger id {ledger_id} out of range")
+    return EntryView(ledger_id, entry_id, lac, digest, raw)
+
+
+def decode_response_view(frame: memoryview) -> Message | ReadViewResponse:
+    """``decode_frame``, except that a READ/READ_LAST_ENTRY response's entry is a view into
+    ``frame`` (read-only; the caller keeps ``frame``'s buffer unchanged while the view lives)."""
+    if len(frame) < HEADER_BYTES:
+        raise CorruptData(f"frame of {len(frame)} bytes is shorter than the header")
+    version, op, request_id = _HEADER.unpack_from(frame, 0)
+    if op not in _READ_RESPONSE_OPS:
+        return decode_frame(frame)
+    if version != PROTOCOL_VERSION:
+        raise CorruptData(f"unsupported bookie protocol version {version}")
+    at = HEADER_BYTES
+    if len(frame) < at + _READ_RESP.size:
+        raise CorruptData("READ response shorter than its fixed fields")
+    status, ledger_id, entry_id, lac, has_entry = _READ_RESP.unpack_from(frame, at)
+    at += _READ_RESP.size
+    entry: EntryView | None = None
+    if has_entry:
+        entry = _entry_view_at(frame, at)
+    elif at != len(frame):
+        raise CorruptData("READ response without an entry has trailing bytes")
+    return ReadViewResponse(request_id, _status(status), ledger_id, entry_id, lac, entry, Op(op & ~RESPONSE_BIT))
+
+
+class ResponseViewDecoder:
+    """``FrameDecoder`` for a reader's side of a connection: frames are decoded straight from the
+    fed bytes, and READ/READ_LAST_ENTRY responses come as ``ReadViewResponse`` whose entry is a
+    view into them, never copied. A frame split across feeds is assembled once, in a buffer of
+    exactly its size allocated when its length is known (no regrowth); its entry is a view
+    into that buffer, which is never written again. Sans-IO; the same limits and errors as
+    ``FrameDecoder`` (the buffer holds at most one partial frame), and the same rule: after an
+    error the decoder refuses further input.
+    """
+
+    __slots__ = ("_broken", "_filled", "_max_frame_bytes", "_partial")
+
+    def __init__(self, max_frame_bytes: int = BOOKIE_FRAME_BYTES_MAX) -> None:
+        self._max_frame_bytes = max_frame_bytes
+        self._partial = bytearray()  # the split frame so far (its size once its length is known)
+        self._filled = 0  # bytes of ``_partial`` received
+        self._broken = False
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._filled
+
+    def feed(self, data: bytes) -> list[Message | ReadViewResponse]:
+        """Every complete message in ``data`` (after what earlier feeds left), in order. ``data``
+        must not change afterwards: entries refer to it (``bytes`` is immutable; anything else
+        is copied first). Raises like ``FrameDecoder.feed``."""
+        if self._broken:
+            raise CorruptData("decoder is out of sync after an earlier error")
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        messages: list[Message | ReadViewResponse] = []
+        view = memoryview(data)
+        try:
+            at = self._complete_partial(view, messages) if self._filled else 0
+            size = len(view)
+            while size - at >= 4:
+                end = at + 4 + self._frame_len(view, at)
+                if end > size:
+                    break
+                messages.append(decode_response_view(view[at + 4 : end]))
+                at = end
+            if at < size:
+                self._start_partial(view[at:])
+        except (CorruptData, LimitExceeded):
+            self._broken = True
+            self._partial = bytearray()
+            self._filled = 0
+            raise
+        return messages
+
+    def _frame_len(self, source: bytes | bytearray | memoryview, at: int) -> int:
+        frame_len: int = _LEN.unpack_from(source, at)[0]
+        if frame_len > self._max_frame_bytes:
+            raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", frame_len, self._max_frame_bytes)
+        if frame_len < _FRAME_MIN_BYTES:
+            raise CorruptData(f"frame length {frame_len} below the header size")
+        return frame_len
+
+    def _start_partial(self, head: memoryview) -> None:
+        """Keep the start of a frame the fed bytes end inside."""
+        if len(head) >= 4:
+            self._partial = bytearray(4 + self._frame_len(head, 0))
+        else:
+            self._partial = bytearray(4)
+        self._partial[: len(head)] = head
+        self._filled = len(head)
+
+    def _complete_partial(self, view: memoryview, messages: list[Message | ReadViewResponse]) -> int:
+        """Fill the partial frame from ``view``; decode it once whole. Returns the bytes taken."""
+        partial, filled, at = self._partial, self._filled, 0
+        if filled < 4:  # the length itself was split
+            at = min(4 - filled, len(view))
+            partial[filled : filled + at] = view[:at]
+            filled += at
+            if filled < 4:
+                self._filled = filled
+                return at
+            whole = bytearray(4 + self._frame_len(partial, 0))
+            whole[:4] = partial[:4]
+            partial = self._partial = whole
+        take = min(len(partial) - filled, len(view) - at)
+        partial[filled : filled + take] = view[at : at + take]
+        filled += take
+        at += take
+        if filled < len(partial):
+            self._filled = filled
+            return at
+        self._partial = bytearray()  # the whole frame's buffer now belongs to its message
+        self._filled = 0
+        messages.append(decode_response_view(memoryview(partial).toreadonly()[4:]))
         return at
