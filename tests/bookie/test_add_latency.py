@@ -207,3 +207,38 @@ def test_files_a_crash_left_in_the_trash_are_deleted_when_the_disk_is_opened(tmp
     LocalDisk(str(tmp_path))
     _wait_for_trash()
     assert os.listdir(tmp_path / TRASH_DIR) == []
+
+
+def test_checkpoint_loop_paces_the_timer_started_checkpoint_but_not_the_cache_started_one() -> None:
+    config = dataclasses.replace(
+        PACED, checkpoint_interval_ms=1_000, write_cache_bytes_max=2 * MIB, entry_bytes_max=64 * 1024
+    )
+
+    async def scenario() -> None:
+        node = Node(config)
+        bookie = await node.boot()
+        writes: list[int] = []
+        real_append_many = bookie._entry_log.append_many
+
+        async def append_many(raws: list[bytes], *, sync: bool = False) -> list[tuple[int, int]]:
+            writes.append(node.clock.monotonic_ns())
+            return await real_append_many(raws, sync=sync)
+
+        bookie._entry_log.append_many = append_many  # type: ignore[method-assign]
+        # Timer: 200 small entries, far from half the cache; the interval passes.
+        for i in range(200):
+            assert await bookie.add(entry(1, i, lac=i - 1), KEY) is Status.OK
+        await node.clock.sleep(1.5)
+        assert bookie.stats.checkpoints_count == 2  # start-up and the timer's
+        assert _spread_out(writes, config.flush_pause_ms)
+        # Cache: half of the write cache filled well before the interval ends.
+        writes.clear()
+        payload = b"p" * 32 * 1024
+        for i in range(40):
+            assert await bookie.add(entry(2, i, payload=payload, lac=i - 1), KEY) is Status.OK
+        await node.clock.sleep(0.1)
+        assert bookie.stats.checkpoints_count == 3
+        assert writes and not _spread_out(writes, config.flush_pause_ms)
+        await bookie.stop()
+
+    sim(scenario)

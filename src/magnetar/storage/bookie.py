@@ -10,7 +10,10 @@ Checkpoint (``checkpoint()``, run when half the write cache is used or every
 mark, append the frozen half sorted by (ledger, entry) to the entry log in synced chunks, write
 every location plus dirty ledger states to the index (unsynced batches, then a synced last one),
 and only then persist the mark and delete journal files before it. The flush yields to the event
-loop between chunks, so adds and their journal fsyncs proceed while it runs. Restart: load ledger states, replay the journal from the mark
+loop between chunks, so adds and their journal fsyncs proceed while it runs; a checkpoint the
+interval timer started is also paced (small chunks with pauses, index batches synced one by one)
+until adds would wait for it, so its disk writes do not pile up ahead of the journal's fsyncs.
+Restart: load ledger states, replay the journal from the mark
 into the write cache (a torn tail ends replay), repair ``last_entry`` where the crash left it
 naming an entry that never became durable, and checkpoint.
 
@@ -641,18 +644,20 @@ class Bookie:
         # no such backlog, so it is synced once, after the last chunk: every device cache flush
         # also delays the journal's. Either way the log is synced before any index entry names
         # its offsets. Locations go to the index in batches of ``index_batch_keys_max`` unsynced
-        # keys with a yield between them (paced: each synced, then a pause); the last batch is
-        # synced (off the event loop), which (WAL order) makes every earlier batch durable too.
-        # Keys and values are kept in two
+        # keys with a yield between them; the last batch is synced (off the event loop), which
+        # (WAL order) makes every earlier batch durable too. Keys and values are kept in two
         # lists of bytes: no tuple per entry for the garbage collector to walk.
         #
-        # ``paced`` (the background checkpoint): while nothing waits for the flush (not
-        # ``_flush_urgent``), chunks are small and the flush pauses ``flush_pause_ms`` before
-        # each one. The journal and the entry log share the device: an entry-log write in flight
-        # delays the journal's next write, and each journal fsync must also make durable every
-        # entry-log byte written since the previous one. A burst of entry-log writes made every
-        # add of the burst wait for it (paced 5,000 adds/s: p99 3-10 ms in every window holding
-        # a checkpoint); spread out, each journal fsync meets little of it.
+        # ``paced`` (a checkpoint the interval timer started, not a filling write cache): while
+        # nothing waits for the flush (not ``_flush_urgent``), chunks are small, the flush
+        # pauses ``flush_pause_ms`` before each one, and each index batch is synced on its own
+        # followed by a pause. The journal and the entry log share the device: an entry-log
+        # write in flight delays the journal's next write, and each journal fsync must also make
+        # durable every entry-log and WAL byte written since the previous one; a long run of
+        # loop steps also makes the worker threads that finished a journal fsync wait for the
+        # GIL. As one burst, every add during the burst waited for it (paced 5,000 adds/s: p99
+        # 10-35 ms in each window holding a checkpoint); spread out, each journal fsync meets
+        # little of it. A checkpoint started by a filling cache is not paced (throughput first).
         keys: list[bytes] = []
         values: list[bytes] = []
         touched_logs: set[int] = set()
@@ -660,7 +665,10 @@ class Bookie:
         flushed = 0
         sync_each = self._entry_log.write_alignment_bytes == 1
         pause_s = self.config.flush_pause_ms / 1000 if paced else 0.0
-        for chunk in cache.sorted_chunks(self._flush_chunk_bytes, self.config.flush_chunk_entries_max):
+        def chunk_bytes() -> int:
+            return self._flush_chunk_bytes(paced)
+
+        for chunk in cache.sorted_chunks(chunk_bytes, self.config.flush_chunk_entries_max):
             if pause_s and not first and not self._flush_urgent():
                 await self._clock.sleep(pause_s)
             # A buffered log's chunk is written and synced in one step, except the first: the
@@ -694,9 +702,6 @@ class Bookie:
             batch = zip(keys[at : at + batch_max], values[at : at + batch_max], strict=True)
             at += batch_max
             if pause_s and not self._flush_urgent():
-                # Each batch synced on its own (off the loop), then a pause: no long run of
-                # loop steps (whose GIL the worker threads finishing journal fsyncs wait for)
-                # and no large WAL sync at the end for a journal fsync to wait behind.
                 await kv.write_durable(batch)
                 await self._clock.sleep(pause_s)
             else:
@@ -717,21 +722,25 @@ class Bookie:
         """Whether adds wait, or soon will, for the flush (the active half is half full)."""
         return not self._cache_room.is_set() or self._active.bytes >= self.config.write_cache_bytes_max // 4
 
-    def _flush_chunk_bytes(self) -> int:
-        # Small chunks while nothing waits for the flush: one chunk is what a journal write may
-        # find ahead of it on the device. Large ones (fewer worker calls) once adds would wait.
+    def _flush_chunk_bytes(self, paced: bool) -> int:
+        # Small chunks while nothing waits for a paced flush (or a buffered log's): one chunk is
+        # what a journal write may find ahead of it on the device. Large ones (fewer worker
+        # calls) once adds would wait, and for an unpaced flush past the page cache.
         config = self.config
-        return config.flush_chunk_bytes_max if self._flush_urgent() else config.flush_chunk_bytes_min
+        if self._flush_urgent() or (not paced and self._entry_log.write_alignment_bytes > 1):
+            return config.flush_chunk_bytes_max
+        return config.flush_chunk_bytes_min
 
     async def _checkpoint_loop(self) -> None:
         interval_s = self.config.checkpoint_interval_ms / 1000
         while self.status in _SERVING:
             await wait_event_or_timeout(self._clock, self._checkpoint_wanted, interval_s)
+            cache_filling = self._checkpoint_wanted.is_set()
             self._checkpoint_wanted.clear()
             if self.status not in _SERVING:
                 return
             try:
-                await self._checkpoint(paced=True)
+                await self._checkpoint(paced=not cache_filling)
             except Exception as exc:
                 self._on_disk_failure(exc)
                 return
