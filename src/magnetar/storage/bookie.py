@@ -10,9 +10,9 @@ Checkpoint (``checkpoint()``, run when half the write cache is used or every
 mark, append the frozen half sorted by (ledger, entry) to the entry log in synced chunks, write
 every location plus dirty ledger states to the index (unsynced batches, then a synced last one),
 and only then persist the mark and delete journal files before it. The flush yields to the event
-loop between chunks, so adds and their journal fsyncs proceed while it runs; a checkpoint the
-interval timer started is also paced (small chunks with pauses, index batches synced one by one)
-until adds would wait for it, so its disk writes do not pile up ahead of the journal's fsyncs.
+loop between chunks, so adds and their journal fsyncs proceed while it runs; the background
+checkpoint is also paced (small chunks with pauses, index batches synced one by one) unless adds
+would wait for it, so its disk writes do not pile up ahead of the journal's fsyncs.
 Restart: load ledger states, replay the journal from the mark
 into the write cache (a torn tail ends replay), repair ``last_entry`` where the crash left it
 naming an entry that never became durable, and checkpoint.
@@ -147,6 +147,7 @@ class Bookie:
         self._ledgers: dict[int, LedgerState] = {}
         self._log_ledgers: dict[int, set[int]] = {}
         self._active = WriteCache()
+        self._active_since_ns = 0  # when the active half was last swapped in (fill rate)
         self._flushing = WriteCache()
         self._read_cache = ReadCache(config.read_cache_bytes_max)
         self._checkpoint_lock = asyncio.Lock()
@@ -619,6 +620,7 @@ class Bookie:
             assert journal is not None
             invariant(not self._flushing.count, "a checkpoint started while a flush is pending")
             self._flushing, self._active = self._active, WriteCache()
+            self._active_since_ns = self._clock.monotonic_ns()
             mark = journal.position()
             await self._flush(self._flushing, paced=paced)
             await faults.point("bookie.index.before_checkpoint_mark")
@@ -632,11 +634,12 @@ class Bookie:
     async def _flush_without_mark(self) -> None:
         # Replay larger than the write cache: flush what was replayed so far; the mark stays.
         cache, self._active = self._active, WriteCache()
+        self._active_since_ns = self._clock.monotonic_ns()
         await self._flush(cache, paced=False)
 
     async def _flush(self, cache: WriteCache, *, paced: bool) -> None:
         # Incremental, so adds keep flowing during a checkpoint: the frozen half goes to the entry
-        # log in chunks (``_flush_chunk_bytes``, at most ``flush_chunk_entries_max`` entries),
+        # log in chunks (``flush_chunk_bytes_min``/``_max``, at most ``flush_chunk_entries_max``),
         # written off the event loop; the loop's share of each chunk (framing, locations) is one
         # short step. On a buffered log each chunk is synced before the next: a bounded amount
         # of dirty entry-log data in the page cache ahead of the journal's fsyncs keeps add
@@ -648,28 +651,42 @@ class Bookie:
         # (WAL order) makes every earlier batch durable too. Keys and values are kept in two
         # lists of bytes: no tuple per entry for the garbage collector to walk.
         #
-        # ``paced`` (a checkpoint the interval timer started, not a filling write cache): while
-        # nothing waits for the flush (not ``_flush_urgent``), chunks are small, the flush
-        # pauses ``flush_pause_ms`` before each one, and each index batch is synced on its own
-        # followed by a pause. The journal and the entry log share the device: an entry-log
-        # write in flight delays the journal's next write, and each journal fsync must also make
-        # durable every entry-log and WAL byte written since the previous one; a long run of
-        # loop steps also makes the worker threads that finished a journal fsync wait for the
-        # GIL. As one burst, every add during the burst waited for it (paced 5,000 adds/s: p99
-        # 10-35 ms in each window holding a checkpoint); spread out, each journal fsync meets
-        # little of it. A checkpoint started by a filling cache is not paced (throughput first).
+        # ``paced`` (the background checkpoint): unless adds would wait for the flush
+        # (``_adds_would_wait``), chunks are small, the flush pauses ``flush_pause_ms`` before
+        # each one, and each index batch is synced on its own followed by a pause. The journal
+        # and the entry log share the device: an entry-log write in flight delays the journal's
+        # next write, and each journal fsync must also make durable every entry-log and WAL byte
+        # written since the previous one; a long run of loop steps also makes the worker threads
+        # that finished a journal fsync wait for the GIL. As one burst, every add during the
+        # burst waited for it (paced 5,000 adds/s: p99 10-35 ms in each window holding a
+        # checkpoint); spread out, each journal fsync meets little of it. When the adds come in
+        # fast enough that the active half would fill before a paced flush ended, the flush
+        # runs at full speed instead (large chunks, no pauses: throughput first).
         keys: list[bytes] = []
         values: list[bytes] = []
         touched_logs: set[int] = set()
         first = True
         flushed = 0
         sync_each = self._entry_log.write_alignment_bytes == 1
-        pause_s = self.config.flush_pause_ms / 1000 if paced else 0.0
-        def chunk_bytes() -> int:
-            return self._flush_chunk_bytes(paced)
+        config = self.config
+        pause_s = config.flush_pause_ms / 1000
+        batch_max = config.index_batch_keys_max
+        entries_left, bytes_left = cache.count, cache.bytes
+        batches_left = -(-entries_left // batch_max)
+        urgent = not paced
 
-        for chunk in cache.sorted_chunks(chunk_bytes, self.config.flush_chunk_entries_max):
-            if pause_s and not first and not self._flush_urgent():
+        def chunk_bytes() -> int:
+            # Asked once per chunk, before it is formed: decides its size and the pause.
+            nonlocal urgent
+            if paced:
+                chunks_left = max(
+                    -(-bytes_left // config.flush_chunk_bytes_min), -(-entries_left // config.flush_chunk_entries_max)
+                )
+                urgent = self._adds_would_wait((chunks_left + batches_left) * pause_s)
+            return config.flush_chunk_bytes_max if urgent else config.flush_chunk_bytes_min
+
+        for chunk in cache.sorted_chunks(chunk_bytes, config.flush_chunk_entries_max):
+            if not urgent and not first:
                 await self._clock.sleep(pause_s)
             # A buffered log's chunk is written and synced in one step, except the first: the
             # mid_flush point sits between its write and its sync.
@@ -685,7 +702,9 @@ class Bookie:
                     ledgers = ledger_logs[log_id] = set()
                 ledgers.add(ledger_id)
                 touched_logs.add(log_id)
+                bytes_left -= len(raw)
             flushed += len(chunk)
+            entries_left -= len(chunk)
             if first:
                 first = False
                 await faults.point("bookie.entrylog.mid_flush")
@@ -695,13 +714,13 @@ class Bookie:
             await self._entry_log.sync()
         if first:
             await faults.point("bookie.entrylog.mid_flush")
-        batch_max = self.config.index_batch_keys_max
         kv = self._index.kv
         at = 0
         while len(keys) - at > batch_max:
             batch = zip(keys[at : at + batch_max], values[at : at + batch_max], strict=True)
             at += batch_max
-            if pause_s and not self._flush_urgent():
+            batches_left -= 1
+            if paced and not self._adds_would_wait(batches_left * pause_s):
                 await kv.write_durable(batch)
                 await self._clock.sleep(pause_s)
             else:
@@ -718,29 +737,33 @@ class Bookie:
             await self._index.kv.write_durable(puts)
         self.stats.entries_flushed_count += flushed
 
-    def _flush_urgent(self) -> bool:
-        """Whether adds wait, or soon will, for the flush (the active half is half full)."""
-        return not self._cache_room.is_set() or self._active.bytes >= self.config.write_cache_bytes_max // 4
-
-    def _flush_chunk_bytes(self, paced: bool) -> int:
-        # Small chunks while nothing waits for a paced flush (or a buffered log's): one chunk is
-        # what a journal write may find ahead of it on the device. Large ones (fewer worker
-        # calls) once adds would wait, and for an unpaced flush past the page cache.
-        config = self.config
-        if self._flush_urgent() or (not paced and self._entry_log.write_alignment_bytes > 1):
-            return config.flush_chunk_bytes_max
-        return config.flush_chunk_bytes_min
+    def _adds_would_wait(self, flush_left_s: float) -> bool:
+        """Whether adds wait for the flush now, or would before a paced flush that still needs
+        ``flush_left_s`` seconds ends: at the rate the active half has filled since it was
+        swapped in, it would hold half the write cache by then (the next checkpoint is due and
+        cannot start, and a full half stops the adds)."""
+        if not self._cache_room.is_set():
+            return True
+        filled = self._active.bytes
+        room = self.config.write_cache_bytes_max // 2 - filled
+        if room <= 0:
+            return True
+        if filled == 0:
+            return False
+        elapsed_ns = self._clock.monotonic_ns() - self._active_since_ns
+        if elapsed_ns <= 0:
+            return True  # filled in no time at all (a simulated clock): as fast as it gets
+        return flush_left_s * 1e9 * filled / elapsed_ns >= room
 
     async def _checkpoint_loop(self) -> None:
         interval_s = self.config.checkpoint_interval_ms / 1000
         while self.status in _SERVING:
             await wait_event_or_timeout(self._clock, self._checkpoint_wanted, interval_s)
-            cache_filling = self._checkpoint_wanted.is_set()
             self._checkpoint_wanted.clear()
             if self.status not in _SERVING:
                 return
             try:
-                await self._checkpoint(paced=not cache_filling)
+                await self._checkpoint(paced=True)
             except Exception as exc:
                 self._on_disk_failure(exc)
                 return

@@ -31,13 +31,13 @@ class BookieConfig:
     read_ahead_count_max: int = 64  # entries read together on a read-cache miss
     read_ahead_bytes_max: int = 1 * MIB
     checkpoint_interval_ms: int = 10_000
-    # A checkpoint writes the entry log in chunks (a buffered log syncs each): small chunks
-    # while nothing waits for a paced flush or a buffered log's (little entry-log data ahead of
-    # a journal write and fsync on the device: add latency stays low), large ones once the
-    # active half of the write cache is half full (adds would soon wait: throughput first).
-    # A checkpoint the interval timer started also pauses ``flush_pause_ms`` before each small
-    # chunk (and index batch), so its writes are spread out instead of a burst that every
-    # journal fsync meets; one a filling cache started is not paced. A chunk also holds at
+    # A checkpoint writes the entry log in chunks (a buffered log syncs each). The background
+    # checkpoint is paced: small chunks with a pause of ``flush_pause_ms`` before each (and
+    # before each index batch), so its writes are spread out instead of a burst that every
+    # journal fsync meets (little entry-log data ahead of a journal write and fsync on the
+    # device: add latency stays low); large chunks without pauses when adds come in so fast
+    # that the active half would fill before a paced flush ended (throughput first), and in
+    # the start-up checkpoint. A chunk also holds at
     # most ``flush_chunk_entries_max`` entries: the flush's work on the event loop is per entry
     # (about 2 us each), and adds wait behind one chunk's worth of it. The index goes in
     # batches of ``index_batch_keys_max`` keys with a yield to the event loop between them
