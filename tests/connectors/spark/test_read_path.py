@@ -192,12 +192,19 @@ def test_uniform_and_walked_batches_mix_in_one_record_batch_in_order() -> None:
     assert values == [*expected, b"w-short", b"w-longer-value", b"alone", *expected]
 
 
-def test_value_pieces_that_disagree_with_their_sizes_are_an_invariant_violation() -> None:
-    """Negative control for the copy: sizes that do not add up to the pieces' bytes are caught."""
-    two_rows = np.frombuffer(b"abcdef", np.uint8).reshape(2, 3)
-    assert rows._binary([two_rows, b"xy"], [3, 3, 2]).to_pylist() == [b"abc", b"def", b"xy"]
+def test_values_whose_row_count_disagrees_with_the_builders_are_an_invariant_violation() -> None:
+    """The values' buffer grows as needed and keeps row order across kinds of pieces; negative
+    control: asking for more rows than values were added is caught, not padded."""
+    def values() -> rows._Values:
+        built = rows._Values(4)  # small: every piece below makes it grow
+        built.add(b"abc")
+        built.add_rows(np.frombuffer(b"defghi", np.uint8).reshape(2, 3))
+        built.add(memoryview(b"--xy--")[2:4])
+        return built
+
+    assert values().array(4).to_pylist() == [b"abc", b"def", b"ghi", b"xy"]
     with pytest.raises(InvariantViolation):
-        rows._binary([two_rows, b"xy"], [3, 3, 3])
+        values().array(5)
 
 
 def corrupt(entry: bytes, old: bytes, new: bytes) -> bytes:

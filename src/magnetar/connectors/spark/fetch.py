@@ -389,7 +389,8 @@ async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tup
                      avro_schemas: Mapping[int, str] | None = None) -> AsyncGenerator[pa.RecordBatch, None]:
     """Record batches of every message in ``piece`` (see the module docstring for the modes), cut
     at ``SPARK_ARROW_BATCH_ROWS_MAX`` rows or ``SPARK_ARROW_BATCH_BYTES_MAX`` value bytes."""
-    builder = RowBuilder(piece.topic, piece.partition, value_fields, avro_schemas)
+    builder = RowBuilder(piece.topic, piece.partition, value_fields, avro_schemas,
+                         value_capacity_bytes=SPARK_ARROW_BATCH_BYTES_MAX + SPARK_ARROW_BATCH_BYTES_MAX // 8)
     rest = piece
     if mode != "broker":
         entries = entry_stream(cx, piece)
@@ -541,7 +542,7 @@ def call(work: Callable[[Connections], Awaitable[Any]], service_url: str, metada
 def iterate(make: Callable[[Connections], AsyncGenerator[Any, None]], service_url: str,
             metadata_url: str | None) -> Iterator[Any]:
     """A plain iterator over the async iterator ``make(cx)``, on a private event loop."""
-    loop = _new_event_loop()
+    loop = asyncio.new_event_loop()
     cx = Connections.make(service_url, metadata_url)
     items = make(cx)
     try:
@@ -555,12 +556,3 @@ def iterate(make: Callable[[Connections], AsyncGenerator[Any, None]], service_ur
         loop.run_until_complete(cx.close())
         loop.close()
 
-
-def _new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop where installed (a dependency of magnetar; cheaper socket reads and
-    callbacks than asyncio's selector loop), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()

@@ -13,6 +13,7 @@ columns (null when the value is not JSON or lacks the field).
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import re
@@ -117,6 +118,23 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+@functools.lru_cache(maxsize=64)
+def _uniform_shape(first: int, payload_size: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray] | None:
+    """For messages whose metadata is ``first`` bytes and payload ``payload_size``: the mask and
+    the expected bytes of every message's first ``4 + first`` bytes (its size field, the
+    ``payload_size`` field, the ``sequence_id`` tag exact; of the sequence id's varint only the
+    continuation bits: set on all but its last byte), where the varint starts, and the weight of
+    each varint byte. ``None`` when the varint would not be 1 to 9 bytes."""
+    prefix = struct.pack(">I", first) + b"\x18" + _varint(payload_size) + b"\x40"  # 0x40: sequence_id's tag
+    width = 4 + first - len(prefix)  # bytes of the sequence id's varint
+    if not 1 <= width <= 9:  # 9 varint bytes hold 63 bits: the value fits an int64
+        return None
+    mask = np.frombuffer(b"\xff" * len(prefix) + b"\x80" * width, np.uint8)
+    expected = np.frombuffer(prefix + b"\x80" * (width - 1) + b"\x00", np.uint8)
+    weights = np.left_shift(np.int64(1), 7 * np.arange(width, dtype=np.int64))
+    return mask, expected, len(prefix), weights
+
+
 def _uniform_batch(view: memoryview, count: int) -> tuple[int, np.ndarray, np.ndarray] | None:
     """``(payload_size, sequence ids, values)`` of a batch whose messages are all laid out
     alike — every single-message metadata exactly ``payload_size`` then ``sequence_id`` (the
@@ -124,61 +142,107 @@ def _uniform_batch(view: memoryview, count: int) -> tuple[int, np.ndarray, np.nd
     every message at once with numpy; ``None`` when any message differs (the caller then walks
     the batch message by message). Under these checks each metadata parses, as protobuf, to
     exactly this payload size and sequence id, so both paths give the same rows. ``values`` is a
-    view into ``view`` (one row of ``payload_size`` bytes per message), copied only by ``_binary``."""
+    view into ``view`` (one row of ``payload_size`` bytes per message)."""
     total = len(view)
     if total < 6 or count < 1:
         return None
     first = _U32(view, 0)[0]
     if first < 4 or first > 25 or view[4] != 0x18:  # 0x18: payload_size's tag comes first
         return None
-    stride_guess = total // count
-    payload_size = stride_guess - 4 - first
-    if payload_size < 0 or stride_guess * count != total:
+    stride, rest = divmod(total, count)
+    payload_size = stride - 4 - first
+    if payload_size < 0 or rest:
         return None
-    prefix = struct.pack(">I", first) + b"\x18" + _varint(payload_size) + b"\x40"  # 0x40: sequence_id's tag
-    width = 4 + first - len(prefix)  # bytes of the sequence id's varint
-    if not 1 <= width <= 9:  # 9 varint bytes hold 63 bits: the value fits an int64
+    shape = _uniform_shape(first, payload_size)
+    if shape is None:
         return None
-    rows = np.frombuffer(view, np.uint8).reshape(count, stride_guess)
-    if not (rows[:, : len(prefix)] == np.frombuffer(prefix, np.uint8)).all():
+    mask, expected, varint_at, weights = shape
+    rows = np.frombuffer(view, np.uint8).reshape(count, stride)
+    head = rows[:, : 4 + first]
+    if ((head & mask) != expected).any():
         return None
-    varints = rows[:, len(prefix) : 4 + first]
-    if (varints[:, -1] & 0x80).any() or (width > 1 and not (varints[:, :-1] & 0x80).all()):
-        return None
-    sequences = np.zeros(count, np.int64)
-    for j in range(width):
-        sequences |= (varints[:, j].astype(np.int64) & 0x7F) << (7 * j)
+    sequences = (head[:, varint_at:] & 0x7F).astype(np.int64) @ weights
     return payload_size, sequences, rows[:, 4 + first :]
 
 
-#: The values of rows, in row order, in pieces: a message's bytes, or a uniform batch's values
-#: (a 2-D view, one row per message, into the entry).
-Piece = bytes | memoryview | np.ndarray
+#: Value bytes a builder's buffer starts with (it grows by doubling; ``value_capacity_bytes``
+#: sizes it for a known batch cut).
+VALUE_CAPACITY_BYTES_DEFAULT = 64 * 1024
 
 
-def _binary(pieces: list[Piece], sizes: list[int]) -> pa.Array:
-    """An Arrow binary array of values whose bytes are ``pieces`` joined and whose lengths are
-    ``sizes``: each byte copied once, straight from the entries into one numpy buffer (numpy asks
-    for huge pages for large buffers; a ``bytes`` join there cost ~1 ms/MB of page faults)."""
-    offsets = np.zeros(len(sizes) + 1, np.int64)
-    np.cumsum(np.array(sizes, np.int64), out=offsets[1:])
-    total = int(offsets[-1])
-    if total > ARROW_BINARY_BYTES_MAX:
-        raise LimitExceeded("ARROW_BINARY_BYTES_MAX", total, ARROW_BINARY_BYTES_MAX)
-    data = np.empty(total, np.uint8)
-    flat = data.data  # a writable 1-D byte view of the buffer
-    position = 0
-    for piece in pieces:
-        if isinstance(piece, np.ndarray):
-            end = position + piece.size
-            data[position:end].reshape(piece.shape)[...] = piece
-        else:
-            end = position + len(piece)
-            flat[position:end] = piece
-        position = end
-    invariant(position == total, f"value pieces hold {position} bytes, their sizes say {total}")
-    return pa.Array.from_buffers(pa.binary(), len(sizes), [None, pa.py_buffer(offsets.astype(np.int32)),
-                                                           pa.py_buffer(data)])
+class _Int64s:
+    """A column of int64 built in row order from single values and whole numpy arrays."""
+
+    __slots__ = ("_chunks", "_items")
+
+    def __init__(self) -> None:
+        self._chunks: list[np.ndarray] = []
+        self._items: list[int] = []
+
+    def append(self, value: int) -> None:
+        self._items.append(value)
+
+    def extend(self, values: np.ndarray) -> None:
+        if self._items:
+            self._chunks.append(np.array(self._items, np.int64))
+            self._items = []
+        self._chunks.append(values)
+
+    def array(self) -> np.ndarray:
+        if self._items:
+            self._chunks.append(np.array(self._items, np.int64))
+            self._items = []
+        if len(self._chunks) == 1:
+            return self._chunks[0]
+        return np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.int64)
+
+
+class _Values:
+    """The values of the rows being built, in row order: their bytes copied in as each entry is
+    added (right after its digest check, while it is likely still in the CPU's caches; one copy
+    per byte) into one numpy buffer that becomes the Arrow array's data, and their sizes."""
+
+    __slots__ = ("_data", "_flat", "end", "sizes")
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self._data = np.empty(max(1, capacity_bytes), np.uint8)
+        self._flat = self._data.data  # a writable 1-D byte view of the buffer
+        self.end = 0
+        self.sizes = _Int64s()
+
+    def _room(self, size: int) -> int:
+        start = self.end
+        if start + size > len(self._data):
+            grown = np.empty(max(2 * len(self._data), start + size), np.uint8)
+            grown[:start] = self._data[:start]
+            self._data, self._flat = grown, grown.data
+        self.end = start + size
+        return start
+
+    def add(self, value: bytes | memoryview) -> None:
+        size = len(value)
+        start = self._room(size)
+        self._flat[start : start + size] = value
+        self.sizes.append(size)
+
+    def add_rows(self, values: np.ndarray) -> None:
+        """A uniform batch's values: a 2-D view, one row per message."""
+        count, size = values.shape
+        start = self._room(count * size)
+        self._data[start : self.end].reshape(count, size)[...] = values
+        self.sizes.extend(np.full(count, size, np.int64))
+
+    def array(self, rows: int) -> pa.Array:
+        """The Arrow binary array of the values added (it owns the buffer from then on)."""
+        sizes = self.sizes.array()
+        invariant(len(sizes) == rows, f"{len(sizes)} value sizes for {rows} rows")
+        offsets = np.zeros(rows + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        invariant(int(offsets[-1]) == self.end, f"value sizes add up to {int(offsets[-1])} bytes, {self.end} were copied")
+        if self.end > ARROW_BINARY_BYTES_MAX:
+            raise LimitExceeded("ARROW_BINARY_BYTES_MAX", self.end, ARROW_BINARY_BYTES_MAX)
+        return pa.Array.from_buffers(pa.binary(), rows, [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                         pa.py_buffer(self._data[: self.end])])
 
 
 def _sparse_binary(n: int, pairs: list[tuple[int, bytes]]) -> pa.Array:
@@ -243,21 +307,24 @@ class RowBuilder:
     """Accumulates rows of one topic partition; ``take()`` yields them as one record batch.
 
     Columns are gathered in their cheapest form: per entry (ledger, entry, publish time, producer,
-    schema version, how many rows) and per message only what varies (its value's size and
-    sequence id; the values' bytes as pieces in row order: a view per message, or one 2-D view for
-    a whole uniform batch); keys, event times and properties are recorded sparsely, as (row, value),
-    so a batch without them costs nothing there. ``take`` expands everything with numpy/Arrow:
-    values become one Arrow binary array over the pieces copied once, per-entry columns are
-    repeated, and a message's ``batchIndex`` is its row number minus its entry's first row.
+    schema version, how many rows) and per message only what varies (its value and sequence id;
+    a whole uniform batch's as numpy arrays); the values' bytes are copied once, as the entry is
+    added, into the buffer of the Arrow array to be (``_Values``); keys, event times and
+    properties are recorded sparsely, as (row, value), so a batch without them costs nothing
+    there. ``take`` expands the rest with numpy/Arrow: per-entry columns are repeated, and a
+    message's ``batchIndex`` is its row number minus its entry's first row.
+    ``value_capacity_bytes``: what the values' buffer starts with (the batch cut, when known).
     """
 
     def __init__(self, topic: str, partition: int, value_fields: tuple[ValueField, ...] = (),
-                 avro_schemas: Mapping[int, str] | None = None) -> None:
+                 avro_schemas: Mapping[int, str] | None = None, *,
+                 value_capacity_bytes: int = VALUE_CAPACITY_BYTES_DEFAULT) -> None:
         self.topic = topic
         self.partition = partition
         self.value_fields = value_fields
         self.avro = AvroValues(avro_schemas) if avro_schemas is not None else None
         self._schema = arrow_schema(value_fields)
+        self._value_capacity_bytes = value_capacity_bytes
         self._reset()
 
     def _reset(self) -> None:
@@ -271,10 +338,9 @@ class RowBuilder:
         self.e_redelivery: list[int] = []
         self.e_schema_version: list[int] = []  # -1: the entry names none
         # per row
-        self.pieces: list[Piece] = []  # the values of all rows, in row order, in pieces
-        self.sizes: list[int] = []
-        self.sequences: list[int] = []
-        self.value_bytes = 0
+        self.rows = 0
+        self.values = _Values(self._value_capacity_bytes)
+        self.sequences = _Int64s()
         # sparse, (row, value) in row order
         self.keys: list[tuple[int, bytes]] = []
         self.events: list[tuple[int, int]] = []
@@ -283,7 +349,11 @@ class RowBuilder:
         self.prop_values: list[str] = []
 
     def __len__(self) -> int:
-        return len(self.sizes)
+        return self.rows
+
+    @property
+    def value_bytes(self) -> int:
+        return self.values.end
 
     def _entry(self, ledger_id: int, entry_id: int, rows: int, first_index: int, publish_ms: int,
                producer: str, redelivery: int = 0, schema_version: bytes = b"") -> None:
@@ -302,13 +372,12 @@ class RowBuilder:
         metadata, payload = split_stored_entry(stored)
         codec = metadata.compression
         data = payload if codec == NONE else decompress(codec, payload, metadata.uncompressed_size)
-        row = len(self.sizes)
+        row = self.rows
         if not is_batch(metadata):
             self._entry(ledger_id, entry_id, 1, -1, metadata.publish_time, metadata.producer_name,
                         schema_version=metadata.schema_version)
-            self.pieces.append(data)
-            self.sizes.append(len(data))
-            self.value_bytes += len(data)
+            self.values.add(data)
+            self.rows += 1
             self.sequences.append(metadata.sequence_id)
             if metadata.HasField("partition_key"):
                 self.keys.append((row, _key_bytes(metadata.partition_key, metadata.partition_key_b64_encoded)))
@@ -332,14 +401,13 @@ class RowBuilder:
         total = len(view)
         if count > total:  # every message takes at least its 4-byte size field
             raise MalformedFrame(f"batch of {count} messages cannot fit in {total} bytes")
-        pieces, sizes, sequences = self.pieces, self.sizes, self.sequences
+        values, sequences = self.values, self.sequences
         uniform = _uniform_batch(view, count)
         if uniform is not None:
-            payload_size, batch_sequences, values = uniform
-            pieces.append(values)
-            sizes.extend([payload_size] * count)
-            sequences.extend(batch_sequences.tolist())
-            self.value_bytes += total
+            _, batch_sequences, batch_values = uniform
+            values.add_rows(batch_values)
+            sequences.extend(batch_sequences)
+            self.rows += count
             return
         parse = _SINGLE.FromString
         offset = 0
@@ -357,14 +425,13 @@ class RowBuilder:
                 end = offset + payload_size
                 if end > total:
                     raise MalformedFrame(f"payload_size {payload_size} of message {index} exceeds the batch")
-                pieces.append(view[offset:end])
-                sizes.append(payload_size)
+                values.add(view[offset:end])
                 offset = end
         except (struct.error, DecodeError) as error:
             raise MalformedFrame(f"malformed batch entry: {error}") from error
         if offset != total:
             raise MalformedFrame(f"batch has {total - offset} trailing bytes after {count} messages")
-        self.value_bytes += total
+        self.rows += count
 
     def _sparse_fields(self, fields: list[tuple[Any, Any]], row: int, default_sequence: int) -> int:
         """Records a message's keys, event time, properties and sequence id; returns payload_size."""
@@ -400,13 +467,11 @@ class RowBuilder:
     def add_message(self, message: Any) -> None:
         """One message received through the broker (a ``magnetar.client.Message``)."""
         mid = message.message_id
-        row = len(self.sizes)
+        row = self.rows
         self._entry(mid.ledger_id, mid.entry_id, 1, mid.batch_index, message.publish_time_ms,
                     message.producer_name, message.redelivery_count)
-        payload = message.payload
-        self.pieces.append(payload)
-        self.sizes.append(len(payload))
-        self.value_bytes += len(payload)
+        self.values.add(message.payload)
+        self.rows += 1
         self.sequences.append(message.sequence_id)
         if message.key is not None:
             self.keys.append((row, message.key.encode()))
@@ -419,7 +484,7 @@ class RowBuilder:
 
     def take(self) -> pa.RecordBatch:
         """The rows gathered so far as one record batch (the builder starts over)."""
-        n = len(self.sizes)
+        n = self.rows
         rows = np.array(self.e_rows, np.int64)
         entry_of_row = np.repeat(np.arange(len(rows)), rows)
         first_rows = np.cumsum(rows) - rows
@@ -432,7 +497,7 @@ class RowBuilder:
             fields=list(MESSAGE_ID_TYPE),
         )
         publish_us = np.repeat(np.array(self.e_publish_ms, np.int64) * 1000, rows)
-        values = _binary(self.pieces, self.sizes)
+        values = self.values.array(n)
         columns = [
             _sparse_binary(n, self.keys),
             values,
@@ -443,7 +508,7 @@ class RowBuilder:
             _sparse_timestamps(n, self.events),
             self._properties(n),
             pa.array(self.e_producer, pa.string()).take(pa.array(entry_of_row)),
-            pa.array(self.sequences, pa.int64()),
+            pa.array(self.sequences.array(), pa.int64()),
             pa.array(np.repeat(np.array(self.e_redelivery, np.int32), rows)),
         ]
         if self.value_fields:

@@ -242,13 +242,16 @@ class EntryView:
     """An entry as received, not copied: ``raw`` is a read-only view into the bytes a
     ``ResponseViewDecoder`` was fed (or into the one buffer it assembled a split frame in), so it
     keeps that buffer alive as long as it lives. For readers that drop entries soon after use;
-    anything that keeps entries (a cache) takes ``to_entry()``, a copy."""
+    anything that keeps entries (a cache) takes ``to_entry()``, a copy. The digest is checked
+    when the entry is decoded, while its bytes were just received (still in the CPU's caches),
+    not later when the reader gets to it: ``digest_valid``."""
 
     ledger_id: int
     entry_id: int
     lac: int
     digest: int
     raw: memoryview
+    digest_valid: bool
 
     @property
     def payload(self) -> memoryview:
@@ -259,8 +262,7 @@ class EntryView:
         return len(self.raw) - ENTRY_HEADER_BYTES
 
     def digest_ok(self) -> bool:
-        """One CRC32C pass over the entry (not cached: a view is checked once, by its reader)."""
-        return entry_digest(self.ledger_id, self.entry_id, self.lac, self.raw[ENTRY_HEADER_BYTES:]) == self.digest
+        return self.digest_valid
 
     def to_entry(self) -> Entry:
         return Entry(self.ledger_id, self.entry_id, self.lac, self.digest, bytes(self.raw))
@@ -574,7 +576,8 @@ def _entry_view_at(body: memoryview, offset: int) -> EntryView:
         raise CorruptData(f"entry payload length {length} != {len(raw) - ENTRY_HEADER_BYTES}")
     if ledger_id > LEDGER_ID_MAX:
         raise CorruptData(f"ledger id {ledger_id} out of range")
-    return EntryView(ledger_id, entry_id, lac, digest, raw)
+    valid = entry_digest(ledger_id, entry_id, lac, raw[ENTRY_HEADER_BYTES:]) == digest
+    return EntryView(ledger_id, entry_id, lac, digest, raw, valid)
 
 
 def decode_response_view(frame: memoryview) -> Message | ReadViewResponse:
