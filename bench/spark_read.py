@@ -4,7 +4,11 @@ same rows from Parquet, in the same run and the same SparkSession.
 Starts ``magnetar standalone`` (one bookie; data under ``--dir``; stopped by PID at the end, also
 on failure), creates the partitioned topic ``bench`` with ``--partitions`` partitions (admin REST)
 and publishes ``--count`` messages of ``--size`` random bytes to it with the official client
-(batching on, round-robin over partitions). Then:
+(batching on, round-robin over partitions): by default every message its own random bytes
+(``--values random``, the issue's workload: the Parquet copy is ~1 GB for 1M messages of 1 KiB).
+``--values same`` repeats one random payload in every message instead — a different, easier
+workload for Parquet (it dictionary-encodes the value column into a few MB), kept only to compare
+with runs made that way before. Then:
 * parquet copy: the connector's DataFrame (every column) written once to Parquet;
 * reader alone: every Spark partition's ``read()`` run in this process, one after the other, without
   Spark (the connector's Python cost: bookie reads + Arrow batches);
@@ -24,9 +28,8 @@ yields pre-built in-memory Arrow record batches (the same rows' shape: ``--count
 and the run says whether any build fell inside the repeats). It is what Spark itself costs to take
 rows from a Python data source: no I/O, no decoding. ``--sides ceiling,parquet`` measures it without
 a standalone (the parquet copy is then written from the ceiling). ``--conf key=value`` and ``--master``
-try Spark settings; ``--values random`` gives every message its own random bytes (the Parquet copy
-is then ~1 GB instead of a dictionary-encoded few MB); ``--jfr FILE`` records the Spark JVM over the
-repeats (Java Flight Recorder). CPU seconds per side and role are read from ``/proc``.
+try Spark settings; ``--jfr FILE`` records the Spark JVM over the repeats (Java Flight Recorder).
+CPU seconds per side and role are read from ``/proc``.
 
 Run: ``.venv/bin/python bench/spark_read.py [--count 1000000] [--size 1024] [--repeats 3] [--ceiling]``.
 Bounded: publishing stops after ``--seconds``; each read is one Spark job over a fixed set of rows.
@@ -215,14 +218,15 @@ def timed(df: Any, action: str) -> tuple[float, dict[str, float]]:
     return elapsed, {role: after[role] - before[role] for role in after}
 
 
-def reader_alone(options: dict[str, str]) -> tuple[int, float]:
-    """(rows, seconds) of running every planned partition's ``read()`` here, without Spark."""
+def reader_alone(options: dict[str, str]) -> tuple[int, float, float]:
+    """(rows, seconds, CPU seconds of this process) of running every planned partition's
+    ``read()`` here, one after the other, without Spark."""
     from magnetar.connectors.spark.source import MagnetarDataSource
 
     reader = MagnetarDataSource(options).reader(None)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     rows = sum(batch.num_rows for partition in reader.partitions() for batch in reader.read(partition))
-    return rows, time.perf_counter() - start
+    return rows, time.perf_counter() - start, time.process_time() - cpu_start
 
 
 def entries_alone(options: dict[str, str]) -> tuple[int, float]:
@@ -303,8 +307,10 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--action", choices=("noop", "value"), default="noop")
-    parser.add_argument("--values", choices=("same", "random"), default="same",
-                        help="same: one random payload for every message; random: each its own")
+    parser.add_argument("--values", choices=("random", "same"), default="random",
+                        help="random (default, the issue's workload): each message its own random bytes; "
+                             "same: one random payload repeated in every message (Parquet then dictionary-encodes "
+                             "the values into a few MB; only to compare with earlier runs)")
     parser.add_argument("--sides", default="connector,parquet",
                         help="what is timed, of connector, parquet, ceiling (without connector no standalone is "
                              "started and the parquet copy is written from the ceiling)")
@@ -347,9 +353,10 @@ def main() -> None:
             options = {"serviceUrl": standalone.broker_url, "metadataUrl": standalone.fields["metadata"],
                        "topic": TOPIC, "minPartitions": str(read_partitions)}
             if not args.no_alone:
-                alone_rows, alone_s = reader_alone(options)
+                reader_alone(options)  # warm-up: imports, first connections
+                alone_rows, alone_s, alone_cpu_s = reader_alone(options)
                 print(f"reader alone (no Spark, one process, one partition after the other): {alone_rows:,} rows "
-                      f"in {alone_s:.2f} s = {alone_rows / alone_s:,.0f} rows/s")
+                      f"in {alone_s:.2f} s = {alone_rows / alone_s:,.0f} rows/s, {alone_cpu_s:.2f} CPU s")
                 fetched, fetch_s = entries_alone(options)
                 print(f"entries alone (all partitions at once, no rows, no Spark): {fetched / 1e6:,.0f} MB in "
                       f"{fetch_s:.2f} s = {fetched / 1e6 / fetch_s:,.0f} MB/s = {rows / fetch_s:,.0f} rows/s "
