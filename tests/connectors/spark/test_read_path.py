@@ -286,6 +286,15 @@ def test_read_ahead_shrinks_for_large_entries() -> None:
     assert most <= 8  # 32 MiB of read-ahead holds 7 entries of 4 MiB (8 before the first arrived)
 
 
+def test_the_window_aims_at_the_cached_bytes_within_its_bounds() -> None:
+    from magnetar.base.limits import SPARK_READ_AHEAD_BYTES_MAX, SPARK_READ_AHEAD_CACHED_BYTES
+
+    assert fetch._window(100) == SPARK_READ_AHEAD_ENTRIES_MAX  # small entries: the count bound
+    assert fetch._window(128 * 1024) == SPARK_READ_AHEAD_CACHED_BYTES // (128 * 1024)
+    assert fetch._window(SPARK_READ_AHEAD_CACHED_BYTES) == 2  # at least two in flight...
+    assert fetch._window(SPARK_READ_AHEAD_BYTES_MAX // 2 + 1) == 1  # ...unless the byte bound says one
+
+
 # --- pipelined reads over the task's own bookie connections ----------------------------------
 
 A, B = BookieId("127.0.0.1", 3181), BookieId("127.0.0.1", 3182)

@@ -40,6 +40,7 @@ from magnetar.base.limits import (
     SPARK_BROKER_READ_IDLE_MS_MAX,
     SPARK_PARTITIONS_COUNT_MAX,
     SPARK_READ_AHEAD_BYTES_MAX,
+    SPARK_READ_AHEAD_CACHED_BYTES,
     SPARK_READ_AHEAD_ENTRIES_MAX,
     SPARK_READ_ENTRIES_CHUNK_COUNT_MAX,
 )
@@ -301,9 +302,9 @@ _Pending = tuple[int, int, "asyncio.Future[Answer] | asyncio.Future[Entry]"]
 
 
 async def entry_stream(cx: Connections, piece: Slice) -> AsyncGenerator[ReadEntry, None]:
-    """The slice's entries from bookies, in order, with a read-ahead window: up to
+    """The slice's entries from bookies, in order, with a read-ahead window (``_window``): up to
     ``SPARK_READ_AHEAD_ENTRIES_MAX`` entry reads in flight, fewer once entries are large (the
-    window times the largest entry seen stays within ``SPARK_READ_AHEAD_BYTES_MAX``). The window
+    window times the largest entry seen aims at ``SPARK_READ_AHEAD_CACHED_BYTES``). The window
     is refilled once half of it was consumed, each bookie's new reads sent in one write
     (``BookieClient.read_nowait``); an entry whose pipelined read does not bring a checked
     entry (module docstring) is read speculatively over its write set, digest checked. The
@@ -338,7 +339,7 @@ async def entry_stream(cx: Connections, piece: Slice) -> AsyncGenerator[ReadEntr
                                                master_key=b"")
             if len(entry.raw) > largest:
                 largest = len(entry.raw)
-                limit = max(1, min(SPARK_READ_AHEAD_ENTRIES_MAX, SPARK_READ_AHEAD_BYTES_MAX // largest))
+                limit = _window(largest)
             yield entry
     finally:
         for _, _, pending in window:
@@ -346,6 +347,14 @@ async def entry_stream(cx: Connections, piece: Slice) -> AsyncGenerator[ReadEntr
         tasks = [pending for _, _, pending in window if isinstance(pending, asyncio.Task)]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _window(largest_bytes: int) -> int:
+    """Reads in flight for entries of up to ``largest_bytes``: ``SPARK_READ_AHEAD_CACHED_BYTES``
+    worth, at least 2, at most ``SPARK_READ_AHEAD_ENTRIES_MAX`` and ``SPARK_READ_AHEAD_BYTES_MAX``
+    worth (and never less than 1)."""
+    cached = max(2, SPARK_READ_AHEAD_CACHED_BYTES // largest_bytes)
+    return max(1, min(SPARK_READ_AHEAD_ENTRIES_MAX, cached, SPARK_READ_AHEAD_BYTES_MAX // largest_bytes))
 
 
 async def _send_reads(cx: Connections, metadata: Mapping[int, LedgerMetadata], wanted: Iterator[tuple[int, int]],
