@@ -86,7 +86,7 @@ def test_a_connection_stops_being_read_at_its_pending_bound(held: tuple[BrokerTh
                                             send_timeout_millis=60_000) for i in range(PRODUCERS)]
         results: list[Any] = []
         payload = b"x" * 1024
-        for i in range(PER_PRODUCER):
+        for _ in range(PER_PRODUCER):
             for producer in producers:
                 producer.send_async(payload, lambda result, _id: results.append(result))
         time.sleep(2.0)  # the broker reads what it will read
