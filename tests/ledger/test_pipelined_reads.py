@@ -209,7 +209,13 @@ def test_read_nowait_past_the_inflight_bound_sends_nothing_and_a_closed_client_r
         with pytest.raises(LimitExceeded):
             client.read_nowait(5, range(6, 9))
         assert bookie.writes == 1 and client.inflight_count == 6
-        client.read_nowait(5, [6, 7])  # control: up to the bound is fine
+        connection.closed = True  # a write that fails before the client noticed leaves nothing pending
+        with pytest.raises(ClosedError):
+            client.read_nowait(5, [6])
+        assert client.inflight_count == 6
+        connection.closed = False
+        held += client.read_nowait(5, [6, 7])  # control: up to the bound is fine
+        assert client.inflight_count == 8
         connection.close()  # the bookie went away: every outstanding read fails with ClosedError
         await settle()
         assert all(isinstance(f.exception(), ClosedError) for f in held)

@@ -175,19 +175,20 @@ class BookieClient:
         if len(pending) + len(entry_ids) > self._inflight_count_max:
             raise LimitExceeded("BOOKIE_CLIENT_INFLIGHT_COUNT_MAX", len(pending) + len(entry_ids),
                                 self._inflight_count_max)
+        request_ids = [self._next_request_id() for _ in entry_ids]
+        # Written before the futures are registered: a write that raises leaves nothing pending
+        # (no answer can be handled before this returns to the event loop).
+        self._connection.write(b"".join([encode(ReadRequest(request_id, ledger_id, entry_id))
+                                         for request_id, entry_id in zip(request_ids, entry_ids, strict=True)]))
         create_future = asyncio.get_running_loop().create_future
         deadline_ns = self._clock.monotonic_ns() + (timeout_ms or self._request_timeout_ms) * 1_000_000
         futures: list[asyncio.Future[Answer]] = []
-        frames: list[bytes] = []
-        for entry_id in entry_ids:
-            request_id = self._next_request_id()
-            frames.append(encode(ReadRequest(request_id, ledger_id, entry_id)))
+        for request_id in request_ids:
             future: asyncio.Future[Answer] = create_future()
             pending[request_id] = (future, deadline_ns)
             futures.append(future)
         if len(pending) >= self._inflight_count_max:
             self._room.clear()
-        self._connection.write(b"".join(frames))
         return futures
 
     async def drain(self) -> None:
