@@ -12,7 +12,7 @@ import dataclasses
 import itertools
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -255,3 +255,53 @@ def test_checkpoint_loop_runs_paced_checkpoints() -> None:
         await bookie.stop()
 
     sim(scenario)
+
+
+# --- O_DIRECT buffers: allocated once, reused across sizes and files ---------------------------
+
+
+def test_aligned_buffers_are_reused_across_write_sizes_and_file_rotations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    allocated: list[int] = []
+    real_mmap = runtime_disk.mmap.mmap
+
+    class CountingMmap:
+        @staticmethod
+        def mmap(fileno: int, length: int) -> object:
+            allocated.append(length)
+            return real_mmap(fileno, length)
+
+    monkeypatch.setattr(runtime_disk, "mmap", CountingMmap)
+    big, small = os.urandom(4 * MIB), os.urandom(4096)
+
+    async def rotate_and_write(open_file: Callable[[str], runtime_disk.LocalFile]) -> bool:
+        allocated.clear()
+        for name in ("1.jnl", "2.jnl", "3.jnl"):  # a journal rotating to new files
+            file = open_file(name)
+            if file.write_alignment_bytes == 1:
+                file.close()
+                return False  # no O_DIRECT on this filesystem
+            for _ in range(3):
+                await file.append_parts([small])
+                await file.append_parts([big])
+            file.close()
+        return True
+
+    async def scenario() -> None:
+        disk = LocalDisk(str(tmp_path))
+        if not await rotate_and_write(lambda name: disk.open(name, direct=True)):
+            pytest.skip("no O_DIRECT on this filesystem")
+        assert len(allocated) <= 2, allocated  # one 1 MiB and one 4 MiB buffer, then reuse
+
+        # Negative control: each file with a pool of its own allocates again after a rotation.
+        def own_pool(name: str) -> runtime_disk.LocalFile:
+            shared = disk.open(f"own-{name}", direct=True)
+            fd, direct_fd = os.dup(shared._descriptors.fd), os.dup(shared._descriptors.direct_fd)
+            shared.close()
+            return runtime_disk.LocalFile(f"own-{name}", fd, direct_fd)
+
+        await rotate_and_write(own_pool)
+        assert len(allocated) > 2
+
+    asyncio.run(scenario())

@@ -9,8 +9,8 @@ journal group).
 
 A file opened with ``direct=True`` also gets an ``O_DIRECT`` descriptor: a bulk write whose
 offset and length are multiples of ``DISK_DIRECT_ALIGNMENT_BYTES`` (and at most
-``DISK_DIRECT_BUFFER_BYTES_MAX``) is copied into a reusable page-aligned buffer and written past
-the page cache (``write_alignment_bytes`` tells the owner, who
+``DISK_DIRECT_BUFFER_BYTES_MAX``) is copied into a page-aligned buffer (from a pool the files of
+one ``LocalDisk`` share, so rotating to a new file reuses them) and written past the page cache (``write_alignment_bytes`` tells the owner, who
 pads its writes to it). In a VM the page-cache copy of buffered writes was most of the bookie's
 CPU (``copy_folio_from_iter_atomic`` in ``perf``); the direct path costs one user-space copy into
 a buffer that stays resident. Any other write, and every read, goes through the ordinary
@@ -222,20 +222,54 @@ def _copy_into(buffer: mmap.mmap, parts: Sequence[Bytes], total: int) -> memoryv
     return view[:total]
 
 
+class _AlignedBuffers:
+    """Idle page-aligned buffers for ``O_DIRECT`` writes, shared by the files of one
+    ``LocalDisk`` (used on the event loop only). A fresh buffer's pages fault in on first use,
+    on the event loop: ~10 ms for 4 MiB in the bench VM. Per-file pools were lost at every
+    journal and entry-log rotation (every second at 500 MB/s), and taking any idle buffer,
+    replacing it when too small, made mixed sizes (small journal groups, large flush chunks)
+    allocate again and again."""
+
+    __slots__ = ("_idle",)
+
+    def __init__(self) -> None:
+        self._idle: list[mmap.mmap] = []
+
+    def take(self, total: int) -> mmap.mmap:
+        """The smallest idle buffer of at least ``total`` bytes, or a new one (whole MiBs)."""
+        fitting = [buffer for buffer in self._idle if len(buffer) >= total]
+        if fitting:
+            buffer = min(fitting, key=len)
+            self._idle.remove(buffer)
+            return buffer
+        return mmap.mmap(-1, -(-total // MIB) * MIB)
+
+    def give_back(self, buffer: mmap.mmap) -> None:
+        """Keep ``buffer`` idle; beyond DISK_DIRECT_BUFFERS_COUNT_MAX the smallest is dropped."""
+        idle = self._idle
+        if len(idle) < DISK_DIRECT_BUFFERS_COUNT_MAX:
+            idle.append(buffer)
+            return
+        smallest = min(idle, key=len)
+        if len(smallest) < len(buffer):
+            idle.remove(smallest)
+            idle.append(buffer)
+
+
 class LocalFile:
     # The aligned copy is made on the event loop, so the worker call only runs pwrite and
     # fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and the
     # worker, which on a busy machine cost more than the copy itself.
-    __slots__ = ("_descriptors", "_direct_buffers", "_direct_ok", "_path", "_size")
+    __slots__ = ("_buffers", "_descriptors", "_direct_ok", "_path", "_size")
 
-    def __init__(self, path: str, fd: int, direct_fd: int = -1) -> None:
+    def __init__(self, path: str, fd: int, direct_fd: int = -1, buffers: _AlignedBuffers | None = None) -> None:
         self._path = path
         self._descriptors = _Descriptors(fd, direct_fd)
         self._size = os.fstat(fd).st_size
         self._direct_ok = direct_fd >= 0
         # Aligned buffers not in use; a write takes one and gives it back when it returns (a
         # write whose caller was cancelled keeps its own). Several writes may be in flight.
-        self._direct_buffers: list[mmap.mmap] = []
+        self._buffers = buffers if buffers is not None else _AlignedBuffers()
 
     @property
     def _fd(self) -> int:
@@ -291,9 +325,7 @@ class LocalFile:
             and 0 < total <= DISK_DIRECT_BUFFER_BYTES_MAX
             and not (offset | total) % DISK_DIRECT_ALIGNMENT_BYTES
         ):
-            buffer = self._direct_buffers.pop() if self._direct_buffers else None
-            if buffer is None or len(buffer) < total:
-                buffer = mmap.mmap(-1, -(-total // MIB) * MIB)  # page-aligned, grown to fit
+            buffer = self._buffers.take(total)
             aligned = _copy_into(buffer, parts, total)
         self._descriptors.acquire()
         written_direct = await asyncio.get_running_loop().run_in_executor(
@@ -301,8 +333,8 @@ class LocalFile:
         )
         if aligned is not None:
             aligned.release()
-            if buffer is not None and len(self._direct_buffers) < DISK_DIRECT_BUFFERS_COUNT_MAX:
-                self._direct_buffers.append(buffer)
+            if buffer is not None:
+                self._buffers.give_back(buffer)
             self._direct_ok = written_direct
         return offset
 
@@ -312,7 +344,6 @@ class LocalFile:
 
     def close(self) -> None:
         self._descriptors.close()
-        self._direct_buffers = []
 
 
 class LocalDisk:
@@ -322,6 +353,7 @@ class LocalDisk:
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
         self._trash = os.path.join(self.root, TRASH_DIR)
+        self._buffers = _AlignedBuffers()
         for name in self._trash_leftovers():
             TRASH.put(os.path.join(self._trash, name))
 
@@ -350,7 +382,7 @@ class LocalDisk:
                 direct_fd = os.open(full, os.O_WRONLY | os.O_DIRECT)
             except OSError:
                 direct_fd = -1  # no O_DIRECT here (tmpfs): buffered writes only
-        return LocalFile(path, fd, direct_fd)
+        return LocalFile(path, fd, direct_fd, self._buffers if direct_fd >= 0 else None)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(self._abs(path))
