@@ -163,14 +163,23 @@ async def _checkpoint_with_adds_meanwhile(add_gap_s: float) -> tuple[list[int], 
     return writes, added
 
 
-def test_background_checkpoint_runs_at_full_speed_when_adds_would_fill_the_cache_first() -> None:
+def _pauses(times: list[int], pause_ms: int) -> int:
+    return sum(1 for a, b in itertools.pairwise(times) if b - a >= pause_ms * 1_000_000)
+
+
+def test_background_checkpoint_runs_at_full_speed_while_adds_come_in_fast() -> None:
     async def scenario() -> None:
-        writes, added = await _checkpoint_with_adds_meanwhile(add_gap_s=0.0)
-        assert added >= 1
-        assert not _spread_out(writes, PACED.flush_pause_ms)
+        # Adds back to back, or every 2 ms (16 MB/s, far above what a paced flush writes): at
+        # most the pause before the first add reached the new active half, and none near the
+        # end either (pausing there only made the next checkpoint, and then the adds, wait).
+        for gap_s in (0.0, 0.002):
+            writes, added = await _checkpoint_with_adds_meanwhile(add_gap_s=gap_s)
+            assert added >= 2 and len(writes) >= 5
+            assert _pauses(writes, PACED.flush_pause_ms) <= 1
         # Negative control: adds trickling in (one per second) leave the flush paced.
         writes, added = await _checkpoint_with_adds_meanwhile(add_gap_s=1.0)
         assert _spread_out(writes, PACED.flush_pause_ms)
+        assert _pauses(writes, PACED.flush_pause_ms) > 1
 
     sim(scenario)
 

@@ -660,8 +660,9 @@ class Bookie:
         # that finished a journal fsync wait for the GIL. As one burst, every add during the
         # burst waited for it (paced 5,000 adds/s: p99 10-35 ms in each window holding a
         # checkpoint); spread out, each journal fsync meets little of it. When the adds come in
-        # fast enough that the active half would fill before a paced flush ended, the flush
-        # runs at full speed instead (large chunks, no pauses: throughput first).
+        # at half the rate a paced flush writes or faster, the flush runs at full speed instead
+        # (large chunks, no pauses: throughput first; pausing would only make the next
+        # checkpoint, and then the adds, wait).
         keys: list[bytes] = []
         values: list[bytes] = []
         touched_logs: set[int] = set()
@@ -671,18 +672,18 @@ class Bookie:
         config = self.config
         pause_s = config.flush_pause_ms / 1000
         batch_max = config.index_batch_keys_max
-        entries_left, bytes_left = cache.count, cache.bytes
-        batches_left = -(-entries_left // batch_max)
+        # A paced flush takes one step (a small chunk or an index batch) per pause.
+        steps = max(
+            -(-cache.bytes // config.flush_chunk_bytes_min), -(-cache.count // config.flush_chunk_entries_max)
+        ) + -(-cache.count // batch_max)
+        paced_bytes_per_s = cache.bytes / (steps * pause_s) if steps and pause_s > 0 else float("inf")
         urgent = not paced
 
         def chunk_bytes() -> int:
             # Asked once per chunk, before it is formed: decides its size and the pause.
             nonlocal urgent
             if paced:
-                chunks_left = max(
-                    -(-bytes_left // config.flush_chunk_bytes_min), -(-entries_left // config.flush_chunk_entries_max)
-                )
-                urgent = self._adds_would_wait((chunks_left + batches_left) * pause_s)
+                urgent = self._adds_would_wait(paced_bytes_per_s)
             return config.flush_chunk_bytes_max if urgent else config.flush_chunk_bytes_min
 
         for chunk in cache.sorted_chunks(chunk_bytes, config.flush_chunk_entries_max):
@@ -702,9 +703,7 @@ class Bookie:
                     ledgers = ledger_logs[log_id] = set()
                 ledgers.add(ledger_id)
                 touched_logs.add(log_id)
-                bytes_left -= len(raw)
             flushed += len(chunk)
-            entries_left -= len(chunk)
             if first:
                 first = False
                 await faults.point("bookie.entrylog.mid_flush")
@@ -719,8 +718,7 @@ class Bookie:
         while len(keys) - at > batch_max:
             batch = zip(keys[at : at + batch_max], values[at : at + batch_max], strict=True)
             at += batch_max
-            batches_left -= 1
-            if paced and not self._adds_would_wait(batches_left * pause_s):
+            if paced and not self._adds_would_wait(paced_bytes_per_s):
                 await kv.write_durable(batch)
                 await self._clock.sleep(pause_s)
             else:
@@ -737,23 +735,22 @@ class Bookie:
             await self._index.kv.write_durable(puts)
         self.stats.entries_flushed_count += flushed
 
-    def _adds_would_wait(self, flush_left_s: float) -> bool:
-        """Whether adds wait for the flush now, or would before a paced flush that still needs
-        ``flush_left_s`` seconds ends: at the rate the active half has filled since it was
-        swapped in, it would hold half the write cache by then (the next checkpoint is due and
-        cannot start, and a full half stops the adds)."""
+    def _adds_would_wait(self, paced_bytes_per_s: float) -> bool:
+        """Whether adds wait for the flush now (the active half is full), or come in so fast
+        that a paced flush, writing ``paced_bytes_per_s``, would make them wait: the active half
+        filled since it was swapped in at half that rate or more. Pacing then only delays the
+        next checkpoint, which the adds then wait for."""
         if not self._cache_room.is_set():
             return True
         filled = self._active.bytes
-        room = self.config.write_cache_bytes_max // 2 - filled
-        if room <= 0:
+        if filled >= self.config.write_cache_bytes_max // 2:
             return True
         if filled == 0:
             return False
         elapsed_ns = self._clock.monotonic_ns() - self._active_since_ns
         if elapsed_ns <= 0:
             return True  # filled in no time at all (a simulated clock): as fast as it gets
-        return flush_left_s * 1e9 * filled / elapsed_ns >= room
+        return 2 * filled * 1e9 / elapsed_ns >= paced_bytes_per_s
 
     async def _checkpoint_loop(self) -> None:
         interval_s = self.config.checkpoint_interval_ms / 1000
