@@ -22,6 +22,7 @@ from magnetar.protocol.bookie import Status
 from magnetar.runtime import disk as runtime_disk
 from magnetar.runtime.disk import TRASH, TRASH_DIR, LocalDisk
 from magnetar.storage import Bookie
+from magnetar.storage import bookie as storage_bookie
 from magnetar.storage.caches import WriteCache
 from tests.bookie.test_storage import KEY, SMALL, Node, entry, sim
 
@@ -314,3 +315,39 @@ def test_aligned_buffers_are_reused_across_write_sizes_and_file_rotations(
         assert len(allocated) > 2
 
     asyncio.run(scenario())
+
+
+# --- the flushed half is freed a slice at a time -------------------------------------------------
+
+
+def _freed_in_slices(sizes: list[int], total: int) -> bool:
+    """Sizes of the flushed half seen between loop steps: some strictly between full and empty."""
+    return sizes[-1] == 0 and any(0 < size < total for size in sizes)
+
+
+async def _sizes_while_freeing(total: int) -> list[int]:
+    node = Node(PACED)
+    bookie = await node.boot()
+    for i in range(total):
+        assert await bookie.add(entry(1, i, payload=b"x" * 16, lac=i - 1), KEY) is Status.OK
+    half = bookie._active  # swapped out by the checkpoint, flushed, then freed
+    checkpoint = asyncio.get_running_loop().create_task(bookie._checkpoint(paced=True))
+    sizes: list[int] = []
+    while not checkpoint.done():
+        sizes.append(len(half.ledgers.get(1, {})))
+        await node.clock.sleep(0.001)
+    await checkpoint
+    sizes.append(len(half.ledgers.get(1, {})))
+    assert bookie.read_entry(1, total - 1).status is Status.OK  # from the index now
+    await bookie.stop()
+    return sizes
+
+
+def test_flushed_half_is_freed_a_slice_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def scenario() -> None:
+        assert _freed_in_slices(await _sizes_while_freeing(5000), 5000)
+        # Negative control: one step for everything frees the half at once.
+        monkeypatch.setattr(storage_bookie, "_RELEASE_STEP_ENTRIES", 1_000_000)
+        assert not _freed_in_slices(await _sizes_while_freeing(5000), 5000)
+
+    sim(scenario)
