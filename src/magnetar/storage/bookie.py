@@ -624,10 +624,11 @@ class Bookie:
             self._flushing, self._active = self._active, WriteCache()
             self._active_since_ns = self._clock.monotonic_ns()
             mark = journal.position()
-            await self._flush(self._flushing, paced=paced)
+            urgent = await self._flush(self._flushing, paced=paced)
             await faults.point("bookie.index.before_checkpoint_mark")
-            # Synced off the event loop (a WAL fsync on the loop held up every add meanwhile).
-            await self._index.kv.write_durable([(MARK_KEY, Index.mark_value(mark))])
+            # Synced off the event loop while nothing waits for the checkpoint (a WAL fsync on
+            # the loop held up every add meanwhile).
+            await self._write_synced([(MARK_KEY, Index.mark_value(mark))], urgent=urgent and paced)
             flushed, self._flushing = self._flushing, WriteCache()
             self._cache_room.set()
             journal.remove_files_before(mark.file_id)
@@ -639,12 +640,17 @@ class Bookie:
         pausing) in between. Dropping ~50,000 entries at once took 7-9 ms on the event loop
         (each a separate free); and a long run of loop steps makes the worker threads that
         finished a journal fsync wait for the GIL (2-6 ms each), so the paced checkpoint pauses."""
-        pause_s = self.config.flush_pause_ms / 1000 if paced else 0.0
+        pause_s = self.config.flush_pause_ms / 1000
+        steps = -(-cache.count // _RELEASE_STEP_ENTRIES)
+        paced_bytes_per_s = cache.bytes / (steps * pause_s) if steps and pause_s > 0 else float("inf")
         for entries in cache.ledgers.values():
             while entries:
                 for _ in range(min(_RELEASE_STEP_ENTRIES, len(entries))):
                     entries.popitem()
-                await self._clock.sleep(pause_s)
+                # Paced as the flush is, and like it at full speed while adds come in fast:
+                # the next checkpoint waits for this one.
+                slow = paced and not self._adds_would_wait(paced_bytes_per_s)
+                await self._clock.sleep(pause_s if slow else 0)
         cache.ledgers.clear()
 
     async def _flush_without_mark(self) -> None:
@@ -654,7 +660,9 @@ class Bookie:
         await self._flush(cache, paced=False)
         await self._release(cache, paced=False)
 
-    async def _flush(self, cache: WriteCache, *, paced: bool) -> None:
+    async def _flush(self, cache: WriteCache, *, paced: bool) -> bool:
+        """Write ``cache`` to the entry log and the index; returns whether it ended at full
+        speed (a paced flush that adds would wait for, or an unpaced one)."""
         # Incremental, so adds keep flowing during a checkpoint: the frozen half goes to the entry
         # log in chunks (``flush_chunk_bytes_min``/``_max``, at most ``flush_chunk_entries_max``),
         # written off the event loop; the loop's share of each chunk (framing, locations) is one
@@ -696,14 +704,18 @@ class Bookie:
         paced_bytes_per_s = cache.bytes / (steps * pause_s) if steps and pause_s > 0 else float("inf")
         urgent = not paced
 
-        def chunk_bytes() -> int:
-            # Asked once per chunk, before it is formed: decides its size and the pause.
+        def chunk_limits() -> tuple[int, int]:
+            # Asked once per chunk, before it is formed: decides its size and the pause. At
+            # full speed chunks are large whatever the entry size: every chunk is a worker-thread
+            # round trip, which takes up to a GIL switch interval (5 ms) when the loop is busy.
             nonlocal urgent
             if paced:
                 urgent = self._adds_would_wait(paced_bytes_per_s)
-            return config.flush_chunk_bytes_max if urgent else config.flush_chunk_bytes_min
+            if urgent:
+                return config.flush_chunk_bytes_max, config.flush_chunk_bytes_max
+            return config.flush_chunk_bytes_min, config.flush_chunk_entries_max
 
-        for chunk in cache.sorted_chunks(chunk_bytes, config.flush_chunk_entries_max):
+        for chunk in cache.sorted_chunks(chunk_limits):
             if not urgent and not first:
                 await self._clock.sleep(pause_s)
             # A buffered log's chunk is written and synced in one step, except the first: the
@@ -748,12 +760,24 @@ class Bookie:
             if state.dirty:
                 puts.append((state_key(state.ledger_id), state.encode()))
                 state.dirty = False
+        urgent = urgent or (paced and self._adds_would_wait(paced_bytes_per_s))
         if puts:
-            await self._index.kv.write_durable(puts)
+            await self._write_synced(puts, urgent=urgent and paced)
         self.stats.entries_flushed_count += flushed
         while keys:  # freed a slice at a time, as the flushed entries are (``_release``)
             del keys[-_RELEASE_STEP_ENTRIES:], values[-_RELEASE_STEP_ENTRIES:]
-            await self._clock.sleep(pause_s if paced else 0)
+            slow = paced and not self._adds_would_wait(paced_bytes_per_s)
+            await self._clock.sleep(pause_s if slow else 0)
+        return urgent
+
+    async def _write_synced(self, puts: list[tuple[bytes, bytes | None]], *, urgent: bool) -> None:
+        # Off the event loop, unless adds wait for the background checkpoint: then a synced
+        # write on the loop ends it sooner than a worker-thread round trip through a busy
+        # loop's GIL (the next checkpoint, and then the adds, wait for this one).
+        if urgent:
+            self._index.kv.write(puts, sync=True)
+        else:
+            await self._index.kv.write_durable(puts)
 
     def _adds_would_wait(self, paced_bytes_per_s: float) -> bool:
         """Whether adds wait for the flush now (the active half is full), or come in so fast

@@ -45,20 +45,18 @@ class WriteCache:
             self.bytes -= sum(len(raw) for raw in entries.values())
             self.count -= len(entries)
 
-    def sorted_chunks(
-        self, chunk_bytes: Callable[[], int], count_max: int
-    ) -> Iterator[list[tuple[int, int, bytes]]]:
-        """(ledger, entry, raw) in (ledger, entry) order, in lists of about ``chunk_bytes()``
-        bytes (asked again for every chunk, so a flush can speed up when adds wait for it) and
-        at most ``count_max`` entries (the work a flush does per chunk on the event loop is per
-        entry: small entries make short chunks, so adds are not held up behind one).
+    def sorted_chunks(self, chunk_limits: Callable[[], tuple[int, int]]) -> Iterator[list[tuple[int, int, bytes]]]:
+        """(ledger, entry, raw) in (ledger, entry) order, in lists of about ``bytes_max`` bytes
+        and at most ``count_max`` entries, ``(bytes_max, count_max) = chunk_limits()`` asked
+        again for every chunk (so a flush can change pace: the work a flush does per chunk on
+        the event loop is per entry, so a paced flush of small entries makes short chunks).
 
         Lazy, so a flush can yield to the event loop between chunks; the cache must not change
         while the iterator is in use (a flush works on the frozen half).
         """
         chunk: list[tuple[int, int, bytes]] = []
         size = 0
-        limit = chunk_bytes()
+        limit, count_max = chunk_limits()
         for ledger_id in sorted(self.ledgers):
             entries = self.ledgers[ledger_id]
             for entry_id in sorted(entries):
@@ -66,7 +64,7 @@ class WriteCache:
                 if chunk and (size + len(raw) > limit or len(chunk) >= count_max):
                     yield chunk
                     chunk, size = [], 0
-                    limit = chunk_bytes()
+                    limit, count_max = chunk_limits()
                 chunk.append((ledger_id, entry_id, raw))
                 size += len(raw)
         if chunk:

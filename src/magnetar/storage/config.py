@@ -37,9 +37,10 @@ class BookieConfig:
     # journal fsync meets (little entry-log data ahead of a journal write and fsync on the
     # device: add latency stays low); large chunks without pauses when adds come in so fast
     # that the active half would fill before a paced flush ended (throughput first), and in
-    # the start-up checkpoint. A chunk also holds at
-    # most ``flush_chunk_entries_max`` entries: the flush's work on the event loop is per entry
-    # (about 2 us each), and adds wait behind one chunk's worth of it. The index goes in
+    # the start-up checkpoint. A paced chunk also holds at most ``flush_chunk_entries_max``
+    # entries: the flush's work on the event loop is per entry (about 2 us each), and adds wait
+    # behind one chunk's worth of it (at full speed chunks are large: each is a worker-thread
+    # round trip, slow through a busy loop's GIL). The index goes in
     # batches of ``index_batch_keys_max`` keys with a yield to the event loop between them
     # (paced: each batch synced, then a pause); the last batch and the checkpoint mark are
     # synced off the event loop.
