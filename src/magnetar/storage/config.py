@@ -32,18 +32,15 @@ class BookieConfig:
     read_ahead_bytes_max: int = 1 * MIB
     checkpoint_interval_ms: int = 10_000
     # A checkpoint writes the entry log in chunks (a buffered log syncs each). The background
-    # checkpoint is paced: small chunks with a pause of ``flush_pause_ms`` before each (and
-    # before each index batch), so its writes are spread out instead of a burst that every
-    # journal fsync meets (little entry-log data ahead of a journal write and fsync on the
-    # device: add latency stays low); large chunks without pauses when adds come in so fast
-    # that the active half would fill before a paced flush ended (throughput first), and in
-    # the start-up checkpoint. A paced chunk also holds at most ``flush_chunk_entries_max``
-    # entries: the flush's work on the event loop is per entry (about 2 us each), and adds wait
-    # behind one chunk's worth of it (at full speed chunks are large: each is a worker-thread
-    # round trip, slow through a busy loop's GIL). The index goes in
-    # batches of ``index_batch_keys_max`` keys with a yield to the event loop between them
-    # (paced: each batch synced, then a pause); the last batch and the checkpoint mark are
-    # synced off the event loop.
+    # checkpoint is paced while the adds come in at under half the rate a paced flush writes:
+    # small chunks (``flush_chunk_bytes_min``, at most ``flush_chunk_entries_max`` entries: the
+    # flush's loop work is per entry, about 2 us each) with a pause of ``flush_pause_ms``
+    # before each, and index batches of ``index_batch_keys_max`` keys each synced off the event
+    # loop, then a pause: its writes are spread out instead of a burst that every journal
+    # fsync meets. Otherwise (adds would wait for it; and the start-up checkpoint) it runs at
+    # full speed: ``flush_chunk_bytes_max`` chunks (each a worker-thread round trip, slow
+    # through a busy loop's GIL), unsynced index batches with a yield between them, and the
+    # last batch and the checkpoint mark synced (on the loop while adds wait for them).
     flush_chunk_bytes_min: int = 256 * KIB
     flush_chunk_bytes_max: int = 4 * MIB
     flush_chunk_entries_max: int = 256
