@@ -40,7 +40,7 @@ async def _owner_redirect(ownership: BundleOwnership, request: Request, namespac
 def routes(ctx: AdminContext) -> list[BaseRoute]:
     @api_route("/namespaces/{tenant}/{namespace}/bundles", ["GET"], "Get the bundle boundaries of a namespace")
     async def get_bundles(request: Request) -> Response:
-        bundles = await _ownership(ctx).bundles_of(namespace_of(request))
+        bundles = await _ownership(ctx).current_bundles(namespace_of(request))
         return json_response({"boundaries": [f"0x{b:08x}" for b in bundles.boundaries],
                               "numBundles": len(bundles.ranges)})
 

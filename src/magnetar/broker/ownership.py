@@ -192,6 +192,12 @@ class BundleOwnership:
         self._bundles[namespace] = bundles
         return bundles
 
+    async def current_bundles(self, namespace: str) -> NamespaceBundles:
+        """The stored bundles, read now (admin reads: a split on another broker is seen at once,
+        where ``bundles_of`` may still hold the cached copy until the watch fires)."""
+        bundles, _ = await self._read_bundles(namespace)
+        return bundles  # not cached: a watch event between this read and a store would be lost
+
     async def _read_bundles(self, namespace: str) -> tuple[NamespaceBundles, int]:
         """The stored boundaries and their version; a namespace seen first gets the default bundles."""
         path = local_policies_path(namespace)
