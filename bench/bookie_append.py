@@ -10,9 +10,23 @@ Reports, per repeat and as min/median/max over ``--repeats``:
 Targets (issue 4): 64 KiB >= 50% of raw fsync'd bandwidth; 1 KiB >= 30,000 adds/s; p99 <= 3 ms
 at 5,000 adds/s. Every add is acknowledged only after the bookie's journal fsync.
 
+Fairness (one scenario's disk work must not land in another's measurement; docs/performance.md,
+"the rule"): every repeat starts a fresh bookie for the pipelined scenarios and stops it after
+them, and a second fresh bookie, on the same filesystem, for the paced one. Before each bookie
+run and each raw probe the disk is settled (``settle``: ``sync``, then wait until the device
+wrote under ``SETTLE_QUIET_BYTES`` in ``SETTLE_QUIET_S``, at most ``SETTLE_TIMEOUT_S``); the raw
+probe's files and the stopped bookies' data are deleted gently (``delete_gently``, as the
+bookie deletes its own files) and only between measurements. So the paced window never holds
+the raw probe's deletion or the 64 KiB scenario's checkpoint, but it does hold the paced
+bookie's own checkpoints: it lasts ``--paced-seconds`` (default: the bookie's
+``checkpoint_interval_ms`` plus ``PACED_MARGIN_S``), so the interval checkpoint of its own 5,000
+adds/s (~50 MB) falls inside it, and ``paced_*_flushed_mb`` (entry-log bytes the paced bookie
+wrote during the window) shows that it did.
+
 Run: ``.venv/bin/python bench/bookie_append.py [--seconds 2.5] [--repeats 3] [--scenarios 1k,64k,paced]
-[--profile stacks.txt]`` (``--profile`` samples the bookie process with py-spy into collapsed
-stacks; py-spy is a separate install: ``.venv/bin/pip install py-spy``). Bounded: about ``repeats * (4 * seconds)`` plus start-up.
+[--paced-seconds 13] [--profile stacks.txt]`` (``--profile`` samples the throughput bookie
+process with py-spy into collapsed stacks; py-spy is a separate install:
+``.venv/bin/pip install py-spy``). Bounded: about ``repeats * (4 * seconds + paced_seconds + 10)``.
 """
 
 from __future__ import annotations
@@ -23,6 +37,7 @@ import gc
 import mmap
 import os
 import selectors
+import shutil
 import signal
 import statistics
 import subprocess
@@ -39,10 +54,62 @@ sys.path.insert(0, str(REPO / "src"))
 from magnetar.ledger.bookie_client import BookieClient  # noqa: E402
 from magnetar.protocol.bookie import Entry, Status  # noqa: E402
 from magnetar.runtime import SystemClock, TcpNetwork  # noqa: E402
+from magnetar.runtime.disk import delete_gently  # noqa: E402
+from magnetar.storage import BookieConfig  # noqa: E402
 
 T = TypeVar("T")
 KIB = 1024
 MIB = 1024 * 1024
+#: The disk counts as settled once it wrote less than this within SETTLE_QUIET_S (after a sync).
+SETTLE_QUIET_BYTES = 4 * MIB
+SETTLE_QUIET_S = 0.5
+SETTLE_TIMEOUT_S = 15.0
+#: The paced window lasts the bookie's checkpoint interval plus this (start-up, the checkpoint's
+#: own duration at 5,000 adds/s, ~2 s paced): its own interval checkpoint falls inside it.
+PACED_MARGIN_S = 3.0
+
+
+def device_written_bytes(directory: str) -> int | None:
+    """Bytes the block device holding ``directory`` wrote so far (Linux sysfs), or None."""
+    dev = os.stat(directory).st_dev
+    try:
+        with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat") as stat:
+            return int(stat.read().split()[6]) * 512  # sectors written
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def settle(directory: str) -> float:
+    """``sync``, then wait until the device holding ``directory`` is quiet (module docstring);
+    returns the seconds it took. Without the device's counters: the sync and one quiet period."""
+    start = time.perf_counter()
+    os.sync()
+    before = device_written_bytes(directory)
+    while True:
+        time.sleep(SETTLE_QUIET_S)
+        after = device_written_bytes(directory)
+        if before is None or after is None or after - before < SETTLE_QUIET_BYTES:
+            break
+        if time.perf_counter() - start > SETTLE_TIMEOUT_S:
+            break
+        before = after
+    return time.perf_counter() - start
+
+
+def remove_gently(path: str) -> None:
+    """Delete a file or a tree as the bookie deletes its own files (large files trimmed in
+    steps: one unlink of ~1 GB, with the ``discard`` mount option, stalled fdatasyncs for tens of
+    milliseconds)."""
+    if os.path.isdir(path):
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                try:
+                    delete_gently(os.path.join(root, name))
+                except OSError:
+                    pass
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.exists(path):
+        delete_gently(path)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -74,7 +141,7 @@ def raw_disk(directory: str, seconds: float) -> dict[str, float]:
         ops = len(latencies) / (time.perf_counter() - start)
     finally:
         os.close(fd)
-        os.remove(path)
+        remove_gently(path)
     return {"raw_1mib_mb_s": mb_s, "raw_direct_1mib_mb_s": direct_mb_s, "raw_4k_fsync_ops_s": ops,
             "raw_4k_p50_ms": percentile(latencies, 0.5),
             "raw_4k_p99_ms": percentile(latencies, 0.99)}
@@ -100,7 +167,7 @@ def raw_direct(directory: str, seconds: float) -> float:
         return written / MIB / (time.perf_counter() - start)
     finally:
         os.close(fd)
-        os.remove(path)
+        remove_gently(path)
 
 
 def start_profiler(pid: int, output: str) -> subprocess.Popen[bytes]:
@@ -297,8 +364,8 @@ async def measured(
     return result
 
 
-async def bookie_runs(
-    port: int, bookie_pid: int, seconds: float, rate: float, repeat: int, scenarios: list[str]
+async def throughput_runs(
+    port: int, bookie_pid: int, seconds: float, repeat: int, scenarios: list[str]
 ) -> dict[str, dict[str, float]]:
     client = await BookieClient.connect(TcpNetwork(), "127.0.0.1", port, SystemClock(), request_timeout_ms=30_000)
     results: dict[str, dict[str, float]] = {}
@@ -308,11 +375,40 @@ async def bookie_runs(
             results["1KiB"] = await measured(bookie_pid, pipelined(client, base + 1, KIB, seconds, window=512))
         if "64k" in scenarios:
             results["64KiB"] = await measured(bookie_pid, pipelined(client, base + 2, 64 * KIB, seconds, window=64))
-        if "paced" in scenarios:
-            results[f"paced_{int(rate)}"] = await measured(bookie_pid, paced(client, base + 3, KIB, seconds, rate))
     finally:
         await client.close()
     return results
+
+
+def entry_log_bytes(data_dir: str) -> int:
+    """Bytes in a bookie's entry logs (what its checkpoints flushed so far)."""
+    logs = os.path.join(data_dir, "entrylogs")
+    try:
+        return sum(entry.stat().st_size for entry in os.scandir(logs) if entry.is_file())
+    except FileNotFoundError:
+        return 0
+
+
+async def paced_run(
+    port: int, bookie_pid: int, data_dir: str, seconds: float, rate: float, repeat: int
+) -> dict[str, float]:
+    client = await BookieClient.connect(TcpNetwork(), "127.0.0.1", port, SystemClock(), request_timeout_ms=30_000)
+    try:
+        flushed0 = entry_log_bytes(data_dir)
+        result = await measured(bookie_pid, paced(client, 1000 * (repeat + 1) + 3, KIB, seconds, rate))
+        result["flushed_mb"] = (entry_log_bytes(data_dir) - flushed0) / MIB
+    finally:
+        await client.close()
+    return result
+
+
+def stop_bookie(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def summary(label: str, values: list[float], unit: str) -> str:
@@ -326,7 +422,10 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=5000.0)
     parser.add_argument("--dir", default=str(REPO / "bench" / "results"))
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma list of " + ", ".join(SCENARIOS))
-    parser.add_argument("--profile", default="", help="write py-spy collapsed stacks of the bookie to this file")
+    parser.add_argument("--paced-seconds", type=float, default=0.0,
+                        help="paced window (default: the bookie's checkpoint interval + PACED_MARGIN_S)")
+    parser.add_argument("--profile", default="",
+                        help="write py-spy collapsed stacks of the throughput bookie to this file (.<repeat> appended)")
     args = parser.parse_args()
     scenarios = [name for name in args.scenarios.split(",") if name]
     unknown = set(scenarios) - set(SCENARIOS)
@@ -336,37 +435,56 @@ def main() -> None:
     print(f"command: {command}", flush=True)
     os.makedirs(args.dir, exist_ok=True)
     results: list[dict[str, float]] = []
+    paced_seconds = args.paced_seconds or BookieConfig().checkpoint_interval_ms / 1000 + PACED_MARGIN_S
+    throughput = [name for name in scenarios if name != "paced"]
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="bookie_append.") as tmp:
-        process, port = start_bookie(os.path.join(tmp, "bookie"))
-        profiler = start_profiler(process.pid, args.profile) if args.profile else None
-        try:
-            for repeat in range(args.repeats):
-                # The raw baseline is measured right before and right after the bookie runs and
-                # averaged, so drift of a shared disk during the repeat hits both sides alike.
-                raw_before = raw_disk(tmp, args.seconds / 2)
-                runs = run_loop(bookie_runs(port, process.pid, args.seconds, args.rate, repeat, scenarios))
-                raw_after = raw_disk(tmp, args.seconds / 2)
-                row = {key: (raw_before[key] + raw_after[key]) / 2 for key in raw_before}
-                for name, values in runs.items():
-                    row.update({f"{name}_{key}": value for key, value in values.items()})
-                if "64KiB_mb_s" in row:
-                    row["64KiB_fraction_of_raw"] = row["64KiB_mb_s"] / row["raw_1mib_mb_s"]
-                    if row["raw_direct_1mib_mb_s"]:
-                        row["64KiB_fraction_of_raw_direct"] = row["64KiB_mb_s"] / row["raw_direct_1mib_mb_s"]
-                if "1KiB_entries_s" in row:
-                    row["1KiB_fraction_of_raw_4k_fsyncs"] = row["1KiB_entries_s"] / row["raw_4k_fsync_ops_s"]
-                results.append(row)
-                print(f"repeat {repeat + 1}: " + ", ".join(f"{k}={v:.2f}" for k, v in row.items()), flush=True)
-        finally:
-            if profiler is not None:
-                stop_profiler(profiler)
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-    print(f"\nbookie_append: {args.repeats} repeats x {args.seconds}s, one client, one bookie, fsync before ack")
+        for repeat in range(args.repeats):
+            # The raw baseline is measured right before and right after the bookie runs and
+            # averaged, so drift of a shared disk during the repeat hits both sides alike. Each
+            # measurement starts on a settled disk (module docstring: fairness).
+            settle_s = [settle(tmp)]
+            raw_before = raw_disk(tmp, args.seconds / 2)
+            runs: dict[str, dict[str, float]] = {}
+            if throughput:
+                settle_s.append(settle(tmp))
+                data_dir = os.path.join(tmp, f"bookie-{repeat}")
+                process, port = start_bookie(data_dir)
+                profiler = start_profiler(process.pid, f"{args.profile}.{repeat}") if args.profile else None
+                try:
+                    runs.update(run_loop(throughput_runs(port, process.pid, args.seconds, repeat, throughput)))
+                finally:
+                    if profiler is not None:
+                        stop_profiler(profiler)
+                    stop_bookie(process)
+            if "paced" in scenarios:
+                settle_s.append(settle(tmp))
+                data_dir = os.path.join(tmp, f"bookie-paced-{repeat}")
+                process, port = start_bookie(data_dir)
+                try:
+                    runs[f"paced_{int(args.rate)}"] = run_loop(
+                        paced_run(port, process.pid, data_dir, paced_seconds, args.rate, repeat)
+                    )
+                finally:
+                    stop_bookie(process)
+            settle_s.append(settle(tmp))
+            raw_after = raw_disk(tmp, args.seconds / 2)
+            for name in os.listdir(tmp):
+                remove_gently(os.path.join(tmp, name))
+            row = {key: (raw_before[key] + raw_after[key]) / 2 for key in raw_before}
+            for name, values in runs.items():
+                row.update({f"{name}_{key}": value for key, value in values.items()})
+            if "64KiB_mb_s" in row:
+                row["64KiB_fraction_of_raw"] = row["64KiB_mb_s"] / row["raw_1mib_mb_s"]
+                if row["raw_direct_1mib_mb_s"]:
+                    row["64KiB_fraction_of_raw_direct"] = row["64KiB_mb_s"] / row["raw_direct_1mib_mb_s"]
+            if "1KiB_entries_s" in row:
+                row["1KiB_fraction_of_raw_4k_fsyncs"] = row["1KiB_entries_s"] / row["raw_4k_fsync_ops_s"]
+            row["settle_max_sec"] = max(settle_s)
+            row["loadavg_1m"] = os.getloadavg()[0]
+            results.append(row)
+            print(f"repeat {repeat + 1}: " + ", ".join(f"{k}={v:.2f}" for k, v in row.items()), flush=True)
+    print(f"\nbookie_append: {args.repeats} repeats x {args.seconds}s (paced {paced_seconds}s), one client, "
+          "a fresh bookie per repeat and scenario kind, fsync before ack")
     print(f"command: {command}")
     units = {"pct": "%", "mb_s": "MB/s", "entries_s": "entries/s", "ops_s": "ops/s", "ms": "ms", "s": "/s", "raw": "x",
              "us_per_add": "us"}
