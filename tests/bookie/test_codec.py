@@ -28,6 +28,7 @@ from magnetar.protocol.bookie import (
     WriteLacRequest,
     WriteLacResponse,
     encode,
+    encode_parts,
     entry_digest,
 )
 
@@ -75,6 +76,29 @@ def test_digest_is_crc32c_over_ledger_entry_lac_and_payload() -> None:
 def test_golden_bytes(message: object, hex_bytes: str) -> None:
     assert encode(message).hex() == hex_bytes  # type: ignore[arg-type]
     assert FrameDecoder().feed(bytes.fromhex(hex_bytes)) == [message]
+
+
+@pytest.mark.parametrize(("message", "hex_bytes"), GOLDEN, ids=lambda v: type(v).__name__ if not isinstance(v, str) else "")
+def test_encode_parts_are_the_golden_bytes(message: object, hex_bytes: str) -> None:
+    parts = encode_parts(message)  # type: ignore[arg-type]
+    assert b"".join(parts).hex() == hex_bytes
+    if isinstance(message, ReadResponse) and message.entry is not None:
+        assert len(parts) == 2 and parts[1] is message.entry.raw  # the entry itself, not a copy
+    else:
+        assert len(parts) == 1
+
+
+def test_encode_parts_of_a_read_answer_over_the_frame_limit_is_refused() -> None:
+    big = Entry.build(7, 3, 2, bytes(BOOKIE_FRAME_BYTES_MAX))
+    with pytest.raises(LimitExceeded):
+        encode_parts(ReadResponse(1, Status.OK, 7, 3, 2, big))
+
+
+def test_negative_control_encode_parts_check_notices_a_changed_byte() -> None:
+    message, hex_bytes = GOLDEN[5]
+    assert isinstance(message, ReadResponse)
+    head, raw = encode_parts(message)
+    assert (head[:-1] + b"\x00" + raw).hex() != hex_bytes  # has_entry cleared: the check sees it
 
 
 def test_decoder_splits_and_joins_frames_at_any_boundary() -> None:

@@ -66,13 +66,14 @@ from magnetar.protocol.bookie import (
     WriteLacRequest,
     WriteLacResponse,
     encode,
+    encode_parts,
 )
 from magnetar.protocol.bookie.codec import Entry, Message
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.disk import LocalDisk
 from magnetar.runtime.kv import RocksKeyValueStore
 from magnetar.runtime.metadata import open_metadata_store
-from magnetar.runtime.network import TcpNetwork
+from magnetar.runtime.network import TcpConnection, TcpNetwork
 from magnetar.storage import Bookie, BookieConfig, BookieStatus, verify_or_create_cookie
 from magnetar.storage.bookie import LiveLedgers
 
@@ -88,11 +89,17 @@ class _ConnectionState:
     """Per connection: requests in progress, replies waiting to be written together, and when
     bytes last arrived (for the idle partial-frame limit).
 
-    Replies produced in one event-loop pass (every add of a journal group completes at once) are
-    joined into one socket write at the end of the pass instead of one write per reply.
+    Replies produced in one event-loop pass (every add of a journal group completes at once, a
+    window of pipelined reads is answered at once) go out in one socket write at the end of the
+    pass instead of one write per reply. Over TCP that write is a ``writelines`` of the replies'
+    parts (``encode_parts``): a READ answer's entry is handed to the socket as the bytes the
+    bookie read, never copied into a joined frame or a joined pass (two copies of every byte
+    served, and an allocation of the whole pass's size, before); other connections get the
+    parts joined.
     """
 
-    __slots__ = ("connection", "decoder", "inflight", "last_read_ns", "out", "out_scheduled", "reading", "room")
+    __slots__ = ("connection", "decoder", "inflight", "last_read_ns", "out", "out_scheduled", "reading", "room",
+                 "writelines")
 
     def __init__(self, connection: Connection, now_ns: int) -> None:
         self.connection = connection
@@ -104,9 +111,18 @@ class _ConnectionState:
         self.out_scheduled = False
         self.last_read_ns = now_ns
         self.reading = False
+        self.writelines = connection.writelines if isinstance(connection, TcpConnection) else None
 
     def send(self, data: bytes) -> None:
         self.out.append(data)
+        self._schedule()
+
+    def send_parts(self, parts: tuple[bytes, ...]) -> None:
+        """Queue one reply given as ``encode_parts`` buffers."""
+        self.out.extend(parts)
+        self._schedule()
+
+    def _schedule(self) -> None:
         if not self.out_scheduled:
             self.out_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
@@ -114,8 +130,14 @@ class _ConnectionState:
     def flush(self) -> None:
         self.out_scheduled = False
         out, self.out = self.out, []
-        if out and not self.connection.is_closing():
-            self.connection.write(b"".join(out) if len(out) > 1 else out[0])
+        if not out or self.connection.is_closing():
+            return
+        if len(out) == 1:
+            self.connection.write(out[0])
+        elif self.writelines is not None:
+            self.writelines(out)
+        else:
+            self.connection.write(b"".join(out))
 
 
 class BookieServer:
@@ -199,7 +221,7 @@ class BookieServer:
             state.inflight -= 1
             if state.inflight < BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX:
                 state.room.set()
-            state.send(encode(message))
+            state.send_parts(encode_parts(message))
 
         return send
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from magnetar.base.errors import ClosedError
@@ -148,6 +148,13 @@ class TcpConnection:
         if self._transport.is_closing():
             raise ClosedError(f"connection to {self._peer} is closed")
         self._transport.write(data)
+
+    def writelines(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        """``write`` of ``parts`` back to back without joining them first: uvloop sends them with
+        one ``writev`` at the end of the loop's pass (asyncio's own loop joins them)."""
+        if self._transport.is_closing():
+            raise ClosedError(f"connection to {self._peer} is closed")
+        self._transport.writelines(parts)
 
     async def drain(self) -> None:
         protocol = self._protocol

@@ -1,8 +1,9 @@
 """Sans-IO codec for the ledger client <-> bookie protocol (layout in ``codec``'s docstring).
 
 Public surface: the message dataclasses, ``Entry`` (an entry in wire/storage form with its
-CRC32C digest), ``Status`` codes, ``encode(message) -> bytes`` and ``FrameDecoder.feed(bytes)
--> list[message]``.
+CRC32C digest), ``Status`` codes, ``encode(message) -> bytes``, ``encode_parts(message)`` (the
+same bytes as buffers to write back to back: a READ answer's entry is not copied) and
+``FrameDecoder.feed(bytes) -> list[message]``.
 """
 
 from magnetar.protocol.bookie.codec import (
@@ -28,6 +29,7 @@ from magnetar.protocol.bookie.codec import (
     WriteLacResponse,
     decode_frame,
     encode,
+    encode_parts,
     entry_digest,
 )
 
@@ -54,5 +56,6 @@ __all__ = [
     "WriteLacResponse",
     "decode_frame",
     "encode",
+    "encode_parts",
     "entry_digest",
 ]

@@ -33,7 +33,9 @@ Bodies (``mk`` = master key: ``u8 len`` + bytes, at most ``BOOKIE_MASTER_KEY_BYT
 
 Readers that drop entries soon after use (the Spark connector) decode responses with
 ``ResponseViewDecoder``: a READ/READ_LAST_ENTRY response then comes as ``ReadViewResponse`` whose
-``EntryView`` refers to the received bytes instead of copying them.
+``EntryView`` refers to the received bytes instead of copying them. A writer that hands several
+buffers to its socket at once (the bookie server) encodes with ``encode_parts``: the same bytes,
+with a READ answer's entry as a buffer of its own instead of copied into one joined frame.
 
 Invariants: ``FrameDecoder`` never holds more than one partial frame plus one read chunk; a
 length above ``BOOKIE_FRAME_BYTES_MAX`` raises ``LimitExceeded`` before any body is buffered;
@@ -68,10 +70,13 @@ _READ_RESP = struct.Struct(">HQqqB")
 _LEDGER = struct.Struct(">Q")
 _LAC_RESP = struct.Struct(">HQq")
 _INFO_RESP = struct.Struct(">HBQQ")
+# A READ answer's length prefix, header and fixed fields packed at once (``encode_parts``).
+_READ_RESP_FRAME_HEAD = struct.Struct(">IBBQHQqqB")
 
 HEADER_BYTES = _HEADER.size
 ENTRY_HEADER_BYTES = _ENTRY_HEADER.size
 _FRAME_MIN_BYTES = HEADER_BYTES
+_READ_RESP_HEAD_BYTES = HEADER_BYTES + _READ_RESP.size
 
 
 class Op(enum.IntEnum):
@@ -332,6 +337,22 @@ def _frame(op: int, request_id: int, *parts: bytes) -> bytes:
     if body_len > BOOKIE_FRAME_BYTES_MAX:
         raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", body_len, BOOKIE_FRAME_BYTES_MAX)
     return b"".join((_LEN.pack(body_len), _HEADER.pack(PROTOCOL_VERSION, op, request_id), *parts))
+
+
+def encode_parts(message: Message) -> tuple[bytes, ...]:
+    """``encode(message)`` as buffers to be written back to back — their concatenation is exactly
+    ``encode(message)`` — for a writer that hands several buffers to the socket at once
+    (``writelines``): a READ/READ_LAST_ENTRY answer's entry is its own part, never copied into a
+    joined frame; any other message is one part."""
+    if type(message) is ReadResponse and message.entry is not None:
+        raw = message.entry.raw
+        body_len = _READ_RESP_HEAD_BYTES + len(raw)
+        if body_len > BOOKIE_FRAME_BYTES_MAX:
+            raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", body_len, BOOKIE_FRAME_BYTES_MAX)
+        head = _READ_RESP_FRAME_HEAD.pack(body_len, PROTOCOL_VERSION, message.op | RESPONSE_BIT, message.request_id,
+                                          message.status, message.ledger_id, message.entry_id, message.known_lac, 1)
+        return head, raw
+    return (encode(message),)
 
 
 def encode(message: Message) -> bytes:
