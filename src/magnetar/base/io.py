@@ -71,6 +71,12 @@ class DiskFile(Protocol):
         """``append_parts`` then ``sync`` as one step (one worker-thread call in production):
         returns, with the offset, only once every byte of the file, ``parts`` included, is durable."""
 
+    def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None]) -> int:
+        """``append_and_sync`` without a coroutine: reserves the bytes at the end and returns
+        their offset at once; ``done(None)`` (or ``done(error)``) runs on the event loop's thread
+        once every byte of the file, ``parts`` included, is durable. Production calls ``done``
+        straight from the worker thread's completion (one loop pass, no task or future chain)."""
+
     async def sync(self) -> None:
         """Make every byte written so far durable (fdatasync)."""
 

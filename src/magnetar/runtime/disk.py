@@ -42,7 +42,8 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from magnetar.base.errors import InvalidArgument, NotFound
 from magnetar.base.invariant import invariant
@@ -51,6 +52,7 @@ from magnetar.base.limits import (
     DISK_DIRECT_ALIGNMENT_BYTES,
     DISK_DIRECT_BUFFER_BYTES_MAX,
     DISK_DIRECT_BUFFERS_COUNT_MAX,
+    DISK_SYNC_THREADS_COUNT_MAX,
     MIB,
 )
 
@@ -205,6 +207,19 @@ def _write_job(
         descriptors.release()
 
 
+_workers: ThreadPoolExecutor | None = None
+_workers_lock = threading.Lock()
+
+
+def _sync_workers() -> ThreadPoolExecutor:
+    """The threads of ``append_and_sync_then`` (made on first use, shared by every file)."""
+    global _workers
+    with _workers_lock:
+        if _workers is None:
+            _workers = ThreadPoolExecutor(DISK_SYNC_THREADS_COUNT_MAX, thread_name_prefix="magnetar-disk-sync")
+        return _workers
+
+
 def _sync_job(descriptors: _Descriptors) -> None:
     try:
         os.fdatasync(descriptors.fd)
@@ -313,6 +328,54 @@ class LocalFile:
 
     async def append_and_sync(self, parts: Sequence[Bytes]) -> int:
         return await self._write_in_worker(parts, sync=True)
+
+    def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None]) -> int:
+        # The worker thread hands its result to the loop with one ``call_soon_threadsafe``:
+        # ``run_in_executor`` + an awaiting task took four more loop passes (future chaining,
+        # the task's step, its done callbacks), each behind whatever else the loop runs.
+        offset = self._size
+        total = sum(len(part) for part in parts)
+        buffer: mmap.mmap | None = None
+        aligned: memoryview | None = None
+        if (
+            self._direct_ok
+            and 0 < total <= DISK_DIRECT_BUFFER_BYTES_MAX
+            and not (offset | total) % DISK_DIRECT_ALIGNMENT_BYTES
+        ):
+            buffer = self._buffers.take(total)
+            aligned = _copy_into(buffer, parts, total)
+        loop = asyncio.get_running_loop()
+        descriptors = self._descriptors
+        descriptors.acquire()
+        self._size += total
+
+        def finished(error: BaseException | None, written_direct: bool) -> None:  # on the loop
+            if aligned is not None:
+                aligned.release()
+                if buffer is not None:
+                    self._buffers.give_back(buffer)
+                if error is None:
+                    self._direct_ok = written_direct
+            done(error)
+
+        def job() -> None:  # on a worker thread
+            error: BaseException | None = None
+            written_direct = False
+            try:
+                written_direct = _write_job(descriptors, parts, offset, True, aligned)
+            except BaseException as exc:  # handed to ``done`` on the loop
+                error = exc
+            try:
+                loop.call_soon_threadsafe(finished, error, written_direct)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits for the answer any more
+
+        try:
+            _sync_workers().submit(job)
+        except BaseException:
+            descriptors.release()
+            raise
+        return offset
 
     async def _write_in_worker(self, parts: Sequence[Bytes], *, sync: bool) -> int:
         offset = self._size

@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from magnetar.base.errors import ClosedError, InvalidArgument, NotFound
 from magnetar.base.io import Bytes
 from magnetar.base.limits import MIB, SIM_DISK_SECTOR_BYTES
 from magnetar.base.rng import Rng
+from magnetar.sim.errors import SimCrash
 from magnetar.sim.incarnation import check_alive
+
+_SYNCS: set[asyncio.Task[None]] = set()  # ``append_and_sync_then``'s syncs in progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,32 @@ class SimFile:
     async def append_and_sync(self, parts: Sequence[Bytes]) -> int:
         offset = await self.append_parts(parts)
         await self.sync()
+        return offset
+
+    def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None]) -> int:
+        # As ``append_and_sync``: the bytes are reserved and volatile at once; ``done`` runs from
+        # the loop once the (simulated) sync returns, or with the error a crash or close raises.
+        inode = self._check()
+        offset = len(inode.volatile)
+        self._disk._reserve(sum(len(part) for part in parts))
+        inode.touch(offset)
+        for part in parts:
+            inode.volatile += part
+
+        async def sync_then() -> None:
+            try:
+                await asyncio.sleep(0)
+                await self.sync()
+            except SimCrash:
+                return  # the node crashed: nobody is left to answer
+            except Exception as error:
+                done(error)
+                return
+            done(None)
+
+        task = asyncio.get_running_loop().create_task(sync_then())
+        _SYNCS.add(task)  # a strong reference until it ends
+        task.add_done_callback(_SYNCS.discard)
         return offset
 
     async def sync(self) -> None:

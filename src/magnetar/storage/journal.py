@@ -86,6 +86,10 @@ Record = bytes | tuple[bytes, bytes]
 #: writes and syncs in separate steps so the point is reached in between.
 _STEPWISE_POINTS = frozenset({"bookie.journal.mid_write", "bookie.after_write_before_fsync"})
 _SEQUENTIAL_POINTS = _STEPWISE_POINTS | {"bookie.before_journal_append"}
+# While none of these is armed a group is written and synced by ``DiskFile.append_and_sync_then``
+# and answered straight from its completion (one loop pass after the fsync); otherwise by a task
+# that passes each point.
+_GROUP_POINTS = _SEQUENTIAL_POINTS | {"bookie.after_fsync_before_reply", "bookie.after_reply"}
 
 
 def _split_half(parts: list[bytes]) -> tuple[list[Bytes], list[Bytes]]:
@@ -322,7 +326,7 @@ class Journal:
         self._room.set()
         self._task: asyncio.Task[None] | None = None
         # Groups being written and synced, oldest first, with the callbacks of their records.
-        self._inflight: collections.deque[tuple[asyncio.Task[None], list[Callback]]] = collections.deque()
+        self._inflight: collections.deque[tuple[asyncio.Future[None], list[Callback]]] = collections.deque()
         self._written = JournalPosition(first_file_id, 0)
         self._failure: BaseException | None = None
         self.status = JournalStatus.CREATED
@@ -440,10 +444,16 @@ class Journal:
             rotation_due = self._rotation_due()
             if inflight and (inflight[0][0].done() or len(inflight) >= self._groups_in_flight_max() or rotation_due):
                 write, callbacks = inflight[0]
+                if not write.done():
+                    # Every group's end sets the wakeup (a direct group may also answer itself
+                    # and leave the deque: never await one here and pop after).
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
                 try:
-                    await write
+                    write.result()
                 except Exception as exc:
-                    self._fail(exc)
+                    self._fail(exc)  # answers this group's records too: it is still in the deque
                     return
                 inflight.popleft()
                 for callback in callbacks:
@@ -464,12 +474,56 @@ class Journal:
                 continue
             await self._wait_for_group()
             parts, callbacks = self._take_group()
-            write = asyncio.get_running_loop().create_task(self._write_group(parts))
-            write.add_done_callback(self._on_write_done)
-            inflight.append((write, callbacks))
+            if faults.any_armed(_GROUP_POINTS):
+                task = asyncio.get_running_loop().create_task(self._write_group(parts))
+                task.add_done_callback(self._on_write_done)
+                inflight.append((task, callbacks))
+            else:
+                inflight.append((self._start_direct_group(parts), callbacks))
 
-    def _on_write_done(self, _write: asyncio.Task[None]) -> None:
+    def _on_write_done(self, _write: asyncio.Future[None]) -> None:
         self._wakeup.set()
+
+    def _start_direct_group(self, parts: list[bytes]) -> asyncio.Future[None]:
+        """Write and sync ``parts`` with ``append_and_sync_then``; the returned future is done
+        when the fsync returned, and the group's records are answered from that completion if
+        every earlier group has been (``_answer_synced``)."""
+        file = self._file
+        invariant(file is not None, "journal has no open file")
+        assert file is not None  # narrowing for the type checker; the invariant above holds
+        if file.write_alignment_bytes > 1:
+            pad = padding_for(file.size() + sum(len(part) for part in parts), file.write_alignment_bytes)
+            if pad:
+                parts.append(pad_record(pad))
+        synced: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done(error: BaseException | None) -> None:
+            if synced.done():
+                return  # failed or stopped meanwhile: its records were answered then
+            if error is not None:
+                synced.set_exception(error)
+            else:
+                synced.set_result(None)
+                self.groups_count += 1
+                self.syncs_count += 1
+                self._answer_synced()
+            self._wakeup.set()
+
+        file.append_and_sync_then(parts, done)
+        self._written = JournalPosition(self._file_id, file.size())
+        return synced
+
+    def _answer_synced(self) -> None:
+        """Answer the synced direct groups at the head of the in-flight deque, oldest first
+        (a task's group, a failure, or an armed point leaves the rest to ``_run``)."""
+        inflight = self._inflight
+        while (inflight and self.status is JournalStatus.RUNNING and not faults.any_armed(_GROUP_POINTS)):
+            write, callbacks = inflight[0]
+            if isinstance(write, asyncio.Task) or not write.done() or write.cancelled() or write.exception():
+                return
+            inflight.popleft()
+            for callback in callbacks:
+                callback(None)
 
     async def _write_group(self, parts: list[bytes]) -> None:
         file = self._file

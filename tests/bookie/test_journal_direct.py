@@ -1,0 +1,116 @@
+"""The journal's direct group path: ``DiskFile.append_and_sync_then`` and the answers given
+straight from its completion (no task per group) while no journal fault point is armed."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import threading
+from pathlib import Path
+
+import pytest
+
+from magnetar import faults
+from magnetar.protocol.bookie import Entry
+from magnetar.runtime import disk as runtime_disk
+from magnetar.runtime.disk import LocalDisk
+from magnetar.sim import SimClock, SimDisk, run
+from magnetar.storage.config import BookieConfig
+from magnetar.storage.journal import Journal, JournalPosition, add_record, replay
+
+
+def _record(i: int) -> tuple[bytes, bytes]:
+    return add_record(b"k", Entry.build(3, i, i - 1, bytes([i % 256]) * 300).raw)
+
+
+def test_local_append_and_sync_then_writes_and_answers_on_the_loop_thread(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        disk = LocalDisk(str(tmp_path))
+        file = disk.open("f")
+        answers: list[tuple[BaseException | None, bool]] = []
+        answered = asyncio.Event()
+
+        def done(error: BaseException | None) -> None:
+            answers.append((error, threading.current_thread() is threading.main_thread()))
+            answered.set()
+
+        first = file.append_and_sync_then([b"abc", b"defg"], done)
+        assert (first, file.size()) == (0, 7)  # reserved at once
+        await asyncio.wait_for(answered.wait(), 10)
+        assert answers == [(None, True)]
+        assert file.read_at(0, 7) == b"abcdefg"
+        file.close()
+
+    asyncio.run(scenario())
+
+
+def _failing_job(descriptors: object, *_args: object) -> bool:
+    try:
+        raise OSError(errno.EIO, "injected")
+    finally:
+        descriptors.release()  # type: ignore[attr-defined]  # as the real job does
+
+
+def test_local_append_and_sync_then_hands_a_write_error_to_done(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    async def scenario() -> None:
+        file = LocalDisk(str(tmp_path)).open("f")
+        got: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        file.append_and_sync_then([b"x" * 10], got.set_result)
+        error = await asyncio.wait_for(got, 10)
+        assert isinstance(error, OSError) and error.errno == errno.EIO
+        file.close()  # the worker released the descriptors
+
+    monkeypatch.setattr(runtime_disk, "_write_job", _failing_job)
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("armed", [None, "bookie.after_reply"])
+def test_groups_take_the_direct_path_unless_a_journal_point_is_armed(armed: str | None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing armed: no ``_write_group`` task (the control: an armed point takes it, and is hit)."""
+    tasks = 0
+    original = Journal._write_group
+
+    async def counted(self: Journal, parts: list[bytes]) -> None:
+        nonlocal tasks
+        tasks += 1
+        await original(self, parts)
+
+    monkeypatch.setattr(Journal, "_write_group", counted)
+
+    async def scenario() -> None:
+        disk = SimDisk()
+        journal = Journal(disk, SimClock(), BookieConfig(), first_file_id=1)
+        await journal.start()
+        if armed is not None:
+            faults.arm(armed, "delay", delay_ms=0)
+        await asyncio.gather(*(journal.append(_record(i)) for i in range(30)))
+        if armed is None:
+            assert tasks == 0 and journal.groups_count >= 1
+        else:
+            assert tasks >= 1 and faults.hits(armed) >= 1
+        await journal.stop()
+        disk.crash()
+        result = await replay(disk, JournalPosition(0, 0))
+        assert len(result.records) == 30
+
+    try:
+        run(scenario())
+    finally:
+        faults.disarm_all()
+
+
+def test_a_failed_direct_group_fails_the_journal_and_answers_its_records_with_the_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def scenario() -> None:
+        journal = Journal(LocalDisk(str(tmp_path)), SimClock(), BookieConfig(), first_file_id=1)
+        await journal.start()
+        monkeypatch.setattr(runtime_disk, "_write_job", _failing_job)
+        results = await asyncio.wait_for(
+            asyncio.gather(*(journal.append(_record(i)) for i in range(5)), return_exceptions=True), 10)
+        assert all(isinstance(r, OSError) and r.errno == errno.EIO for r in results), results
+        assert journal.status.value == "failed"
+        await journal.stop()
+
+    asyncio.run(scenario())
