@@ -118,16 +118,22 @@ _DISK_PROBE = """
 import os, sys, time
 path, seconds, interval, stall_ms = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+print("ready", flush=True)
 block, latencies, start = os.urandom(4096), [], time.perf_counter()
+per_second = [0.0] * (int(seconds) + 1)
 while time.perf_counter() - start < seconds:
     t0 = time.perf_counter()
     os.pwrite(fd, block, 4096 * (len(latencies) % 256))
     os.fdatasync(fd)
-    latencies.append((time.perf_counter() - t0) * 1e3)
+    latency = (time.perf_counter() - t0) * 1e3
+    latencies.append(latency)
+    second = min(int(t0 - start), int(seconds))
+    per_second[second] = max(per_second[second], latency)
     time.sleep(interval)
 os.close(fd)
 os.remove(path)
 print(max(latencies, default=0.0), sum(1 for latency in latencies if latency > stall_ms), len(latencies))
+print(" ".join(f"{worst:.1f}" for worst in per_second))
 """
 
 
@@ -136,12 +142,17 @@ def start_disk_probe(directory: str, seconds: float) -> subprocess.Popen[str]:
     reads its figures): an add that is slow while the probe is slow too waited for the disk."""
     argv = [sys.executable, "-c", _DISK_PROBE, os.path.join(directory, "disk_probe"), str(seconds),
             str(DISK_PROBE_INTERVAL_S), str(DISK_PROBE_STALL_MS)]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    probe = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert probe.stdout is not None
+    probe.stdout.readline()  # "ready": its start-up is over before the paced run starts
+    return probe
 
 
 def disk_probe_result(probe: subprocess.Popen[str]) -> dict[str, float]:
     output, _ = probe.communicate(timeout=60)
-    worst, stalls, count = output.split()
+    totals, per_second = output.splitlines()[-2:]
+    worst, stalls, count = totals.split()
+    print(f"  paced: slowest disk probe (ms) per second of the window:     {per_second}", flush=True)
     return {"disk_probe_max_ms": float(worst), "disk_probe_stalls": float(stalls), "disk_probes": float(count)}
 
 
