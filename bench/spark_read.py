@@ -12,7 +12,9 @@ with runs made that way before. Then:
 * parquet copy: the connector's DataFrame (every column) written once to Parquet;
 * reader alone: every Spark partition's ``read()`` run in this process, one after the other, without
   Spark (the connector's Python cost: bookie reads + Arrow batches);
-* one warm-up run of each (not counted), then ``--repeats`` runs, alternating which goes first:
+* ``--warmups`` warm-up runs of each (default 1, not counted; Parquet's scan keeps getting faster
+  over the first few runs of a session while the JIT compiles it, so ``--warmups 4`` compares
+  against a warm Parquet), then ``--repeats`` runs, alternating which goes first:
   connector = ``spark.read.format("magnetar").option("topic", "bench")`` (entries straight from the
   bookie, Arrow record batches out, ``minPartitions`` = 2 x cores), parquet = ``spark.read.parquet``
   of the copy. Both are measured by the same action (``--action``): ``noop`` (default) writes every
@@ -60,6 +62,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition 
 from magnetar.runtime.processes import StandaloneProcess  # noqa: E402
 
 TOPIC = "bench"
+WARMUPS_MAX = 10  # each warm-up is one bounded run per side
 CEILING_FORMAT = "magnetar_ceiling"
 
 # --- ceiling: a Python data source serving pre-built Arrow batches --------------------------------
@@ -306,6 +309,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmups", type=int, default=1, help="warm-up runs of each side, not counted (1-10)")
     parser.add_argument("--action", choices=("noop", "value"), default="noop")
     parser.add_argument("--values", choices=("random", "same"), default="random",
                         help="random (default, the issue's workload): each message its own random bytes; "
@@ -331,6 +335,8 @@ def main() -> None:
         sides.append("ceiling")
     if not set(sides) <= {"connector", "parquet", "ceiling"} or not sides:
         parser.error(f"--sides: {args.sides!r}")
+    if not 1 <= args.warmups <= WARMUPS_MAX:
+        parser.error(f"--warmups: 1 to {WARMUPS_MAX}")
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Spark's Python workers import this module by name (the ceiling's data source and its cache)
@@ -398,13 +404,16 @@ def main() -> None:
         print(f"spark {args.master} on {cores} cores, settings {args.conf or 'default'}; parquet copy (of {source}) "
               f"{counted:,} rows, {parquet_bytes / 1e6:,.1f} MB in files, read as {parquet.rdd.getNumPartitions()} "
               f"partitions; {read_partitions} read partitions; action {args.action}")
-        warm = {name: timed(df, args.action)[0] for name, df in frames.items()}
+        warm: dict[str, float] = {}
+        for _ in range(args.warmups):
+            warm = {name: timed(df, args.action)[0] for name, df in frames.items()}
         if "ceiling" in sides:  # a second pass: every Python worker has built its ceiling batches
             for name in frames:
                 if name.startswith("ceiling"):
                     warm[name] = timed(frames[name], args.action)[0]
         builds_before = builds.read_text().splitlines() if builds.exists() else []
-        print("warm-up (not counted): " + ", ".join(f"{name} {s:.2f} s" for name, s in warm.items()))
+        print(f"warm-up (not counted; the last of {args.warmups}): "
+              + ", ".join(f"{name} {s:.2f} s" for name, s in warm.items()))
         jvm = jvm_pid() if args.jfr else None
         if jvm is not None:
             subprocess.run(["jcmd", str(jvm), "JFR.start", "name=bench", "settings=profile"], check=True,
