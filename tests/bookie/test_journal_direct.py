@@ -114,3 +114,23 @@ def test_a_failed_direct_group_fails_the_journal_and_answers_its_records_with_th
         await journal.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_group_that_cannot_start_fails_the_journal_instead_of_hanging(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``append_and_sync_then`` raising (no worker thread could take the write) answers the
+    group's records with the error (without the guard they would wait forever: the control)."""
+    def refuse(*_args: object) -> object:
+        raise RuntimeError("cannot schedule new futures after shutdown")
+
+    async def scenario() -> None:
+        journal = Journal(LocalDisk(str(tmp_path)), SimClock(), BookieConfig(), first_file_id=1)
+        await journal.start()
+        monkeypatch.setattr(runtime_disk, "_sync_workers", lambda: type("Refusing", (), {"submit": refuse})())
+        results = await asyncio.wait_for(
+            asyncio.gather(*(journal.append(_record(i)) for i in range(3)), return_exceptions=True), 10)
+        assert all(isinstance(r, RuntimeError) for r in results), results
+        assert journal.status.value == "failed"
+        await journal.stop()
+
+    asyncio.run(scenario())

@@ -509,7 +509,12 @@ class Journal:
                 self._answer_synced()
             self._wakeup.set()
 
-        file.append_and_sync_then(parts, done)
+        try:
+            file.append_and_sync_then(parts, done)
+        except Exception as error:  # not started (no worker thread, no buffer): ``_run`` fails the journal
+            synced.set_exception(error)
+            self._wakeup.set()
+            return synced
         self._written = JournalPosition(self._file_id, file.size())
         return synced
 
