@@ -134,3 +134,28 @@ def test_a_group_that_cannot_start_fails_the_journal_instead_of_hanging(tmp_path
         await journal.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_forked_child_gets_its_own_sync_threads(tmp_path: Path) -> None:
+    """The pool is per process: a child forked after the parent used it still gets its writes
+    done (an inherited pool has no threads in the child and would never run them)."""
+    import os
+
+    async def write_once(name: str) -> None:
+        file = LocalDisk(str(tmp_path)).open(name)
+        got: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        file.append_and_sync_then([b"y" * 4096], got.set_result)
+        assert await asyncio.wait_for(got, 10) is None
+        file.close()
+
+    asyncio.run(write_once("parent"))
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its write completed
+        code = 1
+        try:
+            asyncio.run(write_once("child"))
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -220,6 +220,16 @@ def _sync_workers() -> ThreadPoolExecutor:
         return _workers
 
 
+def _forget_workers_in_child() -> None:
+    # A forked child has none of the parent's threads: an inherited pool would queue work forever.
+    global _workers, _workers_lock
+    _workers = None
+    _workers_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers_in_child)
+
+
 def _sync_job(descriptors: _Descriptors) -> None:
     try:
         os.fdatasync(descriptors.fd)
