@@ -6,21 +6,156 @@ Wires a ``LedgerManager`` from one metadata-store session: ledger metadata under
 connections over the given ``Network`` (``BookieClientTransport``). It does no I/O of its own,
 so the simulator composes the client the same way with its simulated network and clock.
 The caller keeps owning ``store``; ``close_ledger_manager`` closes only the bookie connections.
+
+``LocalFirstTransport``: a process that runs bookies itself (``magnetar standalone``) reaches
+them by direct calls into their storage core, as BookKeeper's client does for bookies in its own
+JVM (``LocalBookiesRegistry``): no frames encoded and decoded twice, no loopback socket, no event
+loop passes for the socket in each direction. The storage core is the same one the bookie
+server calls, so every status (fenced, read-only, unauthorized, too large), the journal fsync
+before an OK and every storage fault point are unchanged, and entries read back are digest
+checked as over the network. Every other bookie is reached over the network.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
 from magnetar.base.clock import Clock
+from magnetar.base.errors import MagnetarError
 from magnetar.base.io import Network
 from magnetar.base.rng import Rng
-from magnetar.ledger.bookie_transport import BookieClientTransport
+from magnetar.base.types import NO_ENTRY, BookieId
+from magnetar.ledger.bookie_transport import BookieClientTransport, status_error
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.directory import MetadataBookieDirectory
+from magnetar.ledger.errors import BookieUnavailable
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.ledger.placement import RandomPlacement
+from magnetar.ledger.transport import LastEntryReply
 from magnetar.metadata.api import MetadataStore
+from magnetar.protocol.bookie.codec import Entry, Status
+from magnetar.storage import Bookie
+from magnetar.storage.bookie import ReadResult
+
+_NEGATIVE = (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER)
+
+
+class LocalFirstTransport:
+    """``BookieTransport`` and ``PipelinedAdds``: the bookies in ``local`` by direct calls into
+    their storage core, every other one through ``remote``."""
+
+    def __init__(self, local: Mapping[BookieId, Bookie], remote: BookieClientTransport) -> None:
+        self._local = dict(local)
+        self._remote = remote
+
+    @property
+    def local_bookies(self) -> frozenset[BookieId]:
+        return frozenset(self._local)
+
+    async def close(self) -> None:
+        self._local.clear()  # the bookies are their runner's to stop
+        await self._remote.close()
+
+    async def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> None:
+        core = self._local.get(bookie)
+        if core is None:
+            await self._remote.add(bookie, entry, recovery=recovery, master_key=master_key)
+            return
+        if core.needs_backpressure():
+            await core.wait_for_room()  # as the server stops reading while the bookie is full
+        status = await core.add(entry, master_key, recovery)
+        if status is not Status.OK:
+            raise status_error(bookie, status, f"add {entry.ledger_id}:{entry.entry_id}")
+
+    def add_nowait(self, bookie: BookieId, entry: Entry, *, master_key: bytes) -> asyncio.Future[Any] | None:
+        core = self._local.get(bookie)
+        if core is None:
+            return self._remote.add_nowait(bookie, entry, master_key=master_key)
+        if core.needs_backpressure():
+            return None  # ``add`` waits for room
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def done(status: Status) -> None:
+            if not future.done():
+                future.set_result(status)
+
+        core.add_entry(entry, master_key, False, done)
+        return future
+
+    def add_outcome(self, bookie: BookieId, entry: Entry, future: asyncio.Future[Any]) -> bool:
+        if future.cancelled() or future.exception() is not None or not isinstance(future.result(), Status):
+            return self._remote.add_outcome(bookie, entry, future)
+        status: Status = future.result()  # a local add's answer
+        if status is not Status.OK:
+            raise status_error(bookie, status, f"add {entry.ledger_id}:{entry.entry_id}")
+        return True
+
+    async def read(self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool,
+                   master_key: bytes) -> Entry:
+        core = self._local.get(bookie)
+        if core is None:
+            return await self._remote.read(bookie, ledger_id, entry_id, fence=fence, master_key=master_key)
+        what = f"read {ledger_id}:{entry_id}"
+        result = await self._read_local(core, bookie, ledger_id, fence, master_key, entry_id)
+        if result.status is not Status.OK:
+            raise status_error(bookie, result.status, what)
+        return _checked(bookie, what, result, ledger_id, entry_id)
+
+    async def read_last_entry(self, bookie: BookieId, ledger_id: int, *, fence: bool,
+                              master_key: bytes) -> LastEntryReply:
+        core = self._local.get(bookie)
+        if core is None:
+            return await self._remote.read_last_entry(bookie, ledger_id, fence=fence, master_key=master_key)
+        result = await self._read_local(core, bookie, ledger_id, fence, master_key, None)
+        if result.status in _NEGATIVE:
+            return LastEntryReply(NO_ENTRY, max(result.known_lac, NO_ENTRY))
+        if result.status is not Status.OK:
+            raise status_error(bookie, result.status, f"read_last_entry {ledger_id}")
+        entry = _checked(bookie, f"read_last_entry {ledger_id}", result, ledger_id, None)
+        return LastEntryReply(entry.entry_id, max(result.known_lac, entry.lac))
+
+    async def write_lac(self, bookie: BookieId, ledger_id: int, lac: int, *, master_key: bytes) -> None:
+        core = self._local.get(bookie)
+        if core is None:
+            await self._remote.write_lac(bookie, ledger_id, lac, master_key=master_key)
+            return
+        status, _ = await core.write_lac(ledger_id, lac, master_key)
+        if status is not Status.OK:
+            raise status_error(bookie, status, f"write_lac {ledger_id}")
+
+    @staticmethod
+    async def _read_local(core: Bookie, bookie: BookieId, ledger_id: int, fence: bool, master_key: bytes,
+                          entry_id: int | None) -> ReadResult:
+        # As the bookie server answers a READ / READ_LAST_ENTRY (fence first when asked).
+        if fence:
+            status = await core.fence(ledger_id, master_key)
+            if status is not Status.OK:
+                return ReadResult(status, NO_ENTRY if entry_id is None else entry_id, -1)
+        try:
+            if entry_id is None:
+                return core.read_last_entry(ledger_id)
+            return core.read_entry(ledger_id, entry_id)
+        except MagnetarError as exc:
+            raise BookieUnavailable(f"read of ledger {ledger_id} on bookie {bookie} failed: {exc}") from exc
+
+
+def _checked(bookie: BookieId, what: str, result: ReadResult, ledger_id: int, entry_id: int | None) -> Entry:
+    """The entry of an OK local read, checked as a network read is (``checked_entry``)."""
+    if result.raw is None:
+        raise BookieUnavailable(f"{what}: bookie {bookie} answered OK without an entry")
+    try:
+        entry = Entry.parse(result.raw)
+    except MagnetarError as exc:
+        raise BookieUnavailable(f"{what}: bookie {bookie} returned a damaged entry: {exc}") from exc
+    if entry.ledger_id != ledger_id or (entry_id is not None and entry.entry_id != entry_id):
+        raise BookieUnavailable(f"{what}: bookie {bookie} returned entry {entry.ledger_id}:{entry.entry_id}")
+    if not entry.digest_ok():
+        raise BookieUnavailable(f"{what}: entry on bookie {bookie} failed its CRC32C digest")
+    return entry
 
 
 async def open_ledger_manager(
@@ -31,10 +166,15 @@ async def open_ledger_manager(
     rng: Rng,
     config: LedgerClientConfig | None = None,
     master_key: bytes = b"",
+    local_bookies: Mapping[BookieId, Bookie] | None = None,
 ) -> LedgerManager:
-    """A ``LedgerManager`` over real bookies found through ``store``; close with ``close_ledger_manager``."""
+    """A ``LedgerManager`` over real bookies found through ``store``; close with
+    ``close_ledger_manager``. ``local_bookies``: bookies this process runs (see
+    ``LocalFirstTransport``)."""
     config = config or LedgerClientConfig()
-    transport = BookieClientTransport(network, clock, config)
+    remote = BookieClientTransport(network, clock, config)
+    transport: BookieClientTransport | LocalFirstTransport = (
+        LocalFirstTransport(local_bookies, remote) if local_bookies else remote)
     return LedgerManager(
         store=LedgerMetadataStore(MetadataStoreAdapter(store)),
         transport=transport,

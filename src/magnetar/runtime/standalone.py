@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from magnetar import faults
 from magnetar.base.errors import InvalidArgument
+from magnetar.base.types import BookieId
 from magnetar.broker import BrokerConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
@@ -60,6 +61,10 @@ class StandaloneConfig:
     web_port: int = 8080
     bookies_count: int = 1
     bookie_port: int = 3181  # bookie i listens on bookie_port + i; 0 picks free ports
+    # The broker reaches this process's bookies by direct calls into their storage core
+    # (``runtime.ledger.LocalFirstTransport``); false: over the bookie protocol on loopback, as
+    # any other client does (the bookies serve it either way).
+    local_bookie_calls: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies_count <= STANDALONE_BOOKIES_COUNT_MAX:
@@ -137,7 +142,10 @@ async def start_standalone(config: StandaloneConfig) -> Standalone:
             bookie = await start_bookie(config.bookie_config(index), store=store, clock=clock, network=network)
             running.bookies.append(bookie)
             running.stoppers.append(bookie.stop)
-        manager = await open_ledger_manager(store, network=network, clock=clock, rng=system_rng())
+        local = ({BookieId.parse(b.bookie_id): b.bookie for b in running.bookies}
+                 if config.local_bookie_calls else None)
+        manager = await open_ledger_manager(store, network=network, clock=clock, rng=system_rng(),
+                                            local_bookies=local)
         running.stoppers.append(lambda: close_ledger_manager(manager))
         e, qw, qa = config.quorum
         running.broker = await start_broker(
