@@ -237,13 +237,18 @@ def start_profiler(pid: int, output: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
-    profiler.send_signal(signal.SIGINT)
+def stop_process(process: subprocess.Popen[Any], sig: signal.Signals, timeout_s: float) -> None:
+    """Send ``sig`` (a clean stop), then SIGKILL if it is still running after ``timeout_s``."""
+    process.send_signal(sig)
     try:
-        profiler.wait(timeout=30)
+        process.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        profiler.kill()
-        profiler.wait()
+        process.kill()
+        process.wait()
+
+
+def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
+    stop_process(profiler, signal.SIGINT, 30)  # py-spy writes its output on SIGINT
 
 
 def start_bookie(data_dir: str) -> tuple[subprocess.Popen[str], int]:
@@ -478,12 +483,7 @@ async def paced_run(
 
 
 def stop_bookie(process: subprocess.Popen[str]) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    stop_process(process, signal.SIGTERM, 20)
 
 
 def summary(label: str, values: list[float], unit: str) -> str:

@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import itertools
 import os
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from magnetar.base.io import KeyValueStore
 from magnetar.protocol.bookie import Status
 from magnetar.runtime import disk as runtime_disk
 from magnetar.runtime.disk import TRASH, TRASH_DIR, LocalDisk
+from magnetar.sim import SimClock
 from magnetar.storage import Bookie
 from magnetar.storage import bookie as storage_bookie
 from magnetar.storage.caches import WriteCache
@@ -138,6 +138,19 @@ def test_background_checkpoint_spreads_entry_log_writes_and_syncs_index_batches(
     sim(scenario)
 
 
+def _entry_log_write_times(bookie: Bookie, clock: SimClock) -> list[int]:
+    """The (virtual) times of the bookie's entry-log writes from now on, filled as they happen."""
+    writes: list[int] = []
+    real_append_many = bookie._entry_log.append_many
+
+    async def append_many(raws: list[bytes], *, sync: bool = False) -> list[tuple[int, int]]:
+        writes.append(clock.monotonic_ns())
+        return await real_append_many(raws, sync=sync)
+
+    bookie._entry_log.append_many = append_many  # type: ignore[method-assign]
+    return writes
+
+
 async def _checkpoint_with_adds_meanwhile(add_gap_s: float) -> tuple[list[int], int]:
     """A background checkpoint of 200 entries while 32 KiB adds arrive ``add_gap_s`` apart
     (enough of them to fill half the write cache): entry-log write times, adds made."""
@@ -145,14 +158,7 @@ async def _checkpoint_with_adds_meanwhile(add_gap_s: float) -> tuple[list[int], 
     bookie = await node.boot()
     for i in range(200):
         assert await bookie.add(entry(1, i, lac=i - 1), KEY) is Status.OK
-    writes: list[int] = []
-    real_append_many = bookie._entry_log.append_many
-
-    async def append_many(raws: list[bytes], *, sync: bool = False) -> list[tuple[int, int]]:
-        writes.append(node.clock.monotonic_ns())
-        return await real_append_many(raws, sync=sync)
-
-    bookie._entry_log.append_many = append_many  # type: ignore[method-assign]
+    writes = _entry_log_write_times(bookie, node.clock)
     checkpoint = asyncio.get_running_loop().create_task(bookie._checkpoint(paced=True))
     added = 0
     while not checkpoint.done() and added < 30:
@@ -190,10 +196,7 @@ def test_background_checkpoint_runs_at_full_speed_while_adds_come_in_fast() -> N
 
 
 def _wait_for_trash(timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while TRASH.pending and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert TRASH.pending == 0
+    assert TRASH.wait_idle(timeout_s)
 
 
 def _trimmed_in_steps(sizes: list[int], file_bytes: int, step: int) -> bool:
@@ -250,14 +253,7 @@ def test_checkpoint_loop_runs_paced_checkpoints() -> None:
     async def scenario() -> None:
         node = Node(config)
         bookie = await node.boot()
-        writes: list[int] = []
-        real_append_many = bookie._entry_log.append_many
-
-        async def append_many(raws: list[bytes], *, sync: bool = False) -> list[tuple[int, int]]:
-            writes.append(node.clock.monotonic_ns())
-            return await real_append_many(raws, sync=sync)
-
-        bookie._entry_log.append_many = append_many  # type: ignore[method-assign]
+        writes = _entry_log_write_times(bookie, node.clock)
         for i in range(200):
             assert await bookie.add(entry(1, i, lac=i - 1), KEY) is Status.OK
         await node.clock.sleep(1.5)

@@ -95,10 +95,22 @@ def test_sim_append_parts_is_lost_by_a_crash_unless_synced() -> None:
     run(scenario())
 
 
-@pytest.mark.parametrize("armed", [None, "bookie.journal.mid_write", "bookie.after_write_before_fsync"])
-def test_journal_group_is_durable_on_both_write_paths(armed: str | None) -> None:
-    """One worker call (nothing armed) or write halves + sync (a point between them armed): the
-    same bytes reach the journal and replay, and the stepwise path reaches the armed point."""
+@pytest.mark.parametrize("armed", [None, "bookie.journal.mid_write", "bookie.after_write_before_fsync",
+                                   "bookie.after_reply"])
+def test_journal_group_is_durable_on_both_write_paths(armed: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing armed: each group is one ``append_and_sync_then``, answered from its completion,
+    with no ``_write_group`` task. A journal point armed: the task path, in write halves + sync
+    for a point between them. The same bytes reach the journal and replay either way, and the
+    task path reaches the armed point."""
+    tasks = 0
+    write_group = Journal._write_group
+
+    async def counted(self: Journal, parts: list[bytes]) -> None:
+        nonlocal tasks
+        tasks += 1
+        await write_group(self, parts)
+
+    monkeypatch.setattr(Journal, "_write_group", counted)
 
     async def scenario() -> None:
         disk = SimDisk()
@@ -108,8 +120,10 @@ def test_journal_group_is_durable_on_both_write_paths(armed: str | None) -> None
             faults.arm(armed, "delay", delay_ms=0)
         entries = [Entry.build(7, i, i - 1, bytes([i]) * (100 + i)) for i in range(20)]
         await asyncio.gather(*(journal.append(add_record(b"k", e.raw)) for e in entries))
-        if armed is not None:
-            assert faults.hits(armed) >= 1
+        if armed is None:
+            assert tasks == 0 and journal.groups_count >= 1
+        else:
+            assert tasks >= 1 and faults.hits(armed) >= 1
         await journal.stop()
         disk.crash()
         result = await replay(disk, JournalPosition(0, 0))

@@ -1,5 +1,6 @@
 """The journal's direct group path: ``DiskFile.append_and_sync_then`` and the answers given
-straight from its completion (no task per group) while no journal fault point is armed."""
+straight from its completion (no task per group) while no journal fault point is armed. Which
+path a group takes, and that both are durable: ``test_io_paths``."""
 
 from __future__ import annotations
 
@@ -10,13 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from magnetar import faults
 from magnetar.protocol.bookie import Entry
 from magnetar.runtime import disk as runtime_disk
 from magnetar.runtime.disk import LocalDisk
-from magnetar.sim import SimClock, SimDisk, run
+from magnetar.sim import SimClock
 from magnetar.storage.config import BookieConfig
-from magnetar.storage.journal import Journal, JournalPosition, add_record, replay
+from magnetar.storage.journal import Journal, add_record
 
 
 def _record(i: int) -> tuple[bytes, bytes]:
@@ -63,42 +63,6 @@ def test_local_append_and_sync_then_hands_a_write_error_to_done(tmp_path: Path,
 
     monkeypatch.setattr(runtime_disk, "_write_job", _failing_job)
     asyncio.run(scenario())
-
-
-@pytest.mark.parametrize("armed", [None, "bookie.after_reply"])
-def test_groups_take_the_direct_path_unless_a_journal_point_is_armed(armed: str | None,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Nothing armed: no ``_write_group`` task (the control: an armed point takes it, and is hit)."""
-    tasks = 0
-    original = Journal._write_group
-
-    async def counted(self: Journal, parts: list[bytes]) -> None:
-        nonlocal tasks
-        tasks += 1
-        await original(self, parts)
-
-    monkeypatch.setattr(Journal, "_write_group", counted)
-
-    async def scenario() -> None:
-        disk = SimDisk()
-        journal = Journal(disk, SimClock(), BookieConfig(), first_file_id=1)
-        await journal.start()
-        if armed is not None:
-            faults.arm(armed, "delay", delay_ms=0)
-        await asyncio.gather(*(journal.append(_record(i)) for i in range(30)))
-        if armed is None:
-            assert tasks == 0 and journal.groups_count >= 1
-        else:
-            assert tasks >= 1 and faults.hits(armed) >= 1
-        await journal.stop()
-        disk.crash()
-        result = await replay(disk, JournalPosition(0, 0))
-        assert len(result.records) == 30
-
-    try:
-        run(scenario())
-    finally:
-        faults.disarm_all()
 
 
 def test_a_failed_direct_group_fails_the_journal_and_answers_its_records_with_the_error(

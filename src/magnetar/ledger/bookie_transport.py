@@ -41,7 +41,7 @@ from magnetar.ledger.bookie_client import BookieClient
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import BookieUnavailable, NoSuchEntryError
 from magnetar.ledger.transport import LastEntryReply
-from magnetar.protocol.bookie.codec import Entry, Status
+from magnetar.protocol.bookie.codec import Entry, ReadResponse, Status
 
 _NEGATIVE = (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER)
 
@@ -53,6 +53,23 @@ def status_error(bookie: BookieId, status: Status, what: str) -> MagnetarError:
     if status in _NEGATIVE:
         return NoSuchEntryError(f"{what}: bookie {bookie} answered {status.name}")
     return BookieUnavailable(f"{what}: bookie {bookie} answered {status.name}")
+
+
+def entry_of(bookie: BookieId, what: str, response: ReadResponse) -> Entry:
+    """The entry of a (checked) READ answer, or the error its status means."""
+    if response.status is not Status.OK:
+        raise status_error(bookie, response.status, what)
+    if response.entry is None:
+        raise BookieUnavailable(f"{what}: bookie {bookie} answered OK without an entry")
+    return response.entry
+
+
+def last_entry_of(bookie: BookieId, what: str, response: ReadResponse) -> LastEntryReply:
+    """A (checked) READ_LAST_ENTRY answer as a ``LastEntryReply`` (no entry: -1), or its error."""
+    if response.status in _NEGATIVE:
+        return LastEntryReply(NO_ENTRY, max(response.known_lac, NO_ENTRY))
+    entry = entry_of(bookie, what, response)
+    return LastEntryReply(entry.entry_id, max(response.known_lac, entry.lac))
 
 
 class BookieClientTransport:
@@ -202,12 +219,7 @@ class BookieClientTransport:
             lambda c: c.read(ledger_id, entry_id, fence=fence, master_key=master_key,
                              timeout_ms=self._config.read_timeout_ms),
         )
-        if response.status is not Status.OK:
-            raise status_error(bookie, response.status, what)
-        if response.entry is None:
-            raise BookieUnavailable(f"{what}: bookie {bookie} answered OK without an entry")
-        entry: Entry = response.entry
-        return entry
+        return entry_of(bookie, what, response)
 
     async def read_last_entry(
         self, bookie: BookieId, ledger_id: int, *, fence: bool, master_key: bytes
@@ -218,14 +230,7 @@ class BookieClientTransport:
             lambda c: c.read_last_entry(ledger_id, fence=fence, master_key=master_key,
                                         timeout_ms=self._config.read_timeout_ms),
         )
-        if response.status in _NEGATIVE:
-            return LastEntryReply(NO_ENTRY, max(response.known_lac, NO_ENTRY))
-        if response.status is not Status.OK:
-            raise status_error(bookie, response.status, what)
-        entry = response.entry
-        if entry is None:
-            raise BookieUnavailable(f"{what}: bookie {bookie} answered OK without an entry")
-        return LastEntryReply(entry.entry_id, max(response.known_lac, entry.lac))
+        return last_entry_of(bookie, what, response)
 
     async def write_lac(self, bookie: BookieId, ledger_id: int, lac: int, *, master_key: bytes) -> None:
         what = f"write_lac {ledger_id}"

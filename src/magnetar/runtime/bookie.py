@@ -75,7 +75,7 @@ from magnetar.runtime.kv import RocksKeyValueStore
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpConnection, TcpNetwork
 from magnetar.storage import Bookie, BookieConfig, BookieStatus, verify_or_create_cookie
-from magnetar.storage.bookie import LiveLedgers
+from magnetar.storage.bookie import LiveLedgers, ReadResult
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,22 @@ class _ConnectionState:
             self.writelines(out)
         else:
             self.connection.write(b"".join(out))
+
+
+def _entry_id_of(message: ReadRequest | ReadLastEntryRequest) -> int | None:
+    return message.entry_id if isinstance(message, ReadRequest) else None
+
+
+def _read_response(message: ReadRequest | ReadLastEntryRequest, result: ReadResult) -> ReadResponse:
+    op = Op.READ if isinstance(message, ReadRequest) else Op.READ_LAST_ENTRY
+    entry = Entry.parse(result.raw) if result.raw is not None else None
+    return ReadResponse(message.request_id, result.status, message.ledger_id, result.entry_id, result.known_lac,
+                        entry, op)
+
+
+def _failed_read(message: ReadRequest | ReadLastEntryRequest, error: MagnetarError) -> ReadResponse:
+    log.error("read of ledger %d failed: %s", message.ledger_id, error)
+    return _read_response(message, ReadResult(Status.UNAVAILABLE, -1, -1))
 
 
 class BookieServer:
@@ -266,28 +282,19 @@ class BookieServer:
         return False  # a response frame sent to a server: the peer is confused
 
     def _read(self, message: ReadRequest | ReadLastEntryRequest) -> ReadResponse:
-        op = Op.READ if isinstance(message, ReadRequest) else Op.READ_LAST_ENTRY
         try:
-            if isinstance(message, ReadRequest):
-                result = self.bookie.read_entry(message.ledger_id, message.entry_id)
-            else:
-                result = self.bookie.read_last_entry(message.ledger_id)
+            result = self.bookie.read_entry_or_last(message.ledger_id, _entry_id_of(message))
         except MagnetarError as exc:
-            log.error("read of ledger %d failed: %s", message.ledger_id, exc)
-            return ReadResponse(message.request_id, Status.UNAVAILABLE, message.ledger_id, -1, -1, None, op)
-        entry = Entry.parse(result.raw) if result.raw is not None else None
-        return ReadResponse(
-            message.request_id, result.status, message.ledger_id, result.entry_id, result.known_lac, entry, op
-        )
+            return _failed_read(message, exc)
+        return _read_response(message, result)
 
     async def _fenced_read(self, message: ReadRequest | ReadLastEntryRequest, send: Callable[[Message], None]) -> None:
-        status = await self.bookie.fence(message.ledger_id, message.master_key)
-        if status is not Status.OK:
-            op = Op.READ if isinstance(message, ReadRequest) else Op.READ_LAST_ENTRY
-            entry_id = message.entry_id if isinstance(message, ReadRequest) else -1
-            send(ReadResponse(message.request_id, status, message.ledger_id, entry_id, -1, None, op))
+        try:
+            result = await self.bookie.fence_and_read(message.ledger_id, _entry_id_of(message), message.master_key)
+        except MagnetarError as exc:
+            send(_failed_read(message, exc))
             return
-        send(self._read(message))
+        send(_read_response(message, result))
 
     async def _write_lac(self, message: WriteLacRequest, send: Callable[[Message], None]) -> None:
         status, lac = await self.bookie.write_lac(message.ledger_id, message.lac, message.master_key)

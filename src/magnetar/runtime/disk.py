@@ -83,10 +83,10 @@ class _Trash:
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._names = itertools.count()
-        self.pending = 0  # files queued or being deleted (tests wait for 0)
+        self.pending = 0  # files queued or being deleted
 
     def unique_name(self, name: str) -> str:
         return f"{os.getpid()}-{time.monotonic_ns()}-{next(self._names)}-{name}"
@@ -109,6 +109,13 @@ class _Trash:
             finally:
                 with self._lock:
                     self.pending -= 1
+                    if not self.pending:
+                        self._lock.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until every trashed file is deleted (at most ``timeout_s``); whether it was."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self.pending, timeout_s)
 
 
 TRASH = _Trash()
@@ -345,27 +352,14 @@ class LocalFile:
         # the task's step, its done callbacks), each behind whatever else the loop runs.
         offset = self._size
         total = sum(len(part) for part in parts)
-        buffer: mmap.mmap | None = None
-        aligned: memoryview | None = None
-        if (
-            self._direct_ok
-            and 0 < total <= DISK_DIRECT_BUFFER_BYTES_MAX
-            and not (offset | total) % DISK_DIRECT_ALIGNMENT_BYTES
-        ):
-            buffer = self._buffers.take(total)
-            aligned = _copy_into(buffer, parts, total)
+        buffer, aligned = self._aligned_copy(parts, offset, total)
         loop = asyncio.get_running_loop()
         descriptors = self._descriptors
         descriptors.acquire()
         self._size += total
 
         def finished(error: BaseException | None, written_direct: bool) -> None:  # on the loop
-            if aligned is not None:
-                aligned.release()
-                if buffer is not None:
-                    self._buffers.give_back(buffer)
-                if error is None:
-                    self._direct_ok = written_direct
+            self._aligned_done(buffer, aligned, None if error is not None else written_direct)
             done(error)
 
         def job() -> None:  # on a worker thread
@@ -391,25 +385,37 @@ class LocalFile:
         offset = self._size
         total = sum(len(part) for part in parts)
         self._size += total
-        buffer: mmap.mmap | None = None
-        aligned: memoryview | None = None
+        buffer, aligned = self._aligned_copy(parts, offset, total)
+        self._descriptors.acquire()
+        written_direct = await asyncio.get_running_loop().run_in_executor(
+            None, _write_job, self._descriptors, parts, offset, sync, aligned
+        )
+        self._aligned_done(buffer, aligned, written_direct)
+        return offset
+
+    def _aligned_copy(self, parts: Sequence[Bytes], offset: int, total: int) -> tuple[mmap.mmap | None,
+                                                                                         memoryview | None]:
+        """A pooled aligned buffer holding ``parts`` when the write can go through O_DIRECT."""
         if (
             self._direct_ok
             and 0 < total <= DISK_DIRECT_BUFFER_BYTES_MAX
             and not (offset | total) % DISK_DIRECT_ALIGNMENT_BYTES
         ):
             buffer = self._buffers.take(total)
-            aligned = _copy_into(buffer, parts, total)
-        self._descriptors.acquire()
-        written_direct = await asyncio.get_running_loop().run_in_executor(
-            None, _write_job, self._descriptors, parts, offset, sync, aligned
-        )
-        if aligned is not None:
-            aligned.release()
-            if buffer is not None:
-                self._buffers.give_back(buffer)
+            return buffer, _copy_into(buffer, parts, total)
+        return None, None
+
+    def _aligned_done(self, buffer: mmap.mmap | None, aligned: memoryview | None,
+                      written_direct: bool | None) -> None:
+        """Give the buffer back after the write; ``written_direct`` (None: the write failed)
+        says whether the file still takes O_DIRECT writes."""
+        if aligned is None:
+            return
+        aligned.release()
+        if buffer is not None:
+            self._buffers.give_back(buffer)
+        if written_direct is not None:
             self._direct_ok = written_direct
-        return offset
 
     async def sync(self) -> None:
         self._descriptors.acquire()

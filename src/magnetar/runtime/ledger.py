@@ -26,8 +26,9 @@ from magnetar.base.clock import Clock
 from magnetar.base.errors import MagnetarError
 from magnetar.base.io import Network
 from magnetar.base.rng import Rng
-from magnetar.base.types import NO_ENTRY, BookieId
-from magnetar.ledger.bookie_transport import BookieClientTransport, status_error
+from magnetar.base.types import BookieId
+from magnetar.ledger.bookie_client import checked_entry
+from magnetar.ledger.bookie_transport import BookieClientTransport, entry_of, last_entry_of, status_error
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.directory import MetadataBookieDirectory
 from magnetar.ledger.errors import BookieUnavailable
@@ -37,11 +38,8 @@ from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.ledger.placement import RandomPlacement
 from magnetar.ledger.transport import LastEntryReply
 from magnetar.metadata.api import MetadataStore
-from magnetar.protocol.bookie.codec import Entry, Status
+from magnetar.protocol.bookie.codec import Entry, ReadResponse, Status
 from magnetar.storage import Bookie
-from magnetar.storage.bookie import ReadResult
-
-_NEGATIVE = (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER)
 
 
 class LocalFirstTransport:
@@ -100,23 +98,15 @@ class LocalFirstTransport:
         if core is None:
             return await self._remote.read(bookie, ledger_id, entry_id, fence=fence, master_key=master_key)
         what = f"read {ledger_id}:{entry_id}"
-        result = await self._read_local(core, bookie, ledger_id, fence, master_key, entry_id)
-        if result.status is not Status.OK:
-            raise status_error(bookie, result.status, what)
-        return _checked(bookie, what, result, ledger_id, entry_id)
+        return entry_of(bookie, what, await _read_local(core, bookie, what, ledger_id, entry_id, fence, master_key))
 
     async def read_last_entry(self, bookie: BookieId, ledger_id: int, *, fence: bool,
                               master_key: bytes) -> LastEntryReply:
         core = self._local.get(bookie)
         if core is None:
             return await self._remote.read_last_entry(bookie, ledger_id, fence=fence, master_key=master_key)
-        result = await self._read_local(core, bookie, ledger_id, fence, master_key, None)
-        if result.status in _NEGATIVE:
-            return LastEntryReply(NO_ENTRY, max(result.known_lac, NO_ENTRY))
-        if result.status is not Status.OK:
-            raise status_error(bookie, result.status, f"read_last_entry {ledger_id}")
-        entry = _checked(bookie, f"read_last_entry {ledger_id}", result, ledger_id, None)
-        return LastEntryReply(entry.entry_id, max(result.known_lac, entry.lac))
+        what = f"read_last_entry {ledger_id}"
+        return last_entry_of(bookie, what, await _read_local(core, bookie, what, ledger_id, None, fence, master_key))
 
     async def write_lac(self, bookie: BookieId, ledger_id: int, lac: int, *, master_key: bytes) -> None:
         core = self._local.get(bookie)
@@ -127,35 +117,22 @@ class LocalFirstTransport:
         if status is not Status.OK:
             raise status_error(bookie, status, f"write_lac {ledger_id}")
 
-    @staticmethod
-    async def _read_local(core: Bookie, bookie: BookieId, ledger_id: int, fence: bool, master_key: bytes,
-                          entry_id: int | None) -> ReadResult:
-        # As the bookie server answers a READ / READ_LAST_ENTRY (fence first when asked).
-        if fence:
-            status = await core.fence(ledger_id, master_key)
-            if status is not Status.OK:
-                return ReadResult(status, NO_ENTRY if entry_id is None else entry_id, -1)
-        try:
-            if entry_id is None:
-                return core.read_last_entry(ledger_id)
-            return core.read_entry(ledger_id, entry_id)
-        except MagnetarError as exc:
-            raise BookieUnavailable(f"read of ledger {ledger_id} on bookie {bookie} failed: {exc}") from exc
 
-
-def _checked(bookie: BookieId, what: str, result: ReadResult, ledger_id: int, entry_id: int | None) -> Entry:
-    """The entry of an OK local read, checked as a network read is (``checked_entry``)."""
-    if result.raw is None:
-        raise BookieUnavailable(f"{what}: bookie {bookie} answered OK without an entry")
+async def _read_local(core: Bookie, bookie: BookieId, what: str, ledger_id: int, entry_id: int | None,
+                      fence: bool, master_key: bytes) -> ReadResponse:
+    """The storage core's answer as the bookie server gives it, checked as ``BookieClient``
+    checks a received one (ids, digest): a damaged entry is the bookie's failure."""
     try:
-        entry = Entry.parse(result.raw)
+        if fence:
+            result = await core.fence_and_read(ledger_id, entry_id, master_key)
+        else:
+            result = core.read_entry_or_last(ledger_id, entry_id)
+        entry = Entry.parse(result.raw) if result.raw is not None else None
+        response = ReadResponse(0, result.status, ledger_id, result.entry_id, result.known_lac, entry)
+        checked_entry(response, ledger_id, entry_id)
     except MagnetarError as exc:
-        raise BookieUnavailable(f"{what}: bookie {bookie} returned a damaged entry: {exc}") from exc
-    if entry.ledger_id != ledger_id or (entry_id is not None and entry.entry_id != entry_id):
-        raise BookieUnavailable(f"{what}: bookie {bookie} returned entry {entry.ledger_id}:{entry.entry_id}")
-    if not entry.digest_ok():
-        raise BookieUnavailable(f"{what}: entry on bookie {bookie} failed its CRC32C digest")
-    return entry
+        raise BookieUnavailable(f"{what}: bookie {bookie}: {exc}") from exc
+    return response
 
 
 async def open_ledger_manager(

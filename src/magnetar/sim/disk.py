@@ -159,16 +159,20 @@ class SimFile:
         else:
             inode.volatile += bytes(size - current)
 
-    async def append_parts(self, parts: Sequence[Bytes]) -> int:
-        # Like the real worker-thread write: the bytes are reserved and in the volatile image at
-        # once, the caller resumes only after a yield (other tasks run meanwhile), and a crash
-        # before a later sync loses or tears them like any unsynced write.
+    def _append_volatile(self, parts: Sequence[Bytes]) -> int:
         inode = self._check()
         offset = len(inode.volatile)
         self._disk._reserve(sum(len(part) for part in parts))
         inode.touch(offset)
         for part in parts:
             inode.volatile += part
+        return offset
+
+    async def append_parts(self, parts: Sequence[Bytes]) -> int:
+        # Like the real worker-thread write: the bytes are reserved and in the volatile image at
+        # once, the caller resumes only after a yield (other tasks run meanwhile), and a crash
+        # before a later sync loses or tears them like any unsynced write.
+        offset = self._append_volatile(parts)
         await asyncio.sleep(0)
         self._check()
         return offset
@@ -181,12 +185,7 @@ class SimFile:
     def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None]) -> int:
         # As ``append_and_sync``: the bytes are reserved and volatile at once; ``done`` runs from
         # the loop once the (simulated) sync returns, or with the error a crash or close raises.
-        inode = self._check()
-        offset = len(inode.volatile)
-        self._disk._reserve(sum(len(part) for part in parts))
-        inode.touch(offset)
-        for part in parts:
-            inode.volatile += part
+        offset = self._append_volatile(parts)
 
         async def sync_then() -> None:
             try:

@@ -379,6 +379,18 @@ class Bookie:
             return ReadResult(Status.NO_SUCH_ENTRY, entry_id, state.lac)
         return ReadResult(Status.OK, entry_id, state.lac, raw)
 
+    def read_entry_or_last(self, ledger_id: int, entry_id: int | None) -> ReadResult:
+        """``read_entry``, or ``read_last_entry`` when ``entry_id`` is None."""
+        return self.read_last_entry(ledger_id) if entry_id is None else self.read_entry(ledger_id, entry_id)
+
+    async def fence_and_read(self, ledger_id: int, entry_id: int | None, master_key: bytes) -> ReadResult:
+        """A fencing read (recovery): fence durably, then ``read_entry_or_last``; a fence that
+        fails answers its own status."""
+        status = await self.fence(ledger_id, master_key)
+        if status is not Status.OK:
+            return ReadResult(status, -1 if entry_id is None else entry_id, -1)
+        return self.read_entry_or_last(ledger_id, entry_id)
+
     def read_lac(self, ledger_id: int) -> tuple[Status, int]:
         if self.status not in _READABLE:
             return Status.UNAVAILABLE, -1

@@ -432,6 +432,16 @@ def _entry_at(body: bytes | memoryview, offset: int) -> Entry:
     return entry
 
 
+def _read_response_head(frame: bytes | memoryview, at: int) -> tuple[Status, int, int, int, bool]:
+    """A READ/READ_LAST_ENTRY response's fixed fields at ``at`` (its entry, if any, follows)."""
+    if len(frame) < at + _READ_RESP.size:
+        raise CorruptData("READ response shorter than its fixed fields")
+    status, ledger_id, entry_id, lac, has_entry = _READ_RESP.unpack_from(frame, at)
+    if not has_entry and at + _READ_RESP.size != len(frame):
+        raise CorruptData("READ response without an entry has trailing bytes")
+    return _status(status), ledger_id, entry_id, lac, bool(has_entry)
+
+
 def decode_frame(frame: bytes | memoryview) -> Message:
     """Decode one frame body (everything after the length prefix).
 
@@ -460,16 +470,9 @@ def decode_frame(frame: bytes | memoryview) -> Message:
         ledger_id, entry_id = _exact(frame, at, _READ_TAIL)
         return ReadRequest(request_id, ledger_id, entry_id, bool(flags & FLAG_FENCE), master_key)
     if op in (Op.READ | RESPONSE_BIT, Op.READ_LAST_ENTRY | RESPONSE_BIT):
-        if len(frame) < at + _READ_RESP.size:
-            raise CorruptData("READ response shorter than its fixed fields")
-        status, ledger_id, entry_id, lac, has_entry = _READ_RESP.unpack_from(frame, at)
-        at += _READ_RESP.size
-        entry: Entry | None = None
-        if has_entry:
-            entry = _entry_at(frame, at)
-        elif at != len(frame):
-            raise CorruptData("READ response without an entry has trailing bytes")
-        return ReadResponse(request_id, _status(status), ledger_id, entry_id, lac, entry, Op(op & ~RESPONSE_BIT))
+        status, ledger_id, entry_id, lac, has_entry = _read_response_head(frame, at)
+        entry = _entry_at(frame, at + _READ_RESP.size) if has_entry else None
+        return ReadResponse(request_id, status, ledger_id, entry_id, lac, entry, Op(op & ~RESPONSE_BIT))
     if op == Op.READ_LAC:
         (ledger_id,) = _exact(frame, at, _LEDGER)
         return ReadLacRequest(request_id, ledger_id)
@@ -498,6 +501,16 @@ def decode_frame(frame: bytes | memoryview) -> Message:
         status, ledger_id, lac = _exact(frame, at, _LAC_RESP)
         return WriteLacResponse(request_id, _status(status), ledger_id, lac)
     raise CorruptData(f"unknown bookie op 0x{op:02x}")
+
+
+def _checked_frame_len(source: bytes | bytearray | memoryview, at: int, max_frame_bytes: int) -> int:
+    """The length prefix at ``at``, within ``max_frame_bytes`` and long enough for a header."""
+    frame_len: int = _LEN.unpack_from(source, at)[0]
+    if frame_len > max_frame_bytes:
+        raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", frame_len, max_frame_bytes)
+    if frame_len < _FRAME_MIN_BYTES:
+        raise CorruptData(f"frame length {frame_len} below the header size")
+    return frame_len
 
 
 class FrameDecoder:
@@ -551,12 +564,7 @@ class FrameDecoder:
         return messages
 
     def _frame_len(self, source: bytes | bytearray | memoryview, at: int) -> int:
-        frame_len: int = _LEN.unpack_from(source, at)[0]
-        if frame_len > self._max_frame_bytes:
-            raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", frame_len, self._max_frame_bytes)
-        if frame_len < _FRAME_MIN_BYTES:
-            raise CorruptData(f"frame length {frame_len} below the header size")
-        return frame_len
+        return _checked_frame_len(source, at, self._max_frame_bytes)
 
     def _complete_buffered(self, view: memoryview, messages: list[Message]) -> int:
         """Move bytes of ``view`` into the buffered partial frame until it is whole (then decode
@@ -611,17 +619,9 @@ def decode_response_view(frame: memoryview) -> Message | ReadViewResponse:
         return decode_frame(frame)
     if version != PROTOCOL_VERSION:
         raise CorruptData(f"unsupported bookie protocol version {version}")
-    at = HEADER_BYTES
-    if len(frame) < at + _READ_RESP.size:
-        raise CorruptData("READ response shorter than its fixed fields")
-    status, ledger_id, entry_id, lac, has_entry = _READ_RESP.unpack_from(frame, at)
-    at += _READ_RESP.size
-    entry: EntryView | None = None
-    if has_entry:
-        entry = _entry_view_at(frame, at)
-    elif at != len(frame):
-        raise CorruptData("READ response without an entry has trailing bytes")
-    return ReadViewResponse(request_id, _status(status), ledger_id, entry_id, lac, entry, Op(op & ~RESPONSE_BIT))
+    status, ledger_id, entry_id, lac, has_entry = _read_response_head(frame, HEADER_BYTES)
+    entry = _entry_view_at(frame, HEADER_BYTES + _READ_RESP.size) if has_entry else None
+    return ReadViewResponse(request_id, status, ledger_id, entry_id, lac, entry, Op(op & ~RESPONSE_BIT))
 
 
 class ResponseViewDecoder:
@@ -675,12 +675,7 @@ class ResponseViewDecoder:
         return messages
 
     def _frame_len(self, source: bytes | bytearray | memoryview, at: int) -> int:
-        frame_len: int = _LEN.unpack_from(source, at)[0]
-        if frame_len > self._max_frame_bytes:
-            raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", frame_len, self._max_frame_bytes)
-        if frame_len < _FRAME_MIN_BYTES:
-            raise CorruptData(f"frame length {frame_len} below the header size")
-        return frame_len
+        return _checked_frame_len(source, at, self._max_frame_bytes)
 
     def _start_partial(self, head: memoryview) -> None:
         """Keep the start of a frame the fed bytes end inside."""
