@@ -281,6 +281,9 @@ SPARK_READ_AHEAD_CACHED_BYTES = 4 * 1024 * 1024
 #: Pipelined read connections one connector process opens (one per bookie); reads of further
 #: bookies go through the ledger's transport.
 SPARK_BOOKIE_READ_CONNECTIONS_COUNT_MAX = 64
+#: What a pipelined read connection's entry buffer starts with; it grows to the largest entry read
+#: (at most BOOKIE_FRAME_BYTES_MAX) and is reused for every entry.
+SPARK_BOOKIE_READ_BUFFER_BYTES = 256 * 1024
 #: Entries the driver scans ahead to count records for maxRecordsPerTrigger/minRecordsPerTrigger.
 SPARK_ADMISSION_SCAN_ENTRIES_MAX = 100_000
 #: Broker fallback: a reader that gets nothing for this long while rows are still due fails the task.

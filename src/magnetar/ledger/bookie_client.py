@@ -7,12 +7,9 @@ to their futures by id. Many requests may be outstanding (pipelining), at most
 (``timeout_ms``, default ``request_timeout_ms``): a reaper task driven by the injected ``Clock``
 fails overdue requests with ``TimeoutError_`` (a late answer is then dropped).
 
-Reads can be pipelined the same way, without a task or a write per read: ``read_nowait`` sends a
-run of READs in one write and returns their futures; the caller checks each answer with
-``checked_entry`` (status, ids, digest). A client made with ``entry_views=True`` decodes READ
-answers without copying their entries (``ReadViewResponse``, ``EntryView``: views into the
-received bytes), for readers that drop entries soon after use; ``read`` and ``read_last_entry``
-copy them out, so their answers stay plain ``ReadResponse``s.
+A reader that takes many entries in order on a thread of its own (the Spark connector) uses
+``runtime.bookie_reads.BlockingBookieReads`` instead, and checks its answers with the same
+``checked_entry`` (status, ids, digest).
 
 Contracts: a non-OK ``Status`` is *returned* in the response (callers need to tell FENCED from
 NO_SUCH_ENTRY from the rest); transport failures raise ``ClosedError`` (connection gone: every
@@ -25,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ChecksumMismatch, ClosedError, CorruptData, LimitExceeded, TimeoutError_
@@ -50,7 +46,7 @@ from magnetar.protocol.bookie import (
     WriteLacResponse,
     encode,
 )
-from magnetar.protocol.bookie.codec import EntryView, ReadViewResponse, ResponseViewDecoder
+from magnetar.protocol.bookie.codec import EntryView, ReadViewResponse
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +54,6 @@ REQUEST_TIMEOUT_MS_DEFAULT = 5_000  # BookKeeper's add and read timeouts
 DEADLINE_TICK_MS = 20
 REQUEST_ID_MAX = (1 << 64) - 1
 
-#: What a request's future resolves to.
-Answer = Response | ReadViewResponse
 
 
 class BookieClient:
@@ -70,15 +64,14 @@ class BookieClient:
         *,
         request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
         inflight_count_max: int = BOOKIE_CLIENT_INFLIGHT_COUNT_MAX,
-        entry_views: bool = False,
     ) -> None:
         self._connection = connection
         self._clock = clock
         self._request_timeout_ms = request_timeout_ms
         self._inflight_count_max = inflight_count_max
-        self._pending: dict[int, tuple[asyncio.Future[Answer], int]] = {}
+        self._pending: dict[int, tuple[asyncio.Future[Response], int]] = {}
         self._next_id = 1
-        self._decoder: FrameDecoder | ResponseViewDecoder = ResponseViewDecoder() if entry_views else FrameDecoder()
+        self._decoder = FrameDecoder()
         self._room = asyncio.Event()
         self._room.set()
         self._closed: BaseException | None = None
@@ -96,11 +89,10 @@ class BookieClient:
         *,
         request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
         inflight_count_max: int = BOOKIE_CLIENT_INFLIGHT_COUNT_MAX,
-        entry_views: bool = False,
     ) -> BookieClient:
         """Open a connection; raises ``ConnectionError`` (as ``Network.connect``) if refused."""
         return cls(await network.connect(host, port), clock, request_timeout_ms=request_timeout_ms,
-                   inflight_count_max=inflight_count_max, entry_views=entry_views)
+                   inflight_count_max=inflight_count_max)
 
     @property
     def peer(self) -> str:
@@ -125,12 +117,12 @@ class BookieClient:
         self._next_id = 1 if request_id >= REQUEST_ID_MAX else request_id + 1
         return request_id
 
-    def _send(self, request: Request, timeout_ms: int | None) -> asyncio.Future[Answer]:
+    def _send(self, request: Request, timeout_ms: int | None) -> asyncio.Future[Response]:
         if self._closed is not None:
             raise ClosedError(f"bookie connection to {self.peer} is closed: {self._closed}")
         if len(self._pending) >= self._inflight_count_max:
             raise LimitExceeded("BOOKIE_CLIENT_INFLIGHT_COUNT_MAX", len(self._pending) + 1, self._inflight_count_max)
-        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         deadline_ns = self._clock.monotonic_ns() + (timeout_ms or self._request_timeout_ms) * 1_000_000
         self._pending[request.request_id] = (future, deadline_ns)
         if len(self._pending) >= self._inflight_count_max:
@@ -143,53 +135,17 @@ class BookieClient:
             await self._room.wait()
         future = self._send(request, timeout_ms)
         await self._connection.drain()
-        answer = await future
-        return answer.copied() if isinstance(answer, ReadViewResponse) else answer
+        return await future
 
     def add_nowait(
         self, entry: Entry, *, master_key: bytes = b"", recovery: bool = False, timeout_ms: int | None = None
-    ) -> asyncio.Future[Answer]:
+    ) -> asyncio.Future[Response]:
         """Send an add without waiting; the future resolves to an ``AddResponse``.
 
         For pipelining many adds from one task; call ``drain()`` now and then so the socket
         buffer stays bounded.
         """
         return self._send(AddRequest(self._next_request_id(), entry, master_key, recovery), timeout_ms)
-
-    def read_nowait(
-        self, ledger_id: int, entry_ids: Sequence[int], *, timeout_ms: int | None = None
-    ) -> list[asyncio.Future[Answer]]:
-        """Send a plain READ (no fence, no master key) of each of ``entry_ids`` in one write,
-        without waiting; returns their futures, in the same order.
-
-        A future resolves to the bookie's answer as is — a ``ReadResponse``, or a
-        ``ReadViewResponse`` on a client made with ``entry_views`` — which the caller checks with
-        ``checked_entry``; it fails with ``ClosedError`` or, past ``timeout_ms``, ``TimeoutError_``.
-        Raises ``LimitExceeded`` (nothing sent) if the reads would take the client past
-        ``inflight_count_max``, ``ClosedError`` if the client is closed. Call ``drain()`` now and
-        then so the socket buffer stays bounded.
-        """
-        if self._closed is not None:
-            raise ClosedError(f"bookie connection to {self.peer} is closed: {self._closed}")
-        pending = self._pending
-        if len(pending) + len(entry_ids) > self._inflight_count_max:
-            raise LimitExceeded("BOOKIE_CLIENT_INFLIGHT_COUNT_MAX", len(pending) + len(entry_ids),
-                                self._inflight_count_max)
-        request_ids = [self._next_request_id() for _ in entry_ids]
-        # Written before the futures are registered: a write that raises leaves nothing pending
-        # (no answer can be handled before this returns to the event loop).
-        self._connection.write(b"".join([encode(ReadRequest(request_id, ledger_id, entry_id))
-                                         for request_id, entry_id in zip(request_ids, entry_ids, strict=True)]))
-        create_future = asyncio.get_running_loop().create_future
-        deadline_ns = self._clock.monotonic_ns() + (timeout_ms or self._request_timeout_ms) * 1_000_000
-        futures: list[asyncio.Future[Answer]] = []
-        for request_id in request_ids:
-            future: asyncio.Future[Answer] = create_future()
-            pending[request_id] = (future, deadline_ns)
-            futures.append(future)
-        if len(pending) >= self._inflight_count_max:
-            self._room.clear()
-        return futures
 
     async def drain(self) -> None:
         await self._connection.drain()
@@ -267,8 +223,7 @@ class BookieClient:
 
     def _resolve(self, message: object) -> None:
         request_id = getattr(message, "request_id", None)
-        if not isinstance(message, ReadViewResponse | AddResponse | ReadResponse | ReadLacResponse | GetInfoResponse
-                          | WriteLacResponse):
+        if not isinstance(message, AddResponse | ReadResponse | ReadLacResponse | GetInfoResponse | WriteLacResponse):
             raise CorruptData(f"bookie sent a request, not a response: {type(message).__name__}")
         pending = self._pending.pop(request_id, None) if request_id is not None else None
         if pending is None:

@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import socket
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import fastavro
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from magnetar.base.errors import MagnetarError
@@ -20,6 +24,7 @@ from magnetar.connectors.spark import fetch, rows
 from magnetar.connectors.spark.fetch import Connections
 from magnetar.connectors.spark.plan import EntryRange, Slice
 from magnetar.connectors.spark.rows import RowBuilder, parse_value_schema
+from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from magnetar.protocol.bookie.codec import Entry
 from magnetar.protocol.pulsar.batch import LZ4, ZSTD, encode_entry
@@ -27,9 +32,10 @@ from magnetar.protocol.pulsar.errors import MalformedFrame
 from magnetar.protocol.pulsar.frames import headers_and_payload
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 from magnetar.protocol.pulsar.stored import split_stored_entry
+from magnetar.runtime.bookie_reads import BlockingBookieReads
 from tests.ledger.fakes import FakeBookie, FakeTransport
-from tests.ledger.test_pipelined_reads import WireBookie, WireNetwork
-from tests.manual_clock import ManualClock, settle
+from tests.manual_clock import ManualClock
+from tests.unit.runtime.test_bookie_reads import SocketBookie, WireBookie
 
 T = "persistent://public/default/r-partition-2"
 
@@ -192,6 +198,32 @@ def test_uniform_and_walked_batches_mix_in_one_record_batch_in_order() -> None:
     assert values == [*expected, b"w-short", b"w-longer-value", b"alone", *expected]
 
 
+def test_batches_of_one_size_share_their_constant_columns_and_never_a_rows_own_fields() -> None:
+    """Columns that depend only on the row count are built once per size and reused; a batch
+    that has keys, event times, properties or redeliveries gets its own (negative control: the
+    first batch of this size has them all, the next one none, and each shows its own)."""
+    full = batch_entry([(single(partition_key="k", event_time=77, properties={"a": "1"}), b"x")] * 4)
+    plain = batch_entry([(single(sequence_id=i), b"y") for i in range(4)])
+    builder = RowBuilder(T, 2)
+    builder.add_entry(5, 0, full)
+    first = builder.take()
+    builder.add_entry(5, 1, plain)
+    second = builder.take()
+    builder.add_entry(5, 2, plain)
+    third = builder.take()
+    assert first.column("properties").to_pylist() == [[("a", "1")]] * 4
+    assert first.column("key").to_pylist() == [b"k"] * 4 and first.column("eventTime").null_count == 0
+    assert second.column("properties").to_pylist() == [[]] * 4
+    assert second.column("key").null_count == second.column("eventTime").null_count == 4
+    assert second.column("topic").to_pylist() == [T] * 4 and second.column("partition").to_pylist() == [2] * 4
+    def addresses(batch: pa.RecordBatch, name: str) -> list[int]:
+        return [b.address for b in batch.column(name).buffers() if b is not None]
+
+    for name in ("key", "topic", "partition", "eventTime", "properties", "redeliveryCount"):
+        assert addresses(third, name) == addresses(second, name), name  # the very same buffers
+    assert addresses(first, "properties") != addresses(second, "properties")
+
+
 def test_values_whose_row_count_disagrees_with_the_builders_are_an_invariant_violation() -> None:
     """The values' buffer grows as needed and keeps row order across kinds of pieces; negative
     control: asking for more rows than values were added is caught, not padded."""
@@ -295,118 +327,120 @@ def test_the_window_aims_at_the_cached_bytes_within_its_bounds() -> None:
     assert fetch._window(SPARK_READ_AHEAD_BYTES_MAX // 2 + 1) == 1  # ...unless the byte bound says one
 
 
-# --- pipelined reads over the task's own bookie connections ----------------------------------
-
-A, B = BookieId("127.0.0.1", 3181), BookieId("127.0.0.1", 3182)
+# --- pipelined reads over the stream's own bookie connections (real loopback sockets) -----------
 
 
-def wire_cluster(count: int, *, refuse: bool = False) -> tuple[Connections, dict[BookieId, WireBookie],
-                                                                 CountingTransport, LedgerMetadata, ManualClock]:
-    """A closed ledger 7 of ``count`` entries on bookies A and B (E = W = A = 2: both store every
-    entry, and the first bookie of an entry's write set alternates): each is reachable over the
-    wire (``WireNetwork``: the pipelined path) and through the fake transport (the speculative
-    path). ``refuse``: the network refuses both."""
-    entries = {(7, e): Entry.build(7, e, e - 1, b"%d-" % e + b"x" * 200) for e in range(count)}
-    wires = {b: WireBookie(dict(entries), chunk_bytes=1000) for b in (A, B)}
-    fakes = {b: FakeBookie(b, durable=dict(entries)) for b in (A, B)}
-    metadata = LedgerMetadata(7, 2, 2, 2, LedgerState.CLOSED, count - 1, (Fragment(0, (A, B)),))
-    network = WireNetwork({} if refuse else {(b.host, b.port): w for b, w in wires.items()})
-    clock = ManualClock()
-    transport = CountingTransport(fakes)
-    cx = Connections("pulsar://unused", None, cast(Any, network), cast(Any, clock), cast(Any, transport))
-    return cx, wires, transport, metadata, clock
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
+    """``cluster(count, refuse=False)``: a closed ledger 7 of ``count`` entries on two bookies A and B
+    (E = W = A = 2: both store every entry, and the first bookie of an entry's write set
+    alternates), each a ``SocketBookie`` on a loopback port (the pipelined path) and a
+    ``FakeBookie`` of the fake transport (the speculative path); ``refuse``: nothing listens on
+    their ports. Returns (connections, wire bookies, transport, metadata, sends per bookie); the
+    speculative read timeout is 0.3 s."""
+    servers: list[SocketBookie] = []
+    monkeypatch.setattr(fetch, "LedgerClientConfig", lambda: LedgerClientConfig(speculative_read_timeout_ms=300))
+
+    def make(count: int, *, refuse: bool = False) -> tuple[Connections, dict[BookieId, WireBookie],
+                                                           CountingTransport, LedgerMetadata, list[int]]:
+        entries = {(7, e): Entry.build(7, e, e - 1, b"%d-" % e + b"x" * 200) for e in range(count)}
+        wires = [WireBookie(dict(entries)) for _ in range(2)]
+        if refuse:
+            ports = []
+            for _ in wires:
+                with socket.create_server(("127.0.0.1", 0)) as listener:
+                    ports.append(listener.getsockname()[1])
+        else:
+            servers.extend(SocketBookie(w) for w in wires)
+            ports = [server.port for server in servers[-2:]]
+        a, b = (BookieId("127.0.0.1", port) for port in ports)
+        fakes = {bookie: FakeBookie(bookie, durable=dict(entries)) for bookie in (a, b)}
+        metadata = LedgerMetadata(7, 2, 2, 2, LedgerState.CLOSED, count - 1, (Fragment(0, (a, b)),))
+        transport = CountingTransport(fakes)
+        cx = Connections("pulsar://unused", None, cast(Any, object()), cast(Any, ManualClock()), cast(Any, transport))
+        sends: list[int] = []
+        real_send = BlockingBookieReads.send_reads
+
+        def counted(self: BlockingBookieReads, ledger_id: int, entry_ids: Any) -> list[int]:
+            sends.append(len(entry_ids))
+            return real_send(self, ledger_id, entry_ids)
+
+        monkeypatch.setattr(BlockingBookieReads, "send_reads", counted)
+        return cx, {a: wires[0], b: wires[1]}, transport, metadata, sends
+
+    yield make
+    for server in servers:
+        server.close()
 
 
-def test_pipelined_reads_come_in_order_a_window_per_write_without_the_speculative_path() -> None:
-    cx, wires, transport, metadata, _ = wire_cluster(1200)
+async def stream(cx: Connections, piece: Slice) -> list[tuple[int, bytes]]:
+    try:
+        return [(e.entry_id, bytes(e.raw)) async for e in fetch.entry_stream(cx, piece)]
+    finally:
+        await cx.close()
+
+
+def test_pipelined_reads_come_in_order_a_window_per_write_without_the_speculative_path(
+        cluster: Callable[..., Any]) -> None:
+    cx, wires, transport, metadata, sends = cluster(1200)
+    a, b = wires
     piece = Slice(T, 2, (EntryRange(7, 5, 1099), EntryRange(7, 1150, 1199)), {7: metadata.encode()})
-
-    async def main() -> list[tuple[int, bytes]]:
-        try:
-            return [(e.entry_id, bytes(e.raw)) async for e in fetch.entry_stream(cx, piece)]
-        finally:
-            await cx.close()
-
-    got = asyncio.run(main())
+    got = asyncio.run(stream(cx, piece))
     assert [entry_id for entry_id, _ in got] == list(range(5, 1100)) + list(range(1150, 1200))
-    assert all(raw == wires[A].entries[(7, e)].raw for e, raw in got)
-    asked = sorted(wires[A].asked + wires[B].asked)
+    assert all(raw == wires[a].entries[(7, e)].raw for e, raw in got)
+    asked = sorted(wires[a].asked + wires[b].asked)
     assert asked == [e for e, _ in got]  # each entry asked once, of one bookie
-    assert set(wires[A].asked) == {e for e, _ in got if e % 2 == 0}  # the first of its write set
-    assert wires[A].writes + wires[B].writes < 30  # ~1,150 reads in a few writes (window halves)
+    assert set(wires[a].asked) == {e for e, _ in got if e % 2 == 0}  # the first of its write set
+    assert sum(sends) == len(got) and len(sends) < 60  # ~1,150 reads in a few writes (window halves)
     assert transport.log == []  # no speculative read was needed
 
 
-def test_without_read_connections_every_entry_takes_the_speculative_path() -> None:
+def test_without_read_connections_every_entry_takes_the_speculative_path(cluster: Callable[..., Any]) -> None:
     """Negative control of the test above: the bookies refuse connections, so the counters that
-    stayed at zero there count every entry here; the rows are the same."""
-    cx, wires, transport, metadata, _ = wire_cluster(300, refuse=True)
+    stayed at zero there count every entry here; the entries are the same."""
+    cx, _, transport, metadata, sends = cluster(300, refuse=True)
     piece = Slice(T, 2, (EntryRange(7, 0, 299),), {7: metadata.encode()})
-
-    async def main() -> list[int]:
-        try:
-            return [e.entry_id async for e in fetch.entry_stream(cx, piece)]
-        finally:
-            await cx.close()
-
-    assert asyncio.run(main()) == list(range(300))
-    assert wires[A].writes == wires[B].writes == 0
+    assert [e for e, _ in asyncio.run(stream(cx, piece))] == list(range(300))
+    assert sends == []
     assert sorted(e for op, _, e in transport.log if op == "read") == list(range(300))
-    assert cx.refused == {A, B}
 
 
-def test_a_damaged_missing_or_late_pipelined_read_is_read_again_over_the_write_set() -> None:
+def test_a_damaged_missing_or_late_pipelined_read_is_read_again_over_the_write_set(
+        cluster: Callable[..., Any]) -> None:
     """Entry 3 comes damaged from its first bookie, entry 4 is missing there, entry 5 is never
     answered: each is read speculatively over its write set (after the speculative timeout for
-    5) and the stream goes on in order; the other entries never leave the pipelined path."""
-    cx, wires, transport, metadata, clock = wire_cluster(40)
-    first_of = {3: B, 4: A, 5: B}  # read_order alternates with the entry id
+    5, which also drops the connection its later reads were on) and the stream goes on in order."""
+    cx, wires, transport, metadata, sends = cluster(1200)
+    a, b = wires
+    first_of = {3: b, 4: a, 5: b}  # read_order alternates with the entry id
     wires[first_of[3]].corrupt.add(3)
     del wires[first_of[4]].entries[(7, 4)]
     wires[first_of[5]].silent.add(5)
-    piece = Slice(T, 2, (EntryRange(7, 0, 39),), {7: metadata.encode()})
-
-    async def main() -> list[tuple[int, bytes]]:
-        got: list[tuple[int, bytes]] = []
-
-        async def consume() -> None:
-            async for e in fetch.entry_stream(cx, piece):
-                got.append((e.entry_id, bytes(e.raw)))
-
-        task = asyncio.ensure_future(consume())
-        await settle()
-        assert [e for e, _ in got] == [0, 1, 2, 3, 4]  # waiting for 5, not past it
-        await clock.advance(2.1)  # the speculative timeout
-        await task
-        await cx.close()
-        return got
-
-    got = asyncio.run(main())
-    assert [e for e, _ in got] == list(range(40))
+    piece = Slice(T, 2, (EntryRange(7, 0, 1199),), {7: metadata.encode()})
+    started = time.monotonic()
+    got = asyncio.run(stream(cx, piece))
+    assert time.monotonic() - started >= 0.29  # waited the speculative timeout for 5
+    assert [e for e, _ in got] == list(range(1200))
     assert all(raw == Entry.build(7, e, e - 1, b"%d-" % e + b"x" * 200).raw for e, raw in got)
-    assert sorted(e for op, _, e in transport.log if op == "read") == [3, 4, 5]
+    speculative = sorted(e for op, _, e in transport.log if op == "read")
+    assert speculative[:3] == [3, 4, 5]
+    # B's connection was dropped at 5: the reads still on it (odd entries of the window sent by
+    # then) went speculative too; the reads sent after that went to B over a new connection
+    in_flight = sum(sends[:4])  # the first window (8) and its first refill, one send per bookie each
+    assert speculative[3:] == list(range(7, in_flight, 2))
+    assert [e for e in wires[b].asked if e >= in_flight] == [e for e in range(in_flight, 1200) if e % 2]
 
 
-def test_a_pipelined_failure_the_write_set_cannot_mend_ends_the_stream() -> None:
+def test_a_pipelined_failure_the_write_set_cannot_mend_ends_the_stream(cluster: Callable[..., Any]) -> None:
     """Negative control of the test above: entry 3 damaged on the wire and unreadable through the
     transport on both bookies: the stream fails at entry 3 instead of yielding it."""
-    cx, wires, transport, metadata, _ = wire_cluster(10)
-    wires[B].corrupt.add(3)
-    for bookie in (A, B):
+    cx, wires, transport, metadata, _ = cluster(10)
+    wires[list(wires)[1]].corrupt.add(3)
+    for bookie in wires:
         transport.rule(bookie, "read", 3, action="fail")
     piece = Slice(T, 2, (EntryRange(7, 0, 9),), {7: metadata.encode()})
-
-    async def main() -> list[int]:
-        got: list[int] = []
-        try:
-            async for e in fetch.entry_stream(cx, piece):
-                got.append(e.entry_id)
-        finally:
-            await cx.close()
-        return got
-
     with pytest.raises(MagnetarError):
-        asyncio.run(main())
+        asyncio.run(stream(cx, piece))
 
 
 # --- Avro values -----------------------------------------------------------------------------

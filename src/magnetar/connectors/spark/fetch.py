@@ -4,11 +4,12 @@ broker as fallback. Runs on the driver (planning, admission control) and in task
 Read path of a slice (``readMode=auto``): each ledger's metadata travels in the slice, so a task
 reads entries straight from the ledger's bookies, up to the LAC the planner saw, with a read-ahead
 window of entry reads in flight (``entry_stream``). Each entry is first asked of the first bookie
-of its write set over a pipelined connection of the task's own (``Connections.read_client``:
-reads sent a window at a time in one write, answers decoded as views, no task per read); an
-answer that is missing, negative, late (``speculative_read_timeout_ms``) or fails its check
-(ids, CRC32C digest) sends that entry down the ledger's speculative read over the whole write
-set. If that fails too (no replica answers), the rest of the slice is read through the broker
+of its write set over a blocking pipelined connection of the stream's own
+(``runtime.bookie_reads``: reads sent a window at a time in one write; each answer received into
+the connection's buffer and its digest checked right before its rows are built, with no event
+loop, future or task per read); an answer that is missing, negative, late (no bytes for
+``speculative_read_timeout_ms``) or fails its check (ids, CRC32C digest) sends that entry down
+the ledger's speculative read over the whole write set. If that fails too (no replica answers), the rest of the slice is read through the broker
 with a non-durable reader (``readMode=broker`` does that from the start; ``readMode=bookies``
 fails instead). Either way the rows of one slice are the same.
 
@@ -24,7 +25,7 @@ import asyncio
 import re
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any, cast
 from urllib.parse import quote, unquote
@@ -49,22 +50,17 @@ from magnetar.client import MessageId, PulsarClient
 from magnetar.connectors.spark.plan import EntryRange, LedgerSpan, PartitionLayout, Slice
 from magnetar.connectors.spark.rows import RowBuilder, ValueField
 from magnetar.ledger import BookieClientTransport, LedgerClientConfig
-from magnetar.ledger.bookie_client import Answer, BookieClient, checked_entry
+from magnetar.ledger.bookie_client import checked_entry
 from magnetar.ledger.ledger_metadata import LedgerMetadata
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.ledger.quorum import read_order, write_set
 from magnetar.ledger.reader import speculative_read
 from magnetar.metadata.records import LedgerState, ManagedLedgerInfo, decode
-from magnetar.protocol.bookie.codec import (
-    ENTRY_HEADER_BYTES,
-    Entry,
-    EntryView,
-    ReadResponse,
-    ReadViewResponse,
-)
+from magnetar.protocol.bookie.codec import ENTRY_HEADER_BYTES, Entry, EntryView
 from magnetar.protocol.pulsar.batch import message_count
 from magnetar.protocol.pulsar.stored import split_stored_entry
+from magnetar.runtime.bookie_reads import BlockingBookieReads
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.metadata_view import MetadataView, open_metadata_view
 from magnetar.runtime.network import TcpNetwork
@@ -99,10 +95,6 @@ class Connections:
     transport: BookieClientTransport
     view: MetadataView | None = None
     client: PulsarClient | None = None
-    #: Pipelined read connections of this process, one per bookie (see ``read_client``).
-    readers: dict[BookieId, BookieClient] = field(default_factory=dict)
-    #: Bookies that refused a read connection: read through ``transport`` from then on.
-    refused: set[BookieId] = field(default_factory=set)
 
     @classmethod
     def make(cls, service_url: str, metadata_url: str | None) -> Connections:
@@ -123,37 +115,7 @@ class Connections:
             self.client = PulsarClient(self.service_url, network=self.network, clock=self.clock, rng=system_rng())
         return self.client
 
-    async def read_client(self, bookie: BookieId) -> BookieClient | None:
-        """This process's pipelined read connection to ``bookie`` (entries decoded as views),
-        opened on first use and again after it broke. ``None`` — read through ``transport``
-        instead — without a network (tests over a fake transport), once the bookie refused, or
-        with ``SPARK_BOOKIE_READ_CONNECTIONS_COUNT_MAX`` connections open."""
-        client = self.readers.get(bookie)
-        if client is not None and not client.closed:
-            return client
-        if client is not None:
-            del self.readers[bookie]
-            await client.close()
-        if self.network is None or bookie in self.refused or len(self.readers) >= SPARK_BOOKIE_READ_CONNECTIONS_COUNT_MAX:
-            return None
-        try:
-            client = await BookieClient.connect(self.network, bookie.host, bookie.port, self.clock,
-                                                request_timeout_ms=LedgerClientConfig().read_timeout_ms,
-                                                entry_views=True)
-        except (OSError, MagnetarError):
-            self.refused.add(bookie)
-            return None
-        other = self.readers.get(bookie)
-        if other is not None and not other.closed:  # another stream connected meanwhile: share its
-            await client.close()
-            return other
-        self.readers[bookie] = client
-        return client
-
     async def close(self) -> None:
-        readers, self.readers = list(self.readers.values()), {}
-        for reader in readers:
-            await reader.close()
         await self.transport.close()
         if self.client is not None:
             await self.client.close()
@@ -293,26 +255,62 @@ def _remaining(piece: Slice, position: Position) -> Slice:
     return Slice(piece.topic, piece.partition, tuple(ranges), piece.ledger_metadata)
 
 
-#: An entry read: a view into the received bytes (pipelined path) or a copy (speculative path).
+#: An entry read: a view into a pipelined connection's buffer (valid until that connection's next
+#: answer) or, from the speculative path, a copy.
 ReadEntry = Entry | EntryView
 
-#: A read in the window: (ledger, entry, its pipelined read's future, or its speculative read
-#: over the write set as a task when the entry's first bookie has no read connection).
-_Pending = tuple[int, int, "asyncio.Future[Answer] | asyncio.Future[Entry]"]
+#: A read in the window: (ledger, entry, how it was asked) — a pipelined read on one of the
+#: stream's connections with its request id, or the entry's speculative read over its write set,
+#: running as a task, when its first bookie has no read connection.
+_Pending = tuple[int, int, "tuple[BlockingBookieReads, int] | asyncio.Future[Entry]"]
+
+
+class _ReadConnections:
+    """One stream's pipelined read connections, one per bookie, opened on first use and again after
+    one broke. None — read through the ledger's transport instead — without a network (tests over
+    a fake transport), for a bookie that refused, or with ``SPARK_BOOKIE_READ_CONNECTIONS_COUNT_MAX``
+    open."""
+
+    def __init__(self, enabled: bool, timeout_s: float) -> None:
+        self.enabled = enabled
+        self.timeout_s = timeout_s
+        self.open: dict[BookieId, BlockingBookieReads] = {}
+        self.refused: set[BookieId] = set()
+
+    def get(self, bookie: BookieId) -> BlockingBookieReads | None:
+        reads = self.open.get(bookie)
+        if reads is not None and reads.closed is None:
+            return reads
+        self.open.pop(bookie, None)
+        if not self.enabled or bookie in self.refused or len(self.open) >= SPARK_BOOKIE_READ_CONNECTIONS_COUNT_MAX:
+            return None
+        try:
+            reads = BlockingBookieReads.connect(bookie.host, bookie.port, timeout_s=self.timeout_s)
+        except MagnetarError:
+            self.refused.add(bookie)
+            return None
+        self.open[bookie] = reads
+        return reads
+
+    def close(self) -> None:
+        for reads in self.open.values():
+            reads.close()
+        self.open.clear()
 
 
 async def entry_stream(cx: Connections, piece: Slice) -> AsyncGenerator[ReadEntry, None]:
     """The slice's entries from bookies, in order, with a read-ahead window (``_window``): up to
     ``SPARK_READ_AHEAD_ENTRIES_MAX`` entry reads in flight, fewer once entries are large (the
     window times the largest entry seen aims at ``SPARK_READ_AHEAD_CACHED_BYTES``). The window
-    is refilled once half of it was consumed, each bookie's new reads sent in one write
-    (``BookieClient.read_nowait``); an entry whose pipelined read does not bring a checked
-    entry (module docstring) is read speculatively over its write set, digest checked. The
-    consumer's work between entries overlaps the bookies' and the network's."""
+    is refilled once half of it was consumed, each bookie's new reads sent in one write; an entry
+    whose pipelined read does not bring a checked entry (module docstring) is read speculatively
+    over its write set, digest checked. The bookies and the network work on the window while the
+    consumer builds rows. An entry yielded is valid until the next one is asked for."""
     config = LedgerClientConfig()
     timeout_ms = config.speculative_read_timeout_ms or config.read_timeout_ms
     metadata = {r.ledger_id: LedgerMetadata.decode(piece.ledger_metadata[r.ledger_id]) for r in piece.ranges}
     wanted = ((r.ledger_id, e) for r in piece.ranges for e in range(r.first, r.last + 1))
+    connections = _ReadConnections(cx.network is not None, timeout_ms / 1000)
     window: deque[_Pending] = deque()
     limit = 8  # until the first entry tells how large entries are
     largest = 1
@@ -320,20 +318,14 @@ async def entry_stream(cx: Connections, piece: Slice) -> AsyncGenerator[ReadEntr
     try:
         while True:
             if more and len(window) <= limit // 2:
-                more = await _send_reads(cx, metadata, wanted, limit - len(window), window, timeout_ms)
+                more = _send_reads(cx, connections, metadata, wanted, limit - len(window), window)
             if not window:
                 return
-            ledger_id, entry_id, future = window.popleft()
-            entry: ReadEntry | None = None
-            try:
-                answer = await future  # a speculative read's errors end the stream here
-                if isinstance(answer, Entry):
-                    entry = answer  # a speculative read: checked already
-                elif isinstance(answer, ReadViewResponse | ReadResponse):
-                    entry = checked_entry(answer, ledger_id, entry_id)
-            except MagnetarError:
-                if isinstance(future, asyncio.Task):
-                    raise
+            ledger_id, entry_id, asked = window.popleft()
+            if isinstance(asked, asyncio.Future):
+                entry: ReadEntry | None = await asked  # a speculative read's errors end the stream here
+            else:
+                entry = _pipelined(asked[0], asked[1], ledger_id, entry_id)
             if entry is None:
                 entry = await speculative_read(cx.transport, cx.clock, metadata[ledger_id], entry_id, config=config,
                                                master_key=b"")
@@ -342,11 +334,24 @@ async def entry_stream(cx: Connections, piece: Slice) -> AsyncGenerator[ReadEntr
                 limit = _window(largest)
             yield entry
     finally:
-        for _, _, pending in window:
-            pending.cancel()
-        tasks = [pending for _, _, pending in window if isinstance(pending, asyncio.Task)]
+        connections.close()  # answers still on their way are dropped with the connections
+        tasks = [asked for _, _, asked in window if isinstance(asked, asyncio.Future)]
+        for task in tasks:
+            task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _pipelined(reads: BlockingBookieReads, request_id: int, ledger_id: int, entry_id: int) -> ReadEntry | None:
+    """The checked entry of a pipelined read; None when it brings none: the connection failed
+    (then closed: its other reads bring none either), the answer is not OK, or the entry is not
+    the one asked for or fails its digest."""
+    if reads.closed is not None:
+        return None
+    try:
+        return checked_entry(reads.answer(request_id), ledger_id, entry_id)
+    except MagnetarError:
+        return None
 
 
 def _window(largest_bytes: int) -> int:
@@ -357,40 +362,35 @@ def _window(largest_bytes: int) -> int:
     return max(1, min(SPARK_READ_AHEAD_ENTRIES_MAX, cached, SPARK_READ_AHEAD_BYTES_MAX // largest_bytes))
 
 
-async def _send_reads(cx: Connections, metadata: Mapping[int, LedgerMetadata], wanted: Iterator[tuple[int, int]],
-                      count: int, window: deque[_Pending], timeout_ms: int) -> bool:
+def _send_reads(cx: Connections, connections: _ReadConnections, metadata: Mapping[int, LedgerMetadata],
+                wanted: Iterator[tuple[int, int]], count: int, window: deque[_Pending]) -> bool:
     """Move up to ``count`` entries of ``wanted`` into ``window``, their pipelined reads sent to
-    the first bookie of each entry's write set: one ``read_nowait`` (one write) per bookie and
-    ledger. An entry whose bookie has no read connection (or whose connection cannot take the
-    reads) is read speculatively over its write set, in a task. Returns whether ``wanted`` may
-    hold more."""
+    the first bookie of each entry's write set: one write per bookie and ledger. An entry whose
+    bookie has no read connection (or whose connection fails to send) is read speculatively over
+    its write set, in a task. Returns whether ``wanted`` may hold more."""
     batch = list(islice(wanted, count))
     runs: dict[tuple[BookieId, int], list[int]] = {}  # (bookie, ledger) -> positions in batch
     for position, (ledger_id, entry_id) in enumerate(batch):
         ledger = metadata[ledger_id]
         first = ledger.ensemble_for(entry_id)[read_order(entry_id, ledger.ensemble_size, ledger.write_quorum_size)[0]]
         runs.setdefault((first, ledger_id), []).append(position)
-    futures: list[asyncio.Future[Answer] | asyncio.Future[Entry] | None] = [None] * len(batch)
+    asked: list[tuple[BlockingBookieReads, int] | asyncio.Future[Entry] | None] = [None] * len(batch)
     for (bookie, ledger_id), positions in runs.items():
-        client = await cx.read_client(bookie)
-        if client is None:
+        reads = connections.get(bookie)
+        if reads is None:
             continue
         try:
-            sent = client.read_nowait(ledger_id, [batch[i][1] for i in positions], timeout_ms=timeout_ms)
-        except MagnetarError:  # closed or full
+            request_ids = reads.send_reads(ledger_id, [batch[i][1] for i in positions])
+        except MagnetarError:  # the connection broke: these entries are read speculatively
             continue
-        for i, future in zip(positions, sent, strict=True):
-            futures[i] = future
-        try:
-            await client.drain()
-        except MagnetarError:
-            pass  # the connection broke: its futures fail, their entries are read speculatively
+        for i, request_id in zip(positions, request_ids, strict=True):
+            asked[i] = (reads, request_id)
     config = LedgerClientConfig()
-    for (ledger_id, entry_id), read in zip(batch, futures, strict=True):
-        if read is None:
-            read = asyncio.ensure_future(speculative_read(cx.transport, cx.clock, metadata[ledger_id], entry_id,
-                                                          config=config, master_key=b""))
-        window.append((ledger_id, entry_id, read))
+    for (ledger_id, entry_id), how in zip(batch, asked, strict=True):
+        if how is None:
+            how = asyncio.ensure_future(speculative_read(cx.transport, cx.clock, metadata[ledger_id], entry_id,
+                                                         config=config, master_key=b""))
+        window.append((ledger_id, entry_id, how))
     return len(batch) == count
 
 

@@ -119,12 +119,13 @@ def _varint(value: int) -> bytes:
 
 
 @functools.lru_cache(maxsize=64)
-def _uniform_shape(first: int, payload_size: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray] | None:
+def _uniform_shape(first: int, payload_size: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, int] | None:
     """For messages whose metadata is ``first`` bytes and payload ``payload_size``: the mask and
     the expected bytes of every message's first ``4 + first`` bytes (its size field, the
     ``payload_size`` field, the ``sequence_id`` tag exact; of the sequence id's varint only the
-    continuation bits: set on all but its last byte), where the varint starts, and the weight of
-    each varint byte. ``None`` when the varint would not be 1 to 9 bytes."""
+    continuation bits: set on all but its last byte), where the varint starts, the weight of each
+    varint byte and what the continuation bits add to the weighted sum (subtracted once).
+    ``None`` when the varint would not be 1 to 9 bytes."""
     prefix = struct.pack(">I", first) + b"\x18" + _varint(payload_size) + b"\x40"  # 0x40: sequence_id's tag
     width = 4 + first - len(prefix)  # bytes of the sequence id's varint
     if not 1 <= width <= 9:  # 9 varint bytes hold 63 bits: the value fits an int64
@@ -132,7 +133,8 @@ def _uniform_shape(first: int, payload_size: int) -> tuple[np.ndarray, np.ndarra
     mask = np.frombuffer(b"\xff" * len(prefix) + b"\x80" * width, np.uint8)
     expected = np.frombuffer(prefix + b"\x80" * (width - 1) + b"\x00", np.uint8)
     weights = np.left_shift(np.int64(1), 7 * np.arange(width, dtype=np.int64))
-    return mask, expected, len(prefix), weights
+    continuation = sum(0x80 << (7 * k) for k in range(width - 1))
+    return mask, expected, len(prefix), weights, continuation
 
 
 def _uniform_batch(view: memoryview, count: int) -> tuple[int, np.ndarray, np.ndarray] | None:
@@ -142,7 +144,8 @@ def _uniform_batch(view: memoryview, count: int) -> tuple[int, np.ndarray, np.nd
     every message at once with numpy; ``None`` when any message differs (the caller then walks
     the batch message by message). Under these checks each metadata parses, as protobuf, to
     exactly this payload size and sequence id, so both paths give the same rows. ``values`` is a
-    view into ``view`` (one row of ``payload_size`` bytes per message)."""
+    view into ``view`` (one row of ``payload_size`` bytes per message). Few numpy calls: on ~126
+    messages of 1 KiB each call's own cost is most of the time spent here."""
     total = len(view)
     if total < 6 or count < 1:
         return None
@@ -156,12 +159,13 @@ def _uniform_batch(view: memoryview, count: int) -> tuple[int, np.ndarray, np.nd
     shape = _uniform_shape(first, payload_size)
     if shape is None:
         return None
-    mask, expected, varint_at, weights = shape
-    rows = np.frombuffer(view, np.uint8).reshape(count, stride)
+    mask, expected, varint_at, weights, continuation = shape
+    rows = np.ndarray((count, stride), np.uint8, view)
     head = rows[:, : 4 + first]
     if ((head & mask) != expected).any():
         return None
-    sequences = (head[:, varint_at:] & 0x7F).astype(np.int64) @ weights
+    # each varint byte times its weight; its continuation bit (checked above) adds a known constant
+    sequences = head[:, varint_at:] @ weights - continuation
     return payload_size, sequences, rows[:, 4 + first :]
 
 
@@ -200,15 +204,17 @@ class _Int64s:
 class _Values:
     """The values of the rows being built, in row order: their bytes copied in as each entry is
     added (right after its digest check, while it is likely still in the CPU's caches; one copy
-    per byte) into one numpy buffer that becomes the Arrow array's data, and their sizes."""
+    per byte) into one numpy buffer that becomes the Arrow array's data, and their sizes (as runs
+    of one size: a uniform batch is one run)."""
 
-    __slots__ = ("_data", "_flat", "end", "sizes")
+    __slots__ = ("_data", "_flat", "_run_counts", "_run_sizes", "end")
 
     def __init__(self, capacity_bytes: int) -> None:
         self._data = np.empty(max(1, capacity_bytes), np.uint8)
         self._flat = self._data.data  # a writable 1-D byte view of the buffer
         self.end = 0
-        self.sizes = _Int64s()
+        self._run_sizes: list[int] = []
+        self._run_counts: list[int] = []
 
     def _room(self, size: int) -> int:
         start = self.end
@@ -223,18 +229,20 @@ class _Values:
         size = len(value)
         start = self._room(size)
         self._flat[start : start + size] = value
-        self.sizes.append(size)
+        self._run_sizes.append(size)
+        self._run_counts.append(1)
 
     def add_rows(self, values: np.ndarray) -> None:
         """A uniform batch's values: a 2-D view, one row per message."""
         count, size = values.shape
         start = self._room(count * size)
         self._data[start : self.end].reshape(count, size)[...] = values
-        self.sizes.extend(np.full(count, size, np.int64))
+        self._run_sizes.append(size)
+        self._run_counts.append(count)
 
     def array(self, rows: int) -> pa.Array:
         """The Arrow binary array of the values added (it owns the buffer from then on)."""
-        sizes = self.sizes.array()
+        sizes = np.repeat(np.array(self._run_sizes, np.int64), np.array(self._run_counts, np.int64))
         invariant(len(sizes) == rows, f"{len(sizes)} value sizes for {rows} rows")
         offsets = np.zeros(rows + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
@@ -262,6 +270,14 @@ def _sparse_timestamps(n: int, pairs: list[tuple[int, int]]) -> pa.Array:
     for row, ms in pairs:
         column[row] = ms * 1000
     return pa.array(column, _TIMESTAMP)
+
+
+def _map_column(n: int, rows: list[int], keys: list[str], values: list[str]) -> pa.MapArray:
+    """A ``map<string, string>`` column of ``n`` rows from (row, key, value) triples in row order."""
+    counts = np.bincount(np.array(rows, np.int64), minlength=n) if rows else np.zeros(n, np.int64)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(offsets), pa.array(keys, pa.string()), pa.array(values, pa.string()))
 
 
 class AvroValues:
@@ -303,6 +319,24 @@ _PROPERTIES, _KEY, _PAYLOAD_SIZE = _S["properties"].number, _S["partition_key"].
 _EVENT_TIME, _KEY_B64, _SEQUENCE_NO = _S["event_time"].number, _S["partition_key_b64_encoded"].number, _SEQUENCE.number
 
 
+#: Row counts whose constant columns a builder keeps (``RowBuilder._same_columns``).
+SAME_COLUMNS_KEPT_COUNT_MAX = 4
+
+
+@dataclass(frozen=True)
+class _SameColumns:
+    """Columns of a batch that depend only on its row count, when no row has a key, an event time
+    or properties and none was redelivered (the usual case): Arrow arrays are immutable, so one
+    copy serves every batch of that size."""
+
+    no_keys: pa.Array
+    topic: pa.Array
+    partition: pa.Array
+    no_event_times: pa.Array
+    no_properties: pa.Array
+    no_redeliveries: pa.Array
+
+
 class RowBuilder:
     """Accumulates rows of one topic partition; ``take()`` yields them as one record batch.
 
@@ -325,6 +359,7 @@ class RowBuilder:
         self.avro = AvroValues(avro_schemas) if avro_schemas is not None else None
         self._schema = arrow_schema(value_fields)
         self._value_capacity_bytes = value_capacity_bytes
+        self._same: dict[int, _SameColumns] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -498,30 +533,42 @@ class RowBuilder:
         )
         publish_us = np.repeat(np.array(self.e_publish_ms, np.int64) * 1000, rows)
         values = self.values.array(n)
+        same = self._same_columns(n)
         columns = [
-            _sparse_binary(n, self.keys),
+            _sparse_binary(n, self.keys) if self.keys else same.no_keys,
             values,
-            pa.repeat(pa.scalar(self.topic, pa.string()), n),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            same.topic,
+            same.partition,
             message_id,
             pa.array(publish_us, _TIMESTAMP),
-            _sparse_timestamps(n, self.events),
-            self._properties(n),
+            _sparse_timestamps(n, self.events) if self.events else same.no_event_times,
+            _map_column(n, self.prop_rows, self.prop_keys, self.prop_values) if self.prop_rows else same.no_properties,
             pa.array(self.e_producer, pa.string()).take(pa.array(entry_of_row)),
             pa.array(self.sequences.array(), pa.int64()),
-            pa.array(np.repeat(np.array(self.e_redelivery, np.int32), rows)),
+            pa.array(np.repeat(np.array(self.e_redelivery, np.int32), rows)) if any(self.e_redelivery)
+            else same.no_redeliveries,
         ]
         if self.value_fields:
             columns.extend(self._value_columns(values, rows))
         self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
-    def _properties(self, n: int) -> pa.MapArray:
-        counts = np.bincount(np.array(self.prop_rows, np.int64), minlength=n) if self.prop_rows else np.zeros(n, np.int64)
-        offsets = np.zeros(n + 1, np.int32)
-        np.cumsum(counts, out=offsets[1:])
-        return pa.MapArray.from_arrays(pa.array(offsets), pa.array(self.prop_keys, pa.string()),
-                                       pa.array(self.prop_values, pa.string()))
+    def _same_columns(self, n: int) -> _SameColumns:
+        """The columns that are the same for every batch of ``n`` rows of this partition (kept for
+        the last few ``n``: batches cut at a byte size mostly have one row count)."""
+        same = self._same.get(n)
+        if same is None:
+            if len(self._same) >= SAME_COLUMNS_KEPT_COUNT_MAX:
+                self._same.clear()
+            same = self._same[n] = _SameColumns(
+                no_keys=pa.nulls(n, pa.binary()),
+                topic=pa.repeat(pa.scalar(self.topic, pa.string()), n),
+                partition=pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+                no_event_times=pa.nulls(n, _TIMESTAMP),
+                no_properties=_map_column(n, [], [], []),
+                no_redeliveries=pa.array(np.zeros(n, np.int32)),
+            )
+        return same
 
     def _value_columns(self, values: pa.Array, rows: np.ndarray) -> list[pa.Array]:
         decoded: list[dict[str, Any] | None] = []

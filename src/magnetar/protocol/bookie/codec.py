@@ -31,9 +31,10 @@ Bodies (``mk`` = master key: ``u8 len`` + bytes, at most ``BOOKIE_MASTER_KEY_BYT
     0x06 WRITE_LAC         mk, u64 ledger_id, i64 lac          explicit LAC for an idle ledger
     0x86 WRITE_LAC resp    u16 status, u64 ledger_id, i64 lac  (the bookie's known LAC afterwards)
 
-Readers that drop entries soon after use (the Spark connector) decode responses with
-``ResponseViewDecoder``: a READ/READ_LAST_ENTRY response then comes as ``ReadViewResponse`` whose
-``EntryView`` refers to the received bytes instead of copying them. A writer that hands several
+A reader that receives each READ answer into a buffer of its own (the Spark connector's
+``runtime.bookie_reads``) decodes its fixed head with ``decode_read_response_head`` and its entry
+with ``entry_view``: a ``ReadViewResponse`` whose ``EntryView`` refers to that buffer instead of
+copying it. A writer that hands several
 buffers to its socket at once (the bookie server) encodes with ``encode_parts``: the same bytes,
 with a READ answer's entry as a buffer of its own instead of copied into one joined frame.
 
@@ -244,10 +245,10 @@ class ReadResponse:
 
 @dataclass(frozen=True, slots=True)
 class EntryView:
-    """An entry as received, not copied: ``raw`` is a read-only view into the bytes a
-    ``ResponseViewDecoder`` was fed (or into the one buffer it assembled a split frame in), so it
-    keeps that buffer alive as long as it lives. For readers that drop entries soon after use;
-    anything that keeps entries (a cache) takes ``to_entry()``, a copy. The digest is checked
+    """An entry as received, not copied: ``raw`` is a read-only view into the buffer the reader
+    received it in (``entry_view``), valid as long as that reader leaves the buffer alone. For
+    readers that drop entries soon after use; anything that keeps entries (a cache) takes
+    ``to_entry()``, a copy. The digest is checked
     when the entry is decoded, while its bytes were just received (still in the CPU's caches),
     not later when the reader gets to it: ``digest_valid``."""
 
@@ -275,7 +276,7 @@ class EntryView:
 
 @dataclass(frozen=True, slots=True)
 class ReadViewResponse:
-    """``ReadResponse`` as a ``ResponseViewDecoder`` gives it: the entry as an ``EntryView``."""
+    """``ReadResponse`` with its entry as an ``EntryView`` (``decode_read_response_head`` + ``entry_view``)."""
 
     request_id: int
     status: Status
@@ -594,8 +595,40 @@ class FrameDecoder:
 _READ_RESPONSE_OPS = (Op.READ | RESPONSE_BIT, Op.READ_LAST_ENTRY | RESPONSE_BIT)
 
 
-def _entry_view_at(body: memoryview, offset: int) -> EntryView:
-    raw = body[offset:]
+#: Bytes of a READ/READ_LAST_ENTRY response frame up to its entry: length prefix, header, fixed fields.
+READ_RESPONSE_HEAD_BYTES = _READ_RESP_FRAME_HEAD.size
+
+
+def decode_read_response_head(head: bytes | bytearray | memoryview,
+                              max_frame_bytes: int = BOOKIE_FRAME_BYTES_MAX) -> tuple[ReadViewResponse, int]:
+    """A READ/READ_LAST_ENTRY response from its first ``READ_RESPONSE_HEAD_BYTES`` bytes (length
+    prefix included), for a reader that receives the entry into a buffer of its own: the answer
+    without its entry, and how many entry bytes follow (0 when it has none). Checks what
+    ``decode_frame`` checks of these fields; the entry is checked with ``entry_view``
+    once received. Raises ``CorruptData`` (``LimitExceeded`` for a frame over
+    ``max_frame_bytes``): any other frame, or a length that disagrees with ``has_entry``."""
+    if len(head) != READ_RESPONSE_HEAD_BYTES:
+        raise CorruptData(f"READ response head of {len(head)} bytes, expected {READ_RESPONSE_HEAD_BYTES}")
+    frame_len = _checked_frame_len(head, 0, max_frame_bytes)
+    version, op = head[4], head[5]
+    if version != PROTOCOL_VERSION:
+        raise CorruptData(f"unsupported bookie protocol version {version}")
+    if op not in _READ_RESPONSE_OPS:
+        raise CorruptData(f"expected a READ response, got op {op:#x}")
+    entry_bytes = frame_len - _READ_RESP_HEAD_BYTES
+    if entry_bytes < 0:
+        raise CorruptData(f"READ response frame of {frame_len} bytes is shorter than its fixed fields")
+    _, _, _, request_id, status, ledger_id, entry_id, lac, has_entry = _READ_RESP_FRAME_HEAD.unpack_from(head, 0)
+    if has_entry not in (0, 1) or (has_entry == 0) != (entry_bytes == 0):
+        raise CorruptData(f"READ response with has_entry={has_entry} carries {entry_bytes} entry bytes")
+    answer = ReadViewResponse(request_id, _status(status), ledger_id, entry_id, lac, None, Op(op & ~RESPONSE_BIT))
+    return answer, entry_bytes
+
+
+def entry_view(raw: memoryview) -> EntryView:
+    """``raw`` (an entry in wire form, received into the caller's buffer) checked and parsed as
+    ``decode_frame`` does, its digest computed now (while its bytes were just received); the view
+    refers to ``raw``."""
     if len(raw) < ENTRY_HEADER_BYTES:
         raise CorruptData(f"entry of {len(raw)} bytes is shorter than its header")
     if len(raw) - ENTRY_HEADER_BYTES > ENTRY_BYTES_MAX:
@@ -607,106 +640,3 @@ def _entry_view_at(body: memoryview, offset: int) -> EntryView:
         raise CorruptData(f"ledger id {ledger_id} out of range")
     valid = entry_digest(ledger_id, entry_id, lac, raw[ENTRY_HEADER_BYTES:]) == digest
     return EntryView(ledger_id, entry_id, lac, digest, raw, valid)
-
-
-def decode_response_view(frame: memoryview) -> Message | ReadViewResponse:
-    """``decode_frame``, except that a READ/READ_LAST_ENTRY response's entry is a view into
-    ``frame`` (read-only; the caller keeps ``frame``'s buffer unchanged while the view lives)."""
-    if len(frame) < HEADER_BYTES:
-        raise CorruptData(f"frame of {len(frame)} bytes is shorter than the header")
-    version, op, request_id = _HEADER.unpack_from(frame, 0)
-    if op not in _READ_RESPONSE_OPS:
-        return decode_frame(frame)
-    if version != PROTOCOL_VERSION:
-        raise CorruptData(f"unsupported bookie protocol version {version}")
-    status, ledger_id, entry_id, lac, has_entry = _read_response_head(frame, HEADER_BYTES)
-    entry = _entry_view_at(frame, HEADER_BYTES + _READ_RESP.size) if has_entry else None
-    return ReadViewResponse(request_id, status, ledger_id, entry_id, lac, entry, Op(op & ~RESPONSE_BIT))
-
-
-class ResponseViewDecoder:
-    """``FrameDecoder`` for a reader's side of a connection: frames are decoded straight from the
-    fed bytes, and READ/READ_LAST_ENTRY responses come as ``ReadViewResponse`` whose entry is a
-    view into them, never copied. A frame split across feeds is assembled once, in a buffer of
-    exactly its size allocated when its length is known (no regrowth); its entry is a view
-    into that buffer, which is never written again. Sans-IO; the same limits and errors as
-    ``FrameDecoder`` (the buffer holds at most one partial frame), and the same rule: after an
-    error the decoder refuses further input.
-    """
-
-    __slots__ = ("_broken", "_filled", "_max_frame_bytes", "_partial")
-
-    def __init__(self, max_frame_bytes: int = BOOKIE_FRAME_BYTES_MAX) -> None:
-        self._max_frame_bytes = max_frame_bytes
-        self._partial = bytearray()  # the split frame so far (its size once its length is known)
-        self._filled = 0  # bytes of ``_partial`` received
-        self._broken = False
-
-    @property
-    def buffered_bytes(self) -> int:
-        return self._filled
-
-    def feed(self, data: bytes) -> list[Message | ReadViewResponse]:
-        """Every complete message in ``data`` (after what earlier feeds left), in order. ``data``
-        must not change afterwards: entries refer to it (``bytes`` is immutable; anything else
-        is copied first). Raises like ``FrameDecoder.feed``."""
-        if self._broken:
-            raise CorruptData("decoder is out of sync after an earlier error")
-        if not isinstance(data, bytes):
-            data = bytes(data)
-        messages: list[Message | ReadViewResponse] = []
-        view = memoryview(data)
-        try:
-            at = self._complete_partial(view, messages) if self._filled else 0
-            size = len(view)
-            while size - at >= 4:
-                end = at + 4 + self._frame_len(view, at)
-                if end > size:
-                    break
-                messages.append(decode_response_view(view[at + 4 : end]))
-                at = end
-            if at < size:
-                self._start_partial(view[at:])
-        except (CorruptData, LimitExceeded):
-            self._broken = True
-            self._partial = bytearray()
-            self._filled = 0
-            raise
-        return messages
-
-    def _frame_len(self, source: bytes | bytearray | memoryview, at: int) -> int:
-        return _checked_frame_len(source, at, self._max_frame_bytes)
-
-    def _start_partial(self, head: memoryview) -> None:
-        """Keep the start of a frame the fed bytes end inside."""
-        if len(head) >= 4:
-            self._partial = bytearray(4 + self._frame_len(head, 0))
-        else:
-            self._partial = bytearray(4)
-        self._partial[: len(head)] = head
-        self._filled = len(head)
-
-    def _complete_partial(self, view: memoryview, messages: list[Message | ReadViewResponse]) -> int:
-        """Fill the partial frame from ``view``; decode it once whole. Returns the bytes taken."""
-        partial, filled, at = self._partial, self._filled, 0
-        if filled < 4:  # the length itself was split
-            at = min(4 - filled, len(view))
-            partial[filled : filled + at] = view[:at]
-            filled += at
-            if filled < 4:
-                self._filled = filled
-                return at
-            whole = bytearray(4 + self._frame_len(partial, 0))
-            whole[:4] = partial[:4]
-            partial = self._partial = whole
-        take = min(len(partial) - filled, len(view) - at)
-        partial[filled : filled + take] = view[at : at + take]
-        filled += take
-        at += take
-        if filled < len(partial):
-            self._filled = filled
-            return at
-        self._partial = bytearray()  # the whole frame's buffer now belongs to its message
-        self._filled = 0
-        messages.append(decode_response_view(memoryview(partial).toreadonly()[4:]))
-        return at
