@@ -518,13 +518,15 @@ def test_a_failed_bookie_read_hands_the_rest_of_the_slice_to_the_broker(monkeypa
         asyncio.run(read("bookies"))
 
 
-def test_a_task_freezes_long_lived_objects_once_and_nothing_else_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Spark's daemon collects garbage after every task of a reused worker; a worker's first read
-    freezes what is alive then. Negative control: outside a task (driver, tests) nothing is frozen."""
+def test_a_workers_first_tasks_freeze_long_lived_objects_and_nothing_else_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's daemon collects garbage after every task of a reused worker; a worker's first two
+    reads freeze what is alive then (the second: what the first one's lazy imports left), later
+    ones nothing. Negative control: outside a task (driver, tests) nothing is frozen."""
     import gc
 
     from magnetar.connectors.spark import source
 
+    monkeypatch.setattr(source, "_freezes", 0)
     frozen = gc.get_freeze_count()
     try:
         source._freeze_long_lived()
@@ -534,8 +536,13 @@ def test_a_task_freezes_long_lived_objects_once_and_nothing_else_does(monkeypatc
         source._freeze_long_lived()
         after_first = gc.get_freeze_count()
         assert after_first > 0
+        first_tasks_import = [[] for _ in range(100)]  # alive at the second task's start: frozen
+        source._freeze_long_lived()
+        after_second = gc.get_freeze_count()
+        assert after_second >= after_first + 100
         later_task = [[] for _ in range(100)]  # what a later task allocates is not frozen
         source._freeze_long_lived()
-        assert gc.get_freeze_count() == after_first and len(later_task) == 100
+        assert gc.get_freeze_count() == after_second
+        assert len(first_tasks_import) == len(later_task) == 100
     finally:
         gc.unfreeze()

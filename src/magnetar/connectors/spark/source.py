@@ -59,15 +59,29 @@ class SlicePartition(InputPartition):
         self.avro_schemas = avro_schemas  # valueFormat=avro: the topic's writer schemas by version
 
 
+#: Tasks of this Python worker that froze the objects alive at their start (``_freeze_long_lived``).
+_freezes = 0
+#: The first task freezes what the imports left; the second also what the first one's lazy imports
+#: (``pyarrow.compute`` and others) left; later tasks find nothing new that lives on.
+FREEZES_COUNT_MAX = 2
+
+
 def _freeze_long_lived() -> None:
-    """In a Spark task, once per Python worker: collect, then move every object alive (mostly
-    the modules pyspark and this connector import) to the permanent generation. Spark's daemon
-    runs a full ``gc.collect()`` after every task of a reused worker; walking those objects cost
-    tens of ms per task here (8% of the workers' CPU in a 1M-row read). Objects later tasks
-    allocate are collected as before. Outside a task (driver, tests) nothing changes."""
-    if TaskContext.get() is not None and gc.get_freeze_count() == 0:
+    """In a Spark task, at the start of a Python worker's first ``FREEZES_COUNT_MAX`` tasks: move
+    every object alive (mostly the modules pyspark and this connector import) to the permanent
+    generation, after a collection in the first (before later ones Spark's daemon has just
+    collected). The daemon runs a full ``gc.collect()`` after every task of a reused worker;
+    walking those objects cost tens of ms per task here (8% of the workers' CPU in a 1M-row read).
+    Objects later tasks allocate are collected as before. A counter, not ``gc.get_freeze_count()``,
+    says whether to freeze: that call walks every frozen object (~5-20 ms per task). Outside a
+    task (driver, tests) nothing changes."""
+    global _freezes
+    if _freezes >= FREEZES_COUNT_MAX or TaskContext.get() is None:
+        return
+    if _freezes == 0:
         gc.collect()
-        gc.freeze()
+    gc.freeze()
+    _freezes += 1
 
 
 def _read_partition(partition: SlicePartition) -> Iterator[pa.RecordBatch]:
