@@ -9,9 +9,10 @@ of its write set over a blocking pipelined connection of the stream's own
 the connection's buffer and its digest checked right before its rows are built, with no event
 loop, future or task per read); an answer that is missing, negative, late (no bytes for
 ``speculative_read_timeout_ms``) or fails its check (ids, CRC32C digest) sends that entry down
-the ledger's speculative read over the whole write set. If that fails too (no replica answers), the rest of the slice is read through the broker
-with a non-durable reader (``readMode=broker`` does that from the start; ``readMode=bookies``
-fails instead). Either way the rows of one slice are the same.
+the ledger's speculative read over the whole write set. If that fails too (no replica answers),
+the rest of the slice is read through the broker with a non-durable reader (``readMode=broker``
+does that from the start; ``readMode=bookies`` fails instead). Either way the rows of one slice
+are the same.
 
 Layouts (``load_layout``): the managed ledger's ``ManagedLedgerInfo`` at
 ``/managed-ledgers/<tenant>/<ns>/persistent/<topic>`` lists the ledgers; each ledger's metadata

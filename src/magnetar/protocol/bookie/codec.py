@@ -34,9 +34,9 @@ Bodies (``mk`` = master key: ``u8 len`` + bytes, at most ``BOOKIE_MASTER_KEY_BYT
 A reader that receives each READ answer into a buffer of its own (the Spark connector's
 ``runtime.bookie_reads``) decodes its fixed head with ``decode_read_response_head`` and its entry
 with ``entry_view``: a ``ReadViewResponse`` whose ``EntryView`` refers to that buffer instead of
-copying it. A writer that hands several
-buffers to its socket at once (the bookie server) encodes with ``encode_parts``: the same bytes,
-with a READ answer's entry as a buffer of its own instead of copied into one joined frame.
+copying it. A writer that hands several buffers to its socket at once (the bookie server)
+encodes with ``encode_parts``: the same bytes, with a READ answer's entry as a buffer of its own
+instead of copied into one joined frame.
 
 Invariants: ``FrameDecoder`` never holds more than one partial frame plus one read chunk; a
 length above ``BOOKIE_FRAME_BYTES_MAX`` raises ``LimitExceeded`` before any body is buffered;
@@ -248,9 +248,9 @@ class EntryView:
     """An entry as received, not copied: ``raw`` is a read-only view into the buffer the reader
     received it in (``entry_view``), valid as long as that reader leaves the buffer alone. For
     readers that drop entries soon after use; anything that keeps entries (a cache) takes
-    ``to_entry()``, a copy. The digest is checked
-    when the entry is decoded, while its bytes were just received (still in the CPU's caches),
-    not later when the reader gets to it: ``digest_valid``."""
+    ``to_entry()``, a copy. The digest is checked when the entry is decoded, while its bytes were
+    just received (still in the CPU's caches), not later when the reader gets to it:
+    ``digest_valid``."""
 
     ledger_id: int
     entry_id: int
@@ -604,9 +604,9 @@ def decode_read_response_head(head: bytes | bytearray | memoryview,
     """A READ/READ_LAST_ENTRY response from its first ``READ_RESPONSE_HEAD_BYTES`` bytes (length
     prefix included), for a reader that receives the entry into a buffer of its own: the answer
     without its entry, and how many entry bytes follow (0 when it has none). Checks what
-    ``decode_frame`` checks of these fields; the entry is checked with ``entry_view``
-    once received. Raises ``CorruptData`` (``LimitExceeded`` for a frame over
-    ``max_frame_bytes``): any other frame, or a length that disagrees with ``has_entry``."""
+    ``decode_frame`` checks of these fields; the entry is checked with ``entry_view`` once
+    received. Raises ``CorruptData`` (``LimitExceeded`` for a frame over ``max_frame_bytes``):
+    any other frame, or a length that disagrees with ``has_entry``."""
     if len(head) != READ_RESPONSE_HEAD_BYTES:
         raise CorruptData(f"READ response head of {len(head)} bytes, expected {READ_RESPONSE_HEAD_BYTES}")
     frame_len = _checked_frame_len(head, 0, max_frame_bytes)
