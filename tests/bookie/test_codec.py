@@ -31,6 +31,7 @@ from magnetar.protocol.bookie import (
     encode_parts,
     entry_digest,
 )
+from magnetar.protocol.bookie.codec import ServedReadResponse
 
 ENTRY = Entry.build(7, 3, 2, b"hello")
 # Entry: ledger 7, entry 3, lac 2, payload length 5, digest, payload.
@@ -86,6 +87,22 @@ def test_encode_parts_are_the_golden_bytes(message: object, hex_bytes: str) -> N
         assert len(parts) == 2 and parts[1] is message.entry.raw  # the entry itself, not a copy
     else:
         assert len(parts) == 1
+
+
+@pytest.mark.parametrize(("message", "hex_bytes"),
+                         [(m, h) for m, h in GOLDEN if isinstance(m, ReadResponse)], ids=lambda v: "")
+def test_a_served_read_answer_is_the_read_responses_bytes_with_its_entry_as_given(message: object,
+                                                                                  hex_bytes: str) -> None:
+    """The bookie server answers reads with the stored entry as the storage core gave it (bytes, or
+    a view of a mapped entry log): the same frame as the ``ReadResponse``, the entry not copied."""
+    assert isinstance(message, ReadResponse)
+    entry = message.entry
+    for raw in ((None,) if entry is None else (entry.raw, memoryview(entry.raw))):
+        served = ServedReadResponse(message.request_id, message.status, message.ledger_id, message.entry_id,
+                                    message.known_lac, raw, message.op)
+        parts = encode_parts(served)
+        assert b"".join(parts).hex() == hex_bytes
+        assert parts[-1] is raw if raw is not None else len(parts) == 1
 
 
 def test_encode_parts_of_a_read_answer_over_the_frame_limit_is_refused() -> None:

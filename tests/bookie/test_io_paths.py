@@ -32,6 +32,7 @@ from magnetar.runtime.network import TcpNetwork
 from magnetar.sim import SimClock, SimDisk, SimDiskConfig, SimKeyValueStore, run
 from magnetar.storage import Bookie
 from magnetar.storage.config import BookieConfig
+from magnetar.storage.entry_log import log_ids
 from magnetar.storage.journal import Journal, JournalPosition, add_record, replay
 from tests.bookie.test_storage import SMALL
 
@@ -286,3 +287,43 @@ def test_journal_groups_overlap_but_complete_in_submission_order(in_flight: int)
         await journal.stop()
 
     run(scenario())
+
+
+def test_local_file_views_are_mapped_reads_valid_after_growth_close_and_removal(tmp_path: Path) -> None:
+    disk = LocalDisk(str(tmp_path))
+    file = disk.open("log")
+    file.append(b"a" * 5000)
+    first = file.read_view(100, 10)
+    assert isinstance(first, memoryview) and first.readonly and bytes(first) == b"a" * 10
+    file.append(b"b" * 5000)  # past the map: the next view maps the file again at its new length
+    second = file.read_view(4995, 10)
+    assert isinstance(second, memoryview) and bytes(second) == b"aaaaabbbbb"
+    assert file.read_view(9995, 10) == b"bbbbb"  # past the end: read_at's short copy
+    file.close()
+    disk.remove("log")
+    assert bytes(first) == b"a" * 10 and bytes(second) == b"aaaaabbbbb"  # the maps live on in the views
+
+
+def test_a_real_disks_entry_log_reads_are_views_and_removing_a_log_empties_the_read_cache(tmp_path: Path) -> None:
+    """Entries read from entry logs come as views of the mapped log (no copy) with the right bytes;
+    the read-ahead caches views too. Removing a log empties the read cache, so no cached view keeps
+    a removed log's disk space (negative control: the cache held views just before)."""
+
+    async def scenario() -> None:
+        disk = LocalDisk(str(tmp_path))
+        kv = SimKeyValueStore()
+        raws = await _aligned_round_trip(disk, kv, SystemClock())
+        bookie = Bookie(disk, kv.reopen(), SystemClock(), ALIGNED_CONFIG)
+        await bookie.start()
+        got = _reads(bookie, len(raws))
+        assert got == raws
+        views = [raw for raw in got if isinstance(raw, memoryview)]
+        assert len(views) >= 60 and all(v.readonly for v in views)  # the checkpointed first 70
+        assert bookie._read_cache.bytes > 0
+        bookie._remove_log(log_ids(disk)[0])
+        assert bookie._read_cache.bytes == 0
+        await bookie.stop()
+        # still the entries' bytes after the bookie closed its logs
+        assert [bytes(v) for v in views] == [raws[i] for i, raw in enumerate(got) if isinstance(raw, memoryview)]
+
+    asyncio.run(scenario())

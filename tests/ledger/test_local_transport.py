@@ -128,3 +128,23 @@ def test_a_full_bookie_makes_the_writer_wait_instead_of_piling_up(tmp_path: Path
             await transport.close()
 
     asyncio.run(_with_bookie(tmp_path, body))
+
+
+def test_an_entry_read_as_a_view_of_a_mapped_log_reaches_the_broker_as_bytes() -> None:
+    """The storage core may answer with a view of an entry log mapped into memory; the local
+    transport copies it, since the broker keeps entries (its cache). Control: the core's answer
+    is a view."""
+    from magnetar.runtime.ledger import _read_local
+    from magnetar.storage.bookie import ReadResult
+
+    stored = _entry(3, 0, -1)
+    view = memoryview(stored.raw)
+
+    class Core:
+        def read_entry_or_last(self, ledger_id: int, entry_id: int | None) -> ReadResult:
+            return ReadResult(Status.OK, 0, -1, view)
+
+    response = asyncio.run(_read_local(Core(), BookieId("127.0.0.1", 1), "read", 3, 0, False, b""))  # type: ignore[arg-type]
+    assert response.entry is not None
+    assert type(response.entry.raw) is bytes and response.entry.raw == stored.raw
+    assert isinstance(Core().read_entry_or_last(3, 0).raw, memoryview)

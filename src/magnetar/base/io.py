@@ -61,6 +61,12 @@ class DiskFile(Protocol):
     def read_at(self, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes from ``offset`` (fewer at the end of the file)."""
 
+    def read_view(self, offset: int, length: int) -> Bytes:
+        """``read_at``, but possibly a read-only view of the file mapped into memory instead of a
+        copy (production: no copy, no syscall once mapped). Only for files that are never
+        truncated below what was read (entry logs): the view stays valid while referenced, also
+        after ``close`` or the file's removal."""
+
     def truncate(self, size: int) -> None: ...
 
     async def append_parts(self, parts: Sequence[Bytes]) -> int:

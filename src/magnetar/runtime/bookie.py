@@ -40,7 +40,7 @@ from typing import Any
 from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.errors import CorruptData, LimitExceeded, MagnetarError
-from magnetar.base.io import Connection, Listener, Network
+from magnetar.base.io import Bytes, Connection, Listener, Network
 from magnetar.base.limits import (
     BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX,
     BOOKIE_CONNECTIONS_COUNT_MAX,
@@ -61,14 +61,13 @@ from magnetar.protocol.bookie import (
     ReadLacResponse,
     ReadLastEntryRequest,
     ReadRequest,
-    ReadResponse,
     Status,
     WriteLacRequest,
     WriteLacResponse,
     encode,
     encode_parts,
 )
-from magnetar.protocol.bookie.codec import Entry, Message
+from magnetar.protocol.bookie.codec import Message, ServedReadResponse
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.disk import LocalDisk
 from magnetar.runtime.kv import RocksKeyValueStore
@@ -76,6 +75,9 @@ from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpConnection, TcpNetwork
 from magnetar.storage import Bookie, BookieConfig, BookieStatus, verify_or_create_cookie
 from magnetar.storage.bookie import LiveLedgers, ReadResult
+
+#: What the server sends: any response, a read answer with its stored entry as the storage core gave it.
+Reply = Message | ServedReadResponse
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +109,7 @@ class _ConnectionState:
         self.inflight = 0
         self.room = asyncio.Event()
         self.room.set()
-        self.out: list[bytes] = []
+        self.out: list[Bytes] = []
         self.out_scheduled = False
         self.last_read_ns = now_ns
         self.reading = False
@@ -117,7 +119,7 @@ class _ConnectionState:
         self.out.append(data)
         self._schedule()
 
-    def send_parts(self, parts: tuple[bytes, ...]) -> None:
+    def send_parts(self, parts: tuple[Bytes, ...]) -> None:
         """Queue one reply given as ``encode_parts`` buffers."""
         self.out.extend(parts)
         self._schedule()
@@ -144,14 +146,15 @@ def _entry_id_of(message: ReadRequest | ReadLastEntryRequest) -> int | None:
     return message.entry_id if isinstance(message, ReadRequest) else None
 
 
-def _read_response(message: ReadRequest | ReadLastEntryRequest, result: ReadResult) -> ReadResponse:
+def _read_response(message: ReadRequest | ReadLastEntryRequest, result: ReadResult) -> ServedReadResponse:
+    """The answer with the stored entry as the storage core gave it (``bytes``, or a view of a
+    mapped entry log): written to the socket without a parse or a copy."""
     op = Op.READ if isinstance(message, ReadRequest) else Op.READ_LAST_ENTRY
-    entry = Entry.parse(result.raw) if result.raw is not None else None
-    return ReadResponse(message.request_id, result.status, message.ledger_id, result.entry_id, result.known_lac,
-                        entry, op)
+    return ServedReadResponse(message.request_id, result.status, message.ledger_id, result.entry_id,
+                              result.known_lac, result.raw, op)
 
 
-def _failed_read(message: ReadRequest | ReadLastEntryRequest, error: MagnetarError) -> ReadResponse:
+def _failed_read(message: ReadRequest | ReadLastEntryRequest, error: MagnetarError) -> ServedReadResponse:
     log.error("read of ledger %d failed: %s", message.ledger_id, error)
     return _read_response(message, ReadResult(Status.UNAVAILABLE, -1, -1))
 
@@ -232,8 +235,8 @@ class BookieServer:
             self._connections.pop(connection, None)
             connection.close()
 
-    def _reply(self, connection: Connection, state: _ConnectionState) -> Callable[[Message], None]:
-        def send(message: Message) -> None:
+    def _reply(self, connection: Connection, state: _ConnectionState) -> Callable[[Reply], None]:
+        def send(message: Reply) -> None:
             state.inflight -= 1
             if state.inflight < BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX:
                 state.room.set()
@@ -281,14 +284,14 @@ class BookieServer:
             return True
         return False  # a response frame sent to a server: the peer is confused
 
-    def _read(self, message: ReadRequest | ReadLastEntryRequest) -> ReadResponse:
+    def _read(self, message: ReadRequest | ReadLastEntryRequest) -> ServedReadResponse:
         try:
             result = self.bookie.read_entry_or_last(message.ledger_id, _entry_id_of(message))
         except MagnetarError as exc:
             return _failed_read(message, exc)
         return _read_response(message, result)
 
-    async def _fenced_read(self, message: ReadRequest | ReadLastEntryRequest, send: Callable[[Message], None]) -> None:
+    async def _fenced_read(self, message: ReadRequest | ReadLastEntryRequest, send: Callable[[Reply], None]) -> None:
         try:
             result = await self.bookie.fence_and_read(message.ledger_id, _entry_id_of(message), message.master_key)
         except MagnetarError as exc:
@@ -296,7 +299,7 @@ class BookieServer:
             return
         send(_read_response(message, result))
 
-    async def _write_lac(self, message: WriteLacRequest, send: Callable[[Message], None]) -> None:
+    async def _write_lac(self, message: WriteLacRequest, send: Callable[[Reply], None]) -> None:
         status, lac = await self.bookie.write_lac(message.ledger_id, message.lac, message.master_key)
         send(WriteLacResponse(message.request_id, status, message.ledger_id, lac))
 

@@ -292,12 +292,13 @@ class LocalFile:
     # The aligned copy is made on the event loop, so the worker call only runs pwrite and
     # fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and the
     # worker, which on a busy machine cost more than the copy itself.
-    __slots__ = ("_buffers", "_descriptors", "_direct_ok", "_path", "_size")
+    __slots__ = ("_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size")
 
     def __init__(self, path: str, fd: int, direct_fd: int = -1, buffers: _AlignedBuffers | None = None) -> None:
         self._path = path
         self._descriptors = _Descriptors(fd, direct_fd)
         self._size = os.fstat(fd).st_size
+        self._mapping: mmap.mmap | None = None  # ``read_view``'s map of the file, as long as it was then
         self._direct_ok = direct_fd >= 0
         # Aligned buffers not in use; a write takes one and gives it back when it returns (a
         # write whose caller was cancelled keeps its own). Several writes may be in flight.
@@ -335,6 +336,20 @@ class LocalFile:
 
     def read_at(self, offset: int, length: int) -> bytes:
         return os.pread(self._fd, length, offset)
+
+    def read_view(self, offset: int, length: int) -> Bytes:
+        """A view of the file mapped read-only (``mmap`` keeps its own descriptor, and a view keeps
+        its map alive: valid after ``close`` or removal). A read past the map maps the file again
+        at its current length (earlier maps live on in their views); a read past the end of the
+        file is ``read_at``'s short copy."""
+        end = offset + length
+        mapping = self._mapping
+        if mapping is None or end > len(mapping):
+            size = os.fstat(self._fd).st_size
+            if end > size or offset < 0 or length <= 0:
+                return self.read_at(offset, length)
+            mapping = self._mapping = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ)
+        return memoryview(mapping)[offset:end]
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self._fd, size)
@@ -422,6 +437,7 @@ class LocalFile:
         await asyncio.get_running_loop().run_in_executor(None, _sync_job, self._descriptors)
 
     def close(self) -> None:
+        self._mapping = None  # unmapped once no view refers to it
         self._descriptors.close()
 
 

@@ -127,7 +127,9 @@ async def _read_local(core: Bookie, bookie: BookieId, what: str, ledger_id: int,
             result = await core.fence_and_read(ledger_id, entry_id, master_key)
         else:
             result = core.read_entry_or_last(ledger_id, entry_id)
-        entry = Entry.parse(result.raw) if result.raw is not None else None
+        raw = result.raw
+        # a view of a mapped entry log is copied here: the broker keeps entries (its cache)
+        entry = Entry.parse(raw if isinstance(raw, bytes) else bytes(raw)) if raw is not None else None
         response = ReadResponse(0, result.status, ledger_id, result.entry_id, result.known_lac, entry)
         checked_entry(response, ledger_id, entry_id)
     except MagnetarError as exc:

@@ -147,6 +147,9 @@ class SimFile:
             raise InvalidArgument(f"bad read range offset={offset} length={length}")
         return bytes(inode.volatile[offset : offset + length])
 
+    def read_view(self, offset: int, length: int) -> bytes:
+        return self.read_at(offset, length)  # a copy: the simulated file may still change
+
     def truncate(self, size: int) -> None:
         inode = self._check()
         if size < 0:

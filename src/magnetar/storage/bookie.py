@@ -44,9 +44,10 @@ from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.errors import CorruptData
 from magnetar.base.invariant import invariant
-from magnetar.base.io import Disk, KeyValueStore
+from magnetar.base.io import Bytes, Disk, KeyValueStore
 from magnetar.base.limits import BOOKIE_LEDGERS_COUNT_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, Entry, Status
+from magnetar.protocol.bookie.codec import entry_view
 from magnetar.storage.caches import ReadCache, WriteCache
 from magnetar.storage.compaction import LiveEntry, checked_raw, chunks, live_bytes, live_entries
 from magnetar.storage.config import BookieConfig
@@ -108,7 +109,10 @@ class ReadResult:
     status: Status
     entry_id: int
     known_lac: int
-    raw: bytes | None = None
+    #: The entry in wire form: ``bytes``, or a read-only view of an entry log mapped into memory
+    #: (``EntryLogger.view``) that stays valid while referenced. Callers that keep entries beyond
+    #: answering a read take ``bytes(raw)``.
+    raw: Bytes | None = None
 
 
 @dataclass(slots=True)
@@ -439,27 +443,27 @@ class Bookie:
             return ReadResult(Status.NO_SUCH_ENTRY, -1, state.lac)
         return self.read_entry(ledger_id, state.last_entry)
 
-    def _lookup(self, ledger_id: int, entry_id: int) -> bytes | None:
+    def _lookup(self, ledger_id: int, entry_id: int) -> Bytes | None:
         raw = self._active.get(ledger_id, entry_id) or self._flushing.get(ledger_id, entry_id)
         if raw is not None:
             return raw
-        raw = self._read_cache.get(ledger_id, entry_id)
-        if raw is not None:
-            return raw
+        cached = self._read_cache.get(ledger_id, entry_id)
+        if cached is not None:
+            return cached
         location = self._index.location(ledger_id, entry_id)
         if location is None:
             return None
         log_id, offset, length = location
-        raw = self._entry_log.read(log_id, offset, length)
-        entry = Entry.parse(raw)
-        if entry.ledger_id != ledger_id or entry.entry_id != entry_id or not entry.digest_ok():
+        stored = self._entry_log.view(log_id, offset, length)
+        entry = entry_view(memoryview(stored))
+        if entry.ledger_id != ledger_id or entry.entry_id != entry_id or not entry.digest_valid:
             raise CorruptData(f"entry log {log_id} offset {offset} does not hold a valid {ledger_id}:{entry_id}")
         self._read_ahead(ledger_id, entry_id, log_id, offset + length)
-        return raw
+        return stored
 
     def _read_ahead(self, ledger_id: int, entry_id: int, log_id: int, next_offset: int) -> None:
         # Entries were flushed sorted, so the ledger's next entries usually follow in the same
-        # log: one read brings them into the read cache.
+        # log: one view of the span brings them into the read cache (as views: no copy).
         if self.config.read_cache_bytes_max <= 0:
             return
         span: list[tuple[int, int, int]] = []
@@ -476,7 +480,7 @@ class Bookie:
         if not span:
             return
         start = span[0][1]
-        data = self._entry_log.read_span(log_id, start, span[-1][1] + span[-1][2] - start)
+        data = memoryview(self._entry_log.view(log_id, start, span[-1][1] + span[-1][2] - start))
         for entry, offset, length in span:
             raw = data[offset - start : offset - start + length]
             if len(raw) == length and len(raw) >= ENTRY_HEADER_BYTES:
@@ -499,6 +503,12 @@ class Bookie:
             self._index.kv.write(puts, sync=True)
             state.dirty = False
 
+    def _remove_log(self, log_id: int) -> None:
+        """Remove an entry log. The read cache is emptied too: its entries may be views of the
+        log's mapping, which would keep the removed file's disk space until they are evicted."""
+        self._entry_log.remove(log_id)
+        self._read_cache.clear()
+
     async def collect_garbage(self) -> list[int]:
         """Remove entry logs that hold only deleted ledgers (or nothing indexed); returns their ids.
 
@@ -513,7 +523,7 @@ class Bookie:
                     continue
                 ledgers = self._log_ledgers.get(log_id, set())
                 if all(self._is_deleted(ledger) for ledger in ledgers):
-                    self._entry_log.remove(log_id)
+                    self._remove_log(log_id)
                     self._log_ledgers.pop(log_id, None)
                     removed.append(log_id)
             if removed:
@@ -573,7 +583,7 @@ class Bookie:
             final.append((log_key(log_id), None))
             self._index.kv.write(final, sync=True)
             self._log_ledgers.pop(log_id, None)
-            self._entry_log.remove(log_id)
+            self._remove_log(log_id)
             await self._disk.sync_dir(LOG_DIR)
         self.stats.logs_compacted_count += 1
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Iterator
 
+from magnetar.base.io import Bytes
+
 
 class WriteCache:
     """Entries by ledger, then entry id: a flush walks ledgers in order and each ledger's entries
@@ -75,18 +77,21 @@ class WriteCache:
 
 
 class ReadCache:
-    """LRU over entries read from entry logs, bounded by ``bytes_max``."""
+    """LRU over entries read from entry logs, bounded by ``bytes_max``. An entry is ``bytes`` or a
+    read-only view of its log mapped into memory (``EntryLogger.view``: it counts its length; the
+    page cache holds the bytes). A view keeps its log's mapping alive, so the bookie clears the
+    cache when it removes logs (``clear``)."""
 
     __slots__ = ("_bytes", "_entries", "bytes_max", "hits", "misses")
 
     def __init__(self, bytes_max: int) -> None:
         self.bytes_max = bytes_max
-        self._entries: collections.OrderedDict[tuple[int, int], bytes] = collections.OrderedDict()
+        self._entries: collections.OrderedDict[tuple[int, int], Bytes] = collections.OrderedDict()
         self._bytes = 0
         self.hits = 0
         self.misses = 0
 
-    def get(self, ledger_id: int, entry_id: int) -> bytes | None:
+    def get(self, ledger_id: int, entry_id: int) -> Bytes | None:
         raw = self._entries.get((ledger_id, entry_id))
         if raw is None:
             self.misses += 1
@@ -95,7 +100,7 @@ class ReadCache:
         self._entries.move_to_end((ledger_id, entry_id))
         return raw
 
-    def put(self, ledger_id: int, entry_id: int, raw: bytes) -> None:
+    def put(self, ledger_id: int, entry_id: int, raw: Bytes) -> None:
         if len(raw) > self.bytes_max:
             return
         key = (ledger_id, entry_id)
@@ -107,6 +112,10 @@ class ReadCache:
         while self._bytes > self.bytes_max:
             _, evicted = self._entries.popitem(last=False)
             self._bytes -= len(evicted)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
 
     def drop_ledger(self, ledger_id: int) -> None:
         for key in [k for k in self._entries if k[0] == ledger_id]:

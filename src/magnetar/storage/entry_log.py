@@ -135,9 +135,14 @@ class EntryLogger:
         """Bytes in log ``log_id`` (records, padding and any dead tail)."""
         return self._reader(log_id).size()
 
-    def read_span(self, log_id: int, offset: int, length: int) -> bytes:
-        """Raw bytes of a span of consecutive records (read-ahead)."""
-        return self._reader(log_id).read_at(offset, length)
+    def view(self, log_id: int, offset: int, length: int) -> Bytes:
+        """``read``, but a read-only view of the log mapped into memory where the disk can (no
+        copy): for the read path, whose entries go to the socket and the read cache. A log is
+        never truncated once indexed, so the view stays valid (also after ``remove``)."""
+        data = self._reader(log_id).read_view(offset, length)
+        if len(data) != length:
+            raise CorruptData(f"entry log {log_id} is short at {offset}: {len(data)} of {length} bytes")
+        return data
 
     def remove(self, log_id: int) -> None:
         file = self._readers.pop(log_id, None)

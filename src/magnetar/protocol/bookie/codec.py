@@ -244,6 +244,21 @@ class ReadResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class ServedReadResponse:
+    """A READ/READ_LAST_ENTRY answer as a bookie serves it (``encode_parts`` only): the same frame
+    as ``ReadResponse``, with the stored entry in wire form as is — ``bytes`` or a read-only view
+    of an entry log mapped into memory — neither parsed nor copied on its way to the socket."""
+
+    request_id: int
+    status: Status
+    ledger_id: int
+    entry_id: int
+    known_lac: int
+    raw: bytes | bytearray | memoryview | None = None
+    op: Op = Op.READ
+
+
+@dataclass(frozen=True, slots=True)
 class EntryView:
     """An entry as received, not copied: ``raw`` is a read-only view into the buffer the reader
     received it in (``entry_view``), valid as long as that reader leaves the buffer alone. For
@@ -340,20 +355,27 @@ def _frame(op: int, request_id: int, *parts: bytes) -> bytes:
     return b"".join((_LEN.pack(body_len), _HEADER.pack(PROTOCOL_VERSION, op, request_id), *parts))
 
 
-def encode_parts(message: Message) -> tuple[bytes, ...]:
+def encode_parts(message: Message | ServedReadResponse) -> tuple[bytes | bytearray | memoryview, ...]:
     """``encode(message)`` as buffers to be written back to back — their concatenation is exactly
-    ``encode(message)`` — for a writer that hands several buffers to the socket at once
-    (``writelines``): a READ/READ_LAST_ENTRY answer's entry is its own part, never copied into a
-    joined frame; any other message is one part."""
-    if type(message) is ReadResponse and message.entry is not None:
+    ``encode(message)`` (for a ``ServedReadResponse``: of the equal ``ReadResponse``) — for a
+    writer that hands several buffers to the socket at once (``writelines``): a READ/
+    READ_LAST_ENTRY answer's entry is its own part, never copied into a joined frame; any other
+    message is one part."""
+    if isinstance(message, ServedReadResponse):
+        raw = message.raw
+        if raw is None:
+            head = _READ_RESP.pack(message.status, message.ledger_id, message.entry_id, message.known_lac, False)
+            return (_frame(message.op | RESPONSE_BIT, message.request_id, head),)
+    elif type(message) is ReadResponse and message.entry is not None:
         raw = message.entry.raw
-        body_len = _READ_RESP_HEAD_BYTES + len(raw)
-        if body_len > BOOKIE_FRAME_BYTES_MAX:
-            raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", body_len, BOOKIE_FRAME_BYTES_MAX)
-        head = _READ_RESP_FRAME_HEAD.pack(body_len, PROTOCOL_VERSION, message.op | RESPONSE_BIT, message.request_id,
-                                          message.status, message.ledger_id, message.entry_id, message.known_lac, 1)
-        return head, raw
-    return (encode(message),)
+    else:
+        return (encode(message),)
+    body_len = _READ_RESP_HEAD_BYTES + len(raw)
+    if body_len > BOOKIE_FRAME_BYTES_MAX:
+        raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", body_len, BOOKIE_FRAME_BYTES_MAX)
+    head = _READ_RESP_FRAME_HEAD.pack(body_len, PROTOCOL_VERSION, message.op | RESPONSE_BIT, message.request_id,
+                                      message.status, message.ledger_id, message.entry_id, message.known_lac, 1)
+    return head, raw
 
 
 def encode(message: Message) -> bytes:
