@@ -241,8 +241,11 @@ def test_aligned_sim_disk_pads_journal_and_entry_log_and_replays_after_a_power_c
     run(scenario())
 
 
-def test_local_disk_direct_path_round_trip(tmp_path: Path) -> None:
-    """The real O_DIRECT path (or its buffered fallback where the filesystem has none)."""
+def test_local_disk_direct_path_round_trip_reads_views_of_mapped_logs(tmp_path: Path) -> None:
+    """The real O_DIRECT path (or its buffered fallback where the filesystem has none). Entries
+    read back from entry logs come as views of the mapped log (no copy) with the right bytes; the
+    read-ahead caches views too. Removing a log empties the read cache, so no cached view keeps a
+    removed log's disk space (negative control: the cache held views just before)."""
 
     async def scenario() -> None:
         disk = LocalDisk(str(tmp_path))
@@ -250,8 +253,16 @@ def test_local_disk_direct_path_round_trip(tmp_path: Path) -> None:
         raws = await _aligned_round_trip(disk, kv, SystemClock())
         bookie = Bookie(disk, kv.reopen(), SystemClock(), ALIGNED_CONFIG)
         await bookie.start()
-        assert _reads(bookie, len(raws)) == raws
+        got = _reads(bookie, len(raws))
+        assert got == raws
+        views = [raw for raw in got if isinstance(raw, memoryview)]
+        assert len(views) >= 60 and all(v.readonly for v in views)  # the checkpointed first 70
+        assert bookie._read_cache.bytes > 0
+        bookie._remove_log(log_ids(disk)[0])
+        assert bookie._read_cache.bytes == 0
         await bookie.stop()
+        # still the entries' bytes after the bookie closed its logs
+        assert [bytes(v) for v in views] == [raws[i] for i, raw in enumerate(got) if isinstance(raw, memoryview)]
 
     asyncio.run(scenario())
 
@@ -302,28 +313,3 @@ def test_local_file_views_are_mapped_reads_valid_after_growth_close_and_removal(
     file.close()
     disk.remove("log")
     assert bytes(first) == b"a" * 10 and bytes(second) == b"aaaaabbbbb"  # the maps live on in the views
-
-
-def test_a_real_disks_entry_log_reads_are_views_and_removing_a_log_empties_the_read_cache(tmp_path: Path) -> None:
-    """Entries read from entry logs come as views of the mapped log (no copy) with the right bytes;
-    the read-ahead caches views too. Removing a log empties the read cache, so no cached view keeps
-    a removed log's disk space (negative control: the cache held views just before)."""
-
-    async def scenario() -> None:
-        disk = LocalDisk(str(tmp_path))
-        kv = SimKeyValueStore()
-        raws = await _aligned_round_trip(disk, kv, SystemClock())
-        bookie = Bookie(disk, kv.reopen(), SystemClock(), ALIGNED_CONFIG)
-        await bookie.start()
-        got = _reads(bookie, len(raws))
-        assert got == raws
-        views = [raw for raw in got if isinstance(raw, memoryview)]
-        assert len(views) >= 60 and all(v.readonly for v in views)  # the checkpointed first 70
-        assert bookie._read_cache.bytes > 0
-        bookie._remove_log(log_ids(disk)[0])
-        assert bookie._read_cache.bytes == 0
-        await bookie.stop()
-        # still the entries' bytes after the bookie closed its logs
-        assert [bytes(v) for v in views] == [raws[i] for i, raw in enumerate(got) if isinstance(raw, memoryview)]
-
-    asyncio.run(scenario())
