@@ -20,18 +20,31 @@ from magnetar.protocol.bookie import (
     encode,
     encode_parts,
 )
+from magnetar.protocol.bookie.codec import Message, ServedReadResponse
 from magnetar.runtime.bookie import _ConnectionState
 from magnetar.runtime.network import TcpConnection, TcpNetwork, _ConnectionProtocol
 
 ENTRIES = [Entry.build(9, i, i - 1, random.Random(i).randbytes(1000 + i)) for i in range(3)]
-REPLIES = [
+ANSWERS = [
     ReadResponse(1, Status.OK, 9, 0, -1, ENTRIES[0]),
     AddResponse(2, Status.OK, 9, 5),
     ReadResponse(3, Status.OK, 9, 1, 0, ENTRIES[1], Op.READ_LAST_ENTRY),
     ReadResponse(4, Status.NO_SUCH_ENTRY, 9, 7, 1, None),
     ReadResponse(5, Status.OK, 9, 2, 1, ENTRIES[2]),
 ]
-WIRE = b"".join(encode(reply) for reply in REPLIES)
+WIRE = b"".join(encode(answer) for answer in ANSWERS)
+
+
+def served(answer: Message) -> Message | ServedReadResponse:
+    """A read answer as the server sends it: the stored entry's bytes object as is."""
+    if not isinstance(answer, ReadResponse):
+        return answer
+    raw = answer.entry.raw if answer.entry is not None else None
+    return ServedReadResponse(answer.request_id, answer.status, answer.ledger_id, answer.entry_id, answer.known_lac,
+                              raw, answer.op)
+
+
+REPLIES = [served(answer) for answer in ANSWERS]
 
 
 class _RecordingTransport:
@@ -112,9 +125,12 @@ def test_negative_control_a_connection_without_writelines_gets_the_pass_joined()
 
 def test_read_answers_written_as_parts_arrive_intact_through_a_uvloop_socket() -> None:
     # Entries of 128 KiB, more than a socket buffer holds per pass: uvloop's writev is partial and
-    # the rest goes out later from the same part objects.
+    # the rest goes out later from the same part objects. Every other entry is a memoryview, as an
+    # entry log mapped into memory gives it.
     entries = [Entry.build(4, i, i - 1, random.Random(100 + i).randbytes(128 * 1024)) for i in range(64)]
     replies = [ReadResponse(i + 1, Status.OK, 4, i, i - 1, entry) for i, entry in enumerate(entries)]
+    sent = [ServedReadResponse(i + 1, Status.OK, 4, i, i - 1, memoryview(entry.raw) if i % 2 else entry.raw)
+            for i, entry in enumerate(entries)]
 
     async def run() -> list[object]:
         network = TcpNetwork()
@@ -123,7 +139,7 @@ def test_read_answers_written_as_parts_arrive_intact_through_a_uvloop_socket() -
         async def serve(connection: object) -> None:
             assert isinstance(connection, TcpConnection)
             state = _ConnectionState(connection, 0)
-            for reply in replies:
+            for reply in sent:
                 state.send_parts(encode_parts(reply))
             await done
 

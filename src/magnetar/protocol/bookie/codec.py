@@ -34,9 +34,9 @@ Bodies (``mk`` = master key: ``u8 len`` + bytes, at most ``BOOKIE_MASTER_KEY_BYT
 A reader that receives each READ answer into a buffer of its own (the Spark connector's
 ``runtime.bookie_reads``) decodes its fixed head with ``decode_read_response_head`` and its entry
 with ``entry_view``: a ``ReadViewResponse`` whose ``EntryView`` refers to that buffer instead of
-copying it. A writer that hands several buffers to its socket at once (the bookie server)
-encodes with ``encode_parts``: the same bytes, with a READ answer's entry as a buffer of its own
-instead of copied into one joined frame.
+copying it. The bookie server answers reads with ``ServedReadResponse`` (the stored entry as the
+storage core gave it) and hands the socket ``encode_parts``: the bytes of the equal
+``ReadResponse``, with the entry as a buffer of its own instead of copied into one joined frame.
 
 Invariants: ``FrameDecoder`` never holds more than one partial frame plus one read chunk; a
 length above ``BOOKIE_FRAME_BYTES_MAX`` raises ``LimitExceeded`` before any body is buffered;
@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 
 from magnetar.base.checksum import crc32c, crc32c_update
 from magnetar.base.errors import CorruptData, InvalidArgument, LimitExceeded
+from magnetar.base.io import Bytes
 from magnetar.base.limits import BOOKIE_FRAME_BYTES_MAX, BOOKIE_MASTER_KEY_BYTES_MAX, ENTRY_BYTES_MAX
 
 PROTOCOL_VERSION = 1
@@ -254,7 +255,7 @@ class ServedReadResponse:
     ledger_id: int
     entry_id: int
     known_lac: int
-    raw: bytes | bytearray | memoryview | None = None
+    raw: Bytes | None = None
     op: Op = Op.READ
 
 
@@ -355,21 +356,17 @@ def _frame(op: int, request_id: int, *parts: bytes) -> bytes:
     return b"".join((_LEN.pack(body_len), _HEADER.pack(PROTOCOL_VERSION, op, request_id), *parts))
 
 
-def encode_parts(message: Message | ServedReadResponse) -> tuple[bytes | bytearray | memoryview, ...]:
-    """``encode(message)`` as buffers to be written back to back — their concatenation is exactly
-    ``encode(message)`` (for a ``ServedReadResponse``: of the equal ``ReadResponse``) — for a
-    writer that hands several buffers to the socket at once (``writelines``): a READ/
-    READ_LAST_ENTRY answer's entry is its own part, never copied into a joined frame; any other
-    message is one part."""
-    if isinstance(message, ServedReadResponse):
-        raw = message.raw
-        if raw is None:
-            head = _READ_RESP.pack(message.status, message.ledger_id, message.entry_id, message.known_lac, False)
-            return (_frame(message.op | RESPONSE_BIT, message.request_id, head),)
-    elif type(message) is ReadResponse and message.entry is not None:
-        raw = message.entry.raw
-    else:
+def encode_parts(message: Message | ServedReadResponse) -> tuple[Bytes, ...]:
+    """The frame of ``message`` as buffers to be written back to back, for a writer that hands
+    several buffers to the socket at once (``writelines``): a ``ServedReadResponse``'s entry is
+    its own part, never copied into a joined frame (the parts join to ``encode`` of the equal
+    ``ReadResponse``); any other message is one part, ``encode(message)``."""
+    if not isinstance(message, ServedReadResponse):
         return (encode(message),)
+    raw = message.raw
+    if raw is None:
+        return (encode(ReadResponse(message.request_id, message.status, message.ledger_id, message.entry_id,
+                                    message.known_lac, None, message.op)),)
     body_len = _READ_RESP_HEAD_BYTES + len(raw)
     if body_len > BOOKIE_FRAME_BYTES_MAX:
         raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", body_len, BOOKIE_FRAME_BYTES_MAX)
