@@ -24,6 +24,7 @@ from magnetar.base.clock import Clock
 from magnetar.base.errors import AlreadyExists, LimitExceeded, NotFound
 from magnetar.base.limits import BROKER_TOPICS_LOADED_COUNT_MAX
 from magnetar.base.types import TopicName
+from magnetar.broker.compaction import compaction_threshold_bytes
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.log import LogStore
@@ -189,6 +190,7 @@ class BrokerService:
         for topic in list(self.topics.values()):
             try:
                 await topic.check_policies(self.clock.now_ms())
+                await topic.compaction.check_threshold(await compaction_threshold_bytes(self.policies, topic.name))
             except Exception as error:
                 log.warning("policy check of %s failed: %s", topic.name, error)
             now_ns = self.clock.monotonic_ns()

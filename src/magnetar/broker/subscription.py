@@ -103,7 +103,9 @@ class Subscription:
 
     # --- consumers ------------------------------------------------------------------------------
 
-    def add_consumer(self, consumer: Consumer) -> None:
+    def add_consumer(self, consumer: Consumer, read_log: TopicLog | None = None) -> None:
+        """Attach ``consumer``; ``read_log`` (a ``read_compacted`` consumer's compacted view) is what
+        the dispatcher reads from while this is the only consumer (default: the topic's log)."""
         if self._state is not SubscriptionState.ACTIVE:
             raise BrokerError(pb.ServiceNotReady, f"subscription {self.name} is closed")
         current = self.consumers
@@ -113,12 +115,15 @@ class Subscription:
             raise BrokerError(pb.ConsumerBusy, "Exclusive consumer is already connected")
         if self._admit_consumer is not None:
             self._admit_consumer()
+        source = read_log or self.log
         if self.dispatcher is None or self.sub_type is not consumer.sub_type:
             self.sub_type = consumer.sub_type
-            self.dispatcher = make_dispatcher(consumer.sub_type, self.log, self.cursor, self.config,
+            self.dispatcher = make_dispatcher(consumer.sub_type, source, self.cursor, self.config,
                                               self.partition_index, self.clock, self._delayed_enabled)
             self.dispatcher.on_deliver = self.dispatched.record
             self.dispatcher.start()
+        elif not current and self.dispatcher.log is not source:
+            self.dispatcher.log = source  # positions are the topic's in both: reading goes on where it was
         self.dispatcher.add_consumer(consumer)
 
     async def remove_consumer(self, consumer: Consumer) -> None:
