@@ -8,6 +8,7 @@ import typer
 
 from magnetar.cli import (
     admin,
+    admin_compaction,
     autorecovery,
     bookie,
     broker,
@@ -32,3 +33,4 @@ REGISTRARS.append(broker.register)
 REGISTRARS.append(chaos.register)
 REGISTRARS.append(cluster.register)
 REGISTRARS.append(admin.register)
+REGISTRARS.append(admin_compaction.register)
