@@ -306,7 +306,7 @@ class TopicCompaction:
                 if kept is not None:
                     await writer.add(encode_compacted(entry.position, kept))
             await writer.close()
-            await faults.point(AFTER_WRITE_POINT)
+            await faults.point("broker.compaction.after_write_before_record")
             cursor = await self._cursor()
             recording = True
             await cursor.mark_delete(end, {COMPACTED_LEDGER_PROPERTY: writer.ledger_id})
@@ -316,7 +316,7 @@ class TopicCompaction:
             raise
         self._state = CompactedState(writer.ledger_id, end)
         self._loaded = True
-        await faults.point(AFTER_RECORD_POINT)
+        await faults.point("broker.compaction.after_record_before_delete")
         if previous is not None and previous.ledger_id != writer.ledger_id:
             try:
                 await ledgers.delete(previous.ledger_id)
