@@ -203,7 +203,7 @@ class Session:
 
     async def _topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
         pattern = body.topics_pattern if body.HasField("topics_pattern") else None
-        topics = await self.service.topics_of_namespace(body.namespace, pattern)
+        topics = await self.service.topics_of_namespace(body.namespace, pattern, body.mode)
         self.connection.send_get_topics_of_namespace_response(body.request_id, topics)
 
     async def _get_schema(self, body: pb.CommandGetSchema) -> None:
