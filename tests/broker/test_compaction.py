@@ -275,3 +275,21 @@ async def _raise_if_error(topic: Any) -> None:
     await _until(lambda: topic.compaction.status is not CompactionStatus.RUNNING)
     if topic.compaction.status is CompactionStatus.ERROR:
         raise RuntimeError(topic.compaction.last_error)
+
+
+def test_deleting_the_topic_deletes_its_compacted_ledger() -> None:
+    async def main() -> None:
+        store = MemoryLogStore()
+        world = await AdminWorld(log_store=store).start()
+        try:
+            topic = await world.service.get_topic(TopicName.parse(T), create=True)
+            await topic.publish(keyed("a", b"1"))
+            await topic.compaction.start()
+            state = await topic.compaction.state()
+            assert state is not None and state.ledger_id in store.compacted.sealed
+            await world.ok("DELETE", world.topic_path(T))
+            assert store.compacted.sealed == {}
+        finally:
+            await world.close()
+
+    asyncio.run(main())

@@ -323,6 +323,14 @@ class TopicCompaction:
             except NotFound:
                 pass
 
+    async def delete_compacted_ledger(self) -> None:
+        """The topic is being deleted: stop a running compaction and delete the recorded ledger."""
+        await self.close()
+        state = await self.state()
+        if state is not None and self._ledgers is not None:
+            with contextlib.suppress(NotFound):
+                await self._ledgers.delete(state.ledger_id)
+
     async def close(self) -> None:
         task, self._task = self._task, None
         if task is not None and not task.done():

@@ -167,6 +167,9 @@ class BrokerService:
             topic.disconnect_producers()
             for subscription in list(topic.subscriptions.values()):
                 subscription.disconnect_consumers()
+        if name.is_persistent:  # its compacted ledger is not in the log's ledger list: delete it too
+            loaded = topic or await self.get_topic(name, create=False, admin=True)
+            await loaded.compaction.delete_compacted_ledger()
         await self.unload(name)
         if not name.is_persistent:
             return  # nothing stored: unloading it deleted it
