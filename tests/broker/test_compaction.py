@@ -21,13 +21,14 @@ from magnetar.broker.compaction import (
     CompactionStatus,
     compacted_view,
 )
-from magnetar.broker.consumer import SubType
+from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.service import BrokerService
 from magnetar.protocol.pulsar import headers_and_payload, pb
 from magnetar.protocol.pulsar.batch import LZ4, decode_entry, encode_entry
 from magnetar.protocol.pulsar.stored import split_stored_entry
 from tests.admin.harness import AdminWorld, run_world
+from tests.broker.fakes import FakeChannel
 
 T = "persistent://public/default/ct"
 NS = "/namespaces/public/default"
@@ -293,3 +294,39 @@ def test_deleting_the_topic_deletes_its_compacted_ledger() -> None:
             await world.close()
 
     asyncio.run(main())
+
+
+def test_acks_of_a_compacted_subscription_cover_what_compaction_removed() -> None:
+    async def body(w: AdminWorld) -> None:
+        topic = await w.service.get_topic(TopicName.parse(T), create=True)
+        for i in range(30):
+            await topic.publish(keyed(f"k{i % 3}", f"v{i}".encode()))
+        await topic.compaction.start()
+        await topic.publish(keyed("k0", b"above"))  # above the horizon: read from the topic
+        state = await topic.compaction.state()
+        assert state is not None
+        subscription = await topic.subscription("compacted", durable=True, initial_mark_delete=EARLIEST)
+        channel = FakeChannel()
+        consumer = Consumer(1, "c", SubType.EXCLUSIVE, channel)
+        subscription.add_consumer(consumer, compacted_view(topic.log, topic.compaction, topic.name, SubType.EXCLUSIVE))
+        subscription.flow(consumer, 100)
+        await _until(lambda: len(channel.messages) == 4)
+        delivered = [Position(*m[1]) for m in channel.messages]
+        assert delivered[:3] == [Position(state.horizon.ledger_id, e) for e in (27, 28, 29)]
+        for position in reversed(delivered[:3]):  # individual acks, out of order
+            ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
+            await subscription.acknowledge(ack, [(position, [])])
+        assert subscription.cursor.mark_delete_position == state.horizon  # the 27 removed ones too
+        ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
+        await subscription.acknowledge(ack, [(delivered[3], [])])
+        assert subscription.cursor.mark_delete_position == topic.log.last_position
+        assert subscription.cursor.backlog_entries() == 0
+        # Negative control: a subscription reading the full topic is not moved over anything.
+        full = await topic.subscription("full", durable=True, initial_mark_delete=EARLIEST)
+        other = Consumer(2, "f", SubType.EXCLUSIVE, FakeChannel())
+        full.add_consumer(other)
+        ack = pb.CommandAck(consumer_id=2, ack_type=pb.CommandAck.Individual)
+        await full.acknowledge(ack, [(delivered[2], [])])
+        assert full.cursor.mark_delete_position == EARLIEST
+
+    run_world(body)

@@ -64,6 +64,7 @@ from magnetar.broker.compacted_ledgers import (
 )
 from magnetar.broker.consumer import SubType
 from magnetar.broker.errors import BrokerError
+from magnetar.broker.ids import before
 from magnetar.broker.log import Entry, StorageStats, SubscriptionCursor, TopicLog
 from magnetar.broker.policies import PolicyCache
 from magnetar.protocol.pulsar import pb
@@ -286,6 +287,7 @@ class TopicCompaction:
         end = self._log.last_position
         if end.entry_id < 0 or (previous is not None and end <= previous.horizon):
             return  # nothing new since the last compaction
+        cursor = await self._cursor()  # a durable cursor from now on: nothing being compacted is trimmed
         view = CompactedView(self._log, self)
         latest: dict[str, tuple[Position, int]] = {}
         async for entry in self._scan(view, end):  # pass 1
@@ -307,7 +309,6 @@ class TopicCompaction:
                     await writer.add(encode_compacted(entry.position, kept))
             await writer.close()
             await faults.point("broker.compaction.after_write_before_record")
-            cursor = await self._cursor()
             recording = True
             await cursor.mark_delete(end, {COMPACTED_LEDGER_PROPERTY: writer.ledger_id})
         except BaseException:
@@ -371,6 +372,14 @@ class TopicCompaction:
             self._hints.clear()
         self._hints[position] = entry_id
 
+    async def compacted_position_at_or_after(self, state: CompactedState, start: Position) -> Position | None:
+        """The topic position of the first compacted entry at or after ``start`` (None: none left)."""
+        reader = await self._open(state.ledger_id)
+        entry_id = await self._first_at_or_after(reader, start)
+        if entry_id >= reader.entries_count:
+            return None
+        return await self._position_at(reader, entry_id)
+
     async def read_compacted(self, state: CompactedState, start: Position, count_max: int) -> list[Entry]:
         """Up to ``count_max`` compacted entries at or after ``start`` (all at or below the horizon)."""
         reader = await self._open(state.ledger_id)
@@ -413,6 +422,39 @@ class CompactedView:
         if len(out) < count_max:
             out.extend(await self._log.read(state.horizon.next(), count_max - len(out)))
         return out
+
+    async def skip_compacted_out(self, cursor: SubscriptionCursor, steps_max: int) -> Position | None:
+        """Move ``cursor``'s mark-delete position over what compaction removed below the horizon.
+
+        A subscription reading compacted data is never sent the messages compaction removed, so
+        its acks alone would leave its mark-delete position stuck before the first of them (and
+        the topic's ledgers retained for it). After each ack the mark-delete position moves on to
+        just before the next compacted entry, past it when that entry is acknowledged too, and to
+        the horizon when no compacted entry is left. At most ``steps_max`` steps per call; returns
+        the new mark-delete position, or None if it did not move."""
+        state = await self._compaction.state()
+        if state is None:
+            return None
+        moved: Position | None = None
+        for _ in range(steps_max):
+            mark_delete = cursor.mark_delete_position
+            if mark_delete >= state.horizon:
+                break
+            try:
+                following = await self._compaction.compacted_position_at_or_after(state, mark_delete.next())
+            except NotFound:
+                break
+            if following is None:
+                target = state.horizon
+            elif cursor.is_acked(following):
+                target = following
+            else:
+                target = before(following)
+            if target <= mark_delete:
+                break
+            await cursor.mark_delete(target)
+            moved = target
+        return moved
 
     async def append(self, data: bytes) -> Position:
         return await self._log.append(data)

@@ -23,6 +23,7 @@ from magnetar.base.clock import Clock
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX
 from magnetar.base.types import Position
+from magnetar.broker.compaction import CompactedView
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.dispatcher import Dispatcher
@@ -159,6 +160,7 @@ class Subscription:
                 target = position
             if dispatcher is not None:
                 dispatcher.acknowledged_cumulative(target)
+                await self._skip_compacted_out(dispatcher)
             return
         whole: list[Position] = []
         for position, ack_set in positions:
@@ -172,6 +174,15 @@ class Subscription:
             await self.cursor.delete(whole)
         if dispatcher is not None:
             dispatcher.acknowledged(whole)
+            await self._skip_compacted_out(dispatcher)
+
+    async def _skip_compacted_out(self, dispatcher: Dispatcher) -> None:
+        """A ``read_compacted`` dispatcher: acks also cover what compaction removed (see
+        ``CompactedView.skip_compacted_out``)."""
+        if isinstance(dispatcher.log, CompactedView):
+            moved = await dispatcher.log.skip_compacted_out(self.cursor, self.config.dispatch_read_count_max)
+            if moved is not None:
+                dispatcher.acknowledged_cumulative(moved)
 
     async def _batch_size(self, position: Position) -> int:
         entries = await self.log.read(position, 1)
