@@ -515,3 +515,6 @@ def topics_remove_policy(topic: str, policy: str = typer.Argument(..., help=_TOP
 
 def register(app: typer.Typer) -> None:
     app.add_typer(admin_app, name="admin")
+
+
+from magnetar.cli import admin_compaction  # noqa: E402,F401  (adds its commands to the groups above)

@@ -8,7 +8,6 @@ import typer
 
 from magnetar.cli import (
     admin,
-    admin_compaction,
     autorecovery,
     bookie,
     broker,
@@ -33,4 +32,3 @@ REGISTRARS.append(broker.register)
 REGISTRARS.append(chaos.register)
 REGISTRARS.append(cluster.register)
 REGISTRARS.append(admin.register)
-REGISTRARS.append(admin_compaction.register)
