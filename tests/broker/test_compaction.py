@@ -330,3 +330,24 @@ def test_acks_of_a_compacted_subscription_cover_what_compaction_removed() -> Non
         assert full.cursor.mark_delete_position == EARLIEST
 
     run_world(body)
+
+
+def test_chunks_are_kept_and_an_encrypted_batch_is_judged_whole() -> None:
+    async def body(w: AdminWorld) -> None:
+        topic = await w.service.get_topic(TopicName.parse(T), create=True)
+        for chunk in range(2):
+            metadata = pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1, partition_key="big",
+                                          uuid="u", chunk_id=chunk, num_chunks_from_msg=2, total_chunk_msg_size=4)
+            await topic.publish(headers_and_payload(metadata, b"ch"))
+        encrypted = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1, partition_key="enc",
+                                       num_messages_in_batch=3)
+        encrypted.encryption_keys.add(key="k", value=b"v")
+        await topic.publish(headers_and_payload(encrypted, b"\x00\x01not-a-readable-batch"))
+        await topic.publish(headers_and_payload(encrypted, b"\x00\x02not-a-readable-batch"))
+        await topic.compaction.start()
+        assert topic.compaction.status is CompactionStatus.SUCCESS, topic.compaction.last_error
+        entries = await CompactedView(topic.log, topic.compaction).read(EARLIEST, 10)
+        first = (await topic.log.read(EARLIEST, 1))[0].position
+        assert [e.position.entry_id - first.entry_id for e in entries] == [0, 1, 3]  # both chunks, the last batch
+
+    run_world(body)

@@ -10,7 +10,9 @@ topic after it) from the start to ``end``, the last position when it began, twic
 2. **Pass 2** reads the same range again and writes the survivors, in order, to a NEW ledger
    (``CompactedLedgers``; the topic's quorum settings): a message survives if it has no key
    (keyless messages are kept, as Pulsar keeps them) or is its key's latest and not a tombstone.
-   A batch is rewritten with only its surviving messages (same entry position, the batch
+   Chunks of a chunked message are kept as keyless messages are; an encrypted batch is judged
+   as one message by the entry's key (the broker cannot read inside it). A batch is rewritten
+   with only its surviving messages (same entry position, the batch
    metadata kept, compressed again with its codec); a batch with no survivor is left out. The
    official client (3.x, C++ core) does not skip ``compacted_out`` messages, Java-style markers
    would reach applications as empty messages: so a surviving message of a rewritten batch has
@@ -131,9 +133,17 @@ class _Message:
     compacted_out: bool
 
 
+def _opaque(metadata: pb.MessageMetadata) -> bool:
+    """An entry compaction keeps or drops whole: an encrypted batch (its messages cannot be read
+    without the key) or a chunk of a chunked message."""
+    return (is_batch(metadata) and len(metadata.encryption_keys) > 0) or metadata.num_chunks_from_msg > 1
+
+
 def _messages(data: bytes) -> list[_Message]:
     metadata, payload = split_stored_entry(data)
-    if not is_batch(metadata):
+    if metadata.num_chunks_from_msg > 1:
+        return [_Message(-1, None, False, False)]  # chunks are kept (one chunk is not a value)
+    if not is_batch(metadata) or _opaque(metadata):
         key = metadata.partition_key if metadata.HasField("partition_key") else None
         empty = (metadata.uncompressed_size == 0) if metadata.compression != NONE else len(payload) == 0
         return [_Message(-1, key, metadata.null_value or empty, False)]
@@ -150,7 +160,7 @@ def _survivor(entry: Entry, latest: dict[str, tuple[Position, int]]) -> bytes | 
     """The entry as the compacted ledger keeps it, or None if nothing of it survives."""
     position = entry.position
     metadata, payload = split_stored_entry(entry.data)
-    if not is_batch(metadata):
+    if not is_batch(metadata) or _opaque(metadata):
         message = _messages(entry.data)[0]
         if message.key is None or (not message.tombstone and latest.get(message.key) == (position, -1)):
             return entry.data
