@@ -18,6 +18,22 @@ from magnetar.base.limits import (
 )
 
 
+#: Offload driver names (Pulsar's ``managedLedgerOffloadDriver`` values) -> the driver that serves them.
+OFFLOAD_DRIVERS = {"filesystem": "filesystem", "s3": "s3", "aws-s3": "s3", "S3": "s3", "none": "none", "": "none"}
+
+#: Pulsar's ``broker.conf`` keys of the offload settings -> ``BrokerConfig`` fields (for readers
+#: of a Pulsar configuration file).
+PULSAR_OFFLOAD_KEYS = {
+    "managedLedgerOffloadDriver": "offload_driver",
+    "fileSystemURI": "offload_directory",
+    "s3ManagedLedgerOffloadBucket": "offload_s3_bucket",
+    "s3ManagedLedgerOffloadServiceEndpoint": "offload_s3_endpoint",
+    "s3ManagedLedgerOffloadRegion": "offload_s3_region",
+    "managedLedgerOffloadAutoTriggerSizeThresholdBytes": "offload_threshold_bytes",
+    "managedLedgerOffloadDeletionLagMs": "offload_deletion_lag_ms",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     #: Name of the cluster; broker-assigned producer names are ``<cluster>-<index>-<counter>``.
@@ -66,6 +82,21 @@ class BrokerConfig:
     #: Test-only switch for the negative control of the outbound bound: False lets a connection's
     #: queue grow without limit. Never False in a deployment.
     connection_outbound_bound_enabled: bool = True
+    #: Tiered storage (``docs/tiered_storage.md``): where sealed ledgers are offloaded to.
+    #: ``filesystem`` (a directory; a standalone's default is ``<data dir>/offload``), ``s3`` (an
+    #: S3-compatible bucket through s3fs; ``aws-s3`` is an alias), or ``none``.
+    offload_driver: str = "filesystem"
+    #: The filesystem driver's directory; empty: the standalone's ``<data dir>/offload``, and no
+    #: offload on a cluster broker.
+    offload_directory: str = ""
+    #: The s3 driver's bucket (``bucket`` or ``bucket/prefix``), endpoint URL (empty: AWS) and region.
+    offload_s3_bucket: str = ""
+    offload_s3_endpoint: str = ""
+    offload_s3_region: str = "us-east-1"
+    #: Broker defaults of the namespace policies ``offloadThreshold`` (bytes kept on bookies;
+    #: negative: no automatic offload) and ``offloadDeletionLagMs`` (Pulsar: -1 and 4 h).
+    offload_threshold_bytes: int = -1
+    offload_deletion_lag_ms: int = 4 * 3600 * 1000
 
     def __post_init__(self) -> None:
         bounds = (
@@ -93,6 +124,10 @@ class BrokerConfig:
             raise InvalidArgument("retention_time_s and retention_size_bytes must be >= -1")
         if self.auto_created_partitions_count < 0:
             raise InvalidArgument("auto_created_partitions_count must be >= 0")
+        if self.offload_driver not in OFFLOAD_DRIVERS:
+            raise InvalidArgument(f"offload_driver must be one of {sorted(OFFLOAD_DRIVERS)}, got {self.offload_driver!r}")
+        if self.offload_deletion_lag_ms < 0:
+            raise InvalidArgument("offload_deletion_lag_ms must be >= 0")
 
     @property
     def service_url(self) -> str:
