@@ -518,3 +518,4 @@ def register(app: typer.Typer) -> None:
 
 
 from magnetar.cli import admin_compaction  # noqa: E402,F401  (adds its commands to the groups above)
+from magnetar.cli import admin_offload  # noqa: E402,F401  (adds its commands to the groups above)

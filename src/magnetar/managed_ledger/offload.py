@@ -180,6 +180,10 @@ class ManagedLedgerOffload:
     def configured(self) -> bool:
         return self.offloader is not None
 
+    def ledger_infos(self) -> list[LedgerInfo]:
+        """The managed ledger's list, each ledger with its offload state."""
+        return self._ml.ledger_infos()
+
     # --- triggers --------------------------------------------------------------------------------
 
     def start(self, up_to: Position | None = None) -> None:
