@@ -84,6 +84,13 @@ def _http(method: str, url: str, body: Any = None) -> Any:
     return json.loads(raw) if raw else None
 
 
+def _keep_forever(standalone: StandaloneProcess) -> None:
+    """Infinite retention on the namespace: consumed ledgers stay (trimming one deletes its
+    offloaded files too, which the unit tests cover)."""
+    _http("POST", f"{standalone.http_url}/admin/v2/namespaces/public/default/retention",
+          {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+
+
 def _topic_url(standalone: StandaloneProcess, what: str) -> str:
     return f"{standalone.http_url}/admin/v2/persistent/public/default/tiered/{what}"
 
@@ -210,6 +217,7 @@ def test_offloaded_ledgers_read_back_byte_identical(tmp_path: Path, launched: li
     ports = {"broker_port": free_port(), "bookie_port": free_port(), "web_port": free_port()}
     standalone = StandaloneProcess(str(tmp_path / "data"), env=_env(**extra), **ports)
     launched.append(standalone)
+    _keep_forever(standalone)
     sent = _produce(standalone.broker_url, 220)
     ledgers = _ledgers(standalone)
     assert len(ledgers) >= 4
@@ -243,6 +251,16 @@ def test_offloaded_ledgers_read_back_byte_identical(tmp_path: Path, launched: li
         delta = DeltaTable(str(lake / "partition=-1"))
         assert delta.to_pyarrow_table().num_rows == len(in_lake)
         assert len(pa.table(delta.get_add_actions(flatten=True))) == len(offloaded_ids)
+    else:
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=request.getfixturevalue("moto_s3"), region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="lake")["Contents"]]
+        table_keys = [k for k in keys if k.startswith("prefix/public/default/tiered/partition=-1/")]
+        assert len([k for k in table_keys if k.endswith(".parquet")]) == len(after) - 1
+        assert any("/_delta_log/" in k for k in table_keys)
+        assert not (tmp_path / "data" / "offload").exists()  # nothing went to the local default
 
 
 def test_threshold_policy_offloads_on_rollover(tmp_path: Path, launched: list[StandaloneProcess]) -> None:
@@ -265,6 +283,7 @@ def test_crash_at_each_offload_point_loses_and_doubles_nothing(tmp_path: Path, l
     data = str(tmp_path / "data")
     first = StandaloneProcess(data, env=_env(MAGNETAR_FAULTS=f"{point}:crash"), **ports)
     launched.append(first)
+    _keep_forever(first)
     sent = _produce(first.broker_url, 130)
     _http("PUT", _topic_url(first, "offload"))
     assert first.process.wait(EXIT_DEADLINE_S) != 0  # killed at the fault point
