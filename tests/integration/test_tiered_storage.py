@@ -129,7 +129,7 @@ def _produce(url: str, count: int, start: int = 0) -> list[Sent]:
                     futures.append((value, f"{key}-{j}", {"i": f"{i}.{j}"}))
                 ids: list[Any] = [None] * 5
                 for j, (value, k, p) in enumerate(futures):
-                    batched.send_async(value, lambda res, mid, j=j: ids.__setitem__(j, mid), partition_key=k,
+                    batched.send_async(value, lambda res, mid, j=j, ids=ids: ids.__setitem__(j, mid), partition_key=k,
                                        properties=p, event_timestamp=event)
                 batched.flush()
                 out.extend((str(ids[j]), v, k, p, event) for j, (v, k, p) in enumerate(futures))
@@ -201,7 +201,7 @@ def _check_everything_back(standalone: StandaloneProcess, sent: list[Sent], *, s
     from_time, _ = _read_all(standalone.broker_url, by_time_ms=publish[middle])
     start = sent.index(from_time[0])
     assert from_time == sent[start:]  # a suffix, in order, nothing doubled
-    assert start <= middle and all(publish[i] < publish[middle] for i in range(start)) or start == middle
+    assert (start <= middle and all(publish[i] < publish[middle] for i in range(start))) or start == middle
     assert all(publish[i] >= publish[middle] for i in range(start, len(sent)))
 
 

@@ -179,8 +179,7 @@ async def test_failure_at_each_point_then_a_new_owner_loses_and_doubles_nothing(
     assert all(offloaded(i) and i.offload.bookie_deleted for i in ml2.ledger_infos()[:-1])  # type: ignore[union-attr]
     ml2._entries.clear()
     assert {p: d for p, d in (await _all(ml2)).items() if p in written} == written
-    for ledger_id, uids in store.attempts_of(TOPIC).items():
-        assert len(uids) == 1
+    assert all(len(uids) == 1 for uids in store.attempts_of(TOPIC).values())
 
 
 async def test_failed_write_leaves_nothing_and_the_next_pass_succeeds() -> None:

@@ -59,9 +59,9 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
             try:
                 found.start(up_to)
             except OffloadRunning as error:
-                raise AdminError(409, error.message) from None
+                raise AdminError(409, str(error)) from None
             except OffloadNotConfigured as error:
-                raise AdminError(400, error.message) from None
+                raise AdminError(400, str(error)) from None
         return no_content()
 
     @api_route(f"{topic_base}/offload", ["GET"], "Status of the topic's last offload")

@@ -92,7 +92,7 @@ def partitioned_stats(partitions: list[dict[str, Any]], count: int) -> dict[str,
 def internal_stats(topic: Topic) -> dict[str, Any]:
     log = topic.log
     storage = log.storage_stats()
-    ledgers = [{"ledgerId": lg.ledger_id, "entries": lg.entries_count, "size": lg.size_bytes, "offloaded": False}
+    ledgers: list[dict[str, Any]] = [{"ledgerId": lg.ledger_id, "entries": lg.entries_count, "size": lg.size_bytes, "offloaded": False}
                for lg in storage.ledgers]
     cursors: dict[str, Any] = {}
     for name, subscription in sorted(topic.subscriptions.items()):

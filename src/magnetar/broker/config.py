@@ -17,7 +17,6 @@ from magnetar.base.limits import (
     MIB,
 )
 
-
 #: Offload driver names (Pulsar's ``managedLedgerOffloadDriver`` values) -> the driver that serves them.
 OFFLOAD_DRIVERS = {"filesystem": "filesystem", "s3": "s3", "aws-s3": "s3", "S3": "s3", "none": "none", "": "none"}
 

@@ -44,8 +44,8 @@ from magnetar.runtime.bookie import RunningBookie, start_bookie, wait_for_termin
 from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
-from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_broker_http
+from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork

@@ -138,7 +138,7 @@ def arrow_schema(values: ValueColumns | None) -> pa.Schema:
 def _key(metadata: Any) -> bytes | None:
     if not metadata.HasField("partition_key"):
         return None
-    key = metadata.partition_key
+    key: str = metadata.partition_key
     if metadata.partition_key_b64_encoded:
         try:
             return base64.b64decode(key)
