@@ -15,6 +15,7 @@ from magnetar.base.limits import (
     BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX,
     BROKER_REDELIVERY_TRACKER_COUNT_MAX,
     MIB,
+    PULSAR_MESSAGE_BYTES_MAX,
     TLS_HANDSHAKE_TIMEOUT_S,
 )
 
@@ -67,6 +68,10 @@ class BrokerConfig:
     #: Test-only switch for the negative control of the outbound bound: False lets a connection's
     #: queue grow without limit. Never False in a deployment.
     connection_outbound_bound_enabled: bool = True
+
+    #: Largest message (metadata + payload) a client may send, told to it in CONNECTED
+    #: [maxMessageSize]; at most PULSAR_MESSAGE_BYTES_MAX.
+    max_message_size_bytes: int = PULSAR_MESSAGE_BYTES_MAX
 
     # --- security (Pulsar's broker.conf keys in brackets; ``magnetar.security`` verifies) ----------
     #: Clients must present credentials one of ``authentication_providers`` accepts
@@ -138,6 +143,8 @@ class BrokerConfig:
             raise InvalidArgument("policy_check_interval_ms must be >= 1 and message_ttl_s >= 0")
         if self.retention_time_s < -1 or self.retention_size_bytes < -1:
             raise InvalidArgument("retention_time_s and retention_size_bytes must be >= -1")
+        if not 1024 <= self.max_message_size_bytes <= PULSAR_MESSAGE_BYTES_MAX:
+            raise InvalidArgument(f"max_message_size_bytes must be 1024..{PULSAR_MESSAGE_BYTES_MAX}")
         if self.auto_created_partitions_count < 0:
             raise InvalidArgument("auto_created_partitions_count must be >= 0")
         unknown = [p for p in self.authentication_providers if p not in AUTHENTICATION_PROVIDERS]

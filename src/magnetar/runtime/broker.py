@@ -180,9 +180,12 @@ class BrokerServer:
 
     def connection_config(self) -> ServerConfig:
         """A new connection's protocol config: CONNECT waits for the session to authenticate it."""
-        if self.service.authenticator is None:
-            return self.server_config
-        return dataclasses.replace(self.server_config, auto_accept_connect=False)
+        config = self.server_config
+        size_max = min(config.max_message_size_bytes, self.service.config.max_message_size_bytes)
+        if self.service.authenticator is None and size_max == config.max_message_size_bytes:
+            return config
+        return dataclasses.replace(config, auto_accept_connect=self.service.authenticator is None,
+                                   max_message_size_bytes=size_max)
 
     @property
     def connection_count(self) -> int:
