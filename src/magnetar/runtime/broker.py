@@ -66,6 +66,10 @@ class _ConnectionLoop:
     def _wake_writer(self) -> None:
         self._output.set()
 
+    def wake_writer(self) -> None:
+        """Queued frames to write, or a close to carry out (the writer closes a CLOSED connection)."""
+        self._output.set()
+
     async def run(self) -> None:
         writer = asyncio.get_running_loop().create_task(self._write_loop())
         ticker = asyncio.get_running_loop().create_task(self._tick_loop())
@@ -80,6 +84,8 @@ class _ConnectionLoop:
                     await task
             await self.session.close()
             self.conn.close()
+            if self.session.closed_for_credentials:
+                self.server.expired_closed_count += 1
 
     async def _read_loop(self) -> None:
         while self._open():
@@ -160,6 +166,8 @@ class BrokerServer:
         self._listener: Listener | None = None
         self._tls_listener: Listener | None = None
         self._reloader: asyncio.Task[None] | None = None
+        #: Connections closed by the credential check (expired, refresh failed or unanswered, refused).
+        self.expired_closed_count = 0
         self._loops: set[_ConnectionLoop] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -214,15 +222,27 @@ class BrokerServer:
     def start_reloading(self, credentials: CredentialFiles, tls: TlsFiles | None) -> None:
         """Re-read changed credential and certificate files, each at its configured interval."""
         config = self.service.config
-        checks: list[tuple[float, Callable[[], bool]]] = []
+        checks: list[tuple[float, Callable[[], object]]] = []
         if credentials.authenticator is not None:
             checks.append((float(config.auth_refresh_check_interval_s), credentials.reload_if_changed))
+            checks.append((float(config.auth_refresh_check_interval_s), self.check_credentials))
         if tls is not None:
             checks.append((float(config.tls_cert_refresh_check_interval_s), tls.reload_if_changed))
         if checks:
             self._reloader = asyncio.get_running_loop().create_task(self._reload_loop(checks), name="reload")
 
-    async def _reload_loop(self, checks: list[tuple[float, Callable[[], bool]]]) -> None:
+    def check_credentials(self) -> None:
+        """Every connection's expiry check (``Session.check_credentials``); closed ones are dropped."""
+        now_ms = self.clock.now_ms()
+        for loop in list(self._loops):
+            loop.session.check_credentials(now_ms)
+            loop.wake_writer()
+
+    def refreshed_credentials_count(self) -> int:
+        """AUTH_RESPONSEs that renewed a connection's credentials, over the open connections."""
+        return sum(loop.session.refreshed_count for loop in self._loops)
+
+    async def _reload_loop(self, checks: list[tuple[float, Callable[[], object]]]) -> None:
         due_s = [interval for interval, _ in checks]
         elapsed_s = 0.0
         while True:
