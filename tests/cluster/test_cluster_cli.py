@@ -54,3 +54,39 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
     finally:
         if (tmp_path / "c" / "cluster.json").exists():
             LocalCluster.load(Path(directory)).stop()  # never leave processes behind
+
+
+def test_cluster_up_secure(tmp_path: Path) -> None:
+    """``--secure``: TLS, token and certificate authentication; the printed recipe works."""
+    import pulsar
+
+    directory = str(tmp_path / "s")
+    try:
+        up = magnetar("up", "--dir", directory, "--bookies", "1", "--brokers", "1", "--ensemble", "1,1,1",
+                      "--no-autorecovery", "--secure")
+        assert up.returncode == 0, up.stdout + up.stderr
+        state = json.loads((tmp_path / "s" / "cluster.json").read_text())
+        security, url = state["security"], state["service_url_tls"]
+        assert url.startswith("pulsar+ssl://localhost:") and url in up.stdout and security["token"] in up.stdout
+        token = Path(security["token"]).read_text().strip()
+        logger = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        client = pulsar.Client(url, tls_trust_certs_file_path=security["ca"], tls_validate_hostname=True,
+                               authentication=pulsar.AuthenticationToken(token), operation_timeout_seconds=20,
+                               logger=logger)
+        try:
+            topic = "persistent://public/default/secure-cluster"
+            consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+            client.create_producer(topic).send(b"secure")
+            assert consumer.receive(timeout_millis=20_000).data() == b"secure"
+        finally:
+            client.close()
+        anonymous = pulsar.Client(url, tls_trust_certs_file_path=security["ca"], operation_timeout_seconds=5,
+                                  logger=logger)
+        try:
+            with pytest.raises(pulsar.AuthenticationError):
+                anonymous.create_producer("persistent://public/default/secure-cluster")
+        finally:
+            anonymous.close()
+    finally:
+        if (tmp_path / "s" / "cluster.json").exists():
+            LocalCluster.load(Path(directory)).stop()

@@ -58,6 +58,8 @@ def register(app: typer.Typer) -> None:
             node_values |= {k: v for k, v in section.items() if k in node_fields or k not in broker_fields}
             broker_values = {**pulsar.broker,
                              **{k: v for k, v in section.items() if k in broker_fields and k not in node_fields}}
+            if port_tls is not None or http_port_tls is not None:  # a TLS port asked for is TLS on
+                broker_values.setdefault("tls_enabled", True)
             if "cluster_name" in pulsar.broker and "cluster_name" not in node_values:
                 node_values["cluster_name"] = pulsar.broker["cluster_name"]
             load_config(BrokerConfig, "broker", file_values=broker_values)  # report mistakes before starting

@@ -34,6 +34,8 @@ def register(app: typer.Typer) -> None:
             document = read_toml(config)
             pulsar = read_pulsar_conf(pulsar_conf)
             broker_values = {**pulsar.broker, **section_of(document, "broker")}
+            if broker_port_tls is not None or web_port_tls is not None:  # a TLS port asked for is TLS on
+                broker_values.setdefault("tls_enabled", True)
             load_config(BrokerConfig, "broker", file_values=broker_values)  # report mistakes before starting
             loaded = load_config(
                 StandaloneConfig,
