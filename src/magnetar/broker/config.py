@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.limits import (
+    AUTH_REFUSED_CONNECTION_LINGER_S,
     BROKER_DISPATCH_READ_COUNT_MAX,
     BROKER_PENDING_ACKS_PER_SUBSCRIPTION_COUNT_MAX,
     BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX,
@@ -96,6 +97,9 @@ class BrokerConfig:
     token_allowed_clock_skew_s: int = 0
     #: htpasswd file (apr1, bcrypt, {SHA}) for the "basic" provider [basicAuthConf].
     basic_auth_conf_path: str | None = None
+    #: A connection whose CONNECT failed authentication is closed after its first request, or
+    #: after this long if it sends none.
+    auth_refused_linger_s: float = AUTH_REFUSED_CONNECTION_LINGER_S
     #: How often open connections are checked for expired credentials; an expired one is sent
     #: AUTH_CHALLENGE and closed unless it answers with a valid credential within the same
     #: interval [authenticationRefreshCheckSeconds].
@@ -160,6 +164,8 @@ class BrokerConfig:
             raise InvalidArgument("tls_enabled needs tls_certificate_file_path and tls_key_file_path")
         if self.tls_require_trusted_client_cert and not self.tls_trust_certs_file_path:
             raise InvalidArgument("tls_require_trusted_client_cert needs tls_trust_certs_file_path")
+        if not 0 < self.auth_refused_linger_s <= 600:
+            raise InvalidArgument("auth_refused_linger_s must be in (0, 600]")
         if self.token_allowed_clock_skew_s < 0 or self.auth_refresh_check_interval_s < 1:
             raise InvalidArgument("token_allowed_clock_skew_s must be >= 0, auth_refresh_check_interval_s >= 1")
         if self.tls_cert_refresh_check_interval_s < 1 or not 0 < self.tls_handshake_timeout_s <= 600:

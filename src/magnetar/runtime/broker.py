@@ -56,6 +56,7 @@ class _ConnectionLoop:
         self._writable = asyncio.Event()
         self._writable.set()
         self._done = asyncio.Event()
+        self._linger: asyncio.Task[None] | None = None
 
     def _now_ms(self) -> int:
         return self.clock.monotonic_ns() // 1_000_000
@@ -77,9 +78,10 @@ class _ConnectionLoop:
             await self._read_loop()
         finally:
             await self._flush_quietly()
-            for task in (writer, ticker):
+            tasks = [writer, ticker] + ([self._linger] if self._linger is not None else [])
+            for task in tasks:
                 task.cancel()
-            for task in (writer, ticker):
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.session.close()
@@ -107,6 +109,16 @@ class _ConnectionLoop:
                 await self.session.handle(event)
                 if isinstance(event, ConnectionTerminated):
                     return
+            if self.session.refusal is not None and self._linger is None:
+                self._linger = asyncio.get_running_loop().create_task(self._close_refused())
+            self._output.set()
+
+    async def _close_refused(self) -> None:
+        """A refused connection that sends no request is closed after the linger bound."""
+        await self.clock.sleep(self.server.service.config.auth_refused_linger_s)
+        if self._open():
+            self.session.connection.close("authentication failed")
+            self.session.closed_for_credentials = True
             self._output.set()
 
     async def _write_loop(self) -> None:
