@@ -57,3 +57,19 @@ def test_bad_values_are_errors() -> None:
         translate({"authenticationEnabled": "yes please"})
     with pytest.raises(InvalidArgument, match="brokerServicePort"):
         translate({"brokerServicePort": "sixty"})
+
+
+def test_basic_auth_conf_as_path_data_or_base64(tmp_path: object) -> None:
+    import base64
+    from pathlib import Path
+
+    from magnetar.runtime.security import read_htpasswd
+
+    line = "admin:$apr1$abcdefgh$h9FWgUz3n9YxylKLlR5SQ/\n"
+    path = Path(str(tmp_path)) / "htpasswd"
+    path.write_text(line)
+    encoded = base64.b64encode(line.encode()).decode()
+    for reference in (str(path), f"file://{path}", f"data:;base64,{encoded}", encoded):
+        assert read_htpasswd(reference).verify("admin", "secret"), reference
+    with pytest.raises(InvalidArgument):
+        read_htpasswd(str(path) + ".missing")

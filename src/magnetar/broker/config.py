@@ -95,7 +95,8 @@ class BrokerConfig:
     token_audience: str | None = None
     #: Seconds an expired (or not-yet-valid) token is still accepted [tokenAllowedClockSkewSeconds].
     token_allowed_clock_skew_s: int = 0
-    #: htpasswd file (apr1, bcrypt, {SHA}) for the "basic" provider [basicAuthConf].
+    #: htpasswd (apr1, bcrypt, {SHA}) for the "basic" provider: a path, ``data:;base64,...`` or the
+    #: content in base64 [basicAuthConf].
     basic_auth_conf_path: str | None = None
     #: A connection whose CONNECT failed authentication is closed after its first request, or
     #: after this long if it sends none.
