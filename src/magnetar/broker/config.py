@@ -120,6 +120,12 @@ class BrokerConfig:
     tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S
     #: Port of the TLS binary listener clients are sent to by LOOKUP; set by the runtime.
     advertised_port_tls: int | None = None
+    #: TLS from this broker to the bookies: the CA that signed their certificates turns it on;
+    #: a certificate and key are presented when the bookies require one
+    #: [bookkeeperTLSTrustCertsFilePath, bookkeeperTLSCertificateFilePath, bookkeeperTLSKeyFilePath].
+    bookkeeper_tls_trust_certs_file_path: str | None = None
+    bookkeeper_tls_certificate_file_path: str | None = None
+    bookkeeper_tls_key_file_path: str | None = None
     #: Roles checked against grants [authorizationEnabled, superUserRoles].
     authorization_enabled: bool = False
     superuser_roles: tuple[str, ...] = ()

@@ -65,7 +65,7 @@ from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port
-from magnetar.runtime.tls import tls_files_from_config
+from magnetar.runtime.tls import bookie_client_network, tls_files_from_config
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +185,11 @@ class BrokerNode:
         self.port_tls = ((config.port_tls or free_port(config.host))
                          if self.tls is not None and config.port_tls is not None else None)
         self.https: HttpEndpoint | None = None
+        bk = self.broker_config
+        self.bookie_network = (bookie_client_network(bk.bookkeeper_tls_trust_certs_file_path,
+                                                     bk.bookkeeper_tls_certificate_file_path,
+                                                     bk.bookkeeper_tls_key_file_path)
+                               if bk.bookkeeper_tls_trust_certs_file_path else self.network)
         self.http: HttpEndpoint | None = None
         self.generation: Generation | None = None
         self.generations = 0
@@ -250,7 +255,7 @@ class BrokerNode:
         config = self.config
         try:
             index = await unique_broker_index(store)
-            generation.manager = await open_ledger_manager(store, network=self.network, clock=self.clock,
+            generation.manager = await open_ledger_manager(store, network=self.bookie_network, clock=self.clock,
                                                            rng=system_rng())
 
             def install(service: BrokerService) -> None:

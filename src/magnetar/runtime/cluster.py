@@ -12,11 +12,12 @@ grace period). The state (ports, PIDs, URLs) is written to ``base_dir/cluster.js
 processes by PID, after checking each PID still runs the command it was started with.
 
 With ``secure=True`` (``magnetar cluster up --secure``) the cluster is made for a network:
-``base_dir/security/`` gets a CA, a broker certificate for ``localhost``/``127.0.0.1``, a client
+``base_dir/security/`` gets a CA, a server certificate for ``localhost``/``127.0.0.1``, a client
 certificate whose CN is ``superuser``, an HS256 secret key and a token for ``superuser``, and a
 Pulsar ``broker.conf`` that every broker reads (``--pulsar-conf``): TLS listeners for the binary
 protocol and HTTPS, token and TLS-certificate authentication, authorization with ``superuser`` as
-super-user. ``connect_help()`` says how to reach it. Bookies stay on plain TCP on 127.0.0.1.
+super-user, and TLS to the bookies, which require a client certificate signed by the CA (the
+brokers and AutoRecovery present the server certificate). ``connect_help()`` says how to reach it.
 
 Processes are named ``zookeeper``, ``bookie-0``.., ``broker-0``.. and ``autorecovery`` (the
 auditor and replication worker, unless ``autorecovery=False``); each is a ``ClusterProcess``
@@ -89,11 +90,15 @@ superUserRoles={superuser}
 tlsCertificateFilePath={broker_cert}
 tlsKeyFilePath={broker_key}
 tlsTrustCertsFilePath={ca}
+bookkeeperTLSTrustCertsFilePath={ca}
+bookkeeperTLSCertificateFilePath={broker_cert}
+bookkeeperTLSKeyFilePath={broker_key}
 """
 
 
 def _security_paths(directory: Path) -> dict[str, str]:
     return {"ca": str(directory / "ca.cert.pem"), "secret": str(directory / "secret.key"),
+            "server_cert": str(directory / "broker.cert.pem"), "server_key": str(directory / "broker.key-pk8.pem"),
             "token": str(directory / f"{SUPERUSER_ROLE}.token"), "broker_conf": str(directory / "broker.conf"),
             "client_cert": str(directory / f"{SUPERUSER_ROLE}.cert.pem"),
             "client_key": str(directory / f"{SUPERUSER_ROLE}.key-pk8.pem")}
@@ -361,6 +366,11 @@ class LocalCluster:
         name = f"bookie-{index}"
         argv = [sys.executable, "-m", "magnetar.cli", "bookie", "--metadata", self.metadata_url, "--host", "127.0.0.1",
                 "--port", str(port), "--data-dir", str(self.base_dir / name)]
+        if self.security:  # TLS with required client certificates: only the cluster's own nodes get in
+            env = {**(env or {}), "MAGNETAR_BOOKIE_TLS_CERTIFICATE_FILE_PATH": self.security["server_cert"],
+                   "MAGNETAR_BOOKIE_TLS_KEY_FILE_PATH": self.security["server_key"],
+                   "MAGNETAR_BOOKIE_TLS_TRUST_CERTS_FILE_PATH": self.security["ca"],
+                   "MAGNETAR_BOOKIE_TLS_REQUIRE_CLIENT_CERT": "true"}
         return ClusterProcess(name, "bookie", argv, self._log(name), port=port, env=env)
 
     def _broker(self, index: int, port: int, http_port: int, env: dict[str, str] | None) -> ClusterProcess:
@@ -380,6 +390,9 @@ class LocalCluster:
 
     def _autorecovery(self, env: dict[str, str] | None) -> ClusterProcess:
         argv = [sys.executable, "-m", "magnetar.cli", "autorecovery", "--metadata", self.metadata_url]
+        if self.security:
+            argv += ["--bookie-tls-trust-cert", self.security["ca"], "--bookie-tls-cert", self.security["server_cert"],
+                     "--bookie-tls-key", self.security["server_key"]]
         return ClusterProcess("autorecovery", "autorecovery", argv, self._log("autorecovery"), port=0, env=env)
 
     # --- views ----------------------------------------------------------------------------------
