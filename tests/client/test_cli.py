@@ -56,3 +56,27 @@ def test_produce_to_an_unreachable_broker_fails_cleanly(runner: CliRunner) -> No
     result = runner.invoke(app, ["produce", "t", "-m", "x", "--service-url", "pulsar://127.0.0.1:1", "--timeout-s", "1"])
     assert result.exit_code == 1
     assert "error" in result.output
+
+
+def test_consume_short_of_its_count_says_why(broker: FakeBroker, runner: CliRunner) -> None:
+    produced = runner.invoke(app, ["produce", "few", "-m", "m", "-n", "3", "--service-url", broker.url, "--timeout-s", "10"])
+    assert produced.exit_code == 0, produced.output
+    result = runner.invoke(app, ["consume", "few", "-s", "sub", "-n", "20", "--service-url", broker.url,
+                                 "--timeout-s", "0.5"])
+    assert result.exit_code == 1
+    assert "received 3 of 20 messages within the timeout (0.5 s)" in result.output
+
+
+def test_consume_says_when_a_producers_first_messages_are_not_available(broker: FakeBroker,
+                                                                        runner: CliRunner) -> None:
+    produced = runner.invoke(app, ["produce", "older", "-m", "m", "-n", "5", "--service-url", broker.url,
+                                   "--timeout-s", "10"])
+    assert produced.exit_code == 0, produced.output
+    first = runner.invoke(app, ["consume", "older", "-s", "sub", "-n", "2", "--service-url", broker.url,
+                                "--timeout-s", "10"])
+    assert first.exit_code == 0, first.output
+    assert "note:" not in first.output  # sequence ids 0 and 1: nothing before them is missing
+    rest = runner.invoke(app, ["consume", "older", "-s", "sub", "-n", "3", "--service-url", broker.url,
+                               "--timeout-s", "10"])
+    assert rest.exit_code == 0, rest.output
+    assert "has sequence id 2" in rest.output and "set-retention" in rest.output

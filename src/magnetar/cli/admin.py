@@ -19,10 +19,10 @@ from urllib.parse import quote
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.types import TopicName
+from magnetar.cli.output import print_table
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 REQUEST_TIMEOUT_S = 30.0
@@ -37,7 +37,7 @@ for _name, _group in (("clusters", clusters_app), ("tenants", tenants_app), ("na
                       ("topics", topics_app)):
     admin_app.add_typer(_group, name=_name)
 
-console = Console()
+console = Console(soft_wrap=True)  # long names and URLs stay on one line, whole
 
 
 @dataclass
@@ -80,15 +80,14 @@ def _options(url: str = typer.Option(None, "--url", help=f"broker HTTP URL (defa
 
 
 def _table(title: str, column: str, rows: list[str]) -> None:
-    table = Table(title=title)
-    table.add_column(column)
-    for row in rows:
-        table.add_row(row)
-    console.print(table)
+    print_table(console, title, (column,), [(row,) for row in rows])
 
 
 def _json(value: Any) -> None:
-    console.print_json(json.dumps(value))
+    if console.is_terminal:
+        console.print_json(json.dumps(value))
+    else:  # piped: plain JSON for jq, never re-wrapped
+        typer.echo(json.dumps(value, indent=2))
 
 
 def _done(what: str) -> None:
@@ -357,19 +356,13 @@ def topics_stats(topic: str, as_json: bool = typer.Option(False, "--json", help=
     if as_json:
         _json(stats)
         return
-    table = Table(title=f"stats of {topic}")
-    for column in ("msgRateIn", "msgRateOut", "msgInCounter", "storageSize", "backlogSize", "publishers"):
-        table.add_column(column)
-    table.add_row(f"{stats['msgRateIn']:.1f}", f"{stats['msgRateOut']:.1f}", str(stats["msgInCounter"]),
-                  str(stats["storageSize"]), str(stats["backlogSize"]), str(len(stats["publishers"])))
-    console.print(table)
-    subs = Table(title="subscriptions")
-    for column in ("subscription", "type", "msgBacklog", "msgRateOut", "consumers"):
-        subs.add_column(column)
-    for name, sub in stats["subscriptions"].items():
-        subs.add_row(name, str(sub.get("type", "")), str(sub["msgBacklog"]), f"{sub['msgRateOut']:.1f}",
-                     str(len(sub["consumers"])))
-    console.print(subs)
+    print_table(console, f"stats of {topic}",
+                ("msgRateIn", "msgRateOut", "msgInCounter", "storageSize", "backlogSize", "publishers"),
+                [(f"{stats['msgRateIn']:.1f}", f"{stats['msgRateOut']:.1f}", str(stats["msgInCounter"]),
+                  str(stats["storageSize"]), str(stats["backlogSize"]), str(len(stats["publishers"])))])
+    print_table(console, "subscriptions", ("subscription", "type", "msgBacklog", "msgRateOut", "consumers"),
+                [(name, str(sub.get("type", "")), str(sub["msgBacklog"]), f"{sub['msgRateOut']:.1f}",
+                  str(len(sub["consumers"]))) for name, sub in stats["subscriptions"].items()])
 
 
 @topics_app.command("internal-stats")

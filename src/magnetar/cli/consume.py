@@ -1,7 +1,13 @@
 """``magnetar consume``: receive (and acknowledge) messages with Magnetar's own client.
 
 Bounded: stops after ``--count`` messages (0: until the timeout) or ``--timeout-s``, whichever
-comes first; exits 1 if fewer than ``--count`` messages arrived.
+comes first; exits 1 if fewer than ``--count`` messages arrived, and says so ("received N of M
+within the timeout").
+
+A subscription that starts at ``earliest`` can only start at the first message still stored: on a
+topic with no subscription and no retention policy the broker trims every ledger but the last
+(Pulsar's rule). When the first message seen from a producer has a sequence id above 0, its
+earlier messages are not available to this subscription, and the command says so (``trim_note``).
 """
 
 from __future__ import annotations
@@ -42,9 +48,39 @@ async def consume(service_url: str, topic: str, subscription: str, count: int, s
             consumer.acknowledge(message)
         await consumer.flush_acks()
         await consumer.close()
+        if position is InitialPosition.EARLIEST:
+            note = trim_note(received)
+            if note:
+                console.print(f"[yellow]note:[/yellow] {escape(note)}")
         return received
     finally:
         await client.close()
+
+
+def trim_note(received: list[Message]) -> str | None:
+    """Why a consume from ``earliest`` may not start at a producer's first message, or None.
+
+    Producers number their messages from 0; the first message seen from a producer with a
+    higher sequence id means the ones before it were acknowledged on this subscription already
+    or trimmed from the topic (no subscription held them and no retention kept them).
+    """
+    first: dict[str, int] = {}
+    for message in received:
+        first.setdefault(message.producer_name, message.sequence_id)
+    missing = {name: seq for name, seq in first.items() if seq > 0}
+    if not missing:
+        return None
+    name, seq = min(missing.items(), key=lambda item: item[1])
+    return (f"the first message from producer {name} has sequence id {seq}: its {seq} earlier message(s) were "
+            "acknowledged on this subscription before or trimmed (a topic with no subscription and no retention "
+            "keeps only its last ledger). Create the subscription before producing, or set a retention policy: "
+            "magnetar admin namespaces set-retention public/default --time-minutes 60 --size-mb 100")
+
+
+def shortfall_line(received_count: int, count: int, timeout_s: float) -> str:
+    """The one line ``consume`` prints when fewer than ``count`` messages arrived."""
+    return (f"received {received_count} of {count} messages within the timeout ({timeout_s:g} s): "
+            f"the subscription had no more to deliver (raise --timeout-s, or lower -n)")
 
 
 def register(app: typer.Typer) -> None:
@@ -59,7 +95,7 @@ def register(app: typer.Typer) -> None:
         timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="bound on the whole run"),
     ) -> None:
         """Receive messages from a subscription, print and acknowledge them."""
-        console = Console()
+        console = Console(soft_wrap=True)
         try:
             kind = SubscriptionType[sub_type.upper()]
             initial = InitialPosition[position.upper()]
@@ -72,6 +108,7 @@ def register(app: typer.Typer) -> None:
         except (MagnetarError, OSError, TimeoutError) as exc:
             console.print(f"[red]error:[/red] {type(exc).__name__}: {exc}")
             raise typer.Exit(1) from None
-        console.print(f"[bold]{len(received)} messages consumed[/bold] from {topic}")
+        console.print(f"[bold]{len(received)} messages consumed[/bold] from {escape(topic)}")
         if count and len(received) < count:
+            typer.echo(f"error: {shortfall_line(len(received), count, timeout_s)}", err=True)
             raise typer.Exit(1)
