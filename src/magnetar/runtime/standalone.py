@@ -180,7 +180,7 @@ async def start_standalone(config: StandaloneConfig) -> Standalone:
         running.stoppers.append(running.broker.close)
         await bootstrap_cluster(running.broker.service, web_url=f"http://{config.host}:{config.web_port}")
         running.http = await start_broker_http(config.host, config.web_port, service=running.broker.service,
-                                               health=lambda: _health(running))
+                                               health=lambda: _health(running), metadata_url=config.metadata_url())
         running.stoppers.append(running.http.stop)
     except BaseException:
         await running.stop()
