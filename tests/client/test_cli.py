@@ -7,7 +7,10 @@ from collections.abc import Iterator
 import pytest
 from typer.testing import CliRunner
 
+from magnetar.cli.consume import trim_note
 from magnetar.cli.main import _register_commands, app
+from magnetar.client import Message
+from magnetar.client.message import MessageId
 from tests.client.fake_broker import FakeBroker
 from tests.client.tcp_broker import ThreadedBroker
 
@@ -67,16 +70,29 @@ def test_consume_short_of_its_count_says_why(broker: FakeBroker, runner: CliRunn
     assert "received 3 of 20 messages within the timeout (0.5 s)" in result.output
 
 
-def test_consume_says_when_a_producers_first_messages_are_not_available(broker: FakeBroker,
-                                                                        runner: CliRunner) -> None:
+def test_consume_resuming_a_subscription_is_no_trim(broker: FakeBroker, runner: CliRunner) -> None:
     produced = runner.invoke(app, ["produce", "older", "-m", "m", "-n", "5", "--service-url", broker.url,
                                    "--timeout-s", "10"])
     assert produced.exit_code == 0, produced.output
     first = runner.invoke(app, ["consume", "older", "-s", "sub", "-n", "2", "--service-url", broker.url,
                                 "--timeout-s", "10"])
     assert first.exit_code == 0, first.output
-    assert "note:" not in first.output  # sequence ids 0 and 1: nothing before them is missing
     rest = runner.invoke(app, ["consume", "older", "-s", "sub", "-n", "3", "--service-url", broker.url,
                                "--timeout-s", "10"])
     assert rest.exit_code == 0, rest.output
-    assert "has sequence id 2" in rest.output and "set-retention" in rest.output
+    assert "3 messages consumed" in rest.output
+    assert "trimmed" not in rest.output  # sequence ids 2..4, but 0 and 1 are still stored: acknowledged, not lost
+
+
+def _message(ledger: int, entry: int, sequence_id: int) -> Message:
+    return Message("persistent://public/default/t", MessageId(ledger, entry), b"x", None, {}, 0, None, "p-1",
+                   sequence_id, 0)
+
+
+def test_trim_note_only_when_the_subscription_starts_at_a_trimmed_producers_later_message() -> None:
+    later = _message(7, 0, 120)
+    assert "older messages were trimmed" in (trim_note(later, later) or "")
+    assert "120 earlier message(s)" in (trim_note(later, later) or "")
+    assert trim_note(later, _message(3, 0, 0)) is None  # the topic still holds older messages
+    assert trim_note(later, None) is None
+    assert trim_note(_message(7, 0, 0), _message(7, 0, 0)) is None  # the producer's first: nothing missing

@@ -6,8 +6,9 @@ within the timeout").
 
 A subscription that starts at ``earliest`` can only start at the first message still stored: on a
 topic with no subscription and no retention policy the broker trims every ledger but the last
-(Pulsar's rule). When the first message seen from a producer has a sequence id above 0, its
-earlier messages are not available to this subscription, and the command says so (``trim_note``).
+(Pulsar's rule). When the subscription started at the first stored message (a reader from
+earliest sees the same one) and that message is not its producer's first (producers number
+their messages from 0), the earlier ones were trimmed, and the command says so (``trim_note``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from rich.markup import escape
 from magnetar.base.errors import MagnetarError, TimeoutError_
 from magnetar.cli.produce import DEFAULT_SERVICE_URL, connect
 from magnetar.client import ClientOptions, InitialPosition, Message, SubscriptionType
+from magnetar.client.client import PulsarClient
+from magnetar.client.message import EARLIEST
+
+#: How long ``consume`` waits for the first stored message when it checks for trimmed ones.
+FIRST_STORED_TIMEOUT_MS = 2_000
 
 
 async def consume(service_url: str, topic: str, subscription: str, count: int, sub_type: SubscriptionType,
@@ -48,8 +54,9 @@ async def consume(service_url: str, topic: str, subscription: str, count: int, s
             consumer.acknowledge(message)
         await consumer.flush_acks()
         await consumer.close()
-        if position is InitialPosition.EARLIEST:
-            note = trim_note(received)
+        if position is InitialPosition.EARLIEST and received and received[0].sequence_id > 0:
+            first_stored = await _first_stored(client, topic, max(1, int((deadline - loop.time()) * 1000)))
+            note = trim_note(received[0], first_stored)
             if note:
                 console.print(f"[yellow]note:[/yellow] {escape(note)}")
         return received
@@ -57,24 +64,33 @@ async def consume(service_url: str, topic: str, subscription: str, count: int, s
         await client.close()
 
 
-def trim_note(received: list[Message]) -> str | None:
-    """Why a consume from ``earliest`` may not start at a producer's first message, or None.
-
-    Producers number their messages from 0; the first message seen from a producer with a
-    higher sequence id means the ones before it were acknowledged on this subscription already
-    or trimmed from the topic (no subscription held them and no retention kept them).
-    """
-    first: dict[str, int] = {}
-    for message in received:
-        first.setdefault(message.producer_name, message.sequence_id)
-    missing = {name: seq for name, seq in first.items() if seq > 0}
-    if not missing:
+async def _first_stored(client: PulsarClient, topic: str, timeout_ms: int) -> Message | None:
+    """The first message the topic still stores (a reader from earliest), or None."""
+    try:
+        reader = await client.create_reader(topic, EARLIEST)
+        try:
+            return await reader.read_next(timeout_ms=min(timeout_ms, FIRST_STORED_TIMEOUT_MS))
+        finally:
+            await reader.close()
+    except MagnetarError:  # a partitioned topic, or nothing within the bound: say nothing
         return None
-    name, seq = min(missing.items(), key=lambda item: item[1])
-    return (f"the first message from producer {name} has sequence id {seq}: its {seq} earlier message(s) were "
-            "acknowledged on this subscription before or trimmed (a topic with no subscription and no retention "
-            "keeps only its last ledger). Create the subscription before producing, or set a retention policy: "
-            "magnetar admin namespaces set-retention public/default --time-minutes 60 --size-mb 100")
+
+
+def trim_note(first_received: Message, first_stored: Message | None) -> str | None:
+    """What to say when a subscription from ``earliest`` started at the first message the topic
+    still stores and that message is not its producer's first (producers number from 0): the
+    ones before it were trimmed. None otherwise (a subscription that acknowledged them before
+    simply resumes after them)."""
+    if first_stored is None or first_stored.message_id != first_received.message_id:
+        return None
+    seq = first_received.sequence_id
+    if seq <= 0:
+        return None
+    return (f"older messages were trimmed: the first message still stored ({first_received.message_id}) is number "
+            f"{seq} of producer {first_received.producer_name}, whose {seq} earlier message(s) are gone (a topic "
+            "that no subscription holds and no retention policy keeps is trimmed to its last ledger). Create the "
+            "subscription before producing, or set a retention policy: magnetar admin namespaces set-retention "
+            "public/default --time-minutes 60 --size-mb 100")
 
 
 def shortfall_line(received_count: int, count: int, timeout_s: float) -> str:
