@@ -147,6 +147,27 @@ def test_console_pages_graphs_and_clear_backlog(standalone: StandaloneProcess, b
         tab.page.fill("#search", "no-such-topic")
         tab.page.wait_for_selector(".tree li.muted")
         tab.open("/cluster", "main h1")
+
+        # a namespace and a policy, each through its form and a confirmation
+        tab.open("/topics", "#search")
+        tab.page.fill("#search", "")  # the search above is remembered in the tab
+        tab.page.wait_for_selector(".tree a[data-topic='persistent://public/default/console-topic']")
+        tab.page.fill("#create-namespace input[name=namespace]", "public/console-ns")
+        tab.page.click("#create-namespace button")
+        tab.page.wait_for_selector("#confirm[open]")
+        tab.page.click("#confirm-ok")
+        tab.page.wait_for_selector("a.ns[href='#/namespace/public/console-ns']")
+        tab.open("/namespace/public/console-ns", "form[data-policy=retention]")
+        tab.page.fill("form[data-policy=retention] input[name=minutes]", "60")
+        tab.page.fill("form[data-policy=retention] input[name=mb]", "100")
+        tab.page.click("form[data-policy=retention] button")
+        tab.page.click("#confirm-cancel")  # cancelled: nothing changes
+        assert _admin(standalone, "/namespaces/public/console-ns").get("retention_policies") is None
+        tab.page.click("form[data-policy=retention] button")
+        tab.page.click("#confirm-ok")
+        tab.page.wait_for_selector("text=60 min, 100 MB")
+        assert _admin(standalone, "/namespaces/public/console-ns")["retention_policies"] == {
+            "retentionTimeInMinutes": 60, "retentionSizeInMB": 100}
         assert tab.errors == []
         producer.close()
         consumer.close()

@@ -245,7 +245,7 @@ async function namespacePage(tenant, ns) {
   return `<h1>Namespace ${esc(name)}</h1>
     <div class="panel"><h2>Policies</h2><dl class="kv">
       <dt>retention</dt><dd>${esc(retention.retentionTimeInMinutes ?? 0)} min, ${esc(retention.retentionSizeInMB ?? 0)} MB</dd>
-      <dt>message TTL</dt><dd>${esc(policies.message_ttl_in_seconds ?? "–")} s</dd>
+      <dt>message TTL</dt><dd>${policies.message_ttl_in_seconds ? `${esc(policies.message_ttl_in_seconds)} s` : "–"}</dd>
       <dt>backlog quota</dt><dd>${quota.limitSize !== undefined ? `${fmtBytes(quota.limitSize)} (${esc(quota.policy)})` : "–"}</dd>
       <dt>deduplication</dt><dd>${policies.deduplicationEnabled ? "on" : "off"}</dd></dl>
       <div class="forms">
@@ -359,17 +359,18 @@ async function clusterPage() {
 function route() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
   const [page, ...args] = parts;
-  if (!page) return {name: "overview", run: () => overviewPage()};
+  // live pages refresh themselves; the tree and namespace pages (forms) only on demand
+  if (!page) return {name: "overview", run: () => overviewPage(), live: true};
   if (page === "topics") return {name: "topics", run: () => topicsPage()};
-  if (page === "cluster") return {name: "cluster", run: () => clusterPage()};
+  if (page === "cluster") return {name: "cluster", run: () => clusterPage(), live: true};
   if (page === "namespace" && args.length === 2) return {name: "topics", run: () => namespacePage(...args), args};
   if (page === "topic" && args.length >= 3) {
     const a = [args[0], args[1], args.slice(2).join("/")];
-    return {name: "topics", run: () => topicPage(...a), args: a, page: "topic"};
+    return {name: "topics", run: () => topicPage(...a), args: a, page: "topic", live: true};
   }
   if (page === "durability" && args.length >= 3) {
     const a = [args[0], args[1], args.slice(2).join("/")];
-    return {name: "topics", run: () => durabilityPage(...a), args: a};
+    return {name: "topics", run: () => durabilityPage(...a), args: a, live: true};
   }
   return {name: "", run: async () => `<h1>Not found</h1><p><a href="#/">Overview</a></p>`};
 }
@@ -401,7 +402,7 @@ function schedule() {
   clearTimeout(refreshTimer);
   refreshTimer = setTimeout(async () => {
     const busy = document.querySelector("dialog[open]") || (document.activeElement && document.activeElement.closest("form"));
-    if (!busy && !document.hidden) await render();
+    if (!busy && !document.hidden && route().live) await render();
     schedule();
   }, REFRESH_MS);
 }
