@@ -74,3 +74,33 @@ def test_tree_topic_peek_and_ledgers(http_broker: HttpBroker) -> None:
         assert overview["totals"]["backlog"] == backlog and overview["metadata"]["healthy"] is True
     finally:
         client.close()
+
+
+def test_whoami_reports_the_role_the_authentication_layer_set(http_broker: HttpBroker) -> None:
+    import asyncio
+
+    from magnetar.admin import AdminContext
+    from magnetar.admin.console import ConsoleContext, RateHistory, build_console_app
+
+    assert http_broker.thread.server is not None
+    app = build_console_app(ConsoleContext(AdminContext(http_broker.thread.server.service, cluster="standalone"),
+                                           RateHistory()))
+
+    async def call(state: dict[str, Any]) -> Any:
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": "/console/api/whoami", "raw_path": b"/console/api/whoami",
+                 "query_string": b"", "headers": [], "root_path": "", "scheme": "http", "state": state,
+                 "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1), "http_version": "1.1"}
+        await app(scope, receive, send)
+        return json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+
+    assert asyncio.run(call({"role": "ops"})) == {"role": "ops"}
+    assert asyncio.run(call({})) == {"role": None}
+    assert get(http_broker, "/console/api/whoami") == {"role": None}  # no authentication on this broker

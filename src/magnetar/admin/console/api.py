@@ -15,6 +15,7 @@ reset) go through the admin API itself: the pages call ``/admin/v2``.
 * ``GET topic/.../ledgers``: the durability view (``durability.ledger_view``).
 * ``GET topic/.../peek?subscription=S&count=N``: the next N messages of S, not moving its cursor.
 * ``GET cluster``: brokers and the bundles each owns.
+* ``GET whoami``: the role the request was authenticated as (``request.state.role``), or null.
 """
 
 from __future__ import annotations
@@ -31,18 +32,22 @@ from starlette.routing import BaseRoute
 
 from magnetar import __version__
 from magnetar.admin.common import AdminContext, AdminError, api_route, json_response, query_int, topic_of
+from magnetar.admin.console.durability import LedgerFacts, ledger_view
+from magnetar.admin.console.history import Counters, RateHistory
 from magnetar.admin.stats import partitioned_stats, topic_stats
 from magnetar.admin.topics import load, targets
 from magnetar.base.errors import MagnetarError
-from magnetar.base.limits import CONSOLE_LEDGERS_COUNT_MAX, CONSOLE_PEEK_COUNT_MAX, CONSOLE_TREE_TOPICS_COUNT_MAX
+from magnetar.base.limits import (
+    CONSOLE_LEDGERS_COUNT_MAX,
+    CONSOLE_PEEK_COUNT_MAX,
+    CONSOLE_TREE_TOPICS_COUNT_MAX,
+)
 from magnetar.base.types import BookieId, TopicName
 from magnetar.broker.dedup import is_system_cursor
 from magnetar.broker.load import LOAD_REPORTS_ROOT, LoadReport
 from magnetar.broker.lookup import PARTITIONED_TOPICS_ROOT
 from magnetar.broker.managed_log import ManagedTopicLog
 from magnetar.broker.topic import Topic
-from magnetar.admin.console.durability import LedgerFacts, ledger_view
-from magnetar.admin.console.history import Counters, RateHistory
 from magnetar.ledger.directory import MetadataBookieDirectory
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
@@ -162,11 +167,11 @@ def routes(ctx: ConsoleContext) -> list[BaseRoute]:
     async def tree(_: Request) -> Response:
         out: list[dict[str, Any]] = []
         for tenant in sorted(await admin.resources.tenants()):
-            namespaces = []
+            namespaces: list[dict[str, Any]] = []
             for namespace in sorted(await admin.resources.namespaces(tenant)):
                 partitioned = sorted(await admin.resources.store.children(
                     f"{PARTITIONED_TOPICS_ROOT}/{namespace}/persistent"))
-                rows = []
+                rows: list[dict[str, Any]] = []
                 for local in partitioned[:CONSOLE_TREE_TOPICS_COUNT_MAX]:
                     name = TopicName.parse(f"persistent://{namespace}/{local}")
                     rows.append({"name": str(name), "local": name.local_name,
@@ -284,11 +289,16 @@ def routes(ctx: ConsoleContext) -> list[BaseRoute]:
                 break
         return json_response({"subscription": sub_name, "messages": messages})
 
+    @api_route("/whoami", ["GET"], "The role this request was authenticated as (null without authentication)")
+    async def whoami(request: Request) -> Response:
+        role = getattr(request.state, "role", None)  # set by the authentication middleware when it is on
+        return json_response({"role": role if role is None else str(role)})
+
     @api_route("/cluster", ["GET"], "Brokers and the bundles each owns")
     async def cluster(request: Request) -> Response:
         return json_response({"cluster": admin.cluster, "brokers": await _brokers(ctx, request)})
 
-    return [overview, tree, topic_page, ledgers, peek, cluster]
+    return [overview, tree, topic_page, ledgers, peek, whoami, cluster]
 
 
 async def _open_subscriptions(topic: Topic) -> None:

@@ -105,7 +105,12 @@ document.getElementById("login-form").addEventListener("submit", (event) => {
 document.getElementById("logout").addEventListener("click", () => {
   sessionStorage.removeItem(TOKEN_KEY); updateLogout(); render();
 });
-function updateLogout() { document.getElementById("logout").hidden = !sessionStorage.getItem(TOKEN_KEY); }
+function updateLogout() {
+  document.getElementById("logout").hidden = !sessionStorage.getItem(TOKEN_KEY);
+  get("/console/api/whoami").then((me) => {
+    document.getElementById("who").textContent = me && me.role ? `signed in as ${me.role}` : "";
+  }).catch(() => { document.getElementById("who").textContent = ""; });
+}
 
 // --- graphs (SVG, drawn here) -----------------------------------------------------------------
 
