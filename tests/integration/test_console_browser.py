@@ -127,6 +127,12 @@ def test_console_pages_graphs_and_clear_backlog(standalone: StandaloneProcess, b
         assert '"item": "tea"' in tab.page.inner_text("#peek-output") or '"item":"tea"' in tab.page.inner_text("#peek-output")
         tab.shot("topic")
 
+        row = "#subscriptions tr[data-subscription=console-sub]"
+        tab.page.once("dialog", lambda prompt: prompt.accept("5"))  # how many to skip
+        tab.page.click(f"{row} [data-action=skip]")
+        tab.page.click("#confirm-ok")
+        tab.wait_until(f"document.querySelector('{backlog}')?.textContent === '15'")
+
         tab.page.click("#subscriptions tr[data-subscription=console-sub] [data-action=clear]")
         tab.page.wait_for_selector("#confirm[open]")
         assert "console-sub" in tab.page.inner_text("#confirm-text")
@@ -134,6 +140,10 @@ def test_console_pages_graphs_and_clear_backlog(standalone: StandaloneProcess, b
         tab.wait_until(f"document.querySelector('{backlog}')?.textContent === '0'")
         stats = _admin(standalone, "/persistent/public/default/console-topic/stats")
         assert stats["subscriptions"]["console-sub"]["msgBacklog"] == 0  # the broker agrees, not just the page
+        tab.page.once("dialog", lambda prompt: prompt.accept("10"))  # back to what was published 10 minutes ago
+        tab.page.click(f"{row} [data-action=reset]")
+        tab.page.click("#confirm-ok")
+        tab.wait_until(f"document.querySelector('{backlog}')?.textContent === '20'")
 
         tab.open("/durability/public/default/console-topic", "table.ledgers tr[data-ledger]")
         assert "3 / 3 / 2" in tab.page.inner_text("table.ledgers")
