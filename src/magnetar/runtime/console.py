@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 
 from magnetar.admin import AdminContext
 from magnetar.admin.console import ConsoleContext, RateHistory, build_console_app, sample_now
+from magnetar.base.limits import LEDGER_DIRECTORY_BOOKIES_COUNT_MAX
 from magnetar.base.types import BookieId
 from magnetar.ledger.bookie_client import BookieClient
 from magnetar.runtime.clock import SystemClock
@@ -32,7 +33,32 @@ CONSOLE_SAMPLE_INTERVAL_MS = 2000
 CONSOLE_BOOKIE_INFO_TIMEOUT_S = 3.0
 
 
+#: A bookie's answer is reused for this long (every open overview page asks every 2 s).
+CONSOLE_BOOKIE_INFO_FRESH_S = 5.0
+
+
+class BookieInfoCache:
+    """``bookie_info`` answers kept ``CONSOLE_BOOKIE_INFO_FRESH_S``; at most
+    ``LEDGER_DIRECTORY_BOOKIES_COUNT_MAX`` bookies (the most the directory lists)."""
+
+    def __init__(self) -> None:
+        self._clock = SystemClock()
+        self._answers: dict[BookieId, tuple[float, dict[str, Any]]] = {}
+
+    async def __call__(self, bookie: BookieId) -> dict[str, Any]:
+        now_s = self._clock.monotonic_ns() / 1e9
+        found = self._answers.get(bookie)
+        if found is not None and now_s - found[0] < CONSOLE_BOOKIE_INFO_FRESH_S:
+            return found[1]
+        info = await bookie_info(bookie)
+        if len(self._answers) >= LEDGER_DIRECTORY_BOOKIES_COUNT_MAX:
+            self._answers.clear()
+        self._answers[bookie] = (now_s, info)
+        return info
+
+
 async def bookie_info(bookie: BookieId) -> dict[str, Any]:
+    """The bookie's own GET_INFO answer: free disk bytes, ledgers, read-only."""
     clock = SystemClock()
     async with asyncio.timeout(CONSOLE_BOOKIE_INFO_TIMEOUT_S):
         client = await BookieClient.connect(TcpNetwork(), bookie.host, bookie.port, clock)
@@ -68,6 +94,6 @@ async def _sample_loop(context: ConsoleContext) -> None:
 def start_console(admin: AdminContext, *, metadata_url: str = "", http_url: str = "",
                   sample_interval_ms: int = CONSOLE_SAMPLE_INTERVAL_MS) -> RunningConsole:
     context = ConsoleContext(admin, RateHistory(), metadata_url=metadata_url, http_url=http_url,
-                             bookie_info=bookie_info, sample_interval_ms=sample_interval_ms)
+                             bookie_info=BookieInfoCache(), sample_interval_ms=sample_interval_ms)
     task = asyncio.get_running_loop().create_task(_sample_loop(context), name="console-sampler")
     return RunningConsole(build_console_app(context), context, task)

@@ -40,6 +40,7 @@ from magnetar.base.errors import MagnetarError
 from magnetar.base.limits import (
     CONSOLE_LEDGERS_COUNT_MAX,
     CONSOLE_PEEK_COUNT_MAX,
+    CONSOLE_PEEK_SCAN_ENTRIES_MAX,
     CONSOLE_TREE_TOPICS_COUNT_MAX,
 )
 from magnetar.base.types import BookieId, TopicName
@@ -320,10 +321,12 @@ async def _peek(topic: Topic, cursor: Any, count: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     position = cursor.mark_delete_position.next()
     last = topic.log.last_position
-    while len(out) < count and not last < position:
+    scanned = 0
+    while len(out) < count and not last < position and scanned < CONSOLE_PEEK_SCAN_ENTRIES_MAX:
         entries = await topic.log.read(position, min(count, CONSOLE_PEEK_COUNT_MAX))
         if not entries:
             break
+        scanned += len(entries)
         for entry in entries:
             position = entry.position.next()
             if cursor.is_acked(entry.position):
