@@ -1,5 +1,5 @@
 """The HTTP endpoint of a Magnetar process: ``/metrics`` (Prometheus text), ``/health`` and, on a
-broker, the admin REST API mounted at ``/admin/v2``.
+broker, the admin REST API mounted at ``/admin/v2`` and the web console at ``/`` (``runtime.console``).
 
 Starlette app served by uvicorn inside the process's event loop; nothing outside ``runtime`` and
 ``admin`` imports the framework. ``/metrics`` renders the process-wide registry followed by the
