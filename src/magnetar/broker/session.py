@@ -56,6 +56,8 @@ class Session:
         self.service = service
         self.connection = connection
         self._on_output = on_output
+        #: The client's ``host:port`` as the runtime sees it ("" in the simulator): admin stats show it.
+        self.peer_address = ""
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, tuple[Consumer, Subscription]] = {}
         self._transport_backlog_bytes = 0
