@@ -59,6 +59,25 @@ PULSAR_SEND_BUFFER_BYTES_MAX = 4 * PULSAR_FRAME_BYTES_MAX  # queued outbound byt
 #: Unanswered GET_OR_CREATE_SCHEMA requests one connection remembers (the oldest is forgotten).
 PULSAR_GET_OR_CREATE_SCHEMA_PENDING_COUNT_MAX = 1024
 
+# --- security ----------------------------------------------------------------------------------
+#: Credentials one CONNECT, AUTH_RESPONSE or HTTP ``Authorization`` header may carry; larger is
+#: refused as an authentication failure before any parsing (a JWT is usually under 1 KiB).
+AUTH_DATA_BYTES_MAX = 16 * KIB
+#: Users an htpasswd file may list (bounds the map the basic provider holds).
+HTPASSWD_USERS_COUNT_MAX = 100_000
+#: Successful basic-auth verifications remembered (bcrypt costs ~0.1 s per check; HTTP clients
+#: authenticate every request). Oldest forgotten beyond it.
+BASIC_AUTH_CACHE_COUNT_MAX = 1024
+#: A TLS client that has not finished its handshake within this is dropped (Pulsar's
+#: Netty SslHandler default handshake timeout is 10 s).
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+#: How long a connection whose CONNECT failed authentication stays open to be told so (its first
+#: request is answered with AuthenticationError and it is closed; silent, it is closed after this).
+AUTH_REFUSED_CONNECTION_LINGER_S = 5.0
+#: How long an expired connection has to answer AUTH_CHALLENGE with a valid AUTH_RESPONSE, at most
+#: (the broker also never waits longer than ``auth_refresh_check_interval_s``).
+AUTH_CHALLENGE_RESPONSE_TIMEOUT_S_MAX = 60.0
+
 # --- simulation --------------------------------------------------------------------------------
 SIM_STEPS_MAX = 10_000_000  # a scenario that runs longer than this is a livelock
 SIM_LINK_QUEUE_BYTES_MAX = 16 * MIB
@@ -301,3 +320,18 @@ SPARK_BROKER_READ_IDLE_MS_MAX = 30_000
 SPARK_WRITE_PENDING_COUNT_MAX = 1_000
 #: One admin REST call of the connector (advancing the named subscription on commit).
 SPARK_ADMIN_REQUEST_MS_MAX = 30_000
+
+# --- web console (magnetar.admin.console) ------------------------------------------------------------
+#: Rate samples the console keeps per topic and for the broker (a ring: the oldest goes first);
+#: at the default 2 s interval, the last 5 minutes.
+CONSOLE_SAMPLES_COUNT_MAX = 150
+#: Topics whose rate history the console keeps; topics loaded beyond it get none (their stats do).
+CONSOLE_TOPICS_TRACKED_COUNT_MAX = 2_000
+#: Messages one console peek returns at most...
+CONSOLE_PEEK_COUNT_MAX = 100
+#: ...and entries it reads to find them (individually acknowledged ones are passed over).
+CONSOLE_PEEK_SCAN_ENTRIES_MAX = 1_000
+#: Ledgers of one topic the durability view reads the metadata of, newest first.
+CONSOLE_LEDGERS_COUNT_MAX = 200
+#: Topics (and partitions) the console's tree lists per namespace.
+CONSOLE_TREE_TOPICS_COUNT_MAX = 5_000

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
+
+from magnetar.cli.output import print_table
 
 DEFAULT_DIR = "data/cluster"
 
@@ -26,19 +28,21 @@ def _table(cluster: object, console: Console) -> None:
     from magnetar.runtime.cluster import LocalCluster
 
     assert isinstance(cluster, LocalCluster)
-    table = Table(title=f"magnetar cluster in {cluster.base_dir}")
-    for column in ("name", "pid", "port", "http", "healthy", "detail"):
-        table.add_column(column)
+    rows = []
     for status in cluster.status():
         process = cluster.processes[status.name]
-        table.add_row(status.name, str(status.pid or "-"), str(process.port),
-                      str(process.http_port or "-"), "[green]yes[/green]" if status.healthy else "[red]no[/red]",
-                      status.detail)
-    console.print(table)
+        rows.append((status.name, str(status.pid or "-"), str(process.port), str(process.http_port or "-"),
+                     "[green]yes[/green]" if status.healthy else "[red]no[/red]", escape(status.detail)))
+    print_table(console, f"magnetar cluster in {cluster.base_dir}",
+                ("name", "pid", "port", "http", "healthy", "detail"), rows)
     console.print(f"service URL  [bold]{cluster.service_url()}[/bold]")
     console.print(f"metadata URL {cluster.metadata_url}")
     for broker in cluster.of_kind("broker"):
         console.print(f"{broker.name} admin http://127.0.0.1:{broker.http_port}")
+    if cluster.service_url_tls() is not None:
+        console.print("[bold]secure:[/bold] TLS, token/certificate authentication and authorization are on")
+        for line in cluster.connect_help():
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 @cluster_app.command("up")
@@ -49,11 +53,13 @@ def up(
     ensemble: str = typer.Option("3,3,2", "--ensemble", help="E,Qw,Qa of new ledgers"),
     timeout_s: float = typer.Option(90.0, "--timeout-s", min=1, help="bound on the whole start-up"),
     autorecovery: bool = typer.Option(True, "--autorecovery/--no-autorecovery", help="run an AutoRecovery process"),
+    secure: bool = typer.Option(False, "--secure", help="TLS, authentication and authorization, with a generated "
+                                "CA, certificates and a superuser token"),
 ) -> None:
     """Start the cluster and leave it running (stop it with `magnetar cluster down`)."""
     from magnetar.runtime.cluster import STATE_FILE, LocalCluster
 
-    console = Console()
+    console = Console(soft_wrap=True)
     base = Path(directory)
     if (base / STATE_FILE).exists() and any(p.alive() for p in LocalCluster.load(base).processes.values()):
         console.print(f"[red]error:[/red] a cluster is already running in {base}; `magnetar cluster down --dir {base}`")
@@ -64,7 +70,8 @@ def up(
         raise typer.BadParameter(f"--ensemble must be E,Qw,Qa, got {ensemble!r}") from None
     quorum = (min(e, bookies), min(qw, bookies), min(qa, bookies))
     try:
-        cluster = LocalCluster(base, bookies=bookies, brokers=brokers, ensemble=quorum, autorecovery=autorecovery)
+        cluster = LocalCluster(base, bookies=bookies, brokers=brokers, ensemble=quorum, autorecovery=autorecovery,
+                               secure=secure)
     except (ValueError, RuntimeError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -88,7 +95,7 @@ def status(directory: str = typer.Option(DEFAULT_DIR, "--dir", help="the directo
     """Check every process of the cluster; exit 1 if any is down or unhealthy."""
     from magnetar.runtime.cluster import STATE_FILE, LocalCluster
 
-    console = Console()
+    console = Console(soft_wrap=True)
     if not (Path(directory) / STATE_FILE).exists():
         console.print(f"no cluster state in {directory}")
         raise typer.Exit(1)
@@ -103,7 +110,7 @@ def down(directory: str = typer.Option(DEFAULT_DIR, "--dir", help="the directory
     """Stop every process of the cluster by PID (SIGTERM, then SIGKILL)."""
     from magnetar.runtime.cluster import STATE_FILE, LocalCluster
 
-    console = Console()
+    console = Console(soft_wrap=True)
     if not (Path(directory) / STATE_FILE).exists():
         console.print(f"no cluster state in {directory}")
         return
