@@ -137,6 +137,8 @@ OFFLOAD_ROW_GROUP_BYTES_MAX = 32 * MIB
 #: Decoded row groups of offloaded ledgers kept for reads (a consumer reads one row group in
 #: many small reads); the least recently used goes first.
 OFFLOAD_READ_CACHE_BYTES_MAX = 64 * MIB
+#: Entries a Spark task asks the lakehouse for at a time (whole row groups are decoded and kept).
+SPARK_LAKEHOUSE_READ_ENTRIES_COUNT = 1000
 #: Offloaded files whose row-group index (entry range of each row group) is kept for reads.
 OFFLOAD_FILES_INDEXED_COUNT_MAX = 1024
 #: Attempts at one managed-ledger-info compare-and-set before giving up.

@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError, TimeoutError_
 from magnetar.base.limits import (
+    SPARK_LAKEHOUSE_READ_ENTRIES_COUNT,
     SPARK_ARROW_BATCH_BYTES_MAX,
     SPARK_ARROW_BATCH_ROWS_MAX,
     SPARK_BOOKIE_READ_CONNECTIONS_COUNT_MAX,
@@ -62,7 +63,9 @@ from magnetar.protocol.bookie.codec import ENTRY_HEADER_BYTES, Entry, EntryView
 from magnetar.protocol.pulsar.batch import message_count
 from magnetar.protocol.pulsar.stored import split_stored_entry
 from magnetar.runtime.bookie_reads import BlockingBookieReads
+from magnetar.managed_ledger.offload import LedgerLocation
 from magnetar.runtime.clock import SystemClock, system_rng
+from magnetar.runtime.lakehouse import LakehouseOffloader
 from magnetar.runtime.metadata_view import MetadataView, open_metadata_view
 from magnetar.runtime.network import TcpNetwork
 
@@ -169,6 +172,9 @@ async def load_layout(cx: Connections, name: str) -> PartitionLayout:
         info = decode(ManagedLedgerInfo, found.value)
         ledgers = LedgerMetadataStore(MetadataStoreAdapter(cast(Any, view)))
         for ledger in info.ledgers:
+            if ledger.offload is not None and ledger.offload.complete:  # read from the lakehouse
+                spans.append(LedgerSpan(ledger.ledger_id, ledger.entries_count, b"", ledger.offload.uid))
+                continue
             try:
                 metadata = (await ledgers.read(ledger.ledger_id)).metadata
             except MagnetarError:  # deleted between the two reads: trimmed by retention
@@ -396,11 +402,65 @@ def _send_reads(cx: Connections, connections: _ReadConnections, metadata: Mappin
 
 
 async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tuple[ValueField, ...] = (),
-                     avro_schemas: Mapping[int, str] | None = None) -> AsyncGenerator[pa.RecordBatch, None]:
+                     avro_schemas: Mapping[int, str] | None = None,
+                     lakehouse: LakehouseOffloader | None = None) -> AsyncGenerator[pa.RecordBatch, None]:
     """Record batches of every message in ``piece`` (see the module docstring for the modes), cut
-    at ``SPARK_ARROW_BATCH_ROWS_MAX`` rows or ``SPARK_ARROW_BATCH_BYTES_MAX`` value bytes."""
+    at ``SPARK_ARROW_BATCH_ROWS_MAX`` rows or ``SPARK_ARROW_BATCH_BYTES_MAX`` value bytes.
+    Offloaded ledgers are read from ``lakehouse`` (their stored entries, the same rows)."""
     builder = RowBuilder(piece.topic, piece.partition, value_fields, avro_schemas,
                          value_capacity_bytes=SPARK_ARROW_BATCH_BYTES_MAX + SPARK_ARROW_BATCH_BYTES_MAX // 8)
+    for part in _by_tier(piece) if mode != "broker" else [piece]:
+        if part.offloaded and mode != "broker":
+            if lakehouse is None:
+                raise InvalidArgument(f"{piece.topic}: ledgers {sorted(part.offloaded)} are offloaded; give the "
+                                      "option lakehouseUrl (the broker's offload directory or s3://bucket/prefix)")
+            async for batch in _offloaded_rows(lakehouse, part, builder):
+                yield batch
+        else:
+            async for batch in _stored_rows(cx, part, mode, builder):
+                yield batch
+    if len(builder):
+        yield builder.take()
+
+
+def _by_tier(piece: Slice) -> list[Slice]:
+    """``piece`` cut into consecutive runs of offloaded and of bookie-held ranges, in order."""
+    parts: list[Slice] = []
+    run: list[EntryRange] = []
+    for r in piece.ranges:
+        if run and (run[-1].ledger_id in piece.offloaded) != (r.ledger_id in piece.offloaded):
+            parts.append(_sub_slice(piece, run))
+            run = []
+        run.append(r)
+    if run:
+        parts.append(_sub_slice(piece, run))
+    return parts
+
+
+def _sub_slice(piece: Slice, ranges: list[EntryRange]) -> Slice:
+    ids = {r.ledger_id for r in ranges}
+    return Slice(piece.topic, piece.partition, tuple(ranges),
+                 {k: v for k, v in piece.ledger_metadata.items() if k in ids},
+                 {k: v for k, v in piece.offloaded.items() if k in ids})
+
+
+async def _offloaded_rows(lakehouse: LakehouseOffloader, piece: Slice,
+                          builder: RowBuilder) -> AsyncGenerator[pa.RecordBatch, None]:
+    managed_ledger = TopicName.parse(piece.topic).persistence_path
+    for r in piece.ranges:
+        location = LedgerLocation(managed_ledger, r.ledger_id, piece.offloaded[r.ledger_id])
+        first = r.first
+        while first <= r.last:
+            last = min(r.last, first + SPARK_LAKEHOUSE_READ_ENTRIES_COUNT - 1)
+            for offset, stored in enumerate(await lakehouse.read_entries(location, first, last)):
+                builder.add_entry(r.ledger_id, first + offset, stored)
+                if _full(builder):
+                    yield builder.take()
+            first = last + 1
+
+
+async def _stored_rows(cx: Connections, piece: Slice, mode: str,
+                       builder: RowBuilder) -> AsyncGenerator[pa.RecordBatch, None]:
     rest = piece
     if mode != "broker":
         entries = entry_stream(cx, piece)
@@ -429,8 +489,6 @@ async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tup
             builder.add_message(message)
             if _full(builder):
                 yield builder.take()
-    if len(builder):
-        yield builder.take()
 
 
 def _full(builder: RowBuilder) -> bool:

@@ -88,8 +88,14 @@ def _read_partition(partition: SlicePartition) -> Iterator[pa.RecordBatch]:
     _freeze_long_lived()
     options = partition.options
     fields = parse_value_schema(options.value_schema)
+    lakehouse = None
+    if partition.piece.offloaded and options.lakehouse is not None:
+        from magnetar.runtime.lakehouse import open_lakehouse
+
+        lakehouse = open_lakehouse(options.lakehouse, s3_endpoint=options.lakehouse_s3_endpoint)
     return fetch.iterate(
-        lambda cx: fetch.read_slice(cx, partition.piece, options.read_mode, fields, partition.avro_schemas),
+        lambda cx: fetch.read_slice(cx, partition.piece, options.read_mode, fields, partition.avro_schemas,
+                                    lakehouse),
         options.service_url, options.metadata_url,
     )
 

@@ -50,4 +50,17 @@ def open_offloader(config: BrokerConfig, default_directory: str = "") -> Lakehou
     return LakehouseOffloader("s3", fs, bucket, delta_root_uri=f"s3://{bucket}", delta_storage_options=options)
 
 
-__all__ = ["LakehouseOffloader", "file_name", "open_offloader", "table_dir"]
+def open_lakehouse(url: str, *, s3_endpoint: str | None = None, s3_region: str = "us-east-1") -> LakehouseOffloader:
+    """A reader (and writer) of the offload root ``url``: a directory, ``file://...`` or
+    ``s3://bucket/prefix`` (credentials from the AWS environment variables)."""
+    if url.startswith("s3://"):
+        config = BrokerConfig(offload_driver="s3", offload_s3_bucket=url.removeprefix("s3://"),
+                              offload_s3_endpoint=s3_endpoint or "", offload_s3_region=s3_region)
+    else:
+        config = BrokerConfig(offload_driver="filesystem", offload_directory=url)
+    found = open_offloader(config)
+    assert found is not None
+    return found
+
+
+__all__ = ["LakehouseOffloader", "file_name", "open_lakehouse", "open_offloader", "table_dir"]
