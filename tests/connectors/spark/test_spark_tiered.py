@@ -74,6 +74,8 @@ def test_offloaded_history_reads_through_the_connector_and_natively(standalone: 
     assert plan is not None
     files, tail = plan
     assert len(files) == sum(1 for lg in ledgers if lg["offloaded"])
+    first_live = next(lg["ledgerId"] for lg in ledgers if not lg["offloaded"])
+    assert tail == {f"persistent://public/default/{TOPIC}": f"{first_live}:0"}
     native = read_topic(spark, **options)
     assert _rows(native) == through_connector
     # the history really is a Parquet scan: Spark's plan names the files, not the Python source
@@ -88,5 +90,5 @@ def test_a_lakehouse_that_lost_the_files_fails_the_read(standalone: StandalonePr
                                                         tmp_path: Any) -> None:
     # negative control: the offloaded ledgers are only in the lakehouse; point at an empty one
     options = {**_options(standalone), "lakehouseUrl": str(tmp_path / "empty")}
-    with pytest.raises(Exception, match="lacks|No such file|not exist|FileNotFound"):
+    with pytest.raises(Exception, match=r"lacks|No such file|not exist|FileNotFound"):
         spark.read.format("magnetar").options(**options).load().count()

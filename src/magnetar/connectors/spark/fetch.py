@@ -36,11 +36,11 @@ import pyarrow as pa
 
 from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError, TimeoutError_
 from magnetar.base.limits import (
-    SPARK_LAKEHOUSE_READ_ENTRIES_COUNT,
     SPARK_ARROW_BATCH_BYTES_MAX,
     SPARK_ARROW_BATCH_ROWS_MAX,
     SPARK_BOOKIE_READ_CONNECTIONS_COUNT_MAX,
     SPARK_BROKER_READ_IDLE_MS_MAX,
+    SPARK_LAKEHOUSE_READ_ENTRIES_COUNT,
     SPARK_PARTITIONS_COUNT_MAX,
     SPARK_READ_AHEAD_BYTES_MAX,
     SPARK_READ_AHEAD_CACHED_BYTES,
@@ -58,12 +58,12 @@ from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.ledger.quorum import read_order, write_set
 from magnetar.ledger.reader import speculative_read
+from magnetar.managed_ledger.offload import LedgerLocation
 from magnetar.metadata.records import LedgerState, ManagedLedgerInfo, decode
 from magnetar.protocol.bookie.codec import ENTRY_HEADER_BYTES, Entry, EntryView
 from magnetar.protocol.pulsar.batch import message_count
 from magnetar.protocol.pulsar.stored import split_stored_entry
 from magnetar.runtime.bookie_reads import BlockingBookieReads
-from magnetar.managed_ledger.offload import LedgerLocation
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.lakehouse import LakehouseOffloader
 from magnetar.runtime.metadata_view import MetadataView, open_metadata_view
