@@ -3,7 +3,8 @@
 One router module per resource; ``ROUTERS`` lists them in matching order (more specific paths
 first). Another module extends the API by appending its ``routes(ctx)`` function to ``ROUTERS``
 before the app is built (e.g. bundle unload/split). ``/openapi.json`` serves the spec generated
-from these routes. Unknown paths and methods get JSON ``{"reason": ...}`` too.
+from these routes. Unknown paths and methods get JSON ``{"reason": ...}`` too. Every route is
+guarded by the need ``access.ROUTE_NEEDS`` declares for it (checked when authorization is on).
 """
 
 from __future__ import annotations
@@ -17,7 +18,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from magnetar import __version__
-from magnetar.admin import bundles, clusters, namespaces, policy_routes, subscriptions, tenants, topics
+from magnetar.admin import (
+    bundles,
+    clusters,
+    namespaces,
+    permissions,
+    policy_routes,
+    subscriptions,
+    tenants,
+    topics,
+)
+from magnetar.admin.access import guard_routes
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
 
@@ -27,10 +38,12 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     clusters.routes,
     tenants.routes,
     namespaces.routes,
+    permissions.namespace_routes,
     policy_routes.namespace_routes,
     topics.routes,
     subscriptions.routes,
     policy_routes.topic_routes,
+    permissions.topic_routes,
     bundles.routes,
 ]
 
@@ -55,5 +68,7 @@ def build_admin_app(ctx: AdminContext,
             return JSONResponse({"reason": error.detail}, status_code=error.status_code)
         return error_response(error)
 
-    return Starlette(routes=[*routes, Route("/openapi.json", openapi, methods=["GET"])],
+    served: list[BaseRoute] = [*routes, Route("/openapi.json", openapi, methods=["GET"])]
+    guard_routes(ctx, served)
+    return Starlette(routes=served,
                      exception_handlers={HTTPException: http_error, Exception: http_error})

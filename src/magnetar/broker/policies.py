@@ -29,6 +29,7 @@ from magnetar.base.limits import POLICY_CACHE_NODES_COUNT_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker.config import BrokerConfig
 from magnetar.metadata.api import MetadataStore, Watch, WatchEvent
+from magnetar.security.authorization import AuthAction
 
 POLICIES_ROOT = "/admin/policies"
 TOPIC_POLICIES_ROOT = "/admin/topic-policies"
@@ -123,9 +124,19 @@ class BundlesData(msgspec.Struct, rename="camel"):
     num_bundles: int = 4
 
 
+class AuthPolicies(msgspec.Struct):
+    """A namespace's grants (Pulsar's ``auth_policies``): role -> actions on the namespace, topic
+    (full name of the partitioned or plain topic) -> role -> actions, subscription -> roles."""
+
+    namespace_auth: dict[str, list[AuthAction]] = msgspec.field(default_factory=dict)
+    destination_auth: dict[str, dict[str, list[AuthAction]]] = msgspec.field(default_factory=dict)
+    subscription_auth_roles: dict[str, list[str]] = msgspec.field(default_factory=dict)
+
+
 class Policies(msgspec.Struct, omit_defaults=False):
     """A namespace's policies, as ``GET /admin/v2/namespaces/{t}/{ns}`` returns them."""
 
+    auth_policies: AuthPolicies = msgspec.field(default_factory=AuthPolicies)
     replication_clusters: list[str] = msgspec.field(default_factory=list)
     bundles: BundlesData = msgspec.field(default_factory=BundlesData)
     backlog_quota_map: dict[str, BacklogQuota] = msgspec.field(default_factory=dict)
@@ -321,6 +332,10 @@ class PolicyCache:
             self._nodes[path] = value
         for listener in self.listeners:
             listener(path)
+
+    async def node(self, path: str) -> bytes | None:
+        """The value at ``path`` (cached and watched as the policy nodes are); None if unset."""
+        return await self._node(path)
 
     async def namespace_policies(self, namespace: str) -> Policies | None:
         raw = await self._node(namespace_path(namespace))

@@ -1,0 +1,195 @@
+"""Permission storage and endpoints, and the admin API's one access table, driven in process.
+
+The authenticated role reaches the admin app as ``request.state.role`` (the authentication
+middleware sets it); here ``as_role`` sets it on the ASGI scope, as that middleware does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+
+from magnetar.admin import AdminContext, api_route, build_admin_app
+from magnetar.admin.access import ROUTE_NEEDS, undeclared
+from magnetar.admin.app import ROUTERS, admin_routes
+from magnetar.broker import BrokerConfig
+from tests.admin.harness import AdminWorld, Reply, asgi_call, run_world
+
+SECURE = BrokerConfig(authorization_enabled=True, superuser_roles=("root",))
+NS = "/namespaces/acme/ns"
+
+
+def as_role(app: Any, role: str | None) -> Any:
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        scope["state"] = {} if role is None else {"role": role}
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+async def call(world: AdminWorld, role: str | None, method: str, path: str, body: Any = None,
+               query: str = "") -> Reply:
+    return await asgi_call(as_role(world.app, role), method, path, body, query=query)
+
+
+async def _tenant(world: AdminWorld) -> None:
+    await world.ok("PUT", "/tenants/acme", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+
+
+def test_auth_policies_in_a_create_body_are_stored_and_returned() -> None:
+    async def body(world: AdminWorld) -> None:
+        await _tenant(world)
+        auth = {"namespace_auth": {"app": ["produce", "consume"]},
+                "destination_auth": {"persistent://acme/ns/t": {"reader": ["consume"]}},
+                "subscription_auth_roles": {"s": ["reader"]}}
+        await world.ok("PUT", NS, {"auth_policies": auth})
+        assert (await world.ok("GET", NS))["auth_policies"] == auth
+        assert await world.ok("GET", f"{NS}/permissions") == {"app": ["produce", "consume"]}
+        assert await world.ok("GET", f"{NS}/permissions/subscription") == {"s": ["reader"]}
+        assert await world.ok("GET", "/persistent/acme/ns/t/permissions") == {
+            "app": ["produce", "consume"], "reader": ["consume"]}
+        bad = await world.call("PUT", "/namespaces/acme/ns2", {"auth_policies": {"namespace_auth": {"x": ["fly"]}}})
+        assert bad.status == 400 and "fly" in bad.json()["reason"]
+        # a namespace created without them has the empty shape Pulsar returns
+        await world.ok("PUT", "/namespaces/acme/plain")
+        assert (await world.ok("GET", "/namespaces/acme/plain"))["auth_policies"] == {
+            "namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}}
+
+    run_world(body)
+
+
+def test_changing_grants_is_501_while_authorization_is_off() -> None:
+    async def body(world: AdminWorld) -> None:
+        await _tenant(world)
+        await world.ok("PUT", NS)
+        for method, path, payload in (("POST", f"{NS}/permissions/app", ["produce"]),
+                                      ("DELETE", f"{NS}/permissions/app", None),
+                                      ("POST", f"{NS}/permissions/subscription/s", ["app"]),
+                                      ("POST", "/persistent/acme/ns/t/permissions/app", ["consume"])):
+            reply = await world.call(method, path, payload)
+            assert reply.status == 501, (path, reply.status)
+            assert reply.json()["reason"] == "Authorization is not enabled"
+        assert await world.ok("GET", f"{NS}/permissions") == {}
+
+    run_world(body)
+
+
+def test_grant_revoke_namespace_topic_and_subscription_permissions() -> None:
+    async def body(world: AdminWorld) -> None:
+        root = "root"
+        assert (await call(world, root, "PUT", "/tenants/acme",
+                           {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})).status == 204
+        assert (await call(world, "ops", "PUT", NS)).status == 204
+        assert (await call(world, "ops", "POST", f"{NS}/permissions/app", ["produce", "consume", "produce"])).status == 204
+        assert (await call(world, "ops", "POST", f"{NS}/permissions/fn", ["functions"])).status == 204
+        assert (await call(world, "ops", "GET", f"{NS}/permissions")).json() == {
+            "app": ["consume", "produce"], "fn": ["functions"]}
+        unknown = await call(world, "ops", "POST", f"{NS}/permissions/app", ["produce", "teleport"])
+        assert unknown.status == 400 and "teleport" in unknown.json()["reason"]
+        assert (await call(world, "ops", "POST", f"{NS}/permissions/app", {"not": "a list"})).status == 400
+        # the grant replaces the role's actions, as Pulsar's does
+        assert (await call(world, "ops", "POST", f"{NS}/permissions/app", ["consume"])).status == 204
+        assert (await call(world, "ops", "GET", f"{NS}/permissions")).json()["app"] == ["consume"]
+        assert (await call(world, "ops", "DELETE", f"{NS}/permissions/app")).status == 204
+        assert "app" not in (await call(world, "ops", "GET", f"{NS}/permissions")).json()
+        # topic level: adds to the namespace's; a partition's name means its partitioned topic
+        topic = "/persistent/acme/ns/t"
+        assert (await call(world, "ops", "POST", f"{NS}/permissions/app", ["produce"])).status == 204
+        assert (await call(world, "ops", "POST", f"{topic}-partition-1/permissions/app", ["consume"])).status == 204
+        assert (await call(world, "ops", "GET", f"{topic}/permissions")).json()["app"] == ["consume", "produce"]
+        assert (await call(world, "ops", "GET", NS)).json()["auth_policies"]["destination_auth"] == {
+            "persistent://acme/ns/t": {"app": ["consume"]}}
+        assert (await call(world, "ops", "DELETE", f"{topic}/permissions/app")).status == 204
+        assert (await call(world, "ops", "DELETE", f"{topic}/permissions/app")).status == 412
+        assert (await call(world, "ops", "GET", f"{topic}/permissions")).json()["app"] == ["produce"]
+        # subscription role lists
+        assert (await call(world, "ops", "POST", f"{NS}/permissions/subscription/s", ["a", "b", "c"])).status == 204
+        assert (await call(world, "ops", "DELETE", f"{NS}/permissions/subscription/s", ["a"])).status == 204
+        assert (await call(world, "ops", "DELETE", f"{NS}/permissions/s/b")).status == 204
+        assert (await call(world, "ops", "GET", f"{NS}/permissions/subscription")).json() == {"s": ["c"]}
+        assert (await call(world, "ops", "DELETE", f"{NS}/permissions/subscription/s")).status == 204
+        assert (await call(world, "ops", "GET", f"{NS}/permissions/subscription")).json() == {}
+        assert (await call(world, "ops", "DELETE", f"{NS}/permissions/subscription/s")).status == 404
+        bad_role = await call(world, "ops", "POST", f"{NS}/permissions/subscription/s", ["ok", ""])
+        assert bad_role.status == 412
+        # another tenant's admin, and a role with only grants, may not touch the grants
+        for role in ("stranger", "app"):
+            denied = await call(world, role, "POST", f"{NS}/permissions/{role}", ["produce"])
+            assert denied.status == 403 and role in denied.json()["reason"]
+
+    run_world(body, SECURE)
+
+
+def test_every_admin_route_declares_its_need() -> None:
+    async def body(world: AdminWorld) -> None:
+        routes = admin_routes(AdminContext(world.service, "standalone"))
+        served = {(m, r.path) for r in routes for m in (r.methods or ()) if m != "HEAD"}  # type: ignore[attr-defined]
+        assert len(served) > 90
+        assert undeclared(routes) == []
+        assert served <= set(ROUTE_NEEDS)
+        # the spec lists exactly what is served, so the OpenAPI view agrees with the table too
+        spec = (await world.ok("GET", "/openapi.json"))["paths"]
+        assert sum(len(methods) for methods in spec.values()) == len(served)
+
+    run_world(body)
+
+
+def test_an_undeclared_route_is_reported_and_served_to_superusers_only() -> None:
+    """Negative control of the table check: a route nobody declared is caught and fails closed."""
+
+    def extra(ctx: AdminContext) -> list[BaseRoute]:
+        @api_route("/tenants/{tenant}/forgotten", ["GET"], "A route someone forgot to declare")
+        async def forgotten(request: Request) -> Response:
+            return Response(status_code=204)
+
+        return [forgotten]
+
+    async def body(world: AdminWorld) -> None:
+        ctx = AdminContext(world.service, "standalone")
+        routers = [*ROUTERS, extra]
+        assert undeclared(admin_routes(ctx, routers)) == [("GET", "/tenants/{tenant}/forgotten")]
+        world.app = build_admin_app(ctx, routers)
+        await call(world, "root", "PUT", "/tenants/acme", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+        assert (await call(world, "ops", "GET", "/tenants/acme/forgotten")).status == 403
+        assert (await call(world, "root", "GET", "/tenants/acme/forgotten")).status == 204
+
+    run_world(body, SECURE)
+
+
+def test_no_role_is_401_and_a_bad_path_keeps_its_own_answer() -> None:
+    async def body(world: AdminWorld) -> None:
+        reply = await call(world, None, "GET", "/tenants")
+        assert reply.status == 401 and reply.json() == {"reason": "Authentication required"}
+        assert (await call(world, "root", "GET", "/tenants")).status == 200
+        assert (await call(world, "ops", "GET", "/tenants")).status == 403
+        assert (await call(world, "ops", "GET", "/clusters")).status == 200
+        assert (await call(world, "root", "GET", "/persistent/acme/ns/%20bad%20/stats")).status == 412
+        assert (await call(world, "root", "GET", "/namespaces/b@d/ns")).status == 412
+        assert (await call(world, "ops", "GET", "/namespaces/b@d/ns")).status == 403
+
+    run_world(body, SECURE)
+
+
+def test_authorization_off_checks_nothing() -> None:
+    async def body(world: AdminWorld) -> None:
+        assert (await call(world, None, "GET", "/tenants")).status == 200
+        assert (await call(world, "nobody", "PUT", "/tenants/x", {"allowedClusters": ["standalone"]})).status == 204
+
+    run_world(body)
+
+
+def test_concurrent_grants_all_land() -> None:
+    async def body(world: AdminWorld) -> None:
+        world.app = as_role(world.app, "root")
+        await _tenant(world)
+        await world.ok("PUT", NS)
+        replies = await asyncio.gather(*(world.call("POST", f"{NS}/permissions/r{i}", ["consume"])
+                                         for i in range(8)))
+        assert {r.status for r in replies} == {204}
+        assert sorted((await world.ok("GET", f"{NS}/permissions"))) == [f"r{i}" for i in range(8)]
+
+    run_world(body, SECURE)
