@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -29,6 +30,7 @@ from magnetar.admin import (
     topics,
 )
 from magnetar.admin.access import guard_routes
+from magnetar.admin.authn import AuthenticationMiddleware
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
 
@@ -71,4 +73,5 @@ def build_admin_app(ctx: AdminContext,
     served: list[BaseRoute] = [*routes, Route("/openapi.json", openapi, methods=["GET"])]
     guard_routes(ctx, served)
     return Starlette(routes=served,
-                     exception_handlers={HTTPException: http_error, Exception: http_error})
+                     exception_handlers={HTTPException: http_error, Exception: http_error},
+                     middleware=[Middleware(AuthenticationMiddleware, lambda: ctx.service.authenticator)])

@@ -34,6 +34,7 @@ from magnetar.broker.schema import SchemaRegistry
 from magnetar.broker.topic import Topic
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import pb
+from magnetar.security import Authenticator
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,9 @@ class BrokerService:
         self.policies = PolicyCache(metadata, config)
         self.resources = Resources(metadata, self.policies) if metadata is not None else None
         self.schemas = SchemaRegistry(metadata)  # /schemas/...; in memory without a metadata store
+        #: Who a client is (``magnetar.security``); set by the runtime when
+        #: ``config.authentication_enabled``. None: every session and request has role None.
+        self.authenticator: Authenticator | None = None
         self._checker: asyncio.Task[None] | None = None
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._producer_counter = 0

@@ -10,6 +10,18 @@ runtime's socket buffer, reported through ``set_transport_backlog``) exceed
 ``connection_outbound_bytes_high``: dispatch to this connection pauses and the runtime stops
 reading from it, so a client that never reads holds a bounded amount of broker memory.
 
+Authentication: with ``service.authenticator`` set, the runtime's ``ServerConnection`` does not
+auto-accept CONNECT; ``handle(ClientConnected)`` asks the authenticator for the role of the
+CONNECT's ``auth_method_name``/``auth_data`` (and the TLS client certificate's CN the runtime
+passed in). ``role`` is then the authenticated role (None while authentication is off);
+authorization reads it. A refused CONNECT is still answered CONNECTED, but the session holds no
+role and answers its first request with ``AuthenticationError`` (in that request's own response
+type) and closes the connection; requests never reach a handler. Why not ERROR in place of
+CONNECTED, as Java's broker does: the official C++ client (3.x/4.x) treats anything but CONNECTED
+during the handshake as a dropped connection and retries until its operation timeout, so the
+user would see ``Timeout`` instead of ``AuthenticationError``; an error on the first lookup is
+fatal to it and surfaces as ``pulsar.AuthenticationError`` at once.
+
 Every handle (producer or consumer id) is bounded by ``BROKER_HANDLES_PER_CONNECTION_COUNT_MAX``.
 Errors in one request become an ERROR (or ``*_RESPONSE`` Failed) for that request only.
 """
@@ -46,6 +58,7 @@ from magnetar.protocol.pulsar import (
     commands,
     pb,
 )
+from magnetar.security import AuthenticationFailed, Principal
 from magnetar.security.authorization import Need
 
 log = logging.getLogger(__name__)
@@ -53,10 +66,18 @@ T = pb.BaseCommand
 
 
 class Session:
-    def __init__(self, service: BrokerService, connection: ServerConnection, on_output: Callable[[], None]) -> None:
+    def __init__(self, service: BrokerService, connection: ServerConnection, on_output: Callable[[], None],
+                 *, tls_peer_cn: str | None = None) -> None:
         self.service = service
         self.connection = connection
         self._on_output = on_output
+        #: CN of the client certificate when the connection came over TLS with one (runtime).
+        self.tls_peer_cn = tls_peer_cn
+        #: The authenticated role; None while authentication is disabled (or before CONNECT).
+        self.role: str | None = None
+        self.principal: Principal | None = None
+        #: Why CONNECT was refused; while set, every request is refused and the connection closed.
+        self.refusal: str | None = None
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, tuple[Consumer, Subscription]] = {}
         self._transport_backlog_bytes = 0
@@ -157,13 +178,33 @@ class Session:
             await self._on_command(event.type, event.body)
         elif isinstance(event, UnsupportedCommand):
             log.info("ignoring unsupported command type %s", event.type)
-        elif isinstance(event, ClientConnected | ConnectionTerminated):
+        elif isinstance(event, ClientConnected):
+            if self.connection.state is State.CONNECTING:
+                self._authenticate_connect(event)
+        elif isinstance(event, ConnectionTerminated):
             return
         self._out()
+
+    def _refuse(self, kind: int, request_id: int | None) -> None:
+        """Answer a request of a refused connection with AuthenticationError, then close it."""
+        reason = self.refusal or "not authenticated"
+        if request_id is not None:
+            if kind == T.PARTITIONED_METADATA:
+                self.connection.send_partitioned_metadata_error(request_id, pb.AuthenticationError, reason)
+            elif kind == T.LOOKUP:
+                self.connection.send_lookup_error(request_id, pb.AuthenticationError, reason)
+            elif kind == T.GET_SCHEMA:
+                self.connection.send_get_schema_error(request_id, pb.AuthenticationError, reason)
+            else:
+                self.connection.send_error(request_id, pb.AuthenticationError, reason)
+        self.connection.close(reason)
 
     async def _on_command(self, kind: int, body: object) -> None:
         handler = _HANDLERS.get(kind)
         request_id = getattr(body, "request_id", None)
+        if self.refusal is not None:
+            self._refuse(kind, request_id)
+            return
         if handler is None:
             if request_id is not None and kind not in _LOOKUP_KINDS:
                 self.connection.send_error(request_id, pb.NotAllowedError, f"command {kind} is not supported")
@@ -184,6 +225,22 @@ class Session:
                 self.connection.send_get_schema_error(request_id, broker_error.code, broker_error.message)
             else:
                 self.connection.send_error(request_id, broker_error.code, broker_error.message)
+
+    def _authenticate_connect(self, event: ClientConnected) -> None:
+        authenticator = self.service.authenticator
+        if authenticator is None:
+            self.connection.accept_connect()
+            return
+        try:
+            principal = authenticator.authenticate(event.auth_method_name, event.auth_data, self.tls_peer_cn)
+        except AuthenticationFailed as error:
+            log.info("CONNECT refused (method %r): %s", (event.auth_method_name or "none")[:64], error.reason)
+            self.refusal = f"Unable to authenticate: {error.reason}"
+            self.connection.accept_connect()
+            return
+        self.principal = principal
+        self.role = principal.role
+        self.connection.accept_connect()
 
     def _check_handles(self) -> None:
         if len(self.producers) + len(self.consumers) >= BROKER_HANDLES_PER_CONNECTION_COUNT_MAX:
@@ -280,6 +337,9 @@ class Session:
             self._out()
 
     async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool) -> None:
+        if self.refusal is not None:
+            self._refuse(T.SEND, None)
+            return
         producer = self.producers.get(command.producer_id)
         if producer is None:
             # Java closes the connection: the client then re-creates its producers and resends.

@@ -31,10 +31,17 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import ConnectionTerminated, ServerConfig, ServerConnection, State
+from magnetar.runtime.security import CredentialFiles
 
 log = logging.getLogger(__name__)
 
 CLOSE_GRACE_S = 5.0  # how long close() lets connection loops end by themselves
+
+
+def conn_tls_peer_cn(conn: Connection) -> str | None:
+    """The client certificate's CN on a TLS connection (None on plain TCP or without a certificate)."""
+    peer_cn = getattr(conn, "tls_peer_cn", None)
+    return peer_cn if isinstance(peer_cn, str) else None
 
 
 class _ConnectionLoop:
@@ -42,8 +49,8 @@ class _ConnectionLoop:
         self.server = server
         self.conn = conn
         self.clock = server.clock
-        self.protocol = ServerConnection(self._now_ms(), server.server_config)
-        self.session = Session(server.service, self.protocol, self._wake_writer)
+        self.protocol = ServerConnection(self._now_ms(), server.connection_config())
+        self.session = Session(server.service, self.protocol, self._wake_writer, tls_peer_cn=conn_tls_peer_cn(conn))
         self._output = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
@@ -164,6 +171,12 @@ class BrokerServer:
     def service_url(self) -> str:
         return self.service.config.service_url
 
+    def connection_config(self) -> ServerConfig:
+        """A new connection's protocol config: CONNECT waits for the session to authenticate it."""
+        if self.service.authenticator is None:
+            return self.server_config
+        return dataclasses.replace(self.server_config, auto_accept_connect=False)
+
     @property
     def connection_count(self) -> int:
         return len(self._loops)
@@ -252,6 +265,8 @@ async def start_broker(
 
         network = TcpNetwork()
     service = BrokerService(config, log_store, metadata, clock=clock)
+    credentials = CredentialFiles(config, clock)
+    service.authenticator = credentials.authenticator
     if before_listen is not None:
         before_listen(service)
     server = BrokerServer(service, network, clock, server_config)
