@@ -1,12 +1,13 @@
 """Permission storage and endpoints, and the admin API's one access table, driven in process.
 
-The authenticated role reaches the admin app as ``request.state.role`` (the authentication
-middleware sets it); here ``as_role`` sets it on the ASGI scope, as that middleware does.
+Roles authenticate as users do: a JWT signed with the broker's secret key in ``Authorization:
+Bearer``; the authentication middleware turns it into ``request.state.role``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 from typing import Any
 
 from starlette.requests import Request
@@ -17,23 +18,20 @@ from magnetar.admin import AdminContext, api_route, build_admin_app
 from magnetar.admin.access import ROUTE_NEEDS, undeclared
 from magnetar.admin.app import ROUTERS, admin_routes
 from magnetar.broker import BrokerConfig
+from magnetar.security import create_token
 from tests.admin.harness import AdminWorld, Reply, asgi_call, run_world
 
-SECURE = BrokerConfig(authorization_enabled=True, superuser_roles=("root",))
+SECRET = b"permissions-test-secret-key-32b!"
+SECURE = BrokerConfig(authorization_enabled=True, superuser_roles=("root",), authentication_enabled=True,
+                      authentication_providers=("token",),
+                      token_secret_key="data:;base64," + base64.b64encode(SECRET).decode())
 NS = "/namespaces/acme/ns"
-
-
-def as_role(app: Any, role: str | None) -> Any:
-    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        scope["state"] = {} if role is None else {"role": role}
-        await app(scope, receive, send)
-
-    return wrapped
 
 
 async def call(world: AdminWorld, role: str | None, method: str, path: str, body: Any = None,
                query: str = "") -> Reply:
-    return await asgi_call(as_role(world.app, role), method, path, body, query=query)
+    headers = {} if role is None else {"Authorization": f"Bearer {create_token(role, secret_key=SECRET)}"}
+    return await asgi_call(world.app, method, path, body, query=query, headers=headers)
 
 
 async def _tenant(world: AdminWorld) -> None:
@@ -163,7 +161,7 @@ def test_an_undeclared_route_is_reported_and_served_to_superusers_only() -> None
 def test_no_role_is_401_and_a_bad_path_keeps_its_own_answer() -> None:
     async def body(world: AdminWorld) -> None:
         reply = await call(world, None, "GET", "/tenants")
-        assert reply.status == 401 and reply.json() == {"reason": "Authentication required"}
+        assert reply.status == 401 and reply.json()["reason"].startswith("Authentication required")
         assert (await call(world, "root", "GET", "/tenants")).status == 200
         assert (await call(world, "ops", "GET", "/tenants")).status == 403
         assert (await call(world, "ops", "GET", "/clusters")).status == 200
@@ -172,6 +170,17 @@ def test_no_role_is_401_and_a_bad_path_keeps_its_own_answer() -> None:
         assert (await call(world, "ops", "GET", "/namespaces/b@d/ns")).status == 403
 
     run_world(body, SECURE)
+
+
+def test_authorization_without_authentication_refuses_with_401() -> None:
+    """Authorization on, authentication off: no request has a role, so every route answers 401."""
+
+    async def body(world: AdminWorld) -> None:
+        for path in ("/tenants", "/clusters", "/namespaces/public/default"):
+            reply = await world.call("GET", path)
+            assert reply.status == 401 and reply.json() == {"reason": "Authentication required"}
+
+    run_world(body, BrokerConfig(authorization_enabled=True, superuser_roles=("root",)))
 
 
 def test_authorization_off_checks_nothing() -> None:
@@ -184,12 +193,11 @@ def test_authorization_off_checks_nothing() -> None:
 
 def test_concurrent_grants_all_land() -> None:
     async def body(world: AdminWorld) -> None:
-        world.app = as_role(world.app, "root")
-        await _tenant(world)
-        await world.ok("PUT", NS)
-        replies = await asyncio.gather(*(world.call("POST", f"{NS}/permissions/r{i}", ["consume"])
+        await call(world, "root", "PUT", "/tenants/acme", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+        await call(world, "root", "PUT", NS)
+        replies = await asyncio.gather(*(call(world, "root", "POST", f"{NS}/permissions/r{i}", ["consume"])
                                          for i in range(8)))
         assert {r.status for r in replies} == {204}
-        assert sorted((await world.ok("GET", f"{NS}/permissions"))) == [f"r{i}" for i in range(8)]
+        assert sorted((await call(world, "ops", "GET", f"{NS}/permissions")).json()) == [f"r{i}" for i in range(8)]
 
     run_world(body, SECURE)

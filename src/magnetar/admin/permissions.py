@@ -31,12 +31,14 @@ from magnetar.admin.common import (
     topic_of,
 )
 from magnetar.admin.topics import require_namespace
-from magnetar.base.limits import ADMIN_LIST_COUNT_MAX
 from magnetar.broker.policies import AuthPolicies, Policies
 from magnetar.security.authorization import AuthAction
 
 #: Longest role name a grant may name (a certificate subject or a token's claim fits easily).
 ROLE_BYTES_MAX = 1024
+#: Grants one namespace's ``auth_policies`` may hold in all (roles, topic grants, subscription
+#: lists): its policies node stays well under a metadata node's size limit (ZooKeeper: 1 MiB).
+PERMISSION_GRANTS_COUNT_MAX = 10_000
 
 Actions = list[AuthAction]
 Roles = list[str]
@@ -60,18 +62,18 @@ def _require_authorization(ctx: AdminContext) -> None:
 async def _roles_body(request: Request, *, required: bool) -> list[str] | None:
     roles = await read_body(request, Roles, required=required)
     if roles is not None:
-        if len(roles) > ADMIN_LIST_COUNT_MAX:
-            raise AdminError(412, f"at most {ADMIN_LIST_COUNT_MAX} roles (ADMIN_LIST_COUNT_MAX)")
+        if len(roles) > PERMISSION_GRANTS_COUNT_MAX:
+            raise AdminError(412, f"at most {PERMISSION_GRANTS_COUNT_MAX} roles (PERMISSION_GRANTS_COUNT_MAX)")
         for role in roles:
             _role(role)
     return roles
 
 
 def _bounded(auth: AuthPolicies) -> None:
-    total = (len(auth.namespace_auth) + len(auth.subscription_auth_roles)
+    total = (len(auth.namespace_auth) + sum(len(roles) for roles in auth.subscription_auth_roles.values())
              + sum(len(grants) for grants in auth.destination_auth.values()))
-    if total > ADMIN_LIST_COUNT_MAX:
-        raise AdminError(412, f"at most {ADMIN_LIST_COUNT_MAX} grants per namespace (ADMIN_LIST_COUNT_MAX)")
+    if total > PERMISSION_GRANTS_COUNT_MAX:
+        raise AdminError(412, f"at most {PERMISSION_GRANTS_COUNT_MAX} grants per namespace (PERMISSION_GRANTS_COUNT_MAX)")
 
 
 def namespace_routes(ctx: AdminContext) -> list[BaseRoute]:
