@@ -158,6 +158,16 @@ BINARY_OPS = (
     ("subscribe to a locked subscription", LOCKED, "locked"),
 )
 
+#: Single protocol commands, sent by Magnetar's own client (the official one has no call that sends
+#: GET_TOPICS_OF_NAMESPACE or GET_SCHEMA alone, and it reports a refused namespace listing as a
+#: LookupError): (command, need).
+RAW_OPS = (
+    ("LOOKUP", LOOKUP),
+    ("PARTITIONED_METADATA", LOOKUP),
+    ("GET_TOPICS_OF_NAMESPACE", NS_CONSUME),
+    ("GET_SCHEMA", LOOKUP),
+)
+
 
 @dataclass
 class Report:
@@ -210,7 +220,8 @@ def run_http(http: HttpCall, report: Report, roles: tuple[str, ...] = ROLES) -> 
         unique = f"{next(counter)}"
         for method, path, body in op.setup:
             status, reply = http(ROOT, method, _fill(path, tenant, unique), _fill_body(body, tenant))
-            assert status in (200, 204), ("setup", op.name, path, status, reply)
+            # 501: grants cannot be set while authorization is off (the negative control's broker)
+            assert status in (200, 204, 501), ("setup", op.name, path, status, reply)
         status, reply = http(role, op.method, _fill(op.path, tenant, unique), _fill_body(op.body, tenant))
         let_through = status not in (401, 403)
         if not let_through:
@@ -223,4 +234,10 @@ def run_http(http: HttpCall, report: Report, roles: tuple[str, ...] = ROLES) -> 
 def run_binary(binary: BinaryCall, report: Report, roles: tuple[str, ...] = ROLES) -> None:
     for (name, need, subscription), tenant, role in itertools.product(BINARY_OPS, (OWN, OTHER), roles):
         got = binary(role, name, f"persistent://{tenant}/ns/topic", subscription)
+        report.record(role, name, tenant, expected(role, need, tenant), got, "let through" if got else "refused")
+
+
+def run_raw(raw: BinaryCall, report: Report, roles: tuple[str, ...] = ROLES) -> None:
+    for (name, need), tenant, role in itertools.product(RAW_OPS, (OWN, OTHER), roles):
+        got = raw(role, name, f"persistent://{tenant}/ns/topic", "")
         report.record(role, name, tenant, expected(role, need, tenant), got, "let through" if got else "refused")

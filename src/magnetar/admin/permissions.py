@@ -60,7 +60,7 @@ def _require_authorization(ctx: AdminContext) -> None:
 
 
 async def _roles_body(request: Request, *, required: bool) -> list[str] | None:
-    roles = await read_body(request, Roles, required=required)
+    roles: list[str] | None = await read_body(request, Roles, required=required)
     if roles is not None:
         if len(roles) > PERMISSION_GRANTS_COUNT_MAX:
             raise AdminError(412, f"at most {PERMISSION_GRANTS_COUNT_MAX} roles (PERMISSION_GRANTS_COUNT_MAX)")
