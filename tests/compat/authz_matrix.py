@@ -6,7 +6,9 @@ The world (built by the superuser through the admin API):
   produce and ``acme-consumer`` consume; its subscription ``locked`` is limited to ``acme-ops``;
 * tenant ``globex`` (admin role ``globex-ops``) with ``globex/ns`` granting the anonymous role
   consume (the anonymous role is just a role); its ``locked`` is limited to ``globex-ops``;
-* in each namespace a topic ``topic`` with a subscription ``sub``.
+* in each namespace a topic ``topic`` with a subscription ``sub``, and a partitioned topic ``solo``
+  with topic-level grants (``stranger`` may produce to ``acme/ns/solo``, ``acme-consumer`` may
+  produce to and consume from ``globex/ns/solo``), which cover its partitions.
 
 Roles: the superuser ``root``, the tenant admin ``acme-ops``, ``acme-producer``,
 ``acme-consumer``, ``stranger`` (authenticated, nothing granted) and ``anonymous``. "Own tenant"
@@ -32,6 +34,9 @@ ROLES = (ROOT, OPS, PRODUCER, CONSUMER, STRANGER, ANONYMOUS)
 OWN, OTHER = "acme", "globex"
 TENANT_ADMINS = {OWN: "acme-ops", OTHER: "globex-ops"}
 GRANTS = {(OWN, PRODUCER): {"produce"}, (OWN, CONSUMER): {"consume"}, (OTHER, ANONYMOUS): {"consume"}}
+#: Topic-level grants on the partitioned topic ``solo`` (2 partitions) of each namespace: they add
+#: to the namespace's, on that topic only, and cover its partitions.
+SOLO_GRANTS = {(OWN, STRANGER): {"produce"}, (OTHER, CONSUMER): {"produce", "consume"}}
 DUMMY_ROLE = "grant-target"
 
 #: What an operation needs, in the words of the rules (the oracle's input).
@@ -45,7 +50,7 @@ HttpCall = Callable[[str | None, str, str, Any], tuple[int, Any]]
 BinaryCall = Callable[[str | None, str, str, str], bool]
 
 
-def expected(role: str, need: str, tenant: str) -> bool:
+def expected(role: str, need: str, tenant: str, topic: str = "topic") -> bool:
     if role == ROOT:
         return True
     if need == ANY:
@@ -54,7 +59,7 @@ def expected(role: str, need: str, tenant: str) -> bool:
         return False
     if role == TENANT_ADMINS[tenant]:
         return True
-    held = GRANTS.get((tenant, role), set())
+    held = GRANTS.get((tenant, role), set()) | (SOLO_GRANTS.get((tenant, role), set()) if topic == "solo" else set())
     return {
         ADMIN: False,
         LOCKED: False,  # the locked subscriptions list only the tenant admin
@@ -149,13 +154,16 @@ def http_ops() -> list[Op]:
     ]
 
 
-#: Binary-protocol operations: (name, need, subscription).
+#: Binary-protocol operations: (name, need, subscription, topic).
 BINARY_OPS = (
-    ("lookup", LOOKUP, ""),
-    ("produce", PRODUCE, ""),
-    ("subscribe", CONSUME, "sub"),
-    ("reader", CONSUME, ""),
-    ("subscribe to a locked subscription", LOCKED, "locked"),
+    ("lookup", LOOKUP, "", "topic"),
+    ("produce", PRODUCE, "", "topic"),
+    ("subscribe", CONSUME, "sub", "topic"),
+    ("reader", CONSUME, "", "topic"),
+    ("subscribe to a locked subscription", LOCKED, "locked", "topic"),
+    ("lookup a topic with topic grants", LOOKUP, "", "solo"),
+    ("produce to a topic with topic grants", PRODUCE, "", "solo"),
+    ("subscribe to a topic with topic grants", CONSUME, "sub", "solo"),
 )
 
 #: Single protocol commands, sent by Magnetar's own client (the official one has no call that sends
@@ -212,6 +220,12 @@ def build_world(http: HttpCall) -> None:
     for (tenant, role), actions in GRANTS.items():
         status, reply = http(ROOT, "POST", f"/namespaces/{tenant}/ns/permissions/{role}", sorted(actions))
         assert status == 204, (tenant, role, status, reply)
+    for tenant in (OWN, OTHER):
+        status, reply = http(ROOT, "PUT", f"/persistent/{tenant}/ns/solo/partitions", 2)
+        assert status == 204, (tenant, status, reply)
+    for (tenant, role), actions in SOLO_GRANTS.items():
+        status, reply = http(ROOT, "POST", f"/persistent/{tenant}/ns/solo/permissions/{role}", sorted(actions))
+        assert status == 204, (tenant, role, status, reply)
 
 
 def run_http(http: HttpCall, report: Report, roles: tuple[str, ...] = ROLES) -> None:
@@ -232,9 +246,10 @@ def run_http(http: HttpCall, report: Report, roles: tuple[str, ...] = ROLES) -> 
 
 
 def run_binary(binary: BinaryCall, report: Report, roles: tuple[str, ...] = ROLES) -> None:
-    for (name, need, subscription), tenant, role in itertools.product(BINARY_OPS, (OWN, OTHER), roles):
-        got = binary(role, name, f"persistent://{tenant}/ns/topic", subscription)
-        report.record(role, name, tenant, expected(role, need, tenant), got, "let through" if got else "refused")
+    for (name, need, subscription, topic), tenant, role in itertools.product(BINARY_OPS, (OWN, OTHER), roles):
+        got = binary(role, name, f"persistent://{tenant}/ns/{topic}", subscription)
+        report.record(role, name, tenant, expected(role, need, tenant, topic), got,
+                      "let through" if got else "refused")
 
 
 def run_raw(raw: BinaryCall, report: Report, roles: tuple[str, ...] = ROLES) -> None:
