@@ -24,6 +24,7 @@ import pytest
 from magnetar.admin import ADMIN_PATH
 from magnetar.broker import BrokerConfig
 from magnetar.cli.produce import connect
+from magnetar.faults import breaks
 from magnetar.client.config import ClientOptions
 from magnetar.client.errors import BrokerError as ClientBrokerError
 from magnetar.metadata.memory import MemoryMetadataServer
@@ -203,3 +204,17 @@ def test_negative_control_authorization_off_leaks(secured: SecuredBroker) -> Non
     assert {line.split(" on ")[0].split(" ", 1)[1] for line in report.leaks} >= {
         "produce", "subscribe", "lookup", "delete tenant", "grant namespace permission", "delete subscription",
         "LOOKUP", "GET_TOPICS_OF_NAMESPACE", "GET_SCHEMA"}
+
+
+def test_negative_control_one_check_removed_is_seen(secured: SecuredBroker) -> None:
+    """With only the subscription role lists ignored (``no-subscription-auth``), the matrix reports
+    exactly the cases that rely on them, and nothing else."""
+    breaks.enable(breaks.Break.NO_SUBSCRIPTION_AUTH)
+    try:
+        report = _run(secured)
+    finally:
+        breaks.disable_all()
+    print(f"negative control (no-subscription-auth): {report.summary()}")
+    assert report.leaks and not report.over_denials
+    assert all("locked subscription" in line for line in report.leaks), report.leaks
+    assert {line.split(" ", 1)[0] for line in report.leaks} == {matrix.CONSUMER, matrix.ANONYMOUS}

@@ -21,6 +21,7 @@ from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.policies import POLICIES_ROOT, AuthPolicies, PolicyCache
 from magnetar.broker.resources import TenantInfo
+from magnetar.faults import breaks
 from magnetar.protocol.pulsar import pb
 from magnetar.security.authorization import AuthAction, Decision, Grants, Need, decide
 
@@ -61,8 +62,9 @@ async def grants_for(cache: PolicyCache, superuser_roles: frozenset[str], operat
     topic_actions: dict[str, frozenset[AuthAction]] = {}
     if operation.topic is not None:
         topic_actions = _actions(auth.destination_auth.get(str(operation.topic.partitioned_topic_name), {}))
-    sub_roles = frozenset(auth.subscription_auth_roles.get(operation.subscription, ())) if operation.subscription \
-        else frozenset()
+    sub_roles: frozenset[str] = frozenset()
+    if operation.subscription and not breaks.active(breaks.Break.NO_SUBSCRIPTION_AUTH):  # negative control only
+        sub_roles = frozenset(auth.subscription_auth_roles.get(operation.subscription, ()))
     return Grants(superuser_roles, admins, _actions(auth.namespace_auth), topic_actions, sub_roles)
 
 
