@@ -24,9 +24,9 @@ import pytest
 from magnetar.admin import ADMIN_PATH
 from magnetar.broker import BrokerConfig
 from magnetar.cli.produce import connect
-from magnetar.faults import breaks
 from magnetar.client.config import ClientOptions
 from magnetar.client.errors import BrokerError as ClientBrokerError
+from magnetar.faults import breaks
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.protocol.pulsar import pb
 from magnetar.runtime.clock import SystemClock
