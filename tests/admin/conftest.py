@@ -11,14 +11,14 @@ import pytest
 
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_broker_http
+from magnetar.runtime.http import BrokerHttp, bootstrap_cluster, start_broker_http
 from tests.compat.harness import BrokerThread
 
 
 @dataclass
 class HttpBroker:
     thread: BrokerThread
-    http: HttpEndpoint
+    http: BrokerHttp
 
     @property
     def http_url(self) -> str:

@@ -15,6 +15,7 @@ from magnetar.base.limits import (
     BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX,
     BROKER_REDELIVERY_TRACKER_COUNT_MAX,
     MIB,
+    TLS_HANDSHAKE_TIMEOUT_S,
 )
 
 
@@ -105,6 +106,8 @@ class BrokerConfig:
     tls_require_trusted_client_cert: bool = False
     #: How often the certificate files are checked for changes [tlsCertRefreshCheckDurationSec].
     tls_cert_refresh_check_interval_s: int = 300
+    #: A TLS client that has not finished its handshake within this is dropped.
+    tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S
     #: Port of the TLS binary listener clients are sent to by LOOKUP; set by the runtime.
     advertised_port_tls: int | None = None
     #: Roles checked against grants [authorizationEnabled, superUserRoles].
@@ -152,8 +155,8 @@ class BrokerConfig:
             raise InvalidArgument("tls_require_trusted_client_cert needs tls_trust_certs_file_path")
         if self.token_allowed_clock_skew_s < 0 or self.auth_refresh_check_interval_s < 1:
             raise InvalidArgument("token_allowed_clock_skew_s must be >= 0, auth_refresh_check_interval_s >= 1")
-        if self.tls_cert_refresh_check_interval_s < 1:
-            raise InvalidArgument("tls_cert_refresh_check_interval_s must be >= 1")
+        if self.tls_cert_refresh_check_interval_s < 1 or not 0 < self.tls_handshake_timeout_s <= 600:
+            raise InvalidArgument("tls_cert_refresh_check_interval_s must be >= 1, tls_handshake_timeout_s 0..600")
 
     @property
     def service_url(self) -> str:

@@ -52,7 +52,8 @@ class BrokerService:
         self.log_store = log_store
         self.partitioned = PartitionedTopics(metadata)
         #: Answers LOOKUP; a cluster broker replaces it with ``broker.ownership.OwnershipLookup``.
-        self.lookup: TopicLookup = SingleBrokerLookup(lambda: self.config.service_url)
+        self.lookup: TopicLookup = SingleBrokerLookup(lambda: self.config.service_url,
+                                                      lambda: self.config.service_url_tls)
         self.topics: dict[str, Topic] = {}
         self.policies = PolicyCache(metadata, config)
         self.resources = Resources(metadata, self.policies) if metadata is not None else None

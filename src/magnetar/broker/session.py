@@ -261,10 +261,13 @@ class Session:
         name = _topic_name(body.topic)
         await self._authorize(Need.LOOKUP, name)
         answer = await self.service.lookup.lookup(name, body.authoritative)
+        # A client on TLS connects to broker_url_tls (the C++ client reads only that field then).
         if answer.kind is LookupKind.CONNECT:
-            self.connection.send_lookup_connect(body.request_id, answer.url, authoritative=answer.authoritative)
+            self.connection.send_lookup_connect(body.request_id, answer.url, answer.url_tls,
+                                                authoritative=answer.authoritative)
         else:
-            self.connection.send_lookup_redirect(body.request_id, answer.url, authoritative=answer.authoritative)
+            self.connection.send_lookup_redirect(body.request_id, answer.url, answer.url_tls,
+                                                 authoritative=answer.authoritative)
 
     async def _topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
         pattern = body.topics_pattern if body.HasField("topics_pattern") else None

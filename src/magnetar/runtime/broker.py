@@ -32,6 +32,7 @@ from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import ConnectionTerminated, ServerConfig, ServerConnection, State
 from magnetar.runtime.security import CredentialFiles
+from magnetar.runtime.tls import TlsFiles, tls_files_from_config
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,8 @@ class BrokerServer:
         self.clock = clock
         self.server_config = server_config or ServerConfig()
         self._listener: Listener | None = None
+        self._tls_listener: Listener | None = None
+        self._reloader: asyncio.Task[None] | None = None
         self._loops: set[_ConnectionLoop] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -166,6 +169,10 @@ class BrokerServer:
         if self._listener is None:
             raise ClosedError("broker is not listening")
         return self._listener.port
+
+    @property
+    def tls_port(self) -> int | None:
+        return self._tls_listener.port if self._tls_listener is not None else None
 
     @property
     def service_url(self) -> str:
@@ -181,6 +188,11 @@ class BrokerServer:
     def connection_count(self) -> int:
         return len(self._loops)
 
+    def connection_roles(self) -> list[str | None]:
+        """The authenticated role of each open connection (None: authentication off). Tests and
+        operators see who is connected."""
+        return [loop.session.role for loop in self._loops]
+
     def connection_outbound_bytes(self) -> list[int]:
         """Bytes each connection has queued for its client and not yet drained to the socket.
 
@@ -191,6 +203,36 @@ class BrokerServer:
 
     async def listen(self, host: str, port: int) -> None:
         self._listener = await self.network.listen(host, port, self._serve)
+
+    async def listen_tls(self, host: str, port: int, network: Network) -> None:
+        """The ``pulsar+ssl://`` listener: same sessions, over ``network``'s TLS."""
+        self._tls_listener = await network.listen(host, port, self._serve)
+
+    def start_reloading(self, credentials: CredentialFiles, tls: TlsFiles | None) -> None:
+        """Re-read changed credential and certificate files, each at its configured interval."""
+        config = self.service.config
+        checks: list[tuple[float, Callable[[], bool]]] = []
+        if credentials.authenticator is not None:
+            checks.append((float(config.auth_refresh_check_interval_s), credentials.reload_if_changed))
+        if tls is not None:
+            checks.append((float(config.tls_cert_refresh_check_interval_s), tls.reload_if_changed))
+        if checks:
+            self._reloader = asyncio.get_running_loop().create_task(self._reload_loop(checks), name="reload")
+
+    async def _reload_loop(self, checks: list[tuple[float, Callable[[], bool]]]) -> None:
+        due_s = [interval for interval, _ in checks]
+        elapsed_s = 0.0
+        while True:
+            step_s = max(0.0, min(due_s) - elapsed_s)
+            await self.clock.sleep(step_s)
+            elapsed_s += step_s
+            for index, (interval, check) in enumerate(checks):
+                if due_s[index] <= elapsed_s:
+                    due_s[index] = elapsed_s + interval
+                    try:
+                        check()
+                    except Exception:  # a reload must never stop the broker
+                        log.exception("reloading files failed")
 
     async def _serve(self, conn: Connection) -> None:
         if self._closed or len(self._loops) >= BROKER_CONNECTIONS_COUNT_MAX:
@@ -215,8 +257,11 @@ class BrokerServer:
         if self._closed:
             return
         self._closed = True
-        if self._listener is not None:
-            self._listener.close()
+        if self._reloader is not None:
+            self._reloader.cancel()
+        for listener in (self._listener, self._tls_listener):
+            if listener is not None:
+                listener.close()
         for loop in list(self._loops):
             loop.conn.close()
         tasks = [t for t in self._tasks if t is not asyncio.current_task()]
@@ -243,6 +288,8 @@ async def start_broker(
     port: int = 6650,
     server_config: ServerConfig | None = None,
     before_listen: Callable[[BrokerService], None] | None = None,
+    tls_port: int | None = None,
+    tls: TlsFiles | None = None,
 ) -> BrokerServer:
     """Start a broker listening on ``host:port`` (0 picks a free port) and return it running.
 
@@ -253,6 +300,10 @@ async def start_broker(
     and closes its topics (managed ledgers); the ledger manager and metadata stay the caller's.
     ``before_listen(service)`` runs before the first client can connect (a cluster broker installs
     its bundle ownership there).
+
+    With ``config.tls_enabled`` and a ``tls_port`` (0 picks one), a second listener serves
+    ``pulsar+ssl://`` with ``tls`` (built from the config's files when not given) and LOOKUP
+    answers carry its URL; credential and certificate files are re-read when they change.
     """
     if log_store is None:
         if ledger_manager is None or metadata is None:
@@ -272,5 +323,17 @@ async def start_broker(
     server = BrokerServer(service, network, clock, server_config)
     await server.listen(host, port)
     if port == 0 or config.advertised_port == 0:
-        service.config = dataclasses.replace(config, advertised_port=server.port)
+        service.config = dataclasses.replace(service.config, advertised_port=server.port)
+    if config.tls_enabled and tls_port is not None:
+        from magnetar.runtime.network import TcpNetwork
+
+        tls = tls or tls_files_from_config(config)
+        assert tls is not None
+        try:
+            await server.listen_tls(host, tls_port, TcpNetwork(tls.context, config.tls_handshake_timeout_s))
+        except BaseException:
+            await server.close()
+            raise
+        service.config = dataclasses.replace(service.config, advertised_port_tls=server.tls_port)
+    server.start_reloading(credentials, tls if config.tls_enabled else None)
     return server
