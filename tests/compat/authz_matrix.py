@@ -75,7 +75,7 @@ class Op:
     name: str
     need: str
     method: str
-    path: str  # with {t} (the tenant) and {x} (a name unique to the case)
+    path: str  # under /admin/v2 unless it starts with /lookup/; {t}: the tenant, {x}: a name unique to the case
     body: Any = None
     setup: tuple[tuple[str, str, Any], ...] = ()  # (method, path, body) as root before
     cleanup: tuple[tuple[str, str, Any], ...] = ()  # as root after (failures ignored)
@@ -118,6 +118,7 @@ def http_ops() -> list[Op]:
         Op("create partitioned topic", ADMIN, "PUT", f"{_SPARE}/partitions", 2,
            cleanup=(("DELETE", f"{_SPARE}/partitions", None),)),
         Op("get partitions", LOOKUP, "GET", f"{_TOPIC}/partitions"),
+        Op("HTTP lookup", LOOKUP, "GET", "/lookup/v2/topic/persistent/{t}/ns/topic"),
         Op("topic stats", LOOKUP, "GET", f"{_TOPIC}/stats"),
         Op("topic internal stats", LOOKUP, "GET", f"{_TOPIC}/internalStats"),
         Op("unload topic", ADMIN, "PUT", f"{_TOPIC}/unload"),
@@ -164,6 +165,8 @@ BINARY_OPS = (
     ("lookup a topic with topic grants", LOOKUP, "", "solo"),
     ("produce to a topic with topic grants", PRODUCE, "", "solo"),
     ("subscribe to a topic with topic grants", CONSUME, "sub", "solo"),
+    ("produce over an http service URL", PRODUCE, "", "topic"),  # lookups over HTTP, then binary
+    ("subscribe over an http service URL", CONSUME, "sub", "topic"),
 )
 
 #: Single protocol commands, sent by Magnetar's own client (the official one has no call that sends

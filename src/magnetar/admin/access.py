@@ -12,7 +12,8 @@ choices (``PulsarAuthorizationProvider`` and the admin resources):
 
 ``guard_routes`` wraps every route of the app: with ``authorization_enabled`` a request without an
 authenticated role (``request.state.role``, set by the authentication middleware) gets 401, one
-whose role lacks the need gets 403, both with ``{"reason": ...}``. A route missing from the table
+whose role lacks the need gets 403, both with ``{"reason": ...}``. The HTTP lookup service
+(``/lookup/v2``) is guarded by the same table. A route missing from the table
 is treated as superuser-only (fail closed), and ``undeclared`` lists it so a test can fail.
 """
 
@@ -28,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from magnetar.admin.common import AdminContext, error_response, topic_of
 from magnetar.admin.policy_routes import SPECS
+from magnetar.base.types import TopicName
 from magnetar.broker.authorization import Operation, decide_operation
 from magnetar.security.authorization import Need
 
@@ -104,6 +106,8 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("POST", f"{_TOPIC}/all_subscription/expireMessages/{{seconds:int}}"): C,
     ("POST", f"{_SUB}/resetcursor/{{timestamp:int}}"): C,
     ("POST", f"{_SUB}/resetcursor"): C,
+    # the HTTP lookup service (mounted at /lookup/v2): what a binary LOOKUP needs
+    ("GET", "/topic/{domain}/{tenant}/{namespace}/{topic:path}"): L,
     **_policy_needs(),
 }
 
@@ -128,7 +132,10 @@ def need_of(route: Route) -> Need:
 def _operation(need: Need, request: Request) -> Operation:
     params = request.path_params
     if "topic" in params:
-        return Operation.on_topic(need, topic_of(request), params.get("subscription") if need is Need.CONSUME else None)
+        topic = topic_of(request)
+        if params.get("domain") == "non-persistent":  # the lookup service names the domain
+            topic = TopicName.parse(f"{params['domain']}://{topic.namespace}/{topic.local_name}")
+        return Operation.on_topic(need, topic, params.get("subscription") if need is Need.CONSUME else None)
     if "namespace" in params:
         return Operation.on_namespace(need, f"{params['tenant']}/{params['namespace']}")
     return Operation(need, params.get("tenant"))
