@@ -18,8 +18,13 @@ from magnetar.admin import AdminContext, api_route, build_admin_app
 from magnetar.admin.access import ROUTE_NEEDS, undeclared
 from magnetar.admin.app import ROUTERS, admin_routes
 from magnetar.admin.lookup import lookup_routes
+from magnetar.base.types import TopicName
 from magnetar.broker import BrokerConfig
+from magnetar.broker.authorization import Operation, authorize
+from magnetar.broker.errors import BrokerError
+from magnetar.protocol.pulsar import pb
 from magnetar.security import create_token
+from magnetar.security.authorization import Need
 from tests.admin.harness import AdminWorld, Reply, asgi_call, run_world
 
 SECRET = b"permissions-test-secret-key-32b!"
@@ -201,5 +206,42 @@ def test_concurrent_grants_all_land() -> None:
                                          for i in range(8)))
         assert {r.status for r in replies} == {204}
         assert sorted((await call(world, "ops", "GET", f"{NS}/permissions")).json()) == [f"r{i}" for i in range(8)]
+
+    run_world(body, SECURE)
+
+
+def test_grant_changes_reach_the_brokers_checks_at_once_and_cover_partitions() -> None:
+    """The check the binary protocol makes (``authorize``) sees each admin change at once, through
+    the policy cache (decoded again only when a node changes)."""
+
+    async def body(world: AdminWorld) -> None:
+        cache = world.service.policies
+        part = TopicName.parse("persistent://acme/ns/t-partition-3")
+
+        async def may(role: str, need: Need, subscription: str | None = None) -> bool:
+            try:
+                await authorize(cache, role, Operation.on_topic(need, part, subscription))
+            except BrokerError as error:
+                assert error.code == pb.AuthorizationError
+                return False
+            return True
+
+        await call(world, "root", "PUT", "/tenants/acme", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+        await call(world, "root", "PUT", NS)
+        assert not await may("app", Need.PRODUCE)
+        assert await may("ops", Need.PRODUCE) and not await may("ops2", Need.PRODUCE)
+        assert (await call(world, "ops", "POST", "/persistent/acme/ns/t/permissions/app", ["produce"])).status == 204
+        assert await may("app", Need.PRODUCE) and await may("app", Need.LOOKUP)
+        assert not await may("app", Need.CONSUME)
+        assert (await call(world, "ops", "POST", f"{NS}/permissions/app", ["consume"])).status == 204
+        assert await may("app", Need.CONSUME, "s")
+        assert (await call(world, "ops", "POST", f"{NS}/permissions/subscription/s", ["bi"])).status == 204
+        assert not await may("app", Need.CONSUME, "s") and await may("app", Need.CONSUME, "other")
+        assert (await call(world, "ops", "DELETE", "/persistent/acme/ns/t/permissions/app")).status == 204
+        assert not await may("app", Need.PRODUCE)
+        # the tenant's admins change too: the old admin loses, the new one gains
+        assert (await call(world, "root", "POST", "/tenants/acme",
+                           {"adminRoles": ["ops2"], "allowedClusters": ["standalone"]})).status == 204
+        assert await may("ops2", Need.PRODUCE) and not await may("ops", Need.PRODUCE)
 
     run_world(body, SECURE)

@@ -3,8 +3,8 @@
 ``Operation`` names what is being done (its ``Need``) and on what: a tenant, a namespace, a topic,
 a subscription. ``grants_for`` reads the tenant's ``adminRoles`` and the namespace's
 ``auth_policies`` through the ``PolicyCache`` (read once, watched, written through by the admin
-API), so a check on a hot path (LOOKUP, PRODUCER, SUBSCRIBE) costs no metadata round trip after
-the first. A partition ``t-partition-N`` is checked with the grants of ``t``, as grants are given
+API, decoded again only when a node changes), so a check on a hot path (LOOKUP, PRODUCER,
+SUBSCRIBE) costs no metadata round trip and no JSON decoding after the first. A partition ``t-partition-N`` is checked with the grants of ``t``, as grants are given
 on the partitioned topic.
 
 Both the binary protocol (``Session``) and the admin API use ``authorize``; when
@@ -19,7 +19,7 @@ import msgspec
 
 from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.policies import POLICIES_ROOT, AuthPolicies, PolicyCache
+from magnetar.broker.policies import POLICIES_ROOT, AuthPolicies, PolicyCache, decode_policies, namespace_path
 from magnetar.broker.resources import TenantInfo
 from magnetar.faults import breaks
 from magnetar.protocol.pulsar import pb
@@ -47,25 +47,44 @@ def _actions(granted: dict[str, list[AuthAction]]) -> dict[str, frozenset[AuthAc
     return {role: frozenset(actions) for role, actions in granted.items()}
 
 
+@dataclass(frozen=True, slots=True)
+class _NamespaceGrants:
+    """A namespace's ``auth_policies`` as ``decide`` reads them (decoded once per node version)."""
+
+    namespace: dict[str, frozenset[AuthAction]]
+    topics: dict[str, dict[str, frozenset[AuthAction]]]
+    subscriptions: dict[str, frozenset[str]]
+
+
+_NO_GRANTS = _NamespaceGrants({}, {}, {})
+
+
+def _tenant_admins(raw: bytes) -> frozenset[str]:
+    return frozenset(msgspec.json.decode(raw, type=TenantInfo).admin_roles)
+
+
+def _namespace_grants(raw: bytes) -> _NamespaceGrants:
+    auth: AuthPolicies = decode_policies(raw).auth_policies
+    return _NamespaceGrants(_actions(auth.namespace_auth),
+                            {topic: _actions(grants) for topic, grants in auth.destination_auth.items()},
+                            {sub: frozenset(roles) for sub, roles in auth.subscription_auth_roles.items()})
+
+
 async def grants_for(cache: PolicyCache, superuser_roles: frozenset[str], operation: Operation) -> Grants:
     """The ``Grants`` of the resource ``operation`` names, as the store holds them now."""
     admins: frozenset[str] = frozenset()
     if operation.tenant:
-        raw = await cache.node(f"{POLICIES_ROOT}/{operation.tenant}")
-        if raw:
-            admins = frozenset(msgspec.json.decode(raw, type=TenantInfo).admin_roles)
-    auth = AuthPolicies()
+        admins = await cache.decoded(f"{POLICIES_ROOT}/{operation.tenant}", _tenant_admins) or frozenset()
+    grants = _NO_GRANTS
     if operation.namespace:
-        policies = await cache.namespace_policies(operation.namespace)
-        if policies is not None:
-            auth = policies.auth_policies
+        grants = await cache.decoded(namespace_path(operation.namespace), _namespace_grants) or _NO_GRANTS
     topic_actions: dict[str, frozenset[AuthAction]] = {}
     if operation.topic is not None:
-        topic_actions = _actions(auth.destination_auth.get(str(operation.topic.partitioned_topic_name), {}))
+        topic_actions = grants.topics.get(str(operation.topic.partitioned_topic_name), {})
     sub_roles: frozenset[str] = frozenset()
     if operation.subscription and not breaks.active(breaks.Break.NO_SUBSCRIPTION_AUTH):  # negative control only
-        sub_roles = frozenset(auth.subscription_auth_roles.get(operation.subscription, ()))
-    return Grants(superuser_roles, admins, _actions(auth.namespace_auth), topic_actions, sub_roles)
+        sub_roles = grants.subscriptions.get(operation.subscription, frozenset())
+    return Grants(superuser_roles, admins, grants.namespace, topic_actions, sub_roles)
 
 
 async def decide_operation(cache: PolicyCache, superuser_roles: frozenset[str], role: str | None,
