@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,8 @@ import pulsar
 import pytest
 
 from magnetar.broker import BrokerConfig
+from magnetar.protocol.pulsar import pb
+from magnetar.protocol.pulsar.frames import encode_command
 from magnetar.security import create_token
 from tests.compat.harness import BrokerThread
 
@@ -32,7 +36,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
     config = BrokerConfig(advertised_port=0, authentication_enabled=True,
                           authentication_providers=("token", "basic"),
                           token_secret_key="data:;base64," + base64.b64encode(SECRET).decode(),
-                          basic_auth_conf_path=str(directory / "htpasswd"))
+                          basic_auth_conf_path=str(directory / "htpasswd"), auth_refused_linger_s=0.5)
     running = BrokerThread(config).start()
     try:
         yield running
@@ -96,3 +100,67 @@ def test_bad_credentials_raise_authentication_error_and_harm_no_other_client(sec
     finally:
         bad.close()
         good.close()
+
+
+def read_command(sock: socket.socket) -> pb.BaseCommand | None:
+    """One frame's command, or None once the broker closed the connection."""
+    header = b""
+    while len(header) < 8:
+        chunk = sock.recv(8 - len(header))
+        if not chunk:
+            return None
+        header += chunk
+    total, command_size = struct.unpack(">II", header)
+    rest = b""
+    while len(rest) < total - 4:
+        chunk = sock.recv(total - 4 - len(rest))
+        if not chunk:
+            return None
+        rest += chunk
+    command = pb.BaseCommand()
+    command.ParseFromString(rest[:command_size])
+    return command
+
+
+@pytest.mark.parametrize("method,data", [
+    ("token", b"x" * (20 * 1024)),  # oversized auth data
+    ("token", bytes(range(256)) * 4),  # not a JWT at all
+    ("basic", b"\xff\xfe:\x00"),  # not UTF-8
+    ("kerberos", b"ticket"),  # a method no provider serves, no anonymous role
+])
+def test_a_refused_connection_that_sends_nothing_is_closed_within_the_linger_bound(
+        secured: BrokerThread, method: str, data: bytes) -> None:
+    connect = pb.BaseCommand(type=pb.BaseCommand.CONNECT)
+    connect.connect.client_version = "raw"
+    connect.connect.protocol_version = 20
+    connect.connect.auth_method_name = method
+    connect.connect.auth_data = data
+    with socket.create_connection(("127.0.0.1", secured.port)) as sock:
+        sock.settimeout(10)
+        sock.sendall(encode_command(connect))
+        first = read_command(sock)
+        assert first is not None and first.type == pb.BaseCommand.CONNECTED
+        started = time.monotonic()
+        assert read_command(sock) is None  # closed by the broker, not by us
+        assert time.monotonic() - started < 5
+
+
+def test_a_refused_connection_gets_authentication_error_for_its_first_request(secured: BrokerThread) -> None:
+    connect = pb.BaseCommand(type=pb.BaseCommand.CONNECT)
+    connect.connect.client_version = "raw"
+    connect.connect.protocol_version = 20
+    connect.connect.auth_method_name = "token"
+    connect.connect.auth_data = b"junk"
+    lookup = pb.BaseCommand(type=pb.BaseCommand.LOOKUP)
+    lookup.lookupTopic.topic = "persistent://public/default/x"
+    lookup.lookupTopic.request_id = 7
+    with socket.create_connection(("127.0.0.1", secured.port)) as sock:
+        sock.settimeout(10)
+        sock.sendall(encode_command(connect))
+        assert (first := read_command(sock)) is not None and first.type == pb.BaseCommand.CONNECTED
+        sock.sendall(encode_command(lookup))  # clients wait for CONNECTED before any request
+        answer = read_command(sock)
+        assert answer is not None and answer.type == pb.BaseCommand.LOOKUP_RESPONSE
+        assert answer.lookupTopicResponse.request_id == 7
+        assert answer.lookupTopicResponse.error == pb.AuthenticationError
+        assert read_command(sock) is None

@@ -71,6 +71,9 @@ BASIC_AUTH_CACHE_COUNT_MAX = 1024
 #: A TLS client that has not finished its handshake within this is dropped (Pulsar's
 #: Netty SslHandler default handshake timeout is 10 s).
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
+#: How long a connection whose CONNECT failed authentication stays open to be told so (its first
+#: request is answered with AuthenticationError and it is closed; silent, it is closed after this).
+AUTH_REFUSED_CONNECTION_LINGER_S = 5.0
 #: How long an expired connection has to answer AUTH_CHALLENGE with a valid AUTH_RESPONSE, at most
 #: (the broker also never waits longer than ``auth_refresh_check_interval_s``).
 AUTH_CHALLENGE_RESPONSE_TIMEOUT_S_MAX = 60.0

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.limits import (
+    AUTH_REFUSED_CONNECTION_LINGER_S,
     BROKER_DISPATCH_READ_COUNT_MAX,
     BROKER_PENDING_ACKS_PER_SUBSCRIPTION_COUNT_MAX,
     BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX,
     BROKER_REDELIVERY_TRACKER_COUNT_MAX,
     MIB,
+    PULSAR_MESSAGE_BYTES_MAX,
     TLS_HANDSHAKE_TIMEOUT_S,
 )
 
@@ -68,6 +70,10 @@ class BrokerConfig:
     #: queue grow without limit. Never False in a deployment.
     connection_outbound_bound_enabled: bool = True
 
+    #: Largest message (metadata + payload) a client may send, told to it in CONNECTED
+    #: [maxMessageSize]; at most PULSAR_MESSAGE_BYTES_MAX.
+    max_message_size_bytes: int = PULSAR_MESSAGE_BYTES_MAX
+
     # --- security (Pulsar's broker.conf keys in brackets; ``magnetar.security`` verifies) ----------
     #: Clients must present credentials one of ``authentication_providers`` accepts
     #: [authenticationEnabled]. Off: every connection and HTTP request has role None.
@@ -89,8 +95,12 @@ class BrokerConfig:
     token_audience: str | None = None
     #: Seconds an expired (or not-yet-valid) token is still accepted [tokenAllowedClockSkewSeconds].
     token_allowed_clock_skew_s: int = 0
-    #: htpasswd file (apr1, bcrypt, {SHA}) for the "basic" provider [basicAuthConf].
+    #: htpasswd (apr1, bcrypt, {SHA}) for the "basic" provider: a path, ``data:;base64,...`` or the
+    #: content in base64 [basicAuthConf].
     basic_auth_conf_path: str | None = None
+    #: A connection whose CONNECT failed authentication is closed after its first request, or
+    #: after this long if it sends none.
+    auth_refused_linger_s: float = AUTH_REFUSED_CONNECTION_LINGER_S
     #: How often open connections are checked for expired credentials; an expired one is sent
     #: AUTH_CHALLENGE and closed unless it answers with a valid credential within the same
     #: interval [authenticationRefreshCheckSeconds].
@@ -110,6 +120,12 @@ class BrokerConfig:
     tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S
     #: Port of the TLS binary listener clients are sent to by LOOKUP; set by the runtime.
     advertised_port_tls: int | None = None
+    #: TLS from this broker to the bookies: the CA that signed their certificates turns it on;
+    #: a certificate and key are presented when the bookies require one
+    #: [bookkeeperTLSTrustCertsFilePath, bookkeeperTLSCertificateFilePath, bookkeeperTLSKeyFilePath].
+    bookkeeper_tls_trust_certs_file_path: str | None = None
+    bookkeeper_tls_certificate_file_path: str | None = None
+    bookkeeper_tls_key_file_path: str | None = None
     #: Roles checked against grants [authorizationEnabled, superUserRoles].
     authorization_enabled: bool = False
     superuser_roles: tuple[str, ...] = ()
@@ -138,6 +154,8 @@ class BrokerConfig:
             raise InvalidArgument("policy_check_interval_ms must be >= 1 and message_ttl_s >= 0")
         if self.retention_time_s < -1 or self.retention_size_bytes < -1:
             raise InvalidArgument("retention_time_s and retention_size_bytes must be >= -1")
+        if not 1024 <= self.max_message_size_bytes <= PULSAR_MESSAGE_BYTES_MAX:
+            raise InvalidArgument(f"max_message_size_bytes must be 1024..{PULSAR_MESSAGE_BYTES_MAX}")
         if self.auto_created_partitions_count < 0:
             raise InvalidArgument("auto_created_partitions_count must be >= 0")
         unknown = [p for p in self.authentication_providers if p not in AUTHENTICATION_PROVIDERS]
@@ -153,6 +171,8 @@ class BrokerConfig:
             raise InvalidArgument("tls_enabled needs tls_certificate_file_path and tls_key_file_path")
         if self.tls_require_trusted_client_cert and not self.tls_trust_certs_file_path:
             raise InvalidArgument("tls_require_trusted_client_cert needs tls_trust_certs_file_path")
+        if not 0 < self.auth_refused_linger_s <= 600:
+            raise InvalidArgument("auth_refused_linger_s must be in (0, 600]")
         if self.token_allowed_clock_skew_s < 0 or self.auth_refresh_check_interval_s < 1:
             raise InvalidArgument("token_allowed_clock_skew_s must be >= 0, auth_refresh_check_interval_s >= 1")
         if self.tls_cert_refresh_check_interval_s < 1 or not 0 < self.tls_handshake_timeout_s <= 600:

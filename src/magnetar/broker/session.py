@@ -22,6 +22,12 @@ during the handshake as a dropped connection and retries until its operation tim
 user would see ``Timeout`` instead of ``AuthenticationError``; an error on the first lookup is
 fatal to it and surfaces as ``pulsar.AuthenticationError`` at once.
 
+Expiring credentials (a token with ``exp``): the runtime calls ``check_credentials(now_ms)`` every
+``auth_refresh_check_interval_s``. Once expired, a client that advertised ``supports_auth_refresh``
+is sent AUTH_CHALLENGE; its AUTH_RESPONSE must authenticate to the same role (a new expiry), or
+the connection is closed; still unanswered at the next check, it is closed. A client that cannot
+refresh is closed at once, as Java's broker does. A refused connection is closed at the first check.
+
 Every handle (producer or consumer id) is bounded by ``BROKER_HANDLES_PER_CONNECTION_COUNT_MAX``.
 Errors in one request become an ERROR (or ``*_RESPONSE`` Failed) for that request only.
 """
@@ -78,6 +84,11 @@ class Session:
         self.principal: Principal | None = None
         #: Why CONNECT was refused; while set, every request is refused and the connection closed.
         self.refusal: str | None = None
+        self._challenged = False  # AUTH_CHALLENGE sent, no valid AUTH_RESPONSE yet
+        #: Credentials renewed through AUTH_CHALLENGE / AUTH_RESPONSE on this connection.
+        self.refreshed_count = 0
+        #: Closed because its credentials expired or could not be renewed.
+        self.closed_for_credentials = False
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, tuple[Consumer, Subscription]] = {}
         self._transport_backlog_bytes = 0
@@ -485,7 +496,51 @@ class Session:
                                                                    "consumer stats are not supported"))
 
     async def _auth_response(self, body: pb.CommandAuthResponse) -> None:
-        return
+        authenticator = self.service.authenticator
+        principal = self.principal
+        if authenticator is None or principal is None:
+            return  # nothing to renew (authentication off); Java ignores it too
+        data = body.response if body.HasField("response") else pb.AuthData()
+        method = data.auth_method_name if data.HasField("auth_method_name") else principal.method
+        try:
+            renewed = authenticator.authenticate(method, bytes(data.auth_data), self.tls_peer_cn)
+        except AuthenticationFailed as error:
+            log.info("AUTH_RESPONSE refused for role %r: %s; closing", principal.role, error.reason)
+            self._close_for_credentials(f"authentication refresh failed: {error.reason}")
+            return
+        if renewed.role != principal.role:
+            log.warning("AUTH_RESPONSE changed the role from %r to %r; closing", principal.role, renewed.role)
+            self._close_for_credentials("the role cannot change during an authentication refresh")
+            return
+        self.principal = renewed
+        self._challenged = False
+        self.refreshed_count += 1
+
+    def _close_for_credentials(self, reason: str) -> None:
+        self.closed_for_credentials = True
+        self.connection.close(reason)
+
+    def check_credentials(self, now_ms: int) -> None:
+        """Challenge or close a connection whose credentials expired (wall-clock ``now_ms``)."""
+        if not self.is_open():
+            return
+        if self.refusal is not None:
+            self._close_for_credentials(self.refusal)
+            return
+        principal = self.principal
+        if principal is None or principal.expires_at_ms is None:
+            return
+        if self._challenged:
+            self._close_for_credentials("authentication refresh not answered in time")
+            return
+        if now_ms < principal.expires_at_ms:
+            return
+        if not self.connection.features.supports_auth_refresh:
+            self._close_for_credentials("credentials expired and the client cannot refresh them")
+            return
+        self.connection.send_auth_challenge(principal.method, b"refresh")
+        self._challenged = True
+        self._out()
 
     # --- teardown -------------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ class _ConnectionLoop:
         self._writable = asyncio.Event()
         self._writable.set()
         self._done = asyncio.Event()
+        self._linger: asyncio.Task[None] | None = None
 
     def _now_ms(self) -> int:
         return self.clock.monotonic_ns() // 1_000_000
@@ -66,6 +67,10 @@ class _ConnectionLoop:
     def _wake_writer(self) -> None:
         self._output.set()
 
+    def wake_writer(self) -> None:
+        """Queued frames to write, or a close to carry out (the writer closes a CLOSED connection)."""
+        self._output.set()
+
     async def run(self) -> None:
         writer = asyncio.get_running_loop().create_task(self._write_loop())
         ticker = asyncio.get_running_loop().create_task(self._tick_loop())
@@ -73,13 +78,16 @@ class _ConnectionLoop:
             await self._read_loop()
         finally:
             await self._flush_quietly()
-            for task in (writer, ticker):
+            tasks = [writer, ticker] + ([self._linger] if self._linger is not None else [])
+            for task in tasks:
                 task.cancel()
-            for task in (writer, ticker):
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.session.close()
             self.conn.close()
+            if self.session.closed_for_credentials:
+                self.server.expired_closed_count += 1
 
     async def _read_loop(self) -> None:
         while self._open():
@@ -101,6 +109,16 @@ class _ConnectionLoop:
                 await self.session.handle(event)
                 if isinstance(event, ConnectionTerminated):
                     return
+            if self.session.refusal is not None and self._linger is None:
+                self._linger = asyncio.get_running_loop().create_task(self._close_refused())
+            self._output.set()
+
+    async def _close_refused(self) -> None:
+        """A refused connection that sends no request is closed after the linger bound."""
+        await self.clock.sleep(self.server.service.config.auth_refused_linger_s)
+        if self._open():
+            self.session.connection.close("authentication failed")
+            self.session.closed_for_credentials = True
             self._output.set()
 
     async def _write_loop(self) -> None:
@@ -160,6 +178,8 @@ class BrokerServer:
         self._listener: Listener | None = None
         self._tls_listener: Listener | None = None
         self._reloader: asyncio.Task[None] | None = None
+        #: Connections closed by the credential check (expired, refresh failed or unanswered, refused).
+        self.expired_closed_count = 0
         self._loops: set[_ConnectionLoop] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -180,9 +200,12 @@ class BrokerServer:
 
     def connection_config(self) -> ServerConfig:
         """A new connection's protocol config: CONNECT waits for the session to authenticate it."""
-        if self.service.authenticator is None:
-            return self.server_config
-        return dataclasses.replace(self.server_config, auto_accept_connect=False)
+        config = self.server_config
+        size_max = min(config.max_message_size_bytes, self.service.config.max_message_size_bytes)
+        if self.service.authenticator is None and size_max == config.max_message_size_bytes:
+            return config
+        return dataclasses.replace(config, auto_accept_connect=self.service.authenticator is None,
+                                   max_message_size_bytes=size_max)
 
     @property
     def connection_count(self) -> int:
@@ -211,15 +234,27 @@ class BrokerServer:
     def start_reloading(self, credentials: CredentialFiles, tls: TlsFiles | None) -> None:
         """Re-read changed credential and certificate files, each at its configured interval."""
         config = self.service.config
-        checks: list[tuple[float, Callable[[], bool]]] = []
+        checks: list[tuple[float, Callable[[], object]]] = []
         if credentials.authenticator is not None:
             checks.append((float(config.auth_refresh_check_interval_s), credentials.reload_if_changed))
+            checks.append((float(config.auth_refresh_check_interval_s), self.check_credentials))
         if tls is not None:
             checks.append((float(config.tls_cert_refresh_check_interval_s), tls.reload_if_changed))
         if checks:
             self._reloader = asyncio.get_running_loop().create_task(self._reload_loop(checks), name="reload")
 
-    async def _reload_loop(self, checks: list[tuple[float, Callable[[], bool]]]) -> None:
+    def check_credentials(self) -> None:
+        """Every connection's expiry check (``Session.check_credentials``); closed ones are dropped."""
+        now_ms = self.clock.now_ms()
+        for loop in list(self._loops):
+            loop.session.check_credentials(now_ms)
+            loop.wake_writer()
+
+    def refreshed_credentials_count(self) -> int:
+        """AUTH_RESPONSEs that renewed a connection's credentials, over the open connections."""
+        return sum(loop.session.refreshed_count for loop in self._loops)
+
+    async def _reload_loop(self, checks: list[tuple[float, Callable[[], object]]]) -> None:
         due_s = [interval for interval, _ in checks]
         elapsed_s = 0.0
         while True:

@@ -201,12 +201,21 @@ class TcpListener:
 
 class TcpNetwork:
     def __init__(self, ssl_context: ssl.SSLContext | None = None,
-                 handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S) -> None:
+                 handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S,
+                 client_ssl_context: ssl.SSLContext | None = None) -> None:
         self._ssl = ssl_context
         self._handshake_timeout_s = handshake_timeout_s
+        self._client_ssl = client_ssl_context
 
     async def connect(self, host: str, port: int) -> TcpConnection:
-        _, protocol = await asyncio.get_running_loop().create_connection(_ConnectionProtocol, host, port)
+        """A connection to ``host:port``; TLS (verifying ``host``) with a client SSL context."""
+        loop = asyncio.get_running_loop()
+        if self._client_ssl is None:
+            _, protocol = await loop.create_connection(_ConnectionProtocol, host, port)
+        else:
+            _, protocol = await loop.create_connection(_ConnectionProtocol, host, port, ssl=self._client_ssl,
+                                                       server_hostname=host,
+                                                       ssl_handshake_timeout=self._handshake_timeout_s)
         return TcpConnection(protocol)
 
     async def listen(self, host: str, port: int, handler: ConnectionHandler) -> TcpListener:

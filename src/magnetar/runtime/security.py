@@ -9,6 +9,8 @@ previous material and logs why: a half-written file must not lock every client o
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import os
 
@@ -34,18 +36,35 @@ def read_key(reference: str) -> bytes:
         raise InvalidArgument(f"cannot read key {parsed.path!r}: {error.strerror}") from None
 
 
-def read_htpasswd(path: str) -> Htpasswd:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            htpasswd = Htpasswd(handle.read())
-    except OSError as error:
-        raise InvalidArgument(f"cannot read htpasswd file {path!r}: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise InvalidArgument(f"htpasswd file {path!r} is not UTF-8") from None
+def read_htpasswd(reference: str) -> Htpasswd:
+    """The htpasswd named by ``basic_auth_conf_path``: a file path, ``data:;base64,...``, or (as
+    Pulsar's ``basicAuthConf`` also allows) the file's content in base64."""
+    text = _htpasswd_text(reference)
+    htpasswd = Htpasswd(text)
     for user in htpasswd.unsupported_users():
         log.warning("htpasswd %s: user %r has a hash scheme Magnetar does not support; they cannot log in",
-                    path, user)
+                    reference[:64], user)
     return htpasswd
+
+
+def _htpasswd_text(reference: str) -> str:
+    if reference.startswith("data:") or reference.startswith("file:"):
+        raw = read_key(reference)
+    elif os.path.exists(reference):
+        try:
+            with open(reference, "rb") as handle:
+                raw = handle.read()
+        except OSError as error:
+            raise InvalidArgument(f"cannot read htpasswd file {reference!r}: {error.strerror}") from None
+    else:
+        try:
+            raw = base64.b64decode(reference, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgument(f"htpasswd file {reference!r} does not exist (nor is it base64 content)") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgument("the htpasswd content is not UTF-8") from None
 
 
 def token_verifier(config: BrokerConfig, clock: Clock) -> TokenVerifier:
@@ -87,8 +106,9 @@ class CredentialFiles:
 
     def _watched(self) -> list[str]:
         paths = []
-        if self.config.basic_auth_conf_path and "basic" in self.config.authentication_providers:
-            paths.append(self.config.basic_auth_conf_path)
+        basic = self.config.basic_auth_conf_path
+        if basic and "basic" in self.config.authentication_providers and os.path.exists(basic):
+            paths.append(basic)
         if "token" in self.config.authentication_providers:
             for reference in (self.config.token_secret_key, self.config.token_public_key):
                 if reference:

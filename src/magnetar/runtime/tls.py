@@ -117,6 +117,29 @@ class TlsFiles:
         return True
 
 
+def client_context(trust_path: str, certificate_path: str | None = None,
+                   key_path: str | None = None) -> ssl.SSLContext:
+    """A client context trusting ``trust_path`` (host names verified), presenting a certificate
+    when given one (a broker or AutoRecovery talking to TLS bookies)."""
+    try:
+        context = ssl.create_default_context(cafile=trust_path)
+        if certificate_path is not None and key_path is not None:
+            context.load_cert_chain(certificate_path, key_path)
+    except (ssl.SSLError, OSError) as error:
+        raise InvalidArgument(f"TLS client files {trust_path!r}, {certificate_path!r}: {error}") from None
+    return context
+
+
+def bookie_client_network(trust_path: str | None, certificate_path: str | None = None,
+                          key_path: str | None = None) -> Any:
+    """The network a ledger client reaches the bookies over: TLS when a CA is given."""
+    from magnetar.runtime.network import TcpNetwork
+
+    if trust_path is None:
+        return TcpNetwork()
+    return TcpNetwork(client_ssl_context=client_context(trust_path, certificate_path, key_path))
+
+
 def tls_files_from_config(config: Any) -> TlsFiles | None:
     """``TlsFiles`` for a ``BrokerConfig`` with ``tls_enabled``, else None."""
     if not config.tls_enabled:
