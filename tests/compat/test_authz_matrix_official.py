@@ -24,12 +24,13 @@ import pytest
 from magnetar.admin import ADMIN_PATH
 from magnetar.admin.lookup import LOOKUP_PATH
 from magnetar.broker import BrokerConfig
-from magnetar.cli.produce import connect
+from magnetar.client.client import PulsarClient
 from magnetar.client.config import ClientOptions
 from magnetar.client.errors import BrokerError as ClientBrokerError
 from magnetar.faults import breaks
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.protocol.pulsar import pb
+from magnetar.runtime import TcpNetwork, system_rng
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_broker_http
 from magnetar.security import create_token
@@ -125,7 +126,8 @@ async def _raw_command(url: str, role: str, name: str, topic: str) -> bool:
     """One protocol command as ``role`` with Magnetar's client: False when refused with
     AuthorizationError (any other failure raises)."""
     auth = {} if role == matrix.ANONYMOUS else {"auth_method_name": "token", "auth_data": _token(role).encode()}
-    client = connect(url, ClientOptions(operation_timeout_ms=CLIENT_TIMEOUT_S * 1000, **auth))
+    client = PulsarClient(url, network=TcpNetwork(), clock=SystemClock(), rng=system_rng(),
+                          options=ClientOptions(operation_timeout_ms=CLIENT_TIMEOUT_S * 1000, **auth))
     try:
         cnx = await client.pool.get(url)
         request_id = cnx.new_request_id()
