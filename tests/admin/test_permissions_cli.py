@@ -1,8 +1,8 @@
 """``magnetar admin namespaces|topics grant-permission|revoke-permission|permissions`` against a real
 broker HTTP endpoint with authorization on.
 
-The CLI sends no credentials here, so the broker's anonymous role is made the superuser: the
-commands' requests are authorized the way a superuser's are.
+The CLI authenticates with ``--token`` (a JWT for the superuser ``admin`` unless a case says
+otherwise).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from magnetar.cli.admin import admin_app
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.http import bootstrap_cluster, start_broker_http
+from magnetar.security import create_token
 from tests.admin.conftest import HttpBroker
 from tests.compat.harness import BrokerThread
 
@@ -30,7 +31,7 @@ SECRET = b"permissions-cli-secret-key-32-b!"
 def _broker(authorization: bool) -> Iterator[HttpBroker]:
     config = BrokerConfig(advertised_port=0, authentication_enabled=True, authentication_providers=("token",),
                           token_secret_key="data:;base64," + base64.b64encode(SECRET).decode(),
-                          anonymous_user_role="admin", authorization_enabled=authorization,
+                          authorization_enabled=authorization,
                           superuser_roles=("admin",))
     thread = BrokerThread(config)
     try:
@@ -57,8 +58,9 @@ def open_http() -> Iterator[HttpBroker]:
     yield from _broker(False)
 
 
-def admin(broker: HttpBroker, *args: str, code: int = 0) -> str:
-    result = runner.invoke(admin_app, ["--url", broker.http_url, *args])
+def admin(broker: HttpBroker, *args: str, code: int = 0, role: str = "admin") -> str:
+    token = create_token(role, secret_key=SECRET)
+    result = runner.invoke(admin_app, ["--url", broker.http_url, "--token", token, *args])
     assert result.exit_code == code, (args, result.output)
     return result.output
 
@@ -86,6 +88,12 @@ def test_cli_grants_and_revokes_namespace_topic_and_subscription_permissions(sec
     admin(b, "namespaces", "revoke-permission", "acme/ns", "--role", "app")
     assert admin_json(b, "namespaces", "permissions", "acme/ns") == {
         "permissions": {}, "subscription_permissions": {"s": ["app"]}}
+    # a tenant admin may grant in its tenant; a role with grants only may not
+    admin(b, "namespaces", "grant-permission", "acme/ns", "--role", "app", "--actions", "consume", role="ops")
+    refused = admin(b, "namespaces", "grant-permission", "acme/ns", "--role", "app", "--actions", "produce",
+                    role="app", code=1)
+    assert "error 403" in refused and "app" in refused
+    admin(b, "namespaces", "revoke-permission", "acme/ns", "--role", "app", role="ops")
     # the grants are part of the namespace's policies, as Pulsar returns them
     assert admin_json(b, "namespaces", "policies", "acme/ns")["auth_policies"]["subscription_auth_roles"] == {
         "s": ["app"]}
