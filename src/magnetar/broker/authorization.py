@@ -89,7 +89,13 @@ async def grants_for(cache: PolicyCache, superuser_roles: frozenset[str], operat
 
 async def decide_operation(cache: PolicyCache, superuser_roles: frozenset[str], role: str | None,
                            operation: Operation) -> Decision:
+    if role is None or role in superuser_roles or operation.need in _NEEDS_NO_GRANTS:
+        # decided without the store: nothing is read (and cached) for names a caller made up
+        return decide(role, operation.need, Grants(superuser_roles))
     return decide(role, operation.need, await grants_for(cache, superuser_roles, operation))
+
+
+_NEEDS_NO_GRANTS = frozenset({Need.SUPERUSER, Need.AUTHENTICATED})
 
 
 async def authorize(cache: PolicyCache, role: str | None, operation: Operation) -> None:
