@@ -4,8 +4,8 @@
 a subscription. ``grants_for`` reads the tenant's ``adminRoles`` and the namespace's
 ``auth_policies`` through the ``PolicyCache`` (read once, watched, written through by the admin
 API, decoded again only when a node changes), so a check on a hot path (LOOKUP, PRODUCER,
-SUBSCRIBE) costs no metadata round trip and no JSON decoding after the first. A partition ``t-partition-N`` is checked with the grants of ``t``, as grants are given
-on the partitioned topic.
+SUBSCRIBE) costs no metadata round trip and no JSON decoding after the first. A partition
+``t-partition-N`` is checked with the grants of ``t``, as grants are given on the partitioned topic.
 
 Both the binary protocol (``Session``) and the admin API use ``authorize``; when
 ``BrokerConfig.authorization_enabled`` is off every operation is allowed without reading anything.
@@ -40,7 +40,8 @@ class Operation:
 
     @classmethod
     def on_namespace(cls, need: Need, namespace: str) -> Operation:
-        return cls(need, namespace.partition("/")[0], namespace)
+        tenant, sep, _ = namespace.partition("/")
+        return cls(need, tenant, namespace if sep else None)  # "tenant" alone names no namespace
 
 
 def _actions(granted: dict[str, list[AuthAction]]) -> dict[str, frozenset[AuthAction]]:

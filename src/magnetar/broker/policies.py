@@ -33,8 +33,8 @@ from magnetar.metadata.api import MetadataStore, Watch, WatchEvent
 from magnetar.security.authorization import AuthAction
 
 POLICIES_ROOT = "/admin/policies"
-D = TypeVar("D")
 TOPIC_POLICIES_ROOT = "/admin/topic-policies"
+D = TypeVar("D")
 
 
 class BacklogQuotaType(enum.Enum):
@@ -336,13 +336,10 @@ class PolicyCache:
         for listener in self.listeners:
             listener(path)
 
-    async def node(self, path: str) -> bytes | None:
-        """The value at ``path`` (cached and watched as the policy nodes are); None if unset."""
-        return await self._node(path)
-
     async def decoded(self, path: str, decode: Callable[[bytes], D]) -> D | None:
-        """``decode`` of the node at ``path`` (None if unset), run again only when the node was
-        replaced: authorization asks this on every LOOKUP, PRODUCER and SUBSCRIBE."""
+        """``decode`` of the node at ``path`` (cached and watched as the policy nodes are; None if
+        unset), run again only when the node was replaced: authorization asks this on every
+        LOOKUP, PRODUCER and SUBSCRIBE."""
         raw = await self._node(path)
         if raw is None:
             return None
