@@ -7,8 +7,10 @@ choices (``PulsarAuthorizationProvider`` and the admin resources):
 * a namespace, its policies, topics, partitions, bundles and permissions: the tenant's admins;
 * listing a namespace's topics: also a role with ``consume`` on the namespace;
 * a topic's partition count and stats: a role that may look it up (``produce`` or ``consume``);
-* a topic's subscriptions and every subscription operation: a role with ``consume`` (for the
-  named subscription, its role list too).
+* a topic's subscriptions, every subscription operation and reading messages (peek, examine, by
+  id): a role with ``consume`` (for the named subscription, its role list too);
+* schemas: reading them needs lookup, changing them the tenant's admins; terminating, trimming
+  and compacting a topic: the tenant's admins.
 
 ``guard_routes`` wraps every route of the app: with ``authorization_enabled`` a request without an
 authenticated role (``request.state.role``, set by the authentication middleware) gets 401, one
@@ -37,6 +39,8 @@ _NS = "/namespaces/{tenant}/{namespace}"
 _TOPICS = "/persistent/{tenant}/{namespace}"
 _TOPIC = "/persistent/{tenant}/{namespace}/{topic}"
 _SUB = f"{_TOPIC}/subscription/{{subscription}}"
+_SCHEMAS = "/schemas/{tenant}/{namespace}/{topic}"
+_NP = "/non-persistent/{tenant}/{namespace}"
 
 S, A, NC, L, C, ANY = (Need.SUPERUSER, Need.TENANT_ADMIN, Need.NAMESPACE_CONSUME, Need.LOOKUP, Need.CONSUME,
                        Need.AUTHENTICATED)
@@ -108,6 +112,27 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("POST", f"{_SUB}/resetcursor"): C,
     # the HTTP lookup service (mounted at /lookup/v2): what a binary LOOKUP needs
     ("GET", "/topic/{domain}/{tenant}/{namespace}/{topic:path}"): L,
+    # routes other branches add (declared here so a merge keeps every route declared)
+    ("GET", f"{_SUB}/position/{{position}}"): C,  # peek
+    ("GET", f"{_TOPIC}/ledger/{{ledger}}/entry/{{entry}}"): C,  # get a message by id
+    ("GET", f"{_TOPIC}/examinemessage"): C,
+    ("POST", f"{_TOPIC}/terminate"): A,
+    ("POST", f"{_TOPIC}/trim"): A,
+    ("GET", f"{_NS}/schemaCompatibilityStrategy"): A,
+    ("PUT", f"{_NS}/schemaCompatibilityStrategy"): A,
+    ("GET", f"{_SCHEMAS}/schema"): L,
+    ("GET", f"{_SCHEMAS}/schema/{{version:int}}"): L,
+    ("GET", f"{_SCHEMAS}/schemas"): L,
+    ("POST", f"{_SCHEMAS}/schema"): A,
+    ("POST", f"{_SCHEMAS}/compatibility"): A,
+    ("DELETE", f"{_SCHEMAS}/schema"): A,
+    ("PUT", f"{_TOPIC}/compaction"): A,
+    ("GET", f"{_TOPIC}/compaction"): A,
+    ("PUT", f"{_NS}/compactionThreshold"): A,
+    ("PUT", f"{_TOPIC}/compactionThreshold"): A,
+    ("GET", _NP): NC,
+    ("GET", f"{_NP}/{{topic}}/stats"): L,
+    ("DELETE", f"{_NP}/{{topic}}"): A,
     **_policy_needs(),
 }
 
@@ -129,12 +154,12 @@ def need_of(route: Route) -> Need:
     return min(needs, key=list(Need).index) if needs else Need.SUPERUSER
 
 
-def _operation(need: Need, request: Request) -> Operation:
+def _operation(need: Need, request: Request, non_persistent: bool) -> Operation:
     params = request.path_params
     if "topic" in params:
         topic = topic_of(request)
-        if params.get("domain") == "non-persistent":  # the lookup service names the domain
-            topic = TopicName.parse(f"{params['domain']}://{topic.namespace}/{topic.local_name}")
+        if non_persistent or params.get("domain") == "non-persistent":  # the lookup service names the domain
+            topic = TopicName.parse(f"non-persistent://{topic.namespace}/{topic.local_name}")
         return Operation.on_topic(need, topic, params.get("subscription") if need is Need.CONSUME else None)
     if "namespace" in params:
         return Operation.on_namespace(need, f"{params['tenant']}/{params['namespace']}")
@@ -144,10 +169,11 @@ def _operation(need: Need, request: Request) -> Operation:
 class _Guard:
     """The route's app behind the authorization check."""
 
-    def __init__(self, ctx: AdminContext, app: ASGIApp, need: Need) -> None:
+    def __init__(self, ctx: AdminContext, app: ASGIApp, need: Need, non_persistent: bool) -> None:
         self._ctx = ctx
         self._app = app
         self.need = need
+        self._non_persistent = non_persistent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         config = self._ctx.service.config
@@ -156,7 +182,7 @@ class _Guard:
             role: Any = getattr(request.state, "role", None)
             try:
                 decision = await decide_operation(self._ctx.service.policies, frozenset(config.superuser_roles),
-                                                  role, _operation(self.need, request))
+                                                  role, _operation(self.need, request, self._non_persistent))
             except Exception as error:  # a bad name in the path: the route's own answer for it
                 await error_response(error)(scope, receive, send)
                 return
@@ -171,4 +197,4 @@ def guard_routes(ctx: AdminContext, routes: list[BaseRoute]) -> None:
     """Put every route (API routes and plain ones) behind its declared need, in place."""
     for route in routes:
         if isinstance(route, Route) and not isinstance(route.app, _Guard):
-            route.app = _Guard(ctx, route.app, need_of(route))
+            route.app = _Guard(ctx, route.app, need_of(route), route.path.startswith("/non-persistent/"))
