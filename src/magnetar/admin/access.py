@@ -133,6 +133,14 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("GET", _NP): NC,
     ("GET", f"{_NP}/{{topic}}/stats"): L,
     ("DELETE", f"{_NP}/{{topic}}"): A,
+    # main's web console API (/console/api): guard it with guard_routes(ctx.admin, routes) on merge
+    ("GET", "/overview"): S,
+    ("GET", "/tree"): S,
+    ("GET", "/cluster"): S,
+    ("GET", "/whoami"): ANY,
+    ("GET", "/topic/{tenant}/{namespace}/{topic}"): L,
+    ("GET", "/topic/{tenant}/{namespace}/{topic}/ledgers"): A,
+    ("GET", "/topic/{tenant}/{namespace}/{topic}/peek"): C,
     **_policy_needs(),
 }
 
