@@ -112,7 +112,8 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("POST", f"{_SUB}/resetcursor"): C,
     # the HTTP lookup service (mounted at /lookup/v2): what a binary LOOKUP needs
     ("GET", "/topic/{domain}/{tenant}/{namespace}/{topic:path}"): L,
-    # routes other branches add (declared here so a merge keeps every route declared)
+    # routes other branches add (parity, compact, geo, elastic, main): declared here so a merge
+    # keeps every route declared
     ("GET", f"{_SUB}/position/{{position}}"): C,  # peek
     ("GET", f"{_TOPIC}/ledger/{{ledger}}/entry/{{entry}}"): C,  # get a message by id
     ("GET", f"{_TOPIC}/examinemessage"): C,
@@ -133,6 +134,20 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("GET", _NP): NC,
     ("GET", f"{_NP}/{{topic}}/stats"): L,
     ("DELETE", f"{_NP}/{{topic}}"): A,
+    ("GET", f"{_NS}/replication"): A,  # geo
+    ("POST", f"{_NS}/replication"): A,
+    ("GET", f"{_TOPIC}/replication"): A,
+    ("POST", f"{_TOPIC}/replication"): A,
+    ("DELETE", f"{_TOPIC}/replication"): A,
+    ("POST", "/clusters/{cluster}"): S,
+    ("DELETE", "/clusters/{cluster}"): S,
+    ("GET", "/brokers/leaderBroker"): S,  # elastic
+    ("GET", "/broker-stats/load-report"): S,
+    ("GET", "/broker-stats/load-balancer/decisions"): S,
+    ("GET", "/bookies/racks-info"): S,
+    ("GET", "/bookies/racks-info/{bookie}"): S,
+    ("POST", "/bookies/racks-info/{bookie}"): S,
+    ("DELETE", "/bookies/racks-info/{bookie}"): S,
     # main's web console API (/console/api): guard it with guard_routes(ctx.admin, routes) on merge
     ("GET", "/overview"): S,
     ("GET", "/tree"): S,
