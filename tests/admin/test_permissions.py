@@ -245,3 +245,23 @@ def test_grant_changes_reach_the_brokers_checks_at_once_and_cover_partitions() -
         assert await may("ops2", Need.PRODUCE) and not await may("ops", Need.PRODUCE)
 
     run_world(body, SECURE)
+
+
+def test_deleting_a_topic_deletes_its_grants() -> None:
+    """As Pulsar does: a topic created again under the same name does not inherit old grants."""
+
+    async def body(world: AdminWorld) -> None:
+        await call(world, "root", "PUT", "/tenants/acme", {"adminRoles": ["ops"], "allowedClusters": ["standalone"]})
+        await call(world, "root", "PUT", NS, {"auth_policies": {"namespace_auth": {"app": ["produce"]}}})
+        for path, create, delete in (("/persistent/acme/ns/plain", ("PUT", None), "DELETE"),
+                                     ("/persistent/acme/ns/parted", ("PUT", 2), "DELETE")):
+            suffix = "/partitions" if create[1] else ""
+            assert (await call(world, "ops", create[0], path + suffix, create[1])).status == 204
+            assert (await call(world, "ops", "POST", f"{path}/permissions/bi", ["consume"])).status == 204
+            assert "bi" in (await call(world, "ops", "GET", f"{path}/permissions")).json()
+            assert (await call(world, "ops", delete, path + suffix)).status == 204
+            assert (await call(world, "ops", "GET", f"{path}/permissions")).json() == {"app": ["produce"]}
+        auth = (await call(world, "ops", "GET", NS)).json()["auth_policies"]
+        assert auth["destination_auth"] == {} and auth["namespace_auth"] == {"app": ["produce"]}
+
+    run_world(body, SECURE)
