@@ -151,3 +151,26 @@ def test_admin_and_lookup_over_http_and_https(secure: Secure) -> None:
     assert status == 200 and "public" in body
     anonymous = ssl.create_default_context(cafile=secure.pki["ca"])
     assert admin_get(f"{secure.https}/admin/v2/tenants", context=anonymous)[0] == 401
+    # the web console's API is behind the same authentication, and knows who asks
+    assert admin_get(f"{secure.http}/console/api/whoami")[0] == 401
+    status, body = admin_get(f"{secure.http}/console/api/whoami", {"Authorization": f"Bearer {token('carol')}"})
+    assert status == 200 and body == {"role": "carol"}
+    status, body = admin_get(f"{secure.https}/console/api/whoami", context=context)
+    assert status == 200 and body == {"role": "superuser"}
+
+
+def test_stalled_and_garbage_https_handshakes_harm_no_one(secure: Secure) -> None:
+    import socket
+
+    port = int(secure.https.rsplit(":", 1)[1])
+    stalled = socket.create_connection(("127.0.0.1", port))
+    garbage = socket.create_connection(("127.0.0.1", port))
+    garbage.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # plain HTTP to the HTTPS port
+    try:
+        context = ssl.create_default_context(cafile=secure.pki["ca"])
+        status, body = admin_get(f"{secure.https}/admin/v2/tenants", {"Authorization": f"Bearer {token()}"},
+                                 context=context)
+        assert status == 200 and "public" in body
+    finally:
+        stalled.close()
+        garbage.close()

@@ -22,7 +22,9 @@ from magnetar import __version__
 from magnetar.admin import (
     bundles,
     clusters,
+    compaction,
     namespaces,
+    non_persistent,
     permissions,
     policy_routes,
     subscriptions,
@@ -42,6 +44,8 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     namespaces.routes,
     permissions.namespace_routes,
     policy_routes.namespace_routes,
+    compaction.routes,
+    non_persistent.routes,
     topics.routes,
     subscriptions.routes,
     policy_routes.topic_routes,

@@ -53,8 +53,10 @@ class AuthenticationMiddleware:
             principal = authenticator.authenticate_http(header, tls_peer_cn(scope))
         except AuthenticationFailed as error:
             log.info("HTTP %s %s refused: %s", scope.get("method"), scope.get("path"), error.reason)
+            # Basic first when offered: a browser (the console) then asks for a user and password.
+            scheme = "Basic" if "basic" in authenticator.providers else "Bearer"
             response = JSONResponse({"reason": f"Authentication required: {error.reason}"}, status_code=401,
-                                    headers={"WWW-Authenticate": 'Bearer realm="magnetar"'})
+                                    headers={"WWW-Authenticate": f'{scheme} realm="magnetar"'})
             await response(scope, receive, send)
             return
         state["role"] = principal.role

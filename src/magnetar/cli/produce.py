@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
         tls_trust_cert: str = TLS_TRUST_OPTION, tls_cert: str = TLS_CERT_OPTION, tls_key: str = TLS_KEY_OPTION,
     ) -> None:
         """Publish messages to a topic and print their message ids."""
-        console = Console()
+        console = Console(soft_wrap=True)
         credentials = credentials_of(token, auth_plugin, auth_params, tls_trust_cert, tls_cert, tls_key)
         try:
             codec = Compression[compression.upper()]

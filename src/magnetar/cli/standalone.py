@@ -15,11 +15,11 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option(None, "--host", help="address to listen on (default 127.0.0.1)"),
         broker_port: int = typer.Option(None, "--broker-port", help="Pulsar binary protocol port (default 6650)"),
         web_port: int = typer.Option(None, "--web-port", help="HTTP port for /metrics and /health (default 8080)"),
-        bookie_port: int = typer.Option(None, "--bookie-port", help="first bookie's port (default 3181; 0 = any)"),
+        bookie_port: int = typer.Option(None, "--bookie-port", help="first bookie's port (default 3181; bookie i uses 3181+i; 0 = any)"),
         broker_port_tls: int = typer.Option(None, "--broker-port-tls",
                                             help="pulsar+ssl:// port (Pulsar's 6651; 0 = any); needs TLS files"),
         web_port_tls: int = typer.Option(None, "--web-port-tls", help="HTTPS port (Pulsar's 8443; 0 = any)"),
-        config: str = typer.Option(None, "--config", help="TOML file with [standalone] and [broker] sections"),
+        config: str = typer.Option(None, "--config", help="TOML file with a [standalone] section (and a [broker] one)"),
         pulsar_conf: str = typer.Option(None, "--pulsar-conf",
                                         help="a Pulsar standalone.conf/broker.conf (supported keys take effect)"),
     ) -> None:
@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         from magnetar.runtime.config import load_config, read_toml, section_of
         from magnetar.runtime.pulsar_conf import read_pulsar_conf
         from magnetar.runtime.standalone import StandaloneConfig, main
+        from magnetar.runtime.startup_checks import StartupConflict
         from magnetar.storage import CookieMismatch
 
         try:
@@ -60,6 +61,9 @@ def register(app: typer.Typer) -> None:
         except InvalidArgument as exc:  # a key, certificate or htpasswd file that does not load
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
+        except StartupConflict as exc:  # the directory or a port is taken: one line, no traceback
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
         except CookieMismatch as exc:  # a wiped or foreign bookie directory: refuse, say why
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(3) from None

@@ -52,6 +52,7 @@ class _ConnectionLoop:
         self.clock = server.clock
         self.protocol = ServerConnection(self._now_ms(), server.connection_config())
         self.session = Session(server.service, self.protocol, self._wake_writer, tls_peer_cn=conn_tls_peer_cn(conn))
+        self.session.peer_address = conn.peer
         self._output = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()

@@ -60,6 +60,7 @@ from magnetar.runtime.bookie import wait_for_termination_signal
 from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
+from magnetar.runtime.console import RunningConsole, start_console
 from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_http
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
@@ -140,8 +141,11 @@ class Generation:
         self.ownership: BundleOwnership | None = None
         self.report_task: asyncio.Task[None] | None = None
         self.manager: Any = None
+        self.console: RunningConsole | None = None
 
     async def stop(self) -> None:
+        if self.console is not None:
+            await self.console.stop()
         if self.report_task is not None:
             self.report_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -195,6 +199,7 @@ class BrokerNode:
         self.generations = 0
         self._admin = _CurrentAdmin()
         self._lookup = _CurrentAdmin()
+        self._console = _CurrentAdmin()  # the web console of the current generation
 
     @property
     def service_url(self) -> str:
@@ -280,10 +285,11 @@ class BrokerNode:
                 await bootstrap_cluster(server.service, web_url=self.http_url)
             except Exception as error:  # the admin resources are a convenience; serving goes on
                 log.warning("could not create the default cluster/tenant/namespace: %s", error)
-            context = AdminContext(server.service, cluster=config.cluster_name, service_url=self.http_url,
-                                   service_url_tls=self.https_url, broker_service_url=self.service_url)
+            context = self._admin_context(server.service)
             self._admin.app = build_admin_app(context)
             self._lookup.app = build_lookup_app(context)
+            generation.console = start_console(context, metadata_url=config.metadata_url, http_url=self.http_url)
+            self._console.app = generation.console.app
             generation.report_task = asyncio.get_running_loop().create_task(
                 ownership.run_load_reports(self.clock, lambda: server.connection_count,
                                            config.load_report_interval_ms), name="load-reports")
@@ -293,13 +299,17 @@ class BrokerNode:
         self.generations += 1
         return generation
 
+    def _admin_context(self, service: BrokerService) -> AdminContext:
+        return AdminContext(service, cluster=self.config.cluster_name, service_url=self.http_url,
+                            service_url_tls=self.https_url, broker_service_url=self.service_url)
+
     async def run(self, stop: asyncio.Event, *, on_ready: Any = None) -> None:
         """Serve until ``stop`` is set, starting a new generation whenever the session is lost."""
         registry = CollectorRegistry()
         registry.register(_CurrentCollector(self))
         admin = Starlette(routes=[Mount("", app=self._admin)])
         lookup = Starlette(routes=[Mount("", app=self._lookup)])
-        mounts = {ADMIN_PATH: admin, LOOKUP_PATH: lookup}
+        mounts = {ADMIN_PATH: admin, LOOKUP_PATH: lookup, "": Starlette(routes=[Mount("", app=self._console)])}
         self.http = await start_http(self.config.host, self.config.http_port, health=self.health,
                                      mounts=mounts, registries=[registry])
         if self.tls is not None and self.config.http_port_tls is not None:
@@ -330,6 +340,7 @@ class BrokerNode:
                 generation, self.generation = self.generation, None
                 self._admin.app = None
                 self._lookup.app = None
+                self._console.app = None
                 await generation.stop()
         finally:
             if self.generation is not None:

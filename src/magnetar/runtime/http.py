@@ -1,6 +1,7 @@
 """The HTTP endpoint of a Magnetar process: ``/metrics`` (Prometheus text), ``/health`` and, on a
-broker, the admin REST API mounted at ``/admin/v2`` and the lookup service at ``/lookup/v2``
-(both authenticated when the broker's authentication is on), over HTTP and, with TLS, HTTPS.
+broker, the admin REST API mounted at ``/admin/v2``, the lookup service at ``/lookup/v2`` (both
+authenticated when the broker's authentication is on) and the web console at ``/``
+(``runtime.console``), over HTTP and, with TLS, HTTPS.
 
 Starlette app served by uvicorn inside the process's event loop; nothing outside ``runtime`` and
 ``admin`` imports the framework. ``/metrics`` renders the process-wide registry followed by the
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import uvicorn
@@ -28,6 +29,7 @@ from magnetar.admin.lookup import LOOKUP_PATH, build_lookup_app
 from magnetar.broker.metrics import BrokerCollector
 from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
+from magnetar.runtime.console import start_console
 from magnetar.runtime.processes import free_port
 from magnetar.runtime.tls import TlsFiles, peer_cn
 
@@ -47,6 +49,8 @@ class HttpEndpoint:
     def __init__(self, server: uvicorn.Server, task: asyncio.Task[None]) -> None:
         self._server = server
         self._task = task
+        #: Run after the server stopped (what was served with it: the console's sampler).
+        self.on_stop: list[Callable[[], Awaitable[None]]] = []
 
     @property
     def port(self) -> int:
@@ -63,6 +67,8 @@ class HttpEndpoint:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        for stop in self.on_stop:
+            await stop()
 
 
 def build_app(health: Callable[[], dict[str, Any]], *, mounts: dict[str, Starlette] | None = None,
@@ -154,18 +160,19 @@ class BrokerHttp:
 
 
 async def start_broker_http(host: str, port: int, *, service: BrokerService,
-                            health: Callable[[], dict[str, Any]], tls_port: int | None = None,
-                            tls: TlsFiles | None = None) -> BrokerHttp:
+                            health: Callable[[], dict[str, Any]], metadata_url: str = "",
+                            tls_port: int | None = None, tls: TlsFiles | None = None) -> BrokerHttp:
     """A broker's HTTP endpoint: ``/metrics`` with per-topic and per-subscription series,
-    ``/health`` and, when the broker has a metadata store, the admin API at ``/admin/v2`` and the
-    lookup service at ``/lookup/v2``. With ``tls`` and ``tls_port`` the same app is also served
-    over HTTPS (Pulsar's ``webServicePortTls``). A port 0 is chosen before the app is built, so
-    lookup answers can name it."""
+    ``/health`` and, when the broker has a metadata store, the admin API at ``/admin/v2``, the
+    lookup service at ``/lookup/v2`` and the web console at ``/`` (``runtime.console``). With
+    ``tls`` and ``tls_port`` the same app is also served over HTTPS (Pulsar's
+    ``webServicePortTls``). A port 0 is chosen before the app is built, so lookup answers can name it."""
     port = port or free_port(host)
     tls_port = (tls_port or free_port(host)) if tls is not None and tls_port is not None else None
     registry = CollectorRegistry()
     registry.register(BrokerCollector(service))
     mounts: dict[str, Starlette] = {}
+    console = None
     if service.resources is not None:
         context = AdminContext(service, cluster=service.config.cluster_name,
                                service_url=f"http://{service.config.advertised_host}:{port}",
@@ -174,15 +181,21 @@ async def start_broker_http(host: str, port: int, *, service: BrokerService,
                                broker_service_url=service.config.service_url)
         mounts[ADMIN_PATH] = build_admin_app(context)
         mounts[LOOKUP_PATH] = build_lookup_app(context)
+        console = start_console(context, metadata_url=metadata_url)
+        mounts[""] = console.app  # last: everything the routes above do not serve
     app = build_app(health, mounts=mounts, registries=[registry])
-    plain = await serve_app(app, host, port)
-    secure = None
-    if tls_port is not None:
-        try:
-            secure = await serve_app(app, host, tls_port, tls=tls)
-        except BaseException:
+    plain: HttpEndpoint | None = None
+    try:
+        plain = await serve_app(app, host, port)
+        secure = await serve_app(app, host, tls_port, tls=tls) if tls_port is not None else None
+    except BaseException:
+        if plain is not None:
             await plain.stop()
-            raise
+        if console is not None:
+            await console.stop()
+        raise
+    if console is not None:
+        plain.on_stop.append(console.stop)  # plain stops last (BrokerHttp stops secure first)
     return BrokerHttp(plain, secure)
 
 

@@ -13,12 +13,17 @@ import base64
 import binascii
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import InvalidArgument
 from magnetar.broker.config import BrokerConfig
-from magnetar.security import Authenticator, Htpasswd, TokenVerifier, parse_key_reference
-from magnetar.security.keys import load_public_key
+from magnetar.security import Authenticator
+from magnetar.security.keys import parse_key_reference
+
+if TYPE_CHECKING:
+    from magnetar.security.htpasswd import Htpasswd
+    from magnetar.security.tokens import TokenVerifier
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +44,8 @@ def read_key(reference: str) -> bytes:
 def read_htpasswd(reference: str) -> Htpasswd:
     """The htpasswd named by ``basic_auth_conf_path``: a file path, ``data:;base64,...``, or (as
     Pulsar's ``basicAuthConf`` also allows) the file's content in base64."""
+    from magnetar.security.htpasswd import Htpasswd  # bcrypt: imported when basic auth is on
+
     text = _htpasswd_text(reference)
     htpasswd = Htpasswd(text)
     for user in htpasswd.unsupported_users():
@@ -68,6 +75,9 @@ def _htpasswd_text(reference: str) -> str:
 
 
 def token_verifier(config: BrokerConfig, clock: Clock) -> TokenVerifier:
+    from magnetar.security.keys import load_public_key  # pyjwt, cryptography: when tokens are on
+    from magnetar.security.tokens import TokenVerifier
+
     secret = read_key(config.token_secret_key) if config.token_secret_key else None
     public = load_public_key(read_key(config.token_public_key)) if config.token_public_key else None
     return TokenVerifier(clock=clock, secret_key=secret, public_key=public, auth_claim=config.token_auth_claim,

@@ -13,11 +13,36 @@ do). It imports only ``base``; ``broker`` and ``admin`` import it. Every failure
 error, ``AuthenticationFailed``, whose ``reason`` is safe to send to the client.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from magnetar.security.authenticator import Authenticator, Principal
 from magnetar.security.errors import AuthenticationFailed
-from magnetar.security.htpasswd import Htpasswd
-from magnetar.security.keys import KeyReference, parse_key_reference
-from magnetar.security.tokens import TokenVerifier, create_token, decode_unverified
+
+if TYPE_CHECKING:
+    from magnetar.security.htpasswd import Htpasswd
+    from magnetar.security.keys import KeyReference, parse_key_reference
+    from magnetar.security.tokens import TokenVerifier, create_token, decode_unverified
+
+# pyjwt, cryptography and bcrypt take a tenth of a second to import: loaded when first named, so
+# importing the broker (every process, every test) does not pay for them when security is off.
+_LAZY = {
+    "Htpasswd": "magnetar.security.htpasswd",
+    "KeyReference": "magnetar.security.keys",
+    "parse_key_reference": "magnetar.security.keys",
+    "TokenVerifier": "magnetar.security.tokens",
+    "create_token": "magnetar.security.tokens",
+    "decode_unverified": "magnetar.security.tokens",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'magnetar.security' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "AuthenticationFailed",

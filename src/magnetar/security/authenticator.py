@@ -21,12 +21,15 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.limits import AUTH_DATA_BYTES_MAX
 from magnetar.security.errors import AuthenticationFailed
-from magnetar.security.htpasswd import Htpasswd
-from magnetar.security.tokens import TokenVerifier
+
+if TYPE_CHECKING:  # the providers' material is built by the runtime; named here for types only
+    from magnetar.security.htpasswd import Htpasswd
+    from magnetar.security.tokens import TokenVerifier
 
 PROVIDERS = ("token", "basic", "tls")
 ANONYMOUS = "anonymous"  # Principal.method of an anonymous client

@@ -12,9 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-
 from magnetar.base.errors import InvalidArgument
 
 
@@ -51,6 +48,9 @@ def parse_key_reference(text: str) -> KeyReference:
 
 def load_public_key(data: bytes) -> Any:
     """An RSA or EC public key from DER or PEM bytes (an X.509 certificate's key is not accepted)."""
+    from cryptography.hazmat.primitives import serialization  # heavy: only when keys are used
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
     try:
         if data.lstrip().startswith(b"-----BEGIN"):
             key = serialization.load_pem_public_key(data)
@@ -65,6 +65,9 @@ def load_public_key(data: bytes) -> Any:
 
 def load_private_key(data: bytes) -> Any:
     """An RSA or EC private key from DER (PKCS#8) or PEM bytes, unencrypted."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
     try:
         if data.lstrip().startswith(b"-----BEGIN"):
             key = serialization.load_pem_private_key(data, password=None)
@@ -79,6 +82,8 @@ def load_private_key(data: bytes) -> Any:
 
 def algorithms_for_public_key(key: Any) -> tuple[str, ...]:
     """JWT algorithms a public key may verify: RSA → RS*/PS*, EC → the curve's ES*."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
     if isinstance(key, rsa.RSAPublicKey):
         return ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
     curve = key.curve.name
@@ -87,6 +92,8 @@ def algorithms_for_public_key(key: Any) -> tuple[str, ...]:
 
 def algorithm_for_private_key(key: Any) -> str:
     """The JWT algorithm a private key signs with (RS256 for RSA, ES256/384/512 by curve)."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
     if isinstance(key, rsa.RSAPrivateKey):
         return "RS256"
     algorithms = algorithms_for_public_key(key.public_key())
