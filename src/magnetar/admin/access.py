@@ -148,7 +148,7 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("GET", "/bookies/racks-info/{bookie}"): S,
     ("POST", "/bookies/racks-info/{bookie}"): S,
     ("DELETE", "/bookies/racks-info/{bookie}"): S,
-    # main's web console API (/console/api): guard it with guard_routes(ctx.admin, routes) on merge
+    # the web console's API (/console/api)
     ("GET", "/overview"): S,
     ("GET", "/tree"): S,
     ("GET", "/cluster"): S,
@@ -183,7 +183,9 @@ def _operation(need: Need, request: Request, non_persistent: bool) -> Operation:
         topic = topic_of(request)
         if non_persistent or params.get("domain") == "non-persistent":  # the lookup service names the domain
             topic = TopicName.parse(f"non-persistent://{topic.namespace}/{topic.local_name}")
-        return Operation.on_topic(need, topic, params.get("subscription") if need is Need.CONSUME else None)
+        # the console's peek names its subscription in the query
+        subscription = params.get("subscription") or request.query_params.get("subscription")
+        return Operation.on_topic(need, topic, subscription if need is Need.CONSUME else None)
     if "namespace" in params:
         return Operation.on_namespace(need, f"{params['tenant']}/{params['namespace']}")
     return Operation(need, params.get("tenant"))
