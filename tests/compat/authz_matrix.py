@@ -75,7 +75,7 @@ class Op:
     name: str
     need: str
     method: str
-    path: str  # under /admin/v2 unless it starts with /lookup/; {t}: the tenant, {x}: a name unique to the case
+    path: str  # under /admin/v2 unless it starts with /lookup/ or /console/; {t}: tenant, {x}: unique name
     body: Any = None
     setup: tuple[tuple[str, str, Any], ...] = ()  # (method, path, body) as root before
     cleanup: tuple[tuple[str, str, Any], ...] = ()  # as root after (failures ignored)
@@ -134,6 +134,16 @@ def http_ops() -> list[Op]:
         Op("reset cursor", CONSUME, "POST", f"{_TOPIC}/subscription/sub/resetcursor/0"),
         Op("expire messages", CONSUME, "POST", f"{_TOPIC}/subscription/sub/expireMessages/3600"),
         Op("clear backlog of a locked subscription", LOCKED, "POST", f"{_TOPIC}/subscription/locked/skip_all"),
+        Op("trigger compaction", ADMIN, "PUT", f"{_TOPIC}/compaction"),
+        Op("compaction status", ADMIN, "GET", f"{_TOPIC}/compaction"),
+        Op("list non-persistent topics", NS_CONSUME, "GET", "/non-persistent/{t}/ns"),
+        Op("non-persistent topic stats", LOOKUP, "GET", "/non-persistent/{t}/ns/np/stats"),
+        Op("console tree", SUPER, "GET", "/console/api/tree"),
+        Op("console topic page", LOOKUP, "GET", "/console/api/topic/{t}/ns/topic"),
+        Op("console ledgers", ADMIN, "GET", "/console/api/topic/{t}/ns/topic/ledgers"),
+        Op("console peek", CONSUME, "GET", "/console/api/topic/{t}/ns/topic/peek?subscription=sub&count=1"),
+        Op("console peek of a locked subscription", LOCKED, "GET",
+           "/console/api/topic/{t}/ns/topic/peek?subscription=locked&count=1"),
         Op("get namespace permissions", ADMIN, "GET", f"{_NS}/permissions"),
         Op("grant namespace permission", ADMIN, "POST", f"{_NS}/permissions/{DUMMY_ROLE}-{{x}}", ["produce"],
            cleanup=(("DELETE", f"{_NS}/permissions/{DUMMY_ROLE}-{{x}}", None),)),

@@ -77,7 +77,7 @@ class SecuredBroker:
         if role is not None and role != matrix.ANONYMOUS:
             headers["Authorization"] = f"Bearer {_token(role)}"
         data = None if body is None else json.dumps(body).encode()
-        prefix = "" if path.startswith(LOOKUP_PATH) else ADMIN_PATH
+        prefix = "" if path.startswith((LOOKUP_PATH, "/console/")) else ADMIN_PATH
         request = urllib.request.Request(f"http://127.0.0.1:{self.http.port}{prefix}{path}", data=data,
                                          method=method, headers=headers)
         try:
