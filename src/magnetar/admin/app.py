@@ -3,7 +3,8 @@
 One router module per resource; ``ROUTERS`` lists them in matching order (more specific paths
 first). Another module extends the API by appending its ``routes(ctx)`` function to ``ROUTERS``
 before the app is built (e.g. bundle unload/split). ``/openapi.json`` serves the spec generated
-from these routes. Unknown paths and methods get JSON ``{"reason": ...}`` too.
+from these routes. Unknown paths and methods get JSON ``{"reason": ...}`` too. Every route is
+guarded by the need ``access.ROUTE_NEEDS`` declares for it (checked when authorization is on).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from magnetar.admin import (
     compaction,
     namespaces,
     non_persistent,
+    permissions,
     policy_routes,
     subscriptions,
     tenants,
     topics,
 )
+from magnetar.admin.access import guard_routes
 from magnetar.admin.authn import AuthenticationMiddleware
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
@@ -39,12 +42,14 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     clusters.routes,
     tenants.routes,
     namespaces.routes,
+    permissions.namespace_routes,
     policy_routes.namespace_routes,
     compaction.routes,
     non_persistent.routes,
     topics.routes,
     subscriptions.routes,
     policy_routes.topic_routes,
+    permissions.topic_routes,
     bundles.routes,
 ]
 
@@ -69,6 +74,8 @@ def build_admin_app(ctx: AdminContext,
             return JSONResponse({"reason": error.detail}, status_code=error.status_code)
         return error_response(error)
 
-    return Starlette(routes=[*routes, Route("/openapi.json", openapi, methods=["GET"])],
+    served: list[BaseRoute] = [*routes, Route("/openapi.json", openapi, methods=["GET"])]
+    guard_routes(ctx, served)
+    return Starlette(routes=served,
                      exception_handlers={HTTPException: http_error, Exception: http_error},
                      middleware=[Middleware(AuthenticationMiddleware, lambda: ctx.service.authenticator)])

@@ -42,6 +42,7 @@ from typing import Any
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.limits import BROKER_HANDLES_PER_CONNECTION_COUNT_MAX, BROKER_SEEK_SCAN_ENTRIES_COUNT_MAX
 from magnetar.base.types import EARLIEST, TopicName
+from magnetar.broker.authorization import Operation, authorize
 from magnetar.broker.compaction import compacted_view
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.errors import BrokerError, to_broker_error
@@ -65,6 +66,7 @@ from magnetar.protocol.pulsar import (
     pb,
 )
 from magnetar.security import AuthenticationFailed, Principal
+from magnetar.security.authorization import Need
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
@@ -258,14 +260,21 @@ class Session:
         if len(self.producers) + len(self.consumers) >= BROKER_HANDLES_PER_CONNECTION_COUNT_MAX:
             raise BrokerError(pb.TooManyRequests, "too many producers and consumers on this connection")
 
+    async def _authorize(self, need: Need, name: TopicName, subscription: str | None = None) -> None:
+        """Refuse with ``AuthorizationError`` unless this connection's role may (authorization on)."""
+        await authorize(self.service.policies, self.role, Operation.on_topic(need, name, subscription))
+
     # --- lookup ---------------------------------------------------------------------------------
 
     async def _partitioned_metadata(self, body: pb.CommandPartitionedTopicMetadata) -> None:
         name = _topic_name(body.topic)
+        await self._authorize(Need.LOOKUP, name)
         self.connection.send_partitioned_metadata(body.request_id, await self.service.partitions(name))
 
     async def _lookup(self, body: pb.CommandLookupTopic) -> None:
-        answer = await self.service.lookup.lookup(_topic_name(body.topic), body.authoritative)
+        name = _topic_name(body.topic)
+        await self._authorize(Need.LOOKUP, name)
+        answer = await self.service.lookup.lookup(name, body.authoritative)
         # A client on TLS connects to broker_url_tls (the C++ client reads only that field then).
         if answer.kind is LookupKind.CONNECT:
             self.connection.send_lookup_connect(body.request_id, answer.url, answer.url_tls,
@@ -276,11 +285,13 @@ class Session:
 
     async def _topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
         pattern = body.topics_pattern if body.HasField("topics_pattern") else None
+        await authorize(self.service.policies, self.role, Operation.on_namespace(Need.NAMESPACE_CONSUME, body.namespace))
         topics = await self.service.topics_of_namespace(body.namespace, pattern, body.mode)
         self.connection.send_get_topics_of_namespace_response(body.request_id, topics)
 
     async def _get_schema(self, body: pb.CommandGetSchema) -> None:
         name = _topic_name(body.topic)
+        await self._authorize(Need.LOOKUP, name)
         version = None
         if body.HasField("schema_version") and body.schema_version:
             version = version_from_bytes(bytes(body.schema_version))
@@ -293,7 +304,9 @@ class Session:
     async def _get_or_create_schema(self, body: pb.CommandGetOrCreateSchema) -> None:
         """Java clients' explicit registration (the 4.2.0 client never sends it)."""
         try:
-            version = await self.service.schemas.register(_topic_name(body.topic), body.schema)
+            name = _topic_name(body.topic)
+            await self._authorize(Need.PRODUCE, name)
+            version = await self.service.schemas.register(name, body.schema)
         except BrokerError as error:
             self.connection.send_get_or_create_schema_response(body.request_id, code=error.code,
                                                                message=error.message)
@@ -312,7 +325,9 @@ class Session:
                 return
             raise BrokerError(pb.ProducerBusy, f"producer id {body.producer_id} is in use on this connection")
         self._check_handles()
-        topic = await self.service.get_topic(_topic_name(body.topic), create=True)
+        topic_name = _topic_name(body.topic)
+        await self._authorize(Need.PRODUCE, topic_name)
+        topic = await self.service.get_topic(topic_name, create=True)
         await topic.dedup.ready()  # recovered before the first producer: last_sequence_id is right
         schema_version = None
         if body.HasField("schema") and carries_schema(body.schema):  # before admission: refused if incompatible
@@ -365,7 +380,9 @@ class Session:
             return
         self._check_handles()
         create = body.force_topic_creation if body.HasField("force_topic_creation") else True
-        topic = await self.service.get_topic(_topic_name(body.topic), create=create)
+        name = _topic_name(body.topic)
+        await self._authorize(Need.CONSUME, name, body.subscription)
+        topic = await self.service.get_topic(name, create=create)
         read_log = (compacted_view(topic.log, topic.compaction, topic.name, SubType(body.subType))
                     if body.read_compacted else None)  # refused before any subscription is made
         if body.HasField("schema") and carries_schema(body.schema):

@@ -262,6 +262,50 @@ def namespaces_topics(namespace: str) -> None:
     _table(f"topics of {namespace}", "topic", _api().call("GET", f"{_ns(namespace)}/topics"))
 
 
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+@namespaces_app.command("permissions")
+def namespaces_permissions(namespace: str) -> None:
+    """Show the roles granted actions on a namespace (and the subscriptions' role lists)."""
+    _json({"permissions": _api().call("GET", f"{_ns(namespace)}/permissions"),
+           "subscription_permissions": _api().call("GET", f"{_ns(namespace)}/permissions/subscription")})
+
+
+@namespaces_app.command("grant-permission")
+def namespaces_grant_permission(namespace: str, role: str = typer.Option(..., "--role"),
+                                actions: str = typer.Option(..., "--actions",
+                                                            help="comma-separated: produce,consume,functions")) -> None:
+    """Grant a role actions on a namespace (replacing what it had)."""
+    _api().call("POST", f"{_ns(namespace)}/permissions/{quote(role, safe='')}", _csv(actions))
+    _done(f"granted {role} {actions} on {namespace}")
+
+
+@namespaces_app.command("revoke-permission")
+def namespaces_revoke_permission(namespace: str, role: str = typer.Option(..., "--role")) -> None:
+    """Revoke a role's permissions on a namespace."""
+    _api().call("DELETE", f"{_ns(namespace)}/permissions/{quote(role, safe='')}")
+    _done(f"revoked {role} on {namespace}")
+
+
+@namespaces_app.command("grant-subscription-permission")
+def namespaces_grant_subscription_permission(namespace: str, subscription: str = typer.Option(..., "--subscription"),
+                                             roles: str = typer.Option(..., "--roles", help="comma-separated")) -> None:
+    """Let only these roles (with consume) use a subscription."""
+    _api().call("POST", f"{_ns(namespace)}/permissions/subscription/{quote(subscription, safe='')}", _csv(roles))
+    _done(f"subscription {subscription} of {namespace} limited to {roles}")
+
+
+@namespaces_app.command("revoke-subscription-permission")
+def namespaces_revoke_subscription_permission(namespace: str,
+                                              subscription: str = typer.Option(..., "--subscription"),
+                                              role: str = typer.Option(..., "--role")) -> None:
+    """Remove a role from a subscription's role list."""
+    _api().call("DELETE", f"{_ns(namespace)}/permissions/{quote(subscription, safe='')}/{quote(role, safe='')}")
+    _done(f"revoked {role} on subscription {subscription} of {namespace}")
+
+
 def _retention(time_minutes: int, size_mb: int) -> dict[str, int]:
     return {"retentionTimeInMinutes": time_minutes, "retentionSizeInMB": size_mb}
 
@@ -500,6 +544,27 @@ def topics_reset_cursor(topic: str, subscription: str,
     else:
         _api().call("POST", base, _message_id(message_id) or {"ledgerId": 2**63 - 1, "entryId": 2**63 - 1})
     _done(f"reset {subscription}")
+
+
+@topics_app.command("permissions")
+def topics_permissions(topic: str) -> None:
+    """Show the roles granted actions on a topic (its namespace's grants included)."""
+    _json(_api().call("GET", f"{_topic(topic)}/permissions"))
+
+
+@topics_app.command("grant-permission")
+def topics_grant_permission(topic: str, role: str = typer.Option(..., "--role"),
+                            actions: str = typer.Option(..., "--actions", help="comma-separated: produce,consume")) -> None:
+    """Grant a role actions on a topic (in addition to its namespace grants)."""
+    _api().call("POST", f"{_topic(topic)}/permissions/{quote(role, safe='')}", _csv(actions))
+    _done(f"granted {role} {actions} on {topic}")
+
+
+@topics_app.command("revoke-permission")
+def topics_revoke_permission(topic: str, role: str = typer.Option(..., "--role")) -> None:
+    """Revoke a role's topic-level permissions."""
+    _api().call("DELETE", f"{_topic(topic)}/permissions/{quote(role, safe='')}")
+    _done(f"revoked {role} on {topic}")
 
 
 _TOPIC_POLICIES = ("retention, messageTTL, backlogQuotaMap, deduplicationEnabled, maxProducers, maxConsumers, "
