@@ -6,7 +6,36 @@ from typing import Any
 import pulsar
 import pytest
 
+from tests.compat.client_log import CLIENT_LOG, ClientLog
 from tests.compat.harness import BrokerThread
+
+_OfficialClient = pulsar.Client
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "client_errors(*patterns): ERROR lines of the official client this "
+                                       "test provokes on purpose (a refusal Pulsar gives too)")
+
+
+@pytest.fixture(autouse=True)
+def client_log(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[ClientLog]:
+    """Every official client of the test logs into one ``ClientLog``; ERROR lines a real Pulsar
+    broker would not cause fail the test (see ``tests/compat/client_log.py``)."""
+    log = CLIENT_LOG
+    log.forget()
+
+    class CapturedClient(_OfficialClient):  # type: ignore[misc, valid-type]
+        def __init__(self, service_url: str, *args: Any, **kwargs: Any) -> None:
+            kwargs["logger"] = log.logger
+            super().__init__(service_url, *args, **kwargs)
+
+    monkeypatch.setattr(pulsar, "Client", CapturedClient)
+    yield log
+    marker = request.node.get_closest_marker("client_errors")
+    unexpected = log.unexpected(tuple(marker.args) if marker is not None else ())
+    if unexpected:
+        pytest.fail(f"the official client logged {len(unexpected)} unexpected ERROR line(s), e.g. "
+                    f"{unexpected[:5]}", pytrace=False)
 
 
 @pytest.fixture
@@ -19,9 +48,9 @@ def broker() -> Iterator[BrokerThread]:
 
 
 @pytest.fixture
-def client(broker: BrokerThread) -> Iterator[Any]:
+def client(broker: BrokerThread, client_log: ClientLog) -> Iterator[Any]:
     c = pulsar.Client(broker.url, operation_timeout_seconds=10, connection_timeout_ms=3000,
-                      logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+                      logger=client_log.logger)
     try:
         yield c
     finally:

@@ -249,19 +249,23 @@ class Session:
         producer = Producer(topic, body.producer_id, name, self, mode,
                             self.service.config.pending_sends_per_producer_max, connection_key=self)
         producer.schema_version = schema_version
+        if body.HasField("topic_epoch"):
+            producer.topic_epoch = body.topic_epoch
         producer.on_answered = self._send_answered
         if body.producer_id in self.producers:  # a duplicate PRODUCER raced us while the topic loaded
             raise BrokerError(pb.ServiceNotReady, "producer is already being created")
         admitted = topic.add_producer(producer, body.request_id, self._admit_waiting)
         self.producers[body.producer_id] = producer
         self.connection.send_producer_success(body.request_id, name, topic.last_sequence_id(name),
-                                              schema_version=schema_version, producer_ready=admitted)
+                                              schema_version=schema_version, topic_epoch=producer.topic_epoch,
+                                              producer_ready=admitted)
 
     def _admit_waiting(self, producer: Producer, request_id: int) -> None:
         if self.is_open() and self.producers.get(producer.producer_id) is producer:
             self.connection.send_producer_success(request_id, producer.name,
                                                   producer.topic.last_sequence_id(producer.name),
-                                                  schema_version=producer.schema_version)
+                                                  schema_version=producer.schema_version,
+                                                  topic_epoch=producer.topic_epoch)
             self._out()
 
     async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool) -> None:

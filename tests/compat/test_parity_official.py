@@ -1,0 +1,126 @@
+"""Pulsar parity with the official client (issue 18): the client's ERROR log, producer access
+modes, missing namespaces, the message size limit. Each against a real broker (``BrokerThread``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pulsar
+import pytest
+
+from magnetar.broker.topic import Topic
+from tests.compat.client_log import ClientLog
+from tests.compat.harness import BrokerThread
+
+TOPIC_PREFIX = "persistent://public/default/"
+WAIT_S = 10.0
+
+
+def wait_until(predicate: Any, what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)  # polling the broker thread under a deadline
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def loaded_topic(broker: BrokerThread, name: str) -> Topic:
+    topic = broker.server.service.topics.get(next(t for t in broker.server.service.topics
+                                                  if str(t) == TOPIC_PREFIX + name))
+    assert topic is not None
+    return topic
+
+
+# --- the client's ERROR log ---------------------------------------------------------------------
+
+def test_negative_control_a_receipt_for_an_unknown_producer_is_caught(broker: BrokerThread, client: Any,
+                                                                        client_log: ClientLog) -> None:
+    """What the bench showed: a SEND_RECEIPT for a producer id the client does not have. Injected
+    here on the broker's live connection; the log check must report it."""
+    producer = client.create_producer("control")
+    producer.send(b"x")
+
+    async def stray_receipt() -> None:
+        for loop in broker.server._loops:
+            loop.session.connection.send_receipt(99, 0, 1, 1)
+            loop._wake_writer()
+
+    broker.call(stray_receipt())
+    wait_until(lambda: client_log.unexpected(), "the client's ERROR line")
+    assert any("invalid producer Id in SendReceipt: 99" in line for line in client_log.unexpected())
+    client_log.forget()  # caught: the fixture's own check is what the other tests rely on
+
+
+def test_closing_a_producer_after_its_sends_were_answered_logs_nothing(client: Any) -> None:
+    """Batched sends, flushed, then closed: every receipt reaches a producer the client has."""
+    producer = client.create_producer("batched-close", batching_enabled=True, batching_max_messages=50,
+                                      batching_max_publish_delay_ms=5)
+    done = threading.Semaphore(0)
+    for i in range(2000):
+        producer.send_async(b"m%d" % i, lambda result, _id: done.release())
+    producer.flush()
+    for _ in range(2000):
+        assert done.acquire(timeout=WAIT_S)
+    producer.close()
+
+
+def test_the_broker_answers_nothing_for_a_closed_producer(broker: BrokerThread, client: Any) -> None:
+    """After CLOSE_PRODUCER the broker's producer is closed: a late append's receipt is dropped."""
+    producer = client.create_producer("close-drops")
+    producer.send(b"x")
+    topic = loaded_topic(broker, "close-drops")
+    (handle,) = topic.producers.values()
+    producer.close()
+    wait_until(lambda: not topic.producers, "the producer leaving the topic")
+    assert handle.state.value == "closed"
+
+
+# --- producer access modes ------------------------------------------------------------------------
+
+@pytest.mark.client_errors(r"Failed to create producer: (ProducerFenced|ProducerBusy)")
+def test_exclusive_producers_are_fenced_and_shared_ones_busy(client: Any) -> None:
+    first = client.create_producer("excl", access_mode=pulsar.ProducerAccessMode.Exclusive)
+    with pytest.raises(pulsar.ProducerFenced):  # a second exclusive one
+        client.create_producer("excl", access_mode=pulsar.ProducerAccessMode.Exclusive)
+    with pytest.raises(pulsar.ProducerBusy):  # a shared one after an exclusive one
+        client.create_producer("excl")
+    first.send(b"still mine")
+    first.close()
+    shared = client.create_producer("excl")
+    with pytest.raises(pulsar.ProducerFenced):  # an exclusive one while shared ones exist
+        client.create_producer("excl", access_mode=pulsar.ProducerAccessMode.Exclusive)
+    shared.close()
+    client.create_producer("excl", access_mode=pulsar.ProducerAccessMode.Exclusive).send(b"again")
+
+
+def test_wait_for_exclusive_is_admitted_when_the_holder_leaves(broker: BrokerThread, client: Any) -> None:
+    holder = client.create_producer("wait-excl", access_mode=pulsar.ProducerAccessMode.Exclusive)
+    created: list[Any] = []
+    waiter = threading.Thread(target=lambda: created.append(client.create_producer(
+        "wait-excl", access_mode=pulsar.ProducerAccessMode.WaitForExclusive)), daemon=True)
+    waiter.start()
+    topic = loaded_topic(broker, "wait-excl")
+    wait_until(lambda: len(topic._waiting) == 1, "the waiting producer")
+    assert not created
+    epoch = topic.topic_epoch
+    holder.close()
+    waiter.join(WAIT_S)
+    assert created, "WaitForExclusive was not admitted"
+    created[0].send(b"now mine")
+    assert topic.topic_epoch == (epoch or 0) + 1
+
+
+@pytest.mark.client_errors(r"ProducerFenced")
+def test_exclusive_with_fencing_takes_the_topic(broker: BrokerThread, client: Any) -> None:
+    shared = client.create_producer("fence-excl", send_timeout_millis=3000)
+    shared.send(b"before")
+    fencing = client.create_producer("fence-excl", access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing)
+    fencing.send(b"mine")
+    with pytest.raises((pulsar.ProducerFenced, pulsar.Timeout, pulsar.AlreadyClosed)):
+        shared.send(b"after")
+    consumer = client.subscribe("fence-excl", "s", initial_position=pulsar.InitialPosition.Earliest)
+    got = [consumer.receive(timeout_millis=5000).data() for _ in range(2)]
+    assert got == [b"before", b"mine"]
