@@ -6,10 +6,10 @@ from typing import Any
 import pulsar
 import pytest
 
-from tests.compat.client_log import CLIENT_LOG, ClientLog
+from tests.compat.client_log import CLIENT_LOG, ClientLog, install
 from tests.compat.harness import BrokerThread
 
-_OfficialClient = pulsar.Client
+install()  # before any test makes a client: see tests/compat/client_log.py
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -18,18 +18,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
-def client_log(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[ClientLog]:
-    """Every official client of the test logs into one ``ClientLog``; ERROR lines a real Pulsar
-    broker would not cause fail the test (see ``tests/compat/client_log.py``)."""
+def client_log(request: pytest.FixtureRequest) -> Iterator[ClientLog]:
+    """Every official client logs into ``CLIENT_LOG``; ERROR lines a real Pulsar broker would not
+    cause fail the test (see ``tests/compat/client_log.py``)."""
     log = CLIENT_LOG
     log.forget()
-
-    class CapturedClient(_OfficialClient):  # type: ignore[misc, valid-type]
-        def __init__(self, service_url: str, *args: Any, **kwargs: Any) -> None:
-            kwargs["logger"] = log.logger
-            super().__init__(service_url, *args, **kwargs)
-
-    monkeypatch.setattr(pulsar, "Client", CapturedClient)
     yield log
     marker = request.node.get_closest_marker("client_errors")
     unexpected = log.unexpected(tuple(marker.args) if marker is not None else ())

@@ -3,14 +3,21 @@ modes, missing namespaces, the message size limit. Each against a real broker (`
 
 from __future__ import annotations
 
+import socket
+import struct
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pulsar
 import pytest
 
+from magnetar.broker.resources import TenantInfo
 from magnetar.broker.topic import Topic
+from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.protocol.pulsar import encode_command, pb
+from magnetar.runtime.clock import SystemClock
 from tests.compat.client_log import ClientLog
 from tests.compat.harness import BrokerThread
 
@@ -32,6 +39,57 @@ def loaded_topic(broker: BrokerThread, name: str) -> Topic:
                                                   if str(t) == TOPIC_PREFIX + name))
     assert topic is not None
     return topic
+
+
+T = pb.BaseCommand
+
+
+class RawConnection:
+    """A bare Pulsar connection for what the official client does not expose (a LOOKUP alone)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
+        self.send(T(type=T.CONNECT, connect=pb.CommandConnect(client_version="raw", protocol_version=20)))
+        self.connected = self.read()
+        assert self.connected.type == T.CONNECTED
+
+    def send(self, command: pb.BaseCommand) -> None:
+        self.sock.sendall(encode_command(command))
+
+    def _exact(self, size: int) -> bytes:
+        out = b""
+        while len(out) < size:
+            chunk = self.sock.recv(size - len(out))
+            assert chunk, "connection closed"
+            out += chunk
+        return out
+
+    def read(self) -> pb.BaseCommand:
+        frame = self._exact(struct.unpack(">I", self._exact(4))[0])
+        size = struct.unpack(">I", frame[:4])[0]
+        return pb.BaseCommand.FromString(frame[4:4 + size])
+
+    def lookup(self, topic: str, listener: str = "") -> pb.CommandLookupTopicResponse:
+        self.send(T(type=T.LOOKUP, lookupTopic=pb.CommandLookupTopic(topic=topic, request_id=1,
+                                                                      advertised_listener_name=listener)))
+        reply = self.read()
+        assert reply.type == T.LOOKUP_RESPONSE
+        return reply.lookupTopicResponse
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def metadata_broker() -> Iterator[BrokerThread]:
+    """A broker with a metadata store (namespaces exist or not), bootstrapped like a standalone."""
+    running = BrokerThread()
+    try:
+        running.metadata = running.call(MemoryMetadataServer(SystemClock()).connect())
+        running.start()
+        yield running
+    finally:
+        running.stop()
 
 
 # --- the client's ERROR log ---------------------------------------------------------------------
@@ -124,3 +182,36 @@ def test_exclusive_with_fencing_takes_the_topic(broker: BrokerThread, client: An
     consumer = client.subscribe("fence-excl", "s", initial_position=pulsar.InitialPosition.Earliest)
     got = [consumer.receive(timeout_millis=5000).data() for _ in range(2)]
     assert got == [b"before", b"mine"]
+
+
+# --- topics outside an existing namespace ---------------------------------------------------------
+
+@pytest.mark.client_errors(r"TopicNotFound")
+def test_a_missing_tenant_or_namespace_is_topic_not_found(metadata_broker: BrokerThread) -> None:
+    client = pulsar.Client(metadata_broker.url, operation_timeout_seconds=10)
+    try:
+        client.create_producer("in-default").send(b"public/default exists by default")
+        for topic in ("persistent://no-tenant/ns/t", "persistent://public/no-namespace/t"):
+            with pytest.raises(pulsar.TopicNotFound):
+                client.create_producer(topic)
+            with pytest.raises(pulsar.TopicNotFound):
+                client.subscribe(topic, "s")
+        raw = RawConnection(metadata_broker.port)
+        try:
+            answer = raw.lookup("persistent://public/no-namespace/t")
+            assert answer.response == pb.CommandLookupTopicResponse.Failed
+            assert answer.error == pb.TopicNotFound
+        finally:
+            raw.close()
+        service = metadata_broker.server.service
+        assert not any("no-namespace" in t or "no-tenant" in t for t in service.topics), "a topic was created"
+
+        async def make_namespace() -> None:
+            await service.resources.create_tenant("tenant-b", TenantInfo(allowed_clusters=["standalone"]))
+            await service.resources.create_namespace("tenant-b/ns")
+
+        metadata_broker.call(make_namespace())
+        client.create_producer("persistent://tenant-b/ns/t").send(b"auto-created inside a namespace")
+        assert "persistent://tenant-b/ns/t" in metadata_broker.call(service.topics_of_namespace("tenant-b/ns"))
+    finally:
+        client.close()

@@ -1,7 +1,7 @@
 """``BrokerService``: the registry of loaded topics and the broker-wide answers.
 
 Topics are loaded on demand (``get_topic``) and, when ``topic_auto_creation`` is on, created by the
-first producer or consumer naming them. Concurrent loads of one topic share one open. At most
+first producer or consumer naming them, only inside a namespace that exists (``check_namespace``). Concurrent loads of one topic share one open. At most
 ``BROKER_TOPICS_LOADED_COUNT_MAX`` topics are loaded. Producer names the broker assigns are
 ``<cluster>-<broker index>-<counter>``, unique for the life of this service.
 
@@ -90,6 +90,7 @@ class BrokerService:
         future: asyncio.Future[Topic] = asyncio.get_running_loop().create_future()
         self._loading[key] = future
         try:
+            await self.check_namespace(name)
             effective = await self.policies.load(name)
             allowed = admin or effective.auto_topic_creation
             topic_log = await self.log_store.open_log(key, create=create and allowed)
@@ -111,9 +112,19 @@ class BrokerService:
                 future.exception()  # mark retrieved: waiters got it, nobody else will
             del self._loading[key]
 
+    async def check_namespace(self, name: TopicName) -> None:
+        """TopicNotFound when ``name``'s tenant or namespace does not exist: Pulsar's answer to a
+        lookup, producer or consumer there, so that no topic exists the admin API cannot list.
+        Without a metadata store there is no namespace registry (and no admin API): every
+        namespace is accepted."""
+        if self.resources is not None and await self.policies.namespace_policies(name.namespace) is None:
+            raise BrokerError(pb.TopicNotFound, f"Namespace {name.namespace} does not exist "
+                                                f"(topic {name})")
+
     async def partitions(self, name: TopicName) -> int:
         """Partitions of ``name`` for PARTITIONED_METADATA; a new topic in a namespace whose
         auto-creation policy says ``partitioned`` is created with its default partition count."""
+        await self.check_namespace(name)
         count = await self.partitioned.partitions(name)
         if count or name.is_partition or self.resources is None:
             return count

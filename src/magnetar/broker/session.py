@@ -194,7 +194,9 @@ class Session:
         self.connection.send_partitioned_metadata(body.request_id, await self.service.partitions(name))
 
     async def _lookup(self, body: pb.CommandLookupTopic) -> None:
-        answer = await self.service.lookup.lookup(_topic_name(body.topic), body.authoritative)
+        name = _topic_name(body.topic)
+        await self.service.check_namespace(name)
+        answer = await self.service.lookup.lookup(name, body.authoritative)
         if answer.kind is LookupKind.CONNECT:
             self.connection.send_lookup_connect(body.request_id, answer.url, authoritative=answer.authoritative)
         else:
