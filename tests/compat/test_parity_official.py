@@ -13,10 +13,12 @@ from typing import Any
 import pulsar
 import pytest
 
+from magnetar.base.errors import InvalidArgument
+from magnetar.broker import BrokerConfig
 from magnetar.broker.resources import TenantInfo
 from magnetar.broker.topic import Topic
 from magnetar.metadata.memory import MemoryMetadataServer
-from magnetar.protocol.pulsar import encode_command, pb
+from magnetar.protocol.pulsar import encode_command, encode_payload_command, pb
 from magnetar.runtime.clock import SystemClock
 from tests.compat.client_log import ClientLog
 from tests.compat.harness import BrokerThread
@@ -215,3 +217,50 @@ def test_a_missing_tenant_or_namespace_is_topic_not_found(metadata_broker: Broke
         assert "persistent://tenant-b/ns/t" in metadata_broker.call(service.topics_of_namespace("tenant-b/ns"))
     finally:
         client.close()
+
+
+# --- maxMessageSize -------------------------------------------------------------------------------
+
+SMALL_MAX_BYTES = 64 * 1024
+
+
+@pytest.fixture
+def small_max_broker() -> Iterator[BrokerThread]:
+    running = BrokerThread(BrokerConfig(advertised_port=0, max_message_size_bytes=SMALL_MAX_BYTES)).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_max_message_size_is_reported_and_enforced(small_max_broker: BrokerThread) -> None:
+    raw = RawConnection(small_max_broker.port)
+    try:
+        assert raw.connected.connected.max_message_size == SMALL_MAX_BYTES
+        raw.send(T(type=T.PRODUCER, producer=pb.CommandProducer(topic=TOPIC_PREFIX + "big", producer_id=1,
+                                                                 request_id=1)))
+        assert raw.read().type == T.PRODUCER_SUCCESS
+        for sequence_id, size in ((0, SMALL_MAX_BYTES - 1024), (1, SMALL_MAX_BYTES + 1024)):
+            metadata = pb.MessageMetadata(producer_name="raw", sequence_id=sequence_id, publish_time=1)
+            raw.sock.sendall(encode_payload_command(
+                T(type=T.SEND, send=pb.CommandSend(producer_id=1, sequence_id=sequence_id)), metadata,
+                b"x" * size))
+        assert raw.read().type == T.SEND_RECEIPT  # within the limit
+        refused = raw.read()  # above it, within the frame padding: refused, the connection stays
+        assert refused.type == T.SEND_ERROR and refused.send_error.error == pb.NotAllowedError
+    finally:
+        raw.close()
+    client = pulsar.Client(small_max_broker.url, operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer("big-official", batching_enabled=False)
+        producer.send(b"y" * (SMALL_MAX_BYTES - 1024))
+        with pytest.raises(pulsar.MessageTooBig):  # the client knows the limit from CONNECTED
+            producer.send(b"y" * (SMALL_MAX_BYTES + 1))
+    finally:
+        client.close()
+
+
+def test_max_message_size_defaults_to_pulsars() -> None:
+    assert BrokerConfig().max_message_size_bytes == 5 * 1024 * 1024
+    with pytest.raises(InvalidArgument):
+        BrokerConfig(max_message_size_bytes=6 * 1024 * 1024)

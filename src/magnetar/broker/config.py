@@ -15,6 +15,7 @@ from magnetar.base.limits import (
     BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX,
     BROKER_REDELIVERY_TRACKER_COUNT_MAX,
     MIB,
+    PULSAR_MESSAGE_BYTES_MAX,
 )
 
 
@@ -67,6 +68,13 @@ class BrokerConfig:
     #: queue grow without limit. Never False in a deployment.
     connection_outbound_bound_enabled: bool = True
 
+    # --- Pulsar parity (issue 18) ----------------------------------------------------------------
+    #: Largest message (metadata and payload, as the client measures it) a producer may send:
+    #: reported in CONNECTED.max_message_size (the official client refuses larger sends itself,
+    #: MessageTooBig); a larger SEND is answered NotAllowed, a frame beyond it and 10 KiB closes the
+    #: connection (Pulsar: maxMessageSize, 5 MiB). It may be lowered, not raised above 5 MiB.
+    max_message_size_bytes: int = PULSAR_MESSAGE_BYTES_MAX
+
     def __post_init__(self) -> None:
         bounds = (
             ("pending_sends_per_producer_max", self.pending_sends_per_producer_max,
@@ -91,6 +99,9 @@ class BrokerConfig:
             raise InvalidArgument("policy_check_interval_ms must be >= 1 and message_ttl_s >= 0")
         if self.retention_time_s < -1 or self.retention_size_bytes < -1:
             raise InvalidArgument("retention_time_s and retention_size_bytes must be >= -1")
+        if not 1024 <= self.max_message_size_bytes <= PULSAR_MESSAGE_BYTES_MAX:
+            raise InvalidArgument(f"max_message_size_bytes must be 1024..{PULSAR_MESSAGE_BYTES_MAX}, "
+                                  f"got {self.max_message_size_bytes}")
         if self.auto_created_partitions_count < 0:
             raise InvalidArgument("auto_created_partitions_count must be >= 0")
 

@@ -148,7 +148,9 @@ class BrokerServer:
         self.service = service
         self.network = network
         self.clock = clock
-        self.server_config = server_config or ServerConfig()
+        # CONNECTED.max_message_size and the frame bound follow the broker's max_message_size_bytes
+        self.server_config = dataclasses.replace(server_config or ServerConfig(),
+                                                 max_message_size_bytes=service.config.max_message_size_bytes)
         self._listener: Listener | None = None
         self._loops: set[_ConnectionLoop] = set()
         self._tasks: set[asyncio.Task[None]] = set()
