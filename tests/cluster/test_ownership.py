@@ -18,6 +18,7 @@ from magnetar.broker.errors import BrokerError
 from magnetar.broker.lookup import LookupAnswer, LookupKind
 from magnetar.broker.ownership import BundleOwnership, OwnerData, OwnershipState, owner_path
 from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.metadata._local import LocalClient
@@ -71,6 +72,9 @@ def run(body: Callable[[Node, Node, MemoryMetadataServer], Awaitable[Any]]) -> A
         logs = MemoryLogStore()
         a = Node(await server.connect(10_000), 1, logs)
         b = Node(await server.connect(10_000), 2, logs)
+        # public/default exists, as a standalone or cluster bootstrap makes it
+        assert a.service.resources is not None
+        await a.service.resources.bootstrap(a.service.config.cluster_name, ClusterData())
         try:
             return await asyncio.wait_for(body(a, b, server), 20)
         finally:

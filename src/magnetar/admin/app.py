@@ -12,14 +12,25 @@ from collections.abc import Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from magnetar import __version__
-from magnetar.admin import bundles, clusters, namespaces, policy_routes, subscriptions, tenants, topics
+from magnetar.admin import (
+    bundles,
+    clusters,
+    messages,
+    namespaces,
+    policy_routes,
+    subscriptions,
+    tenants,
+    topics,
+)
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
+from magnetar.admin.redirect import OwnerRedirect
 
 ADMIN_PATH = "/admin/v2"
 
@@ -30,6 +41,7 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     policy_routes.namespace_routes,
     topics.routes,
     subscriptions.routes,
+    messages.routes,
     policy_routes.topic_routes,
     bundles.routes,
 ]
@@ -56,4 +68,5 @@ def build_admin_app(ctx: AdminContext,
         return error_response(error)
 
     return Starlette(routes=[*routes, Route("/openapi.json", openapi, methods=["GET"])],
-                     exception_handlers={HTTPException: http_error, Exception: http_error})
+                     exception_handlers={HTTPException: http_error, Exception: http_error},
+                     middleware=[Middleware(OwnerRedirect, ctx=ctx)])  # 307 to a topic's owner

@@ -61,7 +61,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dedup import MessageDeduplication, is_system_cursor
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.log import TopicLog
+from magnetar.broker.log import Terminable, TopicLog
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
 from magnetar.broker.policies import EffectivePolicies, QuotaLimit, RetentionAction, resolve
 from magnetar.broker.producer import AccessMode, Producer
@@ -224,6 +224,8 @@ class Topic:
         loaded topic.
         """
         self._check_writable()
+        if self.terminated_at is not None:
+            raise BrokerError(pb.TopicTerminatedError, f"Topic {self.name} is terminated")
         if producer.name in self._fenced_names:
             raise BrokerError(pb.ProducerFenced, f"producer {producer.name} was fenced by an exclusive producer")
         existing = self.producers.get(producer.name)
@@ -266,6 +268,20 @@ class Topic:
             return False
         self._take_exclusive(producer)
         return True
+
+    @property
+    def terminated_at(self) -> Position | None:
+        """The last entry of a terminated topic (no producer is admitted again), else None."""
+        return self.log.terminated_position if isinstance(self.log, Terminable) else None
+
+    async def terminate(self) -> Position:
+        """Pulsar's terminate: appends end for good (after the in-flight ones), producers are
+        closed (they come back to a TopicTerminatedError); the last entry's position is returned."""
+        if not isinstance(self.log, Terminable):
+            raise BrokerError(pb.NotAllowedError, f"topic {self.name} cannot be terminated")
+        position = await self.log.terminate()
+        self.disconnect_producers()
+        return position
 
     def _fence_name(self, name: str) -> None:
         self._fenced_names[name] = None
@@ -456,6 +472,13 @@ class Topic:
                 await subscription.expire_older_than(now_ms - policies.message_ttl_s * 1000)
         await self._check_backlog_quota(policies, now_ms)
         await self.log.apply_retention(policies.retention_time_s, policies.retention_size_bytes)
+
+    async def trim(self) -> list[int]:
+        """Pulsar's trim: delete now the ledgers the retention policy no longer keeps (what the
+        policy check does periodically); returns the deleted ledger ids."""
+        self._check_active()
+        policies = self.policies()
+        return await self.log.apply_retention(policies.retention_time_s, policies.retention_size_bytes)
 
     async def _check_backlog_quota(self, policies: EffectivePolicies, now_ms: int) -> None:
         exceeded: QuotaLimit | None = None

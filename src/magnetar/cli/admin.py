@@ -40,18 +40,39 @@ for _name, _group in (("clusters", clusters_app), ("tenants", tenants_app), ("na
 console = Console()
 
 
+class _KeepMethodRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows 307/308 (a broker that does not own a topic sends the request to its owner) with
+    the same method and body, as HTTP defines them; urllib alone follows them for GET only."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        if code in (307, 308):
+            return urllib.request.Request(newurl, data=req.data, method=req.get_method(),
+                                          headers=dict(req.header_items()), origin_req_host=req.origin_req_host,
+                                          unverifiable=True)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_KeepMethodRedirects)
+
+
 @dataclass
 class _Api:
     url: str
 
     def call(self, method: str, path: str, body: Any = None, query: str = "") -> Any:
+        raw = self.exchange(method, path, body, query)[1]
+        return json.loads(raw) if raw else None
+
+    def exchange(self, method: str, path: str, body: Any = None, query: str = "") -> tuple[dict[str, str], bytes]:
+        """The reply's headers and raw body (a refusal is printed and ends the command)."""
         data = None if body is None else json.dumps(body).encode()
         target = f"{self.url.rstrip('/')}/admin/v2{path}" + (f"?{query}" if query else "")
         request = urllib.request.Request(target, data=data, method=method,
                                          headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as reply:
-                raw = reply.read()
+            with _OPENER.open(request, timeout=REQUEST_TIMEOUT_S) as reply:
+                return dict(reply.headers), reply.read()
         except urllib.error.HTTPError as error:
             raw = error.read()
             try:
@@ -63,7 +84,6 @@ class _Api:
         except (urllib.error.URLError, OSError) as error:
             typer.echo(f"error: cannot reach {self.url}: {error}", err=True)
             raise typer.Exit(2) from None
-        return json.loads(raw) if raw else None
 
 
 _state = {"url": os.environ.get("MAGNETAR_ADMIN_URL", DEFAULT_URL)}
@@ -515,3 +535,7 @@ def topics_remove_policy(topic: str, policy: str = typer.Argument(..., help=_TOP
 
 def register(app: typer.Typer) -> None:
     app.add_typer(admin_app, name="admin")
+
+
+# Commands registered on ``topics_app`` by their own module (peek, get by id, examine, terminate, trim).
+from magnetar.cli import admin_messages as _admin_messages  # noqa: E402, F401
