@@ -69,10 +69,11 @@ class BrokerConfig:
     connection_outbound_bound_enabled: bool = True
 
     # --- Pulsar parity (issue 18) ----------------------------------------------------------------
-    #: Largest message (metadata and payload, as the client measures it) a producer may send:
-    #: reported in CONNECTED.max_message_size (the official client refuses larger sends itself,
-    #: MessageTooBig); a larger SEND is answered NotAllowed, a frame beyond it and 10 KiB closes the
-    #: connection (Pulsar: maxMessageSize, 5 MiB). It may be lowered, not raised above 5 MiB.
+    #: Largest message a producer may send (Pulsar: maxMessageSize, 5 MiB): reported in
+    #: CONNECTED.max_message_size (the official client refuses larger sends itself, MessageTooBig,
+    #: and chunks at it); a frame beyond it plus 10 KiB of headers closes the connection, as
+    #: Pulsar's frame decoder does. A topic's maxMessageSize policy refuses smaller ones
+    #: (NotAllowed). It may be lowered, not raised above 5 MiB (the frame bound).
     max_message_size_bytes: int = PULSAR_MESSAGE_BYTES_MAX
 
     def __post_init__(self) -> None:

@@ -104,10 +104,6 @@ def is_write_failure(error: BaseException) -> bool:
     return isinstance(error, Exception) and not isinstance(error, BrokerError | FencedError | ClosedError)
 
 
-#: The 0x0e01 magic and CRC32C in front of every stored entry: not part of the message size the
-#: client measures (metadata size, metadata and payload) against CONNECTED.max_message_size.
-CHECKSUM_BLOCK_BYTES = 6
-
 @dataclass(slots=True)
 class WaitingProducer:
     producer: Producer
@@ -307,20 +303,13 @@ class Topic:
             self._take_exclusive(waiting.producer)
             waiting.admit(waiting.producer, waiting.request_id)
 
-    def _message_size_max(self, policies: EffectivePolicies) -> int:
-        """The broker's ``max_message_size_bytes``, or the topic's ``maxMessageSize`` policy if lower."""
-        policy = policies.max_message_size_bytes
-        limit = self.config.max_message_size_bytes
-        return min(policy, limit) if policy else limit
-
     async def publish(self, data: bytes) -> Position:
         """Append ``data``; a write failure fences the topic (see the module docstring)."""
         self._check_writable()
         policies = self.policies()
-        size_max = self._message_size_max(policies)
-        if len(data) - CHECKSUM_BLOCK_BYTES > size_max:
-            raise BrokerError(pb.NotAllowedError, f"Exceed maximum message size: "
-                                                  f"{len(data) - CHECKSUM_BLOCK_BYTES} > {size_max} bytes")
+        size_max = policies.max_message_size_bytes
+        if size_max and len(data) > size_max:
+            raise BrokerError(pb.NotAllowedError, f"Exceed maximum message size: {len(data)} > {size_max} bytes")
         messages = 1
         if policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s:
             messages = entry_message_count(stored_entry_metadata(data))
@@ -352,8 +341,8 @@ class Topic:
         if self._state is not TopicState.ACTIVE:
             return False
         policies = self.policies()
-        if (policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s
-                or len(data) - CHECKSUM_BLOCK_BYTES > self._message_size_max(policies)):
+        size_max = policies.max_message_size_bytes
+        if policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s or (size_max and len(data) > size_max):
             return False
         started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
         return self.log.append_nowait(data, partial(self._published, len(data), messages, started_ns, on_done))
