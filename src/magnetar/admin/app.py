@@ -24,6 +24,7 @@ from magnetar.admin import (
     messages,
     namespaces,
     policy_routes,
+    schemas,
     subscriptions,
     tenants,
     topics,
@@ -44,6 +45,7 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     messages.routes,
     policy_routes.topic_routes,
     bundles.routes,
+    schemas.routes,
 ]
 
 

@@ -17,6 +17,7 @@ from magnetar.base.limits import (
     MIB,
     PULSAR_MESSAGE_BYTES_MAX,
 )
+from magnetar.broker.schema_compat import Compatibility
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,9 @@ class BrokerConfig:
     #: Pulsar's frame decoder does. A topic's maxMessageSize policy refuses smaller ones
     #: (NotAllowed). It may be lowered, not raised above 5 MiB (the frame bound).
     max_message_size_bytes: int = PULSAR_MESSAGE_BYTES_MAX
+    #: Schema compatibility of a namespace whose schemaCompatibilityStrategy policy is UNDEFINED
+    #: (Pulsar: schemaCompatibilityStrategy, FULL); one of ``schema_compat.Compatibility``.
+    schema_compatibility_strategy: str = "FULL"
 
     def __post_init__(self) -> None:
         bounds = (
@@ -103,6 +107,9 @@ class BrokerConfig:
         if not 1024 <= self.max_message_size_bytes <= PULSAR_MESSAGE_BYTES_MAX:
             raise InvalidArgument(f"max_message_size_bytes must be 1024..{PULSAR_MESSAGE_BYTES_MAX}, "
                                   f"got {self.max_message_size_bytes}")
+        if self.schema_compatibility_strategy not in {c.value for c in Compatibility}:
+            raise InvalidArgument(f"schema_compatibility_strategy must be one of "
+                                  f"{sorted(c.value for c in Compatibility)}, got {self.schema_compatibility_strategy!r}")
         if self.auto_created_partitions_count < 0:
             raise InvalidArgument("auto_created_partitions_count must be >= 0")
 

@@ -31,6 +31,7 @@ from magnetar.broker.lookup import PartitionedTopics, SingleBrokerLookup, TopicL
 from magnetar.broker.policies import PolicyCache
 from magnetar.broker.resources import Resources, TopicBusy
 from magnetar.broker.schema import SchemaRegistry
+from magnetar.broker.schema_compat import Compatibility
 from magnetar.broker.topic import Topic
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import pb
@@ -55,7 +56,9 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.policies = PolicyCache(metadata, config)
         self.resources = Resources(metadata, self.policies) if metadata is not None else None
-        self.schemas = SchemaRegistry(metadata)  # /schemas/...; in memory without a metadata store
+        # /schemas/...; in memory without a metadata store
+        self.schemas = SchemaRegistry(metadata, strategy_of=self.schema_compatibility,
+                                      now_ms=clock.now_ms if clock is not None else None)
         self._checker: asyncio.Task[None] | None = None
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._producer_counter = 0
@@ -111,6 +114,13 @@ class BrokerService:
             if future.done() and not future.cancelled():
                 future.exception()  # mark retrieved: waiters got it, nobody else will
             del self._loading[key]
+
+    async def schema_compatibility(self, name: TopicName) -> Compatibility:
+        """The namespace's schemaCompatibilityStrategy; UNDEFINED (or no namespace registry): the
+        broker's ``schema_compatibility_strategy`` (FULL, as Pulsar's)."""
+        policies = await self.policies.namespace_policies(name.namespace) if self.resources is not None else None
+        value = policies.schema_compatibility_strategy if policies is not None else "UNDEFINED"
+        return Compatibility(self.config.schema_compatibility_strategy if value == "UNDEFINED" else value)
 
     async def check_namespace(self, name: TopicName) -> None:
         """TopicNotFound when ``name``'s tenant or namespace does not exist: Pulsar's answer to a
