@@ -15,6 +15,7 @@ import pytest
 
 from magnetar.base.errors import InvalidArgument
 from magnetar.broker import BrokerConfig
+from magnetar.broker.listeners import parse_listeners
 from magnetar.broker.resources import TenantInfo
 from magnetar.broker.topic import Topic
 from magnetar.metadata.memory import MemoryMetadataServer
@@ -264,3 +265,73 @@ def test_max_message_size_defaults_to_pulsars() -> None:
     assert BrokerConfig().max_message_size_bytes == 5 * 1024 * 1024
     with pytest.raises(InvalidArgument):
         BrokerConfig(max_message_size_bytes=6 * 1024 * 1024)
+
+
+# --- advertised listeners -------------------------------------------------------------------------
+
+@pytest.fixture
+def listener_broker() -> Iterator[BrokerThread]:
+    """Two listeners on one port: ``internal`` as 127.0.0.1, ``external`` as localhost."""
+    running = BrokerThread().start()
+    try:
+        port = running.port
+        running.config = BrokerConfig(advertised_port=port, internal_listener_name="internal",
+                                      advertised_listeners=f"internal:pulsar://127.0.0.1:{port},"
+                                                           f"external:pulsar://localhost:{port}")
+        running.restart()  # same port, now with the listeners
+        yield running
+    finally:
+        running.stop()
+
+
+def test_lookup_answers_the_listener_the_client_names(listener_broker: BrokerThread) -> None:
+    port = listener_broker.port
+    raw = RawConnection(port)
+    try:
+        external = raw.lookup(TOPIC_PREFIX + "l", "external")
+        assert external.response == pb.CommandLookupTopicResponse.Connect
+        assert external.brokerServiceUrl == f"pulsar://localhost:{port}"
+        assert raw.lookup(TOPIC_PREFIX + "l", "").brokerServiceUrl == f"pulsar://127.0.0.1:{port}"
+        assert raw.lookup(TOPIC_PREFIX + "l", "internal").brokerServiceUrl == f"pulsar://127.0.0.1:{port}"
+        missing = raw.lookup(TOPIC_PREFIX + "l", "nope")
+        assert missing.response == pb.CommandLookupTopicResponse.Failed and missing.error == pb.ServiceNotReady
+        assert "nope" in missing.message
+    finally:
+        raw.close()
+    client = pulsar.Client(f"pulsar://127.0.0.1:{port}", listener_name="external", operation_timeout_seconds=10)
+    try:
+        consumer = client.subscribe("listener-topic", "s")
+        client.create_producer("listener-topic").send(b"via external")
+        assert consumer.receive(timeout_millis=5000).data() == b"via external"
+    finally:
+        client.close()
+
+
+@pytest.mark.client_errors(r"the broker does not have external listener")
+def test_a_listener_the_broker_does_not_have_is_an_error(broker: BrokerThread) -> None:
+    raw = RawConnection(broker.port)
+    try:
+        assert raw.lookup(TOPIC_PREFIX + "l", "internal").brokerServiceUrl == broker.url  # the implicit one
+        assert raw.lookup(TOPIC_PREFIX + "l", "external").error == pb.ServiceNotReady
+    finally:
+        raw.close()
+    client = pulsar.Client(broker.url, listener_name="external", operation_timeout_seconds=2)
+    try:
+        with pytest.raises(pulsar.PulsarException):  # never the default URL
+            client.create_producer("no-listener")
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("listeners, internal", [
+    ("external", ""), ("x:http://h:1", ""), ("a:pulsar://h:1,a:pulsar://h:2", ""), ("a:pulsar://h:1", "b"),
+])
+def test_malformed_listener_configs_are_refused(listeners: str, internal: str) -> None:
+    with pytest.raises(InvalidArgument):
+        BrokerConfig(advertised_listeners=listeners, internal_listener_name=internal)
+
+
+def test_a_listener_may_carry_a_plain_and_a_tls_url() -> None:
+    parsed = parse_listeners("ext:pulsar://h:1, ext:pulsar+ssl://h:2,int:pulsar://i:3")
+    assert (parsed["ext"].url, parsed["ext"].url_tls, parsed["int"].url) == ("pulsar://h:1", "pulsar+ssl://h:2",
+                                                                              "pulsar://i:3")

@@ -17,6 +17,7 @@ from magnetar.base.limits import (
     MIB,
     PULSAR_MESSAGE_BYTES_MAX,
 )
+from magnetar.broker.listeners import parse_listeners
 from magnetar.broker.schema_compat import Compatibility
 
 
@@ -79,6 +80,12 @@ class BrokerConfig:
     #: Schema compatibility of a namespace whose schemaCompatibilityStrategy policy is UNDEFINED
     #: (Pulsar: schemaCompatibilityStrategy, FULL); one of ``schema_compat.Compatibility``.
     schema_compatibility_strategy: str = "FULL"
+    #: Pulsar's advertisedListeners, ``name:pulsar://host:port,name:pulsar+ssl://host:port,...``
+    #: (``broker.listeners``): LOOKUP answers the listener the client names; "" none but the
+    #: internal one at the advertised address.
+    advertised_listeners: str = ""
+    #: Pulsar's internalListenerName: the listener of a LOOKUP that names none ("": the first).
+    internal_listener_name: str = ""
 
     def __post_init__(self) -> None:
         bounds = (
@@ -110,6 +117,10 @@ class BrokerConfig:
         if self.schema_compatibility_strategy not in {c.value for c in Compatibility}:
             raise InvalidArgument(f"schema_compatibility_strategy must be one of "
                                   f"{sorted(c.value for c in Compatibility)}, got {self.schema_compatibility_strategy!r}")
+        listeners = parse_listeners(self.advertised_listeners)  # raises InvalidArgument if malformed
+        if listeners and self.internal_listener_name and self.internal_listener_name not in listeners:
+            raise InvalidArgument(f"internal_listener_name {self.internal_listener_name!r} is not among "
+                                  f"advertised_listeners {sorted(listeners)}")
         if self.auto_created_partitions_count < 0:
             raise InvalidArgument("auto_created_partitions_count must be >= 0")
 

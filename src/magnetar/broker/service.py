@@ -26,6 +26,7 @@ from magnetar.base.limits import BROKER_TOPICS_LOADED_COUNT_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import BrokerError, to_broker_error
+from magnetar.broker.listeners import Listeners
 from magnetar.broker.log import LogStore
 from magnetar.broker.lookup import PartitionedTopics, SingleBrokerLookup, TopicLookup
 from magnetar.broker.policies import PolicyCache
@@ -62,6 +63,8 @@ class BrokerService:
         self._checker: asyncio.Task[None] | None = None
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._producer_counter = 0
+        self._listeners: Listeners | None = None
+        self._listeners_of: BrokerConfig | None = None
         self._state = ServiceState.RUNNING
 
     @property
@@ -114,6 +117,23 @@ class BrokerService:
             if future.done() and not future.cancelled():
                 future.exception()  # mark retrieved: waiters got it, nobody else will
             del self._loading[key]
+
+    def listener_urls(self, name: str, answer_url: str) -> tuple[str, str | None]:
+        """(url, TLS url) a LOOKUP answer carries for the client's listener ``name``; an answer
+        pointing at another broker keeps its URL (that broker maps the name when asked again)."""
+        config = self.config
+        if answer_url != config.service_url:
+            return answer_url, None
+        if self._listeners is None or self._listeners_of is not config:  # the runtime may replace config
+            self._listeners = Listeners(config.advertised_listeners, config.internal_listener_name,
+                                        config.service_url)
+            self._listeners_of = config
+        listener = self._listeners.resolve(name)
+        if listener is None:
+            raise BrokerError(pb.ServiceNotReady, f"the broker does not have {name} listener")
+        if listener.url is None and listener.url_tls is None:
+            raise BrokerError(pb.ServiceNotReady, f"listener {name} has no URL")
+        return listener.url or "", listener.url_tls
 
     async def schema_compatibility(self, name: TopicName) -> Compatibility:
         """The namespace's schemaCompatibilityStrategy; UNDEFINED (or no namespace registry): the

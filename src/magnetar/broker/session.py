@@ -197,10 +197,11 @@ class Session:
         name = _topic_name(body.topic)
         await self.service.check_namespace(name)
         answer = await self.service.lookup.lookup(name, body.authoritative)
+        url, url_tls = self.service.listener_urls(body.advertised_listener_name, answer.url)
         if answer.kind is LookupKind.CONNECT:
-            self.connection.send_lookup_connect(body.request_id, answer.url, authoritative=answer.authoritative)
+            self.connection.send_lookup_connect(body.request_id, url, url_tls, authoritative=answer.authoritative)
         else:
-            self.connection.send_lookup_redirect(body.request_id, answer.url, authoritative=answer.authoritative)
+            self.connection.send_lookup_redirect(body.request_id, url, url_tls, authoritative=answer.authoritative)
 
     async def _topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
         pattern = body.topics_pattern if body.HasField("topics_pattern") else None
