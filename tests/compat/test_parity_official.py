@@ -13,11 +13,13 @@ from typing import Any
 import pulsar
 import pytest
 
+from magnetar import faults
 from magnetar.base.errors import InvalidArgument
 from magnetar.broker import BrokerConfig
 from magnetar.broker.listeners import parse_listeners
 from magnetar.broker.resources import TenantInfo
 from magnetar.broker.topic import Topic
+from magnetar.cli.perf import PerfSettings, run_perf
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.protocol.pulsar import encode_command, encode_payload_command, pb
 from magnetar.runtime.clock import SystemClock
@@ -126,6 +128,22 @@ def test_closing_a_producer_after_its_sends_were_answered_logs_nothing(client: A
     for _ in range(2000):
         assert done.acquire(timeout=WAIT_S)
     producer.close()
+
+
+def test_perf_closes_its_client_with_no_send_in_flight() -> None:
+    """The benchmark's errors: with the broker the bottleneck (receipts slowed down, reading paused
+    at 50 unanswered SENDs) sends are in flight when the window ends and the client's
+    CLOSE_PRODUCER waits behind them; ``magnetar perf`` waits for their receipts before it closes
+    its client, so none reaches a producer the client dropped (the log check would see it)."""
+    broker = BrokerThread(BrokerConfig(advertised_port=0, pending_sends_per_connection_max=50)).start()
+    faults.arm("broker.after_persist_before_receipt", "delay", delay_ms=2)
+    try:
+        result = run_perf(PerfSettings(service_url=broker.url, topic="perf-drain", size=100, batching=False,
+                                       duration_s=1, max_pending=300))
+    finally:
+        faults.disarm_all()
+        broker.stop()
+    assert result["publish"]["count"] > 0 and result["publish"]["pending_at_end"] == 0
 
 
 def test_the_broker_answers_nothing_for_a_closed_producer(broker: BrokerThread, client: Any) -> None:
