@@ -11,7 +11,9 @@ from typing import Any
 import pulsar
 import pytest
 from pulsar.schema import AvroSchema, Integer, Record, String
+from typer.testing import CliRunner
 
+from magnetar.cli.admin import admin_app
 from tests.admin.conftest import HttpBroker
 
 NS_PATH = "/admin/v2/namespaces/public/default/schemaCompatibilityStrategy"
@@ -133,3 +135,19 @@ def test_schemas_resource(http_broker: HttpBroker, client: Any) -> None:
     assert http(http_broker, "DELETE", f"{base}/schema") == (200, {"version": 1})
     assert http(http_broker, "GET", f"{base}/schema")[0] == 404
     assert http(http_broker, "PUT", NS_PATH, "SOMETIMES")[0] == 412
+
+
+def test_cli_strategy_and_schema(http_broker: HttpBroker, client: Any) -> None:
+    runner = CliRunner()
+
+    def cli(*args: str) -> str:
+        result = runner.invoke(admin_app, ["--url", http_broker.http_url, *args])
+        assert result.exit_code == 0, (args, result.output)
+        return result.output
+
+    assert cli("namespaces", "get-schema-compatibility-strategy", "public/default").strip() == "FULL"
+    cli("namespaces", "set-schema-compatibility-strategy", "public/default", "-c", "backward")
+    assert cli("namespaces", "get-schema-compatibility-strategy", "public/default").strip() == "BACKWARD"
+    client.create_producer("schema-cli", schema=AvroSchema(User)).close()
+    assert json.loads(cli("topics", "get-schema", "schema-cli"))["type"] == "AVRO"
+    assert json.loads(cli("topics", "get-schema", "schema-cli", "--version", "0"))["version"] == 0

@@ -1,4 +1,5 @@
-"""``magnetar admin topics peek-messages|get-message-by-id|examine-message|terminate|trim-topic``.
+"""``magnetar admin topics peek-messages|get-message-by-id|examine-message|terminate|trim-topic|get-schema``
+and ``magnetar admin namespaces get|set-schema-compatibility-strategy``.
 
 The broker answers an entry as Pulsar does (payload body, metadata in ``X-Pulsar-*`` headers,
 ``magnetar.admin.messages``); a batch is split here into its messages, as ``pulsar-admin`` does,
@@ -12,7 +13,7 @@ from typing import Any
 
 import typer
 
-from magnetar.cli.admin import _api, _done, _json, _topic, topics_app
+from magnetar.cli.admin import _api, _done, _json, _ns, _topic, namespaces_app, topics_app
 from magnetar.protocol.pulsar import decode_entry, pb
 
 #: Messages one ``peek-messages`` asks for (each is one request).
@@ -94,3 +95,37 @@ def trim_topic(topic: str) -> None:
     """Delete the ledgers the topic's retention no longer keeps."""
     _api().call("POST", f"{_topic(topic)}/trim")
     _done(f"trimmed {topic}")
+
+
+# --- schemas ----------------------------------------------------------------------------------------
+
+_STRATEGIES = ("ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL", "BACKWARD_TRANSITIVE",
+               "FORWARD_TRANSITIVE", "FULL_TRANSITIVE", "UNDEFINED")
+
+
+def _schemas_path(topic: str) -> str:
+    return "/schemas/" + _topic(topic).removeprefix("/persistent/")
+
+
+@namespaces_app.command("get-schema-compatibility-strategy")
+def get_schema_compatibility_strategy(namespace: str) -> None:
+    """Show the schema compatibility strategy in force in a namespace."""
+    typer.echo(_api().call("GET", f"{_ns(namespace)}/schemaCompatibilityStrategy"))
+
+
+@namespaces_app.command("set-schema-compatibility-strategy")
+def set_schema_compatibility_strategy(namespace: str, compatibility: str = typer.Option(
+        ..., "--compatibility", "-c", help=f"one of {', '.join(_STRATEGIES)}")) -> None:
+    """Set a namespace's schema compatibility strategy (UNDEFINED: the broker's applies)."""
+    if compatibility.upper() not in _STRATEGIES:
+        typer.echo(f"error: --compatibility must be one of {', '.join(_STRATEGIES)}", err=True)
+        raise typer.Exit(2)
+    _api().call("PUT", f"{_ns(namespace)}/schemaCompatibilityStrategy", compatibility.upper())
+    _done(f"{namespace}: schema compatibility strategy {compatibility.upper()}")
+
+
+@topics_app.command("get-schema")
+def get_schema(topic: str, version: int = typer.Option(-1, "--version", help="a version (default: the latest)")) -> None:
+    """Show a topic's schema (the latest version, or --version)."""
+    suffix = "/schema" if version < 0 else f"/schema/{version}"
+    _json(_api().call("GET", _schemas_path(topic) + suffix))
