@@ -10,8 +10,10 @@ no listener use (default: the first one). Without listeners the broker has one, 
 A LOOKUP carries the client's ``advertised_listener_name`` ("" when it set none). The answer for a
 topic this broker serves is that listener's URLs; a name the broker does not have is refused with
 ServiceNotReady, as Pulsar answers ("the broker does not have {name} listener"), never the
-default URL. A Redirect to another broker keeps that broker's internal URL: the client asks it
-again, with the same name, and that broker answers with its own listener.
+default URL. A Redirect to the broker that owns the topic's bundle names that broker's listener
+(its listeners are in its ownership node); a Redirect to a broker chosen to take a free bundle
+keeps that broker's internal URL (its listeners are not known here): the client asks it again,
+with the same name, and it answers with its own listener.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import quote
 
@@ -36,6 +36,9 @@ class LookupAnswer:
     kind: LookupKind
     url: str
     authoritative: bool
+    #: The target broker's advertised listeners (``broker.listeners`` format; "" none besides its
+    #: internal one) when known, so a Redirect can name the client's listener; None: unknown.
+    listeners: str | None = field(default=None, compare=False)
 
 
 class TopicLookup(Protocol):

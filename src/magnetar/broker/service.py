@@ -28,7 +28,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.listeners import Listeners
 from magnetar.broker.log import LogStore
-from magnetar.broker.lookup import PartitionedTopics, SingleBrokerLookup, TopicLookup
+from magnetar.broker.lookup import LookupAnswer, PartitionedTopics, SingleBrokerLookup, TopicLookup
 from magnetar.broker.policies import PolicyCache
 from magnetar.broker.resources import Resources, TopicBusy
 from magnetar.broker.schema import SchemaRegistry
@@ -118,21 +118,22 @@ class BrokerService:
                 future.exception()  # mark retrieved: waiters got it, nobody else will
             del self._loading[key]
 
-    def listener_urls(self, name: str, answer_url: str) -> tuple[str, str | None]:
-        """(url, TLS url) a LOOKUP answer carries for the client's listener ``name``; an answer
-        pointing at another broker keeps its URL (that broker maps the name when asked again)."""
+    def listener_urls(self, name: str, answer: LookupAnswer) -> tuple[str, str | None]:
+        """(url, TLS url) a LOOKUP answer carries for the client's listener ``name`` ("" none).
+        Raises ServiceNotReady when the broker answered for does not have that listener."""
         config = self.config
-        if answer_url != config.service_url:
-            return answer_url, None
-        if self._listeners is None or self._listeners_of is not config:  # the runtime may replace config
-            self._listeners = Listeners(config.advertised_listeners, config.internal_listener_name,
-                                        config.service_url)
-            self._listeners_of = config
-        listener = self._listeners.resolve(name)
-        if listener is None:
-            raise BrokerError(pb.ServiceNotReady, f"the broker does not have {name} listener")
-        if listener.url is None and listener.url_tls is None:
-            raise BrokerError(pb.ServiceNotReady, f"listener {name} has no URL")
+        if answer.url != config.service_url:  # another broker's: its listeners, when known
+            if not name or answer.listeners is None:
+                return answer.url, None  # asked again there, it maps the name itself
+            listener = Listeners(answer.listeners, "", answer.url).resolve(name)
+        else:
+            if self._listeners is None or self._listeners_of is not config:  # the runtime may replace config
+                self._listeners = Listeners(config.advertised_listeners, config.internal_listener_name,
+                                            config.service_url)
+                self._listeners_of = config
+            listener = self._listeners.resolve(name)
+        if listener is None or (listener.url is None and listener.url_tls is None):
+            raise BrokerError(pb.ServiceNotReady, f"the broker {answer.url} does not have {name} listener")
         return listener.url or "", listener.url_tls
 
     async def schema_compatibility(self, name: TopicName) -> Compatibility:

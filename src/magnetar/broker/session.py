@@ -197,7 +197,7 @@ class Session:
         name = _topic_name(body.topic)
         await self.service.check_namespace(name)
         answer = await self.service.lookup.lookup(name, body.authoritative)
-        url, url_tls = self.service.listener_urls(body.advertised_listener_name, answer.url)
+        url, url_tls = self.service.listener_urls(body.advertised_listener_name, answer)
         if answer.kind is LookupKind.CONNECT:
             self.connection.send_lookup_connect(body.request_id, url, url_tls, authoritative=answer.authoritative)
         else:
