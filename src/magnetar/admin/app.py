@@ -23,10 +23,12 @@ from magnetar.admin import (
     bundles,
     clusters,
     compaction,
+    messages,
     namespaces,
     non_persistent,
     permissions,
     policy_routes,
+    schemas,
     subscriptions,
     tenants,
     topics,
@@ -35,6 +37,7 @@ from magnetar.admin.access import guard_routes
 from magnetar.admin.authn import AuthenticationMiddleware
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
+from magnetar.admin.redirect import OwnerRedirect
 
 ADMIN_PATH = "/admin/v2"
 
@@ -48,9 +51,11 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     non_persistent.routes,
     topics.routes,
     subscriptions.routes,
+    messages.routes,
     policy_routes.topic_routes,
     permissions.topic_routes,
     bundles.routes,
+    schemas.routes,
 ]
 
 
@@ -76,6 +81,8 @@ def build_admin_app(ctx: AdminContext,
 
     served: list[BaseRoute] = [*routes, Route("/openapi.json", openapi, methods=["GET"])]
     guard_routes(ctx, served)
+    # Authentication outermost, then the 307 to a topic's owner (the owner authorizes the request).
     return Starlette(routes=served,
                      exception_handlers={HTTPException: http_error, Exception: http_error},
-                     middleware=[Middleware(AuthenticationMiddleware, lambda: ctx.service.authenticator)])
+                     middleware=[Middleware(AuthenticationMiddleware, lambda: ctx.service.authenticator),
+                                 Middleware(OwnerRedirect, ctx=ctx)])
