@@ -135,9 +135,6 @@ class _GatedLog:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append_nowait(self, data: bytes, on_done: object) -> bool:
-        return False  # every append waits at the gate (``append``)
-
     async def append(self, data: bytes) -> Position:
         await self.gate.wait()
         if self.fail_first:

@@ -36,9 +36,6 @@ class _HeldLog:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append_nowait(self, data: bytes, on_done: object) -> bool:
-        return False  # every append waits at the gate
-
     async def append(self, data: bytes) -> Position:
         await self.gate.wait()
         return await self.inner.append(data)

@@ -16,9 +16,9 @@ from magnetar import faults
 from magnetar.base.errors import FencedError
 from magnetar.base.rng import SeededRng
 from magnetar.base.types import BookieId
+from magnetar.ledger.bookie_client import BookieClient
 from magnetar.ledger.bookie_transport import BookieClientTransport
 from magnetar.ledger.manager import LedgerManager
-from magnetar.ledger.bookie_client import BookieClient
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.protocol.bookie.codec import Entry
 from magnetar.runtime.bookie import RunningBookie, start_bookie

@@ -152,10 +152,10 @@ BROKER_DEDUP_PRODUCER_NAMES_COUNT_MAX = 10_000
 BROKER_DEDUP_SNAPSHOT_INTERVAL_ENTRIES = 1_000
 #: Entries one read of the dedup replay (topic load) asks for.
 BROKER_DEDUP_REPLAY_READ_COUNT = 500
-#: A topic fenced after a failed write retries settling its log and rebuilding deduplication this
+#: A topic blocked after a failed write retries settling its log and rebuilding deduplication this
 #: often, at most this many times (then only a producer asking to be admitted starts a new round).
-BROKER_TOPIC_UNFENCE_RETRY_INTERVAL_MS = 1_000
-BROKER_TOPIC_UNFENCE_ATTEMPTS_COUNT_MAX = 60
+BROKER_TOPIC_UNBLOCK_RETRY_INTERVAL_MS = 1_000
+BROKER_TOPIC_UNBLOCK_ATTEMPTS_COUNT_MAX = 60
 #: Delayed messages one subscription's in-memory index holds (about 56 bytes each); beyond it the
 #: rest stay unacknowledged in the log and are indexed again when the index has room.
 BROKER_DELAYED_INDEX_ENTRIES_MAX = 100_000

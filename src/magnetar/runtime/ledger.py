@@ -43,7 +43,6 @@ from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.bookie.codec import Entry, ReadResponse, Status
 from magnetar.storage import Bookie
 
-
 #: An add waiting for room on a local bookie: its future, entry, recovery flag and master key.
 _LocalAdd = tuple["asyncio.Future[None]", Entry, bool, bytes]
 
