@@ -86,6 +86,10 @@ LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX = 1024
 #: Entry bytes one bookie connection may have in flight through the task-free add path; beyond
 #: it adds take the path that waits for the socket buffer to drain.
 LEDGER_PIPELINED_ADD_BYTES_MAX = 4 * MIB
+#: An add found overdue is failed only if it is still unanswered this much later: after a
+#: process pause (SIGSTOP, a long GC) every deadline has passed at once, and the answers already
+#: received must be counted before anything is declared timed out (the bookie client's own tick).
+LEDGER_ADD_TIMEOUT_CONFIRM_MS = 20
 #: Write sets remembered (one per (first index, E, Qw): E of them per ensemble shape).
 LEDGER_WRITE_SETS_CACHED_COUNT_MAX = 4096
 #: Bookie registrations one directory listing accepts.

@@ -39,7 +39,11 @@ from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.errors import BadVersion, ClosedError, FencedError, LimitExceeded, MagnetarError
 from magnetar.base.invariant import invariant
-from magnetar.base.limits import LEDGER_ENSEMBLE_CHANGES_COUNT_MAX, LEDGER_METADATA_CAS_RETRY_COUNT_MAX
+from magnetar.base.limits import (
+    LEDGER_ADD_TIMEOUT_CONFIRM_MS,
+    LEDGER_ENSEMBLE_CHANGES_COUNT_MAX,
+    LEDGER_METADATA_CAS_RETRY_COUNT_MAX,
+)
 from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.ledger._deadline import with_deadline
 from magnetar.ledger.config import LedgerClientConfig
@@ -328,22 +332,29 @@ class LedgerHandle:
     async def _time_out_adds(self) -> None:
         """The add timeout (BookKeeper's timeout monitor): a bookie that has not answered an add
         ``add_timeout_ms`` after it was sent counts as failed (it is replaced). One task per
-        handle, sleeping until the earliest deadline: nothing per add."""
+        handle, sleeping until the earliest deadline: nothing per add. An add is failed only when
+        it was overdue at two checks ``LEDGER_ADD_TIMEOUT_CONFIRM_MS`` apart (see the limit)."""
         timeout_ns = self._config.add_timeout_ms * 1_000_000
+        confirm_s = LEDGER_ADD_TIMEOUT_CONFIRM_MS / 1000
+        suspects: set[tuple[int, int]] = set()  # (entry id, sent_ns) overdue at the last check
         while self._state in (WriterState.OPEN, WriterState.CLOSING):
             now = self._clock.monotonic_ns()
             wake_ns = now + timeout_ns
+            overdue: set[tuple[int, int]] = set()
             for op in list(self._pending.values()):
                 if not op.inflight:
                     continue
-                if op.sent_ns + timeout_ns <= now:
+                if op.sent_ns + timeout_ns > now:
+                    wake_ns = min(wake_ns, op.sent_ns + timeout_ns)
+                elif (op.entry_id, op.sent_ns) not in suspects:
+                    overdue.add((op.entry_id, op.sent_ns))
+                else:
                     for bookie in sorted(op.inflight):
                         self._on_add_error(op, bookie, BookieUnavailable(
                             f"add {self.ledger_id}:{op.entry_id} to {bookie} took longer than "
                             f"{self._config.add_timeout_ms} ms"))
-                else:
-                    wake_ns = min(wake_ns, op.sent_ns + timeout_ns)
-            await self._clock.sleep((wake_ns - now) / 1e9)
+            suspects = overdue
+            await self._clock.sleep(confirm_s if overdue else (wake_ns - now) / 1e9)
 
     def _has_ack_quorum(self, op: PendingAdd) -> bool:
         counted = op.acked.intersection(self._write_set_bookies(op.entry_id))

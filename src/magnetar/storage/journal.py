@@ -299,12 +299,6 @@ class _Group:
     answered: bool = False
 
 
-#: The fault points a group's one write-and-sync passes (``DiskFile.append_and_sync_then``):
-#: half-way through its bytes, and between its write and its fsync.
-TORN_POINT = "bookie.journal.mid_write"
-UNSYNCED_POINT = "bookie.after_write_before_fsync"
-
-
 class Journal:
     """Appends records in groups, one fsync per group, and calls back after the fsync."""
 
@@ -462,7 +456,8 @@ class Journal:
         self._inflight.append(group)
         try:
             file.append_and_sync_then(parts, partial(self._on_synced, group),
-                                      torn_point=TORN_POINT, unsynced_point=UNSYNCED_POINT)
+                                      torn_point="bookie.journal.mid_write",
+                                      unsynced_point="bookie.after_write_before_fsync")
         except Exception as error:  # not started (no worker thread, no buffer)
             self._fail(error)
             return
