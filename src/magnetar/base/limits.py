@@ -83,8 +83,8 @@ LEDGER_RECOVERY_ENTRIES_COUNT_MAX = 10_000_000
 LEDGER_FRAGMENTS_COUNT_MAX = 4096
 #: Bookie connections one ledger client keeps open (the least recently used idle one is closed).
 LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX = 1024
-#: Entry bytes one bookie connection may have in flight through the task-free add path; beyond
-#: it adds take the path that waits for the socket buffer to drain.
+#: Entry bytes of adds one bookie connection may have in flight; beyond it an add waits (in call
+#: order, inside the transport's one add operation) for answers to make room.
 LEDGER_PIPELINED_ADD_BYTES_MAX = 4 * MIB
 #: An add found overdue is failed only if it is still unanswered this much later: after a
 #: process pause (SIGSTOP, a long GC) every deadline has passed at once, and the answers already

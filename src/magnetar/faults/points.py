@@ -288,7 +288,8 @@ def disarm_all() -> None:
     _hits.clear()
     breaks.disable_all()
     if _observing:
-        observe(True)
+        for name in REGISTRY:
+            _observe_point(name)
 
 
 def armed() -> dict[str, FaultSpec]:

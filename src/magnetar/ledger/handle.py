@@ -220,7 +220,7 @@ class LedgerHandle:
         self._pending[entry_id] = op
         self._drained.clear()
         if self._timeouts is None and self._config.add_timeout_ms > 0:
-            self._timeouts = self._spawn(self._time_out_adds())
+            self._timeouts = self._spawn(self._time_out_adds())  # at most once per add timeout
         if entry_id > 0:
             faults.gate("ledger.before_send_next_entry", self._before_send, op)
         else:
@@ -332,12 +332,20 @@ class LedgerHandle:
     async def _time_out_adds(self) -> None:
         """The add timeout (BookKeeper's timeout monitor): a bookie that has not answered an add
         ``add_timeout_ms`` after it was sent counts as failed (it is replaced). One task per
-        handle, sleeping until the earliest deadline: nothing per add. An add is failed only when
-        it was overdue at two checks ``LEDGER_ADD_TIMEOUT_CONFIRM_MS`` apart (see the limit)."""
+        handle, sleeping until the earliest deadline (it ends when it wakes to no pending add):
+        nothing per add. An add is failed only when it was overdue at two checks
+        ``LEDGER_ADD_TIMEOUT_CONFIRM_MS`` apart (see the limit)."""
+        try:
+            await self._watch_add_deadlines()
+        finally:
+            if self._timeouts is asyncio.current_task():
+                self._timeouts = None
+
+    async def _watch_add_deadlines(self) -> None:
         timeout_ns = self._config.add_timeout_ms * 1_000_000
         confirm_s = LEDGER_ADD_TIMEOUT_CONFIRM_MS / 1000
         suspects: set[tuple[int, int]] = set()  # (entry id, sent_ns) overdue at the last check
-        while self._state in (WriterState.OPEN, WriterState.CLOSING):
+        while self._pending and self._state in (WriterState.OPEN, WriterState.CLOSING):
             now = self._clock.monotonic_ns()
             wake_ns = now + timeout_ns
             overdue: set[tuple[int, int]] = set()
