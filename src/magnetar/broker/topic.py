@@ -262,19 +262,24 @@ class Topic:
         nothing appended, when the topic refuses (not writable, too large, the log refuses). A
         write failure blocks the topic (see the module docstring). ``messages``: the count the
         SEND declared (stats; 0: read from the entry)."""
-        self._check_writable()
+        if self._state is not TopicState.ACTIVE:
+            self._check_writable()
         policies = self.policies()
         size_max = policies.max_message_size_bytes
         if size_max and len(data) > size_max:
             raise BrokerError(pb.NotAllowedError, f"Exceed maximum message size: {len(data)} > {size_max} bytes")
+        waited = False
         if policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s:
             messages = entry_message_count(stored_entry_metadata(data))
             await self._throttle_publish(policies, messages, len(data))
+            waited = True
         elif not messages:
             messages = _message_count(data)
         if not self.log.has_room():
             await self.log.wait_for_room()
-        self._check_writable()  # blocked while it waited
+            waited = True
+        if waited:
+            self._check_writable()  # blocked or closed while it waited
         started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
         try:
             appended = asyncio.ensure_future(self.log.append(data))

@@ -211,7 +211,8 @@ class LedgerHandle:
         its replies ``ledger.after_reply_before_count`` and, once, ``ledger.after_quorum_before_ack``.
         An ``error`` at a gate of the send fails the handle; at a reply's gate, that bookie.
         """
-        self._check_open()
+        if self._state is not WriterState.OPEN:
+            self._check_open()
         if len(self._pending) >= self._config.pending_adds_count_max:
             raise LimitExceeded("pending_adds_count_max", len(self._pending) + 1, self._config.pending_adds_count_max)
         entry_id = self._last_add_pushed + 1
@@ -248,7 +249,8 @@ class LedgerHandle:
             self._fail_by(error)
             return
         op.sent = True
-        self._complete_in_order()
+        if op.quorum_passed:  # its replies came while a gate held it: it may complete now
+            self._complete_in_order()
 
     def _fail_by(self, error: BaseException) -> None:
         self._fail(error if isinstance(error, MagnetarError) else MagnetarError(str(error)))

@@ -424,9 +424,11 @@ class ManagedLedger:
         ``wait_for_room`` first). The future fails with the ledger error that failed the add (its
         outcome is then undecided: it may appear in the log after recovery).
         """
-        self._check_writable()
-        if self.pending_add_count >= self.config.add_queue_count_max:
-            raise LimitExceeded("add_queue_count_max", self.pending_add_count + 1, self.config.add_queue_count_max)
+        if self._state not in _WRITABLE or self._write_failure is not None:
+            self._check_writable()
+        pending = self.pending_add_count
+        if pending >= self.config.add_queue_count_max:
+            raise LimitExceeded("add_queue_count_max", pending + 1, self.config.add_queue_count_max)
         op = _OpAdd(bytes(data), asyncio.get_running_loop().create_future())
         self._queue.append(op)
         self._kick_pump()
@@ -481,14 +483,10 @@ class ManagedLedger:
         # What needs no rollover and finds room on the ledger starts here and now; a pump task
         # only to wait (a rollover, or room on the ledger).
         while (self._queue and self._state is MLState.LEDGER_OPENED and not self._needs_rollover()
-               and self._ledger_has_room()):
+               and self._current is not None and self._current.handle.has_room()):
             self._start_add(self._queue.popleft())
         if self._has_work() and self._state is MLState.LEDGER_OPENED:
             self._pump_task = self._spawn(self._pump())
-
-    def _ledger_has_room(self) -> bool:
-        current = self._current
-        return current is None or current.handle.has_room()
 
     def _has_work(self) -> bool:
         current = self._current
