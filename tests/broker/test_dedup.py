@@ -135,7 +135,10 @@ class _GatedLog:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    async def append(self, data: bytes) -> Position:
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        return asyncio.ensure_future(self._append(data))
+
+    async def _append(self, data: bytes) -> Position:
         await self.gate.wait()
         if self.fail_first:
             self.fail_first -= 1

@@ -36,7 +36,10 @@ class _HeldLog:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    async def append(self, data: bytes) -> Position:
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        return asyncio.ensure_future(self._append(data))
+
+    async def _append(self, data: bytes) -> Position:
         await self.gate.wait()
         return await self.inner.append(data)
 

@@ -18,7 +18,8 @@ Contracts every implementation keeps:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -93,7 +94,7 @@ class TopicLog(Protocol):
     @property
     def last_position(self) -> Position: ...
 
-    def append(self, data: bytes) -> Awaitable[Position]:
+    def append(self, data: bytes) -> asyncio.Future[Position]:
         """The one append operation: a future of ``data``'s position (a callback can be chained
         on it; it completes only after this returned). Raises at once when the log refuses
         (closed, terminated, taken over, a write failure not yet settled, or full: call

@@ -79,6 +79,7 @@ class ManagedTopicLog:
         self._name = name
         self._ml = ml
         self._non_durable: dict[str, ManagedCursor] = {}
+        self.has_room = ml.has_room  # the port's ``has_room``: the managed ledger's, unwrapped
 
     @property
     def name(self) -> str:
@@ -99,9 +100,6 @@ class ManagedTopicLog:
             return self._ml.append(data)
         except ManagedLedgerTerminated as error:
             raise BrokerError(pb.TopicTerminatedError, f"topic {self._name} is terminated") from error
-
-    def has_room(self) -> bool:
-        return self._ml.has_room()
 
     async def wait_for_room(self) -> None:
         await self._ml.wait_for_room()

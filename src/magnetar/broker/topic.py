@@ -282,7 +282,7 @@ class Topic:
             self._check_writable()  # blocked or closed while it waited
         started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
         try:
-            appended = asyncio.ensure_future(self.log.append(data))
+            appended = self.log.append(data)
         except BaseException as error:
             if is_write_failure(error):
                 self._block(error)

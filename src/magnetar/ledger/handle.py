@@ -285,8 +285,7 @@ class LedgerHandle:
             if bookie in op.acked or bookie in op.inflight or bookie in self._failed_bookies:
                 continue
             op.inflight.add(bookie)
-            sent = asyncio.ensure_future(
-                self._transport.add(bookie, entry, recovery=False, master_key=self._master_key))
+            sent = self._transport.add(bookie, entry, recovery=False, master_key=self._master_key)
             sent.add_done_callback(partial(self._on_reply, op, bookie))
 
     def _on_reply(self, op: PendingAdd, bookie: BookieId, sent: asyncio.Future[None]) -> None:

@@ -5,8 +5,8 @@ One call per bookie request, keyed by ``BookieId``. Entries travel in their wire
 the writer's digest end to end. Contract for implementations (the real adapter over
 ``ledger/bookie_client.py`` and the fakes used in tests):
 
-* ``add`` is one operation whatever the state of the connection: it returns an awaitable (a
-  future in the real transports, so the writer can chain a callback instead of running a task)
+* ``add`` is one operation whatever the state of the connection: it returns a future (the
+  writer chains a callback on it instead of running a task)
   that completes only after the bookie durably stored the entry (journal fsync) and replied OK.
   A normal add to a fenced ledger raises ``FencedError``; ``recovery=True`` adds are accepted on
   fenced ledgers. A transport that must connect first or wait for room on the connection does
@@ -22,7 +22,7 @@ the writer's digest end to end. Contract for implementations (the real adapter o
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,7 +39,7 @@ class LastEntryReply:
 
 
 class BookieTransport(Protocol):
-    def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> Awaitable[None]: ...
+    def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]: ...
 
     async def read(
         self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes

@@ -442,7 +442,11 @@ class ManagedLedger:
 
     def has_room(self) -> bool:
         """Whether ``append`` can take an append now (no one waits for room before us)."""
-        return self.pending_add_count < self.config.add_queue_count_max and not self._admission
+        if self._admission:
+            return False
+        current = self._current
+        started = len(current.inflight) + len(current.undecided) if current is not None else 0
+        return len(self._queue) + started < self.config.add_queue_count_max
 
     async def wait_for_room(self) -> None:
         """Backpressure: return once ``append`` can take an append (first in, first out), or the
