@@ -87,7 +87,9 @@ class DiskFile(Protocol):
         ``torn_point`` and ``unsynced_point`` name fault points (``magnetar.faults``) the write
         passes on its way, every time: the first when part of ``parts`` is written and the rest
         not yet (a crash there leaves a torn write), the second once all of it is written and
-        not yet synced. An armed point acts there (its ``error`` becomes ``done(error)``)."""
+        not yet synced. An armed point acts there (its ``error`` becomes ``done(error)``). The
+        real disk writes the bytes in two pieces only while ``torn_point`` is armed: unarmed, a
+        point half-way through a write does nothing, and one write costs less than two."""
 
     async def sync(self) -> None:
         """Make every byte written so far durable (fdatasync)."""

@@ -37,6 +37,7 @@ from magnetar.faults.points import (
     reached,
     release,
     set_crash_hook,
+    tears,
 )
 
 __all__ = [
@@ -60,4 +61,5 @@ __all__ = [
     "reached",
     "release",
     "set_crash_hook",
+    "tears",
 ]

@@ -40,6 +40,7 @@ __all__ = [
     "reached",
     "release",
     "set_crash_hook",
+    "tears",
 ]
 
 ENV_VAR = "MAGNETAR_FAULTS"
@@ -172,6 +173,13 @@ def gate(name: str, then: Callable[..., object], *args: Any) -> None:
 async def _later(spec: FaultSpec, then: Callable[..., object], args: tuple[Any, ...]) -> None:
     await _wait(spec)
     then(None, *args)
+
+
+def tears(name: str) -> bool:
+    """Whether a write that passes point ``name`` half-way must be split there (two writes with
+    the point between them): only while ``name`` is armed, since an unarmed point in the middle
+    of a write does nothing and one write costs less than two (one dictionary lookup)."""
+    return name in _armed
 
 
 def point_blocking(name: str) -> None:

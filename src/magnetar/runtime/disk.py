@@ -209,9 +209,12 @@ def _write_job(
 ) -> bool:
     """The worker-thread write (and sync); ``aligned`` is the parts already copied into the
     page-aligned buffer for the O_DIRECT descriptor. Returns whether the direct write took them.
-    With ``torn_point``, the bytes go in two writes with that fault point between them (split
-    at half, rounded down to the alignment on the direct path: a one-page group is one write,
-    the point passed before it); ``unsynced_point`` is passed between the write and the sync."""
+    With ``torn_point`` armed (``faults.tears``), the bytes go in two writes with that fault point
+    between them (split at half, rounded down to the alignment on the direct path: a one-page
+    group is one write, the point passed before it); ``unsynced_point`` is passed between the
+    write and the sync."""
+    if torn_point and not faults.tears(torn_point):
+        torn_point = ""  # unarmed, the point half-way through the write does nothing: one write
     try:
         written_direct = False
         torn_passed = False
