@@ -14,8 +14,8 @@ from magnetar.base.types import Position
 from magnetar.managed_ledger import ManagedLedger
 from magnetar.managed_ledger.offload import (
     STATUS_TRANSITIONS,
-    OffloadNotConfigured,
-    OffloadRunning,
+    OffloadNotConfiguredError,
+    OffloadRunningError,
     OffloadStatus,
     offloaded,
 )
@@ -229,12 +229,12 @@ async def test_trim_and_delete_remove_offloaded_files() -> None:
 async def test_start_refuses_while_running_and_without_a_driver() -> None:
     world = make_world()
     ml = await _open(world, None)
-    with pytest.raises(OffloadNotConfigured):
+    with pytest.raises(OffloadNotConfiguredError):
         ml.offload.start()
     ml2 = await _open(make_world(), MemoryOffloader())
     await _fill(ml2, 4)
     ml2.offload.start()
-    with pytest.raises(OffloadRunning):
+    with pytest.raises(OffloadRunningError):
         ml2.offload.start()
     assert await ml2.offload.wait() is OffloadStatus.SUCCESS
 

@@ -34,7 +34,7 @@ from magnetar.admin.topics import load, targets
 from magnetar.base.types import Position
 from magnetar.broker import offload as broker_offload
 from magnetar.broker.policies import Policies
-from magnetar.managed_ledger.offload import OffloadNotConfigured, OffloadRunning, OffloadStatus, offloaded
+from magnetar.managed_ledger.offload import OffloadNotConfiguredError, OffloadRunningError, OffloadStatus, offloaded
 
 
 class MessageIdBody(msgspec.Struct, rename="camel"):
@@ -45,6 +45,10 @@ class MessageIdBody(msgspec.Struct, rename="camel"):
 
 
 def routes(ctx: AdminContext) -> list[BaseRoute]:
+    return [*_topic_routes(ctx), *_namespace_routes(ctx)]
+
+
+def _topic_routes(ctx: AdminContext) -> list[BaseRoute]:
     topic_base = "/persistent/{tenant}/{namespace}/{topic}"
 
     @api_route(f"{topic_base}/offload", ["PUT"], "Offload the topic's sealed ledgers up to a message id",
@@ -58,9 +62,9 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
                 raise AdminError(400, f"Topic {name} has no tiered storage (not on managed ledgers)")
             try:
                 found.start(up_to)
-            except OffloadRunning as error:
+            except OffloadRunningError as error:
                 raise AdminError(409, str(error)) from None
-            except OffloadNotConfigured as error:
+            except OffloadNotConfiguredError as error:
                 raise AdminError(400, str(error)) from None
         return no_content()
 
@@ -81,6 +85,10 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
             }))
         return json_response(min(answers, key=lambda a: a[0])[1])
 
+    return [trigger, status]
+
+
+def _namespace_routes(ctx: AdminContext) -> list[BaseRoute]:
     async def _apply(namespace: str) -> None:
         for topic in list(ctx.service.topics.values()):
             if topic.name.namespace == namespace:
@@ -137,4 +145,4 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         await _apply(namespace)
         return no_content()
 
-    return [trigger, status, get_threshold, set_threshold, get_lag, set_lag, clear_lag]
+    return [get_threshold, set_threshold, get_lag, set_lag, clear_lag]

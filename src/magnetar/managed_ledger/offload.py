@@ -65,11 +65,11 @@ class OffloadError(MagnetarError):
     """The object store failed (the driver translates its own errors into this)."""
 
 
-class OffloadNotConfigured(MagnetarError):
+class OffloadNotConfiguredError(MagnetarError):
     """No offload driver is configured on this broker."""
 
 
-class OffloadRunning(MagnetarError):
+class OffloadRunningError(MagnetarError):
     """An offload of this topic is already running."""
 
 
@@ -188,11 +188,11 @@ class ManagedLedgerOffload:
 
     def start(self, up_to: Position | None = None) -> None:
         """Offload every sealed ledger up to ``up_to`` (all sealed ones when None), in the
-        background; ``status`` tells how it went. Raises ``OffloadRunning`` while one runs."""
+        background; ``status`` tells how it went. Raises ``OffloadRunningError`` while one runs."""
         if self.offloader is None:
-            raise OffloadNotConfigured("no offload driver is configured (managedLedgerOffloadDriver)")
+            raise OffloadNotConfiguredError("no offload driver is configured (managedLedgerOffloadDriver)")
         if self.status is OffloadStatus.RUNNING:
-            raise OffloadRunning(f"an offload of {self._ml.name} is already running")
+            raise OffloadRunningError(f"an offload of {self._ml.name} is already running")
         self._move(OffloadStatus.RUNNING)
         self.last_error = ""
         self._task = self._ml.spawn(self._pass(lambda: self.ledgers_up_to(up_to)))
@@ -350,9 +350,9 @@ __all__ = [
     "LedgerOffloader",
     "ManagedLedgerOffload",
     "OffloadError",
-    "OffloadNotConfigured",
+    "OffloadNotConfiguredError",
     "OffloadPolicy",
-    "OffloadRunning",
+    "OffloadRunningError",
     "OffloadSchema",
     "OffloadStatus",
     "WrittenLedger",

@@ -58,7 +58,6 @@ from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.ledger.quorum import read_order, write_set
 from magnetar.ledger.reader import speculative_read
-from magnetar.managed_ledger.offload import LedgerLocation
 from magnetar.metadata.records import LedgerState, ManagedLedgerInfo, decode
 from magnetar.protocol.bookie.codec import ENTRY_HEADER_BYTES, Entry, EntryView
 from magnetar.protocol.pulsar.batch import message_count
@@ -448,11 +447,11 @@ async def _offloaded_rows(lakehouse: LakehouseOffloader, piece: Slice,
                           builder: RowBuilder) -> AsyncGenerator[pa.RecordBatch, None]:
     managed_ledger = TopicName.parse(piece.topic).persistence_path
     for r in piece.ranges:
-        location = LedgerLocation(managed_ledger, r.ledger_id, piece.offloaded[r.ledger_id])
+        uid = piece.offloaded[r.ledger_id]
         first = r.first
         while first <= r.last:
             last = min(r.last, first + SPARK_LAKEHOUSE_READ_ENTRIES_COUNT - 1)
-            for offset, stored in enumerate(await lakehouse.read_entries(location, first, last)):
+            for offset, stored in enumerate(await lakehouse.read_offloaded(managed_ledger, r.ledger_id, uid, first, last)):
                 builder.add_entry(r.ledger_id, first + offset, stored)
                 if _full(builder):
                     yield builder.take()

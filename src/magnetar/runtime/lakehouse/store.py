@@ -227,6 +227,10 @@ class LakehouseOffloader:
     async def read_entries(self, location: LedgerLocation, first: int, last: int) -> list[bytes]:
         return await self._run(lambda: self._read(location, first, last))
 
+    async def read_offloaded(self, managed_ledger: str, ledger_id: int, uid: str, first: int, last: int) -> list[bytes]:
+        """``read_entries`` by parts (for readers outside the broker, e.g. the Spark connector)."""
+        return await self.read_entries(LedgerLocation(managed_ledger, ledger_id, uid), first, last)
+
     def _read(self, location: LedgerLocation, first: int, last: int) -> list[bytes]:
         path = self.file_path(location)
         out: list[bytes] = []
