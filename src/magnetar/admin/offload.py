@@ -34,7 +34,12 @@ from magnetar.admin.topics import load, targets
 from magnetar.base.types import Position
 from magnetar.broker import offload as broker_offload
 from magnetar.broker.policies import Policies
-from magnetar.managed_ledger.offload import OffloadNotConfiguredError, OffloadRunningError, OffloadStatus, offloaded
+from magnetar.managed_ledger.offload import (
+    OffloadNotConfiguredError,
+    OffloadRunningError,
+    OffloadStatus,
+    offloaded,
+)
 
 
 class MessageIdBody(msgspec.Struct, rename="camel"):
