@@ -130,6 +130,11 @@ async def _write_read_manifest_and_orphans(tmp_path: Path) -> None:
     assert [r["id"] for r in batch] == [100, 101, 102, 103] and batch[2]["key"] == b"bk"
     assert [r["sequenceId"] for r in batch] == [10, 11, 12, 13]
     assert [r["entry"] is not None for r in batch] == [True, False, False, False]
+    # uncompressed entries are kept without their payloads (spliced back from ``value``): stored once
+    firsts = [r for r in rows if r["entry"] is not None]
+    assert [r["entrySpliced"] for r in firsts] == [True, True, True, True, False, False]
+    assert all(len(r["entry"]) < len(e) for r, e in zip(firsts[:4], entries, strict=False))
+    assert firsts[4]["entry"] == entries[4] and firsts[5]["entry"] == entries[5]  # LZ4 batch, foreign bytes: whole
     assert rows[-1]["value"] == b"\x00\x01 not an entry" and rows[-1]["id"] is None
 
     # the Delta table lists exactly this attempt's file, and reads the same rows

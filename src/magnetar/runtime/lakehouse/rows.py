@@ -6,11 +6,14 @@ Columns (the Spark connector's row columns, so a union with the live tail lines 
 ``key`` binary (the partition key's bytes), ``value`` binary, ``topic``, ``partition`` (-1: not
 partitioned), ``messageId`` struct<ledger, entry, batchIndex (-1: not in a batch)>,
 ``publishTime``, ``eventTime`` (null when unset), ``properties`` map, ``producerName``,
-``sequenceId``, ``schemaVersion`` (-1: the entry names none), ``entry`` binary: the stored entry
-(message metadata + payload, exactly the bytes the bookies held) on the entry's first row, null
-on the others. Brokers replay an offloaded ledger from ``entry`` alone, so consumers get
-byte-identical messages whatever the other columns could or could not represent; analysts use the
-per-message columns.
+``sequenceId``, ``schemaVersion`` (-1: the entry names none), ``entry`` binary and
+``entrySpliced`` bool, on the entry's first row (null on the others): what brokers replay the
+stored entry from, byte for byte. ``entrySpliced`` false: ``entry`` is the stored entry as the
+bookies held it (compressed, encrypted or undecodable entries). True (an uncompressed entry, the
+usual case): ``entry`` is the stored entry with the message payloads cut out — its header and
+metadata, then per batch member its ``[size][SingleMessageMetadata]`` — and the payloads are the
+``value`` of the entry's rows, spliced back in order (``splice``), so a payload is stored once.
+Analysts use the per-message columns.
 
 With a registered Avro or JSON schema each of its record's fields becomes a typed column (a name
 already taken above gets the prefix ``value_``); a value that does not decode gives nulls there.
@@ -23,14 +26,17 @@ from __future__ import annotations
 import base64
 import io
 import json
+import struct
 from typing import Any
 
 import fastavro
 import pyarrow as pa
 
 from magnetar.managed_ledger.offload import OffloadSchema
-from magnetar.protocol.pulsar.batch import decode_entry, is_batch
+from magnetar.protocol.pulsar.batch import NONE, SingleMessage, decode_entry, is_batch
 from magnetar.protocol.pulsar.stored import split_stored_entry
+
+_U32 = struct.Struct(">I")
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 MESSAGE_ID = pa.struct([("ledger", pa.int64()), ("entry", pa.int64()), ("batchIndex", pa.int32())])
@@ -47,6 +53,7 @@ BASE_FIELDS = [
     pa.field("sequenceId", pa.int64()),
     pa.field("schemaVersion", pa.int64()),
     pa.field("entry", pa.binary()),
+    pa.field("entrySpliced", pa.bool_()),
 ]
 _TAKEN = {f.name for f in BASE_FIELDS}
 
@@ -182,6 +189,7 @@ class LedgerRows:
                       metadata.sequence_id, version, bytes(payload), stored)
             return
         batch = is_batch(metadata)
+        skeleton = _skeleton(stored, payload, messages, batch) if metadata.compression == NONE else None
         for index, message in enumerate(messages):
             single = message.metadata
             source = single if single is not None else metadata
@@ -190,11 +198,12 @@ class LedgerRows:
                         else metadata.sequence_id + index)
             self._row(_key(source), ledger_id, entry_id, index if batch else -1, metadata.publish_time, event,
                       {p.key: p.value for p in source.properties}, metadata.producer_name, sequence, version,
-                      message.payload, stored if index == 0 else None)
+                      message.payload, (stored if skeleton is None else skeleton) if index == 0 else None,
+                      skeleton is not None)
 
     def _row(self, key: bytes | None, ledger_id: int, entry_id: int, batch_index: int, publish_ms: int,
              event_ms: int | None, properties: dict[str, str], producer: str, sequence: int, version: int,
-             value: bytes, stored: bytes | None) -> None:
+             value: bytes, stored: bytes | None, spliced: bool = False) -> None:
         c = self.columns
         c["key"].append(key)
         c["value"].append(value)
@@ -208,6 +217,7 @@ class LedgerRows:
         c["sequenceId"].append(sequence)
         c["schemaVersion"].append(version)
         c["entry"].append(None if stored is None else bytes(stored))
+        c["entrySpliced"].append(None if stored is None else spliced)
 
     def take(self) -> pa.Table:
         arrays = [pa.array(self.columns[f.name], f.type) for f in BASE_FIELDS]
@@ -217,15 +227,57 @@ class LedgerRows:
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
+def _skeleton(stored: bytes, payload: memoryview, messages: list[SingleMessage], batch: bool) -> bytes:
+    """``stored`` without its message payloads (see the module docstring)."""
+    header = bytes(stored[: len(stored) - len(payload)])
+    if not batch:
+        return header
+    pieces = [header]
+    offset = 0
+    for message in messages:
+        (size,) = _U32.unpack_from(payload, offset)
+        pieces.append(bytes(payload[offset: offset + 4 + size]))
+        offset += 4 + size + len(message.payload)
+    return b"".join(pieces)
+
+
+def splice(skeleton: bytes, values: list[bytes]) -> bytes:
+    """The stored entry from its skeleton and its messages' payloads (inverse of ``_skeleton``)."""
+    metadata, rest = split_stored_entry(skeleton)
+    header = skeleton[: len(skeleton) - len(rest)]
+    if not is_batch(metadata):
+        return header + values[0]
+    pieces = [header]
+    offset = 0
+    for value in values:
+        (size,) = _U32.unpack_from(rest, offset)
+        pieces.append(bytes(rest[offset: offset + 4 + size]))
+        pieces.append(value)
+        offset += 4 + size
+    return b"".join(pieces)
+
+
+COLUMNS_FOR_REPLAY = ["messageId", "entry", "entrySpliced", "value"]
+
+
 def entries_of(table: pa.Table) -> list[tuple[int, bytes]]:
-    """(entry id, stored entry) of every entry in ``table`` (rows with an ``entry``), in order."""
-    stored = table.column("entry")
-    ids = table.column("messageId").combine_chunks().field("entry")
-    out = []
-    for entry_id, data in zip(ids.to_pylist(), stored.to_pylist(), strict=True):
+    """(entry id, stored entry) of every entry in ``table`` (``COLUMNS_FOR_REPLAY`` at least), in order."""
+    ids = table.column("messageId").combine_chunks().field("entry").to_pylist()
+    stored = table.column("entry").to_pylist()
+    spliced = table.column("entrySpliced").to_pylist()
+    values = table.column("value").to_pylist()
+    out: list[tuple[int, bytes]] = []
+    index = 0
+    while index < len(ids):
+        entry_id, data, splice_it = ids[index], stored[index], spliced[index]
+        end = index + 1
+        while end < len(ids) and ids[end] == entry_id:
+            end += 1
         if data is not None:
-            out.append((entry_id, data))
+            out.append((entry_id, splice(data, values[index:end]) if splice_it else data))
+        index = end
     return out
 
 
-__all__ = ["BASE_FIELDS", "LedgerRows", "ValueColumns", "arrow_schema", "entries_of", "value_columns"]
+__all__ = ["BASE_FIELDS", "COLUMNS_FOR_REPLAY", "LedgerRows", "ValueColumns", "arrow_schema", "entries_of", "splice",
+           "value_columns"]

@@ -54,7 +54,13 @@ from magnetar.managed_ledger.offload import (
     OffloadSchema,
     WrittenLedger,
 )
-from magnetar.runtime.lakehouse.rows import LedgerRows, arrow_schema, entries_of, value_columns
+from magnetar.runtime.lakehouse.rows import (
+    COLUMNS_FOR_REPLAY,
+    LedgerRows,
+    arrow_schema,
+    entries_of,
+    value_columns,
+)
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +249,7 @@ class LakehouseOffloader:
                 if entries is None:
                     if parquet is None:
                         parquet = pq.ParquetFile(self.fs.open(path, "rb"))
-                    entries = entries_of(parquet.read_row_group(index, columns=["messageId", "entry"]))
+                    entries = entries_of(parquet.read_row_group(index, columns=COLUMNS_FOR_REPLAY))
                     self._cache.put((path, index), entries)
                 out.extend(data for entry_id, data in entries if first <= entry_id <= last)
         finally:
