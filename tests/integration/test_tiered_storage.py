@@ -266,14 +266,26 @@ def test_offloaded_ledgers_read_back_byte_identical(tmp_path: Path, launched: li
 def test_threshold_policy_offloads_on_rollover(tmp_path: Path, launched: list[StandaloneProcess]) -> None:
     standalone = StandaloneProcess(str(tmp_path / "data"), env=_env())
     launched.append(standalone)
-    namespace = f"{standalone.http_url}/admin/v2/namespaces/public/default"
-    assert _http("GET", f"{namespace}/offloadThreshold") == -1
-    _http("PUT", f"{namespace}/offloadThreshold", 0)
-    assert _http("GET", f"{namespace}/offloadThreshold") == 0
+    from typer.testing import CliRunner
+
+    from magnetar.cli.admin import admin_app
+
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(admin_app, ["--url", standalone.http_url, *args])
+        assert result.exit_code == 0, (args, result.output)
+        return result.output
+
+    assert json.loads(cli("namespaces", "get-offload-threshold", "public/default")) == -1
+    cli("namespaces", "set-offload-threshold", "public/default", "0")
+    assert json.loads(cli("namespaces", "get-offload-threshold", "public/default")) == 0
     sent = _produce(standalone.broker_url, 130)
     wait_until(lambda: all(lg.get("bookieCopyDeleted") for lg in _ledgers(standalone)[:-1]), STATUS_DEADLINE_S,
                "every sealed ledger offloaded on rollover")
     assert _consume_all(standalone.broker_url) == sent
+    last = _ledgers(standalone)[-2]
+    cli("topics", "offload", TOPIC, "--message-id", f"{last['ledgerId']}:{last['entries'] - 1}")
+    status = json.loads(cli("topics", "offload-status", TOPIC, "--wait", "--deadline-s", "60"))
+    assert status["status"] == "SUCCESS" and status["firstUnoffloadedMessage"]["ledgerId"] > last["ledgerId"]
 
 
 @pytest.mark.parametrize("point", POINTS)
