@@ -49,7 +49,7 @@ from magnetar.base.limits import (
 from magnetar.base.types import TopicName
 from magnetar.broker.bundles import BundleRange, NamespaceBundles, local_policies_path, topic_hash
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.load import LoadReport, LoadReports, least_loaded
+from magnetar.broker.load import BundleStats, LoadReport, LoadReports, least_loaded
 from magnetar.broker.log import LogStore, TopicLog
 from magnetar.broker.lookup import LookupAnswer, LookupKind
 from magnetar.broker.service import BrokerService
@@ -66,6 +66,50 @@ OWNERSHIP_ROOT = "/namespace"
 
 def owner_path(namespace: str, bundle: BundleRange) -> str:
     return f"{OWNERSHIP_ROOT}/{namespace}/{bundle.name}"
+
+
+#: Where the load balancer's leader writes the broker a bundle should go to when it is free.
+ASSIGNMENTS_ROOT = "/loadbalance/assignments"
+
+
+def assignment_path(namespace: str, bundle: BundleRange) -> str:
+    return f"{ASSIGNMENTS_ROOT}/{namespace}/{bundle.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """JSON ``{"broker": service URL, "from": service URL, "reason", "time": ms}``."""
+
+    broker: str
+    source: str = ""
+    reason: str = ""
+    time_ms: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps({"broker": self.broker, "from": self.source, "reason": self.reason,
+                           "time": self.time_ms}).encode()
+
+    @staticmethod
+    def decode(value: bytes) -> Assignment:
+        try:
+            data = json.loads(value)
+            return Assignment(str(data["broker"]), str(data.get("from", "")), str(data.get("reason", "")),
+                              int(data.get("time", 0)))
+        except (ValueError, KeyError, TypeError) as error:
+            raise InvalidArgument(f"bad bundle assignment: {error}") from None
+
+
+def bundle_stats(owned: Sequence[OwnedBundle], topics: Sequence[Topic]) -> tuple[tuple[str, BundleStats], ...]:
+    """Per owned bundle: its loaded topics' rates (last samples), producers, consumers, count."""
+    out = []
+    for bundle in owned:
+        mine = [t for t in topics if bundle.serves(t.name)]
+        subscriptions = [s for t in mine for s in t.subscriptions.values()]
+        out.append((bundle.key, BundleStats(
+            sum(t.published.msg_rate for t in mine), sum(s.dispatched.msg_rate for s in subscriptions),
+            sum(t.published.byte_rate for t in mine), sum(s.dispatched.byte_rate for s in subscriptions),
+            sum(len(t.producers) for t in mine), sum(len(s.consumers) for s in subscriptions), len(mine))))
+    return tuple(out)
 
 
 class BundleState(enum.Enum):
@@ -259,22 +303,36 @@ class BundleOwnership:
             with contextlib.suppress(BadVersion):
                 await self.store.delete(owner_path(namespace, bundle), version)
         if not authoritative:
-            chosen = await self.choose_owner()
+            chosen = await self.choose_owner(namespace, bundle)
             if chosen != self.service_url:
                 return LookupAnswer(LookupKind.REDIRECT, chosen, True)
         if await self._acquire(namespace, bundle) and self.serves_bundle(namespace, bundle):
+            await self._forget_assignment(namespace, bundle)
             return LookupAnswer(LookupKind.CONNECT, self.service_url, True)
         current = await self.owner_of(namespace, bundle)
         if current is not None and current[0].native_url != self.service_url:
             return LookupAnswer(LookupKind.REDIRECT, current[0].native_url, False)
         raise _not_ready(f"ownership of bundle {key} is changing; retry")
 
-    async def choose_owner(self) -> str:
-        """The service URL of the least-loaded broker (this one when no report is readable)."""
+    async def choose_owner(self, namespace: str | None = None, bundle: BundleRange | None = None) -> str:
+        """The broker the load balancer's leader assigned the bundle to (``assignment_path``: its
+        "preallocated" owner, while that broker reports load), else the least-loaded broker
+        (this one when no report is readable)."""
         reports = [r for r in await self.loads.all() if r.broker_id != self.loads.broker_id]
+        if namespace is not None and bundle is not None:
+            found = await self.store.get(assignment_path(namespace, bundle))
+            if found is not None:
+                target = Assignment.decode(found.value).broker
+                if target == self.service_url or any(r.pulsar_service_url == target for r in reports):
+                    return target
         reports.append(self.load_report(self.loads.last.connections if self.loads.last else 0))
         best = least_loaded(reports)
         return self.service_url if best is None else best.pulsar_service_url
+
+    async def _forget_assignment(self, namespace: str, bundle: BundleRange) -> None:
+        """The bundle is placed: its assignment (if any) has done its work."""
+        with contextlib.suppress(NotFound, MetadataError):
+            await self.store.delete(assignment_path(namespace, bundle))
 
     async def _acquire(self, namespace: str, bundle: BundleRange) -> bool:
         lock = MetadataLock(self.store, owner_path(namespace, bundle), self._owner_data().encode())
@@ -405,11 +463,14 @@ class BundleOwnership:
 
     # --- load reports ---------------------------------------------------------------------------
 
-    def load_report(self, connections: int, rate_in: float = 0.0, rate_out: float = 0.0) -> LoadReport:
+    def load_report(self, connections: int, rate_in: float = 0.0, rate_out: float = 0.0, *,
+                    cpu_percent: float = 0.0, now_ms: int = 0) -> LoadReport:
+        owned = [o for o in self.owned() if o.state is BundleState.OWNED]
+        stats = bundle_stats(owned, list(self.service.topics.values()))
         return LoadReport(
-            self.loads.broker_id, self.service_url, self.http_url,
-            tuple(o.key for o in self.owned() if o.state is BundleState.OWNED),
-            len(self.service.topics), connections, rate_in, rate_out,
+            self.loads.broker_id, self.service_url, self.http_url, tuple(o.key for o in owned),
+            len(self.service.topics), connections, rate_in, rate_out, cpu_percent,
+            sum(s.msg_throughput_in for _, s in stats), sum(s.msg_throughput_out for _, s in stats), now_ms, stats,
         )
 
     def traffic(self) -> tuple[int, int]:
@@ -420,7 +481,8 @@ class BundleOwnership:
         return published, dispatched
 
     async def run_load_reports(self, clock: Clock, connections: Callable[[], int],
-                               interval_ms: int = LOAD_REPORT_INTERVAL_MS) -> None:
+                               interval_ms: int = LOAD_REPORT_INTERVAL_MS,
+                               cpu_percent: Callable[[], float] | None = None) -> None:
         """Publish the load report now, at every change of the owned set and every ``interval_ms``.
 
         Rates are message counts over the last interval (never below 0: unloading a topic drops
@@ -428,7 +490,7 @@ class BundleOwnership:
         """
         last_ns = clock.monotonic_ns() - interval_ms * 1_000_000  # publish at once
         last_in, last_out = self.traffic()
-        rate_in = rate_out = 0.0
+        rate_in = rate_out = cpu = 0.0
         while self._state is OwnershipState.ACTIVE:
             now = clock.monotonic_ns()
             due = now - last_ns >= interval_ms * 1_000_000
@@ -440,8 +502,10 @@ class BundleOwnership:
                     rate_in = max(0, total_in - last_in) / seconds
                     rate_out = max(0, total_out - last_out) / seconds
                     last_ns, last_in, last_out = now, total_in, total_out
+                    cpu = cpu_percent() if cpu_percent is not None else 0.0
                 try:
-                    await self.loads.publish(self.load_report(connections(), rate_in, rate_out))
+                    await self.loads.publish(self.load_report(connections(), rate_in, rate_out, cpu_percent=cpu,
+                                                              now_ms=clock.now_ms()))
                 except Exception as error:  # the session may be ending; the next round retries
                     log.info("load report not published: %s", error)
             await clock.sleep(LOAD_REPORT_CHECK_MS / 1000)
@@ -509,6 +573,8 @@ class OwnedLogStore:
 
 
 __all__ = [
+    "ASSIGNMENTS_ROOT",
+    "Assignment",
     "BundleOwnership",
     "BundleState",
     "OwnedBundle",
@@ -516,5 +582,6 @@ __all__ = [
     "OwnerData",
     "OwnershipLookup",
     "OwnershipState",
+    "assignment_path",
     "owner_path",
 ]

@@ -1,0 +1,196 @@
+"""The load balancer's leader over the memory metadata store: election, shedding through the
+owners' commands and the preallocated assignment, splits, and a new leader after the old one's
+session ends (``broker.leader``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from magnetar.base.types import TopicName
+from magnetar.broker import BrokerConfig, MemoryLogStore
+from magnetar.broker.balancer import BalancerSettings, DecisionKind
+from magnetar.broker.bundles import BundleRange
+from magnetar.broker.leader import (
+    DECISIONS_PATH,
+    BundleCommands,
+    LoadBalancerLeader,
+    read_decisions,
+    read_leader,
+)
+from magnetar.broker.lookup import LookupAnswer, LookupKind
+from magnetar.broker.ownership import BundleOwnership, assignment_path
+from magnetar.broker.service import BrokerService
+from magnetar.metadata import MemoryMetadataServer
+from magnetar.metadata._local import LocalClient
+from magnetar.runtime.clock import SystemClock
+from tests.manual_clock import ManualClock, settle
+
+NS = "public/default"
+SETTINGS = BalancerSettings(grace_period_ms=60_000, bundle_topics_max=3, namespace_bundles_max=16)
+
+
+class Node:
+    def __init__(self, store: LocalClient, port: int, logs: MemoryLogStore, clock: ManualClock) -> None:
+        self.store = store
+        self.url = f"pulsar://127.0.0.1:{port}"
+        self.service = BrokerService(BrokerConfig(advertised_port=port), logs, store)
+        self.ownership = BundleOwnership(store, self.service, broker_id=f"127.0.0.1:{port}",
+                                         http_url=f"http://127.0.0.1:{port + 1000}")
+        self.ownership.install()
+        self.leader = LoadBalancerLeader(store, self.ownership, clock, SETTINGS, interval_ms=1000,
+                                         broker_id=f"127.0.0.1:{port}", web_url=f"http://127.0.0.1:{port + 1000}")
+        self.commands = BundleCommands(store, self.ownership, clock, poll_ms=1000)
+
+    async def lookup(self, topic: str, authoritative: bool = False) -> LookupAnswer:
+        return await self.service.lookup.lookup(TopicName.parse(topic), authoritative)
+
+    async def publish_load(self, now_ms: int) -> None:
+        await self.ownership.loads.publish(self.ownership.load_report(0, now_ms=now_ms))
+
+
+def run(body: Callable[[list[Node], MemoryMetadataServer, ManualClock], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        server = MemoryMetadataServer(SystemClock())
+        logs = MemoryLogStore()
+        clock = ManualClock()
+        nodes = [Node(await server.connect(10_000), port, logs, clock) for port in (1, 2, 3)]
+        try:
+            return await asyncio.wait_for(body(nodes, server, clock), 20)
+        finally:
+            for node in nodes:
+                await node.service.close()
+                await node.ownership.close()
+                await node.store.close()
+
+    return asyncio.run(main())
+
+
+async def load_topics(node: Node, count: int) -> list[str]:
+    names = [f"persistent://{NS}/t{i}" for i in range(count)]
+    for name in names:
+        assert (await node.lookup(name, authoritative=True)).kind is LookupKind.CONNECT
+        await node.service.get_topic(TopicName.parse(name), create=True)
+    return names
+
+
+def test_one_leader_at_a_time_and_a_new_one_when_it_dies() -> None:
+    async def body(nodes: list[Node], server: MemoryMetadataServer, clock: ManualClock) -> None:
+        tasks = [asyncio.get_running_loop().create_task(n.leader.run()) for n in nodes]
+        await asyncio.wait_for(asyncio.wait([asyncio.ensure_future(n.leader.elected.wait()) for n in nodes],
+                                            return_when=asyncio.FIRST_COMPLETED), 5)
+        await settle()
+        leaders = [n for n in nodes if n.leader.is_leader]
+        assert len(leaders) == 1
+        first = leaders[0]
+        data = await read_leader(nodes[0].store)
+        assert data is not None and data.service_url == first.ownership.http_url
+        await server.expire_session(first.store.session.session_id)  # as a kill -9 after the timeout
+        others = [n for n in nodes if n is not first]
+        await asyncio.wait_for(asyncio.wait([asyncio.ensure_future(n.leader.elected.wait()) for n in others],
+                                            return_when=asyncio.FIRST_COMPLETED), 5)
+        await settle()
+        assert [n.leader.is_leader for n in others].count(True) == 1 and not first.leader.is_leader
+        data = await read_leader(others[0].store)
+        assert data is not None and data.service_url != first.ownership.http_url
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    run(body)
+
+
+def test_the_leader_moves_bundles_to_new_brokers_through_their_owners() -> None:
+    async def body(nodes: list[Node], _: MemoryMetadataServer, clock: ManualClock) -> None:
+        a, b, c = nodes
+        topics = await load_topics(a, 12)
+        assert len(a.ownership.owned()) == 4
+        for node in nodes:
+            await node.publish_load(clock.now_ms())
+        settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000)
+        leader = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
+                                    broker_id="127.0.0.1:1", web_url="http://127.0.0.1:1001")
+        decisions = await leader.run_once()
+        assert decisions and all(d.kind is DecisionKind.UNLOAD and d.source == a.url for d in decisions)
+        targets = {d.target for d in decisions}
+        assert targets <= {b.url, c.url}
+        # Nothing moved yet: only the owner moves its bundles, when it carries out the command.
+        assert len(a.ownership.owned()) == 4
+        assert await a.commands.run_once() == len(decisions)
+        assert len(a.ownership.owned()) == 4 - len(decisions)
+        bundles = await a.ownership.bundles_of(NS)
+        for d in decisions:
+            namespace, _, name = d.bundle.rpartition("/")
+            moved_topic = next(t for t in topics if bundles.find(TopicName.parse(t)) == BundleRange.parse(name))
+            # A lookup on the old owner sends the client to the chosen broker, which acquires it.
+            answer = await a.lookup(moved_topic)
+            assert answer == LookupAnswer(LookupKind.REDIRECT, d.target or "", True)
+            target = b if d.target == b.url else c
+            assert (await target.lookup(moved_topic, authoritative=True)).kind is LookupKind.CONNECT
+            assert not await a.store.exists(assignment_path(namespace, BundleRange.parse(name)))
+        recorded = await read_decisions(a.store)
+        assert [r["bundle"] for r in recorded] == [d.bundle for d in decisions]
+        assert all(r["reason"] for r in recorded)
+        # Too soon to decide again: reports from the touched brokers are older than the round.
+        assert await leader.run_once() == []
+
+    run(body)
+
+
+def test_a_new_leader_keeps_the_grace_period_of_moves_decided_before() -> None:
+    async def body(nodes: list[Node], _: MemoryMetadataServer, clock: ManualClock) -> None:
+        a, b, _c = nodes
+        await load_topics(a, 12)
+        for node in nodes:
+            await node.publish_load(clock.now_ms())
+        settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000)
+        first = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
+                                   broker_id="127.0.0.1:1", web_url="")
+        moved = {d.bundle for d in await first.run_once()}
+        assert moved
+        # The unloads never happened (owner did not act): a second leader must not move them again.
+        second = LoadBalancerLeader(b.store, b.ownership, clock, settings, interval_ms=1000,
+                                    broker_id="127.0.0.1:2", web_url="")
+        await second._learn_history()
+        await clock.advance(1)
+        for node in nodes:
+            await node.publish_load(clock.now_ms())
+        again = await second.run_once()
+        assert not {d.bundle for d in again} & moved
+        control = LoadBalancerLeader(b.store, b.ownership, clock, settings, interval_ms=1000,
+                                     broker_id="127.0.0.1:2", web_url="")  # without the history
+        assert {d.bundle for d in await control.run_once()} & moved
+
+    run(body)
+
+
+def test_a_hot_bundle_splits_on_its_owner_and_its_halves_can_move() -> None:
+    async def body(nodes: list[Node], _: MemoryMetadataServer, clock: ManualClock) -> None:
+        a = nodes[0]
+        await load_topics(a, 16)
+        for node in nodes:
+            await node.publish_load(clock.now_ms())
+        leader = LoadBalancerLeader(a.store, a.ownership, clock,
+                                    BalancerSettings(shedding_enabled=False, bundle_topics_max=3,
+                                                     namespace_bundles_max=6),
+                                    interval_ms=1000, broker_id="127.0.0.1:1", web_url="")
+        decisions = await leader.run_once()
+        assert len(decisions) == 2 and all(d.kind is DecisionKind.SPLIT for d in decisions)  # 4 -> 6 bundles max
+        await a.commands.run_once()
+        assert len(a.ownership.owned()) == 6 and len(a.service.topics) == 16
+        assert len((await a.ownership.current_bundles(NS)).ranges) == 6
+        stored = json.loads((await a.store.get(DECISIONS_PATH)).value)  # type: ignore[union-attr]
+        assert all("loadBalancerNamespaceBundleMaxTopics" in d["reason"] for d in stored["decisions"])
+        halves = {o.key for o in a.ownership.owned()} - {d.bundle for d in decisions}
+        await clock.advance(1)
+        for node in nodes:
+            await node.publish_load(clock.now_ms())
+        shed = LoadBalancerLeader(a.store, a.ownership, clock, BalancerSettings(split_enabled=False),
+                                  interval_ms=1000, broker_id="127.0.0.1:1", web_url="")
+        moves = await shed.run_once()
+        assert moves and {d.bundle for d in moves} <= halves
+        assert {d.target for d in moves} == {nodes[1].url, nodes[2].url}  # the halves spread out
+
+    run(body)
