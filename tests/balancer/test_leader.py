@@ -194,3 +194,40 @@ def test_a_hot_bundle_splits_on_its_owner_and_its_halves_can_move() -> None:
         assert {d.target for d in moves} == {nodes[1].url, nodes[2].url}  # the halves spread out
 
     run(body)
+
+
+def test_admin_leader_broker_load_report_decisions_and_racks_info() -> None:
+    from magnetar.admin import AdminContext, build_admin_app
+    from tests.admin.harness import asgi_call
+
+    async def body(nodes: list[Node], _: MemoryMetadataServer, clock: ManualClock) -> None:
+        a, b, _c = nodes
+        app = build_admin_app(AdminContext(b.service, cluster="c", service_url=b.ownership.http_url))
+        assert (await asgi_call(app, "GET", "/brokers/leaderBroker")).status == 404
+        task = asyncio.get_running_loop().create_task(a.leader.run())
+        await asyncio.wait_for(a.leader.elected.wait(), 5)
+        reply = await asgi_call(app, "GET", "/brokers/leaderBroker")
+        assert reply.status == 200 and reply.json() == {"serviceUrl": "http://127.0.0.1:1001",
+                                                          "brokerId": "127.0.0.1:1"}
+        await load_topics(b, 3)
+        report = (await asgi_call(app, "GET", "/broker-stats/load-report")).json()
+        assert report["pulsarServiceUrl"] == b.url and report["numTopics"] == 3
+        assert sum(s["topics"] for s in report["lastStats"].values()) == 3 and "cpu" in report
+        decisions = (await asgi_call(app, "GET", "/broker-stats/load-balancer/decisions")).json()
+        assert decisions["leader"] == "127.0.0.1:1" and isinstance(decisions["decisions"], list)
+        # racks-info, Pulsar's shape
+        assert (await asgi_call(app, "GET", "/bookies/racks-info")).json() == {}
+        assert (await asgi_call(app, "POST", "/bookies/racks-info/127.0.0.1:3181",
+                                {"rack": "/region-a/rack-1", "hostname": "h"})).status == 204
+        assert (await asgi_call(app, "GET", "/bookies/racks-info")).json() == {
+            "default": {"127.0.0.1:3181": {"rack": "/region-a/rack-1", "hostname": "h"}}}
+        assert (await asgi_call(app, "GET", "/bookies/racks-info/127.0.0.1:3181")).json()["rack"] == "/region-a/rack-1"
+        assert (await asgi_call(app, "POST", "/bookies/racks-info/127.0.0.1:3181", {"rack": ""})).status == 412
+        assert (await asgi_call(app, "POST", "/bookies/racks-info/not-a-bookie", {"rack": "/r"})).status == 412
+        assert (await asgi_call(app, "DELETE", "/bookies/racks-info/127.0.0.1:3181")).status == 204
+        assert (await asgi_call(app, "GET", "/bookies/racks-info/127.0.0.1:3181")).status == 404
+        assert (await asgi_call(app, "DELETE", "/bookies/racks-info/127.0.0.1:3181")).status == 404
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    run(body)

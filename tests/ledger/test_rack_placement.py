@@ -23,7 +23,14 @@ from magnetar.ledger.rack_placement import (
     min_distinct_racks,
     place_ensemble,
 )
-from magnetar.ledger.racks import BookieRack, RackConfig, RackedBookieDirectory, delete_rack, read_racks, set_rack
+from magnetar.ledger.racks import (
+    BookieRack,
+    RackConfig,
+    RackedBookieDirectory,
+    delete_rack,
+    read_racks,
+    set_rack,
+)
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.runtime.clock import SystemClock
 
@@ -129,7 +136,7 @@ def test_replacement_is_as_good_as_any_candidate(sizes: list[int], e: int, slot:
     slot %= e
     ensemble, _ = place_ensemble(bookies, racks, e, min(3, e))
     candidates = [b for b in bookies if b not in ensemble]
-    chosen, shared = choose_replacement(candidates, racks, ensemble, slot, min(3, e))
+    _chosen, shared = choose_replacement(candidates, racks, ensemble, slot, min(3, e))
     for other in candidates:
         trial = list(ensemble)
         trial[slot] = other

@@ -18,6 +18,7 @@ from starlette.routing import BaseRoute, Route
 
 from magnetar import __version__
 from magnetar.admin import bundles, clusters, namespaces, policy_routes, subscriptions, tenants, topics
+from magnetar.admin.balancer import routes as balancer_routes
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
 
@@ -32,6 +33,7 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     subscriptions.routes,
     policy_routes.topic_routes,
     bundles.routes,
+    balancer_routes,
 ]
 
 
