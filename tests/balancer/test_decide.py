@@ -104,20 +104,26 @@ def test_moves_reduce_the_spread_and_never_overload_a_target(brokers: list[Broke
     del before_score
 
 
-@given(clusters())
+@given(st.integers(2, 5), st.lists(st.integers(1, 5), min_size=1, max_size=40), st.sampled_from(["topics", "rate"]))
 @settings(max_examples=200)
-def test_one_overloaded_broker_sheds(brokers: list[BrokerLoad]) -> None:
-    """All bundles on one broker with others empty: some bundle leaves it whenever one can."""
-    everything = tuple(b for broker in brokers for b in broker.bundles if b.topics > 0)
-    hot = [BrokerLoad(brokers[0].broker, 0.0, everything),
-           *(BrokerLoad(b.broker, 0.0, ()) for b in brokers[1:])]
+def test_one_overloaded_broker_sheds(broker_count: int, sizes: list[int], dimension: str) -> None:
+    """All bundles on one broker, the others empty: it sheds whenever some bundle fits under the
+    threshold on an empty broker (each bundle at most half the average), and never overshoots."""
+    def bundle(i: int, size: int) -> BundleLoad:
+        return BundleLoad(bundle_name(i), topics=size) if dimension == "topics" else \
+            BundleLoad(bundle_name(i), topics=1, msg_rate=100.0 * size)
+
+    everything = tuple(bundle(i, size) for i, size in enumerate(sizes))
+    hot = [BrokerLoad("b0", 0.0, everything), *(BrokerLoad(f"b{i}", 0.0, ()) for i in range(1, broker_count))]
     decisions = decide(hot, {}, 0, NO_SPLIT)
-    if len(everything) >= 2 * len(hot):  # enough pieces that a move fits under the threshold
-        assert decisions, "an overloaded broker with many bundles must shed"
-    assert all(d.source == hot[0].broker for d in decisions[:1])
+    if max(sizes) * 2 * broker_count <= sum(sizes):
+        assert decisions, "an overloaded broker with bundles that fit elsewhere must shed"
+    assert all(d.source == "b0" for d in decisions[:1])
     hi_before, lo_before = spread(hot, NO_SPLIT)
     hi_after, lo_after = spread(apply(hot, decisions), NO_SPLIT)
     assert hi_after <= hi_before and lo_after >= lo_before
+    if decisions:
+        assert hi_after < hi_before
 
 
 @given(clusters(), st.integers(0, 59_999))

@@ -39,6 +39,9 @@ BALANCER_ENV = {
     "MAGNETAR_BROKER_LOAD_BALANCER_CPU_WEIGHT": "0",  # the test machine's CPU is shared: noise
     "MAGNETAR_BROKER_POLICY_CHECK_INTERVAL_MS": "1000",
     "MAGNETAR_BROKER_LOAD_REPORT_INTERVAL_MS": "1000",
+    # Keep consumed messages: the checker reads every topic back from the earliest position.
+    "MAGNETAR_BROKER_RETENTION_TIME_S": "-1",
+    "MAGNETAR_BROKER_RETENTION_SIZE_BYTES": "-1",
 }
 TOPICS = 90
 SEND_INTERVAL_S = 0.5

@@ -19,7 +19,7 @@ highest-scoring broker to another when, after the move, the source's score is lo
 and its CPU below the overload threshold, and (b) the target's score is at most the source's new
 score (the move never crosses: both end up within the old [target, source] interval, so the
 cluster's highest score never rises and its lowest never falls). Among such moves take the one
-with the lowest resulting pair maximum. A bundle moved within the grace period, a bundle just
+with the lowest resulting pair maximum (then the lowest target score). A bundle moved within the grace period, a bundle just
 chosen for a split, and a bundle with no measured load are never moved. At most
 ``unloads_per_cycle_max`` moves per call, one per bundle.
 
@@ -259,7 +259,7 @@ def decide(brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_
         underloaded = min(score.values()) < lo
         if score[source] <= hi and not overloaded_cpu and not underloaded:
             break
-        best: tuple[float, str, str] | None = None
+        best: tuple[float, float, str, str] | None = None
         for bundle, v in sorted(per_bundle[source].items()):
             if bundle in moved or bundle in splitting or not any(v[d] > 0 for d in counted):
                 continue
@@ -274,12 +274,12 @@ def decide(brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_
                 new_target = _score_of(_add(vectors[target], v), averages, counted, weights)
                 if new_target > hi or new_target > new_source:
                     continue
-                key = (max(new_source, new_target), bundle, target)
+                key = (max(new_source, new_target), new_target, bundle, target)
                 if best is None or key < best:
                     best = key
         if best is None:
             break
-        _, bundle, target = best
+        _, _, bundle, target = best
         v = per_bundle[source].pop(bundle)
         per_bundle[target][bundle] = v
         vectors[source] = _add(vectors[source], v, -1.0)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import BadVersion, InvalidArgument, MagnetarError, NotFound
-from magnetar.broker.balancer import BalancerSettings, Decision, DecisionKind, decide
+from magnetar.broker.balancer import BalancerSettings, BrokerLoad, BundleLoad, Decision, DecisionKind, decide
 from magnetar.broker.bundles import BundleRange
 from magnetar.broker.load import LoadReport
 from magnetar.broker.ownership import Assignment, BundleOwnership, OwnershipState, assignment_path
@@ -133,6 +133,8 @@ class LoadBalancerLeader:
         self.rounds = 0
         self._last_moved_ms: dict[str, int] = {}
         self._last_round: tuple[int, frozenset[str]] | None = None  # (time, brokers touched)
+        #: Bundles unloaded and not yet seen in the target's report: (target, figures, time).
+        self._in_flight: dict[str, tuple[str, BundleLoad, int]] = {}
         self._lock: MetadataLock | None = None
         self.elected = asyncio.Event()  # set once this candidate became leader
 
@@ -187,11 +189,11 @@ class LoadBalancerLeader:
         if not self._fresh(reports):
             log.info("load balancer: waiting for fresh load reports before deciding again")
             return []
-        loads = [r.broker_load() for r in reports]
+        now_ms = self._clock.now_ms()
+        loads = self._with_in_flight([r.broker_load() for r in reports], now_ms)
         counts = {}
         for namespace in sorted({b.namespace for load in loads for b in load.bundles}):
             counts[namespace] = len((await self._ownership.current_bundles(namespace)).ranges)
-        now_ms = self._clock.now_ms()
         decisions = decide(loads, self._last_moved_ms, now_ms, self.settings, counts)
         self.rounds += 1
         ids = {r.pulsar_service_url: r.broker_id for r in reports}
@@ -204,6 +206,9 @@ class LoadBalancerLeader:
                 await _upsert(self._store, assignment_path(namespace, bundle),
                               Assignment(d.target, d.source, d.reason, now_ms).encode())
                 self._last_moved_ms[d.bundle] = now_ms
+                figures = next((b for load in loads for b in load.bundles if b.bundle == d.bundle), None)
+                if figures is not None:
+                    self._in_flight[d.bundle] = (d.target, figures, now_ms)
             command = {"op": d.kind.value, "bundle": d.bundle, "target": d.target, "reason": d.reason,
                        "time": now_ms}
             await self._store.create(f"{COMMANDS_ROOT}/{ids[d.source]}/cmd-", json.dumps(command).encode(),
@@ -216,6 +221,23 @@ class LoadBalancerLeader:
             self._last_round = (now_ms, frozenset(u for d in done for u in (d.source, d.target) if u))
         await self._clean_dead(reports)
         return done
+
+    def _with_in_flight(self, loads: list[BrokerLoad], now_ms: int) -> list[BrokerLoad]:
+        """The reports with each bundle still moving counted on its target: between the source's
+        release and the target's acquisition (when clients look up again) the bundle is in no
+        report (or still in the source's), and deciding without it would shed the same load
+        twice. A move is forgotten once the target reports the bundle, or after the grace period."""
+        listed = {b.bundle: load.broker for load in loads for b in load.bundles}
+        for bundle, (target, _, since_ms) in list(self._in_flight.items()):
+            if listed.get(bundle) == target or now_ms - since_ms >= max(self.settings.grace_period_ms,
+                                                                         self.interval_ms):
+                del self._in_flight[bundle]
+        out = []
+        for load in loads:
+            moving_in = tuple(figures for target, figures, _ in self._in_flight.values() if target == load.broker)
+            kept = tuple(b for b in load.bundles if b.bundle not in self._in_flight)
+            out.append(BrokerLoad(load.broker, load.cpu_percent, kept + moving_in))
+        return out
 
     async def _record(self, decisions: Sequence[Decision], now_ms: int) -> None:
         for _ in range(8):
