@@ -21,7 +21,7 @@ from magnetar.broker.leader import (
     read_leader,
 )
 from magnetar.broker.lookup import LookupAnswer, LookupKind
-from magnetar.broker.ownership import BundleOwnership, assignment_path
+from magnetar.broker.ownership import Assignment, BundleOwnership, assignment_path
 from magnetar.broker.service import BrokerService
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.metadata._local import LocalClient
@@ -257,5 +257,23 @@ def test_admin_leader_broker_load_report_decisions_and_racks_info() -> None:
         assert (await asgi_call(app, "DELETE", "/bookies/racks-info/127.0.0.1:3181")).status == 404
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+    run(body)
+
+
+def test_a_lookup_on_the_assigned_broker_waits_for_the_owner_to_let_go() -> None:
+    async def body(nodes: list[Node], _: MemoryMetadataServer, clock: ManualClock) -> None:
+        a, b, _c = nodes
+        (topic,) = await load_topics(a, 1)
+        bundle = (await a.ownership.bundles_of(NS)).find(TopicName.parse(topic))
+        # Control: without an assignment, the other broker redirects to the owner at once.
+        assert await b.lookup(topic, authoritative=True) == LookupAnswer(LookupKind.REDIRECT, a.url, False)
+        await a.store.put(assignment_path(NS, bundle), Assignment(b.url, a.url, "test").encode(), -1)
+        waiting = asyncio.get_running_loop().create_task(b.lookup(topic, authoritative=True))
+        await settle()
+        assert not waiting.done()  # held while A still owns the bundle
+        await a.ownership.unload(NS, bundle.name, target=b.url)
+        assert await asyncio.wait_for(waiting, 5) == LookupAnswer(LookupKind.CONNECT, b.url, True)
+        assert not await a.store.exists(assignment_path(NS, bundle))  # placed: assignment done
 
     run(body)

@@ -337,7 +337,8 @@ class BundleCommands:
             return
         started_ns = self._clock.monotonic_ns()
         if op == DecisionKind.UNLOAD.value:
-            await self._ownership.unload(namespace, rng.name)
+            target = command.get("target")
+            await self._ownership.unload(namespace, rng.name, target=target if isinstance(target, str) else None)
         elif op == DecisionKind.SPLIT.value:
             await self._ownership.split(namespace, rng.name)
         else:

@@ -54,7 +54,7 @@ from magnetar.broker.log import LogStore, TopicLog
 from magnetar.broker.lookup import LookupAnswer, LookupKind
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic
-from magnetar.metadata.api import MetadataStore, SessionState, Watch, WatchEvent
+from magnetar.metadata.api import EventKind, MetadataStore, SessionState, Watch, WatchEvent
 from magnetar.metadata.errors import MetadataError, SessionClosed
 from magnetar.metadata.lock import LockState, MetadataLock
 from magnetar.protocol.pulsar import pb
@@ -68,6 +68,8 @@ def owner_path(namespace: str, bundle: BundleRange) -> str:
     return f"{OWNERSHIP_ROOT}/{namespace}/{bundle.name}"
 
 
+#: How long a lookup on the broker a bundle is assigned to waits for the previous owner to let go.
+ASSIGNED_RELEASE_WAIT_MS = 10_000
 #: Where the load balancer's leader writes the broker a bundle should go to when it is free.
 ASSIGNMENTS_ROOT = "/loadbalance/assignments"
 
@@ -133,6 +135,7 @@ class OwnedBundle:
     range: BundleRange
     lock: MetadataLock
     state: BundleState = BundleState.OWNED
+    moving_to: str | None = None  # the broker the load balancer moves it to (while UNLOADING)
 
     @property
     def key(self) -> str:
@@ -275,6 +278,8 @@ class BundleOwnership:
         answer = self._answer_if_held(topic.namespace, bundle)
         if answer is not None:
             return answer
+        if authoritative:
+            await self._await_assigned_release(topic.namespace, bundle)
         async with self._mutex:
             answer = self._answer_if_held(topic.namespace, bundle)
             if answer is not None:
@@ -287,6 +292,9 @@ class BundleOwnership:
             return None
         if owned.state is BundleState.OWNED:
             return LookupAnswer(LookupKind.CONNECT, self.service_url, True)
+        if owned.moving_to and owned.moving_to != self.service_url:
+            # Moving: send the client on to the chosen broker, which takes the bundle once we let go.
+            return LookupAnswer(LookupKind.REDIRECT, owned.moving_to, True)
         raise _not_ready(f"bundle {owned.key} is being unloaded; retry")
 
     async def _find_or_take(self, namespace: str, bundle: BundleRange, authoritative: bool) -> LookupAnswer:
@@ -328,6 +336,32 @@ class BundleOwnership:
         reports.append(self.load_report(self.loads.last.connections if self.loads.last else 0))
         best = least_loaded(reports)
         return self.service_url if best is None else best.pulsar_service_url
+
+    async def _await_assigned_release(self, namespace: str, bundle: BundleRange) -> None:
+        """A bundle the leader assigned to this broker, still held by its previous owner while it
+        unloads: hold the client's lookup until the owner lets go (at most
+        ``ASSIGNED_RELEASE_WAIT_MS``), so the client connects here without a retry back-off."""
+        found = await self.store.get(assignment_path(namespace, bundle))
+        try:
+            if found is None or Assignment.decode(found.value).broker != self.service_url:
+                return
+        except InvalidArgument:
+            return
+        released = asyncio.Event()
+
+        def on_event(event: WatchEvent) -> None:
+            if event.kind is EventKind.DELETED:
+                released.set()
+
+        watch = await self.store.watch(owner_path(namespace, bundle), on_event)
+        try:
+            current = await self.owner_of(namespace, bundle)
+            if current is None or current[0].native_url == self.service_url:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(released.wait(), ASSIGNED_RELEASE_WAIT_MS / 1000)
+        finally:
+            watch.cancel()
 
     async def _forget_assignment(self, namespace: str, bundle: BundleRange) -> None:
         """The bundle is placed: its assignment (if any) has done its work."""
@@ -414,9 +448,11 @@ class BundleOwnership:
         owned = self._owned.get(f"{namespace}/{BundleRange.parse(bundle_name).name}")
         return owned is not None and owned.state is BundleState.OWNED
 
-    async def unload(self, namespace: str, bundle_name: str) -> None:
-        """Close the bundle's topics (clients look up again), then give up its lock."""
+    async def unload(self, namespace: str, bundle_name: str, target: str | None = None) -> None:
+        """Close the bundle's topics (clients look up again), then give up its lock. With a
+        ``target`` (the load balancer's choice), lookups meanwhile are redirected there."""
         owned = self._require_owned(namespace, bundle_name)
+        owned.moving_to = target
         owned.move(BundleState.UNLOADING)
         topics = self._stop_serving(owned.serves)
         await asyncio.gather(*(_close_quietly(t) for t in topics))
