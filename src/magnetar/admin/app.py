@@ -17,7 +17,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from magnetar import __version__
-from magnetar.admin import bundles, clusters, namespaces, policy_routes, subscriptions, tenants, topics
+from magnetar.admin import (
+    bundles,
+    clusters,
+    compaction,
+    namespaces,
+    non_persistent,
+    policy_routes,
+    subscriptions,
+    tenants,
+    topics,
+)
 from magnetar.admin.balancer import routes as balancer_routes
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
@@ -29,6 +39,8 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     tenants.routes,
     namespaces.routes,
     policy_routes.namespace_routes,
+    compaction.routes,
+    non_persistent.routes,
     topics.routes,
     subscriptions.routes,
     policy_routes.topic_routes,

@@ -141,6 +141,7 @@ class Policies(msgspec.Struct, omit_defaults=False):
         default=None, name="autoTopicCreationOverride")
     delayed_delivery_policies: DelayedDeliveryPolicies | None = None
     schema_compatibility_strategy: str = "UNDEFINED"
+    compaction_threshold: int | None = None  # bytes after the compaction horizon (topic compaction)
 
 
 class TopicPolicies(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -156,6 +157,7 @@ class TopicPolicies(msgspec.Struct, rename="camel", omit_defaults=True):
     max_message_size: int | None = None
     delayed_delivery_enabled: bool | None = None
     delayed_delivery_tick_time_millis: int | None = None
+    compaction_threshold: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
