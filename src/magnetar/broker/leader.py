@@ -152,11 +152,14 @@ class LoadBalancerLeader:
         try:
             await self._learn_history()
             while lock.state is LockState.HELD and self._ownership.state is OwnershipState.ACTIVE:
+                # First wait: a new leader (or a restarted cluster) lets the brokers report first.
+                await _wait_or_lost(self._clock, self.interval_ms / 1000, lock)
+                if lock.state is not LockState.HELD or self._ownership.state is not OwnershipState.ACTIVE:
+                    break
                 try:
                     await self.run_once()
                 except MagnetarError as error:  # metadata trouble: the next round tries again
                     log.warning("load balancer round failed: %s", error)
-                await _wait_or_lost(self._clock, self.interval_ms / 1000, lock)
         finally:
             self.state = LeaderState.STOPPED
             await lock.release()
