@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from magnetar.broker.balancer import (
@@ -71,6 +71,27 @@ def test_balanced_input_moves_nothing(broker_count: int, bundles: int, topics: i
                                 for j in range(bundles)))
                for i in range(broker_count)]
     assert decide(brokers, {}, 0, NO_SPLIT) == []
+
+
+@given(st.integers(2, 6), st.integers(1, 6), st.lists(st.floats(-0.09, 0.09), min_size=6, max_size=6),
+       st.integers(0, 5))
+def test_input_within_the_threshold_moves_nothing(broker_count: int, bundles: int, jitter: list[float],
+                                                   seed: int) -> None:
+    """Every broker within +-9% of the average on every dimension (threshold 10%): no move."""
+    brokers = []
+    for i in range(broker_count):
+        j = jitter[(i + seed) % len(jitter)] - sum(jitter[:broker_count]) / broker_count  # around the mean
+        j = max(-0.09, min(0.09, j))
+        per = tuple(BundleLoad(bundle_name(i * 10 + k), round(20 * (1 + j)), round(20 * (1 + j)),
+                               100.0 * (1 + j), 1e5 * (1 + j)) for k in range(bundles))
+        brokers.append(BrokerLoad(f"pulsar://b{i}:6650", 0.0, per))
+    from magnetar.broker.balancer import bundle_vectors
+
+    vectors = {b.broker: tuple(map(sum, zip(*bundle_vectors(b).values(), strict=True))) for b in brokers}
+    sc = scores(vectors, NO_SPLIT)  # type: ignore[arg-type]
+    if all(0.9 <= v <= 1.1 for v in sc.values()):  # rounding of topic counts may push one outside
+        event("within")
+        assert decide(brokers, {}, 0, NO_SPLIT) == []
 
 
 @given(clusters())

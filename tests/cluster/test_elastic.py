@@ -25,6 +25,7 @@ from typing import Any
 import pulsar
 import pytest
 
+from magnetar.broker.bundles import BundleRange
 from magnetar.chaos.checker import check
 from magnetar.chaos.history import History, Op, OpType, Outcome, value_of
 from magnetar.runtime.cluster import LocalCluster, http_health
@@ -211,6 +212,16 @@ def test_added_brokers_take_load_until_balanced_and_a_killed_leader_is_replaced(
         assert result.valid, [a for a in result.violations][:10]
         assert result.counts["values_ok"] > TOPICS * 10 and result.counts["send_unknown"] == 0
         assert moved and splits
+        # A hot bundle split, and the halves of some split now live on different brokers.
+        owners_by_range: list[tuple[BundleRange, str]] = []
+        for broker in cluster.of_kind("broker"):
+            for key in (http_health(broker.http_port or 0) or {}).get("bundles", []):
+                owners_by_range.append((BundleRange.parse(key.rsplit("/", 1)[1]), broker.name))
+        spread_splits = [d["bundle"] for d in splits if len({
+            name for r, name in owners_by_range
+            if BundleRange.parse(d["bundle"].rsplit("/", 1)[1]).lower <= r.lower
+            and r.upper <= BundleRange.parse(d["bundle"].rsplit("/", 1)[1]).upper}) >= 2]
+        assert spread_splits, "no split bundle has halves on two brokers"
 
         # --- the leader killed while it sheds to a fourth broker ------------------------------------
         urls = ",".join(f"127.0.0.1:{p.port}" for p in cluster.of_kind("broker"))
