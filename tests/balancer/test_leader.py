@@ -160,7 +160,22 @@ def test_bundles_in_flight_count_on_their_target_until_it_reports_them() -> None
         control = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
                                      broker_id="127.0.0.1:1", web_url="")
         assert await control.run_once()
-        del b, c
+        # The targets take their bundles (clients looked up); the moves settle after two intervals.
+        bundles = await a.ownership.bundles_of(NS)
+        for d in first:
+            target = b if d.target == b.url else c
+            name = d.bundle.rpartition("/")[2]
+            topic = next(f"persistent://{NS}/t{i}" for i in range(12)
+                         if bundles.find(TopicName.parse(f"persistent://{NS}/t{i}")).name == name)
+            assert (await target.lookup(topic, authoritative=True)).kind is LookupKind.CONNECT
+        for step in range(3):
+            await clock.advance(1)
+            for node in nodes:
+                await node.publish_load(clock.now_ms())
+            again = await leader.run_once()
+            settling = {d.bundle for d in first} & set(leader._in_flight)
+            assert bool(settling) == (step < 2)
+            assert step == 2 or again == []  # nothing shed while the wave settles
 
     run(body)
 

@@ -24,18 +24,20 @@ order, and deletes. Every decision is logged with its reason and appended to
 ``/loadbalance/decisions`` (the last ``DECISIONS_KEPT``), from which a new leader learns when
 each bundle last moved, so the grace period survives a change of leader. A round is skipped
 until the brokers touched by the previous round have published a report newer than it, so one
-move is not decided twice from a stale view.
+move is not decided twice from a stale view; and while moves of the last wave are still settling
+(a bundle released but not yet reported by its target for two intervals) it only splits, counting
+those bundles on their targets.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import BadVersion, InvalidArgument, MagnetarError, NotFound
@@ -54,11 +56,14 @@ DECISIONS_PATH = "/loadbalance/decisions"
 #: Decisions kept in ``/loadbalance/decisions`` (oldest dropped): what ``cluster status`` shows
 #: and what a new leader reads the last moves from.
 DECISIONS_KEPT = 200
+#: How long a move may stay unsettled (released, not yet reported by its target) before the
+#: leader stops waiting for it (plus three shedding intervals).
+IN_FLIGHT_MS_MAX = 30_000
 #: Commands one broker carries out per wake-up (the rest on the next).
 COMMANDS_PER_PASS_MAX = 64
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class LeaderData:
     service_url: str  # the leader's HTTP URL, as Pulsar's LeaderBroker.serviceUrl
     broker_id: str
@@ -112,6 +117,14 @@ async def _upsert(store: MetadataStore, path: str, value: bytes) -> None:
     raise BadVersion(f"{path} keeps changing")
 
 
+@dataclasses.dataclass(slots=True)
+class _InFlight:
+    target: str
+    figures: BundleLoad
+    since_ms: int
+    seen_ms: int | None = None  # when the target first reported it
+
+
 class LeaderState(enum.Enum):
     CANDIDATE = "candidate"
     LEADER = "leader"
@@ -134,7 +147,7 @@ class LoadBalancerLeader:
         self._last_moved_ms: dict[str, int] = {}
         self._last_round: tuple[int, frozenset[str]] | None = None  # (time, brokers touched)
         #: Bundles unloaded and not yet seen in the target's report: (target, figures, time).
-        self._in_flight: dict[str, tuple[str, BundleLoad, int]] = {}
+        self._in_flight: dict[str, _InFlight] = {}
         self._lock: MetadataLock | None = None
         self.elected = asyncio.Event()  # set once this candidate became leader
 
@@ -197,7 +210,11 @@ class LoadBalancerLeader:
         counts = {}
         for namespace in sorted({b.namespace for load in loads for b in load.bundles}):
             counts[namespace] = len((await self._ownership.current_bundles(namespace)).ranges)
-        decisions = decide(loads, self._last_moved_ms, now_ms, self.settings, counts)
+        settings = self.settings
+        if self._in_flight:  # one wave of moves at a time: shed again from a settled view
+            log.info("load balancer: %d bundle moves settling; splits only this round", len(self._in_flight))
+            settings = dataclasses.replace(settings, shedding_enabled=False)
+        decisions = decide(loads, self._last_moved_ms, now_ms, settings, counts)
         self.rounds += 1
         ids = {r.pulsar_service_url: r.broker_id for r in reports}
         done: list[Decision] = []
@@ -211,7 +228,7 @@ class LoadBalancerLeader:
                 self._last_moved_ms[d.bundle] = now_ms
                 figures = next((b for load in loads for b in load.bundles if b.bundle == d.bundle), None)
                 if figures is not None:
-                    self._in_flight[d.bundle] = (d.target, figures, now_ms)
+                    self._in_flight[d.bundle] = _InFlight(d.target, figures, now_ms)
             command = {"op": d.kind.value, "bundle": d.bundle, "target": d.target, "reason": d.reason,
                        "time": now_ms}
             await self._store.create(f"{COMMANDS_ROOT}/{ids[d.source]}/cmd-", json.dumps(command).encode(),
@@ -229,15 +246,21 @@ class LoadBalancerLeader:
         """The reports with each bundle still moving counted on its target: between the source's
         release and the target's acquisition (when clients look up again) the bundle is in no
         report (or still in the source's), and deciding without it would shed the same load
-        twice. A move is forgotten once the target reports the bundle, or after the grace period."""
+        twice. A move is settled once the target has reported the bundle for two intervals (its
+        rates sampled again), or given up after ``IN_FLIGHT_MS_MAX`` plus three intervals (no
+        client came back for it: nobody owns it, which is fine)."""
         listed = {b.bundle: load.broker for load in loads for b in load.bundles}
-        for bundle, (target, _, since_ms) in list(self._in_flight.items()):
-            if listed.get(bundle) == target or now_ms - since_ms >= max(self.settings.grace_period_ms,
-                                                                         self.interval_ms):
+        for bundle, move in list(self._in_flight.items()):
+            if listed.get(bundle) == move.target:
+                if move.seen_ms is None:
+                    move.seen_ms = now_ms
+                if now_ms - move.seen_ms >= 2 * self.interval_ms:
+                    del self._in_flight[bundle]
+            elif now_ms - move.since_ms >= IN_FLIGHT_MS_MAX + 3 * self.interval_ms:
                 del self._in_flight[bundle]
         out = []
         for load in loads:
-            moving_in = tuple(figures for target, figures, _ in self._in_flight.values() if target == load.broker)
+            moving_in = tuple(m.figures for b, m in self._in_flight.items() if m.target == load.broker)
             kept = tuple(b for b in load.bundles if b.bundle not in self._in_flight)
             out.append(BrokerLoad(load.broker, load.cpu_percent, kept + moving_in))
         return out
