@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,13 +200,18 @@ def test_added_brokers_take_load_until_balanced_and_a_killed_leader_is_replaced(
         client.close()
         load.drain(cluster.broker_url(0))
         result = check(history)
-        splits = [d for d in decisions(cluster) if d["kind"] == "split"]
+        all_decisions = decisions(cluster)
+        splits = [d for d in all_decisions if d["kind"] == "split"]
+        unloads = [d for d in all_decisions if d["kind"] == "unload"]
+        settled_s = (max(d["time"] for d in unloads) / 1000 - (time.time() - (time.monotonic() - added_at)))
+        twice = sorted(b for b, n in Counter(d["bundle"] for d in unloads).items() if n > 1)
         final_owner = {t: owner_of(cluster, t) for t in topics}
         moved = [t for t in topics if final_owner[t] not in (0, None)]
         pauses = [load.max_latency(t, load_added_s) for t in moved]
         calm = [load.max_latency(t, load_added_s) for t in topics if t not in moved]
-        print(f"\nelastic: balance in {balance_s:.1f} s, per broker {topics_per_broker(cluster)}, "
-              f"{len(splits)} splits, {len(moves_at_balance)} unloads to balance, {len(after)} after balance; "
+        print(f"\nelastic: within 25% in {balance_s:.1f} s, last unload at {settled_s:.1f} s, per broker "
+              f"{topics_per_broker(cluster)}, {len(splits)} splits, {len(moves_at_balance)} unloads to balance, "
+              f"{len(after)} after, {len(unloads)} in all, bundles moved twice: {twice}; "
               f"{len(moved)} topics moved: worst ack latency p50 {percentile(pauses, 0.5) * 1000:.0f} ms "
               f"p99 {percentile(pauses, 0.99) * 1000:.0f} ms (unmoved topics p50 "
               f"{percentile(calm, 0.5) * 1000:.0f} ms); checker {result.counts}")
