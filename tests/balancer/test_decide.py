@@ -224,3 +224,19 @@ def test_pulsar_keys_name_config_fields() -> None:
     assert {field for field, _ in PULSAR_KEYS.values()} <= fields
     s = BalancerSettings.from_config(BrokerConfig(load_balancer_broker_threshold_percent=20))
     assert s.threshold_percent == 20
+
+
+def test_pulsar_conf_sets_the_load_balancer_fields() -> None:
+    from magnetar.runtime.pulsar_conf import translate
+
+    conf = translate({"loadBalancerSheddingIntervalMinutes": "2", "loadBalancerSheddingGracePeriodMinutes": "5",
+                      "loadBalancerAutoBundleSplitEnabled": "false", "loadBalancerCPUResourceWeight": "0.5",
+                      "loadBalancerNamespaceBundleMaxBandwidthMbytes": "50",
+                      "loadBalancerBrokerOverloadedThresholdPercentage": "90"})
+    assert conf.broker == {"load_balancer_shedding_interval_ms": 120_000,
+                           "load_balancer_shedding_grace_period_ms": 300_000,
+                           "load_balancer_auto_bundle_split_enabled": False, "load_balancer_cpu_weight": 0.5,
+                           "load_balancer_namespace_bundle_bandwidth_bytes_max": 50 * 1024 * 1024,
+                           "load_balancer_broker_overloaded_threshold_percent": 90}
+    assert conf.ignored == []
+    BrokerConfig(**conf.broker)  # the values are valid settings

@@ -75,6 +75,7 @@ class LoadReport:
     connections: int = 0
     msg_rate_in: float = 0.0
     msg_rate_out: float = 0.0
+    pulsar_service_url_tls: str | None = None  # Pulsar's pulsarServiceUrlTls, when the broker has TLS
     cpu_percent: float = 0.0
     msg_throughput_in: float = 0.0
     msg_throughput_out: float = 0.0
@@ -97,6 +98,7 @@ class LoadReport:
             "bundles": list(self.bundles), "numBundles": len(self.bundles), "topics": self.topics,
             "numTopics": self.topics, "connections": self.connections,
             "msgRateIn": round(self.msg_rate_in, 3), "msgRateOut": round(self.msg_rate_out, 3),
+            "pulsarServiceUrlTls": self.pulsar_service_url_tls,
             "msgThroughputIn": round(self.msg_throughput_in, 3), "msgThroughputOut": round(self.msg_throughput_out, 3),
             "cpu": {"usage": round(self.cpu_percent, 2), "limit": 100.0},
             "numProducers": sum(s.producers for s in stats.values()),
@@ -117,11 +119,13 @@ class LoadReport:
             return LoadReport(broker_id, str(data["pulsarServiceUrl"]), str(data["webServiceUrl"]),
                               tuple(str(b) for b in data.get("bundles", ())), int(data.get("topics", 0)),
                               int(data.get("connections", 0)), float(data.get("msgRateIn", 0.0)),
-                              float(data.get("msgRateOut", 0.0)), float(cpu.get("usage", 0.0)),
-                              float(data.get("msgThroughputIn", 0.0)), float(data.get("msgThroughputOut", 0.0)),
-                              int(data.get("lastUpdate", 0)),
-                              tuple((str(b), BundleStats.from_json(s)) for b, s in sorted(last_stats.items())
-                                    if isinstance(s, dict)))
+                              float(data.get("msgRateOut", 0.0)), data.get("pulsarServiceUrlTls") or None,
+                              cpu_percent=float(cpu.get("usage", 0.0)),
+                              msg_throughput_in=float(data.get("msgThroughputIn", 0.0)),
+                              msg_throughput_out=float(data.get("msgThroughputOut", 0.0)),
+                              last_update_ms=int(data.get("lastUpdate", 0)),
+                              bundle_stats=tuple((str(b), BundleStats.from_json(s))
+                                                 for b, s in sorted(last_stats.items()) if isinstance(s, dict)))
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise InvalidArgument(f"bad load report of {broker_id}: {error}") from None
 

@@ -136,6 +136,7 @@ class OwnedBundle:
     lock: MetadataLock
     state: BundleState = BundleState.OWNED
     moving_to: str | None = None  # the broker the load balancer moves it to (while UNLOADING)
+    moving_to_tls: str | None = None
 
     @property
     def key(self) -> str:
@@ -154,16 +155,18 @@ class OwnerData:
     native_url: str
     http_url: str
     disabled: bool = False
+    native_url_tls: str | None = None  # Pulsar's nativeUrlTls: the owner's pulsar+ssl:// listener
 
     def encode(self) -> bytes:
         return json.dumps({"nativeUrl": self.native_url, "httpUrl": self.http_url,
-                           "disabled": self.disabled}).encode()
+                           "disabled": self.disabled, "nativeUrlTls": self.native_url_tls}).encode()
 
     @staticmethod
     def decode(value: bytes) -> OwnerData:
         try:
             data = json.loads(value)
-            return OwnerData(str(data["nativeUrl"]), str(data.get("httpUrl", "")), bool(data.get("disabled")))
+            return OwnerData(str(data["nativeUrl"]), str(data.get("httpUrl", "")), bool(data.get("disabled")),
+                             data.get("nativeUrlTls") or None)
         except (ValueError, KeyError, TypeError) as error:
             raise InvalidArgument(f"bad ownership data: {error}") from None
 
@@ -203,6 +206,10 @@ class BundleOwnership:
     @property
     def service_url(self) -> str:
         return self.service.config.service_url
+
+    @property
+    def service_url_tls(self) -> str | None:
+        return self.service.config.service_url_tls
 
     @property
     def state(self) -> OwnershipState:
@@ -267,7 +274,7 @@ class BundleOwnership:
         return OwnerData.decode(found.value), found.version
 
     def _owner_data(self) -> OwnerData:
-        return OwnerData(self.service_url, self.http_url)
+        return OwnerData(self.service_url, self.http_url, native_url_tls=self.service_url_tls)
 
     # --- lookup ---------------------------------------------------------------------------------
 
@@ -291,10 +298,10 @@ class BundleOwnership:
         if owned is None:
             return None
         if owned.state is BundleState.OWNED:
-            return LookupAnswer(LookupKind.CONNECT, self.service_url, True)
+            return LookupAnswer(LookupKind.CONNECT, self.service_url, True, self.service_url_tls)
         if owned.moving_to and owned.moving_to != self.service_url:
             # Moving: send the client on to the chosen broker, which takes the bundle once we let go.
-            return LookupAnswer(LookupKind.REDIRECT, owned.moving_to, True)
+            return LookupAnswer(LookupKind.REDIRECT, owned.moving_to, True, owned.moving_to_tls)
         raise _not_ready(f"bundle {owned.key} is being unloaded; retry")
 
     async def _find_or_take(self, namespace: str, bundle: BundleRange, authoritative: bool) -> LookupAnswer:
@@ -305,37 +312,47 @@ class BundleOwnership:
             if owner.native_url != self.service_url:
                 if owner.disabled:
                     raise _not_ready(f"bundle {key} is being unloaded; retry")
-                return LookupAnswer(LookupKind.REDIRECT, owner.native_url, False)
+                return LookupAnswer(LookupKind.REDIRECT, owner.native_url, False, owner.native_url_tls)
             # Our address, not held by this session: left by our previous life (restart before
             # its session expired). That process is gone (we hold its address now): remove it.
             with contextlib.suppress(BadVersion):
                 await self.store.delete(owner_path(namespace, bundle), version)
         if not authoritative:
-            chosen = await self.choose_owner(namespace, bundle)
+            chosen, chosen_tls = await self.choose_owner_urls(namespace, bundle)
             if chosen != self.service_url:
-                return LookupAnswer(LookupKind.REDIRECT, chosen, True)
+                return LookupAnswer(LookupKind.REDIRECT, chosen, True, chosen_tls)
         if await self._acquire(namespace, bundle) and self.serves_bundle(namespace, bundle):
             await self._forget_assignment(namespace, bundle)
-            return LookupAnswer(LookupKind.CONNECT, self.service_url, True)
+            return LookupAnswer(LookupKind.CONNECT, self.service_url, True, self.service_url_tls)
         current = await self.owner_of(namespace, bundle)
         if current is not None and current[0].native_url != self.service_url:
-            return LookupAnswer(LookupKind.REDIRECT, current[0].native_url, False)
+            return LookupAnswer(LookupKind.REDIRECT, current[0].native_url, False, current[0].native_url_tls)
         raise _not_ready(f"ownership of bundle {key} is changing; retry")
 
-    async def choose_owner(self, namespace: str | None = None, bundle: BundleRange | None = None) -> str:
-        """The broker the load balancer's leader assigned the bundle to (``assignment_path``: its
-        "preallocated" owner, while that broker reports load), else the least-loaded broker
-        (this one when no report is readable)."""
+    async def choose_owner(self) -> str:
+        """The service URL of the least-loaded broker (this one when no report is readable)."""
+        return (await self.choose_owner_urls())[0]
+
+    async def choose_owner_urls(self, namespace: str | None = None,
+                                bundle: BundleRange | None = None) -> tuple[str, str | None]:
+        """(pulsar://, pulsar+ssl:// or None) of the broker the load balancer's leader assigned
+        the bundle to (``assignment_path``: its "preallocated" owner, while that broker reports
+        load), else of the least-loaded broker (this one when no report is readable)."""
         reports = [r for r in await self.loads.all() if r.broker_id != self.loads.broker_id]
         if namespace is not None and bundle is not None:
             found = await self.store.get(assignment_path(namespace, bundle))
             if found is not None:
                 target = Assignment.decode(found.value).broker
-                if target == self.service_url or any(r.pulsar_service_url == target for r in reports):
-                    return target
+                if target == self.service_url:
+                    return self.service_url, self.service_url_tls
+                for report in reports:
+                    if report.pulsar_service_url == target:
+                        return target, report.pulsar_service_url_tls
         reports.append(self.load_report(self.loads.last.connections if self.loads.last else 0))
         best = least_loaded(reports)
-        return self.service_url if best is None else best.pulsar_service_url
+        if best is None:
+            return self.service_url, self.service_url_tls
+        return best.pulsar_service_url, best.pulsar_service_url_tls
 
     async def _await_assigned_release(self, namespace: str, bundle: BundleRange) -> None:
         """A bundle the leader assigned to this broker, still held by its previous owner while it
@@ -452,6 +469,9 @@ class BundleOwnership:
         """Close the bundle's topics (clients look up again), then give up its lock. With a
         ``target`` (the load balancer's choice), lookups meanwhile are redirected there."""
         owned = self._require_owned(namespace, bundle_name)
+        if target is not None:
+            owned.moving_to_tls = next((r.pulsar_service_url_tls for r in await self.loads.all()
+                                        if r.pulsar_service_url == target), None)
         owned.moving_to = target
         owned.move(BundleState.UNLOADING)
         topics = self._stop_serving(owned.serves)
@@ -505,8 +525,9 @@ class BundleOwnership:
         stats = bundle_stats(owned, list(self.service.topics.values()))
         return LoadReport(
             self.loads.broker_id, self.service_url, self.http_url, tuple(o.key for o in owned),
-            len(self.service.topics), connections, rate_in, rate_out, cpu_percent,
-            sum(s.msg_throughput_in for _, s in stats), sum(s.msg_throughput_out for _, s in stats), now_ms, stats,
+            len(self.service.topics), connections, rate_in, rate_out, self.service_url_tls,
+            cpu_percent, sum(s.msg_throughput_in for _, s in stats), sum(s.msg_throughput_out for _, s in stats),
+            now_ms, stats,
         )
 
     def traffic(self) -> tuple[int, int]:
