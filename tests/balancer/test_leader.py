@@ -290,5 +290,7 @@ def test_a_lookup_on_the_assigned_broker_waits_for_the_owner_to_let_go() -> None
         await a.ownership.unload(NS, bundle.name, target=b.url)
         assert await asyncio.wait_for(waiting, 5) == LookupAnswer(LookupKind.CONNECT, b.url, True)
         assert not await a.store.exists(assignment_path(NS, bundle))  # placed: assignment done
+        await settle()
+        assert str(TopicName.parse(topic)) in b.service.topics  # loaded at once, before any client asked
 
     run(body)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import json
 import logging
@@ -70,6 +71,8 @@ def owner_path(namespace: str, bundle: BundleRange) -> str:
 
 #: How long a lookup on the broker a bundle is assigned to waits for the previous owner to let go.
 ASSIGNED_RELEASE_WAIT_MS = 10_000
+#: Topics of a moved bundle its new owner loads at once (the rest when their clients come back).
+PRELOAD_TOPICS_MAX = 1000
 #: Where the load balancer's leader writes the broker a bundle should go to when it is free.
 ASSIGNMENTS_ROOT = "/loadbalance/assignments"
 
@@ -80,23 +83,25 @@ def assignment_path(namespace: str, bundle: BundleRange) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """JSON ``{"broker": service URL, "from": service URL, "reason", "time": ms}``."""
+    """JSON ``{"broker": service URL, "from": service URL, "reason", "time": ms, "topics": [...]}``;
+    ``topics`` are the topics the previous owner had loaded, which the target loads at once."""
 
     broker: str
     source: str = ""
     reason: str = ""
     time_ms: int = 0
+    topics: tuple[str, ...] = ()
 
     def encode(self) -> bytes:
         return json.dumps({"broker": self.broker, "from": self.source, "reason": self.reason,
-                           "time": self.time_ms}).encode()
+                           "time": self.time_ms, "topics": list(self.topics)}).encode()
 
     @staticmethod
     def decode(value: bytes) -> Assignment:
         try:
             data = json.loads(value)
             return Assignment(str(data["broker"]), str(data.get("from", "")), str(data.get("reason", "")),
-                              int(data.get("time", 0)))
+                              int(data.get("time", 0)), tuple(str(t) for t in data.get("topics", ())))
         except (ValueError, KeyError, TypeError) as error:
             raise InvalidArgument(f"bad bundle assignment: {error}") from None
 
@@ -322,7 +327,9 @@ class BundleOwnership:
             if chosen != self.service_url:
                 return LookupAnswer(LookupKind.REDIRECT, chosen, True, chosen_tls)
         if await self._acquire(namespace, bundle) and self.serves_bundle(namespace, bundle):
-            await self._forget_assignment(namespace, bundle)
+            placed = await self._forget_assignment(namespace, bundle)
+            if placed is not None and placed.broker == self.service_url:
+                self._preload(placed.topics)
             return LookupAnswer(LookupKind.CONNECT, self.service_url, True, self.service_url_tls)
         current = await self.owner_of(namespace, bundle)
         if current is not None and current[0].native_url != self.service_url:
@@ -380,10 +387,43 @@ class BundleOwnership:
         finally:
             watch.cancel()
 
-    async def _forget_assignment(self, namespace: str, bundle: BundleRange) -> None:
-        """The bundle is placed: its assignment (if any) has done its work."""
-        with contextlib.suppress(NotFound, MetadataError):
-            await self.store.delete(assignment_path(namespace, bundle))
+    async def _forget_assignment(self, namespace: str, bundle: BundleRange) -> Assignment | None:
+        """The bundle is placed: its assignment (if any) has done its work; returns it."""
+        path = assignment_path(namespace, bundle)
+        with contextlib.suppress(NotFound, MetadataError, InvalidArgument):
+            found = await self.store.get(path)
+            if found is None:
+                return None
+            await self.store.delete(path)
+            return Assignment.decode(found.value)
+        return None
+
+    def _preload(self, topics: Sequence[str]) -> None:
+        """Load the topics a moved bundle's previous owner served, concurrently and at once, so
+        the clients coming back find them loaded (their PRODUCER/SUBSCRIBE commands would
+        otherwise load them one after another on their connection)."""
+        async def load(name: str) -> None:
+            try:
+                await self.service.get_topic(TopicName.parse(name), create=False)
+            except Exception as error:  # the clients' own requests load it (or report why not)
+                log.info("preloading %s after a move: %s", name, error)
+
+        for name in topics[:PRELOAD_TOPICS_MAX]:
+            task = asyncio.get_running_loop().create_task(load(name))
+            self._closing_tasks.add(task)
+            task.add_done_callback(self._closing_tasks.discard)
+
+    async def _note_topics(self, namespace: str, bundle: BundleRange, target: str, topics: Sequence[Topic]) -> None:
+        """Tell the target (in the assignment) which topics to load when it takes the bundle."""
+        path = assignment_path(namespace, bundle)
+        with contextlib.suppress(MetadataError, InvalidArgument, BadVersion):
+            found = await self.store.get(path)
+            if found is None:
+                return
+            assignment = Assignment.decode(found.value)
+            if assignment.broker == target and topics:
+                noted = dataclasses.replace(assignment, topics=tuple(sorted(str(t.name) for t in topics)))
+                await self.store.put(path, noted.encode(), found.version)
 
     async def _acquire(self, namespace: str, bundle: BundleRange) -> bool:
         lock = MetadataLock(self.store, owner_path(namespace, bundle), self._owner_data().encode())
@@ -475,6 +515,8 @@ class BundleOwnership:
         owned.moving_to = target
         owned.move(BundleState.UNLOADING)
         topics = self._stop_serving(owned.serves)
+        if target is not None:
+            await self._note_topics(namespace, owned.range, target, topics)
         await asyncio.gather(*(_close_quietly(t) for t in topics))
         if owned.state is BundleState.UNLOADING:
             owned.move(BundleState.RELEASED)
