@@ -9,6 +9,8 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from magnetar.base.types import TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.balancer import BalancerSettings, DecisionKind
@@ -292,5 +294,22 @@ def test_a_lookup_on_the_assigned_broker_waits_for_the_owner_to_let_go() -> None
         assert not await a.store.exists(assignment_path(NS, bundle))  # placed: assignment done
         await settle()
         assert str(TopicName.parse(topic)) in b.service.topics  # loaded at once, before any client asked
+
+    run(body)
+
+
+def test_while_a_bundle_unloads_toward_a_target_lookups_are_sent_there() -> None:
+    from magnetar.broker.errors import BrokerError
+    from magnetar.broker.ownership import BundleState
+
+    async def body(nodes: list[Node], _: MemoryMetadataServer, clock: ManualClock) -> None:
+        a, b, _c = nodes
+        (topic,) = await load_topics(a, 1)
+        (owned,) = a.ownership.owned()
+        owned.move(BundleState.UNLOADING)  # as ``unload`` leaves it while the topics close
+        with pytest.raises(BrokerError):  # control: an unload with no target answers "retry"
+            await a.lookup(topic)
+        owned.moving_to = b.url
+        assert await a.lookup(topic) == LookupAnswer(LookupKind.REDIRECT, b.url, True)
 
     run(body)
