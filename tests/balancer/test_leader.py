@@ -28,6 +28,7 @@ from magnetar.broker.service import BrokerService
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.metadata._local import LocalClient
 from magnetar.runtime.clock import SystemClock
+from magnetar.runtime.http import bootstrap_cluster
 from tests.manual_clock import ManualClock, settle
 
 NS = "public/default"
@@ -59,6 +60,8 @@ def run(body: Callable[[list[Node], MemoryMetadataServer, ManualClock], Awaitabl
         logs = MemoryLogStore()
         clock = ManualClock()
         nodes = [Node(await server.connect(10_000), port, logs, clock) for port in (1, 2, 3)]
+        # public/default exists as on a started cluster (topics are only created in namespaces that exist)
+        await bootstrap_cluster(nodes[0].service, web_url=nodes[0].ownership.http_url)
         try:
             return await asyncio.wait_for(body(nodes, server, clock), 20)
         finally:
