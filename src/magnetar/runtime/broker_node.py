@@ -65,6 +65,7 @@ from magnetar.runtime.config import load_config
 from magnetar.runtime.console import RunningConsole, start_console
 from magnetar.runtime.cpu import CpuMeter
 from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_http
+from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
@@ -285,6 +286,7 @@ class BrokerNode:
                                                           ack_quorum_size=config.ack_quorum_size),
                 network=self.network, host=config.host, port=self.port, before_listen=install,
                 tls_port=self.port_tls, tls=self.tls,
+                offloader=open_offloader(self.broker_config),  # tiered storage when configured
             )
             ownership = generation.ownership
             assert ownership is not None

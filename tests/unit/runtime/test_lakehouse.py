@@ -24,7 +24,7 @@ from magnetar.managed_ledger.offload import LedgerLocation, OffloadError, Offloa
 from magnetar.protocol.pulsar import pb
 from magnetar.protocol.pulsar.batch import LZ4, encode_entry
 from magnetar.protocol.pulsar.frames import headers_and_payload
-from magnetar.runtime.lakehouse import LakehouseOffloader, open_offloader, table_dir
+from magnetar.runtime.lakehouse import LazyLakehouse, open_offloader, table_dir
 
 ML = "public/default/persistent/orders-partition-2"
 AVRO = {"type": "record", "name": "Order", "fields": [
@@ -73,7 +73,7 @@ async def _chunks(entries: Sequence[bytes], size: int = 2) -> AsyncIterator[list
         yield [(start + i, e) for i, e in enumerate(entries[start:start + size])]
 
 
-def _store(root: Path) -> LakehouseOffloader:
+def _store(root: Path) -> LazyLakehouse:
     offloader = open_offloader(BrokerConfig(offload_directory=str(root)))
     assert offloader is not None
     return offloader

@@ -64,7 +64,7 @@ from magnetar.protocol.pulsar.batch import message_count
 from magnetar.protocol.pulsar.stored import split_stored_entry
 from magnetar.runtime.bookie_reads import BlockingBookieReads
 from magnetar.runtime.clock import SystemClock, system_rng
-from magnetar.runtime.lakehouse import LakehouseOffloader
+from magnetar.runtime.lakehouse import LazyLakehouse
 from magnetar.runtime.metadata_view import MetadataView, open_metadata_view
 from magnetar.runtime.network import TcpNetwork
 
@@ -402,7 +402,7 @@ def _send_reads(cx: Connections, connections: _ReadConnections, metadata: Mappin
 
 async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tuple[ValueField, ...] = (),
                      avro_schemas: Mapping[int, str] | None = None,
-                     lakehouse: LakehouseOffloader | None = None) -> AsyncGenerator[pa.RecordBatch, None]:
+                     lakehouse: LazyLakehouse | None = None) -> AsyncGenerator[pa.RecordBatch, None]:
     """Record batches of every message in ``piece`` (see the module docstring for the modes), cut
     at ``SPARK_ARROW_BATCH_ROWS_MAX`` rows or ``SPARK_ARROW_BATCH_BYTES_MAX`` value bytes.
     Offloaded ledgers are read from ``lakehouse`` (their stored entries, the same rows)."""
@@ -443,7 +443,7 @@ def _sub_slice(piece: Slice, ranges: list[EntryRange]) -> Slice:
                  {k: v for k, v in piece.offloaded.items() if k in ids})
 
 
-async def _offloaded_rows(lakehouse: LakehouseOffloader, piece: Slice,
+async def _offloaded_rows(lakehouse: LazyLakehouse, piece: Slice,
                           builder: RowBuilder) -> AsyncGenerator[pa.RecordBatch, None]:
     managed_ledger = TopicName.parse(piece.topic).persistence_path
     for r in piece.ranges:

@@ -27,13 +27,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import quote, unquote
 
 import fsspec
 import pyarrow as pa
@@ -54,6 +52,8 @@ from magnetar.managed_ledger.offload import (
     OffloadSchema,
     WrittenLedger,
 )
+from magnetar.runtime.lakehouse.layout import FILE_NAME as _FILE
+from magnetar.runtime.lakehouse.layout import file_name, table_dir, topic_and_partition
 from magnetar.runtime.lakehouse.rows import (
     COLUMNS_FOR_REPLAY,
     LedgerRows,
@@ -66,29 +66,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_FILE = re.compile(r"^ledger-(\d{20})-([0-9a-f]{32})\.parquet$")
-_PARTITION = re.compile(r"^(.*)-partition-(\d+)$")
 ROW_GROUPS_KEY = b"magnetar.row_groups"
-
-
-def table_dir(managed_ledger: str) -> str:
-    """``tenant/ns/<topic>/partition=<n>`` of managed ledger ``tenant/ns/persistent/<encoded>``."""
-    tenant, namespace, _domain, encoded = managed_ledger.split("/")
-    local = unquote(encoded)
-    found = _PARTITION.match(local)
-    base, partition = (found.group(1), int(found.group(2))) if found else (local, -1)
-    return f"{tenant}/{namespace}/{quote(base, safe='')}/partition={partition}"
-
-
-def topic_and_partition(managed_ledger: str) -> tuple[str, int]:
-    tenant, namespace, domain, encoded = managed_ledger.split("/")
-    local = unquote(encoded)
-    found = _PARTITION.match(local)
-    return f"{domain}://{tenant}/{namespace}/{local}", int(found.group(2)) if found else -1
-
-
-def file_name(ledger_id: int, uid: str) -> str:
-    return f"ledger-{ledger_id:020d}-{uid}.parquet"
 
 
 class _RowGroupCache:
@@ -360,4 +338,4 @@ def open_fs(driver: str, *, s3_endpoint: str = "", s3_region: str = "") -> Any:
     return fsspec.filesystem("s3", **options)
 
 
-__all__ = ["LakehouseOffloader", "file_name", "open_fs", "table_dir"]
+__all__ = ["LakehouseOffloader", "open_fs"]
