@@ -171,3 +171,21 @@ def test_without_schema_there_are_no_value_columns(tmp_path: Path) -> None:
         assert "id" not in table.column_names and table.num_rows == 2
 
     asyncio.run(run())
+
+
+def test_a_schema_registered_later_adds_its_columns_to_the_table(tmp_path: Path) -> None:
+    async def run() -> None:
+        store = _store(tmp_path)
+        entries = _entries()
+        plain = await store.write_ledger(LedgerLocation(ML, 1, store.new_attempt_id()), _chunks(entries), None)
+        await store.commit_manifest(plain, None)
+        schema = OffloadSchema(0, "AVRO", json.dumps(AVRO))
+        typed = await store.write_ledger(LedgerLocation(ML, 2, store.new_attempt_id()), _chunks(entries), schema)
+        await store.commit_manifest(typed, schema)
+        table = DeltaTable(str(tmp_path / "public/default/orders/partition=2")).to_pyarrow_table()
+        assert table.num_rows == 24
+        ids = table.column("id").to_pylist()
+        assert ids[:12] == [None] * 12 or ids[12:] == [None] * 12  # the plain ledger's rows have none
+        assert sorted(i for i in ids if i is not None) == [0, 1, 2, 100, 100, 101, 101, 102, 102, 103, 103]
+
+    asyncio.run(run())

@@ -200,8 +200,8 @@ class LakehouseOffloader:
             if not wanted and not stale:
                 return  # committed by an earlier call (idempotent)
             removes: list[AddAction | RemoveAction] = [RemoveAction(p, True, now_ms) for p in stale]
-            merged = _merged_schema(table, table_schema)
-            table.create_write_transaction([*wanted, *removes], "append", merged,
+            _add_new_columns(table, table_schema)  # a schema registered later: its typed columns join the table
+            table.create_write_transaction([*wanted, *removes], "append", table.schema(),
                                            commit_properties=CommitProperties(custom_metadata=info))
 
         await self._run(commit)
@@ -319,12 +319,13 @@ def _delta_schema(schema: pa.Schema) -> Any:
     return Schema.from_arrow(schema)
 
 
-def _merged_schema(table: DeltaTable, schema: pa.Schema) -> Any:
-    current = pa.schema(table.schema().to_arrow())
-    if current.equals(schema):
-        return table.schema()
-    merged = pa.unify_schemas([current, schema], promote_options="permissive")
-    return _delta_schema(merged)
+def _add_new_columns(table: DeltaTable, schema: pa.Schema) -> None:
+    """Columns of ``schema`` the table lacks are added to it (nullable: older files have none).
+    A column whose type changed keeps the table's type (Delta readers then read it as null)."""
+    known = set(pa.schema(table.schema().to_arrow()).names)
+    new = [f.with_nullable(True) for f in schema if f.name not in known]
+    if new:
+        table.alter.add_columns(list(_delta_schema(pa.schema(new)).fields))
 
 
 def open_fs(driver: str, *, s3_endpoint: str = "", s3_region: str = "") -> Any:
