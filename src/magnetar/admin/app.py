@@ -17,7 +17,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from magnetar import __version__
-from magnetar.admin import bundles, clusters, namespaces, policy_routes, subscriptions, tenants, topics
+from magnetar.admin import (
+    bundles,
+    clusters,
+    namespaces,
+    policy_routes,
+    replication,
+    subscriptions,
+    tenants,
+    topics,
+)
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
 
@@ -27,6 +36,7 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     clusters.routes,
     tenants.routes,
     namespaces.routes,
+    replication.routes,
     policy_routes.namespace_routes,
     topics.routes,
     subscriptions.routes,

@@ -67,6 +67,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
             for p in topic.producers.values()
         ],
         "subscriptions": subscriptions,
+        "replication": {remote: replicator.stats() for remote, replicator in sorted(topic.replicators.items())},
         "deduplicationStatus": "Enabled" if topic.policies().deduplication else "Disabled",
         "backlogQuotaExceeded": topic.quota_exceeded is not None,
     }

@@ -292,3 +292,18 @@ SPARK_BROKER_READ_IDLE_MS_MAX = 30_000
 SPARK_WRITE_PENDING_COUNT_MAX = 1_000
 #: One admin REST call of the connector (advancing the named subscription on commit).
 SPARK_ADMIN_REQUEST_MS_MAX = 30_000
+
+# --- geo-replication (magnetar.replication) --------------------------------------------------------
+#: Entries a replicator has sent and not yet had receipted (Pulsar's replicationProducerQueueSize).
+REPLICATION_PRODUCER_QUEUE_COUNT_MAX = 1_000
+#: Entries one replicator reads from its cursor at a time.
+REPLICATION_READ_COUNT_MAX = 100
+#: Reconnect backoff of a replicator whose remote producer failed (Pulsar: 100 ms -> 1 min).
+REPLICATION_BACKOFF_INITIAL_MS = 100
+REPLICATION_BACKOFF_MAX_MS = 60_000
+#: How often the replication service re-reads policies, starts/stops replicators and samples rates.
+REPLICATION_CHECK_INTERVAL_MS = 1_000
+#: Creating a producer on the remote cluster gives up after this (then backoff and retry).
+REPLICATION_CONNECT_TIMEOUT_MS = 10_000
+#: Replicators per broker (topics x remote clusters).
+REPLICATION_REPLICATORS_COUNT_MAX = 10_000

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Protocol
 from magnetar import faults
 from magnetar.base.invariant import invariant
 from magnetar.base.types import Position
-from magnetar.broker.dedup import DedupAppend, DedupStatus
+from magnetar.broker.dedup import DedupAppend, DedupStatus, MessageDeduplication
 from magnetar.broker.errors import BrokerError, to_broker_error
+from magnetar.broker.replicated import is_replicator_producer
 from magnetar.protocol.pulsar import pb
 
 if TYPE_CHECKING:
@@ -94,6 +95,9 @@ class Producer:
         self.access_mode = access_mode
         self.connection_key = connection_key
         self.schema_version: bytes | None = None  # the registered schema it produces with, if any
+        #: A geo-replicator's producer (``pulsar.repl.A-->B``): its SENDs are deduplicated by
+        #: source position (``broker/replicated.py``), not by sequence id.
+        self.replicator = is_replicator_producer(name)
         self._pending: deque[_PendingSend] = deque()
         self._pending_max = pending_max
         #: Called once per SEND taken off the FIFO (answered, or dropped once closed): the
@@ -117,8 +121,12 @@ class Producer:
         self._state = ProducerState.CLOSED
         self._room.set()
 
-    async def send(self, command: pb.CommandSend, data: bytes | None, *, records_sequence: bool = True) -> None:
+    async def send(self, command: pb.CommandSend, data: bytes | None, *, records_sequence: bool = True,
+                   source: tuple[str, int] | None = None) -> None:
         """Queue one SEND (``data`` None: it failed its checksum). Waits while the FIFO is full.
+
+        ``source``: (source cluster, source position) of a replicator's SEND; it is deduplicated
+        by that position in ``topic.repl_dedup`` instead of by sequence id.
 
         The chunks of one chunked message share a sequence id: only the last one
         (``records_sequence``) is checked for a duplicate and records the sequence id as persisted;
@@ -133,26 +141,31 @@ class Producer:
         op = _PendingSend(first, highest, records_sequence=records_sequence)
         chunk = command.HasField("is_chunk") and command.is_chunk
         self._pending.append(op)
+        dedup, key = (self.topic.repl_dedup, source[0]) if source is not None else (self.topic.dedup, self.name)
+        if source is not None:  # each source entry (a chunk too) is one position: always checked
+            first = highest = source[1]
+            chunk, records_sequence = False, True
         if data is None:
             op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
             await self._flush()
-        elif (not chunk or records_sequence) and await self._is_duplicate(first):  # a last chunk counts
+        elif (not chunk or records_sequence) and await self._is_duplicate(dedup, key, first):  # a last chunk counts
             op.position = DUPLICATE
             await self._flush()
         else:
-            append = self.topic.dedup.begin(self.name, highest, records_sequence=records_sequence)
-            if not self.topic.publish_nowait(data, max(count, 1), partial(self._persisted, op, append)):
-                op.task = asyncio.get_running_loop().create_task(self._persist(op, data, append))
+            append = dedup.begin(key, highest, records_sequence=records_sequence)
+            if not self.topic.publish_nowait(data, max(count, 1), partial(self._persisted, op, dedup, append)):
+                op.task = asyncio.get_running_loop().create_task(self._persist(op, data, dedup, append))
 
-    async def _is_duplicate(self, sequence_id: int) -> bool:
-        dedup = self.topic.dedup
-        status = dedup.check(self.name, sequence_id)
+    @staticmethod
+    async def _is_duplicate(dedup: MessageDeduplication, key: str, sequence_id: int) -> bool:
+        status = dedup.check(key, sequence_id)
         while status is DedupStatus.UNKNOWN:  # each wait ends when one in-flight append ends
-            await dedup.wait_in_flight(self.name, sequence_id)
-            status = dedup.check(self.name, sequence_id)
+            await dedup.wait_in_flight(key, sequence_id)
+            status = dedup.check(key, sequence_id)
         return status is DedupStatus.DUPLICATE
 
-    async def _persist(self, op: _PendingSend, data: bytes, append: DedupAppend) -> None:
+    async def _persist(self, op: _PendingSend, data: bytes, dedup: MessageDeduplication,
+                       append: DedupAppend) -> None:
         position: Position | None = None
         try:
             position = await self.topic.publish(data)
@@ -160,16 +173,16 @@ class Producer:
         except Exception as error:
             op.error = to_broker_error(error)
         finally:
-            self.topic.dedup.finish(append, position)
+            dedup.finish(append, position)
         await self._flush()
 
-    def _persisted(self, op: _PendingSend, append: DedupAppend, position: Position | None,
-                   error: BaseException | None) -> None:
+    def _persisted(self, op: _PendingSend, dedup: MessageDeduplication, append: DedupAppend,
+                   position: Position | None, error: BaseException | None) -> None:
         """``_persist``'s ending for a SEND that took ``Topic.publish_nowait``."""
         op.position = position
         if error is not None:
             op.error = to_broker_error(error)
-        self.topic.dedup.finish(append, position)
+        dedup.finish(append, position)
         if faults.any_armed(_RECEIPT_POINTS):
             op.task = asyncio.get_running_loop().create_task(self._flush())
             return

@@ -29,6 +29,7 @@ from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.ids import before, is_earliest, is_latest, to_position
 from magnetar.broker.lookup import LookupKind
 from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.replicated import is_replicator_producer, replicated_source
 from magnetar.broker.schema import carries_schema, version_bytes, version_from_bytes
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
@@ -148,7 +149,7 @@ class Session:
             metadata = event.message.metadata
             last_chunk = (not metadata.HasField("num_chunks_from_msg")
                           or metadata.chunk_id == metadata.num_chunks_from_msg - 1)
-            await self._on_send(event.command, bytes(event.message.checksummed()), last_chunk)
+            await self._on_send(event.command, bytes(event.message.checksummed()), last_chunk, metadata)
         elif isinstance(event, CorruptSend):
             await self._on_send(event.command, None, True)
         elif isinstance(event, CommandReceived):
@@ -240,6 +241,8 @@ class Session:
         self._check_handles()
         topic = await self.service.get_topic(_topic_name(body.topic), create=True)
         await topic.dedup.ready()  # recovered before the first producer: last_sequence_id is right
+        if is_replicator_producer(body.producer_name):
+            await topic.repl_dedup.ready()  # source positions recovered before the first replicated SEND
         schema_version = None
         if body.HasField("schema") and carries_schema(body.schema):  # before admission: refused if incompatible
             schema_version = version_bytes(await self.service.schemas.register(topic.name, body.schema))
@@ -264,7 +267,8 @@ class Session:
                                                   schema_version=producer.schema_version)
             self._out()
 
-    async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool) -> None:
+    async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool,
+                       metadata: pb.MessageMetadata | None = None) -> None:
         producer = self.producers.get(command.producer_id)
         if producer is None:
             # Java closes the connection: the client then re-creates its producers and resends.
@@ -272,7 +276,8 @@ class Session:
             self.connection.close("SEND for an unknown producer")
             return
         self._pending_sends += 1
-        await producer.send(command, data, records_sequence=records_sequence)
+        source = replicated_source(metadata) if producer.replicator and metadata is not None else None
+        await producer.send(command, data, records_sequence=records_sequence, source=source)
 
     async def _close_producer(self, body: pb.CommandCloseProducer) -> None:
         producer = self.producers.pop(body.producer_id, None)

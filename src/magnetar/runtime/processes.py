@@ -46,10 +46,13 @@ class StandaloneProcess:
         web_port: int = 0,
         env: dict[str, str] | None = None,
         stderr: int | None = subprocess.PIPE,
+        cluster_name: str | None = None,
     ) -> None:
         argv = [sys.executable, "-m", "magnetar.cli", "standalone", "--data-dir", data_dir,
                 "--bookies", str(bookies_count), "--broker-port", str(broker_port),
                 "--bookie-port", str(bookie_port), "--web-port", str(web_port)]
+        if cluster_name is not None:
+            argv += ["--cluster-name", cluster_name]
         child_env = dict(os.environ if env is None else env)
         self.process = subprocess.Popen(argv, env=child_env, stdout=subprocess.PIPE, stderr=stderr, text=True)
         try:

@@ -45,6 +45,7 @@ from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_broker_
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
+from magnetar.runtime.replication import start_replication
 from magnetar.storage import BookieConfig
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,10 @@ class StandaloneConfig:
     # (``runtime.ledger.LocalFirstTransport``); false: over the bookie protocol on loopback, as
     # any other client does (the bookies serve it either way).
     local_bookie_calls: bool = True
+    #: The cluster this standalone is (``--cluster-name``): what geo-replication calls it, and the
+    #: cluster registered on first start. Two standalones with different names replicate to each
+    #: other once each is registered in the other and a namespace lists both (docs/geo-replication.md).
+    cluster_name: str = "standalone"
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies_count <= STANDALONE_BOOKIES_COUNT_MAX:
@@ -150,7 +155,8 @@ async def start_standalone(config: StandaloneConfig) -> Standalone:
         e, qw, qa = config.quorum
         running.broker = await start_broker(
             load_config(BrokerConfig, "broker",
-                        overrides={"advertised_host": config.host, "advertised_port": config.broker_port}),
+                        overrides={"advertised_host": config.host, "advertised_port": config.broker_port,
+                                   "cluster_name": config.cluster_name}),
             clock=clock,
             metadata=store,
             ledger_manager=manager,
@@ -161,6 +167,8 @@ async def start_standalone(config: StandaloneConfig) -> Standalone:
         )
         running.stoppers.append(running.broker.close)
         await bootstrap_cluster(running.broker.service, web_url=f"http://{config.host}:{config.web_port}")
+        replication = await start_replication(running.broker.service, clock=clock, network=network)
+        running.stoppers.append(replication.stop)
         running.http = await start_broker_http(config.host, config.web_port, service=running.broker.service,
                                                health=lambda: _health(running))
         running.stoppers.append(running.http.stop)
