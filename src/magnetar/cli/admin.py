@@ -370,6 +370,14 @@ def topics_stats(topic: str, as_json: bool = typer.Option(False, "--json", help=
         subs.add_row(name, str(sub.get("type", "")), str(sub["msgBacklog"]), f"{sub['msgRateOut']:.1f}",
                      str(len(sub["consumers"])))
     console.print(subs)
+    if stats.get("replication"):
+        repl = Table(title="replication")
+        for column in ("remote", "connected", "backlog", "msgRateOut", "delay s", "last error"):
+            repl.add_column(column)
+        for remote, r in stats["replication"].items():
+            repl.add_row(remote, str(r["connected"]), str(r["replicationBacklog"]), f"{r['msgRateOut']:.1f}",
+                         f"{r['replicationDelayInSeconds']:.3f}", r.get("lastError", ""))
+        console.print(repl)
 
 
 @topics_app.command("internal-stats")
