@@ -116,6 +116,8 @@ def is_write_failure(error: BaseException) -> bool:
 class ReplicatorView(Protocol):
     """What a topic needs from one of its geo-replicators (``magnetar.replication.Replicator``)."""
 
+    lag: LatencyHistogram  # publish here -> receipt from the remote, per replicated entry
+
     def stats(self) -> dict[str, Any]: ...
 
 
