@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -234,3 +235,62 @@ def test_negative_control_without_replication_dedup_duplicates_appear(tmp_path: 
     result = _kill_mid_stream(tmp_path, {"MAGNETAR_BREAK": "no-repl-dedup"})
     assert result.duplicated, result.summary()
     assert not result.lost, result.summary()
+
+
+def _backlog(node: Node, topic: str, subscription: str) -> int | None:
+    stats = admin(node.web_port, "GET", f"/persistent/public/default/{topic}/stats")
+    found = stats["subscriptions"].get(subscription)
+    return None if found is None else int(found["msgBacklog"])
+
+
+def test_replicated_subscription_fails_over_with_exactly_the_unacknowledged(pair: list[Node]) -> None:
+    """Consume in A acknowledging all but every tenth message, stop: within a bounded time the
+    subscription's backlog is the same in B (convergence when idle, individual acks carried); a
+    consumer failing over to B gets exactly the unacknowledged ones. Control: a subscription that
+    did not ask for replication gets everything again in B."""
+    a, b = pair
+    topic = "replicated-sub"
+    client_a = pulsar.Client(a.url, operation_timeout_seconds=15)
+    client_b = pulsar.Client(b.url, operation_timeout_seconds=15)
+    try:
+        consumers = {name: client_a.subscribe(topic, name, consumer_type=pulsar.ConsumerType.Shared,
+                                              initial_position=pulsar.InitialPosition.Earliest,
+                                              replicate_subscription_state_enabled=flag)
+                     for name, flag in (("replicated", True), ("local", False))}
+        producer = client_a.create_producer(topic, batching_enabled=False)
+        for i in range(100):
+            producer.send(f"{i}".encode())
+        holes = {i for i in range(100) if i % 10 == 3}
+        for consumer in consumers.values():
+            for _ in range(100):
+                message = consumer.receive(RECEIVE_TIMEOUT_MS)
+                if int(message.data()) not in holes:
+                    consumer.acknowledge(message)
+        started = time.monotonic()
+        deadline = started + 10
+        while time.monotonic() < deadline and _backlog(b, topic, "replicated") != len(holes):
+            time.sleep(0.05)  # polling the admin API for the state under test, bounded by the deadline
+        converged_s = time.monotonic() - started
+        print(f"replicated subscription converged in {converged_s:.2f} s")
+        assert _backlog(a, topic, "replicated") == _backlog(b, topic, "replicated") == len(holes)
+        assert converged_s <= 5
+        for consumer in consumers.values():
+            consumer.close()
+        redelivered: dict[str, set[int]] = {}
+        for name in ("replicated", "local"):
+            consumer = client_b.subscribe(topic, name, consumer_type=pulsar.ConsumerType.Shared,
+                                          initial_position=pulsar.InitialPosition.Earliest,
+                                          replicate_subscription_state_enabled=name == "replicated")
+            got = redelivered[name] = set()
+            while True:
+                try:
+                    message = consumer.receive(2_000)
+                except pulsar.Timeout:
+                    break
+                got.add(int(message.data()))
+                consumer.acknowledge(message)
+        assert redelivered["replicated"] == holes
+        assert redelivered["local"] == set(range(100))  # the control: nothing carried over
+    finally:
+        client_a.close()
+        client_b.close()

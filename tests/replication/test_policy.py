@@ -37,7 +37,9 @@ def test_a_message_narrows_but_never_escapes_and_replicated_entries_never_travel
     assert not should_replicate(_metadata(replicate_to=["A"]), "B")
     assert not should_replicate(_metadata(replicate_to=["__local__"]), "B")  # disable_replication
     assert not should_replicate(_metadata(replicated_from="C"), "B")  # no loops in a mesh
-    assert not should_replicate(_metadata(marker_type=10), "B")
+    assert not should_replicate(_metadata(marker_type=20), "B")  # transaction markers stay
+    assert should_replicate(_metadata(marker_type=10, replicate_to=["B"]), "B")  # snapshot request
+    assert not should_replicate(_metadata(marker_type=12, replicate_to=["A"]), "B")  # snapshot: local
 
 
 def test_replicator_credentials_come_from_the_cluster_registration() -> None:

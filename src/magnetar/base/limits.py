@@ -307,3 +307,14 @@ REPLICATION_CHECK_INTERVAL_MS = 1_000
 REPLICATION_CONNECT_TIMEOUT_MS = 10_000
 #: Replicators per broker (topics x remote clusters).
 REPLICATION_REPLICATORS_COUNT_MAX = 10_000
+#: Replicated subscriptions: how often a topic's controller looks at its subscriptions (snapshot
+#: rounds, updates); Pulsar's replicatedSubscriptionsSnapshotFrequencyMillis is 1000.
+REPLICATED_SUBSCRIPTIONS_TICK_MS = 250
+#: A snapshot round not answered by every remote within this is dropped (Pulsar: 30 s).
+REPLICATED_SUBSCRIPTIONS_SNAPSHOT_TIMEOUT_MS = 30_000
+#: Snapshots cached per replicated subscription (Pulsar: 30).
+REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX = 30
+#: Entries of the topic a controller remembers (marker or not, and each one's origin).
+REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX = 100_000
+#: Acknowledged messages one update marker carries by origin (beyond: the mark-delete only).
+REPLICATED_SUBSCRIPTIONS_UPDATE_ACKED_MAX = 10_000

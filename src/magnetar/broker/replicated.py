@@ -14,6 +14,7 @@ stored is answered as a duplicate, so nothing is stored twice and nothing is los
 from __future__ import annotations
 
 from magnetar.broker.dedup import REPLICATION_CURSOR_PREFIX
+from magnetar.broker.log import SubscriptionCursor
 from magnetar.protocol.pulsar import pb
 
 #: Pulsar's property name for the source position of a replicated message.
@@ -62,3 +63,18 @@ def replicated_source(metadata: pb.MessageMetadata) -> tuple[str, int] | None:
             position = parse_source_position(prop.value)
             return None if position is None else (metadata.replicated_from, position)
     return None
+
+
+#: Cursor property marking a replicated subscription (Pulsar's name; the value is 1).
+REPLICATED_SUBSCRIPTION_PROPERTY = "pulsar.replicated.subscription"
+
+
+def is_replicated_subscription(cursor: SubscriptionCursor) -> bool:
+    return bool(cursor.properties.get(REPLICATED_SUBSCRIPTION_PROPERTY))
+
+
+async def mark_replicated_subscription(cursor: SubscriptionCursor) -> None:
+    """Persist the flag (with the position unchanged): it outlives the consumer and the broker."""
+    if not is_replicated_subscription(cursor):
+        await cursor.mark_delete(cursor.mark_delete_position,
+                                 {**cursor.properties, REPLICATED_SUBSCRIPTION_PROPERTY: 1})

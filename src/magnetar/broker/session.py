@@ -29,7 +29,7 @@ from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.ids import before, is_earliest, is_latest, to_position
 from magnetar.broker.lookup import LookupKind
 from magnetar.broker.producer import AccessMode, Producer
-from magnetar.broker.replicated import is_replicator_producer, replicated_source
+from magnetar.broker.replicated import is_replicator_producer, mark_replicated_subscription, replicated_source
 from magnetar.broker.schema import carries_schema, version_bytes, version_from_bytes
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
@@ -312,6 +312,8 @@ class Session:
         if not body.subscription:
             raise BrokerError(pb.InvalidTopicName, "subscription name must not be empty")
         subscription = await topic.subscription(body.subscription, durable=durable, initial_mark_delete=initial)
+        if durable and body.HasField("replicate_subscription_state") and body.replicate_subscription_state:
+            await mark_replicated_subscription(subscription.cursor)  # geo-replication keeps it in step
         ranges: tuple[tuple[int, int], ...] = ()
         if body.HasField("keySharedMeta") and body.keySharedMeta.keySharedMode == pb.STICKY:
             ranges = tuple((r.start, r.end) for r in body.keySharedMeta.hashRanges)

@@ -10,7 +10,9 @@
   ``disable_replication=True`` sends just the local cluster): an entry goes to remote ``R`` only if
   its ``replicate_to`` is empty or names ``R`` — it can never reach a cluster outside the topic's.
 * An entry that already carries ``replicated_from`` came from another cluster and is never sent on
-  (no loops in a full mesh), and markers are not messages.
+  (no loops in a full mesh). Markers of replicated subscriptions travel like messages, each with
+  its own ``replicate_to`` (a snapshot request to the remotes, a response to the requester, a
+  snapshot nowhere); other markers (transactions) never leave the cluster.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from magnetar.protocol.pulsar import pb
+from magnetar.protocol.pulsar.markers import MarkerType
+
+_TRAVELLING_MARKERS = frozenset({MarkerType.SNAPSHOT_REQUEST, MarkerType.SNAPSHOT_RESPONSE, MarkerType.UPDATE})
 
 
 def effective_clusters(tenant_allowed: Sequence[str], namespace: Sequence[str],
@@ -41,7 +46,7 @@ def remote_targets(local: str, tenant_allowed: Sequence[str], namespace: Sequenc
 
 def should_replicate(metadata: pb.MessageMetadata, remote: str) -> bool:
     """Whether a stored entry with ``metadata`` goes to ``remote`` (see the module docstring)."""
-    if metadata.HasField("marker_type") and metadata.marker_type:
+    if metadata.marker_type and metadata.marker_type not in _TRAVELLING_MARKERS:
         return False
     if metadata.HasField("replicated_from") and metadata.replicated_from:
         return False

@@ -57,6 +57,7 @@ from magnetar.broker.replicated import REPL_SOURCE_POSITION_PROPERTY, replicator
 from magnetar.broker.topic import Topic
 from magnetar.client.message import MessageId
 from magnetar.client.producer import Producer
+from magnetar.protocol.pulsar import pb
 from magnetar.protocol.pulsar.stored import split_stored_entry
 from magnetar.replication.policy import should_replicate
 
@@ -65,6 +66,8 @@ _U32 = struct.Struct(">I")
 
 #: Makes the remote producer for a topic name and producer name (the service's remote clients).
 ProducerFactory = Callable[[str, str], Awaitable[Producer]]
+#: Told every entry read, in log order, before it is filtered (the replicated-subscriptions controller).
+EntryObserver = Callable[[Position, pb.MessageMetadata, memoryview], Awaitable[None]]
 
 
 def cursor_name(remote: str) -> str:
@@ -100,8 +103,10 @@ class _InFlight:
 
 
 class Replicator:
-    def __init__(self, topic: Topic, local: str, remote: str, make_producer: ProducerFactory, clock: Clock) -> None:
+    def __init__(self, topic: Topic, local: str, remote: str, make_producer: ProducerFactory, clock: Clock,
+                 observer: EntryObserver | None = None) -> None:
         self.topic = topic
+        self._observer = observer
         self.local = local
         self.remote = remote
         self.producer_name = replicator_producer_name(local, remote)
@@ -247,6 +252,8 @@ class Replicator:
             if cursor.is_acked(entry.position):
                 continue  # acknowledged individually before a restart
             metadata, payload = split_stored_entry(entry.data)
+            if self._observer is not None:
+                await self._observer(entry.position, metadata, payload)
             if not should_replicate(metadata, self.remote):
                 self._acked.append(entry.position)
                 continue

@@ -42,6 +42,7 @@ from magnetar.client.config import ClientOptions, ProducerConfig
 from magnetar.client.producer import Producer
 from magnetar.replication.policy import remote_targets
 from magnetar.replication.replicator import Replicator
+from magnetar.replication.subscriptions import SubscriptionsController
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,8 @@ class ReplicationService:
                                  else load_replicated_topics)
         self._task: asyncio.Task[None] | None = None
         self._reconciling: dict[str, asyncio.Lock] = {}
+        #: Replicated subscriptions of each topic that has replicators.
+        self.controllers: dict[str, SubscriptionsController] = {}
         self._nudge = asyncio.Event()
         self._stopped = False
 
@@ -163,6 +166,10 @@ class ReplicationService:
             log.warning("replication of %s not set up yet: %s", topic.name, error)
 
     async def _stop_all(self, topic: Topic) -> None:
+        controller = self.controllers.get(str(topic.name))
+        if controller is not None and controller.topic is topic:
+            del self.controllers[str(topic.name)]
+            await controller.stop()
         for remote in list(topic.replicators):
             replicator = topic.replicators.pop(remote)
             if isinstance(replicator, Replicator):
@@ -194,7 +201,9 @@ class ReplicationService:
                 if self.replicators_count >= REPLICATION_REPLICATORS_COUNT_MAX:
                     raise LimitExceeded("REPLICATION_REPLICATORS_COUNT_MAX", self.replicators_count + 1,
                                         REPLICATION_REPLICATORS_COUNT_MAX)
-                replicator = Replicator(topic, self.local, remote, partial(self._producer, remote), self.clock)
+                controller = self._controller(topic)
+                replicator = Replicator(topic, self.local, remote, partial(self._producer, remote), self.clock,
+                                        observer=controller.observe)
                 await replicator.open_cursor()
                 replicator.start()
                 topic.replicators[remote] = replicator
@@ -210,6 +219,19 @@ class ReplicationService:
                     await topic.log.delete_cursor(name)
         if _closed(topic):  # closed while we awaited: its close hook may have run before we started
             await self._stop_all(topic)
+
+    def _controller(self, topic: Topic) -> SubscriptionsController:
+        key = str(topic.name)
+        found = self.controllers.get(key)
+        if found is not None and found.topic is topic:
+            return found
+        controller = SubscriptionsController(
+            topic, self.local, remotes=lambda: sorted(topic.replicators),
+            connected=lambda: all(getattr(r, "connected", False) for r in topic.replicators.values()),
+            clock=self.clock)
+        self.controllers[key] = controller
+        controller.start()
+        return controller
 
     async def _producer(self, remote: str, topic: str, producer_name: str) -> Producer:
         return await self.remotes.producer(remote, topic, producer_name)
