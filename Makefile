@@ -4,24 +4,41 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-stamp
+RUN_STAMP := $(VENV)/.run-stamp
+TEST_STAMP := $(VENV)/.test-stamp
 DATA_DIR ?= data/standalone
+RUN_ARGS ?=  # e.g. RUN_ARGS="--broker-port 0 --web-port 0 --bookie-port 0"
+PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: venv run test test-fast lint bench sim chaos system-deps clean
+.PHONY: venv venv-run run test test-fast lint bench sim chaos system-deps clean
 
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,spark]'
-	@touch $(STAMP)
+# Two stamps: `make run` installs only what a server needs (Magnetar and its runtime
+# dependencies); the tests, lint and benchmarks add the dev and Spark extras (pyspark, pyarrow,
+# pandas: most of a 1.2 GB environment). pip shows what it collects and installs as it goes.
+$(VENV)/bin/python:
+	@echo "creating $(VENV) ..."
+	@$(PYTHON) -m venv $(VENV)
 
-venv: $(STAMP)
+$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "installing Magnetar and its runtime dependencies into $(VENV) (first run only) ..."
+	$(PIP) install --progress-bar on -e .
+	@touch $(RUN_STAMP)
+
+$(TEST_STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "installing Magnetar with the dev and Spark extras into $(VENV) (first run only; large) ..."
+	@$(PIP) install -q --upgrade pip
+	$(PIP) install --progress-bar on -e '.[dev,spark]'
+	@touch $(TEST_STAMP) $(RUN_STAMP)
+
+venv-run: $(RUN_STAMP)
+
+venv: $(TEST_STAMP)
 
 system-deps:
 	@bash scripts/install-system-deps.sh
 
-run: venv
-	$(VENV)/bin/magnetar standalone --data-dir $(DATA_DIR)
+run: venv-run
+	$(VENV)/bin/magnetar standalone --data-dir $(DATA_DIR) $(RUN_ARGS)
 
 test: venv system-deps
 	$(PY) -m pytest
@@ -37,7 +54,7 @@ lint: venv
 bench: venv system-deps
 	@bash bench/run_all.sh
 
-sim: venv
+sim: venv-run
 	$(VENV)/bin/magnetar sim --seed 1
 
 # The long chaos runs (docs/chaos-report.md): the seed's matrix and 100 random fault injections

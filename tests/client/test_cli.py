@@ -7,7 +7,10 @@ from collections.abc import Iterator
 import pytest
 from typer.testing import CliRunner
 
+from magnetar.cli.consume import trim_note
 from magnetar.cli.main import _register_commands, app
+from magnetar.client import Message
+from magnetar.client.message import MessageId
 from tests.client.fake_broker import FakeBroker
 from tests.client.tcp_broker import ThreadedBroker
 
@@ -56,3 +59,40 @@ def test_produce_to_an_unreachable_broker_fails_cleanly(runner: CliRunner) -> No
     result = runner.invoke(app, ["produce", "t", "-m", "x", "--service-url", "pulsar://127.0.0.1:1", "--timeout-s", "1"])
     assert result.exit_code == 1
     assert "error" in result.output
+
+
+def test_consume_short_of_its_count_says_why(broker: FakeBroker, runner: CliRunner) -> None:
+    produced = runner.invoke(app, ["produce", "few", "-m", "m", "-n", "3", "--service-url", broker.url, "--timeout-s", "10"])
+    assert produced.exit_code == 0, produced.output
+    result = runner.invoke(app, ["consume", "few", "-s", "sub", "-n", "20", "--service-url", broker.url,
+                                 "--timeout-s", "0.5"])
+    assert result.exit_code == 1
+    assert "received 3 of 20 messages within the timeout (0.5 s)" in result.output
+
+
+def test_consume_resuming_a_subscription_is_no_trim(broker: FakeBroker, runner: CliRunner) -> None:
+    produced = runner.invoke(app, ["produce", "older", "-m", "m", "-n", "5", "--service-url", broker.url,
+                                   "--timeout-s", "10"])
+    assert produced.exit_code == 0, produced.output
+    first = runner.invoke(app, ["consume", "older", "-s", "sub", "-n", "2", "--service-url", broker.url,
+                                "--timeout-s", "10"])
+    assert first.exit_code == 0, first.output
+    rest = runner.invoke(app, ["consume", "older", "-s", "sub", "-n", "3", "--service-url", broker.url,
+                               "--timeout-s", "10"])
+    assert rest.exit_code == 0, rest.output
+    assert "3 messages consumed" in rest.output
+    assert "trimmed" not in rest.output  # sequence ids 2..4, but 0 and 1 are still stored: acknowledged, not lost
+
+
+def _message(ledger: int, entry: int, sequence_id: int) -> Message:
+    return Message("persistent://public/default/t", MessageId(ledger, entry), b"x", None, {}, 0, None, "p-1",
+                   sequence_id, 0)
+
+
+def test_trim_note_only_when_the_subscription_starts_at_a_trimmed_producers_later_message() -> None:
+    later = _message(7, 0, 120)
+    assert "older messages were trimmed" in (trim_note(later, later) or "")
+    assert "120 earlier message(s)" in (trim_note(later, later) or "")
+    assert trim_note(later, _message(3, 0, 0)) is None  # the topic still holds older messages
+    assert trim_note(later, None) is None
+    assert trim_note(_message(7, 0, 0), _message(7, 0, 0)) is None  # the producer's first: nothing missing

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,16 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
 
         status = magnetar("status", "--dir", directory, timeout_s=60)
         assert status.returncode == 0, status.stdout + status.stderr
+        # the admin CLI finds a broker from the cluster's directory; every broker serves the console
+        tenants = subprocess.run([sys.executable, "-m", "magnetar.cli", "admin", "--cluster-dir", directory,
+                                  "tenants", "list"], capture_output=True, text=True, timeout=60)
+        assert tenants.returncode == 0 and "public" in tenants.stdout, tenants.stdout + tenants.stderr
+        for broker in (p for p in state["processes"] if p["kind"] == "broker"):
+            base = f"http://127.0.0.1:{broker['http_port']}"
+            with urllib.request.urlopen(f"{base}/", timeout=30) as page:
+                assert b"/console/static/app.js" in page.read()
+            with urllib.request.urlopen(f"{base}/console/api/cluster", timeout=30) as reply:
+                assert len(json.loads(reply.read())["brokers"]) == 2  # both load reports
         again = magnetar("up", "--dir", directory, timeout_s=60)
         assert again.returncode == 1 and "already running" in again.stdout
 

@@ -20,7 +20,9 @@ from magnetar import __version__
 from magnetar.admin import (
     bundles,
     clusters,
+    compaction,
     namespaces,
+    non_persistent,
     policy_routes,
     replication,
     subscriptions,
@@ -38,6 +40,8 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     namespaces.routes,
     replication.routes,
     policy_routes.namespace_routes,
+    compaction.routes,
+    non_persistent.routes,
     topics.routes,
     subscriptions.routes,
     policy_routes.topic_routes,

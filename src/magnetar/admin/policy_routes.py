@@ -139,6 +139,8 @@ SPECS: tuple[PolicySpec, ...] = (
                _unsupported_ns_get, _unsupported_ns_set, *_tattr("max_message_size")),
     PolicySpec("delayedDelivery", "delayedDelivery", DelayedDeliveryPolicies, _validate_struct,
                *_attr("delayed_delivery_policies"), _topic_delayed_get, _topic_delayed_set),
+    PolicySpec("compactionThreshold", "compactionThreshold", int, _non_negative("compactionThreshold"),
+               *_attr("compaction_threshold"), *_tattr("compaction_threshold")),
     PolicySpec("autoTopicCreation", None, AutoTopicCreationOverride, _validate_struct,
                *_attr("auto_topic_creation_override"), _unsupported_tp_get, _unsupported_tp_set),
 )

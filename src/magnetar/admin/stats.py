@@ -17,6 +17,11 @@ from magnetar.broker.topic import Topic
 _SUB_TYPES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}
 
 
+def _address(channel: object) -> str:
+    """The client's ``host:port`` (Pulsar's ``address``) when the channel is a connection that knows it."""
+    return str(getattr(channel, "peer_address", "") or "")
+
+
 def _position(position: Any) -> str:
     return f"{position.ledger_id}:{position.entry_id}"
 
@@ -39,7 +44,8 @@ def subscription_stats(topic: Topic, subscription: Subscription) -> dict[str, An
         else "Exclusive",
         "isDurable": subscription.durable,
         "consumers": [
-            {"consumerName": c.name, "availablePermits": c.permits, "unackedMessages": c.pending_count}
+            {"consumerName": c.name, "availablePermits": c.permits, "unackedMessages": c.pending_count,
+             "address": _address(c.channel)}
             for c in subscription.consumers
         ],
     }
@@ -63,7 +69,8 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
         "storageSize": storage.size_bytes,
         "backlogSize": topic.backlog_bytes(),
         "publishers": [
-            {"producerId": p.producer_id, "producerName": p.name, "accessMode": p.access_mode.name.title()}
+            {"producerId": p.producer_id, "producerName": p.name, "accessMode": p.access_mode.name.title(),
+             "address": _address(p.channel)}
             for p in topic.producers.values()
         ],
         "subscriptions": subscriptions,

@@ -318,3 +318,17 @@ REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX = 30
 REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX = 100_000
 #: Acknowledged messages one update marker carries by origin (beyond: the mark-delete only).
 REPLICATED_SUBSCRIPTIONS_UPDATE_ACKED_MAX = 10_000
+# --- web console (magnetar.admin.console) ------------------------------------------------------------
+#: Rate samples the console keeps per topic and for the broker (a ring: the oldest goes first);
+#: at the default 2 s interval, the last 5 minutes.
+CONSOLE_SAMPLES_COUNT_MAX = 150
+#: Topics whose rate history the console keeps; topics loaded beyond it get none (their stats do).
+CONSOLE_TOPICS_TRACKED_COUNT_MAX = 2_000
+#: Messages one console peek returns at most...
+CONSOLE_PEEK_COUNT_MAX = 100
+#: ...and entries it reads to find them (individually acknowledged ones are passed over).
+CONSOLE_PEEK_SCAN_ENTRIES_MAX = 1_000
+#: Ledgers of one topic the durability view reads the metadata of, newest first.
+CONSOLE_LEDGERS_COUNT_MAX = 200
+#: Topics (and partitions) the console's tree lists per namespace.
+CONSOLE_TREE_TOPICS_COUNT_MAX = 5_000

@@ -17,6 +17,7 @@ from urllib.parse import unquote
 
 from magnetar.base.errors import ClosedError, NotFound
 from magnetar.base.types import Position, TopicName
+from magnetar.broker.compacted_ledgers import BookieCompactedLedgers
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import Entry, LedgerStats, StorageStats, ack_set_words, acked_indexes
 from magnetar.managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
@@ -88,6 +89,13 @@ class ManagedTopicLog:
     @property
     def managed_ledger(self) -> ManagedLedger:
         return self._ml
+
+    @property
+    def compacted_ledgers(self) -> BookieCompactedLedgers:
+        """Compacted ledgers of this topic: ledgers of their own with the topic's quorum settings."""
+        config = self._ml.config
+        return BookieCompactedLedgers(self._ml.manager, config.ensemble_size, config.write_quorum_size,
+                                      config.ack_quorum_size)
 
     @property
     def last_position(self) -> Position:

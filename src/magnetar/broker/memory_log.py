@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from magnetar.base.errors import LimitExceeded, NotFound
 from magnetar.base.limits import MANAGED_CURSOR_RANGES_COUNT_MAX, MIB
 from magnetar.base.types import Position, TopicName
+from magnetar.broker.compacted_ledgers import MemoryCompactedLedgers
 from magnetar.broker.log import Entry, LedgerStats, StorageStats, ack_set_words, acked_indexes
 
 
@@ -159,6 +160,10 @@ class MemoryTopicLog:
         index = bisect.bisect_right(self._state.positions, after)
         return sum(len(d) for d in self._state.data[index:])
 
+    @property
+    def compacted_ledgers(self) -> MemoryCompactedLedgers:
+        return self._store.compacted
+
     async def apply_retention(self, retention_time_s: float, retention_size_bytes: int) -> list[int]:
         """The reference log keeps every entry: it has no ledgers to delete."""
         return []
@@ -219,6 +224,12 @@ class MemoryLogStore:
         self._next_ledger_id = 1
         self._bytes = 0
         self._bytes_max = entries_bytes_max
+        self.compacted = MemoryCompactedLedgers(self._allocate_ledger_id)
+
+    def _allocate_ledger_id(self) -> int:
+        ledger_id = self._next_ledger_id
+        self._next_ledger_id += 1
+        return ledger_id
 
     def charge(self, size: int) -> None:
         if self._bytes + size > self._bytes_max:

@@ -141,6 +141,7 @@ class Policies(msgspec.Struct, omit_defaults=False):
         default=None, name="autoTopicCreationOverride")
     delayed_delivery_policies: DelayedDeliveryPolicies | None = None
     schema_compatibility_strategy: str = "UNDEFINED"
+    compaction_threshold: int | None = None  # bytes after the compaction horizon (topic compaction)
 
 
 class TopicPolicies(msgspec.Struct, rename="camel", omit_defaults=True):
@@ -157,6 +158,7 @@ class TopicPolicies(msgspec.Struct, rename="camel", omit_defaults=True):
     delayed_delivery_enabled: bool | None = None
     delayed_delivery_tick_time_millis: int | None = None
     replication_clusters: list[str] | None = None
+    compaction_threshold: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,10 +28,12 @@ from magnetar.base.clock import Clock
 from magnetar.base.errors import AlreadyExists, LimitExceeded, NotFound
 from magnetar.base.limits import BROKER_TOPICS_LOADED_COUNT_MAX
 from magnetar.base.types import TopicName
+from magnetar.broker.compaction import compaction_threshold_bytes
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.log import LogStore
 from magnetar.broker.lookup import PartitionedTopics, SingleBrokerLookup, TopicLookup
+from magnetar.broker.non_persistent import open_non_persistent, topics_of_mode
 from magnetar.broker.policies import PolicyCache
 from magnetar.broker.resources import Resources, TopicBusy
 from magnetar.broker.schema import SchemaRegistry
@@ -81,7 +83,7 @@ class BrokerService:
         if self._state is not ServiceState.RUNNING:
             raise BrokerError(pb.ServiceNotReady, "broker is shutting down")
         if not name.is_persistent:
-            raise BrokerError(pb.NotAllowedError, "non-persistent topics are not supported")
+            return await open_non_persistent(self, name, create=create, admin=admin)
         key = str(name)
         topic = self.topics.get(key)
         if topic is not None:
@@ -134,10 +136,12 @@ class BrokerService:
             return await self.partitioned.partitions(name)
         return wanted
 
-    async def topics_of_namespace(self, namespace: str, pattern: str | None = None) -> list[str]:
+    async def topics_of_namespace(self, namespace: str, pattern: str | None = None,
+                                  mode: int = pb.CommandGetTopicsOfNamespace.PERSISTENT) -> list[str]:
+        """Topics of ``namespace`` of the domains ``mode`` names (Pulsar's default: persistent ones)."""
         stored = set(await self.log_store.list_logs(namespace))
         stored.update(t for t in self.topics if TopicName.parse(t).namespace == namespace)
-        names = sorted(stored)
+        names = topics_of_mode(sorted(stored), mode)
         if pattern:
             try:
                 regex = re.compile(pattern)
@@ -170,7 +174,12 @@ class BrokerService:
             topic.disconnect_producers()
             for subscription in list(topic.subscriptions.values()):
                 subscription.disconnect_consumers()
+        if name.is_persistent:  # its compacted ledger is not in the log's ledger list: delete it too
+            loaded = topic or await self.get_topic(name, create=False, admin=True)
+            await loaded.compaction.delete_compacted_ledger()
         await self.unload(name)
+        if not name.is_persistent:
+            return  # nothing stored: unloading it deleted it
         await self.log_store.delete_log(str(name))
         if self.resources is not None and not name.is_partition:
             await self.resources.delete_topic_policies(name)
@@ -196,6 +205,7 @@ class BrokerService:
         for topic in list(self.topics.values()):
             try:
                 await topic.check_policies(self.clock.now_ms())
+                await topic.compaction.check_threshold(await compaction_threshold_bytes(self.policies, topic.name))
             except Exception as error:
                 log.warning("policy check of %s failed: %s", topic.name, error)
             now_ns = self.clock.monotonic_ns()

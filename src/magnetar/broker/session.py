@@ -24,6 +24,7 @@ from typing import Any
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.limits import BROKER_HANDLES_PER_CONNECTION_COUNT_MAX, BROKER_SEEK_SCAN_ENTRIES_COUNT_MAX
 from magnetar.base.types import EARLIEST, TopicName
+from magnetar.broker.compaction import compacted_view
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.ids import before, is_earliest, is_latest, to_position
@@ -56,6 +57,8 @@ class Session:
         self.service = service
         self.connection = connection
         self._on_output = on_output
+        #: The client's ``host:port`` as the runtime sees it ("" in the simulator): admin stats show it.
+        self.peer_address = ""
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, tuple[Consumer, Subscription]] = {}
         self._transport_backlog_bytes = 0
@@ -203,7 +206,7 @@ class Session:
 
     async def _topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
         pattern = body.topics_pattern if body.HasField("topics_pattern") else None
-        topics = await self.service.topics_of_namespace(body.namespace, pattern)
+        topics = await self.service.topics_of_namespace(body.namespace, pattern, body.mode)
         self.connection.send_get_topics_of_namespace_response(body.request_id, topics)
 
     async def _get_schema(self, body: pb.CommandGetSchema) -> None:
@@ -294,6 +297,8 @@ class Session:
         self._check_handles()
         create = body.force_topic_creation if body.HasField("force_topic_creation") else True
         topic = await self.service.get_topic(_topic_name(body.topic), create=create)
+        read_log = (compacted_view(topic.log, topic.compaction, topic.name, SubType(body.subType))
+                    if body.read_compacted else None)  # refused before any subscription is made
         if body.HasField("schema") and carries_schema(body.schema):
             await self.service.schemas.check_consumer(topic.name, body.schema)
         durable = body.durable if body.HasField("durable") else True
@@ -321,7 +326,7 @@ class Session:
                             priority_level=body.priority_level, hash_ranges=ranges, connection_key=self)
         if body.consumer_id in self.consumers:
             raise BrokerError(pb.ServiceNotReady, "consumer is already being created")
-        subscription.add_consumer(consumer)
+        subscription.add_consumer(consumer, read_log)
         self.consumers[body.consumer_id] = (consumer, subscription)
         self.connection.send_success(body.request_id)
 

@@ -23,6 +23,7 @@ from magnetar.base.clock import Clock
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX
 from magnetar.base.types import Position
+from magnetar.broker.compaction import CompactedView
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.dispatcher import Dispatcher
@@ -103,7 +104,9 @@ class Subscription:
 
     # --- consumers ------------------------------------------------------------------------------
 
-    def add_consumer(self, consumer: Consumer) -> None:
+    def add_consumer(self, consumer: Consumer, read_log: TopicLog | None = None) -> None:
+        """Attach ``consumer``; ``read_log`` (a ``read_compacted`` consumer's compacted view) is what
+        the dispatcher reads from while this is the only consumer (default: the topic's log)."""
         if self._state is not SubscriptionState.ACTIVE:
             raise BrokerError(pb.ServiceNotReady, f"subscription {self.name} is closed")
         current = self.consumers
@@ -113,12 +116,15 @@ class Subscription:
             raise BrokerError(pb.ConsumerBusy, "Exclusive consumer is already connected")
         if self._admit_consumer is not None:
             self._admit_consumer()
+        source = read_log or self.log
         if self.dispatcher is None or self.sub_type is not consumer.sub_type:
             self.sub_type = consumer.sub_type
-            self.dispatcher = make_dispatcher(consumer.sub_type, self.log, self.cursor, self.config,
+            self.dispatcher = make_dispatcher(consumer.sub_type, source, self.cursor, self.config,
                                               self.partition_index, self.clock, self._delayed_enabled)
             self.dispatcher.on_deliver = self.dispatched.record
             self.dispatcher.start()
+        elif not current and self.dispatcher.log is not source:
+            self.dispatcher.log = source  # positions are the topic's in both: reading goes on where it was
         self.dispatcher.add_consumer(consumer)
 
     async def remove_consumer(self, consumer: Consumer) -> None:
@@ -154,6 +160,7 @@ class Subscription:
                 target = position
             if dispatcher is not None:
                 dispatcher.acknowledged_cumulative(target)
+                await self._skip_compacted_out(dispatcher)
             return
         whole: list[Position] = []
         for position, ack_set in positions:
@@ -167,6 +174,15 @@ class Subscription:
             await self.cursor.delete(whole)
         if dispatcher is not None:
             dispatcher.acknowledged(whole)
+            await self._skip_compacted_out(dispatcher)
+
+    async def _skip_compacted_out(self, dispatcher: Dispatcher) -> None:
+        """A ``read_compacted`` dispatcher: acks also cover what compaction removed (see
+        ``CompactedView.skip_compacted_out``)."""
+        if isinstance(dispatcher.log, CompactedView):
+            moved = await dispatcher.log.skip_compacted_out(self.cursor, self.config.dispatch_read_count_max)
+            if moved is not None:
+                dispatcher.acknowledged_cumulative(moved)
 
     async def _batch_size(self, position: Position) -> int:
         entries = await self.log.read(position, 1)

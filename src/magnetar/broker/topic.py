@@ -64,6 +64,7 @@ from magnetar.base.limits import (
     BROKER_TOPIC_UNFENCE_RETRY_INTERVAL_MS,
 )
 from magnetar.base.types import EARLIEST, Position, TopicName
+from magnetar.broker.compaction import TopicCompaction
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, DedupState, MessageDeduplication, is_system_cursor
 from magnetar.broker.entry import entry_message_count
@@ -160,6 +161,7 @@ class Topic:
         self._waiting: list[WaitingProducer] = []
         self._unfencing: asyncio.Task[None] | None = None
         self.write_failures = 0  # times the topic was fenced after a failed write
+        self.compaction = TopicCompaction(topic_log)  # see broker/compaction.py
         self._state = TopicState.ACTIVE
 
     @property
@@ -516,6 +518,7 @@ class Topic:
             self.remove_producer(producer)
         for subscription in list(self.subscriptions.values()):
             await subscription.close(delete=not subscription.durable)
+        await self.compaction.close()
         await self.dedup.close()
         await self.repl_dedup.close()
         await self.log.close()

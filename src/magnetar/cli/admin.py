@@ -2,7 +2,8 @@
 
 Groups: ``clusters``, ``tenants``, ``namespaces``, ``topics``. Lists print as rich tables, documents
 (policies, stats) as JSON. The broker's HTTP address comes from ``--url`` or
-``MAGNETAR_ADMIN_URL`` (default ``http://127.0.0.1:8080``). A refused request prints the broker's
+``MAGNETAR_ADMIN_URL`` (default ``http://127.0.0.1:8080``, a standalone's); ``--cluster-dir DIR``
+takes the first live broker of the ``magnetar cluster up --dir DIR`` cluster. A refused request prints the broker's
 ``reason`` and exits with 1 (2 when the broker cannot be reached). Topics may be given short
 (``my-topic`` is ``persistent://public/default/my-topic``), as the clients accept them.
 """
@@ -19,10 +20,10 @@ from urllib.parse import quote
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.types import TopicName
+from magnetar.cli.output import print_table
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 REQUEST_TIMEOUT_S = 30.0
@@ -37,7 +38,7 @@ for _name, _group in (("clusters", clusters_app), ("tenants", tenants_app), ("na
                       ("topics", topics_app)):
     admin_app.add_typer(_group, name=_name)
 
-console = Console()
+console = Console(soft_wrap=True)  # long names and URLs stay on one line, whole
 
 
 @dataclass
@@ -61,7 +62,9 @@ class _Api:
             typer.echo(f"error {error.code}: {reason}", err=True)
             raise typer.Exit(1) from None
         except (urllib.error.URLError, OSError) as error:
-            typer.echo(f"error: cannot reach {self.url}: {error}", err=True)
+            hint = ("; for a `magnetar cluster up` cluster give --cluster-dir DIR (or --url from "
+                    "`magnetar cluster status`)") if self.url == DEFAULT_URL else ""
+            typer.echo(f"error: cannot reach {self.url}: {error}{hint}", err=True)
             raise typer.Exit(2) from None
         return json.loads(raw) if raw else None
 
@@ -74,21 +77,43 @@ def _api() -> _Api:
 
 
 @admin_app.callback()
-def _options(url: str = typer.Option(None, "--url", help=f"broker HTTP URL (default $MAGNETAR_ADMIN_URL or {DEFAULT_URL})")) -> None:
+def _options(url: str = typer.Option(None, "--url", help=f"broker HTTP URL (default $MAGNETAR_ADMIN_URL or {DEFAULT_URL})"),
+             cluster_dir: str = typer.Option(None, "--cluster-dir",
+                                             help="a `magnetar cluster up --dir` directory: use its brokers' URLs")) -> None:
     if url:
         _state["url"] = url
+    elif cluster_dir:
+        _state["url"] = _cluster_admin_url(cluster_dir)
+
+
+def _cluster_admin_url(directory: str) -> str:
+    """The HTTP URL of the first live broker of the local cluster in ``directory`` (cluster.json)."""
+    from pathlib import Path
+
+    from magnetar.runtime.cluster import STATE_FILE, LocalCluster
+
+    if not (Path(directory) / STATE_FILE).exists():
+        typer.echo(f"error: no cluster in {directory} (no {STATE_FILE}); start one with "
+                   f"`magnetar cluster up --dir {directory}`", err=True)
+        raise typer.Exit(2)
+    brokers = LocalCluster.load(Path(directory)).of_kind("broker")
+    for broker in brokers:
+        if broker.alive():
+            return f"http://127.0.0.1:{broker.http_port}"
+    typer.echo(f"error: no broker of the cluster in {directory} is running (`magnetar cluster status --dir "
+               f"{directory}`)", err=True)
+    raise typer.Exit(2)
 
 
 def _table(title: str, column: str, rows: list[str]) -> None:
-    table = Table(title=title)
-    table.add_column(column)
-    for row in rows:
-        table.add_row(row)
-    console.print(table)
+    print_table(console, title, (column,), [(row,) for row in rows])
 
 
 def _json(value: Any) -> None:
-    console.print_json(json.dumps(value))
+    if console.is_terminal:
+        console.print_json(json.dumps(value))
+    else:  # piped: plain JSON for jq, never re-wrapped
+        typer.echo(json.dumps(value, indent=2))
 
 
 def _done(what: str) -> None:
@@ -357,27 +382,18 @@ def topics_stats(topic: str, as_json: bool = typer.Option(False, "--json", help=
     if as_json:
         _json(stats)
         return
-    table = Table(title=f"stats of {topic}")
-    for column in ("msgRateIn", "msgRateOut", "msgInCounter", "storageSize", "backlogSize", "publishers"):
-        table.add_column(column)
-    table.add_row(f"{stats['msgRateIn']:.1f}", f"{stats['msgRateOut']:.1f}", str(stats["msgInCounter"]),
-                  str(stats["storageSize"]), str(stats["backlogSize"]), str(len(stats["publishers"])))
-    console.print(table)
-    subs = Table(title="subscriptions")
-    for column in ("subscription", "type", "msgBacklog", "msgRateOut", "consumers"):
-        subs.add_column(column)
-    for name, sub in stats["subscriptions"].items():
-        subs.add_row(name, str(sub.get("type", "")), str(sub["msgBacklog"]), f"{sub['msgRateOut']:.1f}",
-                     str(len(sub["consumers"])))
-    console.print(subs)
+    print_table(console, f"stats of {topic}",
+                ("msgRateIn", "msgRateOut", "msgInCounter", "storageSize", "backlogSize", "publishers"),
+                [(f"{stats['msgRateIn']:.1f}", f"{stats['msgRateOut']:.1f}", str(stats["msgInCounter"]),
+                  str(stats["storageSize"]), str(stats["backlogSize"]), str(len(stats["publishers"])))])
+    print_table(console, "subscriptions", ("subscription", "type", "msgBacklog", "msgRateOut", "consumers"),
+                [(name, str(sub.get("type", "")), str(sub["msgBacklog"]), f"{sub['msgRateOut']:.1f}",
+                  str(len(sub["consumers"]))) for name, sub in stats["subscriptions"].items()])
     if stats.get("replication"):
-        repl = Table(title="replication")
-        for column in ("remote", "connected", "backlog", "msgRateOut", "delay s", "last error"):
-            repl.add_column(column)
-        for remote, r in stats["replication"].items():
-            repl.add_row(remote, str(r["connected"]), str(r["replicationBacklog"]), f"{r['msgRateOut']:.1f}",
-                         f"{r['replicationDelayInSeconds']:.3f}", r.get("lastError", ""))
-        console.print(repl)
+        print_table(console, "replication", ("remote", "connected", "backlog", "msgRateOut", "delay s", "last error"),
+                    [(remote, str(r["connected"]), str(r["replicationBacklog"]), f"{r['msgRateOut']:.1f}",
+                      f"{r['replicationDelayInSeconds']:.3f}", r.get("lastError", "")) for remote, r in
+                     stats["replication"].items()])
 
 
 @topics_app.command("internal-stats")
@@ -523,3 +539,6 @@ def topics_remove_policy(topic: str, policy: str = typer.Argument(..., help=_TOP
 
 def register(app: typer.Typer) -> None:
     app.add_typer(admin_app, name="admin")
+
+
+from magnetar.cli import admin_compaction  # noqa: E402,F401  (adds its commands to the groups above)

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
+
+from magnetar.cli.output import print_table
 
 DEFAULT_DIR = "data/cluster"
 
@@ -26,15 +28,13 @@ def _table(cluster: object, console: Console) -> None:
     from magnetar.runtime.cluster import LocalCluster
 
     assert isinstance(cluster, LocalCluster)
-    table = Table(title=f"magnetar cluster in {cluster.base_dir}")
-    for column in ("name", "pid", "port", "http", "healthy", "detail"):
-        table.add_column(column)
+    rows = []
     for status in cluster.status():
         process = cluster.processes[status.name]
-        table.add_row(status.name, str(status.pid or "-"), str(process.port),
-                      str(process.http_port or "-"), "[green]yes[/green]" if status.healthy else "[red]no[/red]",
-                      status.detail)
-    console.print(table)
+        rows.append((status.name, str(status.pid or "-"), str(process.port), str(process.http_port or "-"),
+                     "[green]yes[/green]" if status.healthy else "[red]no[/red]", escape(status.detail)))
+    print_table(console, f"magnetar cluster in {cluster.base_dir}",
+                ("name", "pid", "port", "http", "healthy", "detail"), rows)
     console.print(f"service URL  [bold]{cluster.service_url()}[/bold]")
     console.print(f"metadata URL {cluster.metadata_url}")
     for broker in cluster.of_kind("broker"):
@@ -53,7 +53,7 @@ def up(
     """Start the cluster and leave it running (stop it with `magnetar cluster down`)."""
     from magnetar.runtime.cluster import STATE_FILE, LocalCluster
 
-    console = Console()
+    console = Console(soft_wrap=True)
     base = Path(directory)
     if (base / STATE_FILE).exists() and any(p.alive() for p in LocalCluster.load(base).processes.values()):
         console.print(f"[red]error:[/red] a cluster is already running in {base}; `magnetar cluster down --dir {base}`")
@@ -88,7 +88,7 @@ def status(directory: str = typer.Option(DEFAULT_DIR, "--dir", help="the directo
     """Check every process of the cluster; exit 1 if any is down or unhealthy."""
     from magnetar.runtime.cluster import STATE_FILE, LocalCluster
 
-    console = Console()
+    console = Console(soft_wrap=True)
     if not (Path(directory) / STATE_FILE).exists():
         console.print(f"no cluster state in {directory}")
         raise typer.Exit(1)
@@ -103,7 +103,7 @@ def down(directory: str = typer.Option(DEFAULT_DIR, "--dir", help="the directory
     """Stop every process of the cluster by PID (SIGTERM, then SIGKILL)."""
     from magnetar.runtime.cluster import STATE_FILE, LocalCluster
 
-    console = Console()
+    console = Console(soft_wrap=True)
     if not (Path(directory) / STATE_FILE).exists():
         console.print(f"no cluster state in {directory}")
         return

@@ -1,7 +1,14 @@
 """``magnetar consume``: receive (and acknowledge) messages with Magnetar's own client.
 
 Bounded: stops after ``--count`` messages (0: until the timeout) or ``--timeout-s``, whichever
-comes first; exits 1 if fewer than ``--count`` messages arrived.
+comes first; exits 1 if fewer than ``--count`` messages arrived, and says so ("received N of M
+within the timeout").
+
+A subscription that starts at ``earliest`` can only start at the first message still stored: on a
+topic with no subscription and no retention policy the broker trims every ledger but the last
+(Pulsar's rule). When the subscription started at the first stored message (a reader from
+earliest sees the same one) and that message is not its producer's first (producers number
+their messages from 0), the earlier ones were trimmed, and the command says so (``trim_note``).
 """
 
 from __future__ import annotations
@@ -15,6 +22,11 @@ from rich.markup import escape
 from magnetar.base.errors import MagnetarError, TimeoutError_
 from magnetar.cli.produce import DEFAULT_SERVICE_URL, connect
 from magnetar.client import ClientOptions, InitialPosition, Message, SubscriptionType
+from magnetar.client.client import PulsarClient
+from magnetar.client.message import EARLIEST
+
+#: How long ``consume`` waits for the first stored message when it checks for trimmed ones.
+FIRST_STORED_TIMEOUT_MS = 2_000
 
 
 async def consume(service_url: str, topic: str, subscription: str, count: int, sub_type: SubscriptionType,
@@ -42,9 +54,49 @@ async def consume(service_url: str, topic: str, subscription: str, count: int, s
             consumer.acknowledge(message)
         await consumer.flush_acks()
         await consumer.close()
+        if position is InitialPosition.EARLIEST and received and received[0].sequence_id > 0:
+            first_stored = await _first_stored(client, topic, max(1, int((deadline - loop.time()) * 1000)))
+            note = trim_note(received[0], first_stored)
+            if note:
+                console.print(f"[yellow]note:[/yellow] {escape(note)}")
         return received
     finally:
         await client.close()
+
+
+async def _first_stored(client: PulsarClient, topic: str, timeout_ms: int) -> Message | None:
+    """The first message the topic still stores (a reader from earliest), or None."""
+    try:
+        reader = await client.create_reader(topic, EARLIEST)
+        try:
+            return await reader.read_next(timeout_ms=min(timeout_ms, FIRST_STORED_TIMEOUT_MS))
+        finally:
+            await reader.close()
+    except MagnetarError:  # a partitioned topic, or nothing within the bound: say nothing
+        return None
+
+
+def trim_note(first_received: Message, first_stored: Message | None) -> str | None:
+    """What to say when a subscription from ``earliest`` started at the first message the topic
+    still stores and that message is not its producer's first (producers number from 0): the
+    ones before it were trimmed. None otherwise (a subscription that acknowledged them before
+    simply resumes after them)."""
+    if first_stored is None or first_stored.message_id != first_received.message_id:
+        return None
+    seq = first_received.sequence_id
+    if seq <= 0:
+        return None
+    return (f"older messages were trimmed: the first message still stored ({first_received.message_id}) is number "
+            f"{seq} of producer {first_received.producer_name}, whose {seq} earlier message(s) are gone (a topic "
+            "that no subscription holds and no retention policy keeps is trimmed to its last ledger). Create the "
+            "subscription before producing, or set a retention policy: magnetar admin namespaces set-retention "
+            "public/default --time-minutes 60 --size-mb 100")
+
+
+def shortfall_line(received_count: int, count: int, timeout_s: float) -> str:
+    """The one line ``consume`` prints when fewer than ``count`` messages arrived."""
+    return (f"received {received_count} of {count} messages within the timeout ({timeout_s:g} s): "
+            f"the subscription had no more to deliver (raise --timeout-s, or lower -n)")
 
 
 def register(app: typer.Typer) -> None:
@@ -59,7 +111,7 @@ def register(app: typer.Typer) -> None:
         timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="bound on the whole run"),
     ) -> None:
         """Receive messages from a subscription, print and acknowledge them."""
-        console = Console()
+        console = Console(soft_wrap=True)
         try:
             kind = SubscriptionType[sub_type.upper()]
             initial = InitialPosition[position.upper()]
@@ -72,6 +124,7 @@ def register(app: typer.Typer) -> None:
         except (MagnetarError, OSError, TimeoutError) as exc:
             console.print(f"[red]error:[/red] {type(exc).__name__}: {exc}")
             raise typer.Exit(1) from None
-        console.print(f"[bold]{len(received)} messages consumed[/bold] from {topic}")
+        console.print(f"[bold]{len(received)} messages consumed[/bold] from {escape(topic)}")
         if count and len(received) < count:
+            typer.echo(f"error: {shortfall_line(len(received), count, timeout_s)}", err=True)
             raise typer.Exit(1)

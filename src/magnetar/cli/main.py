@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from magnetar import __version__
 from magnetar.faults import REGISTRY, parse_specs
@@ -28,12 +29,10 @@ def version() -> None:
 @faults_app.command("list")
 def faults_list() -> None:
     """List every registered fault point with its code and meaning."""
-    table = Table(title="Magnetar fault points")
-    for column in ("code", "name", "seed", "meaning"):
-        table.add_column(column)
-    for point in REGISTRY.values():
-        table.add_row(point.code, point.name, point.seed_timing, point.meaning)
-    Console().print(table)
+    from magnetar.cli.output import print_table
+
+    print_table(Console(), "Magnetar fault points", ("code", "name", "seed", "meaning"),
+                [(p.code, p.name, p.seed_timing, p.meaning) for p in REGISTRY.values()])
 
 
 @faults_app.command("check")
@@ -56,6 +55,13 @@ def _register_commands() -> None:
         register(app)
 
 
-def main() -> None:
+def cli_command() -> Any:
+    """The whole ``magnetar`` command tree as click runs it, with plain help (``cli.help``)."""
+    from magnetar.cli.help import plain_help
+
     _register_commands()
-    app()
+    return plain_help(typer.main.get_command(app))
+
+
+def main() -> None:
+    cli_command()(prog_name="magnetar")

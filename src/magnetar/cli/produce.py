@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="bound on the whole run"),
     ) -> None:
         """Publish messages to a topic and print their message ids."""
-        console = Console()
+        console = Console(soft_wrap=True)
         try:
             codec = Compression[compression.upper()]
         except KeyError:

@@ -54,7 +54,7 @@ def _run_ledger_matrix(
 
 
 def sim(
-    seed: int = typer.Option(..., "--seed", help="Seed of the run; the same seed replays it exactly."),
+    seed: int | None = typer.Option(None, "--seed", help="Seed of the run (required); the same seed replays it exactly."),
     scenario: str = typer.Option("durable-log", "--scenario", help="Scenario to run."),
     ops: int = typer.Option(None, "--ops", "--steps", min=1,
                             help="Operations per client (entries written in ledger-matrix)."),
@@ -78,6 +78,9 @@ def sim(
         typer.echo(f"{LEDGER_MATRIX}  breaks: {', '.join(sorted(ledger_matrix.BREAKS))}  "
                    f"faults: {', '.join(ledger_matrix.FAULTS)}")
         return
+    if seed is None:
+        typer.echo("error: --seed is required (e.g. magnetar sim --seed 1); --list shows the scenarios", err=True)
+        raise typer.Exit(2)
     try:
         if scenario == LEDGER_MATRIX:
             world, verdict = _run_ledger_matrix(

@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option(None, "--host", help="address to listen on (default 127.0.0.1)"),
         broker_port: int = typer.Option(None, "--broker-port", help="Pulsar binary protocol port (default 6650)"),
         web_port: int = typer.Option(None, "--web-port", help="HTTP port for /metrics and /health (default 8080)"),
-        bookie_port: int = typer.Option(None, "--bookie-port", help="first bookie's port (default 3181; 0 = any)"),
+        bookie_port: int = typer.Option(None, "--bookie-port", help="first bookie's port (default 3181; bookie i uses 3181+i; 0 = any)"),
         cluster_name: str = typer.Option(None, "--cluster-name",
                                          help="this cluster's name for geo-replication (default standalone)"),
         config: str = typer.Option(None, "--config", help="TOML file with a [standalone] section"),
@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
         """Run Magnetar on one machine: embedded metadata store, bookies and HTTP endpoint."""
         from magnetar.runtime.config import load_config, read_toml, section_of
         from magnetar.runtime.standalone import StandaloneConfig, main
+        from magnetar.runtime.startup_checks import StartupConflict
         from magnetar.storage import CookieMismatch
 
         try:
@@ -45,6 +46,9 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         try:
             main(loaded)
+        except StartupConflict as exc:  # the directory or a port is taken: one line, no traceback
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
         except CookieMismatch as exc:  # a wiped or foreign bookie directory: refuse, say why
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(3) from None

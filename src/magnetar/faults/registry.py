@@ -51,6 +51,10 @@ _POINTS = (
     # --- broker ---------------------------------------------------------------------------------
     FaultPoint("broker.after_persist_before_receipt", "P1", "message durable on Qa bookies, SEND_RECEIPT not sent"),
     FaultPoint("broker.after_receipt", "P2", "SEND_RECEIPT sent"),
+    FaultPoint("broker.compaction.after_write_before_record", "P3",
+               "compacted ledger written and sealed, not yet recorded on the __compaction cursor"),
+    FaultPoint("broker.compaction.after_record_before_delete", "P4",
+               "new compacted ledger and horizon recorded, previous compacted ledger not yet deleted"),
     # --- metadata -------------------------------------------------------------------------------
     FaultPoint("metadata.embedded.after_write_before_reply", "D1", "metadata write durable, caller not yet told"),
 )

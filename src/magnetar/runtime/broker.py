@@ -44,6 +44,7 @@ class _ConnectionLoop:
         self.clock = server.clock
         self.protocol = ServerConnection(self._now_ms(), server.server_config)
         self.session = Session(server.service, self.protocol, self._wake_writer)
+        self.session.peer_address = conn.peer
         self._output = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()

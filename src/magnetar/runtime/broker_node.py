@@ -57,6 +57,7 @@ from magnetar.metadata.api import MetadataStore
 from magnetar.runtime.bookie import wait_for_termination_signal
 from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
+from magnetar.runtime.console import RunningConsole, start_console
 from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_http
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
@@ -132,8 +133,11 @@ class Generation:
         self.ownership: BundleOwnership | None = None
         self.report_task: asyncio.Task[None] | None = None
         self.manager: Any = None
+        self.console: RunningConsole | None = None
 
     async def stop(self) -> None:
+        if self.console is not None:
+            await self.console.stop()
         if self.report_task is not None:
             self.report_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -171,6 +175,7 @@ class BrokerNode:
         self.generation: Generation | None = None
         self.generations = 0
         self._admin = _CurrentAdmin()
+        self._console = _CurrentAdmin()  # the web console of the current generation
 
     @property
     def service_url(self) -> str:
@@ -245,9 +250,10 @@ class BrokerNode:
                 await bootstrap_cluster(server.service, web_url=self.http_url)
             except Exception as error:  # the admin resources are a convenience; serving goes on
                 log.warning("could not create the default cluster/tenant/namespace: %s", error)
-            self._admin.app = build_admin_app(AdminContext(server.service, cluster=config.cluster_name,
-                                                           service_url=self.http_url,
-                                                           broker_service_url=self.service_url))
+            self._admin.app = build_admin_app(self._admin_context(server.service))
+            generation.console = start_console(self._admin_context(server.service), metadata_url=config.metadata_url,
+                                               http_url=self.http_url)
+            self._console.app = generation.console.app
             generation.report_task = asyncio.get_running_loop().create_task(
                 ownership.run_load_reports(self.clock, lambda: server.connection_count,
                                            config.load_report_interval_ms), name="load-reports")
@@ -257,13 +263,18 @@ class BrokerNode:
         self.generations += 1
         return generation
 
+    def _admin_context(self, service: BrokerService) -> AdminContext:
+        return AdminContext(service, cluster=self.config.cluster_name, service_url=self.http_url,
+                            broker_service_url=self.service_url)
+
     async def run(self, stop: asyncio.Event, *, on_ready: Any = None) -> None:
         """Serve until ``stop`` is set, starting a new generation whenever the session is lost."""
         registry = CollectorRegistry()
         registry.register(_CurrentCollector(self))
         admin = Starlette(routes=[Mount("", app=self._admin)])
         self.http = await start_http(self.config.host, self.config.http_port, health=self.health,
-                                     mounts={ADMIN_PATH: admin}, registries=[registry])
+                                     mounts={ADMIN_PATH: admin, "": Starlette(routes=[Mount("", app=self._console)])},
+                                     registries=[registry])
         try:
             while not stop.is_set():
                 try:
@@ -288,6 +299,7 @@ class BrokerNode:
                     log.warning("metadata session lost: restarting the broker on a new session")
                 generation, self.generation = self.generation, None
                 self._admin.app = None
+                self._console.app = None
                 await generation.stop()
         finally:
             if self.generation is not None:

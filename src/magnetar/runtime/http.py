@@ -1,5 +1,5 @@
 """The HTTP endpoint of a Magnetar process: ``/metrics`` (Prometheus text), ``/health`` and, on a
-broker, the admin REST API mounted at ``/admin/v2``.
+broker, the admin REST API mounted at ``/admin/v2`` and the web console at ``/`` (``runtime.console``).
 
 Starlette app served by uvicorn inside the process's event loop; nothing outside ``runtime`` and
 ``admin`` imports the framework. ``/metrics`` renders the process-wide registry followed by the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import uvicorn
@@ -25,6 +25,7 @@ from magnetar.admin import ADMIN_PATH, AdminContext, build_admin_app
 from magnetar.broker.metrics import BrokerCollector
 from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
+from magnetar.runtime.console import start_console
 
 #: How long a stopping endpoint waits for open HTTP requests before closing them.
 HTTP_SHUTDOWN_S_MAX = 5.0
@@ -42,6 +43,8 @@ class HttpEndpoint:
     def __init__(self, server: uvicorn.Server, task: asyncio.Task[None]) -> None:
         self._server = server
         self._task = task
+        #: Run after the server stopped (what was served with it: the console's sampler).
+        self.on_stop: list[Callable[[], Awaitable[None]]] = []
 
     @property
     def port(self) -> int:
@@ -58,6 +61,8 @@ class HttpEndpoint:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        for stop in self.on_stop:
+            await stop()
 
 
 def build_app(health: Callable[[], dict[str, Any]], *, mounts: dict[str, Starlette] | None = None,
@@ -93,17 +98,29 @@ async def start_http(host: str, port: int, *, health: Callable[[], dict[str, Any
 
 
 async def start_broker_http(host: str, port: int, *, service: BrokerService,
-                            health: Callable[[], dict[str, Any]]) -> HttpEndpoint:
+                            health: Callable[[], dict[str, Any]], metadata_url: str = "") -> HttpEndpoint:
     """A broker's HTTP endpoint: ``/metrics`` with per-topic and per-subscription series,
-    ``/health`` and, when the broker has a metadata store, the admin API at ``/admin/v2``."""
+    ``/health`` and, when the broker has a metadata store, the admin API at ``/admin/v2`` and the
+    web console at ``/`` (``runtime.console``)."""
     registry = CollectorRegistry()
     registry.register(BrokerCollector(service))
     mounts: dict[str, Starlette] = {}
+    console = None
     if service.resources is not None:
         context = AdminContext(service, cluster=service.config.cluster_name,
                                broker_service_url=service.config.service_url)
         mounts[ADMIN_PATH] = build_admin_app(context)
-    return await start_http(host, port, health=health, mounts=mounts, registries=[registry])
+        console = start_console(context, metadata_url=metadata_url)
+        mounts[""] = console.app  # last: everything the routes above do not serve
+    try:
+        endpoint = await start_http(host, port, health=health, mounts=mounts, registries=[registry])
+    except BaseException:
+        if console is not None:
+            await console.stop()
+        raise
+    if console is not None:
+        endpoint.on_stop.append(console.stop)
+    return endpoint
 
 
 async def bootstrap_cluster(service: BrokerService, *, web_url: str) -> None:

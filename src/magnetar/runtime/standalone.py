@@ -4,6 +4,8 @@ broker and the HTTP endpoint, in one data directory (the laptop and test deploym
 
 Layout of the data directory::
 
+    <data_dir>/standalone.pid the PID of the standalone running on it (an exclusive flock:
+                              a second standalone on the same directory refuses in one line)
     <data_dir>/metadata/      the embedded metadata store (RocksDB)
     <data_dir>/bookie-<i>/    bookie i (journal, entry logs, index, cookie)
 
@@ -46,6 +48,7 @@ from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.replication import start_replication
+from magnetar.runtime.startup_checks import DataDirLock, check_ports_free
 from magnetar.storage import BookieConfig
 
 log = logging.getLogger(__name__)
@@ -135,12 +138,27 @@ class Standalone:
         self.stoppers.clear()
 
 
+def _ports(config: StandaloneConfig) -> list[tuple[str, int, str]]:
+    bookies = [(f"bookie-{i}", config.bookie_port + i if config.bookie_port else 0, "--bookie-port")
+               for i in range(config.bookies_count)]
+    return [("Pulsar protocol", config.broker_port, "--broker-port"), ("HTTP", config.web_port, "--web-port"),
+            *bookies]
+
+
 async def start_standalone(config: StandaloneConfig) -> Standalone:
+    """Start everything; ``StartupConflict`` (one line to show) if the data directory or a port is taken."""
     clock = SystemClock()
     network = TcpNetwork()
-    os.makedirs(config.data_dir, exist_ok=True)
-    store = await open_metadata_store(config.metadata_url(), clock=clock)
+    lock = DataDirLock(config.data_dir)
+    lock.acquire()  # before the metadata store: its RocksDB lock error says nothing useful
+    try:
+        check_ports_free(config.host, _ports(config))
+        store = await open_metadata_store(config.metadata_url(), clock=clock)
+    except BaseException:
+        lock.release()
+        raise
     running = Standalone(config, store)
+    running.stoppers.append(_async(lock.release))
     running.stoppers.append(store.close)
     try:
         for index in range(config.bookies_count):
@@ -170,12 +188,19 @@ async def start_standalone(config: StandaloneConfig) -> Standalone:
         replication = await start_replication(running.broker.service, clock=clock, network=network)
         running.stoppers.append(replication.stop)
         running.http = await start_broker_http(config.host, config.web_port, service=running.broker.service,
-                                               health=lambda: _health(running))
+                                               health=lambda: _health(running), metadata_url=config.metadata_url())
         running.stoppers.append(running.http.stop)
     except BaseException:
         await running.stop()
         raise
     return running
+
+
+def _async(release: Callable[[], None]) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        release()
+
+    return run
 
 
 def _health(running: Standalone) -> dict[str, object]:

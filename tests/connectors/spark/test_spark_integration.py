@@ -143,9 +143,7 @@ def test_fail_on_data_loss(standalone: StandaloneProcess, spark: Any) -> None:
     assert [bytes(r.value) for r in trimmed.option("failOnDataLoss", "false").load().collect()] == [b"a", b"b", b"c"]
 
 
-def test_example_pipeline_counts_per_key_in_windows(standalone: StandaloneProcess, spark: Any, tmp_path: Any) -> None:
-    """examples/spark_pipeline.py, bounded (AvailableNow): per-key counts of the closed windows
-    reach the Parquet output and the output topic."""
+def _example() -> Any:
     import importlib.util
     from pathlib import Path
 
@@ -154,22 +152,54 @@ def test_example_pipeline_counts_per_key_in_windows(standalone: StandaloneProces
     assert spec is not None and spec.loader is not None
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    return example
+
+
+def _example_args(standalone: StandaloneProcess, tmp_path: Any, topic: str, *extra: str) -> Any:
+    return _example().parse_args([
+        "--service-url", standalone.broker_url, "--metadata-url", standalone.fields["metadata"],
+        "--input", topic, "--output", f"{topic}-counts", "--parquet", str(tmp_path / topic / "counts"),
+        "--checkpoint", str(tmp_path / topic / "checkpoint"), "--available-now", *extra,
+    ])
+
+
+def test_example_pipeline_counts_per_key_in_windows(standalone: StandaloneProcess, spark: Any, tmp_path: Any) -> None:
+    """examples/spark_pipeline.py, bounded (AvailableNow) in append mode: per-key counts of the
+    windows the watermark closed reach the Parquet output and the output topic."""
     t0 = 1_700_000_040_000 - 1_700_000_040_000 % 60_000  # a minute boundary
     keys = ["a", "b", "a", "a"] * 25  # 100 messages over 10 minutes: 10 per minute, a:b = 3:1
     times = [t0 + i * 6_000 for i in range(100)]
     produce(standalone.broker_url, "clicks", [b"x"] * 100, keys=keys, event_times_ms=times)
-    args = example.parse_args([
-        "--service-url", standalone.broker_url, "--metadata-url", standalone.fields["metadata"],
-        "--input", "clicks", "--output", "click-counts", "--parquet", str(tmp_path / "counts"),
-        "--checkpoint", str(tmp_path / "checkpoint"), "--available-now",
-    ])
-    example.run(spark, args)
-    counts = {(r.window.start.timestamp(), r.key): r["count"] for r in spark.read.parquet(str(tmp_path / "counts")).collect()}
+    args = _example_args(standalone, tmp_path, "clicks", "--mode", "append")
+    assert _example().run(spark, args) == 14
+    counts = {(r.window.start.timestamp(), r.key): r["count"] for r in spark.read.parquet(args.parquet).collect()}
     # the watermark (latest event - 2 minutes) closed the windows of minutes 0..6
     expected = {(t0 / 1000 + 60 * m, k): c for m in range(7) for k, c in (("a", 7 if m % 2 == 0 else 8), ("b", 3 if m % 2 == 0 else 2))}
     assert counts == expected
-    published = spark.read.format("magnetar").options(**read_options(standalone)).option("topic", "click-counts").load()
+    published = spark.read.format("magnetar").options(**read_options(standalone)).option("topic", "clicks-counts").load()
     assert sorted(json.loads(bytes(r.value))["count"] for r in published.select("value").collect()) == sorted(counts.values())
+
+
+def test_example_pipeline_on_fresh_events_writes_what_it_counted(standalone: StandaloneProcess, spark: Any,
+                                                                 tmp_path: Any) -> None:
+    """Issue 23: run as its docstring says (--available-now) on 20,000 fresh keyed events (publish
+    time now, no event time), the example writes every window's count; append mode, whose
+    watermark no fresh event passes, would write none of them."""
+    keys = [f"k{i % 7}" for i in range(20_000)]
+    produce(standalone.broker_url, "fresh", [b"x"] * 20_000, keys=keys)
+    args = _example_args(standalone, tmp_path, "fresh")
+    assert _example().output_mode(args) == "update"
+    written = _example().run(spark, args)
+    rows = spark.read.parquet(args.parquet).collect()
+    assert written == len(rows) > 0
+    latest: dict[tuple[Any, str], tuple[int, int]] = {}
+    for r in rows:  # the latest batch's row of each (window, key) is its count
+        key = (r.window.start, r.key)
+        latest[key] = max(latest.get(key, (-1, 0)), (r.batch, r["count"]))
+    per_key: dict[str, int] = {}
+    for (_, key), (_, count) in latest.items():
+        per_key[key] = per_key.get(key, 0) + count
+    assert per_key == {f"k{j}": sum(1 for k in keys if k == f"k{j}") for j in range(7)}
 
 
 def test_avro_values_of_the_official_client_become_columns(standalone: StandaloneProcess, spark: Any) -> None:
