@@ -188,6 +188,27 @@ def test_message_replication_clusters_and_disable_replication(pair: list[Node]) 
     assert drain(a.url, topic, {"local-only", "only-a", "both", "last"}) == ["local-only", "only-a", "both", "last"]
 
 
+def test_partitioned_topic_maps_partition_to_partition(pair: list[Node]) -> None:
+    """A partitioned topic created in A only: B gets the same partitioned topic (from the
+    replicators' producers) and each partition's messages."""
+    a, b = pair
+    admin(a.web_port, "PUT", "/persistent/public/default/parted/partitions", 3)
+    values = [f"p-{i}" for i in range(60)]
+    assert len(produce(a.url, "persistent://public/default/parted", values)) == 60
+    deadline = time.monotonic() + 15
+    while admin(b.web_port, "GET", "/persistent/public/default/parted/partitions")["partitions"] != 3:
+        assert time.monotonic() < deadline, "B never learned the partitioned topic"
+        time.sleep(0.05)  # polling the admin API for the state under test, bounded by the deadline
+    client = pulsar.Client(b.url, operation_timeout_seconds=15)
+    try:
+        consumer = client.subscribe("persistent://public/default/parted", "s",
+                                    initial_position=pulsar.InitialPosition.Earliest)
+        got = {consumer.receive(RECEIVE_TIMEOUT_MS).data().decode() for _ in range(60)}
+    finally:
+        client.close()
+    assert got == set(values)
+
+
 def test_topic_level_replication_clusters_override_the_namespace(pair: list[Node]) -> None:
     a, b = pair
     topic = "persistent://public/default/kept-home"

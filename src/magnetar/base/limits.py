@@ -316,6 +316,8 @@ REPLICATED_SUBSCRIPTIONS_SNAPSHOT_TIMEOUT_MS = 30_000
 REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX = 30
 #: Entries of the topic a controller remembers (marker or not, and each one's origin).
 REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX = 100_000
+#: ...and while the topic has no replicated subscription here (yet).
+REPLICATED_SUBSCRIPTIONS_SEEN_IDLE_MAX = 10_000
 #: Acknowledged messages one update marker carries by origin (beyond: the mark-delete only).
 REPLICATED_SUBSCRIPTIONS_UPDATE_ACKED_MAX = 10_000
 # --- web console (magnetar.admin.console) ------------------------------------------------------------

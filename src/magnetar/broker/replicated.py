@@ -13,8 +13,13 @@ stored is answered as a duplicate, so nothing is stored twice and nothing is los
 
 from __future__ import annotations
 
+import contextlib
+
+from magnetar.base.errors import AlreadyExists
+from magnetar.base.types import TopicName
 from magnetar.broker.dedup import REPLICATION_CURSOR_PREFIX
 from magnetar.broker.log import SubscriptionCursor
+from magnetar.broker.lookup import PartitionedTopics
 from magnetar.protocol.pulsar import pb
 
 #: Pulsar's property name for the source position of a replicated message.
@@ -78,3 +83,25 @@ async def mark_replicated_subscription(cursor: SubscriptionCursor) -> None:
     if not is_replicated_subscription(cursor):
         await cursor.mark_delete(cursor.mark_delete_position,
                                  {**cursor.properties, REPLICATED_SUBSCRIPTION_PROPERTY: 1})
+
+
+#: A replicator's PRODUCER metadata: the partition count of the source topic (when it sends to a
+#: partition), so the remote cluster can create the partitioned topic its consumers look up.
+REPL_PARTITIONS_PRODUCER_PROPERTY = "pulsar.repl.partitions"
+
+
+async def adopt_replicated_partitions(partitioned: PartitionedTopics, topic: TopicName,
+                                      properties: dict[str, str]) -> None:
+    """A replicator produces to partition N of a topic this cluster does not know as partitioned:
+    record the partitioned topic with the source's partition count (one to one mapping)."""
+    if not topic.is_partition:
+        return
+    try:
+        count = int(properties.get(REPL_PARTITIONS_PRODUCER_PROPERTY, "0"))
+    except ValueError:
+        return
+    base = topic.partitioned_topic_name
+    if count <= topic.partition_index or await partitioned.partitions(base):
+        return
+    with contextlib.suppress(AlreadyExists):  # another replicator (partition) created it first
+        await partitioned.create(base, count)

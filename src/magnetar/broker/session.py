@@ -30,7 +30,12 @@ from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.ids import before, is_earliest, is_latest, to_position
 from magnetar.broker.lookup import LookupKind
 from magnetar.broker.producer import AccessMode, Producer
-from magnetar.broker.replicated import is_replicator_producer, mark_replicated_subscription, replicated_source
+from magnetar.broker.replicated import (
+    adopt_replicated_partitions,
+    is_replicator_producer,
+    mark_replicated_subscription,
+    replicated_source,
+)
 from magnetar.broker.schema import carries_schema, version_bytes, version_from_bytes
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
@@ -242,6 +247,9 @@ class Session:
                 return
             raise BrokerError(pb.ProducerBusy, f"producer id {body.producer_id} is in use on this connection")
         self._check_handles()
+        if is_replicator_producer(body.producer_name):
+            await adopt_replicated_partitions(self.service.partitioned, _topic_name(body.topic),
+                                              {kv.key: kv.value for kv in body.metadata})
         topic = await self.service.get_topic(_topic_name(body.topic), create=True)
         await topic.dedup.ready()  # recovered before the first producer: last_sequence_id is right
         if is_replicator_producer(body.producer_name):

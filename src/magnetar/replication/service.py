@@ -34,6 +34,7 @@ from magnetar.base.limits import (
 from magnetar.base.types import TopicName
 from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, REPLICATION_CURSOR_PREFIX
 from magnetar.broker.lookup import SingleBrokerLookup
+from magnetar.broker.replicated import REPL_PARTITIONS_PRODUCER_PROPERTY
 from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic, TopicState
@@ -97,11 +98,14 @@ class RemoteClients:
         self._clients[name] = (wanted, client)
         return client
 
-    async def producer(self, remote: str, topic: str, producer_name: str) -> Producer:
+    async def producer(self, remote: str, topic: str, producer_name: str, partitions: int) -> Producer:
+        """The remote producer; ``partitions``: the source's partition count when ``topic`` is a
+        partition (the remote creates the partitioned topic from it if it has none)."""
         client = await self._client(remote)
+        properties = {REPL_PARTITIONS_PRODUCER_PROPERTY: str(partitions)} if partitions else {}
         made = await client.create_producer(topic, ProducerConfig(
             producer_name=producer_name, send_timeout_ms=0, batching_enabled=False,
-            max_pending_messages=REPLICATION_PRODUCER_QUEUE_COUNT_MAX))
+            max_pending_messages=REPLICATION_PRODUCER_QUEUE_COUNT_MAX, properties=properties))
         if not isinstance(made, Producer):
             await made.close()
             raise InvalidArgument(f"{topic} is partitioned in cluster {remote} and not here")
@@ -234,7 +238,9 @@ class ReplicationService:
         return controller
 
     async def _producer(self, remote: str, topic: str, producer_name: str) -> Producer:
-        return await self.remotes.producer(remote, topic, producer_name)
+        name = TopicName.parse(topic)
+        partitions = await self.service.partitioned.partitions(name.partitioned_topic_name) if name.is_partition else 0
+        return await self.remotes.producer(remote, topic, producer_name, partitions)
 
     # --- the periodic pass ----------------------------------------------------------------
 
@@ -281,7 +287,7 @@ class ReplicationService:
                                                           policies.replication_clusters, None):
                     continue
                 for name in await self.service.topics_of_namespace(namespace):
-                    if name not in self.service.topics:
+                    if name not in self.service.topics and TopicName.parse(name).is_persistent:
                         with contextlib.suppress(Exception):
                             await self.service.get_topic(TopicName.parse(name), create=False)
 

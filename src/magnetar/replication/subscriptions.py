@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from magnetar.base.clock import Clock
 from magnetar.base.limits import (
     REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX,
+    REPLICATED_SUBSCRIPTIONS_SEEN_IDLE_MAX,
     REPLICATED_SUBSCRIPTIONS_SNAPSHOT_TIMEOUT_MS,
     REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX,
     REPLICATED_SUBSCRIPTIONS_TICK_MS,
@@ -170,9 +171,7 @@ class SubscriptionsController:
             self._last_data = position
         self._seen.append(_Seen(position, marker, origin))
         while len(self._seen) > REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX:
-            old = self._seen.popleft()
-            if old.origin is not None and self._by_origin.get(old.origin) == old.position:
-                del self._by_origin[old.origin]
+            self._forget(self._seen.popleft())
         if marker and metadata.replicated_from:
             await self._remote_marker(position, metadata.marker_type, metadata.replicated_from, bytes(payload))
 
@@ -249,6 +248,10 @@ class SubscriptionsController:
         async with self._lock:
             subscriptions = self.replicated()
             if not subscriptions:
+                # Nothing to keep in step here yet (an update from a remote creates the subscription):
+                # remember only the recent entries its first updates may name.
+                while len(self._seen) > REPLICATED_SUBSCRIPTIONS_SEEN_IDLE_MAX:
+                    self._forget(self._seen.popleft())
                 return
             for subscription in subscriptions:
                 await self._ack_markers(subscription)
@@ -276,11 +279,13 @@ class SubscriptionsController:
         """Forget the entries every replicated subscription here has acknowledged."""
         seen = self._seen
         while seen and seen[0].position <= floor:
-            old = seen.popleft()
-            if old.origin is not None:
-                self._trimmed_last_data = old.position
-                if self._by_origin.get(old.origin) == old.position:
-                    del self._by_origin[old.origin]
+            self._forget(seen.popleft())
+
+    def _forget(self, old: _Seen) -> None:
+        if old.origin is not None:
+            self._trimmed_last_data = old.position
+            if self._by_origin.get(old.origin) == old.position:
+                del self._by_origin[old.origin]
 
     async def _ack_markers(self, subscription: Subscription) -> None:
         md = subscription.cursor.mark_delete_position
