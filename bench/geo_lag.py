@@ -135,6 +135,10 @@ def main() -> None:
         sent = produce_paced(pulsar, a.url, args.rate, args.seconds)
         consumer.join()
         lags = [lag for lag, _ in received]
+        replicator = stats(a)["replication"]["B"]
+        entries = max(1, replicator["msgOutCounter"])
+        print(f"A's replicator: {replicator['msgOutCounter']} entries receipted by B, publish->receipt mean "
+              f"{replicator['replicationLagMsSum'] / entries:.1f} ms")
         print(f"lag at {args.rate} msg/s for {args.seconds:.0f} s: sent={sent} received_in_B={len(received)} "
               f"p50={percentile(lags, 0.5):.1f} ms p90={percentile(lags, 0.9):.1f} ms "
               f"p99={percentile(lags, 0.99):.1f} ms max={max(lags, default=float('nan')):.1f} ms "
