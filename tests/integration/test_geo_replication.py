@@ -223,7 +223,9 @@ def test_topic_level_replication_clusters_override_the_namespace(pair: list[Node
     assert stats["replication"] == {}
 
 
-def _kill_mid_stream(tmp_path: Path, remote_env: dict[str, str]) -> Any:
+def _kill_mid_stream(tmp_path: Path, remote_env: dict[str, str], *, victim: str = "A") -> Any:
+    """Produce 3,000 in A, kill -9 ``victim`` (A: the replicator's broker; B: the remote) while
+    replication is under way, produce 1,000 more in A, restart the victim, compare."""
     a, b = make_nodes(tmp_path, ["A", "B"], {"B": remote_env})
     try:
         a.start()
@@ -232,10 +234,14 @@ def _kill_mid_stream(tmp_path: Path, remote_env: dict[str, str]) -> Any:
         topic = "persistent://public/default/killed"
         first = [f"m-{i}" for i in range(3000)]
         acked = produce(a.url, topic, first)
-        a.kill()  # SIGKILL while the replicator is still sending (and its cursor flushes lazily)
-        a.start()
+        killed = a if victim == "A" else b
+        killed.kill()  # SIGKILL while the replicator is still sending (and its cursor flushes lazily)
+        if victim == "A":
+            a.start()
         second = [f"m-{i}" for i in range(3000, 4000)]
-        acked += produce(a.url, topic, second)
+        acked += produce(a.url, topic, second)  # with B down: the backlog grows in A
+        if victim == "B":
+            b.start()
         source = drain(a.url, topic, set(acked))
         remote = drain(b.url, topic, set(source))
         result = check_replication(acked, source, remote)
@@ -248,6 +254,12 @@ def _kill_mid_stream(tmp_path: Path, remote_env: dict[str, str]) -> Any:
 
 def test_kill9_replicating_standalone_loses_nothing_and_duplicates_nothing(tmp_path: Path) -> None:
     result = _kill_mid_stream(tmp_path, {})
+    assert result.counts["acknowledged"] == 4000
+    assert result.ok, result.summary()
+
+
+def test_kill9_remote_cluster_then_restart_loses_nothing_and_duplicates_nothing(tmp_path: Path) -> None:
+    result = _kill_mid_stream(tmp_path, {}, victim="B")
     assert result.counts["acknowledged"] == 4000
     assert result.ok, result.summary()
 
