@@ -38,7 +38,8 @@ class BrokerThread:
     def start(self) -> BrokerThread:
         async def _start() -> BrokerServer:
             return await start_broker(self.config, log_store=self.log_store, clock=SystemClock(),
-                                      port=self.port, metadata=self.metadata)
+                                      port=self.port, metadata=self.metadata,
+                                      tls_port=0 if self.config.tls_enabled else None)
 
         self.server = self.call(_start())
         self.port = self.server.port

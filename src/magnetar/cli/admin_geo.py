@@ -16,12 +16,13 @@ imported (``commands.py`` imports it).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 from urllib.parse import quote
 
 import typer
 
-from magnetar.cli.admin import _Api, _api, _done, _json, _ns, _topic, clusters_app, namespaces_app, topics_app
+from magnetar.cli.admin import _api, _done, _json, _ns, _topic, clusters_app, namespaces_app, topics_app
 from magnetar.cli.cluster import cluster_app
 
 
@@ -115,7 +116,7 @@ def topics_remove_replication_clusters(topic: str) -> None:
 def link_clusters(members: dict[str, str], namespace: str) -> None:
     """Link clusters ``name -> HTTP URL`` for ``namespace`` (see the module docstring)."""
     tenant = namespace.partition("/")[0]
-    apis = {name: _Api(url) for name, url in members.items()}
+    apis = {name: dataclasses.replace(_api(), url=url) for name, url in members.items()}
     own: dict[str, Any] = {name: api.call("GET", f"/clusters/{quote(name, safe='')}") for name, api in apis.items()}
     names = list(members)
     for name, api in apis.items():

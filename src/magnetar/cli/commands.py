@@ -19,6 +19,7 @@ from magnetar.cli import (  # admin_geo attaches its commands to admin's and clu
     produce,
     sim,
     standalone,
+    tokens,
 )
 
 REGISTRARS: list[Callable[[typer.Typer], None]] = []
@@ -33,3 +34,4 @@ REGISTRARS.append(broker.register)
 REGISTRARS.append(chaos.register)
 REGISTRARS.append(cluster.register)
 REGISTRARS.append(admin.register)
+REGISTRARS.append(tokens.register)
