@@ -11,6 +11,7 @@ official ``pulsar`` client, linked the way a Pulsar user does it (admin REST cal
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -35,10 +36,13 @@ pulsar = pytest.importorskip("pulsar")
 RECEIVE_TIMEOUT_MS = 15_000
 
 
-def admin(web_port: int, method: str, path: str, body: Any = None) -> Any:
+def admin(web_port: int, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
     data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(f"http://127.0.0.1:{web_port}/admin/v2{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+                                     headers=headers)
     with urllib.request.urlopen(request, timeout=15) as response:
         text = response.read().decode()
         return json.loads(text) if text else None
@@ -327,3 +331,49 @@ def test_replicated_subscription_fails_over_with_exactly_the_unacknowledged(pair
     finally:
         client_a.close()
         client_b.close()
+
+
+def test_replicator_authenticates_to_the_remote_with_the_registered_token(tmp_path: Path) -> None:
+    """B requires token authentication. Registered in A without credentials, A's replicator is
+    refused (not connected, last error set, nothing arrives); once B's registration in A carries
+    ``authenticationPlugin: token`` and the token, replication starts and B gets the message."""
+    from magnetar.security.tokens import create_token
+
+    secret = os.urandom(32)
+    token = create_token("replicator", secret_key=secret)
+    secure = {"MAGNETAR_BROKER_AUTHENTICATION_ENABLED": "true",
+              "MAGNETAR_BROKER_AUTHENTICATION_PROVIDERS": "token",
+              "MAGNETAR_BROKER_TOKEN_SECRET_KEY": "data:;base64," + base64.b64encode(secret).decode()}
+    a, b = make_nodes(tmp_path, ["A", "B"], {"B": secure})
+    try:
+        a.start()
+        b.start()
+        admin(a.web_port, "PUT", "/clusters/B", {"serviceUrl": f"http://127.0.0.1:{b.web_port}",
+                                                 "brokerServiceUrl": b.url})
+        admin(b.web_port, "PUT", "/clusters/A", {"serviceUrl": f"http://127.0.0.1:{a.web_port}",
+                                                 "brokerServiceUrl": a.url}, token=token)
+        for node, auth in ((a, None), (b, token)):
+            admin(node.web_port, "POST", "/tenants/public", {"allowedClusters": ["A", "B"]}, token=auth)
+            admin(node.web_port, "POST", "/namespaces/public/default/replication", ["A", "B"], token=auth)
+        assert produce(a.url, "persistent://public/default/secured", ["first"]) == ["first"]
+        stats_path = "/persistent/public/default/secured/stats"
+        deadline = time.monotonic() + 30
+        while not admin(a.web_port, "GET", stats_path)["replication"].get("B", {}).get("lastError"):
+            assert time.monotonic() < deadline, "the refused replicator reported no error"
+            time.sleep(0.05)  # polling the admin API for the state under test, bounded by the deadline
+        refused = admin(a.web_port, "GET", stats_path)["replication"]["B"]
+        assert refused["connected"] is False and refused["replicationBacklog"] == 1
+        admin(a.web_port, "POST", "/clusters/B", {
+            "serviceUrl": f"http://127.0.0.1:{b.web_port}", "brokerServiceUrl": b.url,
+            "authenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+            "authenticationParameters": f"token:{token}"})
+        client = pulsar.Client(b.url, operation_timeout_seconds=15, authentication=pulsar.AuthenticationToken(token))
+        try:
+            reader = client.create_reader("persistent://public/default/secured", pulsar.MessageId.earliest)
+            assert reader.read_next(90_000).data() == b"first"  # within the replicator's backoff
+        finally:
+            client.close()
+        assert admin(a.web_port, "GET", stats_path)["replication"]["B"]["connected"] is True
+    finally:
+        a.kill()
+        b.kill()
