@@ -14,7 +14,8 @@ Protocol (``shared/reference/geo_replication.md`` section 1):
   stored (same metadata and payload, a batch stays one batch) plus ``replicated_from = <local>``
   and the property ``__MSG_PROP_REPL_SOURCE_POSITION = "<ledger>:<entry>"``. An entry is
   acknowledged on the cursor only once the remote has receipted it (persisted, or answered as a
-  duplicate of what it persisted).
+  duplicate of what it persisted). Receipts come in send order, so acknowledgements are cumulative
+  up to the oldest entry still in flight (individual only for skipped entries after it).
 * The remote deduplicates by source position (``broker/replicated.py``), so after any failure the
   replicator simply starts again from its cursor: a restart, a failover of the topic to another
   broker or a kill in the middle of a batch resends what was not acknowledged, and the remote
@@ -117,7 +118,9 @@ class Replicator:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._in_flight: deque[_InFlight] = deque()
-        self._acked: list[Position] = []
+        self._acked: list[Position] = []  # receipted or skipped since the last flush
+        self._ack_upto: Position | None = None  # acknowledged cumulatively at the next flush
+        self._ack_single: list[Position] = []  # acknowledged individually at the next flush
         self._read_position: Position | None = None
         self.state = ReplicatorState.STARTING
         self.last_error = ""
@@ -202,6 +205,7 @@ class Replicator:
 
     async def _close_producer(self) -> None:
         producer, self._producer = self._producer, None
+        self._split_acks()  # while the failed sends still mark where cumulative acks must stop
         self._in_flight.clear()  # their entries stay unacknowledged: resent from the cursor
         self._read_position = None
         if producer is not None:
@@ -284,10 +288,29 @@ class Replicator:
             self.sent.record(1, op.size_bytes)
             self._acked.append(op.position)
 
+    def _split_acks(self) -> None:
+        """Move ``_acked`` to cumulative (before the oldest entry in flight: everything up to there
+        was receipted or skipped, in read order) or individual (after it)."""
+        head = self._in_flight[0].position if self._in_flight else None
+        for position in self._acked:
+            if head is None or position < head:
+                self._ack_upto = position if self._ack_upto is None else max(self._ack_upto, position)
+            else:
+                self._ack_single.append(position)
+        self._acked = []
+
     async def _flush_acks(self) -> None:
-        acked, self._acked = self._acked, []
-        if acked and self._cursor is not None:
-            await self._cursor.delete(acked)
+        self._split_acks()
+        cursor = self._cursor
+        if cursor is None:
+            return
+        upto, self._ack_upto = self._ack_upto, None
+        single, self._ack_single = self._ack_single, []
+        if upto is not None:
+            await cursor.mark_delete(upto)
+        single = [p for p in single if upto is None or p > upto]
+        if single:
+            await cursor.delete(single)
 
     # --- observability ---------------------------------------------------------------------
 
