@@ -322,6 +322,9 @@ REPLICATION_BACKOFF_INITIAL_MS = 100
 REPLICATION_BACKOFF_MAX_MS = 60_000
 #: How often the replication service re-reads policies, starts/stops replicators and samples rates.
 REPLICATION_CHECK_INTERVAL_MS = 1_000
+#: A standalone loads the topics of replicated namespaces (a backlog left by a crash drains without
+#: a client) on the first pass and then every this many passes.
+REPLICATION_LOAD_TOPICS_EVERY_PASSES = 10
 #: Creating a producer on the remote cluster gives up after this (then backoff and retry).
 REPLICATION_CONNECT_TIMEOUT_MS = 10_000
 #: Replicators per broker (topics x remote clusters).

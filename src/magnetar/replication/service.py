@@ -28,6 +28,7 @@ from magnetar.base.errors import InvalidArgument, LimitExceeded, NotFound
 from magnetar.base.limits import (
     REPLICATION_CHECK_INTERVAL_MS,
     REPLICATION_CONNECT_TIMEOUT_MS,
+    REPLICATION_LOAD_TOPICS_EVERY_PASSES,
     REPLICATION_PRODUCER_QUEUE_COUNT_MAX,
     REPLICATION_REPLICATORS_COUNT_MAX,
 )
@@ -132,6 +133,7 @@ class ReplicationService:
         #: Replicated subscriptions of each topic that has replicators.
         self.controllers: dict[str, SubscriptionsController] = {}
         self._nudge = asyncio.Event()
+        self._passes = 0
         self._stopped = False
 
     @property
@@ -179,26 +181,32 @@ class ReplicationService:
             if isinstance(replicator, Replicator):
                 await replicator.stop()
 
-    async def targets(self, name: TopicName) -> list[str]:
+    async def targets(self, name: TopicName, tenants: dict[str, list[str] | None] | None = None) -> list[str]:
+        """The remotes ``name`` replicates to now; ``tenants`` caches allowed clusters for one pass."""
         resources = self.service.resources
         if resources is None:
             return []
-        try:
-            allowed = (await resources.tenant(name.tenant)).allowed_clusters
-        except NotFound:
+        tenants = {} if tenants is None else tenants
+        if name.tenant not in tenants:
+            try:
+                tenants[name.tenant] = (await resources.tenant(name.tenant)).allowed_clusters
+            except NotFound:
+                tenants[name.tenant] = None
+        allowed = tenants[name.tenant]
+        if allowed is None:
             return []
         namespace = await self.service.policies.namespace_policies(name.namespace)
         topic = await self.service.policies.topic_policies(name)
         return remote_targets(self.local, allowed, namespace.replication_clusters if namespace else [],
                               topic.replication_clusters if topic else None)
 
-    async def reconcile(self, topic: Topic) -> None:
+    async def reconcile(self, topic: Topic, tenants: dict[str, list[str] | None] | None = None) -> None:
         """Start and stop ``topic``'s replicators to match its replication clusters now."""
         lock = self._reconciling.setdefault(str(topic.name), asyncio.Lock())
         async with lock:
             if self._stopped or _closed(topic):
                 return
-            wanted = await self.targets(topic.name)
+            wanted = await self.targets(topic.name, tenants)
             for remote in wanted:
                 if remote in topic.replicators:
                     continue
@@ -264,12 +272,14 @@ class ReplicationService:
 
     async def check(self) -> None:
         """One pass: load replicated topics (standalone), reconcile loaded ones, sample rates."""
-        if self._load_replicated:
+        if self._load_replicated and self._passes % REPLICATION_LOAD_TOPICS_EVERY_PASSES == 0:
             await self._load_replicated_topics()
+        self._passes += 1
         now_ns = self.clock.monotonic_ns()
+        tenants: dict[str, list[str] | None] = {}  # one metadata read per tenant per pass
         for topic in list(self.service.topics.values()):
             try:
-                await self.reconcile(topic)
+                await self.reconcile(topic, tenants)
             except Exception as error:
                 log.warning("replication check of %s failed: %s", topic.name, error)
             for replicator in list(topic.replicators.values()):
