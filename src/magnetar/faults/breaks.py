@@ -17,6 +17,8 @@ environment.
   a producer's resends after a reconnect are stored twice.
 * ``no-repl-dedup``     the receiving broker's replication deduplication (by source position) is
   off: a geo-replicator that restarts and resends what it had sent is stored twice.
+* ``no-subscription-auth`` authorization ignores subscription role lists: any role with consume
+  may use a subscription that was limited to other roles.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Break(enum.Enum):
     TRUNCATE_TO_LAC = "truncate-to-lac"
     NO_DEDUP = "no-dedup"
     NO_REPL_DEDUP = "no-repl-dedup"
+    NO_SUBSCRIPTION_AUTH = "no-subscription-auth"
 
 
 _active: set[Break] = set()
