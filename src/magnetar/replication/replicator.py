@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import enum
 import logging
-import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -63,7 +62,6 @@ from magnetar.protocol.pulsar.stored import split_stored_entry
 from magnetar.replication.policy import should_replicate
 
 log = logging.getLogger(__name__)
-_U32 = struct.Struct(">I")
 
 #: Makes the remote producer for a topic name and producer name (the service's remote clients).
 ProducerFactory = Callable[[str, str], Awaitable[Producer]]
@@ -129,7 +127,6 @@ class Replicator:
         self.sent = RateMeter()  # entries receipted by the remote: msgRateOut, msgThroughputOut
         self.read = RateMeter()  # entries read from the cursor to be sent: msgRateIn
         self.lag = LatencyHistogram()  # publish (here) -> receipt (remote), per replicated entry
-        self.lag_samples_ms: deque[float] = deque(maxlen=100_000)
         self.duplicates_answered = 0
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -284,7 +281,6 @@ class Replicator:
                 self.duplicates_answered += 1
             lag_ms = max(0.0, float(now_ms - op.publish_time_ms))
             self.lag.observe(lag_ms)
-            self.lag_samples_ms.append(lag_ms)
             self.sent.record(1, op.size_bytes)
             self._acked.append(op.position)
 
