@@ -6,10 +6,13 @@ also on failure) and links them the way a user does (``magnetar cluster link``: 
 registered in each other, tenant ``public`` allowed on both, ``public/default`` replicated to both).
 
 * lag: the official client produces in A at ``--rate`` msg/s for ``--seconds`` (``send_async``,
-  batching with its 10 ms default delay, paced per 10 ms tick); a consumer in B receives them.
+  paced per 10 ms tick; batching with a 10 ms delay unless ``--no-batching``, which makes every
+  message its own entry); a consumer in B receives them.
   Lag of one message = receive time in B - its publish time in A (both stamped on this machine's
   clock: the publish time is the A client's, carried unchanged by the replicator). Reports
   p50/p90/p99/max and the share of messages received.
+* baseline: a second consumer in A itself receives the same messages; its p50/p99 is what the
+  machine and the write path cost without replication.
 * catch-up (``--outage-seconds`` > 0): B is killed (SIGKILL), A takes ``--rate`` msg/s for the
   outage, B is restarted on the same ports; reported: the backlog A's replicator had built
   (``replicationBacklog`` in A's topic stats, entries) and the messages per second B received
@@ -70,9 +73,10 @@ def stats(node: Node) -> Any:
         return json.loads(reply.read())
 
 
-def produce_paced(pulsar: Any, url: str, rate: int, seconds: float) -> int:
+def produce_paced(pulsar: Any, url: str, rate: int, seconds: float, batching: bool) -> int:
     client = pulsar.Client(url, operation_timeout_seconds=30)
-    producer = client.create_producer(TOPIC, block_if_queue_full=True, batching_max_publish_delay_ms=10)
+    producer = client.create_producer(TOPIC, block_if_queue_full=True, batching_enabled=batching,
+                                      batching_max_publish_delay_ms=10)
     tick_s = 0.01
     per_tick = max(1, rate // 100)
     sent = 0
@@ -116,6 +120,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--outage-seconds", type=float, default=0.0)
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--batching", action=argparse.BooleanOptionalAction, default=True,
+                        help="producer batching (10 ms); --no-batching: one entry per message")
     args = parser.parse_args()
     import pulsar
 
@@ -130,22 +136,29 @@ def main() -> None:
                        check=True, capture_output=True, timeout=60)
         expected = int(args.rate * args.seconds)
         received: list[tuple[float, int]] = []
-        consumer = threading.Thread(target=consume, args=(pulsar, b.url, expected, args.seconds + 60, received))
-        consumer.start()
-        sent = produce_paced(pulsar, a.url, args.rate, args.seconds)
-        consumer.join()
+        local: list[tuple[float, int]] = []  # the same messages consumed in A: the baseline
+        consumers = [threading.Thread(target=consume, args=(pulsar, url, expected, args.seconds + 60, out))
+                     for url, out in ((b.url, received), (a.url, local))]
+        for consumer in consumers:
+            consumer.start()
+        sent = produce_paced(pulsar, a.url, args.rate, args.seconds, args.batching)
+        for consumer in consumers:
+            consumer.join()
+        base = [lag for lag, _ in local]
+        print(f"baseline, consumed in A itself: p50={percentile(base, 0.5):.1f} ms p90={percentile(base, 0.9):.1f} ms "
+              f"p99={percentile(base, 0.99):.1f} ms max={max(base, default=float('nan')):.1f} ms")
         lags = [lag for lag, _ in received]
         replicator = stats(a)["replication"]["B"]
         entries = max(1, replicator["msgOutCounter"])
         print(f"A's replicator: {replicator['msgOutCounter']} entries receipted by B, publish->receipt mean "
               f"{replicator['replicationLagMsSum'] / entries:.1f} ms")
-        print(f"lag at {args.rate} msg/s for {args.seconds:.0f} s: sent={sent} received_in_B={len(received)} "
+        print(f"lag at {args.rate} msg/s for {args.seconds:.0f} s (batching {args.batching}): sent={sent} received_in_B={len(received)} "
               f"p50={percentile(lags, 0.5):.1f} ms p90={percentile(lags, 0.9):.1f} ms "
               f"p99={percentile(lags, 0.99):.1f} ms max={max(lags, default=float('nan')):.1f} ms "
               f"mean={statistics.fmean(lags) if lags else float('nan'):.1f} ms")
         if args.outage_seconds > 0:
             b.kill()
-            outage = produce_paced(pulsar, a.url, args.rate, args.outage_seconds)
+            outage = produce_paced(pulsar, a.url, args.rate, args.outage_seconds, args.batching)
             backlog = stats(a)["replication"]["B"]["replicationBacklog"]
             drained: list[tuple[float, int]] = []
             started = time.monotonic()
