@@ -44,6 +44,8 @@ def test_namespace_replication_clusters_are_checked_against_clusters_and_tenant(
         assert (await w.ok("GET", NS))["replication_clusters"] == ["standalone", "B"]
         # the namespace's create body is checked the same way
         assert (await w.call("PUT", "/namespaces/public/other", {"replication_clusters": ["X"]})).status == 412
+        await w.ok("PUT", "/clusters/C", {"brokerServiceUrl": "pulsar://c:6650"})
+        assert (await w.call("PUT", "/namespaces/public/other", {"replication_clusters": ["C"]})).status == 403
         await w.ok("PUT", "/namespaces/public/other", {"replication_clusters": ["standalone", "B"]})
         assert await w.ok("GET", "/namespaces/public/other/replication") == ["standalone", "B"]
 

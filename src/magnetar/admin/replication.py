@@ -28,15 +28,12 @@ from magnetar.admin.common import (
 )
 from magnetar.base.types import TopicName
 from magnetar.broker.policies import Policies, TopicPolicies
-from magnetar.broker.resources import ClusterNotAllowed
 
 
 async def _checked(ctx: AdminContext, request: Request, tenant: str) -> list[str]:
+    """The body's cluster list, checked (412 unknown or empty, 403 not allowed: ``ClusterNotAllowed``)."""
     clusters = await read_body(request, list[str])
-    try:
-        checked: list[str] = await ctx.resources.check_replication_clusters(tenant, clusters)
-    except ClusterNotAllowed as error:
-        raise AdminError(403, str(error)) from None
+    checked: list[str] = await ctx.resources.check_replication_clusters(tenant, clusters)
     return checked
 
 
