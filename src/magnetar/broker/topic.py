@@ -140,6 +140,13 @@ class Topic:
         self.write_failures = 0  # times the topic was fenced after a failed write
         self.compaction = TopicCompaction(topic_log)  # see broker/compaction.py
         self._state = TopicState.ACTIVE
+        follow = getattr(topic_log, "on_entries_added", None)
+        if follow is not None:  # a read-only log learns of entries its owner appended (broker/read_only.py)
+            follow(self._entries_added)
+
+    def _entries_added(self) -> None:
+        for subscription in self.subscriptions.values():
+            subscription.notify_entries_added()
 
     @property
     def state(self) -> TopicState:
@@ -206,6 +213,9 @@ class Topic:
     def add_producer(self, producer: Producer, request_id: int,
                      admit: Callable[[Producer, int], None]) -> bool:
         """Admit ``producer``; False means it waits (WaitForExclusive) and ``admit`` is called later."""
+        refuse = getattr(self.log, "refuse_producer", None)
+        if refuse is not None:  # a read-only broker: the error names the owner (broker/read_only.py)
+            refuse()
         self._check_writable()
         if producer.name in self._fenced_names:
             raise BrokerError(pb.ProducerFenced, f"producer {producer.name} was fenced by an exclusive producer")

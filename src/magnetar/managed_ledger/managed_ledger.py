@@ -81,6 +81,7 @@ from magnetar.managed_ledger.errors import (
     ManagedLedgerWriteFailed,
 )
 from magnetar.managed_ledger.ledger_list import LedgerList
+from magnetar.managed_ledger.read_only_cursors import read_only_mark_deletes
 from magnetar.managed_ledger.retention import trimmable_ledgers
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.errors import NodeExists
@@ -848,8 +849,10 @@ class ManagedLedger:
         """Delete ledgers every durable cursor consumed, as retention allows; returns their ids."""
         if self._state not in (*_WRITABLE, MLState.TERMINATED):
             return []
+        # Subscriptions served by read-only brokers hold back trimming like our own cursors.
+        holds = await read_only_mark_deletes(self._store, self.name)
         async with self._info_lock:
-            doomed = self._trimmable()
+            doomed = self._trimmable(holds)
             if not doomed:
                 return []
             kept = [info for info in self._list.infos if info.ledger_id not in doomed]
@@ -862,11 +865,11 @@ class ManagedLedger:
             await self._delete_quietly(ledger_id)
         return doomed
 
-    def _trimmable(self) -> list[int]:
+    def _trimmable(self, holds: list[Position] | None = None) -> list[int]:
         config = self.config
         return trimmable_ledgers(
             self._list.with_live_stats(),
-            self.slowest_mark_delete(),
+            min([self.slowest_mark_delete(), *(holds or [])]),
             self._clock.now_ms(),
             config.retention_time_s,
             config.retention_size_bytes,
