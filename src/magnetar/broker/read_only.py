@@ -33,15 +33,18 @@ from urllib.parse import unquote
 from magnetar.base.clock import Clock
 from magnetar.base.errors import NotFound
 from magnetar.base.types import Position, TopicName
-from magnetar.broker.compacted_ledgers import BookieCompactedLedgers
+from magnetar.broker.compacted_ledgers import BookieCompactedLedgers, CompactedReader, CompactedWriter, _BookieReader
+from magnetar.broker.compaction import COMPACTION_CURSOR_NAME
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.managed_log import ManagedSubscriptionCursor, ManagedTopicLog
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from magnetar.managed_ledger.cursor import cursor_node_name
 from magnetar.managed_ledger.errors import ManagedLedgerFenced
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
 from magnetar.managed_ledger.read_only import PositionFeed, ReadOnlyManagedLedger
 from magnetar.metadata.api import MetadataStore, SessionState
+from magnetar.metadata.records import CursorInfo, decode
 from magnetar.protocol.pulsar import pb
 
 log = logging.getLogger(__name__)
@@ -79,14 +82,22 @@ class ReadOnlyTopicLog(ManagedTopicLog):
         return False  # the caller then calls ``append``, which refuses
 
     @property
-    def compacted_ledgers(self) -> BookieCompactedLedgers:
-        raise BrokerError(pb.NotAllowedError, f"this broker serves {self.name} read-only: compaction is the owner's")
+    def compacted_ledgers(self) -> ReadOnlyCompactedLedgers:
+        return ReadOnlyCompactedLedgers(self._rml.manager, self.name)
+
+    def cursor_names(self) -> list[str]:
+        names = set(self._rml.cursors)
+        if COMPACTION_CURSOR_NAME in self._rml.owner_cursor_names:
+            names.add(COMPACTION_CURSOR_NAME)
+        return sorted(names)
 
     async def settle_failed_writes(self) -> None:
         return None
 
     async def open_cursor(self, name: str, *, durable: bool,
                           initial_mark_delete: Position) -> ManagedSubscriptionCursor:
+        if name == COMPACTION_CURSOR_NAME:  # the owner's: where its compacted ledger is recorded
+            return await self._owner_compaction_cursor()
         if not durable:
             return await super().open_cursor(name, durable=False, initial_mark_delete=initial_mark_delete)
         try:
@@ -97,6 +108,33 @@ class ReadOnlyTopicLog(ManagedTopicLog):
 
     async def apply_retention(self, retention_time_s: float, retention_size_bytes: int) -> list[int]:
         return []  # the owner trims, counting our cursors' persisted positions
+
+    async def _owner_compaction_cursor(self) -> ManagedSubscriptionCursor:
+        """A snapshot of the owner's ``__compaction`` cursor (read, never written)."""
+        found = await self._rml.store.get(f"{self._rml.path}/{cursor_node_name(COMPACTION_CURSOR_NAME)}")
+        if found is None:
+            raise BrokerError(pb.NotAllowedError, f"{self.name} has not been compacted by its owner")
+        info = decode(CursorInfo, found.value)
+        cursor = self._rml.new_non_durable_cursor(Position(info.mark_delete.ledger_id, info.mark_delete.entry_id))
+        cursor.properties = dict(info.properties)
+        return ManagedSubscriptionCursor(cursor, COMPACTION_CURSOR_NAME, False)
+
+
+class ReadOnlyCompactedLedgers(BookieCompactedLedgers):
+    """Reads the owner's compacted ledgers (closed when recorded) without fencing; writes nothing."""
+
+    def __init__(self, manager: LedgerManager, topic: str) -> None:
+        super().__init__(manager, 1, 1, 1)
+        self._topic = topic
+
+    async def create(self) -> CompactedWriter:
+        raise BrokerError(pb.NotAllowedError, f"this broker serves {self._topic} read-only: compaction is the owner's")
+
+    async def open(self, ledger_id: int) -> CompactedReader:
+        return _BookieReader(await self._manager.open_ledger_no_recovery(ledger_id))
+
+    async def delete(self, ledger_id: int) -> None:
+        raise BrokerError(pb.NotAllowedError, f"this broker serves {self._topic} read-only: compaction is the owner's")
 
 
 class ReadOnlyLogStore:
@@ -164,7 +202,7 @@ class ReadOnlyRegistration:
         self.store.session.remove_listener(self._on_session)
         try:
             await self.store.delete(self._path)
-        except Exception:  # noqa: BLE001 - gone with the session already
+        except Exception:
             return
 
 

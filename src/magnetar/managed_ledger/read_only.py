@@ -147,6 +147,7 @@ class ReadOnlyManagedLedger:
         self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
         self.entries_skipped = 0  # entries read-only cursors skipped because retention removed them
         self.feed_positions = 0  # positions the owner reported
+        self.owner_cursor_names: frozenset[str] = frozenset()  # node names of the owner's cursors
 
     # --- open, follow ----------------------------------------------------------------------------
 
@@ -188,6 +189,7 @@ class ReadOnlyManagedLedger:
                     return
                 raise NotFound(f"managed ledger {self.name} does not exist")
             info = decode(ManagedLedgerInfo, found.value)
+            self.owner_cursor_names = frozenset(await self._store.children(self.path))
             await self._adopt(info)
 
     async def _adopt(self, info: ManagedLedgerInfo) -> None:
@@ -236,19 +238,24 @@ class ReadOnlyManagedLedger:
             self._skip_trimmed()
 
     async def _follow_loop(self, feed: PositionFeed) -> None:
+        """Follow the owner's feed; start again when the record changes (a new owner, a
+        rollover) or, after the feed ended, every ``READ_ONLY_FEED_RETRY_MS``."""
         while self._state is ReadOnlyState.OPEN:
             self._changed.clear()
+            stream = asyncio.ensure_future(self._consume(feed))
+            changed = asyncio.ensure_future(self._changed.wait())
             try:
-                async for position in feed.follow(self.topic, self._lce):
-                    self.feed_positions += 1
-                    await self.advance(position)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # noqa: BLE001 - the owner moves or dies; we follow the next
-                log.info("read-only %s: owner feed ended: %s", self.name, error)
+                await asyncio.wait({stream, changed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+                if not stream.done():
+                    stream.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await stream
             if self._state is not ReadOnlyState.OPEN:
                 return
-            await self._wait_changed()
+            if not self._changed.is_set():
+                await self._wait_changed()
 
     async def _wait_changed(self) -> None:
         waiter = asyncio.ensure_future(self._changed.wait())
@@ -258,6 +265,16 @@ class ReadOnlyManagedLedger:
         finally:
             waiter.cancel()
             timer.cancel()
+
+    async def _consume(self, feed: PositionFeed) -> None:
+        try:
+            async for position in feed.follow(self.topic, self._lce):
+                self.feed_positions += 1
+                await self.advance(position)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.info("read-only %s: owner feed ended: %s", self.name, error)
 
     async def advance(self, position: Position) -> None:
         """The owner acknowledged every entry up to ``position``."""
@@ -521,7 +538,7 @@ class ReadOnlyManagedLedger:
         self._cache_bytes = 0
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.ensure_future(coro)
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
