@@ -33,7 +33,12 @@ from urllib.parse import unquote
 from magnetar.base.clock import Clock
 from magnetar.base.errors import NotFound
 from magnetar.base.types import Position, TopicName
-from magnetar.broker.compacted_ledgers import BookieCompactedLedgers, CompactedReader, CompactedWriter, _BookieReader
+from magnetar.broker.compacted_ledgers import (
+    BookieCompactedLedgers,
+    CompactedReader,
+    CompactedWriter,
+    _BookieReader,
+)
 from magnetar.broker.compaction import COMPACTION_CURSOR_NAME
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.managed_log import ManagedSubscriptionCursor, ManagedTopicLog
@@ -105,6 +110,10 @@ class ReadOnlyTopicLog(ManagedTopicLog):
         except ManagedLedgerFenced as error:
             raise BrokerError(pb.ConsumerBusy, str(error)) from error
         return ManagedSubscriptionCursor(cursor, name, True)
+
+    async def release_cursor(self, name: str) -> None:
+        """The subscription has no consumer left: persist it and let another broker serve it."""
+        await self._rml.release_cursor(name)
 
     async def apply_retention(self, retention_time_s: float, retention_size_bytes: int) -> list[int]:
         return []  # the owner trims, counting our cursors' persisted positions

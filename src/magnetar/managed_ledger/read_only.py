@@ -507,6 +507,12 @@ class ReadOnlyManagedLedger:
         if cursor is not None:
             await cursor.delete_persisted()
 
+    async def release_cursor(self, name: str) -> None:
+        """Close cursor ``name`` (persisted, its lock released); the next open reads its record."""
+        cursor = self.cursors.pop(name, None)
+        if cursor is not None:
+            await cursor.close()
+
     def slowest_mark_delete(self) -> Position:
         durable = [cursor.mark_delete_position for cursor in self.cursors.values()]
         return min(durable) if durable else self._lce

@@ -99,6 +99,8 @@ class BrokerNodeConfig:
     #: A read-only broker (``broker.read_only``): owns no bundle, serves reads of any topic from
     #: the bookies, refuses producers with the owner's URL.
     read_only: bool = False
+    #: Entries before an owner rolls a topic's ledger over (Pulsar's managedLedgerMaxEntriesPerLedger).
+    max_entries_per_ledger: int = 50_000
 
     def __post_init__(self) -> None:
         for name in ("port", "http_port", "port_tls", "http_port_tls"):
@@ -299,7 +301,8 @@ class BrokerNode:
                 clock=self.clock, metadata=store, ledger_manager=generation.manager,
                 managed_ledger_config=ManagedLedgerConfig(ensemble_size=config.ensemble_size,
                                                           write_quorum_size=config.write_quorum_size,
-                                                          ack_quorum_size=config.ack_quorum_size),
+                                                          ack_quorum_size=config.ack_quorum_size,
+                                                          max_entries_per_ledger=config.max_entries_per_ledger),
                 network=self.network, host=config.host, port=self.port, before_listen=install,
                 tls_port=self.port_tls, tls=self.tls, log_store=self._read_only_store(generation),
             )
