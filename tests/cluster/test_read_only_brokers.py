@@ -15,8 +15,8 @@ import re
 import time
 import urllib.request
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest

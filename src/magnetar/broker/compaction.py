@@ -466,11 +466,14 @@ class CompactedView:
             moved = target
         return moved
 
-    async def append(self, data: bytes) -> Position:
-        return await self._log.append(data)
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        return self._log.append(data)
 
-    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        return self._log.append_nowait(data, on_done)
+    def has_room(self) -> bool:
+        return self._log.has_room()
+
+    async def wait_for_room(self) -> None:
+        await self._log.wait_for_room()
 
     async def open_cursor(self, name: str, *, durable: bool, initial_mark_delete: Position) -> SubscriptionCursor:
         return await self._log.open_cursor(name, durable=durable, initial_mark_delete=initial_mark_delete)

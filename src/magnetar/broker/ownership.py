@@ -108,17 +108,19 @@ class OwnerData:
     http_url: str
     disabled: bool = False
     native_url_tls: str | None = None  # Pulsar's nativeUrlTls: the owner's pulsar+ssl:// listener
+    listeners: str = ""  # the owner's advertised listeners (a Redirect names the client's one)
 
     def encode(self) -> bytes:
         return json.dumps({"nativeUrl": self.native_url, "httpUrl": self.http_url,
-                           "disabled": self.disabled, "nativeUrlTls": self.native_url_tls}).encode()
+                           "disabled": self.disabled, "nativeUrlTls": self.native_url_tls,
+                           "advertisedListeners": self.listeners}).encode()
 
     @staticmethod
     def decode(value: bytes) -> OwnerData:
         try:
             data = json.loads(value)
             return OwnerData(str(data["nativeUrl"]), str(data.get("httpUrl", "")), bool(data.get("disabled")),
-                             data.get("nativeUrlTls") or None)
+                             data.get("nativeUrlTls") or None, str(data.get("advertisedListeners", "")))
         except (ValueError, KeyError, TypeError) as error:
             raise InvalidArgument(f"bad ownership data: {error}") from None
 
@@ -226,7 +228,8 @@ class BundleOwnership:
         return OwnerData.decode(found.value), found.version
 
     def _owner_data(self) -> OwnerData:
-        return OwnerData(self.service_url, self.http_url, native_url_tls=self.service_url_tls)
+        return OwnerData(self.service_url, self.http_url, native_url_tls=self.service_url_tls,
+                         listeners=self.service.config.advertised_listeners)
 
     # --- lookup ---------------------------------------------------------------------------------
 
@@ -259,7 +262,8 @@ class BundleOwnership:
             if owner.native_url != self.service_url:
                 if owner.disabled:
                     raise _not_ready(f"bundle {key} is being unloaded; retry")
-                return LookupAnswer(LookupKind.REDIRECT, owner.native_url, False, owner.native_url_tls)
+                return LookupAnswer(LookupKind.REDIRECT, owner.native_url, False, owner.native_url_tls,
+                                    owner.listeners)
             # Our address, not held by this session: left by our previous life (restart before
             # its session expired). That process is gone (we hold its address now): remove it.
             with contextlib.suppress(BadVersion):
@@ -272,7 +276,8 @@ class BundleOwnership:
             return LookupAnswer(LookupKind.CONNECT, self.service_url, True, self.service_url_tls)
         current = await self.owner_of(namespace, bundle)
         if current is not None and current[0].native_url != self.service_url:
-            return LookupAnswer(LookupKind.REDIRECT, current[0].native_url, False, current[0].native_url_tls)
+            return LookupAnswer(LookupKind.REDIRECT, current[0].native_url, False, current[0].native_url_tls,
+                                current[0].listeners)
         raise _not_ready(f"ownership of bundle {key} is changing; retry")
 
     async def choose_owner(self) -> str:

@@ -80,11 +80,11 @@ class ReadOnlyTopicLog(ManagedTopicLog):
     def refuse_producer(self) -> None:
         raise self._refusal()
 
-    async def append(self, data: bytes) -> Position:
+    def append(self, data: bytes) -> asyncio.Future[Position]:
         raise self._refusal()
 
-    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        return False  # the caller then calls ``append``, which refuses
+    async def terminate(self) -> Position:
+        raise BrokerError(pb.NotAllowedError, f"this broker serves {self.name} read-only: terminate it on its owner")
 
     @property
     def compacted_ledgers(self) -> ReadOnlyCompactedLedgers:

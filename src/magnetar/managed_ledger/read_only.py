@@ -148,6 +148,7 @@ class ReadOnlyManagedLedger:
         self.entries_skipped = 0  # entries read-only cursors skipped because retention removed them
         self.feed_positions = 0  # positions the owner reported
         self.owner_cursor_names: frozenset[str] = frozenset()  # node names of the owner's cursors
+        self._terminated_at: Position | None = None
 
     # --- open, follow ----------------------------------------------------------------------------
 
@@ -189,6 +190,9 @@ class ReadOnlyManagedLedger:
                     return
                 raise NotFound(f"managed ledger {self.name} does not exist")
             info = decode(ManagedLedgerInfo, found.value)
+            if info.terminated_position is not None:
+                self._terminated_at = Position(info.terminated_position.ledger_id,
+                                               info.terminated_position.entry_id)
             self.owner_cursor_names = frozenset(await self._store.children(self.path))
             await self._adopt(info)
 
@@ -550,11 +554,19 @@ class ReadOnlyManagedLedger:
         return task
 
     # What a ManagedLedger's owner does and a reader never may: loud if anything asks.
-    async def add_entry(self, data: bytes) -> Position:
+    def append(self, data: bytes) -> asyncio.Future[Position]:
         raise ManagedLedgerFenced(f"managed ledger {self.name} is opened read-only")
 
-    def add_entry_nowait(self, data: bytes) -> None:
+    def has_room(self) -> bool:
+        return True  # ``append`` refuses at once rather than making a caller wait
+
+    async def wait_for_room(self) -> None:
         return None
+
+    @property
+    def terminated_position(self) -> Position | None:
+        """Where the owner terminated the topic (from its record), or None."""
+        return self._terminated_at
 
 
 class ReadOnlyCursor(ManagedCursor):
