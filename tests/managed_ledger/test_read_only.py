@@ -250,3 +250,20 @@ async def test_a_reader_whose_data_retention_removed_skips_forward_with_a_count(
     assert_never_wrote(transport, manager)
     await ro.close()
     await owner.close()
+
+
+async def test_subscriptions_reading_the_same_fresh_entries_share_one_bookie_read() -> None:
+    import asyncio
+
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    ro, transport, manager = await reader(world, owner)
+    positions = [await owner.add_entry(f"m{i}".encode()) for i in range(5)]
+    await until(lambda: ro.last_confirmed_entry == positions[-1])
+    before = transport.counts.get("read", 0)
+    reads = await asyncio.gather(*(ro.read_entries(positions[0], 10) for _ in range(50)))
+    assert all([e.data for e in r] == [f"m{i}".encode() for i in range(5)] for r in reads)
+    assert transport.counts.get("read", 0) - before == 5  # one per entry, not one per subscription
+    assert_never_wrote(transport, manager)
+    await ro.close()
+    await owner.close()

@@ -137,6 +137,7 @@ class ReadOnlyManagedLedger:
         self._readers: OrderedDict[int, LedgerReader] = OrderedDict()
         self._cache: OrderedDict[Position, bytes] = OrderedDict()
         self._cache_bytes = 0
+        self._inflight: dict[Position, asyncio.Future[None]] = {}  # entries being read from bookies
         self._refresh_lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._watch: Watch | None = None
@@ -426,10 +427,50 @@ class ReadOnlyManagedLedger:
         return entries[0]
 
     async def _read_range(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
-        cached = [self._cache.get(Position(ledger_id, e)) for e in range(first, last + 1)]
-        if all(data is not None for data in cached):
-            return [ManagedEntry(Position(ledger_id, first + i), data)
-                    for i, data in enumerate(cached) if data is not None]
+        """Entries ``first..last`` of ``ledger_id``: from the cache, else from the bookies once.
+        Many subscriptions ask for the same fresh entries at once: they share one bookie read
+        (``_inflight``) instead of each reading them."""
+        positions = [Position(ledger_id, e) for e in range(first, last + 1)]
+        missing = [p for p in positions if p not in self._cache]
+        if missing:
+            pending = [self._inflight.get(p) for p in missing]
+            if all(future is not None for future in pending):
+                await asyncio.gather(*(f for f in pending if f is not None))
+            else:
+                await self._fetch(ledger_id, missing[0].entry_id, missing[-1].entry_id)
+        out = []
+        for position in positions:
+            data = self._cache.get(position)
+            if data is None:  # evicted meanwhile (a tiny cache): read this range directly
+                return await self._fetch(ledger_id, first, last)
+            out.append(ManagedEntry(position, data))
+        return out
+
+    async def _fetch(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+        loop = asyncio.get_running_loop()
+        mine: dict[Position, asyncio.Future[None]] = {}
+        for entry_id in range(first, last + 1):
+            position = Position(ledger_id, entry_id)
+            if position not in self._inflight:
+                mine[position] = self._inflight[position] = loop.create_future()
+        try:
+            out = await self._read_from_bookies(ledger_id, first, last)
+        except BaseException as error:
+            for position, future in mine.items():
+                del self._inflight[position]
+                if not future.done():
+                    future.set_exception(NotFound(f"read of {position} failed: {error}"))
+                    future.exception()  # retrieved: a waiter that gave up must not log it
+            raise
+        for entry in out:
+            self._remember(entry.position, entry.data)
+        for position, future in mine.items():
+            del self._inflight[position]
+            if not future.done():
+                future.set_result(None)
+        return out
+
+    async def _read_from_bookies(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
         readable = self._list.entries_in(self._list.ids.index(ledger_id)) - 1  # acknowledged by the owner
         reader = await self._reader(ledger_id)
         reader.learn_lac(readable)
@@ -443,10 +484,7 @@ class ReadOnlyManagedLedger:
             reader = await self._reader(ledger_id, refresh=True)
             reader.learn_lac(readable)
             entries = await reader.read_entries(first, last)
-        out = [ManagedEntry(Position(ledger_id, e.entry_id), e.payload) for e in entries]
-        for entry in out:
-            self._remember(entry.position, entry.data)
-        return out
+        return [ManagedEntry(Position(ledger_id, e.entry_id), e.payload) for e in entries]
 
     def _remember(self, position: Position, data: bytes) -> None:
         # Many subscriptions read the same fresh entries: one bookie read serves them all.
