@@ -267,3 +267,35 @@ async def test_subscriptions_reading_the_same_fresh_entries_share_one_bookie_rea
     assert_never_wrote(transport, manager)
     await ro.close()
     await owner.close()
+
+
+async def test_the_owners_backlog_counts_read_only_subscriptions() -> None:
+    """Backlog quotas apply to read-only subscriptions: the owner's topic backlog (what a producer
+    quota is checked against) includes them; without them it would be 0 here."""
+    from magnetar.base.types import TopicName
+    from magnetar.broker import BrokerConfig
+    from magnetar.broker.managed_log import ManagedLogStore
+    from magnetar.broker.resources import ClusterData
+    from magnetar.broker.service import BrokerService
+
+    world = make_world()
+    factory = await world.broker(config())
+    store = await world.metadata.connect()
+    service = BrokerService(BrokerConfig(deduplication=False), ManagedLogStore(factory, store), store,
+                            clock=world.clock)
+    assert service.resources is not None
+    await service.resources.bootstrap("standalone", ClusterData())
+    topic = await service.get_topic(TopicName.parse(f"persistent://{TOPIC.replace('/persistent/', '/')}"),
+                                    create=True)
+    owner = topic.log.managed_ledger  # type: ignore[attr-defined]
+    positions = [await owner.add_entry(b"x" * 100) for _ in range(5)]
+    first = positions[0]
+    assert topic.backlog_bytes() == 0  # no subscription anywhere: nothing is backlog
+    ro, _, _ = await reader(world, owner)
+    lagging = await ro.open_cursor("lagging", initial_position=first)
+    await lagging.flush()
+    await service.check_policies()
+    assert owner.read_only_holds == [first]
+    assert topic.backlog_bytes() > 0
+    await ro.close()
+    await service.close()

@@ -431,11 +431,13 @@ class Topic:
 
     def backlog_bytes(self) -> int:
         """Bytes after the slowest durable subscription (Pulsar's topic backlog size)."""
-        subscriptions = self._durable_subscriptions()
-        if not subscriptions:
+        marks = [s.cursor.mark_delete_position for s in self._durable_subscriptions()]
+        # Subscriptions read-only brokers serve count too (their persisted positions, read by the
+        # owner's last trim: broker/read_only.py); a producer quota then holds for them as well.
+        marks += getattr(self.log, "read_only_holds", ())
+        if not marks:
             return 0
-        slowest = min(s.cursor.mark_delete_position for s in subscriptions)
-        return self.log.backlog_bytes(slowest)
+        return self.log.backlog_bytes(min(marks))
 
     async def oldest_backlog_publish_ms(self) -> int | None:
         """Publish time of the oldest entry some durable subscription has not acknowledged."""

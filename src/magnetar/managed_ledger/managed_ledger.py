@@ -192,6 +192,8 @@ class ManagedLedger:
         self._entries = EntryReader(manager, cache_budget)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cursors: dict[str, ManagedCursor] = {}
+        #: Mark-delete positions of read-only brokers' cursors, as the last trim read them.
+        self.read_only_holds: list[Position] = []
         self._non_durable: set[ManagedCursor] = set()
 
     # --- open ------------------------------------------------------------------------------------
@@ -877,6 +879,7 @@ class ManagedLedger:
             return []
         # Subscriptions served by read-only brokers hold back trimming like our own cursors.
         holds = await read_only_mark_deletes(self._store, self.name)
+        self.read_only_holds = holds
         async with self._info_lock:
             doomed = self._trimmable(holds)
             if not doomed:
