@@ -115,6 +115,13 @@ def test_every_subscription_type_reads_exactly_what_the_owner_stored(cluster: Lo
         producer.send(b"fresh")
         assert live.receive(10_000).data() == b"fresh"
         live.close()
+        # They came through the owner's position feed (a metric of the read-only broker).
+        fed = []
+        for broker in cluster.of_kind(READ_ONLY_BROKER):
+            with urllib.request.urlopen(f"http://127.0.0.1:{broker.http_port}/metrics", timeout=10) as response:
+                fed += [line for line in response.read().decode().splitlines()
+                        if line.startswith("magnetar_read_only_feed_positions_total") and "ro-types" in line]
+        assert fed and max(float(line.rsplit(" ", 1)[1]) for line in fed) > 0
     finally:
         ro.close()
         owner.close()
