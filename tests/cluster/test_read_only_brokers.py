@@ -75,7 +75,7 @@ def persisted(cluster: LocalCluster, topic: str, subscription: str, message: pul
     return False
 
 
-def receive_all(consumer: pulsar.Consumer, count: int, timeout_ms: int = 15_000) -> list[pulsar.Message]:
+def receive_all(consumer: pulsar.Consumer, count: int, timeout_ms: int = 30_000) -> list[pulsar.Message]:
     return [consumer.receive(timeout_ms) for _ in range(count)]
 
 
@@ -113,7 +113,7 @@ def test_every_subscription_type_reads_exactly_what_the_owner_stored(cluster: Lo
         # Fresh entries reach a read-only subscription while it is connected.
         live = ro.subscribe(topic, "live", initial_position=pulsar.InitialPosition.Latest)
         producer.send(b"fresh")
-        assert live.receive(10_000).data() == b"fresh"
+        assert live.receive(30_000).data() == b"fresh"
         live.close()
         # They came through the owner's position feed (a metric of the read-only broker).
         fed = []
@@ -147,21 +147,21 @@ def test_acks_redelivery_seek_readers_and_delayed_delivery(cluster: LocalCluster
         consumer.negative_acknowledge(got[3])  # redelivered
         for message in got[4:]:
             consumer.acknowledge(message)
-        assert consumer.receive(10_000).data() == b"b3"
+        assert consumer.receive(30_000).data() == b"b3"
         consumer.close()
         # The persisted state: a reconnect (to the other read-only broker) gets only b3 again.
         other = client(ro_url(cluster, 1))
         again = other.subscribe(topic, "acks", consumer_type=pulsar.ConsumerType.Shared,
                                 batch_index_ack_enabled=True)
-        assert again.receive(10_000).data() == b"b3"
+        assert again.receive(30_000).data() == b"b3"
         with pytest.raises(pulsar.Timeout):
             again.receive(500)
         # Seek back to the start, then a reader from the earliest message.
         again.seek(pulsar.MessageId.earliest)
-        assert again.receive(10_000).data() == b"b0"
+        assert again.receive(30_000).data() == b"b0"
         again.close()
         reader = other.create_reader(topic, pulsar.MessageId.earliest)
-        assert [reader.read_next(10_000).data() for _ in range(10)] == [f"b{i}".encode() for i in range(10)]
+        assert [reader.read_next(30_000).data() for _ in range(10)] == [f"b{i}".encode() for i in range(10)]
         reader.close()
         other.close()
         # Delayed delivery on a shared read-only subscription.
@@ -170,8 +170,8 @@ def test_acks_redelivery_seek_readers_and_delayed_delivery(cluster: LocalCluster
         sent_at = time.monotonic()
         plain.send(b"later", deliver_after=__import__("datetime").timedelta(milliseconds=1500))
         plain.send(b"now")
-        assert delayed.receive(10_000).data() == b"now"
-        message = delayed.receive(10_000)
+        assert delayed.receive(30_000).data() == b"now"
+        message = delayed.receive(30_000)
         assert message.data() == b"later" and time.monotonic() - sent_at >= 1.4
         delayed.close()
     finally:
@@ -216,7 +216,7 @@ def test_producers_are_refused_with_the_owners_url_and_one_subscription_has_one_
         with pytest.raises(pulsar.ConsumerBusy):
             second.subscribe(topic, "busy")
         consumer.close()
-        assert second.subscribe(topic, "busy").receive(10_000).data() == b"x"  # moved: resumes
+        assert second.subscribe(topic, "busy").receive(30_000).data() == b"x"  # moved: resumes
         health = http_health(cluster.of_kind(READ_ONLY_BROKER)[0].http_port or 0)
         assert health is not None and health.get("readOnly") is True
         # The owner's topic stats list the read-only subscriptions and who serves them.
@@ -241,7 +241,7 @@ def test_rollover_and_retention_while_a_read_only_cursor_lags(cluster: LocalClus
         for value in values:
             producer.send(value)
         for _ in values:
-            fast.acknowledge(fast.receive(10_000))
+            fast.acknowledge(fast.receive(30_000))
         first_ledger = ledgers(cluster, topic)[0]
         first_half = receive_all(lagging, ENTRIES_PER_LEDGER + 2)
         for message in first_half:
