@@ -13,6 +13,7 @@ import pytest
 
 from magnetar.broker.load import LOAD_REPORTS_ROOT, LoadReport
 from magnetar.cli.admin import _Api
+from magnetar.cli.credentials import Credentials
 from magnetar.runtime.cluster import LocalCluster, http_health
 from magnetar.runtime.metadata import open_metadata_store
 from tests.cluster.helpers import (
@@ -79,7 +80,7 @@ def test_unload_through_the_non_owner_and_split_on_the_owner_keep_the_producer_g
         status, headers, _ = request("GET", f"{cluster.http_url(other)}{stats_path}")
         assert status == 307 and headers["location"] == f"{cluster.http_url(owner)}{stats_path}"
         # magnetar admin follows it, keeping the method (a PUT stays a PUT)
-        api = _Api(cluster.http_url(other))
+        api = _Api(cluster.http_url(other), Credentials())
         assert api.call("GET", "/persistent/public/default/admin-bundles/stats")["publishers"]
         api.call("PUT", "/persistent/public/default/admin-bundles/unload")
 

@@ -35,6 +35,7 @@ from magnetar.admin import (
 )
 from magnetar.admin.access import guard_routes
 from magnetar.admin.authn import AuthenticationMiddleware
+from magnetar.admin.balancer import routes as balancer_routes
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
 from magnetar.admin.redirect import OwnerRedirect
@@ -56,6 +57,7 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     permissions.topic_routes,
     bundles.routes,
     schemas.routes,
+    balancer_routes,
 ]
 
 

@@ -82,12 +82,12 @@ def _incompatible(error: BrokerError) -> AdminError:
 
 
 def routes(ctx: AdminContext) -> list[BaseRoute]:
-    strategy_path = "/namespaces/{tenant}/{namespace}/schemaCompatibilityStrategy"
-    base = "/schemas/{tenant}/{namespace}/{topic}"
+    """The namespace's compatibility strategy, then the topic's schema versions."""
+    return [*_strategy_routes(ctx), *_schema_routes(ctx)]
 
-    async def require_namespace(namespace: str) -> None:
-        if not await ctx.resources.namespace_exists(namespace):
-            raise AdminError(404, f"Namespace {namespace} does not exist")
+
+def _strategy_routes(ctx: AdminContext) -> list[BaseRoute]:
+    strategy_path = "/namespaces/{tenant}/{namespace}/schemaCompatibilityStrategy"
 
     @api_route(strategy_path, ["GET"], "Get the namespace's schema compatibility strategy")
     async def get_strategy(request: Request) -> Response:
@@ -107,6 +107,16 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
 
         await ctx.resources.update_policies(namespace, change)
         return Response(status_code=204)
+
+    return [get_strategy, set_strategy]
+
+
+def _schema_routes(ctx: AdminContext) -> list[BaseRoute]:
+    base = "/schemas/{tenant}/{namespace}/{topic}"
+
+    async def require_namespace(namespace: str) -> None:
+        if not await ctx.resources.namespace_exists(namespace):
+            raise AdminError(404, f"Namespace {namespace} does not exist")
 
     @api_route(f"{base}/schema", ["GET"], "Get the latest schema of a topic")
     async def get_latest(request: Request) -> Response:
@@ -168,4 +178,4 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         await ctx.service.schemas.delete(topic)
         return json_response({"version": len(records) - 1})
 
-    return [get_strategy, set_strategy, get_latest, get_version, get_all, post, compatibility, delete]
+    return [get_latest, get_version, get_all, post, compatibility, delete]

@@ -65,7 +65,7 @@ from magnetar.protocol.pulsar import (
     commands,
     pb,
 )
-from magnetar.security import AuthenticationFailed, Principal
+from magnetar.security import AuthenticationFailedError, Principal
 from magnetar.security.authorization import Need
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ class Session:
             return
         try:
             principal = authenticator.authenticate(event.auth_method_name, event.auth_data, self.tls_peer_cn)
-        except AuthenticationFailed as error:
+        except AuthenticationFailedError as error:
             log.info("CONNECT refused (method %r): %s", (event.auth_method_name or "none")[:64], error.reason)
             self.refusal = f"Unable to authenticate: {error.reason}"
             self.connection.accept_connect()
@@ -514,7 +514,7 @@ class Session:
         method = data.auth_method_name if data.HasField("auth_method_name") else principal.method
         try:
             renewed = authenticator.authenticate(method, bytes(data.auth_data), self.tls_peer_cn)
-        except AuthenticationFailed as error:
+        except AuthenticationFailedError as error:
             log.info("AUTH_RESPONSE refused for role %r: %s; closing", principal.role, error.reason)
             self._close_for_credentials(f"authentication refresh failed: {error.reason}")
             return

@@ -643,6 +643,56 @@ def topics_remove_policy(topic: str, policy: str = typer.Argument(..., help=_TOP
     _done(f"{policy} of {topic} removed")
 
 
+# --- bookies (racks) and brokers (load balancer), as pulsar-admin names them ---------------------
+
+bookies_app = typer.Typer(help="Bookie racks (racks-info).", no_args_is_help=True)
+brokers_app = typer.Typer(help="Brokers: the load balancer's leader and decisions.", no_args_is_help=True)
+admin_app.add_typer(bookies_app, name="bookies")
+admin_app.add_typer(brokers_app, name="brokers")
+
+
+@bookies_app.command("racks-placement")
+def bookies_racks_placement() -> None:
+    """Show the rack of every bookie, by group."""
+    _json(_api().call("GET", "/bookies/racks-info"))
+
+
+@bookies_app.command("get-bookie-rack")
+def bookies_get_rack(bookie: str = typer.Option(..., "--bookie", help="host:port")) -> None:
+    """Show one bookie's rack."""
+    _json(_api().call("GET", f"/bookies/racks-info/{quote(bookie, safe=':')}"))
+
+
+@bookies_app.command("set-bookie-rack")
+def bookies_set_rack(bookie: str = typer.Option(..., "--bookie", help="host:port"),
+                     rack: str = typer.Option(..., "--rack", help="/rack or /region/rack"),
+                     hostname: str = typer.Option("", "--hostname"),
+                     group: str = typer.Option("default", "--group")) -> None:
+    """Put a bookie in a rack: new ledgers spread each write set over distinct racks."""
+    _api().call("POST", f"/bookies/racks-info/{quote(bookie, safe=':')}", {"rack": rack, "hostname": hostname},
+                query=f"group={quote(group, safe='')}")
+    _done(f"bookie {bookie} is in rack {rack}")
+
+
+@bookies_app.command("delete-bookie-rack")
+def bookies_delete_rack(bookie: str = typer.Option(..., "--bookie", help="host:port")) -> None:
+    """Forget a bookie's rack."""
+    _api().call("DELETE", f"/bookies/racks-info/{quote(bookie, safe=':')}")
+    _done(f"rack of bookie {bookie} removed")
+
+
+@brokers_app.command("leader-broker")
+def brokers_leader() -> None:
+    """Show the load balancer's leader broker."""
+    _json(_api().call("GET", "/brokers/leaderBroker"))
+
+
+@brokers_app.command("load-report")
+def brokers_load_report() -> None:
+    """Show the load report of the broker at --url."""
+    _json(_api().call("GET", "/broker-stats/load-report"))
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(admin_app, name="admin")
 
