@@ -222,6 +222,8 @@ def test_producers_are_refused_with_the_owners_url_and_one_subscription_has_one_
         # The owner's topic stats list the read-only subscriptions and who serves them.
         stats = owner_stats(cluster, topic)
         assert stats["subscriptions"]["busy"]["readOnlyBroker"] == ro_url(cluster, 1)
+        # The refused producer left nothing behind (no deduplication cursor holding back trims).
+        assert set(stats["subscriptions"]) == {"busy"}
     finally:
         first.close()
         second.close()

@@ -40,6 +40,7 @@ from magnetar.broker.compacted_ledgers import (
     _BookieReader,
 )
 from magnetar.broker.compaction import COMPACTION_CURSOR_NAME
+from magnetar.broker.dedup import DEDUP_CURSOR_NAME
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.managed_log import ManagedSubscriptionCursor, ManagedTopicLog
 from magnetar.ledger.manager import LedgerManager
@@ -103,6 +104,8 @@ class ReadOnlyTopicLog(ManagedTopicLog):
                           initial_mark_delete: Position) -> ManagedSubscriptionCursor:
         if name == COMPACTION_CURSOR_NAME:  # the owner's: where its compacted ledger is recorded
             return await self._owner_compaction_cursor()
+        if name == DEDUP_CURSOR_NAME:  # only a producer needs it (dedup recovery): refused here
+            raise self._refusal()
         if not durable:
             return await super().open_cursor(name, durable=False, initial_mark_delete=initial_mark_delete)
         try:
