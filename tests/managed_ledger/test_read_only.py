@@ -299,3 +299,18 @@ async def test_the_owners_backlog_counts_read_only_subscriptions() -> None:
     assert topic.backlog_bytes() > 0
     await ro.close()
     await service.close()
+
+
+async def test_deleting_the_topic_removes_read_only_subscriptions_and_readers_stop() -> None:
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    await owner.add_entry(b"x")
+    ro, _, _ = await reader(world, owner)
+    cursor = await ro.open_cursor("sub")
+    await ro.release_cursor("sub")  # its consumer left: persisted and unlocked
+    assert cursor.state.value == "closed"
+    store = await world.metadata.connect()
+    assert set(await read_only_cursors(store, TOPIC)) == {"sub"}
+    await owner.delete()
+    assert await read_only_cursors(store, TOPIC) == {}
+    await until(lambda: ro.state.value == "closed")  # the record is gone: the view stops

@@ -83,7 +83,7 @@ from magnetar.managed_ledger.errors import (
     ManagedLedgerWriteFailed,
 )
 from magnetar.managed_ledger.ledger_list import LedgerList
-from magnetar.managed_ledger.read_only_cursors import read_only_mark_deletes
+from magnetar.managed_ledger.read_only_cursors import delete_read_only_cursors, read_only_mark_deletes
 from magnetar.managed_ledger.retention import trimmable_ledgers
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.errors import NodeExists
@@ -975,6 +975,7 @@ class ManagedLedger:
             await self._delete_quietly(ledger_id)
         for node in await self._store.children(self.path):
             await self._store.delete(f"{self.path}/{node}")
+        await delete_read_only_cursors(self._store, self.name)  # read-only brokers' subscriptions go too
         await self._store.delete(self.path)
 
     # --- tasks -----------------------------------------------------------------------------------
