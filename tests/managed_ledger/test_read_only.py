@@ -314,3 +314,21 @@ async def test_deleting_the_topic_removes_read_only_subscriptions_and_readers_st
     await owner.delete()
     assert await read_only_cursors(store, TOPIC) == {}
     await until(lambda: ro.state.value == "closed")  # the record is gone: the view stops
+
+
+async def test_a_consumer_arriving_while_the_subscription_is_being_released_gets_it() -> None:
+    import asyncio
+
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    positions = [await owner.add_entry(b"x") for _ in range(3)]
+    ro, _, _ = await reader(world, owner)
+    cursor = await ro.open_cursor("sub", initial_position=positions[0])
+    await cursor.mark_delete(positions[1])
+    releasing = asyncio.ensure_future(ro.release_cursor("sub"))
+    await until(lambda: "sub" in ro._releasing)  # the release has started (persisting, then unlocking)
+    again = await ro.open_cursor("sub")  # not refused as busy by our own lock
+    await releasing
+    assert again is not cursor and again.mark_delete_position == positions[1]
+    await ro.close()
+    await owner.close()

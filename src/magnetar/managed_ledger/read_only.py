@@ -144,6 +144,7 @@ class ReadOnlyManagedLedger:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listeners: list[Callable[[], None]] = []
         self.cursors: dict[str, ReadOnlyCursor] = {}
+        self._releasing: dict[str, asyncio.Future[None]] = {}  # cursors being persisted and unlocked
         self._non_durable: set[ManagedCursor] = set()
         self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
         self.entries_skipped = 0  # entries read-only cursors skipped because retention removed them
@@ -530,6 +531,12 @@ class ReadOnlyManagedLedger:
         found = self.cursors.get(name)
         if found is not None:
             return found
+        releasing = self._releasing.get(name)
+        if releasing is not None:  # our own release of it is under way: its lock goes first
+            await asyncio.shield(releasing)
+            found = self.cursors.get(name)
+            if found is not None:
+                return found
         if len(self.cursors) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
             raise InvalidArgument(f"more than {MANAGED_LEDGER_CURSORS_COUNT_MAX} cursors")
         cursor = await ReadOnlyCursor.open(self, name, self._lce if initial_position is None else initial_position)
@@ -552,8 +559,15 @@ class ReadOnlyManagedLedger:
     async def release_cursor(self, name: str) -> None:
         """Close cursor ``name`` (persisted, its lock released); the next open reads its record."""
         cursor = self.cursors.pop(name, None)
-        if cursor is not None:
-            await cursor.close()
+        if cursor is None:
+            return
+        releasing = asyncio.ensure_future(cursor.close())
+        self._releasing[name] = releasing
+        try:
+            await asyncio.shield(releasing)
+        finally:
+            if self._releasing.get(name) is releasing:
+                del self._releasing[name]
 
     def slowest_mark_delete(self) -> Position:
         durable = [cursor.mark_delete_position for cursor in self.cursors.values()]

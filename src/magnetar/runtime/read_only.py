@@ -26,6 +26,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from magnetar.base.errors import InvalidArgument
+from magnetar.base.limits import BROKER_TOPICS_LOADED_COUNT_MAX
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.bundles import NamespaceBundles, local_policies_path
 from magnetar.broker.managed_log import ManagedTopicLog
@@ -101,7 +102,10 @@ class HttpPositionFeed:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
+            # One long-lived stream per loaded topic: the pool must hold as many (aiohttp's default
+            # of 100 would leave the 101st topic without notifications).
             self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=BROKER_TOPICS_LOADED_COUNT_MAX, limit_per_host=0),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=FOLLOW_CONNECT_TIMEOUT_S))
         return self._session
 
