@@ -22,7 +22,7 @@ import pulsar
 import pytest
 
 from magnetar.runtime.cluster import READ_ONLY_BROKER, LocalCluster, http_health
-from tests.cluster.helpers import client, running_cluster, wait_until
+from tests.cluster.helpers import QUIET, SESSION_TIMEOUT_MS, client, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -35,9 +35,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     # since its cursor snapshots only every 1,000 entries (as Pulsar's) and would hold back trims.
     env = {"broker-0": {"MAGNETAR_BROKER_MAX_ENTRIES_PER_LEDGER": str(ENTRIES_PER_LEDGER),
                         "MAGNETAR_BROKER_POLICY_CHECK_INTERVAL_MS": "300", "MAGNETAR_BROKER_DEDUPLICATION": "false"}}
-    with running_cluster(tmp_path_factory.mktemp("ro"), bookies=3, brokers=1, read_only_brokers=2,
-                         autorecovery=False, env=env) as started:
-        yield started
+    base = tmp_path_factory.mktemp("ro")
+    cluster = LocalCluster(base, bookies=3, brokers=1, read_only_brokers=2, autorecovery=False, env=env,
+                           session_timeout_ms=SESSION_TIMEOUT_MS)
+    # The owner advertises a listener named "readonly" at the first read-only broker: a client that
+    # sets listener_name="readonly" is sent there by the owner's LOOKUP (Pulsar's advertisedListeners).
+    owner, first_ro = cluster.processes["broker-0"], cluster.of_kind(READ_ONLY_BROKER)[0]
+    owner.env["MAGNETAR_BROKER_ADVERTISED_LISTENERS"] = (
+        f"internal:pulsar://127.0.0.1:{owner.port},readonly:pulsar://127.0.0.1:{first_ro.port}")
+    try:
+        cluster.start(timeout_s=90)
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def ro_url(cluster: LocalCluster, index: int | None = None) -> str:
@@ -202,6 +212,25 @@ def test_partitioned_topics_and_regex_subscriptions(cluster: LocalCluster) -> No
         pattern.close()
     finally:
         ro.close()
+
+
+def test_a_listener_name_on_the_owners_url_reaches_a_read_only_broker(cluster: LocalCluster) -> None:
+    """No code change but the client's listener_name: the owner's LOOKUP answers with the URL of
+    its "readonly" listener, a read-only broker, which then serves the subscription."""
+    topic = "persistent://public/default/ro-listener"
+    produce(cluster, topic, [])  # the owner creates the topic
+    reading = pulsar.Client(cluster.service_url(), listener_name="readonly", operation_timeout_seconds=30,
+                            logger=QUIET)
+    try:
+        consumer = reading.subscribe(topic, "via-listener", initial_position=pulsar.InitialPosition.Earliest)
+        produce(cluster, topic, [b"hello"])
+        assert consumer.receive(30_000).data() == b"hello"
+        served_by = owner_stats(cluster, topic)["subscriptions"]["via-listener"]["readOnlyBroker"]
+        assert served_by == ro_url(cluster, 0)
+        with pytest.raises(pulsar.NotAllowedError):  # producers through that listener: refused
+            reading.create_producer(topic)
+    finally:
+        reading.close()
 
 
 def test_producers_are_refused_with_the_owners_url_and_one_subscription_has_one_broker(
