@@ -233,6 +233,38 @@ def test_a_listener_name_on_the_owners_url_reaches_a_read_only_broker(cluster: L
         reading.close()
 
 
+def test_read_compacted_follows_the_owners_compactions(cluster: LocalCluster) -> None:
+    topic = "persistent://public/default/ro-compacted"
+    ro = client(ro_url(cluster, 0))
+    owner = client(cluster.service_url())
+    base = f"{cluster.http_url()}/admin/v2/persistent/public/default/ro-compacted/compaction"
+
+    def compact() -> None:
+        urllib.request.urlopen(urllib.request.Request(base, method="PUT"), timeout=10).close()
+
+        def done() -> bool:
+            with urllib.request.urlopen(base, timeout=10) as response:
+                return bool(json.loads(response.read())["status"] == "SUCCESS")
+
+        wait_until(done, 30, "the owner's compaction")
+
+    try:
+        producer = owner.create_producer(topic, batching_enabled=False)
+        holder = ro.subscribe(topic, "holder", initial_position=pulsar.InitialPosition.Earliest)  # keeps data
+        for i in range(12):
+            producer.send(f"v{i}".encode(), partition_key=f"k{i % 3}")
+        compact()  # after the read-only broker loaded the topic
+        reader = ro.subscribe(topic, "compacted", is_read_compacted=True,
+                              initial_position=pulsar.InitialPosition.Earliest)
+        latest = {m.partition_key(): m.data() for m in receive_all(reader, 3)}
+        assert latest == {"k0": b"v9", "k1": b"v10", "k2": b"v11"}  # one per key: the compacted view
+        reader.close()
+        holder.close()
+    finally:
+        ro.close()
+        owner.close()
+
+
 def test_producers_are_refused_with_the_owners_url_and_one_subscription_has_one_broker(
         cluster: LocalCluster) -> None:
     topic = "persistent://public/default/ro-refuse"

@@ -197,6 +197,7 @@ class TopicCompaction:
         self.last_error: str | None = None
         self._state: CompactedState | None = None
         self._loaded = False
+        self._loaded_version = 0  # the log's compaction_version when the state was read
         self._load_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._reader: tuple[int, CompactedReader] | None = None
@@ -221,10 +222,16 @@ class TopicCompaction:
         return self._ledgers is not None
 
     async def state(self) -> CompactedState | None:
-        """The recorded compacted ledger and horizon (read from the ``__compaction`` cursor once)."""
-        if self._loaded:
+        """The recorded compacted ledger and horizon (read from the ``__compaction`` cursor once;
+        again whenever a log that follows another broker's compactions says they changed: a
+        read-only broker's ``compaction_version``, broker/read_only.py)."""
+        version = getattr(self._log, "compaction_version", 0)
+        if self._loaded and version == self._loaded_version:
             return self._state
         async with self._load_lock:
+            if self._loaded and version != self._loaded_version:
+                self._loaded, self._state = False, None  # the owner compacted again: read it anew
+            self._loaded_version = version
             if not self._loaded:
                 if COMPACTION_CURSOR_NAME in self._log.cursor_names():
                     cursor = await self._cursor()
@@ -321,6 +328,9 @@ class TopicCompaction:
             await faults.point("broker.compaction.after_write_before_record")
             recording = True
             await cursor.mark_delete(end, {COMPACTED_LEDGER_PROPERTY: writer.ledger_id})
+            managed = getattr(cursor, "managed_cursor", None)
+            if managed is not None:  # persisted before SUCCESS: read-only brokers and a next owner see it
+                await managed.flush()
         except BaseException:
             if not recording:  # never recorded: nobody will read it
                 await writer.abandon()

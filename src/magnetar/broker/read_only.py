@@ -45,7 +45,7 @@ from magnetar.broker.errors import BrokerError
 from magnetar.broker.managed_log import ManagedSubscriptionCursor, ManagedTopicLog
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from magnetar.managed_ledger.cursor import cursor_node_name
+from magnetar.managed_ledger.cursor import ManagedCursor, cursor_node_name
 from magnetar.managed_ledger.errors import ManagedLedgerFenced
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
 from magnetar.managed_ledger.read_only import PositionFeed, ReadOnlyManagedLedger
@@ -65,10 +65,16 @@ class ReadOnlyTopicLog(ManagedTopicLog):
         super().__init__(name, ml)  # type: ignore[arg-type]
         self._rml = ml
         self._owner_url = owner_url
+        self._compaction_snapshot: ManagedCursor | None = None
 
     @property
     def read_only_ledger(self) -> ReadOnlyManagedLedger:
         return self._rml
+
+    @property
+    def compaction_version(self) -> int:
+        """Changes when the owner records a new compaction (``TopicCompaction`` reads it again)."""
+        return self._rml.compaction_version
 
     def on_entries_added(self, listener: Callable[[], None]) -> None:
         self._rml.on_entries_added(listener)
@@ -127,8 +133,11 @@ class ReadOnlyTopicLog(ManagedTopicLog):
         if found is None:
             raise BrokerError(pb.NotAllowedError, f"{self.name} has not been compacted by its owner")
         info = decode(CursorInfo, found.value)
+        if self._compaction_snapshot is not None:
+            self._rml.forget_non_durable_cursor(self._compaction_snapshot)
         cursor = self._rml.new_non_durable_cursor(Position(info.mark_delete.ledger_id, info.mark_delete.entry_id))
         cursor.properties = dict(info.properties)
+        self._compaction_snapshot = cursor
         return ManagedSubscriptionCursor(cursor, COMPACTION_CURSOR_NAME, False)
 
 

@@ -56,7 +56,7 @@ from magnetar.managed_ledger.errors import ManagedLedgerClosed, ManagedLedgerFen
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
 from magnetar.managed_ledger.read_only_cursors import read_only_cursor_path, read_only_lock_path
-from magnetar.metadata.api import MetadataStore, Watch, WatchEvent
+from magnetar.metadata.api import EventKind, MetadataStore, Watch, WatchEvent
 from magnetar.metadata.errors import NodeExists
 from magnetar.metadata.records import CursorInfo, LedgerInfo, ManagedLedgerInfo, decode, encode
 
@@ -65,6 +65,9 @@ log = logging.getLogger(__name__)
 #: Wait before asking for the owner's feed again after it ended or failed (no owner, moving),
 #: unless the metadata watch says something changed first.
 READ_ONLY_FEED_RETRY_MS = 500
+#: The owner's compaction cursor node under its managed ledger's (``broker.compaction``'s
+#: ``__compaction`` cursor; a managed ledger cannot import the broker layer).
+COMPACTION_NODE = "__compaction"
 
 
 class PositionFeed(Protocol):
@@ -141,6 +144,9 @@ class ReadOnlyManagedLedger:
         self._refresh_lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self._watch: Watch | None = None
+        self._compaction_watch: Watch | None = None
+        #: Grows whenever the owner's compaction cursor changes (``broker.compaction`` reads it again).
+        self.compaction_version = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listeners: list[Callable[[], None]] = []
         self.cursors: dict[str, ReadOnlyCursor] = {}
@@ -162,6 +168,7 @@ class ReadOnlyManagedLedger:
         ml = cls(topic, name, path, manager=manager, store=store, clock=clock, config=config, feed=feed,
                  holder=holder)
         ml._watch = await store.watch(path, ml._on_watch)
+        ml._compaction_watch = await store.watch(f"{path}/{COMPACTION_NODE}", ml._on_compaction_watch)
         try:
             await ml.refresh()
         except BaseException:
@@ -170,6 +177,15 @@ class ReadOnlyManagedLedger:
         if feed is not None:
             ml._spawn(ml._follow_loop(feed))
         return ml
+
+    def _on_compaction_watch(self, event: WatchEvent) -> None:
+        # The owner recorded a new compacted ledger (or removed its cursor): known at once, before
+        # the parent's child-list refresh, so a reader that asks now sees the new state.
+        if event.kind is EventKind.DELETED:
+            self.owner_cursor_names = self.owner_cursor_names - {COMPACTION_NODE}
+        elif event.kind is not EventKind.CHILDREN_CHANGED:
+            self.owner_cursor_names = self.owner_cursor_names | {COMPACTION_NODE}
+        self.compaction_version += 1
 
     def _on_watch(self, _event: WatchEvent) -> None:
         if self._state is ReadOnlyState.OPEN:
@@ -584,8 +600,9 @@ class ReadOnlyManagedLedger:
         if self._state is ReadOnlyState.CLOSED:
             return
         self._state = ReadOnlyState.CLOSED
-        if self._watch is not None:
-            self._watch.cancel()
+        for watch in (self._watch, self._compaction_watch):
+            if watch is not None:
+                watch.cancel()
         for cursor in list(self.cursors.values()):
             await cursor.close()
         self.cursors.clear()
