@@ -59,6 +59,7 @@ from magnetar.broker.read_only import ReadOnlyLogStore, ReadOnlyRegistration
 from magnetar.broker.service import BrokerService
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
+from magnetar.replication import ReplicationService
 from magnetar.runtime.bookie import wait_for_termination_signal
 from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
@@ -71,6 +72,7 @@ from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port
 from magnetar.runtime.read_only import FOLLOW_PATH, HttpPositionFeed, build_follow_app, close_quietly
+from magnetar.runtime.replication import start_replication
 from magnetar.runtime.tls import bookie_client_network, tls_files_from_config
 
 log = logging.getLogger(__name__)
@@ -154,6 +156,7 @@ class Generation:
         self.leader: LoadBalancerLeader | None = None
         self.balancer_tasks: list[asyncio.Task[None]] = []
         self.console: RunningConsole | None = None
+        self.replication: ReplicationService | None = None
         self.registration: ReadOnlyRegistration | None = None
         self.feed: HttpPositionFeed | None = None
 
@@ -164,6 +167,8 @@ class Generation:
         return source.session_lost
 
     async def stop(self) -> None:
+        if self.replication is not None:
+            await self.replication.stop()
         if self.console is not None:
             await self.console.stop()
         for task in [self.report_task, *self.balancer_tasks]:
@@ -325,6 +330,9 @@ class BrokerNode:
                 await bootstrap_cluster(server.service, web_url=self.http_url)
             except Exception as error:  # the admin resources are a convenience; serving goes on
                 log.warning("could not create the default cluster/tenant/namespace: %s", error)
+            if not config.read_only:  # the owner replicates; a read-only broker only serves reads
+                generation.replication = await start_replication(server.service, clock=self.clock,
+                                                                 network=self.network)
             context = self._admin_context(server.service)
             self._admin.app = build_admin_app(context)
             self._lookup.app = build_lookup_app(context)
