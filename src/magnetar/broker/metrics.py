@@ -117,11 +117,6 @@ class BrokerCollector(Collector):
         }
         out_total = CounterMetricFamily("pulsar_subscription_out_messages", "messages dispatched",
                                         labels=sub_labels)
-        skipped = CounterMetricFamily(
-            "magnetar_read_only_skipped_entries", "entries read-only cursors skipped because the owner's "
-            "retention removed them (at least one per removed ledger)", labels=topic_labels)
-        feed = CounterMetricFamily("magnetar_read_only_feed_positions",
-                                   "last confirmed positions the owner's feed delivered", labels=topic_labels)
         repl_labels = [*topic_labels, "remote_cluster"]
         repl_gauges = {
             name: (GaugeMetricFamily(name, doc, labels=repl_labels), key) for name, doc, key in (
@@ -139,10 +134,6 @@ class BrokerCollector(Collector):
         cluster = self._service.config.cluster_name
         for name, topic in list(self._service.topics.items()):
             labels = [cluster, topic.name.namespace, name]
-            read_only = getattr(topic.log, "read_only_ledger", None)  # broker/read_only.py
-            if read_only is not None:
-                skipped.add_metric(labels, read_only.entries_skipped)
-                feed.add_metric(labels, read_only.feed_positions)
             storage = topic.log.storage_stats()
             backlog = 0
             for sub_name, subscription in list(topic.subscriptions.items()):
@@ -184,7 +175,24 @@ class BrokerCollector(Collector):
         yield latency
         yield from sub_gauges.values()
         yield out_total
-        yield skipped
-        yield feed
+        yield from _read_only_metrics(self._service, topic_labels)
         yield from (family for family, _ in repl_gauges.values())
         yield repl_lag
+
+
+def _read_only_metrics(service: BrokerService, topic_labels: list[str]) -> Iterator[Metric]:
+    """Counters of the topics a read-only broker serves (``broker/read_only.py``)."""
+    skipped = CounterMetricFamily(
+        "magnetar_read_only_skipped_entries", "entries read-only cursors skipped because the owner's "
+        "retention removed them (at least one per removed ledger)", labels=topic_labels)
+    feed = CounterMetricFamily("magnetar_read_only_feed_positions",
+                               "last confirmed positions the owner's feed delivered", labels=topic_labels)
+    cluster = service.config.cluster_name
+    for name, topic in list(service.topics.items()):
+        read_only = getattr(topic.log, "read_only_ledger", None)
+        if read_only is not None:
+            labels = [cluster, topic.name.namespace, name]
+            skipped.add_metric(labels, read_only.entries_skipped)
+            feed.add_metric(labels, read_only.feed_positions)
+    yield skipped
+    yield feed
