@@ -250,6 +250,9 @@ class TopicCompaction:
         """Start a compaction in the background; ``CompactionRunningError`` if one is in progress."""
         if self._ledgers is None:
             raise BrokerError(pb.NotAllowedError, f"topic {self._log.name} cannot be compacted")
+        if getattr(self._ledgers, "read_only", False):
+            raise BrokerError(pb.NotAllowedError, f"topic {self._log.name} is served read-only here: "
+                              "compact it on its owner")
         if self._status is CompactionStatus.RUNNING:
             raise CompactionRunningError(self._log.name)
         self._move(CompactionStatus.RUNNING)
@@ -277,6 +280,8 @@ class TopicCompaction:
     async def check_threshold(self, threshold_bytes: int) -> bool:
         """Start a compaction if more than ``threshold_bytes`` (> 0) are stored after the horizon."""
         if threshold_bytes <= 0 or self._ledgers is None or self._status is CompactionStatus.RUNNING:
+            return False
+        if getattr(self._ledgers, "read_only", False):  # a read-only broker: the owner compacts
             return False
         state = await self.state()
         after = state.horizon if state is not None else EARLIEST

@@ -144,6 +144,8 @@ class ReadOnlyTopicLog(ManagedTopicLog):
 class ReadOnlyCompactedLedgers(BookieCompactedLedgers):
     """Reads the owner's compacted ledgers (closed when recorded) without fencing; writes nothing."""
 
+    read_only = True  # ``TopicCompaction`` never starts a compaction over these
+
     def __init__(self, manager: LedgerManager, topic: str) -> None:
         super().__init__(manager, 1, 1, 1)
         self._topic = topic
