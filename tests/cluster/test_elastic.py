@@ -14,6 +14,7 @@ Figures are printed (``-s`` shows them) and asserted only where the issue sets a
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -32,7 +33,13 @@ from magnetar.chaos.history import History, Op, OpType, Outcome, value_of
 from magnetar.runtime.cluster import LocalCluster, http_health
 from tests.cluster.helpers import QUIET, SESSION_TIMEOUT_MS, owner_of, running_cluster, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+# The topic count and send interval are parameters: CI runs 90 topics; the 300-topic run of the
+# issue's evidence is ``MAGNETAR_ELASTIC_TOPICS=300`` (figures in docs/elastic.md).
+TOPICS = int(os.environ.get("MAGNETAR_ELASTIC_TOPICS", "90"))
+SEND_INTERVAL_S = float(os.environ.get("MAGNETAR_ELASTIC_SEND_INTERVAL_S", "0.5"))
+BALANCE_TIMEOUT_S = 150 * max(1.0, TOPICS / 90)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(int(420 * max(1.0, TOPICS / 90)))]
 
 BALANCER_ENV = {
     "MAGNETAR_BROKER_LOAD_BALANCER_SHEDDING_INTERVAL_MS": "1000",
@@ -45,8 +52,6 @@ BALANCER_ENV = {
     "MAGNETAR_BROKER_RETENTION_TIME_S": "-1",
     "MAGNETAR_BROKER_RETENTION_SIZE_BYTES": "-1",
 }
-TOPICS = 90
-SEND_INTERVAL_S = 0.5
 
 
 def admin_get(port: int, path: str) -> Any:
@@ -177,7 +182,8 @@ def test_added_brokers_take_load_until_balanced_and_a_killed_leader_is_replaced(
         history = History(meta={"test": "elastic"})
         client = pulsar.Client(cluster.broker_url(0), operation_timeout_seconds=60, logger=QUIET)
         load = Workload(client, topics, "p", history)
-        wait_until(lambda: topics_per_broker(cluster).get("broker-0") == TOPICS, 60, "all topics loaded on broker-0")
+        wait_until(lambda: topics_per_broker(cluster).get("broker-0") == TOPICS, 60 * max(1.0, TOPICS / 90),
+                   "all topics loaded on broker-0")
 
         added_at = time.monotonic()
         load_added_s = load._now_s()
@@ -188,13 +194,20 @@ def test_added_brokers_take_load_until_balanced_and_a_killed_leader_is_replaced(
             counts = list(topics_per_broker(cluster).values())
             return len(counts) == 3 and sum(counts) == TOPICS and min(counts) > 0 and max(counts) <= 1.25 * min(counts)
 
-        wait_until(balanced, 150, f"topics per broker within 25% (now {topics_per_broker(cluster)})")
+        try:
+            wait_until(balanced, BALANCE_TIMEOUT_S, "topics per broker within 25%")
+        except AssertionError:
+            print(f"\nnot balanced: per broker {topics_per_broker(cluster)}; last decisions:")
+            for decision in decisions(cluster)[-40:]:
+                print(json.dumps(decision))
+            raise
         balance_s = time.monotonic() - added_at
         balanced_at_ms = int(time.time() * 1000)
         moves_at_balance = [d for d in decisions(cluster) if d["kind"] == "unload"]
         # Keep the load running for ~8 s more of sends: no further moves expected (no oscillation).
         ops_at_balance = len(history.snapshot())
-        wait_until(lambda: len(history.snapshot()) >= ops_at_balance + TOPICS * 16, 60, "8 s more of load")
+        more = int(TOPICS * 8 / SEND_INTERVAL_S)
+        wait_until(lambda: len(history.snapshot()) >= ops_at_balance + more, 60, "8 s more of load")
         after = [d for d in decisions(cluster) if d["kind"] == "unload" and d["time"] > balanced_at_ms]
         load.stop()
         client.close()
@@ -264,7 +277,28 @@ def test_added_brokers_take_load_until_balanced_and_a_killed_leader_is_replaced(
         assert result2.counts["values_ok"] > 0
 
 
-def test_three_racks_of_two_bookies_every_write_set_spans_three_racks(tmp_path: Path) -> None:
+RACKS = ["/region-a/rack-0", "/region-a/rack-0", "/region-a/rack-1", "/region-a/rack-1",
+         "/region-b/rack-2", "/region-b/rack-2"]
+
+
+@dataclass
+class WriteSetReport:
+    """What the ledger metadata says about every write set of some ledgers: the racks each spans
+    (ledger id -> list), and the write sets holding a copy on a dead bookie or two copies on one
+    bookie (ledger id, fragment first entry, bookies)."""
+
+    spans: dict[int, list[int]] = field(default_factory=dict)
+    on_dead: list[tuple[int, int, list[str]]] = field(default_factory=list)
+    repeated: list[tuple[int, int, list[str]]] = field(default_factory=list)
+
+    @property
+    def span_counts(self) -> set[int]:
+        return {n for spans in self.spans.values() for n in spans}
+
+
+def write_set_report(cluster: LocalCluster, dead: set[str], only: set[int] | None = None) -> WriteSetReport:
+    """Read every ledger's metadata (or ``only`` those) and report its write sets against the
+    racks-info stored in the metadata store."""
     import asyncio
 
     from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
@@ -273,34 +307,108 @@ def test_three_racks_of_two_bookies_every_write_set_spans_three_racks(tmp_path: 
     from magnetar.ledger.racks import read_racks
     from magnetar.runtime.metadata import open_metadata_store
 
-    racks = ["/region-a/rack-0", "/region-a/rack-0", "/region-a/rack-1", "/region-a/rack-1",
-             "/region-b/rack-2", "/region-b/rack-2"]
-    with running_cluster(tmp_path, bookies=6, brokers=1, autorecovery=False, racks=racks) as cluster:
+    async def read() -> WriteSetReport:
+        store = await open_metadata_store(cluster.metadata_url)
+        try:
+            config, _ = await read_racks(store)
+            ledgers = LedgerMetadataStore(MetadataStoreAdapter(store))
+            report = WriteSetReport()
+            for ledger_id in await ledgers.list_ids():
+                if only is not None and ledger_id not in only:
+                    continue
+                meta = (await ledgers.read(ledger_id)).metadata
+                spans = report.spans.setdefault(ledger_id, [])
+                for fragment in meta.fragments:
+                    for entry in range(meta.ensemble_size):
+                        members = [str(fragment.ensemble[i])
+                                   for i in write_set(entry, meta.ensemble_size, meta.write_quorum_size)]
+                        spans.append(len({config.rack_of(b) for b in members}))
+                        if dead & set(members):
+                            report.on_dead.append((ledger_id, fragment.first_entry_id, members))
+                        if len(set(members)) < len(members):
+                            report.repeated.append((ledger_id, fragment.first_entry_id, members))
+            return report
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def test_three_racks_of_two_bookies_write_sets_span_three_racks_and_survive_a_rack_kill(tmp_path: Path) -> None:
+    """3 racks x 2 bookies, ensemble (3,3,2), real processes and AutoRecovery:
+
+    * every write set of every ledger spans 3 racks (read from ledger metadata);
+    * both bookies of one rack killed with SIGKILL: every acknowledged message is read back with
+      the official client right away (before the dead bookies' sessions even expire);
+    * AutoRecovery re-replicates: within a bound, no write set of the ledgers that existed at the
+      kill keeps a copy on a dead bookie, none holds two copies on one bookie, and each spans
+      both remaining racks (3 copies on 2 racks: 2 + 1, as spread as 2 racks allow).
+
+    The topics are unloaded before the kill so their ledgers are closed: AutoRecovery then copies
+    them at once, without the open-ledger grace period (30 s) the broker's open ledgers would wait.
+    Negative control: the same check on the metadata before recovery finds the dead copies."""
+    retention = {"MAGNETAR_BROKER_RETENTION_TIME_S": "-1", "MAGNETAR_BROKER_RETENTION_SIZE_BYTES": "-1"}
+    with running_cluster(tmp_path, bookies=6, brokers=1, autorecovery=True, racks=RACKS,
+                         env={"broker-0": retention}) as cluster:
+        topics = [f"persistent://public/default/racks-{i}" for i in range(8)]
         client = pulsar.Client(cluster.broker_url(0), operation_timeout_seconds=60, logger=QUIET)
-        for i in range(8):
-            producer = client.create_producer(f"persistent://public/default/racks-{i}", batching_enabled=False)
+        acked: dict[str, list[bytes]] = {}
+        for topic in topics:
+            producer = client.create_producer(topic, batching_enabled=False)
             for j in range(5):
-                producer.send(f"m{j}".encode())
+                producer.send(f"{topic}/m{j}".encode())  # returns once acknowledged (Qa = 2 copies)
+                acked.setdefault(topic, []).append(f"{topic}/m{j}".encode())
             producer.close()
         client.close()
 
-        async def spans() -> list[int]:
-            store = await open_metadata_store(cluster.metadata_url)
-            try:
-                config, _ = await read_racks(store)
-                ledgers = LedgerMetadataStore(MetadataStoreAdapter(store))
-                out = []
-                for ledger_id in await ledgers.list_ids():
-                    meta = (await ledgers.read(ledger_id)).metadata
-                    for fragment in meta.fragments:
-                        for entry in range(meta.ensemble_size):
-                            members = [fragment.ensemble[i]
-                                       for i in write_set(entry, meta.ensemble_size, meta.write_quorum_size)]
-                            out.append(len({config.rack_of(b) for b in members}))
-                return out
-            finally:
-                await store.close()
+        before = write_set_report(cluster, set())
+        print(f"\nracks: {sum(len(s) for s in before.spans.values())} write sets in {len(before.spans)} ledgers, "
+              f"racks spanned: {sorted(before.span_counts)}")
+        assert before.spans and before.span_counts == {3} and not before.repeated
 
-        found = asyncio.run(spans())
-        print(f"\nracks: {len(found)} write sets, racks spanned: {sorted(set(found))}")
-        assert found and set(found) == {3}
+        # --- kill rack-2 (bookies 4 and 5) with SIGKILL; the ledgers are closed first --------------
+        http = cluster.processes["broker-0"].http_port
+        for topic in topics:
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{http}/admin/v2/persistent/{topic.split('://', 1)[1]}/unload", method="PUT")
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                assert reply.status in (200, 204)
+        existing = set(before.spans)
+        victims = [cluster.processes[f"bookie-{i}"] for i, rack in enumerate(RACKS) if rack == "/region-b/rack-2"]
+        dead = {f"127.0.0.1:{p.port}" for p in victims}
+        for victim in victims:
+            victim.kill(signal.SIGKILL)
+        killed_at = time.monotonic()
+        assert not any(v.alive() for v in victims)
+
+        reader_client = pulsar.Client(cluster.broker_url(0), operation_timeout_seconds=60, logger=QUIET)
+        try:
+            for topic in topics:
+                reader = reader_client.create_reader(topic, pulsar.MessageId.earliest)
+                got = []
+                while reader.has_message_available():
+                    got.append(reader.read_next(timeout_millis=30_000).data())
+                reader.close()
+                assert got == acked[topic], f"{topic}: read {got}, acknowledged {acked[topic]}"
+        finally:
+            reader_client.close()
+        read_s = time.monotonic() - killed_at
+
+        # Negative control: before recovery the check sees the copies on the dead rack.
+        unrecovered = write_set_report(cluster, dead, only=existing)
+        assert unrecovered.on_dead, "the check must see the dead rack's copies before AutoRecovery"
+
+        def recovered() -> bool:
+            report = write_set_report(cluster, dead, only=existing)
+            return not report.on_dead
+
+        wait_until(recovered, 75, "AutoRecovery to move every copy off the dead rack")
+        recovered_s = time.monotonic() - killed_at
+        after = write_set_report(cluster, dead, only=existing)
+        print(f"rack kill: {sum(len(v) for v in acked.values())} acknowledged messages read back "
+              f"{read_s:.1f} s after the kill; AutoRecovery done after {recovered_s:.1f} s; "
+              f"{len(unrecovered.on_dead)} write sets had a dead copy, now {len(after.on_dead)}; "
+              f"racks spanned per write set: {sorted(after.span_counts)}")
+        assert after.spans.keys() == existing
+        assert not after.repeated, after.repeated
+        assert after.span_counts == {2}, after.spans  # 3 copies on the 2 live racks: 2 + 1
