@@ -16,7 +16,9 @@ from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.balancer import BalancerSettings, DecisionKind
 from magnetar.broker.bundles import BundleRange
 from magnetar.broker.leader import (
+    COMMANDS_ROOT,
     DECISIONS_PATH,
+    IN_FLIGHT_MS_MAX,
     BundleCommands,
     LoadBalancerLeader,
     read_decisions,
@@ -183,6 +185,44 @@ def test_bundles_in_flight_count_on_their_target_until_it_reports_them() -> None
             assert step == 2 or again == []  # nothing shed while the wave settles
 
     run(body)
+
+    run(body)
+
+
+def test_a_move_whose_command_the_owner_has_not_carried_out_is_not_decided_again() -> None:
+    """A busy owner carries out its unload commands one after another, seconds each: while a
+    command waits, its move stays in flight past ``IN_FLIGHT_MS_MAX`` and the grace period, so
+    the leader does not decide the same bundle again toward another target. Control: once the
+    command is gone without being carried out (lost), the leader gives up and decides again."""
+    async def body(nodes: list[Node], _: MemoryMetadataServer, clock: ManualClock) -> None:
+        a, _b, _c = nodes
+        await load_topics(a, 12)
+        for node in nodes:
+            await node.publish_load(clock.now_ms())
+        settings = BalancerSettings(split_enabled=False, grace_period_ms=1000)
+        leader = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
+                                    broker_id="127.0.0.1:1", web_url="")
+        first = await leader.run_once()
+        assert first and all(d.kind is DecisionKind.UNLOAD for d in first)
+        moved = {d.bundle for d in first}
+        for _ in range(3):  # the owner is slow: its commands wait past every timeout
+            await clock.advance((IN_FLIGHT_MS_MAX + 10_000) / 1000)
+            for node in nodes:
+                await node.publish_load(clock.now_ms())
+            assert await leader.run_once() == []
+            assert moved <= set(leader._in_flight)
+        assert len(a.ownership.owned()) == 4
+        # Control: the commands vanish without being carried out; after the timeout, decided again.
+        commands = f"{COMMANDS_ROOT}/127.0.0.1:1"
+        for child in await a.store.children(commands):
+            await a.store.delete(f"{commands}/{child}")
+        again: list[Any] = []
+        for _ in range(3):
+            await clock.advance((IN_FLIGHT_MS_MAX + 10_000) / 1000)
+            for node in nodes:
+                await node.publish_load(clock.now_ms())
+            again += await leader.run_once()
+        assert {d.bundle for d in again} & moved
 
     run(body)
 

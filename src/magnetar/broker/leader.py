@@ -25,8 +25,11 @@ order, and deletes. Every decision is logged with its reason and appended to
 each bundle last moved, so the grace period survives a change of leader. A round is skipped
 until the brokers touched by the previous round have published a report newer than it, so one
 move is not decided twice from a stale view; and while moves of the last wave are still settling
-(a bundle released but not yet reported by its target for two intervals) it only splits, counting
-those bundles on their targets.
+(a bundle whose unload command its owner has not carried out yet, or released but not yet
+reported by its target for two intervals) it only splits, counting those bundles on their
+targets. A busy owner may take many seconds per unload: while its command is pending the move
+stays in flight however long that takes, so the bundle is not decided again (to another target)
+behind the owner's back; the grace period of a bundle counts from when its move settled.
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ DECISIONS_PATH = "/loadbalance/decisions"
 #: and what a new leader reads the last moves from.
 DECISIONS_KEPT = 200
 #: How long a move may stay unsettled (released, not yet reported by its target) before the
-#: leader stops waiting for it (plus three shedding intervals).
+#: leader stops waiting for it (plus three shedding intervals); counted from the release, not
+#: while the owner's command is still pending.
 IN_FLIGHT_MS_MAX = 30_000
 #: Commands one broker carries out per wake-up (the rest on the next).
 COMMANDS_PER_PASS_MAX = 64
@@ -206,7 +210,8 @@ class LoadBalancerLeader:
             log.info("load balancer: waiting for fresh load reports before deciding again")
             return []
         now_ms = self._clock.now_ms()
-        loads = self._with_in_flight([r.broker_load() for r in reports], now_ms)
+        pending = await self._pending_unloads(reports) if self._in_flight else set()
+        loads = self._with_in_flight([r.broker_load() for r in reports], now_ms, pending)
         counts = {}
         for namespace in sorted({b.namespace for load in loads for b in load.bundles}):
             counts[namespace] = len((await self._ownership.current_bundles(namespace)).ranges)
@@ -242,13 +247,31 @@ class LoadBalancerLeader:
         await self._clean_dead(reports)
         return done
 
-    def _with_in_flight(self, loads: list[BrokerLoad], now_ms: int) -> list[BrokerLoad]:
-        """The reports with each bundle still moving counted on its target: between the source's
-        release and the target's acquisition (when clients look up again) the bundle is in no
-        report (or still in the source's), and deciding without it would shed the same load
-        twice. A move is settled once the target has reported the bundle for two intervals (its
-        rates sampled again), or given up after ``IN_FLIGHT_MS_MAX`` plus three intervals (no
-        client came back for it: nobody owns it, which is fine)."""
+    async def _pending_unloads(self, reports: Sequence[LoadReport]) -> set[str]:
+        """Bundles with an unload command not yet carried out by their owner (its node remains)."""
+        pending: set[str] = set()
+        for broker in {r.broker_id for r in reports}:
+            path = f"{COMMANDS_ROOT}/{broker}"
+            with contextlib.suppress(NotFound):
+                for child in await self._store.children(path):
+                    found = await self._store.get(f"{path}/{child}")
+                    if found is None:
+                        continue
+                    with contextlib.suppress(ValueError, KeyError, TypeError):
+                        command = json.loads(found.value)
+                        if command["op"] == DecisionKind.UNLOAD.value:
+                            pending.add(str(command["bundle"]))
+        return pending
+
+    def _with_in_flight(self, loads: list[BrokerLoad], now_ms: int, pending: set[str] | None = None) -> list[BrokerLoad]:
+        """The reports with each bundle still moving counted on its target: until the owner has
+        carried out the unload (``pending``: it still lists the bundle) and between its release
+        and the target's acquisition (when clients look up again, the bundle is in no report),
+        deciding without it would shed the same load twice. A move is settled once the target
+        has reported the bundle for two intervals (its rates sampled again; its grace period
+        starts then), or given up ``IN_FLIGHT_MS_MAX`` plus three intervals after the command was
+        carried out (no client came back for it: nobody owns it, which is fine)."""
+        pending = pending or set()
         listed = {b.bundle: load.broker for load in loads for b in load.bundles}
         for bundle, move in list(self._in_flight.items()):
             if listed.get(bundle) == move.target:
@@ -256,6 +279,9 @@ class LoadBalancerLeader:
                     move.seen_ms = now_ms
                 if now_ms - move.seen_ms >= 2 * self.interval_ms:
                     del self._in_flight[bundle]
+                    self._last_moved_ms[bundle] = max(now_ms, self._last_moved_ms.get(bundle, 0))
+            elif bundle in pending:
+                move.since_ms = now_ms  # the owner has not let go yet: the give-up clock waits
             elif now_ms - move.since_ms >= IN_FLIGHT_MS_MAX + 3 * self.interval_ms:
                 del self._in_flight[bundle]
         out = []
