@@ -37,11 +37,11 @@ class BrokerConfig:
     #: Partitions of an auto-created topic; 0 means non-partitioned (Pulsar's default).
     auto_created_partitions_count: int = 0
     #: Answer a re-sent (producer_name, sequence_id) already persisted with a (-1,-1) receipt.
-    #: Differs from Pulsar on purpose (brokerDeduplicationEnabled=false there): Magnetar's
-    #: guarantees are stated and checked with it on (FAULTS.md invariant 8: no duplicates after
-    #: producer retries, in the simulator, the chaos runs and the kill -9 tests; the Spark sink's
-    #: retried tasks), and a user who turns it off per namespace still can (deduplicationEnabled).
-    deduplication: bool = True
+    #: Off by default, as in Pulsar (brokerDeduplicationEnabled=false); a namespace or topic turns
+    #: it on (deduplicationEnabled), as do MAGNETAR_BROKER_DEDUPLICATION=true and --pulsar-conf.
+    #: The no-duplicates-after-retries guarantee (FAULTS.md invariant 8) holds for producers whose
+    #: topic has it on.
+    deduplication: bool = False
     #: Broker-wide policy defaults, used where neither the namespace nor the topic sets one
     #: (Pulsar: defaultRetentionTimeInMinutes/SizeInMB = 0, ttlDurationDefaultInSeconds = 0,
     #: delayedDeliveryEnabled = true). Retention -1 keeps consumed entries forever; TTL 0 never expires.
