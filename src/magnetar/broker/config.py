@@ -57,6 +57,10 @@ class BrokerConfig:
     #: SENDs all producers of one connection may have unanswered; reading from the connection
     #: pauses at it and resumes at half (Pulsar: maxPendingPublishRequestsPerConnection).
     pending_sends_per_connection_max: int = 1000
+    #: SENDs to non-persistent topics one connection may have unanswered; a SEND beyond it is not
+    #: published but dropped, answered with a (-1,-1) receipt and counted in the producer's
+    #: ``msgDropRate`` (Pulsar: maxConcurrentNonPersistentMessagePerConnection, 1000).
+    max_concurrent_non_persistent_messages_per_connection: int = 1000
     #: Entries one dispatcher read asks the log for.
     dispatch_read_count_max: int = 100
     #: Dispatched-but-unacknowledged entries one subscription tracks; dispatch pauses beyond it.
@@ -190,6 +194,8 @@ class BrokerConfig:
              BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX),
             ("pending_sends_per_connection_max", self.pending_sends_per_connection_max,
              BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX),
+            ("max_concurrent_non_persistent_messages_per_connection",
+             self.max_concurrent_non_persistent_messages_per_connection, BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX),
             ("dispatch_read_count_max", self.dispatch_read_count_max, BROKER_DISPATCH_READ_COUNT_MAX),
             ("pending_acks_per_subscription_max", self.pending_acks_per_subscription_max,
              BROKER_PENDING_ACKS_PER_SUBSCRIPTION_COUNT_MAX),
