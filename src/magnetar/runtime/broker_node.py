@@ -67,6 +67,7 @@ from magnetar.runtime.config import load_config
 from magnetar.runtime.console import RunningConsole, start_console
 from magnetar.runtime.cpu import CpuMeter
 from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_http
+from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
@@ -318,6 +319,7 @@ class BrokerNode:
                                                           max_entries_per_ledger=config.max_entries_per_ledger),
                 network=self.network, host=config.host, port=self.port, before_listen=install,
                 tls_port=self.port_tls, tls=self.tls, log_store=self._read_only_store(generation),
+                offloader=open_offloader(self.broker_config),  # tiered storage when configured
             )
             server = generation.server
             if config.read_only:
