@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-
-import pytest
 
 from magnetar.base.types import Position, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
@@ -18,43 +15,30 @@ from tests.broker.fakes import FakeChannel, settle
 class _ReorderingLog:
     """Completes appends in reverse order once ``release()`` is called."""
 
-    def __init__(self, inner: object, *, nowait: bool) -> None:
+    def __init__(self, inner: object) -> None:
         self.inner = inner
-        self.nowait = nowait  # take the producer's task-free path (``append_nowait``) or ``append``
-        self.waiters: list[asyncio.Future[None]] = []
+        self.appended: list[tuple[asyncio.Future[Position], Position]] = []
         self.next_entry = 0
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        if not self.nowait:
-            return False
+    def append(self, data: bytes) -> asyncio.Future[Position]:
         position = Position(9, self.next_entry)
         self.next_entry += 1
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.append(waiter)
-        waiter.add_done_callback(lambda _: on_done(position, None))
-        return True
-
-    async def append(self, data: bytes) -> Position:
-        position = Position(9, self.next_entry)
-        self.next_entry += 1
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.append(waiter)
-        await waiter
-        return position
+        appended: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        self.appended.append((appended, position))
+        return appended
 
     def release(self) -> None:
-        for waiter in reversed(self.waiters):
-            waiter.set_result(None)
+        for appended, position in reversed(self.appended):
+            appended.set_result(position)
 
 
-@pytest.mark.parametrize("nowait", [False, True], ids=["task", "task-free"])
-def test_receipts_follow_send_order(nowait: bool) -> None:
+def test_receipts_follow_send_order() -> None:
     async def run() -> None:
         inner = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
-        log = _ReorderingLog(inner, nowait=nowait)
+        log = _ReorderingLog(inner)
         topic = Topic(TopicName.parse("t"), log, BrokerConfig())  # type: ignore[arg-type]
         channel = FakeChannel()
         producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)

@@ -18,7 +18,8 @@ Contracts every implementation keeps:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -93,12 +94,17 @@ class TopicLog(Protocol):
     @property
     def last_position(self) -> Position: ...
 
-    async def append(self, data: bytes) -> Position: ...
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        """The one append operation: a future of ``data``'s position (a callback can be chained
+        on it; it completes only after this returned). Raises at once when the log refuses
+        (closed, terminated, taken over, a write failure not yet settled, or full: call
+        ``wait_for_room`` first)."""
 
-    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        """``append`` without a task: later ``on_done(position, None)`` or ``on_done(None, error)``,
-        never before this returns. Returns False, having done nothing, when ``append`` would have
-        to wait (backpressure, a fault point): then call ``append``."""
+    def has_room(self) -> bool:
+        """Whether ``append`` can take an entry now."""
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: return once ``append`` can take an entry (or will refuse it)."""
 
     async def read(self, start: Position, count_max: int) -> list[Entry]: ...
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from magnetar.base.errors import LimitExceeded, NotFound
@@ -168,8 +168,18 @@ class MemoryTopicLog:
         """The reference log keeps every entry: it has no ledgers to delete."""
         return []
 
-    async def append(self, data: bytes) -> Position:
-        return self._append_now(data)
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        """Stored at once; the future is done already (its callbacks run on the next loop pass)."""
+        position = self._append_now(data)
+        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        future.set_result(position)
+        return future
+
+    def has_room(self) -> bool:
+        return True  # an append over the store's byte bound raises LimitExceeded
+
+    async def wait_for_room(self) -> None:
+        return None
 
     def _append_now(self, data: bytes) -> Position:
         self._store.charge(len(data))
@@ -180,14 +190,6 @@ class MemoryTopicLog:
         state.positions.append(position)
         state.data.append(bytes(data))
         return position
-
-    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        try:
-            position = self._append_now(data)
-        except LimitExceeded:
-            return False  # nothing stored: ``append`` raises it
-        asyncio.get_running_loop().call_soon(on_done, position, None)
-        return True
 
     async def read(self, start: Position, count_max: int) -> list[Entry]:
         state = self._state

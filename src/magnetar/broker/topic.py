@@ -3,10 +3,10 @@
 States: ACTIVE -> CLOSED (unloaded or broker shutdown). A closed topic refuses new producers and
 consumers with ServiceNotReady; the client looks it up again and retries.
 
-ACTIVE -> FENCED -> ACTIVE after a failed write (Pulsar's ``PersistentTopic.addFailed``): an append
+ACTIVE -> BLOCKED -> ACTIVE after a failed write (Pulsar's ``PersistentTopic.addFailed``): an append
 failed for a reason other than losing the topic (a ledger failure the log could not repair). The
 outcome of that append is unknown (its entry may be on the bookies) and the producer's later
-messages must not be stored before it. So the topic is fenced: every publish and every new
+messages must not be stored before it. So the topic is blocked: every publish and every new
 producer is refused with ServiceNotReady, and every producer is disconnected (CLOSE_PRODUCER: the
 client reconnects and resends everything pending, in order, with the same sequence ids). Once
 every append started has ended, the log settles the failure (``SettlesFailedWrites``: the failed
@@ -14,8 +14,8 @@ ledger is closed through recovery, so what landed is in the log and the rest nev
 deduplication is rebuilt from the log (snapshot + replay: its map then names exactly the ids the
 log holds, none of a failed append that did not land); only then is the topic ACTIVE again. A
 resend of a message that landed is answered as a duplicate, one that did not land is stored once.
-If settling fails (bookies still down) the topic stays fenced and tries again every
-``BROKER_TOPIC_UNFENCE_RETRY_INTERVAL_MS`` (at most ``BROKER_TOPIC_UNFENCE_ATTEMPTS_COUNT_MAX``
+If settling fails (bookies still down) the topic stays blocked and tries again every
+``BROKER_TOPIC_UNBLOCK_RETRY_INTERVAL_MS`` (at most ``BROKER_TOPIC_UNBLOCK_ATTEMPTS_COUNT_MAX``
 times) and on every producer that asks to be admitted.
 
 Producer access modes: Shared producers coexist; Exclusive is refused (ProducerBusy) while any
@@ -53,8 +53,8 @@ from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, FencedError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
-    BROKER_TOPIC_UNFENCE_ATTEMPTS_COUNT_MAX,
-    BROKER_TOPIC_UNFENCE_RETRY_INTERVAL_MS,
+    BROKER_TOPIC_UNBLOCK_ATTEMPTS_COUNT_MAX,
+    BROKER_TOPIC_UNBLOCK_RETRY_INTERVAL_MS,
 )
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker.compaction import TopicCompaction
@@ -78,15 +78,15 @@ PRODUCERS_PER_TOPIC_COUNT_MAX = 10_000
 
 class TopicState(enum.Enum):
     ACTIVE = "active"
-    FENCED = "fenced"  # a write failed: no publish, no new producer until the log is settled
+    BLOCKED = "blocked"  # a write failed: no publish, no new producer until the log is settled
     CLOSED = "closed"
 
 
 _TRANSITIONS = {
     (TopicState.ACTIVE, TopicState.CLOSED),
-    (TopicState.ACTIVE, TopicState.FENCED),
-    (TopicState.FENCED, TopicState.ACTIVE),
-    (TopicState.FENCED, TopicState.CLOSED),
+    (TopicState.ACTIVE, TopicState.BLOCKED),
+    (TopicState.BLOCKED, TopicState.ACTIVE),
+    (TopicState.BLOCKED, TopicState.CLOSED),
 }
 
 
@@ -136,8 +136,8 @@ class Topic:
         self._window_bytes = 0
         self._fenced_names: set[str] = set()
         self._waiting: list[WaitingProducer] = []
-        self._unfencing: asyncio.Task[None] | None = None
-        self.write_failures = 0  # times the topic was fenced after a failed write
+        self._unblocking: asyncio.Task[None] | None = None
+        self.write_failures = 0  # times the topic was blocked after a failed write
         self.compaction = TopicCompaction(topic_log)  # see broker/compaction.py
         self._state = TopicState.ACTIVE
 
@@ -159,28 +159,28 @@ class Topic:
 
     def _check_writable(self) -> None:
         self._check_active()
-        if self._state is TopicState.FENCED:
-            self._start_unfence()
-            raise BrokerError(pb.ServiceNotReady, f"topic {self.name} is fenced after a failed write; retry")
+        if self._state is TopicState.BLOCKED:
+            self._start_unblock()
+            raise BrokerError(pb.ServiceNotReady, f"topic {self.name} is blocked after a failed write; retry")
 
     # --- write failures -------------------------------------------------------------------------
 
-    def _fence(self, error: BaseException) -> None:
+    def _block(self, error: BaseException) -> None:
         if self._state is not TopicState.ACTIVE:
             return
-        self._move(TopicState.FENCED)
+        self._move(TopicState.BLOCKED)
         self.write_failures += 1
-        log.warning("topic %s fenced after a failed write: %s", self.name, error)
+        log.warning("topic %s blocked after a failed write: %s", self.name, error)
         self.disconnect_producers()
-        self._start_unfence()
+        self._start_unblock()
 
-    def _start_unfence(self) -> None:
-        if self._state is TopicState.FENCED and (self._unfencing is None or self._unfencing.done()):
-            self._unfencing = asyncio.get_running_loop().create_task(self._unfence(), name=f"unfence:{self.name}")
+    def _start_unblock(self) -> None:
+        if self._state is TopicState.BLOCKED and (self._unblocking is None or self._unblocking.done()):
+            self._unblocking = asyncio.get_running_loop().create_task(self._unblock(), name=f"unblock:{self.name}")
 
-    async def _unfence(self) -> None:
-        for attempt in range(BROKER_TOPIC_UNFENCE_ATTEMPTS_COUNT_MAX):
-            if self._state is not TopicState.FENCED:
+    async def _unblock(self) -> None:
+        for attempt in range(BROKER_TOPIC_UNBLOCK_ATTEMPTS_COUNT_MAX):
+            if self._state is not TopicState.BLOCKED:
                 return
             try:
                 await self.dedup.wait_appends_finished()
@@ -188,12 +188,12 @@ class Topic:
                     await self.log.settle_failed_writes()
                 await self.dedup.rebuild()
             except Exception as error:  # bookies or metadata still down: try again later
-                log.warning("topic %s stays fenced (attempt %d): %s", self.name, attempt + 1, error)
+                log.warning("topic %s stays blocked (attempt %d): %s", self.name, attempt + 1, error)
                 if self.clock is None:
                     return
-                await self.clock.sleep(BROKER_TOPIC_UNFENCE_RETRY_INTERVAL_MS / 1000)
+                await self.clock.sleep(BROKER_TOPIC_UNBLOCK_RETRY_INTERVAL_MS / 1000)
                 continue
-            if self._state is TopicState.FENCED:
+            if self._state is TopicState.BLOCKED:
                 self._move(TopicState.ACTIVE)
                 log.info("topic %s accepts writes again", self.name)
             return
@@ -251,56 +251,54 @@ class Topic:
             waiting.admit(waiting.producer, waiting.request_id)
 
     async def publish(self, data: bytes) -> Position:
-        """Append ``data``; a write failure fences the topic (see the module docstring)."""
-        self._check_writable()
+        """``publish_then`` awaited to its end: the position, or the error."""
+        published: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        await self.publish_then(data, partial(_settle_publish, published))
+        return await published
+
+    async def publish_then(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None],
+                           *, messages: int = 0) -> None:
+        """The one publish path: check, wait for the publish-rate window and for room in the log
+        (backpressure: the caller, the connection, stops reading meanwhile), start the append
+        and return; later ``on_done(position, None)`` or ``on_done(None, error)``. Raises at once,
+        nothing appended, when the topic refuses (not writable, too large, the log refuses). A
+        write failure blocks the topic (see the module docstring). ``messages``: the count the
+        SEND declared (stats; 0: read from the entry)."""
+        if self._state is not TopicState.ACTIVE:
+            self._check_writable()
         policies = self.policies()
         size_max = policies.max_message_size_bytes
         if size_max and len(data) > size_max:
             raise BrokerError(pb.NotAllowedError, f"Exceed maximum message size: {len(data)} > {size_max} bytes")
-        messages = 1
+        waited = False
         if policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s:
             messages = entry_message_count(stored_entry_metadata(data))
             await self._throttle_publish(policies, messages, len(data))
-        else:
+            waited = True
+        elif not messages:
             messages = _message_count(data)
+        if not self.log.has_room():
+            await self.log.wait_for_room()
+            waited = True
+        if waited:
+            self._check_writable()  # blocked or closed while it waited
         started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
-        self._check_writable()  # fenced while throttled
         try:
-            position = await self.log.append(data)
+            appended = self.log.append(data)
         except BaseException as error:
             if is_write_failure(error):
-                self._fence(error)
+                self._block(error)
             raise
-        if self.clock is not None:
-            self.publish_latency.observe((self.clock.monotonic_ns() - started_ns) / 1e6)
-        self.published.record(messages, len(data))
-        for subscription in self.subscriptions.values():
-            subscription.notify_entries_added()
-        return position
-
-    def publish_nowait(self, data: bytes, messages: int,
-                       on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        """``publish`` without a task for the common case: ``on_done(position, None)`` or
-        ``on_done(None, error)`` later, as ``publish`` would return or raise. Returns False, having
-        done nothing, when ``publish`` has to wait or refuse (not active, a publish rate, a size
-        limit) or the log cannot append at once: then call ``publish``. ``messages`` is the count
-        the SEND declared (stats only)."""
-        if self._state is not TopicState.ACTIVE:
-            return False
-        policies = self.policies()
-        size_max = policies.max_message_size_bytes
-        if policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s or (size_max and len(data) > size_max):
-            return False
-        started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
-        return self.log.append_nowait(data, partial(self._published, len(data), messages, started_ns, on_done))
+        appended.add_done_callback(partial(self._published, len(data), messages, started_ns, on_done))
 
     def _published(self, size: int, messages: int, started_ns: int,
                    on_done: Callable[[Position | None, BaseException | None], None],
-                   position: Position | None, error: BaseException | None) -> None:
-        """``publish``'s ending for an append made by ``publish_nowait``."""
+                   appended: asyncio.Future[Position]) -> None:
+        error = ClosedError(f"topic {self.name}: the append was cancelled") if appended.cancelled() \
+            else appended.exception()
         if error is not None:
             if is_write_failure(error):
-                self._fence(error)
+                self._block(error)
             on_done(None, error)
             return
         if self.clock is not None:
@@ -308,7 +306,7 @@ class Topic:
         self.published.record(messages, size)
         for subscription in self.subscriptions.values():
             subscription.notify_entries_added()
-        on_done(position, None)
+        on_done(appended.result(), None)
 
     async def _throttle_publish(self, policies: EffectivePolicies, messages: int, size: int) -> None:
         """Wait for room in the current one-second window; waiters go in arrival (SEND) order."""
@@ -474,11 +472,11 @@ class Topic:
         if self._state is TopicState.CLOSED:
             return
         self._move(TopicState.CLOSED)
-        unfencing, self._unfencing = self._unfencing, None
-        if unfencing is not None and not unfencing.done():
-            unfencing.cancel()
+        unblocking, self._unblocking = self._unblocking, None
+        if unblocking is not None and not unblocking.done():
+            unblocking.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await unfencing
+                await unblocking
         for producer in list(self.producers.values()):
             self.remove_producer(producer)
         for subscription in list(self.subscriptions.values()):
@@ -486,6 +484,16 @@ class Topic:
         await self.compaction.close()
         await self.dedup.close()
         await self.log.close()
+
+
+def _settle_publish(published: asyncio.Future[Position], position: Position | None,
+                    error: BaseException | None) -> None:
+    if published.done():
+        return
+    if error is not None:
+        published.set_exception(error)
+    else:
+        published.set_result(position)  # type: ignore[arg-type]
 
 
 def _message_count(data: bytes) -> int:
