@@ -44,6 +44,7 @@ from magnetar.runtime.bookie import RunningBookie, start_bookie, wait_for_termin
 from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
+from magnetar.runtime.gc_tuning import tune_gc_for_server
 from magnetar.runtime.http import BrokerHttp, bootstrap_cluster, start_broker_http
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
@@ -242,6 +243,7 @@ async def run_standalone(config: StandaloneConfig, broker_values: Mapping[str, A
     faults.arm_from_env()
     running = await start_standalone(config, broker_values)
     try:
+        tune_gc_for_server()
         print(running.security_line(), flush=True)
         print(running.ready_line(), flush=True)
         await wait_for_termination_signal()

@@ -49,6 +49,7 @@ from magnetar.base.limits import (
 from magnetar.protocol.pulsar import commands
 from magnetar.protocol.pulsar._receiving import FrameReceiver
 from magnetar.protocol.pulsar.errors import ConnectionClosed, FrameChecksumMismatch, ProtocolViolation
+from magnetar.protocol.pulsar.fast import encode_send_receipt
 from magnetar.protocol.pulsar.frames import (
     BODY_FIELD_BY_TYPE,
     Buffer,
@@ -399,7 +400,9 @@ class ServerConnection(FrameReceiver[Event]):
 
     def send_receipt(self, producer_id: int, sequence_id: int, ledger_id: int, entry_id: int,
                      highest_sequence_id: int | None = None) -> None:
-        self._send(commands.send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest_sequence_id))
+        # Once per unbatched message: encoded without protobuf objects (same bytes, fast.py).
+        self._transition(Trigger.SEND_COMMAND)
+        self._queue(encode_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest_sequence_id))
 
     def send_send_error(self, producer_id: int, sequence_id: int, code: int, message: str) -> None:
         self._send(commands.send_error(producer_id, sequence_id, code, message))
