@@ -58,6 +58,9 @@ class _ConnectionLoop:
         self._writable.set()
         self._done = asyncio.Event()
         self._linger: asyncio.Task[None] | None = None
+        self._write_soon_scheduled = False
+        self._draining = False  # the writer task waits in drain()
+        self._drain_wanted = False  # a direct write left the transport above its high-water mark
 
     def _now_ms(self) -> int:
         return self.clock.monotonic_ns() // 1_000_000
@@ -66,7 +69,36 @@ class _ConnectionLoop:
         return self.protocol.state is not State.CLOSED
 
     def _wake_writer(self) -> None:
-        self._output.set()
+        # Once per loop pass at most: what the session queued meanwhile (receipts of a journal
+        # group, say) goes out with one write, from a plain callback; waking the writer task
+        # per receipt cost an Event, a future and a task step each (docs/performance.md).
+        if not self._write_soon_scheduled:
+            self._write_soon_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_soon)
+
+    def _write_soon(self) -> None:
+        self._write_soon_scheduled = False
+        paused = getattr(self.conn, "writing_paused", None)
+        if paused is None or paused or self._draining or self.protocol.state is State.CLOSED:
+            self._output.set()  # the writer task drains, closes, or serves a connection type without the flag
+            return
+        chunks = self.protocol.data_to_send()
+        if not chunks:
+            return
+        try:
+            for chunk in chunks:
+                self.conn.write(chunk)
+        except ClosedError:
+            self._output.set()  # the writer task sees the closed connection and ends
+            return
+        if getattr(self.conn, "writing_paused", False):  # now above the high-water mark
+            self.session.set_transport_backlog(sum(len(c) for c in chunks))
+            self._drain_wanted = True
+            self._output.set()
+            return
+        if self.session.writable():
+            self._writable.set()
+            self.session.notify_writable()
 
     def wake_writer(self) -> None:
         """Queued frames to write, or a close to carry out (the writer closes a CLOSED connection)."""
@@ -112,7 +144,7 @@ class _ConnectionLoop:
                     return
             if self.session.refusal is not None and self._linger is None:
                 self._linger = asyncio.get_running_loop().create_task(self._close_refused())
-            self._output.set()
+            self._wake_writer()
 
     async def _close_refused(self) -> None:
         """A refused connection that sends no request is closed after the linger bound."""
@@ -127,15 +159,20 @@ class _ConnectionLoop:
             await self._output.wait()
             self._output.clear()
             chunks = self.protocol.data_to_send()
-            if chunks:
+            if chunks or self._drain_wanted:
+                self._drain_wanted = False
                 size = sum(len(c) for c in chunks)
-                self.session.set_transport_backlog(size)
+                if size:
+                    self.session.set_transport_backlog(size)
+                self._draining = True
                 try:
                     for chunk in chunks:
                         self.conn.write(chunk)
                     await self.conn.drain()
                 except ClosedError:
                     return
+                finally:
+                    self._draining = False
                 self.session.set_transport_backlog(0)
             if self.session.writable():
                 self._writable.set()
