@@ -21,7 +21,7 @@ from collections.abc import Callable
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, InvalidArgument
 from magnetar.base.io import Connection, Listener, Network
-from magnetar.base.limits import BROKER_CONNECTIONS_COUNT_MAX, PULSAR_READ_CHUNK_BYTES
+from magnetar.base.limits import BROKER_CONNECTIONS_COUNT_MAX, BROKER_READ_SLICE_BYTES
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.log import LogStore
 from magnetar.broker.managed_log import ManagedLogStore
@@ -130,9 +130,11 @@ class _ConnectionLoop:
                 await self._writable.wait()
             if self.session.pending_sends >= self.server.service.config.pending_sends_per_connection_max:
                 await self.session.wait_send_room()
-            data = await self.conn.read(PULSAR_READ_CHUNK_BYTES)
+            data = await self.conn.read(BROKER_READ_SLICE_BYTES)
             if not data:
                 return
+            if len(data) >= BROKER_READ_SLICE_BYTES:
+                await asyncio.sleep(0)  # a full slice: more may be buffered; other connections first
             try:
                 events = self.protocol.receive_data(data, self._now_ms())
             except Exception as error:  # malformed/oversized frame, protocol violation: drop this client
