@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,41 @@ def test_journal_groups_take_one_path_armed_or_not(armed: str | None, monkeypatc
         disk.crash()
         result = await replay(disk, JournalPosition(0, 0))
         assert [r.entry_raw for _, r in result.records] == [e.raw for e in entries]
+
+    try:
+        run(scenario())
+    finally:
+        faults.disarm_all()
+
+
+@pytest.mark.parametrize("point", ["bookie.after_fsync_before_reply", "bookie.after_reply"])
+def test_a_group_held_at_a_reply_gate_holds_every_later_group(point: str) -> None:
+    """The reply gates are on the one path: a hang there holds its group's answers (or what
+    follows them) and every later group's, which all come in order once released."""
+
+    async def scenario() -> None:
+        disk = SimDisk()
+        journal = Journal(disk, SimClock(), BookieConfig(journal_group_bytes_max=4096), first_file_id=1)
+        await journal.start()
+        faults.arm(point, "hang")
+        answered: list[int] = []
+        for i in range(6):  # one record per group: two do not fit in 4 KiB
+            journal.submit(add_record(b"k", Entry.build(7, i, i - 1, bytes(3000)).raw),
+                           lambda error, i=i: answered.append(i if error is None else -1))
+        async def until(condition: Callable[[], bool]) -> None:  # in virtual time, bounded
+            for _ in range(1000):
+                if condition():
+                    return
+                await asyncio.sleep(0.001)
+            raise AssertionError("condition never held")
+
+        await until(lambda: faults.hits(point) == 1 and journal.groups_count >= 2)  # a later group synced
+        # Held before the first group's answers, or after them (its records answered, no later one).
+        assert answered == ([] if point == "bookie.after_fsync_before_reply" else [0])
+        faults.release(point)
+        await until(lambda: len(answered) == 6)
+        assert answered == list(range(6))
+        await journal.stop()
 
     try:
         run(scenario())

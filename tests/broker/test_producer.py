@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from magnetar import faults
 from magnetar.base.types import Position, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.producer import AccessMode, Producer
@@ -71,3 +74,37 @@ def test_resent_sequence_ids_are_deduplicated_only_once_persisted() -> None:
         assert len(await log.read(Position(-1, -1), 10)) == 1
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("point", ["broker.after_persist_before_receipt", "broker.after_receipt"])
+def test_a_receipt_held_at_its_gate_holds_every_later_answer(point: str) -> None:
+    """The receipt gates are on the one path: a hang there holds that receipt (or what follows it)
+    and every later answer, which all come, in SEND order, once released. Control: the same
+    sends with nothing armed are answered at once."""
+
+    async def run(armed: bool) -> list[int]:
+        log = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
+        topic = Topic(TopicName.parse("t"), log, BrokerConfig())
+        channel = FakeChannel()
+        producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
+        if armed:
+            faults.arm(point, "hang")
+        try:
+            for seq in range(3):
+                await producer.send(pb.CommandSend(producer_id=0, sequence_id=seq), b"data")
+            await producer.send(pb.CommandSend(producer_id=0, sequence_id=3), None)  # bad checksum
+            await settle()
+            held = [seq for _, seq, _, _ in channel.receipts] + [seq for _, seq, _ in channel.send_errors]
+            if armed:
+                assert held == ([] if point == "broker.after_persist_before_receipt" else [0])
+                assert faults.hits(point) == 1
+                faults.release(point)
+                await settle()
+            assert [seq for _, seq, _, _ in channel.receipts] == [0, 1, 2]
+            assert channel.send_errors == [(0, 3, pb.ChecksumError)]
+            return held
+        finally:
+            faults.disarm_all()
+
+    asyncio.run(run(armed=True))
+    assert asyncio.run(run(armed=False)) == [0, 1, 2, 3]

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import ast
 import builtins
+import subprocess
 import tomllib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, tool
 from tests.tooling import ratchet_allowlist as allow
 
 SRC = REPO / "src" / "magnetar"
@@ -86,6 +87,22 @@ def test_import_layers_are_required_and_name_existing_packages() -> None:
 def test_heavy_dependencies_have_forbidden_contracts() -> None:
     forbidden = {m for c in _contracts() if c["type"] == "forbidden" for m in c["forbidden_modules"]}
     assert {"pyspark", "kazoo", "starlette", "uvicorn", "rocksdict"} <= forbidden
+
+
+def test_a_forbidden_contract_of_this_kind_fails_on_this_tree(tmp_path: Path) -> None:
+    """Negative control for the forbidden contracts: the same kind of contract, for a dependency
+    the broker does import directly (msgspec), is reported broken by ``lint-imports`` run on this
+    tree (``PYTHONPATH`` names the tree's ``src``, as ``test_tooling.py`` runs it)."""
+    config = tmp_path / "control.toml"
+    config.write_text(
+        '[tool.importlinter]\nroot_package = "magnetar"\ninclude_external_packages = true\n\n'
+        '[[tool.importlinter.contracts]]\nname = "control"\ntype = "forbidden"\n'
+        'source_modules = ["magnetar"]\nforbidden_modules = ["msgspec"]\n'
+        'ignore_imports = ["magnetar.admin.** -> msgspec"]\nunmatched_ignore_imports_alerting = "none"\n'
+        'allow_indirect_imports = true\n')
+    result = subprocess.run([tool("lint-imports"), "--config", str(config), "--no-cache"], cwd=REPO,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0 and "magnetar.broker.policies -> msgspec" in result.stdout, result.stdout[-2000:]
 
 
 def test_contract_checker_catches_optional_and_missing_layers() -> None:
