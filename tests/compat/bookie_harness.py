@@ -15,6 +15,7 @@ from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.runtime.bookie import start_bookie
 from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock
+from magnetar.runtime.http import bootstrap_cluster
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
@@ -39,12 +40,15 @@ class BookieBrokerThread(BrokerThread):
                                              metadata_url=f"embedded:{self.data_dir}/metadata")
                 self.bookie = await start_bookie(bookie_config, store=self.metadata, clock=clock, network=TcpNetwork())
             self.manager = await open_ledger_manager(self.metadata, network=TcpNetwork(), clock=clock, rng=SeededRng(7))
-            return await start_broker(
+            server = await start_broker(
                 self.config, clock=clock, metadata=self.metadata, ledger_manager=self.manager,
                 managed_ledger_config=ManagedLedgerConfig(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1,
                                                           cursor_flush_interval_ms=0),
                 port=self.port,
             )
+            # public/default exists as on a standalone: topics are only created in namespaces that exist
+            await bootstrap_cluster(server.service, web_url="http://127.0.0.1:0")
+            return server
 
         self.server = self.call(_start())
         self.port = self.server.port

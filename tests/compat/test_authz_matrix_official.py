@@ -190,6 +190,9 @@ def secured() -> Iterator[SecuredBroker]:
         thread.stop()
 
 
+@pytest.mark.client_errors(r"AuthorizationError", r"Failed to create (producer|consumer|reader)", r"Failed to (subscribe|get)",
+                            r"Failed to close producer: AlreadyClosed", r"Closing the producer failed for partition",
+                            r"-- ConnectError", r"returned error: 403")  # the refusals the matrix checks (a 403 over http:// is a ConnectError)
 def test_every_role_may_do_exactly_what_it_was_granted(secured: SecuredBroker) -> None:
     report = _run(secured)
     print(f"authorization matrix: {report.summary()}")
@@ -200,6 +203,9 @@ def test_every_role_may_do_exactly_what_it_was_granted(secured: SecuredBroker) -
     assert not report.over_denials, "\n".join(report.over_denials)
 
 
+@pytest.mark.client_errors(r"AuthorizationError", r"Failed to create (producer|consumer|reader)", r"Failed to (subscribe|get)",
+                            r"Failed to close producer: AlreadyClosed", r"Closing the producer failed for partition",
+                            r"-- ConnectError", r"returned error: 403")  # the refusals the matrix checks (a 403 over http:// is a ConnectError)
 def test_negative_control_authorization_off_leaks(secured: SecuredBroker) -> None:
     """The same broker and world with authorization switched off: the matrix must see leaks."""
     thread = secured.thread
@@ -223,6 +229,9 @@ def test_negative_control_authorization_off_leaks(secured: SecuredBroker) -> Non
         "LOOKUP", "GET_TOPICS_OF_NAMESPACE", "GET_SCHEMA"}
 
 
+@pytest.mark.client_errors(r"AuthorizationError", r"Failed to create (producer|consumer|reader)", r"Failed to (subscribe|get)",
+                            r"Failed to close producer: AlreadyClosed", r"Closing the producer failed for partition",
+                            r"-- ConnectError", r"returned error: 403")  # the refusals the matrix checks (a 403 over http:// is a ConnectError)
 def test_negative_control_one_check_removed_is_seen(secured: SecuredBroker) -> None:
     """With only the subscription role lists ignored (``no-subscription-auth``), the matrix reports
     exactly the cases that rely on them, and nothing else."""

@@ -23,18 +23,22 @@ from magnetar.admin import (
     bundles,
     clusters,
     compaction,
+    messages,
     namespaces,
     non_persistent,
     permissions,
     policy_routes,
+    schemas,
     subscriptions,
     tenants,
     topics,
 )
 from magnetar.admin.access import guard_routes
 from magnetar.admin.authn import AuthenticationMiddleware
+from magnetar.admin.balancer import routes as balancer_routes
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
+from magnetar.admin.redirect import OwnerRedirect
 
 ADMIN_PATH = "/admin/v2"
 
@@ -48,9 +52,12 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     non_persistent.routes,
     topics.routes,
     subscriptions.routes,
+    messages.routes,
     policy_routes.topic_routes,
     permissions.topic_routes,
     bundles.routes,
+    schemas.routes,
+    balancer_routes,
 ]
 
 
@@ -76,6 +83,8 @@ def build_admin_app(ctx: AdminContext,
 
     served: list[BaseRoute] = [*routes, Route("/openapi.json", openapi, methods=["GET"])]
     guard_routes(ctx, served)
+    # Authentication outermost, then the 307 to a topic's owner (the owner authorizes the request).
     return Starlette(routes=served,
                      exception_handlers={HTTPException: http_error, Exception: http_error},
-                     middleware=[Middleware(AuthenticationMiddleware, lambda: ctx.service.authenticator)])
+                     middleware=[Middleware(AuthenticationMiddleware, lambda: ctx.service.authenticator),
+                                 Middleware(OwnerRedirect, ctx=ctx)])

@@ -84,6 +84,39 @@ def namespace_routes(ctx: AdminContext) -> list[BaseRoute]:
         policies = await ctx.resources.policies(namespace_of(request))
         return json_response(policies.auth_policies.namespace_auth)
 
+    @api_route(f"{base}/{{role}}", ["POST"], "Grant a role actions on the namespace", body=Actions)
+    async def grant(request: Request) -> Response:
+        _require_authorization(ctx)
+        role = _role(request.path_params["role"])
+        actions = await read_body(request, Actions)
+        assert actions is not None
+
+        def apply(p: Policies) -> None:
+            p.auth_policies.namespace_auth[role] = _sorted(actions)
+            _bounded(p.auth_policies)
+
+        await ctx.resources.update_policies(namespace_of(request), apply)
+        return no_content()
+
+    @api_route(f"{base}/{{role}}", ["DELETE"], "Revoke a role's permissions on the namespace")
+    async def revoke(request: Request) -> Response:
+        _require_authorization(ctx)
+        role = _role(request.path_params["role"])
+
+        def apply(p: Policies) -> None:
+            p.auth_policies.namespace_auth.pop(role, None)
+
+        await ctx.resources.update_policies(namespace_of(request), apply)
+        return no_content()
+
+    # The subscription routes go before ``{base}/{role}``: ``.../permissions/subscription/{sub}``
+    # must not be read as a role named "subscription".
+    return [get_permissions, *_subscription_routes(ctx, base), grant, revoke]
+
+
+def _subscription_routes(ctx: AdminContext, base: str) -> list[BaseRoute]:
+    """Subscription-level grants: which roles may use a subscription name."""
+
     @api_route(f"{base}/subscription", ["GET"], "Get the subscription permissions (subscription -> roles)")
     async def get_subscription_permissions(request: Request) -> Response:
         policies = await ctx.resources.policies(namespace_of(request))
@@ -120,33 +153,8 @@ def namespace_routes(ctx: AdminContext) -> list[BaseRoute]:
         await _revoke_subscription_roles(ctx, namespace_of(request), request.path_params["subscription"], [role])
         return no_content()
 
-    @api_route(f"{base}/{{role}}", ["POST"], "Grant a role actions on the namespace", body=Actions)
-    async def grant(request: Request) -> Response:
-        _require_authorization(ctx)
-        role = _role(request.path_params["role"])
-        actions = await read_body(request, Actions)
-        assert actions is not None
+    return [get_subscription_permissions, grant_subscription, revoke_subscription, revoke_subscription_role]
 
-        def apply(p: Policies) -> None:
-            p.auth_policies.namespace_auth[role] = _sorted(actions)
-            _bounded(p.auth_policies)
-
-        await ctx.resources.update_policies(namespace_of(request), apply)
-        return no_content()
-
-    @api_route(f"{base}/{{role}}", ["DELETE"], "Revoke a role's permissions on the namespace")
-    async def revoke(request: Request) -> Response:
-        _require_authorization(ctx)
-        role = _role(request.path_params["role"])
-
-        def apply(p: Policies) -> None:
-            p.auth_policies.namespace_auth.pop(role, None)
-
-        await ctx.resources.update_policies(namespace_of(request), apply)
-        return no_content()
-
-    return [get_permissions, get_subscription_permissions, grant_subscription, revoke_subscription,
-            revoke_subscription_role, grant, revoke]
 
 
 async def _revoke_subscription_roles(ctx: AdminContext, namespace: str, subscription: str,

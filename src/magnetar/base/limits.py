@@ -207,6 +207,9 @@ ADMIN_PARTITIONS_COUNT_MAX = 10_000
 ADMIN_LIST_COUNT_MAX = 100_000
 #: Bytes of one admin request body.
 ADMIN_BODY_BYTES_MAX = 1 * MIB
+#: Entries one admin peek (``subscription/{sub}/position/{n}``) may look through past the
+#: mark-delete position: ``n`` and the individually acknowledged entries it skips.
+ADMIN_PEEK_SCAN_ENTRIES_COUNT_MAX = 100_000
 
 # --- cluster (bundle ownership, load reports) --------------------------------------------------
 #: Bundles a namespace starts with (Pulsar: defaultNumberOfNamespaceBundles).

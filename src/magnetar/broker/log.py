@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from magnetar.base.types import Position
 
@@ -126,6 +126,19 @@ class TopicLog(Protocol):
         and retention lets go; returns the ids of the ledgers deleted."""
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Terminable(Protocol):
+    """A log that can be terminated (Pulsar's ``terminate``): no more appends, ever; an append
+    then fails with a ``BrokerError`` TopicTerminatedError. The state is kept with the log."""
+
+    @property
+    def terminated_position(self) -> Position | None: ...
+
+    async def terminate(self) -> Position:
+        """Stop appends (after the in-flight ones) and return the last entry's position."""
+        ...
 
 
 class LogStore(Protocol):

@@ -112,6 +112,13 @@ class ManagedTopicLog:
     async def wait_for_room(self) -> None:
         await self._ml.wait_for_room()
 
+    @property
+    def terminated_position(self) -> Position | None:
+        return self._ml.terminated_position
+
+    async def terminate(self) -> Position:
+        return await self._ml.terminate()
+
     async def settle_failed_writes(self) -> None:
         """After a failed append: the failed ledger is recovered (entries that landed join the
         log), a new one started, appends accepted again (``Topic``'s ``SettlesFailedWrites``)."""

@@ -19,7 +19,9 @@ from magnetar.base.errors import LimitExceeded, NotFound
 from magnetar.base.limits import MANAGED_CURSOR_RANGES_COUNT_MAX, MIB
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import MemoryCompactedLedgers
+from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import Entry, LedgerStats, StorageStats, ack_set_words, acked_indexes
+from magnetar.protocol.pulsar import pb
 
 
 @dataclass
@@ -36,6 +38,7 @@ class _LogState:
     data: list[bytes] = field(default_factory=list)
     cursors: dict[str, _CursorState] = field(default_factory=dict)
     ledger_id: int = -1
+    terminated_at: Position | None = None  # the last entry once terminated: no more appends
 
 
 class MemoryCursor:
@@ -168,6 +171,15 @@ class MemoryTopicLog:
         """The reference log keeps every entry: it has no ledgers to delete."""
         return []
 
+    @property
+    def terminated_position(self) -> Position | None:
+        return self._state.terminated_at
+
+    async def terminate(self) -> Position:
+        if self._state.terminated_at is None:
+            self._state.terminated_at = self.last_position
+        return self._state.terminated_at
+
     def append(self, data: bytes) -> asyncio.Future[Position]:
         """Stored at once; the future is done already (its callbacks run on the next loop pass)."""
         position = self._append_now(data)
@@ -182,6 +194,8 @@ class MemoryTopicLog:
         return None
 
     def _append_now(self, data: bytes) -> Position:
+        if self._state.terminated_at is not None:
+            raise BrokerError(pb.TopicTerminatedError, f"topic {self._name} is terminated")
         self._store.charge(len(data))
         state = self._state
         last = state.positions[-1] if state.positions else None

@@ -89,6 +89,9 @@ class Producer:
         self.access_mode = access_mode
         self.connection_key = connection_key
         self.schema_version: bytes | None = None  # the registered schema it produces with, if any
+        #: The topic epoch it asked for (PRODUCER.topic_epoch), then the one it holds once admitted
+        #: as an exclusive producer; None for a shared producer.
+        self.topic_epoch: int | None = None
         self._pending: deque[_PendingSend] = deque()
         self._pending_max = pending_max
         #: Called once per SEND taken off the FIFO (answered, or dropped once closed): the

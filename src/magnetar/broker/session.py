@@ -65,7 +65,7 @@ from magnetar.protocol.pulsar import (
     commands,
     pb,
 )
-from magnetar.security import AuthenticationFailed, Principal
+from magnetar.security import AuthenticationFailedError, Principal
 from magnetar.security.authorization import Need
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ class Session:
             return
         try:
             principal = authenticator.authenticate(event.auth_method_name, event.auth_data, self.tls_peer_cn)
-        except AuthenticationFailed as error:
+        except AuthenticationFailedError as error:
             log.info("CONNECT refused (method %r): %s", (event.auth_method_name or "none")[:64], error.reason)
             self.refusal = f"Unable to authenticate: {error.reason}"
             self.connection.accept_connect()
@@ -274,14 +274,15 @@ class Session:
     async def _lookup(self, body: pb.CommandLookupTopic) -> None:
         name = _topic_name(body.topic)
         await self._authorize(Need.LOOKUP, name)
+        await self.service.check_namespace(name)
         answer = await self.service.lookup.lookup(name, body.authoritative)
+        url, url_tls = self.service.listener_urls(body.advertised_listener_name, answer)
         # A client on TLS connects to broker_url_tls (the C++ client reads only that field then).
+        url_tls = url_tls if url_tls is not None else answer.url_tls
         if answer.kind is LookupKind.CONNECT:
-            self.connection.send_lookup_connect(body.request_id, answer.url, answer.url_tls,
-                                                authoritative=answer.authoritative)
+            self.connection.send_lookup_connect(body.request_id, url, url_tls, authoritative=answer.authoritative)
         else:
-            self.connection.send_lookup_redirect(body.request_id, answer.url, answer.url_tls,
-                                                 authoritative=answer.authoritative)
+            self.connection.send_lookup_redirect(body.request_id, url, url_tls, authoritative=answer.authoritative)
 
     async def _topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
         pattern = body.topics_pattern if body.HasField("topics_pattern") else None
@@ -338,19 +339,23 @@ class Session:
         producer = Producer(topic, body.producer_id, name, self, mode,
                             self.service.config.pending_sends_per_producer_max, connection_key=self)
         producer.schema_version = schema_version
+        if body.HasField("topic_epoch"):
+            producer.topic_epoch = body.topic_epoch
         producer.on_answered = self._send_answered
         if body.producer_id in self.producers:  # a duplicate PRODUCER raced us while the topic loaded
             raise BrokerError(pb.ServiceNotReady, "producer is already being created")
         admitted = topic.add_producer(producer, body.request_id, self._admit_waiting)
         self.producers[body.producer_id] = producer
         self.connection.send_producer_success(body.request_id, name, topic.last_sequence_id(name),
-                                              schema_version=schema_version, producer_ready=admitted)
+                                              schema_version=schema_version, topic_epoch=producer.topic_epoch,
+                                              producer_ready=admitted)
 
     def _admit_waiting(self, producer: Producer, request_id: int) -> None:
         if self.is_open() and self.producers.get(producer.producer_id) is producer:
             self.connection.send_producer_success(request_id, producer.name,
                                                   producer.topic.last_sequence_id(producer.name),
-                                                  schema_version=producer.schema_version)
+                                                  schema_version=producer.schema_version,
+                                                  topic_epoch=producer.topic_epoch)
             self._out()
 
     async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool) -> None:
@@ -509,7 +514,7 @@ class Session:
         method = data.auth_method_name if data.HasField("auth_method_name") else principal.method
         try:
             renewed = authenticator.authenticate(method, bytes(data.auth_data), self.tls_peer_cn)
-        except AuthenticationFailed as error:
+        except AuthenticationFailedError as error:
             log.info("AUTH_RESPONSE refused for role %r: %s; closing", principal.role, error.reason)
             self._close_for_credentials(f"authentication refresh failed: {error.reason}")
             return

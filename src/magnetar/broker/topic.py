@@ -62,7 +62,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dedup import MessageDeduplication, is_system_cursor
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.log import TopicLog
+from magnetar.broker.log import Terminable, TopicLog
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
 from magnetar.broker.policies import EffectivePolicies, QuotaLimit, RetentionAction, resolve
 from magnetar.broker.producer import AccessMode, Producer
@@ -134,7 +134,11 @@ class Topic:
         self._window_end_ns = 0
         self._window_msgs = 0
         self._window_bytes = 0
-        self._fenced_names: set[str] = set()
+        #: Producers fenced by an ExclusiveWithFencing one (insertion-ordered, bounded).
+        self._fenced_names: dict[str, None] = {}
+        #: Moved by every exclusive producer that takes the topic (Pulsar's topic epoch); None
+        #: until one does.
+        self.topic_epoch: int | None = None
         self._waiting: list[WaitingProducer] = []
         self._unblocking: asyncio.Task[None] | None = None
         self.write_failures = 0  # times the topic was blocked after a failed write
@@ -205,8 +209,21 @@ class Topic:
 
     def add_producer(self, producer: Producer, request_id: int,
                      admit: Callable[[Producer, int], None]) -> bool:
-        """Admit ``producer``; False means it waits (WaitForExclusive) and ``admit`` is called later."""
+        """Admit ``producer``; False means it waits (WaitForExclusive) and ``admit`` is called later.
+
+        Access modes as Pulsar rules them: a Shared producer is refused ProducerBusy while an
+        exclusive one holds the topic or waits for it; an Exclusive one is refused ProducerFenced
+        while any producer is connected, or when it asks for a topic epoch older than the topic's;
+        ExclusiveWithFencing closes every other producer (they are refused ProducerFenced when they
+        come back) and takes the topic; WaitForExclusive is answered ``producer_ready=false`` and
+        admitted once the topic has no producer. Every non-shared producer that takes the topic
+        moves the topic epoch (to the epoch it asked for, else one more), which its
+        PRODUCER_SUCCESS carries and its reconnects present again. The epoch lives as long as the
+        loaded topic.
+        """
         self._check_writable()
+        if self.terminated_at is not None:
+            raise BrokerError(pb.TopicTerminatedError, f"Topic {self.name} is terminated")
         if producer.name in self._fenced_names:
             raise BrokerError(pb.ProducerFenced, f"producer {producer.name} was fenced by an exclusive producer")
         existing = self.producers.get(producer.name)
@@ -221,23 +238,60 @@ class Topic:
             raise BrokerError(pb.ProducerBusy, f"Topic reached max producers limit ({limit})")
         self._refuse_if_over_quota()
         others = list(self.producers.values())
-        exclusive_held = any(p.access_mode is not AccessMode.SHARED for p in others)
+        exclusive = next((p for p in others if p.access_mode is not AccessMode.SHARED), None)
         mode = producer.access_mode
-        if mode is AccessMode.SHARED and exclusive_held:
-            raise BrokerError(pb.ProducerBusy, "an exclusive producer is connected")
-        if mode is AccessMode.EXCLUSIVE and others:
-            raise BrokerError(pb.ProducerBusy, "topic has producers; exclusive access refused")
+        if mode is AccessMode.SHARED:
+            if exclusive is not None or self._waiting:
+                holder = exclusive.name if exclusive is not None else self._waiting[0].producer.name
+                raise BrokerError(pb.ProducerBusy, f"Topic has an existing exclusive producer: {holder}")
+            self.producers[producer.name] = producer
+            return True
+        if mode is AccessMode.EXCLUSIVE:
+            if exclusive is not None:
+                raise BrokerError(pb.ProducerFenced, f"Topic has an existing exclusive producer: {exclusive.name}")
+            if others:
+                raise BrokerError(pb.ProducerFenced, "Topic has existing shared producers")
+        requested = producer.topic_epoch
+        if requested is not None and self.topic_epoch is not None and requested < self.topic_epoch:
+            raise BrokerError(pb.ProducerFenced, f"Topic epoch has already moved. Current epoch: "
+                                                 f"{self.topic_epoch}, Producer epoch: {requested}")
         if mode is AccessMode.EXCLUSIVE_WITH_FENCING:
-            for other in others:
-                self._fenced_names.add(other.name)
+            for other in [w.producer for w in self._waiting] + others:
+                self._fence_name(other.name)
                 self.remove_producer(other)
                 if other.channel.is_open():
                     other.channel.send_close_producer(other.producer_id)
-        if mode is AccessMode.WAIT_FOR_EXCLUSIVE and others:
+        elif mode is AccessMode.WAIT_FOR_EXCLUSIVE and others:
             self._waiting.append(WaitingProducer(producer, request_id, admit))
             return False
-        self.producers[producer.name] = producer
+        self._take_exclusive(producer)
         return True
+
+    @property
+    def terminated_at(self) -> Position | None:
+        """The last entry of a terminated topic (no producer is admitted again), else None."""
+        return self.log.terminated_position if isinstance(self.log, Terminable) else None
+
+    async def terminate(self) -> Position:
+        """Pulsar's terminate: appends end for good (after the in-flight ones), producers are
+        closed (they come back to a TopicTerminatedError); the last entry's position is returned."""
+        if not isinstance(self.log, Terminable):
+            raise BrokerError(pb.NotAllowedError, f"topic {self.name} cannot be terminated")
+        position = await self.log.terminate()
+        self.disconnect_producers()
+        return position
+
+    def _fence_name(self, name: str) -> None:
+        self._fenced_names[name] = None
+        while len(self._fenced_names) > PRODUCERS_PER_TOPIC_COUNT_MAX:  # the oldest is forgotten
+            del self._fenced_names[next(iter(self._fenced_names))]
+
+    def _take_exclusive(self, producer: Producer) -> None:
+        requested = producer.topic_epoch
+        self.topic_epoch = requested if requested is not None else (
+            0 if self.topic_epoch is None else self.topic_epoch + 1)
+        producer.topic_epoch = self.topic_epoch
+        self.producers[producer.name] = producer
 
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
@@ -247,7 +301,8 @@ class Topic:
             producer.close()
         if not self.producers and self._waiting:
             waiting = self._waiting.pop(0)
-            self.producers[waiting.producer.name] = waiting.producer
+            waiting.producer.topic_epoch = None  # it waited: it takes the next epoch
+            self._take_exclusive(waiting.producer)
             waiting.admit(waiting.producer, waiting.request_id)
 
     async def publish(self, data: bytes) -> Position:
@@ -406,6 +461,13 @@ class Topic:
                 await subscription.expire_older_than(now_ms - policies.message_ttl_s * 1000)
         await self._check_backlog_quota(policies, now_ms)
         await self.log.apply_retention(policies.retention_time_s, policies.retention_size_bytes)
+
+    async def trim(self) -> list[int]:
+        """Pulsar's trim: delete now the ledgers the retention policy no longer keeps (what the
+        policy check does periodically); returns the deleted ledger ids."""
+        self._check_active()
+        policies = self.policies()
+        return await self.log.apply_retention(policies.retention_time_s, policies.retention_size_bytes)
 
     async def _check_backlog_quota(self, policies: EffectivePolicies, now_ms: int) -> None:
         exceeded: QuotaLimit | None = None

@@ -422,7 +422,8 @@ class LedgerHandle:
         for index, bookie in enumerate(self._ensemble):
             if bookie in self._failed_bookies:
                 new_ensemble[index] = self._placement.replace_bookie(
-                    available, new_ensemble, self._excluded_bookies
+                    available, new_ensemble, self._excluded_bookies,
+                    write_quorum_size=self._meta.metadata.write_quorum_size, slot=index,
                 )
         # Completion is paused while we change, so LAC + 1 is still the first unacknowledged entry.
         first_entry_id = self._lac + 1

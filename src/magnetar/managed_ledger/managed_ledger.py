@@ -341,6 +341,11 @@ class ManagedLedger:
     # --- positions -------------------------------------------------------------------------------
 
     @property
+    def terminated_position(self) -> Position | None:
+        """The last entry when the ledger was terminated (no more appends); None if it is not."""
+        return self._terminated_at
+
+    @property
     def last_confirmed_entry(self) -> Position:
         """The last acknowledged entry; ``(ledger, -1)`` before the first entry of an empty log."""
         return self._lce
@@ -903,7 +908,10 @@ class ManagedLedger:
     # --- terminate, close, delete ----------------------------------------------------------------
 
     async def terminate(self) -> Position:
-        """No more appends: wait for in-flight ones, close the ledger, record the last position."""
+        """No more appends: wait for in-flight ones, close the ledger, record the last position.
+        Terminating again returns the same position (Pulsar does the same)."""
+        if self._state is MLState.TERMINATED and self._terminated_at is not None:
+            return self._terminated_at
         self._check_writable()
         while self._state is not MLState.LEDGER_OPENED or self._queue:
             pump = self._pump_task

@@ -33,7 +33,8 @@ from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.directory import MetadataBookieDirectory
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
-from magnetar.ledger.placement import RandomPlacement
+from magnetar.ledger.rack_placement import RackAwarePlacement
+from magnetar.ledger.racks import RackedBookieDirectory
 from magnetar.metadata.api import MetadataStore
 from magnetar.runtime.bookie import wait_for_termination_signal
 from magnetar.runtime.clock import SystemClock, system_rng
@@ -96,9 +97,10 @@ async def start_autorecovery(
     owner = owner or f"{socket.gethostname()}:{os.getpid()}"
     ledgers = LedgerMetadataStore(MetadataStoreAdapter(store))
     transport = BookieClientTransport(network, clock, ledger_config)
+    directory = RackedBookieDirectory(MetadataBookieDirectory(store), store)
     worker = ReplicationWorker(
-        store, ledgers=ledgers, transport=transport, directory=MetadataBookieDirectory(store),
-        placement=RandomPlacement(rng), clock=clock, config=config, ledger_config=ledger_config, owner=owner,
+        store, ledgers=ledgers, transport=transport, directory=directory,
+        placement=RackAwarePlacement(rng, directory), clock=clock, config=config, ledger_config=ledger_config, owner=owner,
         master_key=master_key,
     )
     running = RunningAutoRecovery(owner, worker, transport)

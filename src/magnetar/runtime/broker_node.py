@@ -51,6 +51,8 @@ from magnetar.base.limits import (
     NAMESPACE_BUNDLES_COUNT_MAX,
 )
 from magnetar.broker import BrokerConfig
+from magnetar.broker.balancer import BalancerSettings
+from magnetar.broker.leader import BundleCommands, LoadBalancerLeader
 from magnetar.broker.metrics import BrokerCollector
 from magnetar.broker.ownership import BundleOwnership
 from magnetar.broker.service import BrokerService
@@ -61,6 +63,7 @@ from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
 from magnetar.runtime.console import RunningConsole, start_console
+from magnetar.runtime.cpu import CpuMeter
 from magnetar.runtime.gc_tuning import tune_gc_for_server
 from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_http
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
@@ -142,15 +145,19 @@ class Generation:
         self.ownership: BundleOwnership | None = None
         self.report_task: asyncio.Task[None] | None = None
         self.manager: Any = None
+        self.leader: LoadBalancerLeader | None = None
+        self.balancer_tasks: list[asyncio.Task[None]] = []
         self.console: RunningConsole | None = None
 
     async def stop(self) -> None:
         if self.console is not None:
             await self.console.stop()
-        if self.report_task is not None:
-            self.report_task.cancel()
+        for task in [self.report_task, *self.balancer_tasks]:
+            if task is None:
+                continue
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.report_task
+                await task
         steps = [
             self.server.close if self.server else None,
             self.ownership.close if self.ownership else None,
@@ -199,6 +206,7 @@ class BrokerNode:
         self.generation: Generation | None = None
         self.generations = 0
         self._admin = _CurrentAdmin()
+        self._cpu = CpuMeter()
         self._lookup = _CurrentAdmin()
         self._console = _CurrentAdmin()  # the web console of the current generation
 
@@ -293,12 +301,25 @@ class BrokerNode:
             self._console.app = generation.console.app
             generation.report_task = asyncio.get_running_loop().create_task(
                 ownership.run_load_reports(self.clock, lambda: server.connection_count,
-                                           config.load_report_interval_ms), name="load-reports")
+                                           config.load_report_interval_ms, self._cpu.percent), name="load-reports")
+            self._start_balancer(generation, store, ownership, server.service.config)
         except BaseException:
             await generation.stop()
             raise
         self.generations += 1
         return generation
+
+    def _start_balancer(self, generation: Generation, store: MetadataStore, ownership: BundleOwnership,
+                        broker_config: BrokerConfig) -> None:
+        """The bundle commands every broker carries out, and this broker's leader candidacy."""
+        loop = asyncio.get_running_loop()
+        commands = BundleCommands(store, ownership, self.clock, poll_ms=broker_config.load_balancer_shedding_interval_ms)
+        generation.balancer_tasks.append(loop.create_task(commands.run(), name="bundle-commands"))
+        generation.leader = LoadBalancerLeader(
+            store, ownership, self.clock, BalancerSettings.from_config(broker_config),
+            interval_ms=broker_config.load_balancer_shedding_interval_ms, broker_id=ownership.loads.broker_id,
+            web_url=self.http_url)
+        generation.balancer_tasks.append(loop.create_task(generation.leader.run(), name="load-balancer-leader"))
 
     def _admin_context(self, service: BrokerService) -> AdminContext:
         return AdminContext(service, cluster=self.config.cluster_name, service_url=self.http_url,

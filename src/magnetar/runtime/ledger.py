@@ -2,7 +2,7 @@
 
 Wires a ``LedgerManager`` from one metadata-store session: ledger metadata under ``/ledgers``
 (``MetadataStoreAdapter``), the live writable bookies from ``/ledgers/available``
-(``MetadataBookieDirectory``), random placement from the given ``Rng``, and pooled bookie
+(``MetadataBookieDirectory``), rack-aware placement (``ledger.rack_placement``; random among equals, from the given ``Rng``), and pooled bookie
 connections over the given ``Network`` (``BookieClientTransport``). It does no I/O of its own,
 so the simulator composes the client the same way with its simulated network and clock.
 The caller keeps owning ``store``; ``close_ledger_manager`` closes only the bookie connections.
@@ -37,7 +37,8 @@ from magnetar.ledger.errors import BookieUnavailable
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
-from magnetar.ledger.placement import RandomPlacement
+from magnetar.ledger.rack_placement import RackAwarePlacement
+from magnetar.ledger.racks import RackedBookieDirectory
 from magnetar.ledger.transport import LastEntryReply
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.bookie.codec import Entry, ReadResponse, Status
@@ -177,11 +178,12 @@ async def open_ledger_manager(
     remote = BookieClientTransport(network, clock, config)
     transport: BookieClientTransport | LocalFirstTransport = (
         LocalFirstTransport(local_bookies, remote) if local_bookies else remote)
+    directory = RackedBookieDirectory(MetadataBookieDirectory(store), store)
     return LedgerManager(
         store=LedgerMetadataStore(MetadataStoreAdapter(store)),
         transport=transport,
-        directory=MetadataBookieDirectory(store),
-        placement=RandomPlacement(rng),
+        directory=directory,
+        placement=RackAwarePlacement(rng, directory),
         clock=clock,
         config=config,
         master_key=master_key,

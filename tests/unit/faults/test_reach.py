@@ -5,7 +5,8 @@ unarmed, since no path depends on the arming) and records the points that fire. 
 below drive the layers through their ordinary operations and faults: the simulated ledger crash
 matrix (real bookie cores and servers, the real ledger client; writer, bookie and recovery
 points), a managed ledger that rolls over and flushes a cursor, a broker producer's receipts, the
-embedded metadata store, and AutoRecovery re-replicating a lost bookie's copies. The set of
+embedded metadata store, AutoRecovery re-replicating a lost bookie's copies, and two compactions
+of one topic. The set of
 registered points never reached must be empty: a point no test reaches is a point whose crash
 nobody checks. Negative control: a point registered for this test that no code calls is the
 one reported.
@@ -22,6 +23,7 @@ import pytest
 from magnetar import faults
 from magnetar.base.types import TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
+from magnetar.broker.compaction import CompactionStatus
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.topic import Topic
 from magnetar.faults import FaultPoint, points
@@ -32,7 +34,10 @@ from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.kv import RocksKeyValueStore
 from magnetar.sim import SimWorld
 from magnetar.sim.scenarios.ledger_matrix import FAULTS, MatrixOptions, run_matrix
+from tests.admin.harness import AdminWorld, run_world
 from tests.broker.fakes import FakeChannel, settle
+from tests.broker.test_compaction import T as COMPACTED_TOPIC
+from tests.broker.test_compaction import keyed
 from tests.ledger import test_autorecovery as autorecovery
 from tests.managed_ledger.harness import TOPIC, config, make_world
 
@@ -84,12 +89,26 @@ async def _embedded_metadata(directory: Path) -> None:
         await server.close()
 
 
+def _compaction() -> None:
+    """Two compactions of one topic: the second records its ledger and deletes the first's."""
+
+    async def body(world: AdminWorld) -> None:
+        topic = await world.service.get_topic(TopicName.parse(COMPACTED_TOPIC), create=True)
+        for round_ in range(2):
+            await topic.publish(keyed("k", b"v%d" % round_))
+            await topic.compaction.start()
+            assert topic.compaction.status is CompactionStatus.SUCCESS
+
+    run_world(body)
+
+
 def test_every_registered_fault_point_is_reached(observing: None, tmp_path: Path) -> None:
     _ledger_matrix()
     asyncio.run(_managed_ledger())
     asyncio.run(_broker_receipts())
     asyncio.run(_embedded_metadata(tmp_path / "meta"))
     asyncio.run(autorecovery.test_lost_bookie_is_marked_and_its_copies_restored_on_a_new_bookie())
+    _compaction()
     # Only the control is left: every point the code names fired at least once.
     assert faults.never_reached() == [PHANTOM]
     assert faults.reached() == frozenset(faults.REGISTRY) - {PHANTOM}
