@@ -84,78 +84,93 @@ async def _expect(reader: asyncio.StreamReader, decoder: FrameDecoder, wanted: i
         decoder.feed(data)
 
 
+class _Blaster:
+    """One connection and one producer; ``sent``/``acked``/``failed`` and the latencies."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, window: int) -> None:
+        self.reader, self.writer, self.window = reader, writer, window
+        self.decoder = FrameDecoder()
+        self.sent = self.acked = self.failed = 0
+        self.sent_at: dict[int, float] = {}
+        self.latencies: list[float] = []
+        self.room = asyncio.Event()
+        self.done = asyncio.Event()
+
+    async def handshake(self, topic: str, name: str) -> None:
+        self.writer.write(encode_command(connect_command(ClientConfig())))
+        await _expect(self.reader, self.decoder, T.CONNECTED)
+        self.writer.write(encode_command(T(type=T.PRODUCER, producer=pb.CommandProducer(
+            topic=topic, producer_id=1, request_id=1, producer_name=name))))
+        await _expect(self.reader, self.decoder, T.PRODUCER_SUCCESS)
+
+    def outstanding(self) -> int:
+        return self.sent - self.acked - self.failed
+
+    async def receive(self) -> None:
+        while not (self.done.is_set() and self.outstanding() <= 0):
+            data = await self.reader.read(262144)
+            if not data:
+                return
+            self.decoder.feed(data)
+            now = time.perf_counter()
+            while (frame := self.decoder.next_frame()) is not None:
+                kind = frame.command.type
+                if kind == T.SEND_RECEIPT:
+                    self.acked += 1
+                    self.latencies.append(now - self.sent_at.pop(frame.command.send_receipt.sequence_id, now))
+                elif kind == T.SEND_ERROR:
+                    self.failed += 1
+                    self.sent_at.pop(frame.command.send_error.sequence_id, None)
+                elif kind == T.PING:
+                    self.writer.write(encode_command(T(type=T.PONG, pong=pb.CommandPong())))
+            if self.outstanding() < self.window:
+                self.room.set()
+
+    async def send_until(self, template: SendTemplate, deadline: float, receiver: asyncio.Task[None]) -> None:
+        while time.perf_counter() < deadline and not receiver.done():
+            free = self.window - self.outstanding()
+            if free <= 0:
+                self.room.clear()
+                await self.room.wait()
+                continue
+            first = self.sent
+            run = [template.frame(first + i) for i in range(min(free, _RUN_FRAMES_MAX))]
+            now = time.perf_counter()
+            for i in range(len(run)):
+                self.sent_at[first + i] = now
+            self.sent += len(run)
+            self.writer.writelines(run)
+            await self.writer.drain()
+
+    def percentile_ms(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
 async def blast_one(host: str, port: int, topic: str, size: int, seconds: float, window: int,
                     name: str) -> dict[str, Any]:
     """One connection, one producer: SENDs pipelined up to ``window`` for ``seconds``."""
     reader, writer = await asyncio.open_connection(host, port)
-    decoder = FrameDecoder()
+    blaster = _Blaster(reader, writer, window)
     try:
-        writer.write(encode_command(connect_command(ClientConfig())))
-        await _expect(reader, decoder, T.CONNECTED)
-        writer.write(encode_command(T(type=T.PRODUCER, producer=pb.CommandProducer(
-            topic=topic, producer_id=1, request_id=1, producer_name=name))))
-        await _expect(reader, decoder, T.PRODUCER_SUCCESS)
+        await blaster.handshake(topic, name)
         template = SendTemplate(1, name, os.urandom(size))
-        sent = acked = failed = 0
-        sent_at: dict[int, float] = {}
-        latencies: list[float] = []
         start, cpu0 = time.perf_counter(), time.process_time()
-        deadline = start + seconds
-        room = asyncio.Event()
-        room.set()
-        done = asyncio.Event()
-
-        async def receive() -> None:
-            nonlocal acked, failed
-            while not (done.is_set() and acked + failed >= sent):
-                data = await reader.read(262144)
-                if not data:
-                    return
-                decoder.feed(data)
-                now = time.perf_counter()
-                while (frame := decoder.next_frame()) is not None:
-                    kind = frame.command.type
-                    if kind == T.SEND_RECEIPT:
-                        acked += 1
-                        latencies.append(now - sent_at.pop(frame.command.send_receipt.sequence_id, now))
-                    elif kind == T.SEND_ERROR:
-                        failed += 1
-                        sent_at.pop(frame.command.send_error.sequence_id, None)
-                    elif kind == T.PING:
-                        writer.write(encode_command(T(type=T.PONG, pong=pb.CommandPong())))
-                if sent - acked - failed < window:
-                    room.set()
-
-        receiver = asyncio.get_running_loop().create_task(receive())
-        while time.perf_counter() < deadline and not receiver.done():
-            free = window - (sent - acked - failed)
-            if free <= 0:
-                room.clear()
-                await room.wait()
-                continue
-            run = [template.frame(sent + i) for i in range(min(free, _RUN_FRAMES_MAX))]
-            now = time.perf_counter()
-            for i in range(len(run)):
-                sent_at[sent + i] = now
-            sent += len(run)
-            writer.writelines(run)
-            await writer.drain()
+        receiver = asyncio.get_running_loop().create_task(blaster.receive())
+        await blaster.send_until(template, start + seconds, receiver)
         elapsed = time.perf_counter() - start
-        done.set()
+        blaster.done.set()
+        if blaster.outstanding() <= 0:  # nothing more to read: the receiver may wait in read()
+            receiver.cancel()
         try:
             await asyncio.wait_for(receiver, timeout=30)
-        except TimeoutError:
+        except (TimeoutError, asyncio.CancelledError):
             receiver.cancel()
         cpu = time.process_time() - cpu0
     finally:
         writer.close()
-    latencies.sort()
-
-    def pct(q: float) -> float:
-        return 1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else 0.0
-
-    return {"sent": sent, "acked": acked, "failed": failed, "elapsed_s": elapsed, "client_cpu_s": cpu,
-            "p50_ms": pct(0.5), "p99_ms": pct(0.99)}
+    return {"sent": blaster.sent, "acked": blaster.acked, "failed": blaster.failed, "elapsed_s": elapsed,
+            "client_cpu_s": cpu, "p50_ms": blaster.percentile_ms(0.5), "p99_ms": blaster.percentile_ms(0.99)}
 
 
 def _worker(args: tuple[str, int, str, int, float, int, str]) -> dict[str, Any]:

@@ -1092,24 +1092,25 @@ def register(app: typer.Typer) -> None:
         run.__doc__ = doc
         perf_app.command(mode)(run)
 
-    def _blast_cli(mode: str, *, service_url: str, topic: str, size: int, duration_s: float, window: int,
-                   processes: int, json_path: str | None) -> None:
-        from magnetar.cli.blast import run_blast
-
-        if mode != "produce":
-            raise typer.BadParameter("--blast is a produce option")
-        try:
-            result = run_blast(service_url, topic, size=size, seconds=duration_s, window=window, processes=processes)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc)) from None
-        typer.echo(f"blast: {result['acked']:,} acknowledged of {result['sent']:,} sent ({result['failed']} failed) "
-                   f"in {result['elapsed_s']:.1f} s: {result['msgs_s']:,.0f} msg/s {result['mb_s']:.1f} MB/s, "
-                   f"p50 {result['p50_ms']:.2f} p99 {result['p99_ms']:.2f} ms, "
-                   f"client CPU {result['client_cpu_us_per_msg']:.1f} us/msg, {processes} process(es)")
-        if json_path:
-            with open(json_path, "w") as out:
-                json.dump(result, out, indent=1)
-
     command("produce", "Publish at a rate (or as fast as possible) and report publish latency.")
     command("consume", "Receive and acknowledge, and report the end-to-end latency of perf-produced messages.")
     command("e2e", "Produce and consume in one process: publish and end-to-end latency.")
+
+
+def _blast_cli(mode: str, *, service_url: str, topic: str, size: int, duration_s: float, window: int,
+               processes: int, json_path: str | None) -> None:
+    from magnetar.cli.blast import run_blast
+
+    if mode != "produce":
+        raise typer.BadParameter("--blast is a produce option")
+    try:
+        result = run_blast(service_url, topic, size=size, seconds=duration_s, window=window, processes=processes)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    typer.echo(f"blast: {result['acked']:,} acknowledged of {result['sent']:,} sent ({result['failed']} failed) "
+               f"in {result['elapsed_s']:.1f} s: {result['msgs_s']:,.0f} msg/s {result['mb_s']:.1f} MB/s, "
+               f"p50 {result['p50_ms']:.2f} p99 {result['p99_ms']:.2f} ms, "
+               f"client CPU {result['client_cpu_us_per_msg']:.1f} us/msg, {processes} process(es)")
+    if json_path:
+        with open(json_path, "w") as out:
+            json.dump(result, out, indent=1)
