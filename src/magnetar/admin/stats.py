@@ -74,6 +74,7 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
             for p in topic.producers.values()
         ],
         "subscriptions": subscriptions,
+        "replication": {remote: replicator.stats() for remote, replicator in sorted(topic.replicators.items())},
         "deduplicationStatus": "Enabled" if topic.policies().deduplication else "Disabled",
         "backlogQuotaExceeded": topic.quota_exceeded is not None,
     }
@@ -93,6 +94,19 @@ def partitioned_stats(partitions: list[dict[str, Any]], count: int) -> dict[str,
             merged["msgRateOut"] += sub["msgRateOut"]
             merged["consumers"].extend(sub["consumers"])
     total["subscriptions"] = subscriptions
+    replication: dict[str, dict[str, Any]] = {}
+    for p in partitions:
+        for remote, r in p.get("replication", {}).items():
+            merged = replication.setdefault(remote, {"msgRateOut": 0.0, "msgThroughputOut": 0.0,
+                                                     "replicationBacklog": 0, "connected": True,
+                                                     "replicationDelayInSeconds": 0.0})
+            merged["msgRateOut"] += r["msgRateOut"]
+            merged["msgThroughputOut"] += r["msgThroughputOut"]
+            merged["replicationBacklog"] += r["replicationBacklog"]
+            merged["connected"] = merged["connected"] and r["connected"]
+            merged["replicationDelayInSeconds"] = max(merged["replicationDelayInSeconds"],
+                                                      r["replicationDelayInSeconds"])
+    total["replication"] = replication
     return total
 
 

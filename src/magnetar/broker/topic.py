@@ -24,7 +24,14 @@ other producer exists and keeps others out; ExclusiveWithFencing closes the exis
 ``producer_ready=false`` and admitted (a second PRODUCER_SUCCESS) when the topic has no producer.
 
 Deduplication (``dedup``, see ``broker/dedup.py``) keeps the highest sequence id persisted per
-producer name, snapshotted in the ``pulsar.dedup`` cursor and rebuilt on load.
+producer name, snapshotted in the ``pulsar.dedup`` cursor and rebuilt on load. Geo-replication's
+(``repl_dedup``, see ``broker/replicated.py``) keeps the highest source position persisted per source
+cluster, in the ``pulsar.repl.dedup`` cursor; it is recovered when the first replicator producer
+arrives and is always on.
+
+Hooks for geo-replication (``magnetar.replication``, a layer above): ``entry_listeners`` are called
+after every append, ``close_hooks`` are awaited first thing in ``close`` (replicators stop before
+the log closes), and ``replicators`` maps a remote cluster to what its replicator reports in stats.
 
 Policies (``broker/policies.py``, read through ``policies()`` on every use, so a change applies at
 once): max producers (ProducerBusy) and consumers (ConsumerBusy); max message size (the SEND fails
@@ -44,10 +51,10 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, FencedError
@@ -59,14 +66,16 @@ from magnetar.base.limits import (
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker.compaction import TopicCompaction
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.dedup import MessageDeduplication, is_system_cursor
+from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, DedupState, MessageDeduplication, is_system_cursor
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import Terminable, TopicLog
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
 from magnetar.broker.policies import EffectivePolicies, QuotaLimit, RetentionAction, resolve
 from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.replicated import replicated_source
 from magnetar.broker.subscription import Subscription
+from magnetar.faults import breaks
 from magnetar.protocol.pulsar import pb, stored_entry_metadata
 
 log = logging.getLogger(__name__)
@@ -105,6 +114,14 @@ def is_write_failure(error: BaseException) -> bool:
     return isinstance(error, Exception) and not isinstance(error, BrokerError | FencedError | ClosedError)
 
 
+class ReplicatorView(Protocol):
+    """What a topic needs from one of its geo-replicators (``magnetar.replication.Replicator``)."""
+
+    lag: LatencyHistogram  # publish here -> receipt from the remote, per replicated entry
+
+    def stats(self) -> dict[str, Any]: ...
+
+
 @dataclass(slots=True)
 class WaitingProducer:
     producer: Producer
@@ -124,6 +141,12 @@ class Topic:
         defaults = resolve(config, None, None)
         self.policies: Callable[[], EffectivePolicies] = policies or (lambda: defaults)
         self.dedup = MessageDeduplication(topic_log, config, enabled=lambda: self.policies().deduplication)
+        self.repl_dedup = MessageDeduplication(topic_log, config, enabled=lambda: True,
+                                               cursor_name=REPL_DEDUP_CURSOR_NAME, replay_key=replicated_source,
+                                               negative_control=breaks.Break.NO_REPL_DEDUP)
+        self.entry_listeners: list[Callable[[], None]] = []
+        self.close_hooks: list[Callable[[], Awaitable[None]]] = []
+        self.replicators: dict[str, ReplicatorView] = {}
         self.published = RateMeter()
         if clock is not None:
             self.published.sample(clock.monotonic_ns())  # rates count from the load
@@ -188,9 +211,12 @@ class Topic:
                 return
             try:
                 await self.dedup.wait_appends_finished()
+                await self.repl_dedup.wait_appends_finished()
                 if isinstance(self.log, SettlesFailedWrites):
                     await self.log.settle_failed_writes()
                 await self.dedup.rebuild()
+                if self.repl_dedup.state is not DedupState.NEW:  # recovered once: rebuild it the same way
+                    await self.repl_dedup.rebuild()
             except Exception as error:  # bookies or metadata still down: try again later
                 log.warning("topic %s stays blocked (attempt %d): %s", self.name, attempt + 1, error)
                 if self.clock is None:
@@ -361,6 +387,8 @@ class Topic:
         self.published.record(messages, size)
         for subscription in self.subscriptions.values():
             subscription.notify_entries_added()
+        for listener in self.entry_listeners:
+            listener()
         on_done(appended.result(), None)
 
     async def _throttle_publish(self, policies: EffectivePolicies, messages: int, size: int) -> None:
@@ -534,6 +562,11 @@ class Topic:
         if self._state is TopicState.CLOSED:
             return
         self._move(TopicState.CLOSED)
+        for hook in list(self.close_hooks):
+            try:
+                await hook()
+            except Exception:  # a replicator failing to stop must not keep the log open
+                log.exception("close hook of %s failed", self.name)
         unblocking, self._unblocking = self._unblocking, None
         if unblocking is not None and not unblocking.done():
             unblocking.cancel()
@@ -545,6 +578,7 @@ class Topic:
             await subscription.close(delete=not subscription.durable)
         await self.compaction.close()
         await self.dedup.close()
+        await self.repl_dedup.close()
         await self.log.close()
 
 

@@ -57,12 +57,14 @@ def up(
     autorecovery: bool = typer.Option(True, "--autorecovery/--no-autorecovery", help="run an AutoRecovery process"),
     secure: bool = typer.Option(False, "--secure", help="TLS, authentication and authorization, with a generated "
                                 "CA, certificates and a superuser token"),
+    name: str = typer.Option(None, "--name", help="the cluster's name for geo-replication (default dir: "
+                             "data/cluster-NAME); link named clusters with `magnetar cluster link`"),
 ) -> None:
     """Start the cluster and leave it running (stop it with `magnetar cluster down`)."""
     from magnetar.runtime.cluster import STATE_FILE, LocalCluster
 
     console = Console(soft_wrap=True)
-    base = Path(directory)
+    base = Path(f"{DEFAULT_DIR}-{name}" if name and directory == DEFAULT_DIR else directory)
     if (base / STATE_FILE).exists() and any(p.alive() for p in LocalCluster.load(base).processes.values()):
         console.print(f"[red]error:[/red] a cluster is already running in {base}; `magnetar cluster down --dir {base}`")
         raise typer.Exit(1)
@@ -73,7 +75,7 @@ def up(
     quorum = (min(e, bookies), min(qw, bookies), min(qa, bookies))
     try:
         cluster = LocalCluster(base, bookies=bookies, brokers=brokers, ensemble=quorum, autorecovery=autorecovery,
-                               secure=secure)
+                               secure=secure, name=name)
     except (ValueError, RuntimeError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

@@ -58,6 +58,7 @@ from magnetar.broker.ownership import BundleOwnership
 from magnetar.broker.service import BrokerService
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
+from magnetar.replication import ReplicationService
 from magnetar.runtime.bookie import wait_for_termination_signal
 from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
@@ -70,6 +71,7 @@ from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port
+from magnetar.runtime.replication import start_replication
 from magnetar.runtime.tls import bookie_client_network, tls_files_from_config
 
 log = logging.getLogger(__name__)
@@ -148,8 +150,11 @@ class Generation:
         self.leader: LoadBalancerLeader | None = None
         self.balancer_tasks: list[asyncio.Task[None]] = []
         self.console: RunningConsole | None = None
+        self.replication: ReplicationService | None = None
 
     async def stop(self) -> None:
+        if self.replication is not None:
+            await self.replication.stop()
         if self.console is not None:
             await self.console.stop()
         for task in [self.report_task, *self.balancer_tasks]:
@@ -294,6 +299,7 @@ class BrokerNode:
                 await bootstrap_cluster(server.service, web_url=self.http_url)
             except Exception as error:  # the admin resources are a convenience; serving goes on
                 log.warning("could not create the default cluster/tenant/namespace: %s", error)
+            generation.replication = await start_replication(server.service, clock=self.clock, network=self.network)
             context = self._admin_context(server.service)
             self._admin.app = build_admin_app(context)
             self._lookup.app = build_lookup_app(context)

@@ -322,11 +322,12 @@ class LocalCluster:
     def __init__(self, base_dir: Path, *, bookies: int = 3, brokers: int = 2,
                  ensemble: tuple[int, int, int] = (3, 3, 2), env: dict[str, dict[str, str]] | None = None,
                  session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT, autorecovery: bool = True,
-                 secure: bool = False, racks: list[str] | None = None) -> None:
+                 secure: bool = False, racks: list[str] | None = None, name: str | None = None) -> None:
         e, qw, qa = ensemble
         if not (bookies >= e >= qw >= qa >= 1 and brokers >= 1):
             raise ValueError(f"need bookies >= E >= Qw >= Qa >= 1 and brokers >= 1, got {bookies}, {ensemble}")
         self.base_dir = Path(base_dir).absolute()
+        self.name = name  # the brokers' cluster name (geo-replication); None: the broker default
         self.ensemble = ensemble
         self.session_timeout_ms = session_timeout_ms
         self.security: dict[str, str] = make_security(self.base_dir / "security") if secure else {}
@@ -382,6 +383,8 @@ class LocalCluster:
                 "--host", "127.0.0.1", "--advertised-address", "127.0.0.1", "--port", str(port),
                 "--http-port", str(http_port), "--ensemble", f"{e},{qw},{qa}",
                 "--session-timeout-ms", str(self.session_timeout_ms)]
+        if self.name is not None:
+            argv += ["--cluster-name", self.name]
         tls_port = https_port = None
         if self.security:
             tls_port, https_port = free_port(), free_port()
