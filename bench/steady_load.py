@@ -13,8 +13,11 @@ reports:
 
 A variant is ``label[=SRC_DIR][:KEY=VALUE,...]``: the standalone runs with ``PYTHONPATH=SRC_DIR``
 (default: this tree's ``src``) and the extra environment, so a tree before a change (``git
-archive``) and after can be compared in one run. Ratios of medians are printed per variant
-against the first.
+archive``) and after can be compared in one run. ``peer:NAME`` (``redis``, ``nats``,
+``rabbitmq``; installed by ``bench/peers/install.sh``) runs that peer instead, paced at the same
+rate through its ``bench/peers`` driver (one message per durable send, up to ``--max-pending`` in
+flight; Redis with appendfsync always): its server CPU at the same rate. Ratios of medians are
+printed per variant against the first.
 
 Run: ``.venv/bin/python bench/steady_load.py --rate 2000 --seconds 6 --repeats 3``.
 Bounded: ``repeats * variants * (seconds + start-up)``.
@@ -42,6 +45,8 @@ sys.path.insert(0, str(HERE / "peers"))
 
 from bookie_append import machine_busy_seconds  # noqa: E402
 from run import ServerCpu  # noqa: E402
+from servers import STARTERS  # noqa: E402
+from workload import DRIVERS, run_uvloop  # noqa: E402
 
 from magnetar.cli.perf import PerfSettings, run_perf  # noqa: E402
 from magnetar.runtime.processes import StandaloneProcess  # noqa: E402
@@ -50,6 +55,8 @@ METRICS = ("cpu_pct", "sys_pct", "us_msg", "msgs_s", "p50_ms", "p99_ms", "machin
 
 
 def parse_variant(spec: str) -> tuple[str, str, dict[str, str]]:
+    if spec.startswith("peer:"):
+        return spec, "", {}
     head, _, env_part = spec.partition(":")
     label, _, src = head.partition("=")
     # KEY=VALUE items are separated by commas before the next KEY= (a value may hold commas).
@@ -97,6 +104,74 @@ def one_run(src: str, extra_env: dict[str, str], args: argparse.Namespace, root:
     }
 
 
+def peer_run(name: str, args: argparse.Namespace, root: Path, tag: str) -> dict[str, float]:
+    """``name`` paced at ``args.rate`` (one message per durable send), its server CPU."""
+    data = root / tag
+    data.mkdir()
+    peer = STARTERS[name](data)
+    try:
+        server = ServerCpu([child.pid for child in peer.children])
+
+        async def paced() -> dict[str, float]:
+            driver = DRIVERS[name](peer.port, f"steady{tag}")
+            await driver.open()
+            try:
+                return await _paced_sends(driver, args, server)
+            finally:
+                await driver.close()
+
+        busy0, start = machine_busy_seconds(), time.perf_counter()
+        figures = run_uvloop(paced, 3 * args.seconds + 60)
+        machine = 100 * (machine_busy_seconds() - busy0) / (time.perf_counter() - start)
+    finally:
+        peer.stop()
+    cpu_s = server.marks["end"] - server.marks["start"]
+    return {"cpu_pct": 100 * cpu_s / figures["elapsed_s"], "sys_pct": float("nan"),
+            "us_msg": 1e6 * cpu_s / max(1, figures["acked"]), "msgs_s": figures["acked"] / figures["elapsed_s"],
+            "p50_ms": figures["p50_ms"], "p99_ms": figures["p99_ms"], "machine_pct": machine}
+
+
+async def _paced_sends(driver: Any, args: argparse.Namespace, server: ServerCpu) -> dict[str, float]:
+    import asyncio
+
+    payload = os.urandom(args.size)
+    room = asyncio.Semaphore(args.max_pending)
+    latencies: list[float] = []
+    pending: set[asyncio.Task[None]] = set()
+
+    async def one() -> None:
+        began = time.perf_counter()
+        try:
+            await driver.send([payload])
+            latencies.append(1000 * (time.perf_counter() - began))
+        finally:
+            room.release()
+
+    for _ in range(50):  # warm-up: connection, stream or queue created (not measured)
+        await driver.send([payload])
+    server("start")
+    start, sent = time.perf_counter(), 0
+    while time.perf_counter() - start < args.seconds:
+        ahead = start + sent / args.rate - time.perf_counter()
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+        await room.acquire()
+        task = asyncio.ensure_future(one())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        sent += 1
+    if pending:
+        await asyncio.wait(pending, timeout=30)
+    elapsed = time.perf_counter() - start
+    server("end")
+    latencies.sort()
+
+    def pct(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else float("nan")
+
+    return {"acked": float(len(latencies)), "elapsed_s": elapsed, "p50_ms": pct(0.5), "p99_ms": pct(0.99)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=2000.0)
@@ -113,7 +188,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="steady-") as tmp:
         for repeat in range(args.repeats):
             for label, src, env in variants:
-                row = one_run(src, env, args, Path(tmp), f"{label}{repeat}")
+                if label.startswith("peer:"):
+                    row = peer_run(label[len("peer:"):], args, Path(tmp), f"{label[5:]}{repeat}")
+                else:
+                    row = one_run(src, env, args, Path(tmp), f"{label}{repeat}")
                 rows[label].append(row)
                 print(f"{label} repeat {repeat + 1}: " + ", ".join(f"{k}={v:.1f}" for k, v in row.items()), flush=True)
     print(f"\n{' '.join(sys.argv)}")
