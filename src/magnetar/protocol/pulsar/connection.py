@@ -118,6 +118,10 @@ _TRANSITIONS: dict[tuple[State, Trigger], State] = {
     (State.CONNECTED, Trigger.CLOSE): State.CLOSED,
     (State.CLOSED, Trigger.CLOSE): State.CLOSED,
 }
+# ``_transition``'s fast path relies on these two staying put:
+invariant(_TRANSITIONS[(State.CONNECTED, Trigger.SEND_COMMAND)] is State.CONNECTED
+          and _TRANSITIONS[(State.CONNECTED, Trigger.RECEIVE_COMMAND)] is State.CONNECTED,
+          "commands keep a connected connection connected")
 
 
 # --- events ----------------------------------------------------------------------------------
@@ -215,6 +219,8 @@ class ServerConnection(FrameReceiver[Event]):
         return self._state
 
     def _transition(self, trigger: Trigger) -> None:
+        if self._state is State.CONNECTED and (trigger is Trigger.SEND_COMMAND or trigger is Trigger.RECEIVE_COMMAND):
+            return  # twice per message: no tuple of two Enums hashed (Enum.__hash__ is Python code)
         target = _TRANSITIONS.get((self._state, trigger))
         if target is None:
             if self._state is State.CLOSED:
