@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from magnetar.base.types import Position
 from magnetar.broker.dedup import is_system_cursor
 from magnetar.broker.managed_log import ManagedSubscriptionCursor, ManagedTopicLog
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic import Topic
+from magnetar.managed_ledger.read_only_cursors import read_only_cursors, read_only_holders
 
 _SUB_TYPES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}
 
@@ -80,6 +82,27 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
     }
 
 
+async def add_read_only_subscriptions(stats: dict[str, Any], topic: Topic) -> dict[str, Any]:
+    """On the owner: the subscriptions read-only brokers serve (their persisted cursors) and which
+    broker serves each now (``readOnlyBroker``; None while no broker has it open)."""
+    log = topic.log
+    if not isinstance(log, ManagedTopicLog) or getattr(log, "read_only_ledger", None) is not None:
+        return stats
+    ml = log.managed_ledger
+    cursors = await read_only_cursors(ml.store, ml.name)
+    holders = await read_only_holders(ml.store, ml.name)
+    last = ml.last_confirmed_entry
+    for name, info in sorted(cursors.items()):
+        mark_delete = Position(info.mark_delete.ledger_id, info.mark_delete.entry_id)
+        stats["subscriptions"].setdefault(name, {
+            "msgRateOut": 0.0, "msgThroughputOut": 0.0, "bytesOutCounter": 0, "msgOutCounter": 0,
+            "msgBacklog": ml.count_entries(mark_delete, last), "backlogSize": ml.estimated_size_after(mark_delete),
+            "markDeletePosition": _position(mark_delete), "isDurable": True, "consumers": [],
+            "readOnlyBroker": holders.get(name),
+        })
+    return stats
+
+
 def partitioned_stats(partitions: list[dict[str, Any]], count: int) -> dict[str, Any]:
     total: dict[str, Any] = {"metadata": {"partitions": count}, "partitions": {}}
     for key in ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter",
@@ -113,7 +136,7 @@ def partitioned_stats(partitions: list[dict[str, Any]], count: int) -> dict[str,
 def internal_stats(topic: Topic) -> dict[str, Any]:
     log = topic.log
     storage = log.storage_stats()
-    ledgers = [{"ledgerId": lg.ledger_id, "entries": lg.entries_count, "size": lg.size_bytes, "offloaded": False}
+    ledgers: list[dict[str, Any]] = [{"ledgerId": lg.ledger_id, "entries": lg.entries_count, "size": lg.size_bytes, "offloaded": False}
                for lg in storage.ledgers]
     cursors: dict[str, Any] = {}
     for name, subscription in sorted(topic.subscriptions.items()):
@@ -130,6 +153,14 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
         "cursors": cursors,
     }
     if isinstance(log, ManagedTopicLog):
+        offloads = {i.ledger_id: i.offload for i in log.managed_ledger.ledger_infos()}
+        for ledger in ledgers:  # tiered storage: Pulsar's ``offloaded``, and whether bookies still hold it
+            context = offloads.get(ledger["ledgerId"])
+            ledger["offloaded"] = context is not None and context.complete
+            if context is not None:
+                ledger["offloadUid"] = context.uid
+                ledger["offloadDriver"] = context.driver
+                ledger["bookieCopyDeleted"] = context.bookie_deleted
         stats["state"] = "".join(w.title() for w in log.managed_ledger.state.value.split("_"))
         stats["lastLedgerCreatedTimestamp"] = storage.ledgers[-1].timestamp_ms if storage.ledgers else 0
     return stats

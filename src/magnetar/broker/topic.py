@@ -167,6 +167,13 @@ class Topic:
         self.write_failures = 0  # times the topic was blocked after a failed write
         self.compaction = TopicCompaction(topic_log)  # see broker/compaction.py
         self._state = TopicState.ACTIVE
+        follow = getattr(topic_log, "on_entries_added", None)
+        if follow is not None:  # a read-only log learns of entries its owner appended (broker/read_only.py)
+            follow(self._entries_added)
+
+    def _entries_added(self) -> None:
+        for subscription in self.subscriptions.values():
+            subscription.notify_entries_added()
 
     @property
     def state(self) -> TopicState:
@@ -247,6 +254,9 @@ class Topic:
         PRODUCER_SUCCESS carries and its reconnects present again. The epoch lives as long as the
         loaded topic.
         """
+        refuse = getattr(self.log, "refuse_producer", None)
+        if refuse is not None:  # a read-only broker: the error names the owner (broker/read_only.py)
+            refuse()
         self._check_writable()
         if self.terminated_at is not None:
             raise BrokerError(pb.TopicTerminatedError, f"Topic {self.name} is terminated")
@@ -449,11 +459,13 @@ class Topic:
 
     def backlog_bytes(self) -> int:
         """Bytes after the slowest durable subscription (Pulsar's topic backlog size)."""
-        subscriptions = self._durable_subscriptions()
-        if not subscriptions:
+        marks = [s.cursor.mark_delete_position for s in self._durable_subscriptions()]
+        # Subscriptions read-only brokers serve count too (their persisted positions, read by the
+        # owner's last trim: broker/read_only.py); a producer quota then holds for them as well.
+        marks += getattr(self.log, "read_only_holds", ())
+        if not marks:
             return 0
-        slowest = min(s.cursor.mark_delete_position for s in subscriptions)
-        return self.log.backlog_bytes(slowest)
+        return self.log.backlog_bytes(min(marks))
 
     async def oldest_backlog_publish_ms(self) -> int | None:
         """Publish time of the oldest entry some durable subscription has not acknowledged."""

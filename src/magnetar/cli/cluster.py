@@ -41,6 +41,9 @@ def _table(cluster: object, console: Console) -> None:
     console.print(f"metadata URL {cluster.metadata_url}")
     for broker in cluster.of_kind("broker"):
         console.print(f"{broker.name} admin http://127.0.0.1:{broker.http_port}")
+    read_only = cluster.read_only_service_url()
+    if read_only is not None:
+        console.print(f"[bold]read-only service URL:[/bold] {read_only} (consumers and readers only)")
     if cluster.service_url_tls() is not None:
         console.print("[bold]secure:[/bold] TLS, token/certificate authentication and authorization are on")
         for line in cluster.connect_help():
@@ -52,6 +55,8 @@ def up(
     directory: str = typer.Option(DEFAULT_DIR, "--dir", help="state, logs and data directories"),
     bookies: int = typer.Option(3, "--bookies", min=1, max=9, help="bookie processes"),
     brokers: int = typer.Option(2, "--brokers", min=1, max=9, help="broker processes"),
+    read_only_brokers: int = typer.Option(0, "--read-only-brokers", min=0, max=9,
+                                          help="read-only broker processes (serve reads of every topic, own none)"),
     ensemble: str = typer.Option("3,3,2", "--ensemble", help="E,Qw,Qa of new ledgers"),
     timeout_s: float = typer.Option(90.0, "--timeout-s", min=1, help="bound on the whole start-up"),
     autorecovery: bool = typer.Option(True, "--autorecovery/--no-autorecovery", help="run an AutoRecovery process"),
@@ -75,7 +80,7 @@ def up(
     quorum = (min(e, bookies), min(qw, bookies), min(qa, bookies))
     try:
         cluster = LocalCluster(base, bookies=bookies, brokers=brokers, ensemble=quorum, autorecovery=autorecovery,
-                               secure=secure, name=name)
+                               secure=secure, name=name, read_only_brokers=read_only_brokers)
     except (ValueError, RuntimeError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

@@ -29,6 +29,7 @@ from magnetar.broker.service import BrokerService
 from magnetar.broker.session import Session
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from magnetar.managed_ledger.offload import LedgerOffloader
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import ConnectionTerminated, ServerConfig, ServerConnection, State
 from magnetar.runtime.security import CredentialFiles
@@ -365,6 +366,7 @@ async def start_broker(
     port: int = 6650,
     server_config: ServerConfig | None = None,
     before_listen: Callable[[BrokerService], None] | None = None,
+    offloader: LedgerOffloader | None = None,
     tls_port: int | None = None,
     tls: TlsFiles | None = None,
 ) -> BrokerServer:
@@ -376,7 +378,8 @@ async def start_broker(
     advertised port is 0, so LOOKUP answers point at this listener. ``close()`` stops the broker
     and closes its topics (managed ledgers); the ledger manager and metadata stay the caller's.
     ``before_listen(service)`` runs before the first client can connect (a cluster broker installs
-    its bundle ownership there).
+    its bundle ownership there). ``offloader``: the object store sealed ledgers are offloaded to
+    (``runtime.lakehouse.open_offloader``); None: no tiered storage.
 
     With ``config.tls_enabled`` and a ``tls_port`` (0 picks one), a second listener serves
     ``pulsar+ssl://`` with ``tls`` (built from the config's files when not given) and LOOKUP
@@ -386,7 +389,7 @@ async def start_broker(
         if ledger_manager is None or metadata is None:
             raise InvalidArgument("start_broker needs ledger_manager and metadata, or a log_store")
         factory = ManagedLedgerFactory(manager=ledger_manager, store=metadata, clock=clock,
-                                       config=managed_ledger_config)
+                                       config=managed_ledger_config, offloader=offloader)
         log_store = ManagedLogStore(factory, metadata)
     if network is None:
         from magnetar.runtime.network import TcpNetwork

@@ -55,6 +55,7 @@ from magnetar.broker.balancer import BalancerSettings
 from magnetar.broker.leader import BundleCommands, LoadBalancerLeader
 from magnetar.broker.metrics import BrokerCollector
 from magnetar.broker.ownership import BundleOwnership
+from magnetar.broker.read_only import ReadOnlyLogStore, ReadOnlyRegistration
 from magnetar.broker.service import BrokerService
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
@@ -67,10 +68,12 @@ from magnetar.runtime.console import RunningConsole, start_console
 from magnetar.runtime.cpu import CpuMeter
 from magnetar.runtime.gc_tuning import tune_gc_for_server
 from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_http
+from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port
+from magnetar.runtime.read_only import FOLLOW_PATH, HttpPositionFeed, build_follow_app, close_quietly
 from magnetar.runtime.replication import start_replication
 from magnetar.runtime.tls import bookie_client_network, tls_files_from_config
 
@@ -100,6 +103,11 @@ class BrokerNodeConfig:
     #: settings have ``tls_enabled``; None: none. 0 picks a free port once.
     port_tls: int | None = None
     http_port_tls: int | None = None
+    #: A read-only broker (``broker.read_only``): owns no bundle, serves reads of any topic from
+    #: the bookies, refuses producers with the owner's URL.
+    read_only: bool = False
+    #: Entries before an owner rolls a topic's ledger over (Pulsar's managedLedgerMaxEntriesPerLedger).
+    max_entries_per_ledger: int = 50_000
 
     def __post_init__(self) -> None:
         for name in ("port", "http_port", "port_tls", "http_port_tls"):
@@ -151,6 +159,14 @@ class Generation:
         self.balancer_tasks: list[asyncio.Task[None]] = []
         self.console: RunningConsole | None = None
         self.replication: ReplicationService | None = None
+        self.registration: ReadOnlyRegistration | None = None
+        self.feed: HttpPositionFeed | None = None
+
+    @property
+    def session_lost(self) -> asyncio.Event:
+        source = self.ownership if self.ownership is not None else self.registration
+        assert source is not None
+        return source.session_lost
 
     async def stop(self) -> None:
         if self.replication is not None:
@@ -166,6 +182,8 @@ class Generation:
         steps = [
             self.server.close if self.server else None,
             self.ownership.close if self.ownership else None,
+            self.registration.close if self.registration else None,
+            (lambda: close_quietly(self.feed)) if self.feed is not None else None,
             (lambda: close_ledger_manager(self.manager)) if self.manager is not None else None,
             self.store.close,
         ]
@@ -237,6 +255,8 @@ class BrokerNode:
     def ready_line(self) -> str:
         http = f"{self.config.advertised_address}:{self.http.port}" if self.http else "-"
         line = f"{READY_PREFIX} broker={self.service_url} http={http} metadata={self.config.metadata_url}"
+        if self.config.read_only:
+            line += " read_only=true"
         if self.port_tls is not None:
             line += f" broker_tls=pulsar+ssl://{self.config.advertised_address}:{self.port_tls}"
         if self.https is not None:
@@ -244,6 +264,12 @@ class BrokerNode:
         return line
 
     def health(self) -> dict[str, object]:
+        if self.config.read_only:
+            generation = self.generation
+            server = generation.server if generation is not None else None
+            return {"status": "ok" if server is not None else "starting", "broker": self.service_url,
+                    "generation": self.generations, "readOnly": True, "bundles": [],
+                    "topics": len(server.service.topics) if server is not None else 0}
         ownership = self.ownership
         serving = ownership is not None and ownership.state.value == "active"
         return {
@@ -278,6 +304,8 @@ class BrokerNode:
                                                            rng=system_rng())
 
             def install(service: BrokerService) -> None:
+                if config.read_only:
+                    return  # owns nothing: LOOKUP answers "connect here" for every topic
                 ownership = BundleOwnership(store, service, broker_id=f"{config.advertised_address}:{self.port}",
                                             http_url=self.http_url, bundles_count=config.bundles_count)
                 ownership.install()
@@ -288,32 +316,50 @@ class BrokerNode:
                 clock=self.clock, metadata=store, ledger_manager=generation.manager,
                 managed_ledger_config=ManagedLedgerConfig(ensemble_size=config.ensemble_size,
                                                           write_quorum_size=config.write_quorum_size,
-                                                          ack_quorum_size=config.ack_quorum_size),
+                                                          ack_quorum_size=config.ack_quorum_size,
+                                                          max_entries_per_ledger=config.max_entries_per_ledger),
                 network=self.network, host=config.host, port=self.port, before_listen=install,
-                tls_port=self.port_tls, tls=self.tls,
+                tls_port=self.port_tls, tls=self.tls, log_store=self._read_only_store(generation),
+                offloader=open_offloader(self.broker_config),  # tiered storage when configured
             )
-            ownership = generation.ownership
-            assert ownership is not None
             server = generation.server
+            if config.read_only:
+                generation.registration = ReadOnlyRegistration(
+                    store, broker_id=f"{config.advertised_address}:{self.port}", service_url=self.service_url,
+                    http_url=self.http_url)
+                await generation.registration.register()
+            ownership = generation.ownership
             try:
                 await bootstrap_cluster(server.service, web_url=self.http_url)
             except Exception as error:  # the admin resources are a convenience; serving goes on
                 log.warning("could not create the default cluster/tenant/namespace: %s", error)
-            generation.replication = await start_replication(server.service, clock=self.clock, network=self.network)
+            if not config.read_only:  # the owner replicates; a read-only broker only serves reads
+                generation.replication = await start_replication(server.service, clock=self.clock,
+                                                                 network=self.network)
             context = self._admin_context(server.service)
             self._admin.app = build_admin_app(context)
             self._lookup.app = build_lookup_app(context)
             generation.console = start_console(context, metadata_url=config.metadata_url, http_url=self.http_url)
             self._console.app = generation.console.app
-            generation.report_task = asyncio.get_running_loop().create_task(
-                ownership.run_load_reports(self.clock, lambda: server.connection_count,
-                                           config.load_report_interval_ms, self._cpu.percent), name="load-reports")
-            self._start_balancer(generation, store, ownership, server.service.config)
+            if ownership is not None:  # a read-only broker reports no load and balances nothing
+                generation.report_task = asyncio.get_running_loop().create_task(
+                    ownership.run_load_reports(self.clock, lambda: server.connection_count,
+                                               config.load_report_interval_ms, self._cpu.percent),
+                    name="load-reports")
+                self._start_balancer(generation, store, ownership, server.service.config)
         except BaseException:
             await generation.stop()
             raise
         self.generations += 1
         return generation
+
+    def _read_only_store(self, generation: Generation) -> ReadOnlyLogStore | None:
+        """A read-only broker's storage port (None: an owner's managed ledgers)."""
+        if not self.config.read_only:
+            return None
+        generation.feed = HttpPositionFeed(generation.store)
+        return ReadOnlyLogStore(manager=generation.manager, metadata=generation.store, clock=self.clock,
+                                feed=generation.feed, holder=lambda: self.service_url)
 
     def _start_balancer(self, generation: Generation, store: MetadataStore, ownership: BundleOwnership,
                         broker_config: BrokerConfig) -> None:
@@ -337,7 +383,10 @@ class BrokerNode:
         registry.register(_CurrentCollector(self))
         admin = Starlette(routes=[Mount("", app=self._admin)])
         lookup = Starlette(routes=[Mount("", app=self._lookup)])
-        mounts = {ADMIN_PATH: admin, LOOKUP_PATH: lookup, "": Starlette(routes=[Mount("", app=self._console)])}
+        follow = build_follow_app(lambda: self.generation.server.service
+                                  if self.generation is not None and self.generation.server is not None else None)
+        mounts = {ADMIN_PATH: admin, LOOKUP_PATH: lookup, FOLLOW_PATH: follow,
+                  "": Starlette(routes=[Mount("", app=self._console)])}
         self.http = await start_http(self.config.host, self.config.http_port, health=self.health,
                                      mounts=mounts, registries=[registry])
         if self.tls is not None and self.config.http_port_tls is not None:
@@ -356,9 +405,7 @@ class BrokerNode:
                     return
                 if self.generations == 1 and on_ready is not None:
                     on_ready(self)
-                ownership = self.generation.ownership
-                assert ownership is not None
-                lost = asyncio.get_running_loop().create_task(ownership.session_lost.wait())
+                lost = asyncio.get_running_loop().create_task(self.generation.session_lost.wait())
                 stopping = asyncio.get_running_loop().create_task(stop.wait())
                 await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 for task in (lost, stopping):

@@ -8,6 +8,7 @@ Layout of the data directory::
                               a second standalone on the same directory refuses in one line)
     <data_dir>/metadata/      the embedded metadata store (RocksDB)
     <data_dir>/bookie-<i>/    bookie i (journal, entry logs, index, cookie)
+    <data_dir>/offload/       offloaded ledgers (Parquet + Delta manifests), the default tiered storage
 
 With one bookie (the default) ledgers are written with E=Qw=Qa=1; with ``--bookies 3`` the
 replicated quorum (3, 3, 2). Start-up order: metadata, then every bookie (each replays its
@@ -18,7 +19,9 @@ stdout says when clients may connect. On first start the metadata store gets clu
 API at ``/admin/v2`` and per-topic metrics at ``/metrics``. SIGTERM or SIGINT stops everything in reverse order.
 The bookies take the same ``MAGNETAR_BOOKIE_*`` settings as ``magnetar bookie`` (journal, caches,
 GC); their address, data directory and metadata URL come from the standalone config. The broker
-takes ``MAGNETAR_BROKER_*`` settings (``BrokerConfig``: policy defaults, check interval, bounds).
+takes ``MAGNETAR_BROKER_*`` settings (``BrokerConfig``: policy defaults, check interval, bounds,
+offload driver) and its managed ledgers ``MAGNETAR_MANAGED_LEDGER_*`` (``ManagedLedgerConfig``:
+rollover sizes, retention; the quorum comes from the bookie count).
 A SIGKILL loses nothing acknowledged: the bookies reply only after fsync and the metadata store
 writes synchronously.
 """
@@ -47,6 +50,7 @@ from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
 from magnetar.runtime.gc_tuning import tune_gc_for_server
 from magnetar.runtime.http import BrokerHttp, bootstrap_cluster, start_broker_http
+from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
@@ -219,10 +223,13 @@ async def start_standalone(config: StandaloneConfig, broker_values: Mapping[str,
             clock=clock,
             metadata=store,
             ledger_manager=manager,
-            managed_ledger_config=ManagedLedgerConfig(ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa),
+            managed_ledger_config=load_config(
+                ManagedLedgerConfig, "managed_ledger",
+                overrides={"ensemble_size": e, "write_quorum_size": qw, "ack_quorum_size": qa}),
             network=network,
             host=config.host,
             port=config.broker_port,
+            offloader=open_offloader(broker_config, os.path.join(os.path.abspath(config.data_dir), "offload")),
             tls_port=config.broker_port_tls if tls is not None else None,
             tls=tls,
         )
