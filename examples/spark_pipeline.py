@@ -2,11 +2,14 @@
 event-time windows, and write the counts both to another Magnetar topic and to Parquet.
 
     .venv/bin/magnetar standalone --data-dir data/standalone          # in another terminal
+    .venv/bin/magnetar admin namespaces set-policy public/default deduplication true  # exactly once
     .venv/bin/python examples/spark_pipeline.py --input clicks --output click-counts \\
         --metadata-url embedded:$PWD/data/standalone/metadata --parquet out/click-counts \\
         --checkpoint out/checkpoints
 
-Stopping and restarting with the same ``--checkpoint`` resumes where it stopped. ``--available-now``
+Stopping and restarting with the same ``--checkpoint`` resumes where it stopped. The counts topic
+is written exactly once only where deduplication is on (off by default, as in Pulsar: the
+``set-policy`` line above turns it on for the namespace; without it the writer is at least once). ``--available-now``
 processes what is in the topic and stops (a batch job with streaming semantics).
 
 When a window's count is written (``--mode``):

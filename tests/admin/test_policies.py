@@ -238,13 +238,22 @@ def test_auto_topic_creation_policy_and_admin_create() -> None:
 
 
 def test_deduplication_switch_follows_the_policy() -> None:
+    """Off by default (Pulsar's brokerDeduplicationEnabled=false); the namespace policy turns it
+    on, the topic policy overrides the namespace's, and removing both brings the default back."""
     async def body(w: AdminWorld) -> None:
         await w.publish(T, 1)
         topic = w.service.topics[T]
-        assert topic.policies().deduplication is True
-        await w.ok("POST", f"{NS}/deduplication", False)
         assert topic.policies().deduplication is False
         assert (await w.ok("GET", f"{w.topic_path(T)}/stats"))["deduplicationStatus"] == "Disabled"
+        await w.ok("POST", f"{NS}/deduplication", True)
+        assert topic.policies().deduplication is True
+        assert (await w.ok("GET", f"{w.topic_path(T)}/stats"))["deduplicationStatus"] == "Enabled"
+        await w.ok("POST", f"{w.topic_path(T)}/deduplicationEnabled", False)
+        assert topic.policies().deduplication is False
+        await w.ok("DELETE", f"{w.topic_path(T)}/deduplicationEnabled")
+        assert topic.policies().deduplication is True
+        await w.ok("DELETE", f"{NS}/deduplication")
+        assert topic.policies().deduplication is False
 
     run(body)
 

@@ -4,7 +4,6 @@ in flight, batches and chunks, the switch; each checked against a broker that wo
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
@@ -15,6 +14,8 @@ from magnetar.protocol.pulsar import headers_and_payload, pb, stored_entry_metad
 from tests.broker.fakes import FakeChannel, settle
 
 TOPIC = "persistent://public/default/dedup"
+#: Deduplication is off by default (as in Pulsar); these tests are about it, so they turn it on.
+DEDUP_ON = BrokerConfig(deduplication=True)
 
 
 def _entry(name: str, seq: int, batch: int | None = None, chunk: tuple[int, int] | None = None) -> bytes:
@@ -29,7 +30,7 @@ def _entry(name: str, seq: int, batch: int | None = None, chunk: tuple[int, int]
 
 
 async def _topic(store: MemoryLogStore, config: BrokerConfig | None = None, interval: int | None = None) -> Topic:
-    topic = Topic(TopicName.parse(TOPIC), await store.open_log(TOPIC, create=True), config or BrokerConfig())
+    topic = Topic(TopicName.parse(TOPIC), await store.open_log(TOPIC, create=True), config or DEDUP_ON)
     if interval is not None:
         topic.dedup = MessageDeduplication(topic.log, topic.config, snapshot_interval=interval)
     await topic.dedup.ready()
@@ -89,7 +90,7 @@ def test_a_crash_after_snapshots_loses_no_sequence_id() -> None:
 def test_negative_control_without_dedup_the_resends_are_stored_twice() -> None:
     async def run() -> None:
         store = MemoryLogStore()
-        config = dataclasses.replace(BrokerConfig(), deduplication=False)
+        config = BrokerConfig()  # the default: off, as in Pulsar
         topic = await _topic(store, config)
         producer = Producer(topic, 0, "fixed", FakeChannel(), AccessMode.SHARED, 100)
         for seq in (0, 1, 0, 1):
@@ -107,7 +108,7 @@ def test_turning_dedup_off_deletes_its_cursor_and_on_again_recovers() -> None:
         store = MemoryLogStore()
         switch = {"on": True}
         log = await store.open_log(TOPIC, create=True)
-        topic = Topic(TopicName.parse(TOPIC), log, BrokerConfig())
+        topic = Topic(TopicName.parse(TOPIC), log, DEDUP_ON)
         topic.dedup = MessageDeduplication(log, topic.config, enabled=lambda: switch["on"])
         await topic.dedup.ready()
         assert DEDUP_CURSOR_NAME in log.cursor_names()
@@ -154,7 +155,7 @@ def test_a_resend_racing_its_original_waits_and_is_dropped() -> None:
         store = MemoryLogStore()
         inner = await store.open_log(TOPIC, create=True)
         gated = _GatedLog(inner)
-        topic = Topic(TopicName.parse(TOPIC), gated, BrokerConfig())  # type: ignore[arg-type]
+        topic = Topic(TopicName.parse(TOPIC), gated, DEDUP_ON)  # type: ignore[arg-type]
         await topic.dedup.ready()
         old = Producer(topic, 0, "fixed", FakeChannel(), AccessMode.SHARED, 100)
         await _send(old, 0)
@@ -178,7 +179,7 @@ def test_a_resend_of_a_failed_append_is_stored() -> None:
         store = MemoryLogStore()
         inner = await store.open_log(TOPIC, create=True)
         gated = _GatedLog(inner, fail_first=1)
-        topic = Topic(TopicName.parse(TOPIC), gated, BrokerConfig())  # type: ignore[arg-type]
+        topic = Topic(TopicName.parse(TOPIC), gated, DEDUP_ON)  # type: ignore[arg-type]
         await topic.dedup.ready()
         old_channel = FakeChannel()
         old = Producer(topic, 0, "fixed", old_channel, AccessMode.SHARED, 100)

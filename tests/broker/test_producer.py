@@ -62,7 +62,7 @@ def test_receipts_follow_send_order() -> None:
 def test_resent_sequence_ids_are_deduplicated_only_once_persisted() -> None:
     async def run() -> None:
         log = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
-        topic = Topic(TopicName.parse("t"), log, BrokerConfig())
+        topic = Topic(TopicName.parse("t"), log, BrokerConfig(deduplication=True))  # off by default
         await topic.dedup.ready()
         channel = FakeChannel()
         producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)

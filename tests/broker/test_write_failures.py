@@ -155,7 +155,8 @@ def _message(name: str, seq: int) -> bytes:
 
 async def _topic(world: World) -> Topic:
     ml = await _ml(world)
-    topic = Topic(TopicName.parse(BROKER_TOPIC), ManagedTopicLog(BROKER_TOPIC, ml), BrokerConfig())
+    # these tests are about deduplication, off by default (as in Pulsar): turned on here
+    topic = Topic(TopicName.parse(BROKER_TOPIC), ManagedTopicLog(BROKER_TOPIC, ml), BrokerConfig(deduplication=True))
     await topic.dedup.ready()
     return topic
 

@@ -4,6 +4,7 @@ seed replays the same schedule."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,20 @@ def test_bad_scenario_and_limits() -> None:
         schedule.build("nope", seed=1)
     with pytest.raises(LimitExceeded):
         schedule.build("random", seed=1, injections=10**6)
+
+
+def test_chaos_targets_run_their_brokers_with_deduplication_on(tmp_path: Path) -> None:
+    """Deduplication is off by default (as in Pulsar); a chaos run checks "no duplicates with
+    dedup on", so every target starts its brokers with it on (the ``no-dedup`` break still wins)."""
+    from magnetar.chaos.runner import BROKER_DEDUP_ENV, RunConfig, make_target
+    from magnetar.chaos.target import StandaloneTarget
+
+    standalone = make_target(RunConfig(), tmp_path / "s", {"MAGNETAR_BREAK": "no-dedup"})
+    assert isinstance(standalone, StandaloneTarget)
+    assert standalone.node._base_env == {"MAGNETAR_BREAK": "no-dedup", **BROKER_DEDUP_ENV}
+    cluster = make_target(RunConfig(target="cluster"), tmp_path / "c", {})
+    envs = {name: getattr(process, "env", {}) for name, process in cluster.processes.items()}
+    assert all(env.get("MAGNETAR_BROKER_DEDUPLICATION") == "true" for name, env in envs.items()
+               if name.startswith("broker-")), envs
+    assert not any("MAGNETAR_BROKER_DEDUPLICATION" in env for name, env in envs.items()
+                   if not name.startswith("broker-"))

@@ -44,6 +44,9 @@ BALANCER_ENV = {
     # Keep consumed messages: the checker reads every topic back from the earliest position.
     "MAGNETAR_BROKER_RETENTION_TIME_S": "-1",
     "MAGNETAR_BROKER_RETENTION_SIZE_BYTES": "-1",
+    # The producers deduplicate (off by default, as in Pulsar): a resend across a bundle move is
+    # then stored once, which the checker holds them to.
+    "MAGNETAR_BROKER_DEDUPLICATION": "true",
 }
 TOPICS = 90
 SEND_INTERVAL_S = 0.5

@@ -10,8 +10,11 @@ them with their original sequence ids once it has reconnected.
 from __future__ import annotations
 
 import collections
-import dataclasses
+import json
 import threading
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +24,15 @@ import pytest
 from magnetar import faults
 from magnetar.broker import BrokerConfig
 from magnetar.runtime.processes import StandaloneProcess, free_port
+from tests.compat.client_log import ClientLog
 from tests.compat.harness import BrokerThread
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 MESSAGES = 20
+#: Deduplication is off by default (as in Pulsar's brokerDeduplicationEnabled=false); these tests
+#: are about it, so their brokers turn it on (the kill -9 test: MAGNETAR_BROKER_DEDUPLICATION).
+DEDUP_ON = BrokerConfig(advertised_port=0, deduplication=True)
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 
@@ -115,22 +122,40 @@ async def _wait_for_entries(broker: BrokerThread, topic: str, count: int) -> boo
 def test_client_resends_after_reconnect_are_stored_once(batching: bool, hang_from_hit: int | None) -> None:
     """``no-first-receipt``: the client never got a receipt before the reconnect, so it re-bases its
     sequence ids on PRODUCER_SUCCESS.last_sequence_id (fact sheet quirk c16): nothing new is lost."""
-    counts, ok = _resend_after_restart(BrokerConfig(advertised_port=0), f"dedup-reconnect-{batching}-{hang_from_hit}",
-                                       batching, hang_from_hit)
+    counts, ok = _resend_after_restart(DEDUP_ON, f"dedup-reconnect-{batching}-{hang_from_hit}", batching,
+                                       hang_from_hit)
     assert ok == list(range(MESSAGES + 5))
     assert counts == collections.Counter({f"m-{i}": 1 for i in range(MESSAGES + 5)})
 
 
 def test_negative_control_without_dedup_resends_are_stored_twice() -> None:
-    config = dataclasses.replace(BrokerConfig(advertised_port=0), deduplication=False)
-    counts, ok = _resend_after_restart(config, "dedup-off")
+    counts, ok = _resend_after_restart(BrokerConfig(advertised_port=0), "dedup-off")  # the default: off
     assert ok == list(range(MESSAGES + 5))
     assert set(counts) == {f"m-{i}" for i in range(MESSAGES + 5)}
     assert sum(counts.values()) > MESSAGES + 5, counts  # the persisted-without-receipt ones came twice
 
 
-def test_same_name_new_producer_gets_last_sequence_id_and_its_resends_are_dropped(broker: BrokerThread,
-                                                                                   client: Any) -> None:
+@pytest.fixture
+def dedup_broker() -> Iterator[BrokerThread]:
+    running = BrokerThread(DEDUP_ON).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_same_name_new_producer_gets_last_sequence_id_and_its_resends_are_dropped(dedup_broker: BrokerThread,
+                                                                                   client_log: ClientLog) -> None:
+    broker = dedup_broker
+    client = pulsar.Client(broker.url, operation_timeout_seconds=10, connection_timeout_ms=3000,
+                           logger=client_log.logger)
+    try:
+        _same_name_resends(broker, client)
+    finally:
+        client.close()
+
+
+def _same_name_resends(broker: BrokerThread, client: Any) -> None:
     first = client.create_producer("dedup-names", producer_name="named", batching_enabled=False)
     for seq in range(10):
         first.send(f"m-{seq}".encode(), sequence_id=seq)
@@ -184,6 +209,78 @@ def test_resends_after_kill_9_of_a_real_standalone_are_stored_once(tmp_path: Pat
 
 
 def _env() -> dict[str, str]:
+    """The test's environment without armed faults, deduplication on by configuration."""
     import os
 
-    return {k: v for k, v in os.environ.items() if k != "MAGNETAR_FAULTS"}
+    env = {k: v for k, v in os.environ.items() if k != "MAGNETAR_FAULTS"}
+    env["MAGNETAR_BROKER_DEDUPLICATION"] = "true"
+    return env
+
+
+# --- the default (off, as in Pulsar) and the policies that turn it on ---------------------------
+
+
+def _admin(standalone: StandaloneProcess, method: str, path: str, body: Any = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else (b"" if method in ("PUT", "POST") else None)
+    request = urllib.request.Request(f"{standalone.http_url}/admin/v2{path}", method=method, data=data,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        raw = reply.read()
+    return json.loads(raw) if raw else None
+
+
+def _send_twice(client: Any, topic: str) -> collections.Counter[str]:
+    """A producer with a fixed name sends one sequence id twice (what a retry after a lost receipt
+    sends); what the topic stores. (Not id 0: the Python client ignores a falsy ``sequence_id``.)"""
+    producer = client.create_producer(topic, producer_name="resender", batching_enabled=False)
+    producer.send(b"first", sequence_id=7)
+    producer.send(b"again", sequence_id=7)
+    producer.close()
+    return _stored(client, topic)
+
+
+def _wait_until(condition: Any, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)  # polling the standalone's admin API under a deadline
+
+
+def test_off_by_default_and_on_by_namespace_or_topic_policy(tmp_path: Path) -> None:
+    """A default standalone stores a re-sent sequence id twice (Pulsar's brokerDeduplicationEnabled
+    is false); with the namespace policy (``/namespaces/{t}/{ns}/deduplication``) or the topic policy
+    (``.../deduplicationEnabled``) on, the re-send is dropped."""
+    standalone = StandaloneProcess(str(tmp_path / "data"), env=_env_default())
+    try:
+        client = _client(standalone.broker_url)
+        try:
+            assert _admin(standalone, "GET", "/namespaces/public/default/deduplication") is None
+            off = _send_twice(client, "persistent://public/default/dedup-default")
+            assert off == collections.Counter({"first": 1, "again": 1})
+
+            _admin(standalone, "PUT", "/namespaces/public/dedup-on")
+            _admin(standalone, "POST", "/namespaces/public/dedup-on/deduplication", True)
+            assert _admin(standalone, "GET", "/namespaces/public/dedup-on/deduplication") is True
+            on = _send_twice(client, "persistent://public/dedup-on/resent")
+            assert on == collections.Counter({"first": 1})
+
+            topic_path = "/persistent/public/default/dedup-topic-policy"
+            _admin(standalone, "PUT", topic_path)
+            _admin(standalone, "POST", f"{topic_path}/deduplicationEnabled", True)
+            _wait_until(lambda: _admin(standalone, "GET", f"{topic_path}/stats")["deduplicationStatus"] == "Enabled",
+                        "the topic policy to reach the broker")
+            on_topic = _send_twice(client, "persistent://public/default/dedup-topic-policy")
+            assert on_topic == collections.Counter({"first": 1})
+        finally:
+            client.close()
+        assert standalone.terminate() == 0
+    finally:
+        standalone.kill()
+
+
+def _env_default() -> dict[str, str]:
+    """The test's environment with no deduplication setting (the broker's default applies)."""
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in ("MAGNETAR_FAULTS", "MAGNETAR_BROKER_DEDUPLICATION")}

@@ -73,3 +73,14 @@ def test_basic_auth_conf_as_path_data_or_base64(tmp_path: object) -> None:
         assert read_htpasswd(reference).verify("admin", "secret"), reference
     with pytest.raises(InvalidArgument):
         read_htpasswd(str(path) + ".missing")
+
+
+def test_deduplication_and_non_persistent_bound_keys() -> None:
+    """Pulsar's defaults: deduplication off; the keys set them as Pulsar's do."""
+    assert BrokerConfig().deduplication is False
+    assert BrokerConfig().max_concurrent_non_persistent_messages_per_connection == 1000
+    conf = translate({"brokerDeduplicationEnabled": "true", "maxConcurrentNonPersistentMessagePerConnection": "7"})
+    config = load_config(BrokerConfig, "broker", file_values=conf.broker, environ={})
+    assert config.deduplication is True and config.max_concurrent_non_persistent_messages_per_connection == 7
+    env = load_config(BrokerConfig, "broker", environ={"MAGNETAR_BROKER_DEDUPLICATION": "true"})
+    assert env.deduplication is True

@@ -141,6 +141,12 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("GET", _NP): NC,
     ("GET", f"{_NP}/{{topic}}/stats"): L,
     ("DELETE", f"{_NP}/{{topic}}"): A,
+    ("GET", f"{_NP}/partitioned"): NC,
+    ("PUT", f"{_NP}/{{topic}}/partitions"): A,
+    ("POST", f"{_NP}/{{topic}}/partitions"): A,
+    ("GET", f"{_NP}/{{topic}}/partitions"): L,
+    ("DELETE", f"{_NP}/{{topic}}/partitions"): A,
+    ("GET", f"{_NP}/{{topic}}/partitioned-stats"): L,
     ("GET", f"{_NS}/replication"): A,  # geo
     ("POST", f"{_NS}/replication"): A,
     ("GET", f"{_TOPIC}/replication"): A,

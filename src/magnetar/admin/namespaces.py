@@ -24,6 +24,7 @@ from magnetar.base.types import TopicName
 from magnetar.broker.lookup import PARTITIONED_TOPICS_ROOT
 from magnetar.broker.policies import Policies
 from magnetar.broker.resources import NotEmptyError
+from magnetar.protocol.pulsar import pb
 
 
 def routes(ctx: AdminContext) -> list[BaseRoute]:
@@ -47,15 +48,18 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
     async def delete_namespace(request: Request) -> Response:
         namespace = namespace_of(request)
         await ctx.resources.policies(namespace)
-        topics = await ctx.service.topics_of_namespace(namespace)
-        partitioned_root = f"{PARTITIONED_TOPICS_ROOT}/{namespace}/persistent"
-        partitioned = await ctx.resources.store.children(partitioned_root)
+        # every domain, as Pulsar lists them (Mode.ALL): a loaded non-persistent topic makes the
+        # namespace non-empty too, and a forced delete unloads it (its clients are disconnected)
+        topics = await ctx.service.topics_of_namespace(namespace, mode=pb.CommandGetTopicsOfNamespace.ALL)
+        partitioned_roots = [f"{PARTITIONED_TOPICS_ROOT}/{namespace}/{domain}"
+                             for domain in ("persistent", "non-persistent")]
+        partitioned = [(root, child) for root in partitioned_roots for child in await ctx.resources.store.children(root)]
         if (topics or partitioned) and not query_flag(request, "force"):
             raise NotEmptyError(f"Cannot delete non empty namespace {namespace}")
         for name in topics:
             await ctx.service.delete_topic(TopicName.parse(name), force=True)
-        for child in partitioned:
-            await ctx.resources.store.delete(f"{partitioned_root}/{child}")
+        for root, child in partitioned:
+            await ctx.resources.store.delete(f"{root}/{child}")
         await ctx.resources.delete_namespace(namespace)
         return no_content()
 

@@ -70,7 +70,7 @@ async def targets(ctx: AdminContext, topic: TopicName) -> list[TopicName]:
     return [topic]
 
 
-def _check_partitions(count: int) -> None:
+def check_partitions(count: int) -> None:
     if count < 1:
         raise AdminError(412, "Number of partitions should be more than 0")
     if count > ADMIN_PARTITIONS_COUNT_MAX:
@@ -130,7 +130,7 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         await require_namespace(ctx, topic.namespace)
         body = await read_body(request, PartitionsBody)
         count = body if isinstance(body, int) else body.partitions
-        _check_partitions(count)
+        check_partitions(count)
         if topic.is_partition:
             raise AdminError(412, "Partitioned topic name must not end with -partition-N")
         if await ctx.service.topic_exists(topic):
@@ -146,7 +146,7 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         await require_namespace(ctx, topic.namespace)
         count = await read_body(request, int)
         assert count is not None
-        _check_partitions(count)
+        check_partitions(count)
         path = partitioned_topic_path(topic)
         found = await store.get(path)
         if found is None:

@@ -40,11 +40,11 @@ class BrokerConfig:
     #: Partitions of an auto-created topic; 0 means non-partitioned (Pulsar's default).
     auto_created_partitions_count: int = 0
     #: Answer a re-sent (producer_name, sequence_id) already persisted with a (-1,-1) receipt.
-    #: Differs from Pulsar on purpose (brokerDeduplicationEnabled=false there): Magnetar's
-    #: guarantees are stated and checked with it on (FAULTS.md invariant 8: no duplicates after
-    #: producer retries, in the simulator, the chaos runs and the kill -9 tests; the Spark sink's
-    #: retried tasks), and a user who turns it off per namespace still can (deduplicationEnabled).
-    deduplication: bool = True
+    #: Off by default, as in Pulsar (brokerDeduplicationEnabled=false); a namespace or topic turns
+    #: it on (deduplicationEnabled), as do MAGNETAR_BROKER_DEDUPLICATION=true and --pulsar-conf.
+    #: The no-duplicates-after-retries guarantee (FAULTS.md invariant 8) holds for producers whose
+    #: topic has it on.
+    deduplication: bool = False
     #: Broker-wide policy defaults, used where neither the namespace nor the topic sets one
     #: (Pulsar: defaultRetentionTimeInMinutes/SizeInMB = 0, ttlDurationDefaultInSeconds = 0,
     #: delayedDeliveryEnabled = true). Retention -1 keeps consumed entries forever; TTL 0 never expires.
@@ -60,6 +60,10 @@ class BrokerConfig:
     #: SENDs all producers of one connection may have unanswered; reading from the connection
     #: pauses at it and resumes at half (Pulsar: maxPendingPublishRequestsPerConnection).
     pending_sends_per_connection_max: int = 1000
+    #: SENDs to non-persistent topics one connection may have unanswered; a SEND beyond it is not
+    #: published but dropped, answered with a (-1,-1) receipt and counted in the producer's
+    #: ``msgDropRate`` (Pulsar: maxConcurrentNonPersistentMessagePerConnection, 1000).
+    max_concurrent_non_persistent_messages_per_connection: int = 1000
     #: Entries one dispatcher read asks the log for.
     dispatch_read_count_max: int = 100
     #: Dispatched-but-unacknowledged entries one subscription tracks; dispatch pauses beyond it.
@@ -209,6 +213,8 @@ class BrokerConfig:
              BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX),
             ("pending_sends_per_connection_max", self.pending_sends_per_connection_max,
              BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX),
+            ("max_concurrent_non_persistent_messages_per_connection",
+             self.max_concurrent_non_persistent_messages_per_connection, BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX),
             ("dispatch_read_count_max", self.dispatch_read_count_max, BROKER_DISPATCH_READ_COUNT_MAX),
             ("pending_acks_per_subscription_max", self.pending_acks_per_subscription_max,
              BROKER_PENDING_ACKS_PER_SUBSCRIPTION_COUNT_MAX),

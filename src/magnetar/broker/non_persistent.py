@@ -10,8 +10,14 @@ none (no consumer, or the one it picks has no flow permits or a full connection)
 running total). Nothing is kept for later: no backlog, no redelivery, no seek (refused); acks are
 accepted and change nothing. A subscription lives while it has consumers (it is non-durable).
 
+Publishes are dropped too, as Pulsar drops them: a connection with
+``max_concurrent_non_persistent_messages_per_connection`` SENDs to non-persistent topics still
+unanswered drops the next one instead of publishing it (the session answers it with a (-1,-1)
+receipt in its producer's order, ``Producer.drop``), counted in the publisher's ``msgDropRate``.
+
 The topic exists while it is loaded on this broker (created by its first producer or consumer where
-auto-creation allows it); deleting it disconnects its clients. Deduplication and compaction do not
+auto-creation allows it, or the partition of a partitioned topic whose count the admin API
+recorded); deleting it, or its namespace, disconnects its clients. Deduplication and compaction do not
 apply. Positions: the in-memory ledger id is ``NON_PERSISTENT_LEDGER_ID`` and entry ids start at 0
 with each load.
 """
@@ -250,6 +256,8 @@ class NonPersistentTopic(Topic):
         for subscription in self.subscriptions.values():
             if isinstance(subscription, NonPersistentSubscription):
                 subscription.dropped.sample(now_ns)
+        for producer in self.producers.values():
+            producer.dropped.sample(now_ns)
 
 
 async def open_non_persistent(service: BrokerService, name: TopicName, *, create: bool, admin: bool) -> Topic:
@@ -261,7 +269,9 @@ async def open_non_persistent(service: BrokerService, name: TopicName, *, create
     if not create:
         raise BrokerError(pb.TopicNotFound, f"topic {name} does not exist")
     effective = await service.policies.load(name)
-    if not (admin or effective.auto_topic_creation):
+    declared = name.is_partition and name.partition_index < await service.partitioned.partitions(
+        name.partitioned_topic_name)
+    if not (admin or declared or effective.auto_topic_creation):
         raise BrokerError(pb.TopicNotFound, f"topic {name} does not exist and auto-creation is off")
     found = service.topics.get(key)  # created by another request while the policies loaded
     if found is not None:
@@ -292,6 +302,13 @@ def drop_stats(topic: Topic) -> dict[str, dict[str, float | int]]:
     return out
 
 
+def publisher_drop_stats(topic: Topic) -> dict[str, dict[str, float | int]]:
+    """Per producer name: publishes dropped at the connection's in-flight bound (``msgDropRate``)
+    and their running total (``msgDropCount``)."""
+    return {name: {"msgDropRate": producer.dropped.msg_rate, "msgDropCount": producer.dropped.msg_count}
+            for name, producer in topic.producers.items()}
+
+
 __all__ = [
     "NON_PERSISTENT_LEDGER_ID",
     "NonPersistentLog",
@@ -299,5 +316,6 @@ __all__ = [
     "NonPersistentTopic",
     "drop_stats",
     "open_non_persistent",
+    "publisher_drop_stats",
     "topics_of_mode",
 ]

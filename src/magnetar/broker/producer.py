@@ -32,6 +32,7 @@ from magnetar.base.invariant import invariant
 from magnetar.base.types import Position
 from magnetar.broker.dedup import DedupAppend, DedupStatus, MessageDeduplication
 from magnetar.broker.errors import BrokerError, to_broker_error
+from magnetar.broker.metrics import RateMeter
 from magnetar.broker.replicated import is_replicator_producer
 from magnetar.protocol.pulsar import pb
 
@@ -98,6 +99,9 @@ class Producer:
         self.topic_epoch: int | None = None
         self._pending: deque[_PendingSend] = deque()
         self._pending_max = pending_max
+        #: Messages not published because the connection's in-flight bound for non-persistent
+        #: messages was reached (``drop``): Pulsar's publisher ``msgDropRate``.
+        self.dropped = RateMeter()
         #: Called once per SEND taken off the FIFO (answered, or dropped once closed): the
         #: connection's count of unanswered SENDs.
         self.on_answered: Callable[[], None] | None = None
@@ -157,6 +161,18 @@ class Producer:
                                               messages=max(count, 1))
             except Exception as error:  # refused before anything was appended
                 self._persisted(op, dedup, append, None, error)
+
+    def drop(self, command: pb.CommandSend, size_bytes: int) -> None:
+        """Answer a SEND without publishing it (a non-persistent topic over the connection's
+        in-flight bound, as Pulsar does): a (-1,-1) receipt in its place in the FIFO, counted."""
+        first = command.sequence_id
+        count = command.num_messages if command.HasField("num_messages") else 1
+        highest = command.highest_sequence_id if command.HasField("highest_sequence_id") else first + max(count, 1) - 1
+        op = _PendingSend(first, highest, records_sequence=False)
+        op.position = DUPLICATE
+        self._pending.append(op)
+        self.dropped.record(max(count, 1), size_bytes)
+        self._flush()
 
     @staticmethod
     async def _is_duplicate(dedup: MessageDeduplication, key: str, sequence_id: int) -> bool:

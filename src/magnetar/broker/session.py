@@ -103,6 +103,9 @@ class Session:
         self._transport_backlog_bytes = 0
         self._closed = False
         self._pending_sends = 0  # SENDs handed to producers and not yet answered
+        #: Of those, the ones to non-persistent topics (dropped ones included, until answered):
+        #: at ``max_concurrent_non_persistent_messages_per_connection`` further ones are dropped.
+        self._non_persistent_pending = 0
         self._send_room = asyncio.Event()
         self._send_room.set()
 
@@ -148,6 +151,10 @@ class Session:
         self._pending_sends -= 1
         if not self._send_room.is_set() and self._pending_sends <= self.service.config.pending_sends_per_connection_max // 2:
             self._send_room.set()
+
+    def _non_persistent_send_answered(self) -> None:
+        self._non_persistent_pending -= 1
+        self._send_answered()
 
     def send_receipt(self, producer_id: int, sequence_id: int, ledger_id: int, entry_id: int,
                      highest_sequence_id: int | None) -> None:
@@ -352,7 +359,7 @@ class Session:
         producer.schema_version = schema_version
         if body.HasField("topic_epoch"):
             producer.topic_epoch = body.topic_epoch
-        producer.on_answered = self._send_answered
+        producer.on_answered = self._send_answered if topic.name.is_persistent else self._non_persistent_send_answered
         if body.producer_id in self.producers:  # a duplicate PRODUCER raced us while the topic loaded
             raise BrokerError(pb.ServiceNotReady, "producer is already being created")
         admitted = topic.add_producer(producer, body.request_id, self._admit_waiting)
@@ -381,6 +388,11 @@ class Session:
             self.connection.close("SEND for an unknown producer")
             return
         self._pending_sends += 1
+        if not producer.topic.name.is_persistent:
+            self._non_persistent_pending += 1
+            if self._non_persistent_pending > self.service.config.max_concurrent_non_persistent_messages_per_connection:
+                producer.drop(command, len(data) if data is not None else 0)  # Pulsar drops it, receipt (-1,-1)
+                return
         source = replicated_source(metadata) if producer.replicator and metadata is not None else None
         await producer.send(command, data, records_sequence=records_sequence, source=source)
 

@@ -74,14 +74,21 @@ class RunOutcome:
     not_reached: dict[str, int] = field(default_factory=dict)
 
 
+#: The brokers of a chaos target run with deduplication on (off by default, as in Pulsar): the run
+#: checks "no duplicates after producer retries" (FAULTS.md invariant 8), which holds with it on.
+#: The ``no-dedup`` break turns it off again whatever this says (its negative control).
+BROKER_DEDUP_ENV = {"MAGNETAR_BROKER_DEDUPLICATION": "true"}
+
+
 def make_target(config: RunConfig, base_dir: Path, env: dict[str, str]) -> ChaosCluster:
     if config.target == "standalone":
-        return StandaloneTarget(base_dir, env=env)
+        return StandaloneTarget(base_dir, env={**env, **BROKER_DEDUP_ENV})
     from magnetar.runtime.cluster import LocalCluster  # built by the cluster work (issue 8 part A)
 
     names = ["zookeeper"] + [f"bookie-{i}" for i in range(config.bookies)] + [f"broker-{i}" for i in range(config.brokers)]
     cluster: ChaosCluster = LocalCluster(base_dir, bookies=config.bookies, brokers=config.brokers, ensemble=(3, 3, 2),
-                                         env={name: dict(env) for name in names})
+                                         env={name: {**env, **(BROKER_DEDUP_ENV if name.startswith("broker-") else {})}
+                                              for name in names})
     return cluster
 
 

@@ -391,7 +391,8 @@ class BrokerNode:
                                      mounts=mounts, registries=[registry])
         if self.tls is not None and self.config.http_port_tls is not None:
             self.https = await start_http(self.config.host, self.config.http_port_tls, health=self.health,
-                                          mounts=mounts, registries=[registry], tls=self.tls)
+                                          mounts=mounts, registries=[registry], tls=self.tls,
+                                          tls_handshake_timeout_s=self.broker_config.tls_handshake_timeout_s)
         try:
             while not stop.is_set():
                 try:

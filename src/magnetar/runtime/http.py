@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import ssl
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -26,6 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from magnetar.admin import ADMIN_PATH, AdminContext, build_admin_app
 from magnetar.admin.lookup import LOOKUP_PATH, build_lookup_app
+from magnetar.base.limits import TLS_HANDSHAKE_TIMEOUT_S
 from magnetar.broker.metrics import BrokerCollector
 from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
@@ -43,6 +46,34 @@ class _EmbeddedServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+class _TlsServer(_EmbeddedServer):
+    """HTTPS: the listening server is made here, not by uvicorn, so that the TLS handshake is
+    bounded (``ssl_handshake_timeout``: uvicorn passes none, which leaves asyncio's 60 s). A client
+    that connects and never finishes its handshake is dropped after ``handshake_timeout_s``; the
+    connections uvicorn's protocol sees have finished theirs. Everything else (protocol, state,
+    shutdown of ``servers``) is uvicorn's."""
+
+    def __init__(self, config: uvicorn.Config, context: ssl.SSLContext, handshake_timeout_s: float) -> None:
+        super().__init__(config)
+        self._context = context
+        self._handshake_timeout_s = handshake_timeout_s
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.lifespan.startup()
+        config = self.config
+
+        def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+            protocol: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state, _loop=_loop)
+            return protocol
+
+        server = await asyncio.get_running_loop().create_server(
+            create_protocol, host=config.host, port=config.port, ssl=self._context, backlog=config.backlog,
+            ssl_handshake_timeout=self._handshake_timeout_s)
+        self.servers = [server]
+        self.started = True
 
 
 class HttpEndpoint:
@@ -112,23 +143,28 @@ def _tls_aware_protocol() -> type[Any]:
 async def start_http(host: str, port: int, *, health: Callable[[], dict[str, Any]],
                      mounts: dict[str, Starlette] | None = None,
                      registries: list[CollectorRegistry] | None = None,
-                     tls: TlsFiles | None = None) -> HttpEndpoint:
+                     tls: TlsFiles | None = None,
+                     tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S) -> HttpEndpoint:
     """Serve the app on ``host:port`` (0 picks a free port); returns once it is listening.
 
-    With ``tls`` it serves HTTPS with that context (reloaded in place when its files change). The
-    handshake bound is the event loop's default (60 s): uvicorn does not expose its own.
+    With ``tls`` it serves HTTPS with that context (reloaded in place when its files change); a
+    handshake not finished within ``tls_handshake_timeout_s`` (the binary TLS listener's bound,
+    ``BrokerConfig.tls_handshake_timeout_s``) drops the connection.
     """
     app = build_app(health, mounts=mounts, registries=registries)
-    return await serve_app(app, host, port, tls=tls)
+    return await serve_app(app, host, port, tls=tls, tls_handshake_timeout_s=tls_handshake_timeout_s)
 
 
-async def serve_app(app: Any, host: str, port: int, *, tls: TlsFiles | None = None) -> HttpEndpoint:
-    options: dict[str, Any] = {}
+async def serve_app(app: Any, host: str, port: int, *, tls: TlsFiles | None = None,
+                    tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S) -> HttpEndpoint:
+    server: _EmbeddedServer
     if tls is not None:
-        context = tls.context
-        options = {"ssl_context_factory": lambda _config, _default: context, "http": _tls_aware_protocol()}
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off", **options)
-    server = _EmbeddedServer(config)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
+                                http=_tls_aware_protocol())
+        server = _TlsServer(config, tls.context, tls_handshake_timeout_s)
+    else:
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+        server = _EmbeddedServer(config)
     task = asyncio.get_running_loop().create_task(server.serve(), name="https" if tls else "http")
     while not server.started:
         if task.done():
@@ -187,7 +223,9 @@ async def start_broker_http(host: str, port: int, *, service: BrokerService,
     plain: HttpEndpoint | None = None
     try:
         plain = await serve_app(app, host, port)
-        secure = await serve_app(app, host, tls_port, tls=tls) if tls_port is not None else None
+        secure = (await serve_app(app, host, tls_port, tls=tls,
+                                  tls_handshake_timeout_s=service.config.tls_handshake_timeout_s)
+                  if tls_port is not None else None)
     except BaseException:
         if plain is not None:
             await plain.stop()

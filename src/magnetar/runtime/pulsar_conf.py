@@ -59,6 +59,8 @@ SUPPORTED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "clusterName": ("broker", "cluster_name", _text),
     "maxMessageSize": ("broker", "max_message_size_bytes", _int),
     "brokerDeduplicationEnabled": ("broker", "deduplication", _bool),
+    "maxConcurrentNonPersistentMessagePerConnection": ("broker", "max_concurrent_non_persistent_messages_per_connection",
+                                                       _int),
     "allowAutoTopicCreation": ("broker", "topic_auto_creation", _bool),
     "authenticationEnabled": ("broker", "authentication_enabled", _bool),
     "anonymousUserRole": ("broker", "anonymous_user_role", _text),

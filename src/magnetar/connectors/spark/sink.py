@@ -7,7 +7,8 @@ batch ``b`` the sequence id ``b << 32 | i`` (``b`` = 0 for a batch write). The b
 message whose sequence id is not above the highest it persisted for that producer name, so:
 
 Exactly once holds when all of these hold —
-1. broker deduplication is on (the default);
+1. deduplication is on for the target topic (off by default, as in Pulsar: the namespace or topic
+   policy, or the broker's setting, turns it on; see docs/spark.md);
 2. the re-run of a task (a task retry, or Spark replaying micro-batch ``b`` after a restart from
    its checkpoint) produces the same rows in the same order in the same Spark partition: true for
    a deterministic query over a replayable source (this connector's source is; a shuffle whose
