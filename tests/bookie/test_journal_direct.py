@@ -123,3 +123,79 @@ def test_a_forked_child_gets_its_own_sync_threads(tmp_path: Path) -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    counts = {"fdatasync": 0, "dsync_writes": 0}
+    real_sync, real_pwritev = runtime_disk.os.fdatasync, runtime_disk.os.pwritev
+
+    def fdatasync(fd: int) -> None:
+        counts["fdatasync"] += 1
+        real_sync(fd)
+
+    def pwritev(fd: int, buffers: object, offset: int, flags: int = 0) -> int:
+        if flags & getattr(runtime_disk.os, "RWF_DSYNC", 0):
+            counts["dsync_writes"] += 1
+        return real_pwritev(fd, buffers, offset, flags)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runtime_disk.os, "fdatasync", fdatasync)
+    monkeypatch.setattr(runtime_disk.os, "pwritev", pwritev)
+    return counts
+
+
+def _one_group(tmp_path: Path, name: str) -> bytes:
+    async def scenario() -> bytes:
+        file = LocalDisk(str(tmp_path)).open(name, direct=True)
+        got: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        file.append_and_sync_then([b"a" * 5000, b"b" * 3192], got.set_result,
+                                  unsynced_point="bookie.after_write_before_fsync")
+        assert await asyncio.wait_for(got, 10) is None
+        data = file.read_at(0, 8192)
+        file.close()
+        return data
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.skipif(not hasattr(runtime_disk.os, "RWF_DSYNC"), reason="no RWF_DSYNC on this platform")
+def test_an_aligned_group_is_one_write_that_syncs_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an O_DIRECT disk an aligned group is written with RWF_DSYNC and no fdatasync follows;
+    with the point between write and sync armed, the group is written, the point passed, then
+    synced (the control: the same group takes the two-step path)."""
+    from magnetar import faults
+
+    if not LocalDisk(str(tmp_path)).open("probe", direct=True).write_alignment_bytes > 1:
+        pytest.skip("this filesystem has no O_DIRECT")
+    counts = _count_calls(monkeypatch)
+    assert _one_group(tmp_path, "plain") == b"a" * 5000 + b"b" * 3192
+    assert counts == {"fdatasync": 0, "dsync_writes": 1}
+    counts.update(fdatasync=0, dsync_writes=0)
+    faults.observe(True)
+    try:
+        assert _one_group(tmp_path, "armed") == b"a" * 5000 + b"b" * 3192
+        assert "bookie.after_write_before_fsync" in faults.reached()
+    finally:
+        faults.observe(False)
+    assert counts == {"fdatasync": 1, "dsync_writes": 0}
+
+
+def test_sync_threads_start_only_when_no_thread_is_idle() -> None:
+    """``_SyncThreads`` runs every job; a second thread starts only while the first is busy."""
+    threads = runtime_disk._SyncThreads(4, "t")
+    release, started, done = threading.Event(), threading.Event(), threading.Semaphore(0)
+
+    def blocking() -> None:
+        started.set()
+        release.wait(10)
+        done.release()
+
+    threads.submit(blocking)
+    assert started.wait(10)
+    threads.submit(done.release)  # the first thread is busy: a second one takes this
+    assert done.acquire(timeout=10)
+    release.set()
+    assert done.acquire(timeout=10)
+    for _ in range(20):  # both idle now: no third thread for sequential jobs
+        threads.submit(done.release)
+        assert done.acquire(timeout=10)
+    assert threads._threads == 2

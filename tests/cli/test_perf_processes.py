@@ -356,3 +356,54 @@ def test_a_process_that_cannot_connect_fails_the_run_and_all_stop(runner: CliRun
     assert code == 1 and "error" in output and "did not start" in output
     assert time.monotonic() - started < 60
     assert multiprocessing.active_children() == []
+
+
+# --- --blast ------------------------------------------------------------------------------------
+def test_blast_template_frames_decode_to_their_sequence_ids_with_a_valid_checksum() -> None:
+    from magnetar.cli.blast import SendTemplate, wide_varint
+    from magnetar.protocol.pulsar.errors import FrameChecksumMismatch
+    from magnetar.protocol.pulsar.frames import decode_frame
+
+    assert len(wide_varint(0)) == len(wide_varint(2**64 - 1)) == 10
+    template = SendTemplate(3, "blaster", b"payload-bytes" * 10)
+    for sequence_id in (0, 1, 300, 2**40):
+        frame = decode_frame(memoryview(template.frame(sequence_id)))
+        assert frame.command.send.producer_id == 3
+        assert frame.command.send.sequence_id == sequence_id
+        assert frame.message is not None and frame.message.metadata.sequence_id == sequence_id
+        assert bytes(frame.message.payload) == b"payload-bytes" * 10
+    broken = bytearray(template.frame(5))
+    broken[-1] ^= 0xFF  # control: a payload changed after the CRC was computed is refused
+    with pytest.raises(FrameChecksumMismatch):
+        decode_frame(memoryview(bytes(broken)))
+
+
+@pytest.mark.integration
+def test_blast_with_two_processes_stores_every_acknowledged_message(broker: BrokerThread, runner: CliRunner,
+                                                                    tmp_path: Path) -> None:
+    import pulsar
+
+    out = tmp_path / "b.json"
+    code, output = perf(runner, "produce", "blast1", "-u", broker.url, "--blast", "--processes", "2",
+                        "--duration", "1", "--max-pending", "50", "--size", "64", "--json", str(out))
+    assert code == 0, output
+    result = json.loads(out.read_text())
+    assert result["failed"] == 0 and result["acked"] == result["sent"] > 0, result
+    assert "2 process(es)" in output and multiprocessing.active_children() == []
+    client = pulsar.Client(broker.url)
+    try:
+        reader = client.create_reader("blast1", pulsar.MessageId.earliest)
+        received = 0
+        while reader.has_message_available():
+            assert len(reader.read_next(timeout_millis=10_000).data()) == 64
+            received += 1
+        assert received == result["acked"]
+    finally:
+        client.close()
+
+
+def test_blast_refuses_other_modes_and_tls(runner: CliRunner) -> None:
+    code, output = perf(runner, "consume", "x", "--blast")
+    assert code != 0 and "--blast is a produce option" in output
+    code, output = perf(runner, "produce", "x", "--blast", "-u", "pulsar+ssl://127.0.0.1:6651")
+    assert code != 0 and "plain pulsar://" in output

@@ -54,6 +54,11 @@ KV_GROUP_COMMIT_BATCHES_MAX = 1024  # concurrent write_durable batches merged in
 PULSAR_FRAME_BYTES_MAX = 5 * MIB + 10 * KIB  # Pulsar's maxMessageSize (5 MiB) + frame overhead
 PULSAR_MESSAGE_BYTES_MAX = 5 * MIB  # CONNECTED.max_message_size: metadata + payload of one SEND
 PULSAR_READ_CHUNK_BYTES = 256 * KIB  # one socket read fed to a FrameDecoder
+#: What the broker takes from one connection's received bytes before other connections get a
+#: turn (it yields to the event loop after a full slice): a producer with hundreds of SENDs in
+#: flight cannot hold the loop for a whole 256 KiB read (~20 ms of unbatched 1 KiB SENDs) while a
+#: light producer's SEND waits (bench/latency_isolation.py, docs/performance.md).
+BROKER_READ_SLICE_BYTES = 64 * KIB
 PULSAR_RECEIVE_BUFFER_BYTES_MAX = PULSAR_FRAME_BYTES_MAX + 4 + PULSAR_READ_CHUNK_BYTES  # a frame + one read
 PULSAR_SEND_BUFFER_BYTES_MAX = 4 * PULSAR_FRAME_BYTES_MAX  # queued outbound bytes per connection
 #: Unanswered GET_OR_CREATE_SCHEMA requests one connection remembers (the oldest is forgotten).

@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from functools import total_ordering
 from typing import NewType
 
 from magnetar.base.errors import InvalidArgument
@@ -24,8 +23,7 @@ EntryId = NewType("EntryId", int)
 NO_ENTRY: EntryId = EntryId(-1)
 
 
-@total_ordering
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Position:
     """A point in a topic's log: ordered by ledger id, then entry id.
 
@@ -40,10 +38,35 @@ class Position:
         if self.ledger_id < -1 or self.entry_id < -1:
             raise InvalidArgument(f"invalid position {self.ledger_id}:{self.entry_id}")
 
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, Position):
+    # Comparisons written out (not ``total_ordering``'s derived ones, which call ``__lt__`` and
+    # ``__eq__`` in turn): positions are compared several times per message on the hot path.
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Position:
+            return NotImplemented
+        return self.ledger_id == other.ledger_id and self.entry_id == other.entry_id
+
+    def __hash__(self) -> int:
+        return hash((self.ledger_id, self.entry_id))
+
+    def __lt__(self, other: Position) -> bool:
+        if other.__class__ is not Position:
             return NotImplemented
         return (self.ledger_id, self.entry_id) < (other.ledger_id, other.entry_id)
+
+    def __le__(self, other: Position) -> bool:
+        if other.__class__ is not Position:
+            return NotImplemented
+        return (self.ledger_id, self.entry_id) <= (other.ledger_id, other.entry_id)
+
+    def __gt__(self, other: Position) -> bool:
+        if other.__class__ is not Position:
+            return NotImplemented
+        return (self.ledger_id, self.entry_id) > (other.ledger_id, other.entry_id)
+
+    def __ge__(self, other: Position) -> bool:
+        if other.__class__ is not Position:
+            return NotImplemented
+        return (self.ledger_id, self.entry_id) >= (other.ledger_id, other.entry_id)
 
     def next(self) -> Position:
         """The position of the following entry in the same ledger."""

@@ -1065,8 +1065,15 @@ def register(app: typer.Typer) -> None:
             json_path: str = typer.Option(None, "--json", help="write the results to this JSON file"),
             token: str = typer.Option(None, "--token", envvar="MAGNETAR_TOKEN", help="JWT, or file:///path to one"),
             tls_trust_cert: str = typer.Option(None, "--tls-trust-cert", help="CA file for pulsar+ssl:// URLs"),
+            blast: bool = typer.Option(False, "--blast", help="produce only: pre-encoded SEND frames, pipelined up to "
+                                       "--max-pending per process, --processes processes (the broker's ingest limit)"),
         ) -> None:
             from magnetar.cli.credentials import Credentials
+
+            if blast:
+                _blast_cli(mode, service_url=service_url, topic=topic, size=size, duration_s=duration_s,
+                           window=max_pending, processes=processes, json_path=json_path)
+                return
 
             try:
                 credentials = Credentials.from_options(token=token, tls_trust_cert=tls_trust_cert)
@@ -1088,3 +1095,22 @@ def register(app: typer.Typer) -> None:
     command("produce", "Publish at a rate (or as fast as possible) and report publish latency.")
     command("consume", "Receive and acknowledge, and report the end-to-end latency of perf-produced messages.")
     command("e2e", "Produce and consume in one process: publish and end-to-end latency.")
+
+
+def _blast_cli(mode: str, *, service_url: str, topic: str, size: int, duration_s: float, window: int,
+               processes: int, json_path: str | None) -> None:
+    from magnetar.cli.blast import run_blast
+
+    if mode != "produce":
+        raise typer.BadParameter("--blast is a produce option")
+    try:
+        result = run_blast(service_url, topic, size=size, seconds=duration_s, window=window, processes=processes)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    typer.echo(f"blast: {result['acked']:,} acknowledged of {result['sent']:,} sent ({result['failed']} failed) "
+               f"in {result['elapsed_s']:.1f} s: {result['msgs_s']:,.0f} msg/s {result['mb_s']:.1f} MB/s, "
+               f"p50 {result['p50_ms']:.2f} p99 {result['p99_ms']:.2f} ms, "
+               f"client CPU {result['client_cpu_us_per_msg']:.1f} us/msg, {processes} process(es)")
+    if json_path:
+        with open(json_path, "w") as out:
+            json.dump(result, out, indent=1)

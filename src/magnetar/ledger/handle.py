@@ -375,7 +375,8 @@ class LedgerHandle:
             WriterState.CLOSING,
         ):
             head_id = next(iter(self._pending))
-            invariant(head_id == self._lac + 1, f"pending head {head_id} must follow LAC {self._lac}")
+            if head_id != self._lac + 1:  # the message is formatted only when it fails
+                invariant(False, f"pending head {head_id} must follow LAC {self._lac}")
             op = self._pending[head_id]
             if not (op.sent and op.quorum_passed and self._has_ack_quorum(op)):
                 break

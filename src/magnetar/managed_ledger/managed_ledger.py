@@ -602,7 +602,8 @@ class ManagedLedger:
             op.error = error
             current.failed = True
         else:
-            invariant(entry_id == expected_entry_id, f"entry id {entry_id}, expected {expected_entry_id}")
+            if entry_id != expected_entry_id:  # the message is formatted only when it fails
+                invariant(False, f"entry id {entry_id}, expected {expected_entry_id}")
             assert entry_id is not None
             op.position = Position(current.handle.ledger_id, entry_id)
         op.finished = True
@@ -632,7 +633,8 @@ class ManagedLedger:
     def _complete(self, op: _OpAdd) -> None:
         """``op`` is stored at ``op.position`` in the current (last listed) ledger: tell its caller."""
         assert op.position is not None
-        invariant(op.position > self._lce, f"position {op.position} not after {self._lce}")
+        if not op.position > self._lce:  # the message is formatted only when it fails
+            invariant(False, f"position {op.position} not after {self._lce}")
         self._lce = op.position
         self._list.live_count += 1
         self._list.live_bytes += len(op.data)

@@ -28,7 +28,6 @@ full, or while it has ``BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX`` requests in progr
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import os
@@ -71,6 +70,7 @@ from magnetar.protocol.bookie import (
 from magnetar.protocol.bookie.codec import Message, ServedReadResponse
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.disk import LocalDisk
+from magnetar.runtime.gc_tuning import tune_gc_for_server
 from magnetar.runtime.kv import RocksKeyValueStore
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpConnection, TcpNetwork
@@ -519,8 +519,7 @@ async def run_bookie(config: BookieConfig, *, ready: Callable[[int], None] | Non
         # What start-up loaded and built lives as long as the process: moved out of the
         # collector's generations, a full collection no longer walks it (one took 7-8 ms on the
         # event loop, an add latency spike; ``bench/bookie_append.py``, docs/performance.md).
-        gc.collect()
-        gc.freeze()
+        tune_gc_for_server()
         try:
             print(f"magnetar-bookie listening on {running.bookie_id}", flush=True)
             if ready is not None:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, InvalidArgument
 from magnetar.base.io import Connection, Listener, Network
-from magnetar.base.limits import BROKER_CONNECTIONS_COUNT_MAX, PULSAR_READ_CHUNK_BYTES
+from magnetar.base.limits import BROKER_CONNECTIONS_COUNT_MAX, BROKER_READ_SLICE_BYTES
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.log import LogStore
 from magnetar.broker.managed_log import ManagedLogStore
@@ -59,6 +59,9 @@ class _ConnectionLoop:
         self._writable.set()
         self._done = asyncio.Event()
         self._linger: asyncio.Task[None] | None = None
+        self._write_soon_scheduled = False
+        self._draining = False  # the writer task waits in drain()
+        self._drain_wanted = False  # a direct write left the transport above its high-water mark
 
     def _now_ms(self) -> int:
         return self.clock.monotonic_ns() // 1_000_000
@@ -67,7 +70,36 @@ class _ConnectionLoop:
         return self.protocol.state is not State.CLOSED
 
     def _wake_writer(self) -> None:
-        self._output.set()
+        # Once per loop pass at most: what the session queued meanwhile (receipts of a journal
+        # group, say) goes out with one write, from a plain callback; waking the writer task
+        # per receipt cost an Event, a future and a task step each (docs/performance.md).
+        if not self._write_soon_scheduled:
+            self._write_soon_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_soon)
+
+    def _write_soon(self) -> None:
+        self._write_soon_scheduled = False
+        paused = getattr(self.conn, "writing_paused", None)
+        if paused is None or paused or self._draining or self.protocol.state is State.CLOSED:
+            self._output.set()  # the writer task drains, closes, or serves a connection type without the flag
+            return
+        chunks = self.protocol.data_to_send()
+        if not chunks:
+            return
+        try:
+            for chunk in chunks:
+                self.conn.write(chunk)
+        except ClosedError:
+            self._output.set()  # the writer task sees the closed connection and ends
+            return
+        if getattr(self.conn, "writing_paused", False):  # now above the high-water mark
+            self.session.set_transport_backlog(sum(len(c) for c in chunks))
+            self._drain_wanted = True
+            self._output.set()
+            return
+        if self.session.writable():
+            self._writable.set()
+            self.session.notify_writable()
 
     def wake_writer(self) -> None:
         """Queued frames to write, or a close to carry out (the writer closes a CLOSED connection)."""
@@ -99,9 +131,11 @@ class _ConnectionLoop:
                 await self._writable.wait()
             if self.session.pending_sends >= self.server.service.config.pending_sends_per_connection_max:
                 await self.session.wait_send_room()
-            data = await self.conn.read(PULSAR_READ_CHUNK_BYTES)
+            data = await self.conn.read(BROKER_READ_SLICE_BYTES)
             if not data:
                 return
+            if len(data) >= BROKER_READ_SLICE_BYTES:
+                await asyncio.sleep(0)  # a full slice: more may be buffered; other connections first
             try:
                 events = self.protocol.receive_data(data, self._now_ms())
             except Exception as error:  # malformed/oversized frame, protocol violation: drop this client
@@ -113,7 +147,7 @@ class _ConnectionLoop:
                     return
             if self.session.refusal is not None and self._linger is None:
                 self._linger = asyncio.get_running_loop().create_task(self._close_refused())
-            self._output.set()
+            self._wake_writer()
 
     async def _close_refused(self) -> None:
         """A refused connection that sends no request is closed after the linger bound."""
@@ -128,15 +162,20 @@ class _ConnectionLoop:
             await self._output.wait()
             self._output.clear()
             chunks = self.protocol.data_to_send()
-            if chunks:
+            if chunks or self._drain_wanted:
+                self._drain_wanted = False
                 size = sum(len(c) for c in chunks)
-                self.session.set_transport_backlog(size)
+                if size:
+                    self.session.set_transport_backlog(size)
+                self._draining = True
                 try:
                     for chunk in chunks:
                         self.conn.write(chunk)
                     await self.conn.drain()
                 except ClosedError:
                     return
+                finally:
+                    self._draining = False
                 self.session.set_transport_backlog(0)
             if self.session.writable():
                 self._writable.set()

@@ -66,6 +66,7 @@ from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
 from magnetar.runtime.console import RunningConsole, start_console
 from magnetar.runtime.cpu import CpuMeter
+from magnetar.runtime.gc_tuning import tune_gc_for_server
 from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_http
 from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
@@ -426,6 +427,11 @@ class BrokerNode:
                 await self.https.stop()
 
 
+def _ready(node: BrokerNode) -> None:
+    tune_gc_for_server()
+    print(node.ready_line(), flush=True)
+
+
 async def run_broker_node(config: BrokerNodeConfig, broker_values: Mapping[str, Any] | None = None) -> None:
     faults.arm_from_env()
     stop = asyncio.Event()
@@ -438,7 +444,7 @@ async def run_broker_node(config: BrokerNodeConfig, broker_values: Mapping[str, 
 
     watcher = asyncio.get_running_loop().create_task(signals())
     try:
-        await node.run(stop, on_ready=lambda n: print(n.ready_line(), flush=True))
+        await node.run(stop, on_ready=_ready)
     finally:
         watcher.cancel()
 

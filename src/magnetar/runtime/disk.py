@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import itertools
+import logging
 import mmap
 import os
 import queue
@@ -43,7 +44,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from magnetar import faults
 from magnetar.base.errors import InvalidArgument, NotFound
@@ -59,6 +59,8 @@ from magnetar.base.limits import (
 
 #: Buffers one ``pwritev`` call takes (the kernel's IOV_MAX); longer part lists take several.
 _IOV_COUNT_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 1024
+
+log = logging.getLogger(__name__)
 
 
 #: Where ``LocalDisk.remove`` moves a file before it is deleted in the background.
@@ -151,6 +153,28 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
         written += count
 
 
+#: Whether ``pwritev(..., RWF_DSYNC)`` works here (Linux >= 4.7): cleared on the first refusal.
+_RWF_DSYNC_WORKS = [hasattr(os, "RWF_DSYNC") and hasattr(os, "pwritev")]
+
+
+def _pwrite_all_dsync(fd: int, data: memoryview, offset: int) -> bool:
+    """Write ``data`` at ``offset`` with ``RWF_DSYNC`` (durable when this returns, as write +
+    fdatasync). False when the kernel refuses the flag (nothing written): the caller writes and
+    syncs the usual way. A short write goes on the usual way (write the rest, then fdatasync)."""
+    try:
+        count = os.pwritev(fd, [data], offset, os.RWF_DSYNC)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS):
+            raise  # EINVAL (O_DIRECT refused) included: the caller writes buffered
+        _RWF_DSYNC_WORKS[0] = False
+        _pwrite_all(fd, data, offset)
+        return False
+    if count < len(data):
+        _pwrite_all(fd, data[count:], offset + count)
+        return False
+    return True
+
+
 class _Descriptors:
     """A file's descriptors, closed once the file is closed *and* no worker-thread call uses
     them (a cancelled caller's call may still run): a call never writes into a reused number."""
@@ -218,14 +242,23 @@ def _write_job(
     try:
         written_direct = False
         torn_passed = False
+        synced = False
         if aligned is not None:
             half = len(aligned) // 2 if torn_point else 0
             half -= half % DISK_DIRECT_ALIGNMENT_BYTES
             if torn_point and not half:  # one page: the point comes before its only write
                 faults.point_blocking(torn_point)
                 torn_passed = True
+            # One write that is its own data sync (RWF_DSYNC, O_DSYNC for this write only):
+            # one system call and one GIL round trip less per journal group than write, then
+            # fdatasync. Not while the point between write and sync is armed (it must sit there).
+            dsync = (sync and not half and _RWF_DSYNC_WORKS[0]
+                     and not (unsynced_point and faults.tears(unsynced_point)))
             try:
-                _pwrite_all(descriptors.direct_fd, aligned[:half] if half else aligned, offset)
+                if dsync:
+                    synced = _pwrite_all_dsync(descriptors.direct_fd, aligned, offset)
+                else:
+                    _pwrite_all(descriptors.direct_fd, aligned[:half] if half else aligned, offset)
                 written_direct = True
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
@@ -242,6 +275,8 @@ def _write_job(
             if tear:
                 faults.point_blocking(torn_point)
             pwritev_all(descriptors.fd, rest, offset + half)
+        if synced:
+            return written_direct
         if unsynced_point:
             faults.point_blocking(unsynced_point)
         if sync:
@@ -251,16 +286,64 @@ def _write_job(
         descriptors.release()
 
 
-_workers: ThreadPoolExecutor | None = None
+class _SyncThreads:
+    """The threads of ``append_and_sync_then``: a job is a plain callable on a ``SimpleQueue``.
+    ``ThreadPoolExecutor.submit`` made a Future, a work item, an idle-semaphore round and
+    Condition notifications per job: at 2,000 unbatched messages/s (one journal group each) that
+    was ~20 us of GIL-held work and several futex calls per group (docs/performance.md, session 7
+    of issue 22). A thread is started when a job finds no idle one, up to ``count_max``."""
+
+    def __init__(self, count_max: int, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._count_max = count_max
+        self._name = name
+        self._threads = 0
+        self._idle = 0
+        self._unclaimed = 0  # submitted jobs no thread took yet
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            self._unclaimed += 1
+            start = self._unclaimed > self._idle and self._threads < self._count_max
+            if start:
+                self._threads += 1
+        if start:
+            try:
+                threading.Thread(target=self._work, name=f"{self._name}-{self._threads}", daemon=True).start()
+            except BaseException:
+                with self._lock:
+                    self._threads -= 1
+                    self._unclaimed -= 1
+                raise
+        self._jobs.put(job)
+
+    def _work(self) -> None:
+        jobs, lock = self._jobs, self._lock
+        while True:
+            with lock:
+                self._idle += 1
+            job = jobs.get()
+            with lock:
+                self._idle -= 1
+                self._unclaimed -= 1
+            try:
+                job()  # jobs hand their own errors to the loop; this is a last resort
+            except BaseException:
+                log.exception("disk sync job failed")
+            del job
+
+
+_workers: _SyncThreads | None = None
 _workers_lock = threading.Lock()
 
 
-def _sync_workers() -> ThreadPoolExecutor:
+def _sync_workers() -> _SyncThreads:
     """The threads of ``append_and_sync_then`` (made on first use, shared by every file)."""
     global _workers
     with _workers_lock:
         if _workers is None:
-            _workers = ThreadPoolExecutor(DISK_SYNC_THREADS_COUNT_MAX, thread_name_prefix="magnetar-disk-sync")
+            _workers = _SyncThreads(DISK_SYNC_THREADS_COUNT_MAX, "magnetar-disk-sync")
         return _workers
 
 

@@ -171,6 +171,11 @@ class TcpConnection:
             raise ClosedError(f"connection to {self._peer} is closed")
         self._transport.writelines(parts)
 
+    @property
+    def writing_paused(self) -> bool:
+        """The transport's buffer is above its high-water mark: ``drain()`` would wait."""
+        return self._protocol.writing_paused
+
     async def drain(self) -> None:
         protocol = self._protocol
         if protocol.lost is not None:

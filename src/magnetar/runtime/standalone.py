@@ -41,12 +41,14 @@ from magnetar import faults
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.types import BookieId
 from magnetar.broker import BrokerConfig
+from magnetar.ledger.config import LedgerClientConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
 from magnetar.runtime.bookie import RunningBookie, start_bookie, wait_for_termination_signal
 from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
+from magnetar.runtime.gc_tuning import tune_gc_for_server
 from magnetar.runtime.http import BrokerHttp, bootstrap_cluster, start_broker_http
 from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
@@ -61,6 +63,12 @@ log = logging.getLogger(__name__)
 
 #: More bookies than this in one process is a cluster: use ``magnetar bookie`` processes.
 STANDALONE_BOOKIES_COUNT_MAX = 9
+#: In-flight adds per ledger in a standalone (the ledger client's default is 10,000). Its bookies
+#: answer within one journal fsync, so a small window costs no throughput, and it keeps one busy
+#: topic from filling the shared journal queue: a synchronous producer on another topic waited
+#: behind ~500 queued adds of a producer with 500 in flight (p99 ~230 ms; with 16: ~10-30 ms on
+#: the loaded VM; bench/latency_isolation.py, docs/performance.md).
+STANDALONE_LEDGER_WINDOW = 16
 
 
 @dataclass(frozen=True)
@@ -206,7 +214,8 @@ async def start_standalone(config: StandaloneConfig, broker_values: Mapping[str,
         local = ({BookieId.parse(b.bookie_id): b.bookie for b in running.bookies}
                  if config.local_bookie_calls else None)
         manager = await open_ledger_manager(store, network=network, clock=clock, rng=system_rng(),
-                                            local_bookies=local)
+                                            local_bookies=local,
+                                            config=LedgerClientConfig(pending_adds_count_max=STANDALONE_LEDGER_WINDOW))
         running.stoppers.append(lambda: close_ledger_manager(manager))
         e, qw, qa = config.quorum
         running.broker = await start_broker(
@@ -257,6 +266,7 @@ async def run_standalone(config: StandaloneConfig, broker_values: Mapping[str, A
     faults.arm_from_env()
     running = await start_standalone(config, broker_values)
     try:
+        tune_gc_for_server()
         print(running.security_line(), flush=True)
         print(running.ready_line(), flush=True)
         await wait_for_termination_signal()

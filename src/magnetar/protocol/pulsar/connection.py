@@ -50,6 +50,7 @@ from magnetar.base.limits import (
 from magnetar.protocol.pulsar import commands
 from magnetar.protocol.pulsar._receiving import FrameReceiver
 from magnetar.protocol.pulsar.errors import ConnectionClosed, FrameChecksumMismatch, ProtocolViolation
+from magnetar.protocol.pulsar.fast import encode_send_receipt
 from magnetar.protocol.pulsar.frames import (
     BODY_FIELD_BY_TYPE,
     Buffer,
@@ -117,6 +118,10 @@ _TRANSITIONS: dict[tuple[State, Trigger], State] = {
     (State.CONNECTED, Trigger.CLOSE): State.CLOSED,
     (State.CLOSED, Trigger.CLOSE): State.CLOSED,
 }
+# ``_transition``'s fast path relies on these two staying put:
+invariant(_TRANSITIONS[(State.CONNECTED, Trigger.SEND_COMMAND)] is State.CONNECTED
+          and _TRANSITIONS[(State.CONNECTED, Trigger.RECEIVE_COMMAND)] is State.CONNECTED,
+          "commands keep a connected connection connected")
 
 
 # --- events ----------------------------------------------------------------------------------
@@ -214,6 +219,8 @@ class ServerConnection(FrameReceiver[Event]):
         return self._state
 
     def _transition(self, trigger: Trigger) -> None:
+        if self._state is State.CONNECTED and (trigger is Trigger.SEND_COMMAND or trigger is Trigger.RECEIVE_COMMAND):
+            return  # twice per message: no tuple of two Enums hashed (Enum.__hash__ is Python code)
         target = _TRANSITIONS.get((self._state, trigger))
         if target is None:
             if self._state is State.CLOSED:
@@ -403,7 +410,9 @@ class ServerConnection(FrameReceiver[Event]):
 
     def send_receipt(self, producer_id: int, sequence_id: int, ledger_id: int, entry_id: int,
                      highest_sequence_id: int | None = None) -> None:
-        self._send(commands.send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest_sequence_id))
+        # Once per unbatched message: encoded without protobuf objects (same bytes, fast.py).
+        self._transition(Trigger.SEND_COMMAND)
+        self._queue(encode_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest_sequence_id))
 
     def send_send_error(self, producer_id: int, sequence_id: int, code: int, message: str) -> None:
         self._send(commands.send_error(producer_id, sequence_id, code, message))

@@ -1,0 +1,37 @@
+"""The server GC settings (``runtime/gc_tuning.py``): parsing of MAGNETAR_GC_TUNING and the effect."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from magnetar.runtime.gc_tuning import SERVER_GC_THRESHOLDS, server_gc_thresholds, tune_gc_for_server
+
+
+def test_default_off_and_explicit_thresholds() -> None:
+    assert server_gc_thresholds(None) == SERVER_GC_THRESHOLDS
+    assert server_gc_thresholds("") == SERVER_GC_THRESHOLDS
+    assert server_gc_thresholds("off") is None
+    assert server_gc_thresholds(" 700, 10,10 ") == (700, 10, 10)
+
+
+@pytest.mark.parametrize("bad", ["1,2", "a,b,c", "0,10,10", "1,-1,3", "1,2,3,4"])
+def test_bad_settings_are_refused_clearly(bad: str) -> None:
+    with pytest.raises(ValueError, match="MAGNETAR_GC_TUNING"):
+        server_gc_thresholds(bad)
+
+
+def test_tuning_freezes_and_sets_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = gc.get_threshold()
+    try:
+        monkeypatch.setenv("MAGNETAR_GC_TUNING", "off")
+        assert tune_gc_for_server() is None
+        assert gc.get_threshold() == before  # negative control: off changes nothing
+        monkeypatch.delenv("MAGNETAR_GC_TUNING")
+        assert tune_gc_for_server() == SERVER_GC_THRESHOLDS
+        assert gc.get_threshold() == SERVER_GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
