@@ -112,18 +112,11 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         await ctx.service.unload(topic.name)
         return no_content()
 
-    return [list_topics, stats, delete, *_partitioned_routes(ctx)]
+    return [list_topics, stats, delete, *_partitioned_routes(ctx), *_partitioned_removal_and_stats_routes(ctx)]
 
 
 def _partitioned_routes(ctx: AdminContext) -> list[BaseRoute]:
     store = ctx.resources.store
-
-    async def partitioned_name(request: Request) -> TopicName:
-        name = _name(request)
-        await require_namespace(ctx, name.namespace)
-        if name.is_partition:
-            raise AdminError(412, "Partitioned topic name must not end with -partition-N")
-        return name
 
     @api_route(f"{_BASE}/partitioned", ["GET"], "List the namespace's partitioned non-persistent topics")
     async def list_partitioned(request: Request) -> Response:
@@ -136,7 +129,7 @@ def _partitioned_routes(ctx: AdminContext) -> list[BaseRoute]:
     @api_route(f"{_BASE}/{{topic}}/partitions", ["PUT"], "Create a partitioned non-persistent topic",
                body=PartitionsBody)
     async def create_partitioned(request: Request) -> Response:
-        name = await partitioned_name(request)
+        name = await _partitioned_name(ctx, request)
         body = await read_body(request, PartitionsBody)
         count = body if isinstance(body, int) else body.partitions
         check_partitions(count)
@@ -151,7 +144,7 @@ def _partitioned_routes(ctx: AdminContext) -> list[BaseRoute]:
     @api_route(f"{_BASE}/{{topic}}/partitions", ["POST"], "Increase the partitions of a partitioned non-persistent topic",
                body=int)
     async def update_partitioned(request: Request) -> Response:
-        name = await partitioned_name(request)
+        name = await _partitioned_name(ctx, request)
         count = await read_body(request, int)
         assert count is not None
         check_partitions(count)
@@ -170,10 +163,16 @@ def _partitioned_routes(ctx: AdminContext) -> list[BaseRoute]:
         await require_namespace(ctx, name.namespace)
         return json_response({"partitions": await ctx.service.partitioned.partitions(name)})
 
+    return [list_partitioned, create_partitioned, update_partitioned, get_partitions]
+
+
+def _partitioned_removal_and_stats_routes(ctx: AdminContext) -> list[BaseRoute]:
+    store = ctx.resources.store
+
     @api_route(f"{_BASE}/{{topic}}/partitions", ["DELETE"], "Delete a partitioned non-persistent topic",
                query=(("force", "boolean"),))
     async def delete_partitioned(request: Request) -> Response:
-        name = await partitioned_name(request)
+        name = await _partitioned_name(ctx, request)
         count = await ctx.service.partitioned.partitions(name)
         if count == 0:
             raise AdminError(404, f"Partitioned topic {name} not found")
@@ -201,5 +200,12 @@ def _partitioned_routes(ctx: AdminContext) -> list[BaseRoute]:
                   if isinstance(t, NonPersistentTopic)]
         return json_response(_partitioned_stats([non_persistent_stats(t) for t in loaded], count))
 
-    return [list_partitioned, create_partitioned, update_partitioned, get_partitions, delete_partitioned,
-            stats_partitioned]
+    return [delete_partitioned, stats_partitioned]
+
+
+async def _partitioned_name(ctx: AdminContext, request: Request) -> TopicName:
+    name = _name(request)
+    await require_namespace(ctx, name.namespace)
+    if name.is_partition:
+        raise AdminError(412, "Partitioned topic name must not end with -partition-N")
+    return name
