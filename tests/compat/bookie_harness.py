@@ -12,10 +12,10 @@ from typing import Any
 from magnetar.base.rng import SeededRng
 from magnetar.broker import BrokerConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
+from magnetar.node.broker import BrokerServer, start_broker
+from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.bookie import start_bookie
-from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.storage.config import BookieConfig
@@ -43,7 +43,7 @@ class BookieBrokerThread(BrokerThread):
                 self.config, clock=clock, metadata=self.metadata, ledger_manager=self.manager,
                 managed_ledger_config=ManagedLedgerConfig(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1,
                                                           cursor_flush_interval_ms=0),
-                port=self.port,
+                network=TcpNetwork(), port=self.port,
             )
 
         self.server = self.call(_start())

@@ -14,8 +14,9 @@ from typing import Any, TypeVar
 
 from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.log import LogStore
-from magnetar.runtime.broker import BrokerServer, start_broker
+from magnetar.node.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock
+from magnetar.runtime.network import TcpNetwork
 
 R = TypeVar("R")
 STEP_TIMEOUT_S = 30.0
@@ -37,7 +38,7 @@ class BrokerThread:
 
     def start(self) -> BrokerThread:
         async def _start() -> BrokerServer:
-            return await start_broker(self.config, log_store=self.log_store, clock=SystemClock(),
+            return await start_broker(self.config, log_store=self.log_store, clock=SystemClock(), network=TcpNetwork(),
                                       port=self.port, metadata=self.metadata)
 
         self.server = self.call(_start())

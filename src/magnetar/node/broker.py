@@ -1,6 +1,9 @@
-"""The broker's server loop: one task group per client connection over a ``base.io.Network``.
+"""The broker node's server loop: one task group per client connection over a ``base.io.Network``.
 
-``start_broker`` is the composition root's entry point (``magnetar standalone`` and tests call it).
+``start_broker`` assembles a broker from capabilities (``Clock``, ``Network``, a ``MetadataStore``
+and a ledger client) and starts it in the running loop: ``runtime`` calls it with TCP and the
+system clock (``magnetar standalone``, ``magnetar broker``, tests), ``sim`` with the simulated
+network and virtual clock (the whole-stack simulation).
 Per connection: a reader feeds bytes into a ``ServerConnection`` and hands events to the
 ``Session`` in order; a writer drains queued frames to the socket; a ticker runs the keep-alive
 and handshake timers. Backpressure: the reader stops reading while the session is not writable
@@ -226,7 +229,7 @@ async def start_broker(
     ledger_manager: LedgerManager | None = None,
     managed_ledger_config: ManagedLedgerConfig | None = None,
     log_store: LogStore | None = None,
-    network: Network | None = None,
+    network: Network,
     host: str = "127.0.0.1",
     port: int = 6650,
     server_config: ServerConfig | None = None,
@@ -248,10 +251,6 @@ async def start_broker(
         factory = ManagedLedgerFactory(manager=ledger_manager, store=metadata, clock=clock,
                                        config=managed_ledger_config)
         log_store = ManagedLogStore(factory, metadata)
-    if network is None:
-        from magnetar.runtime.network import TcpNetwork
-
-        network = TcpNetwork()
     service = BrokerService(config, log_store, metadata, clock=clock)
     if before_listen is not None:
         before_listen(service)

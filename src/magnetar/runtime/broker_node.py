@@ -54,12 +54,12 @@ from magnetar.broker.ownership import BundleOwnership
 from magnetar.broker.service import BrokerService
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
+from magnetar.node.broker import BrokerServer, start_broker
+from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.bookie import wait_for_termination_signal
-from magnetar.runtime.broker import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.console import RunningConsole, start_console
 from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_http
-from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port
