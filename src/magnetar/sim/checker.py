@@ -1,4 +1,7 @@
-"""A Jepsen-queue-style checker for a ``History`` (pure: no I/O, no clock): shared by ``magnetar chaos`` and ``magnetar sim --scenario cluster``.
+"""A Jepsen-queue-style checker for a ``History`` (pure: no I/O, no clock).
+
+Shared by the real-process runs (``magnetar chaos``) and the whole-stack simulation
+(``magnetar sim --scenario cluster``).
 
 What it reports (``AnomalyKind``), and which invariant of ``shared/design/FAULTS.md`` it checks:
 
