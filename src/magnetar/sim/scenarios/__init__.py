@@ -9,16 +9,18 @@ to its checker. ``BREAKS`` names the negative controls each scenario understands
 from __future__ import annotations
 
 from magnetar.base.errors import InvalidArgument
-from magnetar.sim.scenarios import durable_log
+from magnetar.sim.scenarios import cluster, durable_log
 from magnetar.sim.scenarios.base import Scenario, ScenarioOptions, Verdict
 from magnetar.sim.world import SimConfig, SimWorld
 
 SCENARIOS: dict[str, Scenario] = {
     "durable-log": durable_log.run,
+    "cluster": cluster.run,
 }
 
 BREAKS: dict[str, frozenset[str]] = {
     "durable-log": frozenset({durable_log.BREAK_ACK_BEFORE_FSYNC}),
+    "cluster": cluster.BREAKS,
 }
 
 

@@ -1,0 +1,101 @@
+"""What scenario ``cluster`` checks beyond the queue checker: what only the simulator can see.
+
+``MetadataWatch`` reads every ledger's metadata from the metadata store while the run goes on and
+reports (``shared/design/FAULTS.md``):
+
+* invariant 5, metadata only moves forward: a ledger's state goes back (CLOSED -> OPEN, ...), a
+  closed ledger's last entry changes
+* invariant 2, closed ledgers cover every acknowledged entry: a SEND_RECEIPT names an entry past
+  the end its ledger was closed at
+
+``verdict_of`` joins these with ``magnetar.sim.checker``'s anomalies (lost, moved, duplicated with
+deduplication on, reordered, unexpected, divergent, unstable, undelivered) and the run's own
+failures (a node's ``main`` raising, a phase that never finished) into one ``Verdict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from magnetar.base.errors import MagnetarError
+from magnetar.ledger.ledger_metadata import TRANSITIONS, LedgerState
+from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
+from magnetar.ledger.metadata_ops import LedgerMetadataStore
+from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.sim.checker import CheckResult
+from magnetar.sim.history import History, OpType, Outcome
+from magnetar.sim.scenarios.base import Verdict
+
+WATCH_INTERVAL_S = 0.05
+WATCH_SESSION_TIMEOUT_MS = 3_600_000
+VIOLATIONS_SHOWN_MAX = 20
+
+
+@dataclass
+class MetadataWatch:
+    """Every ledger's last seen (state, last entry id), and what went backwards."""
+
+    seen: dict[int, tuple[LedgerState, int]] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    polls_count: int = 0
+
+    async def run(self, meta: MemoryMetadataServer, sleep: Callable[[float], Awaitable[None]]) -> None:
+        session = await meta.connect(session_timeout_ms=WATCH_SESSION_TIMEOUT_MS)
+        store = LedgerMetadataStore(MetadataStoreAdapter(session))
+        while True:
+            await self.poll(store)
+            await sleep(WATCH_INTERVAL_S)
+
+    async def poll(self, store: LedgerMetadataStore) -> None:
+        self.polls_count += 1
+        try:
+            ids = await store.list_ids()
+        except MagnetarError:
+            return
+        for ledger_id in ids:
+            try:
+                metadata = (await store.read(ledger_id)).metadata
+            except MagnetarError:
+                continue  # deleted since listed
+            self.observe(ledger_id, metadata.state, metadata.last_entry_id)
+
+    def observe(self, ledger_id: int, state: LedgerState, last_entry_id: int) -> None:
+        before = self.seen.get(ledger_id)
+        self.seen[ledger_id] = (state, last_entry_id)
+        if before is None:
+            return
+        old_state, old_last = before
+        if state not in TRANSITIONS[old_state]:
+            self.violations.append(f"ledger {ledger_id}: state went {old_state.value} -> {state.value}")
+        elif old_state is LedgerState.CLOSED and last_entry_id != old_last:
+            self.violations.append(f"ledger {ledger_id}: closed at {old_last}, later at {last_entry_id}")
+
+
+def _acks_beyond_close(history: History, watch: MetadataWatch) -> list[str]:
+    out: list[str] = []
+    for op in history.ops:
+        if op.type is not OpType.SEND or op.outcome is not Outcome.OK or op.message_id is None:
+            continue
+        ledger_id, entry_id, _ = op.message_id
+        seen = watch.seen.get(ledger_id)
+        if seen is not None and seen[0] is LedgerState.CLOSED and entry_id > seen[1]:
+            out.append(f"{op.value} acknowledged at {ledger_id}:{entry_id}, ledger closed at {seen[1]}")
+    return out
+
+
+def verdict_of(result: CheckResult, history: History, watch: MetadataWatch, failures: list[str],
+               crashes_count: int) -> Verdict:
+    problems = [f"{a.kind.value}: {a.topic} {a.value}: {a.detail}" for a in result.violations]
+    problems += [f"metadata: {line}" for line in watch.violations]
+    problems += [f"closed-ledger: {line}" for line in _acks_beyond_close(history, watch)]
+    problems += [f"run: {line}" for line in failures]
+    counts = result.counts
+    summary = (f"sent {counts.get('values_sent', 0)} (ok {counts.get('values_ok', 0)}, "
+               f"unknown stored {counts.get('values_unknown_stored', 0)}, "
+               f"unknown lost {counts.get('values_unknown_not_stored', 0)}), stored {counts.get('stored', 0)}, "
+               f"received {counts.get('received', 0)}, faults {len(history.faults)}, crashes {crashes_count}, "
+               f"ledgers {len(watch.seen)}")
+    if problems:
+        summary += f", {len(problems)} violation(s)"
+    return Verdict(not problems, summary, tuple(problems[:VIOLATIONS_SHOWN_MAX]))
