@@ -29,6 +29,7 @@ from collections.abc import Callable
 from magnetar import faults
 from magnetar.base.rng import Rng
 from magnetar.client import SubscriptionType
+from magnetar.faults import breaks
 from magnetar.sim.scenarios import cluster
 from magnetar.sim.scenarios.cluster_check import MetadataWatch
 from magnetar.sim.world import NodeState
@@ -42,6 +43,10 @@ ZOMBIE_HANG_WAIT_S = 2.0
 ZOMBIE_HOLD_S = 1.5
 CLOCK_JUMPS_MS = (-120_000, -5_000, 5_000, 600_000)
 CATCH_UP_S = 30.0
+
+
+def _uniform(rng: Rng, low: float, high: float) -> float:
+    return low + (high - low) * rng.random()
 
 
 def points_for(name: str) -> list[str]:
@@ -81,7 +86,7 @@ class _Supervisor:
                     self.run.ready.discard(name)
                     for session in self.run.sessions.pop(name, []):
                         self.run.meta.suspend_session(session.session.session_id)
-                    self.restart_at[name] = world.now_s() + self.rng.uniform(0.05, cluster.RESTART_DELAY_S_MAX)
+                    self.restart_at[name] = world.now_s() + _uniform(self.rng, 0.05, cluster.RESTART_DELAY_S_MAX)
                 due = self.restart_at.get(name)
                 if due is not None and (self.hurry or world.now_s() >= due) and name not in self.run.held_down:
                     del self.restart_at[name]
@@ -94,11 +99,12 @@ class _Supervisor:
 
 
 async def _partition(run: cluster._Run, rng: Rng, nodes: list[str]) -> None:
-    a, b = rng.sample(nodes, 2)
+    a = rng.choice(nodes)
+    b = rng.choice([n for n in nodes if n != a])
     symmetric = rng.random() < 0.5
     run.fault("partition", a, detail=f"{'<->' if symmetric else '->'} {b}")
     run.world.network.partition(a, b, symmetric=symmetric)
-    await run.world.sleep(rng.uniform(0.1, PARTITION_S_MAX))
+    await run.world.sleep(_uniform(rng, 0.1, PARTITION_S_MAX))
     run.world.network.heal(a, b)
     if not symmetric:
         run.world.network.heal(b, a)
@@ -119,8 +125,7 @@ async def _zombie(run: cluster._Run, rng: Rng) -> None:
             if session.session.alive:
                 await run.meta.expire_session(session.session.session_id)
         await run.world.sleep(ZOMBIE_HOLD_S)
-    faults.disarm(point)
-    run.world.release(point)
+    run.world.release(point)  # releasing also disarms: later hits pass
 
 
 async def _one_fault(run: cluster._Run, rng: Rng, kind: str) -> None:
@@ -156,7 +161,7 @@ async def _one_fault(run: cluster._Run, rng: Rng, kind: str) -> None:
 async def _inject(run: cluster._Run, rng: Rng) -> None:
     opts = run.options
     kinds = [k for k in FAULT_KINDS if k != "zombie" or opts.brokers_count > 1]
-    times = sorted(rng.uniform(0.0, opts.fault_window_s) for _ in range(opts.faults_count))
+    times = sorted(_uniform(rng, 0.0, opts.fault_window_s) for _ in range(opts.faults_count))
     started = run.world.now_s()
     pending: list[asyncio.Future[None]] = []
     for at in times:
@@ -192,9 +197,9 @@ async def controller(run: cluster._Run, watch: MetadataWatch) -> None:
     supervising = asyncio.ensure_future(supervisor.loop())
     if opts.faults_count:
         await _inject(run, rng.fork("faults"))
-    faults.disarm_all()
-    for point in ZOMBIE_POINTS:
-        world.release(point)
+    faults.disarm_all()  # releases every hang; it also turns the breaks off: the run keeps them
+    for name in sorted(opts.breaks):
+        breaks.enable(breaks.Break(name))
     world.network.heal()
     supervisor.hurry = True
     await until(run, supervisor.all_up, "every bookie and broker back")
