@@ -18,6 +18,9 @@ SCENARIOS: dict[str, Scenario] = {
     "cluster": cluster.run,
 }
 
+#: The world a scenario runs in unless the caller gives one.
+DEFAULT_CONFIGS: dict[str, SimConfig] = {"cluster": cluster.SIM_CONFIG}
+
 BREAKS: dict[str, frozenset[str]] = {
     "durable-log": frozenset({durable_log.BREAK_ACK_BEFORE_FSYNC}),
     "cluster": cluster.BREAKS,
@@ -34,7 +37,7 @@ def run_scenario(name: str, seed: int, options: ScenarioOptions | None = None,
     unknown = options.breaks - BREAKS.get(name, frozenset())
     if unknown:
         raise InvalidArgument(f"scenario {name!r} cannot break {', '.join(sorted(unknown))}")
-    world = SimWorld(seed, config)
+    world = SimWorld(seed, config or DEFAULT_CONFIGS.get(name))
     return world, scenario(world, options)
 
 

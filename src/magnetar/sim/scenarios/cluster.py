@@ -61,11 +61,12 @@ from magnetar.node.bookie import start_bookie_node
 from magnetar.node.broker_generation import Generation, GenerationConfig, serve_generations, start_generation
 from magnetar.sim.checker import check
 from magnetar.sim.clock import SimClock
+from magnetar.sim.disk import SimDiskConfig
 from magnetar.sim.errors import SimCrash
 from magnetar.sim.history import FaultEvent, History, Op, OpType, Outcome, value_of
 from magnetar.sim.scenarios.base import ScenarioOptions, Verdict
 from magnetar.sim.scenarios.cluster_check import MetadataWatch, verdict_of
-from magnetar.sim.world import NodeContext, NodeMain, NodeState, SimWorld
+from magnetar.sim.world import NodeContext, NodeMain, NodeState, SimConfig, SimWorld
 from magnetar.storage import BookieConfig
 
 BREAKS = frozenset(b.value for b in breaks.Break)
@@ -106,6 +107,15 @@ BOOKIE_CONFIG = BookieConfig(
 )
 
 
+#: The world of a cluster run: journal syncs take 2-20 ms (a disk under load), so a reply sent
+#: before its fsync has a window in which a power cut can find it (the ``ack-before-fsync`` control).
+SIM_CONFIG = SimConfig(disk=SimDiskConfig(sync_latency_us_min=2_000, sync_latency_us_max=20_000))
+
+
+def new_world(seed: int) -> SimWorld:
+    return SimWorld(seed, SIM_CONFIG)
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterOptions:
     bookies_count: int = 3
@@ -118,6 +128,8 @@ class ClusterOptions:
     fault_window_s: float = 3.0
     max_entries_per_ledger: int = 8
     breaks: frozenset[str] = field(default_factory=frozenset)
+    #: The kinds of fault drawn from (``cluster_faults.FAULT_KINDS``); empty: all of them.
+    fault_kinds: tuple[str, ...] = ()
 
 
 @dataclass
@@ -181,10 +193,11 @@ def _bookie_main(run: _Run) -> NodeMain:
 def _broker_main(run: _Run) -> NodeMain:
     e, qw, qa = run.options.quorum
     config = GenerationConfig(
-        broker=BrokerConfig(cluster_name="sim", retention_time_s=-1, policy_check_interval_ms=1_000),
+        broker=BrokerConfig(cluster_name="sim", retention_time_s=-1, retention_size_bytes=-1, policy_check_interval_ms=1_000),
         managed_ledger=ManagedLedgerConfig(ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa,
                                            max_entries_per_ledger=run.options.max_entries_per_ledger,
-                                           retention_time_s=-1, cursor_flush_interval_ms=100),
+                                           retention_time_s=-1, retention_size_bytes=-1,
+                                           cursor_flush_interval_ms=100),
         ledger=LEDGER_CONFIG,
         bundles_count=BUNDLES_COUNT,
         load_report_interval_ms=1_000,
@@ -231,7 +244,9 @@ def _producer_main(run: _Run, name: str, dedup: bool) -> NodeMain:
                   else ProducerConfig(send_timeout_ms=PLAIN_SEND_TIMEOUT_MS))
         producer = await _retry(ctx, "create a producer", lambda: client.create_producer(TOPIC, config))
         try:
+            pace_s = 2 * run.options.fault_window_s / max(1, run.options.messages_per_producer)
             for seq in range(run.options.messages_per_producer):
+                await ctx.clock.sleep(pace_s * ctx.rng.random())  # spread the sends over the faults
                 value = value_of(name, seq)
                 key = f"k{seq % KEYS_COUNT}"
                 try:

@@ -15,6 +15,8 @@ Fault kinds (``FAULT_KINDS``), targets from the world's seeded ``Rng``:
   broker, firing at a random hit
 * ``kill``       crash one bookie or broker (kill -9 and power cut: unsynced writes lost or torn)
 * ``power-cut``  crash every bookie at once
+* ``rack-point`` every bookie loses power at once just after a broker counted Qa add replies
+  (the correlated failure that finds a reply sent before its fsync)
 * ``partition``  cut two nodes apart (two-way, or one-way) for a while
 * ``clock-jump`` step one node's wall clock forwards or backwards
 * ``zombie``     (two or more brokers) hang a broker inside its write path, expire its metadata
@@ -34,7 +36,12 @@ from magnetar.sim.scenarios import cluster
 from magnetar.sim.scenarios.cluster_check import MetadataWatch
 from magnetar.sim.world import NodeState
 
-FAULT_KINDS = ("point", "kill", "power-cut", "partition", "clock-jump", "zombie")
+FAULT_KINDS = ("point", "kill", "power-cut", "rack-point", "partition", "clock-jump", "zombie")
+#: The writer's point at which every bookie of the rack loses power in ``rack-point``: Qa replies
+#: counted, caller not yet told (the replies must not have come before the bookies' fsyncs).
+RACK_POINT = "ledger.after_quorum_before_ack"
+RACK_WATCH_S = 0.0005
+RACK_WAIT_S = 2.0
 BOOKIE_POINT_PREFIXES = ("bookie.",)
 BROKER_POINT_PREFIXES = ("ledger.", "managed_ledger.rollover.", "managed_ledger.cursor.", "broker.after_")
 ZOMBIE_POINTS = ("ledger.before_send_next_entry", "ledger.after_reply_before_count")
@@ -128,6 +135,22 @@ async def _zombie(run: cluster._Run, rng: Rng) -> None:
     run.world.release(point)  # releasing also disarms: later hits pass
 
 
+async def _rack_power_cut(run: cluster._Run, rng: Rng) -> None:
+    broker = rng.choice(cluster.broker_names(run.options))
+    run.fault("arm-rack-power-cut", broker, RACK_POINT)
+    faults.arm(RACK_POINT, "delay", delay_ms=0, node=broker)  # counts the hits, changes nothing
+    deadline = run.world.now_s() + RACK_WAIT_S
+    while faults.hits(RACK_POINT) == 0 and run.world.now_s() < deadline:
+        await run.world.sleep(RACK_WATCH_S)
+    run.world.release(RACK_POINT)  # disarms it
+    if faults.hits(RACK_POINT) == 0:
+        return
+    run.fault("rack-power-cut", "bookies", RACK_POINT)
+    for name in cluster.bookie_names(run.options):
+        if run.world.state(name) is NodeState.RUNNING:
+            run.world.crash(name, f"rack power cut after {broker} counted Qa replies")
+
+
 async def _one_fault(run: cluster._Run, rng: Rng, kind: str) -> None:
     opts = run.options
     servers = cluster.bookie_names(opts) + cluster.broker_names(opts)
@@ -147,8 +170,14 @@ async def _one_fault(run: cluster._Run, rng: Rng, kind: str) -> None:
         for name in cluster.bookie_names(opts):
             if world.state(name) is NodeState.RUNNING:
                 world.crash(name, "power cut")
+    elif kind == "rack-point":
+        await _rack_power_cut(run, rng)
     elif kind == "partition":
-        await _partition(run, rng, world.nodes())
+        # Half the partitions cut a broker from a bookie: the writer's view of its ensemble.
+        if rng.random() < 0.5:
+            await _partition(run, rng, [rng.choice(cluster.broker_names(opts)), rng.choice(cluster.bookie_names(opts))])
+        else:
+            await _partition(run, rng, world.nodes())
     elif kind == "clock-jump":
         name = rng.choice(world.nodes())
         delta_ms = rng.choice(CLOCK_JUMPS_MS)
@@ -160,7 +189,7 @@ async def _one_fault(run: cluster._Run, rng: Rng, kind: str) -> None:
 
 async def _inject(run: cluster._Run, rng: Rng) -> None:
     opts = run.options
-    kinds = [k for k in FAULT_KINDS if k != "zombie" or opts.brokers_count > 1]
+    kinds = [k for k in (opts.fault_kinds or FAULT_KINDS) if k != "zombie" or opts.brokers_count > 1]
     times = sorted(_uniform(rng, 0.0, opts.fault_window_s) for _ in range(opts.faults_count))
     started = run.world.now_s()
     pending: list[asyncio.Future[None]] = []
