@@ -53,6 +53,7 @@ from magnetar.client import (
     SubscriptionType,
 )
 from magnetar.faults import breaks
+from magnetar.ledger.bookie_transport import BookieClientTransport
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
@@ -65,7 +66,7 @@ from magnetar.sim.disk import SimDiskConfig
 from magnetar.sim.errors import SimCrash
 from magnetar.sim.history import FaultEvent, History, Op, OpType, Outcome, value_of
 from magnetar.sim.scenarios.base import ScenarioOptions, Verdict
-from magnetar.sim.scenarios.cluster_check import MetadataWatch, verdict_of
+from magnetar.sim.scenarios.cluster_check import MetadataWatch, probe_recovered_ledgers, verdict_of
 from magnetar.sim.world import NodeContext, NodeMain, NodeState, SimConfig, SimWorld
 from magnetar.storage import BookieConfig
 
@@ -146,6 +147,7 @@ class _Run:
     stop_consumers: bool = False
     drained: set[str] = field(default_factory=set)
     held_down: set[str] = field(default_factory=set)
+    fencing: list[str] | None = None  # the fencing probe's violations, once it ran
     crashes_count: int = 0
 
     def now_ns(self) -> int:
@@ -325,6 +327,17 @@ def _quiet_crashes(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> 
     loop.default_exception_handler(context)
 
 
+def _prober_main(run: _Run, watch: MetadataWatch) -> NodeMain:
+    async def main(ctx: NodeContext) -> None:
+        transport = BookieClientTransport(ctx.network, ctx.clock, LEDGER_CONFIG)
+        try:
+            run.fencing = await probe_recovered_ledgers(watch, transport)
+        finally:
+            await transport.close()
+
+    return main
+
+
 def run(world: SimWorld, options: ScenarioOptions) -> Verdict:
     """``magnetar sim --scenario cluster``: ``ops_count`` messages per producer."""
     return run_cluster(world, ClusterOptions(messages_per_producer=options.ops_count, breaks=options.breaks))
@@ -352,7 +365,8 @@ def run_cluster(world: SimWorld, options: ClusterOptions) -> Verdict:
         logger.setLevel(level)
         breaks.disable_all()
         faults.disarm_all()
-    return verdict_of(check(state.history), state.history, watch, list(world.failures), state.crashes_count)
+    return verdict_of(check(state.history), state.history, watch, list(world.failures), state.crashes_count,
+                      state.fencing or [])
 
 
 __all__ = ["BREAKS", "ClusterOptions", "NodeState", "run", "run_cluster"]

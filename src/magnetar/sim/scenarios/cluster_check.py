@@ -7,6 +7,13 @@ reports (``shared/design/FAULTS.md``):
   closed ledger's last entry changes
 * invariant 2, closed ledgers cover every acknowledged entry: a SEND_RECEIPT names an entry past
   the end its ledger was closed at
+* invariant 6, fencing is durable: after the run, every ledger that was ever seen IN_RECOVERY and
+  is now CLOSED is probed with a normal add past its end on each bookie of its last ensemble
+  (``probe_recovered_ledgers``); unless enough of them refuse it as fenced that no write set can
+  complete it (``ledger.quorum.fencing_covered``), an old writer could still be acknowledged
+
+Besides polling, the watch sets a metadata watch on ``/ledgers`` and on every ledger, and reads a
+ledger as soon as it changes, so the short IN_RECOVERY state is seen.
 
 ``verdict_of`` joins these with ``magnetar.sim.checker``'s anomalies (lost, moved, duplicated with
 deduplication on, reordered, unexpected, divergent, unstable, undelivered) and the run's own
@@ -15,14 +22,19 @@ failures (a node's ``main`` raising, a phase that never finished) into one ``Ver
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from magnetar.base.errors import MagnetarError
-from magnetar.ledger.ledger_metadata import TRANSITIONS, LedgerState
+from magnetar.base.errors import FencedError, MagnetarError
+from magnetar.ledger.bookie_transport import BookieClientTransport
+from magnetar.ledger.ledger_metadata import TRANSITIONS, LedgerMetadata, LedgerState
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
+from magnetar.ledger.quorum import fencing_covered
+from magnetar.metadata.api import MetadataStore, WatchEvent
 from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.protocol.bookie.codec import Entry
 from magnetar.sim.checker import CheckResult
 from magnetar.sim.history import History, OpType, Outcome
 from magnetar.sim.scenarios.base import Verdict
@@ -37,12 +49,27 @@ class MetadataWatch:
     """Every ledger's last seen (state, last entry id), and what went backwards."""
 
     seen: dict[int, tuple[LedgerState, int]] = field(default_factory=dict)
+    #: Ledgers ever seen IN_RECOVERY, with their latest metadata.
+    recovered: dict[int, LedgerMetadata] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     polls_count: int = 0
+    _watched: set[int] = field(default_factory=set)
+    _changed: Callable[[WatchEvent], None] | None = None
+    _session: MetadataStore | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def run(self, meta: MemoryMetadataServer, sleep: Callable[[float], Awaitable[None]]) -> None:
         session = await meta.connect(session_timeout_ms=WATCH_SESSION_TIMEOUT_MS)
         store = LedgerMetadataStore(MetadataStoreAdapter(session))
+
+        def changed(event: WatchEvent) -> None:
+            task = asyncio.get_running_loop().create_task(self.poll(store))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        self._changed = changed
+        self._session = session
+        await session.watch(store.path(0).rsplit("/", 1)[0], changed)
         while True:
             await self.poll(store)
             await sleep(WATCH_INTERVAL_S)
@@ -58,7 +85,12 @@ class MetadataWatch:
                 metadata = (await store.read(ledger_id)).metadata
             except MagnetarError:
                 continue  # deleted since listed
+            if ledger_id not in self._watched and self._session is not None and self._changed is not None:
+                self._watched.add(ledger_id)
+                await self._session.watch(store.path(ledger_id), self._changed)
             self.observe(ledger_id, metadata.state, metadata.last_entry_id)
+            if metadata.state is LedgerState.IN_RECOVERY or ledger_id in self.recovered:
+                self.recovered[ledger_id] = metadata
 
     def observe(self, ledger_id: int, state: LedgerState, last_entry_id: int) -> None:
         before = self.seen.get(ledger_id)
@@ -70,6 +102,28 @@ class MetadataWatch:
             self.violations.append(f"ledger {ledger_id}: state went {old_state.value} -> {state.value}")
         elif old_state is LedgerState.CLOSED and last_entry_id != old_last:
             self.violations.append(f"ledger {ledger_id}: closed at {old_last}, later at {last_entry_id}")
+
+
+async def probe_recovered_ledgers(watch: MetadataWatch, transport: BookieClientTransport) -> list[str]:
+    """Invariant 6 after the run: see the module docstring. Returns the violations."""
+    out: list[str] = []
+    for ledger_id, metadata in sorted(watch.recovered.items()):
+        if metadata.state is not LedgerState.CLOSED:
+            continue
+        probe = Entry.build(ledger_id, metadata.last_entry_id + 1, metadata.last_entry_id, b"probe")
+        fenced: set[int] = set()
+        for index, bookie in enumerate(metadata.last_fragment.ensemble):
+            try:
+                await transport.add(bookie, probe, recovery=False, master_key=b"")
+            except FencedError:
+                fenced.add(index)
+            except MagnetarError:
+                fenced.add(index)  # unreachable now: it cannot complete a write set either
+        if not fencing_covered(fenced, metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size):
+            accepted = sorted(set(range(metadata.ensemble_size)) - fenced)
+            out.append(f"ledger {ledger_id} recovered and closed at {metadata.last_entry_id}, yet bookies "
+                       f"{accepted} of its last ensemble accept a normal add past its end")
+    return out
 
 
 def _acks_beyond_close(history: History, watch: MetadataWatch) -> list[str]:
@@ -85,9 +139,10 @@ def _acks_beyond_close(history: History, watch: MetadataWatch) -> list[str]:
 
 
 def verdict_of(result: CheckResult, history: History, watch: MetadataWatch, failures: list[str],
-               crashes_count: int) -> Verdict:
+               crashes_count: int, fencing: list[str]) -> Verdict:
     problems = [f"{a.kind.value}: {a.topic} {a.value}: {a.detail}" for a in result.violations]
     problems += [f"metadata: {line}" for line in watch.violations]
+    problems += [f"fencing: {line}" for line in fencing]
     problems += [f"closed-ledger: {line}" for line in _acks_beyond_close(history, watch)]
     problems += [f"run: {line}" for line in failures]
     counts = result.counts
@@ -95,7 +150,7 @@ def verdict_of(result: CheckResult, history: History, watch: MetadataWatch, fail
                f"unknown stored {counts.get('values_unknown_stored', 0)}, "
                f"unknown lost {counts.get('values_unknown_not_stored', 0)}), stored {counts.get('stored', 0)}, "
                f"received {counts.get('received', 0)}, faults {len(history.faults)}, crashes {crashes_count}, "
-               f"ledgers {len(watch.seen)}")
+               f"ledgers {len(watch.seen)} ({len(watch.recovered)} recovered)")
     if problems:
         summary += f", {len(problems)} violation(s)"
     return Verdict(not problems, summary, tuple(problems[:VIOLATIONS_SHOWN_MAX]))

@@ -236,6 +236,8 @@ async def controller(run: cluster._Run, watch: MetadataWatch) -> None:
     for name in ("drain-1", "drain-2"):
         world.add_node(name, cluster._drain_main(run, name))
         await until(run, lambda: name in run.drained, name)  # noqa: B023 (awaited in this iteration)
+    world.add_node("prober", cluster._prober_main(run, watch))
+    await until(run, lambda: run.fencing is not None, "the fencing probe")
     stored = {op.value for op in run.history.snapshot() if op.process == "drain-1"}
 
     def caught_up() -> bool:
