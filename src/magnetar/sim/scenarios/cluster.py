@@ -102,7 +102,7 @@ BOOKIE_CONFIG = BookieConfig(
     journal_group_bytes_max=16 * 1024,
     journal_file_bytes_max=64 * 1024,
     entry_log_bytes_max=64 * 1024,
-    checkpoint_interval_ms=50,
+    checkpoint_interval_ms=200,
     disk_free_bytes_min=0,
     gc_interval_ms=0,
 )
@@ -199,7 +199,7 @@ def _broker_main(run: _Run) -> NodeMain:
         managed_ledger=ManagedLedgerConfig(ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa,
                                            max_entries_per_ledger=run.options.max_entries_per_ledger,
                                            retention_time_s=-1, retention_size_bytes=-1,
-                                           cursor_flush_interval_ms=100),
+                                           cursor_flush_interval_ms=200),
         ledger=LEDGER_CONFIG,
         bundles_count=BUNDLES_COUNT,
         load_report_interval_ms=1_000,

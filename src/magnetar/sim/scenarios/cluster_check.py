@@ -12,8 +12,8 @@ reports (``shared/design/FAULTS.md``):
   (``probe_recovered_ledgers``); unless enough of them refuse it as fenced that no write set can
   complete it (``ledger.quorum.fencing_covered``), an old writer could still be acknowledged
 
-Besides polling, the watch sets a metadata watch on ``/ledgers`` and on every ledger, and reads a
-ledger as soon as it changes, so the short IN_RECOVERY state is seen.
+The watch sets a metadata watch on ``/ledgers`` and on every ledger and reads a ledger as soon as
+it changes, so the short IN_RECOVERY state is seen; ``poll`` reads them all once more at the end.
 
 ``verdict_of`` joins these with ``magnetar.sim.checker``'s anomalies (lost, moved, duplicated with
 deduplication on, reordered, unexpected, divergent, unstable, undelivered) and the run's own
@@ -23,7 +23,7 @@ failures (a node's ``main`` raising, a phase that never finished) into one ``Ver
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from magnetar.base.errors import FencedError, MagnetarError
@@ -39,7 +39,6 @@ from magnetar.sim.checker import CheckResult
 from magnetar.sim.history import History, OpType, Outcome
 from magnetar.sim.scenarios.base import Verdict
 
-WATCH_INTERVAL_S = 0.05
 WATCH_SESSION_TIMEOUT_MS = 3_600_000
 VIOLATIONS_SHOWN_MAX = 20
 
@@ -55,42 +54,60 @@ class MetadataWatch:
     polls_count: int = 0
     _watched: set[int] = field(default_factory=set)
     _changed: Callable[[WatchEvent], None] | None = None
+    _store: LedgerMetadataStore | None = None
     _session: MetadataStore | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
-    async def run(self, meta: MemoryMetadataServer, sleep: Callable[[float], Awaitable[None]]) -> None:
+    async def run(self, meta: MemoryMetadataServer) -> None:
+        """Watch ``/ledgers`` and every ledger in it; read what changed, when it changed."""
         session = await meta.connect(session_timeout_ms=WATCH_SESSION_TIMEOUT_MS)
         store = LedgerMetadataStore(MetadataStoreAdapter(session))
+        self._store = store
+        self._session = session
+        root = store.path(0).rsplit("/", 1)[0]
 
         def changed(event: WatchEvent) -> None:
-            task = asyncio.get_running_loop().create_task(self.poll(store))
+            work = self.poll() if event.path == root else self._read(event.path)
+            task = asyncio.get_running_loop().create_task(work)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
         self._changed = changed
-        self._session = session
-        await session.watch(store.path(0).rsplit("/", 1)[0], changed)
-        while True:
-            await self.poll(store)
-            await sleep(WATCH_INTERVAL_S)
+        await session.watch(root, changed)
+        await self.poll()
 
-    async def poll(self, store: LedgerMetadataStore) -> None:
+    async def poll(self) -> None:
+        """Read every ledger (and watch the new ones)."""
+        store = self._store
+        if store is None:
+            return
         self.polls_count += 1
         try:
             ids = await store.list_ids()
         except MagnetarError:
             return
         for ledger_id in ids:
-            try:
-                metadata = (await store.read(ledger_id)).metadata
-            except MagnetarError:
-                continue  # deleted since listed
-            if ledger_id not in self._watched and self._session is not None and self._changed is not None:
+            if ledger_id not in self._watched and self._changed is not None and self._session is not None:
                 self._watched.add(ledger_id)
                 await self._session.watch(store.path(ledger_id), self._changed)
-            self.observe(ledger_id, metadata.state, metadata.last_entry_id)
-            if metadata.state is LedgerState.IN_RECOVERY or ledger_id in self.recovered:
-                self.recovered[ledger_id] = metadata
+            await self._read_id(ledger_id)
+
+    async def _read(self, path: str) -> None:
+        name = path.rsplit("/", 1)[-1]
+        digits = name.lstrip("L")
+        if digits.isdigit():
+            await self._read_id(int(digits))
+
+    async def _read_id(self, ledger_id: int) -> None:
+        if self._store is None:
+            return
+        try:
+            metadata = (await self._store.read(ledger_id)).metadata
+        except MagnetarError:
+            return  # deleted since listed
+        self.observe(ledger_id, metadata.state, metadata.last_entry_id)
+        if metadata.state is LedgerState.IN_RECOVERY or ledger_id in self.recovered:
+            self.recovered[ledger_id] = metadata
 
     def observe(self, ledger_id: int, state: LedgerState, last_entry_id: int) -> None:
         before = self.seen.get(ledger_id)

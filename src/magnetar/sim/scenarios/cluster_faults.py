@@ -26,6 +26,7 @@ Fault kinds (``FAULT_KINDS``), targets from the world's seeded ``Rng``:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Callable
 
 from magnetar import faults
@@ -205,7 +206,7 @@ async def controller(run: cluster._Run, watch: MetadataWatch) -> None:
     world = run.world
     opts = run.options
     rng = world.rng.fork("cluster")
-    watcher = asyncio.ensure_future(watch.run(run.meta, world.sleep))
+    await watch.run(run.meta)
     for name in cluster.bookie_names(opts):
         world.add_node(name, cluster._bookie_main(run))
     await until(run, lambda: all(n in run.ready for n in cluster.bookie_names(opts)), "bookies")
@@ -236,6 +237,7 @@ async def controller(run: cluster._Run, watch: MetadataWatch) -> None:
     for name in ("drain-1", "drain-2"):
         world.add_node(name, cluster._drain_main(run, name))
         await until(run, lambda: name in run.drained, name)  # noqa: B023 (awaited in this iteration)
+    await watch.poll()
     world.add_node("prober", cluster._prober_main(run, watch))
     await until(run, lambda: run.fencing is not None, "the fencing probe")
     stored = {op.value for op in run.history.snapshot() if op.process == "drain-1"}
@@ -250,7 +252,9 @@ async def controller(run: cluster._Run, watch: MetadataWatch) -> None:
     run.history.meta["consumers_waited"] = await until(run, caught_up, "consumers to catch up", CATCH_UP_S)
     run.stop_consumers = True
     supervising.cancel()
-    watcher.cancel()
+    # The trace names every op through the history's digest: same seed, same history, same trace.
+    digest = hashlib.sha256(run.history.to_json().encode()).hexdigest()[:16]
+    world.record("controller", "history", f"{len(run.history.ops)} ops sha256:{digest}")
 
 
 __all__ = ["FAULT_KINDS", "SubscriptionType", "controller", "points_for"]
