@@ -4,10 +4,10 @@ The same seed replays the same run byte for byte. String hashing is randomised p
 unless ``PYTHONHASHSEED`` is set, so the command re-executes itself with ``PYTHONHASHSEED=0``
 first: nothing in a run may then depend on it, even by accident. Exit code 1 on a violation.
 
-``ledger-matrix`` (one replicated ledger over real bookie cores under one kind of fault) is
-registered here rather than in ``sim.scenarios``: it needs the bookie protocol server, which
-lives in ``runtime`` (``sim`` may not import ``runtime``; ``cli`` may import both), so this
-module injects ``runtime.bookie.BookieServer``. Its options: ``--ensemble``/``--write-quorum``/
+``cluster`` is the whole stack (metadata store, bookies, brokers, our client) under every kind
+of fault, judged by the Jepsen-queue checker (``docs/simulation.md``). ``ledger-matrix`` (one
+replicated ledger over real bookie cores under one kind of fault) is registered here with the
+bookie protocol server it is given (``node.bookie.BookieServer``). Its options: ``--ensemble``/``--write-quorum``/
 ``--ack-quorum``, ``--fault`` (one of ``ledger_matrix.FAULTS``), ``--ops`` (entries written).
 """
 
@@ -27,6 +27,8 @@ HASH_SEED_ENV = "PYTHONHASHSEED"
 LEDGER_MATRIX = "ledger-matrix"
 LEDGER_MATRIX_OPS_DEFAULT = 30  # entries the writer appends (MatrixOptions' default)
 OPS_DEFAULT = 50
+CLUSTER = "cluster"
+CLUSTER_OPS_DEFAULT = 12  # messages per producer (ClusterOptions' default)
 
 
 def _reexec_with_fixed_hash_seed() -> None:
@@ -41,7 +43,7 @@ def _reexec_with_fixed_hash_seed() -> None:
 def _run_ledger_matrix(
     seed: int, ops: int, breaks: frozenset[str], fault: str, quorum: tuple[int, int, int]
 ) -> tuple[SimWorld, Verdict]:
-    from magnetar.runtime.bookie import BookieServer
+    from magnetar.node.bookie import BookieServer
     from magnetar.sim import SimWorld
     from magnetar.sim.scenarios.ledger_matrix import MatrixOptions, run_matrix
 
@@ -87,8 +89,9 @@ def sim(
                 seed, ops or LEDGER_MATRIX_OPS_DEFAULT, frozenset(breaks), fault, (ensemble, write_quorum, ack_quorum)
             )
         else:
+            default_ops = CLUSTER_OPS_DEFAULT if scenario == CLUSTER else OPS_DEFAULT
             world, verdict = run_scenario(
-                scenario, seed, ScenarioOptions(ops_count=ops or OPS_DEFAULT, breaks=frozenset(breaks))
+                scenario, seed, ScenarioOptions(ops_count=ops or default_ops, breaks=frozenset(breaks))
             )
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)

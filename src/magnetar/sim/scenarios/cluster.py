@@ -338,12 +338,27 @@ def _prober_main(run: _Run, watch: MetadataWatch) -> NodeMain:
     return main
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterResult:
+    """A run's verdict and what it did (for the soak report and the tests' own checks)."""
+
+    verdict: Verdict
+    faults_count: int
+    crashes_count: int
+    ops_count: int
+    recovered_ledgers_count: int
+
+
 def run(world: SimWorld, options: ScenarioOptions) -> Verdict:
     """``magnetar sim --scenario cluster``: ``ops_count`` messages per producer."""
     return run_cluster(world, ClusterOptions(messages_per_producer=options.ops_count, breaks=options.breaks))
 
 
 def run_cluster(world: SimWorld, options: ClusterOptions) -> Verdict:
+    return run_cluster_result(world, options).verdict
+
+
+def run_cluster_result(world: SimWorld, options: ClusterOptions) -> ClusterResult:
     unknown = options.breaks - BREAKS
     if unknown:
         raise ValueError(f"unknown breaks {sorted(unknown)}")
@@ -365,8 +380,11 @@ def run_cluster(world: SimWorld, options: ClusterOptions) -> Verdict:
         logger.setLevel(level)
         breaks.disable_all()
         faults.disarm_all()
-    return verdict_of(check(state.history), state.history, watch, list(world.failures), state.crashes_count,
-                      state.fencing or [])
+    verdict = verdict_of(check(state.history), state.history, watch, list(world.failures), state.crashes_count,
+                         state.fencing or [])
+    return ClusterResult(verdict, len(state.history.faults), state.crashes_count, len(state.history.ops),
+                         len(watch.recovered))
 
 
-__all__ = ["BREAKS", "ClusterOptions", "NodeState", "run", "run_cluster"]
+__all__ = ["BREAKS", "ClusterOptions", "ClusterResult", "NodeState", "new_world", "run", "run_cluster",
+           "run_cluster_result"]
