@@ -9,16 +9,17 @@ from dataclasses import dataclass
 
 import pytest
 
+from magnetar.broker import BrokerConfig
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_broker_http
+from magnetar.runtime.http import BrokerHttp, bootstrap_cluster, start_broker_http
 from tests.compat.harness import BrokerThread
 
 
 @dataclass
 class HttpBroker:
     thread: BrokerThread
-    http: HttpEndpoint
+    http: BrokerHttp
 
     @property
     def http_url(self) -> str:
@@ -26,9 +27,10 @@ class HttpBroker:
 
 
 @contextlib.contextmanager
-def running_http_broker() -> Iterator[HttpBroker]:
-    """A broker thread with the memory metadata store, bootstrapped, serving HTTP on a free port."""
-    thread = BrokerThread()
+def running_http_broker(config: BrokerConfig | None = None) -> Iterator[HttpBroker]:
+    """A broker thread with the memory metadata store, bootstrapped, serving HTTP on a free port
+    (and, with ``config.tls_enabled``, the binary protocol over TLS too)."""
+    thread = BrokerThread(config)
     try:
         thread.metadata = thread.call(MemoryMetadataServer(SystemClock()).connect())
         thread.start()

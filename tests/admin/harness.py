@@ -26,6 +26,7 @@ from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.protocol.pulsar import headers_and_payload, pb
+from magnetar.runtime.security import CredentialFiles
 from tests.broker.fakes import FakeChannel
 from tests.manual_clock import ManualClock, settle
 
@@ -92,6 +93,8 @@ class AdminWorld:
             metadata = await self.metadata_server.connect()
         self.metadata = metadata
         self.service = BrokerService(self.config, self.log_store, metadata, clock=self.clock)
+        # The runtime's own wiring: an authenticator when config.authentication_enabled, else None.
+        self.service.authenticator = CredentialFiles(self.config, self.clock).authenticator
         assert self.service.resources is not None
         await self.service.resources.bootstrap(self.config.cluster_name, ClusterData(service_url="http://x"))
         self.app = build_admin_app(AdminContext(self.service, self.config.cluster_name))

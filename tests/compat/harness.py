@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.log import LogStore
-from magnetar.node.broker import BrokerServer, start_broker
+from magnetar.runtime.broker_server import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.network import TcpNetwork
 
@@ -39,7 +39,8 @@ class BrokerThread:
     def start(self) -> BrokerThread:
         async def _start() -> BrokerServer:
             return await start_broker(self.config, log_store=self.log_store, clock=SystemClock(), network=TcpNetwork(),
-                                      port=self.port, metadata=self.metadata)
+                                      port=self.port, metadata=self.metadata,
+                                      tls_port=0 if self.config.tls_enabled else None)
 
         self.server = self.call(_start())
         self.port = self.server.port

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -28,6 +29,7 @@ from magnetar.admin import (
     tenants,
     topics,
 )
+from magnetar.admin.authn import AuthenticationMiddleware
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
 
@@ -68,4 +70,5 @@ def build_admin_app(ctx: AdminContext,
         return error_response(error)
 
     return Starlette(routes=[*routes, Route("/openapi.json", openapi, methods=["GET"])],
-                     exception_handlers={HTTPException: http_error, Exception: http_error})
+                     exception_handlers={HTTPException: http_error, Exception: http_error},
+                     middleware=[Middleware(AuthenticationMiddleware, lambda: ctx.service.authenticator)])

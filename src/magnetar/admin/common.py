@@ -60,6 +60,8 @@ class AdminContext:
     cluster: str
     service_url: str = ""
     broker_service_url: str = ""
+    #: This broker's ``https://`` web URL when it serves HTTPS, else "".
+    service_url_tls: str = ""
 
     @property
     def resources(self) -> Resources:

@@ -59,6 +59,25 @@ PULSAR_SEND_BUFFER_BYTES_MAX = 4 * PULSAR_FRAME_BYTES_MAX  # queued outbound byt
 #: Unanswered GET_OR_CREATE_SCHEMA requests one connection remembers (the oldest is forgotten).
 PULSAR_GET_OR_CREATE_SCHEMA_PENDING_COUNT_MAX = 1024
 
+# --- security ----------------------------------------------------------------------------------
+#: Credentials one CONNECT, AUTH_RESPONSE or HTTP ``Authorization`` header may carry; larger is
+#: refused as an authentication failure before any parsing (a JWT is usually under 1 KiB).
+AUTH_DATA_BYTES_MAX = 16 * KIB
+#: Users an htpasswd file may list (bounds the map the basic provider holds).
+HTPASSWD_USERS_COUNT_MAX = 100_000
+#: Successful basic-auth verifications remembered (bcrypt costs ~0.1 s per check; HTTP clients
+#: authenticate every request). Oldest forgotten beyond it.
+BASIC_AUTH_CACHE_COUNT_MAX = 1024
+#: A TLS client that has not finished its handshake within this is dropped (Pulsar's
+#: Netty SslHandler default handshake timeout is 10 s).
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+#: How long a connection whose CONNECT failed authentication stays open to be told so (its first
+#: request is answered with AuthenticationError and it is closed; silent, it is closed after this).
+AUTH_REFUSED_CONNECTION_LINGER_S = 5.0
+#: How long an expired connection has to answer AUTH_CHALLENGE with a valid AUTH_RESPONSE, at most
+#: (the broker also never waits longer than ``auth_refresh_check_interval_s``).
+AUTH_CHALLENGE_RESPONSE_TIMEOUT_S_MAX = 60.0
+
 # --- simulation --------------------------------------------------------------------------------
 SIM_STEPS_MAX = 10_000_000  # a scenario that runs longer than this is a livelock
 SIM_LINK_QUEUE_BYTES_MAX = 16 * MIB

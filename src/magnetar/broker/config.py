@@ -10,11 +10,14 @@ from dataclasses import dataclass
 
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.limits import (
+    AUTH_REFUSED_CONNECTION_LINGER_S,
     BROKER_DISPATCH_READ_COUNT_MAX,
     BROKER_PENDING_ACKS_PER_SUBSCRIPTION_COUNT_MAX,
     BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX,
     BROKER_REDELIVERY_TRACKER_COUNT_MAX,
     MIB,
+    PULSAR_MESSAGE_BYTES_MAX,
+    TLS_HANDSHAKE_TIMEOUT_S,
 )
 
 
@@ -67,6 +70,66 @@ class BrokerConfig:
     #: queue grow without limit. Never False in a deployment.
     connection_outbound_bound_enabled: bool = True
 
+    #: Largest message (metadata + payload) a client may send, told to it in CONNECTED
+    #: [maxMessageSize]; at most PULSAR_MESSAGE_BYTES_MAX.
+    max_message_size_bytes: int = PULSAR_MESSAGE_BYTES_MAX
+
+    # --- security (Pulsar's broker.conf keys in brackets; ``magnetar.security`` verifies) ----------
+    #: Clients must present credentials one of ``authentication_providers`` accepts
+    #: [authenticationEnabled]. Off: every connection and HTTP request has role None.
+    authentication_enabled: bool = False
+    #: Provider names, several at once: "token", "basic", "tls" [authenticationProviders].
+    authentication_providers: tuple[str, ...] = ()
+    #: Role of a client that sends no credentials (or a method no provider serves); None refuses
+    #: it [anonymousUserRole].
+    anonymous_user_role: str | None = None
+    #: HS256 secret key as Pulsar names it: ``file:///path`` (raw bytes) or ``data:;base64,...``
+    #: [tokenSecretKey]. The runtime reads it; the broker never opens files.
+    token_secret_key: str | None = None
+    #: RS256/ES256 public key (DER or PEM), same forms [tokenPublicKey].
+    token_public_key: str | None = None
+    #: Claim that names the role [tokenAuthClaim].
+    token_auth_claim: str = "sub"
+    #: Claim checked against ``token_audience`` when that is set [tokenAudienceClaim, tokenAudience].
+    token_audience_claim: str = "aud"
+    token_audience: str | None = None
+    #: Seconds an expired (or not-yet-valid) token is still accepted [tokenAllowedClockSkewSeconds].
+    token_allowed_clock_skew_s: int = 0
+    #: htpasswd (apr1, bcrypt, {SHA}) for the "basic" provider: a path, ``data:;base64,...`` or the
+    #: content in base64 [basicAuthConf].
+    basic_auth_conf_path: str | None = None
+    #: A connection whose CONNECT failed authentication is closed after its first request, or
+    #: after this long if it sends none.
+    auth_refused_linger_s: float = AUTH_REFUSED_CONNECTION_LINGER_S
+    #: How often open connections are checked for expired credentials; an expired one is sent
+    #: AUTH_CHALLENGE and closed unless it answers with a valid credential within the same
+    #: interval [authenticationRefreshCheckSeconds].
+    auth_refresh_check_interval_s: int = 60
+    #: TLS listeners (binary ``pulsar+ssl://`` and HTTPS) with these files [tlsCertificateFilePath,
+    #: tlsKeyFilePath, tlsTrustCertsFilePath]; the ports live in the node's config.
+    tls_enabled: bool = False
+    tls_certificate_file_path: str | None = None
+    tls_key_file_path: str | None = None
+    tls_trust_certs_file_path: str | None = None
+    #: mTLS: refuse a TLS client without a certificate signed by the trusted CA
+    #: [tlsRequireTrustedClientCertOnConnect].
+    tls_require_trusted_client_cert: bool = False
+    #: How often the certificate files are checked for changes [tlsCertRefreshCheckDurationSec].
+    tls_cert_refresh_check_interval_s: int = 300
+    #: A TLS client that has not finished its handshake within this is dropped.
+    tls_handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S
+    #: Port of the TLS binary listener clients are sent to by LOOKUP; set by the runtime.
+    advertised_port_tls: int | None = None
+    #: TLS from this broker to the bookies: the CA that signed their certificates turns it on;
+    #: a certificate and key are presented when the bookies require one
+    #: [bookkeeperTLSTrustCertsFilePath, bookkeeperTLSCertificateFilePath, bookkeeperTLSKeyFilePath].
+    bookkeeper_tls_trust_certs_file_path: str | None = None
+    bookkeeper_tls_certificate_file_path: str | None = None
+    bookkeeper_tls_key_file_path: str | None = None
+    #: Roles checked against grants [authorizationEnabled, superUserRoles].
+    authorization_enabled: bool = False
+    superuser_roles: tuple[str, ...] = ()
+
     def __post_init__(self) -> None:
         bounds = (
             ("pending_sends_per_producer_max", self.pending_sends_per_producer_max,
@@ -91,9 +154,40 @@ class BrokerConfig:
             raise InvalidArgument("policy_check_interval_ms must be >= 1 and message_ttl_s >= 0")
         if self.retention_time_s < -1 or self.retention_size_bytes < -1:
             raise InvalidArgument("retention_time_s and retention_size_bytes must be >= -1")
+        if not 1024 <= self.max_message_size_bytes <= PULSAR_MESSAGE_BYTES_MAX:
+            raise InvalidArgument(f"max_message_size_bytes must be 1024..{PULSAR_MESSAGE_BYTES_MAX}")
         if self.auto_created_partitions_count < 0:
             raise InvalidArgument("auto_created_partitions_count must be >= 0")
+        unknown = [p for p in self.authentication_providers if p not in AUTHENTICATION_PROVIDERS]
+        if unknown:
+            raise InvalidArgument(f"authentication_providers: unknown {unknown}; known: {list(AUTHENTICATION_PROVIDERS)}")
+        if self.authentication_enabled and not self.authentication_providers and self.anonymous_user_role is None:
+            raise InvalidArgument("authentication_enabled needs authentication_providers or anonymous_user_role")
+        if "token" in self.authentication_providers and not (self.token_secret_key or self.token_public_key):
+            raise InvalidArgument("the token provider needs token_secret_key or token_public_key")
+        if "basic" in self.authentication_providers and not self.basic_auth_conf_path:
+            raise InvalidArgument("the basic provider needs basic_auth_conf_path (an htpasswd file)")
+        if self.tls_enabled and not (self.tls_certificate_file_path and self.tls_key_file_path):
+            raise InvalidArgument("tls_enabled needs tls_certificate_file_path and tls_key_file_path")
+        if self.tls_require_trusted_client_cert and not self.tls_trust_certs_file_path:
+            raise InvalidArgument("tls_require_trusted_client_cert needs tls_trust_certs_file_path")
+        if not 0 < self.auth_refused_linger_s <= 600:
+            raise InvalidArgument("auth_refused_linger_s must be in (0, 600]")
+        if self.token_allowed_clock_skew_s < 0 or self.auth_refresh_check_interval_s < 1:
+            raise InvalidArgument("token_allowed_clock_skew_s must be >= 0, auth_refresh_check_interval_s >= 1")
+        if self.tls_cert_refresh_check_interval_s < 1 or not 0 < self.tls_handshake_timeout_s <= 600:
+            raise InvalidArgument("tls_cert_refresh_check_interval_s must be >= 1, tls_handshake_timeout_s 0..600")
 
     @property
     def service_url(self) -> str:
         return f"pulsar://{self.advertised_host}:{self.advertised_port}"
+
+    @property
+    def service_url_tls(self) -> str | None:
+        if self.advertised_port_tls is None:
+            return None
+        return f"pulsar+ssl://{self.advertised_host}:{self.advertised_port_tls}"
+
+
+#: Provider names ``authentication_providers`` accepts (Pulsar's AuthenticationProvider{Token,Basic,Tls}).
+AUTHENTICATION_PROVIDERS = ("token", "basic", "tls")

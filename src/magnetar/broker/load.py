@@ -36,6 +36,7 @@ class LoadReport:
     connections: int = 0
     msg_rate_in: float = 0.0
     msg_rate_out: float = 0.0
+    pulsar_service_url_tls: str | None = None  # Pulsar's pulsarServiceUrlTls, when the broker has TLS
 
     def load_key(self) -> tuple[int, int, int, float, str]:
         return (len(self.bundles), self.topics, self.connections, self.msg_rate_in, self.pulsar_service_url)
@@ -45,7 +46,7 @@ class LoadReport:
             "pulsarServiceUrl": self.pulsar_service_url, "webServiceUrl": self.web_service_url,
             "bundles": list(self.bundles), "numBundles": len(self.bundles), "topics": self.topics,
             "connections": self.connections, "msgRateIn": round(self.msg_rate_in, 3),
-            "msgRateOut": round(self.msg_rate_out, 3),
+            "msgRateOut": round(self.msg_rate_out, 3), "pulsarServiceUrlTls": self.pulsar_service_url_tls,
         }).encode()
 
     @staticmethod
@@ -55,7 +56,7 @@ class LoadReport:
             return LoadReport(broker_id, str(data["pulsarServiceUrl"]), str(data["webServiceUrl"]),
                               tuple(str(b) for b in data.get("bundles", ())), int(data.get("topics", 0)),
                               int(data.get("connections", 0)), float(data.get("msgRateIn", 0.0)),
-                              float(data.get("msgRateOut", 0.0)))
+                              float(data.get("msgRateOut", 0.0)), data.get("pulsarServiceUrlTls") or None)
         except (ValueError, KeyError, TypeError) as error:
             raise InvalidArgument(f"bad load report of {broker_id}: {error}") from None
 

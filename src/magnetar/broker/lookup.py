@@ -36,6 +36,7 @@ class LookupAnswer:
     kind: LookupKind
     url: str
     authoritative: bool
+    url_tls: str | None = None  # the same broker's ``pulsar+ssl://`` listener, when it has one
 
 
 class TopicLookup(Protocol):
@@ -46,11 +47,12 @@ class TopicLookup(Protocol):
 class SingleBrokerLookup:
     """A broker that serves every topic itself: always Connect to its own advertised URL."""
 
-    def __init__(self, service_url: Callable[[], str]) -> None:
+    def __init__(self, service_url: Callable[[], str], service_url_tls: Callable[[], str | None] = lambda: None) -> None:
         self._service_url = service_url
+        self._service_url_tls = service_url_tls
 
     async def lookup(self, topic: TopicName, authoritative: bool) -> LookupAnswer:
-        return LookupAnswer(LookupKind.CONNECT, self._service_url(), True)
+        return LookupAnswer(LookupKind.CONNECT, self._service_url(), True, self._service_url_tls())
 
 
 def partitioned_topic_path(topic: TopicName) -> str:

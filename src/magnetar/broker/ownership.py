@@ -107,16 +107,18 @@ class OwnerData:
     native_url: str
     http_url: str
     disabled: bool = False
+    native_url_tls: str | None = None  # Pulsar's nativeUrlTls: the owner's pulsar+ssl:// listener
 
     def encode(self) -> bytes:
         return json.dumps({"nativeUrl": self.native_url, "httpUrl": self.http_url,
-                           "disabled": self.disabled}).encode()
+                           "disabled": self.disabled, "nativeUrlTls": self.native_url_tls}).encode()
 
     @staticmethod
     def decode(value: bytes) -> OwnerData:
         try:
             data = json.loads(value)
-            return OwnerData(str(data["nativeUrl"]), str(data.get("httpUrl", "")), bool(data.get("disabled")))
+            return OwnerData(str(data["nativeUrl"]), str(data.get("httpUrl", "")), bool(data.get("disabled")),
+                             data.get("nativeUrlTls") or None)
         except (ValueError, KeyError, TypeError) as error:
             raise InvalidArgument(f"bad ownership data: {error}") from None
 
@@ -156,6 +158,10 @@ class BundleOwnership:
     @property
     def service_url(self) -> str:
         return self.service.config.service_url
+
+    @property
+    def service_url_tls(self) -> str | None:
+        return self.service.config.service_url_tls
 
     @property
     def state(self) -> OwnershipState:
@@ -220,7 +226,7 @@ class BundleOwnership:
         return OwnerData.decode(found.value), found.version
 
     def _owner_data(self) -> OwnerData:
-        return OwnerData(self.service_url, self.http_url)
+        return OwnerData(self.service_url, self.http_url, native_url_tls=self.service_url_tls)
 
     # --- lookup ---------------------------------------------------------------------------------
 
@@ -242,7 +248,7 @@ class BundleOwnership:
         if owned is None:
             return None
         if owned.state is BundleState.OWNED:
-            return LookupAnswer(LookupKind.CONNECT, self.service_url, True)
+            return LookupAnswer(LookupKind.CONNECT, self.service_url, True, self.service_url_tls)
         raise _not_ready(f"bundle {owned.key} is being unloaded; retry")
 
     async def _find_or_take(self, namespace: str, bundle: BundleRange, authoritative: bool) -> LookupAnswer:
@@ -253,28 +259,34 @@ class BundleOwnership:
             if owner.native_url != self.service_url:
                 if owner.disabled:
                     raise _not_ready(f"bundle {key} is being unloaded; retry")
-                return LookupAnswer(LookupKind.REDIRECT, owner.native_url, False)
+                return LookupAnswer(LookupKind.REDIRECT, owner.native_url, False, owner.native_url_tls)
             # Our address, not held by this session: left by our previous life (restart before
             # its session expired). That process is gone (we hold its address now): remove it.
             with contextlib.suppress(BadVersion):
                 await self.store.delete(owner_path(namespace, bundle), version)
         if not authoritative:
-            chosen = await self.choose_owner()
+            chosen, chosen_tls = await self.choose_owner_urls()
             if chosen != self.service_url:
-                return LookupAnswer(LookupKind.REDIRECT, chosen, True)
+                return LookupAnswer(LookupKind.REDIRECT, chosen, True, chosen_tls)
         if await self._acquire(namespace, bundle) and self.serves_bundle(namespace, bundle):
-            return LookupAnswer(LookupKind.CONNECT, self.service_url, True)
+            return LookupAnswer(LookupKind.CONNECT, self.service_url, True, self.service_url_tls)
         current = await self.owner_of(namespace, bundle)
         if current is not None and current[0].native_url != self.service_url:
-            return LookupAnswer(LookupKind.REDIRECT, current[0].native_url, False)
+            return LookupAnswer(LookupKind.REDIRECT, current[0].native_url, False, current[0].native_url_tls)
         raise _not_ready(f"ownership of bundle {key} is changing; retry")
 
     async def choose_owner(self) -> str:
         """The service URL of the least-loaded broker (this one when no report is readable)."""
+        return (await self.choose_owner_urls())[0]
+
+    async def choose_owner_urls(self) -> tuple[str, str | None]:
+        """(pulsar://, pulsar+ssl:// or None) of the least-loaded broker."""
         reports = [r for r in await self.loads.all() if r.broker_id != self.loads.broker_id]
         reports.append(self.load_report(self.loads.last.connections if self.loads.last else 0))
         best = least_loaded(reports)
-        return self.service_url if best is None else best.pulsar_service_url
+        if best is None:
+            return self.service_url, self.service_url_tls
+        return best.pulsar_service_url, best.pulsar_service_url_tls
 
     async def _acquire(self, namespace: str, bundle: BundleRange) -> bool:
         lock = MetadataLock(self.store, owner_path(namespace, bundle), self._owner_data().encode())
@@ -409,7 +421,7 @@ class BundleOwnership:
         return LoadReport(
             self.loads.broker_id, self.service_url, self.http_url,
             tuple(o.key for o in self.owned() if o.state is BundleState.OWNED),
-            len(self.service.topics), connections, rate_in, rate_out,
+            len(self.service.topics), connections, rate_in, rate_out, self.service_url_tls,
         )
 
     def traffic(self) -> tuple[int, int]:

@@ -19,6 +19,7 @@ import contextlib
 import enum
 import logging
 import re
+from typing import TYPE_CHECKING
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import AlreadyExists, LimitExceeded, NotFound
@@ -37,6 +38,9 @@ from magnetar.broker.topic import Topic
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import pb
 
+if TYPE_CHECKING:
+    from magnetar.security import Authenticator
+
 log = logging.getLogger(__name__)
 
 
@@ -53,11 +57,15 @@ class BrokerService:
         self.log_store = log_store
         self.partitioned = PartitionedTopics(metadata)
         #: Answers LOOKUP; a cluster broker replaces it with ``broker.ownership.OwnershipLookup``.
-        self.lookup: TopicLookup = SingleBrokerLookup(lambda: self.config.service_url)
+        self.lookup: TopicLookup = SingleBrokerLookup(lambda: self.config.service_url,
+                                                      lambda: self.config.service_url_tls)
         self.topics: dict[str, Topic] = {}
         self.policies = PolicyCache(metadata, config)
         self.resources = Resources(metadata, self.policies) if metadata is not None else None
         self.schemas = SchemaRegistry(metadata)  # /schemas/...; in memory without a metadata store
+        #: Who a client is (``magnetar.security``); set by the runtime when
+        #: ``config.authentication_enabled``. None: every session and request has role None.
+        self.authenticator: Authenticator | None = None
         self._checker: asyncio.Task[None] | None = None
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._producer_counter = 0

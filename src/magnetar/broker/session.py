@@ -10,6 +10,24 @@ runtime's socket buffer, reported through ``set_transport_backlog``) exceed
 ``connection_outbound_bytes_high``: dispatch to this connection pauses and the runtime stops
 reading from it, so a client that never reads holds a bounded amount of broker memory.
 
+Authentication: with ``service.authenticator`` set, the runtime's ``ServerConnection`` does not
+auto-accept CONNECT; ``handle(ClientConnected)`` asks the authenticator for the role of the
+CONNECT's ``auth_method_name``/``auth_data`` (and the TLS client certificate's CN the runtime
+passed in). ``role`` is then the authenticated role (None while authentication is off);
+authorization reads it. A refused CONNECT is still answered CONNECTED, but the session holds no
+role and answers its first request with ``AuthenticationError`` (in that request's own response
+type) and closes the connection; requests never reach a handler. Why not ERROR in place of
+CONNECTED, as Java's broker does: the official C++ client (3.x/4.x) treats anything but CONNECTED
+during the handshake as a dropped connection and retries until its operation timeout, so the
+user would see ``Timeout`` instead of ``AuthenticationError``; an error on the first lookup is
+fatal to it and surfaces as ``pulsar.AuthenticationError`` at once.
+
+Expiring credentials (a token with ``exp``): the runtime calls ``check_credentials(now_ms)`` every
+``auth_refresh_check_interval_s``. Once expired, a client that advertised ``supports_auth_refresh``
+is sent AUTH_CHALLENGE; its AUTH_RESPONSE must authenticate to the same role (a new expiry), or
+the connection is closed; still unanswered at the next check, it is closed. A client that cannot
+refresh is closed at once, as Java's broker does. A refused connection is closed at the first check.
+
 Every handle (producer or consumer id) is bounded by ``BROKER_HANDLES_PER_CONNECTION_COUNT_MAX``.
 Errors in one request become an ERROR (or ``*_RESPONSE`` Failed) for that request only.
 """
@@ -46,16 +64,30 @@ from magnetar.protocol.pulsar import (
     commands,
     pb,
 )
+from magnetar.security import AuthenticationFailed, Principal
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
 
 
 class Session:
-    def __init__(self, service: BrokerService, connection: ServerConnection, on_output: Callable[[], None]) -> None:
+    def __init__(self, service: BrokerService, connection: ServerConnection, on_output: Callable[[], None],
+                 *, tls_peer_cn: str | None = None) -> None:
         self.service = service
         self.connection = connection
         self._on_output = on_output
+        #: CN of the client certificate when the connection came over TLS with one (runtime).
+        self.tls_peer_cn = tls_peer_cn
+        #: The authenticated role; None while authentication is disabled (or before CONNECT).
+        self.role: str | None = None
+        self.principal: Principal | None = None
+        #: Why CONNECT was refused; while set, every request is refused and the connection closed.
+        self.refusal: str | None = None
+        self._challenged = False  # AUTH_CHALLENGE sent, no valid AUTH_RESPONSE yet
+        #: Credentials renewed through AUTH_CHALLENGE / AUTH_RESPONSE on this connection.
+        self.refreshed_count = 0
+        #: Closed because its credentials expired or could not be renewed.
+        self.closed_for_credentials = False
         #: The client's ``host:port`` as the runtime sees it ("" in the simulator): admin stats show it.
         self.peer_address = ""
         self.producers: dict[int, Producer] = {}
@@ -158,13 +190,33 @@ class Session:
             await self._on_command(event.type, event.body)
         elif isinstance(event, UnsupportedCommand):
             log.info("ignoring unsupported command type %s", event.type)
-        elif isinstance(event, ClientConnected | ConnectionTerminated):
+        elif isinstance(event, ClientConnected):
+            if self.connection.state is State.CONNECTING:
+                self._authenticate_connect(event)
+        elif isinstance(event, ConnectionTerminated):
             return
         self._out()
+
+    def _refuse(self, kind: int, request_id: int | None) -> None:
+        """Answer a request of a refused connection with AuthenticationError, then close it."""
+        reason = self.refusal or "not authenticated"
+        if request_id is not None:
+            if kind == T.PARTITIONED_METADATA:
+                self.connection.send_partitioned_metadata_error(request_id, pb.AuthenticationError, reason)
+            elif kind == T.LOOKUP:
+                self.connection.send_lookup_error(request_id, pb.AuthenticationError, reason)
+            elif kind == T.GET_SCHEMA:
+                self.connection.send_get_schema_error(request_id, pb.AuthenticationError, reason)
+            else:
+                self.connection.send_error(request_id, pb.AuthenticationError, reason)
+        self.connection.close(reason)
 
     async def _on_command(self, kind: int, body: object) -> None:
         handler = _HANDLERS.get(kind)
         request_id = getattr(body, "request_id", None)
+        if self.refusal is not None:
+            self._refuse(kind, request_id)
+            return
         if handler is None:
             if request_id is not None and kind not in _LOOKUP_KINDS:
                 self.connection.send_error(request_id, pb.NotAllowedError, f"command {kind} is not supported")
@@ -186,6 +238,22 @@ class Session:
             else:
                 self.connection.send_error(request_id, broker_error.code, broker_error.message)
 
+    def _authenticate_connect(self, event: ClientConnected) -> None:
+        authenticator = self.service.authenticator
+        if authenticator is None:
+            self.connection.accept_connect()
+            return
+        try:
+            principal = authenticator.authenticate(event.auth_method_name, event.auth_data, self.tls_peer_cn)
+        except AuthenticationFailed as error:
+            log.info("CONNECT refused (method %r): %s", (event.auth_method_name or "none")[:64], error.reason)
+            self.refusal = f"Unable to authenticate: {error.reason}"
+            self.connection.accept_connect()
+            return
+        self.principal = principal
+        self.role = principal.role
+        self.connection.accept_connect()
+
     def _check_handles(self) -> None:
         if len(self.producers) + len(self.consumers) >= BROKER_HANDLES_PER_CONNECTION_COUNT_MAX:
             raise BrokerError(pb.TooManyRequests, "too many producers and consumers on this connection")
@@ -198,10 +266,13 @@ class Session:
 
     async def _lookup(self, body: pb.CommandLookupTopic) -> None:
         answer = await self.service.lookup.lookup(_topic_name(body.topic), body.authoritative)
+        # A client on TLS connects to broker_url_tls (the C++ client reads only that field then).
         if answer.kind is LookupKind.CONNECT:
-            self.connection.send_lookup_connect(body.request_id, answer.url, authoritative=answer.authoritative)
+            self.connection.send_lookup_connect(body.request_id, answer.url, answer.url_tls,
+                                                authoritative=answer.authoritative)
         else:
-            self.connection.send_lookup_redirect(body.request_id, answer.url, authoritative=answer.authoritative)
+            self.connection.send_lookup_redirect(body.request_id, answer.url, answer.url_tls,
+                                                 authoritative=answer.authoritative)
 
     async def _topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
         pattern = body.topics_pattern if body.HasField("topics_pattern") else None
@@ -268,6 +339,9 @@ class Session:
             self._out()
 
     async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool) -> None:
+        if self.refusal is not None:
+            self._refuse(T.SEND, None)
+            return
         producer = self.producers.get(command.producer_id)
         if producer is None:
             # Java closes the connection: the client then re-creates its producers and resends.
@@ -410,7 +484,51 @@ class Session:
                                                                    "consumer stats are not supported"))
 
     async def _auth_response(self, body: pb.CommandAuthResponse) -> None:
-        return
+        authenticator = self.service.authenticator
+        principal = self.principal
+        if authenticator is None or principal is None:
+            return  # nothing to renew (authentication off); Java ignores it too
+        data = body.response if body.HasField("response") else pb.AuthData()
+        method = data.auth_method_name if data.HasField("auth_method_name") else principal.method
+        try:
+            renewed = authenticator.authenticate(method, bytes(data.auth_data), self.tls_peer_cn)
+        except AuthenticationFailed as error:
+            log.info("AUTH_RESPONSE refused for role %r: %s; closing", principal.role, error.reason)
+            self._close_for_credentials(f"authentication refresh failed: {error.reason}")
+            return
+        if renewed.role != principal.role:
+            log.warning("AUTH_RESPONSE changed the role from %r to %r; closing", principal.role, renewed.role)
+            self._close_for_credentials("the role cannot change during an authentication refresh")
+            return
+        self.principal = renewed
+        self._challenged = False
+        self.refreshed_count += 1
+
+    def _close_for_credentials(self, reason: str) -> None:
+        self.closed_for_credentials = True
+        self.connection.close(reason)
+
+    def check_credentials(self, now_ms: int) -> None:
+        """Challenge or close a connection whose credentials expired (wall-clock ``now_ms``)."""
+        if not self.is_open():
+            return
+        if self.refusal is not None:
+            self._close_for_credentials(self.refusal)
+            return
+        principal = self.principal
+        if principal is None or principal.expires_at_ms is None:
+            return
+        if self._challenged:
+            self._close_for_credentials("authentication refresh not answered in time")
+            return
+        if now_ms < principal.expires_at_ms:
+            return
+        if not self.connection.features.supports_auth_refresh:
+            self._close_for_credentials("credentials expired and the client cannot refresh them")
+            return
+        self.connection.send_auth_challenge(principal.method, b"refresh")
+        self._challenged = True
+        self._out()
 
     # --- teardown -------------------------------------------------------------------------------
 

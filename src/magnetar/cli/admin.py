@@ -23,6 +23,7 @@ from rich.console import Console
 
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.types import TopicName
+from magnetar.cli.credentials import Credentials
 from magnetar.cli.output import print_table
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -44,14 +45,19 @@ console = Console(soft_wrap=True)  # long names and URLs stay on one line, whole
 @dataclass
 class _Api:
     url: str
+    credentials: Credentials
 
     def call(self, method: str, path: str, body: Any = None, query: str = "") -> Any:
         data = None if body is None else json.dumps(body).encode()
         target = f"{self.url.rstrip('/')}/admin/v2{path}" + (f"?{query}" if query else "")
-        request = urllib.request.Request(target, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        authorization = self.credentials.authorization_header()
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        request = urllib.request.Request(target, data=data, method=method, headers=headers)
+        context = self.credentials.ssl_context() if self.url.startswith("https://") else None
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as reply:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S, context=context) as reply:
                 raw = reply.read()
         except urllib.error.HTTPError as error:
             raw = error.read()
@@ -69,21 +75,36 @@ class _Api:
         return json.loads(raw) if raw else None
 
 
-_state = {"url": os.environ.get("MAGNETAR_ADMIN_URL", DEFAULT_URL)}
+_state: dict[str, Any] = {"url": os.environ.get("MAGNETAR_ADMIN_URL", DEFAULT_URL), "credentials": Credentials()}
 
 
 def _api() -> _Api:
-    return _Api(_state["url"])
+    return _Api(_state["url"], _state["credentials"])
 
 
 @admin_app.callback()
-def _options(url: str = typer.Option(None, "--url", help=f"broker HTTP URL (default $MAGNETAR_ADMIN_URL or {DEFAULT_URL})"),
-             cluster_dir: str = typer.Option(None, "--cluster-dir",
-                                             help="a `magnetar cluster up --dir` directory: use its brokers' URLs")) -> None:
+def _options(
+    url: str = typer.Option(None, "--url", help=f"broker HTTP URL (default $MAGNETAR_ADMIN_URL or {DEFAULT_URL})"),
+    cluster_dir: str = typer.Option(None, "--cluster-dir",
+                                    help="a `magnetar cluster up --dir` directory: use its brokers' URLs"),
+    token: str = typer.Option(None, "--token", envvar="MAGNETAR_TOKEN", help="JWT, or file:///path to one"),
+    auth_plugin: str = typer.Option(None, "--auth-plugin", help="token, basic or tls (or Pulsar's class names)"),
+    auth_params: str = typer.Option(None, "--auth-params", help="token:JWT, user:password, tlsCertFile:..,tlsKeyFile:.."),
+    tls_trust_cert: str = typer.Option(None, "--tls-trust-cert", help="CA file for https:// URLs"),
+    tls_cert: str = typer.Option(None, "--tls-cert", help="client certificate (mTLS)"),
+    tls_key: str = typer.Option(None, "--tls-key", help="client certificate's key"),
+) -> None:
     if url:
         _state["url"] = url
     elif cluster_dir:
         _state["url"] = _cluster_admin_url(cluster_dir)
+    try:
+        _state["credentials"] = Credentials.from_options(token=token, auth_plugin=auth_plugin, auth_params=auth_params,
+                                                         tls_trust_cert=tls_trust_cert, tls_cert=tls_cert,
+                                                         tls_key=tls_key)
+    except InvalidArgument as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _cluster_admin_url(directory: str) -> str:

@@ -21,6 +21,10 @@ def register(app: typer.Typer) -> None:
         audit_interval_ms: int = typer.Option(600_000, "--audit-interval-ms", help="full audit at least this often"),
         batch: int = typer.Option(10, "--batch", help="entries copied in parallel"),
         poll_interval_ms: int = typer.Option(5_000, "--poll-interval-ms", help="workers re-scan markers this often"),
+        bookie_tls_trust_cert: str = typer.Option(None, "--bookie-tls-trust-cert",
+                                                  help="CA of TLS bookies (turns TLS to the bookies on)"),
+        bookie_tls_cert: str = typer.Option(None, "--bookie-tls-cert", help="client certificate for the bookies"),
+        bookie_tls_key: str = typer.Option(None, "--bookie-tls-key", help="its key"),
     ) -> None:
         """Run AutoRecovery: elected auditor + replication worker (restores Qw copies of lost bookies)."""
         from magnetar.ledger.autorecovery import AutoRecoveryConfig
@@ -37,4 +41,4 @@ def register(app: typer.Typer) -> None:
         except InvalidArgument as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
-        main(metadata, config)
+        main(metadata, config, (bookie_tls_trust_cert, bookie_tls_cert, bookie_tls_key))

@@ -39,6 +39,10 @@ def _table(cluster: object, console: Console) -> None:
     console.print(f"metadata URL {cluster.metadata_url}")
     for broker in cluster.of_kind("broker"):
         console.print(f"{broker.name} admin http://127.0.0.1:{broker.http_port}")
+    if cluster.service_url_tls() is not None:
+        console.print("[bold]secure:[/bold] TLS, token/certificate authentication and authorization are on")
+        for line in cluster.connect_help():
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 @cluster_app.command("up")
@@ -49,6 +53,8 @@ def up(
     ensemble: str = typer.Option("3,3,2", "--ensemble", help="E,Qw,Qa of new ledgers"),
     timeout_s: float = typer.Option(90.0, "--timeout-s", min=1, help="bound on the whole start-up"),
     autorecovery: bool = typer.Option(True, "--autorecovery/--no-autorecovery", help="run an AutoRecovery process"),
+    secure: bool = typer.Option(False, "--secure", help="TLS, authentication and authorization, with a generated "
+                                "CA, certificates and a superuser token"),
 ) -> None:
     """Start the cluster and leave it running (stop it with `magnetar cluster down`)."""
     from magnetar.runtime.cluster import STATE_FILE, LocalCluster
@@ -64,7 +70,8 @@ def up(
         raise typer.BadParameter(f"--ensemble must be E,Qw,Qa, got {ensemble!r}") from None
     quorum = (min(e, bookies), min(qw, bookies), min(qa, bookies))
     try:
-        cluster = LocalCluster(base, bookies=bookies, brokers=brokers, ensemble=quorum, autorecovery=autorecovery)
+        cluster = LocalCluster(base, bookies=bookies, brokers=brokers, ensemble=quorum, autorecovery=autorecovery,
+                               secure=secure)
     except (ValueError, RuntimeError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

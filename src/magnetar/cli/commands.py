@@ -18,6 +18,7 @@ from magnetar.cli import (
     produce,
     sim,
     standalone,
+    tokens,
 )
 
 REGISTRARS: list[Callable[[typer.Typer], None]] = []
@@ -32,3 +33,4 @@ REGISTRARS.append(broker.register)
 REGISTRARS.append(chaos.register)
 REGISTRARS.append(cluster.register)
 REGISTRARS.append(admin.register)
+REGISTRARS.append(tokens.register)

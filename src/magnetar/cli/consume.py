@@ -20,7 +20,18 @@ from rich.console import Console
 from rich.markup import escape
 
 from magnetar.base.errors import MagnetarError, TimeoutError_
-from magnetar.cli.produce import DEFAULT_SERVICE_URL, connect
+from magnetar.cli.credentials import Credentials
+from magnetar.cli.produce import (
+    AUTH_PARAMS_OPTION,
+    AUTH_PLUGIN_OPTION,
+    DEFAULT_SERVICE_URL,
+    TLS_CERT_OPTION,
+    TLS_KEY_OPTION,
+    TLS_TRUST_OPTION,
+    TOKEN_OPTION,
+    connect,
+    credentials_of,
+)
 from magnetar.client import ClientOptions, InitialPosition, Message, SubscriptionType
 from magnetar.client.client import PulsarClient
 from magnetar.client.message import EARLIEST
@@ -30,10 +41,11 @@ FIRST_STORED_TIMEOUT_MS = 2_000
 
 
 async def consume(service_url: str, topic: str, subscription: str, count: int, sub_type: SubscriptionType,
-                  position: InitialPosition, timeout_s: float, console: Console) -> list[Message]:
+                  position: InitialPosition, timeout_s: float, console: Console,
+                  credentials: Credentials | None = None) -> list[Message]:
     options = ClientOptions(operation_timeout_ms=max(1, int(timeout_s * 1000)),
                             connection_timeout_ms=max(1, min(10_000, int(timeout_s * 1000))))
-    client = connect(service_url, options)
+    client = connect(service_url, options, credentials)
     received: list[Message] = []
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -109,9 +121,12 @@ def register(app: typer.Typer) -> None:
         position: str = typer.Option("earliest", "--position", help="where a new subscription starts: earliest or latest"),
         service_url: str = typer.Option(DEFAULT_SERVICE_URL, "--service-url", "-u"),
         timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="bound on the whole run"),
+        token: str = TOKEN_OPTION, auth_plugin: str = AUTH_PLUGIN_OPTION, auth_params: str = AUTH_PARAMS_OPTION,
+        tls_trust_cert: str = TLS_TRUST_OPTION, tls_cert: str = TLS_CERT_OPTION, tls_key: str = TLS_KEY_OPTION,
     ) -> None:
         """Receive messages from a subscription, print and acknowledge them."""
         console = Console(soft_wrap=True)
+        credentials = credentials_of(token, auth_plugin, auth_params, tls_trust_cert, tls_cert, tls_key)
         try:
             kind = SubscriptionType[sub_type.upper()]
             initial = InitialPosition[position.upper()]
@@ -119,7 +134,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"unknown value {exc}") from None
         try:
             received = asyncio.run(asyncio.wait_for(
-                consume(service_url, topic, subscription, count, kind, initial, timeout_s, console),
+                consume(service_url, topic, subscription, count, kind, initial, timeout_s, console, credentials),
                 timeout=timeout_s + 5))
         except (MagnetarError, OSError, TimeoutError) as exc:
             console.print(f"[red]error:[/red] {type(exc).__name__}: {exc}")

@@ -131,6 +131,14 @@ class PerfSettings:
     windows: int = 1  # measured windows of duration_s each, over the same producers and consumers
     operation_timeout_s: int = 30  # a producer/consumer creation (or close) slower than this fails the run
     processes: int = 1  # client processes, each with its own client and share of the producers/consumers
+    token: str | None = None  # a JWT (already read from file:/data: by the CLI): AuthenticationToken
+    tls_trust_cert: str | None = None  # CA file for pulsar+ssl:// and https:// service URLs
+
+    def public(self) -> dict[str, Any]:
+        """The settings as results record them: the token is never written out."""
+        values = dataclasses.asdict(self)
+        values["token"] = "<set>" if self.token else None
+        return values
 
     def __post_init__(self) -> None:
         checks = [
@@ -322,6 +330,9 @@ def _official_client(settings: PerfSettings) -> Iterator[Any]:
     pulsar = _import_pulsar()
     client = pulsar.Client(settings.service_url, operation_timeout_seconds=settings.operation_timeout_s,
                            io_threads=1, message_listener_threads=1,
+                           authentication=pulsar.AuthenticationToken(settings.token) if settings.token else None,
+                           tls_trust_certs_file_path=settings.tls_trust_cert,
+                           tls_validate_hostname=settings.tls_trust_cert is not None,
                            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     try:
         yield client
@@ -663,7 +674,7 @@ class PerfRun:
 
     def _result(self, elapsed: float, cpu_s: float, published: int, received: int) -> dict[str, Any]:
         elapsed = max(elapsed, 1e-9)
-        result: dict[str, Any] = {"settings": dataclasses.asdict(self.s), "elapsed_s": elapsed,
+        result: dict[str, Any] = {"settings": self.s.public(), "elapsed_s": elapsed,
                                   "topics_addressed": len(self.s.topic_names()), "windows": self.windows,
                                   "processes": 1, "client_cpu_s": cpu_s}
         if self.s.mode != "consume":
@@ -909,7 +920,7 @@ class MultiRun:
         results = [self.results[i] for i in sorted(self.results)]
         elapsed = max(max(r["elapsed_s"] for r in results), 1e-9)
         cpu_s = sum(r["client_cpu_s"] for r in results)
-        merged: dict[str, Any] = {"settings": dataclasses.asdict(self.s), "elapsed_s": elapsed,
+        merged: dict[str, Any] = {"settings": self.s.public(), "elapsed_s": elapsed,
                                   "topics_addressed": len(self.s.topic_names()), "processes": self.count,
                                   "client_cpu_s": cpu_s}
         windows = []
@@ -1035,8 +1046,17 @@ def register(app: typer.Typer) -> None:
             processes: int = typer.Option(1, "--processes",
                                           help="client processes, each with its own client and a share of the load"),
             json_path: str = typer.Option(None, "--json", help="write the results to this JSON file"),
+            token: str = typer.Option(None, "--token", envvar="MAGNETAR_TOKEN", help="JWT, or file:///path to one"),
+            tls_trust_cert: str = typer.Option(None, "--tls-trust-cert", help="CA file for pulsar+ssl:// URLs"),
         ) -> None:
-            _cli(mode, service_url=service_url, topic=topic, topics=topics, partitions=partitions,
+            from magnetar.cli.credentials import Credentials
+
+            try:
+                credentials = Credentials.from_options(token=token, tls_trust_cert=tls_trust_cert)
+            except InvalidArgument as exc:
+                raise typer.BadParameter(str(exc)) from None
+            _cli(mode, token=credentials.data.decode() or None, tls_trust_cert=tls_trust_cert,
+                 service_url=service_url, topic=topic, topics=topics, partitions=partitions,
                  producers=producers, consumers=consumers, size=size, rate=rate, batching=batching,
                  batch_max_messages=batch_max_messages, batch_delay_ms=batch_delay_ms, max_pending=max_pending, burst=burst,
                  max_outstanding=max_outstanding,

@@ -110,6 +110,8 @@ class PulsarClient:
                 raise broker_error(result.error if result.HasField("error") else pb.UnknownError,
                                    result.message or f"lookup of {topic} failed")
             url = result.brokerServiceUrl
+            if self.service_url.startswith("pulsar+ssl://"):  # a TLS client stays on TLS listeners
+                url = result.brokerServiceUrlTls
             if not url:
                 raise LookupError_(f"lookup of {topic} returned an empty broker URL")
             if kind == pb.CommandLookupTopicResponse.Connect:

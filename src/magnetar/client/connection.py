@@ -59,6 +59,7 @@ from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
 T = pb.BaseCommand
 DEFAULT_PORT = 6650
+DEFAULT_TLS_PORT = 6651
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,15 +70,21 @@ class BrokerAddress:
 
 
 def parse_service_url(url: str) -> BrokerAddress:
-    """``pulsar://host:port`` (the first host of a comma list); TLS is not supported."""
-    if url.startswith("pulsar+ssl://"):
-        raise InvalidArgument("pulsar+ssl:// is not supported by the Magnetar client")
-    if not url.startswith("pulsar://"):
-        raise InvalidArgument(f"service URL must start with pulsar://, got {url!r}")
-    hostport = url[len("pulsar://"):].split(",")[0].rstrip("/")
+    """``pulsar://host:port`` or ``pulsar+ssl://host:port`` (the first host of a comma list).
+
+    For ``pulsar+ssl://`` the caller's ``Network`` must be a TLS one (``TcpNetwork`` with a client
+    SSL context): the URL says what the broker expects, the network decides how to reach it.
+    """
+    if url.startswith("pulsar://"):
+        scheme, default_port = "pulsar://", DEFAULT_PORT
+    elif url.startswith("pulsar+ssl://"):
+        scheme, default_port = "pulsar+ssl://", DEFAULT_TLS_PORT
+    else:
+        raise InvalidArgument(f"service URL must start with pulsar:// or pulsar+ssl://, got {url!r}")
+    hostport = url[len(scheme):].split(",")[0].rstrip("/")
     host, sep, port_text = hostport.rpartition(":")
     if not sep:
-        host, port_text = hostport, str(DEFAULT_PORT)
+        host, port_text = hostport, str(default_port)
     if not host or not port_text.isdigit():
         raise InvalidArgument(f"invalid service URL {url!r}")
     return BrokerAddress(url, host.strip("[]"), int(port_text))

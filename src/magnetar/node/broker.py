@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, InvalidArgument
@@ -34,10 +35,30 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import ConnectionTerminated, ServerConfig, ServerConnection, State
+from magnetar.security import Authenticator
 
 log = logging.getLogger(__name__)
 
 CLOSE_GRACE_S = 5.0  # how long close() lets connection loops end by themselves
+
+
+class Reloadable(Protocol):
+    """Files re-read when they change (certificates, keys, password files): ``runtime`` has them."""
+
+    def reload_if_changed(self) -> object: ...
+
+
+class Credentials(Reloadable, Protocol):
+    """What authenticates clients, from files the runtime reads (``runtime.security.CredentialFiles``)."""
+
+    @property
+    def authenticator(self) -> Authenticator | None: ...
+
+
+def conn_tls_peer_cn(conn: Connection) -> str | None:
+    """The client certificate's CN on a TLS connection (None on plain TCP or without a certificate)."""
+    peer_cn = getattr(conn, "tls_peer_cn", None)
+    return peer_cn if isinstance(peer_cn, str) else None
 
 
 class _ConnectionLoop:
@@ -45,13 +66,14 @@ class _ConnectionLoop:
         self.server = server
         self.conn = conn
         self.clock = server.clock
-        self.protocol = ServerConnection(self._now_ms(), server.server_config)
-        self.session = Session(server.service, self.protocol, self._wake_writer)
+        self.protocol = ServerConnection(self._now_ms(), server.connection_config())
+        self.session = Session(server.service, self.protocol, self._wake_writer, tls_peer_cn=conn_tls_peer_cn(conn))
         self.session.peer_address = conn.peer
         self._output = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
         self._done = asyncio.Event()
+        self._linger: asyncio.Task[None] | None = None
 
     def _now_ms(self) -> int:
         return self.clock.monotonic_ns() // 1_000_000
@@ -62,6 +84,10 @@ class _ConnectionLoop:
     def _wake_writer(self) -> None:
         self._output.set()
 
+    def wake_writer(self) -> None:
+        """Queued frames to write, or a close to carry out (the writer closes a CLOSED connection)."""
+        self._output.set()
+
     async def run(self) -> None:
         writer = asyncio.get_running_loop().create_task(self._write_loop())
         ticker = asyncio.get_running_loop().create_task(self._tick_loop())
@@ -69,13 +95,16 @@ class _ConnectionLoop:
             await self._read_loop()
         finally:
             await self._flush_quietly()
-            for task in (writer, ticker):
+            tasks = [writer, ticker] + ([self._linger] if self._linger is not None else [])
+            for task in tasks:
                 task.cancel()
-            for task in (writer, ticker):
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await self.session.close()
             self.conn.close()
+            if self.session.closed_for_credentials:
+                self.server.expired_closed_count += 1
 
     async def _read_loop(self) -> None:
         while self._open():
@@ -97,6 +126,16 @@ class _ConnectionLoop:
                 await self.session.handle(event)
                 if isinstance(event, ConnectionTerminated):
                     return
+            if self.session.refusal is not None and self._linger is None:
+                self._linger = asyncio.get_running_loop().create_task(self._close_refused())
+            self._output.set()
+
+    async def _close_refused(self) -> None:
+        """A refused connection that sends no request is closed after the linger bound."""
+        await self.clock.sleep(self.server.service.config.auth_refused_linger_s)
+        if self._open():
+            self.session.connection.close("authentication failed")
+            self.session.closed_for_credentials = True
             self._output.set()
 
     async def _write_loop(self) -> None:
@@ -154,6 +193,10 @@ class BrokerServer:
         self.clock = clock
         self.server_config = server_config or ServerConfig()
         self._listener: Listener | None = None
+        self._tls_listener: Listener | None = None
+        self._reloader: asyncio.Task[None] | None = None
+        #: Connections closed by the credential check (expired, refresh failed or unanswered, refused).
+        self.expired_closed_count = 0
         self._loops: set[_ConnectionLoop] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -165,12 +208,30 @@ class BrokerServer:
         return self._listener.port
 
     @property
+    def tls_port(self) -> int | None:
+        return self._tls_listener.port if self._tls_listener is not None else None
+
+    @property
     def service_url(self) -> str:
         return self.service.config.service_url
+
+    def connection_config(self) -> ServerConfig:
+        """A new connection's protocol config: CONNECT waits for the session to authenticate it."""
+        config = self.server_config
+        size_max = min(config.max_message_size_bytes, self.service.config.max_message_size_bytes)
+        if self.service.authenticator is None and size_max == config.max_message_size_bytes:
+            return config
+        return dataclasses.replace(config, auto_accept_connect=self.service.authenticator is None,
+                                   max_message_size_bytes=size_max)
 
     @property
     def connection_count(self) -> int:
         return len(self._loops)
+
+    def connection_roles(self) -> list[str | None]:
+        """The authenticated role of each open connection (None: authentication off). Tests and
+        operators see who is connected."""
+        return [loop.session.role for loop in self._loops]
 
     def connection_outbound_bytes(self) -> list[int]:
         """Bytes each connection has queued for its client and not yet drained to the socket.
@@ -182,6 +243,48 @@ class BrokerServer:
 
     async def listen(self, host: str, port: int) -> None:
         self._listener = await self.network.listen(host, port, self._serve)
+
+    async def listen_tls(self, host: str, port: int, network: Network) -> None:
+        """The ``pulsar+ssl://`` listener: same sessions, over ``network``'s TLS."""
+        self._tls_listener = await network.listen(host, port, self._serve)
+
+    def start_reloading(self, credentials: Credentials | None, tls: Reloadable | None) -> None:
+        """Re-read changed credential and certificate files, each at its configured interval."""
+        config = self.service.config
+        checks: list[tuple[float, Callable[[], object]]] = []
+        if credentials is not None and credentials.authenticator is not None:
+            checks.append((float(config.auth_refresh_check_interval_s), credentials.reload_if_changed))
+            checks.append((float(config.auth_refresh_check_interval_s), self.check_credentials))
+        if tls is not None:
+            checks.append((float(config.tls_cert_refresh_check_interval_s), tls.reload_if_changed))
+        if checks:
+            self._reloader = asyncio.get_running_loop().create_task(self._reload_loop(checks), name="reload")
+
+    def check_credentials(self) -> None:
+        """Every connection's expiry check (``Session.check_credentials``); closed ones are dropped."""
+        now_ms = self.clock.now_ms()
+        for loop in list(self._loops):
+            loop.session.check_credentials(now_ms)
+            loop.wake_writer()
+
+    def refreshed_credentials_count(self) -> int:
+        """AUTH_RESPONSEs that renewed a connection's credentials, over the open connections."""
+        return sum(loop.session.refreshed_count for loop in self._loops)
+
+    async def _reload_loop(self, checks: list[tuple[float, Callable[[], object]]]) -> None:
+        due_s = [interval for interval, _ in checks]
+        elapsed_s = 0.0
+        while True:
+            step_s = max(0.0, min(due_s) - elapsed_s)
+            await self.clock.sleep(step_s)
+            elapsed_s += step_s
+            for index, (interval, check) in enumerate(checks):
+                if due_s[index] <= elapsed_s:
+                    due_s[index] = elapsed_s + interval
+                    try:
+                        check()
+                    except Exception:  # a reload must never stop the broker
+                        log.exception("reloading files failed")
 
     async def _serve(self, conn: Connection) -> None:
         if self._closed or len(self._loops) >= BROKER_CONNECTIONS_COUNT_MAX:
@@ -206,8 +309,11 @@ class BrokerServer:
         if self._closed:
             return
         self._closed = True
-        if self._listener is not None:
-            self._listener.close()
+        if self._reloader is not None:
+            self._reloader.cancel()
+        for listener in (self._listener, self._tls_listener):
+            if listener is not None:
+                listener.close()
         for loop in list(self._loops):
             loop.conn.close()
         tasks = [t for t in self._tasks if t is not asyncio.current_task()]
@@ -234,6 +340,10 @@ async def start_broker(
     port: int = 6650,
     server_config: ServerConfig | None = None,
     before_listen: Callable[[BrokerService], None] | None = None,
+    tls_port: int | None = None,
+    tls_network: Network | None = None,
+    tls: Reloadable | None = None,
+    credentials: Credentials | None = None,
 ) -> BrokerServer:
     """Start a broker listening on ``host:port`` (0 picks a free port) and return it running.
 
@@ -244,6 +354,11 @@ async def start_broker(
     and closes its topics (managed ledgers); the ledger manager and metadata stay the caller's.
     ``before_listen(service)`` runs before the first client can connect (a cluster broker installs
     its bundle ownership there).
+
+    With ``config.tls_enabled``, a ``tls_port`` (0 picks one) and a ``tls_network`` (the runtime's
+    TLS sockets), a second listener serves ``pulsar+ssl://`` and LOOKUP answers carry its URL.
+    ``credentials`` authenticate clients; they and ``tls`` are re-read when their files change
+    (``runtime.broker_server.start_broker`` builds all three from the config's files).
     """
     if log_store is None:
         if ledger_manager is None or metadata is None:
@@ -252,10 +367,22 @@ async def start_broker(
                                        config=managed_ledger_config)
         log_store = ManagedLogStore(factory, metadata)
     service = BrokerService(config, log_store, metadata, clock=clock)
+    service.authenticator = credentials.authenticator if credentials is not None else None
     if before_listen is not None:
         before_listen(service)
     server = BrokerServer(service, network, clock, server_config)
     await server.listen(host, port)
     if port == 0 or config.advertised_port == 0:
-        service.config = dataclasses.replace(config, advertised_port=server.port)
+        service.config = dataclasses.replace(service.config, advertised_port=server.port)
+    if config.tls_enabled and tls_port is not None:
+        if tls_network is None:
+            await server.close()
+            raise InvalidArgument("a TLS port needs the runtime's TLS network")
+        try:
+            await server.listen_tls(host, tls_port, tls_network)
+        except BaseException:
+            await server.close()
+            raise
+        service.config = dataclasses.replace(service.config, advertised_port_tls=server.tls_port)
+    server.start_reloading(credentials, tls if config.tls_enabled else None)
     return server

@@ -22,6 +22,7 @@ from magnetar.runtime.bookie import wait_for_termination_signal
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
+from magnetar.runtime.tls import bookie_client_network
 
 __all__ = ["READY_PREFIX", "RunningAutoRecovery", "main", "run_autorecovery", "start_autorecovery"]
 
@@ -29,14 +30,16 @@ READY_PREFIX = "magnetar-autorecovery running as "
 
 
 async def run_autorecovery(
-    metadata_url: str, config: AutoRecoveryConfig, *, ready: Callable[[str], None] | None = None
+    metadata_url: str, config: AutoRecoveryConfig, *, ready: Callable[[str], None] | None = None,
+    bookie_tls: tuple[str | None, str | None, str | None] = (None, None, None),
 ) -> None:
     """Run AutoRecovery until SIGTERM/SIGINT (composition root of ``magnetar autorecovery``)."""
     faults.arm_from_env()
     clock = SystemClock()
     store = await open_metadata_store(metadata_url, clock=clock)
     try:
-        running = await start_autorecovery(store, network=TcpNetwork(), clock=clock, rng=system_rng(), config=config,
+        network = bookie_client_network(*bookie_tls) if bookie_tls[0] else TcpNetwork()
+        running = await start_autorecovery(store, network=network, clock=clock, rng=system_rng(), config=config,
                                            owner=f"{socket.gethostname()}:{os.getpid()}")
         try:
             print(f"{READY_PREFIX}{running.owner}", flush=True)
@@ -49,12 +52,13 @@ async def run_autorecovery(
         await store.close()
 
 
-def main(metadata_url: str, config: AutoRecoveryConfig) -> None:
+def main(metadata_url: str, config: AutoRecoveryConfig,
+         bookie_tls: tuple[str | None, str | None, str | None] = (None, None, None)) -> None:
     """Run ``run_autorecovery`` on uvloop (plain asyncio if uvloop is missing)."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         import uvloop
 
-        uvloop.run(run_autorecovery(metadata_url, config))
+        uvloop.run(run_autorecovery(metadata_url, config, bookie_tls=bookie_tls))
     except ImportError:
-        asyncio.run(run_autorecovery(metadata_url, config))
+        asyncio.run(run_autorecovery(metadata_url, config, bookie_tls=bookie_tls))

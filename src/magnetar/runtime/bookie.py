@@ -38,6 +38,7 @@ from magnetar.runtime.disk import LocalDisk
 from magnetar.runtime.kv import RocksKeyValueStore
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
+from magnetar.runtime.tls import TlsFiles
 from magnetar.storage import BookieConfig
 from magnetar.storage.bookie import LiveLedgers
 
@@ -75,7 +76,12 @@ async def run_bookie(config: BookieConfig, *, ready: Callable[[int], None] | Non
         return await open_metadata_store(config.metadata_url, clock=clock)
 
     try:
-        running = await start_bookie(config, store=store, clock=clock, network=TcpNetwork(), reopen_store=reopen)
+        network = TcpNetwork()
+        if config.tls_certificate_file_path and config.tls_key_file_path:
+            tls = TlsFiles(config.tls_certificate_file_path, config.tls_key_file_path,
+                           config.tls_trust_certs_file_path, require_client_cert=config.tls_require_client_cert)
+            network = TcpNetwork(tls.context)
+        running = await start_bookie(config, store=store, clock=clock, network=network, reopen_store=reopen)
         # What start-up loaded and built lives as long as the process: moved out of the
         # collector's generations, a full collection no longer walks it (one took 7-8 ms on the
         # event loop, an add latency spike; ``bench/bookie_append.py``, docs/performance.md).

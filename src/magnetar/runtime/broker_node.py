@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from magnetar import faults
 from magnetar.admin import ADMIN_PATH, AdminContext, build_admin_app
+from magnetar.admin.lookup import LOOKUP_PATH, build_lookup_app
 from magnetar.base.clock import Clock
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.io import Network
@@ -54,15 +56,17 @@ from magnetar.broker.ownership import BundleOwnership
 from magnetar.broker.service import BrokerService
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
-from magnetar.node.broker import BrokerServer, start_broker
 from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.bookie import wait_for_termination_signal
+from magnetar.runtime.broker_server import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
+from magnetar.runtime.config import load_config
 from magnetar.runtime.console import RunningConsole, start_console
 from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_http
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port
+from magnetar.runtime.tls import bookie_client_network, tls_files_from_config
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +90,14 @@ class BrokerNodeConfig:
     session_timeout_ms: int = METADATA_SESSION_TIMEOUT_MS_DEFAULT
     bundles_count: int = NAMESPACE_BUNDLES_COUNT_DEFAULT
     load_report_interval_ms: int = LOAD_REPORT_INTERVAL_MS
+    #: TLS listeners (Pulsar's brokerServicePortTls / webServicePortTls), served when the broker
+    #: settings have ``tls_enabled``; None: none. 0 picks a free port once.
+    port_tls: int | None = None
+    http_port_tls: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("port", "http_port"):
-            if not 0 <= getattr(self, name) < 65536:
+        for name in ("port", "http_port", "port_tls", "http_port_tls"):
+            if getattr(self, name) is not None and not 0 <= getattr(self, name) < 65536:
                 raise InvalidArgument(f"{name} must be 0..65535, got {getattr(self, name)}")
         if not self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
             raise InvalidArgument("need ensemble_size >= write_quorum_size >= ack_quorum_size >= 1")
@@ -166,15 +174,31 @@ async def unique_broker_index(store: MetadataStore) -> int:
 
 
 class BrokerNode:
-    def __init__(self, config: BrokerNodeConfig, *, clock: Clock | None = None, network: Network | None = None) -> None:
+    def __init__(self, config: BrokerNodeConfig, *, clock: Clock | None = None, network: Network | None = None,
+                 broker_values: Mapping[str, Any] | None = None) -> None:
         self.config = config
         self.clock = clock or SystemClock()
         self.network = network or TcpNetwork()
         self.port = config.port or free_port(config.host)
+        #: BrokerConfig settings (a TOML [broker] section's broker keys, a translated Pulsar conf)
+        #: under MAGNETAR_BROKER_* variables; identity and address come from the node.
+        self.broker_config = load_config(BrokerConfig, "broker", file_values=broker_values, overrides={
+            "cluster_name": config.cluster_name, "advertised_host": config.advertised_address,
+            "advertised_port": self.port})
+        self.tls = tls_files_from_config(self.broker_config)
+        self.port_tls = ((config.port_tls or free_port(config.host))
+                         if self.tls is not None and config.port_tls is not None else None)
+        self.https: HttpEndpoint | None = None
+        bk = self.broker_config
+        self.bookie_network = (bookie_client_network(bk.bookkeeper_tls_trust_certs_file_path,
+                                                     bk.bookkeeper_tls_certificate_file_path,
+                                                     bk.bookkeeper_tls_key_file_path)
+                               if bk.bookkeeper_tls_trust_certs_file_path else self.network)
         self.http: HttpEndpoint | None = None
         self.generation: Generation | None = None
         self.generations = 0
         self._admin = _CurrentAdmin()
+        self._lookup = _CurrentAdmin()
         self._console = _CurrentAdmin()  # the web console of the current generation
 
     @property
@@ -187,12 +211,23 @@ class BrokerNode:
         return f"http://{self.config.advertised_address}:{port}"
 
     @property
+    def https_url(self) -> str:
+        if self.https is None:
+            return ""
+        return f"https://{self.config.advertised_address}:{self.https.port}"
+
+    @property
     def ownership(self) -> BundleOwnership | None:
         return self.generation.ownership if self.generation is not None else None
 
     def ready_line(self) -> str:
         http = f"{self.config.advertised_address}:{self.http.port}" if self.http else "-"
-        return f"{READY_PREFIX} broker={self.service_url} http={http} metadata={self.config.metadata_url}"
+        line = f"{READY_PREFIX} broker={self.service_url} http={http} metadata={self.config.metadata_url}"
+        if self.port_tls is not None:
+            line += f" broker_tls=pulsar+ssl://{self.config.advertised_address}:{self.port_tls}"
+        if self.https is not None:
+            line += f" https={self.config.advertised_address}:{self.https.port}"
+        return line
 
     def health(self) -> dict[str, object]:
         ownership = self.ownership
@@ -225,7 +260,7 @@ class BrokerNode:
         config = self.config
         try:
             index = await unique_broker_index(store)
-            generation.manager = await open_ledger_manager(store, network=self.network, clock=self.clock,
+            generation.manager = await open_ledger_manager(store, network=self.bookie_network, clock=self.clock,
                                                            rng=system_rng())
 
             def install(service: BrokerService) -> None:
@@ -235,13 +270,13 @@ class BrokerNode:
                 generation.ownership = ownership
 
             generation.server = await start_broker(
-                BrokerConfig(cluster_name=config.cluster_name, broker_index=index,
-                             advertised_host=config.advertised_address, advertised_port=self.port),
+                dataclasses.replace(self.broker_config, broker_index=index),
                 clock=self.clock, metadata=store, ledger_manager=generation.manager,
                 managed_ledger_config=ManagedLedgerConfig(ensemble_size=config.ensemble_size,
                                                           write_quorum_size=config.write_quorum_size,
                                                           ack_quorum_size=config.ack_quorum_size),
                 network=self.network, host=config.host, port=self.port, before_listen=install,
+                tls_port=self.port_tls, tls=self.tls,
             )
             ownership = generation.ownership
             assert ownership is not None
@@ -250,9 +285,10 @@ class BrokerNode:
                 await bootstrap_cluster(server.service, web_url=self.http_url)
             except Exception as error:  # the admin resources are a convenience; serving goes on
                 log.warning("could not create the default cluster/tenant/namespace: %s", error)
-            self._admin.app = build_admin_app(self._admin_context(server.service))
-            generation.console = start_console(self._admin_context(server.service), metadata_url=config.metadata_url,
-                                               http_url=self.http_url)
+            context = self._admin_context(server.service)
+            self._admin.app = build_admin_app(context)
+            self._lookup.app = build_lookup_app(context)
+            generation.console = start_console(context, metadata_url=config.metadata_url, http_url=self.http_url)
             self._console.app = generation.console.app
             generation.report_task = asyncio.get_running_loop().create_task(
                 ownership.run_load_reports(self.clock, lambda: server.connection_count,
@@ -265,16 +301,20 @@ class BrokerNode:
 
     def _admin_context(self, service: BrokerService) -> AdminContext:
         return AdminContext(service, cluster=self.config.cluster_name, service_url=self.http_url,
-                            broker_service_url=self.service_url)
+                            service_url_tls=self.https_url, broker_service_url=self.service_url)
 
     async def run(self, stop: asyncio.Event, *, on_ready: Any = None) -> None:
         """Serve until ``stop`` is set, starting a new generation whenever the session is lost."""
         registry = CollectorRegistry()
         registry.register(_CurrentCollector(self))
         admin = Starlette(routes=[Mount("", app=self._admin)])
+        lookup = Starlette(routes=[Mount("", app=self._lookup)])
+        mounts = {ADMIN_PATH: admin, LOOKUP_PATH: lookup, "": Starlette(routes=[Mount("", app=self._console)])}
         self.http = await start_http(self.config.host, self.config.http_port, health=self.health,
-                                     mounts={ADMIN_PATH: admin, "": Starlette(routes=[Mount("", app=self._console)])},
-                                     registries=[registry])
+                                     mounts=mounts, registries=[registry])
+        if self.tls is not None and self.config.http_port_tls is not None:
+            self.https = await start_http(self.config.host, self.config.http_port_tls, health=self.health,
+                                          mounts=mounts, registries=[registry], tls=self.tls)
         try:
             while not stop.is_set():
                 try:
@@ -299,6 +339,7 @@ class BrokerNode:
                     log.warning("metadata session lost: restarting the broker on a new session")
                 generation, self.generation = self.generation, None
                 self._admin.app = None
+                self._lookup.app = None
                 self._console.app = None
                 await generation.stop()
         finally:
@@ -306,12 +347,14 @@ class BrokerNode:
                 await self.generation.stop()
                 self.generation = None
             await self.http.stop()
+            if self.https is not None:
+                await self.https.stop()
 
 
-async def run_broker_node(config: BrokerNodeConfig) -> None:
+async def run_broker_node(config: BrokerNodeConfig, broker_values: Mapping[str, Any] | None = None) -> None:
     faults.arm_from_env()
     stop = asyncio.Event()
-    node = BrokerNode(config)
+    node = BrokerNode(config, broker_values=broker_values)
 
     async def signals() -> None:
         await wait_for_termination_signal()
@@ -325,12 +368,12 @@ async def run_broker_node(config: BrokerNodeConfig) -> None:
         watcher.cancel()
 
 
-def main(config: BrokerNodeConfig) -> None:
+def main(config: BrokerNodeConfig, broker_values: Mapping[str, Any] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
         import uvloop
     except ImportError:
-        asyncio.run(run_broker_node(config))
+        asyncio.run(run_broker_node(config, broker_values))
     else:
-        uvloop.run(run_broker_node(config))
+        uvloop.run(run_broker_node(config, broker_values))

@@ -11,6 +11,14 @@ grace period). The state (ports, PIDs, URLs) is written to ``base_dir/cluster.js
 ``LocalCluster.load(base_dir)`` reads it back (``magnetar cluster status|down``) and controls the
 processes by PID, after checking each PID still runs the command it was started with.
 
+With ``secure=True`` (``magnetar cluster up --secure``) the cluster is made for a network:
+``base_dir/security/`` gets a CA, a server certificate for ``localhost``/``127.0.0.1``, a client
+certificate whose CN is ``superuser``, an HS256 secret key and a token for ``superuser``, and a
+Pulsar ``broker.conf`` that every broker reads (``--pulsar-conf``): TLS listeners for the binary
+protocol and HTTPS, token and TLS-certificate authentication, authorization with ``superuser`` as
+super-user, and TLS to the bookies, which require a client certificate signed by the CA (the
+brokers and AutoRecovery present the server certificate). ``connect_help()`` says how to reach it.
+
 Processes are named ``zookeeper``, ``bookie-0``.., ``broker-0``.. and ``autorecovery`` (the
 auditor and replication worker, unless ``autorecovery=False``); each is a ``ClusterProcess``
 with ``kill(sig)``, ``pause()`` (SIGSTOP), ``resume()`` (SIGCONT), ``restart(env)`` (same ports,
@@ -38,6 +46,7 @@ from typing import Any
 
 from magnetar.runtime.autorecovery import READY_PREFIX as AUTORECOVERY_READY
 from magnetar.runtime.broker_node import READY_PREFIX as BROKER_READY
+from magnetar.runtime.certs import make_pki
 from magnetar.runtime.processes import STOP_GRACE_S, free_port
 
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
@@ -69,6 +78,51 @@ log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t] %c{1} - %m%n
 """
 
 Progress = Callable[[str, str], None]  # (process name, "starting" | "ready")
+
+SUPERUSER_ROLE = "superuser"
+SECURE_BROKER_CONF = """# Written by `magnetar cluster up --secure` (Pulsar broker.conf keys)
+authenticationEnabled=true
+authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken,\
+org.apache.pulsar.broker.authentication.AuthenticationProviderTls
+tokenSecretKey=file://{secret}
+authorizationEnabled=true
+superUserRoles={superuser}
+tlsCertificateFilePath={broker_cert}
+tlsKeyFilePath={broker_key}
+tlsTrustCertsFilePath={ca}
+bookkeeperTLSTrustCertsFilePath={ca}
+bookkeeperTLSCertificateFilePath={broker_cert}
+bookkeeperTLSKeyFilePath={broker_key}
+"""
+
+
+def _security_paths(directory: Path) -> dict[str, str]:
+    return {"ca": str(directory / "ca.cert.pem"), "secret": str(directory / "secret.key"),
+            "server_cert": str(directory / "broker.cert.pem"), "server_key": str(directory / "broker.key-pk8.pem"),
+            "token": str(directory / f"{SUPERUSER_ROLE}.token"), "broker_conf": str(directory / "broker.conf"),
+            "client_cert": str(directory / f"{SUPERUSER_ROLE}.cert.pem"),
+            "client_key": str(directory / f"{SUPERUSER_ROLE}.key-pk8.pem")}
+
+
+def make_security(directory: Path) -> dict[str, str]:
+    """A CA, broker and superuser certificates, a secret key, a superuser token and the brokers'
+    Pulsar conf, in ``directory`` (made once; an existing set is kept so restarts keep their keys)."""
+    from magnetar.security import create_token
+
+    paths = _security_paths(directory)
+    if all(Path(p).exists() for p in paths.values()):
+        return paths
+    directory.mkdir(parents=True, exist_ok=True)
+    pki = make_pki(str(directory), client_roles=(SUPERUSER_ROLE,))
+    secret = os.urandom(32)
+    for path, data in ((paths["secret"], secret),
+                       (paths["token"], create_token(SUPERUSER_ROLE, secret_key=secret).encode() + b"\n")):
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
+            handle.write(data)
+    Path(paths["broker_conf"]).write_text(SECURE_BROKER_CONF.format(
+        secret=paths["secret"], superuser=SUPERUSER_ROLE, broker_cert=pki["broker_cert"],
+        broker_key=pki["broker_key"], ca=pki["ca"]))
+    return paths
 
 
 def zookeeper_ruok(port: int, timeout_s: float = 1.0) -> bool:
@@ -102,7 +156,10 @@ class ClusterProcess:
     """One node of the cluster, controlled by its PID."""
 
     def __init__(self, name: str, kind: str, argv: list[str], log_path: Path, *, port: int,
-                 http_port: int | None = None, env: dict[str, str] | None = None) -> None:
+                 http_port: int | None = None, env: dict[str, str] | None = None,
+                 tls_port: int | None = None, https_port: int | None = None) -> None:
+        self.tls_port = tls_port
+        self.https_port = https_port
         self.name = name
         self.kind = kind  # "zookeeper" | "bookie" | "broker"
         self.argv = argv
@@ -239,12 +296,13 @@ class ClusterProcess:
     def state(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "pid": self.pid if self.alive() else None,
                 "port": self.port, "http_port": self.http_port, "argv": self.argv, "env": self.env,
-                "log": str(self.log_path)}
+                "log": str(self.log_path), "tls_port": self.tls_port, "https_port": self.https_port}
 
     @staticmethod
     def from_state(data: dict[str, Any]) -> ClusterProcess:
         process = ClusterProcess(data["name"], data["kind"], list(data["argv"]), Path(data["log"]),
-                                 port=int(data["port"]), http_port=data.get("http_port"), env=data.get("env"))
+                                 port=int(data["port"]), http_port=data.get("http_port"), env=data.get("env"),
+                                 tls_port=data.get("tls_port"), https_port=data.get("https_port"))
         process._pid = data.get("pid")
         return process
 
@@ -263,13 +321,15 @@ class LocalCluster:
 
     def __init__(self, base_dir: Path, *, bookies: int = 3, brokers: int = 2,
                  ensemble: tuple[int, int, int] = (3, 3, 2), env: dict[str, dict[str, str]] | None = None,
-                 session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT, autorecovery: bool = True) -> None:
+                 session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT, autorecovery: bool = True,
+                 secure: bool = False) -> None:
         e, qw, qa = ensemble
         if not (bookies >= e >= qw >= qa >= 1 and brokers >= 1):
             raise ValueError(f"need bookies >= E >= Qw >= Qa >= 1 and brokers >= 1, got {bookies}, {ensemble}")
         self.base_dir = Path(base_dir).absolute()
         self.ensemble = ensemble
         self.session_timeout_ms = session_timeout_ms
+        self.security: dict[str, str] = make_security(self.base_dir / "security") if secure else {}
         env = env or {}
         self.processes: dict[str, ClusterProcess] = {}
         zk_port = free_port()
@@ -306,6 +366,11 @@ class LocalCluster:
         name = f"bookie-{index}"
         argv = [sys.executable, "-m", "magnetar.cli", "bookie", "--metadata", self.metadata_url, "--host", "127.0.0.1",
                 "--port", str(port), "--data-dir", str(self.base_dir / name)]
+        if self.security:  # TLS with required client certificates: only the cluster's own nodes get in
+            env = {**(env or {}), "MAGNETAR_BOOKIE_TLS_CERTIFICATE_FILE_PATH": self.security["server_cert"],
+                   "MAGNETAR_BOOKIE_TLS_KEY_FILE_PATH": self.security["server_key"],
+                   "MAGNETAR_BOOKIE_TLS_TRUST_CERTS_FILE_PATH": self.security["ca"],
+                   "MAGNETAR_BOOKIE_TLS_REQUIRE_CLIENT_CERT": "true"}
         return ClusterProcess(name, "bookie", argv, self._log(name), port=port, env=env)
 
     def _broker(self, index: int, port: int, http_port: int, env: dict[str, str] | None) -> ClusterProcess:
@@ -315,10 +380,19 @@ class LocalCluster:
                 "--host", "127.0.0.1", "--advertised-address", "127.0.0.1", "--port", str(port),
                 "--http-port", str(http_port), "--ensemble", f"{e},{qw},{qa}",
                 "--session-timeout-ms", str(self.session_timeout_ms)]
-        return ClusterProcess(name, "broker", argv, self._log(name), port=port, http_port=http_port, env=env)
+        tls_port = https_port = None
+        if self.security:
+            tls_port, https_port = free_port(), free_port()
+            argv += ["--pulsar-conf", self.security["broker_conf"], "--port-tls", str(tls_port),
+                     "--http-port-tls", str(https_port)]
+        return ClusterProcess(name, "broker", argv, self._log(name), port=port, http_port=http_port, env=env,
+                              tls_port=tls_port, https_port=https_port)
 
     def _autorecovery(self, env: dict[str, str] | None) -> ClusterProcess:
         argv = [sys.executable, "-m", "magnetar.cli", "autorecovery", "--metadata", self.metadata_url]
+        if self.security:
+            argv += ["--bookie-tls-trust-cert", self.security["ca"], "--bookie-tls-cert", self.security["server_cert"],
+                     "--bookie-tls-key", self.security["server_key"]]
         return ClusterProcess("autorecovery", "autorecovery", argv, self._log("autorecovery"), port=0, env=env)
 
     # --- views ----------------------------------------------------------------------------------
@@ -334,6 +408,33 @@ class LocalCluster:
 
     def http_url(self, broker: int = 0) -> str:
         return f"http://127.0.0.1:{self.processes[f'broker-{broker}'].http_port}"
+
+    def service_url_tls(self) -> str | None:
+        ports = [p.tls_port for p in self.of_kind("broker") if p.tls_port is not None]
+        return "pulsar+ssl://" + ",".join(f"localhost:{port}" for port in ports) if ports else None
+
+    def https_url(self, broker: int = 0) -> str | None:
+        port = self.processes[f"broker-{broker}"].https_port
+        return f"https://localhost:{port}" if port is not None else None
+
+    def connect_help(self) -> list[str]:
+        """How a user reaches a secure cluster: URLs, files and ready-to-run commands."""
+        security = self.security or _security_paths(self.base_dir / "security")
+        tls_url, https = self.service_url_tls(), self.https_url()
+        if tls_url is None or not Path(security["token"]).exists():
+            return [f"service URL {self.service_url()} (no TLS, no authentication)"]
+        ca, token = security["ca"], security["token"]
+        return [
+            f"service URL (TLS)  {tls_url}",
+            f"admin (HTTPS)      {https}",
+            f"CA certificate     {ca}",
+            f"superuser token    {token}  (role superuser)",
+            f"client certificate {security['client_cert']} / {security['client_key']} (CN superuser)",
+            f"magnetar produce my-topic -m hello --service-url {tls_url} --tls-trust-cert {ca} --token file://{token}",
+            f"magnetar admin --url {https} --tls-trust-cert {ca} --token file://{token} tenants list",
+            f"python: pulsar.Client('{tls_url}', tls_trust_certs_file_path='{ca}', "
+            f"authentication=pulsar.AuthenticationToken(open('{token}').read().strip()))",
+        ]
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -369,6 +470,7 @@ class LocalCluster:
     def write_state(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         state = {"metadata_url": self.metadata_url, "service_url": self.service_url(),
+                 "service_url_tls": self.service_url_tls(), "security": self.security,
                  "ensemble": list(self.ensemble), "session_timeout_ms": self.session_timeout_ms,
                  "processes": [p.state() for p in self.processes.values()]}
         tmp = self.base_dir / f"{STATE_FILE}.tmp"
@@ -385,6 +487,7 @@ class LocalCluster:
         e, qw, qa = (int(x) for x in state["ensemble"])
         cluster.ensemble = (e, qw, qa)
         cluster.session_timeout_ms = int(state["session_timeout_ms"])
+        cluster.security = dict(state.get("security") or {})
         cluster.processes = {}
         for data in state["processes"]:
             cluster._add(ClusterProcess.from_state(data))

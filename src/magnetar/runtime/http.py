@@ -1,5 +1,7 @@
 """The HTTP endpoint of a Magnetar process: ``/metrics`` (Prometheus text), ``/health`` and, on a
-broker, the admin REST API mounted at ``/admin/v2`` and the web console at ``/`` (``runtime.console``).
+broker, the admin REST API mounted at ``/admin/v2``, the lookup service at ``/lookup/v2`` (both
+authenticated when the broker's authentication is on) and the web console at ``/``
+(``runtime.console``), over HTTP and, with TLS, HTTPS.
 
 Starlette app served by uvicorn inside the process's event loop; nothing outside ``runtime`` and
 ``admin`` imports the framework. ``/metrics`` renders the process-wide registry followed by the
@@ -20,12 +22,16 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import Receive, Scope, Send
 
 from magnetar.admin import ADMIN_PATH, AdminContext, build_admin_app
+from magnetar.admin.lookup import LOOKUP_PATH, build_lookup_app
 from magnetar.broker.metrics import BrokerCollector
 from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
 from magnetar.runtime.console import start_console
+from magnetar.runtime.processes import free_port
+from magnetar.runtime.tls import TlsFiles, peer_cn
 
 #: How long a stopping endpoint waits for open HTTP requests before closing them.
 HTTP_SHUTDOWN_S_MAX = 5.0
@@ -81,14 +87,49 @@ def build_app(health: Callable[[], dict[str, Any]], *, mounts: dict[str, Starlet
     return Starlette(routes=routes)
 
 
+def _tls_aware_protocol() -> type[Any]:
+    """uvicorn's HTTP protocol, recording a verified client certificate's CN in each request's
+    scope (``extensions.tls.client_cert_cn``) for the ``tls`` authentication provider."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class TlsAwareProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            cn = peer_cn(transport.get_extra_info("ssl_object"))
+            if cn is None:
+                return
+            inner: Any = getattr(self, "app")  # noqa: B009 - uvicorn's attribute, untyped here
+
+            async def with_peer(scope: Scope, receive: Receive, send: Send) -> None:
+                scope["extensions"] = {**(scope.get("extensions") or {}), "tls": {"client_cert_cn": cn}}
+                await inner(scope, receive, send)
+
+            setattr(self, "app", with_peer)  # noqa: B010
+
+    return TlsAwareProtocol
+
+
 async def start_http(host: str, port: int, *, health: Callable[[], dict[str, Any]],
                      mounts: dict[str, Starlette] | None = None,
-                     registries: list[CollectorRegistry] | None = None) -> HttpEndpoint:
-    """Serve the app on ``host:port`` (0 picks a free port); returns once it is listening."""
+                     registries: list[CollectorRegistry] | None = None,
+                     tls: TlsFiles | None = None) -> HttpEndpoint:
+    """Serve the app on ``host:port`` (0 picks a free port); returns once it is listening.
+
+    With ``tls`` it serves HTTPS with that context (reloaded in place when its files change). The
+    handshake bound is the event loop's default (60 s): uvicorn does not expose its own.
+    """
     app = build_app(health, mounts=mounts, registries=registries)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+    return await serve_app(app, host, port, tls=tls)
+
+
+async def serve_app(app: Any, host: str, port: int, *, tls: TlsFiles | None = None) -> HttpEndpoint:
+    options: dict[str, Any] = {}
+    if tls is not None:
+        context = tls.context
+        options = {"ssl_context_factory": lambda _config, _default: context, "http": _tls_aware_protocol()}
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off", **options)
     server = _EmbeddedServer(config)
-    task = asyncio.get_running_loop().create_task(server.serve(), name="http")
+    task = asyncio.get_running_loop().create_task(server.serve(), name="https" if tls else "http")
     while not server.started:
         if task.done():
             task.result()  # raises the start-up error (port in use, ...)
@@ -97,30 +138,65 @@ async def start_http(host: str, port: int, *, health: Callable[[], dict[str, Any
     return HttpEndpoint(server, task)
 
 
+class BrokerHttp:
+    """A broker's web endpoints: HTTP on ``port`` and, with TLS, HTTPS on ``tls_port``."""
+
+    def __init__(self, plain: HttpEndpoint, secure: HttpEndpoint | None) -> None:
+        self.plain = plain
+        self.secure = secure
+
+    @property
+    def port(self) -> int:
+        return self.plain.port
+
+    @property
+    def tls_port(self) -> int | None:
+        return self.secure.port if self.secure is not None else None
+
+    async def stop(self) -> None:
+        for endpoint in (self.secure, self.plain):
+            if endpoint is not None:
+                await endpoint.stop()
+
+
 async def start_broker_http(host: str, port: int, *, service: BrokerService,
-                            health: Callable[[], dict[str, Any]], metadata_url: str = "") -> HttpEndpoint:
+                            health: Callable[[], dict[str, Any]], metadata_url: str = "",
+                            tls_port: int | None = None, tls: TlsFiles | None = None) -> BrokerHttp:
     """A broker's HTTP endpoint: ``/metrics`` with per-topic and per-subscription series,
-    ``/health`` and, when the broker has a metadata store, the admin API at ``/admin/v2`` and the
-    web console at ``/`` (``runtime.console``)."""
+    ``/health`` and, when the broker has a metadata store, the admin API at ``/admin/v2``, the
+    lookup service at ``/lookup/v2`` and the web console at ``/`` (``runtime.console``). With
+    ``tls`` and ``tls_port`` the same app is also served over HTTPS (Pulsar's
+    ``webServicePortTls``). A port 0 is chosen before the app is built, so lookup answers can name it."""
+    port = port or free_port(host)
+    tls_port = (tls_port or free_port(host)) if tls is not None and tls_port is not None else None
     registry = CollectorRegistry()
     registry.register(BrokerCollector(service))
     mounts: dict[str, Starlette] = {}
     console = None
     if service.resources is not None:
         context = AdminContext(service, cluster=service.config.cluster_name,
+                               service_url=f"http://{service.config.advertised_host}:{port}",
+                               service_url_tls=(f"https://{service.config.advertised_host}:{tls_port}"
+                                                if tls_port is not None else ""),
                                broker_service_url=service.config.service_url)
         mounts[ADMIN_PATH] = build_admin_app(context)
+        mounts[LOOKUP_PATH] = build_lookup_app(context)
         console = start_console(context, metadata_url=metadata_url)
         mounts[""] = console.app  # last: everything the routes above do not serve
+    app = build_app(health, mounts=mounts, registries=[registry])
+    plain: HttpEndpoint | None = None
     try:
-        endpoint = await start_http(host, port, health=health, mounts=mounts, registries=[registry])
+        plain = await serve_app(app, host, port)
+        secure = await serve_app(app, host, tls_port, tls=tls) if tls_port is not None else None
     except BaseException:
+        if plain is not None:
+            await plain.stop()
         if console is not None:
             await console.stop()
         raise
     if console is not None:
-        endpoint.on_stop.append(console.stop)
-    return endpoint
+        plain.on_stop.append(console.stop)  # plain stops last (BrokerHttp stops secure first)
+    return BrokerHttp(plain, secure)
 
 
 async def bootstrap_cluster(service: BrokerService, *, web_url: str) -> None:

@@ -6,18 +6,29 @@ out of it), and is only sliced when it is larger than the caller asked for. Rece
 waiting for ``read()`` are bounded by ``NETWORK_READ_BUFFER_BYTES_MAX`` (the transport stops
 reading beyond it and resumes below half); outgoing bytes by ``NETWORK_WRITE_BUFFER_BYTES_MAX``
 (``drain()`` waits above it).
+
+``TcpNetwork(ssl_context=...)`` listens with TLS: the event loop runs the handshake, aborting one
+that does not finish within ``TLS_HANDSHAKE_TIMEOUT_S``, so the handler only ever sees connections
+whose handshake completed; ``TcpConnection.tls_peer_cn`` is then the verified client
+certificate's CN (None without one, or on plain TCP).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import ssl
 from collections.abc import Callable, Sequence
 from typing import cast
 
 from magnetar.base.errors import ClosedError
 from magnetar.base.io import ConnectionHandler
-from magnetar.base.limits import NETWORK_READ_BUFFER_BYTES_MAX, NETWORK_WRITE_BUFFER_BYTES_MAX
+from magnetar.base.limits import (
+    NETWORK_READ_BUFFER_BYTES_MAX,
+    NETWORK_WRITE_BUFFER_BYTES_MAX,
+    TLS_HANDSHAKE_TIMEOUT_S,
+)
+from magnetar.runtime.tls import peer_cn
 
 
 class _ConnectionProtocol(asyncio.Protocol):
@@ -136,6 +147,10 @@ class TcpConnection:
     def peer(self) -> str:
         return self._peer
 
+    @property
+    def tls_peer_cn(self) -> str | None:
+        return peer_cn(self._transport.get_extra_info("ssl_object"))
+
     async def read(self, max_bytes: int) -> bytes:
         protocol = self._protocol
         while not protocol.chunks:
@@ -185,8 +200,22 @@ class TcpListener:
 
 
 class TcpNetwork:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None,
+                 handshake_timeout_s: float = TLS_HANDSHAKE_TIMEOUT_S,
+                 client_ssl_context: ssl.SSLContext | None = None) -> None:
+        self._ssl = ssl_context
+        self._handshake_timeout_s = handshake_timeout_s
+        self._client_ssl = client_ssl_context
+
     async def connect(self, host: str, port: int) -> TcpConnection:
-        _, protocol = await asyncio.get_running_loop().create_connection(_ConnectionProtocol, host, port)
+        """A connection to ``host:port``; TLS (verifying ``host``) with a client SSL context."""
+        loop = asyncio.get_running_loop()
+        if self._client_ssl is None:
+            _, protocol = await loop.create_connection(_ConnectionProtocol, host, port)
+        else:
+            _, protocol = await loop.create_connection(_ConnectionProtocol, host, port, ssl=self._client_ssl,
+                                                       server_hostname=host,
+                                                       ssl_handshake_timeout=self._handshake_timeout_s)
         return TcpConnection(protocol)
 
     async def listen(self, host: str, port: int, handler: ConnectionHandler) -> TcpListener:
@@ -204,5 +233,9 @@ class TcpNetwork:
             serving.add(task)
             task.add_done_callback(serving.discard)
 
-        server = await loop.create_server(lambda: _ConnectionProtocol(_on_made), host, port)
+        if self._ssl is None:
+            server = await loop.create_server(lambda: _ConnectionProtocol(_on_made), host, port)
+        else:
+            server = await loop.create_server(lambda: _ConnectionProtocol(_on_made), host, port, ssl=self._ssl,
+                                              ssl_handshake_timeout=self._handshake_timeout_s)
         return TcpListener(server)

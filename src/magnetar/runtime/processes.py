@@ -46,11 +46,13 @@ class StandaloneProcess:
         web_port: int = 0,
         env: dict[str, str] | None = None,
         stderr: int | None = subprocess.PIPE,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         argv = [sys.executable, "-m", "magnetar.cli", "standalone", "--data-dir", data_dir,
                 "--bookies", str(bookies_count), "--broker-port", str(broker_port),
-                "--bookie-port", str(bookie_port), "--web-port", str(web_port)]
+                "--bookie-port", str(bookie_port), "--web-port", str(web_port), *extra_args]
         child_env = dict(os.environ if env is None else env)
+        self.security_line = ""
         self.process = subprocess.Popen(argv, env=child_env, stdout=subprocess.PIPE, stderr=stderr, text=True)
         try:
             self.fields = self._wait_ready()
@@ -59,17 +61,28 @@ class StandaloneProcess:
             raise
 
     def _wait_ready(self) -> dict[str, str]:
+        # Raw reads of the pipe: a buffered readline could pull several lines into its buffer and
+        # leave select() waiting for bytes that already arrived.
         assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
         selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
+        selector.register(fd, selectors.EVENT_READ)
         deadline = time.monotonic() + READY_TIMEOUT_S
+        pending = b""
         while time.monotonic() < deadline:
-            if selector.select(timeout=1):
-                line = self.process.stdout.readline()
+            if not selector.select(timeout=1):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            pending += chunk
+            while b"\n" in pending:
+                raw, pending = pending.split(b"\n", 1)
+                line = raw.decode(errors="replace")
+                if line.startswith("magnetar standalone security:"):
+                    self.security_line = line.strip()
                 if line.startswith("magnetar standalone ready"):
                     return dict(part.split("=", 1) for part in line.split()[3:])
-                if not line:
-                    break
         stderr = ""
         if self.process.stderr is not None and self.process.poll() is not None:
             stderr = self.process.stderr.read()[-4000:]

@@ -32,6 +32,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from magnetar import faults
 from magnetar.base.errors import InvalidArgument
@@ -39,15 +40,16 @@ from magnetar.base.types import BookieId
 from magnetar.broker import BrokerConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
-from magnetar.node.broker import BrokerServer, start_broker
 from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.bookie import RunningBookie, start_bookie, wait_for_termination_signal
+from magnetar.runtime.broker_server import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
-from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_broker_http
+from magnetar.runtime.http import BrokerHttp, bootstrap_cluster, start_broker_http
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.startup_checks import DataDirLock, check_ports_free
+from magnetar.runtime.tls import tls_files_from_config
 from magnetar.storage import BookieConfig
 
 log = logging.getLogger(__name__)
@@ -68,13 +70,17 @@ class StandaloneConfig:
     # (``runtime.ledger.LocalFirstTransport``); false: over the bookie protocol on loopback, as
     # any other client does (the bookies serve it either way).
     local_bookie_calls: bool = True
+    #: TLS listeners (Pulsar's brokerServicePortTls 6651, webServicePortTls 8443; 0 picks free
+    #: ports), served when the broker config has ``tls_enabled``; None: no TLS listener.
+    broker_port_tls: int | None = None
+    web_port_tls: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies_count <= STANDALONE_BOOKIES_COUNT_MAX:
             raise InvalidArgument(f"bookies_count must be 1..{STANDALONE_BOOKIES_COUNT_MAX}, got {self.bookies_count}")
-        for name in ("broker_port", "web_port", "bookie_port"):
+        for name in ("broker_port", "web_port", "bookie_port", "broker_port_tls", "web_port_tls"):
             port = getattr(self, name)
-            if not 0 <= port < 65536:
+            if port is not None and not 0 <= port < 65536:
                 raise InvalidArgument(f"{name} must be 0..65535, got {port}")
 
     @property
@@ -111,7 +117,7 @@ class Standalone:
     store: MetadataStore
     bookies: list[RunningBookie] = dataclasses.field(default_factory=list)
     broker: BrokerServer | None = None
-    http: HttpEndpoint | None = None
+    http: BrokerHttp | None = None
     stoppers: list[Callable[[], Awaitable[None]]] = dataclasses.field(default_factory=list)
 
     def ready_line(self) -> str:
@@ -119,10 +125,28 @@ class Standalone:
         http = f"{self.config.host}:{self.http.port}" if self.http else "-"
         broker = self.broker.service_url if self.broker else "-"
         e, qw, qa = self.config.quorum
-        return (
+        line = (
             f"magnetar standalone ready broker={broker} metadata={self.config.metadata_url()} "
             f"bookies={bookies} quorum={e},{qw},{qa} http={http}"
         )
+        tls_url = self.broker.service.config.service_url_tls if self.broker else None
+        if tls_url:
+            line += f" broker_tls={tls_url}"
+        if self.http is not None and self.http.tls_port is not None:
+            line += f" https={self.config.host}:{self.http.tls_port}"
+        return line
+
+    def security_line(self) -> str:
+        """What a client must present; said at start so an open standalone is never a surprise."""
+        config = self.broker.service.config if self.broker else None
+        if config is None or not config.authentication_enabled:
+            return ("magnetar standalone security: authentication is OFF - any client may produce, consume "
+                    "and administer every tenant (turn it on with --pulsar-conf or a [broker] section: "
+                    "authentication_enabled, authentication_providers, authorization_enabled)")
+        anonymous = config.anonymous_user_role or "refused"
+        return (f"magnetar standalone security: authentication providers={','.join(config.authentication_providers)} "
+                f"anonymous={anonymous} authorization={'on' if config.authorization_enabled else 'OFF'} "
+                f"tls={'on' if config.tls_enabled else 'off'}")
 
     async def stop(self) -> None:
         for stop in reversed(self.stoppers):
@@ -136,13 +160,22 @@ class Standalone:
 def _ports(config: StandaloneConfig) -> list[tuple[str, int, str]]:
     bookies = [(f"bookie-{i}", config.bookie_port + i if config.bookie_port else 0, "--bookie-port")
                for i in range(config.bookies_count)]
+    tls = [(name, port, flag) for name, port, flag in (("Pulsar protocol over TLS", config.broker_port_tls,
+                                                        "--broker-port-tls"),
+                                                       ("HTTPS", config.web_port_tls, "--web-port-tls"))
+           if port is not None]
     return [("Pulsar protocol", config.broker_port, "--broker-port"), ("HTTP", config.web_port, "--web-port"),
-            *bookies]
+            *tls, *bookies]
 
 
-async def start_standalone(config: StandaloneConfig) -> Standalone:
-    """Start everything; ``StartupConflict`` (one line to show) if the data directory or a port is taken."""
+async def start_standalone(config: StandaloneConfig, broker_values: Mapping[str, Any] | None = None) -> Standalone:
+    """Start everything; ``StartupConflict`` (one line to show) if the data directory or a port is taken.
+    ``broker_values`` are ``BrokerConfig`` settings (a TOML ``[broker]`` section or a translated
+    Pulsar conf), under ``MAGNETAR_BROKER_*`` variables."""
     clock = SystemClock()
+    broker_config = load_config(BrokerConfig, "broker", file_values=broker_values,
+                                overrides={"advertised_host": config.host, "advertised_port": config.broker_port})
+    tls = tls_files_from_config(broker_config)
     network = TcpNetwork()
     lock = DataDirLock(config.data_dir)
     lock.acquire()  # before the metadata store: its RocksDB lock error says nothing useful
@@ -167,8 +200,7 @@ async def start_standalone(config: StandaloneConfig) -> Standalone:
         running.stoppers.append(lambda: close_ledger_manager(manager))
         e, qw, qa = config.quorum
         running.broker = await start_broker(
-            load_config(BrokerConfig, "broker",
-                        overrides={"advertised_host": config.host, "advertised_port": config.broker_port}),
+            broker_config,
             clock=clock,
             metadata=store,
             ledger_manager=manager,
@@ -176,11 +208,14 @@ async def start_standalone(config: StandaloneConfig) -> Standalone:
             network=network,
             host=config.host,
             port=config.broker_port,
+            tls_port=config.broker_port_tls if tls is not None else None,
+            tls=tls,
         )
         running.stoppers.append(running.broker.close)
         await bootstrap_cluster(running.broker.service, web_url=f"http://{config.host}:{config.web_port}")
         running.http = await start_broker_http(config.host, config.web_port, service=running.broker.service,
-                                               health=lambda: _health(running), metadata_url=config.metadata_url())
+                                               health=lambda: _health(running), metadata_url=config.metadata_url(),
+                                               tls_port=config.web_port_tls if tls is not None else None, tls=tls)
         running.stoppers.append(running.http.stop)
     except BaseException:
         await running.stop()
@@ -203,10 +238,11 @@ def _health(running: Standalone) -> dict[str, object]:
     }
 
 
-async def run_standalone(config: StandaloneConfig) -> None:
+async def run_standalone(config: StandaloneConfig, broker_values: Mapping[str, Any] | None = None) -> None:
     faults.arm_from_env()
-    running = await start_standalone(config)
+    running = await start_standalone(config, broker_values)
     try:
+        print(running.security_line(), flush=True)
         print(running.ready_line(), flush=True)
         await wait_for_termination_signal()
         log.info("standalone stopping")
@@ -214,11 +250,11 @@ async def run_standalone(config: StandaloneConfig) -> None:
         await running.stop()
 
 
-def main(config: StandaloneConfig) -> None:
+def main(config: StandaloneConfig, broker_values: Mapping[str, Any] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         import uvloop
     except ImportError:
-        asyncio.run(run_standalone(config))
+        asyncio.run(run_standalone(config, broker_values))
     else:
-        uvloop.run(run_standalone(config))
+        uvloop.run(run_standalone(config, broker_values))

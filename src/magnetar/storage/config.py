@@ -58,6 +58,14 @@ class BookieConfig:
     # (copies the live entries to the current log, removes the old one); 0 disables compaction.
     compaction_live_percent_max: int = 50
 
+    # TLS for the bookie protocol (PEM files, read by the runtime): set the certificate and key to
+    # serve TLS; with a trusted CA, clients may (or, with tls_require_client_cert, must) present
+    # a certificate it signed. Unset: plain TCP.
+    tls_certificate_file_path: str | None = None
+    tls_key_file_path: str | None = None
+    tls_trust_certs_file_path: str | None = None
+    tls_require_client_cert: bool = False
+
     def __post_init__(self) -> None:
         checks = {
             "journal_group_wait_ms_max": self.journal_group_wait_ms_max >= 0,

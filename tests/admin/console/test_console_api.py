@@ -86,7 +86,7 @@ def test_whoami_reports_the_role_the_authentication_layer_set(http_broker: HttpB
     app = build_console_app(ConsoleContext(AdminContext(http_broker.thread.server.service, cluster="standalone"),
                                            RateHistory()))
 
-    async def call(state: dict[str, Any]) -> Any:
+    async def call(state: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None) -> Any:
         sent: list[dict[str, Any]] = []
 
         async def receive() -> dict[str, Any]:
@@ -96,11 +96,25 @@ def test_whoami_reports_the_role_the_authentication_layer_set(http_broker: HttpB
             sent.append(message)
 
         scope = {"type": "http", "method": "GET", "path": "/console/api/whoami", "raw_path": b"/console/api/whoami",
-                 "query_string": b"", "headers": [], "root_path": "", "scheme": "http", "state": state,
+                 "query_string": b"", "headers": headers or [], "root_path": "", "scheme": "http", "state": state,
                  "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1), "http_version": "1.1"}
         await app(scope, receive, send)
         return json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
 
-    assert asyncio.run(call({"role": "ops"})) == {"role": "ops"}
+    # Authentication off: the authentication layer says "no role", whatever came before it.
+    assert asyncio.run(call({"role": "ops"})) == {"role": None}
     assert asyncio.run(call({})) == {"role": None}
     assert get(http_broker, "/console/api/whoami") == {"role": None}  # no authentication on this broker
+    # Authentication on: the role of the request's credentials.
+    from magnetar.runtime.clock import SystemClock
+    from magnetar.security import Authenticator, TokenVerifier, create_token
+
+    service = http_broker.thread.server.service
+    secret = b"console-secret-console-secret-co"
+    service.authenticator = Authenticator(("token",), tokens=TokenVerifier(clock=SystemClock(), secret_key=secret))
+    try:
+        bearer = [(b"authorization", f"Bearer {create_token('ops', secret_key=secret)}".encode())]
+        assert asyncio.run(call({}, bearer)) == {"role": "ops"}
+        assert asyncio.run(call({}))["reason"].startswith("Authentication required")
+    finally:
+        service.authenticator = None

@@ -20,10 +20,12 @@ from __future__ import annotations
 from importlib import resources
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
 
+from magnetar.admin.authn import AuthenticationMiddleware
 from magnetar.admin.common import error_response
 from magnetar.admin.console.api import API_PATH, BookieInfo, ConsoleContext, routes, sample_now
 from magnetar.admin.console.history import RateHistory
@@ -65,7 +67,9 @@ def build_console_app(ctx: ConsoleContext) -> Starlette:
     async def failed(_: Request, error: Exception) -> Response:
         return error_response(error)
 
-    api = Starlette(routes=routes(ctx), exception_handlers={Exception: failed})
+    # The API shows messages and acts on cursors: authenticated like /admin/v2 (request.state.role).
+    api = Starlette(routes=routes(ctx), exception_handlers={Exception: failed},
+                    middleware=[Middleware(AuthenticationMiddleware, lambda: ctx.admin.service.authenticator)])
     return Starlette(routes=[Route("/", index, methods=["GET"]),
                              Route(f"{STATIC_PATH}/{{name}}", static, methods=["GET"]),
                              Mount(API_PATH, app=api)])
