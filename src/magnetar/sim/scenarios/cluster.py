@@ -80,7 +80,7 @@ SUBSCRIPTION_TYPES = (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER, Sub
 #: Virtual seconds: how long any phase may take before the run is declared stuck (a liveness
 #: failure, reported as a violation), and how often the controller looks at the world.
 PHASE_S_MAX = 120.0
-POLL_S = 0.01
+POLL_S = 0.05
 SESSION_TIMEOUT_MS = 2_000
 RESTART_DELAY_S_MAX = 1.0
 DRAIN_IDLE_MS = 3_000  # one read of a drain waits this long at most
