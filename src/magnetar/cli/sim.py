@@ -69,6 +69,9 @@ def sim(
     ack_quorum: int = typer.Option(2, "--ack-quorum", "--qa", min=1, help="ledger-matrix: ack quorum Qa."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the verdict."),
     list_scenarios: bool = typer.Option(False, "--list", help="List scenarios and their breaks, then exit."),
+    seeds: str = typer.Option("", "--seeds", help="cluster: run seeds FROM-TO (inclusive) and print a summary."),
+    time_limit_s: float = typer.Option(0.0, "--time-limit-s", min=0.0,
+                                       help="--seeds: stop starting new seeds after this long (0: no limit)."),
 ) -> None:
     """Run a deterministic simulation: same seed, same trace."""
     _reexec_with_fixed_hash_seed()
@@ -79,6 +82,9 @@ def sim(
             typer.echo(f"{name}  breaks: {', '.join(sorted(BREAKS.get(name, ()))) or '-'}")
         typer.echo(f"{LEDGER_MATRIX}  breaks: {', '.join(sorted(ledger_matrix.BREAKS))}  "
                    f"faults: {', '.join(ledger_matrix.FAULTS)}")
+        return
+    if seeds:
+        _soak(seeds, ops or CLUSTER_OPS_DEFAULT, frozenset(breaks), time_limit_s)
         return
     if seed is None:
         typer.echo("error: --seed is required (e.g. magnetar sim --seed 1); --list shows the scenarios", err=True)
@@ -104,6 +110,32 @@ def sim(
     typer.echo(f"seed {seed} scenario {label}")
     typer.echo(verdict.text())
     if not verdict.ok:
+        raise typer.Exit(1)
+
+
+def _soak(seeds: str, ops: int, breaks: frozenset[str], time_limit_s: float) -> None:
+    """Run the cluster scenario on every seed of ``FROM-TO``; one line per failed seed, then totals."""
+    import time
+
+    from magnetar.sim.scenarios.cluster import ClusterOptions, SoakReport, new_world, run_cluster_result
+
+    first, sep, last = seeds.partition("-")
+    if not sep or not first.isdigit() or not last.isdigit() or int(first) > int(last):
+        typer.echo(f"error: --seeds must be FROM-TO, got {seeds!r}", err=True)
+        raise typer.Exit(2)
+    report = SoakReport()
+    started = time.monotonic()
+    options = ClusterOptions(messages_per_producer=ops, breaks=breaks)
+    for number in range(int(first), int(last) + 1):
+        if time_limit_s and time.monotonic() - started > time_limit_s:
+            typer.echo(f"time limit of {time_limit_s:.0f} s reached after {report.seeds_count} seeds")
+            break
+        result = run_cluster_result(new_world(number), options)
+        report.add(number, result)
+        if not result.verdict.ok:
+            typer.echo(f"seed {number}: {result.verdict.text()}", err=True)
+    typer.echo(f"{report.text()}, wall {time.monotonic() - started:.0f} s")
+    if report.failed_seeds:
         raise typer.Exit(1)
 
 

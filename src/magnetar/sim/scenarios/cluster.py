@@ -349,6 +349,33 @@ class ClusterResult:
     recovered_ledgers_count: int
 
 
+@dataclass
+class SoakReport:
+    """What a run of many seeds did: ``magnetar sim --scenario cluster --seeds A-B``."""
+
+    seeds_count: int = 0
+    failed_seeds: list[int] = field(default_factory=list)
+    faults_count: int = 0
+    crashes_count: int = 0
+    ops_count: int = 0
+    recovered_ledgers_count: int = 0
+
+    def add(self, seed: int, result: ClusterResult) -> None:
+        self.seeds_count += 1
+        self.faults_count += result.faults_count
+        self.crashes_count += result.crashes_count
+        self.ops_count += result.ops_count
+        self.recovered_ledgers_count += result.recovered_ledgers_count
+        if not result.verdict.ok:
+            self.failed_seeds.append(seed)
+
+    def text(self) -> str:
+        return (f"seeds {self.seeds_count}, violations in {len(self.failed_seeds)} "
+                f"{self.failed_seeds[:20] if self.failed_seeds else ''}".rstrip()
+                + f", faults injected {self.faults_count}, node crashes {self.crashes_count}, "
+                f"ledgers recovered {self.recovered_ledgers_count}, history ops {self.ops_count}")
+
+
 def run(world: SimWorld, options: ScenarioOptions) -> Verdict:
     """``magnetar sim --scenario cluster``: ``ops_count`` messages per producer."""
     return run_cluster(world, ClusterOptions(messages_per_producer=options.ops_count, breaks=options.breaks))
@@ -386,5 +413,14 @@ def run_cluster_result(world: SimWorld, options: ClusterOptions) -> ClusterResul
                          len(watch.recovered))
 
 
-__all__ = ["BREAKS", "ClusterOptions", "ClusterResult", "NodeState", "new_world", "run", "run_cluster",
-           "run_cluster_result"]
+__all__ = [
+    "BREAKS",
+    "ClusterOptions",
+    "ClusterResult",
+    "NodeState",
+    "SoakReport",
+    "new_world",
+    "run",
+    "run_cluster",
+    "run_cluster_result",
+]
