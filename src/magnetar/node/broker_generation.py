@@ -99,16 +99,25 @@ async def unique_broker_index(store: MetadataStore) -> int:
     return int(path[len(PRODUCER_NAME_COUNTER):])
 
 
+#: Starts the Pulsar listener: ``node.broker.start_broker`` or the runtime's wrapper of it (TLS,
+#: credential files), called with that function's keyword arguments.
+StartServer = Callable[..., Awaitable[BrokerServer]]
+
+
 async def start_generation(
     store: MetadataStore, config: GenerationConfig, *, host: str, port: int, advertised_host: str,
-    http_url: str, network: Network, clock: Clock, rng: Rng,
+    http_url: str, network: Network, clock: Clock, rng: Rng, bookie_network: Network | None = None,
+    start_server: StartServer = start_broker,
 ) -> Generation:
-    """Build and start a generation on ``store`` (which it then owns and closes on ``stop``)."""
+    """Build and start a generation on ``store`` (which it then owns and closes on ``stop``).
+
+    ``network`` serves clients; ``bookie_network`` (default: the same) reaches the bookies.
+    """
     generation = Generation(store)
     try:
         index = await unique_broker_index(store)
-        generation.manager = await open_ledger_manager(store, network=network, clock=clock, rng=rng,
-                                                       config=config.ledger)
+        generation.manager = await open_ledger_manager(store, network=bookie_network or network, clock=clock,
+                                                       rng=rng, config=config.ledger)
 
         def install(service: BrokerService) -> None:
             ownership = BundleOwnership(store, service, broker_id=f"{advertised_host}:{port}",
@@ -118,7 +127,7 @@ async def start_generation(
 
         broker_config = dataclasses.replace(config.broker, broker_index=index, advertised_host=advertised_host,
                                             advertised_port=port)
-        generation.server = await start_broker(
+        generation.server = await start_server(
             broker_config, clock=clock, metadata=store, ledger_manager=generation.manager,
             managed_ledger_config=config.managed_ledger, network=network, host=host, port=port,
             before_listen=install,

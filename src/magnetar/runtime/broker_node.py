@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import functools
 import logging
 import sys
 from collections.abc import Iterator, Mapping
@@ -56,13 +56,13 @@ from magnetar.broker.ownership import BundleOwnership
 from magnetar.broker.service import BrokerService
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
-from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
+from magnetar.node.broker_generation import Generation, GenerationConfig, start_generation
 from magnetar.runtime.bookie import wait_for_termination_signal
-from magnetar.runtime.broker_server import BrokerServer, start_broker
+from magnetar.runtime.broker_server import start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
-from magnetar.runtime.console import RunningConsole, start_console
-from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_http
+from magnetar.runtime.console import start_console
+from magnetar.runtime.http import HttpEndpoint, start_http
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port
@@ -70,7 +70,6 @@ from magnetar.runtime.tls import bookie_client_network, tls_files_from_config
 
 log = logging.getLogger(__name__)
 
-PRODUCER_NAME_COUNTER = "/counters/producer-name/broker-"
 #: Wait between attempts to reach the metadata store (ZooKeeper down, restarting).
 METADATA_RETRY_S = 1.0
 READY_PREFIX = "magnetar broker ready"
@@ -130,47 +129,6 @@ class _CurrentCollector(Collector):
         generation = self._node.generation
         if generation is not None and generation.server is not None:
             yield from BrokerCollector(generation.server.service).collect()
-
-
-class Generation:
-    """What one metadata session carries; ``stop()`` takes it down in reverse order."""
-
-    def __init__(self, store: MetadataStore) -> None:
-        self.store = store
-        self.server: BrokerServer | None = None
-        self.ownership: BundleOwnership | None = None
-        self.report_task: asyncio.Task[None] | None = None
-        self.manager: Any = None
-        self.console: RunningConsole | None = None
-
-    async def stop(self) -> None:
-        if self.console is not None:
-            await self.console.stop()
-        if self.report_task is not None:
-            self.report_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.report_task
-        steps = [
-            self.server.close if self.server else None,
-            self.ownership.close if self.ownership else None,
-            (lambda: close_ledger_manager(self.manager)) if self.manager is not None else None,
-            self.store.close,
-        ]
-        for step in steps:
-            if step is None:
-                continue
-            try:
-                await step()
-            except Exception:  # one part failing to stop must not keep the others running
-                log.exception("error while stopping a broker generation")
-
-
-async def unique_broker_index(store: MetadataStore) -> int:
-    """A number no other broker (or earlier generation) got: the parent's sequential counter."""
-    path = await store.create(PRODUCER_NAME_COUNTER, b"", sequential=True)
-    with contextlib.suppress(Exception):
-        await store.delete(path)  # the counter lives in the parent; the child is not needed
-    return int(path[len(PRODUCER_NAME_COUNTER):])
 
 
 class BrokerNode:
@@ -256,43 +214,26 @@ class BrokerNode:
         store = await self._open_store(stop)
         if store is None:
             return None
-        generation = Generation(store)
         config = self.config
+        generation_config = GenerationConfig(
+            broker=self.broker_config,
+            managed_ledger=ManagedLedgerConfig(ensemble_size=config.ensemble_size,
+                                               write_quorum_size=config.write_quorum_size,
+                                               ack_quorum_size=config.ack_quorum_size),
+            bundles_count=config.bundles_count, load_report_interval_ms=config.load_report_interval_ms)
+        generation = await start_generation(
+            store, generation_config, host=config.host, port=self.port, advertised_host=config.advertised_address,
+            http_url=self.http_url, network=self.network, clock=self.clock, rng=system_rng(),
+            bookie_network=self.bookie_network,
+            start_server=functools.partial(start_broker, tls_port=self.port_tls, tls=self.tls))
         try:
-            index = await unique_broker_index(store)
-            generation.manager = await open_ledger_manager(store, network=self.bookie_network, clock=self.clock,
-                                                           rng=system_rng())
-
-            def install(service: BrokerService) -> None:
-                ownership = BundleOwnership(store, service, broker_id=f"{config.advertised_address}:{self.port}",
-                                            http_url=self.http_url, bundles_count=config.bundles_count)
-                ownership.install()
-                generation.ownership = ownership
-
-            generation.server = await start_broker(
-                dataclasses.replace(self.broker_config, broker_index=index),
-                clock=self.clock, metadata=store, ledger_manager=generation.manager,
-                managed_ledger_config=ManagedLedgerConfig(ensemble_size=config.ensemble_size,
-                                                          write_quorum_size=config.write_quorum_size,
-                                                          ack_quorum_size=config.ack_quorum_size),
-                network=self.network, host=config.host, port=self.port, before_listen=install,
-                tls_port=self.port_tls, tls=self.tls,
-            )
-            ownership = generation.ownership
-            assert ownership is not None
-            server = generation.server
-            try:
-                await bootstrap_cluster(server.service, web_url=self.http_url)
-            except Exception as error:  # the admin resources are a convenience; serving goes on
-                log.warning("could not create the default cluster/tenant/namespace: %s", error)
-            context = self._admin_context(server.service)
+            assert generation.server is not None
+            context = self._admin_context(generation.server.service)
             self._admin.app = build_admin_app(context)
             self._lookup.app = build_lookup_app(context)
-            generation.console = start_console(context, metadata_url=config.metadata_url, http_url=self.http_url)
-            self._console.app = generation.console.app
-            generation.report_task = asyncio.get_running_loop().create_task(
-                ownership.run_load_reports(self.clock, lambda: server.connection_count,
-                                           config.load_report_interval_ms), name="load-reports")
+            console = start_console(context, metadata_url=config.metadata_url, http_url=self.http_url)
+            generation.on_stop.append(console.stop)
+            self._console.app = console.app
         except BaseException:
             await generation.stop()
             raise

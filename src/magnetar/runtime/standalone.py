@@ -40,12 +40,13 @@ from magnetar.base.types import BookieId
 from magnetar.broker import BrokerConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
+from magnetar.node.broker_generation import bootstrap_cluster
 from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.bookie import RunningBookie, start_bookie, wait_for_termination_signal
 from magnetar.runtime.broker_server import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
-from magnetar.runtime.http import BrokerHttp, bootstrap_cluster, start_broker_http
+from magnetar.runtime.http import BrokerHttp, start_broker_http
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.startup_checks import DataDirLock, check_ports_free
