@@ -2,9 +2,11 @@
 
 Owns: the bookie node (``node.bookie``: protocol server, registration, cookie check, journal
 replay over a ``Disk`` and a ``KeyValueStore``), the broker node (``node.broker``: the Pulsar
-protocol server over a ``Network``), the ledger client wiring (``node.ledger``), AutoRecovery
+protocol server over a ``Network``; ``node.broker_generation``: a cluster broker's ledger client,
+bundle ownership and server on one metadata session, rebuilt when the session is lost), the
+ledger client wiring (``node.ledger``), AutoRecovery
 (``node.autorecovery``) and the composition of a standalone-style cell of them
-(``node.cell``). ``runtime`` gives these nodes real files, RocksDB, TCP and the system clock
+(``node.standalone``). ``runtime`` gives these nodes real files, RocksDB, TCP and the system clock
 and keeps the process entry points; ``sim`` gives them ``SimDisk``, ``SimKeyValueStore``,
 ``SimNetwork`` and a virtual clock and runs whole clusters of them in one seeded process.
 
