@@ -92,3 +92,10 @@ def test_the_scenario_runs_through_the_scenario_table() -> None:
 def test_an_unknown_break_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown breaks"):
         run_cluster_result(new_world(1), _small(breaks=frozenset({"no-such-thing"})))
+
+
+def test_seed_212_a_client_connection_closed_during_its_handshake_is_a_connect_error() -> None:
+    """Found by the soak: CONNECTED arrived, then the broker died before the client resumed; the
+    client moved its closed connection to READY (an invariant failure that killed the producer)."""
+    verdict = run_cluster_result(new_world(212), ClusterOptions(messages_per_producer=6)).verdict
+    assert verdict.ok, verdict.text()
