@@ -134,7 +134,7 @@ class ClusterOptions:
 
 
 @dataclass
-class _Run:
+class ClusterRun:
     """Everything the controller and the nodes share in one run."""
 
     world: SimWorld
@@ -149,6 +149,10 @@ class _Run:
     held_down: set[str] = field(default_factory=set)
     fencing: list[str] | None = None  # the fencing probe's violations, once it ran
     crashes_count: int = 0
+
+    @staticmethod
+    def new(world: SimWorld, options: ClusterOptions) -> ClusterRun:
+        return ClusterRun(world, options, MemoryMetadataServer(SimClock()))
 
     def now_ns(self) -> int:
         return self.world.loop.now_ns
@@ -171,7 +175,7 @@ def broker_names(options: ClusterOptions) -> list[str]:
     return [f"broker{i}" for i in range(options.brokers_count)]
 
 
-def _bookie_main(run: _Run) -> NodeMain:
+def bookie_main(run: ClusterRun) -> NodeMain:
     async def main(ctx: NodeContext) -> None:
         store = await run.connect(ctx)
 
@@ -192,7 +196,7 @@ def _bookie_main(run: _Run) -> NodeMain:
     return main
 
 
-def _broker_main(run: _Run) -> NodeMain:
+def broker_main(run: ClusterRun) -> NodeMain:
     e, qw, qa = run.options.quorum
     config = GenerationConfig(
         broker=BrokerConfig(cluster_name="sim", retention_time_s=-1, retention_size_bytes=-1, policy_check_interval_ms=1_000),
@@ -233,13 +237,13 @@ async def _retry(ctx: NodeContext, what: str, make: Callable[[], asyncio.Future[
     raise AssertionError(f"{ctx.name}: could not {what}: {last}")
 
 
-def _client(run: _Run, ctx: NodeContext) -> PulsarClient:
+def _client(run: ClusterRun, ctx: NodeContext) -> PulsarClient:
     broker = ctx.rng.choice(broker_names(run.options))
     return PulsarClient((broker, BROKER_PORT), network=ctx.network, clock=ctx.clock, rng=ctx.rng.fork("client"),
                         options=CLIENT_OPTIONS)
 
 
-def _producer_main(run: _Run, name: str, dedup: bool) -> NodeMain:
+def _producer_main(run: ClusterRun, name: str, dedup: bool) -> NodeMain:
     async def main(ctx: NodeContext) -> None:
         client = _client(run, ctx)
         config = (ProducerConfig(producer_name=name, send_timeout_ms=0) if dedup
@@ -267,7 +271,7 @@ def _producer_main(run: _Run, name: str, dedup: bool) -> NodeMain:
     return main
 
 
-def _consumer_main(run: _Run, name: str, kind: SubscriptionType) -> NodeMain:
+def _consumer_main(run: ClusterRun, name: str, kind: SubscriptionType) -> NodeMain:
     subscription = f"sub-{kind.name.lower()}"
 
     async def main(ctx: NodeContext) -> None:
@@ -294,7 +298,7 @@ def _consumer_main(run: _Run, name: str, kind: SubscriptionType) -> NodeMain:
     return main
 
 
-def _drain_main(run: _Run, name: str) -> NodeMain:
+def _drain_main(run: ClusterRun, name: str) -> NodeMain:
     async def main(ctx: NodeContext) -> None:
         client = _client(run, ctx)
         reader = await _retry(ctx, "create a reader", lambda: client.create_reader(TOPIC, EARLIEST))
@@ -327,7 +331,7 @@ def _quiet_crashes(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> 
     loop.default_exception_handler(context)
 
 
-def _prober_main(run: _Run, watch: MetadataWatch) -> NodeMain:
+def _prober_main(run: ClusterRun, watch: MetadataWatch) -> NodeMain:
     async def main(ctx: NodeContext) -> None:
         transport = BookieClientTransport(ctx.network, ctx.clock, LEDGER_CONFIG)
         try:
@@ -389,7 +393,7 @@ def run_cluster_result(world: SimWorld, options: ClusterOptions) -> ClusterResul
     unknown = options.breaks - BREAKS
     if unknown:
         raise ValueError(f"unknown breaks {sorted(unknown)}")
-    state = _Run(world, options, MemoryMetadataServer(SimClock()))
+    state = ClusterRun.new(world, options)
     watch = MetadataWatch()
     from magnetar.sim.scenarios import cluster_faults
 

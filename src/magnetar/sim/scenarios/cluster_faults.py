@@ -31,7 +31,6 @@ from collections.abc import Callable
 
 from magnetar import faults
 from magnetar.base.rng import Rng
-from magnetar.client import SubscriptionType
 from magnetar.faults import breaks
 from magnetar.sim.scenarios import cluster
 from magnetar.sim.scenarios.cluster_check import MetadataWatch
@@ -62,7 +61,7 @@ def points_for(name: str) -> list[str]:
     return [p for p in faults.REGISTRY if p.startswith(prefixes)]
 
 
-async def until(run: cluster._Run, condition: Callable[[], bool], what: str, limit_s: float = cluster.PHASE_S_MAX
+async def until(run: cluster.ClusterRun, condition: Callable[[], bool], what: str, limit_s: float = cluster.PHASE_S_MAX
                 ) -> bool:
     """Wait (virtual time) for ``condition``; a failure of the run if it does not come in time."""
     deadline = run.world.now_s() + limit_s
@@ -78,7 +77,7 @@ async def until(run: cluster._Run, condition: Callable[[], bool], what: str, lim
 class _Supervisor:
     """Restarts dead bookies and brokers after a seeded delay; suspends their metadata sessions."""
 
-    def __init__(self, run: cluster._Run, rng: Rng) -> None:
+    def __init__(self, run: cluster.ClusterRun, rng: Rng) -> None:
         self.run = run
         self.rng = rng
         self.restart_at: dict[str, float] = {}
@@ -106,7 +105,7 @@ class _Supervisor:
         return all(self.run.world.state(n) is NodeState.RUNNING and n in self.run.ready for n in names)
 
 
-async def _partition(run: cluster._Run, rng: Rng, nodes: list[str]) -> None:
+async def _partition(run: cluster.ClusterRun, rng: Rng, nodes: list[str]) -> None:
     a = rng.choice(nodes)
     b = rng.choice([n for n in nodes if n != a])
     symmetric = rng.random() < 0.5
@@ -119,7 +118,7 @@ async def _partition(run: cluster._Run, rng: Rng, nodes: list[str]) -> None:
     run.world.record("controller", "heal", f"{a} {b}")
 
 
-async def _zombie(run: cluster._Run, rng: Rng) -> None:
+async def _zombie(run: cluster.ClusterRun, rng: Rng) -> None:
     brokers = cluster.broker_names(run.options)
     victim = rng.choice(brokers)
     point = rng.choice(ZOMBIE_POINTS)
@@ -136,7 +135,7 @@ async def _zombie(run: cluster._Run, rng: Rng) -> None:
     run.world.release(point)  # releasing also disarms: later hits pass
 
 
-async def _rack_power_cut(run: cluster._Run, rng: Rng) -> None:
+async def _rack_power_cut(run: cluster.ClusterRun, rng: Rng) -> None:
     broker = rng.choice(cluster.broker_names(run.options))
     run.fault("arm-rack-power-cut", broker, RACK_POINT)
     faults.arm(RACK_POINT, "delay", delay_ms=0, node=broker)  # counts the hits, changes nothing
@@ -152,7 +151,7 @@ async def _rack_power_cut(run: cluster._Run, rng: Rng) -> None:
             run.world.crash(name, f"rack power cut after {broker} counted Qa replies")
 
 
-async def _one_fault(run: cluster._Run, rng: Rng, kind: str) -> None:
+async def _one_fault(run: cluster.ClusterRun, rng: Rng, kind: str) -> None:
     opts = run.options
     servers = cluster.bookie_names(opts) + cluster.broker_names(opts)
     world = run.world
@@ -188,7 +187,7 @@ async def _one_fault(run: cluster._Run, rng: Rng, kind: str) -> None:
         await _zombie(run, rng)
 
 
-async def _inject(run: cluster._Run, rng: Rng) -> None:
+async def _inject(run: cluster.ClusterRun, rng: Rng) -> None:
     opts = run.options
     kinds = [k for k in (opts.fault_kinds or FAULT_KINDS) if k != "zombie" or opts.brokers_count > 1]
     times = sorted(_uniform(rng, 0.0, opts.fault_window_s) for _ in range(opts.faults_count))
@@ -202,17 +201,24 @@ async def _inject(run: cluster._Run, rng: Rng) -> None:
     await run.world.sleep(max(0.0, started + opts.fault_window_s - run.world.now_s()))
 
 
-async def controller(run: cluster._Run, watch: MetadataWatch) -> None:
+async def start_servers(run: cluster.ClusterRun) -> bool:
+    """Start the bookies, then the brokers, each serving before the next kind starts."""
+    opts = run.options
+    for name in cluster.bookie_names(opts):
+        run.world.add_node(name, cluster.bookie_main(run))
+    if not await until(run, lambda: all(n in run.ready for n in cluster.bookie_names(opts)), "bookies"):
+        return False
+    for name in cluster.broker_names(opts):
+        run.world.add_node(name, cluster.broker_main(run))
+    return await until(run, lambda: all(n in run.ready for n in cluster.broker_names(opts)), "brokers")
+
+
+async def controller(run: cluster.ClusterRun, watch: MetadataWatch) -> None:
     world = run.world
     opts = run.options
     rng = world.rng.fork("cluster")
     await watch.run(run.meta)
-    for name in cluster.bookie_names(opts):
-        world.add_node(name, cluster._bookie_main(run))
-    await until(run, lambda: all(n in run.ready for n in cluster.bookie_names(opts)), "bookies")
-    for name in cluster.broker_names(opts):
-        world.add_node(name, cluster._broker_main(run))
-    await until(run, lambda: all(n in run.ready for n in cluster.broker_names(opts)), "brokers")
+    await start_servers(run)
     consumers = [(f"c-{kind.name.lower()}", kind) for kind in cluster.SUBSCRIPTION_TYPES]
     for name, kind in consumers:
         world.add_node(name, cluster._consumer_main(run, name, kind))
@@ -257,4 +263,4 @@ async def controller(run: cluster._Run, watch: MetadataWatch) -> None:
     world.record("controller", "history", f"{len(run.history.ops)} ops sha256:{digest}")
 
 
-__all__ = ["FAULT_KINDS", "SubscriptionType", "controller", "points_for"]
+__all__ = ["FAULT_KINDS", "controller", "points_for", "start_servers", "until"]
