@@ -4,6 +4,8 @@ Nodes, all assembled from ``magnetar.node`` exactly as the real processes are, o
 capabilities (``SimDisk``, ``SimKeyValueStore``, ``SimNetwork``, ``SimClock``):
 
 * ``bookie0..``  ``node.bookie.start_bookie_node`` over the node's disk and index store
+* ``autorecovery`` ``node.autorecovery.start_autorecovery``: an auditor and a replication worker
+  that copy the fragments of a bookie that is gone to a live one (four bookies, ensembles of three)
 * ``broker0..``  ``node.ledger.open_ledger_manager`` + ``node.broker.start_broker``; with more than
   one broker, bundle ownership through the metadata store (``broker.ownership``), so a topic moves
   when its owner dies or loses its session
@@ -53,11 +55,13 @@ from magnetar.client import (
     SubscriptionType,
 )
 from magnetar.faults import breaks
+from magnetar.ledger.autorecovery import AutoRecoveryConfig
 from magnetar.ledger.bookie_transport import BookieClientTransport
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.node.autorecovery import start_autorecovery
 from magnetar.node.bookie import start_bookie_node
 from magnetar.node.broker_generation import Generation, GenerationConfig, serve_generations, start_generation
 from magnetar.sim.checker import check
@@ -119,7 +123,7 @@ def new_world(seed: int) -> SimWorld:
 
 @dataclass(frozen=True, slots=True)
 class ClusterOptions:
-    bookies_count: int = 3
+    bookies_count: int = 4
     brokers_count: int = 2
     quorum: tuple[int, int, int] = (3, 2, 2)
     messages_per_producer: int = 12
@@ -129,6 +133,8 @@ class ClusterOptions:
     fault_window_s: float = 3.0
     max_entries_per_ledger: int = 8
     breaks: frozenset[str] = field(default_factory=frozenset)
+    #: Run an AutoRecovery node (auditor and replication worker) beside the bookies.
+    autorecovery: bool = True
     #: The kinds of fault drawn from (``cluster_faults.FAULT_KINDS``); empty: all of them.
     fault_kinds: tuple[str, ...] = ()
 
@@ -329,6 +335,30 @@ def _quiet_crashes(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> 
     if isinstance(context.get("exception"), SimCrash):
         return
     loop.default_exception_handler(context)
+
+
+AUTORECOVERY_CONFIG = AutoRecoveryConfig(audit_interval_ms=1_000, open_ledger_grace_ms=2_000,
+                                         worker_poll_interval_ms=500)
+
+
+def autorecovery_main(run: ClusterRun) -> NodeMain:
+    """``node.autorecovery`` as a node: it re-replicates fragments of bookies that are gone."""
+
+    async def main(ctx: NodeContext) -> None:
+        while True:  # a new session (and loops) whenever the last one ended
+            store = await run.connect(ctx)
+            running = await start_autorecovery(store, network=ctx.network, clock=ctx.clock, rng=ctx.rng.fork("ar"),
+                                               config=AUTORECOVERY_CONFIG, ledger_config=LEDGER_CONFIG,
+                                               owner=ctx.name)
+            run.ready.add(ctx.name)
+            try:
+                while store.session.alive:
+                    await ctx.clock.sleep(1.0)
+            finally:
+                run.ready.discard(ctx.name)
+                await running.stop()
+
+    return main
 
 
 def _prober_main(run: ClusterRun, watch: MetadataWatch) -> NodeMain:

@@ -8,7 +8,8 @@ reports (``shared/design/FAULTS.md``):
 * invariant 2, closed ledgers cover every acknowledged entry: a SEND_RECEIPT names an entry past
   the end its ledger was closed at
 * invariant 6, fencing is durable: after the run, every ledger that was ever seen IN_RECOVERY and
-  is now CLOSED is probed with a normal add past its end on each bookie of its last ensemble
+  then CLOSED is probed with a normal add past its end on each bookie of its last ensemble as it
+  was when closed
   (``probe_recovered_ledgers``); unless enough of them refuse it as fenced that no write set can
   complete it (``ledger.quorum.fencing_covered``), an old writer could still be acknowledged
 
@@ -106,7 +107,10 @@ class MetadataWatch:
         except MagnetarError:
             return  # deleted since listed
         self.observe(ledger_id, metadata.state, metadata.last_entry_id)
-        if metadata.state is LedgerState.IN_RECOVERY or ledger_id in self.recovered:
+        known = self.recovered.get(ledger_id)
+        # Kept as first seen CLOSED: AutoRecovery may later replace a bookie of a closed ledger,
+        # and a copy made after the close needs no fence (nobody may write the ledger any more).
+        if metadata.state is LedgerState.IN_RECOVERY or (known is not None and known.state is not LedgerState.CLOSED):
             self.recovered[ledger_id] = metadata
 
     def observe(self, ledger_id: int, state: LedgerState, last_entry_id: int) -> None:

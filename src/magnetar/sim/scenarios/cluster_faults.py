@@ -6,8 +6,9 @@ subscription type (subscribed from the earliest position before anything is sent
 producers. While they work, ``faults_count`` faults are injected at seeded random times within
 ``fault_window_s``; a supervisor restarts every dead bookie or broker after a seeded delay (and
 suspends its metadata sessions, which expire after their timeout). Then every fault is disarmed,
-hung tasks released, the network healed, and the run waits for the producers, drains the topic
-twice and gives the consumers time to catch up.
+hung tasks released, the network healed, and the run waits for the producers, cuts the power of
+every server once more (so what is read next comes from what the bookies made durable, not from
+a broker's cache), drains the topic twice and gives the consumers time to catch up.
 
 Fault kinds (``FAULT_KINDS``), targets from the world's seeded ``Rng``:
 
@@ -15,10 +16,12 @@ Fault kinds (``FAULT_KINDS``), targets from the world's seeded ``Rng``:
   broker, firing at a random hit
 * ``kill``       crash one bookie or broker (kill -9 and power cut: unsynced writes lost or torn)
 * ``power-cut``  crash every bookie at once
-* ``rack-point`` every bookie loses power at once just after a broker counted Qa add replies
+* ``rack-point`` every bookie loses power at once just after a broker persisted a message on Qa
+  bookies, before its receipt
   (the correlated failure that finds a reply sent before its fsync)
 * ``partition``  cut two nodes apart (two-way, or one-way) for a while
 * ``clock-jump`` step one node's wall clock forwards or backwards
+* ``bookie-down`` kill a bookie and keep it down for ``BOOKIE_DOWN_S`` (AutoRecovery's case)
 * ``zombie``     (two or more brokers) hang a broker inside its write path, expire its metadata
   session so another broker takes the topic over and recovers its ledger, then release it
 """
@@ -36,15 +39,20 @@ from magnetar.sim.scenarios import cluster
 from magnetar.sim.scenarios.cluster_check import MetadataWatch
 from magnetar.sim.world import NodeState
 
-FAULT_KINDS = ("point", "kill", "power-cut", "rack-point", "partition", "clock-jump", "zombie")
-#: The writer's point at which every bookie of the rack loses power in ``rack-point``: Qa replies
-#: counted, caller not yet told (the replies must not have come before the bookies' fsyncs).
-RACK_POINT = "ledger.after_quorum_before_ack"
+FAULT_KINDS = ("point", "kill", "power-cut", "rack-point", "partition", "clock-jump", "zombie", "bookie-down")
+#: How long ``bookie-down`` keeps a bookie away: past its session timeout and an audit, so
+#: AutoRecovery finds it gone and copies its fragments elsewhere.
+BOOKIE_DOWN_S = 5.0
+#: The broker's point after which every bookie of the rack loses power in ``rack-point``: a
+#: producer's message acknowledged by Qa bookies, its receipt not yet sent (those replies must
+#: not have come before the bookies' fsyncs). A producer's: a cursor's write would not be missed.
+RACK_POINT = "broker.after_persist_before_receipt"
 RACK_WATCH_S = 0.0005
 RACK_WAIT_S = 2.0
 BOOKIE_POINT_PREFIXES = ("bookie.",)
 BROKER_POINT_PREFIXES = ("ledger.", "managed_ledger.rollover.", "managed_ledger.cursor.", "broker.after_")
 ZOMBIE_POINTS = ("ledger.before_send_next_entry", "ledger.after_reply_before_count")
+AUTORECOVERY = "autorecovery"
 PARTITION_S_MAX = 2.0
 ZOMBIE_HANG_WAIT_S = 2.0
 ZOMBIE_HOLD_S = 1.5
@@ -57,8 +65,15 @@ def _uniform(rng: Rng, low: float, high: float) -> float:
 
 
 def points_for(name: str) -> list[str]:
+    if name == AUTORECOVERY:
+        return [p for p in faults.REGISTRY if p.startswith("autorecovery.")]
     prefixes = BOOKIE_POINT_PREFIXES if name.startswith("bookie") else BROKER_POINT_PREFIXES
     return [p for p in faults.REGISTRY if p.startswith(prefixes)]
+
+
+def servers(opts: cluster.ClusterOptions) -> list[str]:
+    """The nodes faults may kill and the supervisor restarts (clients are never killed)."""
+    return cluster.bookie_names(opts) + cluster.broker_names(opts) + ([AUTORECOVERY] if opts.autorecovery else [])
 
 
 async def until(run: cluster.ClusterRun, condition: Callable[[], bool], what: str, limit_s: float = cluster.PHASE_S_MAX
@@ -85,7 +100,7 @@ class _Supervisor:
 
     async def loop(self) -> None:
         world = self.run.world
-        names = cluster.bookie_names(self.run.options) + cluster.broker_names(self.run.options)
+        names = servers(self.run.options)
         while True:
             for name in names:
                 if world.state(name) is NodeState.CRASHED and name not in self.restart_at:
@@ -101,7 +116,7 @@ class _Supervisor:
             await world.sleep(cluster.POLL_S)
 
     def all_up(self) -> bool:
-        names = cluster.bookie_names(self.run.options) + cluster.broker_names(self.run.options)
+        names = servers(self.run.options)
         return all(self.run.world.state(n) is NodeState.RUNNING and n in self.run.ready for n in names)
 
 
@@ -148,20 +163,19 @@ async def _rack_power_cut(run: cluster.ClusterRun, rng: Rng) -> None:
     run.fault("rack-power-cut", "bookies", RACK_POINT)
     for name in cluster.bookie_names(run.options):
         if run.world.state(name) is NodeState.RUNNING:
-            run.world.crash(name, f"rack power cut after {broker} counted Qa replies")
+            run.world.crash(name, f"rack power cut after {broker} persisted a message")
 
 
 async def _one_fault(run: cluster.ClusterRun, rng: Rng, kind: str) -> None:
     opts = run.options
-    servers = cluster.bookie_names(opts) + cluster.broker_names(opts)
     world = run.world
     if kind == "point":
-        name = rng.choice(servers)
+        name = rng.choice(servers(opts))
         point = rng.choice(points_for(name))
         run.fault("arm-crash", name, point)
         faults.arm(point, "crash", from_hit=rng.randint(1, 6), node=name)
     elif kind == "kill":
-        name = rng.choice(servers)
+        name = rng.choice(servers(opts))
         if world.state(name) is NodeState.RUNNING:
             run.fault("kill", name)
             world.crash(name, "random kill")
@@ -185,11 +199,20 @@ async def _one_fault(run: cluster.ClusterRun, rng: Rng, kind: str) -> None:
         world.clock(name).jump(delta_ms)
     elif kind == "zombie":
         await _zombie(run, rng)
+    elif kind == "bookie-down":
+        name = rng.choice(cluster.bookie_names(opts))
+        if world.state(name) is NodeState.RUNNING and name not in run.held_down:
+            run.fault("bookie-down", name, detail=f"{BOOKIE_DOWN_S:.0f} s")
+            run.held_down.add(name)
+            world.crash(name, "taken down for a while")
+            await world.sleep(BOOKIE_DOWN_S)
+            run.held_down.discard(name)
 
 
 async def _inject(run: cluster.ClusterRun, rng: Rng) -> None:
     opts = run.options
-    kinds = [k for k in (opts.fault_kinds or FAULT_KINDS) if k != "zombie" or opts.brokers_count > 1]
+    kinds = [k for k in (opts.fault_kinds or FAULT_KINDS)
+             if (k != "zombie" or opts.brokers_count > 1) and (k != "bookie-down" or opts.autorecovery)]
     times = sorted(_uniform(rng, 0.0, opts.fault_window_s) for _ in range(opts.faults_count))
     started = run.world.now_s()
     pending: list[asyncio.Future[None]] = []
@@ -210,6 +233,8 @@ async def start_servers(run: cluster.ClusterRun) -> bool:
         return False
     for name in cluster.broker_names(opts):
         run.world.add_node(name, cluster.broker_main(run))
+    if opts.autorecovery:
+        run.world.add_node(AUTORECOVERY, cluster.autorecovery_main(run))
     return await until(run, lambda: all(n in run.ready for n in cluster.broker_names(opts)), "brokers")
 
 
@@ -240,6 +265,13 @@ async def controller(run: cluster.ClusterRun, watch: MetadataWatch) -> None:
     supervisor.hurry = True
     await until(run, supervisor.all_up, "every bookie and broker back")
     await until(run, lambda: len(run.producers_done) == len(producers), "producers")
+    # A final power cut of every server: the drains then read what the bookies made durable, not
+    # what a broker still holds in its cache.
+    run.fault("final-power-cut", "servers")
+    for name in servers(opts):
+        if world.state(name) is NodeState.RUNNING:
+            world.crash(name, "final power cut")
+    await until(run, supervisor.all_up, "every bookie and broker back after the final power cut")
     for name in ("drain-1", "drain-2"):
         world.add_node(name, cluster._drain_main(run, name))
         await until(run, lambda: name in run.drained, name)  # noqa: B023 (awaited in this iteration)
