@@ -57,7 +57,7 @@ bench: venv system-deps
 sim: venv-run
 	$(VENV)/bin/magnetar sim --seed 1
 
-# The whole-stack simulation on many seeds (docs/simulation.md): metadata store, 3 bookies,
+# The whole-stack simulation on many seeds (docs/simulation.md): metadata store, 4 bookies,
 # 2 brokers and our client under crashes at fault points, kills, power cuts, partitions, clock
 # jumps and zombie owners. One line per failed seed, then the totals; exit status 1 on any.
 SOAK_SEEDS ?= 1-10000
