@@ -43,7 +43,8 @@ def fuzz(http_url: str, examples: int) -> tuple[int, list[str]]:
         @given(case=operation.as_strategy())
         def check(case: schemathesis.Case) -> None:
             response = case.call(timeout=10)
-            if response.status_code >= 500:
+            # 501 is an answer, not a crash: Pulsar's "Authorization is not enabled" on grants
+            if response.status_code >= 500 and response.status_code != 501:
                 failures.append(f"{case.method} {case.formatted_path} -> {response.status_code} {response.text[:200]}")
 
         check()

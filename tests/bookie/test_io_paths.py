@@ -1,5 +1,5 @@
 """The bookie's bulk I/O paths: worker-thread writes of buffer lists (``LocalFile``), their
-simulated twin's crash semantics (``SimFile``), the journal's one-call and stepwise group writes,
+simulated twin's crash semantics (``SimFile``), the journal's one group path (armed or not),
 the frame decoder fed in arbitrary pieces, and ``TcpNetwork`` reads and flow control."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -96,22 +97,26 @@ def test_sim_append_parts_is_lost_by_a_crash_unless_synced() -> None:
     run(scenario())
 
 
-@pytest.mark.parametrize("armed", [None, "bookie.journal.mid_write", "bookie.after_write_before_fsync",
-                                   "bookie.after_reply"])
-def test_journal_group_is_durable_on_both_write_paths(armed: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Nothing armed: each group is one ``append_and_sync_then``, answered from its completion,
-    with no ``_write_group`` task. A journal point armed: the task path, in write halves + sync
-    for a point between them. The same bytes reach the journal and replay either way, and the
-    task path reaches the armed point."""
-    tasks = 0
-    write_group = Journal._write_group
+JOURNAL_POINTS = ["bookie.before_journal_append", "bookie.journal.mid_write", "bookie.after_write_before_fsync",
+                  "bookie.after_fsync_before_reply", "bookie.after_reply"]
 
-    async def counted(self: Journal, parts: list[bytes]) -> None:
-        nonlocal tasks
-        tasks += 1
-        await write_group(self, parts)
 
-    monkeypatch.setattr(Journal, "_write_group", counted)
+@pytest.mark.parametrize("armed", [None, *JOURNAL_POINTS])
+def test_journal_groups_take_one_path_armed_or_not(armed: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every group is one ``append_and_sync_then``, whether a journal point is armed or not (an
+    armed point is a gate on that path, here a zero delay that defers what follows it). The
+    same bytes reach the journal and replay either way, and the armed point is reached."""
+    from magnetar.sim.disk import SimFile
+
+    calls = 0
+    one_call = SimFile.append_and_sync_then
+
+    def counted(self: SimFile, *args: object, **kwargs: object) -> int:
+        nonlocal calls
+        calls += 1
+        return one_call(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SimFile, "append_and_sync_then", counted)
 
     async def scenario() -> None:
         disk = SimDisk()
@@ -121,10 +126,9 @@ def test_journal_group_is_durable_on_both_write_paths(armed: str | None, monkeyp
             faults.arm(armed, "delay", delay_ms=0)
         entries = [Entry.build(7, i, i - 1, bytes([i]) * (100 + i)) for i in range(20)]
         await asyncio.gather(*(journal.append(add_record(b"k", e.raw)) for e in entries))
-        if armed is None:
-            assert tasks == 0 and journal.groups_count >= 1
-        else:
-            assert tasks >= 1 and faults.hits(armed) >= 1
+        assert calls == journal.groups_count >= 1
+        if armed is not None:
+            assert faults.hits(armed) >= 1
         await journal.stop()
         disk.crash()
         result = await replay(disk, JournalPosition(0, 0))
@@ -132,6 +136,85 @@ def test_journal_group_is_durable_on_both_write_paths(armed: str | None, monkeyp
 
     try:
         run(scenario())
+    finally:
+        faults.disarm_all()
+
+
+@pytest.mark.parametrize("point", ["bookie.after_fsync_before_reply", "bookie.after_reply"])
+def test_a_group_held_at_a_reply_gate_holds_every_later_group(point: str) -> None:
+    """The reply gates are on the one path: a hang there holds its group's answers (or what
+    follows them) and every later group's, which all come in order once released."""
+
+    async def scenario() -> None:
+        disk = SimDisk()
+        journal = Journal(disk, SimClock(), BookieConfig(journal_group_bytes_max=4096), first_file_id=1)
+        await journal.start()
+        faults.arm(point, "hang")
+        answered: list[int] = []
+        for i in range(6):  # one record per group: two do not fit in 4 KiB
+            journal.submit(add_record(b"k", Entry.build(7, i, i - 1, bytes(3000)).raw),
+                           lambda error, i=i: answered.append(i if error is None else -1))
+        async def until(condition: Callable[[], bool]) -> None:  # in virtual time, bounded
+            for _ in range(1000):
+                if condition():
+                    return
+                await asyncio.sleep(0.001)
+            raise AssertionError("condition never held")
+
+        await until(lambda: faults.hits(point) == 1 and journal.groups_count >= 2)  # a later group synced
+        # Held before the first group's answers, or after them (its records answered, no later one).
+        assert answered == ([] if point == "bookie.after_fsync_before_reply" else [0])
+        faults.release(point)
+        await until(lambda: len(answered) == 6)
+        assert answered == list(range(6))
+        await journal.stop()
+
+    try:
+        run(scenario())
+    finally:
+        faults.disarm_all()
+
+
+@pytest.mark.parametrize("point", ["bookie.journal.mid_write", "bookie.after_write_before_fsync"])
+def test_real_journal_write_hangs_at_a_point_on_the_worker_thread_until_released(point: str,
+                                                                                  tmp_path: Path) -> None:
+    """On the real disk the points inside a group's write are passed on the worker thread: a hang
+    there holds the add unanswered (the loop stays free) until ``release``; nothing is lost."""
+
+    async def scenario() -> None:
+        journal = Journal(LocalDisk(str(tmp_path)), SystemClock(), BookieConfig(), first_file_id=1)
+        await journal.start()
+        faults.arm(point, "hang")
+        entry = Entry.build(7, 0, -1, b"x" * 5000)
+        added = asyncio.ensure_future(journal.append(add_record(b"k", entry.raw)))
+        deadline = asyncio.get_running_loop().time() + 10
+        while faults.hits(point) < 1:  # the worker thread reached the point
+            assert asyncio.get_running_loop().time() < deadline, "the write never reached the point"
+            await asyncio.sleep(0.001)
+        assert not added.done()
+        faults.release(point)
+        await asyncio.wait_for(added, 10)
+        await journal.stop()
+        result = await replay(LocalDisk(str(tmp_path)), JournalPosition(0, 0))
+        assert [r.entry_raw for _, r in result.records] == [entry.raw]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        faults.disarm_all()
+
+
+def test_real_journal_write_error_at_a_point_fails_the_journal(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        journal = Journal(LocalDisk(str(tmp_path)), SystemClock(), BookieConfig(), first_file_id=1)
+        await journal.start()
+        faults.arm("bookie.after_write_before_fsync", "error")
+        with pytest.raises(faults.InjectedFault):
+            await asyncio.wait_for(journal.append(add_record(b"k", Entry.build(7, 0, -1, b"y").raw)), 10)
+        await journal.stop()
+
+    try:
+        asyncio.run(scenario())
     finally:
         faults.disarm_all()
 

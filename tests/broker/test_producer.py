@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
+from magnetar import faults
 from magnetar.base.types import Position, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.producer import AccessMode, Producer
@@ -18,43 +18,30 @@ from tests.broker.fakes import FakeChannel, settle
 class _ReorderingLog:
     """Completes appends in reverse order once ``release()`` is called."""
 
-    def __init__(self, inner: object, *, nowait: bool) -> None:
+    def __init__(self, inner: object) -> None:
         self.inner = inner
-        self.nowait = nowait  # take the producer's task-free path (``append_nowait``) or ``append``
-        self.waiters: list[asyncio.Future[None]] = []
+        self.appended: list[tuple[asyncio.Future[Position], Position]] = []
         self.next_entry = 0
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        if not self.nowait:
-            return False
+    def append(self, data: bytes) -> asyncio.Future[Position]:
         position = Position(9, self.next_entry)
         self.next_entry += 1
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.append(waiter)
-        waiter.add_done_callback(lambda _: on_done(position, None))
-        return True
-
-    async def append(self, data: bytes) -> Position:
-        position = Position(9, self.next_entry)
-        self.next_entry += 1
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.append(waiter)
-        await waiter
-        return position
+        appended: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        self.appended.append((appended, position))
+        return appended
 
     def release(self) -> None:
-        for waiter in reversed(self.waiters):
-            waiter.set_result(None)
+        for appended, position in reversed(self.appended):
+            appended.set_result(position)
 
 
-@pytest.mark.parametrize("nowait", [False, True], ids=["task", "task-free"])
-def test_receipts_follow_send_order(nowait: bool) -> None:
+def test_receipts_follow_send_order() -> None:
     async def run() -> None:
         inner = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
-        log = _ReorderingLog(inner, nowait=nowait)
+        log = _ReorderingLog(inner)
         topic = Topic(TopicName.parse("t"), log, BrokerConfig())  # type: ignore[arg-type]
         channel = FakeChannel()
         producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
@@ -87,3 +74,37 @@ def test_resent_sequence_ids_are_deduplicated_only_once_persisted() -> None:
         assert len(await log.read(Position(-1, -1), 10)) == 1
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("point", ["broker.after_persist_before_receipt", "broker.after_receipt"])
+def test_a_receipt_held_at_its_gate_holds_every_later_answer(point: str) -> None:
+    """The receipt gates are on the one path: a hang there holds that receipt (or what follows it)
+    and every later answer, which all come, in SEND order, once released. Control: the same
+    sends with nothing armed are answered at once."""
+
+    async def run(armed: bool) -> list[int]:
+        log = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
+        topic = Topic(TopicName.parse("t"), log, BrokerConfig())
+        channel = FakeChannel()
+        producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
+        if armed:
+            faults.arm(point, "hang")
+        try:
+            for seq in range(3):
+                await producer.send(pb.CommandSend(producer_id=0, sequence_id=seq), b"data")
+            await producer.send(pb.CommandSend(producer_id=0, sequence_id=3), None)  # bad checksum
+            await settle()
+            held = [seq for _, seq, _, _ in channel.receipts] + [seq for _, seq, _ in channel.send_errors]
+            if armed:
+                assert held == ([] if point == "broker.after_persist_before_receipt" else [0])
+                assert faults.hits(point) == 1
+                faults.release(point)
+                await settle()
+            assert [seq for _, seq, _, _ in channel.receipts] == [0, 1, 2]
+            assert channel.send_errors == [(0, 3, pb.ChecksumError)]
+            return held
+        finally:
+            faults.disarm_all()
+
+    asyncio.run(run(armed=True))
+    assert asyncio.run(run(armed=False)) == [0, 1, 2, 3]

@@ -19,7 +19,7 @@ from magnetar.broker.schema import (
     version_bytes,
     version_from_bytes,
 )
-from magnetar.broker.schema_compat import IncompatibleSchemaError, check_backward
+from magnetar.broker.schema_compat import IncompatibleSchemaError, check_backward, check_strategy
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.protocol.pulsar import pb
 from tests.manual_clock import ManualClock
@@ -47,6 +47,7 @@ V1 = _record(NAME, AGE)
     (_record(NAME, {"name": "age", "type": ["null", "int"]}), "a union reads its branch"),
     (_record({"name": "name", "type": ["null", "bytes"]}, AGE), "string read as bytes"),
     (_record(NAME, {"name": "years", "type": "int", "aliases": ["age"]}), "renamed with an alias"),
+    (_record(NAME, AGE, name="Person"), "the top-level record renamed: Avro does not compare it"),
 ])
 def test_backward_compatible_changes(new: dict[str, Any], why: str) -> None:
     check_backward(_avro(new), _avro(V1))
@@ -56,7 +57,6 @@ def test_backward_compatible_changes(new: dict[str, Any], why: str) -> None:
     (_record(NAME, AGE, {"name": "email", "type": "string"}), "added without a default"),
     (_record(NAME, {"name": "age", "type": "string"}), "int cannot become string"),
     (_record({"name": "name", "type": "string"}, AGE), "a union writer has a null the reader lacks"),
-    (_record(NAME, AGE, name="Person"), "another record name"),
 ])
 def test_backward_incompatible_changes(new: dict[str, Any], why: str) -> None:
     with pytest.raises(IncompatibleSchemaError):
@@ -155,3 +155,51 @@ def test_bounds_and_none_type() -> None:
 
     asyncio.run(run())
     assert version_from_bytes(version_bytes(7)) == 7 and version_bytes(0) == b"\0" * 8
+
+
+def test_named_types_are_compared_by_name_in_unions_enums_and_fixed() -> None:
+    address = {"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"}]}
+    place = dict(address, name="Place")
+    old = _record({"name": "where", "type": ["null", address]})
+    check_backward(_avro(_record({"name": "where", "type": address})), _avro(_record({"name": "where", "type": place})))
+    with pytest.raises(IncompatibleSchemaError, match="union"):  # a union branch is picked by name
+        check_backward(_avro(_record({"name": "where", "type": ["null", place]})), _avro(old))
+    color = {"type": "enum", "name": "Color", "symbols": ["RED"]}
+    with pytest.raises(IncompatibleSchemaError, match="enum"):
+        check_backward(_avro(_record({"name": "c", "type": dict(color, name="Hue")})),
+                       _avro(_record({"name": "c", "type": color})))
+    digest = {"type": "fixed", "name": "Digest", "size": 16}
+    with pytest.raises(IncompatibleSchemaError, match="fixed"):
+        check_backward(_avro(_record({"name": "d", "type": dict(digest, name="Hash")})),
+                       _avro(_record({"name": "d", "type": digest})))
+
+
+ADDED_WITH_DEFAULT = _record(NAME, AGE, {"name": "email", "type": "string", "default": ""})
+ADDED_WITHOUT_DEFAULT = _record(NAME, AGE, {"name": "email", "type": "string"})
+AGE_REMOVED = _record(NAME)
+
+
+@pytest.mark.parametrize("strategy, accepted, refused", [
+    (Compatibility.BACKWARD, [ADDED_WITH_DEFAULT, AGE_REMOVED], [ADDED_WITHOUT_DEFAULT]),
+    (Compatibility.FORWARD, [ADDED_WITH_DEFAULT, ADDED_WITHOUT_DEFAULT], [AGE_REMOVED]),
+    (Compatibility.FULL, [ADDED_WITH_DEFAULT], [ADDED_WITHOUT_DEFAULT, AGE_REMOVED]),
+    (Compatibility.ALWAYS_COMPATIBLE, [ADDED_WITHOUT_DEFAULT, AGE_REMOVED], []),
+    (Compatibility.ALWAYS_INCOMPATIBLE, [], [ADDED_WITH_DEFAULT]),
+])
+def test_each_strategy_accepts_and_refuses_the_right_evolutions(strategy: Compatibility, accepted: list[Any],
+                                                                refused: list[Any]) -> None:
+    for new in accepted:
+        check_strategy(strategy, _avro(new), [_avro(V1)])
+    for new in refused:
+        with pytest.raises(IncompatibleSchemaError):
+            check_strategy(strategy, _avro(new), [_avro(V1)])
+
+
+def test_transitive_strategies_check_every_version() -> None:
+    """V1 -> V2 (age has a default now) -> V3 (age removed): V3 reads V2, not V1 (no default there)."""
+    v2 = _record(NAME, {"name": "age", "type": "int", "default": 0})
+    v3 = _record(NAME, {"name": "age2", "type": "int", "default": 0})
+    history = [_avro(V1), _avro(v2)]
+    check_strategy(Compatibility.FORWARD, _avro(v3), history)
+    with pytest.raises(IncompatibleSchemaError):
+        check_strategy(Compatibility.FORWARD_TRANSITIVE, _avro(v3), history)

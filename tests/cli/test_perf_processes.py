@@ -241,8 +241,9 @@ def test_the_e2e_drain_waits_for_every_process_to_receive_what_all_sent() -> Non
     assert 0.55 <= elapsed < 1.5
 
 
-def _sleep_ignoring_sigterm() -> None:
+def _sleep_ignoring_sigterm(handler_set: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    handler_set.set()
     time.sleep(60)
 
 
@@ -250,11 +251,14 @@ def test_processes_that_do_not_exit_are_terminated_then_killed(monkeypatch: pyte
     monkeypatch.setattr(perf_module, "CHILD_STOP_S", 0.5)
     context = multiprocessing.get_context("spawn")
     reports = context.Queue()
+    handler_set = context.Event()
     processes = [context.Process(target=time.sleep, args=(60,), daemon=True),
-                 context.Process(target=_sleep_ignoring_sigterm, daemon=True)]
+                 context.Process(target=_sleep_ignoring_sigterm, args=(handler_set,), daemon=True)]
     for process in processes:
         process.start()
-    time.sleep(1.5)  # let the second one set its handler
+    # The second child must ignore SIGTERM before it is stopped (a loaded machine can take seconds
+    # to start a spawned interpreter): wait for it to say so rather than for a fixed time.
+    assert handler_set.wait(timeout=60)
     started = time.monotonic()
     MultiRun(PerfSettings(processes=2))._stop(reports, processes)
     assert [p.is_alive() for p in processes] == [False, False]

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from magnetar.broker.load import LOAD_REPORTS_ROOT, LoadReport
+from magnetar.cli.admin import _Api
+from magnetar.cli.credentials import Credentials
 from magnetar.runtime.cluster import LocalCluster, http_health
 from magnetar.runtime.metadata import open_metadata_store
 from tests.cluster.helpers import (
@@ -72,6 +74,15 @@ def test_unload_through_the_non_owner_and_split_on_the_owner_keep_the_producer_g
         other = 1 - owner
         namespace, bundle = bundle_key(topic).rsplit("/", 1)
         base = f"/admin/v2/namespaces/{namespace}"
+
+        # A topic request to the non-owner: 307 to the owner, same path and query (Pulsar's answer)
+        stats_path = "/admin/v2/persistent/public/default/admin-bundles/stats?getPreciseBacklog=true"
+        status, headers, _ = request("GET", f"{cluster.http_url(other)}{stats_path}")
+        assert status == 307 and headers["location"] == f"{cluster.http_url(owner)}{stats_path}"
+        # magnetar admin follows it, keeping the method (a PUT stays a PUT)
+        api = _Api(cluster.http_url(other), Credentials())
+        assert api.call("GET", "/persistent/public/default/admin-bundles/stats")["publishers"]
+        api.call("PUT", "/persistent/public/default/admin-bundles/unload")
 
         status, _, body = request("GET", f"{cluster.http_url(other)}{base}/bundles")
         assert status == 200 and json.loads(body)["numBundles"] == 4

@@ -1,5 +1,6 @@
-"""``magnetar cluster up|status|down`` as a user runs it: processes outlive ``up``, ``status``
-checks them, ``down`` stops every one of them by PID."""
+"""``magnetar cluster up|status|add-broker|add-bookie|down`` as a user runs it: processes outlive
+``up``, ``status`` checks them (and shows the load balancer), ``add-*`` grow the running cluster,
+``down`` stops every one of them by PID."""
 
 from __future__ import annotations
 
@@ -59,8 +60,20 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
         again = magnetar("up", "--dir", directory, timeout_s=60)
         assert again.returncode == 1 and "already running" in again.stdout
 
+        # One more broker and one more bookie (in a rack) in the running cluster.
+        added = magnetar("add-broker", "--dir", directory, timeout_s=90)
+        assert added.returncode == 0 and "broker-2 ready" in added.stdout, added.stdout + added.stderr
+        added = magnetar("add-bookie", "--dir", directory, "--rack", "/region-a/rack-9", timeout_s=90)
+        assert added.returncode == 0 and "bookie-3 ready" in added.stdout, added.stdout + added.stderr
+        pids = [p["pid"] for p in json.loads((tmp_path / "c" / "cluster.json").read_text())["processes"]]
+        assert len(pids) == 9 and all(running(pid) for pid in pids)
+        status = magnetar("status", "--dir", directory, timeout_s=60)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "leader broker 127.0.0.1:" in status.stdout and "broker\tbundles\ttopics" in status.stdout
+        assert "broker-2" in status.stdout and "bookie-3" in status.stdout
+
         down = magnetar("down", "--dir", directory, timeout_s=90)
-        assert down.returncode == 0 and "stopped 7 processes" in down.stdout, down.stdout + down.stderr
+        assert down.returncode == 0 and "stopped 9 processes" in down.stdout, down.stdout + down.stderr
         assert not any(running(pid) for pid in pids)
         after = magnetar("status", "--dir", directory, timeout_s=60)
         assert after.returncode == 1

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from magnetar.broker.errors import BrokerError
 from magnetar.broker.lookup import LookupAnswer, LookupKind
 from magnetar.broker.ownership import BundleOwnership, OwnerData, OwnershipState, owner_path
 from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.metadata._local import LocalClient
@@ -71,6 +73,9 @@ def run(body: Callable[[Node, Node, MemoryMetadataServer], Awaitable[Any]]) -> A
         logs = MemoryLogStore()
         a = Node(await server.connect(10_000), 1, logs)
         b = Node(await server.connect(10_000), 2, logs)
+        # public/default exists, as a standalone or cluster bootstrap makes it
+        assert a.service.resources is not None
+        await a.service.resources.bootstrap(a.service.config.cluster_name, ClusterData())
         try:
             return await asyncio.wait_for(body(a, b, server), 20)
         finally:
@@ -257,5 +262,26 @@ def test_a_lookup_the_metadata_store_cannot_answer_is_service_not_ready() -> Non
         with pytest.raises(BrokerError) as raised:
             await a.lookup(topics_in_distinct_bundles()[0])
         assert raised.value.code == pb.ServiceNotReady
+
+    run(body)
+
+
+def test_a_redirect_names_the_owners_listener() -> None:
+    async def body(a: Node, b: Node, _: MemoryMetadataServer) -> None:
+        for node, host in ((a, "a.example"), (b, "b.example")):
+            port = node.service.config.advertised_port
+            node.service.config = dataclasses.replace(
+                node.service.config,
+                advertised_listeners=f"internal:pulsar://127.0.0.1:{port},external:pulsar://{host}:{port}")
+        topic = topics_in_distinct_bundles()[0]
+        assert await a.lookup(topic) == connect(URL_A)
+        answer = await b.lookup(topic)
+        assert answer.kind is LookupKind.REDIRECT and answer.url == URL_A
+        assert b.service.listener_urls("external", answer) == ("pulsar://a.example:1", None)
+        assert b.service.listener_urls("", answer) == (URL_A, None)
+        with pytest.raises(BrokerError) as refused:
+            b.service.listener_urls("nope", answer)
+        assert refused.value.code == pb.ServiceNotReady
+        assert a.service.listener_urls("external", await a.lookup(topic)) == ("pulsar://a.example:1", None)
 
     run(body)

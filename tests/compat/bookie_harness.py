@@ -12,6 +12,7 @@ from typing import Any
 from magnetar.base.rng import SeededRng
 from magnetar.broker import BrokerConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
+from magnetar.node.broker_generation import bootstrap_cluster
 from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.bookie import start_bookie
 from magnetar.runtime.broker_server import BrokerServer, start_broker
@@ -39,12 +40,15 @@ class BookieBrokerThread(BrokerThread):
                                              metadata_url=f"embedded:{self.data_dir}/metadata")
                 self.bookie = await start_bookie(bookie_config, store=self.metadata, clock=clock, network=TcpNetwork())
             self.manager = await open_ledger_manager(self.metadata, network=TcpNetwork(), clock=clock, rng=SeededRng(7))
-            return await start_broker(
+            server = await start_broker(
                 self.config, clock=clock, metadata=self.metadata, ledger_manager=self.manager,
                 managed_ledger_config=ManagedLedgerConfig(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1,
                                                           cursor_flush_interval_ms=0),
                 network=TcpNetwork(), port=self.port,
             )
+            # public/default exists as on a standalone: topics are only created in namespaces that exist
+            await bootstrap_cluster(server.service, web_url="http://127.0.0.1:0")
+            return server
 
         self.server = self.call(_start())
         self.port = self.server.port

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.log import LogStore
+from magnetar.node.broker_generation import bootstrap_cluster
 from magnetar.runtime.broker_server import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.network import TcpNetwork
 
 R = TypeVar("R")
 STEP_TIMEOUT_S = 30.0
@@ -38,9 +38,13 @@ class BrokerThread:
 
     def start(self) -> BrokerThread:
         async def _start() -> BrokerServer:
-            return await start_broker(self.config, log_store=self.log_store, clock=SystemClock(), network=TcpNetwork(),
-                                      port=self.port, metadata=self.metadata,
-                                      tls_port=0 if self.config.tls_enabled else None)
+            server = await start_broker(self.config, log_store=self.log_store, clock=SystemClock(),
+                                        port=self.port, metadata=self.metadata,
+                                        tls_port=0 if self.config.tls_enabled else None)
+            # with a metadata store, public/default exists as on a standalone (topics are only
+            # created in namespaces that exist)
+            await bootstrap_cluster(server.service, web_url="http://127.0.0.1:0")
+            return server
 
         self.server = self.call(_start())
         self.port = self.server.port

@@ -87,6 +87,7 @@ def unsigned(subject: str) -> str:
     pulsar.AuthenticationBasic("admin", "wrong"),
     pulsar.AuthenticationBasic("nobody", "secret"),
 ], ids=["none", "junk", "alg-none", "wrong-key", "expired", "wrong-password", "unknown-user"])
+@pytest.mark.client_errors(r"AuthenticationError")  # refused credentials, as Pulsar refuses them
 def test_bad_credentials_raise_authentication_error_and_harm_no_other_client(secured: BrokerThread,
                                                                              auth: Any) -> None:
     good = make_client(secured.url, pulsar.AuthenticationToken(token("alice")))

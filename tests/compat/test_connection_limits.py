@@ -36,10 +36,10 @@ class _HeldLog:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append_nowait(self, data: bytes, on_done: object) -> bool:
-        return False  # every append waits at the gate
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        return asyncio.ensure_future(self._append(data))
 
-    async def append(self, data: bytes) -> Position:
+    async def _append(self, data: bytes) -> Position:
         await self.gate.wait()
         return await self.inner.append(data)
 

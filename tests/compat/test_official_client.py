@@ -84,6 +84,7 @@ def test_cumulative_ack_survives_consumer_restart(client: Any) -> None:
     assert _nothing_more(consumer)
 
 
+@pytest.mark.client_errors(r"Failed to create consumer: ConsumerBusy")
 def test_exclusive_refuses_a_second_consumer(client: Any) -> None:
     client.subscribe("excl", "s", consumer_type=pulsar.ConsumerType.Exclusive)
     with pytest.raises(pulsar.ConsumerBusy):
@@ -255,12 +256,13 @@ def test_regex_subscription_finds_topics(client: Any) -> None:
     assert got == [b"rx-a", b"rx-b"]
 
 
+@pytest.mark.client_errors(r"Failed to create producer: (ProducerBusy|ProducerFenced)")
 def test_producer_names_and_exclusive_access(client: Any) -> None:
     named = client.create_producer("names", producer_name="mine")
     assert named.producer_name() == "mine"
     with pytest.raises(pulsar.ProducerBusy):
         client.create_producer("names", producer_name="mine")
-    with pytest.raises(pulsar.ProducerBusy):
+    with pytest.raises(pulsar.ProducerFenced):  # Pulsar: an exclusive producer while shared ones exist
         client.create_producer("names", access_mode=pulsar.ProducerAccessMode.Exclusive)
     auto = client.create_producer("names")
     assert auto.producer_name().startswith("standalone-0-")

@@ -66,6 +66,7 @@ def test_string_schema_round_trip(client: Any) -> None:
     assert consumer.receive(timeout_millis=5000).value() == "héllo"
 
 
+@pytest.mark.client_errors(r"Failed to create (producer|consumer): IncompatibleSchema")
 def test_protobuf_native_round_trip_and_another_root_message_refused(client: Any) -> None:
     consumer = client.subscribe("schema-pb", "s", schema=ProtobufNativeSchema(Timestamp))
     producer = client.create_producer("schema-pb", schema=ProtobufNativeSchema(Timestamp))
@@ -75,6 +76,7 @@ def test_protobuf_native_round_trip_and_another_root_message_refused(client: Any
         client.create_producer("schema-pb", schema=ProtobufNativeSchema(Duration))
 
 
+@pytest.mark.client_errors(r"Failed to create (producer|consumer): IncompatibleSchema")
 def test_compatible_evolution_gets_a_new_version_and_incompatible_is_refused(broker: BrokerThread,
                                                                              client: Any) -> None:
     topic = "schema-evolve"
@@ -142,6 +144,7 @@ def test_get_or_create_schema_as_a_java_client_sends_it(broker: BrokerThread) ->
         assert refused.error_code == pb.IncompatibleSchema and not refused.HasField("schema_version")
 
 
+@pytest.mark.client_errors(r"Failed to create (producer|consumer): IncompatibleSchema")
 def test_schemas_persist_across_a_standalone_restart(tmp_path: Any) -> None:
     """A real ``magnetar standalone``: versions live in its metadata store (/schemas/...), so after
     a SIGTERM and restart the old version is still served and an incompatible producer refused."""

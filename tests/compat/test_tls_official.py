@@ -142,6 +142,7 @@ def test_client_certificate_cn_is_the_role(broker: TlsBroker, pki: dict[str, str
         c.close()
 
 
+@pytest.mark.client_errors(r"Handshake failed: certificate verify failed", r"ConnectError")  # the client refuses the broker's certificate
 def test_wrong_ca_fails_to_connect(broker: TlsBroker, pki: dict[str, str]) -> None:
     c = client(broker.tls_url, pki["other_ca"], pulsar.AuthenticationToken(create_token("alice", secret_key=SECRET)),
                timeout_s=2)
@@ -152,6 +153,7 @@ def test_wrong_ca_fails_to_connect(broker: TlsBroker, pki: dict[str, str]) -> No
         c.close()
 
 
+@pytest.mark.client_errors(r"Resolve error", r"ConnectError")  # the client refuses the host
 def test_hostname_mismatch_fails_to_connect(broker: TlsBroker, pki: dict[str, str]) -> None:
     # The broker certificate names localhost and 127.0.0.1, not this name.
     url = f"pulsar+ssl://localhost.localdomain.invalid:{broker.server.tls_port}"
@@ -163,6 +165,7 @@ def test_hostname_mismatch_fails_to_connect(broker: TlsBroker, pki: dict[str, st
         c.close()
 
 
+@pytest.mark.client_errors(r"Failed to create connection: use_private_key_file", r"ConnectError")  # the client cannot load its key
 def test_swapped_certificate_and_key_fail_to_connect(broker: TlsBroker, pki: dict[str, str]) -> None:
     auth = pulsar.AuthenticationTLS(pki["superuser_key"], pki["superuser_cert"])
     c = client(broker.tls_url, pki["ca"], auth, timeout_s=2)
@@ -173,6 +176,7 @@ def test_swapped_certificate_and_key_fail_to_connect(broker: TlsBroker, pki: dic
         c.close()
 
 
+@pytest.mark.client_errors(r"-- TimeOut")  # the broker refuses the handshake; the client retries until its timeout
 def test_certificate_from_an_untrusted_ca_is_refused(broker: TlsBroker, pki: dict[str, str]) -> None:
     c = client(broker.tls_url, pki["ca"], pulsar.AuthenticationTLS(pki["stranger_cert"], pki["stranger_key"]),
                timeout_s=2)
@@ -241,6 +245,7 @@ def test_certificate_files_are_reloaded_when_they_change(tmp_path: Path) -> None
         running.stop()
 
 
+@pytest.mark.client_errors(r"-- TimeOut")  # the broker refuses a client without a certificate
 def test_required_client_certificate(pki: dict[str, str]) -> None:
     running = TlsBroker(secured_config(pki, tls_require_trusted_client_cert=True))
     try:

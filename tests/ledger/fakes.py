@@ -194,7 +194,11 @@ class FakeTransport:
         await asyncio.sleep(0)
         return result
 
-    async def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> None:
+    def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
+        """A future, as the real transports give (the writer chains a callback on it)."""
+        return asyncio.ensure_future(self._add(bookie, entry, recovery=recovery))
+
+    async def _add(self, bookie: BookieId, entry: Entry, *, recovery: bool) -> None:
         def call(fake: FakeBookie) -> None:
             was_fenced = fake.is_fenced(entry.ledger_id)
             fake.add(entry, recovery)

@@ -15,7 +15,7 @@ from magnetar.broker.session import Session
 from magnetar.protocol.pulsar import ServerConfig, ServerConnection, State, pb
 from magnetar.protocol.pulsar.frames import encode_command
 from magnetar.runtime.security import CredentialFiles
-from magnetar.security import AuthenticationFailed, create_token
+from magnetar.security import AuthenticationFailedError, create_token
 from tests.admin.harness import AdminWorld
 from tests.manual_clock import ManualClock
 
@@ -112,7 +112,7 @@ def test_authenticator_only_returns_a_role_or_refuses(method: str | None, data: 
     assert authenticator is not None
     try:
         principal = authenticator.authenticate(method, data, cn)
-    except AuthenticationFailed as error:
+    except AuthenticationFailedError as error:
         assert error.reason
     else:
         assert principal.role

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.limits import AUTH_DATA_BYTES_MAX
 from magnetar.security import (
-    AuthenticationFailed,
+    AuthenticationFailedError,
     Authenticator,
     Htpasswd,
     TokenVerifier,
@@ -46,7 +46,7 @@ def test_hs256_token_gives_the_subject_as_role() -> None:
 
 
 def test_wrong_secret_is_refused() -> None:
-    with pytest.raises(AuthenticationFailed, match="signature"):
+    with pytest.raises(AuthenticationFailedError, match="signature"):
         verifier().verify(create_token("alice", secret_key=b"another-secret-another-secret!!!"))
 
 
@@ -55,7 +55,7 @@ def test_unsigned_token_is_refused(alg: str) -> None:
     header = b64url(json.dumps({"alg": alg, "typ": "JWT"}).encode())
     body = b64url(json.dumps({"sub": "admin"}).encode())
     for token in (f"{header}.{body}.", f"{header}.{body}"):
-        with pytest.raises(AuthenticationFailed):
+        with pytest.raises(AuthenticationFailedError):
             verifier().verify(token)
 
 
@@ -66,11 +66,11 @@ def test_expiry_is_checked_against_the_injected_clock_with_skew() -> None:
     lenient = TokenVerifier(clock=clock, secret_key=SECRET, clock_skew_s=30)
     assert strict.verify(token).expires_at_ms == (NOW_S + 10) * 1000
     clock._now_ns += 20 * 10**9  # 10 s past expiry
-    with pytest.raises(AuthenticationFailed, match="expired"):
+    with pytest.raises(AuthenticationFailedError, match="expired"):
         strict.verify(token)
     assert lenient.verify(token).role == "alice"
     clock._now_ns += 30 * 10**9
-    with pytest.raises(AuthenticationFailed, match="expired"):
+    with pytest.raises(AuthenticationFailedError, match="expired"):
         lenient.verify(token)
 
 
@@ -82,14 +82,14 @@ def test_a_token_expired_by_the_real_clock_is_valid_on_an_injected_clock_before_
 def test_configurable_role_claim_and_audience() -> None:
     token = create_token("bob", secret_key=SECRET, claim="user")
     assert verifier(auth_claim="user").verify(token).role == "bob"
-    with pytest.raises(AuthenticationFailed, match="'sub'"):
+    with pytest.raises(AuthenticationFailedError, match="'sub'"):
         verifier().verify(token)
     import jwt
     aud_token = jwt.encode({"sub": "bob", "svc": ["pulsar", "other"]}, SECRET, algorithm="HS256")
     assert verifier(audience_claim="svc", audience="pulsar").verify(aud_token).role == "bob"
-    with pytest.raises(AuthenticationFailed, match="audience"):
+    with pytest.raises(AuthenticationFailedError, match="audience"):
         verifier(audience_claim="svc", audience="kafka").verify(aud_token)
-    with pytest.raises(AuthenticationFailed, match="audience"):
+    with pytest.raises(AuthenticationFailedError, match="audience"):
         verifier(audience="pulsar").verify(create_token("bob", secret_key=SECRET))
 
 
@@ -108,14 +108,14 @@ def test_public_key_tokens_and_no_algorithm_confusion(kind: str) -> None:
         # HS256 signed with the public key's bytes as the secret: the classic confusion attack
         import jwt
         forged = jwt.encode({"sub": "admin"}, SECRET, algorithm="HS256")
-        with pytest.raises(AuthenticationFailed, match="not accepted"):
+        with pytest.raises(AuthenticationFailedError, match="not accepted"):
             check.verify(forged)
 
 
 @pytest.mark.parametrize("junk", [b"", b"junk", b"a.b.c", b"\xff\xfe", b"x" * (AUTH_DATA_BYTES_MAX + 1),
                                   b"eyJhbGciOiJIUzI1NiJ9.e30", b"eyJhbGciOiJIUzI1NiJ9.!!!.sig"])
 def test_malformed_tokens_fail_cleanly(junk: bytes) -> None:
-    with pytest.raises(AuthenticationFailed):
+    with pytest.raises(AuthenticationFailedError):
         verifier().verify(junk)
 
 
@@ -175,7 +175,7 @@ def test_binary_methods() -> None:
     for method, data, cn in (("token", b"junk", None), ("basic", b"admin:wrong", None), ("basic", b"nocolon", None),
                              ("tls", b"", None), ("none", None, None), (None, None, None), ("kerberos", b"x", None),
                              ("basic", b"\xff:\xff", None), ("token", b"x" * (AUTH_DATA_BYTES_MAX + 1), None)):
-        with pytest.raises(AuthenticationFailed):
+        with pytest.raises(AuthenticationFailedError):
             auth.authenticate(method, data, cn)
 
 
@@ -184,10 +184,10 @@ def test_anonymous_role_only_without_credentials_a_provider_serves() -> None:
     assert auth.authenticate(None, None).role == "anon"
     assert auth.authenticate("none", b"").role == "anon"
     assert auth.authenticate("kerberos", b"x").role == "anon"  # Pulsar: unknown method → anonymous
-    with pytest.raises(AuthenticationFailed):
+    with pytest.raises(AuthenticationFailedError):
         auth.authenticate("token", b"junk")  # a bad credential never falls back
     assert auth.authenticate_http(None).role == "anon"
-    with pytest.raises(AuthenticationFailed):
+    with pytest.raises(AuthenticationFailedError):
         auth.authenticate_http("Bearer junk")
 
 
@@ -200,5 +200,5 @@ def test_http_headers() -> None:
     assert auth.authenticate_http(None, tls_peer_cn="client-1").role == "client-1"
     for header in (None, "", "Bearer", "Bearer junk", "Basic", "Basic !!!", "Basic " + base64.b64encode(b"x").decode(),
                    "Basic " + base64.b64encode(b"admin:nope").decode(), "Digest abc", "x" * (AUTH_DATA_BYTES_MAX + 1)):
-        with pytest.raises(AuthenticationFailed):
+        with pytest.raises(AuthenticationFailedError):
             auth.authenticate_http(header)

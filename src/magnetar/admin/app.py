@@ -3,7 +3,8 @@
 One router module per resource; ``ROUTERS`` lists them in matching order (more specific paths
 first). Another module extends the API by appending its ``routes(ctx)`` function to ``ROUTERS``
 before the app is built (e.g. bundle unload/split). ``/openapi.json`` serves the spec generated
-from these routes. Unknown paths and methods get JSON ``{"reason": ...}`` too.
+from these routes. Unknown paths and methods get JSON ``{"reason": ...}`` too. Every route is
+guarded by the need ``access.ROUTE_NEEDS`` declares for it (checked when authorization is on).
 """
 
 from __future__ import annotations
@@ -22,16 +23,22 @@ from magnetar.admin import (
     bundles,
     clusters,
     compaction,
+    messages,
     namespaces,
     non_persistent,
+    permissions,
     policy_routes,
+    schemas,
     subscriptions,
     tenants,
     topics,
 )
+from magnetar.admin.access import guard_routes
 from magnetar.admin.authn import AuthenticationMiddleware
+from magnetar.admin.balancer import routes as balancer_routes
 from magnetar.admin.common import AdminContext, error_response
 from magnetar.admin.openapi import openapi_spec
+from magnetar.admin.redirect import OwnerRedirect
 
 ADMIN_PATH = "/admin/v2"
 
@@ -39,13 +46,18 @@ ROUTERS: list[Callable[[AdminContext], list[BaseRoute]]] = [
     clusters.routes,
     tenants.routes,
     namespaces.routes,
+    permissions.namespace_routes,
     policy_routes.namespace_routes,
     compaction.routes,
     non_persistent.routes,
     topics.routes,
     subscriptions.routes,
+    messages.routes,
     policy_routes.topic_routes,
+    permissions.topic_routes,
     bundles.routes,
+    schemas.routes,
+    balancer_routes,
 ]
 
 
@@ -69,6 +81,10 @@ def build_admin_app(ctx: AdminContext,
             return JSONResponse({"reason": error.detail}, status_code=error.status_code)
         return error_response(error)
 
-    return Starlette(routes=[*routes, Route("/openapi.json", openapi, methods=["GET"])],
+    served: list[BaseRoute] = [*routes, Route("/openapi.json", openapi, methods=["GET"])]
+    guard_routes(ctx, served)
+    # Authentication outermost, then the 307 to a topic's owner (the owner authorizes the request).
+    return Starlette(routes=served,
                      exception_handlers={HTTPException: http_error, Exception: http_error},
-                     middleware=[Middleware(AuthenticationMiddleware, lambda: ctx.service.authenticator)])
+                     middleware=[Middleware(AuthenticationMiddleware, lambda: ctx.service.authenticator),
+                                 Middleware(OwnerRedirect, ctx=ctx)])

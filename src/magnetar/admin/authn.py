@@ -19,7 +19,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from magnetar.security import AuthenticationFailed, Authenticator
+from magnetar.security import AuthenticationFailedError, Authenticator
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class AuthenticationMiddleware:
         header = Headers(scope=scope).get("authorization")
         try:
             principal = authenticator.authenticate_http(header, tls_peer_cn(scope))
-        except AuthenticationFailed as error:
+        except AuthenticationFailedError as error:
             log.info("HTTP %s %s refused: %s", scope.get("method"), scope.get("path"), error.reason)
             # Basic first when offered: a browser (the console) then asks for a user and password.
             scheme = "Basic" if "basic" in authenticator.providers else "Bearer"

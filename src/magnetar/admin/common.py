@@ -101,7 +101,7 @@ def api_route(path: str, methods: list[str], summary: str, *, body: Any = None,
 
 def error_response(error: BaseException) -> JSONResponse:
     status, reason = _status_of(error)
-    if status >= 500:
+    if status >= 500 and status != 501:  # 501: a feature switched off (authorization), not a failure
         log.error("admin request failed: %s: %s", type(error).__name__, error, exc_info=error)
     return JSONResponse({"reason": reason}, status_code=status)
 

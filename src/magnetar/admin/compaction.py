@@ -26,7 +26,7 @@ from magnetar.admin.common import (
     topic_of,
 )
 from magnetar.admin.topics import load, targets
-from magnetar.broker.compaction import CompactionRunning, CompactionStatus
+from magnetar.broker.compaction import CompactionRunningError, CompactionStatus
 from magnetar.broker.policies import Policies, TopicPolicies
 
 
@@ -45,7 +45,7 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
             loaded = await load(ctx, name)
             try:
                 loaded.compaction.start()
-            except CompactionRunning as error:
+            except CompactionRunningError as error:
                 raise AdminError(409, error.message) from None
         return no_content()
 

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
+from magnetar.admin.access import guard_routes
 from magnetar.admin.authn import AuthenticationMiddleware
 from magnetar.admin.common import AdminContext, AdminError, api_route, error_response, json_response
 from magnetar.base.errors import InvalidArgument
@@ -59,5 +60,7 @@ def build_lookup_app(ctx: AdminContext) -> Starlette:
             return JSONResponse({"reason": error.detail}, status_code=error.status_code)
         return error_response(error)
 
-    return Starlette(routes=lookup_routes(ctx), exception_handlers={HTTPException: http_error, Exception: http_error},
+    routes = lookup_routes(ctx)
+    guard_routes(ctx, routes)  # authorization: the same need as a binary LOOKUP
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: http_error},
                      middleware=[Middleware(AuthenticationMiddleware, lambda: ctx.service.authenticator)])

@@ -54,6 +54,8 @@ def openapi_spec(routes: list[BaseRoute], *, title: str, version: str, server_pa
                 "200": {"description": "OK (JSON)"},
                 "204": {"description": "Done"},
                 "400": {"description": "Bad request body", "content": _reason()},
+                "401": {"description": "Authentication required", "content": _reason()},
+                "403": {"description": "The role lacks the permission", "content": _reason()},
                 "404": {"description": "Not found", "content": _reason()},
                 "409": {"description": "Already exists / not empty", "content": _reason()},
                 "412": {"description": "Invalid name or value", "content": _reason()},

@@ -77,11 +77,19 @@ class DiskFile(Protocol):
         """``append_parts`` then ``sync`` as one step (one worker-thread call in production):
         returns, with the offset, only once every byte of the file, ``parts`` included, is durable."""
 
-    def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None]) -> int:
+    def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None], *,
+                             torn_point: str = "", unsynced_point: str = "") -> int:
         """``append_and_sync`` without a coroutine: reserves the bytes at the end and returns
         their offset at once; ``done(None)`` (or ``done(error)``) runs on the event loop's thread
         once every byte of the file, ``parts`` included, is durable. Production calls ``done``
-        straight from the worker thread's completion (one loop pass, no task or future chain)."""
+        straight from the worker thread's completion (one loop pass, no task or future chain).
+
+        ``torn_point`` and ``unsynced_point`` name fault points (``magnetar.faults``) the write
+        passes on its way, every time: the first when part of ``parts`` is written and the rest
+        not yet (a crash there leaves a torn write), the second once all of it is written and
+        not yet synced. An armed point acts there (its ``error`` becomes ``done(error)``). The
+        real disk writes the bytes in two pieces only while ``torn_point`` is armed: unarmed, a
+        point half-way through a write does nothing, and one write costs less than two."""
 
     async def sync(self) -> None:
         """Make every byte written so far durable (fdatasync)."""

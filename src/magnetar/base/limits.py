@@ -102,9 +102,13 @@ LEDGER_RECOVERY_ENTRIES_COUNT_MAX = 10_000_000
 LEDGER_FRAGMENTS_COUNT_MAX = 4096
 #: Bookie connections one ledger client keeps open (the least recently used idle one is closed).
 LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX = 1024
-#: Entry bytes one bookie connection may have in flight through the task-free add path; beyond
-#: it adds take the path that waits for the socket buffer to drain.
+#: Entry bytes of adds one bookie connection may have in flight; beyond it an add waits (in call
+#: order, inside the transport's one add operation) for answers to make room.
 LEDGER_PIPELINED_ADD_BYTES_MAX = 4 * MIB
+#: An add found overdue is failed only if it is still unanswered this much later: after a
+#: process pause (SIGSTOP, a long GC) every deadline has passed at once, and the answers already
+#: received must be counted before anything is declared timed out (the bookie client's own tick).
+LEDGER_ADD_TIMEOUT_CONFIRM_MS = 20
 #: Write sets remembered (one per (first index, E, Qw): E of them per ensemble shape).
 LEDGER_WRITE_SETS_CACHED_COUNT_MAX = 4096
 #: Bookie registrations one directory listing accepts.
@@ -171,10 +175,10 @@ BROKER_DEDUP_PRODUCER_NAMES_COUNT_MAX = 10_000
 BROKER_DEDUP_SNAPSHOT_INTERVAL_ENTRIES = 1_000
 #: Entries one read of the dedup replay (topic load) asks for.
 BROKER_DEDUP_REPLAY_READ_COUNT = 500
-#: A topic fenced after a failed write retries settling its log and rebuilding deduplication this
+#: A topic blocked after a failed write retries settling its log and rebuilding deduplication this
 #: often, at most this many times (then only a producer asking to be admitted starts a new round).
-BROKER_TOPIC_UNFENCE_RETRY_INTERVAL_MS = 1_000
-BROKER_TOPIC_UNFENCE_ATTEMPTS_COUNT_MAX = 60
+BROKER_TOPIC_UNBLOCK_RETRY_INTERVAL_MS = 1_000
+BROKER_TOPIC_UNBLOCK_ATTEMPTS_COUNT_MAX = 60
 #: Delayed messages one subscription's in-memory index holds (about 56 bytes each); beyond it the
 #: rest stay unacknowledged in the log and are indexed again when the index has room.
 BROKER_DELAYED_INDEX_ENTRIES_MAX = 100_000
@@ -198,6 +202,9 @@ ADMIN_PARTITIONS_COUNT_MAX = 10_000
 ADMIN_LIST_COUNT_MAX = 100_000
 #: Bytes of one admin request body.
 ADMIN_BODY_BYTES_MAX = 1 * MIB
+#: Entries one admin peek (``subscription/{sub}/position/{n}``) may look through past the
+#: mark-delete position: ``n`` and the individually acknowledged entries it skips.
+ADMIN_PEEK_SCAN_ENTRIES_COUNT_MAX = 100_000
 
 # --- cluster (bundle ownership, load reports) --------------------------------------------------
 #: Bundles a namespace starts with (Pulsar: defaultNumberOfNamespaceBundles).

@@ -88,12 +88,9 @@ class _BookieWriter:
         return self._handle.ledger_id
 
     async def add(self, data: bytes) -> None:
-        added = self._handle.add_entry_nowait(data)
-        if added is None:  # backpressure or a fault point: the ordered slow call
-            await self._drain()
-            await self._handle.add_entry(data)
-            return
-        self._in_flight.append(added)
+        if not self._handle.has_room():  # backpressure: an explicit wait on the one add path
+            await self._handle.wait_for_room()
+        self._in_flight.append(self._handle.append(data))
         if len(self._in_flight) >= COMPACTED_WRITE_WINDOW_COUNT_MAX:
             await self._drain()
 

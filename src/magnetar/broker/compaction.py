@@ -106,7 +106,7 @@ _TRANSITIONS = {
 }
 
 
-class CompactionRunning(BrokerError):
+class CompactionRunningError(BrokerError):
     def __init__(self, topic: str) -> None:
         super().__init__(pb.NotAllowedError, f"compaction of {topic} is already in progress")
 
@@ -240,11 +240,11 @@ class TopicCompaction:
     # --- running --------------------------------------------------------------------------------
 
     def start(self) -> asyncio.Task[None]:
-        """Start a compaction in the background; ``CompactionRunning`` if one is in progress."""
+        """Start a compaction in the background; ``CompactionRunningError`` if one is in progress."""
         if self._ledgers is None:
             raise BrokerError(pb.NotAllowedError, f"topic {self._log.name} cannot be compacted")
         if self._status is CompactionStatus.RUNNING:
-            raise CompactionRunning(self._log.name)
+            raise CompactionRunningError(self._log.name)
         self._move(CompactionStatus.RUNNING)
         self.last_error = None
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"compaction:{self._log.name}")
@@ -466,11 +466,14 @@ class CompactedView:
             moved = target
         return moved
 
-    async def append(self, data: bytes) -> Position:
-        return await self._log.append(data)
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        return self._log.append(data)
 
-    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        return self._log.append_nowait(data, on_done)
+    def has_room(self) -> bool:
+        return self._log.has_room()
+
+    async def wait_for_room(self) -> None:
+        await self._log.wait_for_room()
 
     async def open_cursor(self, name: str, *, durable: bool, initial_mark_delete: Position) -> SubscriptionCursor:
         return await self._log.open_cursor(name, durable=durable, initial_mark_delete=initial_mark_delete)
@@ -521,7 +524,7 @@ __all__ = [
     "COMPACTION_CURSOR_NAME",
     "CompactedState",
     "CompactedView",
-    "CompactionRunning",
+    "CompactionRunningError",
     "CompactionStatus",
     "TopicCompaction",
     "compacted_view",

@@ -16,9 +16,12 @@ from magnetar.base.limits import (
     BROKER_PENDING_SENDS_PER_PRODUCER_COUNT_MAX,
     BROKER_REDELIVERY_TRACKER_COUNT_MAX,
     MIB,
+    NAMESPACE_BUNDLES_COUNT_MAX,
     PULSAR_MESSAGE_BYTES_MAX,
     TLS_HANDSHAKE_TIMEOUT_S,
 )
+from magnetar.broker.listeners import parse_listeners
+from magnetar.broker.schema_compat import Compatibility
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,10 @@ class BrokerConfig:
     #: Partitions of an auto-created topic; 0 means non-partitioned (Pulsar's default).
     auto_created_partitions_count: int = 0
     #: Answer a re-sent (producer_name, sequence_id) already persisted with a (-1,-1) receipt.
+    #: Differs from Pulsar on purpose (brokerDeduplicationEnabled=false there): Magnetar's
+    #: guarantees are stated and checked with it on (FAULTS.md invariant 8: no duplicates after
+    #: producer retries, in the simulator, the chaos runs and the kill -9 tests; the Spark sink's
+    #: retried tasks), and a user who turns it off per namespace still can (deduplicationEnabled).
     deduplication: bool = True
     #: Broker-wide policy defaults, used where neither the namespace nor the topic sets one
     #: (Pulsar: defaultRetentionTimeInMinutes/SizeInMB = 0, ttlDurationDefaultInSeconds = 0,
@@ -69,10 +76,57 @@ class BrokerConfig:
     #: Test-only switch for the negative control of the outbound bound: False lets a connection's
     #: queue grow without limit. Never False in a deployment.
     connection_outbound_bound_enabled: bool = True
+    # --- load balancer (``broker.balancer``; the Pulsar key of each field: ``balancer.PULSAR_KEYS``) ---
+    #: loadBalancerEnabled: the elected leader broker sheds load and splits hot bundles.
+    load_balancer_enabled: bool = True
+    #: loadBalancerSheddingEnabled: the leader unloads bundles from overloaded brokers.
+    load_balancer_shedding_enabled: bool = True
+    #: loadBalancerSheddingIntervalMinutes (1): how often the leader decides.
+    load_balancer_shedding_interval_ms: int = 60_000
+    #: loadBalancerSheddingGracePeriodMinutes (30): a bundle moved is not moved again before this.
+    load_balancer_shedding_grace_period_ms: int = 1_800_000
+    #: loadBalancerBrokerOverloadedThresholdPercentage (85): a broker using this much CPU sheds.
+    load_balancer_broker_overloaded_threshold_percent: int = 85
+    #: loadBalancerBrokerThresholdShedderPercentage (10): a broker whose load is this much above
+    #: the cluster average sheds; a target may not end up above it.
+    load_balancer_broker_threshold_percent: int = 10
+    #: loadBalancerAutoBundleSplitEnabled: split bundles above the four maxima below.
+    load_balancer_auto_bundle_split_enabled: bool = True
+    #: loadBalancerNamespaceBundleMaxTopics / MaxSessions / MaxMsgRate / MaxBandwidthMbytes.
+    load_balancer_namespace_bundle_topics_max: int = 1000
+    load_balancer_namespace_bundle_sessions_max: int = 1000
+    load_balancer_namespace_bundle_msg_rate_max: int = 30_000
+    load_balancer_namespace_bundle_bandwidth_bytes_max: int = 100 * MIB
+    #: loadBalancerNamespaceMaximumBundles (128): no split beyond this many bundles per namespace.
+    load_balancer_namespace_bundles_max: int = 128
+    #: loadBalancerMaxNumberOfBundlesToSplitPerCycle (10).
+    load_balancer_bundle_splits_per_cycle_max: int = 10
+    #: Bundles one shedding round may unload (no Pulsar key: Pulsar unloads until under threshold).
+    load_balancer_unloads_per_cycle_max: int = 16
+    #: loadBalancerCPUResourceWeight, loadBalancerBandwithInResourceWeight (+Out, averaged), and
+    #: Magnetar's weights of message rate, topics and sessions in a broker's load score (0 = ignore).
+    load_balancer_cpu_weight: float = 1.0
+    load_balancer_bandwidth_weight: float = 1.0
+    load_balancer_msg_rate_weight: float = 1.0
+    load_balancer_topics_weight: float = 1.0
+    load_balancer_sessions_weight: float = 1.0
 
-    #: Largest message (metadata + payload) a client may send, told to it in CONNECTED
-    #: [maxMessageSize]; at most PULSAR_MESSAGE_BYTES_MAX.
+    # --- Pulsar parity (issue 18) ----------------------------------------------------------------
+    #: Largest message a producer may send (Pulsar: maxMessageSize, 5 MiB): reported in
+    #: CONNECTED.max_message_size (the official client refuses larger sends itself, MessageTooBig,
+    #: and chunks at it); a frame beyond it plus 10 KiB of headers closes the connection, as
+    #: Pulsar's frame decoder does. A topic's maxMessageSize policy refuses smaller ones
+    #: (NotAllowed). It may be lowered, not raised above 5 MiB (the frame bound).
     max_message_size_bytes: int = PULSAR_MESSAGE_BYTES_MAX
+    #: Schema compatibility of a namespace whose schemaCompatibilityStrategy policy is UNDEFINED
+    #: (Pulsar: schemaCompatibilityStrategy, FULL); one of ``schema_compat.Compatibility``.
+    schema_compatibility_strategy: str = "FULL"
+    #: Pulsar's advertisedListeners, ``name:pulsar://host:port,name:pulsar+ssl://host:port,...``
+    #: (``broker.listeners``): LOOKUP answers the listener the client names; "" none but the
+    #: internal one at the advertised address.
+    advertised_listeners: str = ""
+    #: Pulsar's internalListenerName: the listener of a LOOKUP that names none ("": the first).
+    internal_listener_name: str = ""
 
     # --- security (Pulsar's broker.conf keys in brackets; ``magnetar.security`` verifies) ----------
     #: Clients must present credentials one of ``authentication_providers`` accepts
@@ -155,9 +209,21 @@ class BrokerConfig:
         if self.retention_time_s < -1 or self.retention_size_bytes < -1:
             raise InvalidArgument("retention_time_s and retention_size_bytes must be >= -1")
         if not 1024 <= self.max_message_size_bytes <= PULSAR_MESSAGE_BYTES_MAX:
-            raise InvalidArgument(f"max_message_size_bytes must be 1024..{PULSAR_MESSAGE_BYTES_MAX}")
+            raise InvalidArgument(f"max_message_size_bytes must be 1024..{PULSAR_MESSAGE_BYTES_MAX}, "
+                                  f"got {self.max_message_size_bytes}")
+        if self.schema_compatibility_strategy not in {c.value for c in Compatibility}:
+            raise InvalidArgument(f"schema_compatibility_strategy must be one of "
+                                  f"{sorted(c.value for c in Compatibility)}, got {self.schema_compatibility_strategy!r}")
+        listeners = parse_listeners(self.advertised_listeners)  # raises InvalidArgument if malformed
+        if listeners and self.internal_listener_name and self.internal_listener_name not in listeners:
+            raise InvalidArgument(f"internal_listener_name {self.internal_listener_name!r} is not among "
+                                  f"advertised_listeners {sorted(listeners)}")
         if self.auto_created_partitions_count < 0:
             raise InvalidArgument("auto_created_partitions_count must be >= 0")
+        if self.load_balancer_shedding_interval_ms < 100 or self.load_balancer_shedding_grace_period_ms < 0:
+            raise InvalidArgument("load_balancer_shedding_interval_ms must be >= 100 and the grace period >= 0")
+        if not 2 <= self.load_balancer_namespace_bundles_max <= NAMESPACE_BUNDLES_COUNT_MAX:
+            raise InvalidArgument(f"load_balancer_namespace_bundles_max must be 2..{NAMESPACE_BUNDLES_COUNT_MAX}")
         unknown = [p for p in self.authentication_providers if p not in AUTHENTICATION_PROVIDERS]
         if unknown:
             raise InvalidArgument(f"authentication_providers: unknown {unknown}; known: {list(AUTHENTICATION_PROVIDERS)}")

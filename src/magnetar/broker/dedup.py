@@ -18,7 +18,7 @@ What is true:
   caller waits for those appends (``wait_in_flight``) and asks again.
 * At most ``BROKER_DEDUP_PRODUCER_NAMES_COUNT_MAX`` names are kept (oldest update forgotten).
 
-* After a failed write (``rebuild``, called by the fenced topic once every append started has
+* After a failed write (``rebuild``, called by the blocked topic once every append started has
   ended and the log has settled the failure): READY -> NEW, then recovery as above. ``highest``
   then holds exactly the ids the log holds: an id of a failed append is in it iff its entry landed.
   ``pushed`` is empty then (no append in flight): Pulsar's ``resetHighestSequenceIdPushed``.

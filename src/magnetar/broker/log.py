@@ -18,9 +18,10 @@ Contracts every implementation keeps:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from magnetar.base.types import Position
 
@@ -93,12 +94,17 @@ class TopicLog(Protocol):
     @property
     def last_position(self) -> Position: ...
 
-    async def append(self, data: bytes) -> Position: ...
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        """The one append operation: a future of ``data``'s position (a callback can be chained
+        on it; it completes only after this returned). Raises at once when the log refuses
+        (closed, terminated, taken over, a write failure not yet settled, or full: call
+        ``wait_for_room`` first)."""
 
-    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        """``append`` without a task: later ``on_done(position, None)`` or ``on_done(None, error)``,
-        never before this returns. Returns False, having done nothing, when ``append`` would have
-        to wait (backpressure, a fault point): then call ``append``."""
+    def has_room(self) -> bool:
+        """Whether ``append`` can take an entry now."""
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: return once ``append`` can take an entry (or will refuse it)."""
 
     async def read(self, start: Position, count_max: int) -> list[Entry]: ...
 
@@ -120,6 +126,19 @@ class TopicLog(Protocol):
         and retention lets go; returns the ids of the ledgers deleted."""
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Terminable(Protocol):
+    """A log that can be terminated (Pulsar's ``terminate``): no more appends, ever; an append
+    then fails with a ``BrokerError`` TopicTerminatedError. The state is kept with the log."""
+
+    @property
+    def terminated_position(self) -> Position | None: ...
+
+    async def terminate(self) -> Position:
+        """Stop appends (after the in-flight ones) and return the last entry's position."""
+        ...
 
 
 class LogStore(Protocol):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import quote
 
@@ -37,6 +37,9 @@ class LookupAnswer:
     url: str
     authoritative: bool
     url_tls: str | None = None  # the same broker's ``pulsar+ssl://`` listener, when it has one
+    #: The target broker's advertised listeners (``broker.listeners`` format; "" none besides its
+    #: internal one) when known, so a Redirect can name the client's listener; None: unknown.
+    listeners: str | None = field(default=None, compare=False)
 
 
 class TopicLookup(Protocol):

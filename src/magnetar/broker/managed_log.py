@@ -11,11 +11,10 @@ read" on reset and sets of acknowledged indexes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Sequence
 from urllib.parse import unquote
 
-from magnetar.base.errors import ClosedError, NotFound
+from magnetar.base.errors import NotFound
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import BookieCompactedLedgers
 from magnetar.broker.errors import BrokerError
@@ -81,6 +80,7 @@ class ManagedTopicLog:
         self._name = name
         self._ml = ml
         self._non_durable: dict[str, ManagedCursor] = {}
+        self.has_room = ml.has_room  # the port's ``has_room``: the managed ledger's, unwrapped
 
     @property
     def name(self) -> str:
@@ -101,31 +101,23 @@ class ManagedTopicLog:
     def last_position(self) -> Position:
         return self._ml.last_confirmed_entry
 
-    async def append(self, data: bytes) -> Position:
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        """The managed ledger's one append (its future as is: a terminated topic refuses at once,
+        since termination waits for the appends in flight)."""
         try:
-            return await self._ml.add_entry(data)
+            return self._ml.append(data)
         except ManagedLedgerTerminated as error:
             raise BrokerError(pb.TopicTerminatedError, f"topic {self._name} is terminated") from error
 
-    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        added = self._ml.add_entry_nowait(data)
-        if added is None:
-            return False
-        added.add_done_callback(partial(self._appended, on_done))
-        return True
+    async def wait_for_room(self) -> None:
+        await self._ml.wait_for_room()
 
-    def _appended(self, on_done: Callable[[Position | None, BaseException | None], None],
-                  added: asyncio.Future[Position]) -> None:
-        if added.cancelled():
-            on_done(None, ClosedError(f"topic {self._name}: the append was cancelled"))
-            return
-        error = added.exception()
-        if isinstance(error, ManagedLedgerTerminated):
-            error = BrokerError(pb.TopicTerminatedError, f"topic {self._name} is terminated")
-        if error is not None:
-            on_done(None, error)
-        else:
-            on_done(added.result(), None)
+    @property
+    def terminated_position(self) -> Position | None:
+        return self._ml.terminated_position
+
+    async def terminate(self) -> Position:
+        return await self._ml.terminate()
 
     async def settle_failed_writes(self) -> None:
         """After a failed append: the failed ledger is recovered (entries that landed join the

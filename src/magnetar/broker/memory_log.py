@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from magnetar.base.errors import LimitExceeded, NotFound
 from magnetar.base.limits import MANAGED_CURSOR_RANGES_COUNT_MAX, MIB
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import MemoryCompactedLedgers
+from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import Entry, LedgerStats, StorageStats, ack_set_words, acked_indexes
+from magnetar.protocol.pulsar import pb
 
 
 @dataclass
@@ -36,6 +38,7 @@ class _LogState:
     data: list[bytes] = field(default_factory=list)
     cursors: dict[str, _CursorState] = field(default_factory=dict)
     ledger_id: int = -1
+    terminated_at: Position | None = None  # the last entry once terminated: no more appends
 
 
 class MemoryCursor:
@@ -168,10 +171,31 @@ class MemoryTopicLog:
         """The reference log keeps every entry: it has no ledgers to delete."""
         return []
 
-    async def append(self, data: bytes) -> Position:
-        return self._append_now(data)
+    @property
+    def terminated_position(self) -> Position | None:
+        return self._state.terminated_at
+
+    async def terminate(self) -> Position:
+        if self._state.terminated_at is None:
+            self._state.terminated_at = self.last_position
+        return self._state.terminated_at
+
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        """Stored at once; the future is done already (its callbacks run on the next loop pass)."""
+        position = self._append_now(data)
+        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        future.set_result(position)
+        return future
+
+    def has_room(self) -> bool:
+        return True  # an append over the store's byte bound raises LimitExceeded
+
+    async def wait_for_room(self) -> None:
+        return None
 
     def _append_now(self, data: bytes) -> Position:
+        if self._state.terminated_at is not None:
+            raise BrokerError(pb.TopicTerminatedError, f"topic {self._name} is terminated")
         self._store.charge(len(data))
         state = self._state
         last = state.positions[-1] if state.positions else None
@@ -180,14 +204,6 @@ class MemoryTopicLog:
         state.positions.append(position)
         state.data.append(bytes(data))
         return position
-
-    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        try:
-            position = self._append_now(data)
-        except LimitExceeded:
-            return False  # nothing stored: ``append`` raises it
-        asyncio.get_running_loop().call_soon(on_done, position, None)
-        return True
 
     async def read(self, start: Position, count_max: int) -> list[Entry]:
         state = self._state

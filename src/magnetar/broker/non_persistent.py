@@ -108,12 +108,17 @@ class NonPersistentLog:
         self._last = self._last.next()
         return self._last
 
-    async def append(self, data: bytes) -> Position:
-        return self.next_position()
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        """Nothing is stored: the position is taken at once and the future is already done."""
+        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        future.set_result(self.next_position())
+        return future
 
-    def append_nowait(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        asyncio.get_running_loop().call_soon(on_done, self.next_position(), None)
+    def has_room(self) -> bool:
         return True
+
+    async def wait_for_room(self) -> None:
+        return None
 
     async def read(self, start: Position, count_max: int) -> list[Entry]:
         return []
@@ -211,15 +216,13 @@ class NonPersistentTopic(Topic):
         self._admit_publish(data)
         return self._dispatch(data)
 
-    def publish_nowait(self, data: bytes, messages: int,
-                       on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        try:
-            self._admit_publish(data)
-            position = self._dispatch(data)
-        except BrokerError:
-            return False  # ``publish`` raises it for the producer
+    async def publish_then(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None],
+                           *, messages: int = 0) -> None:
+        """The one publish path of a topic that stores nothing: offered to the subscriptions at
+        once; raises (nothing dispatched) when refused; ``on_done`` on the next loop pass."""
+        self._admit_publish(data)
+        position = self._dispatch(data)
         asyncio.get_running_loop().call_soon(on_done, position, None)
-        return True
 
     # --- subscriptions --------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import json
 import logging
@@ -49,12 +50,12 @@ from magnetar.base.limits import (
 from magnetar.base.types import TopicName
 from magnetar.broker.bundles import BundleRange, NamespaceBundles, local_policies_path, topic_hash
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.load import LoadReport, LoadReports, least_loaded
+from magnetar.broker.load import BundleStats, LoadReport, LoadReports, least_loaded
 from magnetar.broker.log import LogStore, TopicLog
 from magnetar.broker.lookup import LookupAnswer, LookupKind
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic
-from magnetar.metadata.api import MetadataStore, SessionState, Watch, WatchEvent
+from magnetar.metadata.api import EventKind, MetadataStore, SessionState, Watch, WatchEvent
 from magnetar.metadata.errors import MetadataError, SessionClosed
 from magnetar.metadata.lock import LockState, MetadataLock
 from magnetar.protocol.pulsar import pb
@@ -66,6 +67,56 @@ OWNERSHIP_ROOT = "/namespace"
 
 def owner_path(namespace: str, bundle: BundleRange) -> str:
     return f"{OWNERSHIP_ROOT}/{namespace}/{bundle.name}"
+
+
+#: How long a lookup on the broker a bundle is assigned to waits for the previous owner to let go.
+ASSIGNED_RELEASE_WAIT_MS = 10_000
+#: Topics of a moved bundle its new owner loads at once (the rest when their clients come back).
+PRELOAD_TOPICS_MAX = 1000
+#: Where the load balancer's leader writes the broker a bundle should go to when it is free.
+ASSIGNMENTS_ROOT = "/loadbalance/assignments"
+
+
+def assignment_path(namespace: str, bundle: BundleRange) -> str:
+    return f"{ASSIGNMENTS_ROOT}/{namespace}/{bundle.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """JSON ``{"broker": service URL, "from": service URL, "reason", "time": ms, "topics": [...]}``;
+    ``topics`` are the topics the previous owner had loaded, which the target loads at once."""
+
+    broker: str
+    source: str = ""
+    reason: str = ""
+    time_ms: int = 0
+    topics: tuple[str, ...] = ()
+
+    def encode(self) -> bytes:
+        return json.dumps({"broker": self.broker, "from": self.source, "reason": self.reason,
+                           "time": self.time_ms, "topics": list(self.topics)}).encode()
+
+    @staticmethod
+    def decode(value: bytes) -> Assignment:
+        try:
+            data = json.loads(value)
+            return Assignment(str(data["broker"]), str(data.get("from", "")), str(data.get("reason", "")),
+                              int(data.get("time", 0)), tuple(str(t) for t in data.get("topics", ())))
+        except (ValueError, KeyError, TypeError) as error:
+            raise InvalidArgument(f"bad bundle assignment: {error}") from None
+
+
+def bundle_stats(owned: Sequence[OwnedBundle], topics: Sequence[Topic]) -> tuple[tuple[str, BundleStats], ...]:
+    """Per owned bundle: its loaded topics' rates (last samples), producers, consumers, count."""
+    out = []
+    for bundle in owned:
+        mine = [t for t in topics if bundle.serves(t.name)]
+        subscriptions = [s for t in mine for s in t.subscriptions.values()]
+        out.append((bundle.key, BundleStats(
+            sum(t.published.msg_rate for t in mine), sum(s.dispatched.msg_rate for s in subscriptions),
+            sum(t.published.byte_rate for t in mine), sum(s.dispatched.byte_rate for s in subscriptions),
+            sum(len(t.producers) for t in mine), sum(len(s.consumers) for s in subscriptions), len(mine))))
+    return tuple(out)
 
 
 class BundleState(enum.Enum):
@@ -89,6 +140,8 @@ class OwnedBundle:
     range: BundleRange
     lock: MetadataLock
     state: BundleState = BundleState.OWNED
+    moving_to: str | None = None  # the broker the load balancer moves it to (while UNLOADING)
+    moving_to_tls: str | None = None
 
     @property
     def key(self) -> str:
@@ -108,17 +161,19 @@ class OwnerData:
     http_url: str
     disabled: bool = False
     native_url_tls: str | None = None  # Pulsar's nativeUrlTls: the owner's pulsar+ssl:// listener
+    listeners: str = ""  # the owner's advertised listeners (a Redirect names the client's one)
 
     def encode(self) -> bytes:
         return json.dumps({"nativeUrl": self.native_url, "httpUrl": self.http_url,
-                           "disabled": self.disabled, "nativeUrlTls": self.native_url_tls}).encode()
+                           "disabled": self.disabled, "nativeUrlTls": self.native_url_tls,
+                           "advertisedListeners": self.listeners}).encode()
 
     @staticmethod
     def decode(value: bytes) -> OwnerData:
         try:
             data = json.loads(value)
             return OwnerData(str(data["nativeUrl"]), str(data.get("httpUrl", "")), bool(data.get("disabled")),
-                             data.get("nativeUrlTls") or None)
+                             data.get("nativeUrlTls") or None, str(data.get("advertisedListeners", "")))
         except (ValueError, KeyError, TypeError) as error:
             raise InvalidArgument(f"bad ownership data: {error}") from None
 
@@ -226,7 +281,8 @@ class BundleOwnership:
         return OwnerData.decode(found.value), found.version
 
     def _owner_data(self) -> OwnerData:
-        return OwnerData(self.service_url, self.http_url, native_url_tls=self.service_url_tls)
+        return OwnerData(self.service_url, self.http_url, native_url_tls=self.service_url_tls,
+                         listeners=self.service.config.advertised_listeners)
 
     # --- lookup ---------------------------------------------------------------------------------
 
@@ -237,6 +293,8 @@ class BundleOwnership:
         answer = self._answer_if_held(topic.namespace, bundle)
         if answer is not None:
             return answer
+        if authoritative:
+            await self._await_assigned_release(topic.namespace, bundle)
         async with self._mutex:
             answer = self._answer_if_held(topic.namespace, bundle)
             if answer is not None:
@@ -249,6 +307,9 @@ class BundleOwnership:
             return None
         if owned.state is BundleState.OWNED:
             return LookupAnswer(LookupKind.CONNECT, self.service_url, True, self.service_url_tls)
+        if owned.moving_to and owned.moving_to != self.service_url:
+            # Moving: send the client on to the chosen broker, which takes the bundle once we let go.
+            return LookupAnswer(LookupKind.REDIRECT, owned.moving_to, True, owned.moving_to_tls)
         raise _not_ready(f"bundle {owned.key} is being unloaded; retry")
 
     async def _find_or_take(self, namespace: str, bundle: BundleRange, authoritative: bool) -> LookupAnswer:
@@ -259,34 +320,115 @@ class BundleOwnership:
             if owner.native_url != self.service_url:
                 if owner.disabled:
                     raise _not_ready(f"bundle {key} is being unloaded; retry")
-                return LookupAnswer(LookupKind.REDIRECT, owner.native_url, False, owner.native_url_tls)
+                return LookupAnswer(LookupKind.REDIRECT, owner.native_url, False, owner.native_url_tls,
+                                    owner.listeners)
             # Our address, not held by this session: left by our previous life (restart before
             # its session expired). That process is gone (we hold its address now): remove it.
             with contextlib.suppress(BadVersion):
                 await self.store.delete(owner_path(namespace, bundle), version)
         if not authoritative:
-            chosen, chosen_tls = await self.choose_owner_urls()
+            chosen, chosen_tls = await self.choose_owner_urls(namespace, bundle)
             if chosen != self.service_url:
                 return LookupAnswer(LookupKind.REDIRECT, chosen, True, chosen_tls)
         if await self._acquire(namespace, bundle) and self.serves_bundle(namespace, bundle):
+            placed = await self._forget_assignment(namespace, bundle)
+            if placed is not None and placed.broker == self.service_url:
+                self._preload(placed.topics)
             return LookupAnswer(LookupKind.CONNECT, self.service_url, True, self.service_url_tls)
         current = await self.owner_of(namespace, bundle)
         if current is not None and current[0].native_url != self.service_url:
-            return LookupAnswer(LookupKind.REDIRECT, current[0].native_url, False, current[0].native_url_tls)
+            return LookupAnswer(LookupKind.REDIRECT, current[0].native_url, False, current[0].native_url_tls,
+                                current[0].listeners)
         raise _not_ready(f"ownership of bundle {key} is changing; retry")
 
     async def choose_owner(self) -> str:
         """The service URL of the least-loaded broker (this one when no report is readable)."""
         return (await self.choose_owner_urls())[0]
 
-    async def choose_owner_urls(self) -> tuple[str, str | None]:
-        """(pulsar://, pulsar+ssl:// or None) of the least-loaded broker."""
+    async def choose_owner_urls(self, namespace: str | None = None,
+                                bundle: BundleRange | None = None) -> tuple[str, str | None]:
+        """(pulsar://, pulsar+ssl:// or None) of the broker the load balancer's leader assigned
+        the bundle to (``assignment_path``: its "preallocated" owner, while that broker reports
+        load), else of the least-loaded broker (this one when no report is readable)."""
         reports = [r for r in await self.loads.all() if r.broker_id != self.loads.broker_id]
+        if namespace is not None and bundle is not None:
+            found = await self.store.get(assignment_path(namespace, bundle))
+            if found is not None:
+                target = Assignment.decode(found.value).broker
+                if target == self.service_url:
+                    return self.service_url, self.service_url_tls
+                for report in reports:
+                    if report.pulsar_service_url == target:
+                        return target, report.pulsar_service_url_tls
         reports.append(self.load_report(self.loads.last.connections if self.loads.last else 0))
         best = least_loaded(reports)
         if best is None:
             return self.service_url, self.service_url_tls
         return best.pulsar_service_url, best.pulsar_service_url_tls
+
+    async def _await_assigned_release(self, namespace: str, bundle: BundleRange) -> None:
+        """A bundle the leader assigned to this broker, still held by its previous owner while it
+        unloads: hold the client's lookup until the owner lets go (at most
+        ``ASSIGNED_RELEASE_WAIT_MS``), so the client connects here without a retry back-off."""
+        found = await self.store.get(assignment_path(namespace, bundle))
+        try:
+            if found is None or Assignment.decode(found.value).broker != self.service_url:
+                return
+        except InvalidArgument:
+            return
+        released = asyncio.Event()
+
+        def on_event(event: WatchEvent) -> None:
+            if event.kind is EventKind.DELETED:
+                released.set()
+
+        watch = await self.store.watch(owner_path(namespace, bundle), on_event)
+        try:
+            current = await self.owner_of(namespace, bundle)
+            if current is None or current[0].native_url == self.service_url:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(released.wait(), ASSIGNED_RELEASE_WAIT_MS / 1000)
+        finally:
+            watch.cancel()
+
+    async def _forget_assignment(self, namespace: str, bundle: BundleRange) -> Assignment | None:
+        """The bundle is placed: its assignment (if any) has done its work; returns it."""
+        path = assignment_path(namespace, bundle)
+        with contextlib.suppress(NotFound, MetadataError, InvalidArgument):
+            found = await self.store.get(path)
+            if found is None:
+                return None
+            await self.store.delete(path)
+            return Assignment.decode(found.value)
+        return None
+
+    def _preload(self, topics: Sequence[str]) -> None:
+        """Load the topics a moved bundle's previous owner served, concurrently and at once, so
+        the clients coming back find them loaded (their PRODUCER/SUBSCRIBE commands would
+        otherwise load them one after another on their connection)."""
+        async def load(name: str) -> None:
+            try:
+                await self.service.get_topic(TopicName.parse(name), create=False)
+            except Exception as error:  # the clients' own requests load it (or report why not)
+                log.info("preloading %s after a move: %s", name, error)
+
+        for name in topics[:PRELOAD_TOPICS_MAX]:
+            task = asyncio.get_running_loop().create_task(load(name))
+            self._closing_tasks.add(task)
+            task.add_done_callback(self._closing_tasks.discard)
+
+    async def _note_topics(self, namespace: str, bundle: BundleRange, target: str, topics: Sequence[Topic]) -> None:
+        """Tell the target (in the assignment) which topics to load when it takes the bundle."""
+        path = assignment_path(namespace, bundle)
+        with contextlib.suppress(MetadataError, InvalidArgument, BadVersion):
+            found = await self.store.get(path)
+            if found is None:
+                return
+            assignment = Assignment.decode(found.value)
+            if assignment.broker == target and topics:
+                noted = dataclasses.replace(assignment, topics=tuple(sorted(str(t.name) for t in topics)))
+                await self.store.put(path, noted.encode(), found.version)
 
     async def _acquire(self, namespace: str, bundle: BundleRange) -> bool:
         lock = MetadataLock(self.store, owner_path(namespace, bundle), self._owner_data().encode())
@@ -368,11 +510,18 @@ class BundleOwnership:
         owned = self._owned.get(f"{namespace}/{BundleRange.parse(bundle_name).name}")
         return owned is not None and owned.state is BundleState.OWNED
 
-    async def unload(self, namespace: str, bundle_name: str) -> None:
-        """Close the bundle's topics (clients look up again), then give up its lock."""
+    async def unload(self, namespace: str, bundle_name: str, target: str | None = None) -> None:
+        """Close the bundle's topics (clients look up again), then give up its lock. With a
+        ``target`` (the load balancer's choice), lookups meanwhile are redirected there."""
         owned = self._require_owned(namespace, bundle_name)
+        if target is not None:
+            owned.moving_to_tls = next((r.pulsar_service_url_tls for r in await self.loads.all()
+                                        if r.pulsar_service_url == target), None)
+        owned.moving_to = target
         owned.move(BundleState.UNLOADING)
         topics = self._stop_serving(owned.serves)
+        if target is not None:
+            await self._note_topics(namespace, owned.range, target, topics)
         await asyncio.gather(*(_close_quietly(t) for t in topics))
         if owned.state is BundleState.UNLOADING:
             owned.move(BundleState.RELEASED)
@@ -417,11 +566,15 @@ class BundleOwnership:
 
     # --- load reports ---------------------------------------------------------------------------
 
-    def load_report(self, connections: int, rate_in: float = 0.0, rate_out: float = 0.0) -> LoadReport:
+    def load_report(self, connections: int, rate_in: float = 0.0, rate_out: float = 0.0, *,
+                    cpu_percent: float = 0.0, now_ms: int = 0) -> LoadReport:
+        owned = [o for o in self.owned() if o.state is BundleState.OWNED]
+        stats = bundle_stats(owned, list(self.service.topics.values()))
         return LoadReport(
-            self.loads.broker_id, self.service_url, self.http_url,
-            tuple(o.key for o in self.owned() if o.state is BundleState.OWNED),
+            self.loads.broker_id, self.service_url, self.http_url, tuple(o.key for o in owned),
             len(self.service.topics), connections, rate_in, rate_out, self.service_url_tls,
+            cpu_percent, sum(s.msg_throughput_in for _, s in stats), sum(s.msg_throughput_out for _, s in stats),
+            now_ms, stats,
         )
 
     def traffic(self) -> tuple[int, int]:
@@ -432,7 +585,8 @@ class BundleOwnership:
         return published, dispatched
 
     async def run_load_reports(self, clock: Clock, connections: Callable[[], int],
-                               interval_ms: int = LOAD_REPORT_INTERVAL_MS) -> None:
+                               interval_ms: int = LOAD_REPORT_INTERVAL_MS,
+                               cpu_percent: Callable[[], float] | None = None) -> None:
         """Publish the load report now, at every change of the owned set and every ``interval_ms``.
 
         Rates are message counts over the last interval (never below 0: unloading a topic drops
@@ -440,7 +594,7 @@ class BundleOwnership:
         """
         last_ns = clock.monotonic_ns() - interval_ms * 1_000_000  # publish at once
         last_in, last_out = self.traffic()
-        rate_in = rate_out = 0.0
+        rate_in = rate_out = cpu = 0.0
         while self._state is OwnershipState.ACTIVE:
             now = clock.monotonic_ns()
             due = now - last_ns >= interval_ms * 1_000_000
@@ -452,8 +606,10 @@ class BundleOwnership:
                     rate_in = max(0, total_in - last_in) / seconds
                     rate_out = max(0, total_out - last_out) / seconds
                     last_ns, last_in, last_out = now, total_in, total_out
+                    cpu = cpu_percent() if cpu_percent is not None else 0.0
                 try:
-                    await self.loads.publish(self.load_report(connections(), rate_in, rate_out))
+                    await self.loads.publish(self.load_report(connections(), rate_in, rate_out, cpu_percent=cpu,
+                                                              now_ms=clock.now_ms()))
                 except Exception as error:  # the session may be ending; the next round retries
                     log.info("load report not published: %s", error)
             await clock.sleep(LOAD_REPORT_CHECK_MS / 1000)
@@ -521,6 +677,8 @@ class OwnedLogStore:
 
 
 __all__ = [
+    "ASSIGNMENTS_ROOT",
+    "Assignment",
     "BundleOwnership",
     "BundleState",
     "OwnedBundle",
@@ -528,5 +686,6 @@ __all__ = [
     "OwnerData",
     "OwnershipLookup",
     "OwnershipState",
+    "assignment_path",
     "owner_path",
 ]

@@ -23,7 +23,7 @@ import asyncio
 import enum
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
@@ -66,10 +66,6 @@ class ProducerState(enum.Enum):
 _TRANSITIONS = {(ProducerState.ACTIVE, ProducerState.CLOSED), (ProducerState.CLOSED, ProducerState.CLOSED)}
 
 
-#: The points a receipt passes: while one is armed, receipts go through the awaiting ``_flush``.
-_RECEIPT_POINTS = frozenset({"broker.after_persist_before_receipt", "broker.after_receipt"})
-
-
 @dataclass(slots=True)
 class _PendingSend:
     sequence_id: int
@@ -77,7 +73,6 @@ class _PendingSend:
     records_sequence: bool = True
     position: Position | None = None
     error: BrokerError | None = None
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @property
     def done(self) -> bool:
@@ -94,6 +89,9 @@ class Producer:
         self.access_mode = access_mode
         self.connection_key = connection_key
         self.schema_version: bytes | None = None  # the registered schema it produces with, if any
+        #: The topic epoch it asked for (PRODUCER.topic_epoch), then the one it holds once admitted
+        #: as an exclusive producer; None for a shared producer.
+        self.topic_epoch: int | None = None
         self._pending: deque[_PendingSend] = deque()
         self._pending_max = pending_max
         #: Called once per SEND taken off the FIFO (answered, or dropped once closed): the
@@ -101,7 +99,8 @@ class Producer:
         self.on_answered: Callable[[], None] | None = None
         self._room = asyncio.Event()
         self._room.set()
-        self._flushing = False
+        self._answering = False  # a receipt is between its two fault-point gates
+        self._flush_loop = False  # ``_flush`` is on the stack (a gate passed inline)
         self._state = ProducerState.ACTIVE
 
     @property
@@ -135,14 +134,16 @@ class Producer:
         self._pending.append(op)
         if data is None:
             op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
-            await self._flush()
+            self._flush()
         elif (not chunk or records_sequence) and await self._is_duplicate(first):  # a last chunk counts
             op.position = DUPLICATE
-            await self._flush()
+            self._flush()
         else:
             append = self.topic.dedup.begin(self.name, highest, records_sequence=records_sequence)
-            if not self.topic.publish_nowait(data, max(count, 1), partial(self._persisted, op, append)):
-                op.task = asyncio.get_running_loop().create_task(self._persist(op, data, append))
+            try:
+                await self.topic.publish_then(data, partial(self._persisted, op, append), messages=max(count, 1))
+            except Exception as error:  # refused before anything was appended
+                self._persisted(op, append, None, error)
 
     async def _is_duplicate(self, sequence_id: int) -> bool:
         dedup = self.topic.dedup
@@ -152,63 +153,46 @@ class Producer:
             status = dedup.check(self.name, sequence_id)
         return status is DedupStatus.DUPLICATE
 
-    async def _persist(self, op: _PendingSend, data: bytes, append: DedupAppend) -> None:
-        position: Position | None = None
-        try:
-            position = await self.topic.publish(data)
-            op.position = position
-        except Exception as error:
-            op.error = to_broker_error(error)
-        finally:
-            self.topic.dedup.finish(append, position)
-        await self._flush()
-
     def _persisted(self, op: _PendingSend, append: DedupAppend, position: Position | None,
                    error: BaseException | None) -> None:
-        """``_persist``'s ending for a SEND that took ``Topic.publish_nowait``."""
+        """The topic's answer for ``op``: record it, then answer what is done at the FIFO's head."""
         op.position = position
         if error is not None:
             op.error = to_broker_error(error)
         self.topic.dedup.finish(append, position)
-        if faults.any_armed(_RECEIPT_POINTS):
-            op.task = asyncio.get_running_loop().create_task(self._flush())
-            return
-        self._flush_now()
+        self._flush()
 
-    def _flush_now(self) -> None:
-        """``_flush`` without awaiting: for when no receipt fault point is armed."""
-        if self._flushing:
-            return  # the running flush will reach this op: it loops while the head is done
-        while self._pending and self._pending[0].done:
-            op = self._pending.popleft()
-            self._room.set()
-            if self.on_answered is not None:
-                self.on_answered()
-            if self._state is ProducerState.ACTIVE and self.channel.is_open():
-                self._answer_now(op)
-
-    async def _flush(self) -> None:
-        if self._flushing:
-            return  # the running flush will reach this op: it loops while the head is done
-        self._flushing = True
+    def _flush(self) -> None:
+        """Answer the done SENDs at the head of the FIFO, in order. A receipt passes the gates
+        ``broker.after_persist_before_receipt`` and ``broker.after_receipt`` (``faults.gate``):
+        while one holds it, every later answer waits too."""
+        self._flush_loop = True
         try:
-            while self._pending and self._pending[0].done:
+            while not self._answering and self._pending and self._pending[0].done:
                 op = self._pending.popleft()
                 self._room.set()
                 if self.on_answered is not None:
                     self.on_answered()
-                await self._answer(op)
+                if self._state is not ProducerState.ACTIVE or not self.channel.is_open():
+                    continue
+                if op.error is not None:
+                    self._answer_now(op)
+                    continue
+                self._answering = True
+                faults.gate("broker.after_persist_before_receipt", self._receipt, op)
         finally:
-            self._flushing = False
+            self._flush_loop = False
 
-    async def _answer(self, op: _PendingSend) -> None:
-        if self._state is not ProducerState.ACTIVE or not self.channel.is_open():
-            return
-        if op.error is None:
-            await faults.point("broker.after_persist_before_receipt")
-        self._answer_now(op)
-        if op.error is None:
-            await faults.point("broker.after_receipt")
+    def _receipt(self, error: BaseException | None, op: _PendingSend) -> None:
+        # An ``error`` at the gate loses the receipt (the client's send times out and it resends).
+        if error is None and self._state is ProducerState.ACTIVE and self.channel.is_open():
+            self._answer_now(op)
+        faults.gate("broker.after_receipt", self._receipted)
+
+    def _receipted(self, _error: BaseException | None) -> None:
+        self._answering = False
+        if not self._flush_loop:  # a gate held the receipt: carry on with the next answers
+            self._flush()
 
     def _answer_now(self, op: _PendingSend) -> None:
         if op.error is not None:

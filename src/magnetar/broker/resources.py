@@ -36,6 +36,7 @@ from magnetar.broker.policies import (
     Policies,
     PolicyCache,
     TopicPolicies,
+    decode_policies,
     namespace_path,
     topic_policies_path,
 )
@@ -234,10 +235,24 @@ class Resources:
                                   missing=TopicPolicies)
 
     async def delete_topic_policies(self, topic: TopicName) -> None:
+        """A deleted topic's overrides go, and so do its grants (as Pulsar's do): a topic created
+        later under the same name starts without them."""
         path = topic_policies_path(topic)
         if await self.store.exists(path):
             await self.store.delete(path)
         self.cache.written(path, None)
+        await self._delete_topic_grants(topic)
+
+    async def _delete_topic_grants(self, topic: TopicName) -> None:
+        key = str(topic.partitioned_topic_name)
+        found = await self.store.get(namespace_path(topic.namespace))
+        if found is None or not found.value or key not in decode_policies(found.value).auth_policies.destination_auth:
+            return  # the usual case: no write for a topic without grants of its own
+
+        def forget(policies: Policies) -> None:
+            policies.auth_policies.destination_auth.pop(key, None)
+
+        await self.update_policies(topic.namespace, forget)
 
     # --- first start -----------------------------------------------------------------------------
 

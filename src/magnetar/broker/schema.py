@@ -10,11 +10,13 @@ live in this object only.
 What is true:
 * Versions count from 0 and go on the wire as 8 big-endian bytes (Pulsar's LongSchemaVersion).
 * ``register`` (a PRODUCER with a schema) returns the version of an identical definition if one
-  exists, else checks the new one against the latest (BACKWARD by default: it must read what the
-  latest wrote, see ``schema_compat``) and adds it; an incompatible one raises a ``BrokerError``
-  with ``IncompatibleSchema``, which the official client reports as ``pulsar.IncompatibleSchema``.
+  exists, else checks the new one under the topic's namespace strategy (``schemaCompatibilityStrategy``;
+  UNDEFINED: the broker's, FULL by default as in Pulsar; see ``schema_compat``) and adds it; an
+  incompatible one raises a ``BrokerError`` with ``IncompatibleSchema``, which the official client
+  reports as ``pulsar.IncompatibleSchema``.
 * ``check_consumer`` (a SUBSCRIBE with a schema) registers it when the topic has none, accepts an
-  identical or a backward-compatible one without adding a version, and refuses others.
+  identical one or one that reads what the latest wrote without adding a version, and refuses
+  others (under ALWAYS_COMPATIBLE it accepts any).
 * A schema of type None (BYTES: the client sends none at all) is never stored; producers without a
   schema are accepted on any topic (Pulsar's schemaValidationEnforced=false).
 * At most ``SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX`` versions per topic and ``SCHEMA_DATA_BYTES_MAX``
@@ -23,8 +25,8 @@ What is true:
 
 from __future__ import annotations
 
-import enum
 import struct
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -34,7 +36,13 @@ from magnetar.base.errors import BadVersion, InvalidArgument, LimitExceeded
 from magnetar.base.limits import SCHEMA_DATA_BYTES_MAX, SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.schema_compat import IncompatibleSchemaError, check_backward
+from magnetar.broker.schema_compat import (
+    DEFAULT_COMPATIBILITY,
+    Compatibility,
+    IncompatibleSchemaError,
+    check_backward,
+    check_strategy,
+)
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import pb
 
@@ -44,18 +52,12 @@ _VERSION = struct.Struct(">q")
 REGISTER_ATTEMPTS_MAX = 8
 
 
-class Compatibility(enum.Enum):
-    """Pulsar's schemaCompatibilityStrategy values this registry implements."""
-
-    BACKWARD = "BACKWARD"
-    ALWAYS_COMPATIBLE = "ALWAYS_COMPATIBLE"
-
-
 class SchemaRecord(msgspec.Struct, frozen=True):
     type: int
     name: str
     data: bytes
     properties: dict[str, str] = msgspec.field(default_factory=dict)
+    timestamp_ms: int = 0  # when this version was added (0: before versions carried it)
 
     def to_pb(self) -> pb.Schema:
         schema = pb.Schema(name=self.name, schema_data=self.data, type=self.type)  # type: ignore[arg-type]
@@ -93,11 +95,23 @@ class _Versions:
 
 
 class SchemaRegistry:
-    def __init__(self, metadata: MetadataStore | None,
-                 compatibility: Compatibility = Compatibility.BACKWARD) -> None:
+    def __init__(self, metadata: MetadataStore | None, compatibility: Compatibility | None = None, *,
+                 strategy_of: Callable[[TopicName], Awaitable[Compatibility]] | None = None,
+                 now_ms: Callable[[], int] | None = None) -> None:
+        """``compatibility`` fixes the strategy for every topic; else ``strategy_of(topic)`` says it
+        (the namespace's policy), else ``DEFAULT_COMPATIBILITY``. ``now_ms`` stamps new versions."""
         self._metadata = metadata
         self._compatibility = compatibility
+        self._strategy_of = strategy_of
+        self._now_ms = now_ms
         self._local: dict[str, _Versions] = {}  # without a metadata store
+
+    async def strategy(self, topic: TopicName) -> Compatibility:
+        if self._compatibility is not None:
+            return self._compatibility
+        if self._strategy_of is not None:
+            return await self._strategy_of(topic)
+        return DEFAULT_COMPATIBILITY
 
     # --- reads ----------------------------------------------------------------------------------
 
@@ -128,13 +142,15 @@ class SchemaRegistry:
     async def register(self, topic: TopicName, schema: pb.Schema) -> int:
         """The version of ``schema`` for a producer: an identical one, or a new compatible one."""
         record = _checked(schema)
+        if self._now_ms is not None:
+            record = msgspec.structs.replace(record, timestamp_ms=self._now_ms())
+        strategy = await self.strategy(topic)
         for _ in range(REGISTER_ATTEMPTS_MAX):
             records = await self.versions(topic)
             for version, existing in enumerate(records):
                 if existing.same_definition(record):
                     return version
-            if records:
-                self._check(record, records[-1])
+            self._check(strategy, record, records)
             if len(records) >= SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX:
                 raise BrokerError(pb.NotAllowedError, str(LimitExceeded(
                     "SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX", len(records) + 1, SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX)))
@@ -151,7 +167,8 @@ class SchemaRegistry:
         for version, existing in enumerate(records):
             if existing.same_definition(record):
                 return version
-        self._check(record, records[-1])
+        if await self.strategy(topic) is not Compatibility.ALWAYS_COMPATIBLE:
+            _translated(lambda: check_backward(record.to_pb(), records[-1].to_pb()))  # it must read the data
         return None
 
     async def delete(self, topic: TopicName) -> None:
@@ -165,15 +182,15 @@ class SchemaRegistry:
         if await self._metadata.exists(path):
             await self._metadata.delete(path)
 
-    def _check(self, new: SchemaRecord, latest: SchemaRecord) -> None:
-        if self._compatibility is Compatibility.ALWAYS_COMPATIBLE:
-            return
-        try:
-            check_backward(new.to_pb(), latest.to_pb())
-        except IncompatibleSchemaError as error:
-            raise BrokerError(pb.IncompatibleSchema, f"incompatible schema: {error}") from None
-        except InvalidArgument as error:
-            raise BrokerError(pb.IncompatibleSchema, f"invalid schema definition: {error}") from None
+    def _check(self, strategy: Compatibility, new: SchemaRecord, records: list[SchemaRecord]) -> None:
+        _translated(lambda: check_strategy(strategy, new.to_pb(), [r.to_pb() for r in records]))
+
+    async def check_compatibility(self, topic: TopicName, schema: pb.Schema) -> None:
+        """Raise ``BrokerError`` IncompatibleSchema unless ``schema`` could be added now."""
+        record = _checked(schema)
+        records = await self.versions(topic)
+        if not any(existing.same_definition(record) for existing in records):
+            self._check(await self.strategy(topic), record, records)
 
     async def _add(self, topic: TopicName, version: int, record: SchemaRecord) -> bool:
         """Store ``record`` as ``version``; False if another registration took that version first."""
@@ -189,6 +206,15 @@ class SchemaRegistry:
         except BadVersion:
             return False
         return True
+
+
+def _translated(check: Callable[[], None]) -> None:
+    try:
+        check()
+    except IncompatibleSchemaError as error:
+        raise BrokerError(pb.IncompatibleSchema, f"incompatible schema: {error}") from None
+    except InvalidArgument as error:
+        raise BrokerError(pb.IncompatibleSchema, f"invalid schema definition: {error}") from None
 
 
 def _checked(schema: pb.Schema) -> SchemaRecord:

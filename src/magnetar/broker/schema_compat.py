@@ -1,12 +1,21 @@
 """Schema compatibility: can a reader schema read data written with a writer schema (Avro rules)?
+And Pulsar's strategies built on that question (``check_strategy``).
 
-Used by the registry's BACKWARD check (the default, as in Pulsar): a new schema must read data
-written with the latest one. For AVRO and JSON (whose definitions are Avro record schemas, as the
-official client sends them) the Avro schema-resolution rules decide:
+Strategies (Pulsar's ``SchemaCompatibilityStrategy``; the broker default is FULL, as Pulsar's):
+BACKWARD: the new schema reads what the latest one wrote; FORWARD: the latest reads what the new
+one writes; FULL: both; the ``_TRANSITIVE`` forms check against every version, not only the
+latest; ALWAYS_COMPATIBLE accepts anything; ALWAYS_INCOMPATIBLE refuses any new version (an
+identical definition still matches its existing version before any check).
 
-* records match by unqualified name; a reader field present in the writer must read the writer's
-  field type; a reader field missing from the writer needs a ``default``; writer fields the reader
-  lacks are skipped (removing a field is compatible);
+For AVRO and JSON (whose definitions are Avro record schemas, as the official client sends them)
+the Avro schema-resolution rules decide, as Avro's own resolver applies them:
+
+* records are not compared by name (a record's top-level name may change; Pulsar's Java
+  generator names it after the class); a reader field present in the writer must read the
+  writer's field type; a reader field missing from the writer needs a ``default``; writer fields
+  the reader lacks are skipped (removing a field is compatible);
+* named types are compared by (unqualified) name where Avro compares them: enums, fixed, and the
+  branch of a union that reads a named writer type (a union branch is chosen by name);
 * primitives match themselves, plus Avro's promotions (int -> long/float/double, long ->
   float/double, float -> double, string <-> bytes);
 * unions: every writer branch must be readable by the reader (a reader union needs one branch
@@ -19,6 +28,7 @@ message name is the same; identical definitions always are. Nothing here does I/
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any
 
@@ -38,6 +48,35 @@ _AVRO_LIKE = frozenset({pb.Schema.Avro, pb.Schema.Json, pb.Schema.Protobuf})
 AVRO_NESTING_DEPTH_MAX = 64
 
 
+class Compatibility(enum.Enum):
+    """Pulsar's ``SchemaCompatibilityStrategy`` (UNDEFINED: the broker's default applies)."""
+
+    ALWAYS_INCOMPATIBLE = "ALWAYS_INCOMPATIBLE"
+    ALWAYS_COMPATIBLE = "ALWAYS_COMPATIBLE"
+    BACKWARD = "BACKWARD"
+    FORWARD = "FORWARD"
+    FULL = "FULL"
+    BACKWARD_TRANSITIVE = "BACKWARD_TRANSITIVE"
+    FORWARD_TRANSITIVE = "FORWARD_TRANSITIVE"
+    FULL_TRANSITIVE = "FULL_TRANSITIVE"
+
+    @property
+    def transitive(self) -> bool:
+        return self.value.endswith("_TRANSITIVE")
+
+    @property
+    def backward(self) -> bool:
+        return self.value.startswith(("BACKWARD", "FULL"))
+
+    @property
+    def forward(self) -> bool:
+        return self.value.startswith(("FORWARD", "FULL"))
+
+
+#: Pulsar's broker default (``schemaCompatibilityStrategy=FULL``).
+DEFAULT_COMPATIBILITY = Compatibility.FULL
+
+
 class IncompatibleSchemaError(InvalidArgument):
     """The new schema cannot read what the existing one wrote; the message says why."""
 
@@ -47,6 +86,25 @@ def parse_avro(data: bytes) -> Any:
         return json.loads(data.decode())
     except (UnicodeDecodeError, ValueError) as error:
         raise InvalidArgument(f"schema definition is not valid JSON: {error}") from None
+
+
+def check_strategy(strategy: Compatibility, new: pb.Schema, existing: list[pb.Schema]) -> None:
+    """Raise ``IncompatibleSchemaError`` unless ``new`` may follow ``existing`` (oldest first)."""
+    if not existing or strategy is Compatibility.ALWAYS_COMPATIBLE:
+        return
+    if strategy is Compatibility.ALWAYS_INCOMPATIBLE:
+        raise IncompatibleSchemaError("the compatibility strategy is ALWAYS_INCOMPATIBLE: no new version")
+    against = existing if strategy.transitive else existing[-1:]
+    for index in range(len(against) - 1, -1, -1):
+        old = against[index]
+        if strategy.backward:
+            check_backward(new, old)
+        if strategy.forward:
+            try:
+                check_backward(old, new)
+            except IncompatibleSchemaError as error:
+                raise IncompatibleSchemaError(f"{strategy.value}: the existing schema cannot read the new "
+                                              f"one: {error}") from None
 
 
 def check_backward(new: pb.Schema, old: pb.Schema) -> None:
@@ -83,6 +141,10 @@ def _type_name(schema: Any) -> str:
     return repr(schema)
 
 
+def _named(schema: Any) -> bool:
+    return isinstance(schema, dict) and schema.get("type") in ("record", "enum", "fixed", "error")
+
+
 def _short(name: object) -> str:
     return str(name).rsplit(".", 1)[-1]
 
@@ -110,9 +172,14 @@ class _AvroCheck:
                     return problem
             return None
         if isinstance(reader, list):
-            if any(self.check(branch, writer, where, depth + 1) is None for branch in reader):
+            branches = [self._resolve(branch, self.reader_names) for branch in reader]
+            if _named(writer):  # Avro picks a union branch of a named type by its name
+                branches = [b for b in branches if _named(b) and _type_name(b) == _type_name(writer)
+                            and _short(b.get("name")) == _short(writer.get("name"))]
+            if any(self.check(branch, writer, where, depth + 1) is None for branch in branches):
                 return None
-            return f"{where or 'schema'}: no branch of the union reads {_type_name(writer)}"
+            return f"{where or 'schema'}: no branch of the union reads {_type_name(writer)}" + (
+                f" {writer.get('name')}" if _named(writer) else "")
         reader_type, writer_type = _type_name(reader), _type_name(writer)
         if reader_type in _PRIMITIVES or writer_type in _PRIMITIVES:
             if reader_type in _PROMOTIONS.get(writer_type, {writer_type}):
@@ -127,6 +194,8 @@ class _AvroCheck:
         if reader_type == "map":
             return self.check(reader.get("values"), writer.get("values"), f"{where}{{}}", depth + 1)
         if reader_type == "enum":
+            if _short(reader.get("name")) != _short(writer.get("name")):
+                return f"{where or 'schema'}: enum {reader.get('name')} cannot read enum {writer.get('name')}"
             missing = set(writer.get("symbols", [])) - set(reader.get("symbols", []))
             if missing and "default" not in reader:
                 return f"{where or 'schema'}: enum lacks symbols {sorted(missing)}"
@@ -138,8 +207,6 @@ class _AvroCheck:
         return f"{where or 'schema'}: unknown Avro type {reader_type!r}"
 
     def _record(self, reader: dict[str, Any], writer: dict[str, Any], where: str, depth: int) -> str | None:
-        if _short(reader.get("name")) != _short(writer.get("name")):
-            return f"{where or 'schema'}: record {reader.get('name')} cannot read record {writer.get('name')}"
         key = (json.dumps(reader, sort_keys=True), json.dumps(writer, sort_keys=True))
         if key in self._seen:
             return None  # a recursive type already being checked

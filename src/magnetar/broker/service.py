@@ -1,7 +1,7 @@
 """``BrokerService``: the registry of loaded topics and the broker-wide answers.
 
 Topics are loaded on demand (``get_topic``) and, when ``topic_auto_creation`` is on, created by the
-first producer or consumer naming them. Concurrent loads of one topic share one open. At most
+first producer or consumer naming them, only inside a namespace that exists (``check_namespace``). Concurrent loads of one topic share one open. At most
 ``BROKER_TOPICS_LOADED_COUNT_MAX`` topics are loaded. Producer names the broker assigns are
 ``<cluster>-<broker index>-<counter>``, unique for the life of this service.
 
@@ -28,12 +28,14 @@ from magnetar.base.types import TopicName
 from magnetar.broker.compaction import compaction_threshold_bytes
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import BrokerError, to_broker_error
+from magnetar.broker.listeners import Listeners
 from magnetar.broker.log import LogStore
-from magnetar.broker.lookup import PartitionedTopics, SingleBrokerLookup, TopicLookup
+from magnetar.broker.lookup import LookupAnswer, PartitionedTopics, SingleBrokerLookup, TopicLookup
 from magnetar.broker.non_persistent import open_non_persistent, topics_of_mode
 from magnetar.broker.policies import PolicyCache
 from magnetar.broker.resources import Resources, TopicBusy
 from magnetar.broker.schema import SchemaRegistry
+from magnetar.broker.schema_compat import Compatibility
 from magnetar.broker.topic import Topic
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import pb
@@ -62,13 +64,17 @@ class BrokerService:
         self.topics: dict[str, Topic] = {}
         self.policies = PolicyCache(metadata, config)
         self.resources = Resources(metadata, self.policies) if metadata is not None else None
-        self.schemas = SchemaRegistry(metadata)  # /schemas/...; in memory without a metadata store
+        # /schemas/...; in memory without a metadata store
+        self.schemas = SchemaRegistry(metadata, strategy_of=self.schema_compatibility,
+                                      now_ms=clock.now_ms if clock is not None else None)
         #: Who a client is (``magnetar.security``); set by the runtime when
         #: ``config.authentication_enabled``. None: every session and request has role None.
         self.authenticator: Authenticator | None = None
         self._checker: asyncio.Task[None] | None = None
         self._loading: dict[str, asyncio.Future[Topic]] = {}
         self._producer_counter = 0
+        self._listeners: Listeners | None = None
+        self._listeners_of: BrokerConfig | None = None
         self._state = ServiceState.RUNNING
 
     @property
@@ -100,6 +106,7 @@ class BrokerService:
         future: asyncio.Future[Topic] = asyncio.get_running_loop().create_future()
         self._loading[key] = future
         try:
+            await self.check_namespace(name)
             effective = await self.policies.load(name)
             allowed = admin or effective.auto_topic_creation
             topic_log = await self.log_store.open_log(key, create=create and allowed)
@@ -121,9 +128,44 @@ class BrokerService:
                 future.exception()  # mark retrieved: waiters got it, nobody else will
             del self._loading[key]
 
+    def listener_urls(self, name: str, answer: LookupAnswer) -> tuple[str, str | None]:
+        """(url, TLS url) a LOOKUP answer carries for the client's listener ``name`` ("" none).
+        Raises ServiceNotReady when the broker answered for does not have that listener."""
+        config = self.config
+        if answer.url != config.service_url:  # another broker's: its listeners, when known
+            if not name or answer.listeners is None:
+                return answer.url, None  # asked again there, it maps the name itself
+            listener = Listeners(answer.listeners, "", answer.url).resolve(name)
+        else:
+            if self._listeners is None or self._listeners_of is not config:  # the runtime may replace config
+                self._listeners = Listeners(config.advertised_listeners, config.internal_listener_name,
+                                            config.service_url)
+                self._listeners_of = config
+            listener = self._listeners.resolve(name)
+        if listener is None or (listener.url is None and listener.url_tls is None):
+            raise BrokerError(pb.ServiceNotReady, f"the broker {answer.url} does not have {name} listener")
+        return listener.url or "", listener.url_tls
+
+    async def schema_compatibility(self, name: TopicName) -> Compatibility:
+        """The namespace's schemaCompatibilityStrategy; UNDEFINED (or no namespace registry): the
+        broker's ``schema_compatibility_strategy`` (FULL, as Pulsar's)."""
+        policies = await self.policies.namespace_policies(name.namespace) if self.resources is not None else None
+        value = policies.schema_compatibility_strategy if policies is not None else "UNDEFINED"
+        return Compatibility(self.config.schema_compatibility_strategy if value == "UNDEFINED" else value)
+
+    async def check_namespace(self, name: TopicName) -> None:
+        """TopicNotFound when ``name``'s tenant or namespace does not exist: Pulsar's answer to a
+        lookup, producer or consumer there, so that no topic exists the admin API cannot list.
+        Without a metadata store there is no namespace registry (and no admin API): every
+        namespace is accepted."""
+        if self.resources is not None and await self.policies.namespace_policies(name.namespace) is None:
+            raise BrokerError(pb.TopicNotFound, f"Namespace {name.namespace} does not exist "
+                                                f"(topic {name})")
+
     async def partitions(self, name: TopicName) -> int:
         """Partitions of ``name`` for PARTITIONED_METADATA; a new topic in a namespace whose
         auto-creation policy says ``partitioned`` is created with its default partition count."""
+        await self.check_namespace(name)
         count = await self.partitioned.partitions(name)
         if count or name.is_partition or self.resources is None:
             return count

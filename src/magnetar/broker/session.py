@@ -42,6 +42,7 @@ from typing import Any
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.limits import BROKER_HANDLES_PER_CONNECTION_COUNT_MAX, BROKER_SEEK_SCAN_ENTRIES_COUNT_MAX
 from magnetar.base.types import EARLIEST, TopicName
+from magnetar.broker.authorization import Operation, authorize
 from magnetar.broker.compaction import compacted_view
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.errors import BrokerError, to_broker_error
@@ -64,7 +65,8 @@ from magnetar.protocol.pulsar import (
     commands,
     pb,
 )
-from magnetar.security import AuthenticationFailed, Principal
+from magnetar.security import AuthenticationFailedError, Principal
+from magnetar.security.authorization import Need
 
 log = logging.getLogger(__name__)
 T = pb.BaseCommand
@@ -245,7 +247,7 @@ class Session:
             return
         try:
             principal = authenticator.authenticate(event.auth_method_name, event.auth_data, self.tls_peer_cn)
-        except AuthenticationFailed as error:
+        except AuthenticationFailedError as error:
             log.info("CONNECT refused (method %r): %s", (event.auth_method_name or "none")[:64], error.reason)
             self.refusal = f"Unable to authenticate: {error.reason}"
             self.connection.accept_connect()
@@ -258,29 +260,39 @@ class Session:
         if len(self.producers) + len(self.consumers) >= BROKER_HANDLES_PER_CONNECTION_COUNT_MAX:
             raise BrokerError(pb.TooManyRequests, "too many producers and consumers on this connection")
 
+    async def _authorize(self, need: Need, name: TopicName, subscription: str | None = None) -> None:
+        """Refuse with ``AuthorizationError`` unless this connection's role may (authorization on)."""
+        await authorize(self.service.policies, self.role, Operation.on_topic(need, name, subscription))
+
     # --- lookup ---------------------------------------------------------------------------------
 
     async def _partitioned_metadata(self, body: pb.CommandPartitionedTopicMetadata) -> None:
         name = _topic_name(body.topic)
+        await self._authorize(Need.LOOKUP, name)
         self.connection.send_partitioned_metadata(body.request_id, await self.service.partitions(name))
 
     async def _lookup(self, body: pb.CommandLookupTopic) -> None:
-        answer = await self.service.lookup.lookup(_topic_name(body.topic), body.authoritative)
+        name = _topic_name(body.topic)
+        await self._authorize(Need.LOOKUP, name)
+        await self.service.check_namespace(name)
+        answer = await self.service.lookup.lookup(name, body.authoritative)
+        url, url_tls = self.service.listener_urls(body.advertised_listener_name, answer)
         # A client on TLS connects to broker_url_tls (the C++ client reads only that field then).
+        url_tls = url_tls if url_tls is not None else answer.url_tls
         if answer.kind is LookupKind.CONNECT:
-            self.connection.send_lookup_connect(body.request_id, answer.url, answer.url_tls,
-                                                authoritative=answer.authoritative)
+            self.connection.send_lookup_connect(body.request_id, url, url_tls, authoritative=answer.authoritative)
         else:
-            self.connection.send_lookup_redirect(body.request_id, answer.url, answer.url_tls,
-                                                 authoritative=answer.authoritative)
+            self.connection.send_lookup_redirect(body.request_id, url, url_tls, authoritative=answer.authoritative)
 
     async def _topics_of_namespace(self, body: pb.CommandGetTopicsOfNamespace) -> None:
         pattern = body.topics_pattern if body.HasField("topics_pattern") else None
+        await authorize(self.service.policies, self.role, Operation.on_namespace(Need.NAMESPACE_CONSUME, body.namespace))
         topics = await self.service.topics_of_namespace(body.namespace, pattern, body.mode)
         self.connection.send_get_topics_of_namespace_response(body.request_id, topics)
 
     async def _get_schema(self, body: pb.CommandGetSchema) -> None:
         name = _topic_name(body.topic)
+        await self._authorize(Need.LOOKUP, name)
         version = None
         if body.HasField("schema_version") and body.schema_version:
             version = version_from_bytes(bytes(body.schema_version))
@@ -293,7 +305,9 @@ class Session:
     async def _get_or_create_schema(self, body: pb.CommandGetOrCreateSchema) -> None:
         """Java clients' explicit registration (the 4.2.0 client never sends it)."""
         try:
-            version = await self.service.schemas.register(_topic_name(body.topic), body.schema)
+            name = _topic_name(body.topic)
+            await self._authorize(Need.PRODUCE, name)
+            version = await self.service.schemas.register(name, body.schema)
         except BrokerError as error:
             self.connection.send_get_or_create_schema_response(body.request_id, code=error.code,
                                                                message=error.message)
@@ -312,7 +326,9 @@ class Session:
                 return
             raise BrokerError(pb.ProducerBusy, f"producer id {body.producer_id} is in use on this connection")
         self._check_handles()
-        topic = await self.service.get_topic(_topic_name(body.topic), create=True)
+        topic_name = _topic_name(body.topic)
+        await self._authorize(Need.PRODUCE, topic_name)
+        topic = await self.service.get_topic(topic_name, create=True)
         await topic.dedup.ready()  # recovered before the first producer: last_sequence_id is right
         schema_version = None
         if body.HasField("schema") and carries_schema(body.schema):  # before admission: refused if incompatible
@@ -323,19 +339,23 @@ class Session:
         producer = Producer(topic, body.producer_id, name, self, mode,
                             self.service.config.pending_sends_per_producer_max, connection_key=self)
         producer.schema_version = schema_version
+        if body.HasField("topic_epoch"):
+            producer.topic_epoch = body.topic_epoch
         producer.on_answered = self._send_answered
         if body.producer_id in self.producers:  # a duplicate PRODUCER raced us while the topic loaded
             raise BrokerError(pb.ServiceNotReady, "producer is already being created")
         admitted = topic.add_producer(producer, body.request_id, self._admit_waiting)
         self.producers[body.producer_id] = producer
         self.connection.send_producer_success(body.request_id, name, topic.last_sequence_id(name),
-                                              schema_version=schema_version, producer_ready=admitted)
+                                              schema_version=schema_version, topic_epoch=producer.topic_epoch,
+                                              producer_ready=admitted)
 
     def _admit_waiting(self, producer: Producer, request_id: int) -> None:
         if self.is_open() and self.producers.get(producer.producer_id) is producer:
             self.connection.send_producer_success(request_id, producer.name,
                                                   producer.topic.last_sequence_id(producer.name),
-                                                  schema_version=producer.schema_version)
+                                                  schema_version=producer.schema_version,
+                                                  topic_epoch=producer.topic_epoch)
             self._out()
 
     async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool) -> None:
@@ -365,7 +385,9 @@ class Session:
             return
         self._check_handles()
         create = body.force_topic_creation if body.HasField("force_topic_creation") else True
-        topic = await self.service.get_topic(_topic_name(body.topic), create=create)
+        name = _topic_name(body.topic)
+        await self._authorize(Need.CONSUME, name, body.subscription)
+        topic = await self.service.get_topic(name, create=create)
         read_log = (compacted_view(topic.log, topic.compaction, topic.name, SubType(body.subType))
                     if body.read_compacted else None)  # refused before any subscription is made
         if body.HasField("schema") and carries_schema(body.schema):
@@ -492,7 +514,7 @@ class Session:
         method = data.auth_method_name if data.HasField("auth_method_name") else principal.method
         try:
             renewed = authenticator.authenticate(method, bytes(data.auth_data), self.tls_peer_cn)
-        except AuthenticationFailed as error:
+        except AuthenticationFailedError as error:
             log.info("AUTH_RESPONSE refused for role %r: %s; closing", principal.role, error.reason)
             self._close_for_credentials(f"authentication refresh failed: {error.reason}")
             return

@@ -3,10 +3,10 @@
 States: ACTIVE -> CLOSED (unloaded or broker shutdown). A closed topic refuses new producers and
 consumers with ServiceNotReady; the client looks it up again and retries.
 
-ACTIVE -> FENCED -> ACTIVE after a failed write (Pulsar's ``PersistentTopic.addFailed``): an append
+ACTIVE -> BLOCKED -> ACTIVE after a failed write (Pulsar's ``PersistentTopic.addFailed``): an append
 failed for a reason other than losing the topic (a ledger failure the log could not repair). The
 outcome of that append is unknown (its entry may be on the bookies) and the producer's later
-messages must not be stored before it. So the topic is fenced: every publish and every new
+messages must not be stored before it. So the topic is blocked: every publish and every new
 producer is refused with ServiceNotReady, and every producer is disconnected (CLOSE_PRODUCER: the
 client reconnects and resends everything pending, in order, with the same sequence ids). Once
 every append started has ended, the log settles the failure (``SettlesFailedWrites``: the failed
@@ -14,8 +14,8 @@ ledger is closed through recovery, so what landed is in the log and the rest nev
 deduplication is rebuilt from the log (snapshot + replay: its map then names exactly the ids the
 log holds, none of a failed append that did not land); only then is the topic ACTIVE again. A
 resend of a message that landed is answered as a duplicate, one that did not land is stored once.
-If settling fails (bookies still down) the topic stays fenced and tries again every
-``BROKER_TOPIC_UNFENCE_RETRY_INTERVAL_MS`` (at most ``BROKER_TOPIC_UNFENCE_ATTEMPTS_COUNT_MAX``
+If settling fails (bookies still down) the topic stays blocked and tries again every
+``BROKER_TOPIC_UNBLOCK_RETRY_INTERVAL_MS`` (at most ``BROKER_TOPIC_UNBLOCK_ATTEMPTS_COUNT_MAX``
 times) and on every producer that asks to be admitted.
 
 Producer access modes: Shared producers coexist; Exclusive is refused (ProducerBusy) while any
@@ -53,8 +53,8 @@ from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, FencedError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
-    BROKER_TOPIC_UNFENCE_ATTEMPTS_COUNT_MAX,
-    BROKER_TOPIC_UNFENCE_RETRY_INTERVAL_MS,
+    BROKER_TOPIC_UNBLOCK_ATTEMPTS_COUNT_MAX,
+    BROKER_TOPIC_UNBLOCK_RETRY_INTERVAL_MS,
 )
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker.compaction import TopicCompaction
@@ -62,7 +62,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dedup import MessageDeduplication, is_system_cursor
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.log import TopicLog
+from magnetar.broker.log import Terminable, TopicLog
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
 from magnetar.broker.policies import EffectivePolicies, QuotaLimit, RetentionAction, resolve
 from magnetar.broker.producer import AccessMode, Producer
@@ -78,15 +78,15 @@ PRODUCERS_PER_TOPIC_COUNT_MAX = 10_000
 
 class TopicState(enum.Enum):
     ACTIVE = "active"
-    FENCED = "fenced"  # a write failed: no publish, no new producer until the log is settled
+    BLOCKED = "blocked"  # a write failed: no publish, no new producer until the log is settled
     CLOSED = "closed"
 
 
 _TRANSITIONS = {
     (TopicState.ACTIVE, TopicState.CLOSED),
-    (TopicState.ACTIVE, TopicState.FENCED),
-    (TopicState.FENCED, TopicState.ACTIVE),
-    (TopicState.FENCED, TopicState.CLOSED),
+    (TopicState.ACTIVE, TopicState.BLOCKED),
+    (TopicState.BLOCKED, TopicState.ACTIVE),
+    (TopicState.BLOCKED, TopicState.CLOSED),
 }
 
 
@@ -134,10 +134,14 @@ class Topic:
         self._window_end_ns = 0
         self._window_msgs = 0
         self._window_bytes = 0
-        self._fenced_names: set[str] = set()
+        #: Producers fenced by an ExclusiveWithFencing one (insertion-ordered, bounded).
+        self._fenced_names: dict[str, None] = {}
+        #: Moved by every exclusive producer that takes the topic (Pulsar's topic epoch); None
+        #: until one does.
+        self.topic_epoch: int | None = None
         self._waiting: list[WaitingProducer] = []
-        self._unfencing: asyncio.Task[None] | None = None
-        self.write_failures = 0  # times the topic was fenced after a failed write
+        self._unblocking: asyncio.Task[None] | None = None
+        self.write_failures = 0  # times the topic was blocked after a failed write
         self.compaction = TopicCompaction(topic_log)  # see broker/compaction.py
         self._state = TopicState.ACTIVE
 
@@ -159,28 +163,28 @@ class Topic:
 
     def _check_writable(self) -> None:
         self._check_active()
-        if self._state is TopicState.FENCED:
-            self._start_unfence()
-            raise BrokerError(pb.ServiceNotReady, f"topic {self.name} is fenced after a failed write; retry")
+        if self._state is TopicState.BLOCKED:
+            self._start_unblock()
+            raise BrokerError(pb.ServiceNotReady, f"topic {self.name} is blocked after a failed write; retry")
 
     # --- write failures -------------------------------------------------------------------------
 
-    def _fence(self, error: BaseException) -> None:
+    def _block(self, error: BaseException) -> None:
         if self._state is not TopicState.ACTIVE:
             return
-        self._move(TopicState.FENCED)
+        self._move(TopicState.BLOCKED)
         self.write_failures += 1
-        log.warning("topic %s fenced after a failed write: %s", self.name, error)
+        log.warning("topic %s blocked after a failed write: %s", self.name, error)
         self.disconnect_producers()
-        self._start_unfence()
+        self._start_unblock()
 
-    def _start_unfence(self) -> None:
-        if self._state is TopicState.FENCED and (self._unfencing is None or self._unfencing.done()):
-            self._unfencing = asyncio.get_running_loop().create_task(self._unfence(), name=f"unfence:{self.name}")
+    def _start_unblock(self) -> None:
+        if self._state is TopicState.BLOCKED and (self._unblocking is None or self._unblocking.done()):
+            self._unblocking = asyncio.get_running_loop().create_task(self._unblock(), name=f"unblock:{self.name}")
 
-    async def _unfence(self) -> None:
-        for attempt in range(BROKER_TOPIC_UNFENCE_ATTEMPTS_COUNT_MAX):
-            if self._state is not TopicState.FENCED:
+    async def _unblock(self) -> None:
+        for attempt in range(BROKER_TOPIC_UNBLOCK_ATTEMPTS_COUNT_MAX):
+            if self._state is not TopicState.BLOCKED:
                 return
             try:
                 await self.dedup.wait_appends_finished()
@@ -188,12 +192,12 @@ class Topic:
                     await self.log.settle_failed_writes()
                 await self.dedup.rebuild()
             except Exception as error:  # bookies or metadata still down: try again later
-                log.warning("topic %s stays fenced (attempt %d): %s", self.name, attempt + 1, error)
+                log.warning("topic %s stays blocked (attempt %d): %s", self.name, attempt + 1, error)
                 if self.clock is None:
                     return
-                await self.clock.sleep(BROKER_TOPIC_UNFENCE_RETRY_INTERVAL_MS / 1000)
+                await self.clock.sleep(BROKER_TOPIC_UNBLOCK_RETRY_INTERVAL_MS / 1000)
                 continue
-            if self._state is TopicState.FENCED:
+            if self._state is TopicState.BLOCKED:
                 self._move(TopicState.ACTIVE)
                 log.info("topic %s accepts writes again", self.name)
             return
@@ -205,8 +209,21 @@ class Topic:
 
     def add_producer(self, producer: Producer, request_id: int,
                      admit: Callable[[Producer, int], None]) -> bool:
-        """Admit ``producer``; False means it waits (WaitForExclusive) and ``admit`` is called later."""
+        """Admit ``producer``; False means it waits (WaitForExclusive) and ``admit`` is called later.
+
+        Access modes as Pulsar rules them: a Shared producer is refused ProducerBusy while an
+        exclusive one holds the topic or waits for it; an Exclusive one is refused ProducerFenced
+        while any producer is connected, or when it asks for a topic epoch older than the topic's;
+        ExclusiveWithFencing closes every other producer (they are refused ProducerFenced when they
+        come back) and takes the topic; WaitForExclusive is answered ``producer_ready=false`` and
+        admitted once the topic has no producer. Every non-shared producer that takes the topic
+        moves the topic epoch (to the epoch it asked for, else one more), which its
+        PRODUCER_SUCCESS carries and its reconnects present again. The epoch lives as long as the
+        loaded topic.
+        """
         self._check_writable()
+        if self.terminated_at is not None:
+            raise BrokerError(pb.TopicTerminatedError, f"Topic {self.name} is terminated")
         if producer.name in self._fenced_names:
             raise BrokerError(pb.ProducerFenced, f"producer {producer.name} was fenced by an exclusive producer")
         existing = self.producers.get(producer.name)
@@ -221,23 +238,60 @@ class Topic:
             raise BrokerError(pb.ProducerBusy, f"Topic reached max producers limit ({limit})")
         self._refuse_if_over_quota()
         others = list(self.producers.values())
-        exclusive_held = any(p.access_mode is not AccessMode.SHARED for p in others)
+        exclusive = next((p for p in others if p.access_mode is not AccessMode.SHARED), None)
         mode = producer.access_mode
-        if mode is AccessMode.SHARED and exclusive_held:
-            raise BrokerError(pb.ProducerBusy, "an exclusive producer is connected")
-        if mode is AccessMode.EXCLUSIVE and others:
-            raise BrokerError(pb.ProducerBusy, "topic has producers; exclusive access refused")
+        if mode is AccessMode.SHARED:
+            if exclusive is not None or self._waiting:
+                holder = exclusive.name if exclusive is not None else self._waiting[0].producer.name
+                raise BrokerError(pb.ProducerBusy, f"Topic has an existing exclusive producer: {holder}")
+            self.producers[producer.name] = producer
+            return True
+        if mode is AccessMode.EXCLUSIVE:
+            if exclusive is not None:
+                raise BrokerError(pb.ProducerFenced, f"Topic has an existing exclusive producer: {exclusive.name}")
+            if others:
+                raise BrokerError(pb.ProducerFenced, "Topic has existing shared producers")
+        requested = producer.topic_epoch
+        if requested is not None and self.topic_epoch is not None and requested < self.topic_epoch:
+            raise BrokerError(pb.ProducerFenced, f"Topic epoch has already moved. Current epoch: "
+                                                 f"{self.topic_epoch}, Producer epoch: {requested}")
         if mode is AccessMode.EXCLUSIVE_WITH_FENCING:
-            for other in others:
-                self._fenced_names.add(other.name)
+            for other in [w.producer for w in self._waiting] + others:
+                self._fence_name(other.name)
                 self.remove_producer(other)
                 if other.channel.is_open():
                     other.channel.send_close_producer(other.producer_id)
-        if mode is AccessMode.WAIT_FOR_EXCLUSIVE and others:
+        elif mode is AccessMode.WAIT_FOR_EXCLUSIVE and others:
             self._waiting.append(WaitingProducer(producer, request_id, admit))
             return False
-        self.producers[producer.name] = producer
+        self._take_exclusive(producer)
         return True
+
+    @property
+    def terminated_at(self) -> Position | None:
+        """The last entry of a terminated topic (no producer is admitted again), else None."""
+        return self.log.terminated_position if isinstance(self.log, Terminable) else None
+
+    async def terminate(self) -> Position:
+        """Pulsar's terminate: appends end for good (after the in-flight ones), producers are
+        closed (they come back to a TopicTerminatedError); the last entry's position is returned."""
+        if not isinstance(self.log, Terminable):
+            raise BrokerError(pb.NotAllowedError, f"topic {self.name} cannot be terminated")
+        position = await self.log.terminate()
+        self.disconnect_producers()
+        return position
+
+    def _fence_name(self, name: str) -> None:
+        self._fenced_names[name] = None
+        while len(self._fenced_names) > PRODUCERS_PER_TOPIC_COUNT_MAX:  # the oldest is forgotten
+            del self._fenced_names[next(iter(self._fenced_names))]
+
+    def _take_exclusive(self, producer: Producer) -> None:
+        requested = producer.topic_epoch
+        self.topic_epoch = requested if requested is not None else (
+            0 if self.topic_epoch is None else self.topic_epoch + 1)
+        producer.topic_epoch = self.topic_epoch
+        self.producers[producer.name] = producer
 
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
@@ -247,60 +301,59 @@ class Topic:
             producer.close()
         if not self.producers and self._waiting:
             waiting = self._waiting.pop(0)
-            self.producers[waiting.producer.name] = waiting.producer
+            waiting.producer.topic_epoch = None  # it waited: it takes the next epoch
+            self._take_exclusive(waiting.producer)
             waiting.admit(waiting.producer, waiting.request_id)
 
     async def publish(self, data: bytes) -> Position:
-        """Append ``data``; a write failure fences the topic (see the module docstring)."""
-        self._check_writable()
+        """``publish_then`` awaited to its end: the position, or the error."""
+        published: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        await self.publish_then(data, partial(_settle_publish, published))
+        return await published
+
+    async def publish_then(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None],
+                           *, messages: int = 0) -> None:
+        """The one publish path: check, wait for the publish-rate window and for room in the log
+        (backpressure: the caller, the connection, stops reading meanwhile), start the append
+        and return; later ``on_done(position, None)`` or ``on_done(None, error)``. Raises at once,
+        nothing appended, when the topic refuses (not writable, too large, the log refuses). A
+        write failure blocks the topic (see the module docstring). ``messages``: the count the
+        SEND declared (stats; 0: read from the entry)."""
+        if self._state is not TopicState.ACTIVE:
+            self._check_writable()
         policies = self.policies()
         size_max = policies.max_message_size_bytes
         if size_max and len(data) > size_max:
             raise BrokerError(pb.NotAllowedError, f"Exceed maximum message size: {len(data)} > {size_max} bytes")
-        messages = 1
+        waited = False
         if policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s:
             messages = entry_message_count(stored_entry_metadata(data))
             await self._throttle_publish(policies, messages, len(data))
-        else:
+            waited = True
+        elif not messages:
             messages = _message_count(data)
+        if not self.log.has_room():
+            await self.log.wait_for_room()
+            waited = True
+        if waited:
+            self._check_writable()  # blocked or closed while it waited
         started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
-        self._check_writable()  # fenced while throttled
         try:
-            position = await self.log.append(data)
+            appended = self.log.append(data)
         except BaseException as error:
             if is_write_failure(error):
-                self._fence(error)
+                self._block(error)
             raise
-        if self.clock is not None:
-            self.publish_latency.observe((self.clock.monotonic_ns() - started_ns) / 1e6)
-        self.published.record(messages, len(data))
-        for subscription in self.subscriptions.values():
-            subscription.notify_entries_added()
-        return position
-
-    def publish_nowait(self, data: bytes, messages: int,
-                       on_done: Callable[[Position | None, BaseException | None], None]) -> bool:
-        """``publish`` without a task for the common case: ``on_done(position, None)`` or
-        ``on_done(None, error)`` later, as ``publish`` would return or raise. Returns False, having
-        done nothing, when ``publish`` has to wait or refuse (not active, a publish rate, a size
-        limit) or the log cannot append at once: then call ``publish``. ``messages`` is the count
-        the SEND declared (stats only)."""
-        if self._state is not TopicState.ACTIVE:
-            return False
-        policies = self.policies()
-        size_max = policies.max_message_size_bytes
-        if policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s or (size_max and len(data) > size_max):
-            return False
-        started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
-        return self.log.append_nowait(data, partial(self._published, len(data), messages, started_ns, on_done))
+        appended.add_done_callback(partial(self._published, len(data), messages, started_ns, on_done))
 
     def _published(self, size: int, messages: int, started_ns: int,
                    on_done: Callable[[Position | None, BaseException | None], None],
-                   position: Position | None, error: BaseException | None) -> None:
-        """``publish``'s ending for an append made by ``publish_nowait``."""
+                   appended: asyncio.Future[Position]) -> None:
+        error = ClosedError(f"topic {self.name}: the append was cancelled") if appended.cancelled() \
+            else appended.exception()
         if error is not None:
             if is_write_failure(error):
-                self._fence(error)
+                self._block(error)
             on_done(None, error)
             return
         if self.clock is not None:
@@ -308,7 +361,7 @@ class Topic:
         self.published.record(messages, size)
         for subscription in self.subscriptions.values():
             subscription.notify_entries_added()
-        on_done(position, None)
+        on_done(appended.result(), None)
 
     async def _throttle_publish(self, policies: EffectivePolicies, messages: int, size: int) -> None:
         """Wait for room in the current one-second window; waiters go in arrival (SEND) order."""
@@ -409,6 +462,13 @@ class Topic:
         await self._check_backlog_quota(policies, now_ms)
         await self.log.apply_retention(policies.retention_time_s, policies.retention_size_bytes)
 
+    async def trim(self) -> list[int]:
+        """Pulsar's trim: delete now the ledgers the retention policy no longer keeps (what the
+        policy check does periodically); returns the deleted ledger ids."""
+        self._check_active()
+        policies = self.policies()
+        return await self.log.apply_retention(policies.retention_time_s, policies.retention_size_bytes)
+
     async def _check_backlog_quota(self, policies: EffectivePolicies, now_ms: int) -> None:
         exceeded: QuotaLimit | None = None
         size = policies.backlog_size
@@ -474,11 +534,11 @@ class Topic:
         if self._state is TopicState.CLOSED:
             return
         self._move(TopicState.CLOSED)
-        unfencing, self._unfencing = self._unfencing, None
-        if unfencing is not None and not unfencing.done():
-            unfencing.cancel()
+        unblocking, self._unblocking = self._unblocking, None
+        if unblocking is not None and not unblocking.done():
+            unblocking.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await unfencing
+                await unblocking
         for producer in list(self.producers.values()):
             self.remove_producer(producer)
         for subscription in list(self.subscriptions.values()):
@@ -486,6 +546,16 @@ class Topic:
         await self.compaction.close()
         await self.dedup.close()
         await self.log.close()
+
+
+def _settle_publish(published: asyncio.Future[Position], position: Position | None,
+                    error: BaseException | None) -> None:
+    if published.done():
+        return
+    if error is not None:
+        published.set_exception(error)
+    else:
+        published.set_result(position)  # type: ignore[arg-type]
 
 
 def _message_count(data: bytes) -> int:

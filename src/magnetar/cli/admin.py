@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -42,12 +43,37 @@ for _name, _group in (("clusters", clusters_app), ("tenants", tenants_app), ("na
 console = Console(soft_wrap=True)  # long names and URLs stay on one line, whole
 
 
+class _KeepMethodRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows 307/308 (a broker that does not own a topic sends the request to its owner) with
+    the same method and body, as HTTP defines them; urllib alone follows them for GET only."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        if code in (307, 308):
+            return urllib.request.Request(newurl, data=req.data, method=req.get_method(),
+                                          headers=dict(req.header_items()), origin_req_host=req.origin_req_host,
+                                          unverifiable=True)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _opener(context: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
+    """Follows 307/308 keeping method and body; ``context`` verifies https:// brokers."""
+    if context is None:
+        return urllib.request.build_opener(_KeepMethodRedirects)
+    return urllib.request.build_opener(_KeepMethodRedirects, urllib.request.HTTPSHandler(context=context))
+
+
 @dataclass
 class _Api:
     url: str
     credentials: Credentials
 
     def call(self, method: str, path: str, body: Any = None, query: str = "") -> Any:
+        raw = self.exchange(method, path, body, query)[1]
+        return json.loads(raw) if raw else None
+
+    def exchange(self, method: str, path: str, body: Any = None, query: str = "") -> tuple[dict[str, str], bytes]:
+        """The reply's headers and raw body (a refusal is printed and ends the command)."""
         data = None if body is None else json.dumps(body).encode()
         target = f"{self.url.rstrip('/')}/admin/v2{path}" + (f"?{query}" if query else "")
         headers = {"Content-Type": "application/json"}
@@ -57,8 +83,8 @@ class _Api:
         request = urllib.request.Request(target, data=data, method=method, headers=headers)
         context = self.credentials.ssl_context() if self.url.startswith("https://") else None
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S, context=context) as reply:
-                raw = reply.read()
+            with _opener(context).open(request, timeout=REQUEST_TIMEOUT_S) as reply:
+                return dict(reply.headers), reply.read()
         except urllib.error.HTTPError as error:
             raw = error.read()
             try:
@@ -72,7 +98,6 @@ class _Api:
                     "`magnetar cluster status`)") if self.url == DEFAULT_URL else ""
             typer.echo(f"error: cannot reach {self.url}: {error}{hint}", err=True)
             raise typer.Exit(2) from None
-        return json.loads(raw) if raw else None
 
 
 _state: dict[str, Any] = {"url": os.environ.get("MAGNETAR_ADMIN_URL", DEFAULT_URL), "credentials": Credentials()}
@@ -260,6 +285,50 @@ def namespaces_policies(namespace: str) -> None:
 def namespaces_topics(namespace: str) -> None:
     """List the topics of a namespace."""
     _table(f"topics of {namespace}", "topic", _api().call("GET", f"{_ns(namespace)}/topics"))
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+@namespaces_app.command("permissions")
+def namespaces_permissions(namespace: str) -> None:
+    """Show the roles granted actions on a namespace (and the subscriptions' role lists)."""
+    _json({"permissions": _api().call("GET", f"{_ns(namespace)}/permissions"),
+           "subscription_permissions": _api().call("GET", f"{_ns(namespace)}/permissions/subscription")})
+
+
+@namespaces_app.command("grant-permission")
+def namespaces_grant_permission(namespace: str, role: str = typer.Option(..., "--role"),
+                                actions: str = typer.Option(..., "--actions",
+                                                            help="comma-separated: produce,consume,functions")) -> None:
+    """Grant a role actions on a namespace (replacing what it had)."""
+    _api().call("POST", f"{_ns(namespace)}/permissions/{quote(role, safe='')}", _csv(actions))
+    _done(f"granted {role} {actions} on {namespace}")
+
+
+@namespaces_app.command("revoke-permission")
+def namespaces_revoke_permission(namespace: str, role: str = typer.Option(..., "--role")) -> None:
+    """Revoke a role's permissions on a namespace."""
+    _api().call("DELETE", f"{_ns(namespace)}/permissions/{quote(role, safe='')}")
+    _done(f"revoked {role} on {namespace}")
+
+
+@namespaces_app.command("grant-subscription-permission")
+def namespaces_grant_subscription_permission(namespace: str, subscription: str = typer.Option(..., "--subscription"),
+                                             roles: str = typer.Option(..., "--roles", help="comma-separated")) -> None:
+    """Let only these roles (with consume) use a subscription."""
+    _api().call("POST", f"{_ns(namespace)}/permissions/subscription/{quote(subscription, safe='')}", _csv(roles))
+    _done(f"subscription {subscription} of {namespace} limited to {roles}")
+
+
+@namespaces_app.command("revoke-subscription-permission")
+def namespaces_revoke_subscription_permission(namespace: str,
+                                              subscription: str = typer.Option(..., "--subscription"),
+                                              role: str = typer.Option(..., "--role")) -> None:
+    """Remove a role from a subscription's role list."""
+    _api().call("DELETE", f"{_ns(namespace)}/permissions/{quote(subscription, safe='')}/{quote(role, safe='')}")
+    _done(f"revoked {role} on subscription {subscription} of {namespace}")
 
 
 def _retention(time_minutes: int, size_mb: int) -> dict[str, int]:
@@ -502,6 +571,27 @@ def topics_reset_cursor(topic: str, subscription: str,
     _done(f"reset {subscription}")
 
 
+@topics_app.command("permissions")
+def topics_permissions(topic: str) -> None:
+    """Show the roles granted actions on a topic (its namespace's grants included)."""
+    _json(_api().call("GET", f"{_topic(topic)}/permissions"))
+
+
+@topics_app.command("grant-permission")
+def topics_grant_permission(topic: str, role: str = typer.Option(..., "--role"),
+                            actions: str = typer.Option(..., "--actions", help="comma-separated: produce,consume")) -> None:
+    """Grant a role actions on a topic (in addition to its namespace grants)."""
+    _api().call("POST", f"{_topic(topic)}/permissions/{quote(role, safe='')}", _csv(actions))
+    _done(f"granted {role} {actions} on {topic}")
+
+
+@topics_app.command("revoke-permission")
+def topics_revoke_permission(topic: str, role: str = typer.Option(..., "--role")) -> None:
+    """Revoke a role's topic-level permissions."""
+    _api().call("DELETE", f"{_topic(topic)}/permissions/{quote(role, safe='')}")
+    _done(f"revoked {role} on {topic}")
+
+
 _TOPIC_POLICIES = ("retention, messageTTL, backlogQuotaMap, deduplicationEnabled, maxProducers, maxConsumers, "
                    "publishRate, maxMessageSize, delayedDelivery")
 
@@ -553,8 +643,61 @@ def topics_remove_policy(topic: str, policy: str = typer.Argument(..., help=_TOP
     _done(f"{policy} of {topic} removed")
 
 
+# --- bookies (racks) and brokers (load balancer), as pulsar-admin names them ---------------------
+
+bookies_app = typer.Typer(help="Bookie racks (racks-info).", no_args_is_help=True)
+brokers_app = typer.Typer(help="Brokers: the load balancer's leader and decisions.", no_args_is_help=True)
+admin_app.add_typer(bookies_app, name="bookies")
+admin_app.add_typer(brokers_app, name="brokers")
+
+
+@bookies_app.command("racks-placement")
+def bookies_racks_placement() -> None:
+    """Show the rack of every bookie, by group."""
+    _json(_api().call("GET", "/bookies/racks-info"))
+
+
+@bookies_app.command("get-bookie-rack")
+def bookies_get_rack(bookie: str = typer.Option(..., "--bookie", help="host:port")) -> None:
+    """Show one bookie's rack."""
+    _json(_api().call("GET", f"/bookies/racks-info/{quote(bookie, safe=':')}"))
+
+
+@bookies_app.command("set-bookie-rack")
+def bookies_set_rack(bookie: str = typer.Option(..., "--bookie", help="host:port"),
+                     rack: str = typer.Option(..., "--rack", help="/rack or /region/rack"),
+                     hostname: str = typer.Option("", "--hostname"),
+                     group: str = typer.Option("default", "--group")) -> None:
+    """Put a bookie in a rack: new ledgers spread each write set over distinct racks."""
+    _api().call("POST", f"/bookies/racks-info/{quote(bookie, safe=':')}", {"rack": rack, "hostname": hostname},
+                query=f"group={quote(group, safe='')}")
+    _done(f"bookie {bookie} is in rack {rack}")
+
+
+@bookies_app.command("delete-bookie-rack")
+def bookies_delete_rack(bookie: str = typer.Option(..., "--bookie", help="host:port")) -> None:
+    """Forget a bookie's rack."""
+    _api().call("DELETE", f"/bookies/racks-info/{quote(bookie, safe=':')}")
+    _done(f"rack of bookie {bookie} removed")
+
+
+@brokers_app.command("leader-broker")
+def brokers_leader() -> None:
+    """Show the load balancer's leader broker."""
+    _json(_api().call("GET", "/brokers/leaderBroker"))
+
+
+@brokers_app.command("load-report")
+def brokers_load_report() -> None:
+    """Show the load report of the broker at --url."""
+    _json(_api().call("GET", "/broker-stats/load-report"))
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(admin_app, name="admin")
 
 
 from magnetar.cli import admin_compaction  # noqa: E402,F401  (adds its commands to the groups above)
+
+# Commands registered on ``topics_app`` by their own module (peek, get by id, examine, terminate, trim).
+from magnetar.cli import admin_messages as _admin_messages  # noqa: E402, F401

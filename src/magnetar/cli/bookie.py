@@ -15,6 +15,7 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option(None, "--host", help="address to listen on and register (default 127.0.0.1)"),
         data_dir: str = typer.Option(None, "--data-dir", help="the bookie's data directory"),
         config: str = typer.Option(None, "--config", help="TOML file with a [bookie] section"),
+        rack: str = typer.Option(None, "--rack", help="this bookie's rack, /rack or /region/rack (racks-info)"),
     ) -> None:
         """Run a bookie: journal, entry logs, index; registers itself in the metadata store."""
         from magnetar.runtime.bookie import main
@@ -26,7 +27,8 @@ def register(app: typer.Typer) -> None:
                 BookieConfig,
                 "bookie",
                 file_values=section_of(read_toml(config), "bookie"),
-                overrides={"metadata_url": metadata, "port": port, "host": host, "data_dir": data_dir},
+                overrides={"metadata_url": metadata, "port": port, "host": host, "data_dir": data_dir,
+                           "rack": rack},
             )
         except InvalidArgument as exc:
             typer.echo(f"error: {exc}", err=True)

@@ -1,4 +1,6 @@
-"""``magnetar cluster up|status|down``: a local cluster of real processes (``runtime.cluster``).
+"""``magnetar cluster up|status|down|add-broker|add-bookie``: a local cluster of real processes
+(``runtime.cluster``). ``status`` also shows the load balancer's leader, the bundles per broker
+and its last decisions; ``add-broker``/``add-bookie`` start one more process in a running cluster.
 
 ``up`` starts ZooKeeper, the bookies and the brokers on 127.0.0.1 (free ports, private data
 directories under ``--dir``), shows their progress while it waits for each to be healthy, prints
@@ -101,6 +103,7 @@ def status(directory: str = typer.Option(DEFAULT_DIR, "--dir", help="the directo
         raise typer.Exit(1)
     cluster = LocalCluster.load(Path(directory))
     _table(cluster, console)
+    _balance(cluster, console)
     if not all(s.healthy for s in cluster.status()):
         raise typer.Exit(1)
 
@@ -118,6 +121,68 @@ def down(directory: str = typer.Option(DEFAULT_DIR, "--dir", help="the directory
     running = [p.name for p in cluster.processes.values() if p.alive()]
     cluster.stop()
     console.print(f"stopped {len(running)} processes: {', '.join(running) or '-'}")
+
+
+def _balance(cluster: object, console: Console) -> None:
+    """The load balancer: leader, bundles per broker, last decisions."""
+    from magnetar.runtime.cluster import LocalCluster
+    from magnetar.runtime.cluster_balance import balance_status
+
+    assert isinstance(cluster, LocalCluster)
+    status = balance_status(cluster)
+    console.print(f"leader broker {status.leader or '-'}")
+    print_table(console, "bundles per broker", ("broker", "bundles", "topics"),
+                [(name, str(len(bundles)), str(status.topics.get(name, 0)))
+                 for name, bundles in sorted(status.bundles.items())])
+    if status.decisions:
+        print_table(console, "last load balancer decisions", ("time", "kind", "bundle", "from", "to", "reason"),
+                    [(str(d.get("time", "")), str(d.get("kind", "")), str(d.get("bundle", "")),
+                      str(d.get("from", "")), str(d.get("to") or "-"), escape(str(d.get("reason", ""))))
+                     for d in status.decisions])
+
+
+def _load_running(directory: str, console: Console) -> object:
+    from magnetar.runtime.cluster import STATE_FILE, LocalCluster
+
+    if not (Path(directory) / STATE_FILE).exists():
+        console.print(f"no cluster state in {directory}")
+        raise typer.Exit(1)
+    return LocalCluster.load(Path(directory))
+
+
+@cluster_app.command("add-broker")
+def add_broker(directory: str = typer.Option(DEFAULT_DIR, "--dir", help="the directory given to `up`"),
+               timeout_s: float = typer.Option(60.0, "--timeout-s", min=1)) -> None:
+    """Start one more broker in the running cluster; the leader broker moves load to it."""
+    from magnetar.runtime.cluster import LocalCluster
+
+    console = Console()
+    cluster = _load_running(directory, console)
+    assert isinstance(cluster, LocalCluster)
+    try:
+        process = cluster.add_broker(timeout_s=timeout_s)
+    except RuntimeError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    console.print(f"{process.name} ready: pulsar://127.0.0.1:{process.port} admin http://127.0.0.1:{process.http_port}")
+
+
+@cluster_app.command("add-bookie")
+def add_bookie(directory: str = typer.Option(DEFAULT_DIR, "--dir", help="the directory given to `up`"),
+               rack: str = typer.Option(None, "--rack", help="its rack, /rack or /region/rack"),
+               timeout_s: float = typer.Option(60.0, "--timeout-s", min=1)) -> None:
+    """Start one more bookie in the running cluster; new ledgers may use it at once."""
+    from magnetar.runtime.cluster import LocalCluster
+
+    console = Console()
+    cluster = _load_running(directory, console)
+    assert isinstance(cluster, LocalCluster)
+    try:
+        process = cluster.add_bookie(rack=rack, timeout_s=timeout_s)
+    except RuntimeError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    console.print(f"{process.name} ready: 127.0.0.1:{process.port}" + (f" rack {rack}" if rack else ""))
 
 
 def register(app: typer.Typer) -> None:

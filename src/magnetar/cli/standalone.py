@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         from magnetar.runtime.config import load_config, read_toml, section_of
         from magnetar.runtime.pulsar_conf import read_pulsar_conf
         from magnetar.runtime.standalone import StandaloneConfig, main
-        from magnetar.runtime.startup_checks import StartupConflict
+        from magnetar.runtime.startup_checks import StartupConflictError
         from magnetar.storage import CookieMismatch
 
         try:
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
         except InvalidArgument as exc:  # a key, certificate or htpasswd file that does not load
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
-        except StartupConflict as exc:  # the directory or a port is taken: one line, no traceback
+        except StartupConflictError as exc:  # the directory or a port is taken: one line, no traceback
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
         except CookieMismatch as exc:  # a wiped or foreign bookie directory: refuse, say why

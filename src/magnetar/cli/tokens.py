@@ -148,7 +148,7 @@ def validate(
     """Check a token's signature and expiry now; print its role."""
     from magnetar.runtime.clock import SystemClock
     from magnetar.runtime.security import read_key
-    from magnetar.security import AuthenticationFailed, TokenVerifier
+    from magnetar.security import AuthenticationFailedError, TokenVerifier
     from magnetar.security.keys import load_public_key
 
     if (secret_key is None) == (public_key is None):
@@ -160,7 +160,7 @@ def validate(
         verified = verifier.verify(_token_text(token, token_file))
     except InvalidArgument as error:
         raise _fail(str(error)) from None
-    except AuthenticationFailed as error:
+    except AuthenticationFailedError as error:
         raise _fail(f"invalid token: {error.reason}", 1) from None
     typer.echo(json.dumps({"role": verified.role, "expires_at_ms": verified.expires_at_ms}))
 

@@ -3,8 +3,11 @@
 Owns: the registry of every moment where a crash matters (``REGISTRY``, see
 ``shared/design/FAULTS.md``), arming and disarming them, and what an armed point does.
 
-Code marks a point with ``await faults.point("bookie.after_fsync_before_reply")``. Unarmed, that
-is one dictionary lookup and the await of a completed no-op. Armed, the point can ``crash`` (a
+Code marks a point with ``await faults.point("bookie.after_fsync_before_reply")`` in a coroutine,
+``faults.gate(name, then, *args)`` on a callback path (``then`` runs after the point: inline when
+unarmed, later when a hang or delay holds it) or ``faults.point_blocking(name)`` on a worker
+thread. Unarmed, each is one dictionary lookup (and the await of a completed no-op). There is
+one path per operation: a point is a gate on it, never a reason to take another path. Armed, the point can ``crash`` (a
 real process SIGKILLs itself; a simulated node loses its unsynced state), ``hang`` until
 released, ``delay`` by some milliseconds, or raise ``InjectedFault``.
 
@@ -19,17 +22,22 @@ from magnetar.faults.points import (
     FaultPoint,
     FaultSpec,
     InjectedFault,
-    any_armed,
     arm,
     arm_from_env,
     armed,
     current_node,
     disarm_all,
+    gate,
     hits,
+    never_reached,
+    observe,
     parse_specs,
     point,
+    point_blocking,
+    reached,
     release,
     set_crash_hook,
+    tears,
 )
 
 __all__ = [
@@ -38,15 +46,20 @@ __all__ = [
     "FaultPoint",
     "FaultSpec",
     "InjectedFault",
-    "any_armed",
     "arm",
     "arm_from_env",
     "armed",
     "current_node",
     "disarm_all",
+    "gate",
     "hits",
+    "never_reached",
+    "observe",
     "parse_specs",
     "point",
+    "point_blocking",
+    "reached",
     "release",
     "set_crash_hook",
+    "tears",
 ]

@@ -15,6 +15,8 @@ environment.
   of reading forward (``RecoveryMode.TRUNCATE_TO_LAC``): the last acknowledged entries vanish.
 * ``no-dedup``          the broker's message deduplication is off whatever the configuration says:
   a producer's resends after a reconnect are stored twice.
+* ``no-subscription-auth`` authorization ignores subscription role lists: any role with consume
+  may use a subscription that was limited to other roles.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Break(enum.Enum):
     NO_FENCING = "no-fencing"
     TRUNCATE_TO_LAC = "truncate-to-lac"
     NO_DEDUP = "no-dedup"
+    NO_SUBSCRIPTION_AUTH = "no-subscription-auth"
 
 
 _active: set[Break] = set()

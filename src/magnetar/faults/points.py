@@ -8,6 +8,8 @@ import enum
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -23,17 +25,22 @@ __all__ = [
     "FaultPoint",
     "FaultSpec",
     "InjectedFault",
-    "any_armed",
     "arm",
     "arm_from_env",
     "armed",
     "current_node",
     "disarm_all",
+    "gate",
     "hits",
+    "never_reached",
+    "observe",
     "parse_specs",
     "point",
+    "point_blocking",
+    "reached",
     "release",
     "set_crash_hook",
+    "tears",
 ]
 
 ENV_VAR = "MAGNETAR_FAULTS"
@@ -48,6 +55,7 @@ class Action(enum.Enum):
     HANG = "hang"
     DELAY = "delay"
     ERROR = "error"
+    PASS = "pass"  # count the hit and go on: what ``observe`` arms every point with
 
 
 class InjectedFault(MagnetarError):
@@ -82,7 +90,13 @@ _DONE = _Done()
 _armed: dict[str, FaultSpec] = {}
 _hits: dict[str, int] = {}
 _released: dict[str, asyncio.Event] = {}
+_released_threads: dict[str, threading.Event] = {}
 _crash_hook: Callable[[str], NoReturn] | None = None
+#: Points that fired while armed (any action) since ``observe(True)``; survives ``disarm_all``.
+_reached: set[str] = set()
+_observing = False
+#: Continuations of ``gate`` calls waiting out a hang or a delay (strong references).
+_deferred: set[asyncio.Task[None]] = set()
 
 
 def point(name: str) -> Awaitable[None]:
@@ -93,23 +107,94 @@ def point(name: str) -> Awaitable[None]:
     return _fire(spec)
 
 
-async def _fire(spec: FaultSpec) -> None:
+def _fires(spec: FaultSpec) -> bool:
+    """Count a hit of armed ``spec``; whether its action is due now (crash, error, delay, hang)."""
     if spec.node is not None and spec.node != current_node.get():
-        return
+        return False
+    _reached.add(spec.name)
     count = _hits.get(spec.name, 0) + 1
     _hits[spec.name] = count
-    if count < spec.from_hit:
-        return
+    if count < spec.from_hit or spec.action is Action.PASS:
+        return False
     _report(spec, count)
     if spec.action is Action.CRASH:
         _crash(spec.name)
-    elif spec.action is Action.ERROR:
+    if spec.action is Action.ERROR:
         raise InjectedFault(f"fault point {spec.name} armed with error")
-    elif spec.action is Action.DELAY:
+    return True
+
+
+async def _fire(spec: FaultSpec) -> None:
+    if not _fires(spec):
+        return
+    await _wait(spec)
+
+
+async def _wait(spec: FaultSpec) -> None:
+    """What a due ``delay`` or ``hang`` does: sleep, or wait until ``release``."""
+    if spec.action is Action.DELAY:
         await asyncio.sleep(spec.delay_ms / 1000)
     else:
         event = _released.setdefault(spec.name, asyncio.Event())
         await event.wait()
+
+
+def gate(name: str, then: Callable[..., object], *args: Any) -> None:
+    """Pass point ``name`` on a callback path, then call ``then(None, *args)``: the same code runs
+    after the point whether it is armed or not; only *when* it runs depends on the arming.
+
+    Unarmed: one dictionary lookup and ``then`` inline. Armed: ``crash`` does not return (in a
+    plain callback of a simulated node the crash unwinds only that callback: call ``gate`` last);
+    ``error`` calls ``then(InjectedFault, *args)`` inline; a due ``delay`` or ``hang`` calls
+    ``then(None, *args)`` later from the event loop, after the delay or once released. ``then``
+    runs exactly once unless the point crashes.
+    """
+    spec = _armed.get(name)
+    if spec is None:
+        then(None, *args)
+        return
+    try:
+        due = _fires(spec)
+    except InjectedFault as fault:
+        then(fault, *args)
+        return
+    except BaseException:
+        if asyncio.current_task() is None and current_node.get() is not None:
+            return  # a simulated crash in a plain callback: nothing after it runs
+        raise
+    if not due:
+        then(None, *args)
+        return
+    task = asyncio.get_running_loop().create_task(_later(spec, then, args))
+    _deferred.add(task)
+    task.add_done_callback(_deferred.discard)
+
+
+async def _later(spec: FaultSpec, then: Callable[..., object], args: tuple[Any, ...]) -> None:
+    await _wait(spec)
+    then(None, *args)
+
+
+def tears(name: str) -> bool:
+    """Whether a write that passes point ``name`` half-way must be split there (two writes with
+    the point between them): only while ``name`` is armed, since an unarmed point in the middle
+    of a write does nothing and one write costs less than two (one dictionary lookup)."""
+    return name in _armed
+
+
+def point_blocking(name: str) -> None:
+    """``point`` for code on a worker thread (the real disk's write job): unarmed, one dictionary
+    lookup; armed, ``crash`` kills the process, ``error`` raises ``InjectedFault``, ``delay``
+    blocks the thread, ``hang`` blocks it until ``release``."""
+    spec = _armed.get(name)
+    if spec is None or not _fires(spec):
+        return
+    if spec.action is Action.DELAY:
+        time.sleep(spec.delay_ms / 1000)
+        return
+    event = _released_threads.setdefault(name, threading.Event())
+    if _armed.get(name) is spec:  # not released meanwhile
+        event.wait()
 
 
 def _crash(name: str) -> NoReturn:
@@ -144,6 +229,7 @@ def arm(name: str, action: Action | str, *, delay_ms: int = 0, from_hit: int = 1
     spec = FaultSpec(name, Action(action), delay_ms, from_hit, node)
     _armed[name] = spec
     _hits.pop(name, None)
+    _released_threads.pop(name, None)
     return spec
 
 
@@ -191,28 +277,62 @@ def arm_from_env(environ: dict[str, str] | None = None) -> list[FaultSpec]:
 
 
 def release(name: str) -> None:
-    """Let every task hanging at ``name`` continue (and later hits pass through)."""
+    """Let every task (and worker thread) hanging at ``name`` continue (and later hits pass through)."""
     _armed.pop(name, None)
     event = _released.pop(name, None)
     if event is not None:
         event.set()
+    thread_event = _released_threads.pop(name, None)
+    if thread_event is not None:
+        thread_event.set()
+    if _observing:
+        _observe_point(name)
 
 
 def disarm_all() -> None:
-    for name in list(_released):
+    for name in [*_released, *_released_threads]:
         release(name)
     _armed.clear()
     _hits.clear()
     breaks.disable_all()
+    if _observing:
+        for name in REGISTRY:
+            _observe_point(name)
 
 
 def armed() -> dict[str, FaultSpec]:
-    return dict(_armed)
+    """The points armed with an action (the ``pass`` arming of ``observe`` left out)."""
+    return {name: spec for name, spec in _armed.items() if spec.action is not Action.PASS}
 
 
-def any_armed(names: frozenset[str]) -> bool:
-    """Whether one of ``names`` is armed (no copy: cheap enough for a per-message path)."""
-    return bool(_armed) and not names.isdisjoint(_armed)
+def _observe_point(name: str) -> None:
+    if name not in _armed:
+        _armed[name] = FaultSpec(name, Action.PASS)
+
+
+def observe(on: bool) -> None:
+    """``on``: record every registered point that is reached (``reached``), from now on and across
+    ``disarm_all``, by arming each point not armed otherwise with ``pass``; starts a fresh record.
+    Off: those ``pass`` armings go. For tests that check every point is reached; production never
+    observes (an unarmed point stays one dictionary lookup)."""
+    global _observing
+    _observing = on
+    for name in [n for n, spec in _armed.items() if spec.action is Action.PASS]:
+        del _armed[name]
+    if on:
+        _reached.clear()
+        for name in REGISTRY:
+            _observe_point(name)
+
+
+def reached() -> frozenset[str]:
+    """The points that fired (armed in any way, ``pass`` included) since ``observe(True)``."""
+    return frozenset(_reached)
+
+
+def never_reached(registry: dict[str, FaultPoint] | None = None) -> list[str]:
+    """The registered points not reached since ``observe(True)``, in registry order."""
+    return [name for name in (REGISTRY if registry is None else registry) if name not in _reached]
 
 
 def hits(name: str) -> int:

@@ -390,7 +390,9 @@ class ReplicationWorker:
             if copied is None or (copied.first_entry_id, copied.last_entry_id) != (fragment.first_entry_id, last) \
                     or copied.target in fragment.ensemble:
                 available = await self._directory.available_bookies()
-                target = self._placement.replace_bookie(available, fragment.ensemble, lost)
+                target = self._placement.replace_bookie(available, fragment.ensemble, lost,
+                                                        write_quorum_size=meta.write_quorum_size,
+                                                        slot=fragment.ensemble.index(bookie))
                 await self._copy(meta, index, bookie, target, last)
                 copied = _Copied(fragment.first_entry_id, last, target)
                 await faults.point("autorecovery.after_copy")

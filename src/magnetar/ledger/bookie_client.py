@@ -130,9 +130,18 @@ class BookieClient:
         self._connection.write(encode(request))
         return future
 
-    async def _call(self, request: Request, timeout_ms: int | None) -> Response:
+    @property
+    def has_room(self) -> bool:
+        """Whether a request can be sent now (fewer than ``inflight_count_max`` outstanding)."""
+        return len(self._pending) < self._inflight_count_max
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: return once a request can be sent, or the connection closed."""
         while len(self._pending) >= self._inflight_count_max and self._closed is None:
             await self._room.wait()
+
+    async def _call(self, request: Request, timeout_ms: int | None) -> Response:
+        await self.wait_for_room()
         future = self._send(request, timeout_ms)
         await self._connection.drain()
         return await future

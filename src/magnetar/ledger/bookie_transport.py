@@ -22,7 +22,9 @@ requests share one connection instead of racing to open several.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from magnetar.base.clock import Clock
@@ -37,6 +39,7 @@ from magnetar.base.errors import (
 from magnetar.base.io import Network
 from magnetar.base.limits import LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX, LEDGER_PIPELINED_ADD_BYTES_MAX
 from magnetar.base.types import NO_ENTRY, BookieId
+from magnetar.ledger._deadline import keep_in_background
 from magnetar.ledger.bookie_client import BookieClient
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import BookieUnavailable, NoSuchEntryError
@@ -72,6 +75,26 @@ def last_entry_of(bookie: BookieId, what: str, response: ReadResponse) -> LastEn
     return LastEntryReply(entry.entry_id, max(response.known_lac, entry.lac))
 
 
+@dataclass(eq=False, slots=True)
+class _Add:
+    result: asyncio.Future[None]
+    bookie: BookieId
+    entry: Entry
+    recovery: bool
+    master_key: bytes
+    retried: bool = False
+
+
+def _settle(op: _Add, error: BaseException | None) -> None:
+    if op.result.done():
+        return  # its caller gave up (cancelled)
+    if error is None:
+        op.result.set_result(None)
+    else:
+        op.result.set_exception(error)
+        op.result.exception()  # retrieved here: the caller may have stopped listening
+
+
 class BookieClientTransport:
     """``BookieTransport`` over a pool of ``BookieClient`` connections (see the module docstring)."""
 
@@ -89,7 +112,10 @@ class BookieClientTransport:
         self._connections_count_max = connections_count_max
         self._clients: OrderedDict[BookieId, BookieClient] = OrderedDict()
         self._connecting: dict[BookieId, asyncio.Lock] = {}
-        self._pipelined_bytes: dict[BookieId, int] = {}
+        self._add_bytes: dict[BookieId, int] = {}  # bytes of adds in flight, per bookie
+        self._bytes_room: dict[BookieId, asyncio.Event] = {}
+        self._waiting: dict[BookieId, deque[_Add]] = {}  # adds waiting for a connection or room
+        self._background: set[asyncio.Task[Any]] = set()
         self._closed = False
 
     @property
@@ -156,6 +182,8 @@ class BookieClientTransport:
     async def close(self) -> None:
         """Close every connection; later calls raise ``BookieUnavailable``. Idempotent."""
         self._closed = True
+        for task in list(self._background):
+            task.cancel()
         clients = list(self._clients.items())
         self._clients.clear()
         for _, client in clients:
@@ -163,52 +191,96 @@ class BookieClientTransport:
 
     # --- BookieTransport -----------------------------------------------------------------------
 
-    async def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> None:
-        what = f"add {entry.ledger_id}:{entry.entry_id}"
-        response = await self._call(
-            bookie, what,
-            lambda c: c.add(entry, master_key=master_key, recovery=recovery, timeout_ms=self._config.add_timeout_ms),
-        )
-        if response.status is not Status.OK:
-            raise status_error(bookie, response.status, what)
+    def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
+        """The one add operation: sent at once on an open connection with room, else after the
+        connect or the wait for room (per bookie, in call order). The future is bounded by the
+        connection's request deadline (``add_timeout_ms``); a connection lost under it is
+        reconnected and the add sent once more (adds are idempotent)."""
+        op = _Add(asyncio.get_running_loop().create_future(), bookie, entry, recovery, master_key)
+        self._submit(op)
+        return op.result
 
-    # --- PipelinedAdds (the writer's task-free path) -------------------------------------------
+    def _submit(self, op: _Add) -> None:
+        if self._closed:
+            _settle(op, BookieUnavailable(f"transport closed; cannot reach {op.bookie}"))
+            return
+        waiting = self._waiting.get(op.bookie)
+        if waiting is None:
+            if self._try_send(op):
+                return
+            waiting = self._waiting[op.bookie] = deque()
+            task = asyncio.get_running_loop().create_task(self._send_when_ready(op.bookie, waiting))
+            keep_in_background(task, self._background)
+        waiting.append(op)
 
-    def add_nowait(self, bookie: BookieId, entry: Entry, *, master_key: bytes) -> asyncio.Future[Any] | None:
-        client = self._clients.get(bookie)
-        if client is None or client.closed or self._closed:
-            return None
-        size = len(entry.raw)
-        inflight = self._pipelined_bytes.get(bookie, 0)
-        if inflight + size > LEDGER_PIPELINED_ADD_BYTES_MAX or client.inflight_count >= client.inflight_count_max:
-            return None
-        try:
-            future = client.add_nowait(entry, master_key=master_key, timeout_ms=self._config.add_timeout_ms)
-        except (ClosedError, LimitExceeded):
-            return None
-        self._pipelined_bytes[bookie] = inflight + size
-        return future
-
-    def add_outcome(self, bookie: BookieId, entry: Entry, future: asyncio.Future[Any]) -> bool:
-        left = self._pipelined_bytes.get(bookie, 0) - len(entry.raw)
-        if left > 0:
-            self._pipelined_bytes[bookie] = left
-        else:
-            self._pipelined_bytes.pop(bookie, None)
-        what = f"add {entry.ledger_id}:{entry.entry_id}"
-        if future.cancelled():
+    def _try_send(self, op: _Add) -> bool:
+        """Send ``op`` now if its bookie's connection is open and has room (requests and bytes)."""
+        client = self._clients.get(op.bookie)
+        if client is None or client.closed or not client.has_room:
             return False
-        error = future.exception()
-        if isinstance(error, ClosedError):
-            return False  # the connection died: ``add`` reconnects and sends again
-        if isinstance(error, TimeoutError_ | ChecksumMismatch | LimitExceeded):
-            raise BookieUnavailable(f"{what}: {error}") from error
-        if error is not None:
-            raise error
-        response = future.result()
-        if response.status is not Status.OK:
-            raise status_error(bookie, response.status, what)
+        size = len(op.entry.raw)
+        inflight = self._add_bytes.get(op.bookie, 0)
+        if inflight and inflight + size > LEDGER_PIPELINED_ADD_BYTES_MAX:
+            return False
+        try:
+            sent = client.add_nowait(op.entry, master_key=op.master_key, recovery=op.recovery,
+                                     timeout_ms=self._config.add_timeout_ms)
+        except (ClosedError, LimitExceeded):
+            return False
+        self._add_bytes[op.bookie] = inflight + size
+        sent.add_done_callback(partial(self._on_add_reply, op))
         return True
+
+    async def _send_when_ready(self, bookie: BookieId, waiting: deque[_Add]) -> None:
+        """Connect, or wait for room, then send what waits for ``bookie``, in order."""
+        try:
+            while waiting:
+                try:
+                    client = await self._client(bookie)
+                except MagnetarError as exc:
+                    error = exc if isinstance(exc, BookieUnavailable) else BookieUnavailable(f"add: {exc}")
+                    while waiting:
+                        _settle(waiting.popleft(), error)
+                    return
+                if self._try_send(waiting[0]):
+                    waiting.popleft()
+                elif not client.has_room:
+                    await client.wait_for_room()
+                else:  # its bytes in flight are at the bound: wait for an answer
+                    room = self._bytes_room.setdefault(bookie, asyncio.Event())
+                    room.clear()
+                    await room.wait()
+        finally:
+            if self._waiting.get(bookie) is waiting:
+                del self._waiting[bookie]
+            for op in waiting:  # cancelled (the transport closed)
+                _settle(op, BookieUnavailable(f"transport closed; cannot reach {bookie}"))
+
+    def _on_add_reply(self, op: _Add, sent: asyncio.Future[Any]) -> None:
+        left = self._add_bytes.get(op.bookie, 0) - len(op.entry.raw)
+        if left > 0:
+            self._add_bytes[op.bookie] = left
+        else:
+            self._add_bytes.pop(op.bookie, None)
+        room = self._bytes_room.get(op.bookie)
+        if room is not None:
+            room.set()
+        what = f"add {op.entry.ledger_id}:{op.entry.entry_id}"
+        error = ClosedError("add cancelled") if sent.cancelled() else sent.exception()
+        if isinstance(error, ClosedError):
+            if not op.retried:  # the connection died: once more on a fresh one
+                op.retried = True
+                self._submit(op)
+                return
+            _settle(op, BookieUnavailable(f"{what}: connection to {op.bookie} lost: {error}"))
+        elif isinstance(error, TimeoutError_ | ChecksumMismatch | LimitExceeded):
+            _settle(op, BookieUnavailable(f"{what}: {error}"))
+        elif error is not None:
+            _settle(op, error)
+        elif sent.result().status is not Status.OK:
+            _settle(op, status_error(op.bookie, sent.result().status, what))
+        else:
+            _settle(op, None)
 
     async def read(
         self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes

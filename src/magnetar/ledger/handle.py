@@ -14,6 +14,12 @@ Protocol (``shared/reference/bookkeeper_replication.md`` 1.3-1.6):
   adds is indeterminate, as for a timeout). So does a CAS that finds the ledger no longer OPEN.
 * ``close`` stops new adds, waits for pending ones, then CASes CLOSED with lastEntry = LAC.
 
+One add path (BookKeeper's ``asyncAddEntry``): ``append`` returns a future and the add moves on
+through callbacks (the transport's reply futures), passing its fault points as gates
+(``faults.gate``: inline when unarmed, held by a hang or delay, the same code either way).
+Backpressure is an explicit wait: ``wait_for_room`` before ``append``. A bookie that does not
+answer within ``add_timeout_ms`` fails (one timeout task per handle, nothing per add).
+
 Invariants: ``lac`` only grows; every pending entry id is > ``lac``; the pending table holds
 at most ``config.pending_adds_count_max`` adds; the metadata cached here is the version this
 writer last read or wrote.
@@ -33,16 +39,20 @@ from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.errors import BadVersion, ClosedError, FencedError, LimitExceeded, MagnetarError
 from magnetar.base.invariant import invariant
-from magnetar.base.limits import LEDGER_ENSEMBLE_CHANGES_COUNT_MAX, LEDGER_METADATA_CAS_RETRY_COUNT_MAX
+from magnetar.base.limits import (
+    LEDGER_ADD_TIMEOUT_CONFIRM_MS,
+    LEDGER_ENSEMBLE_CHANGES_COUNT_MAX,
+    LEDGER_METADATA_CAS_RETRY_COUNT_MAX,
+)
 from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.ledger._deadline import with_deadline
 from magnetar.ledger.config import LedgerClientConfig
-from magnetar.ledger.errors import LedgerStateError
+from magnetar.ledger.errors import BookieUnavailable, LedgerStateError
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
 from magnetar.ledger.metadata_ops import LedgerMetadataStore, VersionedMetadata
 from magnetar.ledger.placement import BookieDirectory, PlacementPolicy
 from magnetar.ledger.quorum import write_set
-from magnetar.ledger.transport import BookieTransport, PipelinedAdds
+from magnetar.ledger.transport import BookieTransport
 from magnetar.protocol.bookie.codec import Entry
 
 
@@ -61,24 +71,21 @@ WRITER_TRANSITIONS: dict[WriterState, frozenset[WriterState]] = {
 }
 
 
-#: Fault points on the reply path of an add; while one is armed adds take the task path (``_send_one``).
-_REPLY_POINTS = frozenset({"ledger.after_reply_before_count", "ledger.after_quorum_before_ack"})
-#: The points ``add_entry`` passes before it returns: ``add_entry_nowait`` declines while one is armed.
-_SEND_POINTS = frozenset({"ledger.before_send_next_entry", "ledger.before_send", "ledger.after_send_before_reply"})
-
-
 @dataclass(eq=False, slots=True)
 class PendingAdd:
-    """One in-flight add: which bookies acknowledged it and which requests are outstanding."""
+    """One in-flight add (BookKeeper's ``PendingAddOp``): which bookies acknowledged it, which
+    requests are outstanding, and how far it got through its fault-point gates."""
 
-    entry: Entry
+    entry_id: int
+    payload: bytes
     future: asyncio.Future[int]
+    entry: Entry | None = None  # built when sent, carrying the LAC known then
     acked: set[BookieId] = field(default_factory=set)
     inflight: set[BookieId] = field(default_factory=set)
-
-    @property
-    def entry_id(self) -> int:
-        return self.entry.entry_id
+    sent_ns: int = 0  # when it was last sent to its write set (the add timeout counts from here)
+    sent: bool = False  # past ``ledger.after_send_before_reply``: its replies may complete it
+    quorum_gated: bool = False  # reached its ack quorum once: ``ledger.after_quorum_before_ack`` entered
+    quorum_passed: bool = False  # ... and passed
 
 
 class LedgerHandle:
@@ -100,8 +107,6 @@ class LedgerHandle:
         self._meta = metadata
         self._store = store
         self._transport = transport
-        # Checked once: isinstance against a runtime Protocol costs microseconds per call.
-        self._pipelined: PipelinedAdds | None = transport if isinstance(transport, PipelinedAdds) else None
         self._directory = directory
         self._placement = placement
         self._clock = clock
@@ -121,6 +126,7 @@ class LedgerHandle:
         self._drained = asyncio.Event()
         self._drained.set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._timeouts: asyncio.Task[None] | None = None
         self._lac_flusher: asyncio.Task[None] | None = None
         self._explicit_lac_sent: int = NO_ENTRY
         if config.explicit_lac_interval_ms > 0:
@@ -159,47 +165,95 @@ class LedgerHandle:
 
     # --- adds ------------------------------------------------------------------------------------
 
+    def has_room(self) -> bool:
+        """Whether ``append`` can take an add now (no one is waiting for room before us)."""
+        return len(self._pending) < self._config.pending_adds_count_max and not self._admission
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: return once ``append`` can take an add (waiters go first in, first out),
+        or the handle is no longer open (``append`` then raises)."""
+        if self.has_room():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._admission.append(waiter)
+        try:
+            while True:
+                await waiter
+                if len(self._pending) < self._config.pending_adds_count_max or self._state is not WriterState.OPEN:
+                    return
+                # Woken, but the room went to an earlier waiter: wait again in the same place.
+                fresh: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._admission[self._admission.index(waiter)] = fresh
+                waiter = fresh
+        finally:
+            # Waiters leave the line only here: while one is in it, ``has_room`` is False, so no
+            # caller that did not wait takes the room a woken waiter is about to use.
+            if waiter in self._admission:
+                self._admission.remove(waiter)
+
     async def add_entry(self, payload: bytes) -> int:
-        """Append ``payload``; returns its entry id once Qa bookies stored it and all lower ids did.
+        """``wait_for_room`` then ``append``: returns the entry id once Qa bookies stored it and
+        all lower ids did (see ``append`` for the errors)."""
+        self._check_open()
+        await self.wait_for_room()
+        return await asyncio.shield(self.append(payload))
 
-        Waits (backpressure) while ``pending_adds_count_max`` adds are in flight. Raises
-        ``FencedError`` if another client fenced the ledger (the entry may or may not survive),
-        ``ClosedError`` after ``close``, or the error that failed the handle.
+    def append(self, payload: bytes) -> asyncio.Future[int]:
+        """The one add operation (BookKeeper's ``asyncAddEntry``): take the next entry id now and
+        return a future that completes with it once Qa bookies of its write set stored the entry
+        and every lower id completed (strictly in id order), or fails with ``FencedError`` if
+        another client fenced the ledger (the entry may or may not survive), or the error that
+        failed the handle. Do not cancel it. Raises ``ClosedError`` (or the failure) when the
+        handle is not open and ``LimitExceeded`` when it has no room: call ``wait_for_room`` first.
+
+        The add passes ``ledger.before_send_next_entry`` (after the first entry),
+        ``ledger.before_send`` and ``ledger.after_send_before_reply`` as gates (``faults.gate``),
+        its replies ``ledger.after_reply_before_count`` and, once, ``ledger.after_quorum_before_ack``.
+        An ``error`` at a gate of the send fails the handle; at a reply's gate, that bookie.
         """
-        self._check_open()
-        await self._admit()
-        self._check_open()
-        if self._last_add_pushed >= 0:
-            await faults.point("ledger.before_send_next_entry")
+        if self._state is not WriterState.OPEN:
             self._check_open()
+        if len(self._pending) >= self._config.pending_adds_count_max:
+            raise LimitExceeded("pending_adds_count_max", len(self._pending) + 1, self._config.pending_adds_count_max)
         entry_id = self._last_add_pushed + 1
         self._last_add_pushed = entry_id
-        entry = Entry.build(self.ledger_id, entry_id, self._lac, payload)
-        op = PendingAdd(entry, asyncio.get_running_loop().create_future())
+        op = PendingAdd(entry_id, payload, asyncio.get_running_loop().create_future())
         self._pending[entry_id] = op
         self._drained.clear()
-        await faults.point("ledger.before_send")
-        if self._state in (WriterState.OPEN, WriterState.CLOSING):
-            self._send_to_write_set(op)
-            await faults.point("ledger.after_send_before_reply")
-        return await asyncio.shield(op.future)
-
-    def add_entry_nowait(self, payload: bytes) -> asyncio.Future[int] | None:
-        """``add_entry`` without a task: the add is sent at once and the returned future completes
-        as ``add_entry`` would return or raise (do not cancel it). Returns None, having done
-        nothing, when ``add_entry`` would have to wait (backpressure), a send fault point is armed
-        or the handle is not open: then call ``add_entry``."""
-        if (self._state is not WriterState.OPEN or self._admission
-                or len(self._pending) >= self._config.pending_adds_count_max or faults.any_armed(_SEND_POINTS)):
-            return None
-        entry_id = self._last_add_pushed + 1
-        self._last_add_pushed = entry_id
-        op = PendingAdd(Entry.build(self.ledger_id, entry_id, self._lac, payload),
-                        asyncio.get_running_loop().create_future())
-        self._pending[entry_id] = op
-        self._drained.clear()
-        self._send_to_write_set(op)
+        if self._timeouts is None and self._config.add_timeout_ms > 0:
+            self._timeouts = self._spawn(self._time_out_adds())  # at most once per add timeout
+        if entry_id > 0:
+            faults.gate("ledger.before_send_next_entry", self._before_send, op)
+        else:
+            self._before_send(None, op)
         return op.future
+
+    def _before_send(self, error: BaseException | None, op: PendingAdd) -> None:
+        if error is not None:
+            self._fail_by(error)
+            return
+        faults.gate("ledger.before_send", self._send, op)
+
+    def _send(self, error: BaseException | None, op: PendingAdd) -> None:
+        if error is not None:
+            self._fail_by(error)
+            return
+        if op.future.done() or self._state not in (WriterState.OPEN, WriterState.CLOSING):
+            return
+        op.entry = Entry.build(self.ledger_id, op.entry_id, self._lac, op.payload)
+        self._send_to_write_set(op)
+        faults.gate("ledger.after_send_before_reply", self._after_send, op)
+
+    def _after_send(self, error: BaseException | None, op: PendingAdd) -> None:
+        if error is not None:
+            self._fail_by(error)
+            return
+        op.sent = True
+        if op.quorum_passed:  # its replies came while a gate held it: it may complete now
+            self._complete_in_order()
+
+    def _fail_by(self, error: BaseException) -> None:
+        self._fail(error if isinstance(error, MagnetarError) else MagnetarError(str(error)))
 
     def _check_open(self) -> None:
         if self._state is WriterState.FAILED:
@@ -208,65 +262,44 @@ class LedgerHandle:
         if self._state is not WriterState.OPEN:
             raise ClosedError(f"ledger {self.ledger_id} is {self._state.value}")
 
-    async def _admit(self) -> None:
-        # FIFO admission so entry ids follow call order even under backpressure.
-        if len(self._pending) < self._config.pending_adds_count_max and not self._admission:
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._admission.append(waiter)
-        try:
-            await waiter
-        finally:
-            if waiter in self._admission:
-                self._admission.remove(waiter)
-
     def _wake_admission(self) -> None:
-        while self._admission and len(self._pending) < self._config.pending_adds_count_max:
-            waiter = self._admission.popleft()
+        """Wake as many waiters (from the head of the line) as there is room for."""
+        room = self._config.pending_adds_count_max - len(self._pending)
+        for waiter in self._admission:
+            if room <= 0:
+                return
             if not waiter.done():
                 waiter.set_result(None)
-                return
+            room -= 1
 
     def _write_set_bookies(self, entry_id: int) -> list[BookieId]:
         meta = self._meta.metadata
         return [self._ensemble[i] for i in write_set(entry_id, meta.ensemble_size, meta.write_quorum_size)]
 
     def _send_to_write_set(self, op: PendingAdd) -> None:
+        entry = op.entry
+        if entry is None:
+            return  # not past its send gates yet: ``_send`` sends it
+        op.sent_ns = self._clock.monotonic_ns()
         for bookie in self._write_set_bookies(op.entry_id):
             if bookie in op.acked or bookie in op.inflight or bookie in self._failed_bookies:
                 continue
             op.inflight.add(bookie)
-            future = self._send_pipelined(op, bookie)
-            if future is None:
-                self._spawn(self._send_one(op, bookie))
-            else:
-                future.add_done_callback(partial(self._on_pipelined_reply, op, bookie))
+            sent = self._transport.add(bookie, entry, recovery=False, master_key=self._master_key)
+            sent.add_done_callback(partial(self._on_reply, op, bookie))
 
-    def _send_pipelined(self, op: PendingAdd, bookie: BookieId) -> asyncio.Future[Any] | None:
-        """The add on the transport's task-free path, or None (then ``_send_one``). Skipped while
-        a fault point of the reply path is armed, so fault tests see every point."""
-        if self._pipelined is None or faults.any_armed(_REPLY_POINTS):
-            return None
-        return self._pipelined.add_nowait(bookie, op.entry, master_key=self._master_key)
-
-    def _on_pipelined_reply(self, op: PendingAdd, bookie: BookieId, future: asyncio.Future[Any]) -> None:
-        transport = self._pipelined
-        assert transport is not None
-        try:
-            stored = transport.add_outcome(bookie, op.entry, future)
-        except MagnetarError as exc:
-            self._on_add_error(op, bookie, exc)
-            return
-        if not stored:  # the connection was lost: the slow path reconnects and sends again
-            if self._state in (WriterState.OPEN, WriterState.CLOSING):
-                self._spawn(self._send_one(op, bookie))
-            else:
-                op.inflight.discard(bookie)
-            return
+    def _on_reply(self, op: PendingAdd, bookie: BookieId, sent: asyncio.Future[None]) -> None:
+        error = BookieUnavailable(f"add to {bookie} cancelled") if sent.cancelled() else sent.exception()
+        if bookie not in op.inflight:
+            return  # timed out (or the handle ended) before this answer came
         op.inflight.discard(bookie)
-        self._count_reply(op, bookie)
+        if error is not None:
+            self._on_add_error(op, bookie, error if isinstance(error, MagnetarError)
+                               else BookieUnavailable(f"add to {bookie}: {error!r}"))
+            return
+        faults.gate("ledger.after_reply_before_count", self._count_reply, op, bookie)
 
-    def _on_add_error(self, op: PendingAdd, bookie: BookieId, exc: MagnetarError) -> None:
+    def _on_add_error(self, op: PendingAdd, bookie: BookieId, exc: BaseException) -> None:
         """``bookie`` did not store ``op``: fenced fails the ledger, anything else replaces the bookie."""
         op.inflight.discard(bookie)
         if isinstance(exc, FencedError):
@@ -274,36 +307,63 @@ class LedgerHandle:
         else:
             self._on_bookie_failure(bookie)
 
-    def _count_reply(self, op: PendingAdd, bookie: BookieId) -> None:
+    def _count_reply(self, error: BaseException | None, op: PendingAdd, bookie: BookieId) -> None:
         """``bookie`` stored ``op``: count it and complete what reached its ack quorum."""
+        if error is not None:
+            self._on_add_error(op, bookie, error)  # the reply is lost at this point
+            return
         if op.future.done() or self._state not in (WriterState.OPEN, WriterState.CLOSING):
             return
         if bookie not in self._write_set_bookies(op.entry_id):
             return  # replaced by an ensemble change meanwhile: its copy no longer counts
         op.acked.add(bookie)
+        if not op.quorum_gated and self._has_ack_quorum(op):
+            op.quorum_gated = True
+            faults.gate("ledger.after_quorum_before_ack", self._quorum_passed, op)
+            return
         self._complete_in_order()
 
-    async def _send_one(self, op: PendingAdd, bookie: BookieId) -> None:
-        try:
-            await with_deadline(
-                self._clock,
-                self._config.add_timeout_ms,
-                self._transport.add(bookie, op.entry, recovery=False, master_key=self._master_key),
-                f"add {self.ledger_id}:{op.entry_id} to {bookie}",
-            )
-        except MagnetarError as exc:
-            self._on_add_error(op, bookie, exc)
+    def _quorum_passed(self, error: BaseException | None, op: PendingAdd) -> None:
+        if error is not None:
+            self._fail_by(error)
             return
-        op.inflight.discard(bookie)
-        await faults.point("ledger.after_reply_before_count")
-        if op.future.done() or self._state not in (WriterState.OPEN, WriterState.CLOSING):
-            return
-        if bookie not in self._write_set_bookies(op.entry_id):
-            return  # replaced by an ensemble change meanwhile: its copy no longer counts
-        op.acked.add(bookie)
-        if self._has_ack_quorum(op):
-            await faults.point("ledger.after_quorum_before_ack")
+        op.quorum_passed = True
         self._complete_in_order()
+
+    async def _time_out_adds(self) -> None:
+        """The add timeout (BookKeeper's timeout monitor): a bookie that has not answered an add
+        ``add_timeout_ms`` after it was sent counts as failed (it is replaced). One task per
+        handle, sleeping until the earliest deadline (it ends when it wakes to no pending add):
+        nothing per add. An add is failed only when it was overdue at two checks
+        ``LEDGER_ADD_TIMEOUT_CONFIRM_MS`` apart (see the limit)."""
+        try:
+            await self._watch_add_deadlines()
+        finally:
+            if self._timeouts is asyncio.current_task():
+                self._timeouts = None
+
+    async def _watch_add_deadlines(self) -> None:
+        timeout_ns = self._config.add_timeout_ms * 1_000_000
+        confirm_s = LEDGER_ADD_TIMEOUT_CONFIRM_MS / 1000
+        suspects: set[tuple[int, int]] = set()  # (entry id, sent_ns) overdue at the last check
+        while self._pending and self._state in (WriterState.OPEN, WriterState.CLOSING):
+            now = self._clock.monotonic_ns()
+            wake_ns = now + timeout_ns
+            overdue: set[tuple[int, int]] = set()
+            for op in list(self._pending.values()):
+                if not op.inflight:
+                    continue
+                if op.sent_ns + timeout_ns > now:
+                    wake_ns = min(wake_ns, op.sent_ns + timeout_ns)
+                elif (op.entry_id, op.sent_ns) not in suspects:
+                    overdue.add((op.entry_id, op.sent_ns))
+                else:
+                    for bookie in sorted(op.inflight):
+                        self._on_add_error(op, bookie, BookieUnavailable(
+                            f"add {self.ledger_id}:{op.entry_id} to {bookie} took longer than "
+                            f"{self._config.add_timeout_ms} ms"))
+            suspects = overdue
+            await self._clock.sleep(confirm_s if overdue else (wake_ns - now) / 1e9)
 
     def _has_ack_quorum(self, op: PendingAdd) -> bool:
         counted = op.acked.intersection(self._write_set_bookies(op.entry_id))
@@ -317,7 +377,7 @@ class LedgerHandle:
             head_id = next(iter(self._pending))
             invariant(head_id == self._lac + 1, f"pending head {head_id} must follow LAC {self._lac}")
             op = self._pending[head_id]
-            if not self._has_ack_quorum(op):
+            if not (op.sent and op.quorum_passed and self._has_ack_quorum(op)):
                 break
             del self._pending[head_id]
             self._lac = head_id
@@ -362,7 +422,8 @@ class LedgerHandle:
         for index, bookie in enumerate(self._ensemble):
             if bookie in self._failed_bookies:
                 new_ensemble[index] = self._placement.replace_bookie(
-                    available, new_ensemble, self._excluded_bookies
+                    available, new_ensemble, self._excluded_bookies,
+                    write_quorum_size=self._meta.metadata.write_quorum_size, slot=index,
                 )
         # Completion is paused while we change, so LAC + 1 is still the first unacknowledged entry.
         first_entry_id = self._lac + 1
@@ -488,8 +549,7 @@ class LedgerHandle:
         self._cancel_tasks()
 
     def _wake_all_admission(self) -> None:
-        while self._admission:
-            waiter = self._admission.popleft()
+        for waiter in self._admission:
             if not waiter.done():
                 waiter.set_result(None)
 

@@ -60,7 +60,7 @@ class LedgerManager:
         """A new OPEN ledger on a fresh ensemble, and its writer."""
         validate_quorum(ensemble_size, write_quorum_size, ack_quorum_size)
         available = await self._directory.available_bookies()
-        ensemble = self._placement.new_ensemble(available, ensemble_size)
+        ensemble = self._placement.new_ensemble(available, ensemble_size, write_quorum_size)
         ledger_id = await self.store.allocate_id()
         metadata = LedgerMetadata(
             ledger_id=ledger_id,

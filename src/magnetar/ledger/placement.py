@@ -41,10 +41,15 @@ class StaticBookieDirectory:
 
 
 class PlacementPolicy(Protocol):
-    def new_ensemble(self, available: Sequence[BookieId], ensemble_size: int) -> tuple[BookieId, ...]: ...
+    """``write_quorum_size`` (default: the ensemble size) tells a rack-aware policy which slots
+    form a write set; ``slot`` is the ensemble index being replaced (default: the first excluded)."""
+
+    def new_ensemble(self, available: Sequence[BookieId], ensemble_size: int,
+                     write_quorum_size: int | None = None) -> tuple[BookieId, ...]: ...
 
     def replace_bookie(
-        self, available: Sequence[BookieId], ensemble: Sequence[BookieId], excluded: Collection[BookieId]
+        self, available: Sequence[BookieId], ensemble: Sequence[BookieId], excluded: Collection[BookieId],
+        write_quorum_size: int | None = None, slot: int | None = None,
     ) -> BookieId: ...
 
 
@@ -54,7 +59,8 @@ class RandomPlacement:
     def __init__(self, rng: Rng) -> None:
         self._rng = rng
 
-    def new_ensemble(self, available: Sequence[BookieId], ensemble_size: int) -> tuple[BookieId, ...]:
+    def new_ensemble(self, available: Sequence[BookieId], ensemble_size: int,
+                     write_quorum_size: int | None = None) -> tuple[BookieId, ...]:
         candidates = sorted(set(available))
         if len(candidates) < ensemble_size:
             raise NotEnoughBookies(f"need {ensemble_size} bookies, {len(candidates)} available")
@@ -62,7 +68,8 @@ class RandomPlacement:
         return tuple(candidates[:ensemble_size])
 
     def replace_bookie(
-        self, available: Sequence[BookieId], ensemble: Sequence[BookieId], excluded: Collection[BookieId]
+        self, available: Sequence[BookieId], ensemble: Sequence[BookieId], excluded: Collection[BookieId],
+        write_quorum_size: int | None = None, slot: int | None = None,
     ) -> BookieId:
         avoid = set(ensemble) | set(excluded)
         candidates = sorted(b for b in set(available) if b not in avoid)

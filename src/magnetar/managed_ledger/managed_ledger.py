@@ -6,8 +6,10 @@ Protocol (Pulsar's ``ManagedLedgerImpl``, ``shared/seeds/002_*``):
   listed ledgers, which the previous owner may still be writing (a crash between the rollover CAS
   and the close of the old ledger leaves two open); create a new ledger and CAS the list. A lost
   CAS means another owner took the topic: the open fails with ``ManagedLedgerFenced``.
-* **Append**: ``add_entry`` queues the payload in a bounded queue (``add_queue_count_max``: a
-  full queue makes callers wait); one pump starts the adds on the current ledger in queue order
+* **Append**: ``append`` (the one append operation; ``add_entry`` is ``wait_for_room`` + it)
+  queues the payload in a bounded queue (``add_queue_count_max``: callers wait for room first);
+  the adds are started on the current ledger in queue order (a pump task only to wait for a
+  rollover or for room on the ledger)
   and callers are told strictly in position order, only after the ledger acknowledged the entry
   (Qa bookies durable). A ``FencedError`` from the ledger or a ``BadVersion`` on the info means
   another owner took over: the state becomes FENCED and every queued and later append fails.
@@ -339,6 +341,11 @@ class ManagedLedger:
     # --- positions -------------------------------------------------------------------------------
 
     @property
+    def terminated_position(self) -> Position | None:
+        """The last entry when the ledger was terminated (no more appends); None if it is not."""
+        return self._terminated_at
+
+    @property
     def last_confirmed_entry(self) -> Position:
         """The last acknowledged entry; ``(ledger, -1)`` before the first entry of an empty log."""
         return self._lce
@@ -408,28 +415,25 @@ class ManagedLedger:
     # --- append ----------------------------------------------------------------------------------
 
     async def add_entry(self, data: bytes) -> Position:
-        """Append ``data``; returns its position once the ledger acknowledged it (Qa durable).
+        """``wait_for_room`` then ``append``: returns the position once the ledger acknowledged it."""
+        self._check_writable()
+        await self.wait_for_room()
+        return await asyncio.shield(self.append(data))
 
-        Positions returned grow strictly in call order. Waits while ``add_queue_count_max`` appends
-        are queued or in flight. Raises ``ManagedLedgerFenced`` once another owner took over,
-        ``ManagedLedgerTerminated``/``ManagedLedgerClosed``, or the ledger error that failed it
-        (its outcome is then undecided: it may appear in the log after recovery).
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        """The one append operation: queue ``data`` and return a future of its position, set once
+        the ledger acknowledged it (Qa durable); positions grow strictly in call order. Do not
+        cancel it. Raises at once ``ManagedLedgerFenced`` once another owner took over,
+        ``ManagedLedgerTerminated``/``ManagedLedgerClosed``/``ManagedLedgerWriteFailed``, and
+        ``LimitExceeded`` when ``add_queue_count_max`` appends are queued or in flight (call
+        ``wait_for_room`` first). The future fails with the ledger error that failed the add (its
+        outcome is then undecided: it may appear in the log after recovery).
         """
-        self._check_writable()
-        await self._admit()
-        self._check_writable()
-        op = _OpAdd(bytes(data), asyncio.get_running_loop().create_future())
-        self._queue.append(op)
-        self._kick_pump()
-        return await asyncio.shield(op.future)
-
-    def add_entry_nowait(self, data: bytes) -> asyncio.Future[Position] | None:
-        """``add_entry`` without a task: the returned future completes as ``add_entry`` would
-        return or raise (do not cancel it). Returns None, having done nothing, when ``add_entry``
-        would have to wait for room or the ledger is not writable: then call ``add_entry``."""
-        if (self._state not in _WRITABLE or self._write_failure is not None or self._admission
-                or self.pending_add_count >= self.config.add_queue_count_max):
-            return None
+        if self._state not in _WRITABLE or self._write_failure is not None:
+            self._check_writable()
+        pending = self.pending_add_count
+        if pending >= self.config.add_queue_count_max:
+            raise LimitExceeded("add_queue_count_max", pending + 1, self.config.add_queue_count_max)
         op = _OpAdd(bytes(data), asyncio.get_running_loop().create_future())
         self._queue.append(op)
         self._kick_pump()
@@ -441,28 +445,54 @@ class ManagedLedger:
         started = len(current.inflight) + len(current.undecided) if current is not None else 0
         return len(self._queue) + started
 
-    async def _admit(self) -> None:
-        if self.pending_add_count < self.config.add_queue_count_max and not self._admission:
+    def has_room(self) -> bool:
+        """Whether ``append`` can take an append now (no one waits for room before us)."""
+        if self._admission:
+            return False
+        current = self._current
+        started = len(current.inflight) + len(current.undecided) if current is not None else 0
+        return len(self._queue) + started < self.config.add_queue_count_max
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: return once ``append`` can take an append (first in, first out), or the
+        managed ledger stopped accepting appends (``append`` then raises)."""
+        if self.has_room():
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._admission.append(waiter)
         try:
-            await waiter
+            while True:
+                await waiter
+                if (self.pending_add_count < self.config.add_queue_count_max or self._state not in _WRITABLE
+                        or self._write_failure is not None):
+                    return
+                # Woken, but the room went to an earlier waiter: wait again in the same place.
+                fresh: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._admission[self._admission.index(waiter)] = fresh
+                waiter = fresh
         finally:
+            # Waiters leave the line only here: while one is in it, ``has_room`` is False, so no
+            # caller that did not wait takes the room a woken waiter is about to use.
             if waiter in self._admission:
                 self._admission.remove(waiter)
 
     def _wake_admission(self, *, all_waiters: bool = False) -> None:
-        while self._admission and (all_waiters or self.pending_add_count < self.config.add_queue_count_max):
-            waiter = self._admission.popleft()
+        """Wake as many waiters (from the head of the line) as there is room for, or all."""
+        room = len(self._admission) if all_waiters else self.config.add_queue_count_max - self.pending_add_count
+        for waiter in self._admission:
+            if room <= 0:
+                return
             if not waiter.done():
                 waiter.set_result(None)
+            room -= 1
 
     def _kick_pump(self) -> None:
         if self._pump_task is not None and not self._pump_task.done():
             return  # the running pump takes what was queued
-        # What needs no rollover starts here and now; a pump task only for a rollover (it waits).
-        while self._queue and self._state is MLState.LEDGER_OPENED and not self._needs_rollover():
+        # What needs no rollover and finds room on the ledger starts here and now; a pump task
+        # only to wait (a rollover, or room on the ledger).
+        while (self._queue and self._state is MLState.LEDGER_OPENED and not self._needs_rollover()
+               and self._current is not None and self._current.handle.has_room()):
             self._start_add(self._queue.popleft())
         if self._has_work() and self._state is MLState.LEDGER_OPENED:
             self._pump_task = self._spawn(self._pump())
@@ -484,6 +514,10 @@ class ManagedLedger:
                 continue
             if not self._queue:
                 break
+            current = self._current
+            if current is not None and not current.handle.has_room():
+                await current.handle.wait_for_room()  # backpressure from the ledger
+                continue
             self._start_add(self._queue.popleft())
 
     def _needs_rollover(self) -> bool:
@@ -516,28 +550,20 @@ class ManagedLedger:
         op.attempts += 1
         current.inflight.append(op)
         self._drained.clear()
-        added = current.handle.add_entry_nowait(op.data)
-        if added is None:
-            self._spawn(self._run_add(current, op, expected_entry_id))
-        else:
-            added.add_done_callback(partial(self._added, current, op, expected_entry_id))
+        try:
+            added = current.handle.append(op.data)
+        except MagnetarError as exc:  # the handle failed or closed under us: as an add that failed
+            self._finish_add(current, op, expected_entry_id, None, exc)
+            return
+        added.add_done_callback(partial(self._added, current, op, expected_entry_id))
 
     def _added(self, current: _Current, op: _OpAdd, expected_entry_id: int, added: asyncio.Future[int]) -> None:
-        """``_run_add``'s ending for an add sent by ``add_entry_nowait``."""
         if added.cancelled():
-            return  # as a cancelled ``_run_add`` task: the handle was torn down under it
+            return  # the handle was torn down under it
         error = added.exception()
         if error is not None and not isinstance(error, MagnetarError):
-            return  # as ``_run_add``, which lets anything but a ledger error end its task
+            return  # not a ledger outcome (a crash unwinding): nothing to tell
         self._finish_add(current, op, expected_entry_id, added.result() if error is None else None, error)
-
-    async def _run_add(self, current: _Current, op: _OpAdd, expected_entry_id: int) -> None:
-        try:
-            entry_id = await current.handle.add_entry(op.data)
-        except MagnetarError as exc:
-            self._finish_add(current, op, expected_entry_id, None, exc)
-        else:
-            self._finish_add(current, op, expected_entry_id, entry_id, None)
 
     def _finish_add(self, current: _Current, op: _OpAdd, expected_entry_id: int, entry_id: int | None,
                     error: BaseException | None) -> None:
@@ -882,7 +908,10 @@ class ManagedLedger:
     # --- terminate, close, delete ----------------------------------------------------------------
 
     async def terminate(self) -> Position:
-        """No more appends: wait for in-flight ones, close the ledger, record the last position."""
+        """No more appends: wait for in-flight ones, close the ledger, record the last position.
+        Terminating again returns the same position (Pulsar does the same)."""
+        if self._state is MLState.TERMINATED and self._terminated_at is not None:
+            return self._terminated_at
         self._check_writable()
         while self._state is not MLState.LEDGER_OPENED or self._queue:
             pump = self._pump_task

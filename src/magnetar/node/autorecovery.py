@@ -28,7 +28,8 @@ from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.directory import MetadataBookieDirectory
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
-from magnetar.ledger.placement import RandomPlacement
+from magnetar.ledger.rack_placement import RackAwarePlacement
+from magnetar.ledger.racks import RackedBookieDirectory
 from magnetar.metadata.api import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -84,10 +85,11 @@ async def start_autorecovery(
     ledger_config = ledger_config or LedgerClientConfig()
     ledgers = LedgerMetadataStore(MetadataStoreAdapter(store))
     transport = BookieClientTransport(network, clock, ledger_config)
+    directory = RackedBookieDirectory(MetadataBookieDirectory(store), store)
     worker = ReplicationWorker(
-        store, ledgers=ledgers, transport=transport, directory=MetadataBookieDirectory(store),
-        placement=RandomPlacement(rng), clock=clock, config=config, ledger_config=ledger_config, owner=owner,
-        master_key=master_key,
+        store, ledgers=ledgers, transport=transport, directory=directory,
+        placement=RackAwarePlacement(rng, directory), clock=clock, config=config, ledger_config=ledger_config,
+        owner=owner, master_key=master_key,
     )
     running = RunningAutoRecovery(owner, worker, transport)
 

@@ -47,6 +47,7 @@ from magnetar.base.limits import (
 from magnetar.base.rng import Rng
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
+from magnetar.ledger.racks import BookieRack, set_rack
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.bookie import (
     AddRequest,
@@ -485,6 +486,8 @@ async def start_bookie_node(
         registration = Registration(store, bookie_id, bookie, reopen=reopen_store,
                                     on_new_store=lambda new: holder.__setitem__(0, new))
         await registration.sync()
+        if config.rack:
+            await set_rack(store, bookie_id, BookieRack(config.rack, config.host))
     except BaseException:
         await server.stop()
         await bookie.stop()

@@ -191,7 +191,9 @@ class BrokerServer:
         self.service = service
         self.network = network
         self.clock = clock
-        self.server_config = server_config or ServerConfig()
+        # CONNECTED.max_message_size and the frame bound follow the broker's max_message_size_bytes
+        self.server_config = dataclasses.replace(server_config or ServerConfig(),
+                                                 max_message_size_bytes=service.config.max_message_size_bytes)
         self._listener: Listener | None = None
         self._tls_listener: Listener | None = None
         self._reloader: asyncio.Task[None] | None = None

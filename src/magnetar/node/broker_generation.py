@@ -29,6 +29,8 @@ from magnetar.base.io import Network
 from magnetar.base.limits import LOAD_REPORT_INTERVAL_MS, NAMESPACE_BUNDLES_COUNT_DEFAULT
 from magnetar.base.rng import Rng
 from magnetar.broker import BrokerConfig
+from magnetar.broker.balancer import BalancerSettings
+from magnetar.broker.leader import BundleCommands, LoadBalancerLeader
 from magnetar.broker.ownership import BundleOwnership
 from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
@@ -65,6 +67,8 @@ class Generation:
         self.ownership: BundleOwnership | None = None
         self.report_task: asyncio.Task[None] | None = None
         self.manager: Any = None
+        self.leader: LoadBalancerLeader | None = None
+        self.balancer_tasks: list[asyncio.Task[None]] = []
         #: Extra parts the runtime hangs on a generation (its console), stopped first.
         self.on_stop: list[Callable[[], Awaitable[None]]] = []
 
@@ -72,10 +76,12 @@ class Generation:
         for stop in reversed(self.on_stop):
             with contextlib.suppress(Exception):
                 await stop()
-        if self.report_task is not None:
-            self.report_task.cancel()
+        for task in [self.report_task, *self.balancer_tasks]:
+            if task is None:
+                continue
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.report_task
+                await task
         steps = [
             self.server.close if self.server else None,
             self.ownership.close if self.ownership else None,
@@ -107,11 +113,14 @@ StartServer = Callable[..., Awaitable[BrokerServer]]
 async def start_generation(
     store: MetadataStore, config: GenerationConfig, *, host: str, port: int, advertised_host: str,
     http_url: str, network: Network, clock: Clock, rng: Rng, bookie_network: Network | None = None,
-    start_server: StartServer = start_broker,
+    start_server: StartServer = start_broker, cpu_percent: Callable[[], float] | None = None,
+    load_balancing: bool = True,
 ) -> Generation:
     """Build and start a generation on ``store`` (which it then owns and closes on ``stop``).
 
     ``network`` serves clients; ``bookie_network`` (default: the same) reaches the bookies.
+    ``cpu_percent`` (the runtime's meter) goes into the load reports; with ``load_balancing`` the
+    generation carries out bundle commands and runs for load-balancer leader.
     """
     generation = Generation(store)
     try:
@@ -140,12 +149,27 @@ async def start_generation(
         except Exception as error:  # the admin resources are a convenience; serving goes on
             log.warning("could not create the default cluster/tenant/namespace: %s", error)
         generation.report_task = asyncio.get_running_loop().create_task(
-            ownership.run_load_reports(clock, lambda: server.connection_count, config.load_report_interval_ms),
-            name="load-reports")
+            ownership.run_load_reports(clock, lambda: server.connection_count, config.load_report_interval_ms,
+                                       cpu_percent), name="load-reports")
+        if load_balancing:
+            _start_balancer(generation, store, ownership, server.service.config, clock, http_url)
     except BaseException:
         await generation.stop()
         raise
     return generation
+
+
+def _start_balancer(generation: Generation, store: MetadataStore, ownership: BundleOwnership,
+                    broker_config: BrokerConfig, clock: Clock, http_url: str) -> None:
+    """The bundle commands every broker carries out, and this broker's leader candidacy."""
+    loop = asyncio.get_running_loop()
+    commands = BundleCommands(store, ownership, clock, poll_ms=broker_config.load_balancer_shedding_interval_ms)
+    generation.balancer_tasks.append(loop.create_task(commands.run(), name="bundle-commands"))
+    generation.leader = LoadBalancerLeader(
+        store, ownership, clock, BalancerSettings.from_config(broker_config),
+        interval_ms=broker_config.load_balancer_shedding_interval_ms, broker_id=ownership.loads.broker_id,
+        web_url=http_url)
+    generation.balancer_tasks.append(loop.create_task(generation.leader.run(), name="load-balancer-leader"))
 
 
 async def bootstrap_cluster(service: BrokerService, *, web_url: str) -> None:

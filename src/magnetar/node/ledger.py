@@ -2,7 +2,7 @@
 
 Wires a ``LedgerManager`` from one metadata-store session: ledger metadata under ``/ledgers``
 (``MetadataStoreAdapter``), the live writable bookies from ``/ledgers/available``
-(``MetadataBookieDirectory``), random placement from the given ``Rng``, and pooled bookie
+(``MetadataBookieDirectory``), rack-aware placement (``ledger.rack_placement``; random among equals, from the given ``Rng``), and pooled bookie
 connections over the given ``Network`` (``BookieClientTransport``). It does no I/O of its own,
 so the simulator composes the client the same way with its simulated network and clock.
 The caller keeps owning ``store``; ``close_ledger_manager`` closes only the bookie connections.
@@ -19,6 +19,7 @@ checked as over the network. Every other bookie is reached over the network.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ from magnetar.base.errors import MagnetarError
 from magnetar.base.io import Network
 from magnetar.base.rng import Rng
 from magnetar.base.types import BookieId
+from magnetar.ledger._deadline import keep_in_background
 from magnetar.ledger.bookie_client import checked_entry
 from magnetar.ledger.bookie_transport import BookieClientTransport, entry_of, last_entry_of, status_error
 from magnetar.ledger.config import LedgerClientConfig
@@ -35,62 +37,84 @@ from magnetar.ledger.errors import BookieUnavailable
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
-from magnetar.ledger.placement import RandomPlacement
+from magnetar.ledger.rack_placement import RackAwarePlacement
+from magnetar.ledger.racks import RackedBookieDirectory
 from magnetar.ledger.transport import LastEntryReply
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.bookie.codec import Entry, ReadResponse, Status
 from magnetar.storage import Bookie
 
+#: An add waiting for room on a local bookie: its future, entry, recovery flag and master key.
+_LocalAdd = tuple["asyncio.Future[None]", Entry, bool, bytes]
+
 
 class LocalFirstTransport:
-    """``BookieTransport`` and ``PipelinedAdds``: the bookies in ``local`` by direct calls into
+    """``BookieTransport``: the bookies in ``local`` by direct calls into
     their storage core, every other one through ``remote``."""
 
     def __init__(self, local: Mapping[BookieId, Bookie], remote: BookieClientTransport) -> None:
         self._local = dict(local)
         self._remote = remote
+        self._waiting: dict[BookieId, deque[_LocalAdd]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
 
     @property
     def local_bookies(self) -> frozenset[BookieId]:
         return frozenset(self._local)
 
     async def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
         self._local.clear()  # the bookies are their runner's to stop
         await self._remote.close()
 
-    async def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> None:
+    def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
+        """The one add operation: a local bookie stores it at once, or once it has room again
+        (adds to it wait in call order, as the server stops reading while the bookie is full)."""
         core = self._local.get(bookie)
         if core is None:
-            await self._remote.add(bookie, entry, recovery=recovery, master_key=master_key)
-            return
-        if core.needs_backpressure():
-            await core.wait_for_room()  # as the server stops reading while the bookie is full
-        status = await core.add(entry, master_key, recovery)
-        if status is not Status.OK:
-            raise status_error(bookie, status, f"add {entry.ledger_id}:{entry.entry_id}")
+            return self._remote.add(bookie, entry, recovery=recovery, master_key=master_key)
+        result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        add = (result, entry, recovery, master_key)
+        waiting = self._waiting.get(bookie)
+        if waiting is None:
+            if not core.needs_backpressure():
+                self._add_local(core, bookie, add)
+                return result
+            waiting = self._waiting[bookie] = deque()
+            task = asyncio.get_running_loop().create_task(self._add_when_room(core, bookie, waiting))
+            keep_in_background(task, self._background)
+        waiting.append(add)
+        return result
 
-    def add_nowait(self, bookie: BookieId, entry: Entry, *, master_key: bytes) -> asyncio.Future[Any] | None:
-        core = self._local.get(bookie)
-        if core is None:
-            return self._remote.add_nowait(bookie, entry, master_key=master_key)
-        if core.needs_backpressure():
-            return None  # ``add`` waits for room
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    def _add_local(self, core: Bookie, bookie: BookieId, add: _LocalAdd) -> None:
+        result, entry, recovery, master_key = add
 
         def done(status: Status) -> None:
-            if not future.done():
-                future.set_result(status)
+            if result.done():
+                return
+            if status is Status.OK:
+                result.set_result(None)
+            else:
+                result.set_exception(status_error(bookie, status, f"add {entry.ledger_id}:{entry.entry_id}"))
+                result.exception()
 
-        core.add_entry(entry, master_key, False, done)
-        return future
+        core.add_entry(entry, master_key, recovery, done)
 
-    def add_outcome(self, bookie: BookieId, entry: Entry, future: asyncio.Future[Any]) -> bool:
-        if future.cancelled() or future.exception() is not None or not isinstance(future.result(), Status):
-            return self._remote.add_outcome(bookie, entry, future)
-        status: Status = future.result()  # a local add's answer
-        if status is not Status.OK:
-            raise status_error(bookie, status, f"add {entry.ledger_id}:{entry.entry_id}")
-        return True
+    async def _add_when_room(self, core: Bookie, bookie: BookieId, waiting: deque[_LocalAdd]) -> None:
+        try:
+            while waiting:
+                if core.needs_backpressure():
+                    await core.wait_for_room()
+                    continue
+                self._add_local(core, bookie, waiting.popleft())
+        finally:
+            if self._waiting.get(bookie) is waiting:
+                del self._waiting[bookie]
+            for result, *_ in waiting:  # cancelled: the transport closed
+                if not result.done():
+                    result.set_exception(BookieUnavailable(f"transport closed; cannot reach {bookie}"))
+                    result.exception()
 
     async def read(self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool,
                    master_key: bytes) -> Entry:
@@ -154,11 +178,12 @@ async def open_ledger_manager(
     remote = BookieClientTransport(network, clock, config)
     transport: BookieClientTransport | LocalFirstTransport = (
         LocalFirstTransport(local_bookies, remote) if local_bookies else remote)
+    directory = RackedBookieDirectory(MetadataBookieDirectory(store), store)
     return LedgerManager(
         store=LedgerMetadataStore(MetadataStoreAdapter(store)),
         transport=transport,
-        directory=MetadataBookieDirectory(store),
-        placement=RandomPlacement(rng),
+        directory=directory,
+        placement=RackAwarePlacement(rng, directory),
         clock=clock,
         config=config,
         master_key=master_key,

@@ -62,6 +62,7 @@ from magnetar.runtime.broker_server import start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
 from magnetar.runtime.console import start_console
+from magnetar.runtime.cpu import CpuMeter
 from magnetar.runtime.http import HttpEndpoint, start_http
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
@@ -156,6 +157,7 @@ class BrokerNode:
         self.generation: Generation | None = None
         self.generations = 0
         self._admin = _CurrentAdmin()
+        self._cpu = CpuMeter()
         self._lookup = _CurrentAdmin()
         self._console = _CurrentAdmin()  # the web console of the current generation
 
@@ -225,7 +227,8 @@ class BrokerNode:
             store, generation_config, host=config.host, port=self.port, advertised_host=config.advertised_address,
             http_url=self.http_url, network=self.network, clock=self.clock, rng=system_rng(),
             bookie_network=self.bookie_network,
-            start_server=functools.partial(start_broker, tls_port=self.port_tls, tls=self.tls))
+            start_server=functools.partial(start_broker, tls_port=self.port_tls, tls=self.tls),
+            cpu_percent=self._cpu.percent)
         try:
             assert generation.server is not None
             context = self._admin_context(generation.server.service)

@@ -322,7 +322,7 @@ class LocalCluster:
     def __init__(self, base_dir: Path, *, bookies: int = 3, brokers: int = 2,
                  ensemble: tuple[int, int, int] = (3, 3, 2), env: dict[str, dict[str, str]] | None = None,
                  session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT, autorecovery: bool = True,
-                 secure: bool = False) -> None:
+                 secure: bool = False, racks: list[str] | None = None) -> None:
         e, qw, qa = ensemble
         if not (bookies >= e >= qw >= qa >= 1 and brokers >= 1):
             raise ValueError(f"need bookies >= E >= Qw >= Qa >= 1 and brokers >= 1, got {bookies}, {ensemble}")
@@ -335,8 +335,10 @@ class LocalCluster:
         zk_port = free_port()
         self.metadata_url = f"zk://127.0.0.1:{zk_port}{CHROOT}"
         self._add(self._zookeeper(zk_port, env.get("zookeeper")))
+        if racks is not None and len(racks) != bookies:
+            raise ValueError(f"racks names one rack per bookie: {bookies} bookies, {len(racks)} racks")
         for i in range(bookies):
-            self._add(self._bookie(i, free_port(), env.get(f"bookie-{i}")))
+            self._add(self._bookie(i, free_port(), env.get(f"bookie-{i}"), racks[i] if racks else None))
         for i in range(brokers):
             self._add(self._broker(i, free_port(), free_port(), env.get(f"broker-{i}")))
         if autorecovery:
@@ -362,10 +364,10 @@ class LocalCluster:
                 str(directory / "zoo.cfg")]
         return ClusterProcess("zookeeper", "zookeeper", argv, self._log("zookeeper"), port=port, env=env)
 
-    def _bookie(self, index: int, port: int, env: dict[str, str] | None) -> ClusterProcess:
+    def _bookie(self, index: int, port: int, env: dict[str, str] | None, rack: str | None = None) -> ClusterProcess:
         name = f"bookie-{index}"
         argv = [sys.executable, "-m", "magnetar.cli", "bookie", "--metadata", self.metadata_url, "--host", "127.0.0.1",
-                "--port", str(port), "--data-dir", str(self.base_dir / name)]
+                "--port", str(port), "--data-dir", str(self.base_dir / name), *(["--rack", rack] if rack else [])]
         if self.security:  # TLS with required client certificates: only the cluster's own nodes get in
             env = {**(env or {}), "MAGNETAR_BOOKIE_TLS_CERTIFICATE_FILE_PATH": self.security["server_cert"],
                    "MAGNETAR_BOOKIE_TLS_KEY_FILE_PATH": self.security["server_key"],
@@ -394,6 +396,33 @@ class LocalCluster:
             argv += ["--bookie-tls-trust-cert", self.security["ca"], "--bookie-tls-cert", self.security["server_cert"],
                      "--bookie-tls-key", self.security["server_key"]]
         return ClusterProcess("autorecovery", "autorecovery", argv, self._log("autorecovery"), port=0, env=env)
+
+    def _next_index(self, kind: str) -> int:
+        return 1 + max((int(p.name.rsplit("-", 1)[1]) for p in self.of_kind(kind)), default=-1)
+
+    def add_broker(self, env: dict[str, str] | None = None, timeout_s: float = 60) -> ClusterProcess:
+        """Start one more broker in the running cluster (no data moves: the load balancer's leader
+        gives it bundles); returns it once ready, the state file updated."""
+        process = self._broker(self._next_index("broker"), free_port(), free_port(), env)
+        return self._start_one(process, timeout_s)
+
+    def add_bookie(self, rack: str | None = None, env: dict[str, str] | None = None,
+                   timeout_s: float = 60) -> ClusterProcess:
+        """Start one more bookie (new ledgers may use it at once); returns it once ready."""
+        process = self._bookie(self._next_index("bookie"), free_port(), env, rack)
+        return self._start_one(process, timeout_s)
+
+    def _start_one(self, process: ClusterProcess, timeout_s: float) -> ClusterProcess:
+        self._add(process)
+        process.start()
+        try:
+            process.wait_ready(timeout_s)
+        except BaseException:
+            process.stop()
+            del self.processes[process.name]
+            raise
+        self.write_state()
+        return process
 
     # --- views ----------------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from magnetar import faults
 from magnetar.base.errors import InvalidArgument, NotFound
 from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes
@@ -190,23 +191,59 @@ class _Descriptors:
                 os.close(fd)
 
 
+def split_parts(parts: Sequence[Bytes], at: int) -> tuple[list[Bytes], list[Bytes]]:
+    """``parts`` as two lists holding their first ``at`` bytes and the rest (views, no copy)."""
+    first: list[Bytes] = []
+    for index, part in enumerate(parts):
+        if at < len(part):
+            view = memoryview(part)
+            return [*first, view[:at]], [view[at:], *parts[index + 1 :]]
+        first.append(part)
+        at -= len(part)
+    return first, []
+
+
 def _write_job(
-    descriptors: _Descriptors, parts: Sequence[Bytes], offset: int, sync: bool, aligned: memoryview | None
+    descriptors: _Descriptors, parts: Sequence[Bytes], offset: int, sync: bool, aligned: memoryview | None,
+    torn_point: str = "", unsynced_point: str = "",
 ) -> bool:
     """The worker-thread write (and sync); ``aligned`` is the parts already copied into the
-    page-aligned buffer for the O_DIRECT descriptor. Returns whether the direct write took them."""
+    page-aligned buffer for the O_DIRECT descriptor. Returns whether the direct write took them.
+    With ``torn_point`` armed (``faults.tears``), the bytes go in two writes with that fault point
+    between them (split at half, rounded down to the alignment on the direct path: a one-page
+    group is one write, the point passed before it); ``unsynced_point`` is passed between the
+    write and the sync."""
+    if torn_point and not faults.tears(torn_point):
+        torn_point = ""  # unarmed, the point half-way through the write does nothing: one write
     try:
         written_direct = False
+        torn_passed = False
         if aligned is not None:
+            half = len(aligned) // 2 if torn_point else 0
+            half -= half % DISK_DIRECT_ALIGNMENT_BYTES
+            if torn_point and not half:  # one page: the point comes before its only write
+                faults.point_blocking(torn_point)
+                torn_passed = True
             try:
-                _pwrite_all(descriptors.direct_fd, aligned, offset)
+                _pwrite_all(descriptors.direct_fd, aligned[:half] if half else aligned, offset)
                 written_direct = True
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
                 # The filesystem refuses O_DIRECT writes after all: the same bytes, buffered.
+            if written_direct and half:
+                faults.point_blocking(torn_point)
+                _pwrite_all(descriptors.direct_fd, aligned[half:], offset + half)
         if not written_direct:
-            pwritev_all(descriptors.fd, parts, offset)
+            tear = bool(torn_point) and not torn_passed
+            half = sum(len(part) for part in parts) // 2 if tear else 0
+            first, rest = split_parts(parts, half) if tear else ([], list(parts))
+            pwritev_all(descriptors.fd, first, offset)
+            if tear:
+                faults.point_blocking(torn_point)
+            pwritev_all(descriptors.fd, rest, offset + half)
+        if unsynced_point:
+            faults.point_blocking(unsynced_point)
         if sync:
             os.fdatasync(descriptors.fd)
         return written_direct
@@ -361,7 +398,8 @@ class LocalFile:
     async def append_and_sync(self, parts: Sequence[Bytes]) -> int:
         return await self._write_in_worker(parts, sync=True)
 
-    def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None]) -> int:
+    def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None], *,
+                             torn_point: str = "", unsynced_point: str = "") -> int:
         # The worker thread hands its result to the loop with one ``call_soon_threadsafe``:
         # ``run_in_executor`` + an awaiting task took four more loop passes (future chaining,
         # the task's step, its done callbacks), each behind whatever else the loop runs.
@@ -381,7 +419,7 @@ class LocalFile:
             error: BaseException | None = None
             written_direct = False
             try:
-                written_direct = _write_job(descriptors, parts, offset, True, aligned)
+                written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point)
             except BaseException as exc:  # handed to ``done`` on the loop
                 error = exc
             try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.base.errors import InvalidArgument
+from magnetar.broker.balancer import PULSAR_KEYS as BALANCER_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,24 @@ SUPPORTED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "webServicePortTls": ("node", "web_port_tls", _int),
     "bindAddress": ("node", "host", _text),
 }
+
+
+def _scaled(field_name: str, factor: float) -> Callable[[str], Any]:
+    """A load-balancer key's parser: booleans as they are, numbers times ``factor`` (minutes to
+    ms, Mbytes to bytes), weights as floats (``broker.balancer.PULSAR_KEYS``)."""
+    def parse(value: str) -> Any:
+        if field_name.endswith("_enabled"):
+            return _bool(value)
+        if field_name.endswith("_weight"):
+            try:
+                return float(value.strip())
+            except ValueError:
+                raise InvalidArgument(f"expected a number, got {value!r}") from None
+        return int(_int(value) * factor)
+    return parse
+
+
+SUPPORTED.update({key: ("broker", name, _scaled(name, factor)) for key, (name, factor) in BALANCER_KEYS.items()})
 
 
 @dataclass

@@ -170,7 +170,7 @@ def _ports(config: StandaloneConfig) -> list[tuple[str, int, str]]:
 
 
 async def start_standalone(config: StandaloneConfig, broker_values: Mapping[str, Any] | None = None) -> Standalone:
-    """Start everything; ``StartupConflict`` (one line to show) if the data directory or a port is taken.
+    """Start everything; ``StartupConflictError`` (one line to show) if the data directory or a port is taken.
     ``broker_values`` are ``BrokerConfig`` settings (a TOML ``[broker]`` section or a translated
     Pulsar conf), under ``MAGNETAR_BROKER_*`` variables."""
     clock = SystemClock()

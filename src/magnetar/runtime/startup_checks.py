@@ -3,7 +3,7 @@
 ``DataDirLock``: one standalone per data directory. The lock is an exclusive ``flock`` on
 ``<data_dir>/standalone.pid``, which holds the owner's PID; the kernel releases it when the
 process exits however it exits (even SIGKILL), so a stale file never blocks a restart. A second
-process finds the lock held and raises ``StartupConflict`` naming the PID.
+process finds the lock held and raises ``StartupConflictError`` naming the PID.
 
 ``check_ports_free``: every port the process will listen on, tried before anything starts (the
 metadata store, a bookie's journal replay), with the same ``SO_REUSEADDR`` the servers use, so
@@ -24,7 +24,7 @@ from magnetar.base.errors import MagnetarError
 PID_FILE = "standalone.pid"
 
 
-class StartupConflict(MagnetarError):
+class StartupConflictError(MagnetarError):
     """Another process holds what this one needs (a data directory, a port)."""
 
 
@@ -44,7 +44,7 @@ class DataDirLock:
             owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise StartupConflict(
+                raise StartupConflictError(
                     f"a standalone already runs on {os.path.dirname(self.path)} (PID {owner}); stop it "
                     f"(kill {owner}) or give another --data-dir") from None
             raise
@@ -62,7 +62,7 @@ class DataDirLock:
 
 
 def check_ports_free(host: str, ports: Iterable[tuple[str, int, str]]) -> None:
-    """Raise ``StartupConflict`` for the first of ``(what, port, option)`` that cannot be bound."""
+    """Raise ``StartupConflictError`` for the first of ``(what, port, option)`` that cannot be bound."""
     for what, port, option in ports:
         if port == 0:
             continue
@@ -72,7 +72,7 @@ def check_ports_free(host: str, ports: Iterable[tuple[str, int, str]]) -> None:
                 probe.bind((host, port))
             except OSError as error:
                 if error.errno == errno.EADDRINUSE:
-                    raise StartupConflict(
+                    raise StartupConflictError(
                         f"port {port} ({what}) on {host} is already in use by another process "
                         f"(another standalone, broker or bookie?); choose another with {option}") from None
-                raise StartupConflict(f"cannot listen on {host}:{port} ({what}): {error.strerror}") from None
+                raise StartupConflictError(f"cannot listen on {host}:{port} ({what}): {error.strerror}") from None

@@ -10,13 +10,13 @@ provider chain (``authenticator.Authenticator``) that turns a CONNECT's ``auth_m
 What it does not own: reading key or htpasswd files and the TLS handshake (``runtime`` reads the
 files, terminates TLS and hands over bytes and the peer's CN), and authorization (what a role may
 do). It imports only ``base``; ``broker`` and ``admin`` import it. Every failure is one typed
-error, ``AuthenticationFailed``, whose ``reason`` is safe to send to the client.
+error, ``AuthenticationFailedError``, whose ``reason`` is safe to send to the client.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from magnetar.security.authenticator import Authenticator, Principal
-from magnetar.security.errors import AuthenticationFailed
+from magnetar.security.errors import AuthenticationFailedError
 
 if TYPE_CHECKING:
     from magnetar.security.htpasswd import Htpasswd
@@ -45,7 +45,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AuthenticationFailed",
+    "AuthenticationFailedError",
     "Authenticator",
     "Htpasswd",
     "KeyReference",

@@ -1,4 +1,4 @@
-"""The provider chain: credentials in, a ``Principal`` (role) out, or ``AuthenticationFailed``.
+"""The provider chain: credentials in, a ``Principal`` (role) out, or ``AuthenticationFailedError``.
 
 Binary protocol (``authenticate``), as Pulsar's broker decides on CONNECT and AUTH_RESPONSE:
 the provider named by ``auth_method_name`` checks ``auth_data`` ("token": the JWT; "basic":
@@ -12,7 +12,7 @@ HTTP (``authenticate_http``): ``Authorization: Bearer <jwt>`` goes to the token 
 certificate (when the "tls" provider is on), else the anonymous role, else failure. A header that
 is present but malformed or rejected fails (401), as on the binary protocol.
 
-Every input is bounded (``AUTH_DATA_BYTES_MAX``) and every failure is ``AuthenticationFailed``;
+Every input is bounded (``AUTH_DATA_BYTES_MAX``) and every failure is ``AuthenticationFailedError``;
 nothing a client sends raises anything else.
 """
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.limits import AUTH_DATA_BYTES_MAX
-from magnetar.security.errors import AuthenticationFailed
+from magnetar.security.errors import AuthenticationFailedError
 
 if TYPE_CHECKING:  # the providers' material is built by the runtime; named here for types only
     from magnetar.security.htpasswd import Htpasswd
@@ -72,7 +72,7 @@ class Authenticator:
         """The role of a CONNECT (or AUTH_RESPONSE) carrying ``method_name`` and ``auth_data``."""
         data = auth_data or b""
         if len(data) > AUTH_DATA_BYTES_MAX:
-            raise AuthenticationFailed(f"auth data larger than {AUTH_DATA_BYTES_MAX} bytes")
+            raise AuthenticationFailedError(f"auth data larger than {AUTH_DATA_BYTES_MAX} bytes")
         method = method_name or "none"
         if method not in self.providers:
             return self._anonymous(f"no authentication provider for method {method[:64]!r}")
@@ -92,7 +92,7 @@ class Authenticator:
                 return self._tls(tls_peer_cn)
             return self._anonymous("authentication required")
         if len(authorization) > AUTH_DATA_BYTES_MAX:
-            raise AuthenticationFailed(f"Authorization header larger than {AUTH_DATA_BYTES_MAX} bytes")
+            raise AuthenticationFailedError(f"Authorization header larger than {AUTH_DATA_BYTES_MAX} bytes")
         scheme, _, credential = authorization.strip().partition(" ")
         scheme = scheme.lower()
         if scheme == "bearer" and "token" in self.providers:
@@ -101,16 +101,16 @@ class Authenticator:
             try:
                 decoded = base64.b64decode(credential.strip(), validate=True)
             except (binascii.Error, ValueError):
-                raise AuthenticationFailed("Basic credentials are not valid base64") from None
+                raise AuthenticationFailedError("Basic credentials are not valid base64") from None
             user, password = _split_basic(_text(decoded))
             return self._basic(user, password)
-        raise AuthenticationFailed(f"unsupported Authorization scheme {scheme[:32]!r}")
+        raise AuthenticationFailedError(f"unsupported Authorization scheme {scheme[:32]!r}")
 
     # --- providers --------------------------------------------------------------------------
 
     def _anonymous(self, reason: str) -> Principal:
         if self.anonymous_role is None:
-            raise AuthenticationFailed(reason)
+            raise AuthenticationFailedError(reason)
         return Principal(self.anonymous_role, ANONYMOUS)
 
     def _token(self, data: bytes) -> Principal:
@@ -121,12 +121,12 @@ class Authenticator:
     def _basic(self, user: str, password: str) -> Principal:
         assert self._htpasswd is not None  # checked in __init__
         if not self._htpasswd.verify(user, password):
-            raise AuthenticationFailed("unknown user or wrong password")
+            raise AuthenticationFailedError("unknown user or wrong password")
         return Principal(user, "basic")
 
     def _tls(self, tls_peer_cn: str | None) -> Principal:
         if not tls_peer_cn:
-            raise AuthenticationFailed("the tls method needs a TLS connection with a client certificate")
+            raise AuthenticationFailedError("the tls method needs a TLS connection with a client certificate")
         return Principal(tls_peer_cn, "tls")
 
 
@@ -134,11 +134,11 @@ def _text(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise AuthenticationFailed("credentials are not UTF-8") from None
+        raise AuthenticationFailedError("credentials are not UTF-8") from None
 
 
 def _split_basic(text: str) -> tuple[str, str]:
     user, sep, password = text.partition(":")
     if not sep or not user:
-        raise AuthenticationFailed("basic credentials must be user:password")
+        raise AuthenticationFailedError("basic credentials must be user:password")
     return user, password

@@ -5,7 +5,7 @@ from __future__ import annotations
 from magnetar.base.errors import MagnetarError
 
 
-class AuthenticationFailed(MagnetarError):
+class AuthenticationFailedError(MagnetarError):
     """Credentials missing, malformed, wrongly signed, expired or unknown.
 
     ``reason`` is what the client is told (an ERROR's message, an HTTP 401's ``reason``); it never

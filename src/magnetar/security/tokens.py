@@ -1,7 +1,7 @@
 """JSON Web Tokens, as Pulsar's token provider checks them.
 
 ``TokenVerifier.verify(token)`` returns the role (the ``auth_claim`` claim) and the expiry, or
-raises ``AuthenticationFailed``. The signature is checked by ``pyjwt`` with only the algorithms
+raises ``AuthenticationFailedError``. The signature is checked by ``pyjwt`` with only the algorithms
 the configured key can verify: HS256/384/512 with the secret key, RS*/PS* or ES* with the public
 key; a token whose header names another algorithm (``none`` included) is refused before any
 decoding. Time-based claims are checked here, against the injected clock, never by pyjwt (whose
@@ -20,7 +20,7 @@ import jwt
 from magnetar.base.clock import Clock
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.limits import AUTH_DATA_BYTES_MAX
-from magnetar.security.errors import AuthenticationFailed
+from magnetar.security.errors import AuthenticationFailedError
 from magnetar.security.keys import algorithm_for_private_key, algorithms_for_public_key
 
 HMAC_ALGORITHMS = ("HS256", "HS384", "HS512")
@@ -54,26 +54,26 @@ class TokenVerifier:
             return self._secret_key
         if algorithm in self._public_algorithms:
             return self._public_key
-        raise AuthenticationFailed(f"token algorithm {algorithm!r} is not accepted by this broker")
+        raise AuthenticationFailedError(f"token algorithm {algorithm!r} is not accepted by this broker")
 
     def verify(self, token: str | bytes) -> VerifiedToken:
         if isinstance(token, bytes):
             if len(token) > AUTH_DATA_BYTES_MAX:
-                raise AuthenticationFailed(f"token larger than {AUTH_DATA_BYTES_MAX} bytes")
+                raise AuthenticationFailedError(f"token larger than {AUTH_DATA_BYTES_MAX} bytes")
             try:
                 token = token.decode("ascii")
             except UnicodeDecodeError:
-                raise AuthenticationFailed("token is not ASCII") from None
+                raise AuthenticationFailedError("token is not ASCII") from None
         if len(token) > AUTH_DATA_BYTES_MAX:
-            raise AuthenticationFailed(f"token larger than {AUTH_DATA_BYTES_MAX} bytes")
+            raise AuthenticationFailedError(f"token larger than {AUTH_DATA_BYTES_MAX} bytes")
         token = token.strip()
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
-            raise AuthenticationFailed("malformed token") from None
+            raise AuthenticationFailedError("malformed token") from None
         algorithm = header.get("alg")
         if not isinstance(algorithm, str) or algorithm.lower() == "none":
-            raise AuthenticationFailed("unsigned tokens (alg none) are refused")
+            raise AuthenticationFailedError("unsigned tokens (alg none) are refused")
         key = self._key_for(algorithm)
         try:
             claims = jwt.decode(token, key, algorithms=[algorithm], options={
@@ -81,20 +81,20 @@ class TokenVerifier:
                 "verify_aud": False, "verify_iss": False, "require": [],
             })
         except jwt.InvalidSignatureError:
-            raise AuthenticationFailed("token signature does not verify") from None
+            raise AuthenticationFailedError("token signature does not verify") from None
         except (jwt.PyJWTError, ValueError, TypeError):
-            raise AuthenticationFailed("malformed token") from None
+            raise AuthenticationFailedError("malformed token") from None
         return VerifiedToken(self._role(claims), self._check_time(claims))
 
     def _role(self, claims: dict[str, Any]) -> str:
         role = claims.get(self.auth_claim)
         if not isinstance(role, str) or not role:
-            raise AuthenticationFailed(f"token has no {self.auth_claim!r} claim naming a role")
+            raise AuthenticationFailedError(f"token has no {self.auth_claim!r} claim naming a role")
         if self.audience is not None:
             audience = claims.get(self.audience_claim)
             audiences = [audience] if isinstance(audience, str) else audience if isinstance(audience, list) else []
             if self.audience not in audiences:
-                raise AuthenticationFailed("token is not meant for this audience")
+                raise AuthenticationFailedError("token is not meant for this audience")
         return role
 
     def _check_time(self, claims: dict[str, Any]) -> int | None:
@@ -102,15 +102,15 @@ class TokenVerifier:
         for name in ("exp", "nbf"):
             value = claims.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-                raise AuthenticationFailed(f"token claim {name!r} is not a number")
+                raise AuthenticationFailedError(f"token claim {name!r} is not a number")
         not_before = claims.get("nbf")
         if not_before is not None and now_s + self.clock_skew_s < not_before:
-            raise AuthenticationFailed("token is not valid yet")
+            raise AuthenticationFailedError("token is not valid yet")
         expiry = claims.get("exp")
         if expiry is None:
             return None
         if now_s > expiry + self.clock_skew_s:
-            raise AuthenticationFailed("token has expired")
+            raise AuthenticationFailedError("token has expired")
         return int((expiry + self.clock_skew_s) * 1000)
 
 

@@ -31,6 +31,7 @@ import errno
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from magnetar import faults
 from magnetar.base.errors import ClosedError, InvalidArgument, NotFound
 from magnetar.base.io import Bytes
 from magnetar.base.limits import MIB, SIM_DISK_SECTOR_BYTES
@@ -72,6 +73,18 @@ class _Inode:
         del self.durable[self.dirty_low :]
         self.durable += self.volatile[self.dirty_low :]
         self.dirty_low = None
+
+
+def _split(parts: Sequence[Bytes], at: int) -> tuple[list[Bytes], list[Bytes]]:
+    """``parts`` as their first ``at`` bytes and the rest."""
+    first: list[Bytes] = []
+    for index, part in enumerate(parts):
+        if at < len(part):
+            view = memoryview(part)
+            return [*first, view[:at]], [view[at:], *parts[index + 1 :]]
+        first.append(part)
+        at -= len(part)
+    return first, []
 
 
 def _normalize(path: str) -> str:
@@ -185,14 +198,25 @@ class SimFile:
         await self.sync()
         return offset
 
-    def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None]) -> int:
-        # As ``append_and_sync``: the bytes are reserved and volatile at once; ``done`` runs from
-        # the loop once the (simulated) sync returns, or with the error a crash or close raises.
-        offset = self._append_volatile(parts)
+    def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None], *,
+                             torn_point: str = "", unsynced_point: str = "") -> int:
+        # As ``append_and_sync``: the bytes are reserved at once; ``done`` runs from the loop once
+        # the (simulated) sync returns, or with the error a crash, a close or a fault point raises.
+        # With ``torn_point`` the first half of the bytes is in the volatile image at once and the
+        # second half (zeros until then) only after that point: a crash there leaves a torn write.
+        total = sum(len(part) for part in parts)
+        half = total // 2 if torn_point else total
+        first, rest = _split(parts, half)
+        offset = self._append_volatile([*first, bytes(total - half)])
 
         async def sync_then() -> None:
             try:
                 await asyncio.sleep(0)
+                if torn_point:
+                    await faults.point(torn_point)
+                    self._write_parts_at(offset + half, rest)
+                if unsynced_point:
+                    await faults.point(unsynced_point)
                 await self.sync()
             except SimCrash:
                 return  # the node crashed: nobody is left to answer
@@ -205,6 +229,15 @@ class SimFile:
         _SYNCS.add(task)  # a strong reference until it ends
         task.add_done_callback(_SYNCS.discard)
         return offset
+
+    def _write_parts_at(self, offset: int, parts: Sequence[Bytes]) -> None:
+        inode = self._check()
+        if not parts:
+            return
+        inode.touch(offset)
+        for part in parts:
+            inode.volatile[offset : offset + len(part)] = part
+            offset += len(part)
 
     async def sync(self) -> None:
         self._check()

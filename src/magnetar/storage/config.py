@@ -14,6 +14,9 @@ class BookieConfig:
     port: int = 3181
     data_dir: str = "data/bookie"
     metadata_url: str = "memory://"
+    #: Rack (``/rack`` or ``/region/rack``) recorded for this bookie in ``/bookies`` at start
+    #: (``ledger.racks``, Pulsar's racks-info); empty leaves the stored rack as it is.
+    rack: str = ""
 
     # Group commit: a group is written and fsynced once its oldest add waited this long or it
     # holds this many bytes. 0 ms means "write as soon as the journal task is free": groups

@@ -19,15 +19,16 @@ A group is padded with a PAD record so it ends on a multiple of the file's
 cache; see ``runtime.disk``). Groups never rewrite bytes of an earlier group: a torn write can
 only harm the group being written, never one already acknowledged.
 
-Group commit: one journal task takes queued records (a group ends at ``journal_group_bytes_max``,
-or once the oldest record waited ``journal_group_wait_ms_max``), appends and syncs them with one
-``DiskFile.append_and_sync`` (one worker-thread call in production, from the records' own
-buffers: no joined copy) and only then runs every record's callback. While it waits for
-the disk, the event loop keeps accepting adds, which form the next group. Fault points, in
-order: ``bookie.before_journal_append``, ``bookie.journal.mid_write`` (half the group's bytes
-written), ``bookie.after_write_before_fsync``, ``bookie.after_fsync_before_reply``,
-``bookie.after_reply``. While a point between the write and the fsync is armed, the group is
-written in two halves and synced as separate steps, so those points are reached in between.
+Group commit, one path: one journal task takes queued records (a group ends at
+``journal_group_bytes_max``, or once the oldest record waited ``journal_group_wait_ms_max``),
+passes ``bookie.before_journal_append``, then appends and syncs the group with one
+``DiskFile.append_and_sync_then`` (one worker-thread call in production, from the records' own
+buffers: no joined copy), which passes ``bookie.journal.mid_write`` half-way through the group's
+bytes and ``bookie.after_write_before_fsync`` between the write and the fsync. Its completion
+answers the group through the gates ``bookie.after_fsync_before_reply`` and
+``bookie.after_reply`` (``faults.gate``: inline when unarmed, held by a hang or delay). While
+the disk works, the event loop keeps accepting adds, which form the next group. The same code
+runs whether a point is armed or not.
 
 Up to ``journal_groups_in_flight_max`` groups are in flight at once (the next group's write
 overlaps the previous group's fsync, as BookKeeper's force-write thread does); they complete in
@@ -48,13 +49,14 @@ import logging
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from magnetar import faults
 from magnetar.base.checksum import crc32c, crc32c_update
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, CorruptData, LimitExceeded
 from magnetar.base.invariant import invariant
-from magnetar.base.io import Bytes, Disk, DiskFile
+from magnetar.base.io import Disk, DiskFile
 from magnetar.base.limits import BOOKIE_JOURNAL_RECORD_BYTES_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
 from magnetar.faults import breaks
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, Entry
@@ -80,29 +82,6 @@ Callback = Callable[[BaseException | None], None]
 #: A framed record, whole or as (framing + prefix, entry): an add's entry is then copied once,
 #: into the group's write, instead of once per concatenation.
 Record = bytes | tuple[bytes, bytes]
-
-
-#: Fault points that fall between a group's write and its fsync; while one is armed the journal
-#: writes and syncs in separate steps so the point is reached in between.
-_STEPWISE_POINTS = frozenset({"bookie.journal.mid_write", "bookie.after_write_before_fsync"})
-_SEQUENTIAL_POINTS = _STEPWISE_POINTS | {"bookie.before_journal_append"}
-# While none of these is armed a group is written and synced by ``DiskFile.append_and_sync_then``
-# and answered straight from its completion (one loop pass after the fsync); otherwise by a task
-# that passes each point.
-_GROUP_POINTS = _SEQUENTIAL_POINTS | {"bookie.after_fsync_before_reply", "bookie.after_reply"}
-
-
-def _split_half(parts: list[bytes]) -> tuple[list[Bytes], list[Bytes]]:
-    """``parts`` as two lists holding the first and the second half of their bytes."""
-    half = sum(len(part) for part in parts) // 2
-    first: list[Bytes] = []
-    for index, part in enumerate(parts):
-        if half < len(part):
-            view = memoryview(part)
-            return [*first, view[:half]], [view[half:], *parts[index + 1 :]]
-        first.append(part)
-        half -= len(part)
-    return first, []
 
 
 def _answered(_error: BaseException | None) -> None:
@@ -310,6 +289,16 @@ _TRANSITIONS: dict[JournalStatus, frozenset[JournalStatus]] = {
 }
 
 
+@dataclass(eq=False, slots=True)
+class _Group:
+    """One group in flight: the callbacks of its records, whether its sync returned, and whether
+    its records were answered (by the reply, or with an error by a failure or ``stop``)."""
+
+    callbacks: list[Callback]
+    synced: bool = False
+    answered: bool = False
+
+
 class Journal:
     """Appends records in groups, one fsync per group, and calls back after the fsync."""
 
@@ -325,8 +314,10 @@ class Journal:
         self._room = asyncio.Event()
         self._room.set()
         self._task: asyncio.Task[None] | None = None
-        # Groups being written and synced, oldest first, with the callbacks of their records.
-        self._inflight: collections.deque[tuple[asyncio.Future[None], list[Callback]]] = collections.deque()
+        # Groups being written and synced, oldest first; answered strictly in this order.
+        self._inflight: collections.deque[_Group] = collections.deque()
+        self._answering = False  # the head group is between its two reply gates
+        self._answer_loop = False  # ``_answer_synced`` is on the stack (a gate passed inline)
         self._written = JournalPosition(first_file_id, 0)
         self._failure: BaseException | None = None
         self.status = JournalStatus.CREATED
@@ -423,71 +414,37 @@ class Journal:
             self._wakeup.clear()
             await wait_event_or_timeout(self._clock, self._wakeup, (wait_ns - age_ns) / 1e9)
 
-    def _groups_in_flight_max(self) -> int:
-        # One group at a time while a point that can suspend a group before its bytes are
-        # reserved, or between its write and its fsync, is armed: groups then reach the file
-        # in order and each point is passed by one group at a time.
-        if not _SEQUENTIAL_POINTS.isdisjoint(faults.armed()):
-            return 1
-        return self._config.journal_groups_in_flight_max
-
     def _rotation_due(self) -> bool:
         return self._file is not None and self._file.size() >= self._config.journal_file_bytes_max
 
     async def _run(self) -> None:
-        # Up to ``journal_groups_in_flight_max`` groups are written and synced at once (each its
-        # own worker call, at its own reserved offset): the next group's write overlaps the
-        # previous one's fsync. Groups complete strictly in order: a group's callbacks run only
-        # after its own sync returned *and* every earlier group's callbacks ran.
+        # Starts groups in queue order, up to ``journal_groups_in_flight_max`` at once (each one
+        # worker call at its own reserved offset: the next group's write overlaps the previous
+        # one's fsync). Completions answer them (``_on_synced``), strictly in order.
         inflight = self._inflight
         while self.status is JournalStatus.RUNNING:
             rotation_due = self._rotation_due()
-            if inflight and (inflight[0][0].done() or len(inflight) >= self._groups_in_flight_max() or rotation_due):
-                write, callbacks = inflight[0]
-                if not write.done():
-                    # Every group's end sets the wakeup (a direct group may also answer itself
-                    # and leave the deque: never await one here and pop after).
-                    self._wakeup.clear()
-                    await self._wakeup.wait()
-                    continue
-                try:
-                    write.result()
-                except Exception as exc:
-                    self._fail(exc)  # answers this group's records too: it is still in the deque
-                    return
-                inflight.popleft()
-                for callback in callbacks:
-                    callback(None)
-                await faults.point("bookie.after_reply")
-                continue
-            if rotation_due:
+            if rotation_due and not inflight:
                 try:
                     await self._open_file(self._file_id + 1)  # nothing in flight: the old file is synced
                 except Exception as exc:
                     self._fail(exc)
                     return
                 continue
-            if not self._queue:
+            if rotation_due or not self._queue or len(inflight) >= self._config.journal_groups_in_flight_max:
                 self._wakeup.clear()
-                if not (inflight and inflight[0][0].done()):
-                    await self._wakeup.wait()
+                await self._wakeup.wait()
                 continue
             await self._wait_for_group()
+            await faults.point("bookie.before_journal_append")
+            if self.status is not JournalStatus.RUNNING or not self._queue:
+                continue
             parts, callbacks = self._take_group()
-            if faults.any_armed(_GROUP_POINTS):
-                task = asyncio.get_running_loop().create_task(self._write_group(parts))
-                task.add_done_callback(self._on_write_done)
-                inflight.append((task, callbacks))
-            else:
-                inflight.append((self._start_direct_group(parts), callbacks))
+            self._start_group(parts, callbacks)
 
-    def _on_write_done(self, _write: asyncio.Future[None]) -> None:
-        self._wakeup.set()
-
-    def _start_direct_group(self, parts: list[bytes]) -> asyncio.Future[None]:
-        """Write and sync ``parts`` with ``append_and_sync_then``; the returned future is done
-        when the fsync returned, and the group's records are answered from that completion if
-        every earlier group has been (``_answer_synced``)."""
+    def _start_group(self, parts: list[bytes], callbacks: list[Callback]) -> None:
+        """Write and sync ``parts`` with one ``append_and_sync_then`` (one worker-thread call in
+        production, past the fault points of the write); ``_on_synced`` answers the group."""
         file = self._file
         invariant(file is not None, "journal has no open file")
         assert file is not None  # narrowing for the type checker; the invariant above holds
@@ -495,71 +452,67 @@ class Journal:
             pad = padding_for(file.size() + sum(len(part) for part in parts), file.write_alignment_bytes)
             if pad:
                 parts.append(pad_record(pad))
-        synced: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def done(error: BaseException | None) -> None:
-            if synced.done():
-                return  # failed or stopped meanwhile: its records were answered then
-            if error is not None:
-                synced.set_exception(error)
-            else:
-                synced.set_result(None)
-                self.groups_count += 1
-                self.syncs_count += 1
-                self._answer_synced()
-            self._wakeup.set()
-
+        group = _Group(callbacks)
+        self._inflight.append(group)
         try:
-            file.append_and_sync_then(parts, done)
-        except Exception as error:  # not started (no worker thread, no buffer): ``_run`` fails the journal
-            synced.set_exception(error)
-            self._wakeup.set()
-            return synced
+            file.append_and_sync_then(parts, partial(self._on_synced, group),
+                                      torn_point="bookie.journal.mid_write",
+                                      unsynced_point="bookie.after_write_before_fsync")
+        except Exception as error:  # not started (no worker thread, no buffer)
+            self._fail(error)
+            return
         self._written = JournalPosition(self._file_id, file.size())
-        return synced
 
-    def _answer_synced(self) -> None:
-        """Answer the synced direct groups at the head of the in-flight deque, oldest first
-        (a task's group, a failure, or an armed point leaves the rest to ``_run``)."""
-        inflight = self._inflight
-        while (inflight and self.status is JournalStatus.RUNNING and not faults.any_armed(_GROUP_POINTS)):
-            write, callbacks = inflight[0]
-            if isinstance(write, asyncio.Task) or not write.done() or write.cancelled() or write.exception():
-                return
-            inflight.popleft()
-            for callback in callbacks:
-                callback(None)
-
-    async def _write_group(self, parts: list[bytes]) -> None:
-        file = self._file
-        invariant(file is not None, "journal has no open file")
-        assert file is not None  # narrowing for the type checker; the invariant above holds
-        await faults.point("bookie.before_journal_append")
-        if file.write_alignment_bytes > 1:
-            end = file.size() + sum(len(part) for part in parts)
-            pad = padding_for(end, file.write_alignment_bytes)
-            if pad:
-                parts.append(pad_record(pad))
-        if _STEPWISE_POINTS.isdisjoint(faults.armed()):
-            # The common path: one worker-thread call writes the group's parts (no joined copy)
-            # and fdatasyncs the file; the event loop serves the next adds meanwhile.
-            await file.append_and_sync(parts)
-            self._written = JournalPosition(self._file_id, file.size())
-        else:
-            # A point between the write and the fsync is armed: the same bytes in two writes
-            # (so mid_write leaves a torn group on disk as a crash would), then the fsync.
-            first, second = _split_half(parts)
-            await file.append_parts(first)
-            await faults.point("bookie.journal.mid_write")
-            await file.append_parts(second)
-            self._written = JournalPosition(self._file_id, file.size())
-            await faults.point("bookie.after_write_before_fsync")
-            await file.sync()
+    def _on_synced(self, group: _Group, error: BaseException | None) -> None:
+        if group.answered:
+            return  # failed or stopped meanwhile: its records were answered then
+        if error is not None:
+            self._fail(error)
+            return
+        group.synced = True
         self.groups_count += 1
         self.syncs_count += 1
-        await faults.point("bookie.after_fsync_before_reply")
+        self._answer_synced()
+
+    def _answer_synced(self) -> None:
+        """Answer the synced groups at the head of the in-flight deque, oldest first, each through
+        the gates ``bookie.after_fsync_before_reply`` and ``bookie.after_reply`` (a gate held by
+        its fault point holds every later group too: replies stay in order)."""
+        inflight = self._inflight
+        self._answer_loop = True
+        try:
+            while (not self._answering and inflight and inflight[0].synced
+                   and self.status is JournalStatus.RUNNING):
+                self._answering = True
+                faults.gate("bookie.after_fsync_before_reply", self._reply, inflight[0])
+        finally:
+            self._answer_loop = False
+        self._wakeup.set()
+
+    def _reply(self, error: BaseException | None, group: _Group) -> None:
+        if group.answered:
+            return
+        if error is not None:
+            self._fail(error)
+            return
+        invariant(self._inflight[0] is group, "journal groups are answered in order")
+        self._inflight.popleft()
+        group.answered = True
+        for callback in group.callbacks:
+            callback(None)
+        faults.gate("bookie.after_reply", self._replied)
+
+    def _replied(self, error: BaseException | None) -> None:
+        if error is not None:
+            self._fail(error)
+            return
+        self._answering = False
+        if not self._answer_loop:  # the gate held the reply: carry on with the next group
+            self._answer_synced()
 
     def _fail(self, error: BaseException) -> None:
+        if self.status is not JournalStatus.RUNNING:
+            return
         self._failure = error
         self._transition(JournalStatus.FAILED)
         self._fail_inflight(error)
@@ -568,12 +521,14 @@ class Journal:
             callback(error)
         self._queued_bytes = 0
         self._room.set()
+        self._wakeup.set()
 
     def _fail_inflight(self, error: BaseException) -> None:
+        self._answering = False
         while self._inflight:
-            write, callbacks = self._inflight.popleft()
-            write.cancel()
-            for callback in callbacks:
+            group = self._inflight.popleft()
+            group.answered = True
+            for callback in group.callbacks:
                 callback(error)
 
     def remove_files_before(self, file_id: int) -> int:

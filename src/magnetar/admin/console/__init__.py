@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
 
+from magnetar.admin.access import guard_routes
 from magnetar.admin.authn import AuthenticationMiddleware
 from magnetar.admin.common import error_response
 from magnetar.admin.console.api import API_PATH, BookieInfo, ConsoleContext, routes, sample_now
@@ -67,8 +68,11 @@ def build_console_app(ctx: ConsoleContext) -> Starlette:
     async def failed(_: Request, error: Exception) -> Response:
         return error_response(error)
 
-    # The API shows messages and acts on cursors: authenticated like /admin/v2 (request.state.role).
-    api = Starlette(routes=routes(ctx), exception_handlers={Exception: failed},
+    # The API shows messages and acts on cursors: authenticated like /admin/v2 (request.state.role)
+    # and authorized by the same table (access.ROUTE_NEEDS).
+    api_routes = routes(ctx)
+    guard_routes(ctx.admin, api_routes)
+    api = Starlette(routes=api_routes, exception_handlers={Exception: failed},
                     middleware=[Middleware(AuthenticationMiddleware, lambda: ctx.admin.service.authenticator)])
     return Starlette(routes=[Route("/", index, methods=["GET"]),
                              Route(f"{STATIC_PATH}/{{name}}", static, methods=["GET"]),

@@ -140,8 +140,11 @@ def _history(samples: list[Any]) -> list[dict[str, float | int]]:
 
 
 def routes(ctx: ConsoleContext) -> list[BaseRoute]:
+    return [*_overview_routes(ctx), *_topic_routes(ctx)]
+
+
+def _overview_routes(ctx: ConsoleContext) -> list[BaseRoute]:
     admin = ctx.admin
-    ledgers_store = LedgerMetadataStore(MetadataStoreAdapter(admin.resources.store))
 
     @api_route("/overview", ["GET"], "Brokers, bookies, metadata store, totals and rates over time")
     async def overview(request: Request) -> Response:
@@ -185,6 +188,47 @@ def routes(ctx: ConsoleContext) -> list[BaseRoute]:
                 namespaces.append({"name": namespace, "topics": sorted(rows, key=lambda r: r["name"])})
             out.append({"name": tenant, "namespaces": namespaces})
         return json_response({"tenants": out})
+
+    @api_route("/whoami", ["GET"], "The role this request was authenticated as (null without authentication)")
+    async def whoami(request: Request) -> Response:
+        role = getattr(request.state, "role", None)  # set by the authentication middleware when it is on
+        return json_response({"role": role if role is None else str(role)})
+
+    @api_route("/cluster", ["GET"], "Brokers and the bundles each owns")
+    async def cluster(request: Request) -> Response:
+        return json_response({"cluster": admin.cluster, "brokers": await _brokers(ctx, request)})
+
+    return [overview, tree, whoami, cluster]
+
+
+def _peek_routes(ctx: ConsoleContext, base: str) -> list[BaseRoute]:
+    admin = ctx.admin
+
+    @api_route(f"{base}/peek", ["GET"], "The next messages of a subscription (its cursor does not move)",
+               query=(("subscription", "string"), ("count", "integer")))
+    async def peek(request: Request) -> Response:
+        sub_name = request.query_params.get("subscription", "")
+        count = query_int(request, "count") or 10
+        if not 1 <= count <= CONSOLE_PEEK_COUNT_MAX:
+            raise AdminError(412, f"count must be 1..{CONSOLE_PEEK_COUNT_MAX}")
+        messages: list[dict[str, Any]] = []
+        for n in await targets(admin, topic_of(request)):
+            topic = await load(admin, n)
+            if is_system_cursor(sub_name) or sub_name not in topic.subscription_names():
+                raise AdminError(404, f"Subscription {sub_name} not found")
+            subscription = topic.subscriptions.get(sub_name) or await topic.subscription(
+                sub_name, durable=True, initial_mark_delete=topic.log.last_position)
+            messages += await _peek(topic, subscription.cursor, count - len(messages))
+            if len(messages) >= count:
+                break
+        return json_response({"subscription": sub_name, "messages": messages})
+
+    return [peek]
+
+
+def _topic_routes(ctx: ConsoleContext) -> list[BaseRoute]:
+    admin = ctx.admin
+    ledgers_store = LedgerMetadataStore(MetadataStoreAdapter(admin.resources.store))
 
     base = "/topic/{tenant}/{namespace}/{topic}"
 
@@ -238,68 +282,12 @@ def routes(ctx: ConsoleContext) -> list[BaseRoute]:
         out = []
         for n in names:
             topic = await load(admin, n)
-            out.append(await _topic_ledgers(topic, writable | read_only, read_only, markers))
+            out.append(await _topic_ledgers(ledgers_store, topic, writable | read_only, read_only, markers))
         return json_response({"name": str(name), "topics": out,
                               "bookies": {"writable": sorted(map(str, writable)),
                                           "readOnly": sorted(map(str, read_only))}})
 
-    async def _topic_ledgers(topic: Topic, registered: frozenset[BookieId], read_only: frozenset[BookieId],
-                             markers: UnderReplicationMarkers) -> dict[str, Any]:
-        log_ = topic.log
-        storage = log_.storage_stats()
-        fenced = False
-        current_id = -1
-        lac = None
-        if isinstance(log_, ManagedTopicLog):
-            ml = log_.managed_ledger
-            fenced = ml.state is MLState.FENCED
-            current_id = ml.current_ledger_id
-            confirmed = ml.last_confirmed_entry
-            lac = confirmed.entry_id if confirmed.ledger_id == current_id else None
-        rows = []
-        for stats in list(storage.ledgers)[-CONSOLE_LEDGERS_COUNT_MAX:]:
-            try:
-                metadata = (await ledgers_store.read(stats.ledger_id)).metadata
-            except MagnetarError:
-                metadata = None
-            marker = await markers.get(stats.ledger_id)
-            lost = marker.marker.lost if marker is not None else frozenset()
-            rows.append(ledger_view(
-                LedgerFacts(stats.ledger_id, stats.entries_count, stats.size_bytes, stats.timestamp_ms), metadata,
-                registered=registered, read_only=read_only, lost=lost,
-                lac=lac if stats.ledger_id == current_id else None, fenced=fenced and stats.ledger_id == current_id))
-        return {"name": str(topic.name), "state": _log_state(topic), "ledgers": rows,
-                "ledgersShown": len(rows), "ledgersCount": len(storage.ledgers)}
-
-    @api_route(f"{base}/peek", ["GET"], "The next messages of a subscription (its cursor does not move)",
-               query=(("subscription", "string"), ("count", "integer")))
-    async def peek(request: Request) -> Response:
-        sub_name = request.query_params.get("subscription", "")
-        count = query_int(request, "count") or 10
-        if not 1 <= count <= CONSOLE_PEEK_COUNT_MAX:
-            raise AdminError(412, f"count must be 1..{CONSOLE_PEEK_COUNT_MAX}")
-        messages: list[dict[str, Any]] = []
-        for n in await targets(admin, topic_of(request)):
-            topic = await load(admin, n)
-            if is_system_cursor(sub_name) or sub_name not in topic.subscription_names():
-                raise AdminError(404, f"Subscription {sub_name} not found")
-            subscription = topic.subscriptions.get(sub_name) or await topic.subscription(
-                sub_name, durable=True, initial_mark_delete=topic.log.last_position)
-            messages += await _peek(topic, subscription.cursor, count - len(messages))
-            if len(messages) >= count:
-                break
-        return json_response({"subscription": sub_name, "messages": messages})
-
-    @api_route("/whoami", ["GET"], "The role this request was authenticated as (null without authentication)")
-    async def whoami(request: Request) -> Response:
-        role = getattr(request.state, "role", None)  # set by the authentication middleware when it is on
-        return json_response({"role": role if role is None else str(role)})
-
-    @api_route("/cluster", ["GET"], "Brokers and the bundles each owns")
-    async def cluster(request: Request) -> Response:
-        return json_response({"cluster": admin.cluster, "brokers": await _brokers(ctx, request)})
-
-    return [overview, tree, topic_page, ledgers, peek, whoami, cluster]
+    return [topic_page, ledgers, *_peek_routes(ctx, base)]
 
 
 async def _open_subscriptions(topic: Topic) -> None:
@@ -347,3 +335,32 @@ async def _peek(topic: Topic, cursor: Any, count: int) -> list[dict[str, Any]]:
                 if len(out) >= count:
                     return out
     return out
+
+
+async def _topic_ledgers(ledgers_store: LedgerMetadataStore, topic: Topic, registered: frozenset[BookieId],
+                         read_only: frozenset[BookieId], markers: UnderReplicationMarkers) -> dict[str, Any]:
+    log_ = topic.log
+    storage = log_.storage_stats()
+    fenced = False
+    current_id = -1
+    lac = None
+    if isinstance(log_, ManagedTopicLog):
+        ml = log_.managed_ledger
+        fenced = ml.state is MLState.FENCED
+        current_id = ml.current_ledger_id
+        confirmed = ml.last_confirmed_entry
+        lac = confirmed.entry_id if confirmed.ledger_id == current_id else None
+    rows = []
+    for stats in list(storage.ledgers)[-CONSOLE_LEDGERS_COUNT_MAX:]:
+        try:
+            metadata = (await ledgers_store.read(stats.ledger_id)).metadata
+        except MagnetarError:
+            metadata = None
+        marker = await markers.get(stats.ledger_id)
+        lost = marker.marker.lost if marker is not None else frozenset()
+        rows.append(ledger_view(
+            LedgerFacts(stats.ledger_id, stats.entries_count, stats.size_bytes, stats.timestamp_ms), metadata,
+            registered=registered, read_only=read_only, lost=lost,
+            lac=lac if stats.ledger_id == current_id else None, fenced=fenced and stats.ledger_id == current_id))
+    return {"name": str(topic.name), "state": _log_state(topic), "ledgers": rows,
+            "ledgersShown": len(rows), "ledgersCount": len(storage.ledgers)}

@@ -58,6 +58,7 @@ from magnetar.protocol.pulsar.frames import (
     headers_and_payload,
     payload_frame_parts,
     stored_entry_metadata,
+    stored_entry_parts,
 )
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
@@ -101,4 +102,5 @@ __all__ = [
     "payload_frame_parts",
     "pb",
     "stored_entry_metadata",
+    "stored_entry_parts",
 ]

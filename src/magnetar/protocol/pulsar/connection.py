@@ -42,6 +42,7 @@ from google.protobuf.message import Message
 from magnetar.base.errors import LimitExceeded
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
+    PULSAR_FRAME_BYTES_MAX,
     PULSAR_GET_OR_CREATE_SCHEMA_PENDING_COUNT_MAX,
     PULSAR_MESSAGE_BYTES_MAX,
     PULSAR_SEND_BUFFER_BYTES_MAX,
@@ -187,9 +188,12 @@ class ServerConnection(FrameReceiver[Event]):
 
     def __init__(self, now_ms: int, config: ServerConfig | None = None) -> None:
         self.config = config or ServerConfig()
-        invariant(self.config.max_message_size_bytes <= PULSAR_MESSAGE_BYTES_MAX, "max_message_size above bound")
+        invariant(0 < self.config.max_message_size_bytes <= PULSAR_MESSAGE_BYTES_MAX, "max_message_size out of bounds")
         self._state = State.AWAITING_CONNECT
-        self._decoder = FrameDecoder()
+        # A frame may carry max_message_size of metadata and payload plus the command around it
+        # (Java's 10 KiB MESSAGE_SIZE_FRAME_PADDING); a larger one ends the connection.
+        self._decoder = FrameDecoder(self.config.max_message_size_bytes + PULSAR_FRAME_BYTES_MAX
+                                     - PULSAR_MESSAGE_BYTES_MAX)
         self._out: list[Buffer] = []
         self._out_bytes = 0
         self._connect_deadline_ms = now_ms + self.config.connect_timeout_ms

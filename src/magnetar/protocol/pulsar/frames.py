@@ -303,6 +303,15 @@ def stored_entry_metadata(entry: Buffer) -> pb.MessageMetadata:
     return _metadata_at(view, offset)[0]
 
 
+def stored_entry_parts(entry: Buffer) -> tuple[pb.MessageMetadata, memoryview]:
+    """A stored ``headers_and_payload`` split into its ``MessageMetadata`` and its payload (as
+    the producer sent it: compressed and batched if it was). Raises ``MalformedFrame``."""
+    view = memoryview(entry)
+    offset = _MAGIC_CRC.size if len(view) >= 2 and _U16.unpack_from(view, 0)[0] == MAGIC_CRC32C else 0
+    metadata, payload_at = _metadata_at(view, offset)
+    return metadata, view[payload_at:]
+
+
 _Meta = TypeVar("_Meta", pb.MessageMetadata, pb.BrokerEntryMetadata)
 
 

@@ -1,0 +1,331 @@
+"""The load balancer's decision: a pure function of the brokers' load reports.
+
+``decide(brokers, last_moved_ms, now_ms, settings)`` returns the bundles to split and the bundles
+to unload from one broker so that another acquires them (``Decision``), each with its reason.
+The leader broker (``broker.leader``) feeds it the reports it reads and carries the decisions out;
+nothing here reads a clock or the store, so the same inputs always give the same decisions.
+
+**Load score.** Each broker has a load vector over five dimensions — CPU percent, bandwidth
+(bytes/s in + out), message rate (in + out), topics, sessions (producers + consumers) — the sum of
+its bundles' figures (a bundle's CPU is its broker's CPU times the bundle's share of the
+broker's message rate, or of its topics when idle). A dimension counts when its weight is above
+0 and its cluster average reaches a noise floor (``FLOORS``). A broker's *score* is the largest
+weighted ratio of its value to the cluster average, so 1.0 is "average" everywhere.
+
+**Shedding** (Pulsar's ThresholdShedder and UniformLoadShedder, on one scale): with
+``hi = 1 + threshold%`` and ``lo = 1 - threshold%``, while some broker is above ``hi`` (or above
+the CPU overload threshold), or some broker is below ``lo``, move one bundle from the
+highest-scoring broker to another when, after the move, the source's score is lower, (a) the target's score is at most ``hi``
+and its CPU below the overload threshold, and (b) the target's score is at most the source's new
+score (the move never crosses: both end up within the old [target, source] interval, so the
+cluster's highest score never rises and its lowest never falls). Among such moves take the one
+with the lowest resulting pair maximum (then the lowest target score). A bundle moved within the grace period, a bundle just
+chosen for a split, and a bundle with no measured load are never moved. At most
+``unloads_per_cycle_max`` moves per call, one per bundle.
+
+**Splits.** A bundle above any of the four maxima (topics, sessions, msg rate, bandwidth) with at
+least two topics is split, while its namespace has fewer than ``namespace_bundles_max`` bundles
+(counting the splits decided in this call), at most ``splits_per_cycle_max`` per call.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from magnetar.base.errors import InvalidArgument
+from magnetar.broker.bundles import BundleRange
+from magnetar.broker.config import BrokerConfig
+
+#: The Pulsar configuration key of each ``BrokerConfig`` load-balancer field, with the factor
+#: that turns the Pulsar value into ours (minutes -> ms, Mbytes -> bytes). A ``--pulsar-conf``
+#: reader sets ``field = value * factor`` (booleans and percentages as they are).
+PULSAR_KEYS: dict[str, tuple[str, float]] = {
+    "loadBalancerEnabled": ("load_balancer_enabled", 1),
+    "loadBalancerSheddingEnabled": ("load_balancer_shedding_enabled", 1),
+    "loadBalancerSheddingIntervalMinutes": ("load_balancer_shedding_interval_ms", 60_000),
+    "loadBalancerSheddingGracePeriodMinutes": ("load_balancer_shedding_grace_period_ms", 60_000),
+    "loadBalancerBrokerOverloadedThresholdPercentage": ("load_balancer_broker_overloaded_threshold_percent", 1),
+    "loadBalancerBrokerThresholdShedderPercentage": ("load_balancer_broker_threshold_percent", 1),
+    "loadBalancerAutoBundleSplitEnabled": ("load_balancer_auto_bundle_split_enabled", 1),
+    "loadBalancerNamespaceBundleMaxTopics": ("load_balancer_namespace_bundle_topics_max", 1),
+    "loadBalancerNamespaceBundleMaxSessions": ("load_balancer_namespace_bundle_sessions_max", 1),
+    "loadBalancerNamespaceBundleMaxMsgRate": ("load_balancer_namespace_bundle_msg_rate_max", 1),
+    "loadBalancerNamespaceBundleMaxBandwidthMbytes": ("load_balancer_namespace_bundle_bandwidth_bytes_max",
+                                                      1024 * 1024),
+    "loadBalancerNamespaceMaximumBundles": ("load_balancer_namespace_bundles_max", 1),
+    "loadBalancerMaxNumberOfBundlesToSplitPerCycle": ("load_balancer_bundle_splits_per_cycle_max", 1),
+    "loadBalancerCPUResourceWeight": ("load_balancer_cpu_weight", 1),
+    "loadBalancerBandwithInResourceWeight": ("load_balancer_bandwidth_weight", 1),
+    "loadBalancerBandwithOutResourceWeight": ("load_balancer_bandwidth_weight", 1),
+}
+
+#: Dimensions of the load vector, in order.
+DIMENSIONS = ("cpu", "bandwidth", "msg_rate", "topics", "sessions")
+#: A dimension whose cluster average is below its floor is noise and does not count.
+FLOORS = (10.0, 64 * 1024.0, 10.0, 1.0, 1.0)
+
+
+class DecisionKind(enum.Enum):
+    UNLOAD = "unload"
+    SPLIT = "split"
+
+
+@dataclass(frozen=True, slots=True)
+class BundleLoad:
+    """One bundle's figures as its owner reports them; ``bundle`` is ``tenant/ns/0xLO_0xHI``."""
+
+    bundle: str
+    topics: int = 0
+    sessions: int = 0
+    msg_rate: float = 0.0
+    bandwidth_bytes: float = 0.0
+
+    @property
+    def namespace(self) -> str:
+        return self.bundle.rsplit("/", 1)[0]
+
+    @property
+    def range(self) -> BundleRange:
+        return BundleRange.parse(self.bundle.rsplit("/", 1)[1])
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerLoad:
+    broker: str  # service URL
+    cpu_percent: float = 0.0
+    bundles: tuple[BundleLoad, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    kind: DecisionKind
+    bundle: str
+    source: str
+    target: str | None  # None for a split (the halves stay on the source)
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class BalancerSettings:
+    shedding_enabled: bool = True
+    split_enabled: bool = True
+    grace_period_ms: int = 1_800_000
+    overloaded_cpu_percent: float = 85.0
+    threshold_percent: float = 10.0
+    bundle_topics_max: int = 1000
+    bundle_sessions_max: int = 1000
+    bundle_msg_rate_max: float = 30_000.0
+    bundle_bandwidth_bytes_max: float = 100 * 1024 * 1024.0
+    namespace_bundles_max: int = 128
+    splits_per_cycle_max: int = 10
+    unloads_per_cycle_max: int = 16
+    weights: tuple[float, float, float, float, float] = (1.0, 1.0, 1.0, 1.0, 1.0)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold_percent < 100:
+            raise InvalidArgument("the shedding threshold must be 1..99 percent")
+        if len(self.weights) != len(DIMENSIONS) or any(w < 0 for w in self.weights):
+            raise InvalidArgument(f"weights must be {len(DIMENSIONS)} numbers >= 0")
+
+    @staticmethod
+    def from_config(config: BrokerConfig) -> BalancerSettings:
+        return BalancerSettings(
+            shedding_enabled=config.load_balancer_enabled and config.load_balancer_shedding_enabled,
+            split_enabled=config.load_balancer_enabled and config.load_balancer_auto_bundle_split_enabled,
+            grace_period_ms=config.load_balancer_shedding_grace_period_ms,
+            overloaded_cpu_percent=float(config.load_balancer_broker_overloaded_threshold_percent),
+            threshold_percent=float(config.load_balancer_broker_threshold_percent),
+            bundle_topics_max=config.load_balancer_namespace_bundle_topics_max,
+            bundle_sessions_max=config.load_balancer_namespace_bundle_sessions_max,
+            bundle_msg_rate_max=float(config.load_balancer_namespace_bundle_msg_rate_max),
+            bundle_bandwidth_bytes_max=float(config.load_balancer_namespace_bundle_bandwidth_bytes_max),
+            namespace_bundles_max=config.load_balancer_namespace_bundles_max,
+            splits_per_cycle_max=config.load_balancer_bundle_splits_per_cycle_max,
+            unloads_per_cycle_max=config.load_balancer_unloads_per_cycle_max,
+            weights=(config.load_balancer_cpu_weight, config.load_balancer_bandwidth_weight,
+                     config.load_balancer_msg_rate_weight, config.load_balancer_topics_weight,
+                     config.load_balancer_sessions_weight),
+        )
+
+
+Vector = tuple[float, float, float, float, float]
+
+
+def _add(a: Vector, b: Vector, sign: float = 1.0) -> Vector:
+    return (a[0] + sign * b[0], a[1] + sign * b[1], a[2] + sign * b[2], a[3] + sign * b[3], a[4] + sign * b[4])
+
+
+def bundle_vectors(broker: BrokerLoad) -> dict[str, Vector]:
+    """Each bundle's share of the broker's load vector (CPU apportioned by rate, else topics)."""
+    rate = sum(b.msg_rate for b in broker.bundles)
+    topics = sum(b.topics for b in broker.bundles)
+    out: dict[str, Vector] = {}
+    for b in broker.bundles:
+        if rate > 0:
+            share = b.msg_rate / rate
+        elif topics > 0:
+            share = b.topics / topics
+        else:
+            share = 1.0 / len(broker.bundles)
+        out[b.bundle] = (broker.cpu_percent * share, b.bandwidth_bytes, b.msg_rate, float(b.topics),
+                         float(b.sessions))
+    return out
+
+
+def scores(vectors: Mapping[str, Vector], settings: BalancerSettings) -> dict[str, float]:
+    """Each broker's score: the largest weighted ratio of a counted dimension to its average."""
+    count = len(vectors)
+    if count == 0:
+        return {}
+    averages = [sum(v[d] for v in vectors.values()) / count for d in range(len(DIMENSIONS))]
+    counted = [d for d in range(len(DIMENSIONS)) if settings.weights[d] > 0 and averages[d] >= FLOORS[d]]
+    return {broker: max((settings.weights[d] * v[d] / averages[d] for d in counted), default=1.0)
+            for broker, v in vectors.items()}
+
+
+def _score_of(v: Vector, averages: Sequence[float], counted: Sequence[int], weights: Sequence[float]) -> float:
+    return max((weights[d] * v[d] / averages[d] for d in counted), default=1.0)
+
+
+def _split_reason(b: BundleLoad, s: BalancerSettings) -> str | None:
+    if b.topics > s.bundle_topics_max:
+        return f"topics {b.topics} > loadBalancerNamespaceBundleMaxTopics {s.bundle_topics_max}"
+    if b.sessions > s.bundle_sessions_max:
+        return f"sessions {b.sessions} > loadBalancerNamespaceBundleMaxSessions {s.bundle_sessions_max}"
+    if b.msg_rate > s.bundle_msg_rate_max:
+        return f"msg rate {b.msg_rate:.1f}/s > loadBalancerNamespaceBundleMaxMsgRate {s.bundle_msg_rate_max:.0f}"
+    if b.bandwidth_bytes > s.bundle_bandwidth_bytes_max:
+        return (f"bandwidth {b.bandwidth_bytes / 1048576:.2f} MB/s > loadBalancerNamespaceBundleMaxBandwidthMbytes "
+                f"{s.bundle_bandwidth_bytes_max / 1048576:.0f}")
+    return None
+
+
+def decide_splits(brokers: Sequence[BrokerLoad], settings: BalancerSettings,
+                  namespace_bundles: Mapping[str, int] | None = None) -> list[Decision]:
+    if not settings.split_enabled:
+        return []
+    counts: dict[str, int] = dict(namespace_bundles or {})
+    for broker in brokers:
+        for b in broker.bundles:
+            counts.setdefault(b.namespace, sum(1 for x in broker.bundles if x.namespace == b.namespace))
+    out: list[Decision] = []
+    candidates = sorted(((broker.broker, b) for broker in brokers for b in broker.bundles),
+                        key=lambda item: item[1].bundle)
+    for owner, b in candidates:
+        if len(out) >= settings.splits_per_cycle_max:
+            break
+        reason = _split_reason(b, settings)
+        if reason is None or b.topics < 2 or counts.get(b.namespace, 1) >= settings.namespace_bundles_max:
+            continue
+        if b.range.upper - b.range.lower < 2:
+            continue
+        counts[b.namespace] = counts.get(b.namespace, 1) + 1
+        out.append(Decision(DecisionKind.SPLIT, b.bundle, owner, None, reason))
+    return out
+
+
+def decide(brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_ms: int,
+           settings: BalancerSettings, namespace_bundles: Mapping[str, int] | None = None) -> list[Decision]:
+    """Splits, then unloads (see the module docstring). Deterministic for equal inputs."""
+    names = [b.broker for b in brokers]
+    if len(set(names)) != len(names):
+        raise InvalidArgument("one load report per broker")
+    splits = decide_splits(brokers, settings, namespace_bundles)
+    if not settings.shedding_enabled or len(brokers) < 2:
+        return splits
+    splitting = {d.bundle for d in splits}
+    cpu = {b.broker: b.cpu_percent for b in brokers}
+    per_bundle: dict[str, dict[str, Vector]] = {b.broker: bundle_vectors(b) for b in brokers}
+    zero: Vector = (0.0, 0.0, 0.0, 0.0, 0.0)
+    vectors: dict[str, Vector] = {}
+    for broker, bundles in per_bundle.items():
+        total = zero
+        for v in bundles.values():
+            total = _add(total, v)
+        vectors[broker] = total
+    averages = [sum(v[d] for v in vectors.values()) / len(vectors) for d in range(len(DIMENSIONS))]
+    weights = settings.weights
+    counted = [d for d in range(len(DIMENSIONS)) if weights[d] > 0 and averages[d] >= FLOORS[d]]
+    hi = 1.0 + settings.threshold_percent / 100.0
+    lo = 1.0 - settings.threshold_percent / 100.0
+    moved: set[str] = set()
+    unloads: list[Decision] = []
+    while len(unloads) < settings.unloads_per_cycle_max:
+        score = {b: _score_of(v, averages, counted, weights) for b, v in vectors.items()}
+        source = max(sorted(score), key=lambda b: score[b])
+        overloaded_cpu = cpu[source] >= settings.overloaded_cpu_percent
+        underloaded = min(score.values()) < lo
+        if score[source] <= hi and not overloaded_cpu and not underloaded:
+            break
+        best: tuple[float, float, str, str] | None = None
+        for bundle, v in sorted(per_bundle[source].items()):
+            if bundle in moved or bundle in splitting or not any(v[d] > 0 for d in counted):
+                continue
+            if now_ms - last_moved_ms.get(bundle, -(1 << 62)) < settings.grace_period_ms:
+                continue
+            new_source = _score_of(_add(vectors[source], v, -1.0), averages, counted, weights)
+            if new_source >= score[source]:
+                continue  # the bundle carries none of what makes the source the most loaded
+            for target in sorted(vectors):
+                if target == source or cpu[target] >= settings.overloaded_cpu_percent:
+                    continue
+                new_target = _score_of(_add(vectors[target], v), averages, counted, weights)
+                if new_target > hi or new_target > new_source:
+                    continue
+                key = (max(new_source, new_target), new_target, bundle, target)
+                if best is None or key < best:
+                    best = key
+        if best is None:
+            break
+        _, _, bundle, target = best
+        v = per_bundle[source].pop(bundle)
+        per_bundle[target][bundle] = v
+        vectors[source] = _add(vectors[source], v, -1.0)
+        vectors[target] = _add(vectors[target], v)
+        cpu[source] -= v[0]
+        cpu[target] += v[0]
+        moved.add(bundle)
+        why = (f"cpu {score[source]:.2f}x avg, {cpu[source] + v[0]:.0f}% >= overloaded threshold"
+               if overloaded_cpu else
+               f"load {score[source]:.2f}x cluster average (threshold {hi:.2f})" if score[source] > hi else
+               f"a broker is under {lo:.2f}x the average")
+        unloads.append(Decision(DecisionKind.UNLOAD, bundle, source, target,
+                                f"{why}; moving to {target} ({score[target]:.2f}x -> "
+                                f"{_score_of(vectors[target], averages, counted, weights):.2f}x)"))
+    return [*splits, *unloads]
+
+
+def apply(brokers: Sequence[BrokerLoad], decisions: Sequence[Decision]) -> list[BrokerLoad]:
+    """The reports as they would read after the unloads (splits left as they are): for tests and
+    for showing what a round intends. CPU follows the bundles as ``decide`` estimates it."""
+    per_bundle = {b.broker: {x.bundle: x for x in b.bundles} for b in brokers}
+    shares = {b.broker: bundle_vectors(b) for b in brokers}
+    cpu = {b.broker: b.cpu_percent for b in brokers}
+    for d in decisions:
+        if d.kind is DecisionKind.UNLOAD and d.target is not None:
+            bundle = per_bundle[d.source].pop(d.bundle)
+            per_bundle[d.target][d.bundle] = bundle
+            share = shares[d.source][d.bundle][0]
+            cpu[d.source] -= share
+            cpu[d.target] += share
+    return [BrokerLoad(b.broker, max(0.0, cpu[b.broker]), tuple(sorted(per_bundle[b.broker].values(),
+                                                                      key=lambda x: x.bundle)))
+            for b in brokers]
+
+
+__all__ = [
+    "DIMENSIONS",
+    "PULSAR_KEYS",
+    "BalancerSettings",
+    "BrokerLoad",
+    "BundleLoad",
+    "Decision",
+    "DecisionKind",
+    "apply",
+    "bundle_vectors",
+    "decide",
+    "decide_splits",
+    "scores",
+]

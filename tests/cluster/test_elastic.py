@@ -1,0 +1,306 @@
+"""An elastic cluster with real processes and the official client (issue 24's evidence):
+
+* one broker with many topics under steady produce/consume load; two brokers added with
+  ``LocalCluster.add_broker``: the leader splits the hot bundles and sheds until the topics per
+  broker are within 25% of each other; the chaos history checker finds nothing lost, duplicated
+  or reordered; figures: time to balance, pause per moved topic, moves, moves after balance;
+* a fourth broker added and the leader killed with SIGKILL while it sheds: a new leader takes
+  over within the session timeout, every bundle with clients is owned again, nothing lost;
+* racks: 3 racks x 2 bookies, ensemble (3,3,2): every write set of every ledger spans 3 racks.
+
+Figures are printed (``-s`` shows them) and asserted only where the issue sets a bound.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+from magnetar.chaos.checker import check
+from magnetar.chaos.history import History, Op, OpType, Outcome, value_of
+
+from magnetar.broker.bundles import BundleRange
+from magnetar.runtime.cluster import LocalCluster, http_health
+from tests.cluster.helpers import QUIET, SESSION_TIMEOUT_MS, owner_of, running_cluster, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+BALANCER_ENV = {
+    "MAGNETAR_BROKER_LOAD_BALANCER_SHEDDING_INTERVAL_MS": "1000",
+    "MAGNETAR_BROKER_LOAD_BALANCER_SHEDDING_GRACE_PERIOD_MS": "15000",
+    "MAGNETAR_BROKER_LOAD_BALANCER_NAMESPACE_BUNDLE_TOPICS_MAX": "6",
+    "MAGNETAR_BROKER_LOAD_BALANCER_CPU_WEIGHT": "0",  # the test machine's CPU is shared: noise
+    "MAGNETAR_BROKER_POLICY_CHECK_INTERVAL_MS": "1000",
+    "MAGNETAR_BROKER_LOAD_REPORT_INTERVAL_MS": "1000",
+    # Keep consumed messages: the checker reads every topic back from the earliest position.
+    "MAGNETAR_BROKER_RETENTION_TIME_S": "-1",
+    "MAGNETAR_BROKER_RETENTION_SIZE_BYTES": "-1",
+}
+TOPICS = 90
+SEND_INTERVAL_S = 0.5
+
+
+def admin_get(port: int, path: str) -> Any:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/v2{path}", timeout=5) as reply:
+            return json.loads(reply.read())
+    except OSError:
+        return None
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+@dataclass
+class Workload:
+    """One deduplicating producer per topic sending every ``SEND_INTERVAL_S``, a Shared consumer
+    on all topics, every outcome recorded in a chaos ``History``."""
+
+    client: pulsar.Client
+    topics: list[str]
+    prefix: str
+    history: History
+    started_ns: int = field(default_factory=time.monotonic_ns)
+    latencies: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # topic -> (sent s, latency s)
+    pending: int = 0
+    _lock: threading.Condition = field(default_factory=threading.Condition)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.producers = []
+        for i, topic in enumerate(self.topics):
+            name = f"{self.prefix}{i}"
+            self.history.add_producer(name, topic, dedup=True)
+            self.producers.append((name, topic, self.client.create_producer(
+                topic, producer_name=name, batching_enabled=False, send_timeout_millis=120_000)))
+        self.seq = [0] * len(self.producers)
+        self.consumer = self.client.subscribe(self.topics, f"{self.prefix}-sub", consumer_type=pulsar.ConsumerType.Shared)
+        self.threads = [threading.Thread(target=self._send_loop, daemon=True),
+                        threading.Thread(target=self._consume_loop, daemon=True)]
+        for thread in self.threads:
+            thread.start()
+
+    def _now_s(self) -> float:
+        return (time.monotonic_ns() - self.started_ns) / 1e9
+
+    def _send_loop(self) -> None:
+        while not self._stop.is_set():
+            for index, (name, topic, producer) in enumerate(self.producers):
+                value = value_of(name, self.seq[index])
+                self.seq[index] += 1
+                sent = self._now_s()
+
+                def done(result: pulsar.Result, msg_id: pulsar.MessageId, *, value: str = value, topic: str = topic,
+                         name: str = name, sent: float = sent) -> None:
+                    now = self._now_s()
+                    if result == pulsar.Result.Ok:
+                        op = Op(name, OpType.SEND, topic, value, Outcome.OK,
+                                (msg_id.ledger_id(), msg_id.entry_id(), msg_id.batch_index()), int(now * 1e9))
+                    else:
+                        op = Op(name, OpType.SEND, topic, value, Outcome.UNKNOWN, None, int(now * 1e9), error=str(result))
+                    self.history.record(op)
+                    with self._lock:
+                        self.latencies.setdefault(topic, []).append((sent, now - sent))
+                        self.pending -= 1
+                        self._lock.notify_all()
+
+                with self._lock:
+                    self.pending += 1
+                producer.send_async(value.encode(), done)
+            self._stop.wait(SEND_INTERVAL_S)  # pacing the load, not waiting for an outcome
+
+    def _consume_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                message = self.consumer.receive(timeout_millis=500)
+            except pulsar.Timeout:
+                continue
+            except Exception:  # closed at the end
+                return
+            self.consumer.acknowledge(message)
+
+    def stop(self, timeout_s: float = 150) -> None:
+        self._stop.set()
+        for thread in self.threads:
+            thread.join(10)
+        with self._lock:
+            assert self._lock.wait_for(lambda: self.pending == 0, timeout_s), f"{self.pending} sends undecided"
+
+    def drain(self, url: str) -> None:
+        reader_client = pulsar.Client(url, operation_timeout_seconds=60, logger=QUIET)
+        try:
+            for topic in self.topics:
+                reader = reader_client.create_reader(topic, pulsar.MessageId.earliest)
+                while reader.has_message_available():
+                    message = reader.read_next(timeout_millis=30_000)
+                    mid = message.message_id()
+                    self.history.record(Op("drain-1", OpType.DRAIN, topic, message.data().decode(), Outcome.OK,
+                                           (mid.ledger_id(), mid.entry_id(), mid.batch_index())))
+                reader.close()
+        finally:
+            reader_client.close()
+
+    def max_latency(self, topic: str, since_s: float) -> float:
+        with self._lock:
+            return max((lat for sent, lat in self.latencies.get(topic, []) if sent >= since_s), default=0.0)
+
+
+def topics_per_broker(cluster: LocalCluster) -> dict[str, int]:
+    return {p.name: int((http_health(p.http_port or 0) or {}).get("topics", -1))
+            for p in cluster.of_kind("broker") if p.alive()}
+
+
+def decisions(cluster: LocalCluster) -> list[dict[str, Any]]:
+    for broker in cluster.of_kind("broker"):
+        if broker.alive():
+            found = admin_get(broker.http_port or 0, "/broker-stats/load-balancer/decisions")
+            if found is not None:
+                return list(found["decisions"])
+    return []
+
+
+def test_added_brokers_take_load_until_balanced_and_a_killed_leader_is_replaced(tmp_path: Path) -> None:
+    env = {"broker-0": BALANCER_ENV}
+    with running_cluster(tmp_path, bookies=3, brokers=1, autorecovery=False, env=env) as cluster:
+        topics = [f"persistent://public/default/elastic-{i}" for i in range(TOPICS)]
+        history = History(meta={"test": "elastic"})
+        client = pulsar.Client(cluster.broker_url(0), operation_timeout_seconds=60, logger=QUIET)
+        load = Workload(client, topics, "p", history)
+        wait_until(lambda: topics_per_broker(cluster).get("broker-0") == TOPICS, 60, "all topics loaded on broker-0")
+
+        added_at = time.monotonic()
+        load_added_s = load._now_s()
+        cluster.add_broker(env=BALANCER_ENV)
+        cluster.add_broker(env=BALANCER_ENV)
+
+        def balanced() -> bool:
+            counts = list(topics_per_broker(cluster).values())
+            return len(counts) == 3 and sum(counts) == TOPICS and min(counts) > 0 and max(counts) <= 1.25 * min(counts)
+
+        wait_until(balanced, 150, f"topics per broker within 25% (now {topics_per_broker(cluster)})")
+        balance_s = time.monotonic() - added_at
+        balanced_at_ms = int(time.time() * 1000)
+        moves_at_balance = [d for d in decisions(cluster) if d["kind"] == "unload"]
+        # Keep the load running for ~8 s more of sends: no further moves expected (no oscillation).
+        ops_at_balance = len(history.snapshot())
+        wait_until(lambda: len(history.snapshot()) >= ops_at_balance + TOPICS * 16, 60, "8 s more of load")
+        after = [d for d in decisions(cluster) if d["kind"] == "unload" and d["time"] > balanced_at_ms]
+        load.stop()
+        client.close()
+        load.drain(cluster.broker_url(0))
+        result = check(history)
+        all_decisions = decisions(cluster)
+        splits = [d for d in all_decisions if d["kind"] == "split"]
+        unloads = [d for d in all_decisions if d["kind"] == "unload"]
+        settled_s = (max(d["time"] for d in unloads) / 1000 - (time.time() - (time.monotonic() - added_at)))
+        twice = sorted(b for b, n in Counter(d["bundle"] for d in unloads).items() if n > 1)
+        final_owner = {t: owner_of(cluster, t) for t in topics}
+        moved = [t for t in topics if final_owner[t] not in (0, None)]
+        pauses = [load.max_latency(t, load_added_s) for t in moved]
+        calm = [load.max_latency(t, load_added_s) for t in topics if t not in moved]
+        print(f"\nelastic: within 25% in {balance_s:.1f} s, last unload at {settled_s:.1f} s, per broker "
+              f"{topics_per_broker(cluster)}, {len(splits)} splits, {len(moves_at_balance)} unloads to balance, "
+              f"{len(after)} after, {len(unloads)} in all, bundles moved twice: {twice}; "
+              f"{len(moved)} topics moved: worst ack latency p50 {percentile(pauses, 0.5) * 1000:.0f} ms "
+              f"p99 {percentile(pauses, 0.99) * 1000:.0f} ms (unmoved topics p50 "
+              f"{percentile(calm, 0.5) * 1000:.0f} ms); checker {result.counts}")
+        assert result.valid, [a for a in result.violations][:10]
+        assert result.counts["values_ok"] > TOPICS * 10 and result.counts["send_unknown"] == 0
+        assert moved and splits
+        # A hot bundle split, and the halves of some split now live on different brokers.
+        owners_by_range: list[tuple[BundleRange, str]] = []
+        for broker in cluster.of_kind("broker"):
+            for key in (http_health(broker.http_port or 0) or {}).get("bundles", []):
+                owners_by_range.append((BundleRange.parse(key.rsplit("/", 1)[1]), broker.name))
+        spread_splits = [d["bundle"] for d in splits if len({
+            name for r, name in owners_by_range
+            if BundleRange.parse(d["bundle"].rsplit("/", 1)[1]).lower <= r.lower
+            and r.upper <= BundleRange.parse(d["bundle"].rsplit("/", 1)[1]).upper}) >= 2]
+        assert spread_splits, "no split bundle has halves on two brokers"
+
+        # --- the leader killed while it sheds to a fourth broker ------------------------------------
+        urls = ",".join(f"127.0.0.1:{p.port}" for p in cluster.of_kind("broker"))
+        history2 = History(meta={"test": "leader-kill"})
+        client2 = pulsar.Client(f"pulsar://{urls}", operation_timeout_seconds=60, logger=QUIET)
+        topics2 = [f"persistent://public/default/leader-kill-{i}" for i in range(30)]
+        load2 = Workload(client2, topics2, "q", history2)
+        leader = admin_get(cluster.processes["broker-1"].http_port or 0, "/brokers/leaderBroker")
+        assert leader is not None
+        leader_port = int(leader["brokerId"].rsplit(":", 1)[1])
+        (leader_process,) = [p for p in cluster.of_kind("broker") if p.port == leader_port]
+        before = {d["time"] for d in decisions(cluster)}
+        cluster.add_broker(env=BALANCER_ENV)
+        wait_until(lambda: any(d["kind"] == "unload" and d["time"] not in before for d in decisions(cluster)), 60,
+                   "the leader shedding to the new broker")
+        leader_process.kill(signal.SIGKILL)
+        killed_at = time.monotonic()
+        survivors = [p for p in cluster.of_kind("broker") if p.alive()]
+
+        def new_leader() -> bool:
+            found = admin_get(survivors[0].http_port or 0, "/brokers/leaderBroker")
+            return found is not None and found["brokerId"] != leader["brokerId"]
+
+        wait_until(new_leader, SESSION_TIMEOUT_MS / 1000 + 20, "a new leader")
+        takeover_s = time.monotonic() - killed_at
+        wait_until(lambda: all(owner_of(cluster, t) is not None for t in topics2), 60, "every bundle owned again")
+        load2.stop()
+        client2.close()
+        load2.drain(f"pulsar://127.0.0.1:{survivors[0].port}")
+        result2 = check(history2)
+        print(f"leader kill: new leader after {takeover_s:.1f} s (session timeout {SESSION_TIMEOUT_MS} ms); "
+              f"checker {result2.counts}")
+        assert result2.valid, [a for a in result2.violations][:10]
+        assert result2.counts["values_ok"] > 0
+
+
+def test_three_racks_of_two_bookies_every_write_set_spans_three_racks(tmp_path: Path) -> None:
+    import asyncio
+
+    from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
+    from magnetar.ledger.metadata_ops import LedgerMetadataStore
+    from magnetar.ledger.quorum import write_set
+    from magnetar.ledger.racks import read_racks
+    from magnetar.runtime.metadata import open_metadata_store
+
+    racks = ["/region-a/rack-0", "/region-a/rack-0", "/region-a/rack-1", "/region-a/rack-1",
+             "/region-b/rack-2", "/region-b/rack-2"]
+    with running_cluster(tmp_path, bookies=6, brokers=1, autorecovery=False, racks=racks) as cluster:
+        client = pulsar.Client(cluster.broker_url(0), operation_timeout_seconds=60, logger=QUIET)
+        for i in range(8):
+            producer = client.create_producer(f"persistent://public/default/racks-{i}", batching_enabled=False)
+            for j in range(5):
+                producer.send(f"m{j}".encode())
+            producer.close()
+        client.close()
+
+        async def spans() -> list[int]:
+            store = await open_metadata_store(cluster.metadata_url)
+            try:
+                config, _ = await read_racks(store)
+                ledgers = LedgerMetadataStore(MetadataStoreAdapter(store))
+                out = []
+                for ledger_id in await ledgers.list_ids():
+                    meta = (await ledgers.read(ledger_id)).metadata
+                    for fragment in meta.fragments:
+                        for entry in range(meta.ensemble_size):
+                            members = [fragment.ensemble[i]
+                                       for i in write_set(entry, meta.ensemble_size, meta.write_quorum_size)]
+                            out.append(len({config.rack_of(b) for b in members}))
+                return out
+            finally:
+                await store.close()
+
+        found = asyncio.run(spans())
+        print(f"\nracks: {len(found)} write sets, racks spanned: {sorted(set(found))}")
+        assert found and set(found) == {3}
