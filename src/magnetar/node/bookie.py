@@ -172,7 +172,7 @@ class BookieServer:
         self._partial_frame_idle_ms = partial_frame_idle_ms
         self._listener: Listener | None = None
         self._connections: dict[Connection, _ConnectionState] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], None] = {}  # insertion-ordered: stopped in creation order
         self._sweeper: asyncio.Task[None] | None = None
         self.idle_partial_closed_count = 0
 
@@ -299,8 +299,8 @@ class BookieServer:
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     async def stop(self) -> None:
         if self._sweeper is not None:

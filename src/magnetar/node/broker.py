@@ -199,8 +199,10 @@ class BrokerServer:
         self._reloader: asyncio.Task[None] | None = None
         #: Connections closed by the credential check (expired, refresh failed or unanswered, refused).
         self.expired_closed_count = 0
-        self._loops: set[_ConnectionLoop] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Insertion-ordered (dicts, not sets): connections are closed in the order they came, so a
+        # simulated run does the same thing every time (a set iterates in the order of ids).
+        self._loops: dict[_ConnectionLoop, None] = {}
+        self._tasks: dict[asyncio.Task[None], None] = {}
         self._closed = False
 
     @property
@@ -293,18 +295,18 @@ class BrokerServer:
             conn.close()
             return
         loop = _ConnectionLoop(self, conn)
-        self._loops.add(loop)
+        self._loops[loop] = None
         task = asyncio.current_task()
         if task is not None:
-            self._tasks.add(task)
+            self._tasks[task] = None
         try:
             await loop.run()
         except Exception:
             log.exception("connection from %s failed", conn.peer)
         finally:
-            self._loops.discard(loop)
+            self._loops.pop(loop, None)
             if task is not None:
-                self._tasks.discard(task)
+                self._tasks.pop(task, None)
 
     async def close(self) -> None:
         """Stop listening, drop every client connection, close every topic."""
