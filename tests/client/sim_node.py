@@ -41,6 +41,7 @@ def real_run(body: Body[R], *, seed: int = 1) -> R:
         world.add_node("client", client_main)
         await until(run, lambda: bool(results) or world.state("client") is not NodeState.RUNNING, "the client")
 
+    world.loop.set_exception_handler(cluster.quiet_crashes)
     world.run(controller())
     assert not world.failures, world.failures
     assert results, "the client node ended without a result"

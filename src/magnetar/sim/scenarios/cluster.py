@@ -330,7 +330,7 @@ def _drain_main(run: ClusterRun, name: str) -> NodeMain:
     return main
 
 
-def _quiet_crashes(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+def quiet_crashes(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     """Tasks of a crashed node end with ``SimCrash``, often unretrieved: that is the crash, not news."""
     if isinstance(context.get("exception"), SimCrash):
         return
@@ -434,7 +434,7 @@ def run_cluster_result(world: SimWorld, options: ClusterOptions) -> ClusterResul
     logger = logging.getLogger("magnetar")
     level = logger.level
     logger.setLevel(logging.CRITICAL)
-    world.loop.set_exception_handler(_quiet_crashes)
+    world.loop.set_exception_handler(quiet_crashes)
     try:
         world.run(cluster_faults.controller(state, watch))
     finally:
