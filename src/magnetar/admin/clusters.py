@@ -1,4 +1,9 @@
-"""``/clusters``: the clusters this metadata store knows (``standalone`` on a laptop)."""
+"""``/clusters``: the clusters this metadata store knows (``standalone`` on a laptop).
+
+Geo-replication registers each remote cluster here (``PUT /clusters/{name}`` with its
+``serviceUrl``/``brokerServiceUrl`` and, optionally, the credentials replicators present to it);
+``POST`` replaces a cluster's data, ``DELETE`` removes one no tenant allows any more (412 otherwise).
+"""
 
 from __future__ import annotations
 
@@ -26,4 +31,16 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         await ctx.resources.create_cluster(request.path_params["cluster"], data)
         return no_content()
 
-    return [list_clusters, get_cluster, create_cluster]
+    @api_route("/clusters/{cluster}", ["POST"], "Update a cluster's configuration", body=ClusterData)
+    async def update_cluster(request: Request) -> Response:
+        data = await read_body(request, ClusterData)
+        assert data is not None
+        await ctx.resources.update_cluster(request.path_params["cluster"], data)
+        return no_content()
+
+    @api_route("/clusters/{cluster}", ["DELETE"], "Delete a cluster no tenant allows")
+    async def delete_cluster(request: Request) -> Response:
+        await ctx.resources.delete_cluster(request.path_params["cluster"])
+        return no_content()
+
+    return [list_clusters, get_cluster, create_cluster, update_cluster, delete_cluster]

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from magnetar.base.types import Position
 from magnetar.broker.dedup import is_system_cursor
 from magnetar.broker.managed_log import ManagedSubscriptionCursor, ManagedTopicLog
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic import Topic
+from magnetar.managed_ledger.read_only_cursors import read_only_cursors, read_only_holders
 
 _SUB_TYPES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "Key_Shared"}
 
@@ -74,9 +76,31 @@ def topic_stats(topic: Topic) -> dict[str, Any]:
             for p in topic.producers.values()
         ],
         "subscriptions": subscriptions,
+        "replication": {remote: replicator.stats() for remote, replicator in sorted(topic.replicators.items())},
         "deduplicationStatus": "Enabled" if topic.policies().deduplication else "Disabled",
         "backlogQuotaExceeded": topic.quota_exceeded is not None,
     }
+
+
+async def add_read_only_subscriptions(stats: dict[str, Any], topic: Topic) -> dict[str, Any]:
+    """On the owner: the subscriptions read-only brokers serve (their persisted cursors) and which
+    broker serves each now (``readOnlyBroker``; None while no broker has it open)."""
+    log = topic.log
+    if not isinstance(log, ManagedTopicLog) or getattr(log, "read_only_ledger", None) is not None:
+        return stats
+    ml = log.managed_ledger
+    cursors = await read_only_cursors(ml.store, ml.name)
+    holders = await read_only_holders(ml.store, ml.name)
+    last = ml.last_confirmed_entry
+    for name, info in sorted(cursors.items()):
+        mark_delete = Position(info.mark_delete.ledger_id, info.mark_delete.entry_id)
+        stats["subscriptions"].setdefault(name, {
+            "msgRateOut": 0.0, "msgThroughputOut": 0.0, "bytesOutCounter": 0, "msgOutCounter": 0,
+            "msgBacklog": ml.count_entries(mark_delete, last), "backlogSize": ml.estimated_size_after(mark_delete),
+            "markDeletePosition": _position(mark_delete), "isDurable": True, "consumers": [],
+            "readOnlyBroker": holders.get(name),
+        })
+    return stats
 
 
 def partitioned_stats(partitions: list[dict[str, Any]], count: int) -> dict[str, Any]:
@@ -93,6 +117,19 @@ def partitioned_stats(partitions: list[dict[str, Any]], count: int) -> dict[str,
             merged["msgRateOut"] += sub["msgRateOut"]
             merged["consumers"].extend(sub["consumers"])
     total["subscriptions"] = subscriptions
+    replication: dict[str, dict[str, Any]] = {}
+    for p in partitions:
+        for remote, r in p.get("replication", {}).items():
+            merged = replication.setdefault(remote, {"msgRateOut": 0.0, "msgThroughputOut": 0.0,
+                                                     "replicationBacklog": 0, "connected": True,
+                                                     "replicationDelayInSeconds": 0.0})
+            merged["msgRateOut"] += r["msgRateOut"]
+            merged["msgThroughputOut"] += r["msgThroughputOut"]
+            merged["replicationBacklog"] += r["replicationBacklog"]
+            merged["connected"] = merged["connected"] and r["connected"]
+            merged["replicationDelayInSeconds"] = max(merged["replicationDelayInSeconds"],
+                                                      r["replicationDelayInSeconds"])
+    total["replication"] = replication
     return total
 
 

@@ -9,6 +9,7 @@ names in paths are URL-encoded local names; the namespace must exist (404 otherw
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
 from starlette.requests import Request
@@ -26,7 +27,7 @@ from magnetar.admin.common import (
     read_body,
     topic_of,
 )
-from magnetar.admin.stats import internal_stats, partitioned_stats, topic_stats
+from magnetar.admin.stats import add_read_only_subscriptions, internal_stats, partitioned_stats, topic_stats
 from magnetar.base.errors import LimitExceeded, NotFound
 from magnetar.base.limits import ADMIN_PARTITIONS_COUNT_MAX
 from magnetar.base.types import TopicName
@@ -81,6 +82,12 @@ async def _create_partitions(ctx: AdminContext, topic: TopicName, start: int, st
         partition = topic.partition(index)
         if not await ctx.service.topic_exists(partition):
             await ctx.service.get_topic(partition, create=True, admin=True)
+
+
+async def _stats(ctx: AdminContext, name: TopicName) -> dict[str, Any]:
+    """Topic stats, with the subscriptions read-only brokers serve when this broker owns it."""
+    topic = await load(ctx, name)
+    return await add_read_only_subscriptions(topic_stats(topic), topic)
 
 
 def routes(ctx: AdminContext) -> list[BaseRoute]:
@@ -178,13 +185,13 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
     @api_route(f"{base}/{{topic}}/stats", ["GET"], "Topic stats (rates, backlog, storage, publishers, subscriptions)")
     async def stats(request: Request) -> Response:
         names = await targets(ctx, topic_of(request))
-        return json_response(topic_stats(await load(ctx, names[0])) if len(names) == 1 and not names[0].is_partition
-                             else partitioned_stats([topic_stats(await load(ctx, n)) for n in names], len(names)))
+        return json_response(await _stats(ctx, names[0]) if len(names) == 1 and not names[0].is_partition
+                             else partitioned_stats([await _stats(ctx, n) for n in names], len(names)))
 
     @api_route(f"{base}/{{topic}}/partitioned-stats", ["GET"], "Stats of a partitioned topic, summed")
     async def stats_partitioned(request: Request) -> Response:
         names = await targets(ctx, topic_of(request))
-        return json_response(partitioned_stats([topic_stats(await load(ctx, n)) for n in names], len(names)))
+        return json_response(partitioned_stats([await _stats(ctx, n) for n in names], len(names)))
 
     @api_route(f"{base}/{{topic}}/internalStats", ["GET"], "Internal stats (ledgers, cursors)")
     async def stats_internal(request: Request) -> Response:

@@ -319,6 +319,36 @@ SPARK_WRITE_PENDING_COUNT_MAX = 1_000
 #: One admin REST call of the connector (advancing the named subscription on commit).
 SPARK_ADMIN_REQUEST_MS_MAX = 30_000
 
+# --- geo-replication (magnetar.replication) --------------------------------------------------------
+#: Entries a replicator has sent and not yet had receipted (Pulsar's replicationProducerQueueSize).
+REPLICATION_PRODUCER_QUEUE_COUNT_MAX = 1_000
+#: Entries one replicator reads from its cursor at a time.
+REPLICATION_READ_COUNT_MAX = 100
+#: Reconnect backoff of a replicator whose remote producer failed (Pulsar: 100 ms -> 1 min).
+REPLICATION_BACKOFF_INITIAL_MS = 100
+REPLICATION_BACKOFF_MAX_MS = 60_000
+#: How often the replication service re-reads policies, starts/stops replicators and samples rates.
+REPLICATION_CHECK_INTERVAL_MS = 1_000
+#: A standalone loads the topics of replicated namespaces (a backlog left by a crash drains without
+#: a client) on the first pass and then every this many passes.
+REPLICATION_LOAD_TOPICS_EVERY_PASSES = 10
+#: Creating a producer on the remote cluster gives up after this (then backoff and retry).
+REPLICATION_CONNECT_TIMEOUT_MS = 10_000
+#: Replicators per broker (topics x remote clusters).
+REPLICATION_REPLICATORS_COUNT_MAX = 10_000
+#: Replicated subscriptions: how often a topic's controller looks at its subscriptions (snapshot
+#: rounds, updates); Pulsar's replicatedSubscriptionsSnapshotFrequencyMillis is 1000.
+REPLICATED_SUBSCRIPTIONS_TICK_MS = 250
+#: A snapshot round not answered by every remote within this is dropped (Pulsar: 30 s).
+REPLICATED_SUBSCRIPTIONS_SNAPSHOT_TIMEOUT_MS = 30_000
+#: Snapshots cached per replicated subscription (Pulsar: 30).
+REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX = 30
+#: Entries of the topic a controller remembers (marker or not, and each one's origin).
+REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX = 100_000
+#: ...and while the topic has no replicated subscription here (yet).
+REPLICATED_SUBSCRIPTIONS_SEEN_IDLE_MAX = 10_000
+#: Acknowledged messages one update marker carries by origin (beyond: the mark-delete only).
+REPLICATED_SUBSCRIPTIONS_UPDATE_ACKED_MAX = 10_000
 # --- web console (magnetar.admin.console) ------------------------------------------------------------
 #: Rate samples the console keeps per topic and for the broker (a ring: the oldest goes first);
 #: at the default 2 s interval, the last 5 minutes.

@@ -197,6 +197,7 @@ class TopicCompaction:
         self.last_error: str | None = None
         self._state: CompactedState | None = None
         self._loaded = False
+        self._loaded_version = 0  # the log's compaction_version when the state was read
         self._load_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._reader: tuple[int, CompactedReader] | None = None
@@ -221,10 +222,16 @@ class TopicCompaction:
         return self._ledgers is not None
 
     async def state(self) -> CompactedState | None:
-        """The recorded compacted ledger and horizon (read from the ``__compaction`` cursor once)."""
-        if self._loaded:
+        """The recorded compacted ledger and horizon (read from the ``__compaction`` cursor once;
+        again whenever a log that follows another broker's compactions says they changed: a
+        read-only broker's ``compaction_version``, broker/read_only.py)."""
+        version = getattr(self._log, "compaction_version", 0)
+        if self._loaded and version == self._loaded_version:
             return self._state
         async with self._load_lock:
+            if self._loaded and version != self._loaded_version:
+                self._loaded, self._state = False, None  # the owner compacted again: read it anew
+            self._loaded_version = version
             if not self._loaded:
                 if COMPACTION_CURSOR_NAME in self._log.cursor_names():
                     cursor = await self._cursor()
@@ -243,6 +250,9 @@ class TopicCompaction:
         """Start a compaction in the background; ``CompactionRunningError`` if one is in progress."""
         if self._ledgers is None:
             raise BrokerError(pb.NotAllowedError, f"topic {self._log.name} cannot be compacted")
+        if getattr(self._ledgers, "read_only", False):
+            raise BrokerError(pb.NotAllowedError, f"topic {self._log.name} is served read-only here: "
+                              "compact it on its owner")
         if self._status is CompactionStatus.RUNNING:
             raise CompactionRunningError(self._log.name)
         self._move(CompactionStatus.RUNNING)
@@ -270,6 +280,8 @@ class TopicCompaction:
     async def check_threshold(self, threshold_bytes: int) -> bool:
         """Start a compaction if more than ``threshold_bytes`` (> 0) are stored after the horizon."""
         if threshold_bytes <= 0 or self._ledgers is None or self._status is CompactionStatus.RUNNING:
+            return False
+        if getattr(self._ledgers, "read_only", False):  # a read-only broker: the owner compacts
             return False
         state = await self.state()
         after = state.horizon if state is not None else EARLIEST
@@ -321,6 +333,9 @@ class TopicCompaction:
             await faults.point("broker.compaction.after_write_before_record")
             recording = True
             await cursor.mark_delete(end, {COMPACTED_LEDGER_PROPERTY: writer.ledger_id})
+            managed = getattr(cursor, "managed_cursor", None)
+            if managed is not None:  # persisted before SUCCESS: read-only brokers and a next owner see it
+                await managed.flush()
         except BaseException:
             if not recording:  # never recorded: nobody will read it
                 await writer.abandon()

@@ -58,11 +58,18 @@ from magnetar.protocol.pulsar import message_count, pb, stored_entry_metadata
 log = logging.getLogger(__name__)
 
 DEDUP_CURSOR_NAME = "pulsar.dedup"  # Pulsar's name; not a subscription (admin listings leave it out)
+#: Geo-replication's cursors: ``pulsar.repl.<remote cluster>`` (one per replicator, Pulsar's name)
+#: and ``pulsar.repl.dedup`` (the receiving side's deduplication by source position).
+REPLICATION_CURSOR_PREFIX = "pulsar.repl."
+REPL_DEDUP_CURSOR_NAME = "pulsar.repl.dedup"
 
 
 def is_system_cursor(name: str) -> bool:
     """Cursors the broker keeps for itself, which are not subscriptions."""
-    return name == DEDUP_CURSOR_NAME
+    return name == DEDUP_CURSOR_NAME or name.startswith(REPLICATION_CURSOR_PREFIX)
+
+
+ReplayKey = Callable[[pb.MessageMetadata], "tuple[str, int] | None"]
 
 
 class DedupStatus(enum.Enum):
@@ -115,8 +122,17 @@ class DedupAppend:
 class MessageDeduplication:
     def __init__(self, topic_log: TopicLog, config: BrokerConfig, *,
                  enabled: Callable[[], bool] | None = None,
-                 snapshot_interval: int = BROKER_DEDUP_SNAPSHOT_INTERVAL_ENTRIES) -> None:
+                 snapshot_interval: int = BROKER_DEDUP_SNAPSHOT_INTERVAL_ENTRIES,
+                 cursor_name: str = DEDUP_CURSOR_NAME, replay_key: ReplayKey | None = None,
+                 negative_control: breaks.Break = breaks.Break.NO_DEDUP) -> None:
+        """``cursor_name``, ``replay_key`` and ``negative_control`` make another instance with the
+        same mechanism: geo-replication's deduplication by source position keys the map by source
+        cluster, recovers it from the entries' ``replicated_from`` and source-position property
+        (``replay_key(metadata)`` -> (key, value) or None) and persists it in its own cursor."""
         invariant(snapshot_interval >= 1, "snapshot interval is at least one entry")
+        self._cursor_name = cursor_name
+        self._replay_key = replay_key
+        self._negative_control = negative_control
         self._log = topic_log
         self._enabled = enabled if enabled is not None else (lambda: config.deduplication)
         self._snapshot_interval = snapshot_interval
@@ -152,7 +168,7 @@ class MessageDeduplication:
     async def ready(self) -> None:
         """Recover (first call) or follow the switch; call before admitting a producer."""
         async with self._lock:
-            enabled = self._enabled() and not breaks.active(breaks.Break.NO_DEDUP)
+            enabled = self._enabled() and not breaks.active(self._negative_control)
             if self._state in (DedupState.NEW, DedupState.DISABLED) and enabled:
                 self._move(DedupState.RECOVERING)
                 try:
@@ -165,7 +181,7 @@ class MessageDeduplication:
                 await self._disable()
 
     async def _recover(self) -> None:
-        cursor = await self._log.open_cursor(DEDUP_CURSOR_NAME, durable=True,
+        cursor = await self._log.open_cursor(self._cursor_name, durable=True,
                                              initial_mark_delete=self._log.last_position)
         self._cursor = cursor
         self.highest = dict(cursor.properties)
@@ -180,6 +196,11 @@ class MessageDeduplication:
                     metadata = stored_entry_metadata(entry.data)
                 except CorruptData as error:
                     log.error("dedup replay: unreadable entry %s on %s: %s", entry.position, self._log.name, error)
+                    continue
+                if self._replay_key is not None:
+                    found = self._replay_key(metadata)
+                    if found is not None:
+                        self._record(*found)
                     continue
                 highest = entry_highest_sequence(metadata)
                 if highest is not None:
@@ -212,8 +233,8 @@ class MessageDeduplication:
         await self._stop_snapshots()
         self.highest.clear()
         self._cursor = None
-        if DEDUP_CURSOR_NAME in self._log.cursor_names():
-            await self._log.delete_cursor(DEDUP_CURSOR_NAME)
+        if self._cursor_name in self._log.cursor_names():
+            await self._log.delete_cursor(self._cursor_name)
 
     # --- the producer's questions ---------------------------------------------------------------
 

@@ -23,6 +23,10 @@ Invariants:
   ``deliver_at_time`` is still ahead goes to ``delayed`` (``broker/delayed.py``) instead of a
   consumer; when due it joins the replay set. One timer (``Clock.sleep``) wakes the loop at the
   earliest deadline; nothing waits on the real clock.
+* Markers (entries with ``marker_type``: replicated subscriptions' snapshots and updates) are never
+  sent; the pass acknowledges them individually on the cursor, before any delay check (a marker is
+  never held in the delayed index or in replay), so they never leave a hole that stalls the
+  mark-delete position.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ class Dispatcher:
         self.groups: dict[Position, object] = {}  # group of each pending or replayed entry that has one
         self.replay_groups: dict[object, int] = {}  # group -> how many of its entries wait in replay
         self.redelivery_counts: dict[Position, int] = {}
+        self._marker_acks: list[Position] = []  # markers skipped by ``_send``, acknowledged after it
         self.read_position = cursor.mark_delete_position.next()
         self._epoch = 0
         self._wake = asyncio.Event()
@@ -299,7 +304,11 @@ class Dispatcher:
             return True
         if not entries:
             return False
-        return self._send(entries, replay=False)
+        sent = self._send(entries, replay=False)
+        if self._marker_acks:
+            markers, self._marker_acks = self._marker_acks, []
+            await self.cursor.delete(markers)
+        return sent
 
     def _replay_batch(self) -> list[Position]:
         """Up to one read's worth of replayed positions, leaving out groups that cannot be placed."""
@@ -358,6 +367,11 @@ class Dispatcher:
                 metadata = stored_entry_metadata(entry.data)
             except CorruptData as error:
                 log.error("skipping unreadable entry %s on %s: %s", position, self.cursor.name, error)
+                self._advance(entry, replay)
+                progressed = True
+                continue
+            if metadata.marker_type:  # never delivered: acknowledged here, so it holds no position back
+                self._marker_acks.append(position)
                 self._advance(entry, replay)
                 progressed = True
                 continue

@@ -101,6 +101,11 @@ class ManagedTopicLog:
     def last_position(self) -> Position:
         return self._ml.last_confirmed_entry
 
+    @property
+    def read_only_holds(self) -> list[Position]:
+        """Mark-delete positions of the subscriptions read-only brokers serve (last trim's view)."""
+        return list(getattr(self._ml, "read_only_holds", ()))
+
     def append(self, data: bytes) -> asyncio.Future[Position]:
         """The managed ledger's one append (its future as is: a terminated topic refuses at once,
         since termination waits for the appends in flight)."""

@@ -117,6 +117,20 @@ class BrokerCollector(Collector):
         }
         out_total = CounterMetricFamily("pulsar_subscription_out_messages", "messages dispatched",
                                         labels=sub_labels)
+        repl_labels = [*topic_labels, "remote_cluster"]
+        repl_gauges = {
+            name: (GaugeMetricFamily(name, doc, labels=repl_labels), key) for name, doc, key in (
+                ("pulsar_replication_backlog", "entries not yet replicated to the remote (lag in messages)",
+                 "replicationBacklog"),
+                ("pulsar_replication_delay_in_seconds", "age of the oldest entry sent and not yet receipted",
+                 "replicationDelayInSeconds"),
+                ("pulsar_replication_rate_out", "entries replicated per second", "msgRateOut"),
+                ("pulsar_replication_throughput_out", "bytes replicated per second", "msgThroughputOut"),
+                ("pulsar_replication_connected_count", "1 if the replicator's producer is connected", "connected"),
+            )
+        }
+        repl_lag = HistogramMetricFamily("magnetar_replication_lag_seconds",
+                                         "publish in this cluster to receipt by the remote", labels=repl_labels)
         cluster = self._service.config.cluster_name
         for name, topic in list(self._service.topics.items()):
             labels = [cluster, topic.name.namespace, name]
@@ -149,9 +163,36 @@ class BrokerCollector(Collector):
             in_bytes.add_metric(labels, published.byte_count)
             histogram = topic.publish_latency
             latency.add_metric(labels, histogram.cumulative(), histogram.sum_ms / 1000)
+            for remote, replicator in list(topic.replicators.items()):
+                rl = [*labels, remote]
+                stats = replicator.stats()
+                for family, key in repl_gauges.values():
+                    family.add_metric(rl, float(stats[key]))
+                repl_lag.add_metric(rl, replicator.lag.cumulative(), replicator.lag.sum_ms / 1000)
         yield from gauges.values()
         yield in_total
         yield in_bytes
         yield latency
         yield from sub_gauges.values()
         yield out_total
+        yield from _read_only_metrics(self._service, topic_labels)
+        yield from (family for family, _ in repl_gauges.values())
+        yield repl_lag
+
+
+def _read_only_metrics(service: BrokerService, topic_labels: list[str]) -> Iterator[Metric]:
+    """Counters of the topics a read-only broker serves (``broker/read_only.py``)."""
+    skipped = CounterMetricFamily(
+        "magnetar_read_only_skipped_entries", "entries read-only cursors skipped because the owner's "
+        "retention removed them (at least one per removed ledger)", labels=topic_labels)
+    feed = CounterMetricFamily("magnetar_read_only_feed_positions",
+                               "last confirmed positions the owner's feed delivered", labels=topic_labels)
+    cluster = service.config.cluster_name
+    for name, topic in list(service.topics.items()):
+        read_only = getattr(topic.log, "read_only_ledger", None)
+        if read_only is not None:
+            labels = [cluster, topic.name.namespace, name]
+            skipped.add_metric(labels, read_only.entries_skipped)
+            feed.add_metric(labels, read_only.feed_positions)
+    yield skipped
+    yield feed

@@ -170,6 +170,7 @@ class TopicPolicies(msgspec.Struct, rename="camel", omit_defaults=True):
     max_message_size: int | None = None
     delayed_delivery_enabled: bool | None = None
     delayed_delivery_tick_time_millis: int | None = None
+    replication_clusters: list[str] | None = None
     compaction_threshold: int | None = None
 
 

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Protocol
 from magnetar import faults
 from magnetar.base.invariant import invariant
 from magnetar.base.types import Position
-from magnetar.broker.dedup import DedupAppend, DedupStatus
+from magnetar.broker.dedup import DedupAppend, DedupStatus, MessageDeduplication
 from magnetar.broker.errors import BrokerError, to_broker_error
+from magnetar.broker.replicated import is_replicator_producer
 from magnetar.protocol.pulsar import pb
 
 if TYPE_CHECKING:
@@ -89,6 +90,9 @@ class Producer:
         self.access_mode = access_mode
         self.connection_key = connection_key
         self.schema_version: bytes | None = None  # the registered schema it produces with, if any
+        #: A geo-replicator's producer (``pulsar.repl.A-->B``): its SENDs are deduplicated by
+        #: source position (``broker/replicated.py``), not by sequence id.
+        self.replicator = is_replicator_producer(name)
         #: The topic epoch it asked for (PRODUCER.topic_epoch), then the one it holds once admitted
         #: as an exclusive producer; None for a shared producer.
         self.topic_epoch: int | None = None
@@ -116,8 +120,12 @@ class Producer:
         self._state = ProducerState.CLOSED
         self._room.set()
 
-    async def send(self, command: pb.CommandSend, data: bytes | None, *, records_sequence: bool = True) -> None:
+    async def send(self, command: pb.CommandSend, data: bytes | None, *, records_sequence: bool = True,
+                   source: tuple[str, int] | None = None) -> None:
         """Queue one SEND (``data`` None: it failed its checksum). Waits while the FIFO is full.
+
+        ``source``: (source cluster, source position) of a replicator's SEND; it is deduplicated
+        by that position in ``topic.repl_dedup`` instead of by sequence id.
 
         The chunks of one chunked message share a sequence id: only the last one
         (``records_sequence``) is checked for a duplicate and records the sequence id as persisted;
@@ -132,34 +140,39 @@ class Producer:
         op = _PendingSend(first, highest, records_sequence=records_sequence)
         chunk = command.HasField("is_chunk") and command.is_chunk
         self._pending.append(op)
+        dedup, key = (self.topic.repl_dedup, source[0]) if source is not None else (self.topic.dedup, self.name)
+        if source is not None:  # each source entry (a chunk too) is one position: always checked
+            first = highest = source[1]
+            chunk, records_sequence = False, True
         if data is None:
             op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
             self._flush()
-        elif (not chunk or records_sequence) and await self._is_duplicate(first):  # a last chunk counts
+        elif (not chunk or records_sequence) and await self._is_duplicate(dedup, key, first):  # a last chunk counts
             op.position = DUPLICATE
             self._flush()
         else:
-            append = self.topic.dedup.begin(self.name, highest, records_sequence=records_sequence)
+            append = dedup.begin(key, highest, records_sequence=records_sequence)
             try:
-                await self.topic.publish_then(data, partial(self._persisted, op, append), messages=max(count, 1))
+                await self.topic.publish_then(data, partial(self._persisted, op, dedup, append),
+                                              messages=max(count, 1))
             except Exception as error:  # refused before anything was appended
-                self._persisted(op, append, None, error)
+                self._persisted(op, dedup, append, None, error)
 
-    async def _is_duplicate(self, sequence_id: int) -> bool:
-        dedup = self.topic.dedup
-        status = dedup.check(self.name, sequence_id)
+    @staticmethod
+    async def _is_duplicate(dedup: MessageDeduplication, key: str, sequence_id: int) -> bool:
+        status = dedup.check(key, sequence_id)
         while status is DedupStatus.UNKNOWN:  # each wait ends when one in-flight append ends
-            await dedup.wait_in_flight(self.name, sequence_id)
-            status = dedup.check(self.name, sequence_id)
+            await dedup.wait_in_flight(key, sequence_id)
+            status = dedup.check(key, sequence_id)
         return status is DedupStatus.DUPLICATE
 
-    def _persisted(self, op: _PendingSend, append: DedupAppend, position: Position | None,
-                   error: BaseException | None) -> None:
+    def _persisted(self, op: _PendingSend, dedup: MessageDeduplication, append: DedupAppend,
+                   position: Position | None, error: BaseException | None) -> None:
         """The topic's answer for ``op``: record it, then answer what is done at the FIFO's head."""
         op.position = position
         if error is not None:
             op.error = to_broker_error(error)
-        self.topic.dedup.finish(append, position)
+        dedup.finish(append, position)
         self._flush()
 
     def _flush(self) -> None:

@@ -54,6 +54,14 @@ class NotEmptyError(MagnetarError):
     """A tenant with namespaces, or a namespace with topics, cannot be deleted."""
 
 
+class ClusterInUse(InvalidArgument):
+    """A cluster a tenant still allows cannot be deleted."""
+
+
+class ClusterNotAllowed(MagnetarError):
+    """A replication cluster the tenant does not allow (Pulsar answers 403)."""
+
+
 class TopicBusy(MagnetarError):
     """A topic with producers or consumers attached cannot be deleted without force."""
 
@@ -64,10 +72,23 @@ class TenantInfo(msgspec.Struct, rename="camel"):
 
 
 class ClusterData(msgspec.Struct, rename="camel", omit_defaults=True):
+    """Pulsar's ``ClusterData``. ``authenticationPlugin`` / ``authenticationParameters`` are the
+    credentials geo-replicators present to this cluster (e.g. ``token`` and ``token:<jwt>``)."""
+
     service_url: str = ""
     service_url_tls: str = ""
     broker_service_url: str = ""
     broker_service_url_tls: str = ""
+    authentication_plugin: str = ""
+    authentication_parameters: str = ""
+
+    def validate(self) -> None:
+        for name, url, schemes in (("serviceUrl", self.service_url, ("http://", "https://")),
+                                   ("serviceUrlTls", self.service_url_tls, ("https://",)),
+                                   ("brokerServiceUrl", self.broker_service_url, ("pulsar://",)),
+                                   ("brokerServiceUrlTls", self.broker_service_url_tls, ("pulsar+ssl://",))):
+            if url and not url.startswith(schemes):
+                raise InvalidArgument(f"Invalid {name}: {url!r} (expected {' or '.join(schemes)}...)")
 
 
 def check_name(kind: str, name: str) -> str:
@@ -141,7 +162,27 @@ class Resources:
                                  f"Cluster {name}"))[0]
 
     async def create_cluster(self, name: str, data: ClusterData) -> None:
+        data.validate()
         await self._create(f"{CLUSTERS_ROOT}/{check_name('cluster', name)}", data, f"Cluster {name}")
+
+    async def update_cluster(self, name: str, data: ClusterData) -> None:
+        data.validate()
+
+        def replace(current: ClusterData) -> None:
+            for field in ClusterData.__struct_fields__:
+                setattr(current, field, getattr(data, field))
+
+        await self._update(f"{CLUSTERS_ROOT}/{check_name('cluster', name)}", ClusterData, f"Cluster {name}", replace)
+
+    async def delete_cluster(self, name: str) -> None:
+        """Refused (``NotEmptyError``, 412 in Pulsar) while a tenant still allows the cluster."""
+        await self.cluster(name)
+        for tenant in await self.tenants():
+            if name in (await self.tenant(tenant)).allowed_clusters:
+                raise ClusterInUse(f"Cluster {name} is still allowed for tenant {tenant}")
+        path = f"{CLUSTERS_ROOT}/{name}"
+        await self.store.delete(path)
+        self.cache.written(path, None)
 
     # --- tenants ---------------------------------------------------------------------------------
 
@@ -204,11 +245,29 @@ class Resources:
         self.split_namespace(namespace)
         return (await self._read(namespace_path(namespace), Policies, f"Namespace {namespace}"))[0]
 
+    async def check_replication_clusters(self, tenant: str, clusters: list[str]) -> list[str]:
+        """``clusters`` as a replication list of ``tenant``'s: not empty, no repeats, each one
+        registered (``InvalidArgument``) and allowed by the tenant (``ClusterNotAllowed``)."""
+        if not clusters:
+            raise InvalidArgument("ClusterIds should not be null or empty")
+        known = set(await self.clusters())
+        allowed = set((await self.tenant(tenant)).allowed_clusters)
+        for cluster in clusters:
+            check_name("cluster", cluster)
+            if cluster not in known:
+                raise InvalidArgument(f"Invalid cluster id: {cluster}")
+            if cluster not in allowed:
+                raise ClusterNotAllowed(f"Cluster {cluster} is not in the list of allowed clusters list for "
+                                        f"tenant [{tenant}]")
+        return list(dict.fromkeys(clusters))
+
     async def create_namespace(self, namespace: str, policies: Policies | None = None) -> None:
         tenant, _ = self.split_namespace(namespace)
         info = await self.tenant(tenant)
         value = policies or Policies()
-        if not value.replication_clusters:
+        if value.replication_clusters:
+            value.replication_clusters = await self.check_replication_clusters(tenant, value.replication_clusters)
+        else:
             value.replication_clusters = list(info.allowed_clusters[:1]) or list((await self.clusters())[:1])
         await self._create(namespace_path(namespace), value, f"Namespace {namespace}")
 

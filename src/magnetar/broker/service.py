@@ -10,6 +10,9 @@ namespace's ``autoTopicCreationOverride``) and by each topic on use. With a cloc
 runs every ``policy_check_interval_ms`` over the loaded topics (TTL, backlog quotas, retention)
 and samples their rates; ``check_policies()`` runs one pass at once. ``resources`` (tenants,
 namespaces, clusters) exists when there is a metadata store.
+
+``topic_load_hooks`` are awaited with each newly loaded topic before anyone can use it (the
+geo-replication service opens its replicators' cursors there, so no entry escapes them).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import contextlib
 import enum
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from magnetar.base.clock import Clock
@@ -67,6 +71,7 @@ class BrokerService:
         # /schemas/...; in memory without a metadata store
         self.schemas = SchemaRegistry(metadata, strategy_of=self.schema_compatibility,
                                       now_ms=clock.now_ms if clock is not None else None)
+        self.topic_load_hooks: list[Callable[[Topic], Awaitable[None]]] = []
         #: Who a client is (``magnetar.security``); set by the runtime when
         #: ``config.authentication_enabled``. None: every session and request has role None.
         self.authenticator: Authenticator | None = None
@@ -112,6 +117,8 @@ class BrokerService:
             topic_log = await self.log_store.open_log(key, create=create and allowed)
             topic = Topic(name, topic_log, self.config, clock=self.clock,
                           policies=lambda: self.policies.effective(name))
+            for hook in list(self.topic_load_hooks):
+                await hook(topic)
             self.topics[key] = topic
             self._start_checker()
             future.set_result(topic)

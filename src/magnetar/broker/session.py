@@ -49,6 +49,12 @@ from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.ids import before, is_earliest, is_latest, to_position
 from magnetar.broker.lookup import LookupKind
 from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.replicated import (
+    adopt_replicated_partitions,
+    is_replicator_producer,
+    mark_replicated_subscription,
+    replicated_source,
+)
 from magnetar.broker.schema import carries_schema, version_bytes, version_from_bytes
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
@@ -185,7 +191,7 @@ class Session:
             metadata = event.message.metadata
             last_chunk = (not metadata.HasField("num_chunks_from_msg")
                           or metadata.chunk_id == metadata.num_chunks_from_msg - 1)
-            await self._on_send(event.command, bytes(event.message.checksummed()), last_chunk)
+            await self._on_send(event.command, bytes(event.message.checksummed()), last_chunk, metadata)
         elif isinstance(event, CorruptSend):
             await self._on_send(event.command, None, True)
         elif isinstance(event, CommandReceived):
@@ -328,8 +334,13 @@ class Session:
         self._check_handles()
         topic_name = _topic_name(body.topic)
         await self._authorize(Need.PRODUCE, topic_name)
+        if is_replicator_producer(body.producer_name):
+            await adopt_replicated_partitions(self.service.partitioned, topic_name,
+                                              {kv.key: kv.value for kv in body.metadata})
         topic = await self.service.get_topic(topic_name, create=True)
         await topic.dedup.ready()  # recovered before the first producer: last_sequence_id is right
+        if is_replicator_producer(body.producer_name):
+            await topic.repl_dedup.ready()  # source positions recovered before the first replicated SEND
         schema_version = None
         if body.HasField("schema") and carries_schema(body.schema):  # before admission: refused if incompatible
             schema_version = version_bytes(await self.service.schemas.register(topic.name, body.schema))
@@ -358,7 +369,8 @@ class Session:
                                                   topic_epoch=producer.topic_epoch)
             self._out()
 
-    async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool) -> None:
+    async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool,
+                       metadata: pb.MessageMetadata | None = None) -> None:
         if self.refusal is not None:
             self._refuse(T.SEND, None)
             return
@@ -369,7 +381,8 @@ class Session:
             self.connection.close("SEND for an unknown producer")
             return
         self._pending_sends += 1
-        await producer.send(command, data, records_sequence=records_sequence)
+        source = replicated_source(metadata) if producer.replicator and metadata is not None else None
+        await producer.send(command, data, records_sequence=records_sequence, source=source)
 
     async def _close_producer(self, body: pb.CommandCloseProducer) -> None:
         producer = self.producers.pop(body.producer_id, None)
@@ -408,6 +421,8 @@ class Session:
         if not body.subscription:
             raise BrokerError(pb.InvalidTopicName, "subscription name must not be empty")
         subscription = await topic.subscription(body.subscription, durable=durable, initial_mark_delete=initial)
+        if durable and body.HasField("replicate_subscription_state") and body.replicate_subscription_state:
+            await mark_replicated_subscription(subscription.cursor)  # geo-replication keeps it in step
         ranges: tuple[tuple[int, int], ...] = ()
         if body.HasField("keySharedMeta") and body.keySharedMeta.keySharedMode == pb.STICKY:
             ranges = tuple((r.start, r.end) for r in body.keySharedMeta.hashRanges)

@@ -134,6 +134,13 @@ class Subscription:
         self.dispatcher.remove_consumer(consumer)
         if not self.dispatcher.consumers and not self.durable:
             await self.close(delete=True)
+            return
+        release = getattr(self.log, "release_cursor", None)
+        if not self.dispatcher.consumers and release is not None:
+            # A read-only broker lets an idle subscription go (persisted, unlocked), so its next
+            # consumer may come through another read-only broker (broker/read_only.py).
+            await self.close(delete=False)
+            await release(self.name)
 
     def flow(self, consumer: Consumer, permits: int) -> None:
         if self.dispatcher is not None and consumer.is_active:

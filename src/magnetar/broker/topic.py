@@ -24,7 +24,14 @@ other producer exists and keeps others out; ExclusiveWithFencing closes the exis
 ``producer_ready=false`` and admitted (a second PRODUCER_SUCCESS) when the topic has no producer.
 
 Deduplication (``dedup``, see ``broker/dedup.py``) keeps the highest sequence id persisted per
-producer name, snapshotted in the ``pulsar.dedup`` cursor and rebuilt on load.
+producer name, snapshotted in the ``pulsar.dedup`` cursor and rebuilt on load. Geo-replication's
+(``repl_dedup``, see ``broker/replicated.py``) keeps the highest source position persisted per source
+cluster, in the ``pulsar.repl.dedup`` cursor; it is recovered when the first replicator producer
+arrives and is always on.
+
+Hooks for geo-replication (``magnetar.replication``, a layer above): ``entry_listeners`` are called
+after every append, ``close_hooks`` are awaited first thing in ``close`` (replicators stop before
+the log closes), and ``replicators`` maps a remote cluster to what its replicator reports in stats.
 
 Policies (``broker/policies.py``, read through ``policies()`` on every use, so a change applies at
 once): max producers (ProducerBusy) and consumers (ConsumerBusy); max message size (the SEND fails
@@ -44,10 +51,10 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, FencedError
@@ -59,14 +66,16 @@ from magnetar.base.limits import (
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker.compaction import TopicCompaction
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.dedup import MessageDeduplication, is_system_cursor
+from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, DedupState, MessageDeduplication, is_system_cursor
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import Terminable, TopicLog
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
 from magnetar.broker.policies import EffectivePolicies, QuotaLimit, RetentionAction, resolve
 from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.replicated import replicated_source
 from magnetar.broker.subscription import Subscription
+from magnetar.faults import breaks
 from magnetar.protocol.pulsar import pb, stored_entry_metadata
 
 log = logging.getLogger(__name__)
@@ -105,6 +114,14 @@ def is_write_failure(error: BaseException) -> bool:
     return isinstance(error, Exception) and not isinstance(error, BrokerError | FencedError | ClosedError)
 
 
+class ReplicatorView(Protocol):
+    """What a topic needs from one of its geo-replicators (``magnetar.replication.Replicator``)."""
+
+    lag: LatencyHistogram  # publish here -> receipt from the remote, per replicated entry
+
+    def stats(self) -> dict[str, Any]: ...
+
+
 @dataclass(slots=True)
 class WaitingProducer:
     producer: Producer
@@ -124,6 +141,12 @@ class Topic:
         defaults = resolve(config, None, None)
         self.policies: Callable[[], EffectivePolicies] = policies or (lambda: defaults)
         self.dedup = MessageDeduplication(topic_log, config, enabled=lambda: self.policies().deduplication)
+        self.repl_dedup = MessageDeduplication(topic_log, config, enabled=lambda: True,
+                                               cursor_name=REPL_DEDUP_CURSOR_NAME, replay_key=replicated_source,
+                                               negative_control=breaks.Break.NO_REPL_DEDUP)
+        self.entry_listeners: list[Callable[[], None]] = []
+        self.close_hooks: list[Callable[[], Awaitable[None]]] = []
+        self.replicators: dict[str, ReplicatorView] = {}
         self.published = RateMeter()
         if clock is not None:
             self.published.sample(clock.monotonic_ns())  # rates count from the load
@@ -144,6 +167,13 @@ class Topic:
         self.write_failures = 0  # times the topic was blocked after a failed write
         self.compaction = TopicCompaction(topic_log)  # see broker/compaction.py
         self._state = TopicState.ACTIVE
+        follow = getattr(topic_log, "on_entries_added", None)
+        if follow is not None:  # a read-only log learns of entries its owner appended (broker/read_only.py)
+            follow(self._entries_added)
+
+    def _entries_added(self) -> None:
+        for subscription in self.subscriptions.values():
+            subscription.notify_entries_added()
 
     @property
     def state(self) -> TopicState:
@@ -188,9 +218,12 @@ class Topic:
                 return
             try:
                 await self.dedup.wait_appends_finished()
+                await self.repl_dedup.wait_appends_finished()
                 if isinstance(self.log, SettlesFailedWrites):
                     await self.log.settle_failed_writes()
                 await self.dedup.rebuild()
+                if self.repl_dedup.state is not DedupState.NEW:  # recovered once: rebuild it the same way
+                    await self.repl_dedup.rebuild()
             except Exception as error:  # bookies or metadata still down: try again later
                 log.warning("topic %s stays blocked (attempt %d): %s", self.name, attempt + 1, error)
                 if self.clock is None:
@@ -221,6 +254,9 @@ class Topic:
         PRODUCER_SUCCESS carries and its reconnects present again. The epoch lives as long as the
         loaded topic.
         """
+        refuse = getattr(self.log, "refuse_producer", None)
+        if refuse is not None:  # a read-only broker: the error names the owner (broker/read_only.py)
+            refuse()
         self._check_writable()
         if self.terminated_at is not None:
             raise BrokerError(pb.TopicTerminatedError, f"Topic {self.name} is terminated")
@@ -361,6 +397,8 @@ class Topic:
         self.published.record(messages, size)
         for subscription in self.subscriptions.values():
             subscription.notify_entries_added()
+        for listener in self.entry_listeners:
+            listener()
         on_done(appended.result(), None)
 
     async def _throttle_publish(self, policies: EffectivePolicies, messages: int, size: int) -> None:
@@ -421,11 +459,13 @@ class Topic:
 
     def backlog_bytes(self) -> int:
         """Bytes after the slowest durable subscription (Pulsar's topic backlog size)."""
-        subscriptions = self._durable_subscriptions()
-        if not subscriptions:
+        marks = [s.cursor.mark_delete_position for s in self._durable_subscriptions()]
+        # Subscriptions read-only brokers serve count too (their persisted positions, read by the
+        # owner's last trim: broker/read_only.py); a producer quota then holds for them as well.
+        marks += getattr(self.log, "read_only_holds", ())
+        if not marks:
             return 0
-        slowest = min(s.cursor.mark_delete_position for s in subscriptions)
-        return self.log.backlog_bytes(slowest)
+        return self.log.backlog_bytes(min(marks))
 
     async def oldest_backlog_publish_ms(self) -> int | None:
         """Publish time of the oldest entry some durable subscription has not acknowledged."""
@@ -534,6 +574,11 @@ class Topic:
         if self._state is TopicState.CLOSED:
             return
         self._move(TopicState.CLOSED)
+        for hook in list(self.close_hooks):
+            try:
+                await hook()
+            except Exception:  # a replicator failing to stop must not keep the log open
+                log.exception("close hook of %s failed", self.name)
         unblocking, self._unblocking = self._unblocking, None
         if unblocking is not None and not unblocking.done():
             unblocking.cancel()
@@ -545,6 +590,7 @@ class Topic:
             await subscription.close(delete=not subscription.durable)
         await self.compaction.close()
         await self.dedup.close()
+        await self.repl_dedup.close()
         await self.log.close()
 
 

@@ -479,6 +479,11 @@ def topics_stats(topic: str, as_json: bool = typer.Option(False, "--json", help=
     print_table(console, "subscriptions", ("subscription", "type", "msgBacklog", "msgRateOut", "consumers"),
                 [(name, str(sub.get("type", "")), str(sub["msgBacklog"]), f"{sub['msgRateOut']:.1f}",
                   str(len(sub["consumers"]))) for name, sub in stats["subscriptions"].items()])
+    if stats.get("replication"):
+        print_table(console, "replication", ("remote", "connected", "backlog", "msgRateOut", "delay s", "last error"),
+                    [(remote, str(r["connected"]), str(r["replicationBacklog"]), f"{r['msgRateOut']:.1f}",
+                      f"{r['replicationDelayInSeconds']:.3f}", r.get("lastError", "")) for remote, r in
+                     stats["replication"].items()])
 
 
 @topics_app.command("internal-stats")

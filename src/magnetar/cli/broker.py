@@ -36,6 +36,8 @@ def register(app: typer.Typer) -> None:
         port_tls: int = typer.Option(None, "--port-tls", help="pulsar+ssl:// port (Pulsar's 6651; 0 = any)"),
         http_port_tls: int = typer.Option(None, "--http-port-tls", help="HTTPS port (Pulsar's 8443; 0 = any)"),
         config: str = typer.Option(None, "--config", help="TOML file with a broker section"),
+        read_only: bool = typer.Option(None, "--read-only",
+                                       help="serve reads of topics owned by other brokers; own nothing, write nothing"),
         pulsar_conf: str = typer.Option(None, "--pulsar-conf",
                                         help="a Pulsar broker.conf (supported keys take effect)"),
     ) -> None:
@@ -72,6 +74,7 @@ def register(app: typer.Typer) -> None:
                     "metadata_url": metadata, "port": port, "http_port": http_port, "host": host,
                     "advertised_address": advertised_address, "ensemble_size": e, "write_quorum_size": qw,
                     "ack_quorum_size": qa, "session_timeout_ms": session_timeout_ms, "cluster_name": cluster_name,
+                    "read_only": read_only,
                 },
             )
         except InvalidArgument as exc:

@@ -41,6 +41,9 @@ def _table(cluster: object, console: Console) -> None:
     console.print(f"metadata URL {cluster.metadata_url}")
     for broker in cluster.of_kind("broker"):
         console.print(f"{broker.name} admin http://127.0.0.1:{broker.http_port}")
+    read_only = cluster.read_only_service_url()
+    if read_only is not None:
+        console.print(f"[bold]read-only service URL:[/bold] {read_only} (consumers and readers only)")
     if cluster.service_url_tls() is not None:
         console.print("[bold]secure:[/bold] TLS, token/certificate authentication and authorization are on")
         for line in cluster.connect_help():
@@ -52,17 +55,21 @@ def up(
     directory: str = typer.Option(DEFAULT_DIR, "--dir", help="state, logs and data directories"),
     bookies: int = typer.Option(3, "--bookies", min=1, max=9, help="bookie processes"),
     brokers: int = typer.Option(2, "--brokers", min=1, max=9, help="broker processes"),
+    read_only_brokers: int = typer.Option(0, "--read-only-brokers", min=0, max=9,
+                                          help="read-only broker processes (serve reads of every topic, own none)"),
     ensemble: str = typer.Option("3,3,2", "--ensemble", help="E,Qw,Qa of new ledgers"),
     timeout_s: float = typer.Option(90.0, "--timeout-s", min=1, help="bound on the whole start-up"),
     autorecovery: bool = typer.Option(True, "--autorecovery/--no-autorecovery", help="run an AutoRecovery process"),
     secure: bool = typer.Option(False, "--secure", help="TLS, authentication and authorization, with a generated "
                                 "CA, certificates and a superuser token"),
+    name: str = typer.Option(None, "--name", help="the cluster's name for geo-replication (default dir: "
+                             "data/cluster-NAME); link named clusters with `magnetar cluster link`"),
 ) -> None:
     """Start the cluster and leave it running (stop it with `magnetar cluster down`)."""
     from magnetar.runtime.cluster import STATE_FILE, LocalCluster
 
     console = Console(soft_wrap=True)
-    base = Path(directory)
+    base = Path(f"{DEFAULT_DIR}-{name}" if name and directory == DEFAULT_DIR else directory)
     if (base / STATE_FILE).exists() and any(p.alive() for p in LocalCluster.load(base).processes.values()):
         console.print(f"[red]error:[/red] a cluster is already running in {base}; `magnetar cluster down --dir {base}`")
         raise typer.Exit(1)
@@ -73,7 +80,7 @@ def up(
     quorum = (min(e, bookies), min(qw, bookies), min(qa, bookies))
     try:
         cluster = LocalCluster(base, bookies=bookies, brokers=brokers, ensemble=quorum, autorecovery=autorecovery,
-                               secure=secure)
+                               secure=secure, name=name, read_only_brokers=read_only_brokers)
     except (ValueError, RuntimeError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import typer
 
-from magnetar.cli import (
+from magnetar.cli import (  # admin_geo attaches its commands to admin's and cluster's groups
     admin,
+    admin_geo,  # noqa: F401
     autorecovery,
     bookie,
     broker,

@@ -16,6 +16,8 @@ def register(app: typer.Typer) -> None:
         broker_port: int = typer.Option(None, "--broker-port", help="Pulsar binary protocol port (default 6650)"),
         web_port: int = typer.Option(None, "--web-port", help="HTTP port for /metrics and /health (default 8080)"),
         bookie_port: int = typer.Option(None, "--bookie-port", help="first bookie's port (default 3181; bookie i uses 3181+i; 0 = any)"),
+        cluster_name: str = typer.Option(None, "--cluster-name",
+                                         help="this cluster's name for geo-replication (default standalone)"),
         broker_port_tls: int = typer.Option(None, "--broker-port-tls",
                                             help="pulsar+ssl:// port (Pulsar's 6651; 0 = any); needs TLS files"),
         web_port_tls: int = typer.Option(None, "--web-port-tls", help="HTTPS port (Pulsar's 8443; 0 = any)"),
@@ -51,6 +53,7 @@ def register(app: typer.Typer) -> None:
                     "broker_port": broker_port,
                     "web_port": web_port,
                     "bookie_port": bookie_port,
+                    "cluster_name": cluster_name,
                 },
             )
         except InvalidArgument as exc:

@@ -337,6 +337,32 @@ class Producer:
                 await cnx.drain()
         return future
 
+    async def send_entry_async(self, metadata: pb.MessageMetadata, payload: bytes) -> asyncio.Future[MessageId]:
+        """Queue one already-encoded entry (a geo-replicator forwarding a stored entry): ``metadata``
+        and ``payload`` are sent as given (producer name, sequence id, batch and compression fields
+        included); the SEND itself carries this producer's next sequence id. One future per entry."""
+        self._check_open()
+        await self._room.acquire()
+        try:
+            self._check_open()
+            count = max(1, metadata.num_messages_in_batch) if metadata.HasField("num_messages_in_batch") else 1
+            future: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+            sequence_id = self._next_sequence_id
+            self._next_sequence_id += count
+            self._sent_any = True
+            body = _frame_body(metadata, payload)
+            self._check_size(len(body))
+            self._dispatch_op(_OpSend(sequence_id, count, metadata.HasField("num_messages_in_batch"), body,
+                                      [future], self._deadline_ns()))
+        except BaseException:
+            self._room.release()
+            raise
+        cnx = self._cnx
+        if cnx is not None and cnx.is_ready:
+            with suppress_closed():
+                await cnx.drain()
+        return future
+
     def _check_open(self) -> None:
         if self.state is State.FAILED:
             raise ClosedError(f"producer {self.producer_name} on {self.topic} failed: {self._failure}")

@@ -15,6 +15,8 @@ environment.
   of reading forward (``RecoveryMode.TRUNCATE_TO_LAC``): the last acknowledged entries vanish.
 * ``no-dedup``          the broker's message deduplication is off whatever the configuration says:
   a producer's resends after a reconnect are stored twice.
+* ``no-repl-dedup``     the receiving broker's replication deduplication (by source position) is
+  off: a geo-replicator that restarts and resends what it had sent is stored twice.
 * ``no-subscription-auth`` authorization ignores subscription role lists: any role with consume
   may use a subscription that was limited to other roles.
 """
@@ -35,6 +37,7 @@ class Break(enum.Enum):
     NO_FENCING = "no-fencing"
     TRUNCATE_TO_LAC = "truncate-to-lac"
     NO_DEDUP = "no-dedup"
+    NO_REPL_DEDUP = "no-repl-dedup"
     NO_SUBSCRIPTION_AUTH = "no-subscription-auth"
 
 

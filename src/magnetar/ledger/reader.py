@@ -86,6 +86,20 @@ class LedgerReader:
         self._lac = max(self._lac, result.lac)
         return self._lac
 
+    def learn_lac(self, lac: int) -> int:
+        """Raise the readable end to ``lac``, told by the ledger's writer (it acknowledged every
+        entry up to ``lac`` on Qa bookies), without asking the bookies: a bookie learns the LAC
+        only with the next entry or an explicit LAC, so it lags the writer by one entry."""
+        if not self.is_closed:
+            self._lac = max(self._lac, lac)
+        return self._lac
+
+    def learn_closed(self, metadata: LedgerMetadata) -> None:
+        """The ledger was closed (its metadata says so): read up to its last entry from now on."""
+        if metadata.ledger_id == self.ledger_id and metadata.state is LedgerState.CLOSED:
+            self._metadata = metadata
+            self._lac = metadata.last_entry_id
+
     async def read_entries(self, first_entry_id: int, last_entry_id: int) -> list[Entry]:
         """Entries ``first..last`` (inclusive, in order); all must be <= ``last_add_confirmed``."""
         if first_entry_id < 0 or last_entry_id < first_entry_id:

@@ -83,6 +83,7 @@ from magnetar.managed_ledger.errors import (
     ManagedLedgerWriteFailed,
 )
 from magnetar.managed_ledger.ledger_list import LedgerList
+from magnetar.managed_ledger.read_only_cursors import delete_read_only_cursors, read_only_mark_deletes
 from magnetar.managed_ledger.retention import trimmable_ledgers
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.errors import NodeExists
@@ -191,6 +192,8 @@ class ManagedLedger:
         self._entries = EntryReader(manager, cache_budget)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cursors: dict[str, ManagedCursor] = {}
+        #: Mark-delete positions of read-only brokers' cursors, as the last trim read them.
+        self.read_only_holds: list[Position] = []
         self._non_durable: set[ManagedCursor] = set()
 
     # --- open ------------------------------------------------------------------------------------
@@ -874,8 +877,11 @@ class ManagedLedger:
         """Delete ledgers every durable cursor consumed, as retention allows; returns their ids."""
         if self._state not in (*_WRITABLE, MLState.TERMINATED):
             return []
+        # Subscriptions served by read-only brokers hold back trimming like our own cursors.
+        holds = await read_only_mark_deletes(self._store, self.name)
+        self.read_only_holds = holds
         async with self._info_lock:
-            doomed = self._trimmable()
+            doomed = self._trimmable(holds)
             if not doomed:
                 return []
             kept = [info for info in self._list.infos if info.ledger_id not in doomed]
@@ -888,11 +894,11 @@ class ManagedLedger:
             await self._delete_quietly(ledger_id)
         return doomed
 
-    def _trimmable(self) -> list[int]:
+    def _trimmable(self, holds: list[Position] | None = None) -> list[int]:
         config = self.config
         return trimmable_ledgers(
             self._list.with_live_stats(),
-            self.slowest_mark_delete(),
+            min([self.slowest_mark_delete(), *(holds or [])]),
             self._clock.now_ms(),
             config.retention_time_s,
             config.retention_size_bytes,
@@ -969,6 +975,7 @@ class ManagedLedger:
             await self._delete_quietly(ledger_id)
         for node in await self._store.children(self.path):
             await self._store.delete(f"{self.path}/{node}")
+        await delete_read_only_cursors(self._store, self.name)  # read-only brokers' subscriptions go too
         await self._store.delete(self.path)
 
     # --- tasks -----------------------------------------------------------------------------------

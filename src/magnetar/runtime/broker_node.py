@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import dataclasses
 import logging
 import sys
 from collections.abc import Iterator, Mapping
@@ -51,26 +51,34 @@ from magnetar.base.limits import (
     NAMESPACE_BUNDLES_COUNT_MAX,
 )
 from magnetar.broker import BrokerConfig
+from magnetar.broker.balancer import BalancerSettings
+from magnetar.broker.leader import BundleCommands, LoadBalancerLeader
 from magnetar.broker.metrics import BrokerCollector
 from magnetar.broker.ownership import BundleOwnership
+from magnetar.broker.read_only import ReadOnlyLogStore, ReadOnlyRegistration
 from magnetar.broker.service import BrokerService
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
-from magnetar.node.broker_generation import Generation, GenerationConfig, start_generation
+from magnetar.node.broker_generation import bootstrap_cluster
+from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
+from magnetar.replication import ReplicationService
 from magnetar.runtime.bookie import wait_for_termination_signal
-from magnetar.runtime.broker_server import start_broker
+from magnetar.runtime.broker_server import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
-from magnetar.runtime.console import start_console
+from magnetar.runtime.console import RunningConsole, start_console
 from magnetar.runtime.cpu import CpuMeter
 from magnetar.runtime.http import HttpEndpoint, start_http
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port
+from magnetar.runtime.read_only import FOLLOW_PATH, HttpPositionFeed, build_follow_app, close_quietly
+from magnetar.runtime.replication import start_replication
 from magnetar.runtime.tls import bookie_client_network, tls_files_from_config
 
 log = logging.getLogger(__name__)
 
+PRODUCER_NAME_COUNTER = "/counters/producer-name/broker-"
 #: Wait between attempts to reach the metadata store (ZooKeeper down, restarting).
 METADATA_RETRY_S = 1.0
 READY_PREFIX = "magnetar broker ready"
@@ -94,6 +102,11 @@ class BrokerNodeConfig:
     #: settings have ``tls_enabled``; None: none. 0 picks a free port once.
     port_tls: int | None = None
     http_port_tls: int | None = None
+    #: A read-only broker (``broker.read_only``): owns no bundle, serves reads of any topic from
+    #: the bookies, refuses producers with the owner's URL.
+    read_only: bool = False
+    #: Entries before an owner rolls a topic's ledger over (Pulsar's managedLedgerMaxEntriesPerLedger).
+    max_entries_per_ledger: int = 50_000
 
     def __post_init__(self) -> None:
         for name in ("port", "http_port", "port_tls", "http_port_tls"):
@@ -130,6 +143,64 @@ class _CurrentCollector(Collector):
         generation = self._node.generation
         if generation is not None and generation.server is not None:
             yield from BrokerCollector(generation.server.service).collect()
+
+
+class Generation:
+    """What one metadata session carries; ``stop()`` takes it down in reverse order."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+        self.server: BrokerServer | None = None
+        self.ownership: BundleOwnership | None = None
+        self.report_task: asyncio.Task[None] | None = None
+        self.manager: Any = None
+        self.leader: LoadBalancerLeader | None = None
+        self.balancer_tasks: list[asyncio.Task[None]] = []
+        self.console: RunningConsole | None = None
+        self.replication: ReplicationService | None = None
+        self.registration: ReadOnlyRegistration | None = None
+        self.feed: HttpPositionFeed | None = None
+
+    @property
+    def session_lost(self) -> asyncio.Event:
+        source = self.ownership if self.ownership is not None else self.registration
+        assert source is not None
+        return source.session_lost
+
+    async def stop(self) -> None:
+        if self.replication is not None:
+            await self.replication.stop()
+        if self.console is not None:
+            await self.console.stop()
+        for task in [self.report_task, *self.balancer_tasks]:
+            if task is None:
+                continue
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        steps = [
+            self.server.close if self.server else None,
+            self.ownership.close if self.ownership else None,
+            self.registration.close if self.registration else None,
+            (lambda: close_quietly(self.feed)) if self.feed is not None else None,
+            (lambda: close_ledger_manager(self.manager)) if self.manager is not None else None,
+            self.store.close,
+        ]
+        for step in steps:
+            if step is None:
+                continue
+            try:
+                await step()
+            except Exception:  # one part failing to stop must not keep the others running
+                log.exception("error while stopping a broker generation")
+
+
+async def unique_broker_index(store: MetadataStore) -> int:
+    """A number no other broker (or earlier generation) got: the parent's sequential counter."""
+    path = await store.create(PRODUCER_NAME_COUNTER, b"", sequential=True)
+    with contextlib.suppress(Exception):
+        await store.delete(path)  # the counter lives in the parent; the child is not needed
+    return int(path[len(PRODUCER_NAME_COUNTER):])
 
 
 class BrokerNode:
@@ -183,6 +254,8 @@ class BrokerNode:
     def ready_line(self) -> str:
         http = f"{self.config.advertised_address}:{self.http.port}" if self.http else "-"
         line = f"{READY_PREFIX} broker={self.service_url} http={http} metadata={self.config.metadata_url}"
+        if self.config.read_only:
+            line += " read_only=true"
         if self.port_tls is not None:
             line += f" broker_tls=pulsar+ssl://{self.config.advertised_address}:{self.port_tls}"
         if self.https is not None:
@@ -190,6 +263,12 @@ class BrokerNode:
         return line
 
     def health(self) -> dict[str, object]:
+        if self.config.read_only:
+            generation = self.generation
+            server = generation.server if generation is not None else None
+            return {"status": "ok" if server is not None else "starting", "broker": self.service_url,
+                    "generation": self.generations, "readOnly": True, "bundles": [],
+                    "topics": len(server.service.topics) if server is not None else 0}
         ownership = self.ownership
         serving = ownership is not None and ownership.state.value == "active"
         return {
@@ -216,32 +295,81 @@ class BrokerNode:
         store = await self._open_store(stop)
         if store is None:
             return None
+        generation = Generation(store)
         config = self.config
-        generation_config = GenerationConfig(
-            broker=self.broker_config,
-            managed_ledger=ManagedLedgerConfig(ensemble_size=config.ensemble_size,
-                                               write_quorum_size=config.write_quorum_size,
-                                               ack_quorum_size=config.ack_quorum_size),
-            bundles_count=config.bundles_count, load_report_interval_ms=config.load_report_interval_ms)
-        generation = await start_generation(
-            store, generation_config, host=config.host, port=self.port, advertised_host=config.advertised_address,
-            http_url=self.http_url, network=self.network, clock=self.clock, rng=system_rng(),
-            bookie_network=self.bookie_network,
-            start_server=functools.partial(start_broker, tls_port=self.port_tls, tls=self.tls),
-            cpu_percent=self._cpu.percent)
         try:
-            assert generation.server is not None
-            context = self._admin_context(generation.server.service)
+            index = await unique_broker_index(store)
+            generation.manager = await open_ledger_manager(store, network=self.bookie_network, clock=self.clock,
+                                                           rng=system_rng())
+
+            def install(service: BrokerService) -> None:
+                if config.read_only:
+                    return  # owns nothing: LOOKUP answers "connect here" for every topic
+                ownership = BundleOwnership(store, service, broker_id=f"{config.advertised_address}:{self.port}",
+                                            http_url=self.http_url, bundles_count=config.bundles_count)
+                ownership.install()
+                generation.ownership = ownership
+
+            generation.server = await start_broker(
+                dataclasses.replace(self.broker_config, broker_index=index),
+                clock=self.clock, metadata=store, ledger_manager=generation.manager,
+                managed_ledger_config=ManagedLedgerConfig(ensemble_size=config.ensemble_size,
+                                                          write_quorum_size=config.write_quorum_size,
+                                                          ack_quorum_size=config.ack_quorum_size,
+                                                          max_entries_per_ledger=config.max_entries_per_ledger),
+                network=self.network, host=config.host, port=self.port, before_listen=install,
+                tls_port=self.port_tls, tls=self.tls, log_store=self._read_only_store(generation),
+            )
+            server = generation.server
+            if config.read_only:
+                generation.registration = ReadOnlyRegistration(
+                    store, broker_id=f"{config.advertised_address}:{self.port}", service_url=self.service_url,
+                    http_url=self.http_url)
+                await generation.registration.register()
+            ownership = generation.ownership
+            try:
+                await bootstrap_cluster(server.service, web_url=self.http_url)
+            except Exception as error:  # the admin resources are a convenience; serving goes on
+                log.warning("could not create the default cluster/tenant/namespace: %s", error)
+            if not config.read_only:  # the owner replicates; a read-only broker only serves reads
+                generation.replication = await start_replication(server.service, clock=self.clock,
+                                                                 network=self.network)
+            context = self._admin_context(server.service)
             self._admin.app = build_admin_app(context)
             self._lookup.app = build_lookup_app(context)
-            console = start_console(context, metadata_url=config.metadata_url, http_url=self.http_url)
-            generation.on_stop.append(console.stop)
-            self._console.app = console.app
+            generation.console = start_console(context, metadata_url=config.metadata_url, http_url=self.http_url)
+            self._console.app = generation.console.app
+            if ownership is not None:  # a read-only broker reports no load and balances nothing
+                generation.report_task = asyncio.get_running_loop().create_task(
+                    ownership.run_load_reports(self.clock, lambda: server.connection_count,
+                                               config.load_report_interval_ms, self._cpu.percent),
+                    name="load-reports")
+                self._start_balancer(generation, store, ownership, server.service.config)
         except BaseException:
             await generation.stop()
             raise
         self.generations += 1
         return generation
+
+    def _read_only_store(self, generation: Generation) -> ReadOnlyLogStore | None:
+        """A read-only broker's storage port (None: an owner's managed ledgers)."""
+        if not self.config.read_only:
+            return None
+        generation.feed = HttpPositionFeed(generation.store)
+        return ReadOnlyLogStore(manager=generation.manager, metadata=generation.store, clock=self.clock,
+                                feed=generation.feed, holder=lambda: self.service_url)
+
+    def _start_balancer(self, generation: Generation, store: MetadataStore, ownership: BundleOwnership,
+                        broker_config: BrokerConfig) -> None:
+        """The bundle commands every broker carries out, and this broker's leader candidacy."""
+        loop = asyncio.get_running_loop()
+        commands = BundleCommands(store, ownership, self.clock, poll_ms=broker_config.load_balancer_shedding_interval_ms)
+        generation.balancer_tasks.append(loop.create_task(commands.run(), name="bundle-commands"))
+        generation.leader = LoadBalancerLeader(
+            store, ownership, self.clock, BalancerSettings.from_config(broker_config),
+            interval_ms=broker_config.load_balancer_shedding_interval_ms, broker_id=ownership.loads.broker_id,
+            web_url=self.http_url)
+        generation.balancer_tasks.append(loop.create_task(generation.leader.run(), name="load-balancer-leader"))
 
     def _admin_context(self, service: BrokerService) -> AdminContext:
         return AdminContext(service, cluster=self.config.cluster_name, service_url=self.http_url,
@@ -253,7 +381,10 @@ class BrokerNode:
         registry.register(_CurrentCollector(self))
         admin = Starlette(routes=[Mount("", app=self._admin)])
         lookup = Starlette(routes=[Mount("", app=self._lookup)])
-        mounts = {ADMIN_PATH: admin, LOOKUP_PATH: lookup, "": Starlette(routes=[Mount("", app=self._console)])}
+        follow = build_follow_app(lambda: self.generation.server.service
+                                  if self.generation is not None and self.generation.server is not None else None)
+        mounts = {ADMIN_PATH: admin, LOOKUP_PATH: lookup, FOLLOW_PATH: follow,
+                  "": Starlette(routes=[Mount("", app=self._console)])}
         self.http = await start_http(self.config.host, self.config.http_port, health=self.health,
                                      mounts=mounts, registries=[registry])
         if self.tls is not None and self.config.http_port_tls is not None:
@@ -272,9 +403,7 @@ class BrokerNode:
                     return
                 if self.generations == 1 and on_ready is not None:
                     on_ready(self)
-                ownership = self.generation.ownership
-                assert ownership is not None
-                lost = asyncio.get_running_loop().create_task(ownership.session_lost.wait())
+                lost = asyncio.get_running_loop().create_task(self.generation.session_lost.wait())
                 stopping = asyncio.get_running_loop().create_task(stop.wait())
                 await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 for task in (lost, stopping):

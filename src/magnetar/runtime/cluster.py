@@ -77,6 +77,9 @@ log4j.appender.FILE.layout=org.apache.log4j.PatternLayout
 log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t] %c{1} - %m%n
 """
 
+#: The kind of a read-only broker process (``magnetar broker --read-only``, ``broker.read_only``).
+READ_ONLY_BROKER = "read_only_broker"
+
 Progress = Callable[[str, str], None]  # (process name, "starting" | "ready")
 
 SUPERUSER_ROLE = "superuser"
@@ -218,7 +221,8 @@ class ClusterProcess:
     def ready(self) -> bool:
         if self.kind == "zookeeper":
             return zookeeper_ruok(self.port)
-        marker = {"bookie": BOOKIE_READY, "broker": BROKER_READY}.get(self.kind, AUTORECOVERY_READY)
+        marker = {"bookie": BOOKIE_READY, "broker": BROKER_READY,
+                  READ_ONLY_BROKER: BROKER_READY}.get(self.kind, AUTORECOVERY_READY)
         try:
             with open(self.log_path, "rb") as log:
                 log.seek(self._log_offset)
@@ -322,11 +326,13 @@ class LocalCluster:
     def __init__(self, base_dir: Path, *, bookies: int = 3, brokers: int = 2,
                  ensemble: tuple[int, int, int] = (3, 3, 2), env: dict[str, dict[str, str]] | None = None,
                  session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT, autorecovery: bool = True,
-                 secure: bool = False, racks: list[str] | None = None) -> None:
+                 secure: bool = False, racks: list[str] | None = None, name: str | None = None,
+                 read_only_brokers: int = 0) -> None:
         e, qw, qa = ensemble
         if not (bookies >= e >= qw >= qa >= 1 and brokers >= 1):
             raise ValueError(f"need bookies >= E >= Qw >= Qa >= 1 and brokers >= 1, got {bookies}, {ensemble}")
         self.base_dir = Path(base_dir).absolute()
+        self.name = name  # the brokers' cluster name (geo-replication); None: the broker default
         self.ensemble = ensemble
         self.session_timeout_ms = session_timeout_ms
         self.security: dict[str, str] = make_security(self.base_dir / "security") if secure else {}
@@ -341,6 +347,8 @@ class LocalCluster:
             self._add(self._bookie(i, free_port(), env.get(f"bookie-{i}"), racks[i] if racks else None))
         for i in range(brokers):
             self._add(self._broker(i, free_port(), free_port(), env.get(f"broker-{i}")))
+        for i in range(read_only_brokers):
+            self._add(self._broker(i, free_port(), free_port(), env.get(f"ro-broker-{i}"), read_only=True))
         if autorecovery:
             self._add(self._autorecovery(env.get("autorecovery")))
 
@@ -375,20 +383,25 @@ class LocalCluster:
                    "MAGNETAR_BOOKIE_TLS_REQUIRE_CLIENT_CERT": "true"}
         return ClusterProcess(name, "bookie", argv, self._log(name), port=port, env=env)
 
-    def _broker(self, index: int, port: int, http_port: int, env: dict[str, str] | None) -> ClusterProcess:
-        name = f"broker-{index}"
+    def _broker(self, index: int, port: int, http_port: int, env: dict[str, str] | None, *,
+                read_only: bool = False) -> ClusterProcess:
+        name = f"ro-broker-{index}" if read_only else f"broker-{index}"
         e, qw, qa = self.ensemble
         argv = [sys.executable, "-m", "magnetar.cli", "broker", "--metadata", self.metadata_url,
                 "--host", "127.0.0.1", "--advertised-address", "127.0.0.1", "--port", str(port),
                 "--http-port", str(http_port), "--ensemble", f"{e},{qw},{qa}",
                 "--session-timeout-ms", str(self.session_timeout_ms)]
+        if read_only:
+            argv.append("--read-only")
+        if self.name is not None:
+            argv += ["--cluster-name", self.name]
         tls_port = https_port = None
         if self.security:
             tls_port, https_port = free_port(), free_port()
             argv += ["--pulsar-conf", self.security["broker_conf"], "--port-tls", str(tls_port),
                      "--http-port-tls", str(https_port)]
-        return ClusterProcess(name, "broker", argv, self._log(name), port=port, http_port=http_port, env=env,
-                              tls_port=tls_port, https_port=https_port)
+        return ClusterProcess(name, READ_ONLY_BROKER if read_only else "broker", argv, self._log(name), port=port,
+                              http_port=http_port, env=env, tls_port=tls_port, https_port=https_port)
 
     def _autorecovery(self, env: dict[str, str] | None) -> ClusterProcess:
         argv = [sys.executable, "-m", "magnetar.cli", "autorecovery", "--metadata", self.metadata_url]
@@ -432,6 +445,11 @@ class LocalCluster:
     def service_url(self) -> str:
         return "pulsar://" + ",".join(f"127.0.0.1:{p.port}" for p in self.of_kind("broker"))
 
+    def read_only_service_url(self) -> str | None:
+        """The read-only brokers as one service URL (a reading application's only change)."""
+        ports = [p.port for p in self.of_kind(READ_ONLY_BROKER)]
+        return "pulsar://" + ",".join(f"127.0.0.1:{port}" for port in ports) if ports else None
+
     def broker_url(self, broker: int = 0) -> str:
         return f"pulsar://127.0.0.1:{self.processes[f'broker-{broker}'].port}"
 
@@ -473,7 +491,7 @@ class LocalCluster:
         report = progress or (lambda _name, _state: None)
         try:
             for group in (self.of_kind("zookeeper"), self.of_kind("bookie"), self.of_kind("broker"),
-                          self.of_kind("autorecovery")):
+                          self.of_kind(READ_ONLY_BROKER), self.of_kind("autorecovery")):
                 for process in group:
                     report(process.name, "starting")
                     process.start()
@@ -487,7 +505,7 @@ class LocalCluster:
 
     def stop(self) -> None:
         """Stop every process by PID: AutoRecovery, brokers, bookies, then ZooKeeper."""
-        for kind in ("autorecovery", "broker", "bookie", "zookeeper"):
+        for kind in ("autorecovery", READ_ONLY_BROKER, "broker", "bookie", "zookeeper"):
             for process in self.of_kind(kind):
                 try:
                     process.stop()
@@ -541,5 +559,7 @@ class LocalCluster:
                 health = http_health(process.http_port or 0)
                 ok = health is not None and health.get("status") == "ok"
                 detail = f"bundles={len(health.get('bundles', []))} topics={health.get('topics')}" if health else "no /health"
+                if health and health.get("readOnly"):
+                    detail = f"read-only topics={health.get('topics')}"
                 out.append(ProcessStatus(process.name, pid, True, ok, detail))
         return out

@@ -46,11 +46,14 @@ class StandaloneProcess:
         web_port: int = 0,
         env: dict[str, str] | None = None,
         stderr: int | None = subprocess.PIPE,
+        cluster_name: str | None = None,
         extra_args: tuple[str, ...] = (),
     ) -> None:
         argv = [sys.executable, "-m", "magnetar.cli", "standalone", "--data-dir", data_dir,
                 "--bookies", str(bookies_count), "--broker-port", str(broker_port),
                 "--bookie-port", str(bookie_port), "--web-port", str(web_port), *extra_args]
+        if cluster_name is not None:
+            argv += ["--cluster-name", cluster_name]
         child_env = dict(os.environ if env is None else env)
         self.security_line = ""
         self.process = subprocess.Popen(argv, env=child_env, stdout=subprocess.PIPE, stderr=stderr, text=True)

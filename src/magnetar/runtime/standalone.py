@@ -49,6 +49,7 @@ from magnetar.runtime.http import BrokerHttp, start_broker_http
 from magnetar.runtime.kv import RocksKeyValueStore
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
+from magnetar.runtime.replication import start_replication
 from magnetar.runtime.startup_checks import DataDirLock, check_ports_free
 from magnetar.runtime.tls import tls_files_from_config
 from magnetar.storage import BookieConfig
@@ -71,6 +72,10 @@ class StandaloneConfig:
     # (``node.ledger.LocalFirstTransport``); false: over the bookie protocol on loopback, as
     # any other client does (the bookies serve it either way).
     local_bookie_calls: bool = True
+    #: The cluster this standalone is (``--cluster-name``): what geo-replication calls it, and the
+    #: cluster registered on first start. Two standalones with different names replicate to each
+    #: other once each is registered in the other and a namespace lists both (docs/geo-replication.md).
+    cluster_name: str | None = None  # None: the broker config's (default ``standalone``)
     #: TLS listeners (Pulsar's brokerServicePortTls 6651, webServicePortTls 8443; 0 picks free
     #: ports), served when the broker config has ``tls_enabled``; None: no TLS listener.
     broker_port_tls: int | None = None
@@ -175,7 +180,8 @@ async def start_standalone(config: StandaloneConfig, broker_values: Mapping[str,
     Pulsar conf), under ``MAGNETAR_BROKER_*`` variables."""
     clock = SystemClock()
     broker_config = load_config(BrokerConfig, "broker", file_values=broker_values,
-                                overrides={"advertised_host": config.host, "advertised_port": config.broker_port})
+                                overrides={"advertised_host": config.host, "advertised_port": config.broker_port,
+                                           "cluster_name": config.cluster_name})
     tls = tls_files_from_config(broker_config)
     network = TcpNetwork()
     lock = DataDirLock(config.data_dir)
@@ -206,6 +212,8 @@ async def start_standalone(config: StandaloneConfig, broker_values: Mapping[str,
             start_server=functools.partial(start_broker, tls_port=config.broker_port_tls if tls is not None else None,
                                            tls=tls))
         running.bookies, running.broker = started.bookies, started.broker
+        replication = await start_replication(running.broker.service, clock=clock, network=network)
+        running.stoppers.append(replication.stop)
         running.http = await start_broker_http(config.host, config.web_port, service=running.broker.service,
                                                health=lambda: _health(running), metadata_url=config.metadata_url(),
                                                tls_port=config.web_port_tls if tls is not None else None, tls=tls)

@@ -1,0 +1,306 @@
+"""The replication service of one broker: a replicator per loaded topic and remote cluster.
+
+* When a topic loads (``BrokerService.topic_load_hooks``, awaited before the topic admits anyone)
+  its replication clusters are resolved (``policy.remote_targets``: topic list over namespace list,
+  capped by the tenant's allowed clusters) and a ``Replicator`` is made for each remote: its cursor
+  is opened then, so every entry the topic takes afterwards is covered.
+* Every ``REPLICATION_CHECK_INTERVAL_MS`` and at once on a policy change seen by this broker, the
+  loaded topics are reconciled: replicators for new remotes start, those of remotes that left the
+  list stop and their cursors are deleted (they would hold the ledgers back forever), and rates
+  are sampled. A broker that serves every topic alone (a standalone) also loads the topics of
+  replicated namespaces, so a backlog left by a crash drains without waiting for a client.
+* Remote clusters are read from ``/admin/clusters/{name}`` (``brokerServiceUrl``, credentials);
+  one asyncio client per remote, made again when the cluster's data changes.
+* A closing topic stops its replicators first (``Topic.close_hooks``), keeping their cursors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from magnetar.base.clock import Clock
+from magnetar.base.errors import InvalidArgument, LimitExceeded, NotFound
+from magnetar.base.limits import (
+    REPLICATION_CHECK_INTERVAL_MS,
+    REPLICATION_CONNECT_TIMEOUT_MS,
+    REPLICATION_LOAD_TOPICS_EVERY_PASSES,
+    REPLICATION_PRODUCER_QUEUE_COUNT_MAX,
+    REPLICATION_REPLICATORS_COUNT_MAX,
+)
+from magnetar.base.types import TopicName
+from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, REPLICATION_CURSOR_PREFIX
+from magnetar.broker.lookup import SingleBrokerLookup
+from magnetar.broker.replicated import REPL_PARTITIONS_PRODUCER_PROPERTY
+from magnetar.broker.resources import ClusterData
+from magnetar.broker.service import BrokerService
+from magnetar.broker.topic import Topic, TopicState
+from magnetar.client.client import PulsarClient
+from magnetar.client.config import ClientOptions, ProducerConfig
+from magnetar.client.producer import Producer
+from magnetar.replication.policy import remote_targets
+from magnetar.replication.replicator import Replicator
+from magnetar.replication.subscriptions import SubscriptionsController
+
+log = logging.getLogger(__name__)
+
+#: Makes a client for a remote cluster: (broker service URL, options) -> client.
+ClientFactory = Callable[[str, ClientOptions], PulsarClient]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteCluster:
+    name: str
+    broker_service_url: str
+    auth_method_name: str
+    auth_data: bytes | None
+
+
+def remote_cluster(name: str, data: ClusterData) -> RemoteCluster:
+    """How replicators reach cluster ``name``: its ``brokerServiceUrl`` and the credentials from
+    ``authenticationPlugin`` / ``authenticationParameters`` (``token`` + ``token:<jwt>`` or the
+    bare token; any other plugin name is sent as the CONNECT's auth method with the parameters)."""
+    if not data.broker_service_url:
+        raise InvalidArgument(f"cluster {name} has no brokerServiceUrl")
+    plugin, params = data.authentication_plugin, data.authentication_parameters
+    if not plugin:
+        return RemoteCluster(name, data.broker_service_url, "none", None)
+    if plugin == "token" or plugin.endswith("AuthenticationToken"):
+        token = params[len("token:"):] if params.startswith("token:") else params
+        return RemoteCluster(name, data.broker_service_url, "token", token.encode())
+    return RemoteCluster(name, data.broker_service_url, plugin, params.encode())
+
+
+class RemoteClients:
+    """One client per remote cluster, replaced when the cluster's registration changes."""
+
+    def __init__(self, service: BrokerService, factory: ClientFactory) -> None:
+        self._service = service
+        self._factory = factory
+        self._clients: dict[str, tuple[RemoteCluster, PulsarClient]] = {}
+
+    async def _client(self, name: str) -> PulsarClient:
+        resources = self._service.resources
+        if resources is None:
+            raise NotFound("no metadata store: no clusters")
+        wanted = remote_cluster(name, await resources.cluster(name))
+        found = self._clients.get(name)
+        if found is not None and found[0] == wanted:
+            return found[1]
+        if found is not None:
+            await found[1].close()
+        options = ClientOptions(operation_timeout_ms=REPLICATION_CONNECT_TIMEOUT_MS,
+                                auth_method_name=wanted.auth_method_name, auth_data=wanted.auth_data)
+        client = self._factory(wanted.broker_service_url, options)
+        self._clients[name] = (wanted, client)
+        return client
+
+    async def producer(self, remote: str, topic: str, producer_name: str, partitions: int) -> Producer:
+        """The remote producer; ``partitions``: the source's partition count when ``topic`` is a
+        partition (the remote creates the partitioned topic from it if it has none)."""
+        client = await self._client(remote)
+        properties = {REPL_PARTITIONS_PRODUCER_PROPERTY: str(partitions)} if partitions else {}
+        made = await client.create_producer(topic, ProducerConfig(
+            producer_name=producer_name, send_timeout_ms=0, batching_enabled=False,
+            max_pending_messages=REPLICATION_PRODUCER_QUEUE_COUNT_MAX, properties=properties))
+        if not isinstance(made, Producer):
+            await made.close()
+            raise InvalidArgument(f"{topic} is partitioned in cluster {remote} and not here")
+        return made
+
+    async def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        for _, client in clients.values():
+            with contextlib.suppress(Exception):
+                await client.close()
+
+
+class ReplicationService:
+    def __init__(self, service: BrokerService, local_cluster: str, client_factory: ClientFactory, clock: Clock,
+                 *, load_replicated_topics: bool | None = None) -> None:
+        self.service = service
+        self.local = local_cluster
+        self.clock = clock
+        self.remotes = RemoteClients(service, client_factory)
+        self._load_replicated = (isinstance(service.lookup, SingleBrokerLookup) if load_replicated_topics is None
+                                 else load_replicated_topics)
+        self._task: asyncio.Task[None] | None = None
+        self._reconciling: dict[str, asyncio.Lock] = {}
+        #: Replicated subscriptions of each topic that has replicators.
+        self.controllers: dict[str, SubscriptionsController] = {}
+        self._nudge = asyncio.Event()
+        self._passes = 0
+        self._stopped = False
+
+    @property
+    def replicators_count(self) -> int:
+        return sum(len(t.replicators) for t in self.service.topics.values())
+
+    async def start(self) -> None:
+        self.service.topic_load_hooks.append(self._on_topic_loaded)
+        self.service.policies.listeners.append(self._policy_changed)
+        for topic in list(self.service.topics.values()):
+            await self._on_topic_loaded(topic)
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="replication")
+
+    async def stop(self) -> None:
+        self._stopped = True
+        with contextlib.suppress(ValueError):
+            self.service.topic_load_hooks.remove(self._on_topic_loaded)
+        with contextlib.suppress(ValueError):
+            self.service.policies.listeners.remove(self._policy_changed)
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for topic in list(self.service.topics.values()):
+            await self._stop_all(topic)
+        await self.remotes.close()
+
+    # --- topics ---------------------------------------------------------------------------
+
+    async def _on_topic_loaded(self, topic: Topic) -> None:
+        topic.close_hooks.append(partial(self._stop_all, topic))
+        try:
+            await self.reconcile(topic)
+        except Exception as error:  # metadata down: the periodic pass tries again
+            log.warning("replication of %s not set up yet: %s", topic.name, error)
+
+    async def _stop_all(self, topic: Topic) -> None:
+        controller = self.controllers.get(str(topic.name))
+        if controller is not None and controller.topic is topic:
+            del self.controllers[str(topic.name)]
+            await controller.stop()
+        for remote in list(topic.replicators):
+            replicator = topic.replicators.pop(remote)
+            if isinstance(replicator, Replicator):
+                await replicator.stop()
+
+    async def targets(self, name: TopicName, tenants: dict[str, list[str] | None] | None = None) -> list[str]:
+        """The remotes ``name`` replicates to now; ``tenants`` caches allowed clusters for one pass."""
+        resources = self.service.resources
+        if resources is None:
+            return []
+        tenants = {} if tenants is None else tenants
+        if name.tenant not in tenants:
+            try:
+                tenants[name.tenant] = (await resources.tenant(name.tenant)).allowed_clusters
+            except NotFound:
+                tenants[name.tenant] = None
+        allowed = tenants[name.tenant]
+        if allowed is None:
+            return []
+        namespace = await self.service.policies.namespace_policies(name.namespace)
+        topic = await self.service.policies.topic_policies(name)
+        return remote_targets(self.local, allowed, namespace.replication_clusters if namespace else [],
+                              topic.replication_clusters if topic else None)
+
+    async def reconcile(self, topic: Topic, tenants: dict[str, list[str] | None] | None = None) -> None:
+        """Start and stop ``topic``'s replicators to match its replication clusters now."""
+        lock = self._reconciling.setdefault(str(topic.name), asyncio.Lock())
+        async with lock:
+            if self._stopped or _closed(topic):
+                return
+            wanted = await self.targets(topic.name, tenants)
+            for remote in wanted:
+                if remote in topic.replicators:
+                    continue
+                if self.replicators_count >= REPLICATION_REPLICATORS_COUNT_MAX:
+                    raise LimitExceeded("REPLICATION_REPLICATORS_COUNT_MAX", self.replicators_count + 1,
+                                        REPLICATION_REPLICATORS_COUNT_MAX)
+                controller = self._controller(topic)
+                replicator = Replicator(topic, self.local, remote, partial(self._producer, remote), self.clock,
+                                        observer=controller.observe)
+                await replicator.open_cursor()
+                replicator.start()
+                topic.replicators[remote] = replicator
+                log.info("replicating %s from %s to %s", topic.name, self.local, remote)
+            for remote in [r for r in topic.replicators if r not in wanted]:
+                leaving = topic.replicators.pop(remote)
+                if isinstance(leaving, Replicator):
+                    await leaving.stop(delete_cursor=True)
+                log.info("stopped replicating %s to %s", topic.name, remote)
+            for name in topic.log.cursor_names():  # cursors of remotes removed while the topic was unloaded
+                if (name.startswith(REPLICATION_CURSOR_PREFIX) and name != REPL_DEDUP_CURSOR_NAME
+                        and name[len(REPLICATION_CURSOR_PREFIX):] not in wanted):
+                    await topic.log.delete_cursor(name)
+        if _closed(topic):  # closed while we awaited: its close hook may have run before we started
+            await self._stop_all(topic)
+
+    def _controller(self, topic: Topic) -> SubscriptionsController:
+        key = str(topic.name)
+        found = self.controllers.get(key)
+        if found is not None and found.topic is topic:
+            return found
+        controller = SubscriptionsController(
+            topic, self.local, remotes=lambda: sorted(topic.replicators),
+            connected=lambda: all(getattr(r, "connected", False) for r in topic.replicators.values()),
+            clock=self.clock)
+        self.controllers[key] = controller
+        controller.start()
+        return controller
+
+    async def _producer(self, remote: str, topic: str, producer_name: str) -> Producer:
+        name = TopicName.parse(topic)
+        partitions = await self.service.partitioned.partitions(name.partitioned_topic_name) if name.is_partition else 0
+        return await self.remotes.producer(remote, topic, producer_name, partitions)
+
+    # --- the periodic pass ----------------------------------------------------------------
+
+    def _policy_changed(self, path: str) -> None:
+        self._nudge.set()
+
+    async def _loop(self) -> None:
+        while not self._stopped:
+            waiter = asyncio.ensure_future(self._nudge.wait())
+            timer = asyncio.ensure_future(self.clock.sleep(REPLICATION_CHECK_INTERVAL_MS / 1000))
+            try:
+                await asyncio.wait({waiter, timer}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+                timer.cancel()
+            self._nudge.clear()
+            try:
+                await self.check()
+            except Exception:  # one failed pass must not stop the next
+                log.exception("replication check failed")
+
+    async def check(self) -> None:
+        """One pass: load replicated topics (standalone), reconcile loaded ones, sample rates."""
+        if self._load_replicated and self._passes % REPLICATION_LOAD_TOPICS_EVERY_PASSES == 0:
+            await self._load_replicated_topics()
+        self._passes += 1
+        now_ns = self.clock.monotonic_ns()
+        tenants: dict[str, list[str] | None] = {}  # one metadata read per tenant per pass
+        for topic in list(self.service.topics.values()):
+            try:
+                await self.reconcile(topic, tenants)
+            except Exception as error:
+                log.warning("replication check of %s failed: %s", topic.name, error)
+            for replicator in list(topic.replicators.values()):
+                if isinstance(replicator, Replicator):
+                    replicator.sample(now_ns)
+
+    async def _load_replicated_topics(self) -> None:
+        resources = self.service.resources
+        if resources is None:
+            return
+        for tenant in await resources.tenants():
+            for namespace in await resources.namespaces(tenant):
+                policies = await self.service.policies.namespace_policies(namespace)
+                if policies is None or not remote_targets(self.local, (await resources.tenant(tenant)).allowed_clusters,
+                                                          policies.replication_clusters, None):
+                    continue
+                for name in await self.service.topics_of_namespace(namespace):
+                    if name not in self.service.topics and TopicName.parse(name).is_persistent:
+                        with contextlib.suppress(Exception):
+                            await self.service.get_topic(TopicName.parse(name), create=False)
+
+
+def _closed(topic: Topic) -> bool:
+    return topic.state is TopicState.CLOSED

@@ -1,0 +1,358 @@
+"""Replicated subscriptions (PIP-33) of one topic, with convergence when idle and individual acks.
+
+A subscription is replicated when a consumer asked for it (``replicate_subscription_state``; the
+cursor keeps the property ``pulsar.replicated.subscription``). The controller of a topic keeps its
+replicated subscriptions in step with the same subscription in every remote cluster, through
+marker entries written into the topic and carried by the geo-replicators
+(``protocol/pulsar/markers.py``):
+
+1. Snapshot round (here, cluster L): write SNAPSHOT_REQUEST {id, L} (``replicate_to`` = remotes).
+2. A remote R, seeing the request arrive in its copy of the topic, writes SNAPSHOT_RESPONSE {id,
+   (R, its topic's last position P_R)} with ``replicate_to`` = [L].
+3. When every remote answered, L writes SNAPSHOT {id, local position S = the position where the last
+   response landed here, [(R, P_R)]} locally (``replicate_to`` = [L]) and caches (S, {R: P_R}) for
+   each replicated subscription (at most ``REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX`` each).
+   Why it is right (two clusters): every entry R held at P_R was in L before S (R's own entries
+   were carried before its response; L's entries reached R after L stored them), so a subscription
+   that acknowledged everything up to S here has acknowledged everything up to P_R there.
+4. When a subscription's mark-delete position M passes a cached S, write UPDATE {name, [(R, P_R)]}
+   (``replicate_to`` = remotes); R then acknowledges cumulatively up to P_R (creating the
+   subscription at the earliest position if it has none).
+
+Beyond Pulsar:
+
+* **Convergence when idle.** A round starts whenever a subscription's acknowledgements changed (or
+  data was written) since the last round, even if nothing is published any more; markers count
+  as acknowledged when deciding whether M passed S (the "effective" mark-delete skips markers). So
+  once acknowledgements stop, the next round (within one tick) ends with S after M and the update
+  moves every remote to the same place: the backlogs become equal.
+* **Individual acknowledgements.** Each entry the controller sees has an origin: the cluster where
+  it was produced and its position there (``replicated_from`` + the source-position property for
+  replicated entries, the local cluster and position otherwise). An update also lists the origins
+  of the entries acknowledged since the last update (cumulatively or individually); a remote maps
+  each to its own copy and acknowledges it. A consumer that fails over gets back only
+  what it really has not acknowledged.
+* **Markers never stall the mark-delete position.** Dispatchers acknowledge markers they pass, and
+  the controller acknowledges the markers it saw after each replicated subscription's mark-delete
+  position on every tick, with or without consumers (and before delayed delivery could hold them).
+
+The controller sees every entry of the topic in log order through the replicators
+(``observe``, called as they read). Its memory (entries seen, snapshots) is not persisted: after a
+restart it starts again from what the replicators read next, so an update can name only entries
+seen since. With more than two clusters one round is taken where Pulsar takes two, so a remote's
+position can run ahead of what was acknowledged here by entries in flight between remotes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from magnetar.base.clock import Clock
+from magnetar.base.limits import (
+    REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX,
+    REPLICATED_SUBSCRIPTIONS_SEEN_IDLE_MAX,
+    REPLICATED_SUBSCRIPTIONS_SNAPSHOT_TIMEOUT_MS,
+    REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX,
+    REPLICATED_SUBSCRIPTIONS_TICK_MS,
+    REPLICATED_SUBSCRIPTIONS_UPDATE_ACKED_MAX,
+)
+from magnetar.base.types import EARLIEST, Position
+from magnetar.broker.replicated import (
+    decode_source_position,
+    encode_source_position,
+    is_replicated_subscription,
+    mark_replicated_subscription,
+    replicated_source,
+)
+from magnetar.broker.subscription import Subscription
+from magnetar.broker.topic import Topic
+from magnetar.protocol.pulsar import pb
+from magnetar.protocol.pulsar.markers import MarkerType, cluster_position, marker_entry, mpb
+
+log = logging.getLogger(__name__)
+
+Origin = tuple[str, int]  # (cluster where the entry was produced, its encoded position there)
+
+
+@dataclass(slots=True)
+class _Seen:
+    position: Position
+    marker: bool
+    origin: Origin | None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    snapshot_id: str
+    local: Position
+    remotes: dict[str, Position]
+
+
+@dataclass(slots=True)
+class _Round:
+    snapshot_id: str
+    started_ms: int
+    waiting: set[str]
+    responses: dict[str, Position] = field(default_factory=dict)
+
+
+def _position(message_id: mpb.MarkersMessageIdData) -> Position:
+    return Position(int(message_id.ledger_id), int(message_id.entry_id))
+
+
+class SubscriptionsController:
+    def __init__(self, topic: Topic, local: str, remotes: Callable[[], list[str]],
+                 connected: Callable[[], bool], clock: Clock) -> None:
+        self.topic = topic
+        self.local = local
+        self._remotes = remotes
+        self._connected = connected
+        self._clock = clock
+        self._seen: deque[_Seen] = deque()
+        self._by_origin: dict[Origin, Position] = {}
+        self._last_seen: Position | None = None
+        self._last_data: Position | None = None
+        self._trimmed_last_data: Position | None = None  # the last data entry forgotten by ``_trim``
+        self._round: _Round | None = None
+        self._rounds_started = 0
+        self._round_state: object = None
+        self._caches: dict[str, deque[Snapshot]] = {}
+        self._sent_updates: dict[str, object] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self.snapshots_completed = 0
+        self.updates_written = 0
+        self.updates_applied = 0
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"repl-subs:{self.topic.name}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _loop(self) -> None:
+        while True:
+            await self._clock.sleep(REPLICATED_SUBSCRIPTIONS_TICK_MS / 1000)
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the log closed under us, a remote left: the next tick tries again
+                log.warning("replicated subscriptions of %s: %s", self.topic.name, error)
+
+    def replicated(self) -> list[Subscription]:
+        return [s for s in self.topic.subscriptions.values() if s.durable and is_replicated_subscription(s.cursor)]
+
+    # --- what the replicators read -----------------------------------------------------------
+
+    async def observe(self, position: Position, metadata: pb.MessageMetadata, payload: bytes | memoryview) -> None:
+        """Every entry of the topic, in log order (several replicators may report the same one)."""
+        if self._last_seen is not None and position <= self._last_seen:
+            return
+        self._last_seen = position
+        marker = metadata.marker_type != 0
+        origin: Origin | None = None
+        if not marker:
+            origin = replicated_source(metadata) or (self.local, encode_source_position(position.ledger_id,
+                                                                                        position.entry_id))
+            self._by_origin[origin] = position
+            self._last_data = position
+        self._seen.append(_Seen(position, marker, origin))
+        while len(self._seen) > REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX:
+            self._forget(self._seen.popleft())
+        if marker and metadata.replicated_from:
+            await self._remote_marker(position, metadata.marker_type, metadata.replicated_from, bytes(payload))
+
+    async def _remote_marker(self, position: Position, kind: int, origin: str, payload: bytes) -> None:
+        if kind == MarkerType.SNAPSHOT_REQUEST:
+            request = mpb.ReplicatedSubscriptionsSnapshotRequest.FromString(payload)
+            last = self.topic.log.last_position
+            response = mpb.ReplicatedSubscriptionsSnapshotResponse(
+                snapshot_id=request.snapshot_id, cluster=cluster_position(self.local, last.ledger_id, last.entry_id))
+            await self._write(MarkerType.SNAPSHOT_RESPONSE, response.SerializeToString(),
+                              [request.source_cluster or origin])
+        elif kind == MarkerType.SNAPSHOT_RESPONSE:
+            answer = mpb.ReplicatedSubscriptionsSnapshotResponse.FromString(payload)
+            current = self._round
+            if current is None or answer.snapshot_id != current.snapshot_id:
+                return  # an old round's answer (timed out, or read again after a restart)
+            current.responses[answer.cluster.cluster] = _position(answer.cluster.message_id)
+            current.waiting.discard(answer.cluster.cluster)
+            if not current.waiting:
+                await self._complete(current, position)
+        elif kind == MarkerType.UPDATE:
+            await self._apply(mpb.ReplicatedSubscriptionsUpdate.FromString(payload))
+
+    # --- snapshots ---------------------------------------------------------------------------
+
+    async def _write(self, kind: MarkerType, payload: bytes, replicate_to: list[str]) -> Position:
+        return await self.topic.publish(marker_entry(kind, payload, replicate_to=replicate_to,
+                                                     publish_time_ms=self._clock.now_ms()))
+
+    async def _complete(self, done: _Round, local: Position) -> None:
+        self._round = None
+        snapshot = Snapshot(done.snapshot_id, local, dict(done.responses))
+        marker = mpb.ReplicatedSubscriptionsSnapshot(
+            snapshot_id=done.snapshot_id,
+            local_message_id=mpb.MarkersMessageIdData(ledger_id=local.ledger_id, entry_id=local.entry_id))
+        for cluster, remote in sorted(done.responses.items()):
+            marker.clusters.append(cluster_position(cluster, remote.ledger_id, remote.entry_id))
+        await self._write(MarkerType.SNAPSHOT, marker.SerializeToString(), [self.local])
+        for subscription in self.replicated():
+            self._caches.setdefault(subscription.name, deque(maxlen=REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX)
+                                    ).append(snapshot)
+        self.snapshots_completed += 1
+
+    def _effective_mark_delete(self, subscription: Subscription) -> Position:
+        """The mark-delete position moved over the markers (and acknowledged entries) after it."""
+        cursor = subscription.cursor
+        effective = cursor.mark_delete_position
+        for seen in self._seen:
+            if seen.position <= effective:
+                continue
+            if seen.position != effective.next() and seen.position.entry_id != 0:
+                break  # an entry we never saw lies in between
+            if not (seen.marker or cursor.is_acked(seen.position)):
+                break
+            effective = seen.position
+        return effective
+
+    def _data_state(self, subscription: Subscription) -> tuple[Position | None, int]:
+        """What a round is for: the last data entry acknowledged and how many after it are."""
+        effective = self._effective_mark_delete(subscription)
+        last_data = self._trimmed_last_data
+        acked_after = 0
+        for seen in self._seen:
+            if seen.marker:
+                continue
+            if seen.position <= effective:
+                last_data = seen.position
+            elif subscription.cursor.is_acked(seen.position):
+                acked_after += 1
+        return last_data, acked_after
+
+    async def tick(self) -> None:
+        """Acknowledge markers, send updates, and start a snapshot round if anything changed."""
+        async with self._lock:
+            subscriptions = self.replicated()
+            if not subscriptions:
+                # Nothing to keep in step here yet (an update from a remote creates the subscription):
+                # remember only the recent entries its first updates may name.
+                while len(self._seen) > REPLICATED_SUBSCRIPTIONS_SEEN_IDLE_MAX:
+                    self._forget(self._seen.popleft())
+                return
+            for subscription in subscriptions:
+                await self._ack_markers(subscription)
+                await self._maybe_update(subscription)
+            self._trim(min(s.cursor.mark_delete_position for s in subscriptions))
+            now_ms = self._clock.now_ms()
+            current = self._round
+            if current is not None and now_ms - current.started_ms < REPLICATED_SUBSCRIPTIONS_SNAPSHOT_TIMEOUT_MS:
+                return
+            self._round = None
+            remotes = self._remotes()
+            if not remotes or not self._connected():
+                return  # no snapshot while a remote is unreachable: its answer could not come
+            state = (self._last_data, tuple((s.name, self._data_state(s)) for s in subscriptions))
+            if state == self._round_state:
+                return
+            self._round_state = state
+            self._rounds_started += 1
+            snapshot_id = f"{self.local}-{self._clock.now_ms()}-{self._rounds_started}"
+            self._round = _Round(snapshot_id, now_ms, set(remotes))
+            request = mpb.ReplicatedSubscriptionsSnapshotRequest(snapshot_id=snapshot_id, source_cluster=self.local)
+            await self._write(MarkerType.SNAPSHOT_REQUEST, request.SerializeToString(), remotes)
+
+    def _trim(self, floor: Position) -> None:
+        """Forget the entries every replicated subscription here has acknowledged."""
+        seen = self._seen
+        while seen and seen[0].position <= floor:
+            self._forget(seen.popleft())
+
+    def _forget(self, old: _Seen) -> None:
+        if old.origin is not None:
+            self._trimmed_last_data = old.position
+            if self._by_origin.get(old.origin) == old.position:
+                del self._by_origin[old.origin]
+
+    async def _ack_markers(self, subscription: Subscription) -> None:
+        md = subscription.cursor.mark_delete_position
+        markers = [s.position for s in self._seen
+                   if s.marker and s.position > md and not subscription.cursor.is_acked(s.position)]
+        if markers:
+            await subscription.acknowledge(pb.CommandAck(ack_type=pb.CommandAck.Individual),
+                                           [(p, []) for p in markers])
+
+    async def _maybe_update(self, subscription: Subscription) -> None:
+        cache = self._caches.get(subscription.name)
+        effective = self._effective_mark_delete(subscription)
+        chosen: Snapshot | None = None
+        while cache and cache[0].local <= effective:
+            chosen = cache.popleft()
+        if chosen is not None and cache is not None:
+            cache.appendleft(chosen)  # it stays the newest one passed until a newer one is
+        # Every acknowledged entry still remembered (``_trim`` forgets them only after this ran):
+        # cumulatively acknowledged ones too, since the snapshot may map to a position before them.
+        acked: list[Origin] = []
+        md = subscription.cursor.mark_delete_position
+        for seen in self._seen:
+            if seen.origin is None:
+                continue
+            if seen.position <= md or subscription.cursor.is_acked(seen.position):
+                acked.append(seen.origin)
+                if len(acked) >= REPLICATED_SUBSCRIPTIONS_UPDATE_ACKED_MAX:
+                    break
+        if chosen is None and not acked:
+            return
+        state = (chosen.snapshot_id if chosen else None, tuple(acked))
+        if self._sent_updates.get(subscription.name) == state:
+            return
+        update = mpb.ReplicatedSubscriptionsUpdate(subscription_name=subscription.name)
+        if chosen is not None:
+            for cluster, remote in sorted(chosen.remotes.items()):
+                update.clusters.append(cluster_position(cluster, remote.ledger_id, remote.entry_id))
+        for cluster, encoded in acked:
+            ledger_id, entry_id = decode_source_position(encoded)
+            update.acked.append(cluster_position(cluster, ledger_id, entry_id))
+        await self._write(MarkerType.UPDATE, update.SerializeToString(), self._remotes())
+        self._sent_updates[subscription.name] = state
+        self.updates_written += 1
+
+    # --- updates from the other clusters -------------------------------------------------------
+
+    async def _apply(self, update: mpb.ReplicatedSubscriptionsUpdate) -> None:
+        name = update.subscription_name
+        subscription = self.topic.subscriptions.get(name)
+        if subscription is None:
+            subscription = await self.topic.subscription(name, durable=True, initial_mark_delete=EARLIEST)
+        await mark_replicated_subscription(subscription.cursor)
+        for entry in update.clusters:
+            if entry.cluster == self.local:
+                target = _position(entry.message_id)
+                if target <= self.topic.log.last_position:
+                    await subscription.acknowledge_up_to(target)
+        md = subscription.cursor.mark_delete_position
+        positions = []
+        for entry in update.acked:
+            found = self._by_origin.get((entry.cluster, encode_source_position(
+                int(entry.message_id.ledger_id), int(entry.message_id.entry_id))))
+            if found is not None and found > md and not subscription.cursor.is_acked(found):
+                positions.append(found)
+        if positions:
+            await subscription.acknowledge(pb.CommandAck(ack_type=pb.CommandAck.Individual),
+                                           [(p, []) for p in sorted(positions)])
+        await self._ack_markers(subscription)
+        self.updates_applied += 1
+

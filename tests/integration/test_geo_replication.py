@@ -1,0 +1,423 @@
+"""Geo-replication between two real ``magnetar standalone`` processes (clusters A and B), with the
+official ``pulsar`` client, linked the way a Pulsar user does it (admin REST calls only).
+
+* produce in A, consume in B; both directions at once on one topic, no loops;
+* ``replication_clusters`` / ``disable_replication`` on a message are honoured;
+* kill -9 the standalone running the replicator mid-stream, restart it: B holds every message A
+  stored exactly once (``magnetar.chaos.replication`` checker), and with the receiving side's
+  replication dedup switched off (``MAGNETAR_BREAK=no-repl-dedup``, the negative control) the same
+  experiment stores duplicates.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from magnetar.chaos.replication import check_replication
+from magnetar.runtime.processes import StandaloneProcess, free_port
+
+pytestmark = pytest.mark.integration
+pulsar = pytest.importorskip("pulsar")
+
+RECEIVE_TIMEOUT_MS = 15_000
+#: How long an acknowledgement in A may take to reach B's copy of a replicated subscription during
+#: traffic (a controller tick of 250 ms, the update marker's trip, on a loaded machine).
+ACKS_IN_FLIGHT_S = 3.0
+
+
+def admin(web_port: int, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(f"http://127.0.0.1:{web_port}/admin/v2{path}", data=data, method=method,
+                                     headers=headers)
+    with urllib.request.urlopen(request, timeout=15) as response:
+        text = response.read().decode()
+        return json.loads(text) if text else None
+
+
+@dataclass
+class Node:
+    name: str
+    data_dir: str
+    log_path: str
+    env: dict[str, str]
+    broker_port: int = field(default_factory=free_port)
+    web_port: int = field(default_factory=free_port)
+    bookie_port: int = field(default_factory=free_port)
+    process: StandaloneProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.broker_port}"
+
+    def start(self) -> None:
+        with open(self.log_path, "a") as log:
+            self.process = StandaloneProcess(self.data_dir, broker_port=self.broker_port, web_port=self.web_port,
+                                             bookie_port=self.bookie_port, cluster_name=self.name, env=self.env,
+                                             stderr=log.fileno())
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process = None
+
+
+def link(nodes: list[Node]) -> None:
+    """What a user runs: register every other cluster, allow all clusters for tenant ``public`` and
+    replicate ``public/default`` to all of them, on every cluster."""
+    names = [n.name for n in nodes]
+    for node in nodes:
+        for other in nodes:
+            if other is not node:
+                admin(node.web_port, "PUT", f"/clusters/{other.name}", {
+                    "serviceUrl": f"http://127.0.0.1:{other.web_port}", "brokerServiceUrl": other.url})
+        admin(node.web_port, "POST", "/tenants/public", {"allowedClusters": names})
+        admin(node.web_port, "POST", "/namespaces/public/default/replication", names)
+
+
+def make_nodes(tmp_path: Path, names: list[str], env_of: dict[str, dict[str, str]] | None = None) -> list[Node]:
+    env = {k: v for k, v in os.environ.items() if k != "MAGNETAR_BREAK"}
+    return [Node(name, str(tmp_path / f"data-{name}"), str(tmp_path / f"{name}.log"),
+                 {**env, **(env_of or {}).get(name, {})}) for name in names]
+
+
+def cli_link(nodes: list[Node]) -> None:
+    """``magnetar cluster link A=http://... B=http://...``: the same calls as ``link``, by the CLI."""
+    members = [f"{n.name}=http://127.0.0.1:{n.web_port}" for n in nodes]
+    done = subprocess.run([sys.executable, "-m", "magnetar.cli", "cluster", "link", *members],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Node]]:
+    """Three standalones A, B, C, every one replicating ``public/default`` to the two others."""
+    nodes = make_nodes(tmp_path_factory.mktemp("geo"), ["A", "B", "C"])
+    try:
+        for node in nodes:
+            node.start()
+        cli_link(nodes)
+        yield nodes
+    finally:
+        for node in nodes:
+            node.kill()
+
+
+@pytest.fixture(scope="module")
+def pair(mesh: list[Node]) -> list[Node]:
+    return mesh[:2]
+
+
+def drain(url: str, topic: str, expected: set[str], *, settle_ms: int = 1_500) -> list[str]:
+    """Every value stored in ``topic`` (a reader from the earliest position) until all of
+    ``expected`` came and nothing more comes for ``settle_ms``; or nothing comes for
+    ``RECEIVE_TIMEOUT_MS``."""
+    client = pulsar.Client(url, operation_timeout_seconds=15)
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        values: list[str] = []
+        while True:
+            waiting = not expected <= set(values)
+            try:
+                message = reader.read_next(RECEIVE_TIMEOUT_MS if waiting else settle_ms)
+            except pulsar.Timeout:
+                return values
+            values.append(message.data().decode())
+    finally:
+        client.close()
+
+
+def produce(url: str, topic: str, values: list[str], **send_options: Any) -> list[str]:
+    """Send ``values`` (batched) and return those acknowledged."""
+    client = pulsar.Client(url, operation_timeout_seconds=15)
+    acked: list[str] = []
+    try:
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=1,
+                                          block_if_queue_full=True)
+        for value in values:
+            producer.send_async(value.encode(), lambda result, _id, v=value: acked.append(v)
+                                if result == pulsar.Result.Ok else None, **send_options)
+        producer.flush()
+    finally:
+        client.close()
+    return acked
+
+
+def test_full_mesh_of_three_every_message_once_in_every_cluster(mesh: list[Node]) -> None:
+    """Each cluster produces into one topic at the same time; every cluster ends up with every
+    message exactly once (``replicated_from`` stops entries travelling on: no loops)."""
+    a = mesh[0]
+    topic = "persistent://public/default/both-ways"
+    sent = {node.name: [f"{node.name}-{i}" for i in range(300)] for node in mesh}
+    with ThreadPoolExecutor(len(mesh)) as pool:
+        acked = dict(zip(sent, pool.map(lambda n: produce(n.url, topic, sent[n.name]), mesh), strict=True))
+    assert all(len(v) == 300 for v in acked.values())
+    everything = {v for values in sent.values() for v in values}
+    for node in mesh:
+        stored = drain(node.url, topic, everything)
+        assert sorted(stored) == sorted(everything), node.name
+    stats = admin(a.web_port, "GET", "/persistent/public/default/both-ways/stats")
+    replication = stats["replication"]["B"]
+    assert replication["connected"] is True
+    assert replication["replicationBacklog"] == 0
+    assert replication["outboundConnection"] == "pulsar.repl.A-->B"
+
+
+def test_message_replication_clusters_and_disable_replication(pair: list[Node]) -> None:
+    a, b = pair
+    topic = "persistent://public/default/narrowed"
+    assert produce(a.url, topic, ["local-only"], disable_replication=True) == ["local-only"]
+    assert produce(a.url, topic, ["only-a"], replication_clusters=["A"]) == ["only-a"]
+    assert produce(a.url, topic, ["both"], replication_clusters=["A", "B"]) == ["both"]
+    assert produce(a.url, topic, ["last"]) == ["last"]  # in order: once it is in B, the others were judged
+    assert drain(b.url, topic, {"both", "last"}) == ["both", "last"]
+    assert drain(a.url, topic, {"local-only", "only-a", "both", "last"}) == ["local-only", "only-a", "both", "last"]
+
+
+def test_partitioned_topic_maps_partition_to_partition(pair: list[Node]) -> None:
+    """A partitioned topic created in A only: B gets the same partitioned topic (from the
+    replicators' producers) and each partition's messages."""
+    a, b = pair
+    admin(a.web_port, "PUT", "/persistent/public/default/parted/partitions", 3)
+    values = [f"p-{i}" for i in range(60)]
+    assert len(produce(a.url, "persistent://public/default/parted", values)) == 60
+    deadline = time.monotonic() + 15
+    while admin(b.web_port, "GET", "/persistent/public/default/parted/partitions")["partitions"] != 3:
+        assert time.monotonic() < deadline, "B never learned the partitioned topic"
+        time.sleep(0.05)  # polling the admin API for the state under test, bounded by the deadline
+    client = pulsar.Client(b.url, operation_timeout_seconds=15)
+    try:
+        consumer = client.subscribe("persistent://public/default/parted", "s",
+                                    initial_position=pulsar.InitialPosition.Earliest)
+        got = {consumer.receive(RECEIVE_TIMEOUT_MS).data().decode() for _ in range(60)}
+    finally:
+        client.close()
+    assert got == set(values)
+
+
+def test_topic_level_replication_clusters_override_the_namespace(pair: list[Node]) -> None:
+    a, b = pair
+    topic = "persistent://public/default/kept-home"
+    assert produce(a.url, topic, ["before"]) == ["before"]
+    assert drain(b.url, topic, {"before"}) == ["before"]
+    admin(a.web_port, "POST", "/persistent/public/default/kept-home/replication", ["A"])
+    assert admin(a.web_port, "GET", "/persistent/public/default/kept-home/replication") == ["A"]
+    assert produce(a.url, topic, ["after"]) == ["after"]
+    assert drain(a.url, topic, {"before", "after"}) == ["before", "after"]
+    assert drain(b.url, topic, {"before"}, settle_ms=2_000) == ["before"]
+    stats = admin(a.web_port, "GET", "/persistent/public/default/kept-home/stats")
+    assert stats["replication"] == {}
+
+
+def _kill_mid_stream(tmp_path: Path, remote_env: dict[str, str], *, victim: str = "A") -> Any:
+    """Produce 3,000 in A, kill -9 ``victim`` (A: the replicator's broker; B: the remote) while
+    replication is under way, produce 1,000 more in A, restart the victim, compare."""
+    a, b = make_nodes(tmp_path, ["A", "B"], {"B": remote_env})
+    try:
+        a.start()
+        b.start()
+        link([a, b])
+        topic = "persistent://public/default/killed"
+        first = [f"m-{i}" for i in range(3000)]
+        acked = produce(a.url, topic, first)
+        killed = a if victim == "A" else b
+        killed.kill()  # SIGKILL while the replicator is still sending (and its cursor flushes lazily)
+        if victim == "A":
+            a.start()
+        second = [f"m-{i}" for i in range(3000, 4000)]
+        acked += produce(a.url, topic, second)  # with B down: the backlog grows in A
+        if victim == "B":
+            b.start()
+        source = drain(a.url, topic, set(acked))
+        remote = drain(b.url, topic, set(source))
+        result = check_replication(acked, source, remote)
+        print("kill -9 mid-stream:", result.summary())
+        return result
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_kill9_replicating_standalone_loses_nothing_and_duplicates_nothing(tmp_path: Path) -> None:
+    result = _kill_mid_stream(tmp_path, {})
+    assert result.counts["acknowledged"] == 4000
+    assert result.ok, result.summary()
+
+
+def test_kill9_remote_cluster_then_restart_loses_nothing_and_duplicates_nothing(tmp_path: Path) -> None:
+    result = _kill_mid_stream(tmp_path, {}, victim="B")
+    assert result.counts["acknowledged"] == 4000
+    assert result.ok, result.summary()
+
+
+def test_negative_control_without_replication_dedup_duplicates_appear(tmp_path: Path) -> None:
+    result = _kill_mid_stream(tmp_path, {"MAGNETAR_BREAK": "no-repl-dedup"})
+    assert result.duplicated, result.summary()
+    assert not result.lost, result.summary()
+
+
+def _backlog(node: Node, topic: str, subscription: str) -> int | None:
+    stats = admin(node.web_port, "GET", f"/persistent/public/default/{topic}/stats")
+    found = stats["subscriptions"].get(subscription)
+    return None if found is None else int(found["msgBacklog"])
+
+
+def test_replicated_subscription_fails_over_with_exactly_the_unacknowledged(pair: list[Node]) -> None:
+    """Consume in A acknowledging all but every tenth message, stop: within a bounded time the
+    subscription's backlog is the same in B (convergence when idle, individual acks carried); a
+    consumer failing over to B gets exactly the unacknowledged ones. Control: a subscription that
+    did not ask for replication gets everything again in B."""
+    a, b = pair
+    topic = "replicated-sub"
+    client_a = pulsar.Client(a.url, operation_timeout_seconds=15)
+    client_b = pulsar.Client(b.url, operation_timeout_seconds=15)
+    try:
+        consumers = {name: client_a.subscribe(topic, name, consumer_type=pulsar.ConsumerType.Shared,
+                                              initial_position=pulsar.InitialPosition.Earliest,
+                                              replicate_subscription_state_enabled=flag)
+                     for name, flag in (("replicated", True), ("local", False))}
+        producer = client_a.create_producer(topic, batching_enabled=False)
+        for i in range(100):
+            producer.send(f"{i}".encode())
+        holes = {i for i in range(100) if i % 10 == 3}
+        for consumer in consumers.values():
+            for _ in range(100):
+                message = consumer.receive(RECEIVE_TIMEOUT_MS)
+                if int(message.data()) not in holes:
+                    consumer.acknowledge(message)
+        started = time.monotonic()
+        deadline = started + 10
+        while time.monotonic() < deadline and _backlog(b, topic, "replicated") != len(holes):
+            time.sleep(0.05)  # polling the admin API for the state under test, bounded by the deadline
+        converged_s = time.monotonic() - started
+        print(f"replicated subscription converged in {converged_s:.2f} s")
+        assert _backlog(a, topic, "replicated") == _backlog(b, topic, "replicated") == len(holes)
+        assert converged_s <= 5
+        for consumer in consumers.values():
+            consumer.close()
+        redelivered: dict[str, set[int]] = {}
+        for name in ("replicated", "local"):
+            consumer = client_b.subscribe(topic, name, consumer_type=pulsar.ConsumerType.Shared,
+                                          initial_position=pulsar.InitialPosition.Earliest,
+                                          replicate_subscription_state_enabled=name == "replicated")
+            got = redelivered[name] = set()
+            while True:
+                try:
+                    message = consumer.receive(2_000)
+                except pulsar.Timeout:
+                    break
+                got.add(int(message.data()))
+                consumer.acknowledge(message)
+        assert redelivered["replicated"] == holes
+        assert redelivered["local"] == set(range(100))  # the control: nothing carried over
+    finally:
+        client_a.close()
+        client_b.close()
+
+
+def test_replicator_authenticates_to_the_remote_with_the_registered_token(tmp_path: Path) -> None:
+    """B requires token authentication. Registered in A without credentials, A's replicator is
+    refused (not connected, last error set, nothing arrives); once B's registration in A carries
+    ``authenticationPlugin: token`` and the token, replication starts and B gets the message."""
+    from magnetar.security.tokens import create_token
+
+    secret = os.urandom(32)
+    token = create_token("replicator", secret_key=secret)
+    secure = {"MAGNETAR_BROKER_AUTHENTICATION_ENABLED": "true",
+              "MAGNETAR_BROKER_AUTHENTICATION_PROVIDERS": "token",
+              "MAGNETAR_BROKER_TOKEN_SECRET_KEY": "data:;base64," + base64.b64encode(secret).decode()}
+    a, b = make_nodes(tmp_path, ["A", "B"], {"B": secure})
+    try:
+        a.start()
+        b.start()
+        admin(a.web_port, "PUT", "/clusters/B", {"serviceUrl": f"http://127.0.0.1:{b.web_port}",
+                                                 "brokerServiceUrl": b.url})
+        admin(b.web_port, "PUT", "/clusters/A", {"serviceUrl": f"http://127.0.0.1:{a.web_port}",
+                                                 "brokerServiceUrl": a.url}, token=token)
+        for node, auth in ((a, None), (b, token)):
+            admin(node.web_port, "POST", "/tenants/public", {"allowedClusters": ["A", "B"]}, token=auth)
+            admin(node.web_port, "POST", "/namespaces/public/default/replication", ["A", "B"], token=auth)
+        assert produce(a.url, "persistent://public/default/secured", ["first"]) == ["first"]
+        stats_path = "/persistent/public/default/secured/stats"
+        deadline = time.monotonic() + 30
+        while not admin(a.web_port, "GET", stats_path)["replication"].get("B", {}).get("lastError"):
+            assert time.monotonic() < deadline, "the refused replicator reported no error"
+            time.sleep(0.05)  # polling the admin API for the state under test, bounded by the deadline
+        refused = admin(a.web_port, "GET", stats_path)["replication"]["B"]
+        assert refused["connected"] is False and refused["replicationBacklog"] == 1
+        admin(a.web_port, "POST", "/clusters/B", {
+            "serviceUrl": f"http://127.0.0.1:{b.web_port}", "brokerServiceUrl": b.url,
+            "authenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+            "authenticationParameters": f"token:{token}"})
+        client = pulsar.Client(b.url, operation_timeout_seconds=15, authentication=pulsar.AuthenticationToken(token))
+        try:
+            reader = client.create_reader("persistent://public/default/secured", pulsar.MessageId.earliest)
+            assert reader.read_next(90_000).data() == b"first"  # within the replicator's backoff
+        finally:
+            client.close()
+        assert admin(a.web_port, "GET", stats_path)["replication"]["B"]["connected"] is True
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_replicated_subscription_failover_during_traffic_redelivers_no_less(pair: list[Node]) -> None:
+    """Fail over while messages are still being produced and acknowledged (no idle time): B
+    redelivers every message A did not acknowledge, plus at most what A acknowledged in the last
+    moments before the switch (acknowledgements not yet carried); the count is reported."""
+    a, b = pair
+    topic = "replicated-busy"
+    client_a = pulsar.Client(a.url, operation_timeout_seconds=15)
+    client_b = pulsar.Client(b.url, operation_timeout_seconds=15)
+    try:
+        consumer = client_a.subscribe(topic, "busy", consumer_type=pulsar.ConsumerType.Shared,
+                                      initial_position=pulsar.InitialPosition.Earliest,
+                                      replicate_subscription_state_enabled=True)
+        producer = client_a.create_producer(topic, batching_enabled=False)
+        acked_at: dict[int, float] = {}
+        for i in range(400):
+            producer.send(f"{i}".encode())  # each send waits for its receipt: traffic over time
+            if i % 2 == 1:  # consume as we go: one message per two sent
+                message = consumer.receive(RECEIVE_TIMEOUT_MS)
+                consumer.acknowledge(message)
+                acked_at[int(message.data())] = time.monotonic()
+        acked = set(acked_at)
+        switched = time.monotonic()
+        consumer.close()  # fail over now: no idle time for the subscription to converge
+        failover = client_b.subscribe(topic, "busy", consumer_type=pulsar.ConsumerType.Shared,
+                                      replicate_subscription_state_enabled=True)
+        redelivered: set[int] = set()
+        while len(redelivered - acked) < 400 - len(acked):
+            message = failover.receive(RECEIVE_TIMEOUT_MS)
+            redelivered.add(int(message.data()))
+            failover.acknowledge(message)
+        duplicates = redelivered & acked
+        print(f"failover during traffic: {len(acked)} acknowledged in A, {len(redelivered - acked)} unacknowledged "
+              f"redelivered in B, {len(duplicates)} acknowledged ones redelivered")
+        assert set(range(400)) - acked <= redelivered  # nothing unacknowledged is lost
+        recent = {v for v, at in acked_at.items() if at >= switched - ACKS_IN_FLIGHT_S}
+        assert duplicates <= recent  # only acknowledgements of the last moments were not carried yet
+    finally:
+        client_a.close()
+        client_b.close()

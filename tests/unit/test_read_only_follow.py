@@ -1,0 +1,54 @@
+"""The owner's position feed endpoint (``runtime.read_only``): it answers only for topics loaded on
+that broker and never loads one, so a read-only broker cannot make a broker take a topic."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from magnetar.runtime.read_only import build_follow_app
+
+
+class NoTopics:
+    """A service with no topic loaded that fails the test if anything tries to load one."""
+
+    topics: dict[str, Any] = {}
+
+    async def get_topic(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the follow endpoint must never load a topic")
+
+
+async def call(app: Any, query: str) -> tuple[int, bytes]:
+    scope = {"type": "http", "method": "GET", "path": "/v1/follow", "raw_path": b"/v1/follow",
+             "query_string": query.encode(), "headers": [], "http_version": "1.1", "scheme": "http",
+             "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1), "root_path": ""}
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, body
+
+
+def test_a_topic_not_loaded_here_is_answered_404_without_loading_it() -> None:
+    app = build_follow_app(lambda: NoTopics())  # type: ignore[arg-type, return-value]
+    status, body = asyncio.run(call(app, "topic=persistent://public/default/t&after=3:4"))
+    assert status == 404 and b"not served here" in body
+
+
+def test_between_generations_the_feed_answers_404() -> None:
+    app = build_follow_app(lambda: None)
+    assert asyncio.run(call(app, "topic=persistent://public/default/t"))[0] == 404
+
+
+def test_a_bad_position_or_topic_is_a_clear_400() -> None:
+    app = build_follow_app(lambda: NoTopics())  # type: ignore[arg-type, return-value]
+    status, body = asyncio.run(call(app, "topic=persistent://public/default/t&after=x"))
+    assert status == 400 and b"bad position" in body
+    assert asyncio.run(call(app, "topic=&after=1:1"))[0] == 400
