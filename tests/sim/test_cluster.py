@@ -99,3 +99,11 @@ def test_seed_212_a_client_connection_closed_during_its_handshake_is_a_connect_e
     client moved its closed connection to READY (an invariant failure that killed the producer)."""
     verdict = run_cluster_result(new_world(212), ClusterOptions(messages_per_producer=6)).verdict
     assert verdict.ok, verdict.text()
+
+
+def test_seed_5162_fences_are_judged_on_the_ensemble_the_recovery_fenced() -> None:
+    """Found by the soak: AutoRecovery replaced a bookie of a ledger right after its recovery closed
+    it; the probe must ask the ensemble the old writer had (fenced), not the replacement (which
+    never needed a fence: nobody may write a closed ledger)."""
+    verdict = run_cluster_result(new_world(5162), ClusterOptions(messages_per_producer=6)).verdict
+    assert verdict.ok, verdict.text()

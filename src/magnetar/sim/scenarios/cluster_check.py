@@ -9,7 +9,7 @@ reports (``shared/design/FAULTS.md``):
   the end its ledger was closed at
 * invariant 6, fencing is durable: after the run, every ledger that was ever seen IN_RECOVERY and
   then CLOSED is probed with a normal add past its end on each bookie of its last ensemble as it
-  was when closed
+  was when recovery began (the old writer's view)
   (``probe_recovered_ledgers``); unless enough of them refuse it as fenced that no write set can
   complete it (``ledger.quorum.fencing_covered``), an old writer could still be acknowledged
 
@@ -49,8 +49,10 @@ class MetadataWatch:
     """Every ledger's last seen (state, last entry id), and what went backwards."""
 
     seen: dict[int, tuple[LedgerState, int]] = field(default_factory=dict)
-    #: Ledgers ever seen IN_RECOVERY, with their latest metadata.
+    #: Ledgers ever seen IN_RECOVERY, with their metadata as first seen so.
     recovered: dict[int, LedgerMetadata] = field(default_factory=dict)
+    #: Where each of them was closed (last entry id).
+    closed_at: dict[int, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     polls_count: int = 0
     _watched: set[int] = field(default_factory=set)
@@ -107,11 +109,13 @@ class MetadataWatch:
         except MagnetarError:
             return  # deleted since listed
         self.observe(ledger_id, metadata.state, metadata.last_entry_id)
-        known = self.recovered.get(ledger_id)
-        # Kept as first seen CLOSED: AutoRecovery may later replace a bookie of a closed ledger,
-        # and a copy made after the close needs no fence (nobody may write the ledger any more).
-        if metadata.state is LedgerState.IN_RECOVERY or (known is not None and known.state is not LedgerState.CLOSED):
+        # The ensemble is kept as first seen IN_RECOVERY: it is the old writer's view, the one the
+        # fences must cover. AutoRecovery may replace a bookie right after the close, and a copy
+        # made after the close needs no fence (nobody may write the ledger any more).
+        if metadata.state is LedgerState.IN_RECOVERY and ledger_id not in self.recovered:
             self.recovered[ledger_id] = metadata
+        if metadata.state is LedgerState.CLOSED and ledger_id in self.recovered:
+            self.closed_at.setdefault(ledger_id, metadata.last_entry_id)
 
     def observe(self, ledger_id: int, state: LedgerState, last_entry_id: int) -> None:
         before = self.seen.get(ledger_id)
@@ -129,9 +133,10 @@ async def probe_recovered_ledgers(watch: MetadataWatch, transport: BookieClientT
     """Invariant 6 after the run: see the module docstring. Returns the violations."""
     out: list[str] = []
     for ledger_id, metadata in sorted(watch.recovered.items()):
-        if metadata.state is not LedgerState.CLOSED:
-            continue
-        probe = Entry.build(ledger_id, metadata.last_entry_id + 1, metadata.last_entry_id, b"probe")
+        last_entry_id = watch.closed_at.get(ledger_id)
+        if last_entry_id is None:
+            continue  # not closed (yet)
+        probe = Entry.build(ledger_id, last_entry_id + 1, last_entry_id, b"probe")
         fenced: set[int] = set()
         for index, bookie in enumerate(metadata.last_fragment.ensemble):
             try:
@@ -142,8 +147,8 @@ async def probe_recovered_ledgers(watch: MetadataWatch, transport: BookieClientT
                 fenced.add(index)  # unreachable now: it cannot complete a write set either
         if not fencing_covered(fenced, metadata.ensemble_size, metadata.write_quorum_size, metadata.ack_quorum_size):
             accepted = sorted(set(range(metadata.ensemble_size)) - fenced)
-            out.append(f"ledger {ledger_id} recovered and closed at {metadata.last_entry_id}, yet bookies "
-                       f"{accepted} of its last ensemble accept a normal add past its end")
+            out.append(f"ledger {ledger_id} recovered and closed at {last_entry_id}, yet bookies "
+                       f"{accepted} of its ensemble at recovery accept a normal add past its end")
     return out
 
 
