@@ -33,6 +33,15 @@ a standalone (the parquet copy is then written from the ceiling). ``--conf key=v
 try Spark settings; ``--jfr FILE`` records the Spark JVM over the repeats (Java Flight Recorder).
 CPU seconds per side and role are read from ``/proc``.
 
+``--offload`` (issue 21): the standalone runs with small ledgers (``--ledger-entries``) and
+tiered storage (deletion lag 0); after publishing, every partition is unloaded (sealing its
+ledger) and offloaded through the admin API, so the whole topic lives in the lakehouse as Parquet
+and not on the bookie. Sides then: ``lakehouse`` = ``connectors.spark.lakehouse.read_topic`` (the
+offloaded history through Spark's own Parquet scan, the tail through the connector) and
+``connector`` = ``format("magnetar")`` (offloaded entries read from the Parquet files by the Python
+source); ``--tail N`` publishes N more messages after the offload, left on the bookie (a mixed
+read). Prints the bytes on the bookie before the offload vs in the lakehouse.
+
 Run: ``.venv/bin/python bench/spark_read.py [--count 1000000] [--size 1024] [--repeats 3] [--ceiling]``.
 Bounded: publishing stops after ``--seconds``; each read is one Spark job over a fixed set of rows.
 """
@@ -208,6 +217,36 @@ def publish(url: str, count: int, size: int, seconds: float, values: str) -> int
     return sent
 
 
+def _admin(http: str, method: str, path: str) -> Any:
+    request = urllib.request.Request(f"http://{http}/admin/v2{path}", method=method,
+                                     data=b"" if method == "PUT" else None)
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        raw = reply.read()
+    return json.loads(raw) if raw else None
+
+
+def offload_all(http: str, partitions: int, deadline_s: float) -> tuple[int, int]:
+    """Seal and offload every partition; (bytes of the ledgers on the bookie before, ledgers offloaded)."""
+    bookie_bytes = offloaded = 0
+    for p in range(partitions):
+        base = f"/persistent/public/default/{TOPIC}-partition-{p}"
+        bookie_bytes += sum(lg["size"] for lg in _admin(http, "GET", f"{base}/internalStats")["ledgers"])
+        _admin(http, "PUT", f"{base}/unload")  # the topic loads again on a new ledger: the old one is sealed
+        _admin(http, "PUT", f"{base}/offload")
+    give_up = time.monotonic() + deadline_s
+    for p in range(partitions):
+        base = f"/persistent/public/default/{TOPIC}-partition-{p}"
+        while (status := _admin(http, "GET", f"{base}/offload"))["status"] == "RUNNING":
+            if time.monotonic() > give_up:
+                raise RuntimeError(f"offload of partition {p} still running after {deadline_s} s")
+            time.sleep(0.5)  # polling a remote broker under a deadline
+        if status["status"] != "SUCCESS":
+            raise RuntimeError(f"offload of partition {p}: {status}")
+        ledgers = _admin(http, "GET", f"{base}/internalStats")["ledgers"]
+        offloaded += sum(1 for lg in ledgers if lg.get("bookieCopyDeleted"))
+    return bookie_bytes, offloaded
+
+
 def timed(df: Any, action: str) -> tuple[float, dict[str, float]]:
     """(seconds, CPU seconds by role) of one run of ``action`` over ``df``."""
     before = cpu_seconds()
@@ -329,11 +368,16 @@ def main() -> None:
     parser.add_argument("--jfr", default=None, help="record the Spark JVM (Flight Recorder) over the repeats")
     parser.add_argument("--seconds", type=float, default=600, help="publishing stops after this long")
     parser.add_argument("--dir", default=None, help="parent of the data directory (default: a temp dir)")
+    parser.add_argument("--offload", action="store_true", help="offload the whole topic first (sides: lakehouse)")
+    parser.add_argument("--ledger-entries", type=int, default=50, help="with --offload: entries per ledger")
+    parser.add_argument("--tail", type=int, default=0, help="with --offload: messages published after it")
     args = parser.parse_args()
     sides = [side.strip() for side in args.sides.split(",") if side.strip()]
     if args.ceiling and "ceiling" not in sides:
         sides.append("ceiling")
-    if not set(sides) <= {"connector", "parquet", "ceiling"} or not sides:
+    if args.offload and "lakehouse" not in sides:
+        sides.insert(0, "lakehouse")
+    if not set(sides) <= {"connector", "parquet", "ceiling", "lakehouse"} or not sides:
         parser.error(f"--sides: {args.sides!r}")
     if not 1 <= args.warmups <= WARMUPS_MAX:
         parser.error(f"--warmups: 1 to {WARMUPS_MAX}")
@@ -343,7 +387,13 @@ def main() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent),
                                                              os.environ.get("PYTHONPATH")]))
     work = Path(tempfile.mkdtemp(prefix="magnetar-spark-bench-", dir=args.dir))
-    standalone = StandaloneProcess(str(work / "data")) if "connector" in sides else None
+    env = None
+    if args.offload:
+        env = dict(os.environ, MAGNETAR_MANAGED_LEDGER_MAX_ENTRIES_PER_LEDGER=str(args.ledger_entries),
+                   MAGNETAR_BROKER_OFFLOAD_DELETION_LAG_MS="0", MAGNETAR_BROKER_RETENTION_TIME_S="-1",
+                   MAGNETAR_BROKER_RETENTION_SIZE_BYTES="-1")
+    needs_standalone = "connector" in sides or "lakehouse" in sides
+    standalone = StandaloneProcess(str(work / "data"), env=env) if needs_standalone else None
     spark = None
     cores = os.cpu_count() or 2
     read_partitions = args.read_partitions or 2 * cores
@@ -358,6 +408,17 @@ def main() -> None:
                   f"({args.partitions} partitions) in {time.perf_counter() - start:.1f} s")
             options = {"serviceUrl": standalone.broker_url, "metadataUrl": standalone.fields["metadata"],
                        "topic": TOPIC, "minPartitions": str(read_partitions)}
+            if args.offload:
+                start = time.perf_counter()
+                bookie_bytes, ledgers = offload_all(standalone.fields["http"], args.partitions, args.seconds)
+                lake = work / "data" / "offload"
+                lake_bytes = sum(f.stat().st_size for f in lake.rglob("*.parquet"))
+                print(f"offloaded {ledgers} ledgers in {time.perf_counter() - start:.1f} s; storage for the same "
+                      f"{rows:,} messages: bookie {bookie_bytes / 1e6:,.1f} MB (entries), lakehouse "
+                      f"{lake_bytes / 1e6:,.1f} MB (Parquet zstd, per-message columns + raw entry column)")
+                if args.tail:
+                    rows += publish(standalone.broker_url, args.tail, args.size, args.seconds, args.values)
+                    print(f"published a live tail of {args.tail:,} messages (on the bookie)")
             if not args.no_alone:
                 reader_alone(options)  # warm-up: imports, first connections
                 alone_rows, alone_s, alone_cpu_s = reader_alone(options)
@@ -379,6 +440,10 @@ def main() -> None:
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         frames: dict[str, Any] = {}
+        if "lakehouse" in sides:
+            from magnetar.connectors.spark.lakehouse import read_topic
+
+            frames["lakehouse"] = read_topic(spark, **options)
         if "connector" in sides:
             frames["connector"] = spark.read.format("magnetar").options(**options).load()
         builds = work / "ceiling-builds.log"
@@ -392,7 +457,7 @@ def main() -> None:
                     rows=str(rows), size=str(args.size), partitions=str(read_partitions), batchrows=batch_rows,
                     values=args.values, builds=str(builds)).load()
         parquet_path = str(work / "parquet")
-        source = "connector" if "connector" in frames else next(iter(frames))
+        source = next(name for name in ("connector", "lakehouse", *frames) if name in frames)
         frames[source].write.parquet(parquet_path)
         parquet = spark.read.parquet(parquet_path)
         counted = parquet.count()

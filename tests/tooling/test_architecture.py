@@ -28,8 +28,13 @@ BANNED_CALLS = {
 }
 BANNED_BUILTINS = {"open", "input"}
 HEAVY = {"pyspark": "connectors", "kazoo": "metadata/zookeeper", "rocksdict": "runtime", "uvloop": "runtime",
-         "starlette": "", "uvicorn": "runtime", "fastapi": ""}
-HEAVY_EXTRA_HOMES = {"starlette": ("admin", "runtime"), "fastapi": ("admin", "runtime")}
+         "starlette": "", "uvicorn": "runtime", "fastapi": "",
+         # tiered storage: Parquet, Delta Lake and object stores only in the lakehouse adapter
+         "pyarrow": "", "deltalake": "runtime/lakehouse", "fsspec": "runtime/lakehouse",
+         "s3fs": "runtime/lakehouse", "fastavro": ""}
+HEAVY_EXTRA_HOMES = {"starlette": ("admin", "runtime"), "fastapi": ("admin", "runtime"),
+                     "pyarrow": ("connectors", "runtime/lakehouse"),  # the broker writes Parquet only there
+                     "fastavro": ("connectors", "runtime/lakehouse")}
 
 
 def core_violations(source: str) -> list[str]:
@@ -118,6 +123,9 @@ def test_heavy_dependencies_stay_in_their_adapter() -> None:
 
 def test_heavy_dependency_checker_catches_a_stray_import() -> None:
     assert heavy_violations(SRC / "broker" / "x.py", "import kazoo.client\n")
+    assert heavy_violations(SRC / "managed_ledger" / "x.py", "import pyarrow.parquet as pq\n")
+    assert heavy_violations(SRC / "runtime" / "x.py", "from deltalake import DeltaTable\n")
+    assert not heavy_violations(SRC / "runtime" / "lakehouse" / "x.py", "import s3fs\n")
     assert heavy_violations(SRC / "ledger" / "x.py", "from pyspark.sql import SparkSession\n")
     assert not heavy_violations(SRC / "metadata" / "zookeeper" / "x.py", "import kazoo.client\n")
 

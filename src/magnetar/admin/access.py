@@ -131,6 +131,13 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("GET", f"{_TOPIC}/compaction"): A,
     ("PUT", f"{_NS}/compactionThreshold"): A,
     ("PUT", f"{_TOPIC}/compactionThreshold"): A,
+    ("PUT", f"{_TOPIC}/offload"): A,  # tiered storage (Pulsar: the tenant's admins)
+    ("GET", f"{_TOPIC}/offload"): A,
+    ("GET", f"{_NS}/offloadThreshold"): A,
+    ("PUT", f"{_NS}/offloadThreshold"): A,
+    ("GET", f"{_NS}/offloadDeletionLagMs"): A,
+    ("PUT", f"{_NS}/offloadDeletionLagMs"): A,
+    ("DELETE", f"{_NS}/offloadDeletionLagMs"): A,
     ("GET", _NP): NC,
     ("GET", f"{_NP}/{{topic}}/stats"): L,
     ("DELETE", f"{_NP}/{{topic}}"): A,

@@ -36,7 +36,7 @@ from magnetar.base.errors import (
 from magnetar.base.limits import ADMIN_BODY_BYTES_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.resources import ClusterNotAllowed, NotEmptyError, Resources, TopicBusy
+from magnetar.broker.resources import ClusterNotAllowedError, NotEmptyError, Resources, TopicBusy
 from magnetar.broker.service import BrokerService
 from magnetar.metadata.errors import MetadataUnavailable, SessionExpired
 from magnetar.protocol.pulsar import pb
@@ -115,7 +115,7 @@ def _status_of(error: BaseException) -> tuple[int, str]:
         return _BROKER_STATUS.get(error.code, 412), error.message
     if isinstance(error, NotFound):
         return 404, _message(error)
-    if isinstance(error, ClusterNotAllowed):
+    if isinstance(error, ClusterNotAllowedError):
         return 403, _message(error)
     if isinstance(error, AlreadyExists | NotEmptyError | BadVersion):
         return 409, _message(error)

@@ -31,7 +31,7 @@ from magnetar.broker.policies import Policies, TopicPolicies
 
 
 async def _checked(ctx: AdminContext, request: Request, tenant: str) -> list[str]:
-    """The body's cluster list, checked (412 unknown or empty, 403 not allowed: ``ClusterNotAllowed``)."""
+    """The body's cluster list, checked (412 unknown or empty, 403 not allowed: ``ClusterNotAllowedError``)."""
     clusters = await read_body(request, list[str])
     checked: list[str] = await ctx.resources.check_replication_clusters(tenant, clusters)
     return checked

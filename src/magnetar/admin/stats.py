@@ -136,7 +136,7 @@ def partitioned_stats(partitions: list[dict[str, Any]], count: int) -> dict[str,
 def internal_stats(topic: Topic) -> dict[str, Any]:
     log = topic.log
     storage = log.storage_stats()
-    ledgers = [{"ledgerId": lg.ledger_id, "entries": lg.entries_count, "size": lg.size_bytes, "offloaded": False}
+    ledgers: list[dict[str, Any]] = [{"ledgerId": lg.ledger_id, "entries": lg.entries_count, "size": lg.size_bytes, "offloaded": False}
                for lg in storage.ledgers]
     cursors: dict[str, Any] = {}
     for name, subscription in sorted(topic.subscriptions.items()):
@@ -153,6 +153,14 @@ def internal_stats(topic: Topic) -> dict[str, Any]:
         "cursors": cursors,
     }
     if isinstance(log, ManagedTopicLog):
+        offloads = {i.ledger_id: i.offload for i in log.managed_ledger.ledger_infos()}
+        for ledger in ledgers:  # tiered storage: Pulsar's ``offloaded``, and whether bookies still hold it
+            context = offloads.get(ledger["ledgerId"])
+            ledger["offloaded"] = context is not None and context.complete
+            if context is not None:
+                ledger["offloadUid"] = context.uid
+                ledger["offloadDriver"] = context.driver
+                ledger["bookieCopyDeleted"] = context.bookie_deleted
         stats["state"] = "".join(w.title() for w in log.managed_ledger.state.value.split("_"))
         stats["lastLedgerCreatedTimestamp"] = storage.ledgers[-1].timestamp_ms if storage.ledgers else 0
     return stats

@@ -134,6 +134,17 @@ MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX = 256 * MIB
 MANAGED_LEDGER_READ_COUNT_MAX = 10_000
 #: Cursors one managed ledger may have.
 MANAGED_LEDGER_CURSORS_COUNT_MAX = 10_000
+#: Entries an offload reads from the bookies at a time (and hands its driver as one chunk).
+OFFLOAD_READ_CHUNK_ENTRIES_COUNT = 200
+#: A Parquet row group of an offloaded ledger is cut once its stored entries reach this size.
+OFFLOAD_ROW_GROUP_BYTES_MAX = 32 * MIB
+#: Decoded row groups of offloaded ledgers kept for reads (a consumer reads one row group in
+#: many small reads); the least recently used goes first.
+OFFLOAD_READ_CACHE_BYTES_MAX = 64 * MIB
+#: Entries a Spark task asks the lakehouse for at a time (whole row groups are decoded and kept).
+SPARK_LAKEHOUSE_READ_ENTRIES_COUNT = 1000
+#: Offloaded files whose row-group index (entry range of each row group) is kept for reads.
+OFFLOAD_FILES_INDEXED_COUNT_MAX = 1024
 #: Attempts at one managed-ledger-info compare-and-set before giving up.
 MANAGED_LEDGER_CAS_RETRY_COUNT_MAX = 16
 #: Ledgers one add may be written to: after a ledger failure the adds recovery did not find are

@@ -23,6 +23,9 @@ from magnetar.base.limits import (
 from magnetar.broker.listeners import parse_listeners
 from magnetar.broker.schema_compat import Compatibility
 
+#: Offload driver names (Pulsar's ``managedLedgerOffloadDriver`` values) -> the driver that serves them.
+OFFLOAD_DRIVERS = {"filesystem": "filesystem", "s3": "s3", "aws-s3": "s3", "S3": "s3", "none": "none", "": "none"}
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
@@ -76,6 +79,22 @@ class BrokerConfig:
     #: Test-only switch for the negative control of the outbound bound: False lets a connection's
     #: queue grow without limit. Never False in a deployment.
     connection_outbound_bound_enabled: bool = True
+    #: Tiered storage (``docs/tiered_storage.md``; Pulsar's keys in ``runtime/pulsar_conf.py``):
+    #: where sealed ledgers are offloaded to.
+    #: ``filesystem`` (a directory; a standalone's default is ``<data dir>/offload``), ``s3`` (an
+    #: S3-compatible bucket through s3fs; ``aws-s3`` is an alias), or ``none``.
+    offload_driver: str = "filesystem"
+    #: The filesystem driver's directory; empty: the standalone's ``<data dir>/offload``, and no
+    #: offload on a cluster broker.
+    offload_directory: str = ""
+    #: The s3 driver's bucket (``bucket`` or ``bucket/prefix``), endpoint URL (empty: AWS) and region.
+    offload_s3_bucket: str = ""
+    offload_s3_endpoint: str = ""
+    offload_s3_region: str = "us-east-1"
+    #: Broker defaults of the namespace policies ``offloadThreshold`` (bytes kept on bookies;
+    #: negative: no automatic offload) and ``offloadDeletionLagMs`` (Pulsar: -1 and 4 h).
+    offload_threshold_bytes: int = -1
+    offload_deletion_lag_ms: int = 4 * 3600 * 1000
     # --- load balancer (``broker.balancer``; the Pulsar key of each field: ``balancer.PULSAR_KEYS``) ---
     #: loadBalancerEnabled: the elected leader broker sheds load and splits hot bundles.
     load_balancer_enabled: bool = True
@@ -220,6 +239,10 @@ class BrokerConfig:
                                   f"advertised_listeners {sorted(listeners)}")
         if self.auto_created_partitions_count < 0:
             raise InvalidArgument("auto_created_partitions_count must be >= 0")
+        if self.offload_driver not in OFFLOAD_DRIVERS:
+            raise InvalidArgument(f"offload_driver must be one of {sorted(OFFLOAD_DRIVERS)}, got {self.offload_driver!r}")
+        if self.offload_deletion_lag_ms < 0:
+            raise InvalidArgument("offload_deletion_lag_ms must be >= 0")
         if self.load_balancer_shedding_interval_ms < 100 or self.load_balancer_shedding_grace_period_ms < 0:
             raise InvalidArgument("load_balancer_shedding_interval_ms must be >= 100 and the grace period >= 0")
         if not 2 <= self.load_balancer_namespace_bundles_max <= NAMESPACE_BUNDLES_COUNT_MAX:

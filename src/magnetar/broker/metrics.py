@@ -117,20 +117,6 @@ class BrokerCollector(Collector):
         }
         out_total = CounterMetricFamily("pulsar_subscription_out_messages", "messages dispatched",
                                         labels=sub_labels)
-        repl_labels = [*topic_labels, "remote_cluster"]
-        repl_gauges = {
-            name: (GaugeMetricFamily(name, doc, labels=repl_labels), key) for name, doc, key in (
-                ("pulsar_replication_backlog", "entries not yet replicated to the remote (lag in messages)",
-                 "replicationBacklog"),
-                ("pulsar_replication_delay_in_seconds", "age of the oldest entry sent and not yet receipted",
-                 "replicationDelayInSeconds"),
-                ("pulsar_replication_rate_out", "entries replicated per second", "msgRateOut"),
-                ("pulsar_replication_throughput_out", "bytes replicated per second", "msgThroughputOut"),
-                ("pulsar_replication_connected_count", "1 if the replicator's producer is connected", "connected"),
-            )
-        }
-        repl_lag = HistogramMetricFamily("magnetar_replication_lag_seconds",
-                                         "publish in this cluster to receipt by the remote", labels=repl_labels)
         cluster = self._service.config.cluster_name
         for name, topic in list(self._service.topics.items()):
             labels = [cluster, topic.name.namespace, name]
@@ -163,12 +149,6 @@ class BrokerCollector(Collector):
             in_bytes.add_metric(labels, published.byte_count)
             histogram = topic.publish_latency
             latency.add_metric(labels, histogram.cumulative(), histogram.sum_ms / 1000)
-            for remote, replicator in list(topic.replicators.items()):
-                rl = [*labels, remote]
-                stats = replicator.stats()
-                for family, key in repl_gauges.values():
-                    family.add_metric(rl, float(stats[key]))
-                repl_lag.add_metric(rl, replicator.lag.cumulative(), replicator.lag.sum_ms / 1000)
         yield from gauges.values()
         yield in_total
         yield in_bytes
@@ -176,8 +156,35 @@ class BrokerCollector(Collector):
         yield from sub_gauges.values()
         yield out_total
         yield from _read_only_metrics(self._service, topic_labels)
-        yield from (family for family, _ in repl_gauges.values())
-        yield repl_lag
+        yield from _replication_metrics(self._service, topic_labels)
+
+
+def _replication_metrics(service: BrokerService, topic_labels: list[str]) -> Iterator[Metric]:
+    """Per topic and remote cluster: what its geo-replicator has still to send, and its lag."""
+    repl_labels = [*topic_labels, "remote_cluster"]
+    repl_gauges = {
+        name: (GaugeMetricFamily(name, doc, labels=repl_labels), key) for name, doc, key in (
+            ("pulsar_replication_backlog", "entries not yet replicated to the remote (lag in messages)",
+             "replicationBacklog"),
+            ("pulsar_replication_delay_in_seconds", "age of the oldest entry sent and not yet receipted",
+             "replicationDelayInSeconds"),
+            ("pulsar_replication_rate_out", "entries replicated per second", "msgRateOut"),
+            ("pulsar_replication_throughput_out", "bytes replicated per second", "msgThroughputOut"),
+            ("pulsar_replication_connected_count", "1 if the replicator's producer is connected", "connected"),
+        )
+    }
+    repl_lag = HistogramMetricFamily("magnetar_replication_lag_seconds",
+                                     "publish in this cluster to receipt by the remote", labels=repl_labels)
+    cluster = service.config.cluster_name
+    for name, topic in list(service.topics.items()):
+        for remote, replicator in list(topic.replicators.items()):
+            labels = [cluster, topic.name.namespace, name, remote]
+            stats = replicator.stats()
+            for family, key in repl_gauges.values():
+                family.add_metric(labels, float(stats[key]))
+            repl_lag.add_metric(labels, replicator.lag.cumulative(), replicator.lag.sum_ms / 1000)
+    yield from (family for family, _ in repl_gauges.values())
+    yield repl_lag
 
 
 def _read_only_metrics(service: BrokerService, topic_labels: list[str]) -> Iterator[Metric]:

@@ -155,6 +155,8 @@ class Policies(msgspec.Struct, omit_defaults=False):
     delayed_delivery_policies: DelayedDeliveryPolicies | None = None
     schema_compatibility_strategy: str = "UNDEFINED"
     compaction_threshold: int | None = None  # bytes after the compaction horizon (topic compaction)
+    offload_threshold: int | None = None  # bytes kept on bookies (tiered storage); negative: no auto offload
+    offload_deletion_lag_ms: int | None = None  # how long bookie copies stay after an offload
 
 
 class TopicPolicies(msgspec.Struct, rename="camel", omit_defaults=True):

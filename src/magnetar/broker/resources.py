@@ -54,11 +54,11 @@ class NotEmptyError(MagnetarError):
     """A tenant with namespaces, or a namespace with topics, cannot be deleted."""
 
 
-class ClusterInUse(InvalidArgument):
+class ClusterInUseError(InvalidArgument):
     """A cluster a tenant still allows cannot be deleted."""
 
 
-class ClusterNotAllowed(MagnetarError):
+class ClusterNotAllowedError(MagnetarError):
     """A replication cluster the tenant does not allow (Pulsar answers 403)."""
 
 
@@ -179,7 +179,7 @@ class Resources:
         await self.cluster(name)
         for tenant in await self.tenants():
             if name in (await self.tenant(tenant)).allowed_clusters:
-                raise ClusterInUse(f"Cluster {name} is still allowed for tenant {tenant}")
+                raise ClusterInUseError(f"Cluster {name} is still allowed for tenant {tenant}")
         path = f"{CLUSTERS_ROOT}/{name}"
         await self.store.delete(path)
         self.cache.written(path, None)
@@ -247,7 +247,7 @@ class Resources:
 
     async def check_replication_clusters(self, tenant: str, clusters: list[str]) -> list[str]:
         """``clusters`` as a replication list of ``tenant``'s: not empty, no repeats, each one
-        registered (``InvalidArgument``) and allowed by the tenant (``ClusterNotAllowed``)."""
+        registered (``InvalidArgument``) and allowed by the tenant (``ClusterNotAllowedError``)."""
         if not clusters:
             raise InvalidArgument("ClusterIds should not be null or empty")
         known = set(await self.clusters())
@@ -257,7 +257,7 @@ class Resources:
             if cluster not in known:
                 raise InvalidArgument(f"Invalid cluster id: {cluster}")
             if cluster not in allowed:
-                raise ClusterNotAllowed(f"Cluster {cluster} is not in the list of allowed clusters list for "
+                raise ClusterNotAllowedError(f"Cluster {cluster} is not in the list of allowed clusters list for "
                                         f"tenant [{tenant}]")
         return list(dict.fromkeys(clusters))
 

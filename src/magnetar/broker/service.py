@@ -29,6 +29,7 @@ from magnetar.base.clock import Clock
 from magnetar.base.errors import AlreadyExists, LimitExceeded, NotFound
 from magnetar.base.limits import BROKER_TOPICS_LOADED_COUNT_MAX
 from magnetar.base.types import TopicName
+from magnetar.broker import offload
 from magnetar.broker.compaction import compaction_threshold_bytes
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import BrokerError, to_broker_error
@@ -117,6 +118,7 @@ class BrokerService:
             topic_log = await self.log_store.open_log(key, create=create and allowed)
             topic = Topic(name, topic_log, self.config, clock=self.clock,
                           policies=lambda: self.policies.effective(name))
+            await offload.install(topic, self.policies, self.config, self.schemas)
             for hook in list(self.topic_load_hooks):
                 await hook(topic)
             self.topics[key] = topic
@@ -256,6 +258,7 @@ class BrokerService:
             try:
                 await topic.check_policies(self.clock.now_ms())
                 await topic.compaction.check_threshold(await compaction_threshold_bytes(self.policies, topic.name))
+                await offload.refresh(topic, self.policies, self.config)
             except Exception as error:
                 log.warning("policy check of %s failed: %s", topic.name, error)
             now_ns = self.clock.monotonic_ns()

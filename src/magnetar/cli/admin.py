@@ -702,7 +702,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(admin_app, name="admin")
 
 
-from magnetar.cli import admin_compaction  # noqa: E402,F401  (adds its commands to the groups above)
+from magnetar.cli import admin_compaction, admin_offload  # noqa: E402,F401  (add their commands to the groups above)
 
 # Commands registered on ``topics_app`` by their own module (peek, get by id, examine, terminate, trim).
 from magnetar.cli import admin_messages as _admin_messages  # noqa: E402, F401

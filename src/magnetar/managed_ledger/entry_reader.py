@@ -8,6 +8,10 @@
 * Reader cache: ``LedgerReader``s opened *without recovery* (never fencing: reading must not
   disturb the writer), LRU-bounded by ``MANAGED_LEDGER_READERS_CACHED_COUNT_MAX``.
 
+Offloaded ledgers (``offload`` given to ``read``): while the bookies still hold a copy it is read
+from them, falling back to ``offloaded_reader`` (the object store) if they fail; once the copy is
+deleted, only the object store is read. Both give the same stored bytes.
+
 A reader of a ledger still OPEN may know a LAC behind what our writer acknowledged (the LAC of
 the newest entry rides only on the next one); then it re-reads the LAC and, for our own current
 ledger, first publishes it with an explicit-LAC write. Callers only ask for acknowledged entries.
@@ -16,8 +20,9 @@ ledger, first publishes it with an explicit-LAC write. Callers only ask for ackn
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 
-from magnetar.base.errors import NotFound
+from magnetar.base.errors import MagnetarError, NotFound
 from magnetar.base.limits import (
     MANAGED_LEDGER_CACHE_BYTES_MAX,
     MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX,
@@ -28,6 +33,10 @@ from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.reader import LedgerReader
 from magnetar.managed_ledger.entry import ManagedEntry
+from magnetar.metadata.records import OffloadContext
+
+#: (ledger id, its offload context, first, last) -> the stored entries, from the object store.
+OffloadedReader = Callable[[int, OffloadContext, int, int], Awaitable[list[bytes]]]
 
 
 class CacheBudget:
@@ -60,6 +69,7 @@ class EntryReader:
         self._cache: OrderedDict[Position, bytes] = OrderedDict()
         self._cache_bytes = 0
         self._readers: OrderedDict[int, LedgerReader] = OrderedDict()
+        self.offloaded_reader: OffloadedReader | None = None
 
     @property
     def cached_bytes(self) -> int:
@@ -98,11 +108,26 @@ class EntryReader:
         self._readers.clear()
         self._budget.released(self, size, empty=True)
 
-    async def read(self, ledger_id: int, first: int, last: int, writer: LedgerHandle | None) -> list[ManagedEntry]:
-        """Entries ``first..last`` of ``ledger_id`` (all acknowledged); ``writer``: our current ledger's."""
+    async def read(self, ledger_id: int, first: int, last: int, writer: LedgerHandle | None,
+                   offload: OffloadContext | None = None) -> list[ManagedEntry]:
+        """Entries ``first..last`` of ``ledger_id`` (all acknowledged); ``writer``: our current ledger's;
+        ``offload``: where the ledger was offloaded to, if it was."""
         cached = [self._cache.get(Position(ledger_id, e)) for e in range(first, last + 1)]
         if all(data is not None for data in cached):
             return [ManagedEntry(Position(ledger_id, first + i), data) for i, data in enumerate(cached) if data is not None]
+        offloaded_reader = self.offloaded_reader
+        if offload is not None and offload.complete and offloaded_reader is not None:
+            if not offload.bookie_deleted:
+                try:
+                    return await self._read_bookies(ledger_id, first, last, writer)
+                except MagnetarError:
+                    self._readers.pop(ledger_id, None)  # the copy is gone or its bookies failed
+            stored = await offloaded_reader(ledger_id, offload, first, last)
+            return [ManagedEntry(Position(ledger_id, first + i), data) for i, data in enumerate(stored)]
+        return await self._read_bookies(ledger_id, first, last, writer)
+
+    async def _read_bookies(self, ledger_id: int, first: int, last: int,
+                            writer: LedgerHandle | None) -> list[ManagedEntry]:
         reader = await self._reader_for(ledger_id, last, writer)
         entries = await reader.read_entries(first, last)
         return [ManagedEntry(Position(ledger_id, e.entry_id), e.payload) for e in entries]

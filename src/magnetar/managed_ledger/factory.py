@@ -17,6 +17,7 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.entry_reader import CacheBudget
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
+from magnetar.managed_ledger.offload import LedgerOffloader
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.paths import validate_node_path
 
@@ -32,8 +33,11 @@ class ManagedLedgerFactory:
         clock: Clock,
         config: ManagedLedgerConfig | None = None,
         root: str = DEFAULT_ROOT,
+        offloader: LedgerOffloader | None = None,
     ) -> None:
         self._manager = manager
+        #: The object store sealed ledgers are offloaded to (None: offload is not configured).
+        self.offloader = offloader
         self._store = store
         self._clock = clock
         self.config = config or ManagedLedgerConfig()
@@ -64,7 +68,7 @@ class ManagedLedgerFactory:
         try:
             ml = await ManagedLedger.open(
                 name, path, manager=self._manager, store=self._store, clock=self._clock, config=config or self.config,
-                cache_budget=self.cache_budget)
+                cache_budget=self.cache_budget, offloader=self.offloader)
         except BaseException as exc:
             del self._opening[name]
             future.set_exception(exc)

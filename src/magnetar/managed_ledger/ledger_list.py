@@ -42,6 +42,18 @@ class LedgerList:
         self.live_count = 0
         self.live_bytes = 0
 
+    def find(self, ledger_id: int) -> LedgerInfo | None:
+        index = bisect.bisect_left(self.ids, ledger_id)
+        if index < len(self.ids) and self.ids[index] == ledger_id:
+            return self.infos[index]
+        return None
+
+    def info_of(self, ledger_id: int) -> LedgerInfo:
+        found = self.find(ledger_id)
+        invariant(found is not None, f"ledger {ledger_id} is not listed")
+        assert found is not None
+        return found
+
     def entries_in(self, index: int) -> int:
         if index == len(self.ids) - 1 and self.ids[index] == self.live_ledger_id:
             return self.live_count

@@ -35,8 +35,11 @@ Protocol (Pulsar's ``ManagedLedgerImpl``, ``shared/seeds/002_*``):
   ledger, CAS the list (old one with its final count), then close the old ledger.
 * **Trim**: ledgers wholly at or before the slowest durable cursor's mark-delete position are
   deleted once retention allows (expired by ``retention_time_s`` or the log is over
-  ``retention_size_bytes``); the list is CAS'd first, then the ledgers are deleted. The current
-  ledger is never deleted.
+  ``retention_size_bytes``); the list is CAS'd first, then the ledgers are deleted (and their
+  offloaded copies). The current ledger is never deleted.
+* **Offload** (``offload``, see ``managed_ledger/offload.py``): sealed ledgers are copied to an
+  object store; each listed ledger records its ``OffloadContext``. Reads of an offloaded ledger
+  go to the bookies while their copy exists, else (or when the bookies fail) to the object store.
 
 Invariants: ledger ids in the list strictly grow; acknowledged positions strictly grow; state
 changes only along ``TRANSITIONS``; time comes only from the injected ``Clock``.
@@ -83,16 +86,28 @@ from magnetar.managed_ledger.errors import (
     ManagedLedgerWriteFailed,
 )
 from magnetar.managed_ledger.ledger_list import LedgerList
+from magnetar.managed_ledger.offload import LedgerLocation, LedgerOffloader, ManagedLedgerOffload, offloaded
 from magnetar.managed_ledger.read_only_cursors import delete_read_only_cursors, read_only_mark_deletes
 from magnetar.managed_ledger.retention import trimmable_ledgers
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.errors import NodeExists
-from magnetar.metadata.records import LedgerInfo, ManagedLedgerInfo, PositionRecord, decode, encode
+from magnetar.metadata.records import (
+    LedgerInfo,
+    ManagedLedgerInfo,
+    OffloadContext,
+    PositionRecord,
+    decode,
+    encode,
+)
 
 if TYPE_CHECKING:
     from magnetar.managed_ledger.cursor import ManagedCursor
 
 log = logging.getLogger(__name__)
+
+
+def _with_offload(info: LedgerInfo, context: OffloadContext) -> LedgerInfo:
+    return LedgerInfo(info.ledger_id, info.entries_count, info.size_bytes, info.timestamp_ms, context)
 
 
 class MLState(enum.Enum):
@@ -164,6 +179,7 @@ class ManagedLedger:
         clock: Clock,
         config: ManagedLedgerConfig,
         cache_budget: CacheBudget | None = None,
+        offloader: LedgerOffloader | None = None,
     ) -> None:
         self.name = name
         self.path = path
@@ -190,6 +206,8 @@ class ManagedLedger:
         self._drained.set()
         self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
         self._entries = EntryReader(manager, cache_budget)
+        self._entries.offloaded_reader = self._read_offloaded if offloader is not None else None
+        self.offload = ManagedLedgerOffload(self, offloader)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cursors: dict[str, ManagedCursor] = {}
         #: Mark-delete positions of read-only brokers' cursors, as the last trim read them.
@@ -209,10 +227,13 @@ class ManagedLedger:
         clock: Clock,
         config: ManagedLedgerConfig,
         cache_budget: CacheBudget | None = None,
+        offloader: LedgerOffloader | None = None,
     ) -> ManagedLedger:
         """Open (creating if missing) and take ownership: fence the previous owner, start a ledger.
-        Managed ledgers given one ``cache_budget`` share its bound on cached entry bytes."""
-        ml = cls(name, path, manager=manager, store=store, clock=clock, config=config, cache_budget=cache_budget)
+        Managed ledgers given one ``cache_budget`` share its bound on cached entry bytes;
+        ``offloader``: the object store sealed ledgers may be offloaded to."""
+        ml = cls(name, path, manager=manager, store=store, clock=clock, config=config, cache_budget=cache_budget,
+                 offloader=offloader)
         await ml._initialize()
         return ml
 
@@ -246,6 +267,8 @@ class ManagedLedger:
         for ledger_id in empty:
             await self._delete_quietly(ledger_id)
         await self._load_cursors()
+        if self.offload.configured:
+            self._spawn(self.offload.after_open())
 
     async def _read_or_create_info(self) -> tuple[ManagedLedgerInfo, int]:
         found = await self._store.get(self.path)
@@ -260,6 +283,8 @@ class ManagedLedger:
         return decode(ManagedLedgerInfo, found.value), found.version
 
     async def _recover_ledger(self, info: LedgerInfo) -> LedgerInfo:
+        if offloaded(info):
+            return info  # sealed before it was offloaded; its bookie copy may be gone
         if self.config.open_recovery is OpenRecovery.FENCE:
             last = (await self._manager.recover_ledger(info.ledger_id)).last_entry_id
         else:
@@ -714,6 +739,8 @@ class ManagedLedger:
         if not old.failed:
             await self._close_old(old.handle)
         self._spawn(self.trim_consumed_ledgers())
+        if self.offload.configured:
+            self._spawn(self.offload.on_rollover())
 
     async def _close_old(self, handle: LedgerHandle) -> None:
         try:
@@ -773,10 +800,20 @@ class ManagedLedger:
                 last = min(last, self._lce.entry_id)
             last = min(last, position.entry_id + count_max - len(result) - 1)
             result.extend(await self._entries.read(
-                    position.ledger_id, position.entry_id, last, self._current.handle if self._current else None
+                    position.ledger_id, position.entry_id, last, self._current.handle if self._current else None,
+                    self._list.info_of(position.ledger_id).offload,
                 ))
             position = self.first_at_or_after(Position(position.ledger_id, last + 1))
         return result
+
+    async def read_ledger_from_bookies(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+        """Entries ``first..last`` of a sealed ledger from its bookies (what an offload copies)."""
+        return await self._entries.read(ledger_id, first, last, None, None)
+
+    async def _read_offloaded(self, ledger_id: int, context: OffloadContext, first: int, last: int) -> list[bytes]:
+        offloader = self.offload.offloader
+        assert offloader is not None
+        return await offloader.read_entries(LedgerLocation(self.name, ledger_id, context.uid), first, last)
 
     async def read_entry(self, position: Position) -> ManagedEntry:
         entries = await self.read_entries(position, 1)
@@ -892,6 +929,7 @@ class ManagedLedger:
         for ledger_id in doomed:
             self._entries.forget_ledger(ledger_id)
             await self._delete_quietly(ledger_id)
+            await self._delete_offloaded_quietly(ledger_id)
         return doomed
 
     def _trimmable(self, holds: list[Position] | None = None) -> list[int]:
@@ -910,6 +948,48 @@ class ManagedLedger:
             await self._manager.delete_ledger(ledger_id)
         except MagnetarError:
             return
+
+    async def _delete_offloaded_quietly(self, ledger_id: int) -> None:
+        # Orphan files only waste space; the next pass's orphan collection removes them.
+        offloader = self.offload.offloader
+        if offloader is None:
+            return
+        try:
+            await offloader.delete_ledger(self.name, ledger_id)
+        except MagnetarError:
+            return
+
+    # --- offload ---------------------------------------------------------------------------------
+
+    def ledger_info(self, ledger_id: int) -> LedgerInfo | None:
+        """The listed info of ``ledger_id`` (None: not listed)."""
+        return self._list.find(ledger_id)
+
+    async def record_offload(self, ledger_id: int, context: OffloadContext) -> bool:
+        """Record ``context`` on ``ledger_id``'s entry of the list (CAS); False if it is no
+        longer listed (trimmed). ``ManagedLedgerFenced`` if another owner took over."""
+        async with self._info_lock:
+            if self._list.find(ledger_id) is None:
+                return False
+            infos = [_with_offload(info, context) if info.ledger_id == ledger_id else info
+                     for info in self._list.infos]
+            await self._cas_info(infos)
+        self._entries.forget_ledger(ledger_id)  # a reader of its bookie copy may outlive the copy
+        return True
+
+    async def delete_bookie_copy(self, ledger_id: int) -> None:
+        """Delete the bookies' copy of an offloaded ledger (already gone is fine)."""
+        info = self._list.find(ledger_id)
+        invariant(info is not None and offloaded(info), f"ledger {ledger_id} is not offloaded")
+        self._entries.forget_ledger(ledger_id)
+        try:
+            await self._manager.delete_ledger(ledger_id)
+        except NotFound:
+            return
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task of this managed ledger (cancelled when it closes)."""
+        return self._spawn(coro)
 
     # --- terminate, close, delete ----------------------------------------------------------------
 
@@ -973,6 +1053,7 @@ class ManagedLedger:
         await self.close()
         for ledger_id in ledger_ids:
             await self._delete_quietly(ledger_id)
+            await self._delete_offloaded_quietly(ledger_id)
         for node in await self._store.children(self.path):
             await self._store.delete(f"{self.path}/{node}")
         await delete_read_only_cursors(self._store, self.name)  # read-only brokers' subscriptions go too

@@ -29,6 +29,7 @@ __all__ = [
     "LedgerMetadata",
     "LedgerState",
     "ManagedLedgerInfo",
+    "OffloadContext",
     "PositionRange",
     "PositionRecord",
     "decode",
@@ -98,11 +99,29 @@ class PositionRecord(msgspec.Struct, frozen=True):
             raise InvalidArgument(f"invalid position {self.ledger_id}:{self.entry_id}")
 
 
+class OffloadContext(msgspec.Struct, frozen=True):
+    """Where a sealed ledger lives in the object store (Pulsar's ``OffloadContext``, PIP-17).
+
+    ``uid`` names the attempt whose files hold it; it is recorded only once those files and the
+    table manifest are written (``complete``), so a context in metadata is always readable.
+    ``bookie_deleted``: the bookies' copy is gone, reads go to the object store only.
+    """
+
+    uid: str
+    driver: str
+    complete: bool = True
+    bookie_deleted: bool = False
+    timestamp_ms: int = 0  # when the offload completed (the deletion lag counts from here)
+    schema_version: int = -1  # the topic's schema version whose fields became columns; -1: none
+    size_bytes: int = 0  # bytes in the object store
+
+
 class LedgerInfo(msgspec.Struct, frozen=True):
     ledger_id: int
     entries_count: int
     size_bytes: int
     timestamp_ms: int
+    offload: OffloadContext | None = None
 
 
 class ManagedLedgerInfo(msgspec.Struct, frozen=True):

@@ -33,6 +33,7 @@ from magnetar.broker.service import BrokerService
 from magnetar.broker.session import Session
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from magnetar.managed_ledger.offload import LedgerOffloader
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import ConnectionTerminated, ServerConfig, ServerConnection, State
 from magnetar.security import Authenticator
@@ -344,6 +345,7 @@ async def start_broker(
     port: int = 6650,
     server_config: ServerConfig | None = None,
     before_listen: Callable[[BrokerService], None] | None = None,
+    offloader: LedgerOffloader | None = None,
     tls_port: int | None = None,
     tls_network: Network | None = None,
     tls: Reloadable | None = None,
@@ -357,7 +359,8 @@ async def start_broker(
     advertised port is 0, so LOOKUP answers point at this listener. ``close()`` stops the broker
     and closes its topics (managed ledgers); the ledger manager and metadata stay the caller's.
     ``before_listen(service)`` runs before the first client can connect (a cluster broker installs
-    its bundle ownership there).
+    its bundle ownership there). ``offloader``: the object store sealed ledgers are offloaded to
+    (``runtime.lakehouse.open_offloader``); None: no tiered storage.
 
     With ``config.tls_enabled``, a ``tls_port`` (0 picks one) and a ``tls_network`` (the runtime's
     TLS sockets), a second listener serves ``pulsar+ssl://`` and LOOKUP answers carry its URL.
@@ -368,7 +371,7 @@ async def start_broker(
         if ledger_manager is None or metadata is None:
             raise InvalidArgument("start_broker needs ledger_manager and metadata, or a log_store")
         factory = ManagedLedgerFactory(manager=ledger_manager, store=metadata, clock=clock,
-                                       config=managed_ledger_config)
+                                       config=managed_ledger_config, offloader=offloader)
         log_store = ManagedLogStore(factory, metadata)
     service = BrokerService(config, log_store, metadata, clock=clock)
     service.authenticator = credentials.authenticator if credentials is not None else None

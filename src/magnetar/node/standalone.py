@@ -3,7 +3,7 @@
 ``start_standalone_node`` starts, in order, every bookie (each replays its journal before it
 serves, ``node.bookie.start_bookie_node``), the ledger client (reaching this node's own bookies by
 direct calls when ``local_bookie_calls``, see ``node.ledger.LocalFirstTransport``), the broker
-with (E, Qw, Qa) = ``quorum``, and the first-start cluster/tenant/namespace. Each part's ``stop``
+with its managed ledgers configured by ``managed_ledger_config`` (E, Qw, Qa among them), and the first-start cluster/tenant/namespace. Each part's ``stop``
 is appended to ``stoppers`` as soon as it runs (``bookies`` are functions opening each bookie's
 disk and index when its turn comes), so the caller stops what did start (in reverse
 order) when a later part fails. ``runtime.standalone`` (``magnetar standalone``) gives it the data
@@ -50,7 +50,7 @@ async def start_standalone_node(
     bookies: Sequence[Callable[[], BookieParts]],
     *,
     broker_config: BrokerConfig,
-    quorum: tuple[int, int, int],
+    managed_ledger_config: ManagedLedgerConfig,
     host: str,
     broker_port: int,
     web_url: str,
@@ -72,10 +72,8 @@ async def start_standalone_node(
     local = {BookieId.parse(b.bookie_id): b.bookie for b in running} if local_bookie_calls else None
     manager = await open_ledger_manager(store, network=network, clock=clock, rng=rng, local_bookies=local)
     stoppers.append(lambda: close_ledger_manager(manager))
-    e, qw, qa = quorum
     broker = await start_server(
-        broker_config, clock=clock, metadata=store, ledger_manager=manager,
-        managed_ledger_config=ManagedLedgerConfig(ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa),
+        broker_config, clock=clock, metadata=store, ledger_manager=manager, managed_ledger_config=managed_ledger_config,
         network=network, host=host, port=broker_port,
     )
     stoppers.append(broker.close)

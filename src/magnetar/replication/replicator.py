@@ -89,7 +89,7 @@ _TRANSITIONS = {
 }
 
 
-class ProducerLost(MagnetarError):
+class ProducerLostError(MagnetarError):
     """The remote producer failed; the replicator makes a new one."""
 
 
@@ -276,7 +276,7 @@ class Replicator:
             op = self._in_flight.popleft()
             error = op.future.exception()
             if error is not None:
-                raise ProducerLost(f"send to {self.remote} failed: {error}")
+                raise ProducerLostError(f"send to {self.remote} failed: {error}")
             if op.future.result().ledger_id < 0:
                 self.duplicates_answered += 1
             lag_ms = max(0.0, float(now_ms - op.publish_time_ms))

@@ -69,6 +69,7 @@ from magnetar.runtime.config import load_config
 from magnetar.runtime.console import RunningConsole, start_console
 from magnetar.runtime.cpu import CpuMeter
 from magnetar.runtime.http import HttpEndpoint, start_http
+from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port
@@ -319,6 +320,7 @@ class BrokerNode:
                                                           max_entries_per_ledger=config.max_entries_per_ledger),
                 network=self.network, host=config.host, port=self.port, before_listen=install,
                 tls_port=self.port_tls, tls=self.tls, log_store=self._read_only_store(generation),
+                offloader=open_offloader(self.broker_config),  # tiered storage when configured
             )
             server = generation.server
             if config.read_only:

@@ -8,6 +8,7 @@ Layout of the data directory::
                               a second standalone on the same directory refuses in one line)
     <data_dir>/metadata/      the embedded metadata store (RocksDB)
     <data_dir>/bookie-<i>/    bookie i (journal, entry logs, index, cookie)
+    <data_dir>/offload/       offloaded ledgers (Parquet + Delta manifests), the default tiered storage
 
 With one bookie (the default) ledgers are written with E=Qw=Qa=1; with ``--bookies 3`` the
 replicated quorum (3, 3, 2). Start-up order: metadata, then every bookie (each replays its
@@ -18,7 +19,9 @@ stdout says when clients may connect. On first start the metadata store gets clu
 API at ``/admin/v2`` and per-topic metrics at ``/metrics``. SIGTERM or SIGINT stops everything in reverse order.
 The bookies take the same ``MAGNETAR_BOOKIE_*`` settings as ``magnetar bookie`` (journal, caches,
 GC); their address, data directory and metadata URL come from the standalone config. The broker
-takes ``MAGNETAR_BROKER_*`` settings (``BrokerConfig``: policy defaults, check interval, bounds).
+takes ``MAGNETAR_BROKER_*`` settings (``BrokerConfig``: policy defaults, check interval, bounds,
+offload driver) and its managed ledgers ``MAGNETAR_MANAGED_LEDGER_*`` (``ManagedLedgerConfig``:
+rollover sizes, retention; the quorum comes from the bookie count).
 A SIGKILL loses nothing acknowledged: the bookies reply only after fsync and the metadata store
 writes synchronously.
 """
@@ -38,6 +41,7 @@ from typing import Any
 from magnetar import faults
 from magnetar.base.errors import InvalidArgument
 from magnetar.broker import BrokerConfig
+from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
 from magnetar.node.standalone import BookieParts, start_standalone_node
 from magnetar.runtime.bookie import RunningBookie, wait_for_termination_signal
@@ -47,6 +51,7 @@ from magnetar.runtime.config import load_config
 from magnetar.runtime.disk import LocalDisk
 from magnetar.runtime.http import BrokerHttp, start_broker_http
 from magnetar.runtime.kv import RocksKeyValueStore
+from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.replication import start_replication
@@ -205,12 +210,17 @@ async def start_standalone(config: StandaloneConfig, broker_values: Mapping[str,
             return open_parts
 
         parts = [bookie_parts(index) for index in range(config.bookies_count)]
+        e, qw, qa = config.quorum
         started = await start_standalone_node(
-            store, parts, broker_config=broker_config, quorum=config.quorum, host=config.host,
+            store, parts, broker_config=broker_config, host=config.host,
+            managed_ledger_config=load_config(
+                ManagedLedgerConfig, "managed_ledger",
+                overrides={"ensemble_size": e, "write_quorum_size": qw, "ack_quorum_size": qa}),
             broker_port=config.broker_port, web_url=f"http://{config.host}:{config.web_port}", network=network,
             clock=clock, rng=system_rng(), stoppers=running.stoppers, local_bookie_calls=config.local_bookie_calls,
-            start_server=functools.partial(start_broker, tls_port=config.broker_port_tls if tls is not None else None,
-                                           tls=tls))
+            start_server=functools.partial(
+                start_broker, tls_port=config.broker_port_tls if tls is not None else None, tls=tls,
+                offloader=open_offloader(broker_config, os.path.join(os.path.abspath(config.data_dir), "offload"))))
         running.bookies, running.broker = started.bookies, started.broker
         replication = await start_replication(running.broker.service, clock=clock, network=network)
         running.stoppers.append(replication.stop)

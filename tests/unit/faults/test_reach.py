@@ -5,8 +5,8 @@ unarmed, since no path depends on the arming) and records the points that fire. 
 below drive the layers through their ordinary operations and faults: the simulated ledger crash
 matrix (real bookie cores and servers, the real ledger client; writer, bookie and recovery
 points), a managed ledger that rolls over and flushes a cursor, a broker producer's receipts, the
-embedded metadata store, AutoRecovery re-replicating a lost bookie's copies, and two compactions
-of one topic. The set of
+embedded metadata store, AutoRecovery re-replicating a lost bookie's copies, two compactions
+of one topic, and a ledger offloaded whose bookie copy is then deleted. The set of
 registered points never reached must be empty: a point no test reaches is a point whose crash
 nobody checks. Negative control: a point registered for this test that no code calls is the
 one reported.
@@ -39,6 +39,7 @@ from tests.broker.fakes import FakeChannel, settle
 from tests.broker.test_compaction import T as COMPACTED_TOPIC
 from tests.broker.test_compaction import keyed
 from tests.ledger import test_autorecovery as autorecovery
+from tests.managed_ledger import test_offload as offload
 from tests.managed_ledger.harness import TOPIC, config, make_world
 
 PHANTOM = "test.registered_but_never_called"
@@ -109,6 +110,7 @@ def test_every_registered_fault_point_is_reached(observing: None, tmp_path: Path
     asyncio.run(_embedded_metadata(tmp_path / "meta"))
     asyncio.run(autorecovery.test_lost_bookie_is_marked_and_its_copies_restored_on_a_new_bookie())
     _compaction()
+    asyncio.run(offload.test_offload_then_delete_bookie_copies_reads_every_entry_back())
     # Only the control is left: every point the code names fired at least once.
     assert faults.never_reached() == [PHANTOM]
     assert faults.reached() == frozenset(faults.REGISTRY) - {PHANTOM}

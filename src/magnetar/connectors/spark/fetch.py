@@ -40,6 +40,7 @@ from magnetar.base.limits import (
     SPARK_ARROW_BATCH_ROWS_MAX,
     SPARK_BOOKIE_READ_CONNECTIONS_COUNT_MAX,
     SPARK_BROKER_READ_IDLE_MS_MAX,
+    SPARK_LAKEHOUSE_READ_ENTRIES_COUNT,
     SPARK_PARTITIONS_COUNT_MAX,
     SPARK_READ_AHEAD_BYTES_MAX,
     SPARK_READ_AHEAD_CACHED_BYTES,
@@ -63,6 +64,7 @@ from magnetar.protocol.pulsar.batch import message_count
 from magnetar.protocol.pulsar.stored import split_stored_entry
 from magnetar.runtime.bookie_reads import BlockingBookieReads
 from magnetar.runtime.clock import SystemClock, system_rng
+from magnetar.runtime.lakehouse import LazyLakehouse
 from magnetar.runtime.metadata_view import MetadataView, open_metadata_view
 from magnetar.runtime.network import TcpNetwork
 
@@ -96,11 +98,13 @@ class Connections:
     transport: BookieClientTransport
     view: MetadataView | None = None
     client: PulsarClient | None = None
+    lakehouse: LazyLakehouse | None = None  # where offloaded ledgers are read from
 
     @classmethod
-    def make(cls, service_url: str, metadata_url: str | None) -> Connections:
+    def make(cls, service_url: str, metadata_url: str | None, lakehouse: LazyLakehouse | None = None) -> Connections:
         network, clock = TcpNetwork(), SystemClock()
-        return cls(service_url, metadata_url, network, clock, BookieClientTransport(network, clock, LedgerClientConfig()))
+        return cls(service_url, metadata_url, network, clock, BookieClientTransport(network, clock, LedgerClientConfig()),
+                   lakehouse=lakehouse)
 
     async def metadata(self) -> MetadataView:
         if self.view is None:
@@ -169,6 +173,9 @@ async def load_layout(cx: Connections, name: str) -> PartitionLayout:
         info = decode(ManagedLedgerInfo, found.value)
         ledgers = LedgerMetadataStore(MetadataStoreAdapter(cast(Any, view)))
         for ledger in info.ledgers:
+            if ledger.offload is not None and ledger.offload.complete:  # read from the lakehouse
+                spans.append(LedgerSpan(ledger.ledger_id, ledger.entries_count, b"", ledger.offload.uid))
+                continue
             try:
                 metadata = (await ledgers.read(ledger.ledger_id)).metadata
             except MagnetarError:  # deleted between the two reads: trimmed by retention
@@ -232,6 +239,10 @@ async def entry_chunks(cx: Connections, piece: Slice) -> AsyncIterator[tuple[Ent
     (speculative reads over each entry's write set, digests checked)."""
     config = LedgerClientConfig()
     for r in piece.ranges:
+        if r.ledger_id in piece.offloaded:
+            async for chunk in _offloaded_chunks(cx, piece, r):
+                yield chunk
+            continue
         metadata = LedgerMetadata.decode(piece.ledger_metadata[r.ledger_id])
         first = r.first
         while first <= r.last:
@@ -242,6 +253,33 @@ async def entry_chunks(cx: Connections, piece: Slice) -> AsyncIterator[tuple[Ent
             ))
             yield EntryRange(r.ledger_id, first, last), list(entries)
             first = last + 1
+
+
+@dataclass(frozen=True)
+class OffloadedEntry:
+    """An entry read from the lakehouse (what ``entry_chunks`` callers use of a bookie ``Entry``)."""
+
+    ledger_id: int
+    entry_id: int
+    payload: bytes
+
+    @property
+    def payload_bytes(self) -> int:
+        return len(self.payload)
+
+
+async def _offloaded_chunks(cx: Connections, piece: Slice,
+                            r: EntryRange) -> AsyncIterator[tuple[EntryRange, list[Any]]]:
+    if cx.lakehouse is None:
+        raise InvalidArgument(f"{piece.topic}: ledger {r.ledger_id} is offloaded; give the option lakehouseUrl")
+    managed_ledger = TopicName.parse(piece.topic).persistence_path
+    first = r.first
+    while first <= r.last:
+        last = min(r.last, first + SPARK_LAKEHOUSE_READ_ENTRIES_COUNT - 1)
+        stored = await cx.lakehouse.read_offloaded(managed_ledger, r.ledger_id, piece.offloaded[r.ledger_id], first, last)
+        yield EntryRange(r.ledger_id, first, last), [OffloadedEntry(r.ledger_id, first + i, s)
+                                                      for i, s in enumerate(stored)]
+        first = last + 1
 
 
 def _remaining(piece: Slice, position: Position) -> Slice:
@@ -396,11 +434,67 @@ def _send_reads(cx: Connections, connections: _ReadConnections, metadata: Mappin
 
 
 async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tuple[ValueField, ...] = (),
-                     avro_schemas: Mapping[int, str] | None = None) -> AsyncGenerator[pa.RecordBatch, None]:
+                     avro_schemas: Mapping[int, str] | None = None,
+                     lakehouse: LazyLakehouse | None = None) -> AsyncGenerator[pa.RecordBatch, None]:
     """Record batches of every message in ``piece`` (see the module docstring for the modes), cut
-    at ``SPARK_ARROW_BATCH_ROWS_MAX`` rows or ``SPARK_ARROW_BATCH_BYTES_MAX`` value bytes."""
+    at ``SPARK_ARROW_BATCH_ROWS_MAX`` rows or ``SPARK_ARROW_BATCH_BYTES_MAX`` value bytes.
+    Offloaded ledgers are read from ``lakehouse`` (default: ``cx.lakehouse``; their stored entries,
+    the same rows)."""
+    lakehouse = lakehouse if lakehouse is not None else cx.lakehouse
     builder = RowBuilder(piece.topic, piece.partition, value_fields, avro_schemas,
                          value_capacity_bytes=SPARK_ARROW_BATCH_BYTES_MAX + SPARK_ARROW_BATCH_BYTES_MAX // 8)
+    for part in _by_tier(piece) if mode != "broker" else [piece]:
+        if part.offloaded and mode != "broker":
+            if lakehouse is None:
+                raise InvalidArgument(f"{piece.topic}: ledgers {sorted(part.offloaded)} are offloaded; give the "
+                                      "option lakehouseUrl (the broker's offload directory or s3://bucket/prefix)")
+            async for batch in _offloaded_rows(lakehouse, part, builder):
+                yield batch
+        else:
+            async for batch in _stored_rows(cx, part, mode, builder):
+                yield batch
+    if len(builder):
+        yield builder.take()
+
+
+def _by_tier(piece: Slice) -> list[Slice]:
+    """``piece`` cut into consecutive runs of offloaded and of bookie-held ranges, in order."""
+    parts: list[Slice] = []
+    run: list[EntryRange] = []
+    for r in piece.ranges:
+        if run and (run[-1].ledger_id in piece.offloaded) != (r.ledger_id in piece.offloaded):
+            parts.append(_sub_slice(piece, run))
+            run = []
+        run.append(r)
+    if run:
+        parts.append(_sub_slice(piece, run))
+    return parts
+
+
+def _sub_slice(piece: Slice, ranges: list[EntryRange]) -> Slice:
+    ids = {r.ledger_id for r in ranges}
+    return Slice(piece.topic, piece.partition, tuple(ranges),
+                 {k: v for k, v in piece.ledger_metadata.items() if k in ids},
+                 {k: v for k, v in piece.offloaded.items() if k in ids})
+
+
+async def _offloaded_rows(lakehouse: LazyLakehouse, piece: Slice,
+                          builder: RowBuilder) -> AsyncGenerator[pa.RecordBatch, None]:
+    managed_ledger = TopicName.parse(piece.topic).persistence_path
+    for r in piece.ranges:
+        uid = piece.offloaded[r.ledger_id]
+        first = r.first
+        while first <= r.last:
+            last = min(r.last, first + SPARK_LAKEHOUSE_READ_ENTRIES_COUNT - 1)
+            for offset, stored in enumerate(await lakehouse.read_offloaded(managed_ledger, r.ledger_id, uid, first, last)):
+                builder.add_entry(r.ledger_id, first + offset, stored)
+                if _full(builder):
+                    yield builder.take()
+            first = last + 1
+
+
+async def _stored_rows(cx: Connections, piece: Slice, mode: str,
+                       builder: RowBuilder) -> AsyncGenerator[pa.RecordBatch, None]:
     rest = piece
     if mode != "broker":
         entries = entry_stream(cx, piece)
@@ -429,8 +523,6 @@ async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tup
             builder.add_message(message)
             if _full(builder):
                 yield builder.take()
-    if len(builder):
-        yield builder.take()
 
 
 def _full(builder: RowBuilder) -> bool:
@@ -482,7 +574,7 @@ async def advance(cx: Connections, layout: PartitionLayout, start: Position, end
     if not ranges:
         return start, 0
     piece = Slice(layout.topic, layout.partition, tuple(ranges),
-                  {r.ledger_id: layout.metadata_of(r.ledger_id) for r in ranges})
+                  {r.ledger_id: layout.metadata_of(r.ledger_id) for r in ranges}, _offloaded_of(layout, ranges))
     async for _, entries in entry_chunks(cx, piece):
         for entry in entries:
             metadata, _payload = split_stored_entry(entry.payload)
@@ -498,6 +590,10 @@ async def advance(cx: Connections, layout: PartitionLayout, start: Position, end
     return end, records
 
 
+def _offloaded_of(layout: PartitionLayout, ranges: list[EntryRange]) -> dict[int, str]:
+    return {r.ledger_id: layout.offload_of(r.ledger_id) for r in ranges if layout.offload_of(r.ledger_id)}
+
+
 async def count_records(cx: Connections, layout: PartitionLayout, start: Position, end: Position,
                         up_to: int) -> int:
     """Records in ``[start, end)``, counting no further than ``up_to``."""
@@ -506,8 +602,9 @@ async def count_records(cx: Connections, layout: PartitionLayout, start: Positio
 
 
 async def publish_time(cx: Connections, layout: PartitionLayout, ledger_id: int, entry_id: int) -> int:
-    piece = Slice(layout.topic, layout.partition, (EntryRange(ledger_id, entry_id, entry_id),),
-                  {ledger_id: layout.metadata_of(ledger_id)})
+    ranges = [EntryRange(ledger_id, entry_id, entry_id)]
+    piece = Slice(layout.topic, layout.partition, tuple(ranges), {ledger_id: layout.metadata_of(ledger_id)},
+                  _offloaded_of(layout, ranges))
     async for _, entries in entry_chunks(cx, piece):
         return int(split_stored_entry(entries[0].payload)[0].publish_time)
     raise InvalidArgument(f"entry {ledger_id}:{entry_id} of {layout.topic} is not readable")
@@ -536,11 +633,12 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def call(work: Callable[[Connections], Awaitable[Any]], service_url: str, metadata_url: str | None) -> Any:
+def call(work: Callable[[Connections], Awaitable[Any]], service_url: str, metadata_url: str | None,
+         lakehouse: LazyLakehouse | None = None) -> Any:
     """``await work(cx)`` with fresh connections, closed afterwards."""
 
     async def main() -> Any:
-        cx = Connections.make(service_url, metadata_url)
+        cx = Connections.make(service_url, metadata_url, lakehouse)
         try:
             return await work(cx)
         finally:
@@ -550,10 +648,10 @@ def call(work: Callable[[Connections], Awaitable[Any]], service_url: str, metada
 
 
 def iterate(make: Callable[[Connections], AsyncGenerator[Any, None]], service_url: str,
-            metadata_url: str | None) -> Iterator[Any]:
+            metadata_url: str | None, lakehouse: LazyLakehouse | None = None) -> Iterator[Any]:
     """A plain iterator over the async iterator ``make(cx)``, on a private event loop."""
     loop = asyncio.new_event_loop()
-    cx = Connections.make(service_url, metadata_url)
+    cx = Connections.make(service_url, metadata_url, lakehouse)
     items = make(cx)
     try:
         while True:

@@ -76,6 +76,10 @@ class ReadOptions:
     value_format: str  # how valueSchema columns are decoded: json, or avro (the topic's registered schemas)
     subscription: str | None  # streaming: the durable subscription advanced on commit (``progress``)
     admin_url: str | None
+    #: Where offloaded ledgers are (the broker's offload root): a directory or ``s3://bucket/prefix``;
+    #: None: ``<data dir>/offload`` of an ``embedded:`` metadataUrl (a standalone's default).
+    lakehouse_url: str | None = None
+    lakehouse_s3_endpoint: str | None = None
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -121,7 +125,19 @@ class ReadOptions:
             value_format=_choice(options, "valueFormat", VALUE_FORMATS),
             subscription=subscription,
             admin_url=admin_url,
+            lakehouse_url=options.get("lakehouseurl", "").strip() or None,
+            lakehouse_s3_endpoint=options.get("lakehouses3endpoint", "").strip() or None,
         )
+
+    @property
+    def lakehouse(self) -> str | None:
+        """The offload root to read offloaded ledgers from (see ``lakehouse_url``)."""
+        if self.lakehouse_url:
+            return self.lakehouse_url
+        if self.metadata_url and self.metadata_url.startswith("embedded:"):
+            metadata_dir = self.metadata_url.removeprefix("embedded:").rstrip("/")
+            return metadata_dir.rsplit("/", 1)[0] + "/offload"
+        return None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ class LedgerSpan:
     ledger_id: int
     readable: int  # entries 0..readable-1 may be read
     metadata: bytes = b""  # ledger metadata record (ledger_metadata.LedgerMetadata.encode())
+    offload_uid: str = ""  # offloaded: the attempt whose Parquet file holds it (read there, not from bookies)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,12 @@ class PartitionLayout:
                 out.append(EntryRange(span.ledger_id, first, last))
         return out
 
+    def offload_of(self, ledger_id: int) -> str:
+        for span in self.ledgers:
+            if span.ledger_id == ledger_id:
+                return span.offload_uid
+        raise InvalidArgument(f"{self.topic}: ledger {ledger_id} is not in the layout")
+
     def metadata_of(self, ledger_id: int) -> bytes:
         for span in self.ledgers:
             if span.ledger_id == ledger_id:
@@ -98,6 +105,8 @@ class Slice:
     partition: int
     ranges: tuple[EntryRange, ...]
     ledger_metadata: Mapping[int, bytes] = field(default_factory=dict)
+    #: Offloaded ledgers of the slice -> the attempt uid of their Parquet file.
+    offloaded: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def entries(self) -> int:
@@ -143,7 +152,8 @@ def cut(
         groups = [[r] for r in ranges] if split_by == "ledger" else [ranges]
         for group in groups:
             metadata = {r.ledger_id: layout.metadata_of(r.ledger_id) for r in group}
-            slices.append(Slice(layout.topic, layout.partition, tuple(group), metadata))
+            offloaded = {r.ledger_id: layout.offload_of(r.ledger_id) for r in group if layout.offload_of(r.ledger_id)}
+            slices.append(Slice(layout.topic, layout.partition, tuple(group), metadata, offloaded))
     while slices and len(slices) < min_partitions:
         largest = max(range(len(slices)), key=lambda i: slices[i].entries)
         halves = _halve(slices[largest])

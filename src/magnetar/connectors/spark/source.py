@@ -45,6 +45,7 @@ from magnetar.connectors.spark.plan import PartitionLayout, Slice, cut
 from magnetar.connectors.spark.progress import advance_subscription
 from magnetar.connectors.spark.rows import parse_value_schema, schema_ddl
 from magnetar.connectors.spark.sink import producer_name, to_message, write_messages
+from magnetar.runtime.lakehouse import LazyLakehouse, open_lakehouse
 
 FORMAT = "magnetar"
 
@@ -90,8 +91,16 @@ def _read_partition(partition: SlicePartition) -> Iterator[pa.RecordBatch]:
     fields = parse_value_schema(options.value_schema)
     return fetch.iterate(
         lambda cx: fetch.read_slice(cx, partition.piece, options.read_mode, fields, partition.avro_schemas),
-        options.service_url, options.metadata_url,
+        options.service_url, options.metadata_url, lakehouse_of(options),
     )
+
+
+def lakehouse_of(options: ReadOptions) -> LazyLakehouse | None:
+    """Where this query reads offloaded ledgers (opened lazily: nothing is imported or listed
+    unless an offloaded ledger is read)."""
+    if options.lakehouse is None:
+        return None
+    return open_lakehouse(options.lakehouse, s3_endpoint=options.lakehouse_s3_endpoint)
 
 
 async def _partitions(cx: Connections, pieces: list[Slice], options: ReadOptions) -> list[InputPartition]:
@@ -153,7 +162,7 @@ class MagnetarBatchReader(DataSourceReader):
             pieces = cut(layouts, starts, ends, split_by=options.split_by, min_partitions=options.min_partitions)
             return await _partitions(cx, pieces, options)
 
-        return list(fetch.call(plan, options.service_url, options.metadata_url))
+        return list(fetch.call(plan, options.service_url, options.metadata_url, lakehouse_of(options)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SlicePartition):  # Spark's placeholder when nothing is to be read
@@ -173,7 +182,8 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, Position] | None = None
 
     def _call(self, work: Any) -> Any:
-        return fetch.call(work, self.read_options.service_url, self.read_options.metadata_url)
+        return fetch.call(work, self.read_options.service_url, self.read_options.metadata_url,
+                          lakehouse_of(self.read_options))
 
     def initialOffset(self) -> dict[str, str]:
         options = self.read_options
