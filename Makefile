@@ -10,7 +10,7 @@ DATA_DIR ?= data/standalone
 RUN_ARGS ?=  # e.g. RUN_ARGS="--broker-port 0 --web-port 0 --bookie-port 0"
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: venv venv-run run test test-fast lint bench sim chaos system-deps clean
+.PHONY: venv venv-run run test test-fast lint bench sim sim-soak chaos system-deps clean
 
 # Two stamps: `make run` installs only what a server needs (Magnetar and its runtime
 # dependencies); the tests, lint and benchmarks add the dev and Spark extras (pyspark, pyarrow,
@@ -56,6 +56,15 @@ bench: venv system-deps
 
 sim: venv-run
 	$(VENV)/bin/magnetar sim --seed 1
+
+# The whole-stack simulation on many seeds (docs/simulation.md): metadata store, 4 bookies,
+# 2 brokers and our client under crashes at fault points, kills, power cuts, partitions, clock
+# jumps and zombie owners. One line per failed seed, then the totals; exit status 1 on any.
+SOAK_SEEDS ?= 1-10000
+SOAK_OPS ?= 6
+SOAK_TIME_LIMIT_S ?= 0
+sim-soak: venv-run
+	PYTHONHASHSEED=0 $(VENV)/bin/magnetar sim --scenario cluster --seeds $(SOAK_SEEDS) --ops $(SOAK_OPS) --time-limit-s $(SOAK_TIME_LIMIT_S)
 
 # The long chaos runs (docs/chaos-report.md): the seed's matrix and 100 random fault injections
 # on ZooKeeper + 3 bookies + 2 brokers, (E,Qw,Qa) = (3,3,2). Exit status 1 on any violation.

@@ -28,9 +28,9 @@ sys.path.insert(0, str(REPO / "src"))
 from magnetar.base.rng import SeededRng  # noqa: E402
 from magnetar.ledger.manager import LedgerManager  # noqa: E402
 from magnetar.metadata.memory import MemoryMetadataServer  # noqa: E402
+from magnetar.node.ledger import close_ledger_manager, open_ledger_manager  # noqa: E402
 from magnetar.runtime import SystemClock, TcpNetwork  # noqa: E402
 from magnetar.runtime.bookie import start_bookie  # noqa: E402
-from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager  # noqa: E402
 from magnetar.storage import BookieConfig  # noqa: E402
 
 QUORUMS = [(3, 3, 2), (1, 1, 1)]

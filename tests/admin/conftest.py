@@ -11,8 +11,9 @@ import pytest
 
 from magnetar.broker import BrokerConfig
 from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.node.broker_generation import bootstrap_cluster
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.http import BrokerHttp, bootstrap_cluster, start_broker_http
+from magnetar.runtime.http import BrokerHttp, start_broker_http
 from tests.compat.harness import BrokerThread
 
 

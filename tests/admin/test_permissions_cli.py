@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 from magnetar.broker import BrokerConfig
 from magnetar.cli.admin import admin_app
 from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.node.broker_generation import bootstrap_cluster
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.http import bootstrap_cluster, start_broker_http
+from magnetar.runtime.http import start_broker_http
 from magnetar.security import create_token
 from tests.admin.conftest import HttpBroker
 from tests.compat.harness import BrokerThread

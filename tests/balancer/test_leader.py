@@ -29,8 +29,8 @@ from magnetar.broker.ownership import Assignment, BundleOwnership, assignment_pa
 from magnetar.broker.service import BrokerService
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.metadata._local import LocalClient
+from magnetar.node.broker_generation import bootstrap_cluster
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.http import bootstrap_cluster
 from tests.manual_clock import ManualClock, settle
 
 NS = "public/default"

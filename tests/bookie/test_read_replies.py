@@ -10,6 +10,7 @@ import random
 
 import uvloop
 
+from magnetar.node.bookie import _ConnectionState
 from magnetar.protocol.bookie import (
     AddResponse,
     Entry,
@@ -21,7 +22,6 @@ from magnetar.protocol.bookie import (
     encode_parts,
 )
 from magnetar.protocol.bookie.codec import Message, ServedReadResponse
-from magnetar.runtime.bookie import _ConnectionState
 from magnetar.runtime.network import TcpConnection, TcpNetwork, _ConnectionProtocol
 
 ENTRIES = [Entry.build(9, i, i - 1, random.Random(i).randbytes(1000 + i)) for i in range(3)]

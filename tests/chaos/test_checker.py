@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from magnetar.chaos.checker import AnomalyKind, check
-from magnetar.chaos.history import FaultEvent, History, Op, OpType, Outcome, parse_value, value_of
+from magnetar.sim.checker import AnomalyKind, check
+from magnetar.sim.history import FaultEvent, History, Op, OpType, Outcome, parse_value, value_of
 
 T = "persistent://public/default/t"
 

@@ -28,9 +28,9 @@ import pulsar
 import pytest
 
 from magnetar.broker.bundles import BundleRange
-from magnetar.chaos.checker import check
-from magnetar.chaos.history import History, Op, OpType, Outcome, value_of
 from magnetar.runtime.cluster import LocalCluster, http_health
+from magnetar.sim.checker import check
+from magnetar.sim.history import History, Op, OpType, Outcome, value_of
 from tests.cluster.helpers import QUIET, SESSION_TIMEOUT_MS, owner_of, running_cluster, wait_until
 
 # The topic count and send interval are parameters: CI runs 90 topics; the 300-topic run of the

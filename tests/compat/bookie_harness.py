@@ -12,11 +12,11 @@ from typing import Any
 from magnetar.base.rng import SeededRng
 from magnetar.broker import BrokerConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
+from magnetar.node.broker_generation import bootstrap_cluster
+from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.bookie import start_bookie
-from magnetar.runtime.broker import BrokerServer, start_broker
+from magnetar.runtime.broker_server import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.http import bootstrap_cluster
-from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.storage.config import BookieConfig
@@ -44,7 +44,7 @@ class BookieBrokerThread(BrokerThread):
                 self.config, clock=clock, metadata=self.metadata, ledger_manager=self.manager,
                 managed_ledger_config=ManagedLedgerConfig(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1,
                                                           cursor_flush_interval_ms=0),
-                port=self.port,
+                network=TcpNetwork(), port=self.port,
             )
             # public/default exists as on a standalone: topics are only created in namespaces that exist
             await bootstrap_cluster(server.service, web_url="http://127.0.0.1:0")

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.log import LogStore
-from magnetar.runtime.broker import BrokerServer, start_broker
+from magnetar.node.broker_generation import bootstrap_cluster
+from magnetar.runtime.broker_server import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.http import bootstrap_cluster
 
 R = TypeVar("R")
 STEP_TIMEOUT_S = 30.0

@@ -30,10 +30,11 @@ from magnetar.client.config import ClientOptions
 from magnetar.client.errors import BrokerError as ClientBrokerError
 from magnetar.faults import breaks
 from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.node.broker_generation import bootstrap_cluster
 from magnetar.protocol.pulsar import pb
 from magnetar.runtime import TcpNetwork, system_rng
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_broker_http
+from magnetar.runtime.http import HttpEndpoint, start_broker_http
 from magnetar.security import create_token
 from tests.compat import authz_matrix as matrix
 from tests.compat.harness import BrokerThread

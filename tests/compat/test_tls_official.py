@@ -25,7 +25,7 @@ import pulsar
 import pytest
 
 from magnetar.broker import BrokerConfig, MemoryLogStore
-from magnetar.runtime.broker import BrokerServer, start_broker
+from magnetar.runtime.broker_server import BrokerServer, start_broker
 from magnetar.runtime.certs import CertificateAuthority, make_pki
 from magnetar.runtime.clock import SystemClock
 from magnetar.security import create_token

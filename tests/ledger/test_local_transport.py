@@ -12,10 +12,10 @@ import pytest
 
 from magnetar.base.types import BookieId
 from magnetar.ledger.bookie_transport import BookieClientTransport
+from magnetar.node.ledger import LocalFirstTransport
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, Entry, Status
 from magnetar.runtime.bookie import RunningBookie, start_bookie
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.ledger import LocalFirstTransport
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.storage import BookieConfig
@@ -136,7 +136,7 @@ def test_an_entry_read_as_a_view_of_a_mapped_log_reaches_the_broker_as_bytes() -
     """The storage core may answer with a view of an entry log mapped into memory; the local
     transport copies it, since the broker keeps entries (its cache). Control: the core's answer
     is a view."""
-    from magnetar.runtime.ledger import _read_local
+    from magnetar.node.ledger import _read_local
     from magnetar.storage.bookie import ReadResult
 
     stored = _entry(3, 0, -1)

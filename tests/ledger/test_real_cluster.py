@@ -37,8 +37,8 @@ from magnetar.ledger.quorum import write_set
 from magnetar.ledger.reader import verified
 from magnetar.ledger.underreplication import UNDERREPLICATED_PATH
 from magnetar.metadata.api import MetadataStore
+from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from tests.bookie.proc import BookieProcess, start_bookie

@@ -20,10 +20,10 @@ from magnetar.ledger.bookie_client import BookieClient
 from magnetar.ledger.bookie_transport import BookieClientTransport
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.protocol.bookie.codec import Entry
 from magnetar.runtime.bookie import RunningBookie, start_bookie
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.network import TcpNetwork
 from magnetar.storage import BookieConfig
 from tests.ledger.test_wiring import SMALL

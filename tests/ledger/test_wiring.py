@@ -21,10 +21,10 @@ from magnetar.ledger.directory import MetadataBookieDirectory
 from magnetar.ledger.errors import BookieUnavailable, NoSuchEntryError
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.memory import MemoryMetadataServer
+from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.protocol.bookie.codec import Entry
 from magnetar.runtime.bookie import BookieServer, RunningBookie, start_bookie
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.network import TcpNetwork
 from magnetar.sim import NodeContext, SimClock, SimWorld
 from magnetar.storage import Bookie, BookieConfig, BookieStatus

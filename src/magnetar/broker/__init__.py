@@ -7,7 +7,7 @@ strictly in SEND order), ``Subscription`` with one dispatcher per type (Exclusiv
 storage ports it needs (``log``: ``LogStore``/``TopicLog``/``SubscriptionCursor``), implemented by
 ``memory_log`` (reference) and ``managed_log`` (over ``magnetar.managed_ledger``).
 
-No sockets, no clock, no randomness: ``runtime/broker.py`` runs sessions over a ``Network``.
+No sockets, no clock, no randomness: ``node/broker.py`` runs sessions over a ``Network``.
 Invariants: a receipt is sent only after its entry is durable, in SEND order per producer; a
 consumer receives only with permits (counted per message); an acknowledged entry is never
 dispatched again; every table has a named bound (``BrokerConfig`` or ``base.limits``).

@@ -9,8 +9,8 @@ invariants of ``shared/design/FAULTS.md`` observable from outside). A tool above
 (like ``cli``): cores never import it.
 """
 
-from magnetar.chaos.checker import Anomaly, AnomalyKind, CheckResult, check
-from magnetar.chaos.history import FaultEvent, History, Op, OpType, Outcome
+from magnetar.sim.checker import Anomaly, AnomalyKind, CheckResult, check
+from magnetar.sim.history import FaultEvent, History, Op, OpType, Outcome
 
 __all__ = [
     "Anomaly",

@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from magnetar.chaos.checker import AnomalyKind, CheckResult
-from magnetar.chaos.history import History
+from magnetar.sim.checker import AnomalyKind, CheckResult
+from magnetar.sim.history import History
 
 HISTORY_FILE = "history.json"
 RESULT_FILE = "result.json"

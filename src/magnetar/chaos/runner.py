@@ -25,12 +25,12 @@ from pathlib import Path
 from magnetar.base.errors import InvalidArgument
 from magnetar.base.limits import CHAOS_RUN_S_MAX
 from magnetar.chaos import faults as schedule
-from magnetar.chaos.checker import CheckResult, check
-from magnetar.chaos.history import FaultEvent, History
 from magnetar.chaos.report import write_outputs
 from magnetar.chaos.target import ChaosCluster, ChaosProcess, StandaloneTarget, owner_broker
 from magnetar.chaos.workload import Workload, WorkloadConfig
 from magnetar.faults import breaks
+from magnetar.sim.checker import CheckResult, check
+from magnetar.sim.history import FaultEvent, History
 
 FAULTS_ENV = "MAGNETAR_FAULTS"
 REPORT_ENV = "MAGNETAR_FAULTS_REPORT"

@@ -36,7 +36,7 @@ from magnetar.base.limits import (
     CHAOS_PRODUCER_PENDING_COUNT_MAX,
     CHAOS_SEND_RETRIES_MAX,
 )
-from magnetar.chaos.history import History, MessageId, Op, OpType, Outcome, value_of
+from magnetar.sim.history import History, MessageId, Op, OpType, Outcome, value_of
 
 log = logging.getLogger(__name__)
 

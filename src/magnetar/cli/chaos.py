@@ -36,10 +36,10 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        from magnetar.chaos.checker import check
-        from magnetar.chaos.history import History
         from magnetar.chaos.report import print_summary
         from magnetar.chaos.runner import RunConfig, Runner
+        from magnetar.sim.checker import check
+        from magnetar.sim.history import History
 
         console = Console()
         if check_file is not None:

@@ -4,10 +4,10 @@ The same seed replays the same run byte for byte. String hashing is randomised p
 unless ``PYTHONHASHSEED`` is set, so the command re-executes itself with ``PYTHONHASHSEED=0``
 first: nothing in a run may then depend on it, even by accident. Exit code 1 on a violation.
 
-``ledger-matrix`` (one replicated ledger over real bookie cores under one kind of fault) is
-registered here rather than in ``sim.scenarios``: it needs the bookie protocol server, which
-lives in ``runtime`` (``sim`` may not import ``runtime``; ``cli`` may import both), so this
-module injects ``runtime.bookie.BookieServer``. Its options: ``--ensemble``/``--write-quorum``/
+``cluster`` is the whole stack (metadata store, bookies, brokers, our client) under every kind
+of fault, judged by the Jepsen-queue checker (``docs/simulation.md``). ``ledger-matrix`` (one
+replicated ledger over real bookie cores under one kind of fault) is registered here with the
+bookie protocol server it is given (``node.bookie.BookieServer``). Its options: ``--ensemble``/``--write-quorum``/
 ``--ack-quorum``, ``--fault`` (one of ``ledger_matrix.FAULTS``), ``--ops`` (entries written).
 """
 
@@ -27,6 +27,8 @@ HASH_SEED_ENV = "PYTHONHASHSEED"
 LEDGER_MATRIX = "ledger-matrix"
 LEDGER_MATRIX_OPS_DEFAULT = 30  # entries the writer appends (MatrixOptions' default)
 OPS_DEFAULT = 50
+CLUSTER = "cluster"
+CLUSTER_OPS_DEFAULT = 12  # messages per producer (ClusterOptions' default)
 
 
 def _reexec_with_fixed_hash_seed() -> None:
@@ -41,7 +43,7 @@ def _reexec_with_fixed_hash_seed() -> None:
 def _run_ledger_matrix(
     seed: int, ops: int, breaks: frozenset[str], fault: str, quorum: tuple[int, int, int]
 ) -> tuple[SimWorld, Verdict]:
-    from magnetar.runtime.bookie import BookieServer
+    from magnetar.node.bookie import BookieServer
     from magnetar.sim import SimWorld
     from magnetar.sim.scenarios.ledger_matrix import MatrixOptions, run_matrix
 
@@ -67,6 +69,9 @@ def sim(
     ack_quorum: int = typer.Option(2, "--ack-quorum", "--qa", min=1, help="ledger-matrix: ack quorum Qa."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the verdict."),
     list_scenarios: bool = typer.Option(False, "--list", help="List scenarios and their breaks, then exit."),
+    seeds: str = typer.Option("", "--seeds", help="cluster: run seeds FROM-TO (inclusive) and print a summary."),
+    time_limit_s: float = typer.Option(0.0, "--time-limit-s", min=0.0,
+                                       help="--seeds: stop starting new seeds after this long (0: no limit)."),
 ) -> None:
     """Run a deterministic simulation: same seed, same trace."""
     _reexec_with_fixed_hash_seed()
@@ -78,6 +83,9 @@ def sim(
         typer.echo(f"{LEDGER_MATRIX}  breaks: {', '.join(sorted(ledger_matrix.BREAKS))}  "
                    f"faults: {', '.join(ledger_matrix.FAULTS)}")
         return
+    if seeds:
+        _soak(seeds, ops or CLUSTER_OPS_DEFAULT, frozenset(breaks), time_limit_s)
+        return
     if seed is None:
         typer.echo("error: --seed is required (e.g. magnetar sim --seed 1); --list shows the scenarios", err=True)
         raise typer.Exit(2)
@@ -87,8 +95,9 @@ def sim(
                 seed, ops or LEDGER_MATRIX_OPS_DEFAULT, frozenset(breaks), fault, (ensemble, write_quorum, ack_quorum)
             )
         else:
+            default_ops = CLUSTER_OPS_DEFAULT if scenario == CLUSTER else OPS_DEFAULT
             world, verdict = run_scenario(
-                scenario, seed, ScenarioOptions(ops_count=ops or OPS_DEFAULT, breaks=frozenset(breaks))
+                scenario, seed, ScenarioOptions(ops_count=ops or default_ops, breaks=frozenset(breaks))
             )
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -101,6 +110,32 @@ def sim(
     typer.echo(f"seed {seed} scenario {label}")
     typer.echo(verdict.text())
     if not verdict.ok:
+        raise typer.Exit(1)
+
+
+def _soak(seeds: str, ops: int, breaks: frozenset[str], time_limit_s: float) -> None:
+    """Run the cluster scenario on every seed of ``FROM-TO``; one line per failed seed, then totals."""
+    import time
+
+    from magnetar.sim.scenarios.cluster import ClusterOptions, SoakReport, new_world, run_cluster_result
+
+    first, sep, last = seeds.partition("-")
+    if not sep or not first.isdigit() or not last.isdigit() or int(first) > int(last):
+        typer.echo(f"error: --seeds must be FROM-TO, got {seeds!r}", err=True)
+        raise typer.Exit(2)
+    report = SoakReport()
+    started = time.monotonic()
+    options = ClusterOptions(messages_per_producer=ops, breaks=breaks)
+    for number in range(int(first), int(last) + 1):
+        if time_limit_s and time.monotonic() - started > time_limit_s:
+            typer.echo(f"time limit of {time_limit_s:.0f} s reached after {report.seeds_count} seeds")
+            break
+        result = run_cluster_result(new_world(number), options)
+        report.add(number, result)
+        if not result.verdict.ok:
+            typer.echo(f"seed {number}: {result.verdict.text()}", err=True)
+    typer.echo(f"{report.text()}, wall {time.monotonic() - started:.0f} s")
+    if report.failed_seeds:
         raise typer.Exit(1)
 
 

@@ -174,6 +174,8 @@ class BrokerConnection:
         except (MagnetarError, OSError) as error:
             self._shutdown(f"handshake failed: {error}")
             raise ConnectError(f"handshake with {self.address.url} failed: {error}") from error
+        if self.state is State.CLOSED:  # CONNECTED came, then the connection broke before we resumed
+            raise ConnectError(f"connection to {self.address.url} closed during the handshake: {self.close_reason}")
         self._move(State.READY)
 
     @property

@@ -117,8 +117,10 @@ class AutoRecoveryConfig:
 
 async def _wait_any(clock: Clock, timeout_s: float, *events: asyncio.Event) -> None:
     """Return when any event is set or ``timeout_s`` passed on ``clock``."""
-    tasks: set[asyncio.Future[object]] = {asyncio.ensure_future(clock.sleep(timeout_s))}
-    tasks |= {asyncio.ensure_future(e.wait()) for e in events}
+    # A list, not a set: tasks are cancelled in creation order, not in the order of their ids,
+    # so a simulated run schedules the same callbacks in the same order every time.
+    tasks: list[asyncio.Future[object]] = [asyncio.ensure_future(clock.sleep(timeout_s))]
+    tasks += [asyncio.ensure_future(e.wait()) for e in events]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:

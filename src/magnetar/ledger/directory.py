@@ -1,6 +1,6 @@
 """``MetadataBookieDirectory``: the live writable bookies, read from the metadata store.
 
-Bookies register themselves (``runtime/bookie.py``) with ephemeral nodes in BookKeeper's layout::
+Bookies register themselves (``node/bookie.py``) with ephemeral nodes in BookKeeper's layout::
 
     /ledgers/available/<host:port>            writable (JSON {"address", "read_only": false})
     /ledgers/available/readonly/<host:port>   read-only instead

@@ -59,17 +59,18 @@ from magnetar.broker.read_only import ReadOnlyLogStore, ReadOnlyRegistration
 from magnetar.broker.service import BrokerService
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
+from magnetar.node.broker_generation import bootstrap_cluster
+from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.replication import ReplicationService
 from magnetar.runtime.bookie import wait_for_termination_signal
-from magnetar.runtime.broker import BrokerServer, start_broker
+from magnetar.runtime.broker_server import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
 from magnetar.runtime.console import RunningConsole, start_console
 from magnetar.runtime.cpu import CpuMeter
 from magnetar.runtime.gc_tuning import tune_gc_for_server
-from magnetar.runtime.http import HttpEndpoint, bootstrap_cluster, start_http
+from magnetar.runtime.http import HttpEndpoint, start_http
 from magnetar.runtime.lakehouse import open_offloader
-from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port

@@ -30,7 +30,6 @@ from magnetar.admin import ADMIN_PATH, AdminContext, build_admin_app
 from magnetar.admin.lookup import LOOKUP_PATH, build_lookup_app
 from magnetar.base.limits import TLS_HANDSHAKE_TIMEOUT_S
 from magnetar.broker.metrics import BrokerCollector
-from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
 from magnetar.runtime.console import start_console
 from magnetar.runtime.processes import free_port
@@ -235,10 +234,3 @@ async def start_broker_http(host: str, port: int, *, service: BrokerService,
     if console is not None:
         plain.on_stop.append(console.stop)  # plain stops last (BrokerHttp stops secure first)
     return BrokerHttp(plain, secure)
-
-
-async def bootstrap_cluster(service: BrokerService, *, web_url: str) -> None:
-    """First start: the broker's cluster, tenant ``public`` and namespace ``public/default``."""
-    if service.resources is not None:
-        await service.resources.bootstrap(service.config.cluster_name, ClusterData(
-            service_url=web_url, broker_service_url=service.config.service_url))

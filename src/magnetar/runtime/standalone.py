@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import sys
@@ -39,19 +40,20 @@ from typing import Any
 
 from magnetar import faults
 from magnetar.base.errors import InvalidArgument
-from magnetar.base.types import BookieId
 from magnetar.broker import BrokerConfig
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
-from magnetar.runtime.bookie import RunningBookie, start_bookie, wait_for_termination_signal
-from magnetar.runtime.broker import BrokerServer, start_broker
+from magnetar.node.standalone import BookieParts, start_standalone_node
+from magnetar.runtime.bookie import RunningBookie, wait_for_termination_signal
+from magnetar.runtime.broker_server import BrokerServer, start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
+from magnetar.runtime.disk import LocalDisk
 from magnetar.runtime.gc_tuning import tune_gc_for_server
-from magnetar.runtime.http import BrokerHttp, bootstrap_cluster, start_broker_http
+from magnetar.runtime.http import BrokerHttp, start_broker_http
+from magnetar.runtime.kv import RocksKeyValueStore
 from magnetar.runtime.lakehouse import open_offloader
-from magnetar.runtime.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.replication import start_replication
@@ -80,7 +82,7 @@ class StandaloneConfig:
     bookies_count: int = 1
     bookie_port: int = 3181  # bookie i listens on bookie_port + i; 0 picks free ports
     # The broker reaches this process's bookies by direct calls into their storage core
-    # (``runtime.ledger.LocalFirstTransport``); false: over the bookie protocol on loopback, as
+    # (``node.ledger.LocalFirstTransport``); false: over the bookie protocol on loopback, as
     # any other client does (the bookies serve it either way).
     local_bookie_calls: bool = True
     #: The cluster this standalone is (``--cluster-name``): what geo-replication calls it, and the
@@ -207,34 +209,28 @@ async def start_standalone(config: StandaloneConfig, broker_values: Mapping[str,
     running.stoppers.append(_async(lock.release))
     running.stoppers.append(store.close)
     try:
-        for index in range(config.bookies_count):
-            bookie = await start_bookie(config.bookie_config(index), store=store, clock=clock, network=network)
-            running.bookies.append(bookie)
-            running.stoppers.append(bookie.stop)
-        local = ({BookieId.parse(b.bookie_id): b.bookie for b in running.bookies}
-                 if config.local_bookie_calls else None)
-        manager = await open_ledger_manager(store, network=network, clock=clock, rng=system_rng(),
-                                            local_bookies=local,
-                                            config=LedgerClientConfig(pending_adds_count_max=STANDALONE_LEDGER_WINDOW))
-        running.stoppers.append(lambda: close_ledger_manager(manager))
+        def bookie_parts(index: int) -> Callable[[], BookieParts]:
+            def open_parts() -> BookieParts:
+                bookie_config = config.bookie_config(index)
+                disk = LocalDisk(bookie_config.data_dir)
+                return BookieParts(bookie_config, disk, RocksKeyValueStore(os.path.join(disk.root, "index")))
+
+            return open_parts
+
+        parts = [bookie_parts(index) for index in range(config.bookies_count)]
         e, qw, qa = config.quorum
-        running.broker = await start_broker(
-            broker_config,
-            clock=clock,
-            metadata=store,
-            ledger_manager=manager,
+        started = await start_standalone_node(
+            store, parts, broker_config=broker_config, host=config.host,
             managed_ledger_config=load_config(
                 ManagedLedgerConfig, "managed_ledger",
                 overrides={"ensemble_size": e, "write_quorum_size": qw, "ack_quorum_size": qa}),
-            network=network,
-            host=config.host,
-            port=config.broker_port,
-            offloader=open_offloader(broker_config, os.path.join(os.path.abspath(config.data_dir), "offload")),
-            tls_port=config.broker_port_tls if tls is not None else None,
-            tls=tls,
-        )
-        running.stoppers.append(running.broker.close)
-        await bootstrap_cluster(running.broker.service, web_url=f"http://{config.host}:{config.web_port}")
+            broker_port=config.broker_port, web_url=f"http://{config.host}:{config.web_port}", network=network,
+            clock=clock, rng=system_rng(), stoppers=running.stoppers, local_bookie_calls=config.local_bookie_calls,
+            ledger_client_config=LedgerClientConfig(pending_adds_count_max=STANDALONE_LEDGER_WINDOW),
+            start_server=functools.partial(
+                start_broker, tls_port=config.broker_port_tls if tls is not None else None, tls=tls,
+                offloader=open_offloader(broker_config, os.path.join(os.path.abspath(config.data_dir), "offload"))))
+        running.bookies, running.broker = started.bookies, started.broker
         replication = await start_replication(running.broker.service, clock=clock, network=network)
         running.stoppers.append(replication.stop)
         running.http = await start_broker_http(config.host, config.web_port, service=running.broker.service,

@@ -9,16 +9,21 @@ to its checker. ``BREAKS`` names the negative controls each scenario understands
 from __future__ import annotations
 
 from magnetar.base.errors import InvalidArgument
-from magnetar.sim.scenarios import durable_log
+from magnetar.sim.scenarios import cluster, durable_log
 from magnetar.sim.scenarios.base import Scenario, ScenarioOptions, Verdict
 from magnetar.sim.world import SimConfig, SimWorld
 
 SCENARIOS: dict[str, Scenario] = {
     "durable-log": durable_log.run,
+    "cluster": cluster.run,
 }
+
+#: The world a scenario runs in unless the caller gives one.
+DEFAULT_CONFIGS: dict[str, SimConfig] = {"cluster": cluster.SIM_CONFIG}
 
 BREAKS: dict[str, frozenset[str]] = {
     "durable-log": frozenset({durable_log.BREAK_ACK_BEFORE_FSYNC}),
+    "cluster": cluster.BREAKS,
 }
 
 
@@ -32,7 +37,7 @@ def run_scenario(name: str, seed: int, options: ScenarioOptions | None = None,
     unknown = options.breaks - BREAKS.get(name, frozenset())
     if unknown:
         raise InvalidArgument(f"scenario {name!r} cannot break {', '.join(sorted(unknown))}")
-    world = SimWorld(seed, config)
+    world = SimWorld(seed, config or DEFAULT_CONFIGS.get(name))
     return world, scenario(world, options)
 
 

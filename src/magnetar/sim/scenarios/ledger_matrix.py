@@ -2,8 +2,8 @@
 
 Nodes: ``bookie0..bookieE`` (E + 1, one spare for ensemble changes) each run a real ``Bookie``
 core on the node's ``SimDisk``/``SimKeyValueStore`` behind a bookie protocol server on
-``SimNetwork`` (the server class is injected: ``magnetar.runtime.bookie.BookieServer`` in
-tests; the layering keeps ``sim`` from importing ``runtime``) and register under
+``SimNetwork`` (the server class is injected: ``magnetar.node.bookie.BookieServer`` in
+tests and the CLI, a negative control may wrap it) and register under
 ``/ledgers/available`` in one shared memory metadata store on the simulated clock. A ``writer``
 node runs ``LedgerManager``/``LedgerHandle`` over ``BookieClientTransport`` and writes
 ``entries_count`` entries (a few in flight at a time), logging every acknowledgement it gets.
@@ -100,7 +100,7 @@ class BookieService(Protocol):
     async def stop(self) -> None: ...
 
 
-#: Builds the protocol server of one bookie (``magnetar.runtime.bookie.BookieServer``).
+#: Builds the protocol server of one bookie (``magnetar.node.bookie.BookieServer``).
 ServerFactory = Callable[[Bookie, Network], BookieService]
 
 

@@ -1,4 +1,7 @@
-"""A Jepsen-queue-style checker for a chaos ``History`` (pure: no I/O, no clock).
+"""A Jepsen-queue-style checker for a ``History`` (pure: no I/O, no clock).
+
+Shared by the real-process runs (``magnetar chaos``) and the whole-stack simulation
+(``magnetar sim --scenario cluster``).
 
 What it reports (``AnomalyKind``), and which invariant of ``shared/design/FAULTS.md`` it checks:
 
@@ -27,7 +30,7 @@ import enum
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from magnetar.chaos.history import History, MessageId, Op, OpType, Outcome, parse_value
+from magnetar.sim.history import History, MessageId, Op, OpType, Outcome, parse_value
 
 PRIMARY_DRAIN = "drain-1"
 

@@ -1,6 +1,9 @@
-"""The broker's server loop: one task group per client connection over a ``base.io.Network``.
+"""The broker node's server loop: one task group per client connection over a ``base.io.Network``.
 
-``start_broker`` is the composition root's entry point (``magnetar standalone`` and tests call it).
+``start_broker`` assembles a broker from capabilities (``Clock``, ``Network``, a ``MetadataStore``
+and a ledger client) and starts it in the running loop: ``runtime`` calls it with TCP and the
+system clock (``magnetar standalone``, ``magnetar broker``, tests), ``sim`` with the simulated
+network and virtual clock (the whole-stack simulation).
 Per connection: a reader feeds bytes into a ``ServerConnection`` and hands events to the
 ``Session`` in order; a writer drains queued frames to the socket; a ticker runs the keep-alive
 and handshake timers. Backpressure: the reader stops reading while the session is not writable
@@ -17,6 +20,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, InvalidArgument
@@ -32,12 +36,24 @@ from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.managed_ledger.offload import LedgerOffloader
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import ConnectionTerminated, ServerConfig, ServerConnection, State
-from magnetar.runtime.security import CredentialFiles
-from magnetar.runtime.tls import TlsFiles, tls_files_from_config
+from magnetar.security import Authenticator
 
 log = logging.getLogger(__name__)
 
 CLOSE_GRACE_S = 5.0  # how long close() lets connection loops end by themselves
+
+
+class Reloadable(Protocol):
+    """Files re-read when they change (certificates, keys, password files): ``runtime`` has them."""
+
+    def reload_if_changed(self) -> object: ...
+
+
+class Credentials(Reloadable, Protocol):
+    """What authenticates clients, from files the runtime reads (``runtime.security.CredentialFiles``)."""
+
+    @property
+    def authenticator(self) -> Authenticator | None: ...
 
 
 def conn_tls_peer_cn(conn: Connection) -> str | None:
@@ -223,8 +239,10 @@ class BrokerServer:
         self._reloader: asyncio.Task[None] | None = None
         #: Connections closed by the credential check (expired, refresh failed or unanswered, refused).
         self.expired_closed_count = 0
-        self._loops: set[_ConnectionLoop] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Insertion-ordered (dicts, not sets): connections are closed in the order they came, so a
+        # simulated run does the same thing every time (a set iterates in the order of ids).
+        self._loops: dict[_ConnectionLoop, None] = {}
+        self._tasks: dict[asyncio.Task[None], None] = {}
         self._closed = False
 
     @property
@@ -274,11 +292,11 @@ class BrokerServer:
         """The ``pulsar+ssl://`` listener: same sessions, over ``network``'s TLS."""
         self._tls_listener = await network.listen(host, port, self._serve)
 
-    def start_reloading(self, credentials: CredentialFiles, tls: TlsFiles | None) -> None:
+    def start_reloading(self, credentials: Credentials | None, tls: Reloadable | None) -> None:
         """Re-read changed credential and certificate files, each at its configured interval."""
         config = self.service.config
         checks: list[tuple[float, Callable[[], object]]] = []
-        if credentials.authenticator is not None:
+        if credentials is not None and credentials.authenticator is not None:
             checks.append((float(config.auth_refresh_check_interval_s), credentials.reload_if_changed))
             checks.append((float(config.auth_refresh_check_interval_s), self.check_credentials))
         if tls is not None:
@@ -317,18 +335,18 @@ class BrokerServer:
             conn.close()
             return
         loop = _ConnectionLoop(self, conn)
-        self._loops.add(loop)
+        self._loops[loop] = None
         task = asyncio.current_task()
         if task is not None:
-            self._tasks.add(task)
+            self._tasks[task] = None
         try:
             await loop.run()
         except Exception:
             log.exception("connection from %s failed", conn.peer)
         finally:
-            self._loops.discard(loop)
+            self._loops.pop(loop, None)
             if task is not None:
-                self._tasks.discard(task)
+                self._tasks.pop(task, None)
 
     async def close(self) -> None:
         """Stop listening, drop every client connection, close every topic."""
@@ -361,14 +379,16 @@ async def start_broker(
     ledger_manager: LedgerManager | None = None,
     managed_ledger_config: ManagedLedgerConfig | None = None,
     log_store: LogStore | None = None,
-    network: Network | None = None,
+    network: Network,
     host: str = "127.0.0.1",
     port: int = 6650,
     server_config: ServerConfig | None = None,
     before_listen: Callable[[BrokerService], None] | None = None,
     offloader: LedgerOffloader | None = None,
     tls_port: int | None = None,
-    tls: TlsFiles | None = None,
+    tls_network: Network | None = None,
+    tls: Reloadable | None = None,
+    credentials: Credentials | None = None,
 ) -> BrokerServer:
     """Start a broker listening on ``host:port`` (0 picks a free port) and return it running.
 
@@ -381,9 +401,10 @@ async def start_broker(
     its bundle ownership there). ``offloader``: the object store sealed ledgers are offloaded to
     (``runtime.lakehouse.open_offloader``); None: no tiered storage.
 
-    With ``config.tls_enabled`` and a ``tls_port`` (0 picks one), a second listener serves
-    ``pulsar+ssl://`` with ``tls`` (built from the config's files when not given) and LOOKUP
-    answers carry its URL; credential and certificate files are re-read when they change.
+    With ``config.tls_enabled``, a ``tls_port`` (0 picks one) and a ``tls_network`` (the runtime's
+    TLS sockets), a second listener serves ``pulsar+ssl://`` and LOOKUP answers carry its URL.
+    ``credentials`` authenticate clients; they and ``tls`` are re-read when their files change
+    (``runtime.broker_server.start_broker`` builds all three from the config's files).
     """
     if log_store is None:
         if ledger_manager is None or metadata is None:
@@ -391,13 +412,8 @@ async def start_broker(
         factory = ManagedLedgerFactory(manager=ledger_manager, store=metadata, clock=clock,
                                        config=managed_ledger_config, offloader=offloader)
         log_store = ManagedLogStore(factory, metadata)
-    if network is None:
-        from magnetar.runtime.network import TcpNetwork
-
-        network = TcpNetwork()
     service = BrokerService(config, log_store, metadata, clock=clock)
-    credentials = CredentialFiles(config, clock)
-    service.authenticator = credentials.authenticator
+    service.authenticator = credentials.authenticator if credentials is not None else None
     if before_listen is not None:
         before_listen(service)
     server = BrokerServer(service, network, clock, server_config)
@@ -405,12 +421,11 @@ async def start_broker(
     if port == 0 or config.advertised_port == 0:
         service.config = dataclasses.replace(service.config, advertised_port=server.port)
     if config.tls_enabled and tls_port is not None:
-        from magnetar.runtime.network import TcpNetwork
-
-        tls = tls or tls_files_from_config(config)
-        assert tls is not None
+        if tls_network is None:
+            await server.close()
+            raise InvalidArgument("a TLS port needs the runtime's TLS network")
         try:
-            await server.listen_tls(host, tls_port, TcpNetwork(tls.context, config.tls_handshake_timeout_s))
+            await server.listen_tls(host, tls_port, tls_network)
         except BaseException:
             await server.close()
             raise

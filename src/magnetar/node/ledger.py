@@ -1,4 +1,4 @@
-"""Composition of the production ledger client: ``open_ledger_manager`` / ``close_ledger_manager``.
+"""The ledger client node wiring (both worlds): ``open_ledger_manager`` / ``close_ledger_manager``.
 
 Wires a ``LedgerManager`` from one metadata-store session: ledger metadata under ``/ledgers``
 (``MetadataStoreAdapter``), the live writable bookies from ``/ledgers/available``

@@ -1,0 +1,109 @@
+"""``magnetar sim --scenario cluster``: the whole stack under faults, judged by the queue checker.
+
+The evidence of issue 16: 200 seeds with no violation (and faults really injected), the same seed
+giving a byte-identical trace (also across processes with different string hashing), and each
+negative control (``faults.breaks``) caught by the same checker within a bounded number of seeds.
+A seed's workload is small (6 messages per producer, 3 faults in 1.5 virtual seconds) so the 200
+seeds stay within the suite's budget; ``make sim-soak`` runs the full-size scenario on many more.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from magnetar.sim.scenarios import run_scenario
+from magnetar.sim.scenarios.base import ScenarioOptions
+from magnetar.sim.scenarios.cluster import ClusterOptions, new_world, run_cluster_result
+from tests.conftest import REPO
+
+SEEDS_COUNT = 200
+CONTROL_SEEDS_MAX = 40  # every control is caught within this many seeds
+SMALL = ClusterOptions(messages_per_producer=6, fault_window_s=1.5, faults_count=3)
+
+
+def _small(**changes: object) -> ClusterOptions:
+    import dataclasses
+
+    return dataclasses.replace(SMALL, **changes)  # type: ignore[arg-type]
+
+
+def test_two_hundred_seeds_without_a_violation() -> None:
+    failed: list[str] = []
+    crashes = faults = recovered = 0
+    for seed in range(1, SEEDS_COUNT + 1):
+        result = run_cluster_result(new_world(seed), SMALL)
+        crashes += result.crashes_count
+        faults += result.faults_count
+        recovered += result.recovered_ledgers_count
+        if not result.verdict.ok:
+            failed.append(f"seed {seed}: {result.verdict.text()}")
+    assert not failed, "\n".join(failed[:5])
+    # The runs were not idle: nodes died and came back, ledgers were recovered by new writers.
+    assert faults >= SEEDS_COUNT * SMALL.faults_count * 0.9
+    assert crashes >= SEEDS_COUNT
+    assert recovered >= SEEDS_COUNT // 2
+
+
+@pytest.mark.parametrize("control", ["ack-before-fsync", "no-fencing", "truncate-to-lac", "no-dedup"])
+def test_each_negative_control_is_caught_within_a_bounded_number_of_seeds(control: str) -> None:
+    for seed in range(1, CONTROL_SEEDS_MAX + 1):
+        verdict = run_cluster_result(new_world(seed), _small(breaks=frozenset({control}))).verdict
+        if not verdict.ok:
+            return
+    pytest.fail(f"{control}: no violation found in {CONTROL_SEEDS_MAX} seeds")
+
+
+def test_the_same_seed_gives_the_same_trace() -> None:
+    first = new_world(11)
+    second = new_world(11)
+    run_cluster_result(first, SMALL)
+    run_cluster_result(second, SMALL)
+    assert first.trace_text() == second.trace_text()
+    assert "history" in first.trace_text()  # the trace carries the history's digest
+    other = new_world(12)
+    run_cluster_result(other, SMALL)
+    assert other.trace_text() != first.trace_text()
+
+
+def test_the_same_seed_gives_the_same_trace_across_processes_and_hash_seeds() -> None:
+    traces = []
+    for hash_seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=str(REPO / "src"))
+        out = subprocess.run(
+            [sys.executable, "-m", "magnetar.cli", "sim", "--scenario", "cluster", "--seed", "5", "--ops", "4"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        traces.append(out.stdout)
+    assert traces[0] == traces[1]
+    assert "verdict: OK" in traces[0]
+
+
+def test_the_scenario_runs_through_the_scenario_table() -> None:
+    world, verdict = run_scenario("cluster", 3, ScenarioOptions(ops_count=4))
+    assert verdict.ok, verdict.text()
+    assert world.config.disk.sync_latency_us_min >= 2_000  # the cluster's own world
+
+
+def test_an_unknown_break_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown breaks"):
+        run_cluster_result(new_world(1), _small(breaks=frozenset({"no-such-thing"})))
+
+
+def test_seed_212_a_client_connection_closed_during_its_handshake_is_a_connect_error() -> None:
+    """Found by the soak: CONNECTED arrived, then the broker died before the client resumed; the
+    client moved its closed connection to READY (an invariant failure that killed the producer)."""
+    verdict = run_cluster_result(new_world(212), ClusterOptions(messages_per_producer=6)).verdict
+    assert verdict.ok, verdict.text()
+
+
+def test_seed_5162_fences_are_judged_on_the_ensemble_the_recovery_fenced() -> None:
+    """Found by the soak: AutoRecovery replaced a bookie of a ledger right after its recovery closed
+    it; the probe must ask the ensemble the old writer had (fenced), not the replacement (which
+    never needed a fence: nobody may write a closed ledger)."""
+    verdict = run_cluster_result(new_world(5162), ClusterOptions(messages_per_producer=6)).verdict
+    assert verdict.ok, verdict.text()
