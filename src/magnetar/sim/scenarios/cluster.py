@@ -205,7 +205,10 @@ def bookie_main(run: ClusterRun) -> NodeMain:
 def broker_main(run: ClusterRun) -> NodeMain:
     e, qw, qa = run.options.quorum
     config = GenerationConfig(
-        broker=BrokerConfig(cluster_name="sim", retention_time_s=-1, retention_size_bytes=-1, policy_check_interval_ms=1_000),
+        # Deduplication on broker-wide (off by default, as in Pulsar): the dedup producers' "no
+        # duplicates" is checked; the no-dedup break is the control that switches it off.
+        broker=BrokerConfig(cluster_name="sim", retention_time_s=-1, retention_size_bytes=-1, policy_check_interval_ms=1_000,
+                            deduplication=True),
         managed_ledger=ManagedLedgerConfig(ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa,
                                            max_entries_per_ledger=run.options.max_entries_per_ledger,
                                            retention_time_s=-1, retention_size_bytes=-1,
