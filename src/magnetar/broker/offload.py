@@ -18,6 +18,7 @@ from magnetar.broker.managed_log import ManagedTopicLog
 from magnetar.broker.policies import PolicyCache
 from magnetar.broker.schema import SchemaRegistry
 from magnetar.broker.topic import Topic
+from magnetar.managed_ledger.managed_ledger import ManagedLedger
 from magnetar.managed_ledger.offload import ManagedLedgerOffload, OffloadSchema
 from magnetar.protocol.pulsar import pb
 
@@ -25,9 +26,12 @@ _KINDS = {int(pb.Schema.Avro): "AVRO", int(pb.Schema.Json): "JSON"}
 
 
 def offload_of(topic: Topic) -> ManagedLedgerOffload | None:
-    """The topic's offload, None for a topic without managed ledgers (in memory, non-persistent)."""
+    """The topic's offload, None for a topic without a managed ledger of its own (in memory,
+    non-persistent, or read through a read-only broker, which never offloads: only owners do)."""
     log = topic.log
-    return log.managed_ledger.offload if isinstance(log, ManagedTopicLog) else None
+    if not isinstance(log, ManagedTopicLog) or not isinstance(log.managed_ledger, ManagedLedger):
+        return None
+    return log.managed_ledger.offload
 
 
 async def offload_policy(policies: PolicyCache, config: BrokerConfig, topic: Topic) -> tuple[int, int]:
