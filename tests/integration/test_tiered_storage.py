@@ -69,7 +69,10 @@ def launched() -> Iterator[list[StandaloneProcess]]:
 
 def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ, MAGNETAR_MANAGED_LEDGER_MAX_ENTRIES_PER_LEDGER=str(ENTRIES_PER_LEDGER),
-               MAGNETAR_BROKER_OFFLOAD_DELETION_LAG_MS="0")
+               MAGNETAR_BROKER_OFFLOAD_DELETION_LAG_MS="0",
+               # keep every ledger (no subscription holds them; Pulsar trims those without retention)
+               MAGNETAR_BROKER_RETENTION_TIME_S="-1", MAGNETAR_BROKER_RETENTION_SIZE_BYTES="-1",
+               MAGNETAR_MANAGED_LEDGER_RETENTION_TIME_S="-1", MAGNETAR_MANAGED_LEDGER_RETENTION_SIZE_BYTES="-1")
     env.update(extra)
     return env
 

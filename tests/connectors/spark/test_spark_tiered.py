@@ -27,7 +27,10 @@ TOPIC = "tiered-spark"
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneProcess]:
     env = dict(os.environ, MAGNETAR_MANAGED_LEDGER_MAX_ENTRIES_PER_LEDGER="40",
-               MAGNETAR_BROKER_OFFLOAD_DELETION_LAG_MS="0")
+               MAGNETAR_BROKER_OFFLOAD_DELETION_LAG_MS="0",
+               # keep every ledger (no subscription holds them; Pulsar trims those without retention)
+               MAGNETAR_BROKER_RETENTION_TIME_S="-1", MAGNETAR_BROKER_RETENTION_SIZE_BYTES="-1",
+               MAGNETAR_MANAGED_LEDGER_RETENTION_TIME_S="-1", MAGNETAR_MANAGED_LEDGER_RETENTION_SIZE_BYTES="-1")
     process = StandaloneProcess(str(tmp_path_factory.mktemp("standalone") / "data"), env=env)
     try:
         yield process
