@@ -519,7 +519,7 @@ class LocalCluster:
         state = {"metadata_url": self.metadata_url, "service_url": self.service_url(),
                  "service_url_tls": self.service_url_tls(), "security": self.security,
                  "ensemble": list(self.ensemble), "session_timeout_ms": self.session_timeout_ms,
-                 "processes": [p.state() for p in self.processes.values()]}
+                 "name": self.name, "processes": [p.state() for p in self.processes.values()]}
         tmp = self.base_dir / f"{STATE_FILE}.tmp"
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.base_dir / STATE_FILE)
@@ -535,6 +535,7 @@ class LocalCluster:
         cluster.ensemble = (e, qw, qa)
         cluster.session_timeout_ms = int(state["session_timeout_ms"])
         cluster.security = dict(state.get("security") or {})
+        cluster.name = state.get("name")  # brokers added later join the same named cluster
         cluster.processes = {}
         for data in state["processes"]:
             cluster._add(ClusterProcess.from_state(data))
