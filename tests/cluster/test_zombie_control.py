@@ -17,6 +17,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pulsar
 import pytest
 
 from magnetar.base.types import TopicName
@@ -93,6 +94,9 @@ def test_a_deaf_zombie_owner_loses_nothing_with_fencing_and_the_check_finds_loss
             topic = "persistent://public/default/deaf-zombie"
             zombie.take(topic)
             c1 = client(zombie.node.service_url)
+            # A subscription from the start keeps every ledger for the read at the end (without
+            # one, and without retention, the new owner trims what no cursor needs, as Pulsar does).
+            c1.subscribe(topic, "hold", initial_position=pulsar.InitialPosition.Earliest).close()
             p1 = c1.create_producer(topic, batching_enabled=False, send_timeout_millis=8_000)
             outcomes = Outcomes()
             for i in range(10):
