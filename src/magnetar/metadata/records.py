@@ -116,7 +116,10 @@ class OffloadContext(msgspec.Struct, frozen=True):
     size_bytes: int = 0  # bytes in the object store
 
 
-class LedgerInfo(msgspec.Struct, frozen=True):
+class LedgerInfo(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One ledger of a managed ledger. Defaults are omitted when encoded, so a ledger never
+    offloaded is stored byte for byte as before ``offload`` existed (golden bytes)."""
+
     ledger_id: int
     entries_count: int
     size_bytes: int
