@@ -158,7 +158,7 @@ def test_a_group_held_at_a_reply_gate_holds_every_later_group(point: str) -> Non
             for _ in range(1000):
                 if condition():
                     return
-                await asyncio.sleep(0.001)
+                await asyncio.sleep(0.001)  # a real disk worker thread acts meanwhile: poll, bounded
             raise AssertionError("condition never held")
 
         await until(lambda: faults.hits(point) == 1 and journal.groups_count >= 2)  # a later group synced
@@ -190,7 +190,7 @@ def test_real_journal_write_hangs_at_a_point_on_the_worker_thread_until_released
         deadline = asyncio.get_running_loop().time() + 10
         while faults.hits(point) < 1:  # the worker thread reached the point
             assert asyncio.get_running_loop().time() < deadline, "the write never reached the point"
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)  # a real disk worker thread acts meanwhile: poll, bounded
         assert not added.done()
         faults.release(point)
         await asyncio.wait_for(added, 10)

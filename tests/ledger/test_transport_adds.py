@@ -135,7 +135,7 @@ async def test_an_armed_reply_point_is_a_gate_on_the_same_path(armed: bool, tmp_
             deadline = asyncio.get_running_loop().time() + 10
             while armed and faults.hits("ledger.after_reply_before_count") < 30:
                 assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # replies arrive over real sockets: poll, bounded by the deadline
             assert faults.hits("ledger.after_reply_before_count") == (30 if armed else 0)
         finally:
             faults.disarm_all()
