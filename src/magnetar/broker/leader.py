@@ -8,7 +8,9 @@ leader decides within one session timeout. A leader that loses the lock stops de
 
 **Deciding.** Every ``interval_ms`` the leader reads every broker's load report
 (``broker.load``), the namespaces' bundle counts, and the time each bundle last moved, and calls
-the pure ``broker.balancer.decide``. Only the leader moves bundles, and it moves them only
+the pure ``broker.balancer.step`` with the state it keeps between rounds (each bundle's averaged
+figures and the shedding latch; a new leader starts a new history and sheds only after
+``HISTORY_ROUNDS_MIN`` rounds). Only the leader moves bundles, and it moves them only
 through their owners:
 
 * split: a command to the owner, which halves the bundle and keeps both halves (a later round
@@ -44,7 +46,15 @@ from collections.abc import Sequence
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import BadVersion, InvalidArgument, MagnetarError, NotFound
-from magnetar.broker.balancer import BalancerSettings, BrokerLoad, BundleLoad, Decision, DecisionKind, decide
+from magnetar.broker.balancer import (
+    BalancerSettings,
+    BalancerState,
+    BrokerLoad,
+    BundleLoad,
+    Decision,
+    DecisionKind,
+    step,
+)
 from magnetar.broker.bundles import BundleRange
 from magnetar.broker.load import LoadReport
 from magnetar.broker.ownership import Assignment, BundleOwnership, OwnershipState, assignment_path
@@ -149,6 +159,8 @@ class LoadBalancerLeader:
         self.state = LeaderState.CANDIDATE
         self.rounds = 0
         self._last_moved_ms: dict[str, int] = {}
+        #: The balancer's history of averaged figures and its hysteresis latch (``balancer.step``).
+        self.balancer_state = BalancerState()
         self._last_round: tuple[int, frozenset[str]] | None = None  # (time, brokers touched)
         #: Bundles unloaded and not yet seen in the target's report: (target, figures, time).
         self._in_flight: dict[str, _InFlight] = {}
@@ -219,7 +231,8 @@ class LoadBalancerLeader:
         if self._in_flight:  # one wave of moves at a time: shed again from a settled view
             log.info("load balancer: %d bundle moves settling; splits only this round", len(self._in_flight))
             settings = dataclasses.replace(settings, shedding_enabled=False)
-        decisions = decide(loads, self._last_moved_ms, now_ms, settings, counts)
+        decisions, self.balancer_state = step(self.balancer_state, loads, self._last_moved_ms, now_ms, settings,
+                                              counts)
         self.rounds += 1
         ids = {r.pulsar_service_url: r.broker_id for r in reports}
         done: list[Decision] = []
