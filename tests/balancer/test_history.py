@@ -257,11 +257,11 @@ def test_the_history_settings_map_pulsar_keys() -> None:
     assert conf.broker == {"load_balancer_history_resource_fraction": 0.8}
     import pytest
 
-    from magnetar.base.errors import InvalidArgument
+    from magnetar.base.errors import InvalidArgumentError
 
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         BalancerSettings(history_fraction=1.0)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         BalancerSettings(threshold_percent=10, margin_percent=10)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         BrokerConfig(load_balancer_shedding_margin_percent=20)

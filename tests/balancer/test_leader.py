@@ -310,7 +310,16 @@ def test_admin_leader_broker_load_report_decisions_and_racks_info() -> None:
         assert (await asgi_call(app, "POST", "/bookies/racks-info/127.0.0.1:3181",
                                 {"rack": "/region-a/rack-1", "hostname": "h"})).status == 204
         assert (await asgi_call(app, "GET", "/bookies/racks-info")).json() == {
-            "default": {"127.0.0.1:3181": {"rack": "/region-a/rack-1", "hostname": "h"}}}
+            "default": {"127.0.0.1:3181": {"rack": "/region-a/rack-1", "hostname": "h", "region": "region-a"}}}
+        # A rack and a region given apart are stored as Pulsar's /region/rack; the region is shown.
+        assert (await asgi_call(app, "POST", "/bookies/racks-info/127.0.0.1:3182",
+                                {"rack": "rack-2", "region": "region-b"})).status == 204
+        assert (await asgi_call(app, "GET", "/bookies/racks-info/127.0.0.1:3182")).json() == {
+            "rack": "/region-b/rack-2", "hostname": "", "region": "region-b"}
+        stored = json.loads((await b.store.get("/bookies")).value)  # type: ignore[union-attr]
+        assert stored["default"]["127.0.0.1:3182"] == {"rack": "/region-b/rack-2", "hostname": ""}
+        assert (await asgi_call(app, "POST", "/bookies/racks-info/127.0.0.1:3182",
+                                {"rack": "/region-a/rack-2", "region": "region-b"})).status == 412
         assert (await asgi_call(app, "GET", "/bookies/racks-info/127.0.0.1:3181")).json()["rack"] == "/region-a/rack-1"
         assert (await asgi_call(app, "POST", "/bookies/racks-info/127.0.0.1:3181", {"rack": ""})).status == 412
         assert (await asgi_call(app, "POST", "/bookies/racks-info/not-a-bookie", {"rack": "/r"})).status == 412

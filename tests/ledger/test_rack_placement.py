@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.base.errors import InvalidArgument, NotFound
+from magnetar.base.errors import InvalidArgumentError, NotFoundError
 from magnetar.base.rng import SeededRng
 from magnetar.base.types import BookieId
-from magnetar.ledger.errors import NotEnoughBookies
+from magnetar.ledger.errors import NotEnoughBookiesError
 from magnetar.ledger.placement import StaticBookieDirectory
 from magnetar.ledger.quorum import write_set
 from magnetar.ledger.rack_placement import (
@@ -93,7 +93,7 @@ def test_every_write_set_spans_the_racks_it_can(sizes: list[int], e: int, qw: in
     order.shuffle(bookies)  # type: ignore[attr-defined]
     qw = min(qw, e)
     if len(bookies) < e:
-        with pytest.raises(NotEnoughBookies):
+        with pytest.raises(NotEnoughBookiesError):
             place_ensemble(bookies, racks, e, qw)
         return
     ensemble, spanned = place_ensemble(bookies, racks, e, qw)
@@ -189,7 +189,7 @@ def test_rack_configuration_in_pulsars_shape() -> None:
         config, _ = await read_racks(store)
         assert set(config.groups) == {"default"} and config.rack_of("127.0.0.1:3182") == "/rack-3"
         await delete_rack(store, "127.0.0.1:3182")
-        with pytest.raises(NotFound):
+        with pytest.raises(NotFoundError):
             await delete_rack(store, "127.0.0.1:3182")
         assert RackConfig.decode(config.encode()) == config
         await store.close()
@@ -276,7 +276,7 @@ def test_rack_with_region() -> None:
     assert rack_with_region("/eu/rack-1", "eu") == "/eu/rack-1"
     assert rack_with_region("", "eu") == "/eu/default-rack"
     for rack, region in (("/us/rack-1", "eu"), ("rack", "a/b"), ("", "")):
-        with pytest.raises(InvalidArgument):
+        with pytest.raises(InvalidArgumentError):
             rack_with_region(rack, region)
     assert region_of("/eu/rack-1") == "eu" and region_of("/rack-1") == ""
     assert BookieRack("/eu/rack-1", "h").to_admin_json() == {"rack": "/eu/rack-1", "hostname": "h", "region": "eu"}

@@ -92,8 +92,6 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
                query=(("group", "string"),))
     async def post_rack(request: Request) -> Response:
         body: BookieInfo = await read_body(request, BookieInfo)
-        if not body.rack.strip() and not body.region.strip():
-            raise AdminError(400, "rack (or region) is required")
         rack = rack_with_region(body.rack, body.region)
         await set_rack(_store(ctx), request.path_params["bookie"], BookieRack(rack, body.hostname),
                        request.query_params.get("group") or DEFAULT_GROUP)

@@ -52,7 +52,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.broker.bundles import BundleRange
 from magnetar.broker.config import BrokerConfig
 
@@ -150,15 +150,15 @@ class BalancerSettings:
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold_percent < 100:
-            raise InvalidArgument("the shedding threshold must be 1..99 percent")
+            raise InvalidArgumentError("the shedding threshold must be 1..99 percent")
         if not 0 <= self.history_fraction < 1:
-            raise InvalidArgument("loadBalancerHistoryResourcePercentage must be in [0, 1)")
+            raise InvalidArgumentError("loadBalancerHistoryResourcePercentage must be in [0, 1)")
         if not 0 <= self.margin_percent < self.threshold_percent:
-            raise InvalidArgument("the shedding margin must be >= 0 and below the threshold percent")
+            raise InvalidArgumentError("the shedding margin must be >= 0 and below the threshold percent")
         if self.history_rounds_min < 1:
-            raise InvalidArgument("history_rounds_min must be >= 1")
+            raise InvalidArgumentError("history_rounds_min must be >= 1")
         if len(self.weights) != len(DIMENSIONS) or any(w < 0 for w in self.weights):
-            raise InvalidArgument(f"weights must be {len(DIMENSIONS)} numbers >= 0")
+            raise InvalidArgumentError(f"weights must be {len(DIMENSIONS)} numbers >= 0")
 
     @staticmethod
     def from_config(config: BrokerConfig) -> BalancerSettings:
@@ -365,7 +365,7 @@ def decide(brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_
     inner band even if none is outside the threshold. Deterministic for equal inputs."""
     names = [b.broker for b in brokers]
     if len(set(names)) != len(names):
-        raise InvalidArgument("one load report per broker")
+        raise InvalidArgumentError("one load report per broker")
     splits = decide_splits(brokers, settings, namespace_bundles)
     if not settings.shedding_enabled or len(brokers) < 2:
         return splits

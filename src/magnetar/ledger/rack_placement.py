@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from magnetar.base.rng import Rng
 from magnetar.base.types import BookieId
-from magnetar.ledger.errors import NotEnoughBookies
+from magnetar.ledger.errors import NotEnoughBookiesError
 from magnetar.ledger.racks import DEFAULT_RACK, RackedBookieDirectory, region_of
 
 log = logging.getLogger(__name__)
@@ -120,11 +120,11 @@ def _targets(order: Sequence[str], qw: int) -> list[_Target]:
 def place_ensemble(candidates: Sequence[BookieId], racks: Mapping[BookieId, str], ensemble_size: int,
                    write_quorum_size: int) -> tuple[tuple[BookieId, ...], int]:
     """An ensemble over ``candidates`` (their order breaks ties) and the racks its tightest write
-    set spans; ``NotEnoughBookies`` if there are fewer than ``ensemble_size`` candidates. Every
+    set spans; ``NotEnoughBookiesError`` if there are fewer than ``ensemble_size`` candidates. Every
     write set spans as many regions as it can, then as many racks (``write_set_spans``)."""
     unique = list(dict.fromkeys(candidates))
     if len(unique) < ensemble_size:
-        raise NotEnoughBookies(f"need {ensemble_size} bookies, {len(unique)} available")
+        raise NotEnoughBookiesError(f"need {ensemble_size} bookies, {len(unique)} available")
     by_rack: dict[str, list[BookieId]] = {}
     for bookie in unique:
         by_rack.setdefault(racks.get(bookie, DEFAULT_RACK), []).append(bookie)
@@ -140,7 +140,7 @@ def place_ensemble(candidates: Sequence[BookieId], racks: Mapping[BookieId, str]
                 ensemble.append(by_rack[rack][taken[rack]])
                 taken[rack] += 1
             return tuple(ensemble), min_distinct_racks(slots, qw)
-    raise NotEnoughBookies("no ensemble found")  # target (1, 1) always succeeds with enough bookies
+    raise NotEnoughBookiesError("no ensemble found")  # target (1, 1) always succeeds with enough bookies
 
 
 def write_set_spans(ensemble: Sequence[BookieId], racks: Mapping[BookieId, str],
@@ -157,7 +157,7 @@ def choose_replacement(candidates: Sequence[BookieId], racks: Mapping[BookieId, 
     the candidate whose region holds the fewest other copies of the slot's write sets, then
     whose rack does, then the rack least used in the ensemble."""
     if not candidates:
-        raise NotEnoughBookies(f"no bookie available outside the ensemble {[str(b) for b in ensemble]}")
+        raise NotEnoughBookiesError(f"no bookie available outside the ensemble {[str(b) for b in ensemble]}")
     e = len(ensemble)
     qw = min(write_quorum_size, e)
     neighbours = {q for win in write_sets_of(slot, e, qw) for q in win if q != slot}
