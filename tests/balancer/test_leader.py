@@ -367,3 +367,51 @@ def test_while_a_bundle_unloads_toward_a_target_lookups_are_sent_there() -> None
         assert await a.lookup(topic) == LookupAnswer(LookupKind.REDIRECT, b.url, True)
 
     run(body)
+
+
+class _GatedOwnership:
+    """An owner whose unloads wait until the test lets them go, recording starts and ends."""
+
+    class _Loads:
+        broker_id = "127.0.0.1:9"
+
+    def __init__(self) -> None:
+        self.loads = self._Loads()
+        self.events: list[tuple[str, str]] = []
+        self.release = asyncio.Event()
+        self.started = asyncio.Condition()
+
+    def owns(self, namespace: str, bundle: str) -> bool:
+        return True
+
+    async def unload(self, namespace: str, bundle: str, target: str | None = None) -> None:
+        async with self.started:
+            self.events.append(("start", bundle))
+            self.started.notify_all()
+        await self.release.wait()
+        self.events.append(("end", bundle))
+
+
+def test_commands_of_distinct_bundles_run_concurrently_and_one_bundles_in_order() -> None:
+    """Three unloads of distinct bundles are all under way before any ends (a busy owner no
+    longer closes one bundle after another); two commands for one bundle run one after the other."""
+    async def body(nodes: list[Node], _: MemoryMetadataServer, clock: ManualClock) -> None:
+        owner = _GatedOwnership()
+        commands = BundleCommands(nodes[0].store, owner, clock, poll_ms=1000)  # type: ignore[arg-type]
+        bundles = ["0x00000000_0x40000000", "0x40000000_0x80000000", "0x80000000_0xc0000000",
+                   "0x00000000_0x40000000"]
+        for bundle in bundles:
+            command = {"op": "unload", "bundle": f"{NS}/{bundle}", "target": None, "reason": "test", "time": 0}
+            await nodes[0].store.create(f"{commands.path}/cmd-", json.dumps(command).encode(), sequential=True)
+        run = asyncio.ensure_future(commands.run_once())
+        async with owner.started:
+            await asyncio.wait_for(owner.started.wait_for(lambda: len(owner.events) >= 3), 5)
+        assert sorted(b for kind, b in owner.events) == sorted(bundles[:3])  # all three at once
+        owner.release.set()
+        assert await run == 4
+        first = owner.events.index(("end", bundles[0]))
+        second_start = [i for i, e in enumerate(owner.events) if e == ("start", bundles[0])][1]
+        assert first < second_start  # the same bundle's commands in order
+        assert await nodes[0].store.children(commands.path) == []
+
+    run(body)

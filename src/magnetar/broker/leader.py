@@ -21,8 +21,8 @@ through their owners:
   bundle's topics (clients look up again) and releases its lock (``BundleOwnership.unload``).
 
 Commands are sequential nodes ``/loadbalance/commands/{brokerId}/cmd-N`` (JSON ``{"op", "bundle",
-"target", "reason", "time"}``) that the owner (``BundleCommands``) watches, carries out in
-order, and deletes. Every decision is logged with its reason and appended to
+"target", "reason", "time"}``) that the owner (``BundleCommands``) watches, carries out (in
+order per bundle, distinct bundles concurrently), and deletes. Every decision is logged with its reason and appended to
 ``/loadbalance/decisions`` (the last ``DECISIONS_KEPT``), from which a new leader learns when
 each bundle last moved, so the grace period survives a change of leader. A round is skipped
 until the brokers touched by the previous round have published a report newer than it, so one
@@ -75,6 +75,16 @@ DECISIONS_KEPT = 200
 IN_FLIGHT_MS_MAX = 30_000
 #: Commands one broker carries out per wake-up (the rest on the next).
 COMMANDS_PER_PASS_MAX = 64
+#: Commands (of distinct bundles) one broker carries out at once.
+COMMANDS_CONCURRENT_MAX = 8
+
+
+def _command_bundle(value: bytes) -> str:
+    """The bundle a command names ("" if it cannot be read: carried out alone, and ignored)."""
+    try:
+        return str(json.loads(value)["bundle"])
+    except (ValueError, KeyError, TypeError):
+        return ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -341,7 +351,8 @@ async def _wait_or_lost(clock: Clock, duration_s: float, lock: MetadataLock) -> 
 
 
 class BundleCommands:
-    """Carries out the leader's commands addressed to this broker (unload, split), in order."""
+    """Carries out the leader's commands addressed to this broker (unload, split): in order per
+    bundle, distinct bundles concurrently (``run_once``)."""
 
     def __init__(self, store: MetadataStore, ownership: BundleOwnership, clock: Clock, *, poll_ms: int) -> None:
         self._store = store
@@ -375,24 +386,36 @@ class BundleCommands:
             watch.cancel()
 
     async def run_once(self) -> int:
-        """Carry out the pending commands (oldest first); returns how many were handled."""
-        handled = 0
+        """Carry out the pending commands; returns how many were handled. The commands of one
+        bundle run in order (oldest first); those of distinct bundles run concurrently, at most
+        ``COMMANDS_CONCURRENT_MAX`` at once: a busy owner closing one bundle's topics after
+        another took tens of seconds per unload, and a wave of moves waited for the slowest."""
+        chains: dict[str, list[tuple[str, bytes]]] = {}
         for child in (await self._store.children(self.path))[:COMMANDS_PER_PASS_MAX]:
-            path = f"{self.path}/{child}"
-            found = await self._store.get(path)
+            found = await self._store.get(f"{self.path}/{child}")
             if found is None:
                 continue
-            try:
-                await self._execute(json.loads(found.value))
-            except (ValueError, KeyError, TypeError) as error:
-                log.warning("bundle command %s ignored: %s", child, error)
-            except MagnetarError as error:  # not owned any more, split meanwhile: nothing to do
-                log.info("bundle command %s not carried out: %s", child, error)
-            with contextlib.suppress(NotFoundError):
-                await self._store.delete(path)
-            handled += 1
-            self.done_count += 1
-        return handled
+            chains.setdefault(_command_bundle(found.value), []).append((child, found.value))
+        gate = asyncio.Semaphore(COMMANDS_CONCURRENT_MAX)
+
+        async def run_chain(commands: list[tuple[str, bytes]]) -> None:
+            async with gate:
+                for child, value in commands:
+                    await self._carry_out(child, value)
+
+        await asyncio.gather(*(run_chain(commands) for commands in chains.values()))
+        return sum(len(commands) for commands in chains.values())
+
+    async def _carry_out(self, child: str, value: bytes) -> None:
+        try:
+            await self._execute(json.loads(value))
+        except (ValueError, KeyError, TypeError) as error:
+            log.warning("bundle command %s ignored: %s", child, error)
+        except MagnetarError as error:  # not owned any more, split meanwhile: nothing to do
+            log.info("bundle command %s not carried out: %s", child, error)
+        with contextlib.suppress(NotFoundError):
+            await self._store.delete(f"{self.path}/{child}")
+        self.done_count += 1
 
     async def _execute(self, command: dict[str, object]) -> None:
         op, bundle = str(command["op"]), str(command["bundle"])
@@ -413,6 +436,7 @@ class BundleCommands:
 
 
 __all__ = [
+    "COMMANDS_CONCURRENT_MAX",
     "COMMANDS_ROOT",
     "DECISIONS_PATH",
     "LEADER_PATH",
