@@ -6,7 +6,7 @@ cache (``policies``), the schema registry and its compatibility rules (``schema`
 advertised listeners (``listeners``). All of it lives in the metadata store at Pulsar's paths.
 
 The data plane (``magnetar.broker``) reads the catalog (a topic resolves its effective policies, a
-session registers schemas and answers lookups), so the catalog sits below it and never imports it:
-the policy defaults arrive as a ``PolicyDefaults`` (the broker's config satisfies it), and a schema
-the registry refuses is a ``SchemaRefusedError`` carrying the Pulsar ``ServerError`` code.
+session registers schemas and answers lookups), so the catalog sits below it and never imports
+it: the broker settings it needs arrive as a ``BrokerSettings`` (the broker's config is one), and
+a schema the registry refuses is a ``SchemaRefusedError`` carrying the Pulsar ``ServerError`` code.
 """
