@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import MutableMapping
 
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptDataError
 from magnetar.base.io import Disk
 from magnetar.protocol.bookie import Entry
 from magnetar.storage.checkpointer import Checkpointer
@@ -44,7 +44,7 @@ def apply_record(ledgers: MutableMapping[int, LedgerState], checkpointer: Checkp
     if record.kind == KIND_ADD:
         try:
             entry = Entry.parse(record.entry_raw)
-        except CorruptData:
+        except CorruptDataError:
             log.error("journal ADD record with a malformed entry skipped")
             return False
         state = ledgers.get(entry.ledger_id)
