@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from magnetar import faults
-from magnetar.faults import InjectedFault
+from magnetar.faults import InjectedFaultError
 from magnetar.sim import run
 from magnetar.storage.journal import journal_file_ids
 from tests.storage.harness import CONFIG, PACED, Parts, entry
@@ -76,7 +76,7 @@ def test_mark_and_journal_deletion_come_after_the_index() -> None:
         files_before = journal_file_ids(parts.disk)
         assert len(files_before) > 2
         faults.arm("bookie.index.before_checkpoint_mark", "error")
-        with pytest.raises(InjectedFault):
+        with pytest.raises(InjectedFaultError):
             await parts.checkpointer.checkpoint()
         assert all(parts.indexed(2, i) for i in range(40))  # the locations are in the index...
         assert parts.index.mark() is None  # ...the mark is not...
