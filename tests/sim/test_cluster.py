@@ -107,3 +107,28 @@ def test_seed_5162_fences_are_judged_on_the_ensemble_the_recovery_fenced() -> No
     never needed a fence: nobody may write a closed ledger)."""
     verdict = run_cluster_result(new_world(5162), ClusterOptions(messages_per_producer=6)).verdict
     assert verdict.ok, verdict.text()
+
+
+def test_seed_1092_a_topic_whose_ledger_autorecovery_fenced_takes_writes_again() -> None:
+    """Found by the soak (also seeds 5664, 6423): AutoRecovery fenced the open ledger of a topic
+    that lost a bookie while its broker kept the bundle; the topic kept its fenced log and the
+    deduplicating producer was refused for ever (``tests/broker/test_fenced_log.py``)."""
+    verdict = run_cluster_result(new_world(1092), ClusterOptions(messages_per_producer=6)).verdict
+    assert verdict.ok, verdict.text()
+
+
+def test_a_stuck_producer_is_reported_as_a_liveness_failure_naming_its_message(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the fix of seed 1092 undone, the checker names the stuck producer, the message it waits
+    for and its reconnects, and nothing else: the producer is stopped before the drains, its
+    message unknown, so the drains agree (before, a late receipt made them disagree)."""
+    from magnetar.broker.service import BrokerService
+
+    monkeypatch.setattr(BrokerService, "_unload_fenced", lambda _self, _topic: None)
+    options = ClusterOptions(messages_per_producer=6, producers_s_max=10.0)
+    verdict = run_cluster_result(new_world(1092), options).verdict
+    assert not verdict.ok
+    assert len(verdict.violations) == 1, verdict.text()
+    assert verdict.violations[0].startswith("run: liveness: producer p0-dedup stuck: p0-dedup:5 unacknowledged"), \
+        verdict.text()
+    assert "connections meanwhile" in verdict.violations[0]

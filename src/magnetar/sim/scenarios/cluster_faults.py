@@ -35,6 +35,7 @@ from collections.abc import Callable
 from magnetar import faults
 from magnetar.base.rng import Rng
 from magnetar.faults import breaks
+from magnetar.sim.history import Op, OpType, Outcome
 from magnetar.sim.scenarios import cluster
 from magnetar.sim.scenarios.cluster_check import MetadataWatch
 from magnetar.sim.world import NodeState
@@ -76,17 +77,43 @@ def servers(opts: cluster.ClusterOptions) -> list[str]:
     return cluster.bookie_names(opts) + cluster.broker_names(opts) + ([AUTORECOVERY] if opts.autorecovery else [])
 
 
-async def until(run: cluster.ClusterRun, condition: Callable[[], bool], what: str, limit_s: float = cluster.PHASE_S_MAX
-                ) -> bool:
-    """Wait (virtual time) for ``condition``; a failure of the run if it does not come in time."""
+async def until(run: cluster.ClusterRun, condition: Callable[[], bool], what: str, limit_s: float = cluster.PHASE_S_MAX,
+                *, failure: bool = True) -> bool:
+    """Wait (virtual time) for ``condition``; a failure of the run if it does not come in time
+    (``failure=False``: the caller reports it)."""
     deadline = run.world.now_s() + limit_s
     while not condition():
         if run.world.now_s() > deadline:
-            run.world.failures.append(f"stuck waiting for {what} ({limit_s:.0f} s virtual)")
+            if failure:
+                run.world.failures.append(f"stuck waiting for {what} ({limit_s:.0f} s virtual)")
             run.world.record("controller", "stuck", what)
             return False
         await run.world.sleep(cluster.POLL_S)
     return True
+
+
+def stop_stuck_producers(run: cluster.ClusterRun, names: list[str]) -> None:
+    """The producers that did not finish in time: a liveness failure each, naming the message it
+    waited for and what its client did meanwhile. Each is then stopped, its message recorded as
+    unknown (stored or not): the drains that follow must still agree on everything else."""
+    now_ns = run.now_ns()
+    for name in names:
+        if name in run.producers_done:
+            continue
+        sending = run.sending.pop(name, None)
+        if sending is None:
+            detail = "no send in flight (its producer was never created?)"
+            since_ns = 0
+        else:
+            value, since_ns = sending
+            detail = (f"{value} unacknowledged for {(now_ns - since_ns) / 1e9:.1f} s virtual "
+                      f"(sent at {since_ns / 1e9:.3f} s)")
+            run.history.record(Op(name, OpType.SEND, cluster.TOPIC, value, Outcome.UNKNOWN, None, now_ns,
+                                  error="stuck"))
+        connects = run.world.trace.count(name, "connect", since_ns)
+        run.world.failures.append(f"liveness: producer {name} stuck: {detail}; its client opened {connects} "
+                                  f"connections meanwhile")
+        run.world.crash(name, "stuck: stopped before the drains")
 
 
 class _Supervisor:
@@ -264,7 +291,9 @@ async def controller(run: cluster.ClusterRun, watch: MetadataWatch) -> None:
     world.network.heal()
     supervisor.hurry = True
     await until(run, supervisor.all_up, "every bookie and broker back")
-    await until(run, lambda: len(run.producers_done) == len(producers), "producers")
+    if not await until(run, lambda: len(run.producers_done) == len(producers), "producers",
+                        opts.producers_s_max, failure=False):
+        stop_stuck_producers(run, [name for name, _ in producers])
     # A final power cut of every server: the drains then read what the bookies made durable, not
     # what a broker still holds in its cache.
     run.fault("final-power-cut", "servers")
@@ -295,4 +324,4 @@ async def controller(run: cluster.ClusterRun, watch: MetadataWatch) -> None:
     world.record("controller", "history", f"{len(run.history.ops)} ops sha256:{digest}")
 
 
-__all__ = ["FAULT_KINDS", "controller", "points_for", "start_servers", "until"]
+__all__ = ["FAULT_KINDS", "controller", "points_for", "start_servers", "stop_stuck_producers", "until"]
