@@ -48,7 +48,6 @@ BOOKIE_DOWN_S = 5.0
 #: producer's message acknowledged by Qa bookies, its receipt not yet sent (those replies must
 #: not have come before the bookies' fsyncs). A producer's: a cursor's write would not be missed.
 RACK_POINT = "broker.after_persist_before_receipt"
-RACK_WATCH_S = 0.0005
 RACK_WAIT_S = 2.0
 BOOKIE_POINT_PREFIXES = ("bookie.",)
 BROKER_POINT_PREFIXES = ("ledger.", "managed_ledger.rollover.", "managed_ledger.cursor.", "broker.after_")
@@ -181,16 +180,22 @@ async def _rack_power_cut(run: cluster.ClusterRun, rng: Rng) -> None:
     broker = rng.choice(cluster.broker_names(run.options))
     run.fault("arm-rack-power-cut", broker, RACK_POINT)
     faults.arm(RACK_POINT, "delay", delay_ms=0, node=broker)  # counts the hits, changes nothing
-    deadline = run.world.now_s() + RACK_WAIT_S
-    while faults.hits(RACK_POINT) == 0 and run.world.now_s() < deadline:
-        await run.world.sleep(RACK_WATCH_S)
-    run.world.release(RACK_POINT)  # disarms it
-    if faults.hits(RACK_POINT) == 0:
-        return
-    run.fault("rack-power-cut", "bookies", RACK_POINT)
-    for name in cluster.bookie_names(run.options):
-        if run.world.state(name) is NodeState.RUNNING:
-            run.world.crash(name, f"rack power cut after {broker} persisted a message")
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def power_cut() -> None:  # between two loop iterations, right after the hit: nothing ran since
+        run.world.release(RACK_POINT)  # disarms it
+        run.fault("rack-power-cut", "bookies", RACK_POINT)
+        for name in cluster.bookie_names(run.options):
+            if run.world.state(name) is NodeState.RUNNING:
+                run.world.crash(name, f"rack power cut after {broker} persisted a message")
+        done.set_result(None)
+
+    remove = run.world.loop.watch(lambda: faults.hits(RACK_POINT) > 0, power_cut)
+    try:
+        await asyncio.wait_for(done, RACK_WAIT_S)
+    except TimeoutError:
+        remove()
+        run.world.release(RACK_POINT)
 
 
 async def _one_fault(run: cluster.ClusterRun, rng: Rng, kind: str) -> None:
