@@ -22,7 +22,7 @@ import concurrent.futures
 import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.sim.scenarios.cluster import (
     ClusterOptions,
     ClusterResult,
@@ -59,9 +59,9 @@ def run_many(
 ) -> SoakReport:
     """Run every seed of ``seeds`` (``jobs`` worker processes; 1: in this process)."""
     if not 1 <= jobs <= JOBS_MAX:
-        raise InvalidArgument(f"jobs must be 1..{JOBS_MAX}, got {jobs}")
+        raise InvalidArgumentError(f"jobs must be 1..{JOBS_MAX}, got {jobs}")
     if chunk_size < 1:
-        raise InvalidArgument(f"chunk_size must be >= 1, got {chunk_size}")
+        raise InvalidArgumentError(f"chunk_size must be >= 1, got {chunk_size}")
     report = SoakReport()
 
     def take(results: list[SeedResult]) -> None:
