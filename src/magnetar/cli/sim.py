@@ -29,6 +29,7 @@ LEDGER_MATRIX_OPS_DEFAULT = 30  # entries the writer appends (MatrixOptions' def
 OPS_DEFAULT = 50
 CLUSTER = "cluster"
 CLUSTER_OPS_DEFAULT = 12  # messages per producer (ClusterOptions' default)
+SOAK_PROGRESS_EVERY = 200  # --seeds: a progress line after every this many seeds
 
 
 def _reexec_with_fixed_hash_seed() -> None:
@@ -133,9 +134,16 @@ def _soak(seeds: str, ops: int, breaks: frozenset[str], time_limit_s: float, job
     def out_of_time() -> bool:
         return bool(time_limit_s) and time.monotonic() - started > time_limit_s
 
+    done: list[int] = []
+
     def on_result(number: int, result: ClusterResult) -> None:
+        done.append(number)
         if not result.verdict.ok:
             typer.echo(f"seed {number}: {result.verdict.text()}", err=True)
+        if len(done) % SOAK_PROGRESS_EVERY == 0:
+            elapsed_s = time.monotonic() - started
+            typer.echo(f"progress: {len(done)} seeds in {elapsed_s:.0f} s ({len(done) / elapsed_s:.2f} seeds/s)",
+                       err=True)
 
     wanted = range(int(first), int(last) + 1)
     report = run_many(wanted, options, jobs=jobs, should_stop=out_of_time, on_result=on_result)
