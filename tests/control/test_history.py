@@ -1,4 +1,4 @@
-"""The balancer's averaged history and hysteresis (``broker.balancer.step``, ``average``).
+"""The balancer's averaged history and hysteresis (``control.balancer.step``, ``average``).
 
 Issue 24's 300-topic run kept moving bundles after balance: a saturated broker's rate figures
 swing between reports and a decision on one report chases the swing. These properties hold the
@@ -17,7 +17,8 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.broker.balancer import (
+from magnetar.broker.config import BrokerConfig
+from magnetar.control.balancer import (
     PULSAR_KEYS,
     BalancerSettings,
     BalancerState,
@@ -29,7 +30,6 @@ from magnetar.broker.balancer import (
     decide,
     step,
 )
-from magnetar.broker.config import BrokerConfig
 
 NS = "public/default"
 #: One bundle's steady figures: topics, sessions, msg rate, bandwidth. The tests use 12 or more

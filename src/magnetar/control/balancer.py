@@ -4,7 +4,7 @@
 history and returns the decisions with the next state; ``decide(brokers, last_moved_ms, now_ms,
 settings)``, the stateless core it calls on the averaged figures, returns the bundles to split and the bundles
 to unload from one broker so that another acquires them (``Decision``), each with its reason.
-The leader broker (``broker.leader``) feeds it the reports it reads and carries the decisions out;
+The leader broker (``control.leader``) feeds it the reports it reads and carries the decisions out;
 nothing here reads a clock or the store, so the same inputs always give the same decisions.
 
 **Load score.** Each broker has a load vector over five dimensions — CPU percent, bandwidth
@@ -53,8 +53,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from magnetar.base.errors import InvalidArgumentError
-from magnetar.broker.bundles import BundleRange
 from magnetar.broker.config import BrokerConfig
+from magnetar.control.bundles import BundleRange
 
 #: The Pulsar configuration key of each ``BrokerConfig`` load-balancer field, with the factor
 #: that turns the Pulsar value into ours (minutes -> ms, Mbytes -> bytes). A ``--pulsar-conf``
