@@ -13,8 +13,10 @@ Figures are printed (``-s`` shows them) and asserted only where the issue sets a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -213,6 +215,22 @@ class Handover:
 HANDOVER_BASELINE_COUNT = 5
 
 
+def unload_durations_ms(cluster: LocalCluster) -> list[float]:
+    """How long each owner took to carry out each unload command, from the brokers' logs
+    (``load balancer command: unload <bundle> done in <ms> ms``)."""
+    out = []
+    for broker in cluster.of_kind("broker"):
+        with contextlib.suppress(OSError):
+            for line in broker.log_path.read_text(errors="replace").splitlines():
+                found = UNLOAD_DONE.search(line)
+                if found:
+                    out.append(float(found.group(1)))
+    return out
+
+
+UNLOAD_DONE = re.compile(r"load balancer command: unload \S+ done in ([0-9.]+) ms")
+
+
 def bounced_back(unloads: list[dict[str, Any]], since_ms: int = 0) -> list[str]:
     """Bundles unloaded (after ``since_ms``) to a broker they had been unloaded from before (A -> B -> A)."""
     left: dict[str, set[str]] = {}
@@ -260,7 +278,9 @@ def test_added_brokers_take_load_until_balanced_and_a_killed_leader_is_replaced(
         try:
             wait_until(balanced, BALANCE_TIMEOUT_S, "topics per broker within 25%")
         except AssertionError:
-            print(f"\nnot balanced: per broker {topics_per_broker(cluster)}; last decisions:")
+            took = unload_durations_ms(cluster)
+            print(f"\nnot balanced: per broker {topics_per_broker(cluster)}; {len(took)} unloads carried out, "
+                  f"p50 {percentile(took, 0.5):.0f} ms, max {max(took, default=0):.0f} ms; last decisions:")
             for decision in decisions(cluster)[-40:]:
                 print(json.dumps(decision))
             raise
@@ -289,6 +309,7 @@ def test_added_brokers_take_load_until_balanced_and_a_killed_leader_is_replaced(
         pauses = [load.max_latency(t, load_added_s) for t in moved]
         calm = [load.max_latency(t, load_added_s) for t in topics if t not in moved]
         handovers = load.handovers(load_added_s)
+        took = unload_durations_ms(cluster)
         added = [h.pause_s for h in handovers]
         gaps = [h.gap_s for h in handovers]
         print(f"\nelastic: within 25% in {balance_s:.1f} s, last unload at {settled_s:.1f} s, per broker "
@@ -300,7 +321,8 @@ def test_added_brokers_take_load_until_balanced_and_a_killed_leader_is_replaced(
               f"(held ack wait - the producer's wait before) p50 {percentile(added, 0.5) * 1000:.0f} ms "
               f"p99 {percentile(added, 0.99) * 1000:.0f} ms, ack gap p50 {percentile(gaps, 0.5) * 1000:.0f} ms "
               f"p99 {percentile(gaps, 0.99) * 1000:.0f} ms, baseline wait p50 "
-              f"{percentile([h.baseline_s for h in handovers], 0.5) * 1000:.0f} ms; checker {result.counts}")
+              f"{percentile([h.baseline_s for h in handovers], 0.5) * 1000:.0f} ms; owners' unload time p50 "
+              f"{percentile(took, 0.5):.0f} ms max {max(took, default=0):.0f} ms; checker {result.counts}")
         assert result.valid, [a for a in result.violations][:10]
         assert result.counts["values_ok"] > TOPICS * 10 and result.counts["send_unknown"] == 0
         assert moved and splits
