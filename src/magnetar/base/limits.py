@@ -365,6 +365,11 @@ REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX = 100_000
 REPLICATED_SUBSCRIPTIONS_SEEN_IDLE_MAX = 10_000
 #: Acknowledged messages one update marker carries by origin (beyond: the mark-delete only).
 REPLICATED_SUBSCRIPTIONS_UPDATE_ACKED_MAX = 10_000
+#: Batches acknowledged in part that one update marker carries (each with its ack set).
+REPLICATED_SUBSCRIPTIONS_UPDATE_PARTIAL_MAX = 1_000
+#: Entries a controller reads back from the topic when it starts (after a broker restart or a
+#: topic move) to remember the origins and snapshots after the replicated subscriptions' positions.
+REPLICATED_SUBSCRIPTIONS_RECOVER_ENTRIES_MAX = 20_000
 # --- web console (magnetar.admin.console) ------------------------------------------------------------
 #: Rate samples the console keeps per topic and for the broker (a ring: the oldest goes first);
 #: at the default 2 s interval, the last 5 minutes.

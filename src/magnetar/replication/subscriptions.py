@@ -54,14 +54,18 @@ from dataclasses import dataclass, field
 
 from magnetar.base.clock import Clock
 from magnetar.base.limits import (
+    REPLICATED_SUBSCRIPTIONS_RECOVER_ENTRIES_MAX,
     REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX,
     REPLICATED_SUBSCRIPTIONS_SEEN_IDLE_MAX,
     REPLICATED_SUBSCRIPTIONS_SNAPSHOT_TIMEOUT_MS,
     REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX,
     REPLICATED_SUBSCRIPTIONS_TICK_MS,
     REPLICATED_SUBSCRIPTIONS_UPDATE_ACKED_MAX,
+    REPLICATED_SUBSCRIPTIONS_UPDATE_PARTIAL_MAX,
+    REPLICATION_READ_COUNT_MAX,
 )
 from magnetar.base.types import EARLIEST, Position
+from magnetar.broker.dedup import is_system_cursor
 from magnetar.broker.replicated import (
     decode_source_position,
     encode_source_position,
@@ -73,6 +77,7 @@ from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic import Topic
 from magnetar.protocol.pulsar import pb
 from magnetar.protocol.pulsar.markers import MarkerType, cluster_position, marker_entry, mpb
+from magnetar.protocol.pulsar.stored import split_stored_entry
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +89,7 @@ class _Seen:
     position: Position
     marker: bool
     origin: Origin | None
+    batch_size: int  # messages in the entry (1 unless it is a batch of several)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +134,7 @@ class SubscriptionsController:
         self.snapshots_completed = 0
         self.updates_written = 0
         self.updates_applied = 0
+        self.recovered_entries = 0
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -161,6 +168,11 @@ class SubscriptionsController:
         """Every entry of the topic, in log order (several replicators may report the same one)."""
         if self._last_seen is not None and position <= self._last_seen:
             return
+        self._remember(position, metadata)
+        if metadata.marker_type and metadata.replicated_from:
+            await self._remote_marker(position, metadata.marker_type, metadata.replicated_from, bytes(payload))
+
+    def _remember(self, position: Position, metadata: pb.MessageMetadata) -> None:
         self._last_seen = position
         marker = metadata.marker_type != 0
         origin: Origin | None = None
@@ -169,11 +181,59 @@ class SubscriptionsController:
                                                                                         position.entry_id))
             self._by_origin[origin] = position
             self._last_data = position
-        self._seen.append(_Seen(position, marker, origin))
+        batch_size = metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
+        self._seen.append(_Seen(position, marker, origin, batch_size))
         while len(self._seen) > REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX:
             self._forget(self._seen.popleft())
-        if marker and metadata.replicated_from:
-            await self._remote_marker(position, metadata.marker_type, metadata.replicated_from, bytes(payload))
+
+    async def recover(self, replicators_read_after: Position) -> None:
+        """Rebuild what a restart lost from what the topic stores, before the replicators start.
+
+        The replicated subscriptions are the stored cursors flagged ``pulsar.replicated.subscription``
+        (opened here, with no consumer yet). The entries after the oldest one's mark-delete position,
+        up to ``replicators_read_after`` (every replicator's cursor is there or later, so their
+        markers were handled before the restart), are remembered again without acting on their
+        markers: origins for carrying and applying individual and batch acks, and this cluster's own
+        SNAPSHOT markers, which refill every subscription's snapshot cache. The replicators report
+        the entries after ``replicators_read_after`` as usual. At most
+        ``REPLICATED_SUBSCRIPTIONS_RECOVER_ENTRIES_MAX`` entries are read (the oldest ones: where
+        the acknowledgement holes are)."""
+        async with self._lock:
+            for name in self.topic.log.cursor_names():
+                if is_system_cursor(name) or name in self.topic.subscriptions:
+                    continue
+                cursor = await self.topic.log.open_cursor(name, durable=True,
+                                                          initial_mark_delete=self.topic.log.last_position)
+                if is_replicated_subscription(cursor):
+                    await self.topic.subscription(name, durable=True, initial_mark_delete=cursor.mark_delete_position)
+            subscriptions = self.replicated()
+            if not subscriptions or self._last_seen is not None:
+                return
+            position = min(s.cursor.mark_delete_position for s in subscriptions).next()
+            budget = REPLICATED_SUBSCRIPTIONS_RECOVER_ENTRIES_MAX
+            while budget > 0 and position <= replicators_read_after:
+                entries = await self.topic.log.read(position, min(budget, REPLICATION_READ_COUNT_MAX))
+                entries = [e for e in entries if e.position <= replicators_read_after]
+                if not entries:
+                    break
+                for entry in entries:
+                    metadata, payload = split_stored_entry(entry.data)
+                    self._remember(entry.position, metadata)
+                    if metadata.marker_type == MarkerType.SNAPSHOT and not metadata.replicated_from:
+                        self._cache_snapshot(mpb.ReplicatedSubscriptionsSnapshot.FromString(bytes(payload)))
+                budget -= len(entries)
+                position = entries[-1].position.next()
+            self.recovered_entries = REPLICATED_SUBSCRIPTIONS_RECOVER_ENTRIES_MAX - budget
+
+    def _cache_snapshot(self, marker: mpb.ReplicatedSubscriptionsSnapshot) -> None:
+        remotes = {c.cluster: _position(c.message_id) for c in marker.clusters}
+        self._add_snapshot(Snapshot(marker.snapshot_id, _position(marker.local_message_id), remotes))
+
+    def _add_snapshot(self, snapshot: Snapshot) -> None:
+        for subscription in self.replicated():
+            if snapshot.local > subscription.cursor.mark_delete_position:
+                self._caches.setdefault(subscription.name, deque(maxlen=REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX)
+                                        ).append(snapshot)
 
     async def _remote_marker(self, position: Position, kind: int, origin: str, payload: bytes) -> None:
         if kind == MarkerType.SNAPSHOT_REQUEST:
@@ -210,9 +270,7 @@ class SubscriptionsController:
         for cluster, remote in sorted(done.responses.items()):
             marker.clusters.append(cluster_position(cluster, remote.ledger_id, remote.entry_id))
         await self._write(MarkerType.SNAPSHOT, marker.SerializeToString(), [self.local])
-        for subscription in self.replicated():
-            self._caches.setdefault(subscription.name, deque(maxlen=REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX)
-                                    ).append(snapshot)
+        self._add_snapshot(snapshot)
         self.snapshots_completed += 1
 
     def _effective_mark_delete(self, subscription: Subscription) -> Position:
@@ -295,6 +353,26 @@ class SubscriptionsController:
             await subscription.acknowledge(pb.CommandAck(ack_type=pb.CommandAck.Individual),
                                            [(p, []) for p in markers])
 
+    def _acked_origins(self, subscription: Subscription) -> tuple[list[Origin], list[tuple[Origin, int, list[int]]]]:
+        """The origins of every acknowledged entry still remembered (``_trim`` forgets them only
+        after the update ran; cumulatively acknowledged ones too, since the snapshot may map to a
+        position before them), and of the batches acknowledged in part, with their ack sets."""
+        acked: list[Origin] = []
+        partial: list[tuple[Origin, int, list[int]]] = []
+        cursor = subscription.cursor
+        md = cursor.mark_delete_position
+        for seen in self._seen:
+            if seen.origin is None:
+                continue
+            if seen.position <= md or cursor.is_acked(seen.position):
+                if len(acked) < REPLICATED_SUBSCRIPTIONS_UPDATE_ACKED_MAX:
+                    acked.append(seen.origin)
+            elif seen.batch_size > 1 and len(partial) < REPLICATED_SUBSCRIPTIONS_UPDATE_PARTIAL_MAX:
+                ack_set = cursor.batch_ack_set(seen.position, seen.batch_size)
+                if ack_set is not None:
+                    partial.append((seen.origin, seen.batch_size, ack_set))
+        return acked, partial
+
     async def _maybe_update(self, subscription: Subscription) -> None:
         cache = self._caches.get(subscription.name)
         effective = self._effective_mark_delete(subscription)
@@ -303,20 +381,11 @@ class SubscriptionsController:
             chosen = cache.popleft()
         if chosen is not None and cache is not None:
             cache.appendleft(chosen)  # it stays the newest one passed until a newer one is
-        # Every acknowledged entry still remembered (``_trim`` forgets them only after this ran):
-        # cumulatively acknowledged ones too, since the snapshot may map to a position before them.
-        acked: list[Origin] = []
-        md = subscription.cursor.mark_delete_position
-        for seen in self._seen:
-            if seen.origin is None:
-                continue
-            if seen.position <= md or subscription.cursor.is_acked(seen.position):
-                acked.append(seen.origin)
-                if len(acked) >= REPLICATED_SUBSCRIPTIONS_UPDATE_ACKED_MAX:
-                    break
-        if chosen is None and not acked:
+        acked, partial = self._acked_origins(subscription)
+        if chosen is None and not acked and not partial:
             return
-        state = (chosen.snapshot_id if chosen else None, tuple(acked))
+        state = (chosen.snapshot_id if chosen else None, tuple(acked),
+                 tuple((origin, tuple(ack_set)) for origin, _, ack_set in partial))
         if self._sent_updates.get(subscription.name) == state:
             return
         update = mpb.ReplicatedSubscriptionsUpdate(subscription_name=subscription.name)
@@ -326,11 +395,23 @@ class SubscriptionsController:
         for cluster, encoded in acked:
             ledger_id, entry_id = decode_source_position(encoded)
             update.acked.append(cluster_position(cluster, ledger_id, entry_id))
+        for (cluster, encoded), batch_size, ack_set in partial:
+            ledger_id, entry_id = decode_source_position(encoded)
+            update.partial.append(mpb.PartialBatchAck(origin=cluster_position(cluster, ledger_id, entry_id),
+                                                      batch_size=batch_size, ack_set=ack_set))
         await self._write(MarkerType.UPDATE, update.SerializeToString(), self._remotes())
         self._sent_updates[subscription.name] = state
         self.updates_written += 1
 
     # --- updates from the other clusters -------------------------------------------------------
+
+    def _local_copy(self, subscription: Subscription, origin: mpb.ClusterMessageId) -> Position | None:
+        """This cluster's copy of the entry named by ``origin``, if remembered and not yet acknowledged."""
+        found = self._by_origin.get((origin.cluster, encode_source_position(
+            int(origin.message_id.ledger_id), int(origin.message_id.entry_id))))
+        if found is None or found <= subscription.cursor.mark_delete_position or subscription.cursor.is_acked(found):
+            return None
+        return found
 
     async def _apply(self, update: mpb.ReplicatedSubscriptionsUpdate) -> None:
         name = update.subscription_name
@@ -343,16 +424,12 @@ class SubscriptionsController:
                 target = _position(entry.message_id)
                 if target <= self.topic.log.last_position:
                     await subscription.acknowledge_up_to(target)
-        md = subscription.cursor.mark_delete_position
-        positions = []
-        for entry in update.acked:
-            found = self._by_origin.get((entry.cluster, encode_source_position(
-                int(entry.message_id.ledger_id), int(entry.message_id.entry_id))))
-            if found is not None and found > md and not subscription.cursor.is_acked(found):
-                positions.append(found)
-        if positions:
+        positions = sorted({p for p in (self._local_copy(subscription, e) for e in update.acked) if p is not None})
+        # A batch acknowledged in part there: the same members here (the copy is the same batch).
+        partial = [(p, list(ack.ack_set)) for ack in update.partial
+                   if (p := self._local_copy(subscription, ack.origin)) is not None and any(ack.ack_set)]
+        if positions or partial:
             await subscription.acknowledge(pb.CommandAck(ack_type=pb.CommandAck.Individual),
-                                           [(p, []) for p in sorted(positions)])
+                                           [*((p, []) for p in positions), *sorted(partial)])
         await self._ack_markers(subscription)
         self.updates_applied += 1
-
