@@ -24,8 +24,8 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from magnetar.chaos.replication import check_replication
 from magnetar.base.limits import REPLICATION_BACKOFF_MAX_MS, REPLICATION_CONNECT_TIMEOUT_MS
+from magnetar.chaos.replication import check_replication
 from tests.integration.geo import (
     RECEIVE_TIMEOUT_MS,
     Node,
