@@ -63,6 +63,7 @@ class _World:
                 self.topics[name], name, remotes=lambda other=other: [other], connected=lambda: True, clock=self.clock)
         for name, other in (("A", "B"), ("B", "A")):
             self.links.append(_Link(self.topics[name], self.controllers[name], self.topics[other], name, other))
+            await self.controllers[name].recover(EARLIEST)  # as the service does before replicators start
         return self
 
     async def replicate(self) -> None:
@@ -267,5 +268,29 @@ def test_partial_batch_acknowledgements_are_carried() -> None:
                                 [(batches[1], ack_set_words({0, 1, 2, 3, 4}, 5))])
         await world.settle_rounds()
         assert b_sub.cursor.backlog_entries() == a_sub.cursor.backlog_entries() == 0
+
+    asyncio.run(run())
+
+
+def test_a_replicator_reading_ahead_leaves_no_entry_unseen() -> None:
+    """A second replicator of A (to a third cluster, made later: its cursor starts at the 6th
+    message) reports first; the controller reads the five entries it skipped from the topic, so the
+    acknowledgements of all ten still reach B (before the fix they were passed over for good:
+    B's backlog stayed 6 where A's was 1)."""
+
+    async def run() -> None:
+        world = await _World().start()
+        a_topic = world.topics["A"]
+        a_sub = await world.subscription("A")
+        produced = [await a_topic.publish(_data(i)) for i in range(10)]
+        third = Topic(TopicName.parse(TOPIC), await MemoryLogStore().open_log(TOPIC, create=True), BrokerConfig(),
+                      clock=world.clock)
+        ahead = _Link(a_topic, world.controllers["A"], third, "A", "C")
+        ahead.next = produced[5]
+        await ahead.pump()  # reports entries 5..9 before A's replicator to B reported anything
+        await world.replicate()
+        await _ack(a_sub, [p for i, p in enumerate(produced) if i != 7])
+        await world.settle_rounds()
+        assert a_sub.cursor.backlog_entries() == world.topics["B"].subscriptions["sub"].cursor.backlog_entries() == 1
 
     asyncio.run(run())

@@ -238,7 +238,7 @@ class ReplicationService:
         if new:
             cursors = [r.cursor for r in [*topic.replicators.values(), *made] if isinstance(r, Replicator)]
             try:
-                await controller.recover(min(c.mark_delete_position for c in cursors if c is not None))
+                await controller.recover(max(c.mark_delete_position for c in cursors if c is not None))
             except BaseException:
                 del self.controllers[str(topic.name)]  # the next pass makes and recovers it again
                 raise

@@ -131,6 +131,7 @@ class SubscriptionsController:
         self._sent_updates: dict[str, object] = {}
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._observing = asyncio.Lock()  # reports of entries are taken one at a time, in log order
         self.snapshots_completed = 0
         self.updates_written = 0
         self.updates_applied = 0
@@ -165,12 +166,39 @@ class SubscriptionsController:
     # --- what the replicators read -----------------------------------------------------------
 
     async def observe(self, position: Position, metadata: pb.MessageMetadata, payload: bytes | memoryview) -> None:
-        """Every entry of the topic, in log order (several replicators may report the same one)."""
-        if self._last_seen is not None and position <= self._last_seen:
-            return
-        self._remember(position, metadata)
+        """Every entry of the topic, in log order. Several replicators report the same entries, each
+        from its own cursor: the first report of a position counts. One that reads ahead of the
+        others (made later, or its remote was faster) would leave a gap behind it; the controller
+        reads the gap from the topic first, so no entry is ever passed over."""
+        async with self._observing:
+            if self._last_seen is not None and position <= self._last_seen:
+                return
+            if self._last_seen is not None and position != self._last_seen.next():
+                await self._fill_gap(position)
+                if self._last_seen is not None and position <= self._last_seen:
+                    return
+            await self._take(position, metadata, payload)
+
+    async def _take(self, position: Position, metadata: pb.MessageMetadata, payload: bytes | memoryview) -> None:
+        # The marker is acted on before it is remembered: if acting fails (the replicator then
+        # starts again from its cursor), the entry is reported again and acted on then.
         if metadata.marker_type and metadata.replicated_from:
             await self._remote_marker(position, metadata.marker_type, metadata.replicated_from, bytes(payload))
+        self._remember(position, metadata)
+
+    async def _fill_gap(self, upto: Position) -> None:
+        """Take the entries between the last one seen and ``upto`` (excluded), read from the topic;
+        a gap across a ledger change may be empty. Bounded by ``REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX``."""
+        budget = REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX
+        while budget > 0 and self._last_seen is not None:
+            entries = [e for e in await self.topic.log.read(self._last_seen.next(), REPLICATION_READ_COUNT_MAX)
+                       if e.position < upto]
+            if not entries:
+                return
+            for entry in entries:
+                metadata, payload = split_stored_entry(entry.data)
+                await self._take(entry.position, metadata, payload)
+            budget -= len(entries)
 
     def _remember(self, position: Position, metadata: pb.MessageMetadata) -> None:
         self._last_seen = position
@@ -191,11 +219,13 @@ class SubscriptionsController:
 
         The replicated subscriptions are the stored cursors flagged ``pulsar.replicated.subscription``
         (opened here, with no consumer yet). The entries after the oldest one's mark-delete position,
-        up to ``replicators_read_after`` (every replicator's cursor is there or later, so their
-        markers were handled before the restart), are remembered again without acting on their
+        up to ``replicators_read_after`` (the furthest replicator cursor: a replicator reports an
+        entry before sending it and its cursor moves only on the remote's receipt, so the markers up
+        to there were acted on before the restart), are remembered again without acting on their
         markers: origins for carrying and applying individual and batch acks, and this cluster's own
-        SNAPSHOT markers, which refill every subscription's snapshot cache. The replicators report
-        the entries after ``replicators_read_after`` as usual. At most
+        SNAPSHOT markers, which refill every subscription's snapshot cache. Replicators behind that
+        position read those entries again and are ignored; the entries after it are reported and
+        acted on as usual (from there on a gap is read from the topic, see ``observe``). At most
         ``REPLICATED_SUBSCRIPTIONS_RECOVER_ENTRIES_MAX`` entries are read (the oldest ones: where
         the acknowledgement holes are)."""
         async with self._lock:
@@ -207,7 +237,10 @@ class SubscriptionsController:
                 if is_replicated_subscription(cursor):
                     await self.topic.subscription(name, durable=True, initial_mark_delete=cursor.mark_delete_position)
             subscriptions = self.replicated()
-            if not subscriptions or self._last_seen is not None:
+            if self._last_seen is not None:
+                return
+            if not subscriptions:  # nothing to remember; reports start after what was acted on
+                self._last_seen = replicators_read_after
                 return
             position = min(s.cursor.mark_delete_position for s in subscriptions).next()
             budget = REPLICATED_SUBSCRIPTIONS_RECOVER_ENTRIES_MAX
