@@ -175,6 +175,22 @@ def _backlog(node: Node, topic: str, subscription: str) -> int | None:
     return None if found is None else int(found["msgBacklog"])
 
 
+def _converge(a: Node, b: Node, topic: str, subscription: str, backlog: int, timeout_s: float) -> float:
+    """Seconds until the subscription's backlog is ``backlog`` in A and in B (what is left in each,
+    from B's internal stats, is named when it never happens)."""
+    def converged() -> bool:
+        return _backlog(a, topic, subscription) == _backlog(b, topic, subscription) == backlog
+
+    try:
+        return wait_for(converged, timeout_s, f"backlog {backlog} in A and B")
+    except AssertionError as error:
+        internal = {n.name: admin(n.web_port, "GET", f"/persistent/public/default/{topic}/internalStats")
+                    for n in (a, b)}
+        left = {name: (_backlog(node, topic, subscription), internal[name]["cursors"].get(subscription),
+                       internal[name].get("lastConfirmedEntry")) for name, node in (("A", a), ("B", b))}
+        raise AssertionError(f"{error}: {left}") from None
+
+
 def test_replicated_subscription_fails_over_with_exactly_the_unacknowledged(pair: list[Node]) -> None:
     """Consume in A acknowledging all but every tenth message, stop: within a bounded time the
     subscription's backlog is the same in B (convergence when idle, individual acks carried); a
@@ -198,13 +214,8 @@ def test_replicated_subscription_fails_over_with_exactly_the_unacknowledged(pair
                 message = consumer.receive(RECEIVE_TIMEOUT_MS)
                 if int(message.data()) not in holes:
                     consumer.acknowledge(message)
-        started = time.monotonic()
-        deadline = started + 10
-        while time.monotonic() < deadline and _backlog(b, topic, "replicated") != len(holes):
-            time.sleep(0.05)  # polling the admin API for the state under test, bounded by the deadline
-        converged_s = time.monotonic() - started
+        converged_s = _converge(a, b, topic, "replicated", len(holes), 10)
         print(f"replicated subscription converged in {converged_s:.2f} s")
-        assert _backlog(a, topic, "replicated") == _backlog(b, topic, "replicated") == len(holes)
         assert converged_s <= 5
         for consumer in consumers.values():
             consumer.close()
@@ -223,6 +234,48 @@ def test_replicated_subscription_fails_over_with_exactly_the_unacknowledged(pair
                 consumer.acknowledge(message)
         assert redelivered["replicated"] == holes
         assert redelivered["local"] == set(range(100))  # the control: nothing carried over
+    finally:
+        client_a.close()
+        client_b.close()
+
+
+def test_replicated_subscription_carries_partial_batch_acknowledgements(pair: list[Node]) -> None:
+    """Batches of 10 produced in A; a consumer with batch-index acks acknowledges all but two
+    messages of each batch, then a last message produced after them. Once the backlog is the same
+    in B (the update that carries the last acknowledgement carries the partial ones with it), a
+    consumer failing over to B gets exactly the unacknowledged members of the batches."""
+    a, b = pair
+    topic = "replicated-batches"
+    client_a, client_b = geo_client(a.url), geo_client(b.url)
+    options: dict[str, Any] = {"consumer_type": pulsar.ConsumerType.Shared, "batch_index_ack_enabled": True,
+                               "replicate_subscription_state_enabled": True}
+    try:
+        consumer = client_a.subscribe(topic, "batched", initial_position=pulsar.InitialPosition.Earliest, **options)
+        producer = client_a.create_producer(topic, batching_enabled=True, batching_max_messages=10,
+                                            batching_max_publish_delay_ms=60_000)
+        for i in range(50):
+            producer.send_async(f"{i}".encode(), None)
+        producer.flush()  # five batches of ten
+        holes = {i for i in range(50) if i % 10 in (2, 7)}
+        for _ in range(50):
+            message = consumer.receive(RECEIVE_TIMEOUT_MS)
+            if int(message.data()) not in holes:
+                consumer.acknowledge(message)
+        producer.send(b"last")
+        consumer.acknowledge(consumer.receive(RECEIVE_TIMEOUT_MS))
+        converged_s = _converge(a, b, topic, "batched", 5, 10)  # five batches, each acknowledged in part
+        print(f"partial batch acknowledgements carried in {converged_s:.2f} s")
+        consumer.close()
+        failover = client_b.subscribe(topic, "batched", **options)
+        got: list[int] = []
+        while True:
+            try:
+                message = failover.receive(2_000)
+            except pulsar.Timeout:
+                break
+            got.append(int(message.data()))
+            failover.acknowledge(message)
+        assert sorted(got) == sorted(holes)  # not carried, the five batches would come back whole
     finally:
         client_a.close()
         client_b.close()
