@@ -183,7 +183,8 @@ class SubscriptionsController:
         # The marker is acted on before it is remembered: if acting fails (the replicator then
         # starts again from its cursor), the entry is reported again and acted on then.
         if metadata.marker_type and metadata.replicated_from:
-            await self._remote_marker(position, metadata.marker_type, metadata.replicated_from, bytes(payload))
+            async with self._lock:  # not in the middle of a tick's acknowledgements and updates
+                await self._remote_marker(position, metadata.marker_type, metadata.replicated_from, bytes(payload))
         self._remember(position, metadata)
 
     async def _fill_gap(self, upto: Position) -> None:
