@@ -345,10 +345,13 @@ class SubscriptionsController:
                 while len(self._seen) > REPLICATED_SUBSCRIPTIONS_SEEN_IDLE_MAX:
                     self._forget(self._seen.popleft())
                 return
+            carried: list[Position] = []
             for subscription in subscriptions:
                 await self._ack_markers(subscription)
-                await self._maybe_update(subscription)
-            self._trim(min(s.cursor.mark_delete_position for s in subscriptions))
+                carried.append(await self._maybe_update(subscription))
+            # Only what an update carried may be forgotten: acknowledgements that came while the
+            # update was being written moved the mark-delete position past entries it did not name.
+            self._trim(min(carried))
             now_ms = self._clock.now_ms()
             current = self._round
             if current is not None and now_ms - current.started_ms < REPLICATED_SUBSCRIPTIONS_SNAPSHOT_TIMEOUT_MS:
@@ -407,7 +410,10 @@ class SubscriptionsController:
                     partial.append((seen.origin, seen.batch_size, ack_set))
         return acked, partial
 
-    async def _maybe_update(self, subscription: Subscription) -> None:
+    async def _maybe_update(self, subscription: Subscription) -> Position:
+        """Write an update if the subscription's state changed since the last one; returns the
+        mark-delete position every entry up to which has been named in an update."""
+        md = subscription.cursor.mark_delete_position
         cache = self._caches.get(subscription.name)
         effective = self._effective_mark_delete(subscription)
         chosen: Snapshot | None = None
@@ -417,11 +423,11 @@ class SubscriptionsController:
             cache.appendleft(chosen)  # it stays the newest one passed until a newer one is
         acked, partial = self._acked_origins(subscription)
         if chosen is None and not acked and not partial:
-            return
+            return md
         state = (chosen.snapshot_id if chosen else None, tuple(acked),
                  tuple((origin, tuple(ack_set)) for origin, _, ack_set in partial))
         if self._sent_updates.get(subscription.name) == state:
-            return
+            return md
         update = mpb.ReplicatedSubscriptionsUpdate(subscription_name=subscription.name)
         if chosen is not None:
             for cluster, remote in sorted(chosen.remotes.items()):
@@ -436,6 +442,7 @@ class SubscriptionsController:
         await self._write(MarkerType.UPDATE, update.SerializeToString(), self._remotes())
         self._sent_updates[subscription.name] = state
         self.updates_written += 1
+        return md
 
     # --- updates from the other clusters -------------------------------------------------------
 
