@@ -107,6 +107,11 @@ class _Round:
     responses: dict[str, Position] = field(default_factory=dict)
 
 
+def _before(position: Position) -> Position:
+    """A position just before ``position`` (no entry lies between them)."""
+    return Position(position.ledger_id, position.entry_id - 1)
+
+
 def _position(message_id: mpb.MarkersMessageIdData) -> Position:
     return Position(int(message_id.ledger_id), int(message_id.entry_id))
 
@@ -124,6 +129,10 @@ class SubscriptionsController:
         self._last_seen: Position | None = None
         self._last_data: Position | None = None
         self._trimmed_last_data: Position | None = None  # the last data entry forgotten by ``_trim``
+        #: Every entry of the topic after this position, up to ``_last_seen``, is in ``_seen``
+        #: (None: only from ``_seen[0]`` on). Below it the controller knows nothing until it reads.
+        self._complete_after: Position | None = None
+        self._backfill_tried: Position | None = None  # the lowest position a backfill gave up at
         self._round: _Round | None = None
         self._rounds_started = 0
         self._round_state: object = None
@@ -191,7 +200,12 @@ class SubscriptionsController:
         """Take the entries between the last one seen and ``upto`` (excluded), read from the topic;
         a gap across a ledger change may be empty. Bounded by ``REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX``."""
         budget = REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX
-        while budget > 0 and self._last_seen is not None:
+        while self._last_seen is not None:
+            if budget <= 0:  # too far behind: what is remembered no longer runs up to what comes next
+                while self._seen:
+                    self._forget(self._seen.popleft())
+                self._complete_after = None
+                return
             entries = [e for e in await self.topic.log.read(self._last_seen.next(), REPLICATION_READ_COUNT_MAX)
                        if e.position < upto]
             if not entries:
@@ -203,17 +217,22 @@ class SubscriptionsController:
 
     def _remember(self, position: Position, metadata: pb.MessageMetadata) -> None:
         self._last_seen = position
+        seen = self._seen_entry(position, metadata)
+        if seen.origin is not None:
+            self._last_data = position
+        self._seen.append(seen)
+        while len(self._seen) > REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX:
+            self._forget(self._seen.popleft())
+
+    def _seen_entry(self, position: Position, metadata: pb.MessageMetadata) -> _Seen:
         marker = metadata.marker_type != 0
         origin: Origin | None = None
         if not marker:
             origin = replicated_source(metadata) or (self.local, encode_source_position(position.ledger_id,
                                                                                         position.entry_id))
-            self._by_origin[origin] = position
-            self._last_data = position
+            self._by_origin.setdefault(origin, position)
         batch_size = metadata.num_messages_in_batch if metadata.HasField("num_messages_in_batch") else 1
-        self._seen.append(_Seen(position, marker, origin, batch_size))
-        while len(self._seen) > REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX:
-            self._forget(self._seen.popleft())
+        return _Seen(position, marker, origin, batch_size)
 
     async def recover(self, replicators_read_after: Position) -> None:
         """Rebuild what a restart lost from what the topic stores, before the replicators start.
@@ -237,37 +256,79 @@ class SubscriptionsController:
                                                           initial_mark_delete=self.topic.log.last_position)
                 if is_replicated_subscription(cursor):
                     await self.topic.subscription(name, durable=True, initial_mark_delete=cursor.mark_delete_position)
-            subscriptions = self.replicated()
             if self._last_seen is not None:
                 return
-            if not subscriptions:  # nothing to remember; reports start after what was acted on
-                self._last_seen = replicators_read_after
-                return
-            position = min(s.cursor.mark_delete_position for s in subscriptions).next()
-            budget = REPLICATED_SUBSCRIPTIONS_RECOVER_ENTRIES_MAX
-            while budget > 0 and position <= replicators_read_after:
-                entries = await self.topic.log.read(position, min(budget, REPLICATION_READ_COUNT_MAX))
-                entries = [e for e in entries if e.position <= replicators_read_after]
-                if not entries:
-                    break
-                for entry in entries:
-                    metadata, payload = split_stored_entry(entry.data)
-                    self._remember(entry.position, metadata)
-                    if metadata.marker_type == MarkerType.SNAPSHOT and not metadata.replicated_from:
-                        self._cache_snapshot(mpb.ReplicatedSubscriptionsSnapshot.FromString(bytes(payload)))
-                budget -= len(entries)
-                position = entries[-1].position.next()
-            self.recovered_entries = REPLICATED_SUBSCRIPTIONS_RECOVER_ENTRIES_MAX - budget
+            self._last_seen = self._complete_after = replicators_read_after
+            subscriptions = self.replicated()
+            if subscriptions:
+                self.recovered_entries = await self._backfill(min(s.cursor.mark_delete_position for s in subscriptions))
 
-    def _cache_snapshot(self, marker: mpb.ReplicatedSubscriptionsSnapshot) -> None:
-        remotes = {c.cluster: _position(c.message_id) for c in marker.clusters}
-        self._add_snapshot(Snapshot(marker.snapshot_id, _position(marker.local_message_id), remotes))
+    def _known_after(self, position: Position) -> bool:
+        """Whether every entry after ``position`` (up to the last one seen) is in ``_seen``."""
+        if self._complete_after is not None and position >= self._complete_after:
+            return True
+        return bool(self._seen) and position >= self._seen[0].position
+
+    async def _backfill(self, floor: Position) -> int:
+        """Read the entries after ``floor`` that come before what is remembered (entries the
+        controller already acted on, before a restart or before they were forgotten) and remember
+        them first, without acting on their markers; this cluster's SNAPSHOT markers among them go
+        to the snapshot caches. A subscription that became replicated only now (its flag was lost
+        with an unflushed cursor and set again by its consumer, or an update from a remote made it
+        on an old topic) needs this as much as a restart does. At most
+        ``REPLICATED_SUBSCRIPTIONS_RECOVER_ENTRIES_MAX`` entries: beyond, nothing is read (and not
+        again for a floor as old). Returns the entries remembered."""
+        if self._known_after(floor) or (self._backfill_tried is not None and floor >= self._backfill_tried):
+            return 0
+        if self._complete_after is not None:
+            bound = self._complete_after  # up to it, included
+        elif self._seen:
+            bound = _before(self._seen[0].position)
+        else:
+            return 0
+        found: list[tuple[Position, pb.MessageMetadata, bytes]] = []
+        position = floor.next()
+        while True:
+            entries = [e for e in await self.topic.log.read(position, REPLICATION_READ_COUNT_MAX) if e.position <= bound]
+            if not entries:
+                break
+            if len(found) + len(entries) > REPLICATED_SUBSCRIPTIONS_RECOVER_ENTRIES_MAX:
+                self._backfill_tried = floor
+                return 0
+            for entry in entries:
+                metadata, payload = split_stored_entry(entry.data)
+                found.append((entry.position, metadata, bytes(payload)))
+            position = entries[-1].position.next()
+        self._prepend(found)
+        self._complete_after = floor
+        return len(found)
+
+    def _prepend(self, entries: list[tuple[Position, pb.MessageMetadata, bytes]]) -> None:
+        older: list[_Seen] = []
+        snapshots: list[Snapshot] = []
+        for position, metadata, payload in entries:
+            older.append(self._seen_entry(position, metadata))
+            if metadata.marker_type == MarkerType.SNAPSHOT and not metadata.replicated_from:
+                marker = mpb.ReplicatedSubscriptionsSnapshot.FromString(payload)
+                remotes = {c.cluster: _position(c.message_id) for c in marker.clusters}
+                snapshots.append(Snapshot(marker.snapshot_id, _position(marker.local_message_id), remotes))
+        self._seen.extendleft(reversed(older))
+        for snapshot in snapshots:
+            self._add_snapshot(snapshot)
 
     def _add_snapshot(self, snapshot: Snapshot) -> None:
+        """Cache ``snapshot`` for every replicated subscription not yet past it, in log order (a
+        backfill finds older ones than those cached), the newest ``..._SNAPSHOTS_CACHED_MAX`` kept."""
         for subscription in self.replicated():
-            if snapshot.local > subscription.cursor.mark_delete_position:
-                self._caches.setdefault(subscription.name, deque(maxlen=REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX)
-                                        ).append(snapshot)
+            if snapshot.local <= subscription.cursor.mark_delete_position:
+                continue
+            cache = self._caches.setdefault(subscription.name, deque(maxlen=REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX))
+            if not cache or cache[-1].local < snapshot.local:
+                cache.append(snapshot)
+            elif all(c.snapshot_id != snapshot.snapshot_id for c in cache):
+                ordered = sorted([*cache, snapshot], key=lambda c: c.local)
+                cache.clear()
+                cache.extend(ordered[-REPLICATED_SUBSCRIPTIONS_SNAPSHOTS_CACHED_MAX:])
 
     async def _remote_marker(self, position: Position, kind: int, origin: str, payload: bytes) -> None:
         if kind == MarkerType.SNAPSHOT_REQUEST:
@@ -311,11 +372,11 @@ class SubscriptionsController:
         """The mark-delete position moved over the markers (and acknowledged entries) after it."""
         cursor = subscription.cursor
         effective = cursor.mark_delete_position
-        for seen in self._seen:
+        if not self._known_after(effective):
+            return effective  # entries never seen lie after it: they may be unacknowledged
+        for seen in self._seen:  # complete after ``effective``: consecutive entries of the topic
             if seen.position <= effective:
                 continue
-            if seen.position != effective.next() and seen.position.entry_id != 0:
-                break  # an entry we never saw lies in between
             if not (seen.marker or cursor.is_acked(seen.position)):
                 break
             effective = seen.position
@@ -347,6 +408,7 @@ class SubscriptionsController:
                 return
             carried: list[Position] = []
             for subscription in subscriptions:
+                await self._backfill(subscription.cursor.mark_delete_position)
                 await self._ack_markers(subscription)
                 carried.append(await self._maybe_update(subscription))
             # Only what an update carried may be forgotten: acknowledgements that came while the
@@ -377,6 +439,8 @@ class SubscriptionsController:
             self._forget(seen.popleft())
 
     def _forget(self, old: _Seen) -> None:
+        self._complete_after = old.position if self._complete_after is None else max(self._complete_after,
+                                                                                       old.position)
         if old.origin is not None:
             self._trimmed_last_data = old.position
             if self._by_origin.get(old.origin) == old.position:
@@ -460,6 +524,7 @@ class SubscriptionsController:
         if subscription is None:
             subscription = await self.topic.subscription(name, durable=True, initial_mark_delete=EARLIEST)
         await mark_replicated_subscription(subscription.cursor)
+        await self._backfill(subscription.cursor.mark_delete_position)  # a new one starts at the earliest
         for entry in update.clusters:
             if entry.cluster == self.local:
                 target = _position(entry.message_id)
