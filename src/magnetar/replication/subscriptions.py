@@ -36,11 +36,14 @@ Beyond Pulsar:
   the controller acknowledges the markers it saw after each replicated subscription's mark-delete
   position on every tick, with or without consumers (and before delayed delivery could hold them).
 
-The controller sees every entry of the topic in log order through the replicators
-(``observe``, called as they read). Its memory (entries seen, snapshots) is not persisted: after a
-restart it starts again from what the replicators read next, so an update can name only entries
-seen since. With more than two clusters one round is taken where Pulsar takes two, so a remote's
-position can run ahead of what was acknowledged here by entries in flight between remotes.
+The controller sees every entry of the topic once, in log order, through the replicators
+(``observe``, called as they read; a gap left by a replicator reading ahead of the others is read
+from the topic). Its memory (entries seen with their origins, snapshots) is rebuilt from the topic
+rather than written anywhere: on load (``recover``: the stored replicated subscriptions and the
+entries after their positions, with this cluster's SNAPSHOT markers) and whenever a subscription
+lies before the range it has seen (``_backfill``). It never treats an entry it has not seen as
+acknowledged. With more than two clusters one round is taken where Pulsar takes two, so a
+remote's position can run ahead of what was acknowledged here by entries in flight between remotes.
 """
 
 from __future__ import annotations
