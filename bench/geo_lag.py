@@ -75,7 +75,7 @@ def stats(node: Node) -> Any:
         return json.loads(reply.read())
 
 
-def produce_paced(pulsar: Any, url: str, rate: int, seconds: float, batching: bool) -> int:
+def produce_paced(pulsar: Any, url: str, rate: int, seconds: float, batching: bool, first_value: int = 0) -> int:
     client = pulsar.Client(url, operation_timeout_seconds=30)
     producer = client.create_producer(TOPIC, block_if_queue_full=True, batching_enabled=batching,
                                       batching_max_publish_delay_ms=10)
@@ -85,7 +85,7 @@ def produce_paced(pulsar: Any, url: str, rate: int, seconds: float, batching: bo
     start = time.monotonic()
     while time.monotonic() - start < seconds:
         for _ in range(per_tick):
-            producer.send_async(f"{sent}".encode(), None)
+            producer.send_async(f"{first_value + sent}".encode(), None)
             sent += 1
         next_tick = start + (sent // per_tick) * tick_s
         delay = next_tick - time.monotonic()
@@ -96,8 +96,7 @@ def produce_paced(pulsar: Any, url: str, rate: int, seconds: float, batching: bo
     return sent
 
 
-def consume(pulsar: Any, url: str, expected: int, deadline_s: float, out: list[tuple[float, int]],
-            times: list[float] | None = None) -> None:
+def consume(pulsar: Any, url: str, expected: int, deadline_s: float, out: list[tuple[float, int]]) -> None:
     client = pulsar.Client(url, operation_timeout_seconds=30)
     consumer = client.subscribe(TOPIC, "lag", initial_position=pulsar.InitialPosition.Earliest,
                                 receiver_queue_size=5000)
@@ -108,8 +107,6 @@ def consume(pulsar: Any, url: str, expected: int, deadline_s: float, out: list[t
         except pulsar.Timeout:
             continue
         out.append((time.time() * 1000 - message.publish_timestamp(), int(message.data())))
-        if times is not None:
-            times.append(time.monotonic())
         consumer.acknowledge_cumulative(message)
     client.close()
 
@@ -120,21 +117,36 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def catch_up(pulsar: Any, a: Node, b: Node, args: argparse.Namespace) -> None:
-    """B killed for the outage while A takes the load, then restarted: the backlog, how long the
-    replicator took to connect again (its backoff), and the drain rate from then on."""
+    """B killed for the outage while A takes the load, then restarted: the backlog, how long until
+    the first message of the outage reached B (the remote producer's reconnect backoff), and the
+    drain rate from then on."""
     b.kill()
-    outage = produce_paced(pulsar, a.url, args.rate, args.outage_seconds, args.batching)
+    offset = 10**9  # the outage's values, told apart from earlier ones B may deliver again
+    outage = produce_paced(pulsar, a.url, args.rate, args.outage_seconds, args.batching, first_value=offset)
     backlog = stats(a)["replication"]["B"]["replicationBacklog"]
     b.start()
     back = time.monotonic()
-    drained: list[tuple[float, int]] = []
-    times: list[float] = []
-    consume(pulsar, b.url, outage, 300, drained, times)  # same subscription: the outage's messages
-    first, last = (times[0], times[-1]) if times else (back, back)
+    client = pulsar.Client(b.url, operation_timeout_seconds=30)
+    consumer = client.subscribe(TOPIC, "lag", receiver_queue_size=5000)
+    seen: set[int] = set()
+    first = last = back
+    end = back + 300
+    while len(seen) < outage and time.monotonic() < end:
+        try:
+            message = consumer.receive(1000)
+        except pulsar.Timeout:
+            continue
+        value = int(message.data())
+        if value >= offset and value not in seen:
+            first = first if seen else time.monotonic()
+            seen.add(value)
+            last = time.monotonic()
+        consumer.acknowledge_cumulative(message)
+    client.close()
     print(f"outage of {args.outage_seconds:.0f} s at {args.rate} msg/s: {outage} messages, A's replication "
           f"backlog {backlog} entries; the first reached B {first - back:.1f} s after B's restart (the remote "
-          f"producer's reconnect backoff); B received {len(drained)} in {last - first:.1f} s from then = "
-          f"{len(drained) / max(last - first, 1e-3):.0f} msg/s ({len(drained) / max(last - back, 1e-3):.0f} msg/s "
+          f"producer's reconnect backoff); B received {len(seen)} in {last - first:.1f} s from then = "
+          f"{len(seen) / max(last - first, 1e-3):.0f} msg/s ({len(seen) / max(last - back, 1e-3):.0f} msg/s "
           f"counting from B's restart)")
 
 
