@@ -25,7 +25,11 @@ from pathlib import Path
 import pulsar
 import pytest
 
-from magnetar.base.limits import REPLICATION_BACKOFF_MAX_MS, REPLICATION_CONNECT_TIMEOUT_MS
+from magnetar.base.limits import (
+    CLIENT_BACKOFF_MAX_MS,
+    REPLICATION_BACKOFF_MAX_MS,
+    REPLICATION_CONNECT_TIMEOUT_MS,
+)
 from magnetar.chaos.replication import check_replication
 from tests.integration.geo import (
     RECEIVE_TIMEOUT_MS,
@@ -43,9 +47,11 @@ OUTAGE_S = float(os.environ.get("MAGNETAR_GEO_OUTAGE_S", "60"))
 PAUSE_S = float(os.environ.get("MAGNETAR_GEO_PAUSE_S", "10"))
 #: Messages produced in A per second of outage (batched: a few entries per second of it).
 OUTAGE_RATE_PER_S = 200
-#: After the outage the replicator may still be in its backoff (at most a minute, as in Pulsar)
-#: and then needs a connection: the first message may come this late.
-CATCH_UP_WAIT_MS = REPLICATION_BACKOFF_MAX_MS + REPLICATION_CONNECT_TIMEOUT_MS + RECEIVE_TIMEOUT_MS
+#: After the outage the remote producer (or the replicator, if the producer gave up) may still be
+#: in its reconnect backoff (at most a minute, as in Pulsar) and then needs a connection: the
+#: first message may come this late.
+CATCH_UP_WAIT_MS = (max(CLIENT_BACKOFF_MAX_MS, REPLICATION_BACKOFF_MAX_MS) + REPLICATION_CONNECT_TIMEOUT_MS
+                    + RECEIVE_TIMEOUT_MS)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(int(240 + 2 * OUTAGE_S))]
 
