@@ -29,6 +29,7 @@ from magnetar.base.limits import (
     CLIENT_BACKOFF_MAX_MS,
     REPLICATION_BACKOFF_MAX_MS,
     REPLICATION_CONNECT_TIMEOUT_MS,
+    REPLICATION_REMOTE_BACKOFF_MAX_MS,
 )
 from magnetar.chaos.replication import check_replication
 from tests.integration.geo import (
@@ -47,9 +48,9 @@ OUTAGE_S = float(os.environ.get("MAGNETAR_GEO_OUTAGE_S", "60"))
 PAUSE_S = float(os.environ.get("MAGNETAR_GEO_PAUSE_S", "10"))
 #: Messages produced in A per second of outage (batched: a few entries per second of it).
 OUTAGE_RATE_PER_S = 200
-#: After the outage the remote producer (or the replicator, if the producer gave up) may still be
-#: in its reconnect backoff (at most a minute, as in Pulsar) and then needs a connection: the
-#: first message may come this late.
+#: After the outage the remote producer (or the replicator, if the producer gave up: its backoff
+#: goes up to a minute, as in Pulsar) may still be in its reconnect backoff and then needs a
+#: connection: the first message may come this late.
 CATCH_UP_WAIT_MS = (max(CLIENT_BACKOFF_MAX_MS, REPLICATION_BACKOFF_MAX_MS) + REPLICATION_CONNECT_TIMEOUT_MS
                     + RECEIVE_TIMEOUT_MS)
 
@@ -154,6 +155,8 @@ def test_remote_cluster_killed_for_an_outage_then_restarted(tmp_path: Path) -> N
     middle, end = out.backlog_samples
     assert 0 < middle < end  # the backlog grew while B was down
     assert len(out.during) >= OUTAGE_RATE_PER_S * OUTAGE_S * 0.5
+    # The remote producers' backoff is capped (Pulsar's client default would wait up to a minute):
+    assert out.back_to_resumed_s <= (REPLICATION_REMOTE_BACKOFF_MAX_MS + REPLICATION_CONNECT_TIMEOUT_MS) / 1000 + 5
 
 
 def test_remote_cluster_paused_then_resumed(tmp_path: Path) -> None:

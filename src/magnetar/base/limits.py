@@ -350,6 +350,9 @@ REPLICATION_CHECK_INTERVAL_MS = 1_000
 REPLICATION_LOAD_TOPICS_EVERY_PASSES = 10
 #: Creating a producer on the remote cluster gives up after this (then backoff and retry).
 REPLICATION_CONNECT_TIMEOUT_MS = 10_000
+#: The remote producers' own reconnect backoff cap (the client's ``backoff_max_ms``; Pulsar keeps
+#: its client default, 60 s): after a remote's outage, replication resumes within this of its return.
+REPLICATION_REMOTE_BACKOFF_MAX_MS = 5_000
 #: Replicators per broker (topics x remote clusters).
 REPLICATION_REPLICATORS_COUNT_MAX = 10_000
 #: Replicated subscriptions: how often a topic's controller looks at its subscriptions (snapshot

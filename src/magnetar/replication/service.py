@@ -30,6 +30,7 @@ from magnetar.base.limits import (
     REPLICATION_CONNECT_TIMEOUT_MS,
     REPLICATION_LOAD_TOPICS_EVERY_PASSES,
     REPLICATION_PRODUCER_QUEUE_COUNT_MAX,
+    REPLICATION_REMOTE_BACKOFF_MAX_MS,
     REPLICATION_REPLICATORS_COUNT_MAX,
 )
 from magnetar.base.types import TopicName
@@ -94,7 +95,8 @@ class RemoteClients:
         if found is not None:
             await found[1].close()
         options = ClientOptions(operation_timeout_ms=REPLICATION_CONNECT_TIMEOUT_MS,
-                                auth_method_name=wanted.auth_method_name, auth_data=wanted.auth_data)
+                                auth_method_name=wanted.auth_method_name, auth_data=wanted.auth_data,
+                                backoff_max_ms=REPLICATION_REMOTE_BACKOFF_MAX_MS)
         client = self._factory(wanted.broker_service_url, options)
         self._clients[name] = (wanted, client)
         return client
