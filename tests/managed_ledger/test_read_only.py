@@ -7,6 +7,7 @@ never writes, fences, recovers or creates anything.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.placement import RandomPlacement
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerFenced
-from magnetar.managed_ledger.read_only import ReadOnlyManagedLedger, follow_managed_ledger
+from magnetar.managed_ledger.read_only import FeedUpdate, ReadOnlyManagedLedger, follow_managed_ledger
 from magnetar.managed_ledger.read_only_cursors import read_only_cursors, read_only_holders
 from magnetar.protocol.bookie.codec import Entry
 from tests.ledger.fakes import FakeTransport
@@ -80,15 +81,24 @@ class InProcessFeed:
     def __init__(self, owner: ManagedLedger) -> None:
         self.owner = owner
 
-    def follow(self, topic: str, after: Position) -> AsyncIterator[Position]:
+    def follow(self, topic: str, after: Position) -> AsyncIterator[FeedUpdate]:
         return follow_managed_ledger(self.owner, after)
 
     def owner_url(self, topic: str) -> str | None:
         return "pulsar://owner:6650"
 
 
+class PositionsOnlyFeed(InProcessFeed):
+    """The owner's notifications without the entries (as when its cache no longer has them)."""
+
+    async def follow(self, topic: str, after: Position) -> AsyncIterator[FeedUpdate]:  # type: ignore[override]
+        async for update in follow_managed_ledger(self.owner, after):
+            yield FeedUpdate(update.position, update.position.entry_id + 1)
+
+
 async def reader(world: World, owner: ManagedLedger | None, *, holder: str = "pulsar://ro-1:6650",
-                 feed: bool = True) -> tuple[ReadOnlyManagedLedger, CountingTransport, CountingManager]:
+                 feed: bool = True, with_entries: bool = True,
+                 ) -> tuple[ReadOnlyManagedLedger, CountingTransport, CountingManager]:
     transport = CountingTransport(world)
     manager = CountingManager(store=world.ledger_store, transport=transport, directory=world.directory,
                               placement=RandomPlacement(SeededRng(99)), clock=world.clock,
@@ -98,7 +108,8 @@ async def reader(world: World, owner: ManagedLedger | None, *, holder: str = "pu
     path = f"/managed-ledgers/{TOPIC}"
     ml = await ReadOnlyManagedLedger.open(
         "persistent://public/default/t1", TOPIC, path, manager=manager, store=store, clock=world.clock,
-        config=config(), feed=InProcessFeed(owner) if feed and owner is not None else None, holder=holder)
+        config=config(), feed=None if not feed or owner is None else
+        InProcessFeed(owner) if with_entries else PositionsOnlyFeed(owner), holder=holder)
     return ml, transport, manager
 
 
@@ -252,12 +263,25 @@ async def test_a_reader_whose_data_retention_removed_skips_forward_with_a_count(
     await owner.close()
 
 
-async def test_subscriptions_reading_the_same_fresh_entries_share_one_bookie_read() -> None:
-    import asyncio
-
+async def test_fresh_entries_come_with_the_owners_notification_not_from_the_bookies() -> None:
     world = make_world()
     owner = await (await world.broker(config())).open(TOPIC)
     ro, transport, manager = await reader(world, owner)
+    positions = [await owner.add_entry(f"m{i}".encode()) for i in range(5)]
+    await until(lambda: ro.last_confirmed_entry == positions[-1])
+    before = transport.counts.get("read", 0)
+    reads = await asyncio.gather(*(ro.read_entries(positions[0], 10) for _ in range(50)))
+    assert all([e.data for e in r] == [f"m{i}".encode() for i in range(5)] for r in reads)
+    assert transport.counts.get("read", 0) - before == 0  # the negative control: the next test
+    assert_never_wrote(transport, manager)
+    await ro.close()
+    await owner.close()
+
+
+async def test_subscriptions_reading_the_same_fresh_entries_share_one_bookie_read() -> None:
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    ro, transport, manager = await reader(world, owner, with_entries=False)
     positions = [await owner.add_entry(f"m{i}".encode()) for i in range(5)]
     await until(lambda: ro.last_confirmed_entry == positions[-1])
     before = transport.counts.get("read", 0)

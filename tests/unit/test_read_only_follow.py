@@ -6,7 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from magnetar.runtime.read_only import build_follow_app
+import pytest
+
+from magnetar.base.errors import InvalidArgument
+from magnetar.base.limits import READ_ONLY_FEED_BYTES_MAX
+from magnetar.base.types import Position
+from magnetar.managed_ledger.read_only import FeedUpdate
+from magnetar.runtime.read_only import build_follow_app, decode_header, encode_update
 
 
 class NoTopics:
@@ -52,3 +58,18 @@ def test_a_bad_position_or_topic_is_a_clear_400() -> None:
     status, body = asyncio.run(call(app, "topic=persistent://public/default/t&after=x"))
     assert status == 400 and b"bad position" in body
     assert asyncio.run(call(app, "topic=&after=1:1"))[0] == 400
+
+
+def test_an_update_carries_the_fresh_entries_golden_bytes() -> None:
+    update = FeedUpdate(Position(7, 12), 10, (b"ab", b"", b"xyz"))
+    assert encode_update(update) == b"7:12 10 2,0,3\nabxyz"
+    assert decode_header(b"7:12 10 2,0,3") == (Position(7, 12), 10, [2, 0, 3])
+    assert encode_update(FeedUpdate(Position(7, 12))) == b"7:12\n"
+    assert decode_header(b"7:12") == (Position(7, 12), 13, [])
+
+
+@pytest.mark.parametrize("line", [b"7:12 10", b"7:12 11 2,0,3", b"7:12 10 a,b,c", b"7:12 12 -1",
+                                  b"x:1", f"7:12 12 {READ_ONLY_FEED_BYTES_MAX + 1}".encode()])
+def test_a_malformed_or_oversized_update_is_a_clear_error(line: bytes) -> None:
+    with pytest.raises(InvalidArgument):
+        decode_header(line)

@@ -84,6 +84,17 @@ class EntryReader:
             self._budget.released(self, len(evicted), empty=False)
         self._budget.charged(self, len(data))
 
+    def cached(self, ledger_id: int, first: int, last: int) -> list[bytes] | None:
+        """Entries ``first..last`` of ``ledger_id`` if every one is in the cache, else None."""
+        out: list[bytes] = []
+        cache = self._cache
+        for entry_id in range(first, last + 1):
+            data = cache.get(Position(ledger_id, entry_id))
+            if data is None:
+                return None
+            out.append(data)
+        return out
+
     def evict_oldest(self) -> bool:
         """Drop the oldest cached entry (the shared budget is over); whether there was one."""
         if not self._cache:

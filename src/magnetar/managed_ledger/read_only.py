@@ -35,6 +35,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from magnetar.base.clock import Clock
@@ -45,6 +46,8 @@ from magnetar.base.limits import (
     MANAGED_LEDGER_CURSORS_COUNT_MAX,
     MANAGED_LEDGER_READ_COUNT_MAX,
     MANAGED_LEDGER_READERS_CACHED_COUNT_MAX,
+    READ_ONLY_FEED_BYTES_MAX,
+    READ_ONLY_FEED_ENTRIES_COUNT_MAX,
 )
 from magnetar.base.types import Position
 from magnetar.ledger.manager import LedgerManager
@@ -70,12 +73,26 @@ READ_ONLY_FEED_RETRY_MS = 500
 COMPACTION_NODE = "__compaction"
 
 
+@dataclass(frozen=True, slots=True)
+class FeedUpdate:
+    """One notification of the owner's feed: every entry up to ``position`` is acknowledged.
+
+    ``payloads`` are the newest of those entries, ``position.ledger_id``'s ``first_entry_id``..
+    ``position.entry_id`` (empty when the owner no longer had them cached or they were too many):
+    sent along so the read-only broker need not read fresh entries back from the bookies."""
+
+    position: Position
+    first_entry_id: int = 0
+    payloads: tuple[bytes, ...] = ()
+
+
 class PositionFeed(Protocol):
     """The owner's last confirmed positions of one topic, as they grow (a capability)."""
 
-    def follow(self, topic: str, after: Position) -> AsyncIterator[Position]:
+    def follow(self, topic: str, after: Position) -> AsyncIterator[FeedUpdate]:
         """Yield the owner's last confirmed position each time it passes ``after`` (coalesced:
-        only the newest); end when the owner stops serving the topic or cannot be reached."""
+        only the newest, with the fresh entries when it has them); end when the owner stops
+        serving the topic or cannot be reached."""
         ...
 
     def owner_url(self, topic: str) -> str | None:
@@ -83,8 +100,25 @@ class PositionFeed(Protocol):
         ...
 
 
-async def follow_managed_ledger(ml: ManagedLedger, after: Position) -> AsyncIterator[Position]:
-    """The owner side of a ``PositionFeed``: ``ml``'s last confirmed position as it grows.
+def fresh_entries(ml: ManagedLedger, after: Position, last: Position) -> FeedUpdate:
+    """The update for ``last``, with the entries after ``after`` in ``last``'s ledger that the
+    owner still caches, newest first kept within ``READ_ONLY_FEED_*_MAX``."""
+    first = after.entry_id + 1 if after.ledger_id == last.ledger_id else 0
+    first = max(first, last.entry_id - READ_ONLY_FEED_ENTRIES_COUNT_MAX + 1)
+    payloads = ml.cached_entries(last.ledger_id, first, last.entry_id)
+    if payloads is None:
+        return FeedUpdate(last, last.entry_id + 1)
+    size = sum(len(p) for p in payloads)
+    dropped = 0
+    while size > READ_ONLY_FEED_BYTES_MAX and dropped < len(payloads):
+        size -= len(payloads[dropped])
+        dropped += 1
+    return FeedUpdate(last, first + dropped, tuple(payloads[dropped:]))
+
+
+async def follow_managed_ledger(ml: ManagedLedger, after: Position) -> AsyncIterator[FeedUpdate]:
+    """The owner side of a ``PositionFeed``: ``ml``'s last confirmed position as it grows, with
+    the entries it still caches. One update per wake-up: the adds completed meanwhile coalesce.
 
     Ends when ``ml`` stops accepting appends (closed, fenced by a new owner, terminated)."""
     while True:
@@ -92,8 +126,9 @@ async def follow_managed_ledger(ml: ManagedLedger, after: Position) -> AsyncIter
         last = ml.last_confirmed_entry
         if last <= after:
             return
+        update = fresh_entries(ml, after, last)
         after = last
-        yield last
+        yield update
         if ml.state in (MLState.FENCED, MLState.CLOSED):
             return
 
@@ -290,20 +325,29 @@ class ReadOnlyManagedLedger:
 
     async def _consume(self, feed: PositionFeed) -> None:
         try:
-            async for position in feed.follow(self.topic, self._lce):
+            async for update in feed.follow(self.topic, self._lce):
                 self.feed_positions += 1
-                await self.advance(position)
+                await self.advance(update.position, update.first_entry_id, update.payloads)
         except asyncio.CancelledError:
             raise
         except Exception as error:
             log.info("read-only %s: owner feed ended: %s", self.name, error)
 
-    async def advance(self, position: Position) -> None:
-        """The owner acknowledged every entry up to ``position``."""
+    async def advance(self, position: Position, first_entry_id: int = 0, payloads: tuple[bytes, ...] = ()) -> None:
+        """The owner acknowledged every entry up to ``position``; ``payloads`` are entries
+        ``first_entry_id..position.entry_id`` of its ledger, as the owner stored them."""
         if self._state is not ReadOnlyState.OPEN or position <= self._lce:
             return
         if position.ledger_id not in self._list.ids:
             await self.refresh()  # a ledger the owner listed since we last read the record
+            if position.ledger_id not in self._list.ids:
+                return  # trimmed or deleted meanwhile
+        if payloads:
+            invariant(first_entry_id + len(payloads) - 1 == position.entry_id,
+                      f"the feed's entries end at {position}")
+            ledger_id = position.ledger_id
+            for offset, data in enumerate(payloads):
+                self._remember(Position(ledger_id, first_entry_id + offset), data)
         if position.ledger_id != self._list.live_ledger_id:
             return  # a closed ledger: its count in the record is what is readable
         reader = self._readers.get(position.ledger_id)
