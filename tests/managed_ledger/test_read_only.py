@@ -13,12 +13,15 @@ from typing import Any
 
 import pytest
 
+from magnetar.base.errors import NotFound
 from magnetar.base.rng import SeededRng
 from magnetar.base.types import BookieId, Position
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.placement import RandomPlacement
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerFenced
+from magnetar.managed_ledger.offload import OffloadStatus, offloaded
+from magnetar.managed_ledger.offload_memory import MemoryOffloader
 from magnetar.managed_ledger.read_only import FeedUpdate, ReadOnlyManagedLedger, follow_managed_ledger
 from magnetar.managed_ledger.read_only_cursors import read_only_cursors, read_only_holders
 from magnetar.protocol.bookie.codec import Entry
@@ -97,7 +100,7 @@ class PositionsOnlyFeed(InProcessFeed):
 
 
 async def reader(world: World, owner: ManagedLedger | None, *, holder: str = "pulsar://ro-1:6650",
-                 feed: bool = True, with_entries: bool = True,
+                 feed: bool = True, with_entries: bool = True, offloaded: MemoryOffloader | None = None,
                  ) -> tuple[ReadOnlyManagedLedger, CountingTransport, CountingManager]:
     transport = CountingTransport(world)
     manager = CountingManager(store=world.ledger_store, transport=transport, directory=world.directory,
@@ -109,7 +112,7 @@ async def reader(world: World, owner: ManagedLedger | None, *, holder: str = "pu
     ml = await ReadOnlyManagedLedger.open(
         "persistent://public/default/t1", TOPIC, path, manager=manager, store=store, clock=world.clock,
         config=config(), feed=None if not feed or owner is None else
-        InProcessFeed(owner) if with_entries else PositionsOnlyFeed(owner), holder=holder)
+        InProcessFeed(owner) if with_entries else PositionsOnlyFeed(owner), holder=holder, offloaded=offloaded)
     return ml, transport, manager
 
 
@@ -355,4 +358,41 @@ async def test_a_consumer_arriving_while_the_subscription_is_being_released_gets
     await releasing
     assert again is not cursor and again.mark_delete_position == positions[1]
     await ro.close()
+    await owner.close()
+
+
+async def test_offloaded_ledgers_whose_bookie_copy_is_gone_are_read_from_the_tiered_store() -> None:
+    world = make_world()
+    store = MemoryOffloader()
+    factory = await world.broker(config(max_entries_per_ledger=3))
+    factory.offloader = store
+    owner = await factory.open(TOPIC)
+    owner.offload.set_policy(-1, 0)  # bookie copies deleted at once
+    written = {}
+    for i in range(10):
+        written[await owner.add_entry(f"m{i}".encode())] = f"m{i}".encode()
+    following, _, _ = await reader(world, owner, with_entries=False, offloaded=store)  # opened before
+    owner.offload.start()
+    assert await owner.offload.wait() is OffloadStatus.SUCCESS
+    sealed = owner.ledger_ids[:-1]
+    assert all(offloaded(i) for i in owner.ledger_infos()[:-1])
+    assert not set(sealed) & set(await owner.manager.list_ledgers())  # only the tiered copy is left
+    # A broker that opens the topic now, and one that followed the record while it was offloaded.
+    fresh, transport, manager = await reader(world, owner, offloaded=store)
+    await until(lambda: all(i.offload is not None and i.offload.bookie_deleted
+                            for i in following.ledger_infos()[:-1]))
+    await until(lambda: fresh.last_confirmed_entry == following.last_confirmed_entry == max(written))
+    reads_before = store.reads_count
+    for ro in (fresh, following):
+        assert {e.position: e.data for e in await ro.read_entries(Position(-1, -1), 100)} == written
+        cursor = await ro.open_cursor("from-start", initial_position=ro.first_position)
+        assert [e.data for e in await cursor.read_entries(100)] == list(written.values())
+        await ro.close()
+    assert store.reads_count > reads_before
+    assert_never_wrote(transport, manager)
+    # The negative control: without the tiered store the entries are gone (a clear error, no loop).
+    blind, _, _ = await reader(world, owner)
+    with pytest.raises(NotFound):
+        await blind.read_entries(Position(-1, -1), 100)
+    await blind.close()
     await owner.close()

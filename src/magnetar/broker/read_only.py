@@ -48,7 +48,7 @@ from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.managed_ledger.cursor import ManagedCursor, cursor_node_name
 from magnetar.managed_ledger.errors import ManagedLedgerFenced
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
-from magnetar.managed_ledger.read_only import PositionFeed, ReadOnlyManagedLedger
+from magnetar.managed_ledger.read_only import OffloadedEntries, PositionFeed, ReadOnlyManagedLedger
 from magnetar.metadata.api import MetadataStore, SessionState
 from magnetar.metadata.records import CursorInfo, decode
 from magnetar.protocol.pulsar import pb
@@ -165,8 +165,10 @@ class ReadOnlyLogStore:
 
     def __init__(self, *, manager: LedgerManager, metadata: MetadataStore, clock: Clock,
                  config: ManagedLedgerConfig | None = None, feed: PositionFeed | None,
-                 holder: Callable[[], str], root: str = DEFAULT_ROOT) -> None:
+                 holder: Callable[[], str], root: str = DEFAULT_ROOT,
+                 offloaded: OffloadedEntries | None = None) -> None:
         self._manager = manager
+        self._offloaded = offloaded
         self._metadata = metadata
         self._clock = clock
         self._config = config or ManagedLedgerConfig()
@@ -180,7 +182,7 @@ class ReadOnlyLogStore:
         try:
             ml = await ReadOnlyManagedLedger.open(
                 topic, name, path, manager=self._manager, store=self._metadata, clock=self._clock,
-                config=self._config, feed=self._feed, holder=self._holder())
+                config=self._config, feed=self._feed, holder=self._holder(), offloaded=self._offloaded)
         except NotFound as error:
             raise NotFound(f"topic {topic} does not exist (a read-only broker never creates topics: "
                            f"create it through its owner)") from error

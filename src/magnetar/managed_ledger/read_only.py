@@ -58,6 +58,7 @@ from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
+from magnetar.managed_ledger.offload import LedgerLocation
 from magnetar.managed_ledger.read_only_cursors import read_only_cursor_path, read_only_lock_path
 from magnetar.metadata.api import EventKind, MetadataStore, Watch, WatchEvent
 from magnetar.metadata.errors import NodeExists
@@ -98,6 +99,13 @@ class PositionFeed(Protocol):
     def owner_url(self, topic: str) -> str | None:
         """The owner's service URL as last learned (for refusals), or None."""
         ...
+
+
+class OffloadedEntries(Protocol):
+    """The one thing a read-only broker asks of the tiered store (``LedgerOffloader`` without the
+    writes): stored entries of an offloaded ledger, byte for byte as written."""
+
+    async def read_entries(self, location: LedgerLocation, first: int, last: int) -> list[bytes]: ...
 
 
 def fresh_entries(ml: ManagedLedger, after: Position, last: Position) -> FeedUpdate:
@@ -159,7 +167,7 @@ class ReadOnlyManagedLedger:
 
     def __init__(self, topic: str, name: str, path: str, *, manager: LedgerManager, store: MetadataStore,
                  clock: Clock, config: ManagedLedgerConfig, feed: PositionFeed | None,
-                 holder: str) -> None:
+                 holder: str, offloaded: OffloadedEntries | None = None) -> None:
         self.topic = topic
         self.name = name
         self.path = path
@@ -168,6 +176,7 @@ class ReadOnlyManagedLedger:
         self._clock = clock
         self.config = config
         self._feed = feed
+        self._offloaded = offloaded  # the owner's tiered store, read only
         self.holder = holder  # our service URL, written into the locks we hold
         self._state = ReadOnlyState.OPEN
         self._list = LedgerList()
@@ -198,10 +207,11 @@ class ReadOnlyManagedLedger:
     @classmethod
     async def open(cls, topic: str, name: str, path: str, *, manager: LedgerManager, store: MetadataStore,
                    clock: Clock, config: ManagedLedgerConfig, feed: PositionFeed | None,
-                   holder: str) -> ReadOnlyManagedLedger:
-        """Open ``name`` read-only; ``NotFound`` when the owner never created it."""
+                   holder: str, offloaded: OffloadedEntries | None = None) -> ReadOnlyManagedLedger:
+        """Open ``name`` read-only; ``NotFound`` when the owner never created it. ``offloaded``:
+        the tiered store the owner offloads to (the broker's offload driver), read only."""
         ml = cls(topic, name, path, manager=manager, store=store, clock=clock, config=config, feed=feed,
-                 holder=holder)
+                 holder=holder, offloaded=offloaded)
         ml._watch = await store.watch(path, ml._on_watch)
         ml._compaction_watch = await store.watch(f"{path}/{COMPACTION_NODE}", ml._on_compaction_watch)
         try:
@@ -476,6 +486,8 @@ class ReadOnlyManagedLedger:
                 if result:
                     return result  # the rest after a re-read of the list
                 await self.refresh()  # trimmed under us: the list no longer names it
+                if position.ledger_id in self._list.ids:
+                    raise  # still listed, yet unreadable here (never an error loop)
                 position = self.first_at_or_after(position)
                 continue
             position = self.first_at_or_after(Position(position.ledger_id, last + 1))
@@ -532,6 +544,21 @@ class ReadOnlyManagedLedger:
         return out
 
     async def _read_from_bookies(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+        """Entries of a listed ledger as the owner reads them: an offloaded ledger from its bookie
+        copy while the record says it is there, else (or if the bookies fail) from the tiered store."""
+        offload = self._list.info_of(ledger_id).offload
+        store = self._offloaded
+        if offload is None or not offload.complete or store is None:
+            return await self._read_bookie_copy(ledger_id, first, last)
+        if not offload.bookie_deleted:
+            try:
+                return await self._read_bookie_copy(ledger_id, first, last)
+            except MagnetarError:  # the owner deleted the copy after its deletion lag
+                self._readers.pop(ledger_id, None)
+        stored = await store.read_entries(LedgerLocation(self.name, ledger_id, offload.uid), first, last)
+        return [ManagedEntry(Position(ledger_id, first + i), data) for i, data in enumerate(stored)]
+
+    async def _read_bookie_copy(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
         readable = self._list.entries_in(self._list.ids.index(ledger_id)) - 1  # acknowledged by the owner
         reader = await self._reader(ledger_id)
         reader.learn_lac(readable)

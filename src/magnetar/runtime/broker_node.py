@@ -58,6 +58,7 @@ from magnetar.broker.ownership import BundleOwnership
 from magnetar.broker.read_only import ReadOnlyLogStore, ReadOnlyRegistration
 from magnetar.broker.service import BrokerService
 from magnetar.managed_ledger import ManagedLedgerConfig
+from magnetar.managed_ledger.read_only import OffloadedEntries
 from magnetar.metadata.api import MetadataStore
 from magnetar.node.broker_generation import bootstrap_cluster
 from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
@@ -312,6 +313,7 @@ class BrokerNode:
                 ownership.install()
                 generation.ownership = ownership
 
+            offloader = open_offloader(self.broker_config)  # tiered storage when configured
             generation.server = await start_broker(
                 dataclasses.replace(self.broker_config, broker_index=index),
                 clock=self.clock, metadata=store, ledger_manager=generation.manager,
@@ -320,8 +322,8 @@ class BrokerNode:
                                                           ack_quorum_size=config.ack_quorum_size,
                                                           max_entries_per_ledger=config.max_entries_per_ledger),
                 network=self.network, host=config.host, port=self.port, before_listen=install,
-                tls_port=self.port_tls, tls=self.tls, log_store=self._read_only_store(generation),
-                offloader=open_offloader(self.broker_config),  # tiered storage when configured
+                tls_port=self.port_tls, tls=self.tls, log_store=self._read_only_store(generation, offloader),
+                offloader=offloader,
             )
             server = generation.server
             if config.read_only:
@@ -354,13 +356,14 @@ class BrokerNode:
         self.generations += 1
         return generation
 
-    def _read_only_store(self, generation: Generation) -> ReadOnlyLogStore | None:
-        """A read-only broker's storage port (None: an owner's managed ledgers)."""
+    def _read_only_store(self, generation: Generation, offloader: OffloadedEntries | None) -> ReadOnlyLogStore | None:
+        """A read-only broker's storage port (None: an owner's managed ledgers); ``offloader``: the
+        tiered store the owners offload to, which it reads offloaded ledgers from."""
         if not self.config.read_only:
             return None
         generation.feed = HttpPositionFeed(generation.store)
         return ReadOnlyLogStore(manager=generation.manager, metadata=generation.store, clock=self.clock,
-                                feed=generation.feed, holder=lambda: self.service_url)
+                                feed=generation.feed, holder=lambda: self.service_url, offloaded=offloader)
 
     def _start_balancer(self, generation: Generation, store: MetadataStore, ownership: BundleOwnership,
                         broker_config: BrokerConfig) -> None:
