@@ -23,7 +23,12 @@ from magnetar.managed_ledger import ManagedLedger, ManagedLedgerFenced
 from magnetar.managed_ledger.offload import OffloadStatus, offloaded
 from magnetar.managed_ledger.offload_memory import MemoryOffloader
 from magnetar.managed_ledger.read_only import FeedUpdate, ReadOnlyManagedLedger, follow_managed_ledger
-from magnetar.managed_ledger.read_only_cursors import read_only_cursors, read_only_holders
+from magnetar.managed_ledger.read_only_cursors import (
+    HolderProbe,
+    LockRecord,
+    read_only_cursors,
+    read_only_holders,
+)
 from magnetar.protocol.bookie.codec import Entry
 from tests.ledger.fakes import FakeTransport
 from tests.managed_ledger.harness import TOPIC, World, config, make_world, until
@@ -101,6 +106,7 @@ class PositionsOnlyFeed(InProcessFeed):
 
 async def reader(world: World, owner: ManagedLedger | None, *, holder: str = "pulsar://ro-1:6650",
                  feed: bool = True, with_entries: bool = True, offloaded: MemoryOffloader | None = None,
+                 probe: HolderProbe | None = None,
                  ) -> tuple[ReadOnlyManagedLedger, CountingTransport, CountingManager]:
     transport = CountingTransport(world)
     manager = CountingManager(store=world.ledger_store, transport=transport, directory=world.directory,
@@ -112,7 +118,8 @@ async def reader(world: World, owner: ManagedLedger | None, *, holder: str = "pu
     ml = await ReadOnlyManagedLedger.open(
         "persistent://public/default/t1", TOPIC, path, manager=manager, store=store, clock=world.clock,
         config=config(), feed=None if not feed or owner is None else
-        InProcessFeed(owner) if with_entries else PositionsOnlyFeed(owner), holder=holder, offloaded=offloaded)
+        InProcessFeed(owner) if with_entries else PositionsOnlyFeed(owner), holder=holder, offloaded=offloaded,
+        holder_http=holder.replace("pulsar://", "http://"), probe=probe)
     return ml, transport, manager
 
 
@@ -395,4 +402,58 @@ async def test_offloaded_ledgers_whose_bookie_copy_is_gone_are_read_from_the_tie
     with pytest.raises(NotFound):
         await blind.read_entries(Position(-1, -1), 100)
     await blind.close()
+    await owner.close()
+
+
+class Brokers:
+    """``HolderProbe`` over the read-only brokers of a test: a broker's HTTP URL maps to the
+    managed ledger it runs now; a URL mapped to None is a process that is gone (refused)."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, ReadOnlyManagedLedger | None] = {}
+        self.asked = 0
+
+    async def still_serves(self, lock: LockRecord, topic: str, subscription: str) -> bool:
+        self.asked += 1
+        running = self.at.get(lock.http, "unknown")
+        if running == "unknown":
+            return True  # no answer: it may still serve (the lock waits for its session)
+        return running is not None and running.serves(subscription)
+
+
+async def test_a_subscription_is_taken_over_at_once_only_from_a_broker_shown_not_to_serve_it() -> None:
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    positions = [await owner.add_entry(f"m{i}".encode()) for i in range(4)]
+    brokers = Brokers()
+    ro1, _, _ = await reader(world, owner, holder="pulsar://ro-1:6650", probe=brokers)
+    ro2, transport, manager = await reader(world, owner, holder="pulsar://ro-2:6650", probe=brokers)
+    brokers.at = {"http://ro-1:6650": ro1, "http://ro-2:6650": ro2}
+    cursor = await ro1.open_cursor("sub", initial_position=owner.first_position)
+    await cursor.mark_delete(positions[1])
+    await cursor.flush()
+    # Alive and serving, or silent: refused (the negative controls).
+    with pytest.raises(ManagedLedgerFenced, match="ro-1"):
+        await ro2.open_cursor("sub")
+    del brokers.at["http://ro-1:6650"]
+    with pytest.raises(ManagedLedgerFenced, match="ro-1"):
+        await ro2.open_cursor("sub")
+    assert ro2.takeovers == 0
+    # Its process is gone (kill -9), its metadata session not yet expired: taken over at once,
+    # from the persisted position.
+    brokers.at["http://ro-1:6650"] = None
+    moved = await ro2.open_cursor("sub")
+    assert moved.mark_delete_position == positions[1]
+    assert ro2.takeovers == 1
+    store = await world.metadata.connect()
+    assert await read_only_holders(store, TOPIC) == {"sub": "pulsar://ro-2:6650"}
+    # A restarted broker (same address, nothing open) does not serve it either: taken back.
+    ro1_again, _, _ = await reader(world, owner, holder="pulsar://ro-1:6650", probe=brokers)
+    brokers.at["http://ro-1:6650"] = ro1_again
+    brokers.at["http://ro-2:6650"] = None  # and the second is gone in turn
+    back = await ro1_again.open_cursor("sub")
+    assert back.mark_delete_position == positions[1] and ro1_again.takeovers == 1
+    assert_never_wrote(transport, manager)
+    for ml in (ro1_again, ro2, ro1):
+        await ml.close()
     await owner.close()

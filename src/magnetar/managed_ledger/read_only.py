@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -39,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import BadVersion, InvalidArgument, MagnetarError, NotFound
+from magnetar.base.errors import InvalidArgument, MagnetarError, NotFound
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
     MANAGED_LEDGER_CACHE_BYTES_MAX,
@@ -53,16 +52,15 @@ from magnetar.base.types import Position
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.reader import LedgerReader
 from magnetar.managed_ledger.config import ManagedLedgerConfig
-from magnetar.managed_ledger.cursor import CursorState, ManagedCursor
+from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
 from magnetar.managed_ledger.offload import LedgerLocation
-from magnetar.managed_ledger.read_only_cursors import read_only_cursor_path, read_only_lock_path
+from magnetar.managed_ledger.read_only_cursors import HolderProbe, ReadOnlyCursor, skip_to
 from magnetar.metadata.api import EventKind, MetadataStore, Watch, WatchEvent
-from magnetar.metadata.errors import NodeExists
-from magnetar.metadata.records import CursorInfo, LedgerInfo, ManagedLedgerInfo, decode, encode
+from magnetar.metadata.records import LedgerInfo, ManagedLedgerInfo, decode
 
 log = logging.getLogger(__name__)
 
@@ -141,22 +139,6 @@ async def follow_managed_ledger(ml: ManagedLedger, after: Position) -> AsyncIter
             return
 
 
-def skip_to(cursor: ManagedCursor, first: Position) -> int:
-    """Retention removed entries ``cursor`` had not consumed (it is before ``first``, the position
-    before the oldest kept entry): move it there, never an error loop. Returns an estimate of the
-    entries skipped (exact within one ledger; 1 per ledger gone, whose counts are no longer known)."""
-    md = cursor.mark_delete_position
-    if md >= first or cursor.state is not CursorState.ACTIVE:
-        return 0
-    skipped = first.entry_id - md.entry_id if first.ledger_id == md.ledger_id else 1
-    cursor._move_md(first)
-    cursor._read_position = max(cursor.read_position, cursor._ml.next_position(first))
-    cursor._changes += 1
-    if cursor.durable:
-        cursor._dirty.set()
-    return max(skipped, 1)
-
-
 class ReadOnlyState(enum.Enum):
     OPEN = "open"
     CLOSED = "closed"
@@ -167,7 +149,8 @@ class ReadOnlyManagedLedger:
 
     def __init__(self, topic: str, name: str, path: str, *, manager: LedgerManager, store: MetadataStore,
                  clock: Clock, config: ManagedLedgerConfig, feed: PositionFeed | None,
-                 holder: str, offloaded: OffloadedEntries | None = None) -> None:
+                 holder: str, offloaded: OffloadedEntries | None = None, holder_http: str = "",
+                 probe: HolderProbe | None = None) -> None:
         self.topic = topic
         self.name = name
         self.path = path
@@ -178,6 +161,9 @@ class ReadOnlyManagedLedger:
         self._feed = feed
         self._offloaded = offloaded  # the owner's tiered store, read only
         self.holder = holder  # our service URL, written into the locks we hold
+        self.holder_http = holder_http  # our HTTP URL, where a takeover asks whether we still serve
+        self.probe = probe
+        self.takeovers = 0  # subscriptions taken over from a broker shown not to serve them
         self._state = ReadOnlyState.OPEN
         self._list = LedgerList()
         self._lce = Position(-1, -1)
@@ -195,6 +181,7 @@ class ReadOnlyManagedLedger:
         self._listeners: list[Callable[[], None]] = []
         self.cursors: dict[str, ReadOnlyCursor] = {}
         self._releasing: dict[str, asyncio.Future[None]] = {}  # cursors being persisted and unlocked
+        self._opening: set[str] = set()  # cursors whose lock is being taken
         self._non_durable: set[ManagedCursor] = set()
         self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
         self.entries_skipped = 0  # entries read-only cursors skipped because retention removed them
@@ -207,11 +194,12 @@ class ReadOnlyManagedLedger:
     @classmethod
     async def open(cls, topic: str, name: str, path: str, *, manager: LedgerManager, store: MetadataStore,
                    clock: Clock, config: ManagedLedgerConfig, feed: PositionFeed | None,
-                   holder: str, offloaded: OffloadedEntries | None = None) -> ReadOnlyManagedLedger:
+                   holder: str, offloaded: OffloadedEntries | None = None, holder_http: str = "",
+                   probe: HolderProbe | None = None) -> ReadOnlyManagedLedger:
         """Open ``name`` read-only; ``NotFound`` when the owner never created it. ``offloaded``:
         the tiered store the owner offloads to (the broker's offload driver), read only."""
         ml = cls(topic, name, path, manager=manager, store=store, clock=clock, config=config, feed=feed,
-                 holder=holder, offloaded=offloaded)
+                 holder=holder, offloaded=offloaded, holder_http=holder_http, probe=probe)
         ml._watch = await store.watch(path, ml._on_watch)
         ml._compaction_watch = await store.watch(f"{path}/{COMPACTION_NODE}", ml._on_compaction_watch)
         try:
@@ -626,9 +614,18 @@ class ReadOnlyManagedLedger:
                 return found
         if len(self.cursors) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
             raise InvalidArgument(f"more than {MANAGED_LEDGER_CURSORS_COUNT_MAX} cursors")
-        cursor = await ReadOnlyCursor.open(self, name, self._lce if initial_position is None else initial_position)
+        self._opening.add(name)
+        try:
+            cursor = await ReadOnlyCursor.open(self, name, self._lce if initial_position is None else initial_position)
+        finally:
+            self._opening.discard(name)
         self.cursors[name] = cursor
         return cursor
+
+    def serves(self, name: str) -> bool:
+        """Whether this broker serves subscription ``name`` (opening, open or being released): what
+        another broker asks before it takes the subscription's lock over (``HolderProbe``)."""
+        return name in self.cursors or name in self._releasing or name in self._opening
 
     def new_non_durable_cursor(self, start: Position | None = None) -> ManagedCursor:
         cursor = ManagedCursor.non_durable(self, self._lce if start is None else start)  # type: ignore[arg-type]
@@ -707,93 +704,3 @@ class ReadOnlyManagedLedger:
     def terminated_position(self) -> Position | None:
         """Where the owner terminated the topic (from its record), or None."""
         return self._terminated_at
-
-
-class ReadOnlyCursor(ManagedCursor):
-    """A durable cursor of a read-only broker: one metadata record, no cursor ledger.
-
-    Opened under an ephemeral lock (``read_only_lock_path``) that names the serving broker, so two
-    brokers never dispatch one subscription at once: the second is refused (ConsumerBusy at the
-    broker) until the first closes it or its metadata session ends. Flushes CAS the whole state
-    into the record (bounded: ``cursor_ranges_persist_count_max`` ranges); a lost CAS means another
-    broker took the cursor over (after our session ended) and this cursor is fenced.
-    """
-
-    def __init__(self, ml: ReadOnlyManagedLedger, name: str, mark_delete: Position) -> None:
-        super().__init__(ml, name, mark_delete, durable=True)  # type: ignore[arg-type]
-        self._path = read_only_cursor_path(ml.name, name)
-        self._lock_path = read_only_lock_path(ml.name, name)
-        self._locked = False
-
-    @classmethod
-    async def open(cls, ml: ReadOnlyManagedLedger, name: str, initial: Position) -> ReadOnlyCursor:
-        lock_path = read_only_lock_path(ml.name, name)
-        try:
-            await ml.store.create(lock_path, json.dumps({"broker": ml.holder}).encode(), ephemeral=True)
-        except NodeExists:
-            holder = await ml.store.get(lock_path)
-            who = json.loads(holder.value).get("broker", "?") if holder is not None else "another broker"
-            raise ManagedLedgerFenced(
-                f"subscription {name} of {ml.topic} is being served by read-only broker {who}") from None
-        try:
-            path = read_only_cursor_path(ml.name, name)
-            found = await ml.store.get(path)
-            if found is None:
-                cursor = cls(ml, name, initial)
-                try:
-                    cursor._snapshot_version = await ml.store.put(path, encode(cursor._record(-1)), -1)
-                except BadVersion:
-                    found = await ml.store.get(path)
-            if found is not None:
-                info = decode(CursorInfo, found.value)
-                cursor = cls(ml, name, Position(info.mark_delete.ledger_id, info.mark_delete.entry_id))
-                cursor._snapshot_version = found.version
-                cursor._apply(info)
-                cursor._persisted_md = cursor._md
-                ml.entries_skipped += skip_to(cursor, ml.first_position)
-        except BaseException:
-            with contextlib.suppress(MagnetarError):
-                await ml.store.delete(lock_path)
-            raise
-        cursor._locked = True
-        cursor._start_flusher()
-        return cursor
-
-    async def flush(self) -> None:
-        async with self._flush_lock:
-            self._check_active()
-            if self._changes == self._persisted_changes:
-                return
-            changes, md = self._changes, self._md
-            await self._cas_snapshot(self._record(-1))
-            self._persisted_changes = changes
-            self._persisted_md = md
-            self._last_flush_ns = self._ml.clock.monotonic_ns()
-            if self._changes == self._persisted_changes:
-                self._dirty.clear()
-
-    async def _switch_ledger(self, record: CursorInfo) -> None:
-        invariant(False, f"read-only cursor {self.name} must never create a cursor ledger")
-
-    async def close(self) -> None:
-        if self._state is CursorState.CLOSED:
-            return
-        if self._state is CursorState.ACTIVE:
-            try:
-                await self.flush()
-            except MagnetarError:
-                pass  # taken over or store down: the last flush stands
-        self._stop()
-        await self._unlock()
-
-    async def delete_persisted(self) -> None:
-        self._stop()
-        with contextlib.suppress(NotFound):
-            await self._ml.store.delete(self._path)
-        await self._unlock()
-
-    async def _unlock(self) -> None:
-        if self._locked:
-            self._locked = False
-            with contextlib.suppress(MagnetarError):
-                await self._ml.store.delete(self._lock_path)

@@ -75,7 +75,13 @@ from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port
-from magnetar.runtime.read_only import FOLLOW_PATH, HttpPositionFeed, build_follow_app, close_quietly
+from magnetar.runtime.read_only import (
+    FOLLOW_PATH,
+    HttpHolderProbe,
+    HttpPositionFeed,
+    build_follow_app,
+    close_quietly,
+)
 from magnetar.runtime.replication import start_replication
 from magnetar.runtime.tls import bookie_client_network, tls_files_from_config
 
@@ -163,6 +169,7 @@ class Generation:
         self.replication: ReplicationService | None = None
         self.registration: ReadOnlyRegistration | None = None
         self.feed: HttpPositionFeed | None = None
+        self.probe: HttpHolderProbe | None = None
 
     @property
     def session_lost(self) -> asyncio.Event:
@@ -186,6 +193,7 @@ class Generation:
             self.ownership.close if self.ownership else None,
             self.registration.close if self.registration else None,
             (lambda: close_quietly(self.feed)) if self.feed is not None else None,
+            (lambda: close_quietly(self.probe)) if self.probe is not None else None,
             (lambda: close_ledger_manager(self.manager)) if self.manager is not None else None,
             self.store.close,
         ]
@@ -362,8 +370,10 @@ class BrokerNode:
         if not self.config.read_only:
             return None
         generation.feed = HttpPositionFeed(generation.store)
+        generation.probe = HttpHolderProbe()
         return ReadOnlyLogStore(manager=generation.manager, metadata=generation.store, clock=self.clock,
-                                feed=generation.feed, holder=lambda: self.service_url, offloaded=offloader)
+                                feed=generation.feed, holder=lambda: self.service_url, offloaded=offloader,
+                                holder_http=lambda: self.http_url, probe=generation.probe)
 
     def _start_balancer(self, generation: Generation, store: MetadataStore, ownership: BundleOwnership,
                         broker_config: BrokerConfig) -> None:

@@ -27,7 +27,7 @@ from urllib.parse import quote
 import aiohttp
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from magnetar.base.errors import InvalidArgument
@@ -42,6 +42,7 @@ from magnetar.broker.managed_log import ManagedTopicLog
 from magnetar.broker.ownership import OwnerData, owner_path
 from magnetar.broker.service import BrokerService
 from magnetar.managed_ledger.read_only import FeedUpdate, follow_managed_ledger
+from magnetar.managed_ledger.read_only_cursors import LockRecord
 from magnetar.metadata.api import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 FOLLOW_PATH = "/read-only"
 #: Bound on one follow request's connect (the stream itself is long-lived).
 FOLLOW_CONNECT_TIMEOUT_S = 5.0
+#: Bound on asking a subscription's holder whether it still serves it (no answer: it may).
+HOLDER_PROBE_TIMEOUT_S = 2.0
 
 
 def _parse_position(text: str) -> Position:
@@ -110,7 +113,20 @@ def build_follow_app(service: Callable[[], BrokerService | None]) -> Starlette:
 
         return StreamingResponse(lines(), media_type="text/plain")
 
-    return Starlette(routes=[Route("/v1/follow", follow)])
+    async def serves(request: Request) -> Response:
+        # Asked by a read-only broker about to take a subscription's lock over from this one.
+        try:
+            name = str(TopicName.parse(request.query_params.get("topic", "")))
+        except InvalidArgument as error:
+            return PlainTextResponse(str(error), status_code=400)
+        subscription = request.query_params.get("subscription", "")
+        current = service()
+        loaded = current.topics.get(name) if current is not None else None
+        ledger = getattr(loaded.log, "read_only_ledger", None) if loaded is not None else None
+        held = ledger is not None and ledger.serves(subscription)
+        return JSONResponse({"serves": held})
+
+    return Starlette(routes=[Route("/v1/follow", follow), Route("/v1/serves", serves)])
 
 
 class HttpPositionFeed:
@@ -175,6 +191,40 @@ class HttpPositionFeed:
                     payloads.append(blob[offset:offset + size])
                     offset += size
                 yield FeedUpdate(position, first, tuple(payloads))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class HttpHolderProbe:
+    """``HolderProbe`` over the holder's HTTP port: ``GET /read-only/v1/serves``.
+
+    Safe to act on only what proves the holder does not serve the subscription: a refused
+    connection (nothing listens on its port: the process is gone, as after kill -9) or its own
+    answer ``{"serves": false}`` (it restarted, so the lock is a previous life's). A paused or
+    partitioned holder gives no answer within ``HOLDER_PROBE_TIMEOUT_S``: that counts as serving,
+    and the lock waits for the holder's metadata session to expire."""
+
+    def __init__(self, timeout_s: float = HOLDER_PROBE_TIMEOUT_S) -> None:
+        self._timeout_s = timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    async def still_serves(self, lock: LockRecord, topic: str, subscription: str) -> bool:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
+        url = (f"{lock.http}{FOLLOW_PATH}/v1/serves?topic={quote(topic, safe='')}"
+               f"&subscription={quote(subscription, safe='')}")
+        try:
+            async with self._session.get(url) as response:
+                if response.status != 200:
+                    return True
+                return bool((await response.json()).get("serves", True))
+        except aiohttp.ClientConnectorError as error:
+            return not isinstance(error.os_error, ConnectionRefusedError)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return True
 
     async def close(self) -> None:
         if self._session is not None:
