@@ -20,6 +20,7 @@ from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.placement import RandomPlacement
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerFenced
+from magnetar.managed_ledger.entry_reader import CacheBudget
 from magnetar.managed_ledger.offload import OffloadStatus, offloaded
 from magnetar.managed_ledger.offload_memory import MemoryOffloader
 from magnetar.managed_ledger.read_only import FeedUpdate, ReadOnlyManagedLedger, follow_managed_ledger
@@ -106,7 +107,7 @@ class PositionsOnlyFeed(InProcessFeed):
 
 async def reader(world: World, owner: ManagedLedger | None, *, holder: str = "pulsar://ro-1:6650",
                  feed: bool = True, with_entries: bool = True, offloaded: MemoryOffloader | None = None,
-                 probe: HolderProbe | None = None,
+                 probe: HolderProbe | None = None, cache_budget: CacheBudget | None = None,
                  ) -> tuple[ReadOnlyManagedLedger, CountingTransport, CountingManager]:
     transport = CountingTransport(world)
     manager = CountingManager(store=world.ledger_store, transport=transport, directory=world.directory,
@@ -119,7 +120,7 @@ async def reader(world: World, owner: ManagedLedger | None, *, holder: str = "pu
         "persistent://public/default/t1", TOPIC, path, manager=manager, store=store, clock=world.clock,
         config=config(), feed=None if not feed or owner is None else
         InProcessFeed(owner) if with_entries else PositionsOnlyFeed(owner), holder=holder, offloaded=offloaded,
-        holder_http=holder.replace("pulsar://", "http://"), probe=probe)
+        holder_http=holder.replace("pulsar://", "http://"), probe=probe, cache_budget=cache_budget)
     return ml, transport, manager
 
 
@@ -456,4 +457,22 @@ async def test_a_subscription_is_taken_over_at_once_only_from_a_broker_shown_not
     assert_never_wrote(transport, manager)
     for ml in (ro1_again, ro2, ro1):
         await ml.close()
+    await owner.close()
+
+
+async def test_fresh_entries_stay_within_the_brokers_cache_budget() -> None:
+    """Every entry the owner sends along is cached, read or not: the broker-wide budget bounds it."""
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    budget = CacheBudget(bytes_max=100)
+    ro, _, _ = await reader(world, owner, cache_budget=budget)
+    other, _, _ = await reader(world, owner, cache_budget=budget)  # a second topic of the broker
+    written = [f"{i:03d}".encode() * 10 for i in range(20)]
+    positions = [await owner.add_entry(data) for data in written]
+    await until(lambda: ro.last_confirmed_entry == other.last_confirmed_entry == positions[-1])
+    assert 0 < budget.bytes <= 100
+    assert [e.data for e in await ro.read_entries(Position(-1, -1), 100)] == written  # the rest from bookies
+    await ro.close()
+    await other.close()
+    assert budget.bytes == 0
     await owner.close()

@@ -47,6 +47,7 @@ from magnetar.broker.managed_log import ManagedSubscriptionCursor, ManagedTopicL
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.managed_ledger.cursor import ManagedCursor, cursor_node_name
+from magnetar.managed_ledger.entry_reader import CacheBudget
 from magnetar.managed_ledger.errors import ManagedLedgerFenced
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
 from magnetar.managed_ledger.read_only import OffloadedEntries, PositionFeed, ReadOnlyManagedLedger
@@ -174,6 +175,7 @@ class ReadOnlyLogStore:
         self._offloaded = offloaded
         self._holder_http = holder_http
         self._probe = probe
+        self._cache_budget = CacheBudget()  # every topic's entry cache together, as on an owner
         self._metadata = metadata
         self._clock = clock
         self._config = config or ManagedLedgerConfig()
@@ -188,7 +190,7 @@ class ReadOnlyLogStore:
             ml = await ReadOnlyManagedLedger.open(
                 topic, name, path, manager=self._manager, store=self._metadata, clock=self._clock,
                 config=self._config, feed=self._feed, holder=self._holder(), offloaded=self._offloaded,
-                holder_http=self._holder_http(), probe=self._probe)
+                holder_http=self._holder_http(), probe=self._probe, cache_budget=self._cache_budget)
         except NotFound as error:
             raise NotFound(f"topic {topic} does not exist (a read-only broker never creates topics: "
                            f"create it through its owner)") from error

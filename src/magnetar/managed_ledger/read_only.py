@@ -54,6 +54,7 @@ from magnetar.ledger.reader import LedgerReader
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.entry import ManagedEntry
+from magnetar.managed_ledger.entry_reader import CacheBudget
 from magnetar.managed_ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
@@ -150,7 +151,7 @@ class ReadOnlyManagedLedger:
     def __init__(self, topic: str, name: str, path: str, *, manager: LedgerManager, store: MetadataStore,
                  clock: Clock, config: ManagedLedgerConfig, feed: PositionFeed | None,
                  holder: str, offloaded: OffloadedEntries | None = None, holder_http: str = "",
-                 probe: HolderProbe | None = None) -> None:
+                 probe: HolderProbe | None = None, cache_budget: CacheBudget | None = None) -> None:
         self.topic = topic
         self.name = name
         self.path = path
@@ -170,6 +171,7 @@ class ReadOnlyManagedLedger:
         self._readers: OrderedDict[int, LedgerReader] = OrderedDict()
         self._cache: OrderedDict[Position, bytes] = OrderedDict()
         self._cache_bytes = 0
+        self._budget = cache_budget if cache_budget is not None else CacheBudget()
         self._inflight: dict[Position, asyncio.Future[None]] = {}  # entries being read from bookies
         self._refresh_lock = asyncio.Lock()
         self._changed = asyncio.Event()
@@ -195,11 +197,13 @@ class ReadOnlyManagedLedger:
     async def open(cls, topic: str, name: str, path: str, *, manager: LedgerManager, store: MetadataStore,
                    clock: Clock, config: ManagedLedgerConfig, feed: PositionFeed | None,
                    holder: str, offloaded: OffloadedEntries | None = None, holder_http: str = "",
-                   probe: HolderProbe | None = None) -> ReadOnlyManagedLedger:
+                   probe: HolderProbe | None = None, cache_budget: CacheBudget | None = None,
+                   ) -> ReadOnlyManagedLedger:
         """Open ``name`` read-only; ``NotFound`` when the owner never created it. ``offloaded``:
         the tiered store the owner offloads to (the broker's offload driver), read only."""
         ml = cls(topic, name, path, manager=manager, store=store, clock=clock, config=config, feed=feed,
-                 holder=holder, offloaded=offloaded, holder_http=holder_http, probe=probe)
+                 holder=holder, offloaded=offloaded, holder_http=holder_http, probe=probe,
+                 cache_budget=cache_budget)
         ml._watch = await store.watch(path, ml._on_watch)
         ml._compaction_watch = await store.watch(f"{path}/{COMPACTION_NODE}", ml._on_compaction_watch)
         try:
@@ -571,6 +575,17 @@ class ReadOnlyManagedLedger:
         while self._cache_bytes > MANAGED_LEDGER_CACHE_BYTES_MAX and self._cache:
             _, evicted = self._cache.popitem(last=False)
             self._cache_bytes -= len(evicted)
+            self._budget.released(self, len(evicted), empty=False)
+        self._budget.charged(self, len(data))  # every topic of the broker together (the owner's bound)
+
+    def evict_oldest(self) -> bool:
+        """The broker's cache budget is over: drop our oldest entry (``CacheHolder``)."""
+        if not self._cache:
+            return False
+        _, evicted = self._cache.popitem(last=False)
+        self._cache_bytes -= len(evicted)
+        self._budget.bytes -= len(evicted)
+        return True
 
     async def _reader(self, ledger_id: int, *, refresh: bool = False) -> LedgerReader:
         reader = self._readers.get(ledger_id)
@@ -588,7 +603,9 @@ class ReadOnlyManagedLedger:
     def _forget_ledger(self, ledger_id: int) -> None:
         self._readers.pop(ledger_id, None)
         for position in [p for p in self._cache if p.ledger_id == ledger_id]:
-            self._cache_bytes -= len(self._cache.pop(position))
+            size = len(self._cache.pop(position))
+            self._cache_bytes -= size
+            self._budget.released(self, size, empty=not self._cache)
 
     def _skip_trimmed(self) -> None:
         first = self.first_position
@@ -681,6 +698,7 @@ class ReadOnlyManagedLedger:
             if not waiter.done():
                 waiter.set_result(None)
         self._readers.clear()
+        self._budget.released(self, self._cache_bytes, empty=True)
         self._cache.clear()
         self._cache_bytes = 0
 
