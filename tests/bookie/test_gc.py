@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.base.errors import TimeoutError_
+from magnetar.base.errors import OperationTimeoutError
 from magnetar.ledger.bookie_client import BookieClient
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
@@ -40,7 +40,7 @@ class Metadata:
     async def __call__(self) -> Collection[int]:
         self.calls += 1
         if self.fail:
-            raise TimeoutError_("metadata store unreachable")
+            raise OperationTimeoutError("metadata store unreachable")
         return set(self.live)
 
 

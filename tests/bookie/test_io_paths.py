@@ -209,7 +209,7 @@ def test_real_journal_write_error_at_a_point_fails_the_journal(tmp_path: Path) -
         journal = Journal(LocalDisk(str(tmp_path)), SystemClock(), BookieConfig(), first_file_id=1)
         await journal.start()
         faults.arm("bookie.after_write_before_fsync", "error")
-        with pytest.raises(faults.InjectedFault):
+        with pytest.raises(faults.InjectedFaultError):
             await asyncio.wait_for(journal.append(add_record(b"k", Entry.build(7, 0, -1, b"y").raw)), 10)
         await journal.stop()
 

@@ -107,7 +107,7 @@ def test_corrupt_message_is_acked_with_a_validation_error_and_skipped() -> None:
 
     payload, errors = sim_run(body)
     assert payload == b"good-1"
-    assert errors == [pb.CommandAck.ChecksumMismatch]
+    assert errors == [pb.CommandAck.ChecksumMismatchError]
 
 
 def test_resend_without_broker_dedup_stores_a_duplicate() -> None:
@@ -150,7 +150,7 @@ def test_a_seed_replays_the_same_run() -> None:
 def test_public_api_is_pinned() -> None:
     assert sorted(client_api) == sorted([
         "EARLIEST", "LATEST", "BrokerError", "ClientError", "ClientOptions", "Compression", "ConnectError",
-        "ConnectionLost", "Consumer", "ConsumerConfig", "InitialPosition", "LookupError_", "Message", "MessageId",
+        "ConnectionLostError", "Consumer", "ConsumerConfig", "InitialPosition", "TopicLookupError", "Message", "MessageId",
         "MultiTopicConsumer", "PartitionedProducer", "Producer", "ProducerConfig", "PulsarClient", "Reader",
         "SubscriptionType", "TopicNotFoundError", "full_topic_name", "key_partition", "murmur3_32", "partition_name",
     ])

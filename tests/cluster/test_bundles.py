@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.types import TopicName
 from magnetar.broker.bundles import FULL_UPPER, BundleRange, NamespaceBundles, topic_hash
 
@@ -40,7 +40,7 @@ def test_split_halves_a_range_and_keeps_the_rest() -> None:
     assert [b.name for b in split.ranges[:3]] == [
         "0x00000000_0x20000000", "0x20000000_0x40000000", "0x40000000_0x80000000"]
     assert len(split.ranges) == 5
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         split.split(first)  # no longer a bundle
 
 
@@ -49,7 +49,7 @@ def test_stored_form_round_trips_and_names_parse() -> None:
     assert NamespaceBundles.decode("t/ns", bundles.encode()) == bundles
     assert BundleRange.parse("0x40000000_0x80000000") == BundleRange(0x4000_0000, 0x8000_0000)
     for bad in ("0x1", "zz_0x2", "0x80000000_0x40000000", "0x0_0x1ffffffff"):
-        with pytest.raises(InvalidArgument):
+        with pytest.raises(InvalidArgumentError):
             BundleRange.parse(bad)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         NamespaceBundles("t/ns", (0, 5, 5, FULL_UPPER))

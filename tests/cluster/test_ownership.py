@@ -23,7 +23,7 @@ from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.metadata._local import LocalClient
-from magnetar.metadata.errors import MetadataUnavailable
+from magnetar.metadata.errors import MetadataUnavailableError
 from magnetar.protocol.pulsar import pb
 from magnetar.runtime.clock import SystemClock
 from tests.broker.fakes import FakeChannel, entry
@@ -256,7 +256,7 @@ def test_the_load_report_follows_ownership_at_once_and_rates_over_the_interval()
 def test_a_lookup_the_metadata_store_cannot_answer_is_service_not_ready() -> None:
     async def body(a: Node, b: Node, server: MemoryMetadataServer) -> None:
         async def unavailable(path: str) -> None:
-            raise MetadataUnavailable(f"ZooKeeper unavailable ({path})")
+            raise MetadataUnavailableError(f"ZooKeeper unavailable ({path})")
 
         a.store.get = unavailable  # type: ignore[method-assign]
         with pytest.raises(BrokerError) as raised:

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from magnetar.base.errors import NotFound
+from magnetar.base.errors import NotFoundError
 from magnetar.base.rng import SeededRng
 from magnetar.base.types import BookieId, Position
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.placement import RandomPlacement
-from magnetar.managed_ledger import ManagedLedger, ManagedLedgerFenced
+from magnetar.managed_ledger import ManagedLedger, ManagedLedgerFencedError
 from magnetar.managed_ledger.entry_reader import CacheBudget
 from magnetar.managed_ledger.offload import OffloadStatus, offloaded
 from magnetar.managed_ledger.offload_memory import MemoryOffloader
@@ -202,7 +202,7 @@ async def test_a_read_only_cursor_is_persisted_in_metadata_only_and_moves_betwee
     assert await read_only_holders(store, TOPIC) == {"sub": "pulsar://ro-1:6650"}
     # A second read-only broker is refused while the first serves the subscription.
     ro2, transport2, manager2 = await reader(world, owner, holder="pulsar://ro-2:6650")
-    with pytest.raises(ManagedLedgerFenced, match="ro-1"):
+    with pytest.raises(ManagedLedgerFencedError, match="ro-1"):
         await ro2.open_cursor("sub")
     await ro1.close()  # a consumer moves: the first broker lets go
     moved = await ro2.open_cursor("sub")
@@ -400,7 +400,7 @@ async def test_offloaded_ledgers_whose_bookie_copy_is_gone_are_read_from_the_tie
     assert_never_wrote(transport, manager)
     # The negative control: without the tiered store the entries are gone (a clear error, no loop).
     blind, _, _ = await reader(world, owner)
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         await blind.read_entries(Position(-1, -1), 100)
     await blind.close()
     await owner.close()
@@ -434,10 +434,10 @@ async def test_a_subscription_is_taken_over_at_once_only_from_a_broker_shown_not
     await cursor.mark_delete(positions[1])
     await cursor.flush()
     # Alive and serving, or silent: refused (the negative controls).
-    with pytest.raises(ManagedLedgerFenced, match="ro-1"):
+    with pytest.raises(ManagedLedgerFencedError, match="ro-1"):
         await ro2.open_cursor("sub")
     del brokers.at["http://ro-1:6650"]
-    with pytest.raises(ManagedLedgerFenced, match="ro-1"):
+    with pytest.raises(ManagedLedgerFencedError, match="ro-1"):
         await ro2.open_cursor("sub")
     assert ro2.takeovers == 0
     # Its process is gone (kill -9), its metadata session not yet expired: taken over at once,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import READ_ONLY_FEED_BYTES_MAX
 from magnetar.base.types import Position
 from magnetar.managed_ledger.read_only import FeedUpdate
@@ -75,7 +75,7 @@ def test_an_update_carries_the_fresh_entries_golden_bytes() -> None:
 @pytest.mark.parametrize("line", [b"7:12 10", b"7:12 11 2,0,3", b"7:12 10 a,b,c", b"7:12 12 -1",
                                   b"x:1", f"7:12 12 {READ_ONLY_FEED_BYTES_MAX + 1}".encode()])
 def test_a_malformed_or_oversized_update_is_a_clear_error(line: bytes) -> None:
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         decode_header(line)
 
 

@@ -28,7 +28,7 @@ from magnetar.admin.common import (
     topic_of,
 )
 from magnetar.admin.stats import add_read_only_subscriptions, internal_stats, partitioned_stats, topic_stats
-from magnetar.base.errors import LimitExceeded, NotFound
+from magnetar.base.errors import LimitExceededError, NotFoundError
 from magnetar.base.limits import ADMIN_PARTITIONS_COUNT_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
@@ -74,7 +74,7 @@ def check_partitions(count: int) -> None:
     if count < 1:
         raise AdminError(412, "Number of partitions should be more than 0")
     if count > ADMIN_PARTITIONS_COUNT_MAX:
-        raise LimitExceeded("ADMIN_PARTITIONS_COUNT_MAX", count, ADMIN_PARTITIONS_COUNT_MAX)
+        raise LimitExceededError("ADMIN_PARTITIONS_COUNT_MAX", count, ADMIN_PARTITIONS_COUNT_MAX)
 
 
 async def _create_partitions(ctx: AdminContext, topic: TopicName, start: int, stop: int) -> None:
@@ -176,7 +176,7 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         for index in range(count):
             try:
                 await ctx.service.delete_topic(topic.partition(index), force=force)
-            except NotFound:
+            except NotFoundError:
                 continue
         await store.delete(partitioned_topic_path(topic))
         await ctx.resources.delete_topic_policies(topic)

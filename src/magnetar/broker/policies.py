@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import POLICY_CACHE_NODES_COUNT_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker.config import BrokerConfig
@@ -58,7 +58,7 @@ class RetentionPolicies(msgspec.Struct, rename="camel"):
 
     def validate(self) -> None:
         if self.retention_time_in_minutes < -1 or self.retention_size_in_mb < -1:
-            raise InvalidArgument("Invalid retention policy: values must be >= -1")
+            raise InvalidArgumentError("Invalid retention policy: values must be >= -1")
 
 
 class BacklogQuota(msgspec.Struct, rename="camel"):
@@ -71,7 +71,7 @@ class BacklogQuota(msgspec.Struct, rename="camel"):
     def validate(self) -> None:
         if (self.limit_size is not None and self.limit_size < -1) or (
                 self.limit_time is not None and self.limit_time < -1):
-            raise InvalidArgument("Invalid backlog quota: limits must be >= -1")
+            raise InvalidArgumentError("Invalid backlog quota: limits must be >= -1")
 
 
 class PublishRate(msgspec.Struct, rename="camel"):
@@ -82,7 +82,7 @@ class PublishRate(msgspec.Struct, rename="camel"):
 
     def validate(self) -> None:
         if self.publish_throttling_rate_in_msg < -1 or self.publish_throttling_rate_in_byte < -1:
-            raise InvalidArgument("Invalid publish rate: values must be >= -1")
+            raise InvalidArgumentError("Invalid publish rate: values must be >= -1")
 
 
 class DelayedDeliveryPolicies(msgspec.Struct, rename="camel"):
@@ -92,7 +92,7 @@ class DelayedDeliveryPolicies(msgspec.Struct, rename="camel"):
 
     def validate(self) -> None:
         if self.tick_time < 1 or self.max_delivery_delay_in_millis < 0:
-            raise InvalidArgument("Invalid delayed delivery policy: tickTime >= 1, maxDeliveryDelayInMillis >= 0")
+            raise InvalidArgumentError("Invalid delayed delivery policy: tickTime >= 1, maxDeliveryDelayInMillis >= 0")
 
 
 class TopicType(enum.Enum):
@@ -108,9 +108,9 @@ class AutoTopicCreationOverride(msgspec.Struct, rename="camel"):
     def validate(self) -> None:
         partitions = self.default_num_partitions
         if self.topic_type is TopicType.PARTITIONED and (partitions is None or partitions < 1):
-            raise InvalidArgument("Invalid configuration for autoTopicCreationOverride: defaultNumPartitions >= 1")
+            raise InvalidArgumentError("Invalid configuration for autoTopicCreationOverride: defaultNumPartitions >= 1")
         if self.topic_type is TopicType.NON_PARTITIONED and partitions not in (None, 0):
-            raise InvalidArgument("Invalid configuration for autoTopicCreationOverride: no defaultNumPartitions "
+            raise InvalidArgumentError("Invalid configuration for autoTopicCreationOverride: no defaultNumPartitions "
                                   "for non-partitioned topics")
 
 

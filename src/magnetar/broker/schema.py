@@ -20,7 +20,7 @@ What is true:
 * A schema of type None (BYTES: the client sends none at all) is never stored; producers without a
   schema are accepted on any topic (Pulsar's schemaValidationEnforced=false).
 * At most ``SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX`` versions per topic and ``SCHEMA_DATA_BYTES_MAX``
-  bytes per definition (``LimitExceeded`` beyond, reported as NotAllowedError).
+  bytes per definition (``LimitExceededError`` beyond, reported as NotAllowedError).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from magnetar.base.errors import BadVersion, InvalidArgument, LimitExceeded
+from magnetar.base.errors import BadVersionError, InvalidArgumentError, LimitExceededError
 from magnetar.base.limits import SCHEMA_DATA_BYTES_MAX, SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
@@ -80,7 +80,7 @@ def version_bytes(version: int) -> bytes:
 
 def version_from_bytes(data: bytes) -> int:
     if len(data) != _VERSION.size:
-        raise InvalidArgument(f"a schema version is {_VERSION.size} bytes, got {len(data)}")
+        raise InvalidArgumentError(f"a schema version is {_VERSION.size} bytes, got {len(data)}")
     return int(_VERSION.unpack(data)[0])
 
 
@@ -152,7 +152,7 @@ class SchemaRegistry:
                     return version
             self._check(strategy, record, records)
             if len(records) >= SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX:
-                raise BrokerError(pb.NotAllowedError, str(LimitExceeded(
+                raise BrokerError(pb.NotAllowedError, str(LimitExceededError(
                     "SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX", len(records) + 1, SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX)))
             if await self._add(topic, len(records), record):
                 return len(records)
@@ -203,7 +203,7 @@ class SchemaRegistry:
             return True
         try:
             await self._metadata.put(f"{path}/{version:010d}", msgspec.json.encode(record), -1)
-        except BadVersion:
+        except BadVersionError:
             return False
         return True
 
@@ -213,7 +213,7 @@ def _translated(check: Callable[[], None]) -> None:
         check()
     except IncompatibleSchemaError as error:
         raise BrokerError(pb.IncompatibleSchema, f"incompatible schema: {error}") from None
-    except InvalidArgument as error:
+    except InvalidArgumentError as error:
         raise BrokerError(pb.IncompatibleSchema, f"invalid schema definition: {error}") from None
 
 
@@ -221,7 +221,7 @@ def _checked(schema: pb.Schema) -> SchemaRecord:
     if not carries_schema(schema):
         raise BrokerError(pb.IncompatibleSchema, "a schema of type None is not stored")
     if len(schema.schema_data) > SCHEMA_DATA_BYTES_MAX:
-        raise BrokerError(pb.NotAllowedError, str(LimitExceeded(
+        raise BrokerError(pb.NotAllowedError, str(LimitExceededError(
             "SCHEMA_DATA_BYTES_MAX", len(schema.schema_data), SCHEMA_DATA_BYTES_MAX)))
     return SchemaRecord.from_pb(schema)
 

@@ -39,7 +39,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import BROKER_HANDLES_PER_CONNECTION_COUNT_MAX, BROKER_SEEK_SCAN_ENTRIES_COUNT_MAX
 from magnetar.base.types import EARLIEST, TopicName
 from magnetar.broker.authorization import Operation, authorize
@@ -601,7 +601,7 @@ class Session:
 def _topic_name(text: str) -> TopicName:
     try:
         return TopicName.parse(text)
-    except InvalidArgument as error:
+    except InvalidArgumentError as error:
         raise BrokerError(pb.InvalidTopicName, str(error)) from error
 
 

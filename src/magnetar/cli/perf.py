@@ -69,7 +69,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import (
     MIB,
     PERF_CLIENTS_PER_TOPIC_MAX,
@@ -169,7 +169,7 @@ class PerfSettings:
         ]
         for ok, message in checks:
             if not ok:
-                raise InvalidArgument(message)
+                raise InvalidArgumentError(message)
 
     def topic_names(self) -> list[str]:
         """Every topic this run produces to or consumes from (partitions addressed one by one)."""
@@ -324,7 +324,7 @@ def _import_pulsar() -> Any:
     try:
         import pulsar
     except ImportError as exc:
-        raise InvalidArgument("magnetar perf needs the official client: pip install 'magnetar[bench]'") from exc
+        raise InvalidArgumentError("magnetar perf needs the official client: pip install 'magnetar[bench]'") from exc
     return pulsar
 
 
@@ -996,7 +996,7 @@ def _cli(mode: str, **options: Any) -> None:
     json_path = options.pop("json_path")
     try:
         settings = PerfSettings(mode=mode, **options)
-    except InvalidArgument as exc:
+    except InvalidArgumentError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     if console.is_terminal:
@@ -1023,7 +1023,7 @@ def _cli(mode: str, **options: Any) -> None:
 def _guarded(console: Console, settings: PerfSettings, on_tick: Callable[[str], None]) -> dict[str, Any]:
     try:
         return run_perf(settings, on_tick)
-    except InvalidArgument as exc:
+    except InvalidArgumentError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     except Exception as exc:  # the official client raises its own exception types
@@ -1077,7 +1077,7 @@ def register(app: typer.Typer) -> None:
 
             try:
                 credentials = Credentials.from_options(token=token, tls_trust_cert=tls_trust_cert)
-            except InvalidArgument as exc:
+            except InvalidArgumentError as exc:
                 raise typer.BadParameter(str(exc)) from None
             _cli(mode, token=credentials.data.decode() or None, tls_trust_cert=tls_trust_cert,
                  service_url=service_url, topic=topic, topics=topics, partitions=partitions,

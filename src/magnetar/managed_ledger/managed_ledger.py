@@ -5,13 +5,13 @@ Protocol (Pulsar's ``ManagedLedgerImpl``, ``shared/seeds/002_*``):
 * **Open**: read ``ManagedLedgerInfo`` at ``{root}/{name}``; recover (fence + close) the last two
   listed ledgers, which the previous owner may still be writing (a crash between the rollover CAS
   and the close of the old ledger leaves two open); create a new ledger and CAS the list. A lost
-  CAS means another owner took the topic: the open fails with ``ManagedLedgerFenced``.
+  CAS means another owner took the topic: the open fails with ``ManagedLedgerFencedError``.
 * **Append**: ``append`` (the one append operation; ``add_entry`` is ``wait_for_room`` + it)
   queues the payload in a bounded queue (``add_queue_count_max``: callers wait for room first);
   the adds are started on the current ledger in queue order (a pump task only to wait for a
   rollover or for room on the ledger)
   and callers are told strictly in position order, only after the ledger acknowledged the entry
-  (Qa bookies durable). A ``FencedError`` from the ledger or a ``BadVersion`` on the info means
+  (Qa bookies durable). A ``FencedError`` from the ledger or a ``BadVersionError`` on the info means
   another owner took over: the state becomes FENCED and every queued and later append fails.
 * **A failed add** (the ledger gave up on it for any reason other than fencing: a bookie died or
   hung and none can replace it) is not told to its caller yet: its outcome is undecided, since
@@ -60,12 +60,12 @@ from typing import TYPE_CHECKING, Any
 from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.errors import (
-    BadVersion,
+    BadVersionError,
     FencedError,
-    InvalidArgument,
-    LimitExceeded,
+    InvalidArgumentError,
+    LimitExceededError,
     MagnetarError,
-    NotFound,
+    NotFoundError,
 )
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
@@ -80,17 +80,17 @@ from magnetar.managed_ledger.config import ManagedLedgerConfig, OpenRecovery
 from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.entry_reader import CacheBudget, EntryReader
 from magnetar.managed_ledger.errors import (
-    ManagedLedgerClosed,
-    ManagedLedgerFenced,
-    ManagedLedgerTerminated,
-    ManagedLedgerWriteFailed,
+    ManagedLedgerClosedError,
+    ManagedLedgerFencedError,
+    ManagedLedgerTerminatedError,
+    ManagedLedgerWriteFailedError,
 )
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.offload import LedgerLocation, LedgerOffloader, ManagedLedgerOffload, offloaded
 from magnetar.managed_ledger.read_only_cursors import delete_read_only_cursors, read_only_mark_deletes
 from magnetar.managed_ledger.retention import trimmable_ledgers
 from magnetar.metadata.api import MetadataStore
-from magnetar.metadata.errors import NodeExists
+from magnetar.metadata.errors import NodeExistsError
 from magnetar.metadata.records import (
     LedgerInfo,
     ManagedLedgerInfo,
@@ -256,7 +256,7 @@ class ManagedLedger:
             now_ms = self._clock.now_ms()
             try:
                 await self._cas_info([*ledgers, LedgerInfo(handle.ledger_id, 0, 0, now_ms)])
-            except ManagedLedgerFenced:
+            except ManagedLedgerFencedError:
                 await self._delete_quietly(handle.ledger_id)
                 raise
             self._install(handle)
@@ -276,10 +276,10 @@ class ManagedLedger:
             info = ManagedLedgerInfo(ledgers=[])
             try:
                 return info, await self._store.put(self.path, encode(info), -1)
-            except NodeExists:
+            except NodeExistsError:
                 found = await self._store.get(self.path)
                 if found is None:
-                    raise ManagedLedgerFenced(f"{self.name}: info created and deleted under us") from None
+                    raise ManagedLedgerFencedError(f"{self.name}: info created and deleted under us") from None
         return decode(ManagedLedgerInfo, found.value), found.version
 
     async def _recover_ledger(self, info: LedgerInfo) -> LedgerInfo:
@@ -312,22 +312,22 @@ class ManagedLedger:
     def _check_writable(self) -> None:
         if self._state in _WRITABLE:
             if self._write_failure is not None:
-                raise ManagedLedgerWriteFailed(
+                raise ManagedLedgerWriteFailedError(
                     f"managed ledger {self.name}: earlier adds failed ({self._write_failure}); "
                     "no add is accepted until the failure is settled")
             return
         if self._state is MLState.FENCED:
-            raise ManagedLedgerFenced(f"managed ledger {self.name} is fenced: {self._failure}")
+            raise ManagedLedgerFencedError(f"managed ledger {self.name} is fenced: {self._failure}")
         if self._state is MLState.TERMINATED:
-            raise ManagedLedgerTerminated(f"managed ledger {self.name} is terminated")
-        raise ManagedLedgerClosed(f"managed ledger {self.name} is {self._state.value}")
+            raise ManagedLedgerTerminatedError(f"managed ledger {self.name} is terminated")
+        raise ManagedLedgerClosedError(f"managed ledger {self.name} is {self._state.value}")
 
     def _become_fenced(self, cause: MagnetarError) -> None:
         if self._state in (MLState.FENCED, MLState.CLOSED):
             return
         self._failure = cause
         self._move(MLState.FENCED)
-        error = ManagedLedgerFenced(f"managed ledger {self.name} was taken over: {cause}")
+        error = ManagedLedgerFencedError(f"managed ledger {self.name} was taken over: {cause}")
         self._fail_queued(error, write_failure=False)
         for cursor in list(self.cursors.values()):
             cursor.on_ledger_fenced()
@@ -353,7 +353,7 @@ class ManagedLedger:
     # --- ledger list ------------------------------------------------------------------------------
 
     async def _cas_info(self, ledgers: list[LedgerInfo]) -> None:
-        """Replace the stored list (CAS on the version we hold); BadVersion: we were taken over."""
+        """Replace the stored list (CAS on the version we hold); BadVersionError: we were taken over."""
         terminated = self._terminated_at
         info = ManagedLedgerInfo(
             ledgers=ledgers,
@@ -361,9 +361,9 @@ class ManagedLedger:
         )
         try:
             self._info_version = await self._store.put(self.path, encode(info), self._info_version)
-        except BadVersion as exc:
+        except BadVersionError as exc:
             self._become_fenced(exc)
-            raise ManagedLedgerFenced(f"managed ledger {self.name}: info changed by another owner") from exc
+            raise ManagedLedgerFencedError(f"managed ledger {self.name}: info changed by another owner") from exc
         self._list.set(ledgers)
 
     # --- positions -------------------------------------------------------------------------------
@@ -451,9 +451,9 @@ class ManagedLedger:
     def append(self, data: bytes) -> asyncio.Future[Position]:
         """The one append operation: queue ``data`` and return a future of its position, set once
         the ledger acknowledged it (Qa durable); positions grow strictly in call order. Do not
-        cancel it. Raises at once ``ManagedLedgerFenced`` once another owner took over,
-        ``ManagedLedgerTerminated``/``ManagedLedgerClosed``/``ManagedLedgerWriteFailed``, and
-        ``LimitExceeded`` when ``add_queue_count_max`` appends are queued or in flight (call
+        cancel it. Raises at once ``ManagedLedgerFencedError`` once another owner took over,
+        ``ManagedLedgerTerminatedError``/``ManagedLedgerClosedError``/``ManagedLedgerWriteFailedError``, and
+        ``LimitExceededError`` when ``add_queue_count_max`` appends are queued or in flight (call
         ``wait_for_room`` first). The future fails with the ledger error that failed the add (its
         outcome is then undecided: it may appear in the log after recovery).
         """
@@ -461,7 +461,7 @@ class ManagedLedger:
             self._check_writable()
         pending = self.pending_add_count
         if pending >= self.config.add_queue_count_max:
-            raise LimitExceeded("add_queue_count_max", pending + 1, self.config.add_queue_count_max)
+            raise LimitExceededError("add_queue_count_max", pending + 1, self.config.add_queue_count_max)
         op = _OpAdd(bytes(data), asyncio.get_running_loop().create_future())
         self._queue.append(op)
         self._kick_pump()
@@ -596,7 +596,7 @@ class ManagedLedger:
     def _finish_add(self, current: _Current, op: _OpAdd, expected_entry_id: int, entry_id: int | None,
                     error: BaseException | None) -> None:
         if isinstance(error, FencedError):
-            op.error = ManagedLedgerFenced(f"managed ledger {self.name}: ledger {current.handle.ledger_id} fenced")
+            op.error = ManagedLedgerFencedError(f"managed ledger {self.name}: ledger {current.handle.ledger_id} fenced")
             self._become_fenced(error)
         elif isinstance(error, MagnetarError):
             op.error = error
@@ -663,7 +663,7 @@ class ManagedLedger:
                  "%d are written again to the next ledger", self.name, old.handle.ledger_id, last,
                  len(undecided) - len(resend), len(resend))
         if resend and resend[0].attempts >= MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX", resend[0].attempts + 1,
+            raise LimitExceededError("MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX", resend[0].attempts + 1,
                                 MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX)
 
     async def settle_failed_writes(self) -> None:
@@ -689,7 +689,7 @@ class ManagedLedger:
             self._check_writable()
         current = self._current
         if current is not None and current.failed:
-            raise ManagedLedgerWriteFailed(f"managed ledger {self.name}: ledger {current.handle.ledger_id} "
+            raise ManagedLedgerWriteFailedError(f"managed ledger {self.name}: ledger {current.handle.ledger_id} "
                                            "failed and could not be recovered and replaced yet")
         self._write_failure = None
 
@@ -729,7 +729,7 @@ class ManagedLedger:
             invariant(self._list.ids[-1] == old.handle.ledger_id, "the current ledger is listed last")
             try:
                 await self._cas_info([*self._list.infos[:-1], closed, LedgerInfo(handle.ledger_id, 0, 0, now_ms)])
-            except ManagedLedgerFenced:
+            except ManagedLedgerFencedError:
                 await self._delete_quietly(handle.ledger_id)
                 raise
         await faults.point("managed_ledger.rollover.after_cas")
@@ -749,7 +749,7 @@ class ManagedLedger:
             await handle.close()
         except FencedError as exc:
             self._become_fenced(exc)
-            raise ManagedLedgerFenced(f"{self.name}: ledger {handle.ledger_id} fenced at close") from exc
+            raise ManagedLedgerFencedError(f"{self.name}: ledger {handle.ledger_id} fenced at close") from exc
         except MagnetarError:
             # The list already holds its final count; recovery closes it at the same end.
             try:
@@ -791,9 +791,9 @@ class ManagedLedger:
     async def read_entries(self, start: Position, count_max: int) -> list[ManagedEntry]:
         """Up to ``count_max`` acknowledged entries from ``start`` on (across ledgers, in order)."""
         if not 1 <= count_max <= MANAGED_LEDGER_READ_COUNT_MAX:
-            raise InvalidArgument(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
+            raise InvalidArgumentError(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
         if self._state is MLState.CLOSED:
-            raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
         result: list[ManagedEntry] = []
         position = self.first_at_or_after(start)
         while position is not None and position <= self._lce and len(result) < count_max:
@@ -825,7 +825,7 @@ class ManagedLedger:
     async def read_entry(self, position: Position) -> ManagedEntry:
         entries = await self.read_entries(position, 1)
         if not entries or entries[0].position != position:
-            raise NotFound(f"no entry at {position} in {self.name}")
+            raise NotFoundError(f"no entry at {position} in {self.name}")
         return entries[0]
 
     async def wait_for_entries_after(self, position: Position) -> None:
@@ -882,12 +882,12 @@ class ManagedLedger:
         from magnetar.managed_ledger.cursor import ManagedCursor
 
         if self._state is MLState.CLOSED:
-            raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
         found = self.cursors.get(name)
         if found is not None:
             return found
         if len(self.cursors) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self.cursors) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
+            raise LimitExceededError("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self.cursors) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
         start = self._lce if initial_position is None else initial_position
         cursor = await ManagedCursor.create(self, name, start)
         self.cursors[name] = cursor
@@ -899,7 +899,7 @@ class ManagedLedger:
 
         cursor = ManagedCursor.non_durable(self, self._lce if start is None else start)
         if len(self._non_durable) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self._non_durable) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
+            raise LimitExceededError("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self._non_durable) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
         self._non_durable.add(cursor)
         return cursor
 
@@ -931,7 +931,7 @@ class ManagedLedger:
             kept = [info for info in self._list.infos if info.ledger_id not in doomed]
             try:
                 await self._cas_info(kept)
-            except ManagedLedgerFenced:
+            except ManagedLedgerFencedError:
                 return []
         for ledger_id in doomed:
             self._entries.forget_ledger(ledger_id)
@@ -974,7 +974,7 @@ class ManagedLedger:
 
     async def record_offload(self, ledger_id: int, context: OffloadContext) -> bool:
         """Record ``context`` on ``ledger_id``'s entry of the list (CAS); False if it is no
-        longer listed (trimmed). ``ManagedLedgerFenced`` if another owner took over."""
+        longer listed (trimmed). ``ManagedLedgerFencedError`` if another owner took over."""
         async with self._info_lock:
             if self._list.find(ledger_id) is None:
                 return False
@@ -991,7 +991,7 @@ class ManagedLedger:
         self._entries.forget_ledger(ledger_id)
         try:
             await self._manager.delete_ledger(ledger_id)
-        except NotFound:
+        except NotFoundError:
             return
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -1046,7 +1046,7 @@ class ManagedLedger:
                 await current.handle.close()
             except MagnetarError:
                 pass  # fenced or failed: the next owner's recovery decides the end
-        self._fail_queued(ManagedLedgerClosed(f"managed ledger {self.name} closed"), write_failure=False)
+        self._fail_queued(ManagedLedgerClosedError(f"managed ledger {self.name} closed"), write_failure=False)
         self._move(MLState.CLOSED)
         self._entries.clear()
         self._notify_entry_waiters()

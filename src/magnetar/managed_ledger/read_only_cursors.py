@@ -21,13 +21,13 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from magnetar.base.errors import BadVersion, MagnetarError, NotFound
+from magnetar.base.errors import BadVersionError, MagnetarError, NotFoundError
 from magnetar.base.invariant import invariant
 from magnetar.base.types import Position
 from magnetar.managed_ledger.cursor import CursorState, ManagedCursor, cursor_name_from_node, cursor_node_name
-from magnetar.managed_ledger.errors import ManagedLedgerFenced
+from magnetar.managed_ledger.errors import ManagedLedgerFencedError
 from magnetar.metadata.api import MetadataStore
-from magnetar.metadata.errors import NodeExists
+from magnetar.metadata.errors import NodeExistsError
 from magnetar.metadata.records import CursorInfo, decode, encode
 
 if TYPE_CHECKING:
@@ -151,29 +151,29 @@ class LockRecord:
 
 async def _lock(ml: ReadOnlyManagedLedger, name: str, lock_path: str) -> None:
     """Take subscription ``name``'s lock; from a dead or restarted holder at once (``HolderProbe``),
-    else ``ManagedLedgerFenced`` naming the broker that serves it."""
+    else ``ManagedLedgerFencedError`` naming the broker that serves it."""
     mine = LockRecord(ml.holder, ml.holder_http).encode()
     for _ in range(2):
         try:
             await ml.store.create(lock_path, mine, ephemeral=True)
             return
-        except NodeExists:
+        except NodeExistsError:
             pass
         found = await ml.store.get(lock_path)
         if found is None:
             continue  # released meanwhile: take it
         held = LockRecord.decode(found.value)
         if ml.probe is None or not held.http or await ml.probe.still_serves(held, ml.topic, name):
-            raise ManagedLedgerFenced(
+            raise ManagedLedgerFencedError(
                 f"subscription {name} of {ml.topic} is being served by read-only broker {held.broker}")
         # The holder is gone but its session not yet expired: remove its lock (that version only,
         # so a lock taken since by anyone else stands) and try once more.
         log.info("read-only %s: taking subscription %s over from %s (it no longer serves it)",
                  ml.name, name, held.broker)
-        with contextlib.suppress(NotFound, BadVersion):
+        with contextlib.suppress(NotFoundError, BadVersionError):
             await ml.store.delete(lock_path, found.version)
         ml.takeovers += 1
-    raise ManagedLedgerFenced(f"subscription {name} of {ml.topic} is being taken by another read-only broker")
+    raise ManagedLedgerFencedError(f"subscription {name} of {ml.topic} is being taken by another read-only broker")
 
 
 class ReadOnlyCursor(ManagedCursor):
@@ -204,7 +204,7 @@ class ReadOnlyCursor(ManagedCursor):
                 cursor = cls(ml, name, initial)
                 try:
                     cursor._snapshot_version = await ml.store.put(path, encode(cursor._record(-1)), -1)
-                except BadVersion:
+                except BadVersionError:
                     found = await ml.store.get(path)
             if found is not None:
                 info = decode(CursorInfo, found.value)
@@ -250,7 +250,7 @@ class ReadOnlyCursor(ManagedCursor):
 
     async def delete_persisted(self) -> None:
         self._stop()
-        with contextlib.suppress(NotFound):
+        with contextlib.suppress(NotFoundError):
             await self._ml.store.delete(self._path)
         await self._unlock()
 

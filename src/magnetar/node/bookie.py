@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import CorruptData, LimitExceeded, MagnetarError
+from magnetar.base.errors import CorruptDataError, LimitExceededError, MagnetarError
 from magnetar.base.io import Bytes, Connection, Disk, KeyValueStore, Listener, Network
 from magnetar.base.limits import (
     BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX,
@@ -218,7 +218,7 @@ class BookieServer:
                     return
                 try:
                     messages = decoder.feed(data)
-                except (CorruptData, LimitExceeded) as exc:
+                except (CorruptDataError, LimitExceededError) as exc:
                     log.warning("closing %s: %s", connection.peer, exc)
                     return
                 for message in messages:

@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import (
     BROKER_TOPICS_LOADED_COUNT_MAX,
     READ_ONLY_FEED_BYTES_MAX,
@@ -59,7 +59,7 @@ def _parse_position(text: str) -> Position:
     try:
         return Position(int(ledger), int(entry))
     except ValueError:
-        raise InvalidArgument(f"bad position {text!r}: want <ledger>:<entry>") from None
+        raise InvalidArgumentError(f"bad position {text!r}: want <ledger>:<entry>") from None
 
 
 def encode_update(update: FeedUpdate) -> bytes:
@@ -76,17 +76,17 @@ def decode_header(line: bytes) -> tuple[Position, int, list[int]]:
     """An update's line: its position, and the first entry id and sizes of the entries that follow."""
     parts = line.decode("ascii", "replace").split()
     if len(parts) not in (1, 3):
-        raise InvalidArgument(f"bad follow update {line[:80]!r}")
+        raise InvalidArgumentError(f"bad follow update {line[:80]!r}")
     position = _parse_position(parts[0])
     if len(parts) == 1:
         return position, position.entry_id + 1, []
     try:
         first, sizes = int(parts[1]), [int(size) for size in parts[2].split(",")]
     except ValueError:
-        raise InvalidArgument(f"bad follow update {line[:80]!r}") from None
+        raise InvalidArgumentError(f"bad follow update {line[:80]!r}") from None
     if (first + len(sizes) - 1 != position.entry_id or len(sizes) > READ_ONLY_FEED_ENTRIES_COUNT_MAX
             or min(sizes) < 0 or sum(sizes) > READ_ONLY_FEED_BYTES_MAX):
-        raise InvalidArgument(f"follow update {line[:80]!r} is out of bounds")
+        raise InvalidArgumentError(f"follow update {line[:80]!r} is out of bounds")
     return position, first, sizes
 
 
@@ -98,7 +98,7 @@ def build_follow_app(service: Callable[[], BrokerService | None]) -> Starlette:
         try:
             after = _parse_position(request.query_params.get("after", "-1:-1"))
             name = str(TopicName.parse(topic))
-        except InvalidArgument as error:
+        except InvalidArgumentError as error:
             return PlainTextResponse(str(error), status_code=400)
         current = service()
         loaded = current.topics.get(name) if current is not None else None
@@ -117,7 +117,7 @@ def build_follow_app(service: Callable[[], BrokerService | None]) -> Starlette:
         # Asked by a read-only broker about to take a subscription's lock over from this one.
         try:
             name = str(TopicName.parse(request.query_params.get("topic", "")))
-        except InvalidArgument as error:
+        except InvalidArgumentError as error:
             return PlainTextResponse(str(error), status_code=400)
         subscription = request.query_params.get("subscription", "")
         current = service()

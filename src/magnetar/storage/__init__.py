@@ -10,7 +10,7 @@ after its journal record is durable; nothing acknowledged is lost by a crash at 
 
 from magnetar.storage.bookie import Bookie, BookieStats, BookieStatus, ReadResult
 from magnetar.storage.config import BookieConfig
-from magnetar.storage.cookie import Cookie, CookieMismatch, CookieRegistry, verify_or_create_cookie
+from magnetar.storage.cookie import Cookie, CookieMismatchError, CookieRegistry, verify_or_create_cookie
 from magnetar.storage.ledger_state import LedgerState, LedgerStatus
 
 __all__ = [
@@ -19,7 +19,7 @@ __all__ = [
     "BookieStats",
     "BookieStatus",
     "Cookie",
-    "CookieMismatch",
+    "CookieMismatchError",
     "CookieRegistry",
     "LedgerState",
     "LedgerStatus",

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from magnetar import faults
 from magnetar.base.clock import Clock
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptDataError
 from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes, Disk, KeyValueStore
 from magnetar.base.limits import BOOKIE_LEDGERS_COUNT_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
@@ -230,7 +230,7 @@ class Bookie:
         if record.kind == KIND_ADD:
             try:
                 entry = Entry.parse(record.entry_raw)
-            except CorruptData:
+            except CorruptDataError:
                 log.error("journal ADD record with a malformed entry skipped")
                 return
             state = self._ledgers.get(entry.ledger_id)
@@ -457,7 +457,7 @@ class Bookie:
         stored = self._entry_log.view(log_id, offset, length)
         entry = entry_view(memoryview(stored))
         if entry.ledger_id != ledger_id or entry.entry_id != entry_id or not entry.digest_valid:
-            raise CorruptData(f"entry log {log_id} offset {offset} does not hold a valid {ledger_id}:{entry_id}")
+            raise CorruptDataError(f"entry log {log_id} offset {offset} does not hold a valid {ledger_id}:{entry_id}")
         self._read_ahead(ledger_id, entry_id, log_id, offset + length)
         return stored
 

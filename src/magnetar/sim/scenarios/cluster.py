@@ -67,7 +67,7 @@ from magnetar.node.broker_generation import Generation, GenerationConfig, serve_
 from magnetar.sim.checker import check
 from magnetar.sim.clock import SimClock
 from magnetar.sim.disk import SimDiskConfig
-from magnetar.sim.errors import SimCrash
+from magnetar.sim.errors import SimCrashError
 from magnetar.sim.history import FaultEvent, History, Op, OpType, Outcome, value_of
 from magnetar.sim.scenarios.base import ScenarioOptions, Verdict
 from magnetar.sim.scenarios.cluster_check import MetadataWatch, probe_recovered_ledgers, verdict_of
@@ -334,8 +334,8 @@ def _drain_main(run: ClusterRun, name: str) -> NodeMain:
 
 
 def quiet_crashes(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """Tasks of a crashed node end with ``SimCrash``, often unretrieved: that is the crash, not news."""
-    if isinstance(context.get("exception"), SimCrash):
+    """Tasks of a crashed node end with ``SimCrashError``, often unretrieved: that is the crash, not news."""
+    if isinstance(context.get("exception"), SimCrashError):
         return
     loop.default_exception_handler(context)
 
