@@ -4,7 +4,13 @@ A read-only broker (``managed_ledger.read_only``) never creates a ledger, so its
 cannot have cursor ledgers: each one is a single ``CursorInfo`` record (``cursor_ledger_id`` -1,
 bounded by ``cursor_ranges_persist_count_max`` individually deleted ranges and the batch-ack
 bounds) at ``/read-only-cursors/{managed ledger name}/cursors/{subscription}``; the broker that
-serves the subscription holds the ephemeral ``.../locks/{subscription}`` (its service URL).
+serves the subscription holds the ephemeral ``.../locks/{subscription}`` (its service and HTTP
+URLs, ``LockRecord``). ``ReadOnlyCursor`` is that cursor.
+
+A lock whose holder died stays until the holder's metadata session expires. A broker that finds
+a subscription locked asks the holder first (``HolderProbe``) and removes the lock at once only
+when the answer proves the holder does not serve it (its process is gone, or it restarted); any
+other answer keeps the lock, so two brokers never dispatch one subscription.
 
 These records sit outside the managed ledger's own node on purpose: the owner recovers every child
 of its node as one of its cursors (taking it over with a cursor ledger), which would fence the
