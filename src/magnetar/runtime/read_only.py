@@ -67,7 +67,7 @@ def encode_update(update: FeedUpdate) -> bytes:
     position = update.position
     if not update.payloads:
         return f"{position.ledger_id}:{position.entry_id}\n".encode()
-    sizes = ",".join([str(len(p)) for p in update.payloads])
+    sizes = ",".join(map(str, map(len, update.payloads)))
     header = f"{position.ledger_id}:{position.entry_id} {update.first_entry_id} {sizes}\n".encode()
     return header + b"".join(update.payloads)
 
