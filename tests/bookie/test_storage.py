@@ -19,7 +19,7 @@ from magnetar.storage import (
     LedgerStatus,
     verify_or_create_cookie,
 )
-from magnetar.storage.bookie import LiveLedgers
+from magnetar.storage.garbage import LiveLedgers
 from magnetar.storage.journal import JOURNAL_DIR, journal_file_ids, journal_path
 
 KEY = b"secret"

@@ -1,6 +1,6 @@
 """``/persistent/{t}/{ns}[/{topic}]``: create, list, delete, partitions, stats, internal stats, unload.
 
-A partitioned topic is its metadata node (``broker.lookup.partitioned_topic_path``, JSON
+A partitioned topic is its metadata node (``catalog.lookup.partitioned_topic_path``, JSON
 ``{"partitions": N}``) plus one topic per partition ``{topic}-partition-{i}``, created here at
 once so they exist even where auto-creation is off. The count only grows (Pulsar's rule). Topic
 names in paths are URL-encoded local names; the namespace must exist (404 otherwise).
@@ -32,8 +32,8 @@ from magnetar.base.errors import LimitExceededError, NotFoundError
 from magnetar.base.limits import ADMIN_PARTITIONS_COUNT_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.lookup import PARTITIONED_TOPICS_ROOT, partitioned_topic_path
 from magnetar.broker.topic import Topic
+from magnetar.catalog.lookup import PARTITIONED_TOPICS_ROOT, partitioned_topic_path
 from magnetar.protocol.pulsar import pb
 
 

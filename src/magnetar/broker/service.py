@@ -33,15 +33,15 @@ from magnetar.broker import offload
 from magnetar.broker.compaction import compaction_threshold_bytes
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import BrokerError, to_broker_error
-from magnetar.broker.listeners import Listeners
 from magnetar.broker.log import LogStore
-from magnetar.broker.lookup import LookupAnswer, PartitionedTopics, SingleBrokerLookup, TopicLookup
 from magnetar.broker.non_persistent import open_non_persistent, topics_of_mode
-from magnetar.broker.policies import PolicyCache
-from magnetar.broker.resources import Resources, TopicBusyError
-from magnetar.broker.schema import SchemaRegistry
-from magnetar.broker.schema_compat import Compatibility
 from magnetar.broker.topic import Topic
+from magnetar.catalog.listeners import Listeners
+from magnetar.catalog.lookup import LookupAnswer, PartitionedTopics, SingleBrokerLookup, TopicLookup
+from magnetar.catalog.policies import PolicyCache
+from magnetar.catalog.resources import Resources, TopicBusyError
+from magnetar.catalog.schema import SchemaRegistry
+from magnetar.catalog.schema_compat import Compatibility
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import pb
 
@@ -63,7 +63,7 @@ class BrokerService:
         self.clock = clock
         self.log_store = log_store
         self.partitioned = PartitionedTopics(metadata)
-        #: Answers LOOKUP; a cluster broker replaces it with ``broker.ownership.OwnershipLookup``.
+        #: Answers LOOKUP; a cluster broker replaces it with ``control.ownership.OwnershipLookup``.
         self.lookup: TopicLookup = SingleBrokerLookup(lambda: self.config.service_url,
                                                       lambda: self.config.service_url_tls)
         self.topics: dict[str, Topic] = {}

@@ -52,14 +52,14 @@ from magnetar.base.types import Position
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.reader import LedgerReader
 from magnetar.managed_ledger.config import ManagedLedgerConfig
-from magnetar.managed_ledger.cursor import ManagedCursor
+from magnetar.managed_ledger.cursor import CursorContext, ManagedCursor
 from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.entry_reader import CacheBudget
 from magnetar.managed_ledger.errors import ManagedLedgerClosedError, ManagedLedgerFencedError
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
 from magnetar.managed_ledger.offload import LedgerLocation
-from magnetar.managed_ledger.read_only_cursors import HolderProbe, ReadOnlyCursor, skip_to
+from magnetar.managed_ledger.read_only_cursors import HolderProbe, ReadOnlyCursor
 from magnetar.metadata.api import EventKind, MetadataStore, Watch, WatchEvent
 from magnetar.metadata.records import LedgerInfo, ManagedLedgerInfo, decode
 
@@ -190,6 +190,8 @@ class ReadOnlyManagedLedger:
         self.feed_positions = 0  # positions the owner reported
         self.owner_cursor_names: frozenset[str] = frozenset()  # node names of the owner's cursors
         self._terminated_at: Position | None = None
+        self.cursor_context = CursorContext(name, path, log=self, store=store, manager=manager, clock=clock,
+                                            config=config, forget=self.forget_non_durable_cursor)
 
     # --- open, follow ----------------------------------------------------------------------------
 
@@ -610,7 +612,7 @@ class ReadOnlyManagedLedger:
     def _skip_trimmed(self) -> None:
         first = self.first_position
         for cursor in [*self.cursors.values(), *self._non_durable]:
-            self.entries_skipped += skip_to(cursor, first)
+            self.entries_skipped += cursor.skip_to(first)
 
     # --- cursors ---------------------------------------------------------------------------------
 
@@ -645,7 +647,7 @@ class ReadOnlyManagedLedger:
         return name in self.cursors or name in self._releasing or name in self._opening
 
     def new_non_durable_cursor(self, start: Position | None = None) -> ManagedCursor:
-        cursor = ManagedCursor.non_durable(self, self._lce if start is None else start)  # type: ignore[arg-type]
+        cursor = ManagedCursor.non_durable(self.cursor_context, self._lce if start is None else start)
         self._non_durable.add(cursor)
         return cursor
 

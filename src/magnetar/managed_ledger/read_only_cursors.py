@@ -110,22 +110,6 @@ async def delete_read_only_cursors(store: MetadataStore, ml_name: str) -> None:
                 continue
 
 
-def skip_to(cursor: ManagedCursor, first: Position) -> int:
-    """Retention removed entries ``cursor`` had not consumed (it is before ``first``, the position
-    before the oldest kept entry): move it there, never an error loop. Returns an estimate of the
-    entries skipped (exact within one ledger; 1 per ledger gone, whose counts are no longer known)."""
-    md = cursor.mark_delete_position
-    if md >= first or cursor.state is not CursorState.ACTIVE:
-        return 0
-    skipped = first.entry_id - md.entry_id if first.ledger_id == md.ledger_id else 1
-    cursor._move_md(first)
-    cursor._read_position = max(cursor.read_position, cursor._ml.next_position(first))
-    cursor._changes += 1
-    if cursor.durable:
-        cursor._dirty.set()
-    return max(skipped, 1)
-
-
 class HolderProbe(Protocol):
     """Asks the broker named in a subscription's lock whether it still serves the subscription."""
 
@@ -194,7 +178,7 @@ class ReadOnlyCursor(ManagedCursor):
     """
 
     def __init__(self, ml: ReadOnlyManagedLedger, name: str, mark_delete: Position) -> None:
-        super().__init__(ml, name, mark_delete, durable=True)  # type: ignore[arg-type]
+        super().__init__(ml.cursor_context, name, mark_delete, durable=True)
         self._path = read_only_cursor_path(ml.name, name)
         self._lock_path = read_only_lock_path(ml.name, name)
         self._locked = False
@@ -218,7 +202,7 @@ class ReadOnlyCursor(ManagedCursor):
                 cursor._snapshot_version = found.version
                 cursor._apply(info)
                 cursor._persisted_md = cursor._md
-                ml.entries_skipped += skip_to(cursor, ml.first_position)
+                ml.entries_skipped += cursor.skip_to(ml.first_position)
         except BaseException:
             with contextlib.suppress(MagnetarError):
                 await ml.store.delete(lock_path)
@@ -236,7 +220,7 @@ class ReadOnlyCursor(ManagedCursor):
             await self._cas_snapshot(self._record(-1))
             self._persisted_changes = changes
             self._persisted_md = md
-            self._last_flush_ns = self._ml.clock.monotonic_ns()
+            self._last_flush_ns = self._ctx.clock.monotonic_ns()
             if self._changes == self._persisted_changes:
                 self._dirty.clear()
 
@@ -257,11 +241,11 @@ class ReadOnlyCursor(ManagedCursor):
     async def delete_persisted(self) -> None:
         self._stop()
         with contextlib.suppress(NotFoundError):
-            await self._ml.store.delete(self._path)
+            await self._ctx.store.delete(self._path)
         await self._unlock()
 
     async def _unlock(self) -> None:
         if self._locked:
             self._locked = False
             with contextlib.suppress(MagnetarError):
-                await self._ml.store.delete(self._lock_path)
+                await self._ctx.store.delete(self._lock_path)

@@ -68,7 +68,8 @@ from magnetar.protocol.bookie import (
 )
 from magnetar.protocol.bookie.codec import Message, ServedReadResponse
 from magnetar.storage import Bookie, BookieConfig, BookieStatus, verify_or_create_cookie
-from magnetar.storage.bookie import LiveLedgers, ReadResult
+from magnetar.storage.bookie import ReadResult
+from magnetar.storage.garbage import LiveLedgers
 
 #: What the server sends: any response, a read answer with its stored entry as the storage core gave it.
 Reply = Message | ServedReadResponse

@@ -2,7 +2,7 @@
 
 The broker keeps no data of its own: topics live in managed ledgers on the bookies registered
 in the metadata store (``/ledgers/available``), and which broker serves which topic is decided by
-bundle ownership (``broker.ownership``) through that store. Adding a broker moves no data.
+bundle ownership (``control.ownership``) through that store. Adding a broker moves no data.
 
 One *generation* is everything built on one metadata session: the store client, the ledger
 client, the broker service with its ownership, the Pulsar listener and the load reporter. When
@@ -51,12 +51,12 @@ from magnetar.base.limits import (
     NAMESPACE_BUNDLES_COUNT_MAX,
 )
 from magnetar.broker import BrokerConfig
-from magnetar.broker.balancer import BalancerSettings
-from magnetar.broker.leader import BundleCommands, LoadBalancerLeader
 from magnetar.broker.metrics import BrokerCollector
-from magnetar.broker.ownership import BundleOwnership
 from magnetar.broker.read_only import ReadOnlyLogStore, ReadOnlyRegistration
 from magnetar.broker.service import BrokerService
+from magnetar.control.balancer import BalancerSettings
+from magnetar.control.leader import BundleCommands, LoadBalancerLeader
+from magnetar.control.ownership import BundleOwnership
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.managed_ledger.read_only import OffloadedEntries
 from magnetar.metadata.api import MetadataStore

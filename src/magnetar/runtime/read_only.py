@@ -12,7 +12,7 @@ topic is answered 404 at once and never loads (or takes ownership of) the topic,
 cannot make an owner recover anything. The stream ends when the topic is unloaded or fenced.
 
 Read-only side: ``HttpPositionFeed`` finds the owner of a topic in the metadata store (the
-namespace's bundle boundaries, then the bundle's ownership node, as ``broker.ownership`` writes
+namespace's bundle boundaries, then the bundle's ownership node, as ``control.ownership`` writes
 them) and follows its stream with one pooled HTTP connection per owner.
 """
 
@@ -37,10 +37,10 @@ from magnetar.base.limits import (
     READ_ONLY_FEED_ENTRIES_COUNT_MAX,
 )
 from magnetar.base.types import Position, TopicName
-from magnetar.broker.bundles import NamespaceBundles, local_policies_path
 from magnetar.broker.managed_log import ManagedTopicLog
-from magnetar.broker.ownership import OwnerData, owner_path
 from magnetar.broker.service import BrokerService
+from magnetar.control.bundles import NamespaceBundles, local_policies_path
+from magnetar.control.ownership import OwnerData, owner_path
 from magnetar.managed_ledger.read_only import FeedUpdate, follow_managed_ledger
 from magnetar.managed_ledger.read_only_cursors import LockRecord
 from magnetar.metadata.api import MetadataStore

@@ -7,7 +7,7 @@ capabilities (``SimDisk``, ``SimKeyValueStore``, ``SimNetwork``, ``SimClock``):
 * ``autorecovery`` ``node.autorecovery.start_autorecovery``: an auditor and a replication worker
   that copy the fragments of a bookie that is gone to a live one (four bookies, ensembles of three)
 * ``broker0..``  ``node.ledger.open_ledger_manager`` + ``node.broker.start_broker``; with more than
-  one broker, bundle ownership through the metadata store (``broker.ownership``), so a topic moves
+  one broker, bundle ownership through the metadata store (``control.ownership``), so a topic moves
   when its owner dies or loses its session
 * clients: our ``magnetar.client`` package, one node per producer and consumer: producers with
   deduplication (a fixed name, explicit sequence ids, resent until receipted) and without, one
