@@ -391,12 +391,14 @@ async def test_offloaded_ledgers_whose_bookie_copy_is_gone_are_read_from_the_tie
                             for i in following.ledger_infos()[:-1]))
     await until(lambda: fresh.last_confirmed_entry == following.last_confirmed_entry == max(written))
     reads_before = store.reads_count
+    stored_before = (dict(store.files), {k: dict(v) for k, v in store.manifest.items()})
     for ro in (fresh, following):
         assert {e.position: e.data for e in await ro.read_entries(Position(-1, -1), 100)} == written
         cursor = await ro.open_cursor("from-start", initial_position=ro.first_position)
         assert [e.data for e in await cursor.read_entries(100)] == list(written.values())
         await ro.close()
     assert store.reads_count > reads_before
+    assert (dict(store.files), store.manifest) == stored_before  # read only: no file or manifest entry changed
     assert_never_wrote(transport, manager)
     # The negative control: without the tiered store the entries are gone (a clear error, no loop).
     blind, _, _ = await reader(world, owner)
