@@ -237,6 +237,9 @@ class BrokerNode:
                                if bk.bookkeeper_tls_trust_certs_file_path else self.network)
         self.http: HttpEndpoint | None = None
         self.generation: Generation | None = None
+        #: The generation being stopped: still asked whether it serves a read-only subscription,
+        #: since it may flush that subscription's cursor until it has stopped.
+        self.stopping: Generation | None = None
         self.generations = 0
         self._admin = _CurrentAdmin()
         self._cpu = CpuMeter()
@@ -391,14 +394,21 @@ class BrokerNode:
         return AdminContext(service, cluster=self.config.cluster_name, service_url=self.http_url,
                             service_url_tls=self.https_url, broker_service_url=self.service_url)
 
+    def _serving(self) -> BrokerService | None:
+        """The service the follow and serves endpoints answer for: the current generation's, else
+        the one being stopped (None between generations)."""
+        for generation in (self.generation, self.stopping):
+            if generation is not None and generation.server is not None:
+                return generation.server.service
+        return None
+
     async def run(self, stop: asyncio.Event, *, on_ready: Any = None) -> None:
         """Serve until ``stop`` is set, starting a new generation whenever the session is lost."""
         registry = CollectorRegistry()
         registry.register(_CurrentCollector(self))
         admin = Starlette(routes=[Mount("", app=self._admin)])
         lookup = Starlette(routes=[Mount("", app=self._lookup)])
-        follow = build_follow_app(lambda: self.generation.server.service
-                                  if self.generation is not None and self.generation.server is not None else None)
+        follow = build_follow_app(self._serving)
         mounts = {ADMIN_PATH: admin, LOOKUP_PATH: lookup, FOLLOW_PATH: follow,
                   "": Starlette(routes=[Mount("", app=self._console)])}
         self.http = await start_http(self.config.host, self.config.http_port, health=self.health,
@@ -431,7 +441,11 @@ class BrokerNode:
                 self._admin.app = None
                 self._lookup.app = None
                 self._console.app = None
-                await generation.stop()
+                self.stopping = generation
+                try:
+                    await generation.stop()
+                finally:
+                    self.stopping = None
         finally:
             if self.generation is not None:
                 await self.generation.stop()
