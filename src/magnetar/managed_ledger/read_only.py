@@ -5,12 +5,16 @@ open one for writing, or write the managed ledger's record. It reads the ledger 
 managed ledger's record ``{root}/{name}`` (the owner's ``ManagedLedgerInfo``), opens ledgers with
 ``LedgerManager.open_ledger_no_recovery`` (non-fencing reads, speculative across the write set),
 and learns the LAC of a ledger still open without fencing: once by a quorum LAC read (bookies
-answer ``fence=False``), then from the owner.
+answer ``fence=False``), then from the owner. An offloaded ledger is read as the owner reads it:
+from its bookie copy while the record says it is there, else (or if that fails) from the tiered
+store (``OffloadedEntries``: reads only).
 
 How new entries are learned, without a polling delay (the choice, see docs/read-only-brokers.md):
 the owner *notifies*. A ``PositionFeed`` streams the owner's last confirmed position each time it
 grows (``follow_managed_ledger`` on the owner: one wake-up per acknowledged add batch, coalesced;
-over HTTP between processes). A bookie learns a ledger's LAC only with the next entry or an
+over HTTP between processes), with the fresh entries the owner still caches (``FeedUpdate``),
+which go into our cache before the dispatchers wake, so a subscription at the tail is served
+from memory as on the owner. A bookie learns a ledger's LAC only with the next entry or an
 explicit LAC write, so a reader asking bookies is always one entry behind; the owner knows at once
 and every position it reports is on Qa bookies, so ``LedgerReader.learn_lac`` may adopt it.
 Rollover, trimming, recovery by a new owner and deletion are followed through a metadata watch on
@@ -521,7 +525,7 @@ class ReadOnlyManagedLedger:
             if position not in self._inflight:
                 mine[position] = self._inflight[position] = loop.create_future()
         try:
-            out = await self._read_from_bookies(ledger_id, first, last)
+            out = await self._read_stored(ledger_id, first, last)
         except BaseException as error:
             for position, future in mine.items():
                 del self._inflight[position]
@@ -537,7 +541,7 @@ class ReadOnlyManagedLedger:
                 future.set_result(None)
         return out
 
-    async def _read_from_bookies(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+    async def _read_stored(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
         """Entries of a listed ledger as the owner reads them: an offloaded ledger from its bookie
         copy while the record says it is there, else (or if the bookies fail) from the tiered store."""
         offload = self._list.info_of(ledger_id).offload
