@@ -96,6 +96,9 @@ class InProcessFeed:
     def owner_url(self, topic: str) -> str | None:
         return "pulsar://owner:6650"
 
+    async def find_owner_url(self, topic: str) -> str | None:
+        return "pulsar://owner:6650"
+
 
 class PositionsOnlyFeed(InProcessFeed):
     """The owner's notifications without the entries (as when its cache no longer has them)."""
@@ -477,4 +480,39 @@ async def test_fresh_entries_stay_within_the_brokers_cache_budget() -> None:
     await ro.close()
     await other.close()
     assert budget.bytes == 0
+    await owner.close()
+
+
+class LookupFeed(InProcessFeed):
+    """A feed that knows the owner only once it was looked up (as over HTTP)."""
+
+    def __init__(self, owner: ManagedLedger) -> None:
+        super().__init__(owner)
+        self.known: str | None = None
+
+    def owner_url(self, topic: str) -> str | None:
+        return self.known
+
+    async def find_owner_url(self, topic: str) -> str | None:
+        self.known = "pulsar://owner:6650"
+        return self.known
+
+
+async def test_a_producer_refused_as_soon_as_the_topic_opens_is_told_the_owners_url() -> None:
+    from magnetar.broker.errors import BrokerError
+    from magnetar.broker.read_only import ReadOnlyLogStore
+
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    await owner.add_entry(b"x")
+    other, _, manager = await reader(world, None)
+    await other.close()
+    feed = LookupFeed(owner)
+    logs = ReadOnlyLogStore(manager=manager, metadata=await world.metadata.connect(), clock=world.clock,
+                            feed=feed, holder=lambda: "pulsar://ro-1:6650")
+    assert feed.owner_url(TOPIC) is None  # nothing followed yet: only the lookup at open names it
+    log = await logs.open_log("persistent://public/default/t1", create=False)
+    with pytest.raises(BrokerError, match="publish through its owner pulsar://owner:6650"):
+        log.refuse_producer()
+    await log.read_only_ledger.close()
     await owner.close()

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from urllib.parse import unquote
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import NotFoundError
+from magnetar.base.errors import MagnetarError, NotFoundError
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import (
     BookieCompactedLedgers,
@@ -195,6 +195,11 @@ class ReadOnlyLogStore:
             raise NotFoundError(f"topic {topic} does not exist (a read-only broker never creates topics: "
                            f"create it through its owner)") from error
         feed = self._feed
+        if feed is not None:  # a producer refused right away is told where to publish
+            try:
+                await feed.find_owner_url(topic)
+            except MagnetarError as error:
+                log.info("read-only %s: the owner is not known yet: %s", topic, error)
         return ReadOnlyTopicLog(topic, ml, (lambda: feed.owner_url(topic)) if feed is not None else (lambda: None))
 
     async def list_logs(self, namespace: str) -> list[str]:

@@ -103,6 +103,10 @@ class PositionFeed(Protocol):
         """The owner's service URL as last learned (for refusals), or None."""
         ...
 
+    async def find_owner_url(self, topic: str) -> str | None:
+        """Look the owner's service URL up now (``owner_url`` then knows it), or None: no owner."""
+        ...
+
 
 class OffloadedEntries(Protocol):
     """The one thing a read-only broker asks of the tiered store (``LedgerOffloader`` without the

@@ -140,6 +140,10 @@ class HttpPositionFeed:
     def owner_url(self, topic: str) -> str | None:
         return self._owners.get(topic)
 
+    async def find_owner_url(self, topic: str) -> str | None:
+        data = await self._owner(topic)
+        return data.native_url if data is not None else None
+
     async def _owner(self, topic: str) -> OwnerData | None:
         name = TopicName.parse(topic)
         found = await self._store.get(local_policies_path(name.namespace))
