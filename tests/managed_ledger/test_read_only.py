@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from magnetar.base.errors import NotFoundError
+from magnetar.base.limits import READ_ONLY_FEED_BYTES_MAX
 from magnetar.base.rng import SeededRng
 from magnetar.base.types import BookieId, Position
 from magnetar.ledger.config import LedgerClientConfig
@@ -23,7 +24,12 @@ from magnetar.managed_ledger import ManagedLedger, ManagedLedgerFencedError
 from magnetar.managed_ledger.entry_reader import CacheBudget
 from magnetar.managed_ledger.offload import OffloadStatus, offloaded
 from magnetar.managed_ledger.offload_memory import MemoryOffloader
-from magnetar.managed_ledger.read_only import FeedUpdate, ReadOnlyManagedLedger, follow_managed_ledger
+from magnetar.managed_ledger.read_only import (
+    FeedUpdate,
+    ReadOnlyManagedLedger,
+    follow_managed_ledger,
+    fresh_entries,
+)
 from magnetar.managed_ledger.read_only_cursors import (
     HolderProbe,
     LockRecord,
@@ -515,4 +521,18 @@ async def test_a_producer_refused_as_soon_as_the_topic_opens_is_told_the_owners_
     with pytest.raises(BrokerError, match="publish through its owner pulsar://owner:6650"):
         log.refuse_producer()
     await log.read_only_ledger.close()
+    await owner.close()
+
+
+async def test_an_update_carries_at_most_the_newest_entries_within_the_byte_bound() -> None:
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    big = [bytes([i]) * (READ_ONLY_FEED_BYTES_MAX * 2 // 5) for i in range(3)]  # 1.2 bounds together
+    positions = [await owner.add_entry(data) for data in big]
+    start = Position(positions[0].ledger_id, -1)
+    update = fresh_entries(owner, start, positions[-1])
+    assert update.position == positions[-1]
+    assert (update.first_entry_id, update.payloads) == (positions[1].entry_id, tuple(big[1:]))  # oldest dropped
+    small = fresh_entries(owner, positions[1], positions[-1])
+    assert (small.first_entry_id, small.payloads) == (positions[2].entry_id, (big[2],))
     await owner.close()
