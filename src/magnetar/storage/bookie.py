@@ -309,7 +309,7 @@ class Bookie:
     def read_entry(self, ledger_id: int, entry_id: int) -> ReadResult:
         self.stats.reads_count += 1
         if self.status not in _READABLE:
-            # Before replay finished, "no such entry" could be false (invariant 7 of FAULTS.md).
+            # Before replay finished, "no such entry" could be false (invariant 7 of docs/faults.md).
             return ReadResult(Status.UNAVAILABLE, entry_id, -1)
         state = self._ledgers.get(ledger_id)
         if state is None or state.status is LedgerStatus.DELETED:
