@@ -1,6 +1,6 @@
 """Every named bound in Magnetar that is not a per-deployment config value.
 
-STYLE rule 3: every queue, buffer, batch, retry and in-flight table has a named bound here or in
+docs/style.md rule 3: every queue, buffer, batch, retry and in-flight table has a named bound here or in
 the config; reaching it means backpressure or a typed ``LimitExceededError``, never growth. Names end
 in their unit. Sections belong to layers; add to your layer's section.
 """

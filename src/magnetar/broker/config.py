@@ -42,7 +42,7 @@ class BrokerConfig:
     #: Answer a re-sent (producer_name, sequence_id) already persisted with a (-1,-1) receipt.
     #: Off by default, as in Pulsar (brokerDeduplicationEnabled=false); a namespace or topic turns
     #: it on (deduplicationEnabled), as do MAGNETAR_BROKER_DEDUPLICATION=true and --pulsar-conf.
-    #: The no-duplicates-after-retries guarantee (FAULTS.md invariant 8) holds for producers whose
+    #: The no-duplicates-after-retries guarantee (docs/faults.md invariant 8) holds for producers whose
     #: topic has it on.
     deduplication: bool = False
     #: Broker-wide policy defaults, used where neither the namespace nor the topic sets one
