@@ -124,7 +124,7 @@ async def test_reads_follow_the_owner_across_rollovers_without_writing_or_fencin
     assert woken and woken[-1] == later[-1]
     entries = await ro.read_entries(first[-1].next(), 100)
     assert [e.position for e in entries] == later
-    assert [e.data for e in entries] == [f"n{i}".encode() for i in range(5)]
+    assert [e.payload for e in entries] == [f"n{i}".encode() for i in range(5)]
     assert_never_wrote(transport, manager)
     assert transport.counts.get("read", 0) > 0
     await ro.close()
@@ -139,7 +139,7 @@ async def test_the_newest_entry_is_readable_at_once_not_one_behind() -> None:
     ro, transport, manager = await reader(world, owner)
     position = await owner.add_entry(b"only")
     await until(lambda: ro.last_confirmed_entry == position)
-    assert [e.data for e in await ro.read_entries(position, 10)] == [b"only"]
+    assert [e.payload for e in await ro.read_entries(position, 10)] == [b"only"]
     assert_never_wrote(transport, manager)
     await ro.close()
     await owner.close()
@@ -262,7 +262,7 @@ async def test_subscriptions_reading_the_same_fresh_entries_share_one_bookie_rea
     await until(lambda: ro.last_confirmed_entry == positions[-1])
     before = transport.counts.get("read", 0)
     reads = await asyncio.gather(*(ro.read_entries(positions[0], 10) for _ in range(50)))
-    assert all([e.data for e in r] == [f"m{i}".encode() for i in range(5)] for r in reads)
+    assert all([e.payload for e in r] == [f"m{i}".encode() for i in range(5)] for r in reads)
     assert transport.counts.get("read", 0) - before == 5  # one per entry, not one per subscription
     assert_never_wrote(transport, manager)
     await ro.close()

@@ -33,7 +33,7 @@ class _Link:
         moved = 0
         for entry in await self.source.log.read(self.next, 10_000):
             self.next = entry.position.next()
-            metadata, payload = split_stored_entry(entry.data)
+            metadata, payload = split_stored_entry(entry.payload)
             await self.controller.observe(entry.position, metadata, payload)
             if should_replicate(metadata, self.remote_name):
                 metadata.replicated_from = self.local
@@ -102,7 +102,7 @@ def _unacked_data(subscription: Subscription, topic: Topic, entries: list[tuple[
 
 
 async def _entries(topic: Topic) -> list[tuple[Position, bool]]:
-    return [(e.position, split_stored_entry(e.data)[0].marker_type != 0) for e in await topic.log.read(EARLIEST, 10_000)]
+    return [(e.position, split_stored_entry(e.payload)[0].marker_type != 0) for e in await topic.log.read(EARLIEST, 10_000)]
 
 
 def test_idle_convergence_carries_holes_and_markers_never_count() -> None:

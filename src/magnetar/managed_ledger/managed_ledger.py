@@ -51,6 +51,7 @@ from typing import Any
 
 from magnetar import faults
 from magnetar.base.clock import Clock
+from magnetar.base.entry import Entry
 from magnetar.base.errors import (
     BadVersion,
     FencedError,
@@ -67,7 +68,6 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger.append import AppendPipeline
 from magnetar.managed_ledger.config import ManagedLedgerConfig, OpenRecovery
 from magnetar.managed_ledger.cursor import CursorContext, ManagedCursor, cursor_name_from_node
-from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.entry_reader import CacheBudget, EntryReader
 from magnetar.managed_ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
 from magnetar.managed_ledger.ledger_list import LedgerList
@@ -452,13 +452,13 @@ class ManagedLedger:
 
     # --- reads -----------------------------------------------------------------------------------
 
-    async def read_entries(self, start: Position, count_max: int) -> list[ManagedEntry]:
+    async def read_entries(self, start: Position, count_max: int) -> list[Entry]:
         """Up to ``count_max`` acknowledged entries from ``start`` on (across ledgers, in order)."""
         if not 1 <= count_max <= MANAGED_LEDGER_READ_COUNT_MAX:
             raise InvalidArgument(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
         if self._states.state is MLState.CLOSED:
             raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
-        result: list[ManagedEntry] = []
+        result: list[Entry] = []
         position = self.first_at_or_after(start)
         appends = self._appends
         while position is not None and position <= appends.last_confirmed and len(result) < count_max:
@@ -475,7 +475,7 @@ class ManagedLedger:
             position = self.first_at_or_after(Position(position.ledger_id, last + 1))
         return result
 
-    async def read_ledger_from_bookies(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+    async def read_ledger_from_bookies(self, ledger_id: int, first: int, last: int) -> list[Entry]:
         """Entries ``first..last`` of a sealed ledger from its bookies (what an offload copies)."""
         return await self._entries.read(ledger_id, first, last, None, None)
 
@@ -484,7 +484,7 @@ class ManagedLedger:
         assert offloader is not None
         return await offloader.read_entries(LedgerLocation(self.name, ledger_id, context.uid), first, last)
 
-    async def read_entry(self, position: Position) -> ManagedEntry:
+    async def read_entry(self, position: Position) -> Entry:
         entries = await self.read_entries(position, 1)
         if not entries or entries[0].position != position:
             raise NotFound(f"no entry at {position} in {self.name}")
@@ -495,7 +495,7 @@ class ManagedLedger:
         await self._appends.wait_for_entries_after(position)
 
     async def find_newest_matching(
-        self, predicate: Callable[[ManagedEntry], Awaitable[bool] | bool], *, start: Position | None = None
+        self, predicate: Callable[[Entry], Awaitable[bool] | bool], *, start: Position | None = None
     ) -> Position | None:
         """Binary search: the last entry for which ``predicate`` holds, given it holds on a prefix.
 
