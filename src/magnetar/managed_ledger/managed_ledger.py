@@ -124,6 +124,10 @@ class ManagedLedger:
         self._entries.offloaded_reader = self._read_offloaded if offloader is not None else None
         self._appends = AppendPipeline(name, config=config, clock=clock, states=self._states, ledgers=self._list,
                                        cache=self._entries, host=self)
+        # The pipeline's own methods, unwrapped (called per message): see ``AppendPipeline.append``
+        # (the one append operation) and ``AppendPipeline.has_room``.
+        self.append = self._appends.append
+        self.has_room = self._appends.has_room
         self.offload = ManagedLedgerOffload(self, offloader)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cursors: dict[str, ManagedCursor] = {}
@@ -341,24 +345,9 @@ class ManagedLedger:
         await appends.wait_for_room()
         return await asyncio.shield(appends.append(data))
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
-        """The one append operation: queue ``data`` and return a future of its position, set once
-        the ledger acknowledged it (Qa durable); positions grow strictly in call order. Do not
-        cancel it. Raises at once ``ManagedLedgerFenced`` once another owner took over,
-        ``ManagedLedgerTerminated``/``ManagedLedgerClosed``/``ManagedLedgerWriteFailed``, and
-        ``LimitExceeded`` when ``add_queue_count_max`` appends are queued or in flight (call
-        ``wait_for_room`` first). The future fails with the ledger error that failed the add (its
-        outcome is then undecided: it may appear in the log after recovery).
-        """
-        return self._appends.append(data)
-
     @property
     def pending_add_count(self) -> int:
         return self._appends.pending_add_count
-
-    def has_room(self) -> bool:
-        """Whether ``append`` can take an append now (no one waits for room before us)."""
-        return self._appends.has_room()
 
     async def wait_for_room(self) -> None:
         """Backpressure: return once ``append`` can take an append (first in, first out), or the
