@@ -16,29 +16,29 @@ an explicit reset, and what it persists is a state it really had.
 from magnetar.managed_ledger.config import CursorRecovery, ManagedLedgerConfig, OpenRecovery
 from magnetar.managed_ledger.cursor import CursorState, ManagedCursor
 from magnetar.managed_ledger.errors import (
-    CursorNotFound,
-    InvalidCursorPosition,
-    ManagedLedgerClosed,
-    ManagedLedgerFenced,
-    ManagedLedgerTerminated,
+    CursorNotFoundError,
+    InvalidCursorPositionError,
+    ManagedLedgerClosedError,
+    ManagedLedgerFencedError,
+    ManagedLedgerTerminatedError,
 )
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
 from magnetar.managed_ledger.ranges import PositionRangeSet
 
 __all__ = [
-    "CursorNotFound",
+    "CursorNotFoundError",
     "CursorRecovery",
     "CursorState",
-    "InvalidCursorPosition",
+    "InvalidCursorPositionError",
     "MLState",
     "ManagedCursor",
     "ManagedLedger",
-    "ManagedLedgerClosed",
+    "ManagedLedgerClosedError",
     "ManagedLedgerConfig",
     "ManagedLedgerFactory",
-    "ManagedLedgerFenced",
-    "ManagedLedgerTerminated",
+    "ManagedLedgerFencedError",
+    "ManagedLedgerTerminatedError",
     "OpenRecovery",
     "PositionRangeSet",
 ]

@@ -46,7 +46,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import FencedError, LimitExceeded, MagnetarError
+from magnetar.base.errors import FencedError, LimitExceededError, MagnetarError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX
 from magnetar.base.types import Position
@@ -54,10 +54,10 @@ from magnetar.ledger.handle import LedgerHandle
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.entry_reader import EntryReader
 from magnetar.managed_ledger.errors import (
-    ManagedLedgerClosed,
-    ManagedLedgerFenced,
-    ManagedLedgerTerminated,
-    ManagedLedgerWriteFailed,
+    ManagedLedgerClosedError,
+    ManagedLedgerFencedError,
+    ManagedLedgerTerminatedError,
+    ManagedLedgerWriteFailedError,
 )
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.state import WRITABLE, MLState, MLStateMachine
@@ -144,23 +144,23 @@ class AppendPipeline:
         state = self._states.state
         if state in WRITABLE:
             if self.write_failure is not None:
-                raise ManagedLedgerWriteFailed(
+                raise ManagedLedgerWriteFailedError(
                     f"managed ledger {self.name}: earlier adds failed ({self.write_failure}); "
                     "no add is accepted until the failure is settled")
             return
         if state is MLState.FENCED:
-            raise ManagedLedgerFenced(f"managed ledger {self.name} is fenced: {self._states.fenced_by}")
+            raise ManagedLedgerFencedError(f"managed ledger {self.name} is fenced: {self._states.fenced_by}")
         if state is MLState.TERMINATED:
-            raise ManagedLedgerTerminated(f"managed ledger {self.name} is terminated")
-        raise ManagedLedgerClosed(f"managed ledger {self.name} is {state.value}")
+            raise ManagedLedgerTerminatedError(f"managed ledger {self.name} is terminated")
+        raise ManagedLedgerClosedError(f"managed ledger {self.name} is {state.value}")
 
     def append(self, data: bytes) -> asyncio.Future[Position]:
         """The one append operation (``ManagedLedger.append`` is this method): queue ``data`` and
         return a future of its position, set once the ledger acknowledged it (Qa durable);
         positions grow strictly in call order. Do not cancel it. Raises at once
-        ``ManagedLedgerFenced`` once another owner took over,
-        ``ManagedLedgerTerminated``/``ManagedLedgerClosed``/``ManagedLedgerWriteFailed``, and
-        ``LimitExceeded`` when ``add_queue_count_max`` appends are queued or in flight (call
+        ``ManagedLedgerFencedError`` once another owner took over,
+        ``ManagedLedgerTerminatedError``/``ManagedLedgerClosedError``/``ManagedLedgerWriteFailedError``,
+        and ``LimitExceededError`` when ``add_queue_count_max`` appends are queued or in flight (call
         ``wait_for_room`` first). The future fails with the ledger error that failed the add (its
         outcome is then undecided: it may appear in the log after recovery).
         """
@@ -168,7 +168,7 @@ class AppendPipeline:
             self.check_writable()
         pending = self.pending_add_count
         if pending >= self.config.add_queue_count_max:
-            raise LimitExceeded("add_queue_count_max", pending + 1, self.config.add_queue_count_max)
+            raise LimitExceededError("add_queue_count_max", pending + 1, self.config.add_queue_count_max)
         op = _OpAdd(bytes(data), asyncio.get_running_loop().create_future())
         self._queue.append(op)
         self.kick()
@@ -348,7 +348,7 @@ class AppendPipeline:
     def _finish_add(self, current: CurrentLedger, op: _OpAdd, expected_entry_id: int, entry_id: int | None,
                     error: BaseException | None) -> None:
         if isinstance(error, FencedError):
-            op.error = ManagedLedgerFenced(f"managed ledger {self.name}: ledger {current.handle.ledger_id} fenced")
+            op.error = ManagedLedgerFencedError(f"managed ledger {self.name}: ledger {current.handle.ledger_id} fenced")
             self._host.become_fenced(error)
         elif isinstance(error, MagnetarError):
             op.error = error
@@ -400,7 +400,7 @@ class AppendPipeline:
         """The failed ledger ``old`` was recovered and closed at ``last``: its undecided adds with
         an entry id up to ``last`` are stored there (each wrote its own entry: one writer, ids in
         start order); the rest are not stored and go back to the head of the queue, in order.
-        ``LimitExceeded`` if the first of those was written too often already."""
+        ``LimitExceededError`` if the first of those was written too often already."""
         undecided = list(old.undecided)
         old.undecided.clear()
         invariant(last < old.started_count, f"recovered end {last} beyond the {old.started_count} adds started")
@@ -418,7 +418,7 @@ class AppendPipeline:
                  "%d are written again to the next ledger", self.name, old.handle.ledger_id, last,
                  len(undecided) - len(resend), len(resend))
         if resend and resend[0].attempts >= MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX", resend[0].attempts + 1,
+            raise LimitExceededError("MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX", resend[0].attempts + 1,
                                 MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX)
 
     def fail_queued(self, error: MagnetarError, *, write_failure: bool = True) -> None:
@@ -453,7 +453,7 @@ class AppendPipeline:
             self.check_writable()
         current = self.current
         if current is not None and current.failed:
-            raise ManagedLedgerWriteFailed(f"managed ledger {self.name}: ledger {current.handle.ledger_id} "
+            raise ManagedLedgerWriteFailedError(f"managed ledger {self.name}: ledger {current.handle.ledger_id} "
                                            "failed and could not be recovered and replaced yet")
         self.write_failure = None
 

@@ -39,12 +39,12 @@ from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.entry import Entry
 from magnetar.base.errors import (
-    BadVersion,
+    BadVersionError,
     FencedError,
-    InvalidArgument,
-    LimitExceeded,
+    InvalidArgumentError,
+    LimitExceededError,
     MagnetarError,
-    NotFound,
+    NotFoundError,
 )
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
@@ -56,7 +56,11 @@ from magnetar.base.types import Position
 from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger.config import CursorRecovery, ManagedLedgerConfig
-from magnetar.managed_ledger.errors import InvalidCursorPosition, ManagedLedgerClosed, ManagedLedgerFenced
+from magnetar.managed_ledger.errors import (
+    InvalidCursorPositionError,
+    ManagedLedgerClosedError,
+    ManagedLedgerFencedError,
+)
 from magnetar.managed_ledger.ranges import PositionRangeSet
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.records import BatchIndexAck, CursorInfo, PositionRange, PositionRecord, decode, encode
@@ -68,7 +72,7 @@ _WORD_MASK = (1 << _WORD_BITS) - 1
 def cursor_node_name(name: str) -> str:
     """The metadata node name of cursor ``name`` (URL-encoded, as Pulsar's subscription names are)."""
     if not name:
-        raise InvalidArgument("cursor name must not be empty")
+        raise InvalidArgumentError("cursor name must not be empty")
     return quote(name, safe="")
 
 
@@ -183,7 +187,7 @@ class ManagedCursor:
         cursor = cls(context, name, mark_delete, durable=True)
         try:
             cursor._snapshot_version = await context.store.put(cursor._path, encode(cursor._record(-1)), -1)
-        except BadVersion:
+        except BadVersionError:
             return await cls.recover(context, name)  # created meanwhile (or left by a previous owner)
         cursor._start_flusher()
         return cursor
@@ -198,7 +202,7 @@ class ManagedCursor:
         path = f"{context.ml_path}/{cursor_node_name(name)}"
         found = await context.store.get(path)
         if found is None:
-            raise NotFound(f"cursor {name} of {context.ml_name} has no snapshot")
+            raise NotFoundError(f"cursor {name} of {context.ml_name} has no snapshot")
         info = decode(CursorInfo, found.value)
         if info.cursor_ledger_id >= 0 and context.config.cursor_recovery is CursorRecovery.NEWEST:
             info = await cls._newest_from_ledger(context, info)
@@ -216,7 +220,7 @@ class ManagedCursor:
     async def _newest_from_ledger(context: CursorContext, info: CursorInfo) -> CursorInfo:
         try:
             reader = await context.manager.open_ledger(info.cursor_ledger_id)
-        except NotFound:
+        except NotFoundError:
             return info  # the ledger was already replaced and deleted: the snapshot is newest
         last = reader.last_add_confirmed
         if last < 0:
@@ -293,13 +297,13 @@ class ManagedCursor:
 
     def _check_active(self) -> None:
         if self._state is CursorState.FENCED:
-            raise ManagedLedgerFenced(f"cursor {self.name} of {self._ctx.ml_name} was taken over")
+            raise ManagedLedgerFencedError(f"cursor {self.name} of {self._ctx.ml_name} was taken over")
         if self._state is CursorState.CLOSED:
-            raise ManagedLedgerClosed(f"cursor {self.name} of {self._ctx.ml_name} is closed")
+            raise ManagedLedgerClosedError(f"cursor {self.name} of {self._ctx.ml_name} is closed")
 
     def _check_in_log(self, position: Position) -> None:
         if position > self._log.last_confirmed_entry:
-            raise InvalidCursorPosition(f"{position} is after the last entry {self._log.last_confirmed_entry}")
+            raise InvalidCursorPositionError(f"{position} is after the last entry {self._log.last_confirmed_entry}")
 
     async def mark_delete(self, position: Position, properties: dict[str, int] | None = None) -> None:
         """Acknowledge every entry up to ``position``. An older position changes nothing (never back)."""
@@ -332,19 +336,19 @@ class ManagedCursor:
         self._check_active()
         self._check_in_log(position)
         if not 1 <= batch_size <= MANAGED_CURSOR_BATCH_SIZE_MAX:
-            raise InvalidArgument(f"batch_size must be 1..{MANAGED_CURSOR_BATCH_SIZE_MAX}")
+            raise InvalidArgumentError(f"batch_size must be 1..{MANAGED_CURSOR_BATCH_SIZE_MAX}")
         if self.is_deleted(position):
             return
         mask = self._batch.get(position, 0)
         for index in indexes:
             if not 0 <= index < batch_size:
-                raise InvalidArgument(f"batch index {index} outside 0..{batch_size - 1}")
+                raise InvalidArgumentError(f"batch index {index} outside 0..{batch_size - 1}")
             mask |= 1 << index
         if mask == (1 << batch_size) - 1:
             await self.delete([position])
             return
         if position not in self._batch and len(self._batch) >= MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX", len(self._batch) + 1, MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX)
+            raise LimitExceededError("MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX", len(self._batch) + 1, MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX)
         if mask != self._batch.get(position):
             self._batch[position] = mask
             await self._after_change()
@@ -508,7 +512,7 @@ class ManagedCursor:
             await ledger.add_entry(encode(record))
             await faults.point("managed_ledger.cursor.mid_flush")
             await self._cas_snapshot(record)
-        except ManagedLedgerFenced:
+        except ManagedLedgerFencedError:
             await self._delete_quietly(ledger.ledger_id)
             raise
         old, self._ledger, self._ledger_entries = self._ledger, ledger, 1
@@ -534,13 +538,13 @@ class ManagedCursor:
     async def _cas_snapshot(self, record: CursorInfo) -> None:
         try:
             self._snapshot_version = await self._ctx.store.put(self._path, encode(record), self._snapshot_version)
-        except BadVersion as exc:
+        except BadVersionError as exc:
             self._fence(exc)
 
     def _fence(self, cause: MagnetarError) -> NoReturn:
         if self._state is CursorState.ACTIVE:
             self._move(CursorState.FENCED)
-        raise ManagedLedgerFenced(f"cursor {self.name} of {self._ctx.ml_name} was taken over: {cause}") from cause
+        raise ManagedLedgerFencedError(f"cursor {self.name} of {self._ctx.ml_name} was taken over: {cause}") from cause
 
     def on_ledger_fenced(self) -> None:
         if self._state is CursorState.ACTIVE:
@@ -586,7 +590,7 @@ class ManagedCursor:
             await self._delete_quietly(self._stale_ledger_id)
         try:
             await self._ctx.store.delete(self._path)
-        except NotFound:
+        except NotFoundError:
             return
 
     def __repr__(self) -> str:

@@ -5,11 +5,11 @@ Protocol (Pulsar's ``ManagedLedgerImpl``, ``shared/seeds/002_*``):
 * **Open**: read ``ManagedLedgerInfo`` at ``{root}/{name}``; recover (fence + close) the last two
   listed ledgers, which the previous owner may still be writing (a crash between the rollover CAS
   and the close of the old ledger leaves two open); create a new ledger and CAS the list. A lost
-  CAS means another owner took the topic: the open fails with ``ManagedLedgerFenced``.
+  CAS means another owner took the topic: the open fails with ``ManagedLedgerFencedError``.
 * **Append** (``append``, the one append operation; ``add_entry`` is ``wait_for_room`` + it): the
   ``AppendPipeline`` (``managed_ledger/append.py``) queues, starts adds on the current ledger and
   tells callers strictly in position order once the ledger acknowledged them (Qa bookies durable).
-  A ``FencedError`` from the ledger or a ``BadVersion`` on the info means another owner took over:
+  A ``FencedError`` from the ledger or a ``BadVersionError`` on the info means another owner took over:
   the state becomes FENCED and every queued and later append fails.
 * **A failed add** (a bookie died or hung and none can replace it) is *undecided*: the pipeline
   asks for a rollover, which recovers the failed ledger (fence + read forward) and hands the
@@ -53,12 +53,12 @@ from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.entry import Entry
 from magnetar.base.errors import (
-    BadVersion,
+    BadVersionError,
     FencedError,
-    InvalidArgument,
-    LimitExceeded,
+    InvalidArgumentError,
+    LimitExceededError,
     MagnetarError,
-    NotFound,
+    NotFoundError,
 )
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import MANAGED_LEDGER_CURSORS_COUNT_MAX, MANAGED_LEDGER_READ_COUNT_MAX
@@ -69,14 +69,14 @@ from magnetar.managed_ledger.append import AppendPipeline
 from magnetar.managed_ledger.config import ManagedLedgerConfig, OpenRecovery
 from magnetar.managed_ledger.cursor import CursorContext, ManagedCursor, cursor_name_from_node
 from magnetar.managed_ledger.entry_reader import CacheBudget, EntryReader
-from magnetar.managed_ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
+from magnetar.managed_ledger.errors import ManagedLedgerClosedError, ManagedLedgerFencedError
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.offload import LedgerLocation, LedgerOffloader, ManagedLedgerOffload, offloaded
 from magnetar.managed_ledger.read_only_cursors import delete_read_only_cursors, read_only_mark_deletes
 from magnetar.managed_ledger.retention import trimmable_ledgers
 from magnetar.managed_ledger.state import TRANSITIONS, WRITABLE, MLState, MLStateMachine
 from magnetar.metadata.api import MetadataStore
-from magnetar.metadata.errors import NodeExists
+from magnetar.metadata.errors import NodeExistsError
 from magnetar.metadata.records import (
     LedgerInfo,
     ManagedLedgerInfo,
@@ -181,7 +181,7 @@ class ManagedLedger:
             now_ms = self._clock.now_ms()
             try:
                 await self._cas_info([*ledgers, LedgerInfo(handle.ledger_id, 0, 0, now_ms)])
-            except ManagedLedgerFenced:
+            except ManagedLedgerFencedError:
                 await self._delete_quietly(handle.ledger_id)
                 raise
             appends.install(handle)
@@ -201,10 +201,10 @@ class ManagedLedger:
             info = ManagedLedgerInfo(ledgers=[])
             try:
                 return info, await self._store.put(self.path, encode(info), -1)
-            except NodeExists:
+            except NodeExistsError:
                 found = await self._store.get(self.path)
                 if found is None:
-                    raise ManagedLedgerFenced(f"{self.name}: info created and deleted under us") from None
+                    raise ManagedLedgerFencedError(f"{self.name}: info created and deleted under us") from None
         return decode(ManagedLedgerInfo, found.value), found.version
 
     async def _recover_ledger(self, info: LedgerInfo) -> LedgerInfo:
@@ -240,7 +240,7 @@ class ManagedLedger:
             return
         self._states.fenced_by = cause
         self._move(MLState.FENCED)
-        error = ManagedLedgerFenced(f"managed ledger {self.name} was taken over: {cause}")
+        error = ManagedLedgerFencedError(f"managed ledger {self.name} was taken over: {cause}")
         self._appends.fail_queued(error, write_failure=False)
         for cursor in list(self.cursors.values()):
             cursor.on_ledger_fenced()
@@ -248,7 +248,7 @@ class ManagedLedger:
     # --- ledger list ------------------------------------------------------------------------------
 
     async def _cas_info(self, ledgers: list[LedgerInfo]) -> None:
-        """Replace the stored list (CAS on the version we hold); BadVersion: we were taken over."""
+        """Replace the stored list (CAS on the version we hold); BadVersionError: we were taken over."""
         terminated = self._terminated_at
         info = ManagedLedgerInfo(
             ledgers=ledgers,
@@ -256,9 +256,9 @@ class ManagedLedger:
         )
         try:
             self._info_version = await self._store.put(self.path, encode(info), self._info_version)
-        except BadVersion as exc:
+        except BadVersionError as exc:
             self.become_fenced(exc)
-            raise ManagedLedgerFenced(f"managed ledger {self.name}: info changed by another owner") from exc
+            raise ManagedLedgerFencedError(f"managed ledger {self.name}: info changed by another owner") from exc
         self._list.set(ledgers)
 
     # --- positions -------------------------------------------------------------------------------
@@ -399,7 +399,7 @@ class ManagedLedger:
             invariant(self._list.ids[-1] == old.handle.ledger_id, "the current ledger is listed last")
             try:
                 await self._cas_info([*self._list.infos[:-1], closed, LedgerInfo(handle.ledger_id, 0, 0, now_ms)])
-            except ManagedLedgerFenced:
+            except ManagedLedgerFencedError:
                 await self._delete_quietly(handle.ledger_id)
                 raise
         await faults.point("managed_ledger.rollover.after_cas")
@@ -419,7 +419,7 @@ class ManagedLedger:
             await handle.close()
         except FencedError as exc:
             self.become_fenced(exc)
-            raise ManagedLedgerFenced(f"{self.name}: ledger {handle.ledger_id} fenced at close") from exc
+            raise ManagedLedgerFencedError(f"{self.name}: ledger {handle.ledger_id} fenced at close") from exc
         except MagnetarError:
             # The list already holds its final count; recovery closes it at the same end.
             try:
@@ -444,9 +444,9 @@ class ManagedLedger:
     async def read_entries(self, start: Position, count_max: int) -> list[Entry]:
         """Up to ``count_max`` acknowledged entries from ``start`` on (across ledgers, in order)."""
         if not 1 <= count_max <= MANAGED_LEDGER_READ_COUNT_MAX:
-            raise InvalidArgument(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
+            raise InvalidArgumentError(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
         if self._states.state is MLState.CLOSED:
-            raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
         result: list[Entry] = []
         position = self.first_at_or_after(start)
         appends = self._appends
@@ -476,7 +476,7 @@ class ManagedLedger:
     async def read_entry(self, position: Position) -> Entry:
         entries = await self.read_entries(position, 1)
         if not entries or entries[0].position != position:
-            raise NotFound(f"no entry at {position} in {self.name}")
+            raise NotFoundError(f"no entry at {position} in {self.name}")
         return entries[0]
 
     async def wait_for_entries_after(self, position: Position) -> None:
@@ -515,12 +515,12 @@ class ManagedLedger:
     async def open_cursor(self, name: str, *, initial_position: Position | None = None) -> ManagedCursor:
         """The durable cursor ``name`` (created at ``initial_position``, default latest, if new)."""
         if self._states.state is MLState.CLOSED:
-            raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
         found = self.cursors.get(name)
         if found is not None:
             return found
         if len(self.cursors) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self.cursors) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
+            raise LimitExceededError("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self.cursors) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
         start = self._appends.last_confirmed if initial_position is None else initial_position
         cursor = await ManagedCursor.create(self.cursor_context, name, start)
         self.cursors[name] = cursor
@@ -530,7 +530,7 @@ class ManagedLedger:
         """An in-memory cursor (readers): same API, nothing persisted, does not hold back trimming."""
         cursor = ManagedCursor.non_durable(self.cursor_context, self._appends.last_confirmed if start is None else start)
         if len(self._non_durable) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self._non_durable) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
+            raise LimitExceededError("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self._non_durable) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
         self._non_durable.add(cursor)
         return cursor
 
@@ -562,7 +562,7 @@ class ManagedLedger:
             kept = [info for info in self._list.infos if info.ledger_id not in doomed]
             try:
                 await self._cas_info(kept)
-            except ManagedLedgerFenced:
+            except ManagedLedgerFencedError:
                 return []
         for ledger_id in doomed:
             self._entries.forget_ledger(ledger_id)
@@ -605,7 +605,7 @@ class ManagedLedger:
 
     async def record_offload(self, ledger_id: int, context: OffloadContext) -> bool:
         """Record ``context`` on ``ledger_id``'s entry of the list (CAS); False if it is no
-        longer listed (trimmed). ``ManagedLedgerFenced`` if another owner took over."""
+        longer listed (trimmed). ``ManagedLedgerFencedError`` if another owner took over."""
         async with self._info_lock:
             if self._list.find(ledger_id) is None:
                 return False
@@ -622,7 +622,7 @@ class ManagedLedger:
         self._entries.forget_ledger(ledger_id)
         try:
             await self._manager.delete_ledger(ledger_id)
-        except NotFound:
+        except NotFoundError:
             return
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -674,7 +674,7 @@ class ManagedLedger:
                 await current.handle.close()
             except MagnetarError:
                 pass  # fenced or failed: the next owner's recovery decides the end
-        appends.fail_queued(ManagedLedgerClosed(f"managed ledger {self.name} closed"), write_failure=False)
+        appends.fail_queued(ManagedLedgerClosedError(f"managed ledger {self.name} closed"), write_failure=False)
         self._move(MLState.CLOSED)
         self._entries.clear()
         appends.notify_entry_waiters()

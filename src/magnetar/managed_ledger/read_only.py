@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from magnetar.base.clock import Clock
 from magnetar.base.entry import Entry
-from magnetar.base.errors import BadVersion, InvalidArgument, MagnetarError, NotFound
+from magnetar.base.errors import BadVersionError, InvalidArgumentError, MagnetarError, NotFoundError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
     MANAGED_LEDGER_CACHE_BYTES_MAX,
@@ -52,12 +52,12 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.reader import LedgerReader
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.cursor import CursorContext, CursorState, ManagedCursor
-from magnetar.managed_ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
+from magnetar.managed_ledger.errors import ManagedLedgerClosedError, ManagedLedgerFencedError
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
 from magnetar.managed_ledger.read_only_cursors import read_only_cursor_path, read_only_lock_path
 from magnetar.metadata.api import EventKind, MetadataStore, Watch, WatchEvent
-from magnetar.metadata.errors import NodeExists
+from magnetar.metadata.errors import NodeExistsError
 from magnetar.metadata.records import CursorInfo, LedgerInfo, ManagedLedgerInfo, decode, encode
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ class ReadOnlyManagedLedger:
     async def open(cls, topic: str, name: str, path: str, *, manager: LedgerManager, store: MetadataStore,
                    clock: Clock, config: ManagedLedgerConfig, feed: PositionFeed | None,
                    holder: str) -> ReadOnlyManagedLedger:
-        """Open ``name`` read-only; ``NotFound`` when the owner never created it."""
+        """Open ``name`` read-only; ``NotFoundError`` when the owner never created it."""
         ml = cls(topic, name, path, manager=manager, store=store, clock=clock, config=config, feed=feed,
                  holder=holder)
         ml._watch = await store.watch(path, ml._on_watch)
@@ -199,7 +199,7 @@ class ReadOnlyManagedLedger:
                 if self._list.ids:  # deleted by the owner: stop serving
                     self._spawn(self.close())
                     return
-                raise NotFound(f"managed ledger {self.name} does not exist")
+                raise NotFoundError(f"managed ledger {self.name} does not exist")
             info = decode(ManagedLedgerInfo, found.value)
             if info.terminated_position is not None:
                 self._terminated_at = Position(info.terminated_position.ledger_id,
@@ -409,9 +409,9 @@ class ReadOnlyManagedLedger:
         """Up to ``count_max`` acknowledged entries from ``start`` on (across ledgers, in order);
         ledgers retention removed are skipped."""
         if not 1 <= count_max <= MANAGED_LEDGER_READ_COUNT_MAX:
-            raise InvalidArgument(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
+            raise InvalidArgumentError(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
         if self._state is ReadOnlyState.CLOSED:
-            raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
         result: list[Entry] = []
         position = self.first_at_or_after(start)
         while position is not None and position <= self._lce and len(result) < count_max:
@@ -421,7 +421,7 @@ class ReadOnlyManagedLedger:
             last = min(last, position.entry_id + count_max - len(result) - 1)
             try:
                 result.extend(await self._read_range(position.ledger_id, position.entry_id, last))
-            except NotFound:
+            except NotFoundError:
                 if result:
                     return result  # the rest after a re-read of the list
                 await self.refresh()  # trimmed under us: the list no longer names it
@@ -433,7 +433,7 @@ class ReadOnlyManagedLedger:
     async def read_entry(self, position: Position) -> Entry:
         entries = await self.read_entries(position, 1)
         if not entries or entries[0].position != position:
-            raise NotFound(f"no entry at {position} in {self.name}")
+            raise NotFoundError(f"no entry at {position} in {self.name}")
         return entries[0]
 
     async def _read_range(self, ledger_id: int, first: int, last: int) -> list[Entry]:
@@ -469,7 +469,7 @@ class ReadOnlyManagedLedger:
             for position, future in mine.items():
                 del self._inflight[position]
                 if not future.done():
-                    future.set_exception(NotFound(f"read of {position} failed: {error}"))
+                    future.set_exception(NotFoundError(f"read of {position} failed: {error}"))
                     future.exception()  # retrieved: a waiter that gave up must not log it
             raise
         for entry in out:
@@ -486,8 +486,8 @@ class ReadOnlyManagedLedger:
         reader.learn_lac(readable)
         try:
             entries = await reader.read_entries(first, last)
-        except InvalidArgument as error:
-            raise NotFound(str(error)) from error
+        except InvalidArgumentError as error:
+            raise NotFoundError(str(error)) from error
         except MagnetarError:
             # The owner may have replaced a bookie (ensemble change) since we read the ledger's
             # metadata: read it again and ask the new ensemble once.
@@ -534,9 +534,9 @@ class ReadOnlyManagedLedger:
     async def open_cursor(self, name: str, *, initial_position: Position | None = None) -> ReadOnlyCursor:
         """The read-only durable cursor ``name``: its stored record, else new at ``initial_position``.
 
-        Served by one broker at a time: ``ManagedLedgerFenced`` names the broker serving it."""
+        Served by one broker at a time: ``ManagedLedgerFencedError`` names the broker serving it."""
         if self._state is ReadOnlyState.CLOSED:
-            raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
         found = self.cursors.get(name)
         if found is not None:
             return found
@@ -547,7 +547,7 @@ class ReadOnlyManagedLedger:
             if found is not None:
                 return found
         if len(self.cursors) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
-            raise InvalidArgument(f"more than {MANAGED_LEDGER_CURSORS_COUNT_MAX} cursors")
+            raise InvalidArgumentError(f"more than {MANAGED_LEDGER_CURSORS_COUNT_MAX} cursors")
         cursor = await ReadOnlyCursor.open(self, name, self._lce if initial_position is None else initial_position)
         self.cursors[name] = cursor
         return cursor
@@ -617,7 +617,7 @@ class ReadOnlyManagedLedger:
 
     # What a ManagedLedger's owner does and a reader never may: loud if anything asks.
     def append(self, data: bytes) -> asyncio.Future[Position]:
-        raise ManagedLedgerFenced(f"managed ledger {self.name} is opened read-only")
+        raise ManagedLedgerFencedError(f"managed ledger {self.name} is opened read-only")
 
     def has_room(self) -> bool:
         return True  # ``append`` refuses at once rather than making a caller wait
@@ -652,10 +652,10 @@ class ReadOnlyCursor(ManagedCursor):
         lock_path = read_only_lock_path(ml.name, name)
         try:
             await ml.store.create(lock_path, json.dumps({"broker": ml.holder}).encode(), ephemeral=True)
-        except NodeExists:
+        except NodeExistsError:
             holder = await ml.store.get(lock_path)
             who = json.loads(holder.value).get("broker", "?") if holder is not None else "another broker"
-            raise ManagedLedgerFenced(
+            raise ManagedLedgerFencedError(
                 f"subscription {name} of {ml.topic} is being served by read-only broker {who}") from None
         try:
             path = read_only_cursor_path(ml.name, name)
@@ -664,7 +664,7 @@ class ReadOnlyCursor(ManagedCursor):
                 cursor = cls(ml, name, initial)
                 try:
                     cursor._snapshot_version = await ml.store.put(path, encode(cursor._record(-1)), -1)
-                except BadVersion:
+                except BadVersionError:
                     found = await ml.store.get(path)
             if found is not None:
                 info = decode(CursorInfo, found.value)
@@ -710,7 +710,7 @@ class ReadOnlyCursor(ManagedCursor):
 
     async def delete_persisted(self) -> None:
         self._stop()
-        with contextlib.suppress(NotFound):
+        with contextlib.suppress(NotFoundError):
             await self._ctx.store.delete(self._path)
         await self._unlock()
 

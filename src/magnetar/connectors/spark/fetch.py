@@ -35,7 +35,12 @@ import msgspec
 import pyarrow as pa
 
 import magnetar.base.entry as base_entry
-from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError, TimeoutError_
+from magnetar.base.errors import (
+    InvalidArgumentError,
+    LimitExceededError,
+    MagnetarError,
+    OperationTimeoutError,
+)
 from magnetar.base.limits import (
     SPARK_ARROW_BATCH_BYTES_MAX,
     SPARK_ARROW_BATCH_ROWS_MAX,
@@ -84,7 +89,7 @@ class StoredSchema(msgspec.Struct):
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 
 
-class DataLoss(MagnetarError):
+class DataLossError(MagnetarError):
     """Offsets point at entries retention trimmed (raised when ``failOnDataLoss`` is true)."""
 
 
@@ -110,7 +115,7 @@ class Connections:
     async def metadata(self) -> MetadataView:
         if self.view is None:
             if not self.metadata_url:
-                raise InvalidArgument(
+                raise InvalidArgumentError(
                     "option metadataUrl is needed to plan reads (embedded:/<standalone data dir>/metadata or zk://...)"
                 )
             self.view = await open_metadata_view(self.metadata_url)
@@ -138,7 +143,7 @@ def _pattern_namespace(pattern: str) -> tuple[str, str]:
     rest = full.split("://", 1)[1]
     parts = rest.split("/")
     if len(parts) < 3:
-        raise InvalidArgument(f"topicsPattern {pattern!r}: expected persistent://tenant/namespace/<regex>")
+        raise InvalidArgumentError(f"topicsPattern {pattern!r}: expected persistent://tenant/namespace/<regex>")
     return f"{parts[0]}/{parts[1]}", full
 
 
@@ -160,7 +165,7 @@ async def resolve_partitions(cx: Connections, topics: tuple[str, ...], pattern: 
             names.extend(await client.get_partitions(topic))
     names = sorted(set(names))
     if len(names) > SPARK_PARTITIONS_COUNT_MAX:
-        raise LimitExceeded("SPARK_PARTITIONS_COUNT_MAX", len(names), SPARK_PARTITIONS_COUNT_MAX)
+        raise LimitExceededError("SPARK_PARTITIONS_COUNT_MAX", len(names), SPARK_PARTITIONS_COUNT_MAX)
     return names
 
 
@@ -259,7 +264,7 @@ async def entry_chunks(cx: Connections, piece: Slice) -> AsyncIterator[tuple[Ent
 async def _offloaded_chunks(cx: Connections, piece: Slice,
                             r: EntryRange) -> AsyncIterator[tuple[EntryRange, list[Any]]]:
     if cx.lakehouse is None:
-        raise InvalidArgument(f"{piece.topic}: ledger {r.ledger_id} is offloaded; give the option lakehouseUrl")
+        raise InvalidArgumentError(f"{piece.topic}: ledger {r.ledger_id} is offloaded; give the option lakehouseUrl")
     managed_ledger = TopicName.parse(piece.topic).persistence_path
     first = r.first
     while first <= r.last:
@@ -434,7 +439,7 @@ async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tup
     for part in _by_tier(piece) if mode != "broker" else [piece]:
         if part.offloaded and mode != "broker":
             if lakehouse is None:
-                raise InvalidArgument(f"{piece.topic}: ledgers {sorted(part.offloaded)} are offloaded; give the "
+                raise InvalidArgumentError(f"{piece.topic}: ledgers {sorted(part.offloaded)} are offloaded; give the "
                                       "option lakehouseUrl (the broker's offload directory or s3://bucket/prefix)")
             async for batch in _offloaded_rows(lakehouse, part, builder):
                 yield batch
@@ -528,8 +533,8 @@ async def broker_messages(cx: Connections, piece: Slice) -> AsyncIterator[Any]:
         while True:
             try:
                 message = await reader.read_next(SPARK_BROKER_READ_IDLE_MS_MAX)
-            except TimeoutError_ as exc:
-                raise TimeoutError_(
+            except OperationTimeoutError as exc:
+                raise OperationTimeoutError(
                     f"{piece.topic}: the broker sent nothing for {SPARK_BROKER_READ_IDLE_MS_MAX} ms before "
                     f"{last.ledger_id}:{last.last} (SPARK_BROKER_READ_IDLE_MS_MAX)"
                 ) from exc
@@ -595,7 +600,7 @@ async def publish_time(cx: Connections, layout: PartitionLayout, ledger_id: int,
                   _offloaded_of(layout, ranges))
     async for _, entries in entry_chunks(cx, piece):
         return int(split_stored_entry(entries[0].payload)[0].publish_time)
-    raise InvalidArgument(f"entry {ledger_id}:{entry_id} of {layout.topic} is not readable")
+    raise InvalidArgumentError(f"entry {ledger_id}:{entry_id} of {layout.topic} is not readable")
 
 
 async def position_for_timestamp(cx: Connections, layout: PartitionLayout, timestamp_ms: int) -> Position:

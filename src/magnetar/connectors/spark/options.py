@@ -1,7 +1,7 @@
 """What a Spark query asked of the connector, parsed once on the driver (pure; no pyspark).
 
 Spark hands options over as strings with lower-cased keys; ``ReadOptions.parse`` and
-``WriteOptions.parse`` accept any case and raise ``InvalidArgument`` naming the option at fault.
+``WriteOptions.parse`` accept any case and raise ``InvalidArgumentError`` naming the option at fault.
 Both are frozen and picklable: they travel inside every input partition and writer.
 """
 
@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.client.topic import full_topic_name
 from magnetar.connectors.spark.offsets import Named, Spec, parse_spec
 
@@ -33,7 +33,7 @@ def _bool(options: dict[str, str], name: str, default: bool) -> bool:
         return True
     if text.strip().lower() in ("false", "0", "no"):
         return False
-    raise InvalidArgument(f"option {name}: expected true or false, got {text!r}")
+    raise InvalidArgumentError(f"option {name}: expected true or false, got {text!r}")
 
 
 def _int(options: dict[str, str], name: str, *, low: int = 0) -> int | None:
@@ -43,16 +43,16 @@ def _int(options: dict[str, str], name: str, *, low: int = 0) -> int | None:
     try:
         value = int(text)
     except ValueError:
-        raise InvalidArgument(f"option {name}: expected an integer, got {text!r}") from None
+        raise InvalidArgumentError(f"option {name}: expected an integer, got {text!r}") from None
     if value < low:
-        raise InvalidArgument(f"option {name} must be >= {low}, got {value}")
+        raise InvalidArgumentError(f"option {name} must be >= {low}, got {value}")
     return value
 
 
 def _choice(options: dict[str, str], name: str, choices: tuple[str, ...]) -> str:
     value = options.get(name.lower(), choices[0]).strip().lower()
     if value not in choices:
-        raise InvalidArgument(f"option {name}: expected one of {', '.join(choices)}, got {value!r}")
+        raise InvalidArgumentError(f"option {name}: expected one of {', '.join(choices)}, got {value!r}")
     return value
 
 
@@ -86,7 +86,7 @@ class ReadOptions:
         options = _lower(raw)
         given = [name for name in ("topic", "topics", "topicspattern") if options.get(name, "").strip()]
         if len(given) != 1:
-            raise InvalidArgument("give exactly one of the options topic, topics or topicsPattern")
+            raise InvalidArgumentError("give exactly one of the options topic, topics or topicsPattern")
         topics: tuple[str, ...] = ()
         pattern = None
         if given[0] == "topicspattern":
@@ -94,18 +94,18 @@ class ReadOptions:
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise InvalidArgument(f"option topicsPattern is not a regular expression: {exc}") from None
+                raise InvalidArgumentError(f"option topicsPattern is not a regular expression: {exc}") from None
         else:
             names = [t.strip() for t in options[given[0]].split(",") if t.strip()]
             topics = tuple(dict.fromkeys(full_topic_name(t) for t in names))
         if streaming and "endingoffsets" in options:
-            raise InvalidArgument("option endingOffsets is for batch reads only")
+            raise InvalidArgumentError("option endingOffsets is for batch reads only")
         subscription = options.get("subscription", "").strip() or None
         admin_url = options.get("adminurl", "").strip() or None
         if subscription is not None and not streaming:
-            raise InvalidArgument("option subscription is for streaming reads only")
+            raise InvalidArgumentError("option subscription is for streaming reads only")
         if subscription is not None and admin_url is None:
-            raise InvalidArgument("option subscription needs adminUrl (the broker's HTTP address, http://host:port)")
+            raise InvalidArgumentError("option subscription needs adminUrl (the broker's HTTP address, http://host:port)")
         return cls(
             service_url=options.get("serviceurl", DEFAULT_SERVICE_URL),
             metadata_url=options.get("metadataurl") or None,
