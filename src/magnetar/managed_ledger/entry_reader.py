@@ -129,8 +129,7 @@ class EntryReader:
     async def _read_bookies(self, ledger_id: int, first: int, last: int,
                             writer: LedgerHandle | None) -> list[Entry]:
         reader = await self._reader_for(ledger_id, last, writer)
-        entries = await reader.read_entries(first, last)
-        return [Entry(Position(ledger_id, e.entry_id), e.payload) for e in entries]
+        return await reader.read_entries(first, last)
 
     async def _reader_for(self, ledger_id: int, last: int, writer: LedgerHandle | None) -> LedgerReader:
         reader = self._readers.get(ledger_id)

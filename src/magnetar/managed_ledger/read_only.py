@@ -494,7 +494,7 @@ class ReadOnlyManagedLedger:
             reader = await self._reader(ledger_id, refresh=True)
             reader.learn_lac(readable)
             entries = await reader.read_entries(first, last)
-        return [Entry(Position(ledger_id, e.entry_id), e.payload) for e in entries]
+        return entries
 
     def _remember(self, position: Position, data: bytes) -> None:
         # Many subscriptions read the same fresh entries: one bookie read serves them all.
