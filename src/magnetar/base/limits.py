@@ -137,6 +137,11 @@ MANAGED_LEDGER_CACHE_BYTES_MAX = 64 * MIB
 MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX = 256 * MIB
 #: Entries one ``read_entries`` call returns at most.
 MANAGED_LEDGER_READ_COUNT_MAX = 10_000
+#: Entries an owner sends along with one notification of its read-only position feed (the
+#: newest ones of the wake-up; older ones the read-only broker reads from the bookies).
+READ_ONLY_FEED_ENTRIES_COUNT_MAX = 1_000
+#: Bytes of entries an owner sends along with one notification of its position feed.
+READ_ONLY_FEED_BYTES_MAX = 1 * MIB
 #: Cursors one managed ledger may have.
 MANAGED_LEDGER_CURSORS_COUNT_MAX = 10_000
 #: Entries an offload reads from the bookies at a time (and hands its driver as one chunk).
