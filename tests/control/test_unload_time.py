@@ -18,7 +18,7 @@ from magnetar.broker.topic import Topic
 from magnetar.catalog.resources import ClusterData
 from magnetar.control.bundles import BundleRange
 from magnetar.control.ownership import BundleOwnership, owner_path
-from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig
+from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig, MLState
 from tests.admin.harness import message
 from tests.ledger.fakes import FakeTransport
 from tests.managed_ledger.harness import World, make_world
@@ -117,6 +117,7 @@ def test_an_unload_releases_the_bundle_after_the_timeout_and_the_close_goes_on()
         config = BrokerConfig(deduplication=True, namespace_bundle_unloading_timeout_ms=2_000)
         service, ownership = await _owner(world, config)
         await _load(service, ownership, topics=3, subscriptions=1)
+        topics = list(service.topics.values())
         held = [world.transport.rule(b, "add") for b in world.bookies]  # the cursor flushes hang
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -126,7 +127,9 @@ def test_an_unload_releases_the_bundle_after_the_timeout_and_the_close_goes_on()
         assert ownership.owned() == [] and await ownership.store.get(owner_path(NS, WHOLE)) is None
         for rule in held:
             rule.release()
+        assert all(t.log.managed_ledger.state is not MLState.CLOSED for t in topics)  # type: ignore[attr-defined]
         await ownership.close()  # waits for the closes the unload stopped waiting for
+        assert all(t.log.managed_ledger.state is MLState.CLOSED for t in topics)  # type: ignore[attr-defined]
         await service.close()
 
     sim.run(main(), steps_max=5_000_000)
