@@ -17,7 +17,6 @@ import pytest
 from typer.testing import CliRunner
 
 from magnetar.base.errors import InvalidArgumentError
-from magnetar.cli import perf as perf_module
 from magnetar.cli.main import _register_commands, app
 from magnetar.cli.perf import (
     Latency,
@@ -25,11 +24,11 @@ from magnetar.cli.perf import (
     PerfRun,
     PerfSettings,
     Share,
-    _pin_thread_state,
-    _Receipts,
     split_settings,
     split_shares,
 )
+from magnetar.cli.perf import processes as perf_processes
+from magnetar.cli.perf.client import _pin_thread_state, _Receipts
 from tests.compat.harness import BrokerThread
 
 pytestmark = pytest.mark.timeout(120)
@@ -248,7 +247,7 @@ def _sleep_ignoring_sigterm(handler_set: Any) -> None:
 
 
 def test_processes_that_do_not_exit_are_terminated_then_killed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(perf_module, "CHILD_STOP_S", 0.5)
+    monkeypatch.setattr(perf_processes, "CHILD_STOP_S", 0.5)
     context = multiprocessing.get_context("spawn")
     reports = context.Queue()
     handler_set = context.Event()
@@ -303,7 +302,7 @@ def test_the_client_thread_keeps_one_thread_state_across_callbacks(broker: Broke
         def callback(_result: Any, _msg_id: Any) -> None:
             fresh.append(not hasattr(local, "seen"))
             local.seen = True
-            perf_module._Receipts.done(receipts, _result, _msg_id)  # the run's callback pins its thread
+            _Receipts.done(receipts, _result, _msg_id)  # the run's callback pins its thread
             if len(fresh) == 50:
                 answered.set()
 

@@ -107,7 +107,7 @@ def test_corrupt_message_is_acked_with_a_validation_error_and_skipped() -> None:
 
     payload, errors = sim_run(body)
     assert payload == b"good-1"
-    assert errors == [pb.CommandAck.ChecksumMismatchError]
+    assert errors == [pb.CommandAck.ChecksumMismatch]
 
 
 def test_resend_without_broker_dedup_stores_a_duplicate() -> None:

@@ -1,4 +1,4 @@
-"""Bundle hashing and ranges (``broker.bundles``): Pulsar's layout, split, stored form."""
+"""Bundle hashing and ranges (``control.bundles``): Pulsar's layout, split, stored form."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.types import TopicName
-from magnetar.broker.bundles import FULL_UPPER, BundleRange, NamespaceBundles, topic_hash
+from magnetar.control.bundles import FULL_UPPER, BundleRange, NamespaceBundles, topic_hash
 
 
 def test_default_bundles_are_pulsars_four_equal_ranges() -> None:

@@ -1,5 +1,5 @@
 """Bundle ownership over the memory metadata store: two brokers, each a ``BrokerService`` with a
-``BundleOwnership`` on its own session (``broker.ownership``)."""
+``BundleOwnership`` on its own session (``control.ownership``)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import pytest
 
 from magnetar.base.types import EARLIEST, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
-from magnetar.broker.bundles import BundleRange, NamespaceBundles, local_policies_path
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.lookup import LookupAnswer, LookupKind
-from magnetar.broker.ownership import BundleOwnership, OwnerData, OwnershipState, owner_path
 from magnetar.broker.producer import AccessMode, Producer
-from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
+from magnetar.catalog.lookup import LookupAnswer, LookupKind
+from magnetar.catalog.resources import ClusterData
+from magnetar.control.bundles import BundleRange, NamespaceBundles, local_policies_path
+from magnetar.control.ownership import BundleOwnership, OwnerData, OwnershipState, owner_path
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.metadata._local import LocalClient
 from magnetar.metadata.errors import MetadataUnavailableError

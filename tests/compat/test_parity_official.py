@@ -16,9 +16,9 @@ import pytest
 from magnetar import faults
 from magnetar.base.errors import InvalidArgumentError
 from magnetar.broker import BrokerConfig
-from magnetar.broker.listeners import parse_listeners
-from magnetar.broker.resources import TenantInfo
 from magnetar.broker.topic import Topic
+from magnetar.catalog.listeners import parse_listeners
+from magnetar.catalog.resources import TenantInfo
 from magnetar.cli.perf import PerfSettings, run_perf
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.protocol.pulsar import encode_command, encode_payload_command, pb

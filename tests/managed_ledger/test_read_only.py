@@ -275,8 +275,8 @@ async def test_the_owners_backlog_counts_read_only_subscriptions() -> None:
     from magnetar.base.types import TopicName
     from magnetar.broker import BrokerConfig
     from magnetar.broker.managed_log import ManagedLogStore
-    from magnetar.broker.resources import ClusterData
     from magnetar.broker.service import BrokerService
+    from magnetar.catalog.resources import ClusterData
 
     world = make_world()
     factory = await world.broker(config())

@@ -36,8 +36,9 @@ from magnetar.base.errors import (
 from magnetar.base.limits import ADMIN_BODY_BYTES_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.resources import ClusterNotAllowedError, NotEmptyError, Resources, TopicBusyError
 from magnetar.broker.service import BrokerService
+from magnetar.catalog.resources import ClusterNotAllowedError, NotEmptyError, Resources, TopicBusyError
+from magnetar.catalog.schema import SchemaRefusedError
 from magnetar.metadata.errors import MetadataUnavailableError, SessionExpiredError
 from magnetar.protocol.pulsar import pb
 
@@ -111,7 +112,7 @@ def _status_of(error: BaseException) -> tuple[int, str]:
         return error.status, error.reason
     if isinstance(error, msgspec.MsgspecError):
         return 400, f"Invalid request body: {error}"
-    if isinstance(error, BrokerError):
+    if isinstance(error, BrokerError | SchemaRefusedError):
         return _BROKER_STATUS.get(error.code, 412), error.message
     if isinstance(error, NotFoundError):
         return 404, _message(error)

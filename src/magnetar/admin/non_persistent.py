@@ -11,7 +11,7 @@ total, a Magnetar addition so that drops can be checked exactly). The topic's ``
 attached unless ``force=true``, which disconnects them, as for persistent topics.
 
 Partitioned (Pulsar's paths): ``PUT|POST|GET|DELETE .../{topic}/partitions`` record, grow, read and
-delete the partition count (the metadata node ``broker.lookup.partitioned_topic_path``, as for
+delete the partition count (the metadata node ``catalog.lookup.partitioned_topic_path``, as for
 persistent topics); the partitions ``{topic}-partition-{i}`` are loaded when a client first uses
 them (nothing is stored to create ahead). ``.../{topic}/partitioned-stats`` sums the loaded
 partitions' stats; ``.../partitioned`` lists the namespace's partitioned non-persistent topics.
@@ -43,9 +43,9 @@ from magnetar.admin.stats import partitioned_stats, topic_stats
 from magnetar.admin.topics import PartitionsBody, check_partitions, require_namespace
 from magnetar.base.errors import AlreadyExistsError
 from magnetar.base.types import TopicName
-from magnetar.broker.lookup import PARTITIONED_TOPICS_ROOT, partitioned_topic_path
 from magnetar.broker.non_persistent import NonPersistentTopic, drop_stats, publisher_drop_stats
-from magnetar.broker.resources import TopicBusyError
+from magnetar.catalog.lookup import PARTITIONED_TOPICS_ROOT, partitioned_topic_path
+from magnetar.catalog.resources import TopicBusyError
 
 _BASE = "/non-persistent/{tenant}/{namespace}"
 

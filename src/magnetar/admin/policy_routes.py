@@ -31,7 +31,7 @@ from magnetar.admin.common import (
     topic_of,
 )
 from magnetar.base.errors import InvalidArgumentError
-from magnetar.broker.policies import (
+from magnetar.catalog.policies import (
     AutoTopicCreationOverride,
     BacklogQuota,
     BacklogQuotaType,

@@ -25,8 +25,8 @@ from magnetar.admin.common import AdminContext
 from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.lookup import LookupKind
-from magnetar.broker.ownership import OwnershipLookup
+from magnetar.catalog.lookup import LookupKind
+from magnetar.control.ownership import OwnershipLookup
 
 _TOPIC_PATH = re.compile(r"^/(?P<domain>persistent|non-persistent)/(?P<tenant>[^/]+)/(?P<namespace>[^/]+)"
                          r"/(?P<topic>[^/]+)(?P<rest>/.*)?$")

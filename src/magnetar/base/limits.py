@@ -264,7 +264,7 @@ CLIENT_TIMER_TICK_MS = 100
 #: Partitions of one topic a client produces to or consumes from.
 CLIENT_PARTITIONS_COUNT_MAX = 10_000
 
-# --- perf tool (cli/perf.py) ------------------------------------------------------------------
+# --- perf tool (cli/perf/) --------------------------------------------------------------------
 #: Topics one ``magnetar perf`` run addresses (x partitions each).
 PERF_TOPICS_COUNT_MAX = 100_000
 #: Partitions per topic of one perf run.

@@ -68,7 +68,7 @@ from magnetar.broker.consumer import SubType
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.ids import before
 from magnetar.broker.log import Entry, StorageStats, SubscriptionCursor, TopicLog
-from magnetar.broker.policies import PolicyCache
+from magnetar.catalog.policies import PolicyCache
 from magnetar.protocol.pulsar import pb
 from magnetar.protocol.pulsar.batch import NONE, decode_entry, encode_entry, is_batch
 from magnetar.protocol.pulsar.frames import headers_and_payload

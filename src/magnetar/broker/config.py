@@ -20,8 +20,8 @@ from magnetar.base.limits import (
     PULSAR_MESSAGE_BYTES_MAX,
     TLS_HANDSHAKE_TIMEOUT_S,
 )
-from magnetar.broker.listeners import parse_listeners
-from magnetar.broker.schema_compat import Compatibility
+from magnetar.catalog.listeners import parse_listeners
+from magnetar.catalog.schema_compat import Compatibility
 
 #: Offload driver names (Pulsar's ``managedLedgerOffloadDriver`` values) -> the driver that serves them.
 OFFLOAD_DRIVERS = {"filesystem": "filesystem", "s3": "s3", "aws-s3": "s3", "S3": "s3", "none": "none", "": "none"}
@@ -99,7 +99,7 @@ class BrokerConfig:
     #: negative: no automatic offload) and ``offloadDeletionLagMs`` (Pulsar: -1 and 4 h).
     offload_threshold_bytes: int = -1
     offload_deletion_lag_ms: int = 4 * 3600 * 1000
-    # --- load balancer (``broker.balancer``; the Pulsar key of each field: ``balancer.PULSAR_KEYS``) ---
+    # --- load balancer (``control.balancer``; the Pulsar key of each field: ``balancer.PULSAR_KEYS``) ---
     #: loadBalancerEnabled: the elected leader broker sheds load and splits hot bundles.
     load_balancer_enabled: bool = True
     #: loadBalancerSheddingEnabled: the leader unloads bundles from overloaded brokers.
@@ -145,7 +145,7 @@ class BrokerConfig:
     #: (Pulsar: schemaCompatibilityStrategy, FULL); one of ``schema_compat.Compatibility``.
     schema_compatibility_strategy: str = "FULL"
     #: Pulsar's advertisedListeners, ``name:pulsar://host:port,name:pulsar+ssl://host:port,...``
-    #: (``broker.listeners``): LOOKUP answers the listener the client names; "" none but the
+    #: (``catalog.listeners``): LOOKUP answers the listener the client names; "" none but the
     #: internal one at the advertised address.
     advertised_listeners: str = ""
     #: Pulsar's internalListenerName: the listener of a LOOKUP that names none ("": the first).

@@ -15,6 +15,7 @@ from magnetar.base.errors import (
     MagnetarError,
     NotFoundError,
 )
+from magnetar.catalog.schema import SchemaRefusedError
 from magnetar.protocol.pulsar import pb
 
 
@@ -39,6 +40,8 @@ def to_broker_error(error: BaseException) -> BrokerError:
     """Translate an error from below into the code the client should see."""
     if isinstance(error, BrokerError):
         return error
+    if isinstance(error, SchemaRefusedError):
+        return BrokerError(error.code, error.message)
     if isinstance(error, InvalidArgumentError):
         return BrokerError(pb.InvalidTopicName if "topic" in str(error) else pb.UnknownError, str(error))
     if isinstance(error, NotFoundError):

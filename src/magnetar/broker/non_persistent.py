@@ -39,9 +39,9 @@ from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.log import Entry, StorageStats
 from magnetar.broker.metrics import RateMeter
-from magnetar.broker.policies import EffectivePolicies
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic import Topic, TopicState
+from magnetar.catalog.policies import EffectivePolicies
 from magnetar.protocol.pulsar import commands, pb, stored_entry_metadata
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from magnetar.base.errors import AlreadyExistsError
 from magnetar.base.types import TopicName
 from magnetar.broker.dedup import REPLICATION_CURSOR_PREFIX
 from magnetar.broker.log import SubscriptionCursor
-from magnetar.broker.lookup import PartitionedTopics
+from magnetar.catalog.lookup import PartitionedTopics
 from magnetar.protocol.pulsar import pb
 
 #: Pulsar's property name for the source position of a replicated message.

@@ -307,7 +307,7 @@ class Consumer:
             except LimitExceededError as error:
                 connection.close(str(error))
         elif isinstance(event, CorruptMessage):
-            self._send_validation_ack(connection, event.message_id, pb.CommandAck.ChecksumMismatchError)
+            self._send_validation_ack(connection, event.message_id, pb.CommandAck.ChecksumMismatch)
             self._return_permits(1)
         elif isinstance(event, ConsumerClosedByBroker):
             self._lost_connection()

@@ -50,7 +50,7 @@ from magnetar.base.types import Position
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.reader import LedgerReader
 from magnetar.managed_ledger.config import ManagedLedgerConfig
-from magnetar.managed_ledger.cursor import CursorState, ManagedCursor
+from magnetar.managed_ledger.cursor import CursorContext, CursorState, ManagedCursor
 from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.errors import ManagedLedgerClosedError, ManagedLedgerFencedError
 from magnetar.managed_ledger.ledger_list import LedgerList
@@ -102,16 +102,7 @@ def skip_to(cursor: ManagedCursor, first: Position) -> int:
     """Retention removed entries ``cursor`` had not consumed (it is before ``first``, the position
     before the oldest kept entry): move it there, never an error loop. Returns an estimate of the
     entries skipped (exact within one ledger; 1 per ledger gone, whose counts are no longer known)."""
-    md = cursor.mark_delete_position
-    if md >= first or cursor.state is not CursorState.ACTIVE:
-        return 0
-    skipped = first.entry_id - md.entry_id if first.ledger_id == md.ledger_id else 1
-    cursor._move_md(first)
-    cursor._read_position = max(cursor.read_position, cursor._ml.next_position(first))
-    cursor._changes += 1
-    if cursor.durable:
-        cursor._dirty.set()
-    return max(skipped, 1)
+    return cursor.skip_to(first)
 
 
 class ReadOnlyState(enum.Enum):
@@ -157,6 +148,8 @@ class ReadOnlyManagedLedger:
         self.feed_positions = 0  # positions the owner reported
         self.owner_cursor_names: frozenset[str] = frozenset()  # node names of the owner's cursors
         self._terminated_at: Position | None = None
+        self.cursor_context = CursorContext(name, path, log=self, store=store, manager=manager, clock=clock,
+                                            config=config, forget=self.forget_non_durable_cursor)
 
     # --- open, follow ----------------------------------------------------------------------------
 
@@ -560,7 +553,7 @@ class ReadOnlyManagedLedger:
         return cursor
 
     def new_non_durable_cursor(self, start: Position | None = None) -> ManagedCursor:
-        cursor = ManagedCursor.non_durable(self, self._lce if start is None else start)  # type: ignore[arg-type]
+        cursor = ManagedCursor.non_durable(self.cursor_context, self._lce if start is None else start)
         self._non_durable.add(cursor)
         return cursor
 
@@ -649,7 +642,7 @@ class ReadOnlyCursor(ManagedCursor):
     """
 
     def __init__(self, ml: ReadOnlyManagedLedger, name: str, mark_delete: Position) -> None:
-        super().__init__(ml, name, mark_delete, durable=True)  # type: ignore[arg-type]
+        super().__init__(ml.cursor_context, name, mark_delete, durable=True)
         self._path = read_only_cursor_path(ml.name, name)
         self._lock_path = read_only_lock_path(ml.name, name)
         self._locked = False
@@ -697,7 +690,7 @@ class ReadOnlyCursor(ManagedCursor):
             await self._cas_snapshot(self._record(-1))
             self._persisted_changes = changes
             self._persisted_md = md
-            self._last_flush_ns = self._ml.clock.monotonic_ns()
+            self._last_flush_ns = self._ctx.clock.monotonic_ns()
             if self._changes == self._persisted_changes:
                 self._dirty.clear()
 
@@ -718,11 +711,11 @@ class ReadOnlyCursor(ManagedCursor):
     async def delete_persisted(self) -> None:
         self._stop()
         with contextlib.suppress(NotFoundError):
-            await self._ml.store.delete(self._path)
+            await self._ctx.store.delete(self._path)
         await self._unlock()
 
     async def _unlock(self) -> None:
         if self._locked:
             self._locked = False
             with contextlib.suppress(MagnetarError):
-                await self._ml.store.delete(self._lock_path)
+                await self._ctx.store.delete(self._lock_path)

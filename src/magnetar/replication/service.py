@@ -34,11 +34,11 @@ from magnetar.base.limits import (
 )
 from magnetar.base.types import TopicName
 from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, REPLICATION_CURSOR_PREFIX
-from magnetar.broker.lookup import SingleBrokerLookup
 from magnetar.broker.replicated import REPL_PARTITIONS_PRODUCER_PROPERTY
-from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic, TopicState
+from magnetar.catalog.lookup import SingleBrokerLookup
+from magnetar.catalog.resources import ClusterData
 from magnetar.client.client import PulsarClient
 from magnetar.client.config import ClientOptions, ProducerConfig
 from magnetar.client.producer import Producer

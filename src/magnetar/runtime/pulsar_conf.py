@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.base.errors import InvalidArgumentError
-from magnetar.broker.balancer import PULSAR_KEYS as BALANCER_KEYS
+from magnetar.control.balancer import PULSAR_KEYS as BALANCER_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ SUPPORTED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
 
 def _scaled(field_name: str, factor: float) -> Callable[[str], Any]:
     """A load-balancer key's parser: booleans as they are, numbers times ``factor`` (minutes to
-    ms, Mbytes to bytes), weights as floats (``broker.balancer.PULSAR_KEYS``)."""
+    ms, Mbytes to bytes), weights as floats (``control.balancer.PULSAR_KEYS``)."""
     def parse(value: str) -> Any:
         if field_name.endswith("_enabled"):
             return _bool(value)

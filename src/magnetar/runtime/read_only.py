@@ -8,7 +8,7 @@ topic is answered 404 at once and never loads (or takes ownership of) the topic,
 cannot make an owner recover anything. The stream ends when the topic is unloaded or fenced.
 
 Read-only side: ``HttpPositionFeed`` finds the owner of a topic in the metadata store (the
-namespace's bundle boundaries, then the bundle's ownership node, as ``broker.ownership`` writes
+namespace's bundle boundaries, then the bundle's ownership node, as ``control.ownership`` writes
 them) and follows its stream with one pooled HTTP connection per owner.
 """
 
@@ -28,10 +28,10 @@ from starlette.routing import Route
 from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import BROKER_TOPICS_LOADED_COUNT_MAX
 from magnetar.base.types import Position, TopicName
-from magnetar.broker.bundles import NamespaceBundles, local_policies_path
 from magnetar.broker.managed_log import ManagedTopicLog
-from magnetar.broker.ownership import OwnerData, owner_path
 from magnetar.broker.service import BrokerService
+from magnetar.control.bundles import NamespaceBundles, local_policies_path
+from magnetar.control.ownership import OwnerData, owner_path
 from magnetar.managed_ledger.read_only import follow_managed_ledger
 from magnetar.metadata.api import MetadataStore
 

@@ -7,7 +7,7 @@ capabilities (``SimDisk``, ``SimKeyValueStore``, ``SimNetwork``, ``SimClock``):
 * ``autorecovery`` ``node.autorecovery.start_autorecovery``: an auditor and a replication worker
   that copy the fragments of a bookie that is gone to a live one (four bookies, ensembles of three)
 * ``broker0..``  ``node.ledger.open_ledger_manager`` + ``node.broker.start_broker``; with more than
-  one broker, bundle ownership through the metadata store (``broker.ownership``), so a topic moves
+  one broker, bundle ownership through the metadata store (``control.ownership``), so a topic moves
   when its owner dies or loses its session
 * clients: our ``magnetar.client`` package, one node per producer and consumer: producers with
   deduplication (a fixed name, explicit sequence ids, resent until receipted) and without, one
@@ -137,6 +137,8 @@ class ClusterOptions:
     autorecovery: bool = True
     #: The kinds of fault drawn from (``cluster_faults.FAULT_KINDS``); empty: all of them.
     fault_kinds: tuple[str, ...] = ()
+    #: Virtual seconds the producers have to finish once the faults stopped (then: stuck).
+    producers_s_max: float = PHASE_S_MAX
 
 
 @dataclass
@@ -150,6 +152,8 @@ class ClusterRun:
     sessions: dict[str, list[MetadataStore]] = field(default_factory=dict)
     ready: set[str] = field(default_factory=set)
     producers_done: set[str] = field(default_factory=set)
+    #: Each producer's send in flight: its value and since when (virtual ns).
+    sending: dict[str, tuple[str, int]] = field(default_factory=dict)
     stop_consumers: bool = False
     drained: set[str] = field(default_factory=set)
     held_down: set[str] = field(default_factory=set)
@@ -264,6 +268,7 @@ def _producer_main(run: ClusterRun, name: str, dedup: bool) -> NodeMain:
                 await ctx.clock.sleep(pace_s * ctx.rng.random())  # spread the sends over the faults
                 value = value_of(name, seq)
                 key = f"k{seq % KEYS_COUNT}"
+                run.sending[name] = (value, run.now_ns())
                 try:
                     msg_id = await producer.send(value.encode(), key=key,  # type: ignore[attr-defined]
                                                  sequence_id=seq if dedup else None)
@@ -271,6 +276,8 @@ def _producer_main(run: ClusterRun, name: str, dedup: bool) -> NodeMain:
                     run.history.record(Op(name, OpType.SEND, TOPIC, value, Outcome.UNKNOWN, None, run.now_ns(),
                                           error=type(exc).__name__))
                     continue
+                finally:
+                    run.sending.pop(name, None)
                 run.history.record(Op(name, OpType.SEND, TOPIC, value, Outcome.OK,
                                       (msg_id.ledger_id, msg_id.entry_id, msg_id.batch_index), run.now_ns()))
         finally:

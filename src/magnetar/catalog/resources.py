@@ -31,7 +31,7 @@ from magnetar.base.errors import (
 )
 from magnetar.base.limits import ADMIN_LIST_COUNT_MAX
 from magnetar.base.types import DEFAULT_NAMESPACE, DEFAULT_TENANT, TopicName
-from magnetar.broker.policies import (
+from magnetar.catalog.policies import (
     POLICIES_ROOT,
     Policies,
     PolicyCache,

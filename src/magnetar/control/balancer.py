@@ -2,7 +2,7 @@
 
 ``decide(brokers, last_moved_ms, now_ms, settings)`` returns the bundles to split and the bundles
 to unload from one broker so that another acquires them (``Decision``), each with its reason.
-The leader broker (``broker.leader``) feeds it the reports it reads and carries the decisions out;
+The leader broker (``control.leader``) feeds it the reports it reads and carries the decisions out;
 nothing here reads a clock or the store, so the same inputs always give the same decisions.
 
 **Load score.** Each broker has a load vector over five dimensions — CPU percent, bandwidth
@@ -35,8 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from magnetar.base.errors import InvalidArgumentError
-from magnetar.broker.bundles import BundleRange
 from magnetar.broker.config import BrokerConfig
+from magnetar.control.bundles import BundleRange
 
 #: The Pulsar configuration key of each ``BrokerConfig`` load-balancer field, with the factor
 #: that turns the Pulsar value into ours (minutes -> ms, Mbytes -> bytes). A ``--pulsar-conf``

@@ -7,8 +7,8 @@ was paused beyond the session timeout) the node goes and the next candidate take
 leader decides within one session timeout. A leader that loses the lock stops deciding at once.
 
 **Deciding.** Every ``interval_ms`` the leader reads every broker's load report
-(``broker.load``), the namespaces' bundle counts, and the time each bundle last moved, and calls
-the pure ``broker.balancer.decide``. Only the leader moves bundles, and it moves them only
+(``control.load``), the namespaces' bundle counts, and the time each bundle last moved, and calls
+the pure ``control.balancer.decide``. Only the leader moves bundles, and it moves them only
 through their owners:
 
 * split: a command to the owner, which halves the bundle and keeps both halves (a later round
@@ -44,10 +44,10 @@ from collections.abc import Sequence
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import BadVersionError, InvalidArgumentError, MagnetarError, NotFoundError
-from magnetar.broker.balancer import BalancerSettings, BrokerLoad, BundleLoad, Decision, DecisionKind, decide
-from magnetar.broker.bundles import BundleRange
-from magnetar.broker.load import LoadReport
-from magnetar.broker.ownership import Assignment, BundleOwnership, OwnershipState, assignment_path
+from magnetar.control.balancer import BalancerSettings, BrokerLoad, BundleLoad, Decision, DecisionKind, decide
+from magnetar.control.bundles import BundleRange
+from magnetar.control.load import LoadReport
+from magnetar.control.ownership import Assignment, BundleOwnership, OwnershipState, assignment_path
 from magnetar.metadata.api import MetadataStore, WatchEvent
 from magnetar.metadata.lock import LockLostError, LockState, MetadataLock
 

@@ -7,7 +7,7 @@ dispatched from its loaded topics per second over the last report interval). It 
 session, so a dead broker stops being chosen once its session expired. A node left by this
 broker's previous session (same address, restarted before the session expired) is replaced.
 
-The report also carries what the load balancer's leader (``broker.leader``) decides from, in
+The report also carries what the load balancer's leader (``control.leader``) decides from, in
 Pulsar's ``LocalBrokerData`` names: ``cpu`` ``{"usage", "limit"}`` (percent of one core),
 ``msgThroughputIn``/``Out`` (bytes/s), ``numTopics``, ``numBundles``, ``numProducers``,
 ``numConsumers``, ``lastUpdate`` (ms) and ``lastStats``: per bundle ``{"msgRateIn", "msgRateOut",
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from magnetar.base.errors import BadVersionError, InvalidArgumentError
-from magnetar.broker.balancer import BrokerLoad, BundleLoad
+from magnetar.control.balancer import BrokerLoad, BundleLoad
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.errors import NoNodeError
 

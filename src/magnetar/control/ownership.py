@@ -1,6 +1,6 @@
 """Topic ownership in a cluster: brokers own namespace bundles through ephemeral locks.
 
-A broker serves a topic only while it holds the lock of the topic's bundle (``broker.bundles``):
+A broker serves a topic only while it holds the lock of the topic's bundle (``control.bundles``):
 the ephemeral node ``/namespace/{tenant}/{ns}/{0xLOWER_0xUPPER}`` holding JSON
 ``{"nativeUrl", "httpUrl", "disabled"}`` (Pulsar's ownership data), created by the owner's
 metadata session (``MetadataLock``). What is true at every moment:
@@ -9,7 +9,7 @@ metadata session (``MetadataLock``). What is true at every moment:
   (or has just acquired). A bundle held by another broker is answered Redirect to its owner's
   ``nativeUrl`` (authoritative=false: the owner confirms). A free bundle is acquired here when the
   request is authoritative (an earlier broker chose us) or when this broker is the least loaded
-  by load report (``broker.load``); otherwise the answer is Redirect, authoritative=true, to the
+  by load report (``control.load``); otherwise the answer is Redirect, authoritative=true, to the
   least-loaded broker, which then acquires it.
 * A topic is loaded only while its bundle is held (``OwnedLogStore`` checks before and after the
   open), and a topic's managed ledger is opened by the owner, which fences and recovers the
@@ -48,13 +48,13 @@ from magnetar.base.limits import (
     NAMESPACE_BUNDLES_COUNT_DEFAULT,
 )
 from magnetar.base.types import TopicName
-from magnetar.broker.bundles import BundleRange, NamespaceBundles, local_policies_path, topic_hash
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.load import BundleStats, LoadReport, LoadReports, least_loaded
 from magnetar.broker.log import LogStore, TopicLog
-from magnetar.broker.lookup import LookupAnswer, LookupKind
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic
+from magnetar.catalog.lookup import LookupAnswer, LookupKind
+from magnetar.control.bundles import BundleRange, NamespaceBundles, local_policies_path, topic_hash
+from magnetar.control.load import BundleStats, LoadReport, LoadReports, least_loaded
 from magnetar.metadata.api import EventKind, MetadataStore, SessionState, Watch, WatchEvent
 from magnetar.metadata.errors import MetadataError, SessionClosedError
 from magnetar.metadata.lock import LockState, MetadataLock

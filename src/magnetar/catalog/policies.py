@@ -6,7 +6,8 @@ topic) at ``/admin/topic-policies/{tenant}/{ns}/persistent/{encoded local name}`
 are Pulsar's (``retention_policies``, ``message_ttl_in_seconds``, ``backlog_quota_map``, ...).
 
 Resolution (``EffectivePolicies``): a topic override wins, else the namespace value, else the broker
-default from ``BrokerConfig``. A partition ``t-partition-N`` takes the overrides of ``t``.
+default from ``BrokerSettings`` (the broker's ``BrokerConfig`` is one). A partition
+``t-partition-N`` takes the overrides of ``t``.
 
 ``PolicyCache`` reads each node once, keeps it, and watches it: a change made by any broker (or
 the admin API here, which also writes through) is applied without a restart. Loaded topics read
@@ -20,7 +21,7 @@ import asyncio
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import msgspec
@@ -28,13 +29,38 @@ import msgspec
 from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import POLICY_CACHE_NODES_COUNT_MAX
 from magnetar.base.types import TopicName
-from magnetar.broker.config import BrokerConfig
 from magnetar.metadata.api import MetadataStore, Watch, WatchEvent
 from magnetar.security.authorization import AuthAction
 
 POLICIES_ROOT = "/admin/policies"
 TOPIC_POLICIES_ROOT = "/admin/topic-policies"
 D = TypeVar("D")
+
+
+class BrokerSettings(Protocol):
+    """The broker settings the policies need (fields of ``magnetar.broker.config.BrokerConfig``): the
+    defaults a policy falls back to, and the authorization switches checked against the grants."""
+
+    @property
+    def cluster_name(self) -> str: ...
+    @property
+    def topic_auto_creation(self) -> bool: ...
+    @property
+    def auto_created_partitions_count(self) -> int: ...
+    @property
+    def deduplication(self) -> bool: ...
+    @property
+    def retention_time_s(self) -> float: ...
+    @property
+    def retention_size_bytes(self) -> int: ...
+    @property
+    def message_ttl_s(self) -> int: ...
+    @property
+    def delayed_delivery(self) -> bool: ...
+    @property
+    def authorization_enabled(self) -> bool: ...
+    @property
+    def superuser_roles(self) -> tuple[str, ...]: ...
 
 
 class BacklogQuotaType(enum.Enum):
@@ -230,7 +256,7 @@ def _quota(quotas: dict[str, BacklogQuota] | None, kind: BacklogQuotaType) -> tu
     return True, QuotaLimit(limit, quota.policy)
 
 
-def resolve(config: BrokerConfig, namespace: Policies | None, topic: TopicPolicies | None) -> EffectivePolicies:
+def resolve(config: BrokerSettings, namespace: Policies | None, topic: TopicPolicies | None) -> EffectivePolicies:
     """Topic override, else namespace policy, else broker default."""
     ns = namespace or Policies()
     tp = topic or TopicPolicies()
@@ -285,7 +311,7 @@ class PolicyCache:
     Without a metadata store every topic runs on the broker defaults.
     """
 
-    def __init__(self, metadata: MetadataStore | None, config: BrokerConfig) -> None:
+    def __init__(self, metadata: MetadataStore | None, config: BrokerSettings) -> None:
         self._metadata = metadata
         self.config = config
         self._nodes: dict[str, bytes | None] = {}
