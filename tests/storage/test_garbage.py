@@ -1,6 +1,6 @@
 """``GarbageCollector`` on its own, beside the checkpointer it shares the storage lock with
 (simulated disk, store and clock). GC rounds through a whole bookie, the metadata listing and
-compaction under power cuts are in ``tests/bookie/test_gc.py``.
+compaction under power cuts are in ``tests/storage/test_gc.py``.
 
 * a deletion waits for a checkpoint in progress: the flush cannot bring back index entries of
   a ledger deleted meanwhile (held mid-flush with the ``bookie.entrylog.mid_flush`` hang);
