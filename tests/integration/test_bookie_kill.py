@@ -17,7 +17,7 @@ import pytest
 
 from magnetar.base.errors import ClosedError, MagnetarError
 from magnetar.ledger.bookie_client import BookieClient
-from magnetar.protocol.bookie import Entry, GetInfoRequest, Status, encode
+from magnetar.protocol.bookie import EncodedEntry, GetInfoRequest, Status, encode
 from magnetar.runtime import SystemClock, TcpNetwork
 from tests.integration.bookie_proc import BookieProcess, start_bookie
 
@@ -60,7 +60,7 @@ async def _stream(port: int, record: Record, adds_max: int = 20_000, window: int
     async def add(ledger: int, entry: int) -> None:
         data = payload(ledger, entry)
         try:
-            response = await client.add(Entry.build(ledger, entry, entry - 1, data), master_key=KEY)
+            response = await client.add(EncodedEntry.build(ledger, entry, entry - 1, data), master_key=KEY)
         except MagnetarError:
             return  # the bookie died with this add in flight: not acknowledged
         if response.status is Status.OK:
@@ -105,10 +105,10 @@ async def _verify(port: int, record: Record) -> None:
             assert response.status is Status.OK, (ledger, entry, response.status)
             assert response.entry is not None and response.entry.payload == data
         for ledger in record.fenced:
-            late = await client.add(Entry.build(ledger, 1, 0, b"late"), master_key=KEY)
+            late = await client.add(EncodedEntry.build(ledger, 1, 0, b"late"), master_key=KEY)
             assert late.status is Status.FENCED, (ledger, late.status)
         # The stream ledger itself was never fenced: it still takes adds.
-        fresh = await client.add(Entry.build(STREAM_LEDGER, 10**6, -1, b"after"), master_key=KEY)
+        fresh = await client.add(EncodedEntry.build(STREAM_LEDGER, 10**6, -1, b"after"), master_key=KEY)
         assert fresh.status is Status.OK
     finally:
         await client.close()
@@ -149,7 +149,7 @@ def test_garbage_oversized_and_bad_digest_do_not_harm_the_bookie(tmp_path: Path)
     async def scenario() -> None:
         network, clock = TcpNetwork(), SystemClock()
         good = await BookieClient.connect(network, "127.0.0.1", proc.port, clock)
-        assert (await good.add(Entry.build(5, 0, -1, b"kept"), master_key=KEY)).status is Status.OK
+        assert (await good.add(EncodedEntry.build(5, 0, -1, b"kept"), master_key=KEY)).status is Status.OK
         for junk in (
             b"\xff" * 64,  # length far above BOOKIE_FRAME_BYTES_MAX
             struct.pack(">I", 12) + b"\x09" * 12,  # wrong version
@@ -161,8 +161,8 @@ def test_garbage_oversized_and_bad_digest_do_not_harm_the_bookie(tmp_path: Path)
             while await conn.read(65536):
                 pass  # the bookie answers what it can, then closes this connection
             conn.close()
-        entry = Entry.build(5, 1, 0, b"tampered")
-        bad = Entry.parse(entry.raw[:-1] + bytes([entry.raw[-1] ^ 1]))  # payload flipped in flight
+        entry = EncodedEntry.build(5, 1, 0, b"tampered")
+        bad = EncodedEntry.parse(entry.raw[:-1] + bytes([entry.raw[-1] ^ 1]))  # payload flipped in flight
         assert (await good.add(bad, master_key=KEY)).status is Status.BAD_DIGEST
         read = await good.read(5, 0)
         assert read.status is Status.OK and read.entry is not None and read.entry.payload == b"kept"

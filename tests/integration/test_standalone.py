@@ -16,7 +16,7 @@ import pytest
 
 from magnetar.ledger.bookie_client import BookieClient
 from magnetar.protocol.bookie import Status
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie.codec import EncodedEntry
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import StandaloneProcess, free_port
@@ -40,7 +40,7 @@ async def _add_then_read(host: str, port: int, ledger_id: int, count: int) -> li
     acked = []
     try:
         for entry_id in range(count):
-            response = await client.add(Entry.build(ledger_id, entry_id, entry_id - 1, f"payload-{entry_id}".encode()))
+            response = await client.add(EncodedEntry.build(ledger_id, entry_id, entry_id - 1, f"payload-{entry_id}".encode()))
             if response.status is Status.OK:
                 acked.append(entry_id)
     finally:

@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie.codec import EncodedEntry
 from tests.ledger.fakes import FakeBookie
 
 
@@ -57,5 +57,5 @@ def check_ledger(
     return problems
 
 
-def payloads(entries: Iterable[Entry]) -> dict[int, bytes]:
+def payloads(entries: Iterable[EncodedEntry]) -> dict[int, bytes]:
     return {e.entry_id: e.payload for e in entries}

@@ -21,7 +21,7 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.metadata_ops import LedgerMetadataStore, Versioned
 from magnetar.ledger.placement import RandomPlacement, StaticBookieDirectory
 from magnetar.ledger.transport import LastEntryReply
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie.codec import EncodedEntry
 from tests.manual_clock import ManualClock
 
 
@@ -71,8 +71,8 @@ class FakeBookie:
     alive: bool = True
     ack_before_sync: bool = False  # negative control: ack while the entry is only in page cache
     fence_not_durable: bool = False  # negative control: answer a fence before it is durable
-    durable: dict[tuple[int, int], Entry] = field(default_factory=dict)
-    unsynced: dict[tuple[int, int], Entry] = field(default_factory=dict)
+    durable: dict[tuple[int, int], EncodedEntry] = field(default_factory=dict)
+    unsynced: dict[tuple[int, int], EncodedEntry] = field(default_factory=dict)
     fenced: set[int] = field(default_factory=set)
     fenced_unsynced: set[int] = field(default_factory=set)
     explicit_lac: dict[int, int] = field(default_factory=dict)
@@ -106,11 +106,11 @@ class FakeBookie:
         else:
             self.fenced.add(ledger_id)
 
-    def has(self, ledger_id: int, entry_id: int) -> Entry | None:
+    def has(self, ledger_id: int, entry_id: int) -> EncodedEntry | None:
         key = (ledger_id, entry_id)
         return self.durable.get(key) or self.unsynced.get(key)
 
-    def add(self, entry: Entry, recovery: bool) -> None:
+    def add(self, entry: EncodedEntry, recovery: bool) -> None:
         self._check()
         if not entry.digest_ok():
             raise BookieUnavailableError("bad digest")
@@ -122,7 +122,7 @@ class FakeBookie:
         else:
             self.durable[key] = entry
 
-    def read(self, ledger_id: int, entry_id: int, fence: bool) -> Entry:
+    def read(self, ledger_id: int, entry_id: int, fence: bool) -> EncodedEntry:
         self._check()
         if fence:
             self._fence(ledger_id)
@@ -194,11 +194,11 @@ class FakeTransport:
         await asyncio.sleep(0)
         return result
 
-    def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
+    def add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
         """A future, as the real transports give (the writer chains a callback on it)."""
         return asyncio.ensure_future(self._add(bookie, entry, recovery=recovery))
 
-    async def _add(self, bookie: BookieId, entry: Entry, *, recovery: bool) -> None:
+    async def _add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool) -> None:
         def call(fake: FakeBookie) -> None:
             was_fenced = fake.is_fenced(entry.ledger_id)
             fake.add(entry, recovery)
@@ -207,7 +207,7 @@ class FakeTransport:
 
         await self._run(bookie, "recovery_add" if recovery else "add", entry.entry_id, call)
 
-    async def read(self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes) -> Entry:
+    async def read(self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes) -> EncodedEntry:
         return await self._run(bookie, "read", entry_id, lambda f: f.read(ledger_id, entry_id, fence))
 
     async def read_last_entry(self, bookie: BookieId, ledger_id: int, *, fence: bool, master_key: bytes) -> LastEntryReply:

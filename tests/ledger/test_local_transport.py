@@ -13,7 +13,7 @@ import pytest
 from magnetar.base.types import BookieId
 from magnetar.ledger.bookie_transport import BookieClientTransport
 from magnetar.node.ledger import LocalFirstTransport
-from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, Entry, Status
+from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, EncodedEntry, Status
 from magnetar.runtime.bookie import RunningBookie, start_bookie
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.metadata import open_metadata_store
@@ -23,8 +23,8 @@ from magnetar.storage import BookieConfig
 KEY = b"key"
 
 
-def _entry(ledger: int, entry_id: int, lac: int) -> Entry:
-    return Entry.build(ledger, entry_id, lac, f"entry {entry_id};".encode() * 50)
+def _entry(ledger: int, entry_id: int, lac: int) -> EncodedEntry:
+    return EncodedEntry.build(ledger, entry_id, lac, f"entry {entry_id};".encode() * 50)
 
 
 async def _outcome(call: Any) -> object:
@@ -33,7 +33,7 @@ async def _outcome(call: Any) -> object:
         value = await call
     except Exception as error:  # the outcome compared
         return ("error", type(error).__name__)
-    if isinstance(value, Entry):
+    if isinstance(value, EncodedEntry):
         return ("entry", value.entry_id, bytes(value.raw)[ENTRY_HEADER_BYTES:])  # the header names the ledger
     return ("value", value)
 

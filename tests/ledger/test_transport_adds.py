@@ -21,7 +21,7 @@ from magnetar.ledger.bookie_transport import BookieClientTransport
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie.codec import EncodedEntry
 from magnetar.runtime.bookie import RunningBookie, start_bookie
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.network import TcpNetwork
@@ -110,12 +110,12 @@ async def test_add_maps_a_fenced_ledger(tmp_path: Path) -> None:
     async for manager, running in cluster(tmp_path):
         transport = transport_of(manager)
         target = BookieId.parse(running[0].bookie_id)
-        await transport.add(target, Entry.build(9, 0, -1, b"zero"), recovery=False, master_key=b"")
-        await transport.add(target, Entry.build(9, 1, 0, b"one"), recovery=False, master_key=b"")
+        await transport.add(target, EncodedEntry.build(9, 0, -1, b"zero"), recovery=False, master_key=b"")
+        await transport.add(target, EncodedEntry.build(9, 1, 0, b"one"), recovery=False, master_key=b"")
         await transport.read_last_entry(target, 9, fence=True, master_key=b"")
         with pytest.raises(FencedError):
-            await transport.add(target, Entry.build(9, 2, 1, b"two"), recovery=False, master_key=b"")
-        await transport.add(target, Entry.build(9, 2, 1, b"two"), recovery=True, master_key=b"")
+            await transport.add(target, EncodedEntry.build(9, 2, 1, b"two"), recovery=False, master_key=b"")
+        await transport.add(target, EncodedEntry.build(9, 2, 1, b"two"), recovery=True, master_key=b"")
 
 
 @pytest.mark.parametrize("armed", [False, True], ids=["unarmed", "armed"])

@@ -22,7 +22,7 @@ from magnetar.ledger.errors import BookieUnavailableError, NoSuchEntryError
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie.codec import EncodedEntry
 from magnetar.runtime.bookie import BookieServer, RunningBookie, start_bookie
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.network import TcpNetwork
@@ -113,13 +113,13 @@ async def test_transport_maps_statuses_and_reconnects(tmp_path: Path) -> None:
     try:
         with pytest.raises(NoSuchEntryError):
             await transport.read(target, 7, 0, fence=False, master_key=b"")
-        await transport.add(target, Entry.build(7, 0, -1, b"zero"), recovery=False, master_key=b"")
+        await transport.add(target, EncodedEntry.build(7, 0, -1, b"zero"), recovery=False, master_key=b"")
         assert (await transport.read(target, 7, 0, fence=False, master_key=b"")).payload == b"zero"
         with pytest.raises(NoSuchEntryError):
             await transport.read(target, 7, 1, fence=True, master_key=b"")
         with pytest.raises(FencedError):
-            await transport.add(target, Entry.build(7, 1, 0, b"one"), recovery=False, master_key=b"")
-        await transport.add(target, Entry.build(7, 1, 0, b"one"), recovery=True, master_key=b"")
+            await transport.add(target, EncodedEntry.build(7, 1, 0, b"one"), recovery=False, master_key=b"")
+        await transport.add(target, EncodedEntry.build(7, 1, 0, b"one"), recovery=True, master_key=b"")
         reply = await transport.read_last_entry(target, 7, fence=False, master_key=b"")
         assert (reply.last_entry_id, reply.lac) == (1, 0)
         empty = await transport.read_last_entry(target, 8, fence=False, master_key=b"")

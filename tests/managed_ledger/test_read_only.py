@@ -36,7 +36,7 @@ from magnetar.managed_ledger.read_only_cursors import (
     read_only_cursors,
     read_only_holders,
 )
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie.codec import EncodedEntry
 from tests.ledger.fakes import FakeTransport
 from tests.managed_ledger.harness import TOPIC, World, config, make_world, until
 
@@ -51,11 +51,11 @@ class CountingTransport(FakeTransport):
     def _count(self, kind: str) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1
 
-    async def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> None:
+    async def add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool, master_key: bytes) -> None:
         self._count("add")
         await super().add(bookie, entry, recovery=recovery, master_key=master_key)
 
-    async def read(self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes) -> Entry:
+    async def read(self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes) -> EncodedEntry:
         self._count("fencing_read" if fence else "read")
         return await super().read(bookie, ledger_id, entry_id, fence=fence, master_key=master_key)
 

@@ -13,7 +13,7 @@ import uvloop
 from magnetar.node.bookie import _ConnectionState
 from magnetar.protocol.bookie import (
     AddResponse,
-    Entry,
+    EncodedEntry,
     FrameDecoder,
     Op,
     ReadResponse,
@@ -24,7 +24,7 @@ from magnetar.protocol.bookie import (
 from magnetar.protocol.bookie.codec import Message, ServedReadResponse
 from magnetar.runtime.network import TcpConnection, TcpNetwork, _ConnectionProtocol
 
-ENTRIES = [Entry.build(9, i, i - 1, random.Random(i).randbytes(1000 + i)) for i in range(3)]
+ENTRIES = [EncodedEntry.build(9, i, i - 1, random.Random(i).randbytes(1000 + i)) for i in range(3)]
 ANSWERS = [
     ReadResponse(1, Status.OK, 9, 0, -1, ENTRIES[0]),
     AddResponse(2, Status.OK, 9, 5),
@@ -127,7 +127,7 @@ def test_read_answers_written_as_parts_arrive_intact_through_a_uvloop_socket() -
     # Entries of 128 KiB, more than a socket buffer holds per pass: uvloop's writev is partial and
     # the rest goes out later from the same part objects. Every other entry is a memoryview, as an
     # entry log mapped into memory gives it.
-    entries = [Entry.build(4, i, i - 1, random.Random(100 + i).randbytes(128 * 1024)) for i in range(64)]
+    entries = [EncodedEntry.build(4, i, i - 1, random.Random(100 + i).randbytes(128 * 1024)) for i in range(64)]
     replies = [ReadResponse(i + 1, Status.OK, 4, i, i - 1, entry) for i, entry in enumerate(entries)]
     sent = [ServedReadResponse(i + 1, Status.OK, 4, i, i - 1, memoryview(entry.raw) if i % 2 else entry.raw)
             for i, entry in enumerate(entries)]

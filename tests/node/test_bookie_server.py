@@ -6,7 +6,14 @@ from __future__ import annotations
 import asyncio
 
 from magnetar.ledger.bookie_client import BookieClient
-from magnetar.protocol.bookie import Entry, FrameDecoder, GetInfoRequest, GetInfoResponse, Status, encode
+from magnetar.protocol.bookie import (
+    EncodedEntry,
+    FrameDecoder,
+    GetInfoRequest,
+    GetInfoResponse,
+    Status,
+    encode,
+)
 from magnetar.runtime.bookie import BookieServer
 from magnetar.sim import NodeContext, SimWorld
 from magnetar.storage import Bookie, BookieConfig
@@ -138,7 +145,7 @@ def test_write_lac_over_the_wire() -> None:
 
     async def client_main(ctx: NodeContext) -> None:
         client = await BookieClient.connect(ctx.network, "bookie", 3181, ctx.clock)
-        await client.add(Entry.build(8, 0, -1, b"x"), master_key=KEY)
+        await client.add(EncodedEntry.build(8, 0, -1, b"x"), master_key=KEY)
         response = await client.write_lac(8, 0, master_key=KEY)
         seen["write"] = (response.status, response.lac)
         seen["read"] = (await client.read_lac(8)).lac

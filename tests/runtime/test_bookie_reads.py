@@ -21,10 +21,10 @@ from magnetar.base.errors import (
 )
 from magnetar.base.limits import SPARK_BOOKIE_READ_BUFFER_BYTES
 from magnetar.ledger.bookie_client import checked_entry
-from magnetar.protocol.bookie import AddResponse, Entry, FrameDecoder, ReadRequest, Status, encode
+from magnetar.protocol.bookie import AddResponse, EncodedEntry, FrameDecoder, ReadRequest, Status, encode
 from magnetar.protocol.bookie.codec import (
     READ_RESPONSE_HEAD_BYTES,
-    EntryView,
+    EncodedEntryView,
     ReadResponse,
     ReadViewResponse,
     decode_read_response_head,
@@ -42,7 +42,7 @@ class WireBookie:
     entry ids asked for, in order.
     """
 
-    entries: dict[tuple[int, int], Entry] = field(default_factory=dict)
+    entries: dict[tuple[int, int], EncodedEntry] = field(default_factory=dict)
     corrupt: set[int] = field(default_factory=set)
     silent: set[int] = field(default_factory=set)
     reverse: bool = False
@@ -59,13 +59,13 @@ class WireBookie:
         if request.entry_id in self.corrupt:
             raw = bytearray(entry.raw)
             raw[-1] ^= 0xFF
-            entry = Entry(entry.ledger_id, entry.entry_id, entry.lac, entry.digest, bytes(raw))
+            entry = EncodedEntry(entry.ledger_id, entry.entry_id, entry.lac, entry.digest, bytes(raw))
         return encode(ReadResponse(request.request_id, Status.OK, request.ledger_id, request.entry_id, entry.lac,
                                    entry))
 
 
-def stored(ledger_id: int, count: int, size: int = 100) -> dict[tuple[int, int], Entry]:
-    return {(ledger_id, e): Entry.build(ledger_id, e, e - 1, bytes([e % 251]) * size) for e in range(count)}
+def stored(ledger_id: int, count: int, size: int = 100) -> dict[tuple[int, int], EncodedEntry]:
+    return {(ledger_id, e): EncodedEntry.build(ledger_id, e, e - 1, bytes([e % 251]) * size) for e in range(count)}
 
 
 class SocketBookie:
@@ -180,9 +180,9 @@ def test_answers_before_their_turn_are_kept_as_copies(serve: list[SocketBookie])
 
 def test_an_entry_is_a_view_until_the_next_answer_and_a_larger_one_gets_a_new_buffer(
         serve: list[SocketBookie]) -> None:
-    small = Entry.build(5, 0, -1, b"a" * 100)
-    large = Entry.build(5, 1, 0, b"b" * (SPARK_BOOKIE_READ_BUFFER_BYTES + 1000))
-    after = Entry.build(5, 2, 1, b"c" * 100)
+    small = EncodedEntry.build(5, 0, -1, b"a" * 100)
+    large = EncodedEntry.build(5, 1, 0, b"b" * (SPARK_BOOKIE_READ_BUFFER_BYTES + 1000))
+    after = EncodedEntry.build(5, 2, 1, b"c" * 100)
     reads = connect(start(serve, WireBookie({(5, 0): small, (5, 1): large, (5, 2): after})))
     r0, r1, r2 = reads.send_reads(5, [0, 1, 2])
     first = reads.answer(r0).entry
@@ -216,7 +216,7 @@ def test_damaged_and_missing_entries_are_answers_and_the_connection_goes_on(serv
     with pytest.raises(ChecksumMismatchError):
         checked_entry(answer, 5, 1)  # entry 0 where 1 was asked for
     entry = checked_entry(answer, 5, 0)  # control: as the entry asked for, it passes
-    assert isinstance(entry, EntryView) and entry.entry_id == 0
+    assert isinstance(entry, EncodedEntryView) and entry.entry_id == 0
     reads.close()
 
 
@@ -257,7 +257,7 @@ def test_a_refused_connection_is_a_closed_error() -> None:
 
 
 def test_the_head_decoder_checks_op_length_and_has_entry() -> None:
-    entry = Entry.build(5, 0, -1, b"x" * 10)
+    entry = EncodedEntry.build(5, 0, -1, b"x" * 10)
     frame = encode(ReadResponse(7, Status.OK, 5, 0, -1, entry))
     answer, entry_bytes = decode_read_response_head(frame[:READ_RESPONSE_HEAD_BYTES])
     assert (answer.request_id, answer.status, answer.ledger_id, answer.entry_id, entry_bytes) == (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from magnetar.protocol.bookie import Entry
+from magnetar.protocol.bookie import EncodedEntry
 from magnetar.sim import SimClock, SimDisk, SimDiskConfig, SimKeyValueStore
 from magnetar.storage import BookieConfig, BookieLedger, BookieStats
 from magnetar.storage.checkpointer import Checkpointer
@@ -27,8 +27,8 @@ CONFIG = BookieConfig(
 PACED = dataclasses.replace(CONFIG, flush_chunk_entries_max=16, index_batch_keys_max=32, flush_pause_ms=5)
 
 
-def entry(ledger: int, entry_id: int, payload: bytes | None = None, lac: int = -1) -> Entry:
-    return Entry.build(ledger, entry_id, lac, payload if payload is not None else f"{ledger}:{entry_id}".encode() * 20)
+def entry(ledger: int, entry_id: int, payload: bytes | None = None, lac: int = -1) -> EncodedEntry:
+    return EncodedEntry.build(ledger, entry_id, lac, payload if payload is not None else f"{ledger}:{entry_id}".encode() * 20)
 
 
 class Parts:
@@ -64,7 +64,7 @@ class Parts:
         self.checkpointer.use_journal(self.journal)
         return self.journal
 
-    async def add(self, e: Entry) -> None:
+    async def add(self, e: EncodedEntry) -> None:
         """What the bookie's add path does with an accepted entry: ledger state, write cache,
         journal (awaited here until durable)."""
         assert self.journal is not None

@@ -19,7 +19,7 @@ from magnetar.base.limits import NETWORK_READ_BUFFER_BYTES_MAX, NETWORK_WRITE_BU
 from magnetar.base.rng import SeededRng
 from magnetar.protocol.bookie import (
     AddRequest,
-    Entry,
+    EncodedEntry,
     FrameDecoder,
     GetInfoRequest,
     ReadRequest,
@@ -124,7 +124,7 @@ def test_journal_groups_take_one_path_armed_or_not(armed: str | None, monkeypatc
         await journal.start()
         if armed is not None:
             faults.arm(armed, "delay", delay_ms=0)
-        entries = [Entry.build(7, i, i - 1, bytes([i]) * (100 + i)) for i in range(20)]
+        entries = [EncodedEntry.build(7, i, i - 1, bytes([i]) * (100 + i)) for i in range(20)]
         await asyncio.gather(*(journal.append(add_record(b"k", e.raw)) for e in entries))
         assert calls == journal.groups_count >= 1
         if armed is not None:
@@ -152,7 +152,7 @@ def test_a_group_held_at_a_reply_gate_holds_every_later_group(point: str) -> Non
         faults.arm(point, "hang")
         answered: list[int] = []
         for i in range(6):  # one record per group: two do not fit in 4 KiB
-            journal.submit(add_record(b"k", Entry.build(7, i, i - 1, bytes(3000)).raw),
+            journal.submit(add_record(b"k", EncodedEntry.build(7, i, i - 1, bytes(3000)).raw),
                            lambda error, i=i: answered.append(i if error is None else -1))
         async def until(condition: Callable[[], bool]) -> None:  # in virtual time, bounded
             for _ in range(1000):
@@ -185,7 +185,7 @@ def test_real_journal_write_hangs_at_a_point_on_the_worker_thread_until_released
         journal = Journal(LocalDisk(str(tmp_path)), SystemClock(), BookieConfig(), first_file_id=1)
         await journal.start()
         faults.arm(point, "hang")
-        entry = Entry.build(7, 0, -1, b"x" * 5000)
+        entry = EncodedEntry.build(7, 0, -1, b"x" * 5000)
         added = asyncio.ensure_future(journal.append(add_record(b"k", entry.raw)))
         deadline = asyncio.get_running_loop().time() + 10
         while faults.hits(point) < 1:  # the worker thread reached the point
@@ -210,7 +210,7 @@ def test_real_journal_write_error_at_a_point_fails_the_journal(tmp_path: Path) -
         await journal.start()
         faults.arm("bookie.after_write_before_fsync", "error")
         with pytest.raises(faults.InjectedFaultError):
-            await asyncio.wait_for(journal.append(add_record(b"k", Entry.build(7, 0, -1, b"y").raw)), 10)
+            await asyncio.wait_for(journal.append(add_record(b"k", EncodedEntry.build(7, 0, -1, b"y").raw)), 10)
         await journal.stop()
 
     try:
@@ -221,10 +221,10 @@ def test_real_journal_write_error_at_a_point_fails_the_journal(tmp_path: Path) -
 
 def test_frame_decoder_gives_the_same_messages_however_the_stream_is_cut() -> None:
     messages = [
-        AddRequest(1, Entry.build(3, 0, -1, b"x" * 3000), b"key"),
+        AddRequest(1, EncodedEntry.build(3, 0, -1, b"x" * 3000), b"key"),
         GetInfoRequest(2),
         ReadRequest(3, 3, 0, fence=True, master_key=b"key"),
-        AddRequest(4, Entry.build(3, 1, 0, b""), b""),
+        AddRequest(4, EncodedEntry.build(3, 1, 0, b""), b""),
     ]
     stream = b"".join(encode(m) for m in messages)
     rng = random.Random(3)
@@ -292,7 +292,7 @@ async def _aligned_round_trip(disk: Disk, kv: KeyValueStore, clock: Clock) -> li
     entries' raw bytes."""
     bookie = Bookie(disk, kv, clock, ALIGNED_CONFIG)
     await bookie.start()
-    entries = [Entry.build(5, i, i - 1, bytes([i % 251]) * (37 * i + 1)) for i in range(120)]
+    entries = [EncodedEntry.build(5, i, i - 1, bytes([i % 251]) * (37 * i + 1)) for i in range(120)]
     for chunk in (entries[:70], entries[70:]):
         statuses = await asyncio.gather(*(bookie.add(e, KEY) for e in chunk))
         assert set(statuses) == {Status.OK}
@@ -371,7 +371,7 @@ def test_journal_groups_overlap_but_complete_in_submission_order(in_flight: int)
                 answered.append(i)
                 done.set_result(None)
 
-            journal.submit(add_record(b"k", Entry.build(9, i, i - 1, b"x" * 500).raw), callback)
+            journal.submit(add_record(b"k", EncodedEntry.build(9, i, i - 1, b"x" * 500).raw), callback)
             futures.append(done)
             await asyncio.sleep(0.0001)  # adds keep arriving while groups are written
             most_in_flight = max(most_in_flight, len(journal._inflight))

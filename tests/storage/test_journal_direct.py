@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.protocol.bookie import Entry
+from magnetar.protocol.bookie import EncodedEntry
 from magnetar.runtime import disk as runtime_disk
 from magnetar.runtime.disk import LocalDisk
 from magnetar.sim import SimClock
@@ -20,7 +20,7 @@ from magnetar.storage.journal import Journal, add_record
 
 
 def _record(i: int) -> tuple[bytes, bytes]:
-    return add_record(b"k", Entry.build(3, i, i - 1, bytes([i % 256]) * 300).raw)
+    return add_record(b"k", EncodedEntry.build(3, i, i - 1, bytes([i % 256]) * 300).raw)
 
 
 def test_local_append_and_sync_then_writes_and_answers_on_the_loop_thread(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from magnetar import faults
-from magnetar.protocol.bookie import Entry, Status
+from magnetar.protocol.bookie import EncodedEntry, Status
 from magnetar.sim import NodeContext, SimConfig, SimDiskConfig, SimWorld
 from magnetar.storage import Bookie, BookieConfig, BookieStatus
 
@@ -66,7 +66,7 @@ def _run(seed: int, cycles: int, *, ack_before_fsync: bool = False) -> Ledger:
     def verify(bookie: Bookie) -> None:
         for (ledger, entry), data in book.acked.items():
             result = bookie.read_entry(ledger, entry)
-            if result.status is not Status.OK or result.raw is None or Entry.parse(result.raw).payload != data:
+            if result.status is not Status.OK or result.raw is None or EncodedEntry.parse(result.raw).payload != data:
                 book.lost.append(f"{ledger}:{entry} {result.status.name}")
 
     async def controller() -> None:
@@ -76,7 +76,7 @@ def _run(seed: int, cycles: int, *, ack_before_fsync: bool = False) -> Ledger:
             bookie = await wait_writable()
             verify(bookie)
             for ledger in book.fenced:
-                assert await bookie.add(Entry.build(ledger, 10**6, -1, b"late"), KEY) is Status.FENCED
+                assert await bookie.add(EncodedEntry.build(ledger, 10**6, -1, b"late"), KEY) is Status.FENCED
             current.pop("bookie")
             if rng.random() < 0.5:
                 faults.arm(rng.choice(POINTS), "crash", from_hit=rng.randint(1, 20), node="bookie")
@@ -103,7 +103,7 @@ def _run(seed: int, cycles: int, *, ack_before_fsync: bool = False) -> Ledger:
 
                     if ack_before_fsync:
                         book.acked[(ledger, entry)] = data
-                    bookie.add_entry(Entry.build(ledger, entry, entry - 1, data), KEY, False, on_done)
+                    bookie.add_entry(EncodedEntry.build(ledger, entry, entry - 1, data), KEY, False, on_done)
                 if step == crash_after:
                     world.crash("bookie", f"cycle {cycle}")
                     break

@@ -9,7 +9,7 @@ import pytest
 
 from magnetar.base.errors import CorruptDataError
 from magnetar.base.rng import SeededRng
-from magnetar.protocol.bookie import Entry, Status
+from magnetar.protocol.bookie import EncodedEntry, Status
 from magnetar.sim import SimClock, SimDisk, SimDiskConfig, SimKeyValueStore, run
 from magnetar.storage import (
     Bookie,
@@ -58,8 +58,8 @@ class Node:
         self.kv.crash()
 
 
-def entry(ledger: int, entry_id: int, payload: bytes | None = None, lac: int = -1) -> Entry:
-    return Entry.build(ledger, entry_id, lac, payload if payload is not None else f"{ledger}:{entry_id}".encode() * 20)
+def entry(ledger: int, entry_id: int, payload: bytes | None = None, lac: int = -1) -> EncodedEntry:
+    return EncodedEntry.build(ledger, entry_id, lac, payload if payload is not None else f"{ledger}:{entry_id}".encode() * 20)
 
 
 def sim(test: Callable[[], Awaitable[None]]) -> None:
@@ -110,10 +110,10 @@ def test_rejections_digest_size_key_readonly() -> None:
         node = Node()
         bookie = await node.boot()
         good = entry(1, 0)
-        bad = Entry(good.ledger_id, good.entry_id, good.lac, good.digest ^ 1, good.raw)
+        bad = EncodedEntry(good.ledger_id, good.entry_id, good.lac, good.digest ^ 1, good.raw)
         assert await bookie.add(bad, KEY) is Status.BAD_DIGEST
         assert bookie.read_entry(1, 0).status is Status.NO_SUCH_LEDGER
-        big = Entry.build(1, 0, -1, b"x" * (SMALL.entry_bytes_max + 1))
+        big = EncodedEntry.build(1, 0, -1, b"x" * (SMALL.entry_bytes_max + 1))
         assert await bookie.add(big, KEY) is Status.TOO_LARGE
         assert await bookie.add(good, KEY) is Status.OK
         assert await bookie.add(entry(1, 1), b"other") is Status.UNAUTHORIZED

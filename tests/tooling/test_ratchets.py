@@ -5,6 +5,7 @@
   that exist (``lint-imports`` itself runs in ``test_tooling.py``).
 * Tidy: functions at most ``FUNCTION_LINES_MAX`` lines, modules at most ``MODULE_LINES_MAX``.
 * Exception classes are named ``...Error``.
+* One entry type: exactly one class named ``Entry`` (``base/entry.py``) in ``src/magnetar``.
 
 Today's offenders are listed in one place, ``ratchet_allowlist.py``, which may only shrink: an
 entry that is no longer an offender fails the test until it is removed.
@@ -198,3 +199,23 @@ def test_error_naming_checker_sees_inherited_exceptions() -> None:
     classes = exception_classes([("m.py", source)])
     assert classes == ["m.py::Base", "m.py::FineError", "m.py::Gone"]
     assert [c for c in classes if not c.endswith("Error")] == ["m.py::Base", "m.py::Gone"]
+
+
+def classes_named(name: str, sources: Iterable[tuple[str, str]]) -> list[str]:
+    """``path::Name`` of every class called ``name`` in ``sources`` (nested ones too)."""
+    return sorted(f"{relative}::{node.name}" for relative, source in sources
+                  for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.ClassDef) and node.name == name)
+
+
+def test_there_is_one_entry_type() -> None:
+    """Issue 16: one ``Entry``; the bookie wire/storage form is ``EncodedEntry``, not another one."""
+    assert classes_named("Entry", _sources()) == ["base/entry.py::Entry"]
+
+
+def test_one_entry_checker_sees_a_second_entry_class() -> None:
+    sources = [("base/entry.py", "class Entry:\n    pass\n"),
+               ("protocol/codec.py", "class EncodedEntry:\n    pass\n"),
+               ("ledger/x.py", "def f():\n    class Entry:\n        pass\n")]
+    assert classes_named("Entry", sources) == ["base/entry.py::Entry", "ledger/x.py::Entry"]
+    assert classes_named("Entry", sources[:2]) == ["base/entry.py::Entry"]

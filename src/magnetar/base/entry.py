@@ -3,9 +3,10 @@
 An entry is what one add stored: its ``position`` (ledger id, entry id) and its ``payload``, the
 bytes the writer added, unchanged (for a topic: the Pulsar ``headers_and_payload``). The managed
 ledger's reads, the broker's log ports, dispatchers, compaction, replication, admin and the Spark
-connector all pass this one type. The bookie wire form (``protocol.bookie.codec``) carries the same
-entry with its LAC and digest around the payload, and a decode view that avoids a copy; a reader
-turns either into an ``Entry`` once it has checked the digest.
+connector all pass this one type; it is the only class named ``Entry`` (a tooling test checks).
+Below the ledger client the same entry travels and is stored encoded: ``protocol.bookie.codec``'s
+``EncodedEntry`` (its LAC and digest around the payload) and ``EncodedEntryView`` (its no-copy
+decode view); a reader turns either into an ``Entry`` once it has checked the digest.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from magnetar.base.limits import BOOKIE_CLIENT_INFLIGHT_COUNT_MAX, BOOKIE_READ_C
 from magnetar.protocol.bookie import (
     AddRequest,
     AddResponse,
-    Entry,
+    EncodedEntry,
     FrameDecoder,
     GetInfoRequest,
     GetInfoResponse,
@@ -52,7 +52,7 @@ from magnetar.protocol.bookie import (
     WriteLacResponse,
     encode,
 )
-from magnetar.protocol.bookie.codec import EntryView, ReadViewResponse
+from magnetar.protocol.bookie.codec import EncodedEntryView, ReadViewResponse
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class BookieClient:
         return await future
 
     def add_nowait(
-        self, entry: Entry, *, master_key: bytes = b"", recovery: bool = False, timeout_ms: int | None = None
+        self, entry: EncodedEntry, *, master_key: bytes = b"", recovery: bool = False, timeout_ms: int | None = None
     ) -> asyncio.Future[Response]:
         """Send an add without waiting; the future resolves to an ``AddResponse``.
 
@@ -168,7 +168,7 @@ class BookieClient:
         await self._connection.drain()
 
     async def add(
-        self, entry: Entry, *, master_key: bytes = b"", recovery: bool = False, timeout_ms: int | None = None
+        self, entry: EncodedEntry, *, master_key: bytes = b"", recovery: bool = False, timeout_ms: int | None = None
     ) -> AddResponse:
         """Add ``entry``; OK means it is durable in the bookie's journal."""
         response = await self._call(AddRequest(self._next_request_id(), entry, master_key, recovery), timeout_ms)
@@ -292,7 +292,7 @@ class BookieClient:
 
 
 def checked_entry(response: ReadResponse | ReadViewResponse, ledger_id: int,
-                  entry_id: int | None) -> Entry | EntryView | None:
+                  entry_id: int | None) -> EncodedEntry | EncodedEntryView | None:
     """The entry of an OK read answer, checked: it must be there, be the entry asked for
     (``entry_id`` None: any entry of the ledger) and pass its CRC32C digest, else
     ``ChecksumMismatchError``. ``None`` for a non-OK answer (its status tells why)."""

@@ -44,7 +44,7 @@ from magnetar.ledger.bookie_client import BookieClient
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import BookieUnavailableError, NoSuchEntryError
 from magnetar.ledger.transport import LastEntryReply
-from magnetar.protocol.bookie.codec import Entry, ReadResponse, Status
+from magnetar.protocol.bookie.codec import EncodedEntry, ReadResponse, Status
 
 _NEGATIVE = (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER)
 
@@ -58,7 +58,7 @@ def status_error(bookie: BookieId, status: Status, what: str) -> MagnetarError:
     return BookieUnavailableError(f"{what}: bookie {bookie} answered {status.name}")
 
 
-def entry_of(bookie: BookieId, what: str, response: ReadResponse) -> Entry:
+def entry_of(bookie: BookieId, what: str, response: ReadResponse) -> EncodedEntry:
     """The entry of a (checked) READ answer, or the error its status means."""
     if response.status is not Status.OK:
         raise status_error(bookie, response.status, what)
@@ -79,7 +79,7 @@ def last_entry_of(bookie: BookieId, what: str, response: ReadResponse) -> LastEn
 class _Add:
     result: asyncio.Future[None]
     bookie: BookieId
-    entry: Entry
+    entry: EncodedEntry
     recovery: bool
     master_key: bytes
     retried: bool = False
@@ -191,7 +191,7 @@ class BookieClientTransport:
 
     # --- BookieTransport -----------------------------------------------------------------------
 
-    def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
+    def add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
         """The one add operation: sent at once on an open connection with room, else after the
         connect or the wait for room (per bookie, in call order). The future is bounded by the
         connection's request deadline (``add_timeout_ms``); a connection lost under it is
@@ -284,7 +284,7 @@ class BookieClientTransport:
 
     async def read(
         self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes
-    ) -> Entry:
+    ) -> EncodedEntry:
         what = f"read {ledger_id}:{entry_id}"
         response = await self._call(
             bookie, what,

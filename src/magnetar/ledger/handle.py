@@ -53,7 +53,7 @@ from magnetar.ledger.metadata_ops import LedgerMetadataStore, VersionedMetadata
 from magnetar.ledger.placement import BookieDirectory, PlacementPolicy
 from magnetar.ledger.quorum import write_set
 from magnetar.ledger.transport import BookieTransport
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie.codec import EncodedEntry
 
 
 class WriterState(enum.Enum):
@@ -79,7 +79,7 @@ class PendingAdd:
     entry_id: int
     payload: bytes
     future: asyncio.Future[int]
-    entry: Entry | None = None  # built when sent, carrying the LAC known then
+    entry: EncodedEntry | None = None  # built when sent, carrying the LAC known then
     acked: set[BookieId] = field(default_factory=set)
     inflight: set[BookieId] = field(default_factory=set)
     sent_ns: int = 0  # when it was last sent to its write set (the add timeout counts from here)
@@ -240,7 +240,7 @@ class LedgerHandle:
             return
         if op.future.done() or self._state not in (WriterState.OPEN, WriterState.CLOSING):
             return
-        op.entry = Entry.build(self.ledger_id, op.entry_id, self._lac, op.payload)
+        op.entry = EncodedEntry.build(self.ledger_id, op.entry_id, self._lac, op.payload)
         self._send_to_write_set(op)
         faults.gate("ledger.after_send_before_reply", self._after_send, op)
 

@@ -8,7 +8,8 @@
 * Every answer is checked: ledger id, entry id and CRC32C digest must match, else that bookie's
   answer counts as unavailable and the next one is tried.
 * ``LedgerReader`` hands out ``base.entry.Entry`` (position and payload), the one entry type of
-  the layers above; the wire form (``protocol.bookie.codec``, with LAC and digest) stays here.
+  the layers above; the encoded form (``protocol.bookie.codec.EncodedEntry``, with LAC and
+  digest) stays here.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from magnetar.protocol.bookie import codec
 READ_BATCH_COUNT_MAX = 10_000
 
 
-def verified(entry: codec.Entry, ledger_id: int, entry_id: int) -> bool:
+def verified(entry: codec.EncodedEntry, ledger_id: int, entry_id: int) -> bool:
     return entry.ledger_id == ledger_id and entry.entry_id == entry_id and entry.digest_ok()
 
 
@@ -141,7 +142,7 @@ async def speculative_read(
     *,
     config: LedgerClientConfig,
     master_key: bytes,
-) -> codec.Entry:
+) -> codec.EncodedEntry:
     """Read ``entry_id`` from its write set, moving to the next bookie on error or slowness."""
     return await _SpeculativeRead(transport, clock, metadata, entry_id, config, master_key).run()
 
@@ -163,7 +164,7 @@ class _SpeculativeRead:
         self._order: list[BookieId] = [
             ensemble[i] for i in read_order(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
         ]
-        self._running: set[asyncio.Task[codec.Entry]] = set()
+        self._running: set[asyncio.Task[codec.EncodedEntry]] = set()
         self._negatives = 0
         self._failures = 0
         self._next_index = 0
@@ -171,7 +172,7 @@ class _SpeculativeRead:
         self._speculative_s = config.speculative_read_timeout_ms / 1000
         self._launch_now = True
 
-    async def _ask(self, bookie: BookieId) -> codec.Entry:
+    async def _ask(self, bookie: BookieId) -> codec.EncodedEntry:
         ledger_id, entry_id = self._metadata.ledger_id, self._entry_id
         entry = await with_deadline(
             self._clock,
@@ -197,7 +198,7 @@ class _SpeculativeRead:
             else None
         )
 
-    def _answer(self) -> codec.Entry | None:
+    def _answer(self) -> codec.EncodedEntry | None:
         """The first valid answer among the finished reads, or None; a negative or failed one
         is counted and makes the next bookie be asked at once."""
         for task in [t for t in self._running if t.done()]:
@@ -212,7 +213,7 @@ class _SpeculativeRead:
                 self._launch_now = True
         return None
 
-    async def run(self) -> codec.Entry:
+    async def run(self) -> codec.EncodedEntry:
         try:
             while self._running or self._next_index < len(self._order):
                 if self._launch_now or not self._running or (self._timer is not None and self._timer.done()):

@@ -46,7 +46,7 @@ from magnetar.ledger.metadata_ops import LedgerMetadataStore, VersionedMetadata
 from magnetar.ledger.quorum import ack_quorum_reached, entry_missing, write_set
 from magnetar.ledger.reader import verified
 from magnetar.ledger.transport import BookieTransport
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie.codec import EncodedEntry
 
 
 class RecoveryMode(enum.Enum):
@@ -172,11 +172,11 @@ class LedgerRecovery:
         ensemble = meta.ensemble_for(entry_id)
         return [(i, ensemble[i]) for i in write_set(entry_id, meta.ensemble_size, meta.write_quorum_size)]
 
-    async def _recovery_read(self, meta: LedgerMetadata, entry_id: int) -> Entry | None:
+    async def _recovery_read(self, meta: LedgerMetadata, entry_id: int) -> EncodedEntry | None:
         """The entry if any bookie has a valid copy; ``None`` once enough bookies are sure it is absent."""
         fence = self._mode is RecoveryMode.CORRECT
 
-        async def ask(bookie: BookieId) -> Entry:
+        async def ask(bookie: BookieId) -> EncodedEntry:
             return await with_deadline(
                 self._clock,
                 self._config.read_timeout_ms,
@@ -213,7 +213,7 @@ class LedgerRecovery:
             f"({len(negatives)} negatives of {meta.write_quorum_size})"
         )
 
-    async def _write_back(self, meta: LedgerMetadata, entry: Entry) -> None:
+    async def _write_back(self, meta: LedgerMetadata, entry: EncodedEntry) -> None:
         members = self._write_set(meta, entry.entry_id)
 
         async def put(bookie: BookieId) -> None:

@@ -1,8 +1,8 @@
 """The narrow bookie transport the ledger client is written against.
 
-One call per bookie request, keyed by ``BookieId``. Entries travel in their wire form
-(``magnetar.protocol.bookie.codec.Entry``: ledger, entry, LAC, digest, payload) so readers verify
-the writer's digest end to end. Contract for implementations (the real adapter over
+One call per bookie request, keyed by ``BookieId``. Entries travel encoded
+(``magnetar.protocol.bookie.codec.EncodedEntry``: ledger, entry, LAC, digest, payload) so readers
+verify the writer's digest end to end. Contract for implementations (the real adapter over
 ``ledger/bookie_client.py`` and the fakes used in tests):
 
 * ``add`` is one operation whatever the state of the connection: it returns a future (the
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from magnetar.base.types import BookieId
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie.codec import EncodedEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +39,11 @@ class LastEntryReply:
 
 
 class BookieTransport(Protocol):
-    def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]: ...
+    def add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]: ...
 
     async def read(
         self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes
-    ) -> Entry: ...
+    ) -> EncodedEntry: ...
 
     async def read_last_entry(
         self, bookie: BookieId, ledger_id: int, *, fence: bool, master_key: bytes

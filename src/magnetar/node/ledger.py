@@ -41,11 +41,11 @@ from magnetar.ledger.rack_placement import RackAwarePlacement
 from magnetar.ledger.racks import RackedBookieDirectory
 from magnetar.ledger.transport import LastEntryReply
 from magnetar.metadata.api import MetadataStore
-from magnetar.protocol.bookie.codec import Entry, ReadResponse, Status
+from magnetar.protocol.bookie.codec import EncodedEntry, ReadResponse, Status
 from magnetar.storage import Bookie
 
 #: An add waiting for room on a local bookie: its future, entry, recovery flag and master key.
-_LocalAdd = tuple["asyncio.Future[None]", Entry, bool, bytes]
+_LocalAdd = tuple["asyncio.Future[None]", EncodedEntry, bool, bytes]
 
 
 class LocalFirstTransport:
@@ -68,7 +68,7 @@ class LocalFirstTransport:
         self._local.clear()  # the bookies are their runner's to stop
         await self._remote.close()
 
-    def add(self, bookie: BookieId, entry: Entry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
+    def add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
         """The one add operation: a local bookie stores it at once, or once it has room again
         (adds to it wait in call order, as the server stops reading while the bookie is full)."""
         core = self._local.get(bookie)
@@ -117,7 +117,7 @@ class LocalFirstTransport:
                     result.exception()
 
     async def read(self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool,
-                   master_key: bytes) -> Entry:
+                   master_key: bytes) -> EncodedEntry:
         core = self._local.get(bookie)
         if core is None:
             return await self._remote.read(bookie, ledger_id, entry_id, fence=fence, master_key=master_key)
@@ -153,7 +153,7 @@ async def _read_local(core: Bookie, bookie: BookieId, what: str, ledger_id: int,
             result = core.read_entry_or_last(ledger_id, entry_id)
         raw = result.raw
         # a view of a mapped entry log is copied here: the broker keeps entries (its cache)
-        entry = Entry.parse(raw if isinstance(raw, bytes) else bytes(raw)) if raw is not None else None
+        entry = EncodedEntry.parse(raw if isinstance(raw, bytes) else bytes(raw)) if raw is not None else None
         response = ReadResponse(0, result.status, ledger_id, result.entry_id, result.known_lac, entry)
         checked_entry(response, ledger_id, entry_id)
     except MagnetarError as exc:

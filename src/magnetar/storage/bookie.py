@@ -44,7 +44,7 @@ from magnetar.base.errors import CorruptDataError
 from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes, Disk, KeyValueStore
 from magnetar.base.limits import BOOKIE_LEDGERS_COUNT_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
-from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, Entry, Status
+from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, EncodedEntry, Status
 from magnetar.protocol.bookie.codec import entry_view
 from magnetar.storage.bookie_ledger import BookieLedger, LedgerStatus
 from magnetar.storage.caches import ReadCache
@@ -213,7 +213,7 @@ class Bookie:
 
     # --- add -----------------------------------------------------------------------------------
 
-    def add_entry(self, entry: Entry, master_key: bytes, recovery: bool, on_done: OnDone) -> None:
+    def add_entry(self, entry: EncodedEntry, master_key: bytes, recovery: bool, on_done: OnDone) -> None:
         """Store ``entry``; ``on_done(status)`` runs once, with OK only after the journal fsync."""
         status = self._check_add(entry, master_key, recovery)
         if status is not Status.OK:
@@ -236,7 +236,7 @@ class Bookie:
 
         journal.submit(add_record(master_key, entry.raw), _journaled)
 
-    def _check_add(self, entry: Entry, master_key: bytes, recovery: bool) -> Status:
+    def _check_add(self, entry: EncodedEntry, master_key: bytes, recovery: bool) -> Status:
         if self.status is not BookieStatus.WRITABLE:
             return Status.READ_ONLY if self.status is BookieStatus.READ_ONLY else Status.UNAVAILABLE
         if entry.payload_bytes > self.config.entry_bytes_max:
@@ -259,7 +259,7 @@ class Bookie:
             return Status.FENCED
         return Status.OK
 
-    async def add(self, entry: Entry, master_key: bytes = b"", recovery: bool = False) -> Status:
+    async def add(self, entry: EncodedEntry, master_key: bytes = b"", recovery: bool = False) -> Status:
         """``add_entry`` as a coroutine (tests, tools): returns the final status."""
         future: asyncio.Future[Status] = asyncio.get_running_loop().create_future()
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from magnetar.base.errors import CorruptDataError
-from magnetar.protocol.bookie import Entry
+from magnetar.protocol.bookie import EncodedEntry
 from magnetar.storage.entry_log import RECORD_HEADER_BYTES
 from magnetar.storage.index import Index
 
@@ -83,7 +83,7 @@ def chunks(entries: list[LiveEntry], chunk_bytes: int) -> list[list[LiveEntry]]:
 
 def checked_raw(raw: bytes, expected: LiveEntry, log_id: int) -> bytes:
     """``raw`` if it is the expected, intact entry; otherwise ``CorruptDataError`` (never copy garbage)."""
-    entry = Entry.parse(raw)
+    entry = EncodedEntry.parse(raw)
     if entry.ledger_id != expected.ledger_id or entry.entry_id != expected.entry_id or not entry.digest_ok():
         raise CorruptDataError(
             f"entry log {log_id} offset {expected.offset} does not hold a valid {expected.ledger_id}:{expected.entry_id}"

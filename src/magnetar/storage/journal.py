@@ -59,7 +59,7 @@ from magnetar.base.invariant import invariant
 from magnetar.base.io import Disk, DiskFile
 from magnetar.base.limits import BOOKIE_JOURNAL_RECORD_BYTES_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
 from magnetar.faults import breaks
-from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, Entry
+from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, EncodedEntry
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.waits import wait_event_or_timeout, watch_task
 
@@ -201,7 +201,7 @@ def _body_intact(body: bytes, crc: int) -> bool:
     if entry_at + ENTRY_HEADER_BYTES > len(body) or crc32c(memoryview(body)[: entry_at + ENTRY_HEADER_BYTES]) != crc:
         return False
     try:
-        return Entry.parse(body[entry_at:]).digest_ok()
+        return EncodedEntry.parse(body[entry_at:]).digest_ok()
     except CorruptDataError:
         return False
 

@@ -15,7 +15,7 @@ from collections.abc import MutableMapping
 
 from magnetar.base.errors import CorruptDataError
 from magnetar.base.io import Disk
-from magnetar.protocol.bookie import Entry
+from magnetar.protocol.bookie import EncodedEntry
 from magnetar.storage.bookie_ledger import BookieLedger, LedgerStatus
 from magnetar.storage.checkpointer import Checkpointer
 from magnetar.storage.index import Index, state_key
@@ -43,7 +43,7 @@ def apply_record(ledgers: MutableMapping[int, BookieLedger], checkpointer: Check
     """Apply one replayed record; returns whether the write cache's active half is full now."""
     if record.kind == KIND_ADD:
         try:
-            entry = Entry.parse(record.entry_raw)
+            entry = EncodedEntry.parse(record.entry_raw)
         except CorruptDataError:
             log.error("journal ADD record with a malformed entry skipped")
             return False

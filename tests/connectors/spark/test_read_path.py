@@ -26,7 +26,7 @@ from magnetar.connectors.spark.plan import EntryRange, Slice
 from magnetar.connectors.spark.rows import RowBuilder, parse_value_schema
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.ledger_metadata import Fragment, LedgerMetadata, LedgerState
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie.codec import EncodedEntry
 from magnetar.protocol.pulsar.batch import LZ4, ZSTD, encode_entry
 from magnetar.protocol.pulsar.errors import MalformedFrameError
 from magnetar.protocol.pulsar.frames import headers_and_payload
@@ -274,7 +274,7 @@ class CountingTransport(FakeTransport):
         self.in_flight = 0
         self.most_in_flight = 0
 
-    async def read(self, bookie: Any, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes) -> Entry:
+    async def read(self, bookie: Any, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes) -> EncodedEntry:
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
@@ -290,7 +290,7 @@ class CountingTransport(FakeTransport):
 def stored_ledger(ledger_id: int, payloads: list[bytes]) -> tuple[FakeBookie, LedgerMetadata]:
     bookie = FakeBookie(BookieId("127.0.0.1", 3181))
     for entry_id, payload in enumerate(payloads):
-        bookie.durable[(ledger_id, entry_id)] = Entry.build(ledger_id, entry_id, entry_id - 1, payload)
+        bookie.durable[(ledger_id, entry_id)] = EncodedEntry.build(ledger_id, entry_id, entry_id - 1, payload)
     metadata = LedgerMetadata(ledger_id, 1, 1, 1, LedgerState.CLOSED, len(payloads) - 1,
                               (Fragment(0, (bookie.bookie_id,)),))
     return bookie, metadata
@@ -343,7 +343,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
 
     def make(count: int, *, refuse: bool = False) -> tuple[Connections, dict[BookieId, WireBookie],
                                                            CountingTransport, LedgerMetadata, list[int]]:
-        entries = {(7, e): Entry.build(7, e, e - 1, b"%d-" % e + b"x" * 200) for e in range(count)}
+        entries = {(7, e): EncodedEntry.build(7, e, e - 1, b"%d-" % e + b"x" * 200) for e in range(count)}
         wires = [WireBookie(dict(entries)) for _ in range(2)]
         if refuse:
             ports = []
@@ -421,7 +421,7 @@ def test_a_damaged_missing_or_late_pipelined_read_is_read_again_over_the_write_s
     got = asyncio.run(stream(cx, piece))
     assert time.monotonic() - started >= 0.29  # waited the speculative timeout for 5
     assert [e for e, _ in got] == list(range(1200))
-    assert all(raw == Entry.build(7, e, e - 1, b"%d-" % e + b"x" * 200).raw for e, raw in got)
+    assert all(raw == EncodedEntry.build(7, e, e - 1, b"%d-" % e + b"x" * 200).raw for e, raw in got)
     speculative = sorted(e for op, _, e in transport.log if op == "read")
     assert speculative[:3] == [3, 4, 5]
     # B's connection was dropped at 5: the reads still on it (odd entries of the window sent by

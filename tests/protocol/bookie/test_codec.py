@@ -14,7 +14,7 @@ from magnetar.base.limits import BOOKIE_FRAME_BYTES_MAX
 from magnetar.protocol.bookie import (
     AddRequest,
     AddResponse,
-    Entry,
+    EncodedEntry,
     FrameDecoder,
     GetInfoRequest,
     GetInfoResponse,
@@ -33,7 +33,7 @@ from magnetar.protocol.bookie import (
 )
 from magnetar.protocol.bookie.codec import ServedReadResponse
 
-ENTRY = Entry.build(7, 3, 2, b"hello")
+ENTRY = EncodedEntry.build(7, 3, 2, b"hello")
 # Entry: ledger 7, entry 3, lac 2, payload length 5, digest, payload.
 ENTRY_HEX = "0000000000000007" "0000000000000003" "0000000000000002" "00000005" "22fdbfb5" "68656c6c6f"
 
@@ -101,7 +101,7 @@ def test_a_served_read_answer_is_the_read_responses_bytes_with_its_entry_as_give
 
 
 def test_encode_parts_of_a_read_answer_over_the_frame_limit_is_refused() -> None:
-    big = Entry.build(7, 3, 2, bytes(BOOKIE_FRAME_BYTES_MAX))
+    big = EncodedEntry.build(7, 3, 2, bytes(BOOKIE_FRAME_BYTES_MAX))
     with pytest.raises(LimitExceededError):
         encode_parts(ServedReadResponse(1, Status.OK, 7, 3, 2, big.raw))
 
@@ -135,7 +135,7 @@ def test_decoder_splits_and_joins_frames_at_any_boundary() -> None:
     rid=st.integers(0, 2**64 - 1),
 )
 def test_add_round_trip(ledger: int, entry: int, lac: int, payload: bytes, key: bytes, rid: int) -> None:
-    message = AddRequest(rid, Entry.build(ledger, entry, lac, payload), key, recovery=bool(rid & 1))
+    message = AddRequest(rid, EncodedEntry.build(ledger, entry, lac, payload), key, recovery=bool(rid & 1))
     (decoded,) = FrameDecoder().feed(encode(message))
     assert decoded == message
     assert isinstance(decoded, AddRequest) and decoded.entry.payload == payload and decoded.entry.digest_ok()

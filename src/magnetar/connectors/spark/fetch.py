@@ -65,7 +65,7 @@ from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.ledger.quorum import read_order, write_set
 from magnetar.ledger.reader import speculative_read
 from magnetar.metadata.records import LedgerState, ManagedLedgerInfo, decode
-from magnetar.protocol.bookie.codec import ENTRY_HEADER_BYTES, Entry, EntryView
+from magnetar.protocol.bookie.codec import ENTRY_HEADER_BYTES, EncodedEntry, EncodedEntryView
 from magnetar.protocol.pulsar.batch import message_count
 from magnetar.protocol.pulsar.stored import split_stored_entry
 from magnetar.runtime.bookie_reads import BlockingBookieReads
@@ -240,7 +240,7 @@ async def readable_end(cx: Connections, metadata: LedgerMetadata) -> int:
     return end + 1
 
 
-async def entry_chunks(cx: Connections, piece: Slice) -> AsyncIterator[tuple[EntryRange, list[Entry]]]:
+async def entry_chunks(cx: Connections, piece: Slice) -> AsyncIterator[tuple[EntryRange, list[EncodedEntry]]]:
     """The slice's entries from bookies, in order, ``SPARK_READ_ENTRIES_CHUNK_COUNT_MAX`` at a time
     (speculative reads over each entry's write set, digests checked)."""
     config = LedgerClientConfig()
@@ -289,12 +289,12 @@ def _remaining(piece: Slice, position: Position) -> Slice:
 
 #: An entry read: a view into a pipelined connection's buffer (valid until that connection's next
 #: answer) or, from the speculative path, a copy.
-ReadEntry = Entry | EntryView
+ReadEntry = EncodedEntry | EncodedEntryView
 
 #: A read in the window: (ledger, entry, how it was asked) — a pipelined read on one of the
 #: stream's connections with its request id, or the entry's speculative read over its write set,
 #: running as a task, when its first bookie has no read connection.
-_Pending = tuple[int, int, "tuple[BlockingBookieReads, int] | asyncio.Future[Entry]"]
+_Pending = tuple[int, int, "tuple[BlockingBookieReads, int] | asyncio.Future[EncodedEntry]"]
 
 
 class _ReadConnections:
@@ -406,7 +406,7 @@ def _send_reads(cx: Connections, connections: _ReadConnections, metadata: Mappin
         ledger = metadata[ledger_id]
         first = ledger.ensemble_for(entry_id)[read_order(entry_id, ledger.ensemble_size, ledger.write_quorum_size)[0]]
         runs.setdefault((first, ledger_id), []).append(position)
-    asked: list[tuple[BlockingBookieReads, int] | asyncio.Future[Entry] | None] = [None] * len(batch)
+    asked: list[tuple[BlockingBookieReads, int] | asyncio.Future[EncodedEntry] | None] = [None] * len(batch)
     for (bookie, ledger_id), positions in runs.items():
         reads = connections.get(bookie)
         if reads is None:

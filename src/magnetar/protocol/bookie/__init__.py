@@ -1,7 +1,7 @@
 """Sans-IO codec for the ledger client <-> bookie protocol (layout in ``codec``'s docstring).
 
-Public surface: the message dataclasses, ``Entry`` (an entry in wire/storage form with its
-CRC32C digest), ``Status`` codes, ``encode(message) -> bytes``, ``encode_parts(message)`` (the
+Public surface: the message dataclasses, ``EncodedEntry`` (an entry encoded for the wire and
+the bookie's storage, with its CRC32C digest), ``Status`` codes, ``encode(message) -> bytes``, ``encode_parts(message)`` (the
 same bytes as buffers to write back to back: a READ answer's entry is not copied) and
 ``FrameDecoder.feed(bytes) -> list[message]``.
 """
@@ -11,7 +11,7 @@ from magnetar.protocol.bookie.codec import (
     PROTOCOL_VERSION,
     AddRequest,
     AddResponse,
-    Entry,
+    EncodedEntry,
     FrameDecoder,
     GetInfoRequest,
     GetInfoResponse,
@@ -38,7 +38,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "AddRequest",
     "AddResponse",
-    "Entry",
+    "EncodedEntry",
     "FrameDecoder",
     "GetInfoRequest",
     "GetInfoResponse",

@@ -33,7 +33,7 @@ Bodies (``mk`` = master key: ``u8 len`` + bytes, at most ``BOOKIE_MASTER_KEY_BYT
 
 A reader that receives each READ answer into a buffer of its own (the Spark connector's
 ``runtime.bookie_reads``) decodes its fixed head with ``decode_read_response_head`` and its entry
-with ``entry_view``: a ``ReadViewResponse`` whose ``EntryView`` refers to that buffer instead of
+with ``entry_view``: a ``ReadViewResponse`` whose ``EncodedEntryView`` refers to that buffer instead of
 copying it. The bookie server answers reads with ``ServedReadResponse`` (the stored entry as the
 storage core gave it) and hands the socket ``encode_parts``: the bytes of the equal
 ``ReadResponse``, with the entry as a buffer of its own instead of copied into one joined frame.
@@ -111,8 +111,10 @@ def entry_digest(ledger_id: int, entry_id: int, lac: int, payload: bytes | bytea
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
-    """One ledger entry in its wire and storage form (``raw``), with its header parsed.
+class EncodedEntry:
+    """One ledger entry encoded for the bookie wire and the bookie's storage (``raw``), with its
+    header parsed. Not a second entry type: above the ledger client an entry is
+    ``base.entry.Entry`` (position and payload); this is how that entry travels and is stored.
 
     ``raw`` is exactly the encoded entry; the bookie stores and returns it unchanged, so a
     reader checks the writer's digest end to end.
@@ -128,7 +130,7 @@ class Entry:
     _digest_checked: bool | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
-    def build(cls, ledger_id: int, entry_id: int, lac: int, payload: bytes | bytearray | memoryview) -> Entry:
+    def build(cls, ledger_id: int, entry_id: int, lac: int, payload: bytes | bytearray | memoryview) -> EncodedEntry:
         """Encode an entry as a writer does, computing its digest."""
         _check_ledger(ledger_id)
         if entry_id < 0 or lac < -1:
@@ -138,7 +140,7 @@ class Entry:
         return cls(ledger_id, entry_id, lac, digest, raw)
 
     @classmethod
-    def parse(cls, raw: bytes) -> Entry:
+    def parse(cls, raw: bytes) -> EncodedEntry:
         """Parse a stored or received entry; raises ``CorruptDataError`` if the lengths disagree."""
         if len(raw) < ENTRY_HEADER_BYTES:
             raise CorruptDataError(f"entry of {len(raw)} bytes is shorter than its header")
@@ -170,7 +172,7 @@ class Entry:
 @dataclass(frozen=True, slots=True)
 class AddRequest:
     request_id: int
-    entry: Entry
+    entry: EncodedEntry
     master_key: bytes = b""
     recovery: bool = False
 
@@ -240,7 +242,7 @@ class ReadResponse:
     ledger_id: int
     entry_id: int
     known_lac: int
-    entry: Entry | None = None
+    entry: EncodedEntry | None = None
     op: Op = Op.READ
 
 
@@ -260,8 +262,8 @@ class ServedReadResponse:
 
 
 @dataclass(frozen=True, slots=True)
-class EntryView:
-    """An entry as received, not copied: ``raw`` is a read-only view into the buffer the reader
+class EncodedEntryView:
+    """An ``EncodedEntry`` as received, not copied: ``raw`` is a read-only view into the buffer the reader
     received it in (``entry_view``), valid as long as that reader leaves the buffer alone. For
     readers that drop entries soon after use; anything that keeps entries (a cache) takes
     ``to_entry()``, a copy. The digest is checked when the entry is decoded, while its bytes were
@@ -286,20 +288,20 @@ class EntryView:
     def digest_ok(self) -> bool:
         return self.digest_valid
 
-    def to_entry(self) -> Entry:
-        return Entry(self.ledger_id, self.entry_id, self.lac, self.digest, bytes(self.raw))
+    def to_entry(self) -> EncodedEntry:
+        return EncodedEntry(self.ledger_id, self.entry_id, self.lac, self.digest, bytes(self.raw))
 
 
 @dataclass(frozen=True, slots=True)
 class ReadViewResponse:
-    """``ReadResponse`` with its entry as an ``EntryView`` (``decode_read_response_head`` + ``entry_view``)."""
+    """``ReadResponse`` with its entry as an ``EncodedEntryView`` (``decode_read_response_head`` + ``entry_view``)."""
 
     request_id: int
     status: Status
     ledger_id: int
     entry_id: int
     known_lac: int
-    entry: EntryView | None = None
+    entry: EncodedEntryView | None = None
     op: Op = Op.READ
 
     def copied(self) -> ReadResponse:
@@ -442,11 +444,11 @@ def _exact(body: bytes | memoryview, offset: int, struct_: struct.Struct) -> tup
     return struct_.unpack_from(body, offset)
 
 
-def _entry_at(body: bytes | memoryview, offset: int) -> Entry:
+def _entry_at(body: bytes | memoryview, offset: int) -> EncodedEntry:
     raw = bytes(body[offset:])  # the one copy of an entry out of the receive buffer
     if len(raw) - ENTRY_HEADER_BYTES > ENTRY_BYTES_MAX:
         raise CorruptDataError(f"entry payload exceeds ENTRY_BYTES_MAX ({ENTRY_BYTES_MAX})")
-    entry = Entry.parse(raw)
+    entry = EncodedEntry.parse(raw)
     if entry.ledger_id > LEDGER_ID_MAX:
         raise CorruptDataError(f"ledger id {entry.ledger_id} out of range")
     return entry
@@ -644,7 +646,7 @@ def decode_read_response_head(head: bytes | bytearray | memoryview,
     return answer, entry_bytes
 
 
-def entry_view(raw: memoryview) -> EntryView:
+def entry_view(raw: memoryview) -> EncodedEntryView:
     """``raw`` (an entry in wire form, received into the caller's buffer) checked and parsed as
     ``decode_frame`` does, its digest computed now (while its bytes were just received); the view
     refers to ``raw``."""
@@ -658,4 +660,4 @@ def entry_view(raw: memoryview) -> EntryView:
     if ledger_id > LEDGER_ID_MAX:
         raise CorruptDataError(f"ledger id {ledger_id} out of range")
     valid = entry_digest(ledger_id, entry_id, lac, raw[ENTRY_HEADER_BYTES:]) == digest
-    return EntryView(ledger_id, entry_id, lac, digest, raw, valid)
+    return EncodedEntryView(ledger_id, entry_id, lac, digest, raw, valid)

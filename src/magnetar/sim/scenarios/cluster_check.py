@@ -35,7 +35,7 @@ from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.ledger.quorum import fencing_covered
 from magnetar.metadata.api import MetadataStore, WatchEvent
 from magnetar.metadata.memory import MemoryMetadataServer
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie.codec import EncodedEntry
 from magnetar.sim.checker import CheckResult
 from magnetar.sim.history import History, OpType, Outcome
 from magnetar.sim.scenarios.base import Verdict
@@ -139,7 +139,7 @@ async def probe_recovered_ledgers(watch: MetadataWatch, transport: BookieClientT
         last_entry_id = watch.closed_at.get(ledger_id)
         if last_entry_id is None:
             continue  # not closed (yet)
-        probe = Entry.build(ledger_id, last_entry_id + 1, last_entry_id, b"probe")
+        probe = EncodedEntry.build(ledger_id, last_entry_id + 1, last_entry_id, b"probe")
         fenced: set[int] = set()
         for index, bookie in enumerate(metadata.last_fragment.ensemble):
             try:

@@ -52,7 +52,7 @@ from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.ledger.placement import RandomPlacement
 from magnetar.ledger.recovery import RecoveryMode
 from magnetar.metadata.memory import MemoryMetadataServer
-from magnetar.protocol.bookie.codec import Entry, Status
+from magnetar.protocol.bookie.codec import EncodedEntry, Status
 from magnetar.sim.clock import SimClock
 from magnetar.sim.scenarios import ledger_matrix_check
 from magnetar.sim.scenarios.base import Verdict
@@ -117,7 +117,7 @@ class MatrixOptions:
 class _AckEarlyBookie(Bookie):
     """Negative control: answers an accepted add at once, before its journal fsync."""
 
-    def add_entry(self, entry: Entry, master_key: bytes, recovery: bool, on_done: Callable[[Status], None]) -> None:
+    def add_entry(self, entry: EncodedEntry, master_key: bytes, recovery: bool, on_done: Callable[[Status], None]) -> None:
         answered: list[Status] = []
 
         def once(status: Status) -> None:
@@ -428,7 +428,7 @@ class _MatrixRun:
 
     async def _probe(self, transport: BookieClientTransport, closed: LedgerMetadata, ledger_id: int) -> None:
         """A normal add past the end on each bookie of the last fragment: fenced ones refuse it."""
-        probe = Entry.build(ledger_id, closed.last_entry_id + 1, closed.last_entry_id, b"probe")
+        probe = EncodedEntry.build(ledger_id, closed.last_entry_id + 1, closed.last_entry_id, b"probe")
         for index, bookie in enumerate(closed.last_fragment.ensemble):
             try:
                 await transport.add(bookie, probe, recovery=False, master_key=b"")
