@@ -247,6 +247,22 @@ def offload_all(http: str, partitions: int, deadline_s: float) -> tuple[int, int
     return bookie_bytes, offloaded
 
 
+def layouts_of(options: dict[str, str]) -> str:
+    """Each partition's ledgers as planned (id:readable, * offloaded): what a failed count is checked against."""
+    from magnetar.connectors.spark import fetch
+
+    async def plan(cx: Any) -> dict[str, str]:
+        names = await fetch.resolve_partitions(cx, (f"persistent://public/default/{TOPIC}",), None)
+        out = {}
+        for name in names:
+            layout = await fetch.load_layout(cx, name)
+            out[name.rsplit("-", 1)[-1]] = " ".join(f"{s.ledger_id}:{s.readable}{'*' if s.offload_uid else ''}"
+                                                  for s in layout.ledgers)
+        return out
+
+    return str(fetch.call(plan, options["serviceUrl"], options.get("metadataUrl")))
+
+
 def timed(df: Any, action: str) -> tuple[float, dict[str, float]]:
     """(seconds, CPU seconds by role) of one run of ``action`` over ``df``."""
     before = cpu_seconds()
@@ -371,6 +387,7 @@ def main() -> None:
     parser.add_argument("--offload", action="store_true", help="offload the whole topic first (sides: lakehouse)")
     parser.add_argument("--ledger-entries", type=int, default=50, help="with --offload: entries per ledger")
     parser.add_argument("--tail", type=int, default=0, help="with --offload: messages published after it")
+    parser.add_argument("--keep", action="store_true", help="keep the data directory (and the standalone's files)")
     args = parser.parse_args()
     sides = [side.strip() for side in args.sides.split(",") if side.strip()]
     if args.ceiling and "ceiling" not in sides:
@@ -462,7 +479,9 @@ def main() -> None:
         parquet = spark.read.parquet(parquet_path)
         counted = parquet.count()
         if counted != rows:
-            raise RuntimeError(f"{source} read {counted:,} rows, {rows:,} were expected")
+            per_partition = {r["partition"]: r["count"] for r in parquet.groupBy("partition").count().collect()}
+            raise RuntimeError(f"{source} read {counted:,} rows, {rows:,} were expected (per partition: "
+                               f"{per_partition}; layouts: {layouts_of(options)})")
         if "parquet" in sides:
             frames["parquet"] = parquet
         parquet_bytes = sum(f.stat().st_size for f in Path(parquet_path).glob("*.parquet"))
@@ -523,7 +542,10 @@ def main() -> None:
             spark.stop()
         if standalone is not None:
             standalone.terminate()
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
