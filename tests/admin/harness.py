@@ -21,9 +21,9 @@ from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.log import LogStore
 from magnetar.broker.producer import AccessMode, Producer
-from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
+from magnetar.catalog.resources import ClusterData
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.protocol.pulsar import headers_and_payload, pb
 from magnetar.runtime.security import CredentialFiles

@@ -10,7 +10,7 @@ import pytest
 from magnetar.base.types import TopicName
 from magnetar.broker import BrokerConfig
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.policies import POLICIES_ROOT, Policies, RetentionAction
+from magnetar.catalog.policies import POLICIES_ROOT, Policies, RetentionAction
 from magnetar.protocol.pulsar import pb
 from tests.admin.harness import AdminWorld, message, run_world
 from tests.manual_clock import settle

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from magnetar.base.types import TopicName
-from magnetar.broker.lookup import partitioned_topic_path
+from magnetar.catalog.lookup import partitioned_topic_path
 from tests.admin.harness import AdminWorld, run_world
 
 T = "persistent://public/default/t1"

@@ -7,9 +7,9 @@ from magnetar import sim
 from magnetar.base.types import EARLIEST, TopicName
 from magnetar.broker import BrokerConfig
 from magnetar.broker.managed_log import ManagedLogStore, ManagedTopicLog
-from magnetar.broker.policies import Policies, RetentionPolicies
-from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
+from magnetar.catalog.policies import Policies, RetentionPolicies
+from magnetar.catalog.resources import ClusterData
 from tests.admin.harness import message
 from tests.managed_ledger.harness import config, make_world
 

@@ -21,8 +21,7 @@ from magnetar.protocol.bookie import Status
 from magnetar.runtime import disk as runtime_disk
 from magnetar.runtime.disk import TRASH, TRASH_DIR, LocalDisk
 from magnetar.sim import SimClock
-from magnetar.storage import Bookie
-from magnetar.storage import bookie as storage_bookie
+from magnetar.storage import Bookie, checkpointer
 from magnetar.storage.caches import WriteCache
 from tests.bookie.test_storage import KEY, SMALL, Node, entry, sim
 
@@ -99,7 +98,7 @@ async def _checkpoint_trace(paced: bool) -> tuple[list[int], list[tuple[str, int
 
     entry_log.append_many = append_many  # type: ignore[method-assign]
     store.calls.clear()
-    await bookie._checkpoint(paced=paced)
+    await bookie.checkpointer.checkpoint(paced=paced)
     return writes, list(store.calls), bookie
 
 
@@ -159,7 +158,7 @@ async def _checkpoint_with_adds_meanwhile(add_gap_s: float) -> tuple[list[int], 
     for i in range(200):
         assert await bookie.add(entry(1, i, lac=i - 1), KEY) is Status.OK
     writes = _entry_log_write_times(bookie, node.clock)
-    checkpoint = asyncio.get_running_loop().create_task(bookie._checkpoint(paced=True))
+    checkpoint = asyncio.get_running_loop().create_task(bookie.checkpointer.checkpoint(paced=True))
     added = 0
     while not checkpoint.done() and added < 30:
         assert await bookie.add(entry(2, added, payload=b"p" * 32 * 1024, lac=added - 1), KEY) is Status.OK
@@ -327,8 +326,8 @@ async def _sizes_while_freeing(total: int) -> list[int]:
     bookie = await node.boot()
     for i in range(total):
         assert await bookie.add(entry(1, i, payload=b"x" * 16, lac=i - 1), KEY) is Status.OK
-    half = bookie._active  # swapped out by the checkpoint, flushed, then freed
-    checkpoint = asyncio.get_running_loop().create_task(bookie._checkpoint(paced=True))
+    half = bookie.checkpointer._active  # swapped out by the checkpoint, flushed, then freed
+    checkpoint = asyncio.get_running_loop().create_task(bookie.checkpointer.checkpoint(paced=True))
     sizes: list[int] = []
     while not checkpoint.done():
         sizes.append(len(half.ledgers.get(1, {})))
@@ -344,7 +343,7 @@ def test_flushed_half_is_freed_a_slice_at_a_time(monkeypatch: pytest.MonkeyPatch
     async def scenario() -> None:
         assert _freed_in_slices(await _sizes_while_freeing(5000), 5000)
         # Negative control: one step for everything frees the half at once.
-        monkeypatch.setattr(storage_bookie, "_RELEASE_STEP_ENTRIES", 1_000_000)
+        monkeypatch.setattr(checkpointer, "_RELEASE_STEP_ENTRIES", 1_000_000)
         assert not _freed_in_slices(await _sizes_while_freeing(5000), 5000)
 
     sim(scenario)

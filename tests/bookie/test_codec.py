@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.base.errors import CorruptData, LimitExceeded
+from magnetar.base.errors import CorruptDataError, LimitExceededError
 from magnetar.base.limits import BOOKIE_FRAME_BYTES_MAX
 from magnetar.protocol.bookie import (
     AddRequest,
@@ -102,7 +102,7 @@ def test_a_served_read_answer_is_the_read_responses_bytes_with_its_entry_as_give
 
 def test_encode_parts_of_a_read_answer_over_the_frame_limit_is_refused() -> None:
     big = Entry.build(7, 3, 2, bytes(BOOKIE_FRAME_BYTES_MAX))
-    with pytest.raises(LimitExceeded):
+    with pytest.raises(LimitExceededError):
         encode_parts(ServedReadResponse(1, Status.OK, 7, 3, 2, big.raw))
 
 
@@ -173,11 +173,11 @@ def test_the_digest_is_computed_once_per_entry_and_equality_ignores_it(monkeypat
 
 def test_oversized_frame_is_refused_before_buffering_and_breaks_the_decoder() -> None:
     decoder = FrameDecoder()
-    with pytest.raises(LimitExceeded) as info:
+    with pytest.raises(LimitExceededError) as info:
         decoder.feed(struct.pack(">I", BOOKIE_FRAME_BYTES_MAX + 1) + b"\x01")
     assert info.value.limit_name == "BOOKIE_FRAME_BYTES_MAX"
     assert decoder.buffered_bytes == 0
-    with pytest.raises(CorruptData):
+    with pytest.raises(CorruptDataError):
         decoder.feed(encode(GetInfoRequest(1)))
 
 
@@ -199,11 +199,11 @@ def test_malformed_frames_raise_corrupt_data(frame: str) -> None:
     decoder = FrameDecoder()
     try:
         result = decoder.feed(data)
-    except CorruptData:
+    except CorruptDataError:
         return
     # A frame that is merely incomplete yields nothing; completing it with junk must then fail.
     assert result == []
-    with pytest.raises(CorruptData):
+    with pytest.raises(CorruptDataError):
         decoder.feed(b"\x00" * 64)
 
 
@@ -211,7 +211,7 @@ def test_payload_length_mismatch_is_corrupt() -> None:
     good = bytearray(encode(AddRequest(1, ENTRY)))
     good += b"!"  # one byte more in the frame than the entry declares
     struct.pack_into(">I", good, 0, len(good) - 4)
-    with pytest.raises(CorruptData):
+    with pytest.raises(CorruptDataError):
         FrameDecoder().feed(bytes(good))
 
 

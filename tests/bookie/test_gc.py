@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.base.errors import TimeoutError_
+from magnetar.base.errors import OperationTimeoutError
 from magnetar.ledger.bookie_client import BookieClient
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
@@ -40,7 +40,7 @@ class Metadata:
     async def __call__(self) -> Collection[int]:
         self.calls += 1
         if self.fail:
-            raise TimeoutError_("metadata store unreachable")
+            raise OperationTimeoutError("metadata store unreachable")
         return set(self.live)
 
 
@@ -165,7 +165,7 @@ def test_negative_control_a_listing_older_than_the_snapshot_deletes_a_live_ledge
         assert await bookie.add(entry(1, 0), KEY) is Status.OK
         stale_answer = await stale()  # listing taken now...
         assert await bookie.add(entry(12, 0), KEY) is Status.OK  # ...ledger 12 created after it
-        bookie._live_ledgers = lambda: _const(stale_answer)  # snapshot taken after the listing
+        bookie.collector.live_ledgers = lambda: _const(stale_answer)  # snapshot taken after the listing
         assert await bookie.collect_deleted_ledgers() == [12]
         assert bookie.read_entry(12, 0).status is Status.NO_SUCH_LEDGER  # the survival check fails
         await bookie.stop()

@@ -209,7 +209,7 @@ def test_real_journal_write_error_at_a_point_fails_the_journal(tmp_path: Path) -
         journal = Journal(LocalDisk(str(tmp_path)), SystemClock(), BookieConfig(), first_file_id=1)
         await journal.start()
         faults.arm("bookie.after_write_before_fsync", "error")
-        with pytest.raises(faults.InjectedFault):
+        with pytest.raises(faults.InjectedFaultError):
             await asyncio.wait_for(journal.append(add_record(b"k", Entry.build(7, 0, -1, b"y").raw)), 10)
         await journal.stop()
 
@@ -341,7 +341,7 @@ def test_local_disk_direct_path_round_trip_reads_views_of_mapped_logs(tmp_path: 
         views = [raw for raw in got if isinstance(raw, memoryview)]
         assert len(views) >= 60 and all(v.readonly for v in views)  # the checkpointed first 70
         assert bookie._read_cache.bytes > 0
-        bookie._remove_log(log_ids(disk)[0])
+        bookie.collector.remove_log(log_ids(disk)[0])
         assert bookie._read_cache.bytes == 0
         await bookie.stop()
         # still the entries' bytes after the bookie closed its logs

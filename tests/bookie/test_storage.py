@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptDataError
 from magnetar.base.rng import SeededRng
 from magnetar.protocol.bookie import Entry, Status
 from magnetar.sim import SimClock, SimDisk, SimDiskConfig, SimKeyValueStore, run
@@ -15,11 +15,11 @@ from magnetar.storage import (
     Bookie,
     BookieConfig,
     BookieStatus,
-    CookieMismatch,
+    CookieMismatchError,
     LedgerStatus,
     verify_or_create_cookie,
 )
-from magnetar.storage.bookie import LiveLedgers
+from magnetar.storage.garbage import LiveLedgers
 from magnetar.storage.journal import JOURNAL_DIR, journal_file_ids, journal_path
 
 KEY = b"secret"
@@ -251,7 +251,7 @@ def test_corruption_in_an_older_journal_file_refuses_to_start() -> None:
         await newer.sync()
         newer.close()
         await node.disk.sync_dir(JOURNAL_DIR)
-        with pytest.raises(CorruptData):
+        with pytest.raises(CorruptDataError):
             await node.boot()
 
     sim(scenario)
@@ -339,14 +339,14 @@ def test_cookie_refuses_wiped_and_foreign_directories() -> None:
         disk = SimDisk()
         first = await verify_or_create_cookie(disk, registry, "b1:3181", rng, has_data=False)
         assert await verify_or_create_cookie(disk, registry, "b1:3181", rng, has_data=True) == first
-        with pytest.raises(CookieMismatch):  # wiped disk at the same address
+        with pytest.raises(CookieMismatchError):  # wiped disk at the same address
             await verify_or_create_cookie(SimDisk(), registry, "b1:3181", rng, has_data=False)
-        with pytest.raises(CookieMismatch):  # another bookie's directory
+        with pytest.raises(CookieMismatchError):  # another bookie's directory
             await verify_or_create_cookie(disk, registry, "b2:3181", rng, has_data=True)
-        with pytest.raises(CookieMismatch):  # data but no cookie
+        with pytest.raises(CookieMismatchError):  # data but no cookie
             await verify_or_create_cookie(SimDisk(), MemoryRegistry(), "b3:3181", rng, has_data=True)
         registry.cookies["b1:3181"] = b'{"bookie_id": "b1:3181", "format_version": 1, "instance_id": "other"}'
-        with pytest.raises(CookieMismatch):  # registered instance differs
+        with pytest.raises(CookieMismatchError):  # registered instance differs
             await verify_or_create_cookie(disk, registry, "b1:3181", rng, has_data=True)
 
     sim(scenario)

@@ -179,7 +179,7 @@ def test_admin_compaction_endpoints() -> None:
         await w.ok("PUT", path)
         await _until(lambda: topic.compaction.status is not CompactionStatus.RUNNING)
         status = await w.ok("GET", path)
-        assert status["status"] == "ERROR" and "InjectedFault" in status["lastError"]
+        assert status["status"] == "ERROR" and "InjectedFaultError" in status["lastError"]
 
     run_world(body)
 

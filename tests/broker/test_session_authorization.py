@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import Callable
 
 from magnetar.broker import BrokerConfig
-from magnetar.broker.resources import TenantInfo
 from magnetar.broker.session import Session
+from magnetar.catalog.resources import TenantInfo
 from magnetar.protocol.pulsar import FrameDecoder, ServerConnection, encode_command, pb
 from magnetar.protocol.pulsar.frames import make_command
 from magnetar.security.authorization import AuthAction

@@ -27,7 +27,7 @@ from magnetar.broker import BrokerConfig
 from magnetar.broker.managed_log import ManagedTopicLog
 from magnetar.broker.producer import DUPLICATE, AccessMode, Producer
 from magnetar.broker.topic import Topic, TopicState
-from magnetar.ledger.errors import BookieUnavailable
+from magnetar.ledger.errors import BookieUnavailableError
 from magnetar.managed_ledger import ManagedLedger
 from magnetar.protocol.pulsar import headers_and_payload, pb, stored_entry_metadata
 from tests.broker.fakes import FakeChannel
@@ -124,7 +124,7 @@ def test_when_recovery_cannot_run_every_add_behind_the_failure_fails_until_settl
         async def recover_fails_once(ledger_id: int, **kwargs: Any) -> Any:
             if not refused:
                 refused.append(ledger_id)
-                raise BookieUnavailable("no quorum for recovery now")
+                raise BookieUnavailableError("no quorum for recovery now")
             return await real_recover(ledger_id, **kwargs)
 
         ml.manager.recover_ledger = recover_fails_once  # type: ignore[method-assign]
@@ -251,7 +251,7 @@ def test_a_resend_of_a_message_that_landed_despite_its_failure_is_a_duplicate() 
         async def recover_fails_once(ledger_id: int, **kwargs: Any) -> Any:
             if not refused:
                 refused.append(ledger_id)
-                raise BookieUnavailable("no quorum for recovery now")
+                raise BookieUnavailableError("no quorum for recovery now")
             return await real_recover(ledger_id, **kwargs)
 
         ml.manager.recover_ledger = recover_fails_once

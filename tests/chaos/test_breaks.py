@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from magnetar import faults
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.faults import breaks
 from magnetar.ledger.recovery import RecoveryMode, _broken
 from magnetar.protocol.bookie import Status
@@ -22,7 +22,7 @@ def test_breaks_come_from_the_environment_with_the_faults_and_go_with_disarm() -
     assert not breaks.active(breaks.Break.TRUNCATE_TO_LAC)
     faults.disarm_all()
     assert not breaks.active(breaks.Break.ACK_BEFORE_FSYNC)
-    with pytest.raises(InvalidArgument, match="unknown break"):
+    with pytest.raises(InvalidArgumentError, match="unknown break"):
         breaks.enable_from_env({"MAGNETAR_BREAK": "fsync-never"})
 
 

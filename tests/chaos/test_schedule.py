@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.base.errors import InvalidArgument, LimitExceeded
+from magnetar.base.errors import InvalidArgumentError, LimitExceededError
 from magnetar.chaos import faults as schedule
 from magnetar.faults import REGISTRY
 
@@ -51,9 +51,9 @@ def test_random_schedule_is_a_function_of_the_seed() -> None:
 
 
 def test_bad_scenario_and_limits() -> None:
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         schedule.build("nope", seed=1)
-    with pytest.raises(LimitExceeded):
+    with pytest.raises(LimitExceededError):
         schedule.build("random", seed=1, injections=10**6)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.cli.main import _register_commands, app
 from magnetar.cli.perf import Latency, PerfSettings
 from tests.compat.harness import BrokerThread
@@ -93,7 +93,7 @@ def test_duration_bounds_an_unthrottled_run(broker: BrokerThread, runner: CliRun
 def test_invalid_settings_are_refused(runner: CliRunner) -> None:
     code, output = perf(runner, "produce", "x", "--topics", "0")
     assert code == 2 and "topics must be" in output
-    with pytest.raises(InvalidArgument, match="duration"):
+    with pytest.raises(InvalidArgumentError, match="duration"):
         PerfSettings(duration_s=0)
     assert PerfSettings(topic="a", topics=2, partitions=2).topic_names() == [
         "a-0-partition-0", "a-0-partition-1", "a-1-partition-0", "a-1-partition-1"]

@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from magnetar.base.errors import InvalidArgument
-from magnetar.cli import perf as perf_module
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.cli.main import _register_commands, app
 from magnetar.cli.perf import (
     Latency,
@@ -25,11 +24,11 @@ from magnetar.cli.perf import (
     PerfRun,
     PerfSettings,
     Share,
-    _pin_thread_state,
-    _Receipts,
     split_settings,
     split_shares,
 )
+from magnetar.cli.perf import processes as perf_processes
+from magnetar.cli.perf.client import _pin_thread_state, _Receipts
 from tests.compat.harness import BrokerThread
 
 pytestmark = pytest.mark.timeout(120)
@@ -73,11 +72,11 @@ def test_rate_messages_and_outstanding_are_shared() -> None:
 
 
 def test_process_settings_are_checked() -> None:
-    with pytest.raises(InvalidArgument, match="processes"):
+    with pytest.raises(InvalidArgumentError, match="processes"):
         PerfSettings(processes=0)
-    with pytest.raises(InvalidArgument, match="processes"):
+    with pytest.raises(InvalidArgumentError, match="processes"):
         PerfSettings(processes=65)
-    with pytest.raises(InvalidArgument, match="one per process"):
+    with pytest.raises(InvalidArgumentError, match="one per process"):
         PerfSettings(messages=1, processes=2)  # a process with a share of 0 would run to the duration
     PerfSettings(messages=2, processes=2)
 
@@ -248,7 +247,7 @@ def _sleep_ignoring_sigterm(handler_set: Any) -> None:
 
 
 def test_processes_that_do_not_exit_are_terminated_then_killed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(perf_module, "CHILD_STOP_S", 0.5)
+    monkeypatch.setattr(perf_processes, "CHILD_STOP_S", 0.5)
     context = multiprocessing.get_context("spawn")
     reports = context.Queue()
     handler_set = context.Event()
@@ -303,7 +302,7 @@ def test_the_client_thread_keeps_one_thread_state_across_callbacks(broker: Broke
         def callback(_result: Any, _msg_id: Any) -> None:
             fresh.append(not hasattr(local, "seen"))
             local.seen = True
-            perf_module._Receipts.done(receipts, _result, _msg_id)  # the run's callback pins its thread
+            _Receipts.done(receipts, _result, _msg_id)  # the run's callback pins its thread
             if len(fresh) == 50:
                 answered.set()
 
@@ -361,7 +360,7 @@ def test_a_process_that_cannot_connect_fails_the_run_and_all_stop(runner: CliRun
 # --- --blast ------------------------------------------------------------------------------------
 def test_blast_template_frames_decode_to_their_sequence_ids_with_a_valid_checksum() -> None:
     from magnetar.cli.blast import SendTemplate, wide_varint
-    from magnetar.protocol.pulsar.errors import FrameChecksumMismatch
+    from magnetar.protocol.pulsar.errors import FrameChecksumMismatchError
     from magnetar.protocol.pulsar.frames import decode_frame
 
     assert len(wide_varint(0)) == len(wide_varint(2**64 - 1)) == 10
@@ -374,7 +373,7 @@ def test_blast_template_frames_decode_to_their_sequence_ids_with_a_valid_checksu
         assert bytes(frame.message.payload) == b"payload-bytes" * 10
     broken = bytearray(template.frame(5))
     broken[-1] ^= 0xFF  # control: a payload changed after the CRC was computed is refused
-    with pytest.raises(FrameChecksumMismatch):
+    with pytest.raises(FrameChecksumMismatchError):
         decode_frame(memoryview(bytes(broken)))
 
 

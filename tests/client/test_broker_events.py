@@ -150,7 +150,7 @@ def test_a_seed_replays_the_same_run() -> None:
 def test_public_api_is_pinned() -> None:
     assert sorted(client_api) == sorted([
         "EARLIEST", "LATEST", "BrokerError", "ClientError", "ClientOptions", "Compression", "ConnectError",
-        "ConnectionLost", "Consumer", "ConsumerConfig", "InitialPosition", "LookupError_", "Message", "MessageId",
+        "ConnectionLostError", "Consumer", "ConsumerConfig", "InitialPosition", "TopicLookupError", "Message", "MessageId",
         "MultiTopicConsumer", "PartitionedProducer", "Producer", "ProducerConfig", "PulsarClient", "Reader",
         "SubscriptionType", "TopicNotFoundError", "full_topic_name", "key_partition", "murmur3_32", "partition_name",
     ])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from magnetar.base.checksum import crc32c
-from magnetar.protocol.pulsar import ProtocolViolation, commands, decode_frame, encode_command, pb
+from magnetar.protocol.pulsar import ProtocolViolationError, commands, decode_frame, encode_command, pb
 from magnetar.protocol.pulsar.client_connection import (
     ClientConfig,
     ClientConnection,
@@ -77,7 +77,7 @@ def test_ping_is_answered_and_auth_challenge_gets_a_response() -> None:
 
 def test_anything_but_connected_before_the_handshake_is_a_violation() -> None:
     conn = ClientConnection(0)
-    with pytest.raises(ProtocolViolation):
+    with pytest.raises(ProtocolViolationError):
         conn.receive_data(encode_command(commands.ping()), 0)
     assert conn.state is State.CLOSED
 
@@ -85,7 +85,7 @@ def test_anything_but_connected_before_the_handshake_is_a_violation() -> None:
 def test_connected_without_server_version_is_a_violation() -> None:
     conn = ClientConnection(0)
     bad = T(type=T.CONNECTED, connected=pb.CommandConnected(protocol_version=20))
-    with pytest.raises(ProtocolViolation):
+    with pytest.raises(ProtocolViolationError):
         conn.receive_data(_raw(bad), 0)
     assert conn.state is State.CLOSED
 
@@ -98,7 +98,7 @@ def _raw(command: pb.BaseCommand) -> bytes:
 def test_commands_a_client_never_receives_close_the_connection() -> None:
     conn = _connected()
     flow = T(type=T.FLOW, flow=pb.CommandFlow(consumer_id=1, messagePermits=5))
-    with pytest.raises(ProtocolViolation):
+    with pytest.raises(ProtocolViolationError):
         conn.receive_data(encode_command(flow), 0)
     assert conn.state is State.CLOSED
 

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from magnetar.base.errors import ClosedError, InvalidArgument, TimeoutError_
+from magnetar.base.errors import ClosedError, InvalidArgumentError, OperationTimeoutError
 from magnetar.client import (
     EARLIEST,
     LATEST,
@@ -72,7 +72,7 @@ def test_receive_times_out_on_virtual_time() -> None:
         consumer = await client.subscribe("t1", "sub")
         loop = asyncio.get_running_loop()
         start = loop.time()
-        with pytest.raises(TimeoutError_):
+        with pytest.raises(OperationTimeoutError):
             await consumer.receive(timeout_ms=2500)
         return loop.time() - start
 
@@ -179,7 +179,7 @@ def test_cumulative_ack_is_refused_on_shared_subscriptions() -> None:
         await producer.send(b"x")
         consumer = await client.subscribe("t1", "sub", initial_position=EARLY, subscription_type=SubscriptionType.SHARED)
         message = await consumer.receive(timeout_ms=5000)
-        with pytest.raises(InvalidArgument):
+        with pytest.raises(InvalidArgumentError):
             consumer.acknowledge_cumulative(message)
 
     sim_run(body)
@@ -448,7 +448,7 @@ def test_unanswered_subscribe_times_out_after_the_operation_timeout() -> None:
         broker.silent_types.add(pb.BaseCommand.SUBSCRIBE)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        with pytest.raises(TimeoutError_):
+        with pytest.raises(OperationTimeoutError):
             await client.subscribe("t1", "sub")
         elapsed = loop.time() - start
         await asyncio.sleep(0.1)  # let the CLOSE_CONSUMER cross the simulated network
@@ -481,7 +481,7 @@ def test_send_timeout_fails_unreceipted_messages() -> None:
     async def body(broker, client, _net):
         producer = await client.create_producer("t1", send_timeout_ms=1000)
         broker.hold_receipts = True
-        with pytest.raises(TimeoutError_):
+        with pytest.raises(OperationTimeoutError):
             await producer.send(b"a")
         return producer.pending_count
 

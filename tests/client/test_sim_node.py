@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from magnetar.base.errors import TimeoutError_
+from magnetar.base.errors import OperationTimeoutError
 from magnetar.client import InitialPosition, MessageId, ProducerConfig, PulsarClient, SubscriptionType
 from magnetar.sim import SimWorld
 from tests.client.sim_node import real_run
@@ -57,7 +57,7 @@ def test_shared_subscription_spreads_over_two_consumers_and_loses_nothing() -> N
             for index, consumer in enumerate((first, second)):
                 try:
                     message = await consumer.receive(timeout_ms=200)
-                except TimeoutError_:  # this consumer has nothing now: try the other
+                except OperationTimeoutError:  # this consumer has nothing now: try the other
                     continue
                 counts[index] += 1
                 got.add(message.value())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.rng import SeededRng
 from magnetar.client import EARLIEST, LATEST, MessageId, full_topic_name, key_partition, murmur3_32
 from magnetar.client._util import Backoff
@@ -17,7 +17,7 @@ def test_short_names_are_qualified_like_the_official_client() -> None:
     assert full_topic_name("ten/ns/t") == "persistent://ten/ns/t"
     assert full_topic_name("non-persistent://a/b/c/d") == "non-persistent://a/b/c/d"
     for bad in ("a/b", "a/b/c/d", "", "persistent://a"):
-        with pytest.raises(InvalidArgument):
+        with pytest.raises(InvalidArgumentError):
             full_topic_name(bad)
 
 
@@ -46,7 +46,7 @@ def test_key_partition_is_stable_and_in_range() -> None:
         assert part == key_partition(f"key-{i}".encode(), 4)
         counts[part] += 1
     assert all(150 < c < 350 for c in counts)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         key_partition("k", 0)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pulsar
 
 from magnetar.base.types import TopicName
-from magnetar.broker.bundles import BundleRange, NamespaceBundles, topic_hash
+from magnetar.control.bundles import BundleRange, NamespaceBundles, topic_hash
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.managed_ledger.factory import DEFAULT_ROOT

@@ -1,4 +1,4 @@
-"""Bundle hashing and ranges (``broker.bundles``): Pulsar's layout, split, stored form."""
+"""Bundle hashing and ranges (``control.bundles``): Pulsar's layout, split, stored form."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import zlib
 
 import pytest
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.types import TopicName
-from magnetar.broker.bundles import FULL_UPPER, BundleRange, NamespaceBundles, topic_hash
+from magnetar.control.bundles import FULL_UPPER, BundleRange, NamespaceBundles, topic_hash
 
 
 def test_default_bundles_are_pulsars_four_equal_ranges() -> None:
@@ -40,7 +40,7 @@ def test_split_halves_a_range_and_keeps_the_rest() -> None:
     assert [b.name for b in split.ranges[:3]] == [
         "0x00000000_0x20000000", "0x20000000_0x40000000", "0x40000000_0x80000000"]
     assert len(split.ranges) == 5
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         split.split(first)  # no longer a bundle
 
 
@@ -49,7 +49,7 @@ def test_stored_form_round_trips_and_names_parse() -> None:
     assert NamespaceBundles.decode("t/ns", bundles.encode()) == bundles
     assert BundleRange.parse("0x40000000_0x80000000") == BundleRange(0x4000_0000, 0x8000_0000)
     for bad in ("0x1", "zz_0x2", "0x80000000_0x40000000", "0x0_0x1ffffffff"):
-        with pytest.raises(InvalidArgument):
+        with pytest.raises(InvalidArgumentError):
             BundleRange.parse(bad)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         NamespaceBundles("t/ns", (0, 5, 5, FULL_UPPER))

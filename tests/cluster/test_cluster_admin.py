@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.broker.load import LOAD_REPORTS_ROOT, LoadReport
 from magnetar.cli.admin import _Api
 from magnetar.cli.credentials import Credentials
+from magnetar.control.load import LOAD_REPORTS_ROOT, LoadReport
 from magnetar.runtime.cluster import LocalCluster, http_health
 from magnetar.runtime.metadata import open_metadata_store
 from tests.cluster.helpers import (

@@ -27,7 +27,7 @@ from typing import Any
 import pulsar
 import pytest
 
-from magnetar.broker.bundles import BundleRange
+from magnetar.control.bundles import BundleRange
 from magnetar.runtime.cluster import LocalCluster, http_health
 from magnetar.sim.checker import check
 from magnetar.sim.history import History, Op, OpType, Outcome, value_of

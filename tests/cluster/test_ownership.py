@@ -1,5 +1,5 @@
 """Bundle ownership over the memory metadata store: two brokers, each a ``BrokerService`` with a
-``BundleOwnership`` on its own session (``broker.ownership``)."""
+``BundleOwnership`` on its own session (``control.ownership``)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ import pytest
 
 from magnetar.base.types import EARLIEST, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
-from magnetar.broker.bundles import BundleRange, NamespaceBundles, local_policies_path
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.lookup import LookupAnswer, LookupKind
-from magnetar.broker.ownership import BundleOwnership, OwnerData, OwnershipState, owner_path
 from magnetar.broker.producer import AccessMode, Producer
-from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
+from magnetar.catalog.lookup import LookupAnswer, LookupKind
+from magnetar.catalog.resources import ClusterData
+from magnetar.control.bundles import BundleRange, NamespaceBundles, local_policies_path
+from magnetar.control.ownership import BundleOwnership, OwnerData, OwnershipState, owner_path
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.metadata._local import LocalClient
-from magnetar.metadata.errors import MetadataUnavailable
+from magnetar.metadata.errors import MetadataUnavailableError
 from magnetar.protocol.pulsar import pb
 from magnetar.runtime.clock import SystemClock
 from tests.broker.fakes import FakeChannel, entry
@@ -256,7 +256,7 @@ def test_the_load_report_follows_ownership_at_once_and_rates_over_the_interval()
 def test_a_lookup_the_metadata_store_cannot_answer_is_service_not_ready() -> None:
     async def body(a: Node, b: Node, server: MemoryMetadataServer) -> None:
         async def unavailable(path: str) -> None:
-            raise MetadataUnavailable(f"ZooKeeper unavailable ({path})")
+            raise MetadataUnavailableError(f"ZooKeeper unavailable ({path})")
 
         a.store.get = unavailable  # type: ignore[method-assign]
         with pytest.raises(BrokerError) as raised:

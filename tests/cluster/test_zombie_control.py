@@ -21,7 +21,7 @@ import pulsar
 import pytest
 
 from magnetar.base.types import TopicName
-from magnetar.broker.ownership import BundleOwnership
+from magnetar.control.ownership import BundleOwnership
 from magnetar.metadata.zookeeper import ZooKeeperMetadataStore
 from magnetar.runtime.broker_node import BrokerNode, BrokerNodeConfig
 from magnetar.runtime.processes import free_port

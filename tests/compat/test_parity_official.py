@@ -14,11 +14,11 @@ import pulsar
 import pytest
 
 from magnetar import faults
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.broker import BrokerConfig
-from magnetar.broker.listeners import parse_listeners
-from magnetar.broker.resources import TenantInfo
 from magnetar.broker.topic import Topic
+from magnetar.catalog.listeners import parse_listeners
+from magnetar.catalog.resources import TenantInfo
 from magnetar.cli.perf import PerfSettings, run_perf
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.protocol.pulsar import encode_command, encode_payload_command, pb
@@ -281,7 +281,7 @@ def test_max_message_size_is_reported_and_enforced(small_max_broker: BrokerThrea
 
 def test_max_message_size_defaults_to_pulsars() -> None:
     assert BrokerConfig().max_message_size_bytes == 5 * 1024 * 1024
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         BrokerConfig(max_message_size_bytes=6 * 1024 * 1024)
 
 
@@ -345,7 +345,7 @@ def test_a_listener_the_broker_does_not_have_is_an_error(broker: BrokerThread) -
     ("external", ""), ("x:http://h:1", ""), ("a:pulsar://h:1,a:pulsar://h:2", ""), ("a:pulsar://h:1", "b"),
 ])
 def test_malformed_listener_configs_are_refused(listeners: str, internal: str) -> None:
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         BrokerConfig(advertised_listeners=listeners, internal_listener_name=internal)
 
 

@@ -16,7 +16,7 @@ from magnetar.base.errors import FencedError
 from magnetar.base.rng import SeededRng
 from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.ledger.config import LedgerClientConfig
-from magnetar.ledger.errors import BookieUnavailable, NoSuchEntryError
+from magnetar.ledger.errors import BookieUnavailableError, NoSuchEntryError
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.metadata_ops import LedgerMetadataStore, Versioned
 from magnetar.ledger.placement import RandomPlacement, StaticBookieDirectory
@@ -34,30 +34,30 @@ class MemoryVersionedStore:
         return None if found is None else Versioned(*found)
 
     async def create(self, path: str, value: bytes) -> int:
-        from magnetar.base.errors import AlreadyExists
+        from magnetar.base.errors import AlreadyExistsError
 
         if path in self.nodes:
-            raise AlreadyExists(path)
+            raise AlreadyExistsError(path)
         self.nodes[path] = (value, 0)
         return 0
 
     async def put(self, path: str, value: bytes, expected_version: int) -> int:
-        from magnetar.base.errors import BadVersion
+        from magnetar.base.errors import BadVersionError
 
         found = self.nodes.get(path)
         if found is None or found[1] != expected_version:
-            raise BadVersion(path)
+            raise BadVersionError(path)
         self.nodes[path] = (value, expected_version + 1)
         return expected_version + 1
 
     async def delete(self, path: str, expected_version: int) -> None:
-        from magnetar.base.errors import BadVersion, NotFound
+        from magnetar.base.errors import BadVersionError, NotFoundError
 
         found = self.nodes.get(path)
         if found is None:
-            raise NotFound(path)
+            raise NotFoundError(path)
         if found[1] != expected_version:
-            raise BadVersion(path)
+            raise BadVersionError(path)
         del self.nodes[path]
 
     async def children(self, path: str) -> list[str]:
@@ -95,7 +95,7 @@ class FakeBookie:
 
     def _check(self) -> None:
         if not self.alive:
-            raise BookieUnavailable(f"{self.bookie_id} is down")
+            raise BookieUnavailableError(f"{self.bookie_id} is down")
 
     def is_fenced(self, ledger_id: int) -> bool:
         return ledger_id in self.fenced or ledger_id in self.fenced_unsynced
@@ -113,7 +113,7 @@ class FakeBookie:
     def add(self, entry: Entry, recovery: bool) -> None:
         self._check()
         if not entry.digest_ok():
-            raise BookieUnavailable("bad digest")
+            raise BookieUnavailableError("bad digest")
         if self.is_fenced(entry.ledger_id) and not recovery:
             raise FencedError(f"ledger {entry.ledger_id} fenced on {self.bookie_id}")
         key = (entry.ledger_id, entry.entry_id)
@@ -180,14 +180,14 @@ class FakeTransport:
         if rule is not None:
             rule.hits += 1
             if rule.action == "fail":
-                raise BookieUnavailable(f"injected failure of {op} on {bookie}")
+                raise BookieUnavailableError(f"injected failure of {op} on {bookie}")
             if rule.action == "drop_fence":
-                raise BookieUnavailable(f"{op} to {bookie} lost")
+                raise BookieUnavailableError(f"{op} to {bookie} lost")
             if rule.action == "hold_before":
                 await rule.event.wait()
         fake = self.bookies.get(bookie)
         if fake is None:
-            raise BookieUnavailable(f"unknown bookie {bookie}")
+            raise BookieUnavailableError(f"unknown bookie {bookie}")
         result = call(fake)
         if rule is not None and rule.action == "hold_reply":
             await rule.event.wait()

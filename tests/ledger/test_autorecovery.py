@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from magnetar import faults
-from magnetar.base.errors import FencedError, InvalidArgument
+from magnetar.base.errors import FencedError, InvalidArgumentError
 from magnetar.base.rng import SeededRng
 from magnetar.base.types import BookieId
 from magnetar.ledger.autorecovery import (
@@ -348,7 +348,7 @@ async def test_no_spare_bookie_fails_and_keeps_the_marker_for_a_later_round() ->
 async def test_marker_round_trip_and_config_bounds() -> None:
     marker = Marker(frozenset({BookieId("127.0.0.1", 1), BookieId("127.0.0.1", 2)}), 42)
     assert Marker.decode(marker.encode()) == marker
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         AutoRecoveryConfig(rereplication_batch_count_max=0)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         AutoRecoveryConfig(lost_bookie_recovery_delay_ms=-1)

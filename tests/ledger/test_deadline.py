@@ -1,5 +1,5 @@
 """``with_deadline``: one reaper per clock bounds every pending call; only its own cancellations
-become ``TimeoutError_``."""
+become ``OperationTimeoutError``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from magnetar.base.errors import TimeoutError_
+from magnetar.base.errors import OperationTimeoutError
 from magnetar.ledger import _deadline
 from magnetar.ledger._deadline import with_deadline
 from tests.manual_clock import ManualClock, settle
@@ -34,7 +34,7 @@ def test_expired_call_raises_timeout_and_others_keep_running() -> None:
         assert not slow.done()
         await clock.advance(0.002)
         await settle()
-        with pytest.raises(TimeoutError_, match="slow took longer than 100 ms"):
+        with pytest.raises(OperationTimeoutError, match="slow took longer than 100 ms"):
             slow.result()
         assert slow_done.cancelled()  # the awaited future is cancelled with the call
         assert not patient.done()
@@ -53,7 +53,7 @@ def test_an_earlier_deadline_added_later_is_still_enforced() -> None:
         short_call = asyncio.ensure_future(with_deadline(clock, 50, loop.create_future(), "short"))
         await clock.advance(0.06)
         await settle()
-        assert isinstance(short_call.exception(), TimeoutError_)
+        assert isinstance(short_call.exception(), OperationTimeoutError)
         assert not long_call.done()
         long_call.cancel()
         await settle()
@@ -62,7 +62,7 @@ def test_an_earlier_deadline_added_later_is_still_enforced() -> None:
 
 
 def test_outside_cancellation_is_not_a_timeout() -> None:
-    """Negative control: cancelling the caller must stay a cancellation, never a TimeoutError_."""
+    """Negative control: cancelling the caller must stay a cancellation, never an OperationTimeoutError."""
     async def run() -> None:
         clock = ManualClock()
         call = asyncio.ensure_future(with_deadline(clock, 1000, asyncio.get_running_loop().create_future(), "x"))

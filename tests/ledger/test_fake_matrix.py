@@ -15,7 +15,7 @@ import pytest
 from magnetar import faults
 from magnetar.base.errors import MagnetarError
 from magnetar.base.rng import SeededRng
-from magnetar.ledger.errors import RecoveryIncomplete
+from magnetar.ledger.errors import RecoveryIncompleteError
 from magnetar.ledger.recovery import RecoveryMode
 from tests.ledger.checkers import check_ledger
 from tests.ledger.fakes import make_cluster
@@ -62,7 +62,7 @@ async def _run(e: int, w: int, a: int, seed: int, mode: RecoveryMode = RecoveryM
         try:
             closed = await cluster.manager(seed + 1).recover_ledger(handle.ledger_id, mode=mode)
             break
-        except RecoveryIncomplete:
+        except RecoveryIncompleteError:
             await settle()
     assert closed is not None
     faults.release(point)  # the frozen writer resumes as a zombie

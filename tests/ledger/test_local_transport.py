@@ -116,14 +116,14 @@ def test_a_full_bookie_makes_the_writer_wait_instead_of_piling_up(tmp_path: Path
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     async def body(running: RunningBookie, bookie: BookieId) -> None:
         transport = LocalFirstTransport({bookie: running.bookie}, BookieClientTransport(TcpNetwork(), SystemClock()))
-        running.bookie._cache_room.clear()  # the write cache is full: the bookie needs backpressure
+        running.bookie.checkpointer.room.clear()  # the write cache is full: the bookie needs backpressure
         assert running.bookie.needs_backpressure()
         try:
             add = transport.add(bookie, _entry(5, 0, -1), recovery=False, master_key=KEY)
             for _ in range(20):
                 await asyncio.sleep(0)
             assert not add.done() and running.bookie.read_entry(5, 0).status is not Status.OK  # it waits
-            running.bookie._cache_room.set()  # room again
+            running.bookie.checkpointer.room.set()  # room again
             await asyncio.wait_for(add, 10)
             assert running.bookie.read_entry(5, 0).status is Status.OK
         finally:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from magnetar.base.errors import CorruptData
-from magnetar.base.invariant import InvariantViolation
+from magnetar.base.errors import CorruptDataError
+from magnetar.base.invariant import InvariantViolationError
 from magnetar.base.types import BookieId
 from magnetar.ledger.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from magnetar.metadata import records
@@ -28,15 +28,15 @@ def test_view_round_trips_through_the_shared_record() -> None:
 
 def test_state_only_moves_forward() -> None:
     closed = META.to_recovery().to_closed(3)
-    with pytest.raises(InvariantViolation):
+    with pytest.raises(InvariantViolationError):
         closed.to_recovery()
-    with pytest.raises(InvariantViolation):
+    with pytest.raises(InvariantViolationError):
         META.to_recovery().to_recovery().with_ensemble(0, B[:3]).to_closed(1).to_closed(2)._moved(LedgerState.OPEN)
 
 
 def test_record_breaking_ledger_invariants_is_corrupt() -> None:
     bad = records.LedgerMetadata(1, 3, 2, 2, LedgerState.OPEN, [records.Fragment(0, ["a:1", "a:1", "b:1"])], 0)
-    with pytest.raises(CorruptData):
+    with pytest.raises(CorruptDataError):
         LedgerMetadata.decode(records.encode(bad))
-    with pytest.raises(CorruptData):
+    with pytest.raises(CorruptDataError):
         LedgerMetadata.decode(b"\x01garbage")

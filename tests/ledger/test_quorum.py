@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.ledger import quorum
 
 SIZES = [(e, w, a) for e in range(1, 6) for w in range(1, e + 1) for a in range(1, w + 1)]
@@ -106,11 +106,11 @@ def test_invalid_sizes_are_refused() -> None:
         if valid:
             quorum.validate_quorum(e, w, a)
         else:
-            with pytest.raises(InvalidArgument):
+            with pytest.raises(InvalidArgumentError):
                 quorum.validate_quorum(e, w, a)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         quorum.write_set(-1, 3, 2)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         quorum.write_set(0, 2, 3)
 
 

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.base.errors import NotFound
+from magnetar.base.errors import NotFoundError
 from magnetar.base.rng import SeededRng
 from magnetar.base.types import BookieId
-from magnetar.ledger.errors import NotEnoughBookies
+from magnetar.ledger.errors import NotEnoughBookiesError
 from magnetar.ledger.placement import StaticBookieDirectory
 from magnetar.ledger.quorum import write_set
 from magnetar.ledger.rack_placement import (
@@ -89,7 +89,7 @@ def test_every_write_set_spans_the_racks_it_can(sizes: list[int], e: int, qw: in
     order.shuffle(bookies)  # type: ignore[attr-defined]
     qw = min(qw, e)
     if len(bookies) < e:
-        with pytest.raises(NotEnoughBookies):
+        with pytest.raises(NotEnoughBookiesError):
             place_ensemble(bookies, racks, e, qw)
         return
     ensemble, spanned = place_ensemble(bookies, racks, e, qw)
@@ -185,7 +185,7 @@ def test_rack_configuration_in_pulsars_shape() -> None:
         config, _ = await read_racks(store)
         assert set(config.groups) == {"default"} and config.rack_of("127.0.0.1:3182") == "/rack-3"
         await delete_rack(store, "127.0.0.1:3182")
-        with pytest.raises(NotFound):
+        with pytest.raises(NotFoundError):
             await delete_rack(store, "127.0.0.1:3182")
         assert RackConfig.decode(config.encode()) == config
         await store.close()

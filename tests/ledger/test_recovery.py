@@ -9,7 +9,7 @@ import pytest
 
 from magnetar import faults
 from magnetar.base.errors import FencedError
-from magnetar.ledger.errors import RecoveryIncomplete
+from magnetar.ledger.errors import RecoveryIncompleteError
 from magnetar.ledger.ledger_metadata import LedgerState
 from magnetar.ledger.recovery import RecoveryMode
 from tests.ledger.checkers import check_ledger, payloads
@@ -69,12 +69,12 @@ async def test_recovery_is_idempotent_when_the_recoverer_dies_midway() -> None:
     handle = await manager.create_ledger(3, 2, 2)
     acked = {await handle.add_entry(b"i%d" % i): b"i%d" % i for i in range(5)}
     faults.arm("ledger.recovery.after_fence", "error")  # R1: the recoverer dies after fencing
-    with pytest.raises(faults.InjectedFault):
+    with pytest.raises(faults.InjectedFaultError):
         await manager.recover_ledger(handle.ledger_id)
     assert (await manager.store.read(handle.ledger_id)).metadata.state is LedgerState.IN_RECOVERY
     faults.disarm_all()
     faults.arm("ledger.recovery.before_close_cas", "error")  # R3: dies after the write-back
-    with pytest.raises(faults.InjectedFault):
+    with pytest.raises(faults.InjectedFaultError):
         await manager.recover_ledger(handle.ledger_id)
     faults.disarm_all()
     first = await manager.recover_ledger(handle.ledger_id)
@@ -104,7 +104,7 @@ async def test_recovery_waits_for_fencing_coverage() -> None:
     b0, b1, _ = handle.ensemble
     cluster.bookie(b0).alive = False
     cluster.bookie(b1).alive = False
-    with pytest.raises(RecoveryIncomplete):  # only one of three answered: the writer may still win
+    with pytest.raises(RecoveryIncompleteError):  # only one of three answered: the writer may still win
         await manager.recover_ledger(handle.ledger_id)
     cluster.bookie(b1).alive = True
     assert (await manager.recover_ledger(handle.ledger_id)).last_entry_id == 0

@@ -18,7 +18,7 @@ from magnetar.base.rng import SeededRng
 from magnetar.base.types import BookieId
 from magnetar.ledger.bookie_transport import BookieClientTransport
 from magnetar.ledger.directory import MetadataBookieDirectory
-from magnetar.ledger.errors import BookieUnavailable, NoSuchEntryError
+from magnetar.ledger.errors import BookieUnavailableError, NoSuchEntryError
 from magnetar.ledger.manager import LedgerManager
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
@@ -133,7 +133,7 @@ async def test_transport_maps_statuses_and_reconnects(tmp_path: Path) -> None:
         # A bookie that is gone is "unavailable", never a negative answer.
         await bookie.stop()
         stopped = True
-        with pytest.raises(BookieUnavailable):
+        with pytest.raises(BookieUnavailableError):
             await transport.read(target, 7, 0, fence=False, master_key=b"")
     finally:
         await transport.close()

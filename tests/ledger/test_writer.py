@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from magnetar.base.errors import ClosedError, FencedError, InvalidArgument, NotFound
-from magnetar.ledger.errors import NotEnoughBookies
+from magnetar.base.errors import ClosedError, FencedError, InvalidArgumentError, NotFoundError
+from magnetar.ledger.errors import NotEnoughBookiesError
 from magnetar.ledger.handle import WriterState
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
 from magnetar.ledger.quorum import write_set
@@ -35,17 +35,17 @@ async def test_add_close_and_read_back() -> None:
     assert await manager.list_ledgers() == [handle.ledger_id]
     await manager.delete_ledger(handle.ledger_id)
     assert await manager.list_ledgers() == []
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         await manager.open_ledger(handle.ledger_id)
 
 
 async def test_creation_refuses_bad_quorums_and_too_few_bookies() -> None:
     manager = make_cluster(3).manager()
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         await manager.create_ledger(2, 3, 2)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         await manager.create_ledger(3, 2, 3)
-    with pytest.raises(NotEnoughBookies):
+    with pytest.raises(NotEnoughBookiesError):
         await manager.create_ledger(5, 3, 2)
 
 
@@ -139,7 +139,7 @@ async def test_no_replacement_fails_the_handle() -> None:
     cluster = make_cluster(3)
     handle = await cluster.manager().create_ledger(3, 3, 2)
     cluster.bookie(handle.ensemble[0]).alive = False
-    with pytest.raises(NotEnoughBookies):
+    with pytest.raises(NotEnoughBookiesError):
         await handle.add_entry(b"x")
     assert handle.state is WriterState.FAILED
 
@@ -198,7 +198,7 @@ async def test_reader_without_recovery_reads_up_to_lac_and_speculates() -> None:
     reader = await manager.open_ledger_no_recovery(handle.ledger_id)
     assert reader.last_add_confirmed == -1
     assert await reader.read_lac() == 3  # entry 4 carries LAC 3; entry 4 itself is not yet confirmed
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         await reader.read_entry(4)
     assert handle.state is WriterState.OPEN  # reading did not fence
     assert await handle.add_entry(b"r5") == 5
@@ -218,7 +218,7 @@ async def test_reader_without_recovery_reads_up_to_lac_and_speculates() -> None:
 
 
 async def test_metadata_record_round_trip_and_forward_only() -> None:
-    from magnetar.base.invariant import InvariantViolation
+    from magnetar.base.invariant import InvariantViolationError
 
     cluster = make_cluster(3)
     handle = await cluster.manager().create_ledger(3, 3, 2)
@@ -226,7 +226,7 @@ async def test_metadata_record_round_trip_and_forward_only() -> None:
     assert LedgerMetadata.decode(meta.encode()) == meta
     closed = meta.to_recovery().to_closed(4)
     assert LedgerMetadata.decode(closed.encode()) == closed
-    with pytest.raises(InvariantViolation):
+    with pytest.raises(InvariantViolationError):
         closed.to_recovery()
-    with pytest.raises(InvariantViolation):
+    with pytest.raises(InvariantViolationError):
         meta.to_recovery()._moved(LedgerState.OPEN)

@@ -138,13 +138,13 @@ async def test_ledger_failure_rolls_over_to_a_new_ledger() -> None:
 async def test_terminate_stops_appends_and_survives_reopen() -> None:
     import pytest
 
-    from magnetar.managed_ledger import ManagedLedgerTerminated
+    from magnetar.managed_ledger import ManagedLedgerTerminatedError
 
     world = make_world()
     ml = await (await world.broker(config())).open(TOPIC)
     last = [await ml.add_entry(b"a"), await ml.add_entry(b"b")][-1]
     assert await ml.terminate() == last
-    with pytest.raises(ManagedLedgerTerminated):
+    with pytest.raises(ManagedLedgerTerminatedError):
         await ml.add_entry(b"c")
     again = await (await world.broker(config())).open(TOPIC)
     assert again.is_terminated and again.state is MLState.TERMINATED

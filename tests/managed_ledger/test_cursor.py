@@ -14,7 +14,7 @@ import pytest
 
 from magnetar import faults
 from magnetar.base.types import Position
-from magnetar.managed_ledger import CursorRecovery, InvalidCursorPosition, ManagedLedgerFenced
+from magnetar.managed_ledger import CursorRecovery, InvalidCursorPositionError, ManagedLedgerFencedError
 from magnetar.metadata.records import CursorInfo, decode
 from tests.managed_ledger.harness import TOPIC, config, crash, make_world, until
 
@@ -43,7 +43,7 @@ async def test_mark_delete_and_individual_acks_advance_over_contiguous_ranges() 
     assert cursor.mark_delete_position == p[6]
     await cursor.mark_delete(p[9])
     assert cursor.get_number_of_entries_in_backlog() == 2
-    with pytest.raises(InvalidCursorPosition):
+    with pytest.raises(InvalidCursorPositionError):
         await cursor.mark_delete(Position(p[-1].ledger_id, p[-1].entry_id + 5))
 
 
@@ -108,7 +108,7 @@ async def test_cursor_state_survives_a_crash_and_reopen() -> None:
     delivered = [e.position for e in await again.read_entries(20)]
     assert delivered == [p[7], p[8], p[10], p[11], p[13]]
     # The old owner's cursor is fenced: its next flush loses.
-    with pytest.raises(ManagedLedgerFenced):
+    with pytest.raises(ManagedLedgerFencedError):
         await cursor.mark_delete(p[10])
 
 

@@ -49,7 +49,7 @@ async def _fill(ml: ManagedLedger, count: int) -> dict[Position, bytes]:
 async def _settled(ml: ManagedLedger) -> None:
     """Let the background work of ``ml`` (trim, offload on rollover, after open) finish."""
     while True:
-        busy = [t for t in ml._tasks if not t.done() and t.get_coro().__name__ != "_time_rollover_loop"]
+        busy = [t for t in ml._tasks if not t.done() and t.get_coro().__name__ != "roll_by_age"]
         if not busy:
             return
         await asyncio.wait(busy)

@@ -13,7 +13,7 @@ import pytest
 
 from magnetar import faults
 from magnetar.base.types import Position
-from magnetar.managed_ledger import ManagedLedgerFenced, MLState, OpenRecovery
+from magnetar.managed_ledger import ManagedLedgerFencedError, MLState, OpenRecovery
 from tests.managed_ledger.harness import TOPIC, config, crash, make_world, until
 
 
@@ -36,7 +36,7 @@ async def check_takeover(open_recovery: OpenRecovery) -> list[str]:
     # The old owner, still running somewhere, tries to append.
     try:
         zombie = await old.add_entry(b"zombie")
-    except ManagedLedgerFenced:
+    except ManagedLedgerFencedError:
         pass
     else:
         acked[zombie] = b"zombie"
@@ -70,9 +70,9 @@ async def test_old_owner_is_fenced_and_its_queue_fails() -> None:
     await old.add_entry(b"x")
     new = await (await world.broker(config())).open(TOPIC)
     results = await asyncio.gather(*(old.add_entry(b"z") for _ in range(5)), return_exceptions=True)
-    assert all(isinstance(r, ManagedLedgerFenced) for r in results)
+    assert all(isinstance(r, ManagedLedgerFencedError) for r in results)
     assert old.state is MLState.FENCED
-    with pytest.raises(ManagedLedgerFenced):
+    with pytest.raises(ManagedLedgerFencedError):
         await old.add_entry(b"later")
     assert await new.add_entry(b"y") > Position(0, 0)
 
@@ -110,10 +110,10 @@ async def test_two_owners_racing_the_cas_loser_is_fenced() -> None:
     winners = [r for r in results if not isinstance(r, BaseException)]
     losers = [r for r in results if isinstance(r, BaseException)]
     assert len(winners) == 1 and len(losers) == 1, results
-    assert isinstance(losers[0], ManagedLedgerFenced)
+    assert isinstance(losers[0], ManagedLedgerFencedError)
     position = await winners[0].add_entry(b"w")
     assert (await winners[0].read_entry(position)).data == b"w"
-    with pytest.raises(ManagedLedgerFenced):
+    with pytest.raises(ManagedLedgerFencedError):
         await first.add_entry(b"zombie")
     stored = await read_all(winners[0])
     assert list(stored.values()) == [b"before", b"w"]
@@ -137,7 +137,7 @@ async def test_rollover_cas_lost_to_a_new_owner_fences() -> None:
     faults.release("managed_ledger.rollover.after_create")
     results = await asyncio.gather(*tasks, return_exceptions=True)
     assert isinstance(results[0], Position)  # acknowledged before the rollover began
-    assert all(isinstance(r, ManagedLedgerFenced) for r in results[1:]), results
+    assert all(isinstance(r, ManagedLedgerFencedError) for r in results[1:]), results
     assert old.state is MLState.FENCED
     stored = await read_all(new)
     assert stored[results[0]] == b"2"

@@ -8,9 +8,9 @@ import magnetar.managed_ledger as ml_pkg
 from magnetar.managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
 
 EXPECTED_ALL = {
-    "CursorNotFound", "CursorRecovery", "CursorState", "InvalidCursorPosition", "MLState", "ManagedCursor",
-    "ManagedEntry", "ManagedLedger", "ManagedLedgerClosed", "ManagedLedgerConfig", "ManagedLedgerFactory",
-    "ManagedLedgerFenced", "ManagedLedgerTerminated", "OpenRecovery", "PositionRangeSet",
+    "CursorNotFoundError", "CursorRecovery", "CursorState", "InvalidCursorPositionError", "MLState", "ManagedCursor",
+    "ManagedEntry", "ManagedLedger", "ManagedLedgerClosedError", "ManagedLedgerConfig", "ManagedLedgerFactory",
+    "ManagedLedgerFencedError", "ManagedLedgerTerminatedError", "OpenRecovery", "PositionRangeSet",
 }  # fmt: skip
 
 SIGNATURES = {

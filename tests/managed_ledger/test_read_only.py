@@ -17,7 +17,7 @@ from magnetar.base.types import BookieId, Position
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.placement import RandomPlacement
-from magnetar.managed_ledger import ManagedLedger, ManagedLedgerFenced
+from magnetar.managed_ledger import ManagedLedger, ManagedLedgerFencedError
 from magnetar.managed_ledger.read_only import ReadOnlyManagedLedger, follow_managed_ledger
 from magnetar.managed_ledger.read_only_cursors import read_only_cursors, read_only_holders
 from magnetar.protocol.bookie.codec import Entry
@@ -180,7 +180,7 @@ async def test_a_read_only_cursor_is_persisted_in_metadata_only_and_moves_betwee
     assert await read_only_holders(store, TOPIC) == {"sub": "pulsar://ro-1:6650"}
     # A second read-only broker is refused while the first serves the subscription.
     ro2, transport2, manager2 = await reader(world, owner, holder="pulsar://ro-2:6650")
-    with pytest.raises(ManagedLedgerFenced, match="ro-1"):
+    with pytest.raises(ManagedLedgerFencedError, match="ro-1"):
         await ro2.open_cursor("sub")
     await ro1.close()  # a consumer moves: the first broker lets go
     moved = await ro2.open_cursor("sub")
@@ -275,8 +275,8 @@ async def test_the_owners_backlog_counts_read_only_subscriptions() -> None:
     from magnetar.base.types import TopicName
     from magnetar.broker import BrokerConfig
     from magnetar.broker.managed_log import ManagedLogStore
-    from magnetar.broker.resources import ClusterData
     from magnetar.broker.service import BrokerService
+    from magnetar.catalog.resources import ClusterData
 
     world = make_world()
     factory = await world.broker(config())

@@ -10,19 +10,25 @@ import asyncio
 
 import pytest
 
-from magnetar.base.errors import AlreadyExists, BadVersion, InvalidArgument, LimitExceeded, NotFound
+from magnetar.base.errors import (
+    AlreadyExistsError,
+    BadVersionError,
+    InvalidArgumentError,
+    LimitExceededError,
+    NotFoundError,
+)
 from magnetar.base.limits import METADATA_PATH_BYTES_MAX, METADATA_VALUE_BYTES_MAX
 from magnetar.metadata import (
     EventKind,
     GetResult,
     LockState,
     MetadataLock,
-    NoChildrenForEphemerals,
-    NodeExists,
-    NoNode,
-    NotEmpty,
-    SessionClosed,
-    SessionExpired,
+    NoChildrenForEphemeralsError,
+    NodeExistsError,
+    NodeNotEmptyError,
+    NoNodeError,
+    SessionClosedError,
+    SessionExpiredError,
     SessionState,
     WatchEvent,
 )
@@ -36,14 +42,14 @@ def test_create_get_and_compare_and_set(backend: Backend) -> None:
         assert await store.put("/k", b"v0", -1) == 0
         assert await store.get("/k") == GetResult(b"v0", 0)
         assert await store.put("/k", b"v1", 0) == 1
-        with pytest.raises(BadVersion):
+        with pytest.raises(BadVersionError):
             await store.put("/k", b"stale", 0)
-        with pytest.raises(NodeExists) as exists:
+        with pytest.raises(NodeExistsError) as exists:
             await store.put("/k", b"again", -1)
-        assert isinstance(exists.value, AlreadyExists) and isinstance(exists.value, BadVersion)
-        with pytest.raises(NoNode) as missing:
+        assert isinstance(exists.value, AlreadyExistsError) and isinstance(exists.value, BadVersionError)
+        with pytest.raises(NoNodeError) as missing:
             await store.put("/absent", b"x", 3)
-        assert isinstance(missing.value, NotFound) and isinstance(missing.value, BadVersion)
+        assert isinstance(missing.value, NotFoundError) and isinstance(missing.value, BadVersionError)
         assert await store.get("/k") == GetResult(b"v1", 1)
         assert await store.exists("/k") and not await store.exists("/absent")
 
@@ -55,13 +61,13 @@ def test_delete_checks_version_and_children(backend: Backend) -> None:
         store = await backend.client()
         await store.put("/d", b"", -1)
         await store.put("/d/c", b"", -1)
-        with pytest.raises(NotEmpty):
+        with pytest.raises(NodeNotEmptyError):
             await store.delete("/d")
-        with pytest.raises(BadVersion):
+        with pytest.raises(BadVersionError):
             await store.delete("/d/c", 5)
         await store.delete("/d/c", 0)
         await store.delete("/d")
-        with pytest.raises(NoNode):
+        with pytest.raises(NoNodeError):
             await store.delete("/d")
 
     with_backend(backend, body)
@@ -102,7 +108,7 @@ def test_cas_race_between_two_clients_loses_no_update(backend: Backend) -> None:
                 assert current is not None
                 try:
                     version = await store.put("/counter", str(int(current.value) + 1).encode(), current.version)
-                except BadVersion:
+                except BadVersionError:
                     conflicts += 1
                     continue
                 winners.append(version)
@@ -153,7 +159,7 @@ def test_ephemeral_node_goes_when_its_session_closes(backend: Backend) -> None:
         owner.session.add_listener(states.append)
         assert await owner.create("/live/bookie-1", b"host:3181", ephemeral=True) == "/live/bookie-1"
         assert await observer.exists("/live/bookie-1")
-        with pytest.raises(NoChildrenForEphemerals):
+        with pytest.raises(NoChildrenForEphemeralsError):
             await owner.put("/live/bookie-1/child", b"", -1)
         recorder = Recorder()
         await observer.watch("/live/bookie-1", recorder)
@@ -162,7 +168,7 @@ def test_ephemeral_node_goes_when_its_session_closes(backend: Backend) -> None:
         await recorder.wait_for(lambda events: WatchEvent(EventKind.DELETED, "/live/bookie-1") in events)
         assert not await observer.exists("/live/bookie-1")
         assert await observer.exists("/live"), "the implicit persistent parent stays"
-        with pytest.raises(SessionClosed):
+        with pytest.raises(SessionClosedError):
             await owner.get("/live")
 
     with_backend(backend, body)
@@ -180,7 +186,7 @@ def test_ephemeral_node_goes_when_its_session_expires(backend: Backend) -> None:
         assert owner.session.state is SessionState.EXPIRED
         assert not await observer.exists("/live/bookie-2")
         assert await observer.get("/persistent") == GetResult(b"stays", 0)
-        with pytest.raises(SessionExpired):
+        with pytest.raises(SessionExpiredError):
             await owner.put("/after", b"", -1)
         await owner.close()
         assert owner.session.state is SessionState.CLOSED
@@ -246,7 +252,7 @@ def test_lock_holder_is_told_when_its_session_expires(backend: Backend) -> None:
         await asyncio.wait_for(waiting, 20)
         assert waiter.state is LockState.HELD
         assert await waiter.holder() == b"b"
-        with pytest.raises(SessionExpired):
+        with pytest.raises(SessionExpiredError):
             await MetadataLock(holder_store, "/locks/other", b"a").acquire()
 
     with_backend(backend, body)
@@ -272,7 +278,7 @@ def test_invalid_paths_are_rejected(backend: Backend, path: str) -> None:
     async def body() -> None:
         store = await backend.client()
         for call in (store.get(path), store.put(path, b"", -1), store.children(path), store.exists(path)):
-            with pytest.raises(InvalidArgument):
+            with pytest.raises(InvalidArgumentError):
                 await call
 
     with_backend(backend, body)
@@ -281,20 +287,20 @@ def test_invalid_paths_are_rejected(backend: Backend, path: str) -> None:
 def test_limits_and_bad_arguments_are_typed_errors(backend: Backend) -> None:
     async def body() -> None:
         store = await backend.client()
-        with pytest.raises(LimitExceeded) as too_big:
+        with pytest.raises(LimitExceededError) as too_big:
             await store.put("/big", b"x" * (METADATA_VALUE_BYTES_MAX + 1), -1)
         assert too_big.value.limit_name == "METADATA_VALUE_BYTES_MAX"
         assert await store.put("/big", b"x" * METADATA_VALUE_BYTES_MAX, -1) == 0, "the limit itself is allowed"
-        with pytest.raises(LimitExceeded) as too_long:
+        with pytest.raises(LimitExceededError) as too_long:
             await store.get("/" + "p" * METADATA_PATH_BYTES_MAX)
         assert too_long.value.limit_name == "METADATA_PATH_BYTES_MAX"
-        with pytest.raises(InvalidArgument):
+        with pytest.raises(InvalidArgumentError):
             await store.put("/", b"", -1)
-        with pytest.raises(InvalidArgument):
+        with pytest.raises(InvalidArgumentError):
             await store.delete("/")
-        with pytest.raises(InvalidArgument):
+        with pytest.raises(InvalidArgumentError):
             await store.put("/v", b"", -2)
-        with pytest.raises(InvalidArgument):
+        with pytest.raises(InvalidArgumentError):
             await store.put("/v", "text", -1)  # type: ignore[arg-type]
 
     with_backend(backend, body)

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from magnetar import faults
-from magnetar.base.errors import BadVersion
+from magnetar.base.errors import BadVersionError
 from magnetar.metadata import EmbeddedMetadataServer, GetResult
-from magnetar.metadata.errors import MetadataUnavailable
+from magnetar.metadata.errors import MetadataUnavailableError
 from magnetar.runtime import SystemClock
-from magnetar.runtime.kv import DurableWriteFailed, RocksKeyValueStore
+from magnetar.runtime.kv import DurableWriteFailedError, RocksKeyValueStore
 from magnetar.sim import SimKeyValueStore
 from tests.metadata.conftest import run
 
@@ -130,7 +130,7 @@ def test_pending_write_is_invisible_and_cas_against_it_waits(tmp_path: Path) -> 
         assert not pending.done()
         assert await reader.get("/k") == GetResult(b"0", 0), "a write not yet durable is not visible"
         # A CAS that only the pending write refutes waits for it instead of failing early.
-        with pytest.raises(BadVersion):
+        with pytest.raises(BadVersionError):
             await reader.put("/k", b"2", 0)
         assert pending.done() and pending.result() == 1
         assert await reader.get("/k") == GetResult(b"1", 1)
@@ -175,10 +175,10 @@ def test_failed_sync_stops_writes_and_hides_the_change(tmp_path: Path) -> None:
         store = await server.connect()
         await store.put("/ok", b"", -1)
         kv.fail = True
-        with pytest.raises(DurableWriteFailed):
+        with pytest.raises(DurableWriteFailedError):
             await store.put("/lost", b"", -1)
         assert not await store.exists("/lost")
-        with pytest.raises(MetadataUnavailable):
+        with pytest.raises(MetadataUnavailableError):
             await store.put("/after", b"", -1)
         assert await store.exists("/ok")
         kv.fail = False

@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from magnetar.base.errors import CorruptData, InvalidArgument
-from magnetar.metadata.errors import UnknownRecordVersion
+from magnetar.base.errors import CorruptDataError, InvalidArgumentError
+from magnetar.metadata.errors import UnknownRecordVersionError
 from magnetar.metadata.records import (
     BatchIndexAck,
     CursorInfo,
@@ -91,23 +91,23 @@ def test_golden_bytes() -> None:
 
 def test_unknown_version_and_corrupt_bytes_are_typed_errors() -> None:
     data = encode(CURSOR)
-    with pytest.raises(UnknownRecordVersion) as unknown:
+    with pytest.raises(UnknownRecordVersionError) as unknown:
         decode(CursorInfo, bytes([2]) + data[1:])
-    assert unknown.value.version == 2 and isinstance(unknown.value, CorruptData)
+    assert unknown.value.version == 2 and isinstance(unknown.value, CorruptDataError)
     for bad in (b"", data[:-3], b"\x01not msgpack", encode(ML_INFO)):
-        with pytest.raises(CorruptData):
+        with pytest.raises(CorruptDataError):
             decode(CursorInfo, bad)
 
 
 def test_invalid_ledger_metadata_is_rejected_on_construction_and_decode() -> None:
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         LedgerMetadata(1, 3, 2, 3, LedgerState.OPEN, [Fragment(0, ["a:1", "b:1", "c:1"])], 0)  # Qa > Qw
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         LedgerMetadata(1, 3, 2, 2, LedgerState.OPEN, [Fragment(0, ["a:1", "b:1"])], 0)  # short ensemble
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         LedgerMetadata(
             1, 2, 2, 1, LedgerState.OPEN, [Fragment(0, ["a:1", "b:1"]), Fragment(0, ["a:1", "c:1"])], 0
         )
     raw = msgspec.msgpack.encode(msgspec.structs.asdict(LEDGER) | {"ack_quorum_size": 9})
-    with pytest.raises(CorruptData):
+    with pytest.raises(CorruptDataError):
         decode(LedgerMetadata, b"\x01" + raw)

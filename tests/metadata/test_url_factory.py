@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.metadata import GetResult, MemoryMetadataStore, SessionState
 from magnetar.metadata.zookeeper import ZooKeeperMetadataStore, parse_zk_url
 from magnetar.runtime.metadata import open_metadata_store
@@ -55,7 +55,7 @@ def test_bad_urls_are_rejected(url: str) -> None:
     async def body() -> None:
         await open_metadata_store(url)
 
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         run(body)
 
 

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptDataError
 from magnetar.base.limits import PULSAR_FRAME_BYTES_MAX
 from magnetar.protocol.pulsar import (
     CompressionError,
-    FrameTooLarge,
-    MalformedFrame,
+    FrameTooLargeError,
+    MalformedFrameError,
     compress,
     decode_batch,
     decode_entry,
@@ -96,7 +96,7 @@ def test_wrong_uncompressed_size_is_rejected(codec: int) -> None:
 
 def test_decompression_is_bounded_by_the_frame_limit() -> None:
     bomb = zlib.compress(b"\x00" * (PULSAR_FRAME_BYTES_MAX + 1))
-    with pytest.raises(FrameTooLarge):
+    with pytest.raises(FrameTooLargeError):
         decompress(pb.ZLIB, bomb, PULSAR_FRAME_BYTES_MAX + 1)
     with pytest.raises(CompressionError):  # lying about the size does not let it expand further
         decompress(pb.ZLIB, bomb, 1000)
@@ -104,25 +104,25 @@ def test_decompression_is_bounded_by_the_frame_limit() -> None:
 
 @pytest.mark.parametrize("codec", [pb.LZ4, pb.ZLIB, pb.ZSTD, pb.SNAPPY], ids=lambda c: pb.CompressionType.Name(c))
 def test_garbage_is_a_typed_error(codec: int) -> None:
-    with pytest.raises(CorruptData):
+    with pytest.raises(CorruptDataError):
         decompress(codec, b"\xff\xfe garbage \x00\x01" * 3, 100)
 
 
 def test_unknown_codec_is_malformed() -> None:
-    with pytest.raises(MalformedFrame):
+    with pytest.raises(MalformedFrameError):
         decompress(9, b"abc", 3)
 
 
 def test_truncated_and_padded_batches_are_malformed() -> None:
     raw = encode_batch([(pb.SingleMessageMetadata(), b"abc"), (pb.SingleMessageMetadata(), b"de")])
     assert [m.payload for m in decode_batch(raw, 2)] == [b"abc", b"de"]
-    with pytest.raises(MalformedFrame, match="trailing"):
+    with pytest.raises(MalformedFrameError, match="trailing"):
         decode_batch(raw, 1)
-    with pytest.raises(MalformedFrame):
+    with pytest.raises(MalformedFrameError):
         decode_batch(raw, 3)
-    with pytest.raises(MalformedFrame):
+    with pytest.raises(MalformedFrameError):
         decode_batch(raw[:-1], 2)
-    with pytest.raises(MalformedFrame):
+    with pytest.raises(MalformedFrameError):
         decode_batch(raw, -1)
 
 

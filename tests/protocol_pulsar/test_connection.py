@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from magnetar.base.errors import LimitExceeded
-from magnetar.base.invariant import InvariantViolation
+from magnetar.base.errors import LimitExceededError
+from magnetar.base.invariant import InvariantViolationError
 from magnetar.protocol.pulsar import (
     ClientConnected,
     CommandReceived,
-    ConnectionClosed,
+    ConnectionClosedError,
     ConnectionTerminated,
     CorruptSend,
     FrameDecoder,
-    FrameTooLarge,
-    MalformedFrame,
-    ProtocolViolation,
+    FrameTooLargeError,
+    MalformedFrameError,
+    ProtocolViolationError,
     SendReceived,
     ServerConfig,
     ServerConnection,
@@ -92,25 +92,25 @@ def test_protocol_version_is_min_of_both(client: int, negotiated: int) -> None:
 
 def test_commands_before_connect_are_violations_and_close() -> None:
     conn = ServerConnection(now_ms=0)
-    with pytest.raises(ProtocolViolation, match="before CONNECT"):
+    with pytest.raises(ProtocolViolationError, match="before CONNECT"):
         conn.receive_data(lookup(), 0)
     assert conn.state is State.CLOSED
-    with pytest.raises(ConnectionClosed):
+    with pytest.raises(ConnectionClosedError):
         conn.receive_data(connect_frame(), 0)
-    with pytest.raises(ConnectionClosed):
+    with pytest.raises(ConnectionClosedError):
         conn.send_success(1)
 
 
 def test_second_connect_is_a_violation() -> None:
     conn = connected()
-    with pytest.raises(ProtocolViolation, match="second CONNECT"):
+    with pytest.raises(ProtocolViolationError, match="second CONNECT"):
         conn.receive_data(connect_frame(), 1)
     assert conn.state is State.CLOSED
 
 
 def test_server_only_command_from_client_is_a_violation() -> None:
     conn = connected()
-    with pytest.raises(ProtocolViolation, match="server-to-client"):
+    with pytest.raises(ProtocolViolationError, match="server-to-client"):
         conn.receive_data(encode_command(commands.success(1)), 1)
 
 
@@ -127,7 +127,7 @@ def test_requests_become_typed_events() -> None:
 
 def test_request_without_its_body_is_a_violation() -> None:
     conn = connected()
-    with pytest.raises(ProtocolViolation, match="without its body"):
+    with pytest.raises(ProtocolViolationError, match="without its body"):
         conn.receive_data(encode_command(T(type=T.LOOKUP)), 1)
 
 
@@ -202,7 +202,7 @@ def test_manual_accept_and_reject() -> None:
     [event] = conn.receive_data(connect_frame(auth=("token", b"tok")), 0)
     assert isinstance(event, ClientConnected) and event.auth_data == b"tok"
     assert conn.state is State.CONNECTING and conn.data_to_send() == []
-    with pytest.raises(ProtocolViolation):
+    with pytest.raises(ProtocolViolationError):
         conn.send_success(1)  # nothing but CONNECTED may precede the handshake's end
     conn.accept_connect()
     assert conn.state is State.CONNECTED and replies(conn)[0].type == T.CONNECTED
@@ -221,11 +221,11 @@ def test_unsupported_transaction_command_is_an_event() -> None:
 
 def test_oversized_and_malformed_input_close_the_connection() -> None:
     conn = connected()
-    with pytest.raises(FrameTooLarge):
+    with pytest.raises(FrameTooLargeError):
         conn.receive_data(b"\x7f\xff\xff\xff", 1)
     assert conn.state is State.CLOSED
     conn = connected()
-    with pytest.raises(MalformedFrame):
+    with pytest.raises(MalformedFrameError):
         conn.receive_data(b"\x00\x00\x00\x06\x00\x00\x00\x02\xff\xff", 1)
     assert conn.state is State.CLOSED
 
@@ -258,7 +258,7 @@ def test_broker_replies_decode_as_the_client_expects() -> None:
 
 def test_commands_the_client_rejects_cannot_be_sent() -> None:
     conn = connected()
-    with pytest.raises(InvariantViolation, match="drops the connection"):
+    with pytest.raises(InvariantViolationError, match="drops the connection"):
         conn.send_command(T(type=T.REACHED_END_OF_TOPIC,
                             reachedEndOfTopic=pb.CommandReachedEndOfTopic(consumer_id=1)))
     conn.send_command(commands.active_consumer_change(1, True))  # accepted kinds go through
@@ -271,14 +271,14 @@ def test_auth_challenge_needs_the_client_feature() -> None:
     old = ServerConnection(now_ms=0)
     old.receive_data(encode_command(T(type=T.CONNECT, connect=pb.CommandConnect(client_version="x",
                                                                                  protocol_version=20))), 0)
-    with pytest.raises(ProtocolViolation):
+    with pytest.raises(ProtocolViolationError):
         old.send_auth_challenge("token", b"x")
 
 
 def test_outbound_queue_is_bounded() -> None:
     conn = connected()
     entry = b"\x00" * (1024 * 1024)
-    with pytest.raises(LimitExceeded):
+    with pytest.raises(LimitExceededError):
         for i in range(100):
             conn.send_message(1, commands.message_id(1, i), entry)
     assert conn.outbound_bytes <= 4 * (5 * 1024 * 1024 + 10 * 1024)

@@ -9,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from magnetar.base.checksum import crc32c
-from magnetar.base.errors import ChecksumMismatch, CorruptData, LimitExceeded
+from magnetar.base.errors import ChecksumMismatchError, CorruptDataError, LimitExceededError
 from magnetar.base.limits import PULSAR_FRAME_BYTES_MAX
 from magnetar.protocol.pulsar import (
-    FrameChecksumMismatch,
+    FrameChecksumMismatchError,
     FrameDecoder,
-    FrameTooLarge,
-    MalformedFrame,
+    FrameTooLargeError,
+    MalformedFrameError,
     commands,
     decode_frame,
     encode_command,
@@ -171,9 +171,9 @@ def test_checksum_mismatch_is_typed_and_only_drops_that_frame() -> None:
     bad[-1] ^= 0xFF
     decoder = FrameDecoder()
     decoder.feed(bytes(bad) + GOLDEN_PING)
-    with pytest.raises(FrameChecksumMismatch) as info:
+    with pytest.raises(FrameChecksumMismatchError) as info:
         decoder.next_frame()
-    assert isinstance(info.value, ChecksumMismatch)
+    assert isinstance(info.value, ChecksumMismatchError)
     assert info.value.command is not None and info.value.command.send.sequence_id == 5
     frame = decoder.next_frame()  # the stream is still in sync
     assert frame is not None and frame.type == T.PING
@@ -182,10 +182,10 @@ def test_checksum_mismatch_is_typed_and_only_drops_that_frame() -> None:
 def test_oversized_frame_is_refused_before_buffering_and_is_sticky() -> None:
     decoder = FrameDecoder()
     decoder.feed(struct.pack(">I", PULSAR_FRAME_BYTES_MAX - 3))  # 4 + size = limit + 1
-    with pytest.raises(FrameTooLarge) as info:
+    with pytest.raises(FrameTooLargeError) as info:
         decoder.next_frame()
-    assert isinstance(info.value, LimitExceeded) and info.value.limit == PULSAR_FRAME_BYTES_MAX
-    with pytest.raises(MalformedFrame):
+    assert isinstance(info.value, LimitExceededError) and info.value.limit == PULSAR_FRAME_BYTES_MAX
+    with pytest.raises(MalformedFrameError):
         decoder.feed(GOLDEN_PING)
 
 
@@ -198,14 +198,14 @@ def test_frame_of_exactly_the_limit_is_accepted() -> None:
     decoder.feed(frame_bytes)
     frame = decoder.next_frame()
     assert frame is not None and frame.message is not None and frame.message.metadata == metadata
-    with pytest.raises(FrameTooLarge):
+    with pytest.raises(FrameTooLargeError):
         _send_frame(payload=b"x" * (PULSAR_FRAME_BYTES_MAX - overhead + 1))
 
 
 def test_receive_buffer_is_bounded() -> None:
     decoder = FrameDecoder()
     chunk = GOLDEN_PING * 30_000  # ~270 KB of complete frames that nobody drains
-    with pytest.raises(FrameTooLarge):
+    with pytest.raises(FrameTooLargeError):
         for _ in range(40):
             decoder.feed(chunk)
 
@@ -223,7 +223,7 @@ def test_receive_buffer_is_bounded() -> None:
 def test_malformed_frames_are_typed_errors(raw: bytes, why: str) -> None:
     decoder = FrameDecoder()
     decoder.feed(raw)
-    with pytest.raises(CorruptData):
+    with pytest.raises(CorruptDataError):
         if decoder.next_frame() is None:  # a truncated frame simply waits: decode it directly
             decode_frame(memoryview(raw))
 
@@ -231,7 +231,7 @@ def test_malformed_frames_are_typed_errors(raw: bytes, why: str) -> None:
 def test_send_without_message_is_malformed() -> None:
     body = _send_command().SerializeToString()
     raw = struct.pack(">II", 4 + len(body), len(body)) + body
-    with pytest.raises(MalformedFrame, match="without metadata"):
+    with pytest.raises(MalformedFrameError, match="without metadata"):
         decode_frame(memoryview(raw))
 
 
@@ -239,19 +239,19 @@ def test_metadata_size_beyond_frame_is_malformed() -> None:
     cmd = _send_command().SerializeToString()
     rest = struct.pack(">I", 1000) + b"abc"
     raw = struct.pack(">II", 4 + len(cmd) + len(rest), len(cmd)) + cmd + rest
-    with pytest.raises(MalformedFrame, match="metadata_size"):
+    with pytest.raises(MalformedFrameError, match="metadata_size"):
         decode_frame(memoryview(raw))
 
 
 def test_encoder_refuses_incomplete_commands() -> None:
-    from magnetar.base.invariant import InvariantViolation
+    from magnetar.base.invariant import InvariantViolationError
 
-    with pytest.raises(InvariantViolation, match="incomplete"):
+    with pytest.raises(InvariantViolationError, match="incomplete"):
         encode_command(T(type=T.SUCCESS, success=pb.CommandSuccess()))  # request_id is required
 
 
 def test_stored_entry_metadata_reads_with_and_without_the_checksum_block() -> None:
-    from magnetar.base.errors import CorruptData
+    from magnetar.base.errors import CorruptDataError
     from magnetar.protocol.pulsar import stored_entry_metadata
     from magnetar.protocol.pulsar.frames import headers_and_payload
 
@@ -260,5 +260,5 @@ def test_stored_entry_metadata_reads_with_and_without_the_checksum_block() -> No
         stored = headers_and_payload(metadata, b"payload", checksum=checksum)
         assert stored_entry_metadata(stored) == metadata
         assert stored_entry_metadata(memoryview(stored)) == metadata
-    with pytest.raises(CorruptData):
+    with pytest.raises(CorruptDataError):
         stored_entry_metadata(b"\x00\x00\x00\x09abc")

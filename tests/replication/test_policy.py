@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from magnetar.broker.resources import ClusterData
+from magnetar.catalog.resources import ClusterData
 from magnetar.protocol.pulsar import pb
 from magnetar.replication import effective_clusters, remote_cluster, remote_targets, should_replicate
 

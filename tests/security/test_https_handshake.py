@@ -68,8 +68,8 @@ def test_negative_control_a_long_bound_keeps_the_silent_client(tmp_path: Path) -
 
 @pytest.mark.parametrize("bound_s", [0.0, -1.0])
 def test_the_bound_must_be_positive(bound_s: float) -> None:
-    from magnetar.base.errors import InvalidArgument
+    from magnetar.base.errors import InvalidArgumentError
     from magnetar.broker import BrokerConfig
 
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         BrokerConfig(tls_handshake_timeout_s=bound_s)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.broker import BrokerConfig
 from magnetar.runtime.config import load_config
 from magnetar.runtime.pulsar_conf import parse_properties, translate
@@ -53,9 +53,9 @@ def test_supported_keys_take_effect_and_others_are_reported() -> None:
 
 
 def test_bad_values_are_errors() -> None:
-    with pytest.raises(InvalidArgument, match="authenticationEnabled"):
+    with pytest.raises(InvalidArgumentError, match="authenticationEnabled"):
         translate({"authenticationEnabled": "yes please"})
-    with pytest.raises(InvalidArgument, match="brokerServicePort"):
+    with pytest.raises(InvalidArgumentError, match="brokerServicePort"):
         translate({"brokerServicePort": "sixty"})
 
 
@@ -71,7 +71,7 @@ def test_basic_auth_conf_as_path_data_or_base64(tmp_path: object) -> None:
     encoded = base64.b64encode(line.encode()).decode()
     for reference in (str(path), f"file://{path}", f"data:;base64,{encoded}", encoded):
         assert read_htpasswd(reference).verify("admin", "secret"), reference
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         read_htpasswd(str(path) + ".missing")
 
 

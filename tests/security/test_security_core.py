@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import AUTH_DATA_BYTES_MAX
 from magnetar.security import (
     AuthenticationFailedError,
@@ -127,9 +127,9 @@ def test_key_references() -> None:
     assert parse_key_reference("data:;base64," + base64.b64encode(SECRET).decode()).data == SECRET
     assert parse_key_reference("data:application/octet-stream;base64,AAEC").data == b"\x00\x01\x02"
     assert parse_key_reference("/plain/path").path == "/plain/path"
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         parse_key_reference("data:;base64,@@@")
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         parse_key_reference("data:nocomma")
 
 
@@ -154,7 +154,7 @@ def test_htpasswd_schemes() -> None:
     assert not table.verify("old", "plaintext") and table.unsupported_users() == ["old"]
     assert not table.verify("nobody", "secret")
     assert not verify_hash("x" * 100, bcrypted)  # bcrypt refuses > 72 bytes: a clean False
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         Htpasswd("no-colon-line\n")
 
 

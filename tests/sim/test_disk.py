@@ -6,7 +6,7 @@ import errno
 
 import pytest
 
-from magnetar.base.errors import ClosedError, NotFound
+from magnetar.base.errors import ClosedError, NotFoundError
 from magnetar.base.rng import SeededRng
 from magnetar.sim import SimDisk, SimDiskConfig, SimKeyValueStore, run
 from magnetar.sim.scenarios.frames import encode, scan
@@ -123,7 +123,7 @@ def test_old_handles_die_with_the_crash() -> None:
     disk.crash()
     with pytest.raises(ClosedError):
         file.append(b"x")
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFoundError):
         disk.open("f", create=False)
 
 

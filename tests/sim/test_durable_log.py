@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.sim.scenarios import ScenarioOptions, run_scenario
 from tests.conftest import REPO, child_env, tool
 
@@ -35,9 +35,9 @@ def test_negative_control_ack_before_fsync_is_caught() -> None:
 
 
 def test_unknown_scenario_or_break_is_refused() -> None:
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         run_scenario("nope", 1)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         run_scenario("durable-log", 1, ScenarioOptions(breaks=frozenset({"nope"})))
 
 

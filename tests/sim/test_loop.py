@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from magnetar.sim import SimDeadlock, SimLivelock, run
+from magnetar.sim import SimDeadlockError, SimLivelockError, run
 
 
 def test_an_hour_of_sleep_takes_no_wall_time() -> None:
@@ -67,7 +67,7 @@ def test_nothing_runnable_and_no_timer_is_a_deadlock() -> None:
     async def main() -> None:
         await asyncio.Event().wait()
 
-    with pytest.raises(SimDeadlock):
+    with pytest.raises(SimDeadlockError):
         run(main())
 
 
@@ -76,7 +76,7 @@ def test_spinning_forever_is_a_livelock() -> None:
         while True:
             await asyncio.sleep(0)
 
-    with pytest.raises(SimLivelock):
+    with pytest.raises(SimLivelockError):
         run(main(), steps_max=1_000)
 
 

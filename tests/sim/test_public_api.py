@@ -12,8 +12,8 @@ from magnetar.sim.conformance import as_capabilities
 def test_public_names_are_pinned() -> None:
     assert sorted(sim.__all__) == sorted([
         "EPOCH_BASE_MS", "ConnState", "NodeContext", "NodeMain", "NodeState", "Rng", "SimClock",
-        "SimConfig", "SimConnection", "SimCrash", "SimDeadlock", "SimDisk", "SimDiskConfig", "SimFile",
-        "SimKeyValueStore", "SimListener", "SimLivelock", "SimLoop", "SimNetwork", "SimNetworkConfig",
+        "SimConfig", "SimConnection", "SimCrashError", "SimDeadlockError", "SimDisk", "SimDiskConfig", "SimFile",
+        "SimKeyValueStore", "SimListener", "SimLivelockError", "SimLoop", "SimNetwork", "SimNetworkConfig",
         "SimNodeNetwork", "SimWorld", "Trace", "check_alive", "run",
     ])
     for name in sim.__all__:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from magnetar import faults
-from magnetar.sim import NodeContext, NodeState, SimCrash, SimWorld
+from magnetar.sim import NodeContext, NodeState, SimCrashError, SimWorld
 from magnetar.sim.scenarios import run_scenario
 
 
@@ -76,8 +76,8 @@ def test_a_task_that_swallows_its_cancellation_cannot_touch_the_disk_after_the_c
         except asyncio.CancelledError:
             try:
                 file.append(b"after the crash")
-            except SimCrash:
-                outcome.append("stopped by SimCrash")
+            except SimCrashError:
+                outcome.append("stopped by SimCrashError")
                 raise
 
     world.add_node("n", stubborn)
@@ -88,7 +88,7 @@ def test_a_task_that_swallows_its_cancellation_cannot_touch_the_disk_after_the_c
         await world.sleep(1)
 
     world.run(controller())
-    assert outcome == ["stopped by SimCrash"]
+    assert outcome == ["stopped by SimCrashError"]
 
 
 def test_a_failing_node_main_is_recorded() -> None:
@@ -108,7 +108,7 @@ def test_a_failing_node_main_is_recorded() -> None:
 
 
 def test_crash_outside_a_node_is_a_programmer_error() -> None:
-    from magnetar.base.invariant import InvariantViolation
+    from magnetar.base.invariant import InvariantViolationError
 
     world = SimWorld(5)
 
@@ -116,7 +116,7 @@ def test_crash_outside_a_node_is_a_programmer_error() -> None:
         faults.arm("bookie.after_reply", "crash")
         await faults.point("bookie.after_reply")
 
-    with pytest.raises(InvariantViolation):
+    with pytest.raises(InvariantViolationError):
         world.run(controller())
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from magnetar.faults import REGISTRY
 from tests.conftest import SRC
 
-CORES = ("protocol", "storage", "ledger", "managed_ledger", "broker", "replication", "security")
+CORES = ("protocol", "storage", "ledger", "managed_ledger", "catalog", "broker", "control", "replication", "security")
 BANNED_MODULES = {"time", "random", "socket", "uuid", "os", "pathlib", "shutil", "threading", "selectors", "io"}
 BANNED_CALLS = {
     ("asyncio", "sleep"),

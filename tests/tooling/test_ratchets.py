@@ -102,7 +102,7 @@ def test_a_forbidden_contract_of_this_kind_fails_on_this_tree(tmp_path: Path) ->
         'allow_indirect_imports = true\n')
     result = subprocess.run([tool("lint-imports"), "--config", str(config), "--no-cache"], cwd=REPO,
                             capture_output=True, text=True, timeout=600)
-    assert result.returncode != 0 and "magnetar.broker.policies -> msgspec" in result.stdout, result.stdout[-2000:]
+    assert result.returncode != 0 and "magnetar.catalog.policies -> msgspec" in result.stdout, result.stdout[-2000:]
 
 
 def test_contract_checker_catches_optional_and_missing_layers() -> None:

@@ -1,7 +1,7 @@
 """The load balancer and bookie racks over the admin API (Pulsar's paths and JSON shapes).
 
 * ``GET /brokers/leaderBroker``: ``{"serviceUrl", "brokerId"}`` of the load balancer's leader
-  (``broker.leader``); 404 while none is elected.
+  (``control.leader``); 404 while none is elected.
 * ``GET /broker-stats/load-report``: this broker's load report as it publishes it
   (``LocalBrokerData``'s names: ``cpu``, ``msgRateIn``, ``lastStats``, ...), computed now.
 * ``GET /broker-stats/load-balancer/decisions`` (Magnetar's): the leader's last decisions
@@ -19,8 +19,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from magnetar.admin.common import AdminContext, AdminError, api_route, json_response, no_content, read_body
-from magnetar.broker.leader import read_decisions, read_leader
-from magnetar.broker.ownership import BundleOwnership, OwnershipLookup
+from magnetar.control.leader import read_decisions, read_leader
+from magnetar.control.ownership import BundleOwnership, OwnershipLookup
 from magnetar.ledger.racks import DEFAULT_GROUP, BookieRack, delete_rack, read_racks, set_rack
 from magnetar.metadata.api import MetadataStore
 

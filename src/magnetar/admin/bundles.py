@@ -17,8 +17,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute
 
 from magnetar.admin.common import AdminContext, AdminError, api_route, json_response, namespace_of, no_content
-from magnetar.broker.bundles import BundleRange
-from magnetar.broker.ownership import BundleOwnership, OwnershipLookup
+from magnetar.control.bundles import BundleRange
+from magnetar.control.ownership import BundleOwnership, OwnershipLookup
 
 
 def _ownership(ctx: AdminContext) -> BundleOwnership:

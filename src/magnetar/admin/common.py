@@ -26,19 +26,20 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from magnetar.base.errors import (
-    AlreadyExists,
-    BadVersion,
-    InvalidArgument,
-    LimitExceeded,
+    AlreadyExistsError,
+    BadVersionError,
+    InvalidArgumentError,
+    LimitExceededError,
     MagnetarError,
-    NotFound,
+    NotFoundError,
 )
 from magnetar.base.limits import ADMIN_BODY_BYTES_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.resources import ClusterNotAllowedError, NotEmptyError, Resources, TopicBusy
 from magnetar.broker.service import BrokerService
-from magnetar.metadata.errors import MetadataUnavailable, SessionExpired
+from magnetar.catalog.resources import ClusterNotAllowedError, NotEmptyError, Resources, TopicBusyError
+from magnetar.catalog.schema import SchemaRefusedError
+from magnetar.metadata.errors import MetadataUnavailableError, SessionExpiredError
 from magnetar.protocol.pulsar import pb
 
 log = logging.getLogger(__name__)
@@ -111,17 +112,17 @@ def _status_of(error: BaseException) -> tuple[int, str]:
         return error.status, error.reason
     if isinstance(error, msgspec.MsgspecError):
         return 400, f"Invalid request body: {error}"
-    if isinstance(error, BrokerError):
+    if isinstance(error, BrokerError | SchemaRefusedError):
         return _BROKER_STATUS.get(error.code, 412), error.message
-    if isinstance(error, NotFound):
+    if isinstance(error, NotFoundError):
         return 404, _message(error)
     if isinstance(error, ClusterNotAllowedError):
         return 403, _message(error)
-    if isinstance(error, AlreadyExists | NotEmptyError | BadVersion):
+    if isinstance(error, AlreadyExistsError | NotEmptyError | BadVersionError):
         return 409, _message(error)
-    if isinstance(error, InvalidArgument | LimitExceeded | TopicBusy):
+    if isinstance(error, InvalidArgumentError | LimitExceededError | TopicBusyError):
         return 412, _message(error)
-    if isinstance(error, MetadataUnavailable | SessionExpired):
+    if isinstance(error, MetadataUnavailableError | SessionExpiredError):
         return 503, _message(error)
     return 500, f"{type(error).__name__}: {error}"
 
@@ -138,10 +139,10 @@ async def read_body(request: Request, kind: Any, *, required: bool = True) -> An
     """Decode the JSON body as ``kind`` (None if empty and not ``required``)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > ADMIN_BODY_BYTES_MAX:
-        raise LimitExceeded("ADMIN_BODY_BYTES_MAX", int(declared), ADMIN_BODY_BYTES_MAX)
+        raise LimitExceededError("ADMIN_BODY_BYTES_MAX", int(declared), ADMIN_BODY_BYTES_MAX)
     raw = await request.body()
     if len(raw) > ADMIN_BODY_BYTES_MAX:
-        raise LimitExceeded("ADMIN_BODY_BYTES_MAX", len(raw), ADMIN_BODY_BYTES_MAX)
+        raise LimitExceededError("ADMIN_BODY_BYTES_MAX", len(raw), ADMIN_BODY_BYTES_MAX)
     if not raw.strip():
         if required:
             raise AdminError(400, "Request body is required")

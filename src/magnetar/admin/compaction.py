@@ -27,7 +27,7 @@ from magnetar.admin.common import (
 )
 from magnetar.admin.topics import load, targets
 from magnetar.broker.compaction import CompactionRunningError, CompactionStatus
-from magnetar.broker.policies import Policies, TopicPolicies
+from magnetar.catalog.policies import Policies, TopicPolicies
 
 
 def _threshold(value: object) -> int:

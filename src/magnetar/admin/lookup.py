@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute
 from magnetar.admin.access import guard_routes
 from magnetar.admin.authn import AuthenticationMiddleware
 from magnetar.admin.common import AdminContext, AdminError, api_route, error_response, json_response
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.types import TopicName
 
 LOOKUP_PATH = "/lookup/v2"
@@ -40,7 +40,7 @@ def lookup_routes(ctx: AdminContext) -> list[BaseRoute]:
         try:
             topic = TopicName.parse(f"{params['domain']}://{params['tenant']}/{params['namespace']}/"
                                     f"{unquote(params['topic'])}")
-        except InvalidArgument as error:
+        except InvalidArgumentError as error:
             raise AdminError(412, str(error)) from None
         answer = await ctx.service.lookup.lookup(topic, False)
         return json_response({

@@ -21,9 +21,9 @@ from magnetar.admin.common import (
 )
 from magnetar.admin.topics import require_namespace
 from magnetar.base.types import TopicName
-from magnetar.broker.lookup import PARTITIONED_TOPICS_ROOT
-from magnetar.broker.policies import Policies
-from magnetar.broker.resources import NotEmptyError
+from magnetar.catalog.lookup import PARTITIONED_TOPICS_ROOT
+from magnetar.catalog.policies import Policies
+from magnetar.catalog.resources import NotEmptyError
 from magnetar.protocol.pulsar import pb
 
 

@@ -11,7 +11,7 @@ total, a Magnetar addition so that drops can be checked exactly). The topic's ``
 attached unless ``force=true``, which disconnects them, as for persistent topics.
 
 Partitioned (Pulsar's paths): ``PUT|POST|GET|DELETE .../{topic}/partitions`` record, grow, read and
-delete the partition count (the metadata node ``broker.lookup.partitioned_topic_path``, as for
+delete the partition count (the metadata node ``catalog.lookup.partitioned_topic_path``, as for
 persistent topics); the partitions ``{topic}-partition-{i}`` are loaded when a client first uses
 them (nothing is stored to create ahead). ``.../{topic}/partitioned-stats`` sums the loaded
 partitions' stats; ``.../partitioned`` lists the namespace's partitioned non-persistent topics.
@@ -41,11 +41,11 @@ from magnetar.admin.common import (
 )
 from magnetar.admin.stats import partitioned_stats, topic_stats
 from magnetar.admin.topics import PartitionsBody, check_partitions, require_namespace
-from magnetar.base.errors import AlreadyExists
+from magnetar.base.errors import AlreadyExistsError
 from magnetar.base.types import TopicName
-from magnetar.broker.lookup import PARTITIONED_TOPICS_ROOT, partitioned_topic_path
 from magnetar.broker.non_persistent import NonPersistentTopic, drop_stats, publisher_drop_stats
-from magnetar.broker.resources import TopicBusy
+from magnetar.catalog.lookup import PARTITIONED_TOPICS_ROOT, partitioned_topic_path
+from magnetar.catalog.resources import TopicBusyError
 
 _BASE = "/non-persistent/{tenant}/{namespace}"
 
@@ -103,9 +103,9 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         topic = await _loaded(ctx, request)
         if not query_flag(request, "force"):
             if topic.producers:
-                raise TopicBusy(f"Topic {topic.name} has active producers")
+                raise TopicBusyError(f"Topic {topic.name} has active producers")
             if any(s.consumers for s in topic.subscriptions.values()):
-                raise TopicBusy(f"Topic {topic.name} has active subscriptions")
+                raise TopicBusyError(f"Topic {topic.name} has active subscriptions")
         topic.disconnect_producers()
         for subscription in list(topic.subscriptions.values()):
             subscription.disconnect_consumers()
@@ -137,7 +137,7 @@ def _partitioned_routes(ctx: AdminContext) -> list[BaseRoute]:
             raise AdminError(409, f"Topic {name} already exists as a non-partitioned topic")
         try:
             await ctx.service.partitioned.create(name, count)
-        except AlreadyExists:
+        except AlreadyExistsError:
             raise AdminError(409, f"Partitioned topic {name} already exists") from None
         return no_content()
 
@@ -180,9 +180,9 @@ def _partitioned_removal_and_stats_routes(ctx: AdminContext) -> list[BaseRoute]:
         if not query_flag(request, "force"):
             for topic in loaded:
                 if topic.producers:
-                    raise TopicBusy(f"Topic {topic.name} has active producers")
+                    raise TopicBusyError(f"Topic {topic.name} has active producers")
                 if any(s.consumers for s in topic.subscriptions.values()):
-                    raise TopicBusy(f"Topic {topic.name} has active subscriptions")
+                    raise TopicBusyError(f"Topic {topic.name} has active subscriptions")
         for topic in loaded:
             await ctx.service.delete_topic(topic.name, force=True)
         await store.delete(partitioned_topic_path(name))

@@ -33,7 +33,7 @@ from magnetar.admin.common import (
 from magnetar.admin.topics import load, targets
 from magnetar.base.types import Position
 from magnetar.broker import offload as broker_offload
-from magnetar.broker.policies import Policies
+from magnetar.catalog.policies import Policies
 from magnetar.managed_ledger.offload import (
     OffloadNotConfiguredError,
     OffloadRunningError,

@@ -31,7 +31,7 @@ from magnetar.admin.common import (
     topic_of,
 )
 from magnetar.admin.topics import require_namespace
-from magnetar.broker.policies import AuthPolicies, Policies
+from magnetar.catalog.policies import AuthPolicies, Policies
 from magnetar.security.authorization import AuthAction
 
 #: Longest role name a grant may name (a certificate subject or a token's claim fits easily).

@@ -30,8 +30,8 @@ from magnetar.admin.common import (
     read_body,
     topic_of,
 )
-from magnetar.base.errors import InvalidArgument
-from magnetar.broker.policies import (
+from magnetar.base.errors import InvalidArgumentError
+from magnetar.catalog.policies import (
     AutoTopicCreationOverride,
     BacklogQuota,
     BacklogQuotaType,
@@ -46,7 +46,7 @@ from magnetar.broker.policies import (
 def _non_negative(name: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value < 0:
-            raise InvalidArgument(f"Invalid value for {name}: must be >= 0")
+            raise InvalidArgumentError(f"Invalid value for {name}: must be >= 0")
 
     return check
 
@@ -54,7 +54,7 @@ def _non_negative(name: str) -> Callable[[Any], None]:
 def _positive(name: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value < 1:
-            raise InvalidArgument(f"Invalid value for {name}: must be >= 1")
+            raise InvalidArgumentError(f"Invalid value for {name}: must be >= 1")
 
     return check
 

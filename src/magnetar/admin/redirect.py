@@ -22,11 +22,11 @@ from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from magnetar.admin.common import AdminContext
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.lookup import LookupKind
-from magnetar.broker.ownership import OwnershipLookup
+from magnetar.catalog.lookup import LookupKind
+from magnetar.control.ownership import OwnershipLookup
 
 _TOPIC_PATH = re.compile(r"^/(?P<domain>persistent|non-persistent)/(?P<tenant>[^/]+)/(?P<namespace>[^/]+)"
                          r"/(?P<topic>[^/]+)(?P<rest>/.*)?$")
@@ -62,7 +62,7 @@ class OwnerRedirect:
         try:
             topic = TopicName.parse(f"{match['domain']}://{match['tenant']}/{match['namespace']}/"
                                     f"{unquote(match['topic'])}")
-        except InvalidArgument:
+        except InvalidArgumentError:
             return None  # the route answers the bad name
         ownership = lookup.ownership
         if ownership.serves(topic):

@@ -27,7 +27,7 @@ from magnetar.admin.common import (
     topic_of,
 )
 from magnetar.base.types import TopicName
-from magnetar.broker.policies import Policies, TopicPolicies
+from magnetar.catalog.policies import Policies, TopicPolicies
 
 
 async def _checked(ctx: AdminContext, request: Request, tenant: str) -> list[str]:

@@ -25,10 +25,9 @@ from starlette.routing import BaseRoute
 
 from magnetar.admin.common import AdminContext, AdminError, api_route, json_response, namespace_of, read_body
 from magnetar.base.types import TopicName
-from magnetar.broker.errors import BrokerError
-from magnetar.broker.policies import Policies
-from magnetar.broker.schema import SchemaRecord
-from magnetar.broker.schema_compat import Compatibility
+from magnetar.catalog.policies import Policies
+from magnetar.catalog.schema import SchemaRecord, SchemaRefusedError
+from magnetar.catalog.schema_compat import Compatibility
 from magnetar.protocol.pulsar import pb
 
 #: Pulsar's SchemaType names for the wire's Schema.Type values.
@@ -75,7 +74,7 @@ def _payload_schema(payload: PostSchemaPayload) -> pb.Schema:
     return schema
 
 
-def _incompatible(error: BrokerError) -> AdminError:
+def _incompatible(error: SchemaRefusedError) -> AdminError:
     if error.code == pb.IncompatibleSchema:
         return AdminError(409, error.message)
     return AdminError(412, error.message)
@@ -150,7 +149,7 @@ def _schema_routes(ctx: AdminContext) -> list[BaseRoute]:
         payload = await read_body(request, PostSchemaPayload)
         try:
             version = await ctx.service.schemas.register(topic, _payload_schema(payload))
-        except BrokerError as error:
+        except SchemaRefusedError as error:
             raise _incompatible(error) from None
         return json_response({"version": {"version": version}})
 
@@ -162,7 +161,7 @@ def _schema_routes(ctx: AdminContext) -> list[BaseRoute]:
         strategy = await ctx.service.schemas.strategy(topic)
         try:
             await ctx.service.schemas.check_compatibility(topic, _payload_schema(payload))
-        except BrokerError as error:
+        except SchemaRefusedError as error:
             if error.code != pb.IncompatibleSchema:
                 raise _incompatible(error) from None
             return json_response({"isCompatibility": False, "schemaCompatibilityStrategy": strategy.value})

@@ -7,7 +7,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from magnetar.admin.common import AdminContext, api_route, json_response, no_content, read_body
-from magnetar.broker.resources import TenantInfo
+from magnetar.catalog.resources import TenantInfo
 
 
 def routes(ctx: AdminContext) -> list[BaseRoute]:

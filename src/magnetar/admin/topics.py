@@ -1,6 +1,6 @@
 """``/persistent/{t}/{ns}[/{topic}]``: create, list, delete, partitions, stats, internal stats, unload.
 
-A partitioned topic is its metadata node (``broker.lookup.partitioned_topic_path``, JSON
+A partitioned topic is its metadata node (``catalog.lookup.partitioned_topic_path``, JSON
 ``{"partitions": N}``) plus one topic per partition ``{topic}-partition-{i}``, created here at
 once so they exist even where auto-creation is off. The count only grows (Pulsar's rule). Topic
 names in paths are URL-encoded local names; the namespace must exist (404 otherwise).
@@ -28,12 +28,12 @@ from magnetar.admin.common import (
     topic_of,
 )
 from magnetar.admin.stats import add_read_only_subscriptions, internal_stats, partitioned_stats, topic_stats
-from magnetar.base.errors import LimitExceeded, NotFound
+from magnetar.base.errors import LimitExceededError, NotFoundError
 from magnetar.base.limits import ADMIN_PARTITIONS_COUNT_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.lookup import PARTITIONED_TOPICS_ROOT, partitioned_topic_path
 from magnetar.broker.topic import Topic
+from magnetar.catalog.lookup import PARTITIONED_TOPICS_ROOT, partitioned_topic_path
 from magnetar.protocol.pulsar import pb
 
 
@@ -74,7 +74,7 @@ def check_partitions(count: int) -> None:
     if count < 1:
         raise AdminError(412, "Number of partitions should be more than 0")
     if count > ADMIN_PARTITIONS_COUNT_MAX:
-        raise LimitExceeded("ADMIN_PARTITIONS_COUNT_MAX", count, ADMIN_PARTITIONS_COUNT_MAX)
+        raise LimitExceededError("ADMIN_PARTITIONS_COUNT_MAX", count, ADMIN_PARTITIONS_COUNT_MAX)
 
 
 async def _create_partitions(ctx: AdminContext, topic: TopicName, start: int, stop: int) -> None:
@@ -176,7 +176,7 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         for index in range(count):
             try:
                 await ctx.service.delete_topic(topic.partition(index), force=force)
-            except NotFound:
+            except NotFoundError:
                 continue
         await store.delete(partitioned_topic_path(topic))
         await ctx.resources.delete_topic_policies(topic)

@@ -2,7 +2,7 @@
 
 Every error a caller can meet at run time (bad input, a missing thing, a version conflict, a
 fenced ledger, a limit reached) is a ``MagnetarError`` subclass. Each layer translates the errors
-of the layer below at its boundary; programmer errors are ``InvariantViolation`` instead.
+of the layer below at its boundary; programmer errors are ``InvariantViolationError`` instead.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ class MagnetarError(Exception):
     """Base of all operating errors."""
 
 
-class InvalidArgument(MagnetarError, ValueError):
+class InvalidArgumentError(MagnetarError, ValueError):
     """The caller passed a value that can never be valid (malformed name, negative id, ...)."""
 
 
-class LimitExceeded(MagnetarError):
+class LimitExceededError(MagnetarError):
     """A named bound from ``magnetar.base.limits`` or the config was reached."""
 
     def __init__(self, limit_name: str, value: int, limit: int) -> None:
@@ -26,18 +26,18 @@ class LimitExceeded(MagnetarError):
         self.limit = limit
 
 
-class NotFound(MagnetarError, KeyError):
+class NotFoundError(MagnetarError, KeyError):
     """The named object does not exist."""
 
     def __str__(self) -> str:  # KeyError quotes its message; we do not want that.
         return str(self.args[0]) if self.args else "not found"
 
 
-class AlreadyExists(MagnetarError):
+class AlreadyExistsError(MagnetarError):
     """The object was to be created but exists already."""
 
 
-class BadVersion(MagnetarError):
+class BadVersionError(MagnetarError):
     """A compare-and-set lost: the stored version is not the expected one."""
 
 
@@ -49,13 +49,13 @@ class ClosedError(MagnetarError):
     """The object was closed (connection, ledger, store) and cannot serve the call."""
 
 
-class TimeoutError_(MagnetarError):
+class OperationTimeoutError(MagnetarError):
     """An operation did not complete within its deadline."""
 
 
-class ChecksumMismatch(MagnetarError):
+class ChecksumMismatchError(MagnetarError):
     """Stored or received bytes do not match their CRC32C."""
 
 
-class CorruptData(MagnetarError):
+class CorruptDataError(MagnetarError):
     """Bytes could not be decoded: wrong magic, wrong version, truncated record."""

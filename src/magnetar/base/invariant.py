@@ -9,15 +9,15 @@ from __future__ import annotations
 from typing import NoReturn
 
 
-class InvariantViolation(AssertionError):
+class InvariantViolationError(AssertionError):
     """A condition the code relies on does not hold: a bug, not bad input."""
 
 
 def invariant(condition: object, message: str) -> None:
-    """Raise ``InvariantViolation(message)`` unless ``condition`` is truthy."""
+    """Raise ``InvariantViolationError(message)`` unless ``condition`` is truthy."""
     if not condition:
         _fail(message)
 
 
 def _fail(message: str) -> NoReturn:
-    raise InvariantViolation(message)
+    raise InvariantViolationError(message)

@@ -101,7 +101,7 @@ class Disk(Protocol):
     """A directory tree rooted at a node's data directory; paths are relative, '/'-separated."""
 
     def open(self, path: str, *, create: bool = True, direct: bool = False) -> DiskFile:
-        """Open ``path`` for reading and appending; ``create=False`` raises ``NotFound`` if absent.
+        """Open ``path`` for reading and appending; ``create=False`` raises ``NotFoundError`` if absent.
         ``direct=True`` asks for the page-cache bypass for aligned bulk writes (a log's bulk
         writer); durability rules are the same either way."""
 

@@ -1,7 +1,7 @@
 """Every named bound in Magnetar that is not a per-deployment config value.
 
 STYLE rule 3: every queue, buffer, batch, retry and in-flight table has a named bound here or in
-the config; reaching it means backpressure or a typed ``LimitExceeded``, never growth. Names end
+the config; reaching it means backpressure or a typed ``LimitExceededError``, never growth. Names end
 in their unit. Sections belong to layers; add to your layer's section.
 """
 
@@ -23,7 +23,7 @@ METADATA_PATH_BYTES_MAX = 1024
 METADATA_WATCHES_PER_SESSION_MAX = 100_000
 METADATA_SESSION_TIMEOUT_MS_DEFAULT = 30_000  # Pulsar's default ZooKeeper session timeout
 METADATA_CONNECT_TIMEOUT_MS_MAX = 30_000
-METADATA_OPERATION_TIMEOUT_MS_MAX = 30_000  # a ZooKeeper call not answered by then: MetadataUnavailable
+METADATA_OPERATION_TIMEOUT_MS_MAX = 30_000  # a ZooKeeper call not answered by then: MetadataUnavailableError
 METADATA_RECORD_BYTES_MAX = METADATA_VALUE_BYTES_MAX
 
 # --- bookie protocol and storage --------------------------------------------------------------
@@ -158,7 +158,7 @@ MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX = 5
 #: Individually deleted ranges one cursor persists (Pulsar's maxUnackedRangesToPersist); the
 #: rest are dropped from the persisted state and are redelivered after a reload.
 MANAGED_CURSOR_RANGES_PERSIST_COUNT_MAX = 10_000
-#: Individually deleted ranges one cursor holds in memory; beyond it an ack raises LimitExceeded.
+#: Individually deleted ranges one cursor holds in memory; beyond it an ack raises LimitExceededError.
 MANAGED_CURSOR_RANGES_COUNT_MAX = 1_000_000
 #: Batch entries with partial index acks one cursor holds (and persists).
 MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX = 100_000
@@ -264,7 +264,7 @@ CLIENT_TIMER_TICK_MS = 100
 #: Partitions of one topic a client produces to or consumes from.
 CLIENT_PARTITIONS_COUNT_MAX = 10_000
 
-# --- perf tool (cli/perf.py) ------------------------------------------------------------------
+# --- perf tool (cli/perf/) --------------------------------------------------------------------
 #: Topics one ``magnetar perf`` run addresses (x partitions each).
 PERF_TOPICS_COUNT_MAX = 100_000
 #: Partitions per topic of one perf run.

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import NewType
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import TOPIC_NAME_BYTES_MAX
 
 LedgerId = NewType("LedgerId", int)
@@ -36,7 +36,7 @@ class Position:
 
     def __post_init__(self) -> None:
         if self.ledger_id < -1 or self.entry_id < -1:
-            raise InvalidArgument(f"invalid position {self.ledger_id}:{self.entry_id}")
+            raise InvalidArgumentError(f"invalid position {self.ledger_id}:{self.entry_id}")
 
     # Comparisons written out (not ``total_ordering``'s derived ones, which call ``__lt__`` and
     # ``__eq__`` in turn): positions are compared several times per message on the hot path.
@@ -80,11 +80,11 @@ class Position:
         """Parse ``"ledger:entry"``."""
         ledger, sep, entry = text.partition(":")
         if not sep:
-            raise InvalidArgument(f"position must be 'ledger:entry', got {text!r}")
+            raise InvalidArgumentError(f"position must be 'ledger:entry', got {text!r}")
         try:
             return cls(int(ledger), int(entry))
         except ValueError:
-            raise InvalidArgument(f"position must be 'ledger:entry', got {text!r}") from None
+            raise InvalidArgumentError(f"position must be 'ledger:entry', got {text!r}") from None
 
 
 #: Before every entry of every ledger.
@@ -102,13 +102,13 @@ class BookieId:
 
     def __post_init__(self) -> None:
         if not self.host or not 0 < self.port < 65536:
-            raise InvalidArgument(f"invalid bookie address {self.host}:{self.port}")
+            raise InvalidArgumentError(f"invalid bookie address {self.host}:{self.port}")
 
     @classmethod
     def parse(cls, text: str) -> BookieId:
         match = _HOST_PORT.match(text)
         if match is None:
-            raise InvalidArgument(f"bookie id must be 'host:port', got {text!r}")
+            raise InvalidArgumentError(f"bookie id must be 'host:port', got {text!r}")
         return cls(match["host"], int(match["port"]))
 
     def __str__(self) -> str:
@@ -143,7 +143,7 @@ class TopicName:
     @classmethod
     def parse(cls, text: str) -> TopicName:
         if not text or len(text.encode()) > TOPIC_NAME_BYTES_MAX:
-            raise InvalidArgument(f"topic name must be 1..{TOPIC_NAME_BYTES_MAX} bytes")
+            raise InvalidArgumentError(f"topic name must be 1..{TOPIC_NAME_BYTES_MAX} bytes")
         domain = TopicDomain.PERSISTENT
         rest = text
         if "://" in text:
@@ -151,7 +151,7 @@ class TopicName:
             try:
                 domain = TopicDomain(scheme)
             except ValueError:
-                raise InvalidArgument(f"unknown topic domain {scheme!r} in {text!r}") from None
+                raise InvalidArgumentError(f"unknown topic domain {scheme!r} in {text!r}") from None
         elif "/" not in text:
             rest = f"{DEFAULT_TENANT}/{DEFAULT_NAMESPACE}/{text}"
         parts = rest.split("/", 3)
@@ -161,14 +161,14 @@ class TopicName:
         elif len(parts) == 4:
             tenant, cluster, namespace, local = parts
         else:
-            raise InvalidArgument(
+            raise InvalidArgumentError(
                 f"invalid topic name {text!r}: expected [persistent://]tenant/namespace/topic or a short name"
             )
         for label, part in (("tenant", tenant), ("namespace", namespace), ("cluster", cluster)):
             if part is not None and not _NAME_PART.match(part):
-                raise InvalidArgument(f"invalid {label} {part!r} in topic name {text!r}")
+                raise InvalidArgumentError(f"invalid {label} {part!r} in topic name {text!r}")
         if not local or local.strip() != local or "/" in local:
-            raise InvalidArgument(f"invalid local topic name {local!r} in {text!r}")
+            raise InvalidArgumentError(f"invalid local topic name {local!r} in {text!r}")
         return cls(domain, tenant, namespace, local, cluster)
 
     @property
@@ -198,7 +198,7 @@ class TopicName:
 
     def partition(self, index: int) -> TopicName:
         if index < 0:
-            raise InvalidArgument(f"partition index must be >= 0, got {index}")
+            raise InvalidArgumentError(f"partition index must be >= 0, got {index}")
         base = self.partitioned_topic_name
         return TopicName(
             self.domain, self.tenant, self.namespace_portion, f"{base.local_name}{_PARTITION_SUFFIX}{index}", self.cluster

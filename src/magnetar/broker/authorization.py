@@ -19,8 +19,14 @@ import msgspec
 
 from magnetar.base.types import TopicName
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.policies import POLICIES_ROOT, AuthPolicies, PolicyCache, decode_policies, namespace_path
-from magnetar.broker.resources import TenantInfo
+from magnetar.catalog.policies import (
+    POLICIES_ROOT,
+    AuthPolicies,
+    PolicyCache,
+    decode_policies,
+    namespace_path,
+)
+from magnetar.catalog.resources import TenantInfo
 from magnetar.faults import breaks
 from magnetar.protocol.pulsar import pb
 from magnetar.security.authorization import AuthAction, Decision, Grants, Need, decide

@@ -13,7 +13,7 @@ against the topic's cursor (Pulsar stores a ``RawMessage`` with its id the same 
 
 Contract: ``create`` returns a writer whose ``add`` calls are stored in call order with entry ids
 0, 1, 2, ...; ``close`` makes the ledger readable in full and returns the number of entries.
-``open`` of a ledger that does not exist raises ``NotFound``.
+``open`` of a ledger that does not exist raises ``NotFoundError``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import struct
 from collections.abc import Awaitable
 from typing import Protocol
 
-from magnetar.base.errors import NotFound
+from magnetar.base.errors import NotFoundError
 from magnetar.base.invariant import invariant
 from magnetar.base.types import Position
 from magnetar.ledger.handle import LedgerHandle
@@ -199,7 +199,7 @@ class MemoryCompactedLedgers:
     async def open(self, ledger_id: int) -> CompactedReader:
         found = self.sealed.get(ledger_id)
         if found is None:
-            raise NotFound(f"compacted ledger {ledger_id} does not exist")
+            raise NotFoundError(f"compacted ledger {ledger_id} does not exist")
         return _MemoryReader(found)
 
     async def delete(self, ledger_id: int) -> None:

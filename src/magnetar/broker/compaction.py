@@ -41,7 +41,7 @@ the ``compactionThreshold`` policy (topic, else namespace; 0 or unset: never), c
 broker's periodic policy pass (the injected clock paces it).
 
 Bounds: ``COMPACTION_KEYS_COUNT_MAX`` keys per compaction (beyond: the compaction fails with
-``LimitExceeded``), ``COMPACTION_READ_COUNT_MAX`` entries per read, ``COMPACTED_POSITION_HINTS_COUNT_MAX``
+``LimitExceededError``), ``COMPACTION_READ_COUNT_MAX`` entries per read, ``COMPACTED_POSITION_HINTS_COUNT_MAX``
 remembered (position -> compacted entry id) lookups per topic.
 """
 
@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from magnetar import faults
-from magnetar.base.errors import LimitExceeded, NotFound
+from magnetar.base.errors import LimitExceededError, NotFoundError
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker.compacted_ledgers import (
     CompactedLedgers,
@@ -68,7 +68,7 @@ from magnetar.broker.consumer import SubType
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.ids import before
 from magnetar.broker.log import Entry, StorageStats, SubscriptionCursor, TopicLog
-from magnetar.broker.policies import PolicyCache
+from magnetar.catalog.policies import PolicyCache
 from magnetar.protocol.pulsar import pb
 from magnetar.protocol.pulsar.batch import NONE, decode_entry, encode_entry, is_batch
 from magnetar.protocol.pulsar.frames import headers_and_payload
@@ -321,7 +321,7 @@ class TopicCompaction:
                     continue
                 latest[message.key] = (entry.position, message.index)
                 if len(latest) > COMPACTION_KEYS_COUNT_MAX:
-                    raise LimitExceeded("COMPACTION_KEYS_COUNT_MAX", len(latest), COMPACTION_KEYS_COUNT_MAX)
+                    raise LimitExceededError("COMPACTION_KEYS_COUNT_MAX", len(latest), COMPACTION_KEYS_COUNT_MAX)
         writer = await ledgers.create()
         recording = False
         try:
@@ -346,7 +346,7 @@ class TopicCompaction:
         if previous is not None and previous.ledger_id != writer.ledger_id:
             try:
                 await ledgers.delete(previous.ledger_id)
-            except NotFound:
+            except NotFoundError:
                 pass
 
     async def delete_compacted_ledger(self) -> None:
@@ -354,7 +354,7 @@ class TopicCompaction:
         await self.close()
         state = await self.state()
         if state is not None and self._ledgers is not None:
-            with contextlib.suppress(NotFound):
+            with contextlib.suppress(NotFoundError):
                 await self._ledgers.delete(state.ledger_id)
 
     async def close(self) -> None:
@@ -442,7 +442,7 @@ class CompactedView:
             return await self._log.read(start, count_max)
         try:
             out = await self._compaction.read_compacted(state, start, count_max)
-        except NotFound:  # the compacted ledger is gone: the topic is all there is
+        except NotFoundError:  # the compacted ledger is gone: the topic is all there is
             return await self._log.read(start, count_max)
         if len(out) < count_max:
             out.extend(await self._log.read(state.horizon.next(), count_max - len(out)))
@@ -467,7 +467,7 @@ class CompactedView:
                 break
             try:
                 following = await self._compaction.compacted_position_at_or_after(state, mark_delete.next())
-            except NotFound:
+            except NotFoundError:
                 break
             if following is None:
                 target = state.horizon

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import (
     AUTH_REFUSED_CONNECTION_LINGER_S,
     BROKER_DISPATCH_READ_COUNT_MAX,
@@ -20,8 +20,8 @@ from magnetar.base.limits import (
     PULSAR_MESSAGE_BYTES_MAX,
     TLS_HANDSHAKE_TIMEOUT_S,
 )
-from magnetar.broker.listeners import parse_listeners
-from magnetar.broker.schema_compat import Compatibility
+from magnetar.catalog.listeners import parse_listeners
+from magnetar.catalog.schema_compat import Compatibility
 
 #: Offload driver names (Pulsar's ``managedLedgerOffloadDriver`` values) -> the driver that serves them.
 OFFLOAD_DRIVERS = {"filesystem": "filesystem", "s3": "s3", "aws-s3": "s3", "S3": "s3", "none": "none", "": "none"}
@@ -99,7 +99,7 @@ class BrokerConfig:
     #: negative: no automatic offload) and ``offloadDeletionLagMs`` (Pulsar: -1 and 4 h).
     offload_threshold_bytes: int = -1
     offload_deletion_lag_ms: int = 4 * 3600 * 1000
-    # --- load balancer (``broker.balancer``; the Pulsar key of each field: ``balancer.PULSAR_KEYS``) ---
+    # --- load balancer (``control.balancer``; the Pulsar key of each field: ``balancer.PULSAR_KEYS``) ---
     #: loadBalancerEnabled: the elected leader broker sheds load and splits hot bundles.
     load_balancer_enabled: bool = True
     #: loadBalancerSheddingEnabled: the leader unloads bundles from overloaded brokers.
@@ -145,7 +145,7 @@ class BrokerConfig:
     #: (Pulsar: schemaCompatibilityStrategy, FULL); one of ``schema_compat.Compatibility``.
     schema_compatibility_strategy: str = "FULL"
     #: Pulsar's advertisedListeners, ``name:pulsar://host:port,name:pulsar+ssl://host:port,...``
-    #: (``broker.listeners``): LOOKUP answers the listener the client names; "" none but the
+    #: (``catalog.listeners``): LOOKUP answers the listener the client names; "" none but the
     #: internal one at the advertised address.
     advertised_listeners: str = ""
     #: Pulsar's internalListenerName: the listener of a LOOKUP that names none ("": the first).
@@ -226,52 +226,52 @@ class BrokerConfig:
         )
         for name, value, bound in bounds:
             if not 1 <= value <= bound:
-                raise InvalidArgument(f"{name} must be 1..{bound}, got {value}")
+                raise InvalidArgumentError(f"{name} must be 1..{bound}, got {value}")
         if self.connection_outbound_bytes_high < 64 * 1024:
-            raise InvalidArgument("connection_outbound_bytes_high must be at least 64 KiB")
+            raise InvalidArgumentError("connection_outbound_bytes_high must be at least 64 KiB")
         if self.policy_check_interval_ms < 1 or self.message_ttl_s < 0:
-            raise InvalidArgument("policy_check_interval_ms must be >= 1 and message_ttl_s >= 0")
+            raise InvalidArgumentError("policy_check_interval_ms must be >= 1 and message_ttl_s >= 0")
         if self.retention_time_s < -1 or self.retention_size_bytes < -1:
-            raise InvalidArgument("retention_time_s and retention_size_bytes must be >= -1")
+            raise InvalidArgumentError("retention_time_s and retention_size_bytes must be >= -1")
         if not 1024 <= self.max_message_size_bytes <= PULSAR_MESSAGE_BYTES_MAX:
-            raise InvalidArgument(f"max_message_size_bytes must be 1024..{PULSAR_MESSAGE_BYTES_MAX}, "
+            raise InvalidArgumentError(f"max_message_size_bytes must be 1024..{PULSAR_MESSAGE_BYTES_MAX}, "
                                   f"got {self.max_message_size_bytes}")
         if self.schema_compatibility_strategy not in {c.value for c in Compatibility}:
-            raise InvalidArgument(f"schema_compatibility_strategy must be one of "
+            raise InvalidArgumentError(f"schema_compatibility_strategy must be one of "
                                   f"{sorted(c.value for c in Compatibility)}, got {self.schema_compatibility_strategy!r}")
-        listeners = parse_listeners(self.advertised_listeners)  # raises InvalidArgument if malformed
+        listeners = parse_listeners(self.advertised_listeners)  # raises InvalidArgumentError if malformed
         if listeners and self.internal_listener_name and self.internal_listener_name not in listeners:
-            raise InvalidArgument(f"internal_listener_name {self.internal_listener_name!r} is not among "
+            raise InvalidArgumentError(f"internal_listener_name {self.internal_listener_name!r} is not among "
                                   f"advertised_listeners {sorted(listeners)}")
         if self.auto_created_partitions_count < 0:
-            raise InvalidArgument("auto_created_partitions_count must be >= 0")
+            raise InvalidArgumentError("auto_created_partitions_count must be >= 0")
         if self.offload_driver not in OFFLOAD_DRIVERS:
-            raise InvalidArgument(f"offload_driver must be one of {sorted(OFFLOAD_DRIVERS)}, got {self.offload_driver!r}")
+            raise InvalidArgumentError(f"offload_driver must be one of {sorted(OFFLOAD_DRIVERS)}, got {self.offload_driver!r}")
         if self.offload_deletion_lag_ms < 0:
-            raise InvalidArgument("offload_deletion_lag_ms must be >= 0")
+            raise InvalidArgumentError("offload_deletion_lag_ms must be >= 0")
         if self.load_balancer_shedding_interval_ms < 100 or self.load_balancer_shedding_grace_period_ms < 0:
-            raise InvalidArgument("load_balancer_shedding_interval_ms must be >= 100 and the grace period >= 0")
+            raise InvalidArgumentError("load_balancer_shedding_interval_ms must be >= 100 and the grace period >= 0")
         if not 2 <= self.load_balancer_namespace_bundles_max <= NAMESPACE_BUNDLES_COUNT_MAX:
-            raise InvalidArgument(f"load_balancer_namespace_bundles_max must be 2..{NAMESPACE_BUNDLES_COUNT_MAX}")
+            raise InvalidArgumentError(f"load_balancer_namespace_bundles_max must be 2..{NAMESPACE_BUNDLES_COUNT_MAX}")
         unknown = [p for p in self.authentication_providers if p not in AUTHENTICATION_PROVIDERS]
         if unknown:
-            raise InvalidArgument(f"authentication_providers: unknown {unknown}; known: {list(AUTHENTICATION_PROVIDERS)}")
+            raise InvalidArgumentError(f"authentication_providers: unknown {unknown}; known: {list(AUTHENTICATION_PROVIDERS)}")
         if self.authentication_enabled and not self.authentication_providers and self.anonymous_user_role is None:
-            raise InvalidArgument("authentication_enabled needs authentication_providers or anonymous_user_role")
+            raise InvalidArgumentError("authentication_enabled needs authentication_providers or anonymous_user_role")
         if "token" in self.authentication_providers and not (self.token_secret_key or self.token_public_key):
-            raise InvalidArgument("the token provider needs token_secret_key or token_public_key")
+            raise InvalidArgumentError("the token provider needs token_secret_key or token_public_key")
         if "basic" in self.authentication_providers and not self.basic_auth_conf_path:
-            raise InvalidArgument("the basic provider needs basic_auth_conf_path (an htpasswd file)")
+            raise InvalidArgumentError("the basic provider needs basic_auth_conf_path (an htpasswd file)")
         if self.tls_enabled and not (self.tls_certificate_file_path and self.tls_key_file_path):
-            raise InvalidArgument("tls_enabled needs tls_certificate_file_path and tls_key_file_path")
+            raise InvalidArgumentError("tls_enabled needs tls_certificate_file_path and tls_key_file_path")
         if self.tls_require_trusted_client_cert and not self.tls_trust_certs_file_path:
-            raise InvalidArgument("tls_require_trusted_client_cert needs tls_trust_certs_file_path")
+            raise InvalidArgumentError("tls_require_trusted_client_cert needs tls_trust_certs_file_path")
         if not 0 < self.auth_refused_linger_s <= 600:
-            raise InvalidArgument("auth_refused_linger_s must be in (0, 600]")
+            raise InvalidArgumentError("auth_refused_linger_s must be in (0, 600]")
         if self.token_allowed_clock_skew_s < 0 or self.auth_refresh_check_interval_s < 1:
-            raise InvalidArgument("token_allowed_clock_skew_s must be >= 0, auth_refresh_check_interval_s >= 1")
+            raise InvalidArgumentError("token_allowed_clock_skew_s must be >= 0, auth_refresh_check_interval_s >= 1")
         if self.tls_cert_refresh_check_interval_s < 1 or not 0 < self.tls_handshake_timeout_s <= 600:
-            raise InvalidArgument("tls_cert_refresh_check_interval_s must be >= 1, tls_handshake_timeout_s 0..600")
+            raise InvalidArgumentError("tls_cert_refresh_check_interval_s must be >= 1, tls_handshake_timeout_s 0..600")
 
     @property
     def service_url(self) -> str:

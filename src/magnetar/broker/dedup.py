@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptDataError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
     BROKER_DEDUP_PRODUCER_NAMES_COUNT_MAX,
@@ -194,7 +194,7 @@ class MessageDeduplication:
             for entry in entries:
                 try:
                     metadata = stored_entry_metadata(entry.data)
-                except CorruptData as error:
+                except CorruptDataError as error:
                     log.error("dedup replay: unreadable entry %s on %s: %s", entry.position, self._log.name, error)
                     continue
                 if self._replay_key is not None:

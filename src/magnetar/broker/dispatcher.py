@@ -38,7 +38,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptDataError
 from magnetar.base.limits import BROKER_DELAYED_INDEX_ENTRIES_MAX, BROKER_DELAYED_REBUILD_READ_COUNT
 from magnetar.base.types import Position
 from magnetar.broker.config import BrokerConfig
@@ -365,7 +365,7 @@ class Dispatcher:
                 continue
             try:
                 metadata = stored_entry_metadata(entry.data)
-            except CorruptData as error:
+            except CorruptDataError as error:
                 log.error("skipping unreadable entry %s on %s: %s", position, self.cursor.name, error)
                 self._advance(entry, replay)
                 progressed = True
@@ -462,7 +462,7 @@ class Dispatcher:
                 continue
             try:
                 metadata = stored_entry_metadata(entry.data)
-            except CorruptData:
+            except CorruptDataError:
                 continue
             if not metadata.HasField("deliver_at_time"):
                 continue

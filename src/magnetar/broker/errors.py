@@ -10,11 +10,12 @@ from __future__ import annotations
 from magnetar.base.errors import (
     ClosedError,
     FencedError,
-    InvalidArgument,
-    LimitExceeded,
+    InvalidArgumentError,
+    LimitExceededError,
     MagnetarError,
-    NotFound,
+    NotFoundError,
 )
+from magnetar.catalog.schema import SchemaRefusedError
 from magnetar.protocol.pulsar import pb
 
 
@@ -39,12 +40,14 @@ def to_broker_error(error: BaseException) -> BrokerError:
     """Translate an error from below into the code the client should see."""
     if isinstance(error, BrokerError):
         return error
-    if isinstance(error, InvalidArgument):
+    if isinstance(error, SchemaRefusedError):
+        return BrokerError(error.code, error.message)
+    if isinstance(error, InvalidArgumentError):
         return BrokerError(pb.InvalidTopicName if "topic" in str(error) else pb.UnknownError, str(error))
-    if isinstance(error, NotFound):
+    if isinstance(error, NotFoundError):
         return BrokerError(pb.TopicNotFound, str(error))
     if isinstance(error, FencedError | ClosedError):
         return BrokerError(pb.ServiceNotReady, f"topic is being unloaded: {error}")
-    if isinstance(error, LimitExceeded):
+    if isinstance(error, LimitExceededError):
         return BrokerError(pb.TooManyRequests, str(error))
     return BrokerError(pb.PersistenceError, f"{type(error).__name__}: {error}")

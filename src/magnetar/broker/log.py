@@ -145,13 +145,13 @@ class LogStore(Protocol):
     """Opens topic logs (the managed-ledger factory, seen from the broker)."""
 
     async def open_log(self, topic: str, *, create: bool) -> TopicLog:
-        """Open ``topic``'s log; raises ``NotFound`` when it does not exist and ``create`` is false."""
+        """Open ``topic``'s log; raises ``NotFoundError`` when it does not exist and ``create`` is false."""
 
     async def list_logs(self, namespace: str) -> list[str]:
         """Full names of the persistent topics stored in ``namespace`` (``tenant/ns``)."""
 
     async def delete_log(self, topic: str) -> None:
-        """Delete ``topic``'s log, its entries and cursors (the caller closed it first); NotFound if absent."""
+        """Delete ``topic``'s log, its entries and cursors (the caller closed it first); NotFoundError if absent."""
 
 
 def acked_indexes(ack_set: Sequence[int], batch_size: int) -> set[int]:

@@ -14,13 +14,13 @@ import asyncio
 from collections.abc import Sequence
 from urllib.parse import unquote
 
-from magnetar.base.errors import NotFound
+from magnetar.base.errors import NotFoundError
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import BookieCompactedLedgers
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import Entry, LedgerStats, StorageStats, ack_set_words, acked_indexes
 from magnetar.managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
-from magnetar.managed_ledger.errors import ManagedLedgerTerminated
+from magnetar.managed_ledger.errors import ManagedLedgerTerminatedError
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import pb
@@ -111,7 +111,7 @@ class ManagedTopicLog:
         since termination waits for the appends in flight)."""
         try:
             return self._ml.append(data)
-        except ManagedLedgerTerminated as error:
+        except ManagedLedgerTerminatedError as error:
             raise BrokerError(pb.TopicTerminatedError, f"topic {self._name} is terminated") from error
 
     async def wait_for_room(self) -> None:
@@ -183,7 +183,7 @@ class ManagedLogStore:
     async def open_log(self, topic: str, *, create: bool) -> ManagedTopicLog:
         name = ManagedLedgerFactory.name_of(TopicName.parse(topic))
         if not create and not await self._metadata.exists(self._factory.path_of(name)):
-            raise NotFound(f"topic {topic} does not exist")
+            raise NotFoundError(f"topic {topic} does not exist")
         return ManagedTopicLog(topic, await self._factory.open(name))
 
     async def list_logs(self, namespace: str) -> list[str]:

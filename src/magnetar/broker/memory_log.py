@@ -4,7 +4,7 @@ Data lives in a ``MemoryLogStore`` that outlives brokers: a broker that is close
 over the same store sees every acknowledged entry and cursor, the way a broker restart over the
 same bookies does. Each ``open_log`` starts a new ledger id, as a managed ledger does on reopen.
 
-Bounds: a store holds at most ``entries_bytes_max`` bytes of entries (``LimitExceeded`` beyond);
+Bounds: a store holds at most ``entries_bytes_max`` bytes of entries (``LimitExceededError`` beyond);
 cursors hold at most ``MANAGED_CURSOR_RANGES_COUNT_MAX`` individual acks.
 """
 
@@ -15,7 +15,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from magnetar.base.errors import LimitExceeded, NotFound
+from magnetar.base.errors import LimitExceededError, NotFoundError
 from magnetar.base.limits import MANAGED_CURSOR_RANGES_COUNT_MAX, MIB
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import MemoryCompactedLedgers
@@ -89,7 +89,7 @@ class MemoryCursor:
         for position in positions:
             if position > state.mark_delete:
                 if len(state.acked) >= MANAGED_CURSOR_RANGES_COUNT_MAX:
-                    raise LimitExceeded("MANAGED_CURSOR_RANGES_COUNT_MAX", len(state.acked) + 1,
+                    raise LimitExceededError("MANAGED_CURSOR_RANGES_COUNT_MAX", len(state.acked) + 1,
                                         MANAGED_CURSOR_RANGES_COUNT_MAX)
                 state.acked.add(position)
                 state.batch_acks.pop(position, None)
@@ -188,7 +188,7 @@ class MemoryTopicLog:
         return future
 
     def has_room(self) -> bool:
-        return True  # an append over the store's byte bound raises LimitExceeded
+        return True  # an append over the store's byte bound raises LimitExceededError
 
     async def wait_for_room(self) -> None:
         return None
@@ -249,14 +249,14 @@ class MemoryLogStore:
 
     def charge(self, size: int) -> None:
         if self._bytes + size > self._bytes_max:
-            raise LimitExceeded("MemoryLogStore.entries_bytes_max", self._bytes + size, self._bytes_max)
+            raise LimitExceededError("MemoryLogStore.entries_bytes_max", self._bytes + size, self._bytes_max)
         self._bytes += size
 
     async def open_log(self, topic: str, *, create: bool) -> MemoryTopicLog:
         state = self._logs.get(topic)
         if state is None:
             if not create:
-                raise NotFound(f"topic {topic} does not exist")
+                raise NotFoundError(f"topic {topic} does not exist")
             state = self._logs[topic] = _LogState()
         state.ledger_id = self._next_ledger_id  # a reopened log writes to a new ledger
         self._next_ledger_id += 1
@@ -268,7 +268,7 @@ class MemoryLogStore:
     async def delete_log(self, topic: str) -> None:
         state = self._logs.pop(topic, None)
         if state is None:
-            raise NotFound(f"topic {topic} does not exist")
+            raise NotFoundError(f"topic {topic} does not exist")
         self._bytes -= sum(len(d) for d in state.data)
 
 

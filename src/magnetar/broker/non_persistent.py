@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import CorruptData, LimitExceeded
+from magnetar.base.errors import CorruptDataError, LimitExceededError
 from magnetar.base.limits import BROKER_TOPICS_LOADED_COUNT_MAX
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.config import BrokerConfig
@@ -39,9 +39,9 @@ from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.log import Entry, StorageStats
 from magnetar.broker.metrics import RateMeter
-from magnetar.broker.policies import EffectivePolicies
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic import Topic, TopicState
+from magnetar.catalog.policies import EffectivePolicies
 from magnetar.protocol.pulsar import commands, pb, stored_entry_metadata
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ class NonPersistentTopic(Topic):
         position = self.np_log.next_position()
         try:
             metadata = stored_entry_metadata(data)
-        except CorruptData as error:
+        except CorruptDataError as error:
             raise BrokerError(pb.NotAllowedError, f"unreadable message: {error}") from error
         count = entry_message_count(metadata)
         self.published.record(count, len(data))
@@ -277,7 +277,7 @@ async def open_non_persistent(service: BrokerService, name: TopicName, *, create
     if found is not None:
         return found
     if len(service.topics) >= BROKER_TOPICS_LOADED_COUNT_MAX:
-        raise to_broker_error(LimitExceeded("BROKER_TOPICS_LOADED_COUNT_MAX", len(service.topics) + 1,
+        raise to_broker_error(LimitExceededError("BROKER_TOPICS_LOADED_COUNT_MAX", len(service.topics) + 1,
                                             BROKER_TOPICS_LOADED_COUNT_MAX))
     topic = NonPersistentTopic(name, service.config, clock=service.clock,
                                policies=lambda: service.policies.effective(name))

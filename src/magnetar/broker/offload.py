@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.managed_log import ManagedTopicLog
-from magnetar.broker.policies import PolicyCache
-from magnetar.broker.schema import SchemaRegistry
 from magnetar.broker.topic import Topic
+from magnetar.catalog.policies import PolicyCache
+from magnetar.catalog.schema import SchemaRegistry
 from magnetar.managed_ledger.managed_ledger import ManagedLedger
 from magnetar.managed_ledger.offload import ManagedLedgerOffload, OffloadSchema
 from magnetar.protocol.pulsar import pb

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from urllib.parse import unquote
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import NotFound
+from magnetar.base.errors import NotFoundError
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import (
     BookieCompactedLedgers,
@@ -46,7 +46,7 @@ from magnetar.broker.managed_log import ManagedSubscriptionCursor, ManagedTopicL
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.managed_ledger.cursor import ManagedCursor, cursor_node_name
-from magnetar.managed_ledger.errors import ManagedLedgerFenced
+from magnetar.managed_ledger.errors import ManagedLedgerFencedError
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
 from magnetar.managed_ledger.read_only import PositionFeed, ReadOnlyManagedLedger
 from magnetar.metadata.api import MetadataStore, SessionState
@@ -116,7 +116,7 @@ class ReadOnlyTopicLog(ManagedTopicLog):
             return await super().open_cursor(name, durable=False, initial_mark_delete=initial_mark_delete)
         try:
             cursor = await self._rml.open_cursor(name, initial_position=initial_mark_delete)
-        except ManagedLedgerFenced as error:
+        except ManagedLedgerFencedError as error:
             raise BrokerError(pb.ConsumerBusy, str(error)) from error
         return ManagedSubscriptionCursor(cursor, name, True)
 
@@ -181,8 +181,8 @@ class ReadOnlyLogStore:
             ml = await ReadOnlyManagedLedger.open(
                 topic, name, path, manager=self._manager, store=self._metadata, clock=self._clock,
                 config=self._config, feed=self._feed, holder=self._holder())
-        except NotFound as error:
-            raise NotFound(f"topic {topic} does not exist (a read-only broker never creates topics: "
+        except NotFoundError as error:
+            raise NotFoundError(f"topic {topic} does not exist (a read-only broker never creates topics: "
                            f"create it through its owner)") from error
         feed = self._feed
         return ReadOnlyTopicLog(topic, ml, (lambda: feed.owner_url(topic)) if feed is not None else (lambda: None))

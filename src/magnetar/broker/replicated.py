@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import contextlib
 
-from magnetar.base.errors import AlreadyExists
+from magnetar.base.errors import AlreadyExistsError
 from magnetar.base.types import TopicName
 from magnetar.broker.dedup import REPLICATION_CURSOR_PREFIX
 from magnetar.broker.log import SubscriptionCursor
-from magnetar.broker.lookup import PartitionedTopics
+from magnetar.catalog.lookup import PartitionedTopics
 from magnetar.protocol.pulsar import pb
 
 #: Pulsar's property name for the source position of a replicated message.
@@ -103,5 +103,5 @@ async def adopt_replicated_partitions(partitioned: PartitionedTopics, topic: Top
     base = topic.partitioned_topic_name
     if count <= topic.partition_index or await partitioned.partitions(base):
         return
-    with contextlib.suppress(AlreadyExists):  # another replicator (partition) created it first
+    with contextlib.suppress(AlreadyExistsError):  # another replicator (partition) created it first
         await partitioned.create(base, count)

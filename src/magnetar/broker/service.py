@@ -26,22 +26,22 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import AlreadyExists, LimitExceeded, NotFound
+from magnetar.base.errors import AlreadyExistsError, LimitExceededError, NotFoundError
 from magnetar.base.limits import BROKER_TOPICS_LOADED_COUNT_MAX
 from magnetar.base.types import TopicName
 from magnetar.broker import offload
 from magnetar.broker.compaction import compaction_threshold_bytes
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import BrokerError, to_broker_error
-from magnetar.broker.listeners import Listeners
 from magnetar.broker.log import LogStore
-from magnetar.broker.lookup import LookupAnswer, PartitionedTopics, SingleBrokerLookup, TopicLookup
 from magnetar.broker.non_persistent import open_non_persistent, topics_of_mode
-from magnetar.broker.policies import PolicyCache
-from magnetar.broker.resources import Resources, TopicBusy
-from magnetar.broker.schema import SchemaRegistry
-from magnetar.broker.schema_compat import Compatibility
 from magnetar.broker.topic import Topic
+from magnetar.catalog.listeners import Listeners
+from magnetar.catalog.lookup import LookupAnswer, PartitionedTopics, SingleBrokerLookup, TopicLookup
+from magnetar.catalog.policies import PolicyCache
+from magnetar.catalog.resources import Resources, TopicBusyError
+from magnetar.catalog.schema import SchemaRegistry
+from magnetar.catalog.schema_compat import Compatibility
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import pb
 
@@ -63,7 +63,7 @@ class BrokerService:
         self.clock = clock
         self.log_store = log_store
         self.partitioned = PartitionedTopics(metadata)
-        #: Answers LOOKUP; a cluster broker replaces it with ``broker.ownership.OwnershipLookup``.
+        #: Answers LOOKUP; a cluster broker replaces it with ``control.ownership.OwnershipLookup``.
         self.lookup: TopicLookup = SingleBrokerLookup(lambda: self.config.service_url,
                                                       lambda: self.config.service_url_tls)
         self.topics: dict[str, Topic] = {}
@@ -107,7 +107,7 @@ class BrokerService:
         if pending is not None:
             return await asyncio.shield(pending)
         if len(self.topics) >= BROKER_TOPICS_LOADED_COUNT_MAX:
-            raise to_broker_error(LimitExceeded("BROKER_TOPICS_LOADED_COUNT_MAX", len(self.topics) + 1,
+            raise to_broker_error(LimitExceededError("BROKER_TOPICS_LOADED_COUNT_MAX", len(self.topics) + 1,
                                                 BROKER_TOPICS_LOADED_COUNT_MAX))
         future: asyncio.Future[Topic] = asyncio.get_running_loop().create_future()
         self._loading[key] = future
@@ -125,7 +125,7 @@ class BrokerService:
             self._start_checker()
             future.set_result(topic)
             return topic
-        except NotFound as error:
+        except NotFoundError as error:
             broker_error = BrokerError(pb.TopicNotFound, str(error))
             future.set_exception(broker_error)
             raise broker_error from error
@@ -184,7 +184,7 @@ class BrokerService:
             return 0
         try:
             await self.partitioned.create(name, wanted)
-        except AlreadyExists:  # another client or broker created it first
+        except AlreadyExistsError:  # another client or broker created it first
             return await self.partitioned.partitions(name)
         return wanted
 
@@ -206,22 +206,22 @@ class BrokerService:
         return str(name) in self.topics or str(name) in await self.log_store.list_logs(name.namespace)
 
     async def create_topic(self, name: TopicName) -> Topic:
-        """Admin create: a new non-partitioned topic (AlreadyExists if it is there)."""
+        """Admin create: a new non-partitioned topic (AlreadyExistsError if it is there)."""
         if await self.topic_exists(name):
-            raise AlreadyExists(f"Topic {name} already exists")
+            raise AlreadyExistsError(f"Topic {name} already exists")
         return await self.get_topic(name, create=True, admin=True)
 
     async def delete_topic(self, name: TopicName, *, force: bool = False) -> None:
-        """Delete a topic's log and cursors; refused (TopicBusy) while clients are attached
+        """Delete a topic's log and cursors; refused (TopicBusyError) while clients are attached
         unless ``force``, which disconnects them."""
         if not await self.topic_exists(name):
-            raise NotFound(f"Topic {name} not found")
+            raise NotFoundError(f"Topic {name} not found")
         topic = self.topics.get(str(name))
         if topic is not None and not force:
             if topic.producers:
-                raise TopicBusy(f"Topic {name} has active producers")
+                raise TopicBusyError(f"Topic {name} has active producers")
             if any(s.consumers for s in topic.subscriptions.values()):
-                raise TopicBusy(f"Topic {name} has active subscriptions")
+                raise TopicBusyError(f"Topic {name} has active subscriptions")
         if topic is not None:
             topic.disconnect_producers()
             for subscription in list(topic.subscriptions.values()):

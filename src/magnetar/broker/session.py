@@ -39,7 +39,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import BROKER_HANDLES_PER_CONNECTION_COUNT_MAX, BROKER_SEEK_SCAN_ENTRIES_COUNT_MAX
 from magnetar.base.types import EARLIEST, TopicName
 from magnetar.broker.authorization import Operation, authorize
@@ -47,7 +47,6 @@ from magnetar.broker.compaction import compacted_view
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.ids import before, is_earliest, is_latest, to_position
-from magnetar.broker.lookup import LookupKind
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.replicated import (
     adopt_replicated_partitions,
@@ -55,9 +54,10 @@ from magnetar.broker.replicated import (
     mark_replicated_subscription,
     replicated_source,
 )
-from magnetar.broker.schema import carries_schema, version_bytes, version_from_bytes
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
+from magnetar.catalog.lookup import LookupKind
+from magnetar.catalog.schema import SchemaRefusedError, carries_schema, version_bytes, version_from_bytes
 from magnetar.protocol.pulsar import (
     ClientConnected,
     CommandReceived,
@@ -240,7 +240,7 @@ class Session:
             await handler(self, body)
         except Exception as error:  # one failed request must not take the connection down
             broker_error = to_broker_error(error)
-            if not isinstance(error, BrokerError):
+            if not isinstance(error, BrokerError | SchemaRefusedError):
                 log.exception("request %s failed", kind)
             if request_id is None or not self.is_open():
                 return
@@ -321,7 +321,7 @@ class Session:
             name = _topic_name(body.topic)
             await self._authorize(Need.PRODUCE, name)
             version = await self.service.schemas.register(name, body.schema)
-        except BrokerError as error:
+        except (BrokerError, SchemaRefusedError) as error:
             self.connection.send_get_or_create_schema_response(body.request_id, code=error.code,
                                                                message=error.message)
             return
@@ -601,7 +601,7 @@ class Session:
 def _topic_name(text: str) -> TopicName:
     try:
         return TopicName.parse(text)
-    except InvalidArgument as error:
+    except InvalidArgumentError as error:
         raise BrokerError(pb.InvalidTopicName, str(error)) from error
 
 

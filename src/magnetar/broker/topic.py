@@ -33,7 +33,7 @@ Hooks for geo-replication (``magnetar.replication``, a layer above): ``entry_lis
 after every append, ``close_hooks`` are awaited first thing in ``close`` (replicators stop before
 the log closes), and ``replicators`` maps a remote cluster to what its replicator reports in stats.
 
-Policies (``broker/policies.py``, read through ``policies()`` on every use, so a change applies at
+Policies (``catalog/policies.py``, read through ``policies()`` on every use, so a change applies at
 once): max producers (ProducerBusy) and consumers (ConsumerBusy); max message size (the SEND fails
 with NotAllowedError); publish rate (publishes wait, in SEND order, for the next one-second window:
 throttled, never dropped); backlog quotas, checked by ``check_policies`` and on each new producer:
@@ -71,10 +71,10 @@ from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import Terminable, TopicLog
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
-from magnetar.broker.policies import EffectivePolicies, QuotaLimit, RetentionAction, resolve
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.replicated import replicated_source
 from magnetar.broker.subscription import Subscription
+from magnetar.catalog.policies import EffectivePolicies, QuotaLimit, RetentionAction, resolve
 from magnetar.faults import breaks
 from magnetar.protocol.pulsar import pb, stored_entry_metadata
 

@@ -28,7 +28,7 @@ import enum
 import random
 from dataclasses import dataclass
 
-from magnetar.base.errors import InvalidArgument, LimitExceeded
+from magnetar.base.errors import InvalidArgumentError, LimitExceededError
 from magnetar.base.limits import CHAOS_INJECTIONS_COUNT_MAX
 from magnetar.faults import REGISTRY
 
@@ -91,7 +91,7 @@ def role_of(point: str) -> str:
 def arm_step(point: str, rng: random.Random, *, label: str = "", hit: int | None = None,
              process: str | None = None, also_kill: tuple[str, ...] = ()) -> Step:
     if point not in REGISTRY:
-        raise InvalidArgument(f"unknown fault point {point!r}")
+        raise InvalidArgumentError(f"unknown fault point {point!r}")
     if hit is None:
         hit = rng.randint(2, FREQUENT_HIT_MAX) if point in FREQUENT_POINTS else 1
     if point.startswith("ledger.recovery."):
@@ -187,7 +187,7 @@ SCENARIOS = {
 
 def build(scenario: str, *, seed: int, injections: int = 0) -> list[Step]:
     if injections > CHAOS_INJECTIONS_COUNT_MAX:
-        raise LimitExceeded("CHAOS_INJECTIONS_COUNT_MAX", injections, CHAOS_INJECTIONS_COUNT_MAX)
+        raise LimitExceededError("CHAOS_INJECTIONS_COUNT_MAX", injections, CHAOS_INJECTIONS_COUNT_MAX)
     rng = random.Random(seed)
     if scenario == "seed-matrix":
         steps = seed_matrix(rng)
@@ -202,9 +202,9 @@ def build(scenario: str, *, seed: int, injections: int = 0) -> list[Step]:
     elif scenario == "lac-tail":
         steps = lac_tail(rng)
     else:
-        raise InvalidArgument(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+        raise InvalidArgumentError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     if len(steps) > CHAOS_INJECTIONS_COUNT_MAX:
-        raise LimitExceeded("CHAOS_INJECTIONS_COUNT_MAX", len(steps), CHAOS_INJECTIONS_COUNT_MAX)
+        raise LimitExceededError("CHAOS_INJECTIONS_COUNT_MAX", len(steps), CHAOS_INJECTIONS_COUNT_MAX)
     return steps
 
 

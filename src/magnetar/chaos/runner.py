@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import CHAOS_RUN_S_MAX
 from magnetar.chaos import faults as schedule
 from magnetar.chaos.report import write_outputs
@@ -59,10 +59,10 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.run_s_max <= CHAOS_RUN_S_MAX:
-            raise InvalidArgument(f"run_s_max must be 0 < s <= {CHAOS_RUN_S_MAX}")
+            raise InvalidArgumentError(f"run_s_max must be 0 < s <= {CHAOS_RUN_S_MAX}")
         breaks.parse(",".join(self.breaks))  # refuse unknown names before anything starts
         if self.target not in ("standalone", "cluster"):
-            raise InvalidArgument(f"target must be standalone or cluster, got {self.target!r}")
+            raise InvalidArgumentError(f"target must be standalone or cluster, got {self.target!r}")
 
 
 @dataclass

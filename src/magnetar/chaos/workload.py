@@ -28,7 +28,7 @@ from typing import Any
 
 import pulsar
 
-from magnetar.base.errors import InvalidArgument, LimitExceeded
+from magnetar.base.errors import InvalidArgumentError, LimitExceededError
 from magnetar.base.limits import (
     CHAOS_CLIENTS_COUNT_MAX,
     CHAOS_DRAIN_MESSAGES_COUNT_MAX,
@@ -75,16 +75,16 @@ class WorkloadConfig:
         clients = len(self.topics) * (self.dedup_producers_per_topic + self.plain_producers_per_topic
                                       + len(self.subscriptions))
         if clients > CHAOS_CLIENTS_COUNT_MAX:
-            raise LimitExceeded("CHAOS_CLIENTS_COUNT_MAX", clients, CHAOS_CLIENTS_COUNT_MAX)
+            raise LimitExceededError("CHAOS_CLIENTS_COUNT_MAX", clients, CHAOS_CLIENTS_COUNT_MAX)
         if not 1 <= self.messages_per_producer <= CHAOS_MESSAGES_PER_PRODUCER_MAX:
-            raise LimitExceeded("CHAOS_MESSAGES_PER_PRODUCER_MAX", self.messages_per_producer,
+            raise LimitExceededError("CHAOS_MESSAGES_PER_PRODUCER_MAX", self.messages_per_producer,
                                 CHAOS_MESSAGES_PER_PRODUCER_MAX)
         if not 1 <= self.pending_max <= CHAOS_PRODUCER_PENDING_COUNT_MAX:
-            raise LimitExceeded("CHAOS_PRODUCER_PENDING_COUNT_MAX", self.pending_max,
+            raise LimitExceededError("CHAOS_PRODUCER_PENDING_COUNT_MAX", self.pending_max,
                                 CHAOS_PRODUCER_PENDING_COUNT_MAX)
         unknown = set(self.subscriptions) - set(SUBSCRIPTION_TYPES)
         if unknown:
-            raise InvalidArgument(f"unknown subscription types {sorted(unknown)}")
+            raise InvalidArgumentError(f"unknown subscription types {sorted(unknown)}")
 
 
 def message_id_of(mid: Any) -> MessageId:

@@ -22,7 +22,7 @@ from urllib.parse import quote
 import typer
 from rich.console import Console
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.types import TopicName
 from magnetar.cli.credentials import Credentials
 from magnetar.cli.output import print_table
@@ -127,7 +127,7 @@ def _options(
         _state["credentials"] = Credentials.from_options(token=token, auth_plugin=auth_plugin, auth_params=auth_params,
                                                          tls_trust_cert=tls_trust_cert, tls_cert=tls_cert,
                                                          tls_key=tls_key)
-    except InvalidArgument as error:
+    except InvalidArgumentError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
 
@@ -177,7 +177,7 @@ def _ns(namespace: str) -> str:
 def _topic(topic: str) -> str:
     try:
         name = TopicName.parse(topic)
-    except InvalidArgument as error:
+    except InvalidArgumentError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
     return f"/persistent/{name.namespace}/{quote(name.local_name, safe='')}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 
 
 def register(app: typer.Typer) -> None:
@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
                 rereplication_batch_count_max=batch,
                 worker_poll_interval_ms=poll_interval_ms,
             )
-        except InvalidArgument as exc:
+        except InvalidArgumentError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
         main(metadata, config, (bookie_tls_trust_cert, bookie_tls_cert, bookie_tls_key))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
         """Run a bookie: journal, entry logs, index; registers itself in the metadata store."""
         from magnetar.runtime.bookie import main
         from magnetar.runtime.config import load_config, read_toml, section_of
-        from magnetar.storage import BookieConfig, CookieMismatch
+        from magnetar.storage import BookieConfig, CookieMismatchError
 
         try:
             loaded = load_config(
@@ -30,11 +30,11 @@ def register(app: typer.Typer) -> None:
                 overrides={"metadata_url": metadata, "port": port, "host": host, "data_dir": data_dir,
                            "rack": rack},
             )
-        except InvalidArgument as exc:
+        except InvalidArgumentError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
         try:
             main(loaded)
-        except CookieMismatch as exc:
+        except CookieMismatchError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(3) from None

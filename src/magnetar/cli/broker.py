@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 
 
 def _quorum(text: str | None) -> tuple[int | None, int | None, int | None]:
@@ -12,7 +12,7 @@ def _quorum(text: str | None) -> tuple[int | None, int | None, int | None]:
         return None, None, None
     parts = text.split(",")
     if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
-        raise InvalidArgument(f"--ensemble must be E,Qw,Qa (e.g. 3,3,2), got {text!r}")
+        raise InvalidArgumentError(f"--ensemble must be E,Qw,Qa (e.g. 3,3,2), got {text!r}")
     e, qw, qa = (int(p) for p in parts)
     return e, qw, qa
 
@@ -77,12 +77,12 @@ def register(app: typer.Typer) -> None:
                     "read_only": read_only,
                 },
             )
-        except InvalidArgument as exc:
+        except InvalidArgumentError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
         try:
             main(loaded, broker_values)
-        except InvalidArgument as exc:  # a key, certificate or htpasswd file that does not load
+        except InvalidArgumentError as exc:  # a key, certificate or htpasswd file that does not load
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
         except OSError as exc:  # a port in use

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 
 
 def register(app: typer.Typer) -> None:
@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
                                breaks=tuple(breaks), target=target, bookies=bookies, brokers=brokers,
                                settle_s=settle_s, run_s_max=run_s_max, send_interval_s=send_interval_s,
                                topics=topics)
-        except InvalidArgument as exc:
+        except InvalidArgumentError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed}/{task.total}"),
@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
 
             try:
                 outcome = Runner(config, on_event, on_progress).run()
-            except InvalidArgument as exc:
+            except InvalidArgumentError as exc:
                 typer.echo(f"error: {exc}", err=True)
                 raise typer.Exit(2) from None
         print_summary(console, outcome.result, title=f"chaos {scenario} seed={seed} breaks={list(breaks)}")

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from magnetar.base.errors import MagnetarError, TimeoutError_
+from magnetar.base.errors import MagnetarError, OperationTimeoutError
 from magnetar.cli.credentials import Credentials
 from magnetar.cli.produce import (
     AUTH_PARAMS_OPTION,
@@ -57,7 +57,7 @@ async def consume(service_url: str, topic: str, subscription: str, count: int, s
                 break
             try:
                 message = await consumer.receive(timeout_ms=remaining_ms)
-            except TimeoutError_:
+            except OperationTimeoutError:
                 break
             received.append(message)
             key = f" key={escape(message.key)}" if message.key is not None else ""

@@ -21,7 +21,7 @@ import json
 import ssl
 from dataclasses import dataclass
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 
 PLUGINS = {
     "token": "token", "org.apache.pulsar.client.impl.auth.AuthenticationToken": "token",
@@ -51,17 +51,17 @@ class Credentials:
                      auth_params: str | None = None, tls_trust_cert: str | None = None,
                      tls_cert: str | None = None, tls_key: str | None = None) -> Credentials:
         if (tls_cert is None) != (tls_key is None):
-            raise InvalidArgument("--tls-cert and --tls-key go together")
+            raise InvalidArgumentError("--tls-cert and --tls-key go together")
         method, data = "none", b""
         if token is not None:
             method, data = "token", _read_reference(token).encode()
         elif auth_plugin is not None or auth_params is not None:
             plugin = PLUGINS.get(auth_plugin or "token")
             if plugin is None:
-                raise InvalidArgument(f"unknown --auth-plugin {auth_plugin!r}; use token, basic or tls")
+                raise InvalidArgumentError(f"unknown --auth-plugin {auth_plugin!r}; use token, basic or tls")
             method, data, tls_cert, tls_key = _parse_params(plugin, auth_params or "", tls_cert, tls_key)
         if method == "tls" and tls_cert is None:
-            raise InvalidArgument("tls authentication needs a client certificate (--tls-cert, --tls-key)")
+            raise InvalidArgumentError("tls authentication needs a client certificate (--tls-cert, --tls-key)")
         return cls(method, data, tls_trust_cert, tls_cert, tls_key)
 
     def authorization_header(self) -> str | None:
@@ -78,7 +78,7 @@ class Credentials:
             try:
                 context.load_cert_chain(self.tls_cert, self.tls_key)
             except (ssl.SSLError, OSError) as error:
-                raise InvalidArgument(f"client certificate {self.tls_cert!r} / key {self.tls_key!r}: {error}") from None
+                raise InvalidArgumentError(f"client certificate {self.tls_cert!r} / key {self.tls_key!r}: {error}") from None
         return context
 
 
@@ -87,7 +87,7 @@ def _parse_params(plugin: str, params: str, tls_cert: str | None,
     if plugin == "token":
         text = params[len("token:"):] if params.startswith("token:") else params
         if not text:
-            raise InvalidArgument("token --auth-params must be token:<jwt> or file:///path")
+            raise InvalidArgumentError("token --auth-params must be token:<jwt> or file:///path")
         return "token", _read_reference(text).encode(), tls_cert, tls_key
     if plugin == "basic":
         if params.lstrip().startswith("{"):
@@ -95,11 +95,11 @@ def _parse_params(plugin: str, params: str, tls_cert: str | None,
                 parsed = json.loads(params)
                 user, password = str(parsed["userId"]), str(parsed["password"])
             except (ValueError, KeyError, TypeError):
-                raise InvalidArgument('basic --auth-params must be {"userId": ..., "password": ...}') from None
+                raise InvalidArgumentError('basic --auth-params must be {"userId": ..., "password": ...}') from None
         else:
             user, sep, password = params.partition(":")
             if not sep:
-                raise InvalidArgument("basic --auth-params must be user:password or JSON")
+                raise InvalidArgumentError("basic --auth-params must be user:password or JSON")
         return "basic", f"{user}:{password}".encode(), tls_cert, tls_key
     fields = dict(item.split(":", 1) for item in params.split(",") if ":" in item)
     return "tls", b"", fields.get("tlsCertFile", tls_cert), fields.get("tlsKeyFile", tls_key)

@@ -13,7 +13,7 @@ import dataclasses
 import typer
 from rich.console import Console
 
-from magnetar.base.errors import InvalidArgument, MagnetarError
+from magnetar.base.errors import InvalidArgumentError, MagnetarError
 from magnetar.cli.credentials import Credentials
 from magnetar.client import ClientOptions, Compression, MessageId, PulsarClient
 
@@ -39,7 +39,7 @@ def credentials_of(token: str | None, auth_plugin: str | None, auth_params: str 
     try:
         return Credentials.from_options(token=token, auth_plugin=auth_plugin, auth_params=auth_params,
                                         tls_trust_cert=tls_trust_cert, tls_cert=tls_cert, tls_key=tls_key)
-    except InvalidArgument as error:
+    except InvalidArgumentError as error:
         raise typer.BadParameter(str(error)) from None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 
 
 def register(app: typer.Typer) -> None:
@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         from magnetar.runtime.pulsar_conf import read_pulsar_conf
         from magnetar.runtime.standalone import StandaloneConfig, main
         from magnetar.runtime.startup_checks import StartupConflictError
-        from magnetar.storage import CookieMismatch
+        from magnetar.storage import CookieMismatchError
 
         try:
             document = read_toml(config)
@@ -56,18 +56,18 @@ def register(app: typer.Typer) -> None:
                     "cluster_name": cluster_name,
                 },
             )
-        except InvalidArgument as exc:
+        except InvalidArgumentError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
         try:
             main(loaded, broker_values)
-        except InvalidArgument as exc:  # a key, certificate or htpasswd file that does not load
+        except InvalidArgumentError as exc:  # a key, certificate or htpasswd file that does not load
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
         except StartupConflictError as exc:  # the directory or a port is taken: one line, no traceback
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
-        except CookieMismatch as exc:  # a wiped or foreign bookie directory: refuse, say why
+        except CookieMismatchError as exc:  # a wiped or foreign bookie directory: refuse, say why
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(3) from None
         except OSError as exc:  # a port in use, an unwritable data directory

@@ -20,7 +20,7 @@ import sys
 
 import typer
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 
 SECRET_KEY_BYTES = 32  # 256 bits, HS256's key size
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
@@ -31,7 +31,7 @@ tokens_app = typer.Typer(help="Create and check authentication tokens (like `pul
 def parse_duration_s(text: str) -> int:
     match = re.fullmatch(r"\s*(\d+)\s*([smhdwy]?)\s*", text)
     if match is None:
-        raise InvalidArgument(f"expiry must look like 30s, 10m, 1h, 2d, 1w or 1y, got {text!r}")
+        raise InvalidArgumentError(f"expiry must look like 30s, 10m, 1h, 2d, 1w or 1y, got {text!r}")
     return int(match.group(1)) * _UNITS_S[match.group(2) or "s"]
 
 
@@ -110,7 +110,7 @@ def create(
         else:
             token = create_token(subject, private_key=load_private_key(read_key(private_key)), expires_at_s=expires,
                                  algorithm=algorithm, headers=headers or None)
-    except InvalidArgument as error:
+    except InvalidArgumentError as error:
         raise _fail(str(error)) from None
     typer.echo(token)
 
@@ -132,7 +132,7 @@ def show(token: str = typer.Argument(None, help="the token (default: stdin)"),
 
     try:
         header, claims = decode_unverified(_token_text(token, token_file))
-    except InvalidArgument as error:
+    except InvalidArgumentError as error:
         raise _fail(str(error), 1) from None
     typer.echo(json.dumps({"header": header, "claims": claims}, indent=2, sort_keys=True))
 
@@ -158,7 +158,7 @@ def validate(
                                  secret_key=read_key(secret_key) if secret_key else None,
                                  public_key=load_public_key(read_key(public_key)) if public_key else None)
         verified = verifier.verify(_token_text(token, token_file))
-    except InvalidArgument as error:
+    except InvalidArgumentError as error:
         raise _fail(str(error)) from None
     except AuthenticationFailedError as error:
         raise _fail(f"invalid token: {error.reason}", 1) from None

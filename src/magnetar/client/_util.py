@@ -8,7 +8,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import TimeoutError_
+from magnetar.base.errors import OperationTimeoutError
 from magnetar.base.limits import CLIENT_BACKOFF_INITIAL_MS, CLIENT_BACKOFF_MAX_MS
 from magnetar.base.rng import Rng
 
@@ -16,7 +16,7 @@ R = TypeVar("R")
 
 
 async def within(clock: Clock, timeout_s: float, awaitable: Awaitable[R], what: str) -> R:
-    """Await ``awaitable`` for at most ``timeout_s`` of ``clock`` time, else raise ``TimeoutError_``.
+    """Await ``awaitable`` for at most ``timeout_s`` of ``clock`` time, else raise ``OperationTimeoutError``.
 
     The deadline runs on the injected clock (virtual time in the simulator), never on the loop's
     own timer, so production and simulation time out the same way.
@@ -35,7 +35,7 @@ async def within(clock: Clock, timeout_s: float, awaitable: Awaitable[R], what: 
     task.cancel()
     with contextlib.suppress(BaseException):
         await task
-    raise TimeoutError_(f"{what} did not complete within {timeout_s:.3f} s")
+    raise OperationTimeoutError(f"{what} did not complete within {timeout_s:.3f} s")
 
 
 class Backoff:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import ClosedError, InvalidArgument, LimitExceeded, TimeoutError_
+from magnetar.base.errors import ClosedError, InvalidArgumentError, LimitExceededError, OperationTimeoutError
 from magnetar.base.io import Network
 from magnetar.base.limits import CLIENT_LOOKUP_REDIRECTS_COUNT_MAX, CLIENT_PARTITIONS_COUNT_MAX
 from magnetar.base.rng import Rng
@@ -29,7 +29,7 @@ from magnetar.client._util import Backoff
 from magnetar.client.config import ClientOptions, ConsumerConfig, ProducerConfig, SubscriptionType
 from magnetar.client.connection import BrokerConnection, ConnectionPool, parse_service_url, retrying
 from magnetar.client.consumer import Consumer, MultiTopicConsumer, Reader, ReceiveQueue
-from magnetar.client.errors import LookupError_, broker_error, is_retryable
+from magnetar.client.errors import TopicLookupError, broker_error, is_retryable
 from magnetar.client.message import EARLIEST, MessageId
 from magnetar.client.producer import PartitionedProducer, Producer
 from magnetar.client.topic import full_topic_name, partition_index, partition_name
@@ -69,7 +69,7 @@ class PulsarClient:
         backoff = Backoff(self.rng)
 
         def retryable(error: BaseException) -> bool:
-            return is_retryable(error) or isinstance(error, TimeoutError_)
+            return is_retryable(error) or isinstance(error, OperationTimeoutError)
 
         return await retrying(operation, self.clock, deadline_ns, backoff.next_s, retryable)
 
@@ -91,7 +91,7 @@ class PulsarClient:
             raise broker_error(result.error if result.HasField("error") else pb.UnknownError,
                                result.message or "partitioned metadata failed")
         if result.partitions > CLIENT_PARTITIONS_COUNT_MAX:
-            raise LimitExceeded("CLIENT_PARTITIONS_COUNT_MAX", result.partitions, CLIENT_PARTITIONS_COUNT_MAX)
+            raise LimitExceededError("CLIENT_PARTITIONS_COUNT_MAX", result.partitions, CLIENT_PARTITIONS_COUNT_MAX)
         return int(result.partitions)
 
     async def lookup(self, topic: str) -> str:
@@ -113,12 +113,12 @@ class PulsarClient:
             if self.service_url.startswith("pulsar+ssl://"):  # a TLS client stays on TLS listeners
                 url = result.brokerServiceUrlTls
             if not url:
-                raise LookupError_(f"lookup of {topic} returned an empty broker URL")
+                raise TopicLookupError(f"lookup of {topic} returned an empty broker URL")
             if kind == pb.CommandLookupTopicResponse.Connect:
                 return url
             authoritative = result.authoritative
             cnx = await self.pool.get(url)
-        raise LookupError_(f"lookup of {topic}: more than {CLIENT_LOOKUP_REDIRECTS_COUNT_MAX} redirects")
+        raise TopicLookupError(f"lookup of {topic}: more than {CLIENT_LOOKUP_REDIRECTS_COUNT_MAX} redirects")
 
     async def connection_for(self, topic: str) -> BrokerConnection:
         """Look ``topic`` up and return a ready connection to its owner."""
@@ -161,7 +161,7 @@ class PulsarClient:
         """A consumer; a partitioned topic gets one consumer per partition merged into one queue."""
         self._check_open()
         if not subscription:
-            raise InvalidArgument("subscription name must not be empty")
+            raise InvalidArgumentError("subscription name must not be empty")
         config = replace(config or ConsumerConfig(), **overrides)
         config.validate()
         partitions = await self.get_partitions(topic)
@@ -201,7 +201,7 @@ class PulsarClient:
         partitions = await self.get_partitions(topic)
         full = full_topic_name(topic)
         if partitions != [full]:
-            raise InvalidArgument(f"{full} is partitioned: create a reader per partition")
+            raise InvalidArgumentError(f"{full} is partitioned: create a reader per partition")
         config = ConsumerConfig(subscription_type=SubscriptionType.EXCLUSIVE, receiver_queue_size=receiver_queue_size)
         subscription = f"reader-{self.rng.randbytes(5).hex()}"
         consumer = self._new_consumer(full, partition_index(full), subscription, config, durable=False,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import (
     CLIENT_ACK_GROUP_COUNT_MAX,
     CLIENT_BATCH_MESSAGES_COUNT_MAX,
@@ -48,7 +48,7 @@ class Compression(enum.Enum):
 
 def _check(name: str, value: int, low: int, high: int) -> None:
     if not low <= value <= high:
-        raise InvalidArgument(f"{name} must be in [{low}, {high}], got {value}")
+        raise InvalidArgumentError(f"{name} must be in [{low}, {high}], got {value}")
 
 
 @dataclass(frozen=True, slots=True)

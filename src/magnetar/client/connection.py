@@ -10,8 +10,8 @@ States (one table, ``_TRANSITIONS``): NEW -> CONNECTING -> READY -> CLOSED; any 
 
 Invariants:
 * At most ``CLIENT_PENDING_REQUESTS_COUNT_MAX`` requests await a reply; each has a deadline on
-  the injected clock and fails with ``TimeoutError_`` when it passes.
-* When the connection closes, every pending request fails with ``ConnectionLost`` and every
+  the injected clock and fails with ``OperationTimeoutError`` when it passes.
+* When the connection closes, every pending request fails with ``ConnectionLostError`` and every
   registered handler is told exactly once.
 * Outbound backpressure: ``drain()`` waits while the transport's buffer is above its bound.
 * The pool holds at most ``CLIENT_CONNECTIONS_COUNT_MAX`` connections, one per URL string (as
@@ -28,7 +28,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError, TimeoutError_
+from magnetar.base.errors import (
+    InvalidArgumentError,
+    LimitExceededError,
+    MagnetarError,
+    OperationTimeoutError,
+)
 from magnetar.base.invariant import invariant
 from magnetar.base.io import Connection, Network
 from magnetar.base.limits import (
@@ -39,7 +44,7 @@ from magnetar.base.limits import (
 )
 from magnetar.client._util import within
 from magnetar.client.config import ClientOptions
-from magnetar.client.errors import ConnectError, ConnectionLost, broker_error
+from magnetar.client.errors import ConnectError, ConnectionLostError, broker_error
 from magnetar.protocol.pulsar.client_connection import (
     ActiveConsumerChange,
     ClientConfig,
@@ -80,13 +85,13 @@ def parse_service_url(url: str) -> BrokerAddress:
     elif url.startswith("pulsar+ssl://"):
         scheme, default_port = "pulsar+ssl://", DEFAULT_TLS_PORT
     else:
-        raise InvalidArgument(f"service URL must start with pulsar:// or pulsar+ssl://, got {url!r}")
+        raise InvalidArgumentError(f"service URL must start with pulsar:// or pulsar+ssl://, got {url!r}")
     hostport = url[len(scheme):].split(",")[0].rstrip("/")
     host, sep, port_text = hostport.rpartition(":")
     if not sep:
         host, port_text = hostport, str(default_port)
     if not host or not port_text.isdigit():
-        raise InvalidArgument(f"invalid service URL {url!r}")
+        raise InvalidArgumentError(f"invalid service URL {url!r}")
     return BrokerAddress(url, host.strip("[]"), int(port_text))
 
 
@@ -205,12 +210,12 @@ class BrokerConnection:
         if self._conn is not None:
             self._conn.close()
         if self._connected is not None and not self._connected.done():
-            self._connected.set_exception(ConnectionLost(f"{self.address.url}: {reason}"))
+            self._connected.set_exception(ConnectionLostError(f"{self.address.url}: {reason}"))
             self._connected.exception()  # retrieved: nobody may be waiting any more
         pending, self._pending = self._pending, {}
         for item in pending.values():
             if not item.future.done():
-                item.future.set_exception(ConnectionLost(f"{self.address.url} closed during {item.what}: {reason}"))
+                item.future.set_exception(ConnectionLostError(f"{self.address.url} closed during {item.what}: {reason}"))
         for task in self._tasks:
             if task is not asyncio.current_task():
                 task.cancel()
@@ -242,7 +247,7 @@ class BrokerConnection:
 
     def _check_ready(self) -> None:
         if self.state is not State.READY:
-            raise ConnectionLost(f"connection to {self.address.url} is {self.state.value}")
+            raise ConnectionLostError(f"connection to {self.address.url} is {self.state.value}")
 
     # --- sending -------------------------------------------------------------------------
 
@@ -265,12 +270,12 @@ class BrokerConnection:
 
     async def drain(self) -> None:
         if self._conn is None or self.state is State.CLOSED:
-            raise ConnectionLost(f"connection to {self.address.url} is closed")
+            raise ConnectionLostError(f"connection to {self.address.url} is closed")
         try:
             await self._conn.drain()
         except MagnetarError as error:
             self._shutdown(f"drain failed: {error}")
-            raise ConnectionLost(str(error)) from error
+            raise ConnectionLostError(str(error)) from error
 
     def _flush(self) -> None:
         if self._proto is None or self._conn is None:
@@ -288,12 +293,12 @@ class BrokerConnection:
         """Send ``command`` (carrying ``request_id``) and await its reply.
 
         ERROR replies raise the typed ``BrokerError``; other replies are returned as is (the
-        caller interprets ``*_RESPONSE`` failures). Raises ``TimeoutError_`` after the
-        operation timeout, ``ConnectionLost`` if the connection goes away first.
+        caller interprets ``*_RESPONSE`` failures). Raises ``OperationTimeoutError`` after the
+        operation timeout, ``ConnectionLostError`` if the connection goes away first.
         """
         self._check_ready()
         if len(self._pending) >= CLIENT_PENDING_REQUESTS_COUNT_MAX:
-            raise LimitExceeded("CLIENT_PENDING_REQUESTS_COUNT_MAX", len(self._pending) + 1,
+            raise LimitExceededError("CLIENT_PENDING_REQUESTS_COUNT_MAX", len(self._pending) + 1,
                                 CLIENT_PENDING_REQUESTS_COUNT_MAX)
         invariant(request_id not in self._pending, f"request id {request_id} reused while pending")
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
@@ -344,7 +349,7 @@ class BrokerConnection:
             for request_id, item in list(self._pending.items()):
                 if now_ns >= item.deadline_ns and not item.future.done():
                     del self._pending[request_id]
-                    item.future.set_exception(TimeoutError_(f"{item.what} on {self.address.url} timed out"))
+                    item.future.set_exception(OperationTimeoutError(f"{item.what} on {self.address.url} timed out"))
 
     def _dispatch(self, event: Event) -> None:
         if isinstance(event, Connected):
@@ -396,7 +401,7 @@ class ConnectionPool:
         if opening is not None:
             return await asyncio.shield(opening)
         if len(self._connections) >= CLIENT_CONNECTIONS_COUNT_MAX:
-            raise LimitExceeded("CLIENT_CONNECTIONS_COUNT_MAX", len(self._connections) + 1, CLIENT_CONNECTIONS_COUNT_MAX)
+            raise LimitExceededError("CLIENT_CONNECTIONS_COUNT_MAX", len(self._connections) + 1, CLIENT_CONNECTIONS_COUNT_MAX)
         future: asyncio.Future[BrokerConnection] = asyncio.get_running_loop().create_future()
         self._opening[url] = future
         connection = BrokerConnection(parse_service_url(url), self._network, self._clock, self._options,
@@ -442,4 +447,4 @@ async def retrying(
 
 def suppress_closed() -> contextlib.AbstractContextManager[None]:
     """Ignore a connection that went away while sending a best-effort command."""
-    return contextlib.suppress(ConnectionLost, ConnectError)
+    return contextlib.suppress(ConnectionLostError, ConnectError)

@@ -34,7 +34,13 @@ from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from magnetar.base.errors import ClosedError, InvalidArgument, LimitExceeded, MagnetarError, TimeoutError_
+from magnetar.base.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    LimitExceededError,
+    MagnetarError,
+    OperationTimeoutError,
+)
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
     CLIENT_BATCH_TRACKER_COUNT_MAX,
@@ -57,7 +63,7 @@ from magnetar.protocol.pulsar.client_connection import (
     Event,
     MessageReceived,
 )
-from magnetar.protocol.pulsar.errors import CompressionError, FrameTooLarge, MalformedFrame
+from magnetar.protocol.pulsar.errors import CompressionError, FrameTooLargeError, MalformedFrameError
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
 if TYPE_CHECKING:
@@ -98,7 +104,7 @@ class ReceiveQueue:
 
     def put(self, messages: list[Message]) -> None:
         if len(self._items) + len(messages) > CLIENT_RECEIVE_QUEUE_HARD_COUNT_MAX:
-            raise LimitExceeded("CLIENT_RECEIVE_QUEUE_HARD_COUNT_MAX", len(self._items) + len(messages),
+            raise LimitExceededError("CLIENT_RECEIVE_QUEUE_HARD_COUNT_MAX", len(self._items) + len(messages),
                                 CLIENT_RECEIVE_QUEUE_HARD_COUNT_MAX)
         self._items.extend(messages)
         if self._items:
@@ -286,7 +292,7 @@ class Consumer:
                     return
             except MagnetarError:
                 continue
-        self._failure = LimitExceeded("CLIENT_RECONNECT_ATTEMPTS_MAX", CLIENT_RECONNECT_ATTEMPTS_MAX + 1,
+        self._failure = LimitExceededError("CLIENT_RECONNECT_ATTEMPTS_MAX", CLIENT_RECONNECT_ATTEMPTS_MAX + 1,
                                       CLIENT_RECONNECT_ATTEMPTS_MAX)
         self._move(State.FAILED)
 
@@ -298,7 +304,7 @@ class Consumer:
         if isinstance(event, MessageReceived):
             try:
                 self._on_message(connection, event)
-            except LimitExceeded as error:
+            except LimitExceededError as error:
                 connection.close(str(error))
         elif isinstance(event, CorruptMessage):
             self._send_validation_ack(connection, event.message_id, pb.CommandAck.ChecksumMismatch)
@@ -319,7 +325,7 @@ class Consumer:
         wire_id = event.command.message_id
         try:
             singles = decode_entry(metadata, event.message.payload)
-        except (CompressionError, MalformedFrame, FrameTooLarge) as error:
+        except (CompressionError, MalformedFrameError, FrameTooLargeError) as error:
             code = pb.CommandAck.DecompressionError if isinstance(error, CompressionError) else pb.CommandAck.BatchDeSerializeError
             self._send_validation_ack(connection, wire_id, code)
             self._return_permits(metadata.num_messages_in_batch if is_batch(metadata) else 1)
@@ -347,7 +353,7 @@ class Consumer:
             out.append(self._message(msg_id, metadata, single.metadata, single.payload, redelivery_count))
         if batched and delivered:
             if len(self._batches) >= CLIENT_BATCH_TRACKER_COUNT_MAX:
-                raise LimitExceeded("CLIENT_BATCH_TRACKER_COUNT_MAX", len(self._batches) + 1, CLIENT_BATCH_TRACKER_COUNT_MAX)
+                raise LimitExceededError("CLIENT_BATCH_TRACKER_COUNT_MAX", len(self._batches) + 1, CLIENT_BATCH_TRACKER_COUNT_MAX)
             self._batches[base.entry] = _BatchTracker(size, delivered)
         if out:
             self._filter_id = None  # the start position has been passed
@@ -404,7 +410,7 @@ class Consumer:
     # --- receiving -----------------------------------------------------------------------
 
     async def receive(self, timeout_ms: int | None = None) -> Message:
-        """The next message; raises ``TimeoutError_`` after ``timeout_ms`` (None: wait forever)."""
+        """The next message; raises ``OperationTimeoutError`` after ``timeout_ms`` (None: wait forever)."""
         self._check_usable()
         message = await self.queue.get(timeout_ms)
         self.on_dequeued(message)
@@ -443,7 +449,7 @@ class Consumer:
         """Acknowledge everything up to and including ``message`` (not for Shared/Key_Shared)."""
         self._check_usable()
         if self.config.subscription_type.individual_ack_only:
-            raise InvalidArgument(f"cumulative ack is not allowed on a {self.config.subscription_type.name} subscription")
+            raise InvalidArgumentError(f"cumulative ack is not allowed on a {self.config.subscription_type.name} subscription")
         msg_id = message.message_id if isinstance(message, Message) else message
         target = msg_id
         partial_batch = msg_id.batch_index >= 0 and msg_id.batch_size > 0 and msg_id.batch_index < msg_id.batch_size - 1
@@ -500,7 +506,7 @@ class Consumer:
         self._check_usable()
         msg_id = message.message_id if isinstance(message, Message) else message
         if len(self._nacks) >= CLIENT_NACK_PENDING_COUNT_MAX:
-            raise LimitExceeded("CLIENT_NACK_PENDING_COUNT_MAX", len(self._nacks) + 1, CLIENT_NACK_PENDING_COUNT_MAX)
+            raise LimitExceededError("CLIENT_NACK_PENDING_COUNT_MAX", len(self._nacks) + 1, CLIENT_NACK_PENDING_COUNT_MAX)
         delay_ns = self.config.negative_ack_redelivery_delay_ms * 1_000_000
         self._nacks[msg_id] = self._client.clock.monotonic_ns() + delay_ns
         if delay_ns == 0:
@@ -567,7 +573,7 @@ class Consumer:
             if self._cnx is not None and self.state is State.READY:
                 return self._cnx
             if self._client.clock.monotonic_ns() >= deadline_ns:
-                raise TimeoutError_(f"consumer on {self.topic} did not reconnect in time")
+                raise OperationTimeoutError(f"consumer on {self.topic} did not reconnect in time")
             await self._client.clock.sleep(tick_s)
 
     async def seek(self, target: MessageId | int) -> None:
@@ -580,7 +586,7 @@ class Consumer:
             body.message_id.CopyFrom(target.to_pb())
         else:
             if target < 0:
-                raise InvalidArgument(f"seek timestamp must be >= 0, got {target}")
+                raise InvalidArgumentError(f"seek timestamp must be >= 0, got {target}")
             body.message_publish_time = target
         await self._request(T(type=T.SEEK, seek=body), request_id, "SEEK", cnx)
         # Messages received before the seek are from the old position.
@@ -696,7 +702,7 @@ class MultiTopicConsumer:
         for consumer in self.consumers:
             if consumer.partition == message.partition:
                 return consumer
-        raise InvalidArgument(f"message id {message} names no partition of {self.topic}")
+        raise InvalidArgumentError(f"message id {message} names no partition of {self.topic}")
 
     async def receive(self, timeout_ms: int | None = None) -> Message:
         for consumer in self.consumers:

@@ -7,7 +7,7 @@ a *fatal* code fails a creation at once; every other code (and a broken connecti
 
 from __future__ import annotations
 
-from magnetar.base.errors import ClosedError, MagnetarError, NotFound
+from magnetar.base.errors import ClosedError, MagnetarError, NotFoundError
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
 FATAL_CODES = frozenset({
@@ -35,7 +35,7 @@ class BrokerError(ClientError):
         return self.code not in FATAL_CODES
 
 
-class TopicNotFoundError(BrokerError, NotFound):
+class TopicNotFoundError(BrokerError, NotFoundError):
     """The topic does not exist (and the broker does not create it)."""
 
     def __str__(self) -> str:
@@ -46,11 +46,11 @@ class ConnectError(ClientError):
     """No connection to the broker could be opened or the handshake failed (retryable)."""
 
 
-class ConnectionLost(ClientError, ClosedError):
+class ConnectionLostError(ClientError, ClosedError):
     """The connection broke while a request was outstanding (retryable)."""
 
 
-class LookupError_(ClientError):
+class TopicLookupError(ClientError):
     """A lookup failed without a broker error code (empty URL, too many redirects)."""
 
 
@@ -72,4 +72,4 @@ def is_retryable(error: BaseException) -> bool:
     """Whether an operation that failed with ``error`` is worth retrying after a backoff."""
     if isinstance(error, BrokerError):
         return error.retryable
-    return isinstance(error, ConnectError | ConnectionLost)
+    return isinstance(error, ConnectError | ConnectionLostError)

@@ -34,7 +34,13 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from magnetar.base.errors import ClosedError, InvalidArgument, LimitExceeded, MagnetarError, TimeoutError_
+from magnetar.base.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    LimitExceededError,
+    MagnetarError,
+    OperationTimeoutError,
+)
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import CLIENT_RECONNECT_ATTEMPTS_MAX, CLIENT_TIMER_TICK_MS, PULSAR_MESSAGE_BYTES_MAX
 from magnetar.client._handler import HANDLER_TRANSITIONS, HandlerState
@@ -217,7 +223,7 @@ class Producer:
                     return
             except MagnetarError:
                 continue
-        self._fail(LimitExceeded("CLIENT_RECONNECT_ATTEMPTS_MAX", CLIENT_RECONNECT_ATTEMPTS_MAX + 1,
+        self._fail(LimitExceededError("CLIENT_RECONNECT_ATTEMPTS_MAX", CLIENT_RECONNECT_ATTEMPTS_MAX + 1,
                                  CLIENT_RECONNECT_ATTEMPTS_MAX))
 
     def _fail(self, error: BaseException) -> None:
@@ -310,7 +316,7 @@ class Producer:
             sequence_id = self._next_sequence_id
         elif sequence_id < 0:
             self._room.release()
-            raise InvalidArgument(f"sequence_id must be >= 0, got {sequence_id}")
+            raise InvalidArgumentError(f"sequence_id must be >= 0, got {sequence_id}")
         self._next_sequence_id = max(self._next_sequence_id, sequence_id + 1)
         self._sent_any = True
         single = pb.SingleMessageMetadata(sequence_id=sequence_id)
@@ -399,7 +405,7 @@ class Producer:
     def _check_size(self, size: int) -> None:
         limit = self._max_message_bytes()
         if size > limit:
-            raise LimitExceeded("max_message_size", size, limit)
+            raise LimitExceededError("max_message_size", size, limit)
 
     def _dispatch_op(self, op: _OpSend) -> None:
         self._pending.append(op)
@@ -443,7 +449,7 @@ class Producer:
         futures = [q.future for q in batch]
         try:
             self._check_size(len(body))
-        except LimitExceeded as error:
+        except LimitExceededError as error:
             for future in futures:
                 self._settle(future, error=error)
             return
@@ -476,7 +482,7 @@ class Producer:
             while self._pending and self._pending[0].deadline_ns <= now_ns:
                 op = self._pending.popleft()
                 for future in op.futures:
-                    self._settle(future, error=TimeoutError_(
+                    self._settle(future, error=OperationTimeoutError(
                         f"message {op.sequence_id} on {self.topic} not receipted within {self.config.send_timeout_ms} ms"))
 
     # --- closing -------------------------------------------------------------------------
@@ -501,7 +507,7 @@ class Producer:
                 try:
                     await cnx.request(T(type=T.CLOSE_PRODUCER, close_producer=body), request_id, "CLOSE_PRODUCER")
                 except MagnetarError as error:
-                    if not is_retryable(error) and not isinstance(error, TimeoutError_):
+                    if not is_retryable(error) and not isinstance(error, OperationTimeoutError):
                         raise
                 finally:
                     cnx.remove_producer(self.producer_id, self)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import TOPIC_NAME_BYTES_MAX
 
 DOMAINS = ("persistent://", "non-persistent://")
@@ -25,18 +25,18 @@ _U32 = struct.Struct("<I")
 
 def full_topic_name(topic: str) -> str:
     if not topic or len(topic.encode()) > TOPIC_NAME_BYTES_MAX:
-        raise InvalidArgument(f"invalid topic name {topic!r}")
+        raise InvalidArgumentError(f"invalid topic name {topic!r}")
     if topic.startswith(DOMAINS):
         rest = topic.split("://", 1)[1]
         if rest.count("/") < 2:
-            raise InvalidArgument(f"invalid topic name {topic!r}: expected domain://tenant/namespace/topic")
+            raise InvalidArgumentError(f"invalid topic name {topic!r}: expected domain://tenant/namespace/topic")
         return topic
     slashes = topic.count("/")
     if slashes == 0:
         return f"persistent://public/default/{topic}"
     if slashes == 2:
         return f"persistent://{topic}"
-    raise InvalidArgument(f"invalid short topic name {topic!r}: use 'topic' or 'tenant/namespace/topic'")
+    raise InvalidArgumentError(f"invalid short topic name {topic!r}: use 'topic' or 'tenant/namespace/topic'")
 
 
 def partition_name(topic: str, index: int) -> str:
@@ -89,6 +89,6 @@ def murmur3_32(data: bytes, seed: int = 0) -> int:
 def key_partition(key: str | bytes, partitions: int) -> int:
     """The partition a keyed message goes to: ``(murmur3_32(key) & 0x7fffffff) % partitions``."""
     if partitions <= 0:
-        raise InvalidArgument(f"partitions must be positive, got {partitions}")
+        raise InvalidArgumentError(f"partitions must be positive, got {partitions}")
     raw = key.encode() if isinstance(key, str) else key
     return (murmur3_32(raw) & 0x7FFFFFFF) % partitions

@@ -9,7 +9,7 @@ unarmed, later when a hang or delay holds it) or ``faults.point_blocking(name)``
 thread. Unarmed, each is one dictionary lookup (and the await of a completed no-op). There is
 one path per operation: a point is a gate on it, never a reason to take another path. Armed, the point can ``crash`` (a
 real process SIGKILLs itself; a simulated node loses its unsynced state), ``hang`` until
-released, ``delay`` by some milliseconds, or raise ``InjectedFault``.
+released, ``delay`` by some milliseconds, or raise ``InjectedFaultError``.
 
 Arming: ``faults.arm(name, action)`` in-process (the simulator, tests), or in a real process
 through ``MAGNETAR_FAULTS=name:action[@N][,...]`` read by the composition root with
@@ -21,7 +21,7 @@ from magnetar.faults.points import (
     Action,
     FaultPoint,
     FaultSpec,
-    InjectedFault,
+    InjectedFaultError,
     arm,
     arm_from_env,
     armed,
@@ -45,7 +45,7 @@ __all__ = [
     "Action",
     "FaultPoint",
     "FaultSpec",
-    "InjectedFault",
+    "InjectedFaultError",
     "arm",
     "arm_from_env",
     "armed",

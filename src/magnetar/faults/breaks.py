@@ -27,7 +27,7 @@ import enum
 import os
 from collections.abc import Mapping
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 
 ENV_VAR = "MAGNETAR_BREAK"
 
@@ -51,7 +51,7 @@ def parse(text: str) -> set[Break]:
             out.add(Break(raw))
         except ValueError:
             names = ", ".join(b.value for b in Break)
-            raise InvalidArgument(f"unknown break {raw!r}; known: {names}") from None
+            raise InvalidArgumentError(f"unknown break {raw!r}; known: {names}") from None
     return out
 
 

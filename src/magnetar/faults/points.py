@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError
+from magnetar.base.errors import InvalidArgumentError, LimitExceededError, MagnetarError
 from magnetar.base.limits import FAULT_SPECS_COUNT_MAX
 from magnetar.faults import breaks
 from magnetar.faults.registry import REGISTRY, FaultPoint
@@ -24,7 +24,7 @@ __all__ = [
     "Action",
     "FaultPoint",
     "FaultSpec",
-    "InjectedFault",
+    "InjectedFaultError",
     "arm",
     "arm_from_env",
     "armed",
@@ -58,7 +58,7 @@ class Action(enum.Enum):
     PASS = "pass"  # count the hit and go on: what ``observe`` arms every point with
 
 
-class InjectedFault(MagnetarError):
+class InjectedFaultError(MagnetarError):
     """Raised by a point armed with ``error``."""
 
 
@@ -120,7 +120,7 @@ def _fires(spec: FaultSpec) -> bool:
     if spec.action is Action.CRASH:
         _crash(spec.name)
     if spec.action is Action.ERROR:
-        raise InjectedFault(f"fault point {spec.name} armed with error")
+        raise InjectedFaultError(f"fault point {spec.name} armed with error")
     return True
 
 
@@ -145,7 +145,7 @@ def gate(name: str, then: Callable[..., object], *args: Any) -> None:
 
     Unarmed: one dictionary lookup and ``then`` inline. Armed: ``crash`` does not return (in a
     plain callback of a simulated node the crash unwinds only that callback: call ``gate`` last);
-    ``error`` calls ``then(InjectedFault, *args)`` inline; a due ``delay`` or ``hang`` calls
+    ``error`` calls ``then(InjectedFaultError, *args)`` inline; a due ``delay`` or ``hang`` calls
     ``then(None, *args)`` later from the event loop, after the delay or once released. ``then``
     runs exactly once unless the point crashes.
     """
@@ -155,7 +155,7 @@ def gate(name: str, then: Callable[..., object], *args: Any) -> None:
         return
     try:
         due = _fires(spec)
-    except InjectedFault as fault:
+    except InjectedFaultError as fault:
         then(fault, *args)
         return
     except BaseException:
@@ -184,7 +184,7 @@ def tears(name: str) -> bool:
 
 def point_blocking(name: str) -> None:
     """``point`` for code on a worker thread (the real disk's write job): unarmed, one dictionary
-    lookup; armed, ``crash`` kills the process, ``error`` raises ``InjectedFault``, ``delay``
+    lookup; armed, ``crash`` kills the process, ``error`` raises ``InjectedFaultError``, ``delay``
     blocks the thread, ``hang`` blocks it until ``release``."""
     spec = _armed.get(name)
     if spec is None or not _fires(spec):
@@ -221,11 +221,11 @@ def _report(spec: FaultSpec, count: int) -> None:
 def arm(name: str, action: Action | str, *, delay_ms: int = 0, from_hit: int = 1, node: str | None = None) -> FaultSpec:
     """Arm point ``name``; replaces an earlier arming of the same point."""
     if name not in REGISTRY:
-        raise InvalidArgument(f"unknown fault point {name!r}; see magnetar.faults.REGISTRY")
+        raise InvalidArgumentError(f"unknown fault point {name!r}; see magnetar.faults.REGISTRY")
     if from_hit < 1:
-        raise InvalidArgument(f"from_hit must be >= 1, got {from_hit}")
+        raise InvalidArgumentError(f"from_hit must be >= 1, got {from_hit}")
     if len(_armed) >= FAULT_SPECS_COUNT_MAX and name not in _armed:
-        raise LimitExceeded("FAULT_SPECS_COUNT_MAX", len(_armed) + 1, FAULT_SPECS_COUNT_MAX)
+        raise LimitExceededError("FAULT_SPECS_COUNT_MAX", len(_armed) + 1, FAULT_SPECS_COUNT_MAX)
     spec = FaultSpec(name, Action(action), delay_ms, from_hit, node)
     _armed[name] = spec
     _hits.pop(name, None)
@@ -240,29 +240,29 @@ def parse_specs(text: str) -> list[FaultSpec]:
         body, _, hit_text = raw.partition("@")
         name, sep, action_text = body.partition(":")
         if not sep:
-            raise InvalidArgument(f"fault spec {raw!r}: expected name:action[@N]")
+            raise InvalidArgumentError(f"fault spec {raw!r}: expected name:action[@N]")
         if name not in REGISTRY:
-            raise InvalidArgument(f"fault spec {raw!r}: unknown fault point {name!r}")
+            raise InvalidArgumentError(f"fault spec {raw!r}: unknown fault point {name!r}")
         kind, _, arg = action_text.partition(":")
         try:
             action = Action(kind)
         except ValueError:
-            raise InvalidArgument(f"fault spec {raw!r}: action must be crash, hang, error or delay:MS") from None
+            raise InvalidArgumentError(f"fault spec {raw!r}: action must be crash, hang, error or delay:MS") from None
         delay_ms = 0
         if action is Action.DELAY:
             if not arg.isdigit():
-                raise InvalidArgument(f"fault spec {raw!r}: delay needs milliseconds, e.g. delay:50")
+                raise InvalidArgumentError(f"fault spec {raw!r}: delay needs milliseconds, e.g. delay:50")
             delay_ms = int(arg)
         elif arg:
-            raise InvalidArgument(f"fault spec {raw!r}: {kind} takes no argument")
+            raise InvalidArgumentError(f"fault spec {raw!r}: {kind} takes no argument")
         from_hit = 1
         if hit_text:
             if not hit_text.isdigit() or int(hit_text) < 1:
-                raise InvalidArgument(f"fault spec {raw!r}: @N needs a whole number >= 1")
+                raise InvalidArgumentError(f"fault spec {raw!r}: @N needs a whole number >= 1")
             from_hit = int(hit_text)
         specs.append(FaultSpec(name, action, delay_ms, from_hit))
     if len(specs) > FAULT_SPECS_COUNT_MAX:
-        raise LimitExceeded("FAULT_SPECS_COUNT_MAX", len(specs), FAULT_SPECS_COUNT_MAX)
+        raise LimitExceededError("FAULT_SPECS_COUNT_MAX", len(specs), FAULT_SPECS_COUNT_MAX)
     return specs
 
 

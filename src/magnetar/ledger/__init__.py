@@ -12,11 +12,11 @@ from magnetar.ledger.bookie_transport import BookieClientTransport
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.directory import MetadataBookieDirectory
 from magnetar.ledger.errors import (
-    BookieUnavailable,
+    BookieUnavailableError,
     LedgerStateError,
     NoSuchEntryError,
-    NotEnoughBookies,
-    RecoveryIncomplete,
+    NotEnoughBookiesError,
+    RecoveryIncompleteError,
 )
 from magnetar.ledger.handle import LedgerHandle, WriterState
 from magnetar.ledger.manager import LedgerManager
@@ -29,7 +29,7 @@ __all__ = [
     "BookieClientTransport",
     "BookieDirectory",
     "BookieTransport",
-    "BookieUnavailable",
+    "BookieUnavailableError",
     "LastEntryReply",
     "LedgerClientConfig",
     "LedgerHandle",
@@ -38,10 +38,10 @@ __all__ = [
     "LedgerStateError",
     "MetadataBookieDirectory",
     "NoSuchEntryError",
-    "NotEnoughBookies",
+    "NotEnoughBookiesError",
     "PlacementPolicy",
     "RandomPlacement",
-    "RecoveryIncomplete",
+    "RecoveryIncompleteError",
     "RecoveryMode",
     "StaticBookieDirectory",
     "WriterState",

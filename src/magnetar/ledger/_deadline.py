@@ -5,7 +5,7 @@ loop holds every pending deadline in a heap and sleeps (on the clock) until the 
 cancels the tasks whose deadline passed. A call costs a heap push, not a timer task of its own:
 the ledger puts one around every bookie add (the profile of ``magnetar perf produce
 --no-batching`` had 15% of the broker's event loop in the old task + timer-task + ``asyncio.wait``
-per add). Like ``asyncio.timeout``, a cancellation the reaper caused becomes ``TimeoutError_``;
+per add). Like ``asyncio.timeout``, a cancellation the reaper caused becomes ``OperationTimeoutError``;
 any other cancellation of the caller propagates unchanged.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import TimeoutError_
+from magnetar.base.errors import OperationTimeoutError
 
 T = TypeVar("T")
 
@@ -112,7 +112,7 @@ def _deadlines(clock: Clock) -> _Deadlines:
 
 
 async def with_deadline(clock: Clock, timeout_ms: int, awaitable: Awaitable[T], what: str) -> T:
-    """Await ``awaitable``; cancel it and raise ``TimeoutError_`` after ``timeout_ms`` (0: no bound)."""
+    """Await ``awaitable``; cancel it and raise ``OperationTimeoutError`` after ``timeout_ms`` (0: no bound)."""
     if timeout_ms <= 0:
         return await awaitable
     task = asyncio.current_task()
@@ -130,7 +130,7 @@ async def with_deadline(clock: Clock, timeout_ms: int, awaitable: Awaitable[T], 
         return await awaitable
     except asyncio.CancelledError:
         if deadline.expired and task.uncancel() <= cancelling:
-            raise TimeoutError_(f"{what} took longer than {timeout_ms} ms") from None
+            raise OperationTimeoutError(f"{what} took longer than {timeout_ms} ms") from None
         raise
     finally:
         deadlines.done(deadline)

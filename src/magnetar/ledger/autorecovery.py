@@ -46,12 +46,12 @@ from dataclasses import dataclass
 from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.errors import (
-    BadVersion,
-    CorruptData,
-    InvalidArgument,
-    LimitExceeded,
+    BadVersionError,
+    CorruptDataError,
+    InvalidArgumentError,
+    LimitExceededError,
     MagnetarError,
-    NotFound,
+    NotFoundError,
 )
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import AUTORECOVERY_BATCH_COUNT_MAX, LEDGER_METADATA_CAS_RETRY_COUNT_MAX
@@ -73,7 +73,7 @@ from magnetar.ledger.underreplication import (
     registered_bookies,
 )
 from magnetar.metadata.api import MetadataStore, WatchEvent
-from magnetar.metadata.lock import LockLost, LockState, MetadataLock
+from magnetar.metadata.lock import LockLostError, LockState, MetadataLock
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class AutoRecoveryConfig:
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
-            raise InvalidArgument(f"bad AutoRecovery settings: {', '.join(bad)}")
+            raise InvalidArgumentError(f"bad AutoRecovery settings: {', '.join(bad)}")
 
 
 async def _wait_any(clock: Clock, timeout_s: float, *events: asyncio.Event) -> None:
@@ -209,9 +209,9 @@ class Auditor:
         for ledger_id in await self._ledgers.list_ids():
             try:
                 ledgers.append((await self._ledgers.read(ledger_id)).metadata)
-            except NotFound:
+            except NotFoundError:
                 continue  # deleted since the listing
-            except CorruptData as exc:
+            except CorruptDataError as exc:
                 log.error("auditor skips ledger %d: %s", ledger_id, exc)
         referenced = frozenset(b for meta in ledgers for b in meta.bookies())
         now_ns = self._clock.monotonic_ns()
@@ -332,7 +332,7 @@ class ReplicationWorker:
             return ReplicationOutcome.GONE
         try:
             current = await self._ledgers.read(ledger_id)
-        except NotFound:
+        except NotFoundError:
             await self._markers.remove(ledger_id, found.version)
             return ReplicationOutcome.GONE
         # A bookie that registered again still has its copies: only the still-missing ones count.
@@ -374,7 +374,7 @@ class ReplicationWorker:
     @staticmethod
     def _check_lock(lock: MetadataLock, ledger_id: int) -> None:
         if lock.state is not LockState.HELD:
-            raise LockLost(f"lost the re-replication lock of ledger {ledger_id}")
+            raise LockLostError(f"lost the re-replication lock of ledger {ledger_id}")
 
     async def _replace(
         self, ledger_id: int, index: int, bookie: BookieId, lost: frozenset[BookieId], lock: MetadataLock
@@ -401,12 +401,12 @@ class ReplicationWorker:
             self._check_lock(lock, ledger_id)
             try:
                 await self._ledgers.cas(current, meta.with_replaced_bookie(index, bookie, copied.target))
-            except BadVersion:
+            except BadVersionError:
                 continue  # the writer or another worker changed the ledger: re-validate
             self.fragments_replaced_count += 1
             log.info("ledger %d fragment %d: %s replaced by %s", ledger_id, index, bookie, copied.target)
             return
-        raise LimitExceeded("LEDGER_METADATA_CAS_RETRY_COUNT_MAX", LEDGER_METADATA_CAS_RETRY_COUNT_MAX + 1,
+        raise LimitExceededError("LEDGER_METADATA_CAS_RETRY_COUNT_MAX", LEDGER_METADATA_CAS_RETRY_COUNT_MAX + 1,
                             LEDGER_METADATA_CAS_RETRY_COUNT_MAX)
 
     async def _copy(self, meta: LedgerMetadata, index: int, bookie: BookieId, target: BookieId, last: int) -> None:

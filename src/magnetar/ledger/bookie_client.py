@@ -3,9 +3,9 @@
 Requests carry a client-chosen request id; responses may come back in any order and are matched
 to their futures by id. Many requests may be outstanding (pipelining), at most
 ``inflight_count_max`` (``BOOKIE_CLIENT_INFLIGHT_COUNT_MAX``); the async calls wait for room,
-``add_nowait`` raises ``LimitExceeded`` instead. Each request has a deadline
+``add_nowait`` raises ``LimitExceededError`` instead. Each request has a deadline
 (``timeout_ms``, default ``request_timeout_ms``): a reaper task driven by the injected ``Clock``
-fails overdue requests with ``TimeoutError_`` (a late answer is then dropped).
+fails overdue requests with ``OperationTimeoutError`` (a late answer is then dropped).
 
 A reader that takes many entries in order on a thread of its own (the Spark connector) uses
 ``runtime.bookie_reads.BlockingBookieReads`` instead, and checks its answers with the same
@@ -13,8 +13,8 @@ A reader that takes many entries in order on a thread of its own (the Spark conn
 
 Contracts: a non-OK ``Status`` is *returned* in the response (callers need to tell FENCED from
 NO_SUCH_ENTRY from the rest); transport failures raise ``ClosedError`` (connection gone: every
-outstanding request fails with it) or ``TimeoutError_``. Reads verify the entry's CRC32C digest
-and ids and raise ``ChecksumMismatch`` when they do not match, so a caller never sees bytes the
+outstanding request fails with it) or ``OperationTimeoutError``. Reads verify the entry's CRC32C digest
+and ids and raise ``ChecksumMismatchError`` when they do not match, so a caller never sees bytes the
 writer did not send.
 """
 
@@ -24,7 +24,13 @@ import asyncio
 import logging
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import ChecksumMismatch, ClosedError, CorruptData, LimitExceeded, TimeoutError_
+from magnetar.base.errors import (
+    ChecksumMismatchError,
+    ClosedError,
+    CorruptDataError,
+    LimitExceededError,
+    OperationTimeoutError,
+)
 from magnetar.base.io import Connection, Network
 from magnetar.base.limits import BOOKIE_CLIENT_INFLIGHT_COUNT_MAX, BOOKIE_READ_CHUNK_BYTES
 from magnetar.protocol.bookie import (
@@ -121,7 +127,7 @@ class BookieClient:
         if self._closed is not None:
             raise ClosedError(f"bookie connection to {self.peer} is closed: {self._closed}")
         if len(self._pending) >= self._inflight_count_max:
-            raise LimitExceeded("BOOKIE_CLIENT_INFLIGHT_COUNT_MAX", len(self._pending) + 1, self._inflight_count_max)
+            raise LimitExceededError("BOOKIE_CLIENT_INFLIGHT_COUNT_MAX", len(self._pending) + 1, self._inflight_count_max)
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         deadline_ns = self._clock.monotonic_ns() + (timeout_ms or self._request_timeout_ms) * 1_000_000
         self._pending[request.request_id] = (future, deadline_ns)
@@ -221,7 +227,7 @@ class BookieClient:
                     break
                 for message in self._decoder.feed(data):
                     self._resolve(message)
-        except (CorruptData, LimitExceeded) as exc:
+        except (CorruptDataError, LimitExceededError) as exc:
             error = ClosedError(f"bookie {self.peer} sent a malformed frame: {exc}")
             log.warning("%s", error)
         except asyncio.CancelledError:
@@ -233,7 +239,7 @@ class BookieClient:
     def _resolve(self, message: object) -> None:
         request_id = getattr(message, "request_id", None)
         if not isinstance(message, AddResponse | ReadResponse | ReadLacResponse | GetInfoResponse | WriteLacResponse):
-            raise CorruptData(f"bookie sent a request, not a response: {type(message).__name__}")
+            raise CorruptDataError(f"bookie sent a request, not a response: {type(message).__name__}")
         pending = self._pending.pop(request_id, None) if request_id is not None else None
         if pending is None:
             return  # timed out earlier; the answer arrives too late to matter
@@ -253,7 +259,7 @@ class BookieClient:
             for request_id in overdue:
                 future, _ = self._pending.pop(request_id)
                 if not future.done():
-                    future.set_exception(TimeoutError_(f"bookie {self.peer}: request {request_id} timed out"))
+                    future.set_exception(OperationTimeoutError(f"bookie {self.peer}: request {request_id} timed out"))
             if overdue:
                 self._room.set()
 
@@ -283,14 +289,14 @@ def checked_entry(response: ReadResponse | ReadViewResponse, ledger_id: int,
                   entry_id: int | None) -> Entry | EntryView | None:
     """The entry of an OK read answer, checked: it must be there, be the entry asked for
     (``entry_id`` None: any entry of the ledger) and pass its CRC32C digest, else
-    ``ChecksumMismatch``. ``None`` for a non-OK answer (its status tells why)."""
+    ``ChecksumMismatchError``. ``None`` for a non-OK answer (its status tells why)."""
     entry = response.entry
     if response.status is not Status.OK:
         return None
     if entry is None:
-        raise ChecksumMismatch(f"bookie answered OK for {ledger_id}:{response.entry_id} without an entry")
+        raise ChecksumMismatchError(f"bookie answered OK for {ledger_id}:{response.entry_id} without an entry")
     if entry.ledger_id != ledger_id or (entry_id is not None and entry.entry_id != entry_id):
-        raise ChecksumMismatch(f"bookie returned entry {entry.ledger_id}:{entry.entry_id} for {ledger_id}:{entry_id}")
+        raise ChecksumMismatchError(f"bookie returned entry {entry.ledger_id}:{entry.entry_id} for {ledger_id}:{entry_id}")
     if not entry.digest_ok():
-        raise ChecksumMismatch(f"entry {ledger_id}:{entry.entry_id} failed its CRC32C digest")
+        raise ChecksumMismatchError(f"entry {ledger_id}:{entry.entry_id} failed its CRC32C digest")
     return entry

@@ -12,8 +12,8 @@ Translation at the boundary (the ledger code sees only its own errors):
 * ``Status.FENCED``                          -> ``FencedError``
 * ``Status.NO_SUCH_ENTRY``/``NO_SUCH_LEDGER`` -> ``NoSuchEntryError`` (a valid negative; for
   ``read_last_entry`` it is the answer "no entry", with the bookie's known LAC)
-* every other status, ``ClosedError``, ``TimeoutError_``, ``ChecksumMismatch``, refused
-  connections                                -> ``BookieUnavailable``
+* every other status, ``ClosedError``, ``OperationTimeoutError``, ``ChecksumMismatchError``, refused
+  connections                                -> ``BookieUnavailableError``
 
 Invariant: at most one connect is in progress per bookie (a per-bookie lock), so concurrent
 requests share one connection instead of racing to open several.
@@ -29,12 +29,12 @@ from typing import Any
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import (
-    ChecksumMismatch,
+    ChecksumMismatchError,
     ClosedError,
     FencedError,
-    LimitExceeded,
+    LimitExceededError,
     MagnetarError,
-    TimeoutError_,
+    OperationTimeoutError,
 )
 from magnetar.base.io import Network
 from magnetar.base.limits import LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX, LEDGER_PIPELINED_ADD_BYTES_MAX
@@ -42,7 +42,7 @@ from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.ledger._deadline import keep_in_background
 from magnetar.ledger.bookie_client import BookieClient
 from magnetar.ledger.config import LedgerClientConfig
-from magnetar.ledger.errors import BookieUnavailable, NoSuchEntryError
+from magnetar.ledger.errors import BookieUnavailableError, NoSuchEntryError
 from magnetar.ledger.transport import LastEntryReply
 from magnetar.protocol.bookie.codec import Entry, ReadResponse, Status
 
@@ -55,7 +55,7 @@ def status_error(bookie: BookieId, status: Status, what: str) -> MagnetarError:
         return FencedError(f"{what}: ledger fenced on bookie {bookie}")
     if status in _NEGATIVE:
         return NoSuchEntryError(f"{what}: bookie {bookie} answered {status.name}")
-    return BookieUnavailable(f"{what}: bookie {bookie} answered {status.name}")
+    return BookieUnavailableError(f"{what}: bookie {bookie} answered {status.name}")
 
 
 def entry_of(bookie: BookieId, what: str, response: ReadResponse) -> Entry:
@@ -63,7 +63,7 @@ def entry_of(bookie: BookieId, what: str, response: ReadResponse) -> Entry:
     if response.status is not Status.OK:
         raise status_error(bookie, response.status, what)
     if response.entry is None:
-        raise BookieUnavailable(f"{what}: bookie {bookie} answered OK without an entry")
+        raise BookieUnavailableError(f"{what}: bookie {bookie} answered OK without an entry")
     return response.entry
 
 
@@ -126,7 +126,7 @@ class BookieClientTransport:
 
     async def _client(self, bookie: BookieId) -> BookieClient:
         if self._closed:
-            raise BookieUnavailable(f"transport closed; cannot reach {bookie}")
+            raise BookieUnavailableError(f"transport closed; cannot reach {bookie}")
         client = self._clients.get(bookie)
         if client is not None and not client.closed:
             self._clients.move_to_end(bookie)
@@ -145,10 +145,10 @@ class BookieClientTransport:
                     request_timeout_ms=max(self._config.add_timeout_ms, self._config.read_timeout_ms),
                 )
             except (OSError, MagnetarError) as exc:
-                raise BookieUnavailable(f"cannot connect to bookie {bookie}: {exc}") from exc
+                raise BookieUnavailableError(f"cannot connect to bookie {bookie}: {exc}") from exc
             if self._closed:
                 await client.close()
-                raise BookieUnavailable(f"transport closed; cannot reach {bookie}")
+                raise BookieUnavailableError(f"transport closed; cannot reach {bookie}")
             self._clients[bookie] = client
             return client
 
@@ -156,7 +156,7 @@ class BookieClientTransport:
         while len(self._clients) >= self._connections_count_max:
             idle = next((b for b, c in self._clients.items() if c.inflight_count == 0), None)
             if idle is None:
-                raise LimitExceeded("LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX", len(self._clients) + 1,
+                raise LimitExceededError("LEDGER_BOOKIE_CONNECTIONS_COUNT_MAX", len(self._clients) + 1,
                                     self._connections_count_max)
             await self._drop(idle, self._clients[idle])
 
@@ -174,13 +174,13 @@ class BookieClientTransport:
             except ClosedError as exc:
                 await self._drop(bookie, client)
                 if attempt == 1:
-                    raise BookieUnavailable(f"{what}: connection to {bookie} lost: {exc}") from exc
-            except (TimeoutError_, ChecksumMismatch, LimitExceeded) as exc:
-                raise BookieUnavailable(f"{what}: {exc}") from exc
-        raise BookieUnavailable(f"{what}: bookie {bookie} unreachable")
+                    raise BookieUnavailableError(f"{what}: connection to {bookie} lost: {exc}") from exc
+            except (OperationTimeoutError, ChecksumMismatchError, LimitExceededError) as exc:
+                raise BookieUnavailableError(f"{what}: {exc}") from exc
+        raise BookieUnavailableError(f"{what}: bookie {bookie} unreachable")
 
     async def close(self) -> None:
-        """Close every connection; later calls raise ``BookieUnavailable``. Idempotent."""
+        """Close every connection; later calls raise ``BookieUnavailableError``. Idempotent."""
         self._closed = True
         for task in list(self._background):
             task.cancel()
@@ -202,7 +202,7 @@ class BookieClientTransport:
 
     def _submit(self, op: _Add) -> None:
         if self._closed:
-            _settle(op, BookieUnavailable(f"transport closed; cannot reach {op.bookie}"))
+            _settle(op, BookieUnavailableError(f"transport closed; cannot reach {op.bookie}"))
             return
         waiting = self._waiting.get(op.bookie)
         if waiting is None:
@@ -225,7 +225,7 @@ class BookieClientTransport:
         try:
             sent = client.add_nowait(op.entry, master_key=op.master_key, recovery=op.recovery,
                                      timeout_ms=self._config.add_timeout_ms)
-        except (ClosedError, LimitExceeded):
+        except (ClosedError, LimitExceededError):
             return False
         self._add_bytes[op.bookie] = inflight + size
         sent.add_done_callback(partial(self._on_add_reply, op))
@@ -238,7 +238,7 @@ class BookieClientTransport:
                 try:
                     client = await self._client(bookie)
                 except MagnetarError as exc:
-                    error = exc if isinstance(exc, BookieUnavailable) else BookieUnavailable(f"add: {exc}")
+                    error = exc if isinstance(exc, BookieUnavailableError) else BookieUnavailableError(f"add: {exc}")
                     while waiting:
                         _settle(waiting.popleft(), error)
                     return
@@ -254,7 +254,7 @@ class BookieClientTransport:
             if self._waiting.get(bookie) is waiting:
                 del self._waiting[bookie]
             for op in waiting:  # cancelled (the transport closed)
-                _settle(op, BookieUnavailable(f"transport closed; cannot reach {bookie}"))
+                _settle(op, BookieUnavailableError(f"transport closed; cannot reach {bookie}"))
 
     def _on_add_reply(self, op: _Add, sent: asyncio.Future[Any]) -> None:
         left = self._add_bytes.get(op.bookie, 0) - len(op.entry.raw)
@@ -272,9 +272,9 @@ class BookieClientTransport:
                 op.retried = True
                 self._submit(op)
                 return
-            _settle(op, BookieUnavailable(f"{what}: connection to {op.bookie} lost: {error}"))
-        elif isinstance(error, TimeoutError_ | ChecksumMismatch | LimitExceeded):
-            _settle(op, BookieUnavailable(f"{what}: {error}"))
+            _settle(op, BookieUnavailableError(f"{what}: connection to {op.bookie} lost: {error}"))
+        elif isinstance(error, OperationTimeoutError | ChecksumMismatchError | LimitExceededError):
+            _settle(op, BookieUnavailableError(f"{what}: {error}"))
         elif error is not None:
             _settle(op, error)
         elif sent.result().status is not Status.OK:

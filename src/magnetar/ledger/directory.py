@@ -14,10 +14,10 @@ holds at most ``LEDGER_DIRECTORY_BOOKIES_COUNT_MAX`` bookies.
 
 from __future__ import annotations
 
-from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError
+from magnetar.base.errors import InvalidArgumentError, LimitExceededError, MagnetarError
 from magnetar.base.limits import LEDGER_DIRECTORY_BOOKIES_COUNT_MAX
 from magnetar.base.types import BookieId
-from magnetar.ledger.errors import NotEnoughBookies
+from magnetar.ledger.errors import NotEnoughBookiesError
 from magnetar.metadata.api import MetadataStore
 
 AVAILABLE_PATH = "/ledgers/available"
@@ -35,17 +35,17 @@ class MetadataBookieDirectory:
         try:
             names = await self._store.children(self._path)
         except MagnetarError as exc:
-            raise NotEnoughBookies(f"cannot list bookies at {self._path}: {exc}") from exc
+            raise NotEnoughBookiesError(f"cannot list bookies at {self._path}: {exc}") from exc
         bookies: list[BookieId] = []
         for name in names:
             if name == READONLY_CHILD:
                 continue
             try:
                 bookies.append(BookieId.parse(name))
-            except InvalidArgument:
+            except InvalidArgumentError:
                 continue  # not a registration (a stray node): ignore it rather than fail placement
         if len(bookies) > LEDGER_DIRECTORY_BOOKIES_COUNT_MAX:
-            raise LimitExceeded("LEDGER_DIRECTORY_BOOKIES_COUNT_MAX", len(bookies), LEDGER_DIRECTORY_BOOKIES_COUNT_MAX)
+            raise LimitExceededError("LEDGER_DIRECTORY_BOOKIES_COUNT_MAX", len(bookies), LEDGER_DIRECTORY_BOOKIES_COUNT_MAX)
         return sorted(bookies, key=str)
 
     async def read_only_bookies(self) -> list[BookieId]:

@@ -37,7 +37,7 @@ from typing import Any
 
 from magnetar import faults
 from magnetar.base.clock import Clock
-from magnetar.base.errors import BadVersion, ClosedError, FencedError, LimitExceeded, MagnetarError
+from magnetar.base.errors import BadVersionError, ClosedError, FencedError, LimitExceededError, MagnetarError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
     LEDGER_ADD_TIMEOUT_CONFIRM_MS,
@@ -47,7 +47,7 @@ from magnetar.base.limits import (
 from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.ledger._deadline import with_deadline
 from magnetar.ledger.config import LedgerClientConfig
-from magnetar.ledger.errors import BookieUnavailable, LedgerStateError
+from magnetar.ledger.errors import BookieUnavailableError, LedgerStateError
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
 from magnetar.ledger.metadata_ops import LedgerMetadataStore, VersionedMetadata
 from magnetar.ledger.placement import BookieDirectory, PlacementPolicy
@@ -204,7 +204,7 @@ class LedgerHandle:
         and every lower id completed (strictly in id order), or fails with ``FencedError`` if
         another client fenced the ledger (the entry may or may not survive), or the error that
         failed the handle. Do not cancel it. Raises ``ClosedError`` (or the failure) when the
-        handle is not open and ``LimitExceeded`` when it has no room: call ``wait_for_room`` first.
+        handle is not open and ``LimitExceededError`` when it has no room: call ``wait_for_room`` first.
 
         The add passes ``ledger.before_send_next_entry`` (after the first entry),
         ``ledger.before_send`` and ``ledger.after_send_before_reply`` as gates (``faults.gate``),
@@ -214,7 +214,7 @@ class LedgerHandle:
         if self._state is not WriterState.OPEN:
             self._check_open()
         if len(self._pending) >= self._config.pending_adds_count_max:
-            raise LimitExceeded("pending_adds_count_max", len(self._pending) + 1, self._config.pending_adds_count_max)
+            raise LimitExceededError("pending_adds_count_max", len(self._pending) + 1, self._config.pending_adds_count_max)
         entry_id = self._last_add_pushed + 1
         self._last_add_pushed = entry_id
         op = PendingAdd(entry_id, payload, asyncio.get_running_loop().create_future())
@@ -289,13 +289,13 @@ class LedgerHandle:
             sent.add_done_callback(partial(self._on_reply, op, bookie))
 
     def _on_reply(self, op: PendingAdd, bookie: BookieId, sent: asyncio.Future[None]) -> None:
-        error = BookieUnavailable(f"add to {bookie} cancelled") if sent.cancelled() else sent.exception()
+        error = BookieUnavailableError(f"add to {bookie} cancelled") if sent.cancelled() else sent.exception()
         if bookie not in op.inflight:
             return  # timed out (or the handle ended) before this answer came
         op.inflight.discard(bookie)
         if error is not None:
             self._on_add_error(op, bookie, error if isinstance(error, MagnetarError)
-                               else BookieUnavailable(f"add to {bookie}: {error!r}"))
+                               else BookieUnavailableError(f"add to {bookie}: {error!r}"))
             return
         faults.gate("ledger.after_reply_before_count", self._count_reply, op, bookie)
 
@@ -359,7 +359,7 @@ class LedgerHandle:
                     overdue.add((op.entry_id, op.sent_ns))
                 else:
                     for bookie in sorted(op.inflight):
-                        self._on_add_error(op, bookie, BookieUnavailable(
+                        self._on_add_error(op, bookie, BookieUnavailableError(
                             f"add {self.ledger_id}:{op.entry_id} to {bookie} took longer than "
                             f"{self._config.add_timeout_ms} ms"))
             suspects = overdue
@@ -415,7 +415,7 @@ class LedgerHandle:
     async def _replace_failed_bookies(self) -> None:
         self._ensemble_changes_count += 1
         if self._ensemble_changes_count > LEDGER_ENSEMBLE_CHANGES_COUNT_MAX:
-            raise LimitExceeded(
+            raise LimitExceededError(
                 "LEDGER_ENSEMBLE_CHANGES_COUNT_MAX", self._ensemble_changes_count, LEDGER_ENSEMBLE_CHANGES_COUNT_MAX
             )
         available = await self._directory.available_bookies()
@@ -448,9 +448,9 @@ class LedgerHandle:
             try:
                 self._meta = await self._store.cas(self._meta, new)
                 return
-            except BadVersion:
+            except BadVersionError:
                 self._meta = await self._store.read(self.ledger_id)
-        raise LimitExceeded(
+        raise LimitExceededError(
             "LEDGER_METADATA_CAS_RETRY_COUNT_MAX",
             LEDGER_METADATA_CAS_RETRY_COUNT_MAX + 1,
             LEDGER_METADATA_CAS_RETRY_COUNT_MAX,
@@ -519,10 +519,10 @@ class LedgerHandle:
             try:
                 self._meta = await self._store.cas(self._meta, meta.to_closed(lac))
                 break
-            except BadVersion:
+            except BadVersionError:
                 self._meta = await self._store.read(self.ledger_id)
         else:
-            raise LimitExceeded(
+            raise LimitExceededError(
                 "LEDGER_METADATA_CAS_RETRY_COUNT_MAX",
                 LEDGER_METADATA_CAS_RETRY_COUNT_MAX + 1,
                 LEDGER_METADATA_CAS_RETRY_COUNT_MAX,

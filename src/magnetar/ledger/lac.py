@@ -16,7 +16,7 @@ from magnetar.base.clock import Clock
 from magnetar.base.errors import MagnetarError
 from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.ledger._deadline import keep_in_background, with_deadline
-from magnetar.ledger.errors import NoSuchEntryError, RecoveryIncomplete
+from magnetar.ledger.errors import NoSuchEntryError, RecoveryIncompleteError
 from magnetar.ledger.ledger_metadata import LedgerMetadata
 from magnetar.ledger.quorum import fencing_covered
 from magnetar.ledger.transport import BookieTransport, LastEntryReply
@@ -77,7 +77,7 @@ async def read_lac_quorum(
             for task in remaining:
                 keep_in_background(task, background)
             return LacQuorumResult(lac, last, frozenset(ensemble[i] for i in answered))
-    raise RecoveryIncomplete(
+    raise RecoveryIncompleteError(
         f"ledger {metadata.ledger_id}: only {len(answered)} of {e} bookies answered the "
         f"{'fencing ' if fence else ''}LAC read; not every write set has {w - a + 1} answers"
     )

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from magnetar.base.errors import CorruptData, InvalidArgument
-from magnetar.base.invariant import InvariantViolation, invariant
+from magnetar.base.errors import CorruptDataError, InvalidArgumentError
+from magnetar.base.invariant import InvariantViolationError, invariant
 from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.ledger.quorum import validate_quorum
 from magnetar.metadata import records
@@ -161,7 +161,7 @@ class LedgerMetadata:
 
     @classmethod
     def from_record(cls, record: records.LedgerMetadata) -> LedgerMetadata:
-        """The view of a stored record; ``CorruptData`` if it breaks the ledger's invariants."""
+        """The view of a stored record; ``CorruptDataError`` if it breaks the ledger's invariants."""
         try:
             return cls(
                 ledger_id=record.ledger_id,
@@ -179,8 +179,8 @@ class LedgerMetadata:
                 digest_type=record.digest_type,
                 password=record.password,
             )
-        except (InvalidArgument, InvariantViolation) as exc:
-            raise CorruptData(f"bad ledger metadata for ledger {record.ledger_id}: {exc}") from exc
+        except (InvalidArgumentError, InvariantViolationError) as exc:
+            raise CorruptDataError(f"bad ledger metadata for ledger {record.ledger_id}: {exc}") from exc
 
     def encode(self) -> bytes:
         return records.encode(self.to_record())

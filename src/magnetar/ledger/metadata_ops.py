@@ -1,6 +1,6 @@
 """Ledger metadata in the metadata store: create, read, compare-and-set, delete, list, id allocation.
 
-Every change is a compare-and-set against the version the caller read (``BadVersion`` when
+Every change is a compare-and-set against the version the caller read (``BadVersionError`` when
 someone else changed it first); nothing here overwrites blindly. Layout under ``root``::
 
     {root}/idgen              decimal counter: the next ledger id (CAS-incremented)
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from magnetar.base.errors import AlreadyExists, BadVersion, LimitExceeded, NotFound
+from magnetar.base.errors import AlreadyExistsError, BadVersionError, LimitExceededError, NotFoundError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import LEDGER_ID_ALLOC_RETRY_COUNT_MAX, LEDGER_LIST_COUNT_MAX
 from magnetar.ledger.ledger_metadata import LedgerMetadata, transition_allowed
@@ -36,10 +36,10 @@ class VersionedStore(Protocol):
     async def get(self, path: str) -> Versioned | None: ...
 
     async def create(self, path: str, value: bytes) -> int:
-        """Create ``path``; returns its version; ``AlreadyExists`` if present."""
+        """Create ``path``; returns its version; ``AlreadyExistsError`` if present."""
 
     async def put(self, path: str, value: bytes, expected_version: int) -> int:
-        """Replace ``path`` if its version is ``expected_version``; ``BadVersion`` otherwise."""
+        """Replace ``path`` if its version is ``expected_version``; ``BadVersionError`` otherwise."""
 
     async def delete(self, path: str, expected_version: int) -> None: ...
 
@@ -74,9 +74,9 @@ class LedgerMetadataStore:
                 next_id = int(current.value)
                 await self._store.put(counter, str(next_id + 1).encode(), current.version)
                 return next_id
-            except (AlreadyExists, BadVersion):
+            except (AlreadyExistsError, BadVersionError):
                 continue
-        raise LimitExceeded("LEDGER_ID_ALLOC_RETRY_COUNT_MAX", LEDGER_ID_ALLOC_RETRY_COUNT_MAX + 1,
+        raise LimitExceededError("LEDGER_ID_ALLOC_RETRY_COUNT_MAX", LEDGER_ID_ALLOC_RETRY_COUNT_MAX + 1,
                             LEDGER_ID_ALLOC_RETRY_COUNT_MAX)
 
     async def create(self, metadata: LedgerMetadata) -> VersionedMetadata:
@@ -86,13 +86,13 @@ class LedgerMetadataStore:
     async def read(self, ledger_id: int) -> VersionedMetadata:
         found = await self._store.get(self.path(ledger_id))
         if found is None:
-            raise NotFound(f"ledger {ledger_id} does not exist")
+            raise NotFoundError(f"ledger {ledger_id} does not exist")
         metadata = LedgerMetadata.decode(found.value)
         invariant(metadata.ledger_id == ledger_id, f"metadata at {self.path(ledger_id)} names another ledger")
         return VersionedMetadata(metadata, found.version)
 
     async def cas(self, current: VersionedMetadata, new: LedgerMetadata) -> VersionedMetadata:
-        """Replace ``current`` by ``new``; ``BadVersion`` if the stored record moved on."""
+        """Replace ``current`` by ``new``; ``BadVersionError`` if the stored record moved on."""
         invariant(new.ledger_id == current.metadata.ledger_id, "CAS must keep the ledger id")
         invariant(
             transition_allowed(current.metadata.state, new.state),
@@ -109,5 +109,5 @@ class LedgerMetadataStore:
         names = await self._store.children(self._root)
         ids = sorted(int(n[len(_PREFIX):]) for n in names if n.startswith(_PREFIX) and n[len(_PREFIX):].isdigit())
         if len(ids) > LEDGER_LIST_COUNT_MAX:
-            raise LimitExceeded("LEDGER_LIST_COUNT_MAX", len(ids), LEDGER_LIST_COUNT_MAX)
+            raise LimitExceededError("LEDGER_LIST_COUNT_MAX", len(ids), LEDGER_LIST_COUNT_MAX)
         return ids

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from magnetar.base.rng import Rng
 from magnetar.base.types import BookieId
-from magnetar.ledger.errors import NotEnoughBookies
+from magnetar.ledger.errors import NotEnoughBookiesError
 
 
 class BookieDirectory(Protocol):
@@ -63,7 +63,7 @@ class RandomPlacement:
                      write_quorum_size: int | None = None) -> tuple[BookieId, ...]:
         candidates = sorted(set(available))
         if len(candidates) < ensemble_size:
-            raise NotEnoughBookies(f"need {ensemble_size} bookies, {len(candidates)} available")
+            raise NotEnoughBookiesError(f"need {ensemble_size} bookies, {len(candidates)} available")
         self._rng.shuffle(candidates)
         return tuple(candidates[:ensemble_size])
 
@@ -74,5 +74,5 @@ class RandomPlacement:
         avoid = set(ensemble) | set(excluded)
         candidates = sorted(b for b in set(available) if b not in avoid)
         if not candidates:
-            raise NotEnoughBookies(f"no bookie available outside the ensemble {[str(b) for b in ensemble]}")
+            raise NotEnoughBookiesError(f"no bookie available outside the ensemble {[str(b) for b in ensemble]}")
         return self._rng.choice(candidates)

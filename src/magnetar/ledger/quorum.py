@@ -23,14 +23,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection, Iterable
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import LEDGER_WRITE_SETS_CACHED_COUNT_MAX
 
 
 def validate_quorum(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
-    """Raise ``InvalidArgument`` unless ``E >= Qw >= Qa >= 1``."""
+    """Raise ``InvalidArgumentError`` unless ``E >= Qw >= Qa >= 1``."""
     if not ensemble_size >= write_quorum_size >= ack_quorum_size >= 1:
-        raise InvalidArgument(
+        raise InvalidArgumentError(
             "ledger quorums must satisfy ensemble >= write quorum >= ack quorum >= 1, got "
             f"E={ensemble_size} Qw={write_quorum_size} Qa={ack_quorum_size}"
         )
@@ -39,9 +39,9 @@ def validate_quorum(ensemble_size: int, write_quorum_size: int, ack_quorum_size:
 def write_set(entry_id: int, ensemble_size: int, write_quorum_size: int) -> tuple[int, ...]:
     """Indexes of the bookies that store ``entry_id``, in send order (the first is the "primary")."""
     if entry_id < 0:
-        raise InvalidArgument(f"entry id must be >= 0, got {entry_id}")
+        raise InvalidArgumentError(f"entry id must be >= 0, got {entry_id}")
     if not ensemble_size >= write_quorum_size >= 1:
-        raise InvalidArgument(f"need ensemble >= write quorum >= 1, got E={ensemble_size} Qw={write_quorum_size}")
+        raise InvalidArgumentError(f"need ensemble >= write quorum >= 1, got E={ensemble_size} Qw={write_quorum_size}")
     return _write_set(entry_id % ensemble_size, ensemble_size, write_quorum_size)
 
 

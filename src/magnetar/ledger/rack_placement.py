@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from magnetar.base.rng import Rng
 from magnetar.base.types import BookieId
-from magnetar.ledger.errors import NotEnoughBookies
+from magnetar.ledger.errors import NotEnoughBookiesError
 from magnetar.ledger.racks import DEFAULT_RACK, RackedBookieDirectory
 
 log = logging.getLogger(__name__)
@@ -89,10 +89,10 @@ def _search(sizes: dict[str, int], order: list[str], e: int, qw: int, target: in
 def place_ensemble(candidates: Sequence[BookieId], racks: Mapping[BookieId, str], ensemble_size: int,
                    write_quorum_size: int) -> tuple[tuple[BookieId, ...], int]:
     """An ensemble over ``candidates`` (their order breaks ties) and the racks its tightest write
-    set spans; ``NotEnoughBookies`` if there are fewer than ``ensemble_size`` candidates."""
+    set spans; ``NotEnoughBookiesError`` if there are fewer than ``ensemble_size`` candidates."""
     unique = list(dict.fromkeys(candidates))
     if len(unique) < ensemble_size:
-        raise NotEnoughBookies(f"need {ensemble_size} bookies, {len(unique)} available")
+        raise NotEnoughBookiesError(f"need {ensemble_size} bookies, {len(unique)} available")
     by_rack: dict[str, list[BookieId]] = {}
     for bookie in unique:
         by_rack.setdefault(racks.get(bookie, DEFAULT_RACK), []).append(bookie)
@@ -108,14 +108,14 @@ def place_ensemble(candidates: Sequence[BookieId], racks: Mapping[BookieId, str]
                 ensemble.append(by_rack[rack][taken[rack]])
                 taken[rack] += 1
             return tuple(ensemble), min_distinct_racks(slots, qw)
-    raise NotEnoughBookies("no ensemble found")  # target 1 always succeeds with enough bookies
+    raise NotEnoughBookiesError("no ensemble found")  # target 1 always succeeds with enough bookies
 
 
 def choose_replacement(candidates: Sequence[BookieId], racks: Mapping[BookieId, str], ensemble: Sequence[BookieId],
                        slot: int, write_quorum_size: int) -> tuple[BookieId, int]:
     """A bookie for ``ensemble[slot]`` and how many other copies of its write sets share its rack."""
     if not candidates:
-        raise NotEnoughBookies(f"no bookie available outside the ensemble {[str(b) for b in ensemble]}")
+        raise NotEnoughBookiesError(f"no bookie available outside the ensemble {[str(b) for b in ensemble]}")
     e = len(ensemble)
     qw = min(write_quorum_size, e)
     neighbours = {q for win in write_sets_of(slot, e, qw) for q in win if q != slot}

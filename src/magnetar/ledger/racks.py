@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from magnetar.base.errors import BadVersion, InvalidArgument, NotFound
+from magnetar.base.errors import BadVersionError, InvalidArgumentError, NotFoundError
 from magnetar.base.types import BookieId
 from magnetar.ledger.placement import BookieDirectory
 from magnetar.metadata.api import MetadataStore
@@ -32,7 +32,7 @@ def normalize_rack(rack: str) -> str:
     """``rack-1`` -> ``/rack-1``; at most two parts (region, rack); no empty parts."""
     parts = [p for p in rack.strip().split("/") if p]
     if not parts or len(parts) > 2 or len(rack) > 256:
-        raise InvalidArgument(f"a rack is /rack or /region/rack, got {rack!r}")
+        raise InvalidArgumentError(f"a rack is /rack or /region/rack, got {rack!r}")
     return "/" + "/".join(parts)
 
 
@@ -80,7 +80,7 @@ class RackConfig:
             groups = {str(g): {str(b): BookieRack(str(i["rack"]), str(i.get("hostname", "")))
                                for b, i in members.items()} for g, members in data.items()}
         except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise InvalidArgument(f"bad bookie rack configuration: {error}") from None
+            raise InvalidArgumentError(f"bad bookie rack configuration: {error}") from None
         return RackConfig(groups)
 
 
@@ -103,24 +103,24 @@ async def set_rack(store: MetadataStore, bookie: str, info: BookieRack, group: s
         try:
             await store.put(RACKS_PATH, RackConfig({g: m for g, m in groups.items() if m}).encode(), version)
             return
-        except BadVersion:
+        except BadVersionError:
             continue
-    raise BadVersion(f"{RACKS_PATH} kept changing while setting the rack of {bookie}")
+    raise BadVersionError(f"{RACKS_PATH} kept changing while setting the rack of {bookie}")
 
 
 async def delete_rack(store: MetadataStore, bookie: str) -> None:
-    """Forget ``bookie``'s rack; ``NotFound`` if it has none."""
+    """Forget ``bookie``'s rack; ``NotFoundError`` if it has none."""
     for _ in range(RACK_CAS_RETRY_COUNT_MAX):
         config, version = await read_racks(store)
         if config.find(bookie) is None:
-            raise NotFound(f"bookie {bookie} has no rack information")
+            raise NotFoundError(f"bookie {bookie} has no rack information")
         groups = {g: {b: i for b, i in m.items() if b != bookie} for g, m in config.groups.items()}
         try:
             await store.put(RACKS_PATH, RackConfig({g: m for g, m in groups.items() if m}).encode(), version)
             return
-        except BadVersion:
+        except BadVersionError:
             continue
-    raise BadVersion(f"{RACKS_PATH} kept changing while deleting the rack of {bookie}")
+    raise BadVersionError(f"{RACKS_PATH} kept changing while deleting the rack of {bookie}")
 
 
 class RackedBookieDirectory:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError
+from magnetar.base.errors import InvalidArgumentError, LimitExceededError, MagnetarError
 from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.ledger._deadline import with_deadline
 from magnetar.ledger.config import LedgerClientConfig
-from magnetar.ledger.errors import BookieUnavailable, NoSuchEntryError
+from magnetar.ledger.errors import BookieUnavailableError, NoSuchEntryError
 from magnetar.ledger.lac import read_lac_quorum
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
 from magnetar.ledger.quorum import read_order
@@ -103,14 +103,14 @@ class LedgerReader:
     async def read_entries(self, first_entry_id: int, last_entry_id: int) -> list[Entry]:
         """Entries ``first..last`` (inclusive, in order); all must be <= ``last_add_confirmed``."""
         if first_entry_id < 0 or last_entry_id < first_entry_id:
-            raise InvalidArgument(f"bad entry range {first_entry_id}..{last_entry_id}")
+            raise InvalidArgumentError(f"bad entry range {first_entry_id}..{last_entry_id}")
         if last_entry_id > self._lac:
-            raise InvalidArgument(
+            raise InvalidArgumentError(
                 f"entry {last_entry_id} of ledger {self.ledger_id} is beyond the readable end {self._lac}"
             )
         count = last_entry_id - first_entry_id + 1
         if count > READ_BATCH_COUNT_MAX:
-            raise LimitExceeded("READ_BATCH_COUNT_MAX", count, READ_BATCH_COUNT_MAX)
+            raise LimitExceededError("READ_BATCH_COUNT_MAX", count, READ_BATCH_COUNT_MAX)
         return list(
             await asyncio.gather(*(self.read_entry(e) for e in range(first_entry_id, last_entry_id + 1)))
         )
@@ -118,7 +118,7 @@ class LedgerReader:
     async def read_entry(self, entry_id: int) -> Entry:
         """One entry, with speculative reads across its write set."""
         if entry_id < 0 or entry_id > self._lac:
-            raise InvalidArgument(f"entry {entry_id} of ledger {self.ledger_id} is beyond the readable end {self._lac}")
+            raise InvalidArgumentError(f"entry {entry_id} of ledger {self.ledger_id} is beyond the readable end {self._lac}")
         return await speculative_read(
             self._transport,
             self._clock,
@@ -152,7 +152,7 @@ async def speculative_read(
             f"read {metadata.ledger_id}:{entry_id} from {bookie}",
         )
         if not verified(entry, metadata.ledger_id, entry_id):
-            raise BookieUnavailable(f"bookie {bookie} returned a corrupt copy of {metadata.ledger_id}:{entry_id}")
+            raise BookieUnavailableError(f"bookie {bookie} returned a corrupt copy of {metadata.ledger_id}:{entry_id}")
         return entry
 
     running: set[asyncio.Task[Entry]] = set()
@@ -199,6 +199,6 @@ async def speculative_read(
             timer.cancel()
     if failures == 0:
         raise NoSuchEntryError(f"no bookie of the write set has {metadata.ledger_id}:{entry_id}")
-    raise BookieUnavailable(
+    raise BookieUnavailableError(
         f"could not read {metadata.ledger_id}:{entry_id}: {negatives} said no such entry, {failures} failed"
     )

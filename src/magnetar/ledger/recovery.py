@@ -32,14 +32,14 @@ import enum
 
 from magnetar import faults
 from magnetar.base.clock import Clock
-from magnetar.base.errors import BadVersion, LimitExceeded, MagnetarError
+from magnetar.base.errors import BadVersionError, LimitExceededError, MagnetarError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import LEDGER_METADATA_CAS_RETRY_COUNT_MAX, LEDGER_RECOVERY_ENTRIES_COUNT_MAX
 from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.faults import breaks
 from magnetar.ledger._deadline import keep_in_background, with_deadline
 from magnetar.ledger.config import LedgerClientConfig
-from magnetar.ledger.errors import NoSuchEntryError, RecoveryIncomplete
+from magnetar.ledger.errors import NoSuchEntryError, RecoveryIncompleteError
 from magnetar.ledger.lac import read_lac_quorum
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
 from magnetar.ledger.metadata_ops import LedgerMetadataStore, VersionedMetadata
@@ -149,9 +149,9 @@ class LedgerRecovery:
                 return current
             try:
                 return await self._store.cas(current, current.metadata.to_recovery())
-            except BadVersion:
+            except BadVersionError:
                 current = await self._store.read(self.ledger_id)
-        raise LimitExceeded(
+        raise LimitExceededError(
             "LEDGER_METADATA_CAS_RETRY_COUNT_MAX", LEDGER_METADATA_CAS_RETRY_COUNT_MAX + 1,
             LEDGER_METADATA_CAS_RETRY_COUNT_MAX,
         )
@@ -165,7 +165,7 @@ class LedgerRecovery:
             await self._write_back(meta, entry)
             self.recovered_entries.append(entry_id)
             last = entry_id
-        raise LimitExceeded("LEDGER_RECOVERY_ENTRIES_COUNT_MAX", LEDGER_RECOVERY_ENTRIES_COUNT_MAX + 1,
+        raise LimitExceededError("LEDGER_RECOVERY_ENTRIES_COUNT_MAX", LEDGER_RECOVERY_ENTRIES_COUNT_MAX + 1,
                             LEDGER_RECOVERY_ENTRIES_COUNT_MAX)
 
     def _write_set(self, meta: LedgerMetadata, entry_id: int) -> list[tuple[int, BookieId]]:
@@ -208,7 +208,7 @@ class LedgerRecovery:
             for task in remaining:
                 # Outstanding reads still fence their bookie; let them finish in the background.
                 keep_in_background(task, self._background)
-        raise RecoveryIncomplete(
+        raise RecoveryIncompleteError(
             f"ledger {meta.ledger_id}: cannot tell whether entry {entry_id} exists "
             f"({len(negatives)} negatives of {meta.write_quorum_size})"
         )
@@ -232,7 +232,7 @@ class LedgerRecovery:
         if not ack_quorum_reached(
             stored, entry.entry_id, meta.ensemble_size, meta.write_quorum_size, meta.ack_quorum_size
         ):
-            raise RecoveryIncomplete(
+            raise RecoveryIncompleteError(
                 f"ledger {meta.ledger_id}: entry {entry.entry_id} written back to only {len(stored)} bookies"
             )
 
@@ -245,9 +245,9 @@ class LedgerRecovery:
                 return meta  # a concurrent recoverer (or the writer) closed it first
             try:
                 return (await self._store.cas(current, meta.to_closed(invariant_last))).metadata
-            except BadVersion:
+            except BadVersionError:
                 current = await self._store.read(self.ledger_id)
-        raise LimitExceeded(
+        raise LimitExceededError(
             "LEDGER_METADATA_CAS_RETRY_COUNT_MAX", LEDGER_METADATA_CAS_RETRY_COUNT_MAX + 1,
             LEDGER_METADATA_CAS_RETRY_COUNT_MAX,
         )

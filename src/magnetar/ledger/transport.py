@@ -16,7 +16,7 @@ the writer's digest end to end. Contract for implementations (the real adapter o
   sure it never stored the entry.
 * ``read_last_entry`` answers the highest stored entry id and the highest LAC the bookie knows
   (``NO_ENTRY`` for none); ``fence=True`` fences first, as for ``read``.
-* Every other failure is ``BookieUnavailable``. Calls never hang forever; callers also bound
+* Every other failure is ``BookieUnavailableError``. Calls never hang forever; callers also bound
   them with their own deadlines.
 """
 

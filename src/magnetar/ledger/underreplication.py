@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from magnetar.base.errors import CorruptData, InvalidArgument, LimitExceeded
+from magnetar.base.errors import CorruptDataError, InvalidArgumentError, LimitExceededError
 from magnetar.base.limits import AUTORECOVERY_MARKERS_SCAN_COUNT_MAX, LEDGER_METADATA_CAS_RETRY_COUNT_MAX
 from magnetar.base.types import BookieId
 from magnetar.ledger.directory import MetadataBookieDirectory
 from magnetar.metadata.api import MetadataStore
-from magnetar.metadata.errors import BadVersion, NodeExists, NoNode
+from magnetar.metadata.errors import BadVersionError, NodeExistsError, NoNodeError
 from magnetar.metadata.lock import MetadataLock
 
 UNDERREPLICATED_PATH = "/ledgers/underreplicated"
@@ -44,8 +44,8 @@ class Marker:
         try:
             raw = json.loads(data)
             return cls(frozenset(BookieId.parse(b) for b in raw["lost"]), int(raw["marked_ms"]))
-        except (ValueError, KeyError, TypeError, InvalidArgument) as exc:
-            raise CorruptData(f"bad under-replication marker: {exc}") from exc
+        except (ValueError, KeyError, TypeError, InvalidArgumentError) as exc:
+            raise CorruptDataError(f"bad under-replication marker: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +77,9 @@ class UnderReplicationMarkers:
                 merged = Marker(found.marker.lost | lost, found.marker.marked_ms)
                 await self._store.put(self.path(ledger_id), merged.encode(), found.version)
                 return True
-            except (NodeExists, BadVersion, NoNode):
+            except (NodeExistsError, BadVersionError, NoNodeError):
                 continue  # a worker deleted it or another auditor changed it: read again
-        raise LimitExceeded("LEDGER_METADATA_CAS_RETRY_COUNT_MAX", LEDGER_METADATA_CAS_RETRY_COUNT_MAX + 1,
+        raise LimitExceededError("LEDGER_METADATA_CAS_RETRY_COUNT_MAX", LEDGER_METADATA_CAS_RETRY_COUNT_MAX + 1,
                             LEDGER_METADATA_CAS_RETRY_COUNT_MAX)
 
     async def get(self, ledger_id: int) -> VersionedMarker | None:
@@ -90,7 +90,7 @@ class UnderReplicationMarkers:
         """Delete the marker if still at ``version``; False if it changed or is gone."""
         try:
             await self._store.delete(self.path(ledger_id), version)
-        except (BadVersion, NoNode):
+        except (BadVersionError, NoNodeError):
             return False
         return True
 

@@ -17,30 +17,30 @@ from magnetar.managed_ledger.config import CursorRecovery, ManagedLedgerConfig, 
 from magnetar.managed_ledger.cursor import CursorState, ManagedCursor
 from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.errors import (
-    CursorNotFound,
-    InvalidCursorPosition,
-    ManagedLedgerClosed,
-    ManagedLedgerFenced,
-    ManagedLedgerTerminated,
+    CursorNotFoundError,
+    InvalidCursorPositionError,
+    ManagedLedgerClosedError,
+    ManagedLedgerFencedError,
+    ManagedLedgerTerminatedError,
 )
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
 from magnetar.managed_ledger.ranges import PositionRangeSet
 
 __all__ = [
-    "CursorNotFound",
+    "CursorNotFoundError",
     "CursorRecovery",
     "CursorState",
-    "InvalidCursorPosition",
+    "InvalidCursorPositionError",
     "MLState",
     "ManagedCursor",
     "ManagedEntry",
     "ManagedLedger",
-    "ManagedLedgerClosed",
+    "ManagedLedgerClosedError",
     "ManagedLedgerConfig",
     "ManagedLedgerFactory",
-    "ManagedLedgerFenced",
-    "ManagedLedgerTerminated",
+    "ManagedLedgerFencedError",
+    "ManagedLedgerTerminatedError",
     "OpenRecovery",
     "PositionRangeSet",
 ]

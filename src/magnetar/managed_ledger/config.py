@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import (
     MANAGED_CURSOR_LEDGER_ENTRIES_COUNT_MAX,
     MANAGED_CURSOR_RANGES_PERSIST_COUNT_MAX,
@@ -67,18 +67,18 @@ class ManagedLedgerConfig:
 
     def __post_init__(self) -> None:
         if not 1 <= self.ack_quorum_size <= self.write_quorum_size <= self.ensemble_size:
-            raise InvalidArgument("managed ledger needs 1 <= ack quorum <= write quorum <= ensemble")
+            raise InvalidArgumentError("managed ledger needs 1 <= ack quorum <= write quorum <= ensemble")
         if self.max_entries_per_ledger < 1 or self.max_size_bytes_per_ledger < 1:
-            raise InvalidArgument("max_entries_per_ledger and max_size_bytes_per_ledger must be >= 1")
+            raise InvalidArgumentError("max_entries_per_ledger and max_size_bytes_per_ledger must be >= 1")
         if not 0 <= self.rollover_time_s_min <= self.rollover_time_s_max or self.rollover_time_s_max <= 0:
-            raise InvalidArgument("need 0 <= rollover_time_s_min <= rollover_time_s_max, max > 0")
+            raise InvalidArgumentError("need 0 <= rollover_time_s_min <= rollover_time_s_max, max > 0")
         if not 1 <= self.add_queue_count_max <= MANAGED_LEDGER_ADD_QUEUE_COUNT_MAX:
-            raise InvalidArgument(f"add_queue_count_max must be 1..{MANAGED_LEDGER_ADD_QUEUE_COUNT_MAX}")
+            raise InvalidArgumentError(f"add_queue_count_max must be 1..{MANAGED_LEDGER_ADD_QUEUE_COUNT_MAX}")
         if self.cursor_flush_interval_ms < 0 or self.cursor_unpersisted_changes_max < 1:
-            raise InvalidArgument("cursor_flush_interval_ms >= 0 and cursor_unpersisted_changes_max >= 1")
+            raise InvalidArgumentError("cursor_flush_interval_ms >= 0 and cursor_unpersisted_changes_max >= 1")
         if not 0 <= self.cursor_ranges_persist_count_max <= MANAGED_CURSOR_RANGES_PERSIST_COUNT_MAX:
-            raise InvalidArgument("cursor_ranges_persist_count_max out of range")
+            raise InvalidArgumentError("cursor_ranges_persist_count_max out of range")
         if not 1 <= self.cursor_ledger_entries_max <= MANAGED_CURSOR_LEDGER_ENTRIES_COUNT_MAX:
-            raise InvalidArgument("cursor_ledger_entries_max out of range")
+            raise InvalidArgumentError("cursor_ledger_entries_max out of range")
         if self.retention_time_s < -1 or self.retention_size_bytes < -1:
-            raise InvalidArgument("retention values must be >= -1")
+            raise InvalidArgumentError("retention values must be >= -1")

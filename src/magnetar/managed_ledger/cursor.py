@@ -17,6 +17,9 @@ the snapshot: every snapshot is CAS'd after the entry it describes was written, 
 only ever CAS'd with the ledger whose entry was written just before. Then the state is flushed to a
 fresh cursor ledger and the snapshot is CAS'd, which takes the cursor node over.
 
+Context: a cursor is given a ``CursorContext`` by its managed ledger (the log it reads, the store
+and ledger manager its state persists to, the clock, the settings) and reaches for nothing else.
+
 Invariants: the mark-delete position never goes back, except by an explicit ``reset``; every
 individually deleted range lies after the mark-delete position and the first one does not start
 at the entry right after it; the persisted state is a state the cursor really had (never ahead
@@ -27,18 +30,20 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import NoReturn, Protocol
 from urllib.parse import quote, unquote
 
 from magnetar import faults
+from magnetar.base.clock import Clock
 from magnetar.base.errors import (
-    BadVersion,
+    BadVersionError,
     FencedError,
-    InvalidArgument,
-    LimitExceeded,
+    InvalidArgumentError,
+    LimitExceededError,
     MagnetarError,
-    NotFound,
+    NotFoundError,
 )
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
@@ -48,14 +53,17 @@ from magnetar.base.limits import (
 )
 from magnetar.base.types import Position
 from magnetar.ledger.handle import LedgerHandle
-from magnetar.managed_ledger.config import CursorRecovery
-from magnetar.managed_ledger.errors import InvalidCursorPosition, ManagedLedgerClosed, ManagedLedgerFenced
+from magnetar.ledger.manager import LedgerManager
+from magnetar.managed_ledger.config import CursorRecovery, ManagedLedgerConfig
+from magnetar.managed_ledger.entry import ManagedEntry
+from magnetar.managed_ledger.errors import (
+    InvalidCursorPositionError,
+    ManagedLedgerClosedError,
+    ManagedLedgerFencedError,
+)
 from magnetar.managed_ledger.ranges import PositionRangeSet
+from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.records import BatchIndexAck, CursorInfo, PositionRange, PositionRecord, decode, encode
-
-if TYPE_CHECKING:
-    from magnetar.managed_ledger.entry import ManagedEntry
-    from magnetar.managed_ledger.managed_ledger import ManagedLedger
 
 _WORD_BITS = 64
 _WORD_MASK = (1 << _WORD_BITS) - 1
@@ -64,12 +72,57 @@ _WORD_MASK = (1 << _WORD_BITS) - 1
 def cursor_node_name(name: str) -> str:
     """The metadata node name of cursor ``name`` (URL-encoded, as Pulsar's subscription names are)."""
     if not name:
-        raise InvalidArgument("cursor name must not be empty")
+        raise InvalidArgumentError("cursor name must not be empty")
     return quote(name, safe="")
 
 
 def cursor_name_from_node(node: str) -> str:
     return unquote(node)
+
+
+class CursorLog(Protocol):
+    """The log as a cursor reads it (its managed ledger's, owned or read-only)."""
+
+    @property
+    def last_confirmed_entry(self) -> Position:
+        """The last acknowledged entry."""
+        ...
+
+    def next_position(self, position: Position) -> Position:
+        """The entry after ``position`` in the log (or where the next append would land)."""
+        ...
+
+    def first_at_or_after(self, position: Position) -> Position | None:
+        """The first stored, acknowledged entry at or after ``position``; None past the end."""
+        ...
+
+    def count_entries(self, after: Position, upto: Position) -> int:
+        """Stored entries ``p`` with ``after < p <= upto``."""
+        ...
+
+    async def read_entries(self, start: Position, count_max: int) -> list[ManagedEntry]:
+        """Up to ``count_max`` acknowledged entries from ``start`` on."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CursorContext:
+    """What a cursor needs of its managed ledger, handed to it once (it reaches for nothing else).
+
+    ``ml_name``: for messages; ``ml_path``: cursor snapshots are its children; ``log``: entries and
+    positions; ``store``/``manager``: where its state persists (snapshot, cursor ledgers);
+    ``config``: the ``cursor_*`` settings and the cursor ledgers' quorum; ``forget``: a closed
+    non-durable cursor leaves its managed ledger's set.
+    """
+
+    ml_name: str
+    ml_path: str
+    log: CursorLog
+    store: MetadataStore
+    manager: LedgerManager
+    clock: Clock
+    config: ManagedLedgerConfig
+    forget: Callable[[ManagedCursor], None]
 
 
 class CursorState(enum.Enum):
@@ -103,8 +156,9 @@ def _words_to_mask(words: list[int]) -> int:
 class ManagedCursor:
     """Build through ``ManagedLedger.open_cursor`` / ``new_non_durable_cursor``."""
 
-    def __init__(self, ml: ManagedLedger, name: str, mark_delete: Position, *, durable: bool) -> None:
-        self._ml = ml
+    def __init__(self, context: CursorContext, name: str, mark_delete: Position, *, durable: bool) -> None:
+        self._ctx = context
+        self._log = context.log
         self.name = name
         self.durable = durable
         self._state = CursorState.ACTIVE
@@ -112,8 +166,8 @@ class ManagedCursor:
         self._ranges = PositionRangeSet(MANAGED_CURSOR_RANGES_COUNT_MAX)
         self._batch: dict[Position, int] = {}
         self.properties: dict[str, int] = {}
-        self._read_position = ml.next_position(mark_delete)
-        self._path = f"{ml.path}/{cursor_node_name(name)}" if durable else ""
+        self._read_position = context.log.next_position(mark_delete)
+        self._path = f"{context.ml_path}/{cursor_node_name(name)}" if durable else ""
         self._snapshot_version = -1
         self._ledger: LedgerHandle | None = None
         self._ledger_entries = 0
@@ -121,7 +175,7 @@ class ManagedCursor:
         self._changes = 0  # acks and resets ever applied
         self._persisted_changes = 0
         self._persisted_md = mark_delete
-        self._last_flush_ns = ml.clock.monotonic_ns()
+        self._last_flush_ns = context.clock.monotonic_ns()
         self._flush_lock = asyncio.Lock()
         self._dirty = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
@@ -129,30 +183,30 @@ class ManagedCursor:
     # --- construction ----------------------------------------------------------------------------
 
     @classmethod
-    async def create(cls, ml: ManagedLedger, name: str, mark_delete: Position) -> ManagedCursor:
-        cursor = cls(ml, name, mark_delete, durable=True)
+    async def create(cls, context: CursorContext, name: str, mark_delete: Position) -> ManagedCursor:
+        cursor = cls(context, name, mark_delete, durable=True)
         try:
-            cursor._snapshot_version = await ml.store.put(cursor._path, encode(cursor._record(-1)), -1)
-        except BadVersion:
-            return await cls.recover(ml, name)  # created meanwhile (or left by a previous owner)
+            cursor._snapshot_version = await context.store.put(cursor._path, encode(cursor._record(-1)), -1)
+        except BadVersionError:
+            return await cls.recover(context, name)  # created meanwhile (or left by a previous owner)
         cursor._start_flusher()
         return cursor
 
     @classmethod
-    def non_durable(cls, ml: ManagedLedger, mark_delete: Position) -> ManagedCursor:
-        return cls(ml, "", mark_delete, durable=False)
+    def non_durable(cls, context: CursorContext, mark_delete: Position) -> ManagedCursor:
+        return cls(context, "", mark_delete, durable=False)
 
     @classmethod
-    async def recover(cls, ml: ManagedLedger, name: str) -> ManagedCursor:
+    async def recover(cls, context: CursorContext, name: str) -> ManagedCursor:
         """Load cursor ``name``: snapshot, then the last entry of its cursor ledger (fenced)."""
-        path = f"{ml.path}/{cursor_node_name(name)}"
-        found = await ml.store.get(path)
+        path = f"{context.ml_path}/{cursor_node_name(name)}"
+        found = await context.store.get(path)
         if found is None:
-            raise NotFound(f"cursor {name} of {ml.name} has no snapshot")
+            raise NotFoundError(f"cursor {name} of {context.ml_name} has no snapshot")
         info = decode(CursorInfo, found.value)
-        if info.cursor_ledger_id >= 0 and ml.config.cursor_recovery is CursorRecovery.NEWEST:
-            info = await cls._newest_from_ledger(ml, info)
-        cursor = cls(ml, name, Position(info.mark_delete.ledger_id, info.mark_delete.entry_id), durable=True)
+        if info.cursor_ledger_id >= 0 and context.config.cursor_recovery is CursorRecovery.NEWEST:
+            info = await cls._newest_from_ledger(context, info)
+        cursor = cls(context, name, Position(info.mark_delete.ledger_id, info.mark_delete.entry_id), durable=True)
         cursor._snapshot_version = found.version
         cursor._stale_ledger_id = info.cursor_ledger_id
         cursor._apply(info)
@@ -163,10 +217,10 @@ class ManagedCursor:
         return cursor
 
     @staticmethod
-    async def _newest_from_ledger(ml: ManagedLedger, info: CursorInfo) -> CursorInfo:
+    async def _newest_from_ledger(context: CursorContext, info: CursorInfo) -> CursorInfo:
         try:
-            reader = await ml.manager.open_ledger(info.cursor_ledger_id)
-        except NotFound:
+            reader = await context.manager.open_ledger(info.cursor_ledger_id)
+        except NotFoundError:
             return info  # the ledger was already replaced and deleted: the snapshot is newest
         last = reader.last_add_confirmed
         if last < 0:
@@ -178,16 +232,16 @@ class ManagedCursor:
         for persisted in info.individually_deleted:
             first = Position(persisted.lower.ledger_id, persisted.lower.entry_id + 1)
             last = Position(persisted.upper.ledger_id, persisted.upper.entry_id)
-            first = max(first, self._ml.next_position(self._md))
+            first = max(first, self._log.next_position(self._md))
             if first <= last:  # else it names no entry this log still holds
-                self._ranges.add_range(first, last, self._ml.next_position)
+                self._ranges.add_range(first, last, self._log.next_position)
         for ack in info.batch_index_acks or []:
             position = Position(ack.ledger_id, ack.entry_id)
             if position > self._md:
                 self._batch[position] = _words_to_mask(ack.ack_set)
         self.properties = dict(info.properties)
         self._advance_over_ranges()
-        self._read_position = self._ml.next_position(self._md)
+        self._read_position = self._log.next_position(self._md)
 
     # --- view ------------------------------------------------------------------------------------
 
@@ -225,31 +279,31 @@ class ManagedCursor:
 
     def get_number_of_entries_in_backlog(self) -> int:
         """Entries after the mark-delete position not individually acknowledged."""
-        lce = self._ml.last_confirmed_entry
-        backlog = self._ml.count_entries(self._md, lce)
+        lce = self._log.last_confirmed_entry
+        backlog = self._log.count_entries(self._md, lce)
         for first, last in self._ranges:
-            backlog -= self._ml.count_entries(self._ml_before(first), min(last, lce))
+            backlog -= self._log.count_entries(self._before(first), min(last, lce))
         return max(0, backlog)
 
-    def _ml_before(self, position: Position) -> Position:
+    def _before(self, position: Position) -> Position:
         return Position(position.ledger_id, position.entry_id - 1)
 
     def has_more_entries(self) -> bool:
-        return self._ml.first_at_or_after(self._read_position) is not None and (
-            self._read_position <= self._ml.last_confirmed_entry
+        return self._log.first_at_or_after(self._read_position) is not None and (
+            self._read_position <= self._log.last_confirmed_entry
         )
 
     # --- acks ------------------------------------------------------------------------------------
 
     def _check_active(self) -> None:
         if self._state is CursorState.FENCED:
-            raise ManagedLedgerFenced(f"cursor {self.name} of {self._ml.name} was taken over")
+            raise ManagedLedgerFencedError(f"cursor {self.name} of {self._ctx.ml_name} was taken over")
         if self._state is CursorState.CLOSED:
-            raise ManagedLedgerClosed(f"cursor {self.name} of {self._ml.name} is closed")
+            raise ManagedLedgerClosedError(f"cursor {self.name} of {self._ctx.ml_name} is closed")
 
     def _check_in_log(self, position: Position) -> None:
-        if position > self._ml.last_confirmed_entry:
-            raise InvalidCursorPosition(f"{position} is after the last entry {self._ml.last_confirmed_entry}")
+        if position > self._log.last_confirmed_entry:
+            raise InvalidCursorPositionError(f"{position} is after the last entry {self._log.last_confirmed_entry}")
 
     async def mark_delete(self, position: Position, properties: dict[str, int] | None = None) -> None:
         """Acknowledge every entry up to ``position``. An older position changes nothing (never back)."""
@@ -272,7 +326,7 @@ class ManagedCursor:
             if position <= self._md:
                 continue
             self._batch.pop(position, None)
-            changed |= self._ranges.add(position, self._ml.next_position)
+            changed |= self._ranges.add(position, self._log.next_position)
         if changed:
             self._advance_over_ranges()
             await self._after_change()
@@ -282,19 +336,19 @@ class ManagedCursor:
         self._check_active()
         self._check_in_log(position)
         if not 1 <= batch_size <= MANAGED_CURSOR_BATCH_SIZE_MAX:
-            raise InvalidArgument(f"batch_size must be 1..{MANAGED_CURSOR_BATCH_SIZE_MAX}")
+            raise InvalidArgumentError(f"batch_size must be 1..{MANAGED_CURSOR_BATCH_SIZE_MAX}")
         if self.is_deleted(position):
             return
         mask = self._batch.get(position, 0)
         for index in indexes:
             if not 0 <= index < batch_size:
-                raise InvalidArgument(f"batch index {index} outside 0..{batch_size - 1}")
+                raise InvalidArgumentError(f"batch index {index} outside 0..{batch_size - 1}")
             mask |= 1 << index
         if mask == (1 << batch_size) - 1:
             await self.delete([position])
             return
         if position not in self._batch and len(self._batch) >= MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX", len(self._batch) + 1, MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX)
+            raise LimitExceededError("MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX", len(self._batch) + 1, MANAGED_CURSOR_BATCH_ACKS_COUNT_MAX)
         if mask != self._batch.get(position):
             self._batch[position] = mask
             await self._after_change()
@@ -308,13 +362,13 @@ class ManagedCursor:
         self._md = Position(position.ledger_id, position.entry_id - 1) if position.entry_id >= 0 else position
         self._ranges.clear()
         self._batch.clear()
-        self._read_position = self._ml.next_position(self._md)
+        self._read_position = self._log.next_position(self._md)
         await self._after_change()
 
     def _move_md(self, position: Position) -> None:
         invariant(position > self._md, "mark-delete only moves forward here")
         self._md = position
-        self._ranges.remove_up_to(position, self._ml.next_position)
+        self._ranges.remove_up_to(position, self._log.next_position)
         for acked in [p for p in self._batch if p <= position]:
             del self._batch[acked]
         self._advance_over_ranges()
@@ -322,33 +376,49 @@ class ManagedCursor:
     def _advance_over_ranges(self) -> None:
         while True:
             first = self._ranges.first()
-            if first is None or first[0] != self._ml.next_position(self._md):
+            if first is None or first[0] != self._log.next_position(self._md):
                 break
             self._md = first[1]
-            self._ranges.remove_up_to(self._md, self._ml.next_position)
+            self._ranges.remove_up_to(self._md, self._log.next_position)
         for acked in [p for p in self._batch if p <= self._md]:
             del self._batch[acked]
         if self._read_position <= self._md:
-            self._read_position = self._ml.next_position(self._md)
+            self._read_position = self._log.next_position(self._md)
 
     # --- reads -----------------------------------------------------------------------------------
 
     async def read_entries(self, count_max: int) -> list[ManagedEntry]:
         """Up to ``count_max`` entries from the read position on, skipping acknowledged ones."""
         self._check_active()
-        entries = await self._ml.read_entries(self._read_position, count_max)
+        entries = await self._log.read_entries(self._read_position, count_max)
         if entries:
-            self._read_position = self._ml.next_position(entries[-1].position)
+            self._read_position = self._log.next_position(entries[-1].position)
         return [entry for entry in entries if not self.is_deleted(entry.position)]
 
     def seek(self, read_position: Position) -> None:
         """Move the read position (redelivery); never before the entry after the mark-delete position."""
-        self._read_position = max(read_position, self._ml.next_position(self._md))
+        self._read_position = max(read_position, self._log.next_position(self._md))
+
+    def skip_to(self, first: Position) -> int:
+        """Retention removed entries this cursor had not consumed (it is before ``first``, the
+        position before the oldest kept entry): move it there, never an error loop. Returns an
+        estimate of the entries skipped (exact within one ledger; 1 per ledger gone, whose counts
+        are no longer known); 0 if it was not behind or is not active."""
+        md = self._md
+        if md >= first or self._state is not CursorState.ACTIVE:
+            return 0
+        skipped = first.entry_id - md.entry_id if first.ledger_id == md.ledger_id else 1
+        self._move_md(first)
+        self._read_position = max(self._read_position, self._log.next_position(first))
+        self._changes += 1
+        if self.durable:
+            self._dirty.set()
+        return max(skipped, 1)
 
     # --- persistence -----------------------------------------------------------------------------
 
     def _record(self, ledger_id: int) -> CursorInfo:
-        limit = self._ml.config.cursor_ranges_persist_count_max
+        limit = self._ctx.config.cursor_ranges_persist_count_max
         ranges = [
             PositionRange(
                 lower=PositionRecord(first.ledger_id, first.entry_id - 1),
@@ -365,7 +435,7 @@ class ManagedCursor:
             individually_deleted=ranges,
             batch_index_acks=batch or None,
             properties=dict(self.properties),
-            last_active_ms=self._ml.clock.now_ms(),
+            last_active_ms=self._ctx.clock.now_ms(),
         )
 
     async def _after_change(self) -> None:
@@ -375,25 +445,25 @@ class ManagedCursor:
             return
         self._dirty.set()
         unpersisted = self._changes - self._persisted_changes
-        if self._ml.config.cursor_flush_interval_ms == 0 or unpersisted >= self._ml.config.cursor_unpersisted_changes_max:
+        if self._ctx.config.cursor_flush_interval_ms == 0 or unpersisted >= self._ctx.config.cursor_unpersisted_changes_max:
             await self.flush()
 
     def _start_flusher(self) -> None:
-        if self._ml.config.cursor_flush_interval_ms > 0:
+        if self._ctx.config.cursor_flush_interval_ms > 0:
             self._flusher = asyncio.ensure_future(self._flush_periodically())
 
     async def _flush_periodically(self) -> None:
-        interval_ns = self._ml.config.cursor_flush_interval_ms * 1_000_000
+        interval_ns = self._ctx.config.cursor_flush_interval_ms * 1_000_000
         while self._state is CursorState.ACTIVE:
             await self._dirty.wait()
-            wait_ns = self._last_flush_ns + interval_ns - self._ml.clock.monotonic_ns()
+            wait_ns = self._last_flush_ns + interval_ns - self._ctx.clock.monotonic_ns()
             if wait_ns > 0:
-                await self._ml.clock.sleep(wait_ns / 1e9)
+                await self._ctx.clock.sleep(wait_ns / 1e9)
             try:
                 await self.flush()
             except MagnetarError:
                 # Fenced: the state says so. Bookies or metadata down: retry after an interval.
-                self._last_flush_ns = self._ml.clock.monotonic_ns()
+                self._last_flush_ns = self._ctx.clock.monotonic_ns()
 
     async def flush(self) -> None:
         """Persist the current state now (no-op if nothing changed since the last flush)."""
@@ -405,13 +475,13 @@ class ManagedCursor:
                 return
             changes = self._changes
             md = self._md
-            if self._ledger is None or self._ledger_entries >= self._ml.config.cursor_ledger_entries_max:
+            if self._ledger is None or self._ledger_entries >= self._ctx.config.cursor_ledger_entries_max:
                 await self._switch_ledger(self._record(-1))
             else:
                 await self._append_and_snapshot(self._ledger, self._record(self._ledger.ledger_id))
             self._persisted_changes = changes
             self._persisted_md = md
-            self._last_flush_ns = self._ml.clock.monotonic_ns()
+            self._last_flush_ns = self._ctx.clock.monotonic_ns()
             if self._changes == self._persisted_changes:
                 self._dirty.clear()
 
@@ -428,8 +498,8 @@ class ManagedCursor:
         await self._cas_snapshot(record)
 
     async def _switch_ledger(self, record: CursorInfo) -> None:
-        config = self._ml.config
-        ledger = await self._ml.manager.create_ledger(config.ensemble_size, config.write_quorum_size, config.ack_quorum_size)
+        config = self._ctx.config
+        ledger = await self._ctx.manager.create_ledger(config.ensemble_size, config.write_quorum_size, config.ack_quorum_size)
         record = CursorInfo(
             cursor_ledger_id=ledger.ledger_id,
             mark_delete=record.mark_delete,
@@ -442,7 +512,7 @@ class ManagedCursor:
             await ledger.add_entry(encode(record))
             await faults.point("managed_ledger.cursor.mid_flush")
             await self._cas_snapshot(record)
-        except ManagedLedgerFenced:
+        except ManagedLedgerFencedError:
             await self._delete_quietly(ledger.ledger_id)
             raise
         old, self._ledger, self._ledger_entries = self._ledger, ledger, 1
@@ -461,20 +531,20 @@ class ManagedCursor:
 
     async def _delete_quietly(self, ledger_id: int) -> None:
         try:
-            await self._ml.manager.delete_ledger(ledger_id)
+            await self._ctx.manager.delete_ledger(ledger_id)
         except MagnetarError:
             return  # an orphan cursor ledger only wastes space
 
     async def _cas_snapshot(self, record: CursorInfo) -> None:
         try:
-            self._snapshot_version = await self._ml.store.put(self._path, encode(record), self._snapshot_version)
-        except BadVersion as exc:
+            self._snapshot_version = await self._ctx.store.put(self._path, encode(record), self._snapshot_version)
+        except BadVersionError as exc:
             self._fence(exc)
 
     def _fence(self, cause: MagnetarError) -> NoReturn:
         if self._state is CursorState.ACTIVE:
             self._move(CursorState.FENCED)
-        raise ManagedLedgerFenced(f"cursor {self.name} of {self._ml.name} was taken over: {cause}") from cause
+        raise ManagedLedgerFencedError(f"cursor {self.name} of {self._ctx.ml_name} was taken over: {cause}") from cause
 
     def on_ledger_fenced(self) -> None:
         if self._state is CursorState.ACTIVE:
@@ -502,7 +572,7 @@ class ManagedCursor:
             except MagnetarError:
                 pass  # the next owner fences and recovers it
         if not self.durable:
-            self._ml.forget_non_durable_cursor(self)
+            self._ctx.forget(self)
 
     def _stop(self) -> None:
         if self._state is not CursorState.CLOSED:
@@ -519,8 +589,8 @@ class ManagedCursor:
         if self._stale_ledger_id >= 0:
             await self._delete_quietly(self._stale_ledger_id)
         try:
-            await self._ml.store.delete(self._path)
-        except NotFound:
+            await self._ctx.store.delete(self._path)
+        except NotFoundError:
             return
 
     def __repr__(self) -> str:

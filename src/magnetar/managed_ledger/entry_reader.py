@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
-from magnetar.base.errors import MagnetarError, NotFound
+from magnetar.base.errors import MagnetarError, NotFoundError
 from magnetar.base.limits import (
     MANAGED_LEDGER_CACHE_BYTES_MAX,
     MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX,
@@ -146,5 +146,5 @@ class EntryReader:
                 await writer.send_explicit_lac()
                 await reader.read_lac()
         if reader.last_add_confirmed < last:
-            raise NotFound(f"entry {ledger_id}:{last} is not readable yet (LAC {reader.last_add_confirmed})")
+            raise NotFoundError(f"entry {ledger_id}:{last} is not readable yet (LAC {reader.last_add_confirmed})")
         return reader

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import InvalidArgument, NotFound
+from magnetar.base.errors import InvalidArgumentError, NotFoundError
 from magnetar.base.types import TopicName
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger.config import ManagedLedgerConfig
@@ -52,7 +52,7 @@ class ManagedLedgerFactory:
 
     def path_of(self, name: str) -> str:
         if not name or name.startswith("/") or name.count("/") != 3:
-            raise InvalidArgument(f"managed ledger name must be tenant/ns/domain/topic, got {name!r}")
+            raise InvalidArgumentError(f"managed ledger name must be tenant/ns/domain/topic, got {name!r}")
         return validate_node_path(f"{self._root}/{name}")
 
     async def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
@@ -87,7 +87,7 @@ class ManagedLedgerFactory:
         """Delete managed ledger ``name``: every ledger, every cursor, its metadata."""
         path = self.path_of(name)
         if not await self._store.exists(path):
-            raise NotFound(f"managed ledger {name} does not exist")
+            raise NotFoundError(f"managed ledger {name} does not exist")
         ml = self.get_if_open(name)
         if ml is None or ml.state is MLState.CLOSED:
             ml = await self.open(name)

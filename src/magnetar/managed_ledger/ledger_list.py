@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 
-from magnetar.base.errors import InvalidArgument, LimitExceeded
+from magnetar.base.errors import InvalidArgumentError, LimitExceededError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import MANAGED_LEDGER_LEDGERS_COUNT_MAX
 from magnetar.base.types import Position
@@ -32,7 +32,7 @@ class LedgerList:
         ids = [info.ledger_id for info in infos]
         invariant(ids == sorted(set(ids)), f"ledger ids must strictly grow: {ids}")
         if len(ids) > MANAGED_LEDGER_LEDGERS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_LEDGER_LEDGERS_COUNT_MAX", len(ids), MANAGED_LEDGER_LEDGERS_COUNT_MAX)
+            raise LimitExceededError("MANAGED_LEDGER_LEDGERS_COUNT_MAX", len(ids), MANAGED_LEDGER_LEDGERS_COUNT_MAX)
         self.infos = infos
         self.ids = ids
 
@@ -125,7 +125,7 @@ class LedgerList:
     def position_after_n(self, start: Position, n: int, end: Position) -> Position:
         """The entry ``n`` entries after ``start`` (start excluded), clamped to ``end``."""
         if n < 0:
-            raise InvalidArgument(f"n must be >= 0, got {n}")
+            raise InvalidArgumentError(f"n must be >= 0, got {n}")
         position = start
         remaining = n
         while remaining > 0:

@@ -5,34 +5,27 @@ Protocol (Pulsar's ``ManagedLedgerImpl``, ``shared/seeds/002_*``):
 * **Open**: read ``ManagedLedgerInfo`` at ``{root}/{name}``; recover (fence + close) the last two
   listed ledgers, which the previous owner may still be writing (a crash between the rollover CAS
   and the close of the old ledger leaves two open); create a new ledger and CAS the list. A lost
-  CAS means another owner took the topic: the open fails with ``ManagedLedgerFenced``.
-* **Append**: ``append`` (the one append operation; ``add_entry`` is ``wait_for_room`` + it)
-  queues the payload in a bounded queue (``add_queue_count_max``: callers wait for room first);
-  the adds are started on the current ledger in queue order (a pump task only to wait for a
-  rollover or for room on the ledger)
-  and callers are told strictly in position order, only after the ledger acknowledged the entry
-  (Qa bookies durable). A ``FencedError`` from the ledger or a ``BadVersion`` on the info means
-  another owner took over: the state becomes FENCED and every queued and later append fails.
-* **A failed add** (the ledger gave up on it for any reason other than fencing: a bookie died or
-  hung and none can replace it) is not told to its caller yet: its outcome is undecided, since
-  the entry may be on the bookies. Every add started after it on that ledger failed too (the
-  ledger completes adds in entry order). Once they have all come back, the ledger is closed
-  through *recovery* (fence + read forward), which decides the truth: an undecided add whose entry
-  id is at or below the recovered end is stored there and succeeds at that position; the others
-  are not stored and are written again, in their order and ahead of every add queued meanwhile,
-  to the next ledger (Pulsar's ``ManagedLedgerImpl`` resubmits pending adds to a new ledger the
-  same way). So callers never see a failure for an entry that is in the log, and the entries of
-  the log are in call order: an add is stored only after every earlier one is.
+  CAS means another owner took the topic: the open fails with ``ManagedLedgerFencedError``.
+* **Append** (``append``, the one append operation; ``add_entry`` is ``wait_for_room`` + it): the
+  ``AppendPipeline`` (``managed_ledger/append.py``) queues, starts adds on the current ledger and
+  tells callers strictly in position order once the ledger acknowledged them (Qa bookies durable).
+  A ``FencedError`` from the ledger or a ``BadVersionError`` on the info means another owner took over:
+  the state becomes FENCED and every queued and later append fails.
+* **A failed add** (a bookie died or hung and none can replace it) is *undecided*: the pipeline
+  asks for a rollover, which recovers the failed ledger (fence + read forward) and hands the
+  recovered end to ``AppendPipeline.settle_undecided``: adds at or below it are stored there, the
+  others are written again to the next ledger ahead of every add queued meanwhile (Pulsar's
+  ``ManagedLedgerImpl`` resubmits pending adds to a new ledger the same way).
 * **If that cannot be done** (recovery or the new ledger fails, or an add was written
   ``MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX`` times), the undecided adds and every add queued behind
   them fail, in order, and the managed ledger *refuses every later add* until its owner calls
   ``settle_failed_writes`` (Pulsar's topic fences itself and calls ``readyToCreateNewLedger``):
   that recovers the failed ledger and starts a new one, so entries that did land are in the log
   before the owner rebuilds what it derives from the log (deduplication) and writes again.
-* **Rollover** when the current ledger reached ``max_entries_per_ledger`` or
-  ``max_size_bytes_per_ledger`` and is at least ``rollover_time_s_min`` old, or holds entries and
-  is ``rollover_time_s_max`` old: stop starting adds, let in-flight ones finish, create the new
-  ledger, CAS the list (old one with its final count), then close the old ledger.
+* **Rollover** when the pipeline asks (``AppendPipeline.needs_rollover``: the current ledger is
+  full and old enough, too old, failed, or a rollover was requested): stop starting adds, let
+  in-flight ones finish, create the new ledger, CAS the list (old one with its final count), then
+  close the old ledger.
 * **Trim**: ledgers wholly at or before the slowest durable cursor's mark-delete position are
   deleted once retention allows (expired by ``retention_time_s`` or the log is over
   ``retention_size_bytes``); the list is CAS'd first, then the ledgers are deleted (and their
@@ -41,56 +34,49 @@ Protocol (Pulsar's ``ManagedLedgerImpl``, ``shared/seeds/002_*``):
   object store; each listed ledger records its ``OffloadContext``. Reads of an offloaded ledger
   go to the bookies while their copy exists, else (or when the bookies fail) to the object store.
 
+Cursors get a ``CursorContext`` (``cursor_context``): what they read of the log, the store and
+ledger manager their state persists to, the clock and the settings; never this object itself.
+
 Invariants: ledger ids in the list strictly grow; acknowledged positions strictly grow; state
-changes only along ``TRANSITIONS``; time comes only from the injected ``Clock``.
+changes only along ``TRANSITIONS`` (``managed_ledger/state.py``); time comes only from the
+injected ``Clock``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
-import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.errors import (
-    BadVersion,
+    BadVersionError,
     FencedError,
-    InvalidArgument,
-    LimitExceeded,
+    InvalidArgumentError,
+    LimitExceededError,
     MagnetarError,
-    NotFound,
+    NotFoundError,
 )
 from magnetar.base.invariant import invariant
-from magnetar.base.limits import (
-    MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX,
-    MANAGED_LEDGER_CURSORS_COUNT_MAX,
-    MANAGED_LEDGER_READ_COUNT_MAX,
-)
+from magnetar.base.limits import MANAGED_LEDGER_CURSORS_COUNT_MAX, MANAGED_LEDGER_READ_COUNT_MAX
 from magnetar.base.types import Position
 from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.manager import LedgerManager
+from magnetar.managed_ledger.append import AppendPipeline
 from magnetar.managed_ledger.config import ManagedLedgerConfig, OpenRecovery
+from magnetar.managed_ledger.cursor import CursorContext, ManagedCursor, cursor_name_from_node
 from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.entry_reader import CacheBudget, EntryReader
-from magnetar.managed_ledger.errors import (
-    ManagedLedgerClosed,
-    ManagedLedgerFenced,
-    ManagedLedgerTerminated,
-    ManagedLedgerWriteFailed,
-)
+from magnetar.managed_ledger.errors import ManagedLedgerClosedError, ManagedLedgerFencedError
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.offload import LedgerLocation, LedgerOffloader, ManagedLedgerOffload, offloaded
 from magnetar.managed_ledger.read_only_cursors import delete_read_only_cursors, read_only_mark_deletes
 from magnetar.managed_ledger.retention import trimmable_ledgers
+from magnetar.managed_ledger.state import TRANSITIONS, WRITABLE, MLState, MLStateMachine
 from magnetar.metadata.api import MetadataStore
-from magnetar.metadata.errors import NodeExists
+from magnetar.metadata.errors import NodeExistsError
 from magnetar.metadata.records import (
     LedgerInfo,
     ManagedLedgerInfo,
@@ -100,70 +86,12 @@ from magnetar.metadata.records import (
     encode,
 )
 
-if TYPE_CHECKING:
-    from magnetar.managed_ledger.cursor import ManagedCursor
-
-log = logging.getLogger(__name__)
-
+__all__ = ["TRANSITIONS", "MLState", "ManagedLedger"]
 
 def _with_offload(info: LedgerInfo, context: OffloadContext) -> LedgerInfo:
     return LedgerInfo(info.ledger_id, info.entries_count, info.size_bytes, info.timestamp_ms, context)
 
 
-class MLState(enum.Enum):
-    INITIALIZING = "initializing"
-    LEDGER_OPENED = "ledger_opened"  # appends go to the current ledger
-    CLOSING_LEDGER = "closing_ledger"  # rollover: waiting for in-flight adds of the old ledger
-    CREATING_LEDGER = "creating_ledger"  # rollover: new ledger being created and listed
-    FENCED = "fenced"  # another owner took over; no more appends
-    TERMINATED = "terminated"  # no more appends by request; reads go on
-    CLOSED = "closed"
-
-
-TRANSITIONS: dict[MLState, frozenset[MLState]] = {
-    MLState.INITIALIZING: frozenset({MLState.LEDGER_OPENED, MLState.TERMINATED, MLState.FENCED, MLState.CLOSED}),
-    MLState.LEDGER_OPENED: frozenset(
-        {MLState.CLOSING_LEDGER, MLState.FENCED, MLState.TERMINATED, MLState.CLOSED}
-    ),
-    # Back to LEDGER_OPENED when a rollover failed for a reason other than fencing (retried later).
-    MLState.CLOSING_LEDGER: frozenset(
-        {MLState.CREATING_LEDGER, MLState.LEDGER_OPENED, MLState.FENCED, MLState.CLOSED}
-    ),
-    MLState.CREATING_LEDGER: frozenset({MLState.LEDGER_OPENED, MLState.FENCED, MLState.CLOSED}),
-    MLState.FENCED: frozenset({MLState.CLOSED}),
-    MLState.TERMINATED: frozenset({MLState.FENCED, MLState.CLOSED}),  # a new owner took it over
-    MLState.CLOSED: frozenset(),
-}
-
-_WRITABLE = (MLState.LEDGER_OPENED, MLState.CLOSING_LEDGER, MLState.CREATING_LEDGER)
-
-
-@dataclass(eq=False, slots=True)
-class _OpAdd:
-    """One append: queued, then in flight on a ledger, then told to its caller in order."""
-
-    data: bytes
-    future: asyncio.Future[Position]
-    position: Position | None = None
-    error: MagnetarError | None = None
-    finished: bool = False
-    entry_id: int = -1  # its entry id in the ledger it was last started on
-    attempts: int = 0  # ledgers it was started on
-
-
-@dataclass(slots=True)
-class _Current:
-    """The ledger appends go to, and what was started and acknowledged on it."""
-
-    handle: LedgerHandle
-    created_ns: int
-    created_ms: int
-    started_count: int = 0
-    started_bytes: int = 0
-    failed: bool = False  # the handle failed for a reason other than fencing: roll over
-    inflight: deque[_OpAdd] = field(default_factory=deque)
-    #: Adds that failed on this (failed) ledger, in entry-id order: recovery decides their outcome.
-    undecided: deque[_OpAdd] = field(default_factory=deque)
 
 
 class ManagedLedger:
@@ -187,32 +115,24 @@ class ManagedLedger:
         self._store = store
         self._clock = clock
         self.config = config
-        self._state = MLState.INITIALIZING
-        self._failure: MagnetarError | None = None
+        self._states = MLStateMachine(name)
         self._list = LedgerList()
         self._info_version = -1
         self._info_lock = asyncio.Lock()
         self._terminated_at: Position | None = None
-        self._current: _Current | None = None
-        self._lce = Position(-1, -1)
-        self._queue: deque[_OpAdd] = deque()
-        self._admission: deque[asyncio.Future[None]] = deque()
-        self._pump_task: asyncio.Task[None] | None = None
-        #: Set when adds failed to their callers after a write failure: later adds are refused
-        #: until ``settle_failed_writes`` (their order behind the failed ones could not be kept).
-        self._write_failure: MagnetarError | None = None
-        self._rollover_requested = False
-        self._drained = asyncio.Event()
-        self._drained.set()
-        self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
         self._entries = EntryReader(manager, cache_budget)
         self._entries.offloaded_reader = self._read_offloaded if offloader is not None else None
+        self._appends = AppendPipeline(name, config=config, clock=clock, states=self._states, ledgers=self._list,
+                                       cache=self._entries, host=self)
         self.offload = ManagedLedgerOffload(self, offloader)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cursors: dict[str, ManagedCursor] = {}
         #: Mark-delete positions of read-only brokers' cursors, as the last trim read them.
         self.read_only_holds: list[Position] = []
         self._non_durable: set[ManagedCursor] = set()
+        #: What this managed ledger's cursors are given (they never reach into it).
+        self.cursor_context = CursorContext(name, path, log=self, store=store, manager=manager, clock=clock,
+                                            config=config, forget=self.forget_non_durable_cursor)
 
     # --- open ------------------------------------------------------------------------------------
 
@@ -246,7 +166,8 @@ class ManagedLedger:
         empty = [info_.ledger_id for info_ in ledgers[-2:] if info_.entries_count == 0]
         ledgers = [info_ for info_ in ledgers if info_.ledger_id not in empty]
         self._list.set(ledgers)
-        self._lce = self._list.last_stored_position() or Position(-1, -1)
+        appends = self._appends
+        appends.last_confirmed = self._list.last_stored_position() or Position(-1, -1)
         if info.terminated_position is not None:
             self._terminated_at = Position(info.terminated_position.ledger_id, info.terminated_position.entry_id)
             await self._cas_info(ledgers)
@@ -256,14 +177,14 @@ class ManagedLedger:
             now_ms = self._clock.now_ms()
             try:
                 await self._cas_info([*ledgers, LedgerInfo(handle.ledger_id, 0, 0, now_ms)])
-            except ManagedLedgerFenced:
+            except ManagedLedgerFencedError:
                 await self._delete_quietly(handle.ledger_id)
                 raise
-            self._install(handle)
-            if self._lce == Position(-1, -1):
-                self._lce = Position(handle.ledger_id, -1)
+            appends.install(handle)
+            if appends.last_confirmed == Position(-1, -1):
+                appends.last_confirmed = Position(handle.ledger_id, -1)
             self._move(MLState.LEDGER_OPENED)
-            self._spawn(self._time_rollover_loop())
+            self._spawn(appends.roll_by_age())
         for ledger_id in empty:
             await self._delete_quietly(ledger_id)
         await self._load_cursors()
@@ -276,10 +197,10 @@ class ManagedLedger:
             info = ManagedLedgerInfo(ledgers=[])
             try:
                 return info, await self._store.put(self.path, encode(info), -1)
-            except NodeExists:
+            except NodeExistsError:
                 found = await self._store.get(self.path)
                 if found is None:
-                    raise ManagedLedgerFenced(f"{self.name}: info created and deleted under us") from None
+                    raise ManagedLedgerFencedError(f"{self.name}: info created and deleted under us") from None
         return decode(ManagedLedgerInfo, found.value), found.version
 
     async def _recover_ledger(self, info: LedgerInfo) -> LedgerInfo:
@@ -293,67 +214,37 @@ class ManagedLedger:
         return LedgerInfo(info.ledger_id, last + 1, info.size_bytes, info.timestamp_ms or self._clock.now_ms())
 
     async def _load_cursors(self) -> None:
-        from magnetar.managed_ledger.cursor import ManagedCursor, cursor_name_from_node
-
         for node in await self._store.children(self.path):
             name = cursor_name_from_node(node)
-            self.cursors[name] = await ManagedCursor.recover(self, name)
+            self.cursors[name] = await ManagedCursor.recover(self.cursor_context, name)
 
     # --- state -----------------------------------------------------------------------------------
 
     @property
     def state(self) -> MLState:
-        return self._state
+        return self._states.state
 
     def _move(self, new: MLState) -> None:
-        invariant(new in TRANSITIONS[self._state], f"managed ledger {self.name}: {self._state} -> {new}")
-        self._state = new
+        self._states.move(new)
 
     def _check_writable(self) -> None:
-        if self._state in _WRITABLE:
-            if self._write_failure is not None:
-                raise ManagedLedgerWriteFailed(
-                    f"managed ledger {self.name}: earlier adds failed ({self._write_failure}); "
-                    "no add is accepted until the failure is settled")
-            return
-        if self._state is MLState.FENCED:
-            raise ManagedLedgerFenced(f"managed ledger {self.name} is fenced: {self._failure}")
-        if self._state is MLState.TERMINATED:
-            raise ManagedLedgerTerminated(f"managed ledger {self.name} is terminated")
-        raise ManagedLedgerClosed(f"managed ledger {self.name} is {self._state.value}")
+        self._appends.check_writable()
 
-    def _become_fenced(self, cause: MagnetarError) -> None:
-        if self._state in (MLState.FENCED, MLState.CLOSED):
+    def become_fenced(self, cause: MagnetarError) -> None:
+        """Another owner took over (``cause``): fail every queued add, fence the cursors."""
+        if self._states.state in (MLState.FENCED, MLState.CLOSED):
             return
-        self._failure = cause
+        self._states.fenced_by = cause
         self._move(MLState.FENCED)
-        error = ManagedLedgerFenced(f"managed ledger {self.name} was taken over: {cause}")
-        self._fail_queued(error, write_failure=False)
+        error = ManagedLedgerFencedError(f"managed ledger {self.name} was taken over: {cause}")
+        self._appends.fail_queued(error, write_failure=False)
         for cursor in list(self.cursors.values()):
             cursor.on_ledger_fenced()
-
-    def _fail_queued(self, error: MagnetarError, *, write_failure: bool = True) -> None:
-        """Fail the undecided adds, then every queued one (their order). ``write_failure``: later
-        adds are refused until ``settle_failed_writes``."""
-        current = self._current
-        undecided = list(current.undecided) if current is not None else []
-        if current is not None:
-            current.undecided.clear()
-        failed = 0
-        for op in [*undecided, *self._queue]:
-            if not op.future.done():
-                op.future.set_exception(error)
-                op.future.exception()  # retrieved: a caller that gave up must not log noise
-                failed += 1
-        self._queue.clear()
-        if failed and write_failure and self._write_failure is None:
-            self._write_failure = error
-        self._wake_admission(all_waiters=True)
 
     # --- ledger list ------------------------------------------------------------------------------
 
     async def _cas_info(self, ledgers: list[LedgerInfo]) -> None:
-        """Replace the stored list (CAS on the version we hold); BadVersion: we were taken over."""
+        """Replace the stored list (CAS on the version we hold); BadVersionError: we were taken over."""
         terminated = self._terminated_at
         info = ManagedLedgerInfo(
             ledgers=ledgers,
@@ -361,9 +252,9 @@ class ManagedLedger:
         )
         try:
             self._info_version = await self._store.put(self.path, encode(info), self._info_version)
-        except BadVersion as exc:
-            self._become_fenced(exc)
-            raise ManagedLedgerFenced(f"managed ledger {self.name}: info changed by another owner") from exc
+        except BadVersionError as exc:
+            self.become_fenced(exc)
+            raise ManagedLedgerFencedError(f"managed ledger {self.name}: info changed by another owner") from exc
         self._list.set(ledgers)
 
     # --- positions -------------------------------------------------------------------------------
@@ -376,7 +267,7 @@ class ManagedLedger:
     @property
     def last_confirmed_entry(self) -> Position:
         """The last acknowledged entry; ``(ledger, -1)`` before the first entry of an empty log."""
-        return self._lce
+        return self._appends.last_confirmed
 
     @property
     def current_ledger_id(self) -> int:
@@ -394,7 +285,7 @@ class ManagedLedger:
     def first_position(self) -> Position:
         """The position just before the oldest stored entry (where an 'earliest' cursor starts)."""
         if not self._list.ids:
-            return self._lce
+            return self._appends.last_confirmed
         return Position(self._list.ids[0], -1)
 
     def first_at_or_after(self, position: Position) -> Position | None:
@@ -435,236 +326,44 @@ class ManagedLedger:
         if retention_time_s != self.config.retention_time_s or retention_size_bytes != self.config.retention_size_bytes:
             self.config = dataclasses.replace(
                 self.config, retention_time_s=retention_time_s, retention_size_bytes=retention_size_bytes)
+            self._appends.config = self.config
 
     def position_after_n(self, start: Position, n: int) -> Position:
         """The entry ``n`` entries after ``start`` (start excluded), clamped to the last one."""
-        return self._list.position_after_n(start, n, self._lce)
+        return self._list.position_after_n(start, n, self._appends.last_confirmed)
 
-    # --- append ----------------------------------------------------------------------------------
+    # --- append (``AppendPipeline``) -------------------------------------------------------------
 
     async def add_entry(self, data: bytes) -> Position:
         """``wait_for_room`` then ``append``: returns the position once the ledger acknowledged it."""
-        self._check_writable()
-        await self.wait_for_room()
-        return await asyncio.shield(self.append(data))
+        appends = self._appends
+        appends.check_writable()
+        await appends.wait_for_room()
+        return await asyncio.shield(appends.append(data))
 
     def append(self, data: bytes) -> asyncio.Future[Position]:
         """The one append operation: queue ``data`` and return a future of its position, set once
         the ledger acknowledged it (Qa durable); positions grow strictly in call order. Do not
-        cancel it. Raises at once ``ManagedLedgerFenced`` once another owner took over,
-        ``ManagedLedgerTerminated``/``ManagedLedgerClosed``/``ManagedLedgerWriteFailed``, and
-        ``LimitExceeded`` when ``add_queue_count_max`` appends are queued or in flight (call
+        cancel it. Raises at once ``ManagedLedgerFencedError`` once another owner took over,
+        ``ManagedLedgerTerminatedError``/``ManagedLedgerClosedError``/``ManagedLedgerWriteFailedError``, and
+        ``LimitExceededError`` when ``add_queue_count_max`` appends are queued or in flight (call
         ``wait_for_room`` first). The future fails with the ledger error that failed the add (its
         outcome is then undecided: it may appear in the log after recovery).
         """
-        if self._state not in _WRITABLE or self._write_failure is not None:
-            self._check_writable()
-        pending = self.pending_add_count
-        if pending >= self.config.add_queue_count_max:
-            raise LimitExceeded("add_queue_count_max", pending + 1, self.config.add_queue_count_max)
-        op = _OpAdd(bytes(data), asyncio.get_running_loop().create_future())
-        self._queue.append(op)
-        self._kick_pump()
-        return op.future
+        return self._appends.append(data)
 
     @property
     def pending_add_count(self) -> int:
-        current = self._current
-        started = len(current.inflight) + len(current.undecided) if current is not None else 0
-        return len(self._queue) + started
+        return self._appends.pending_add_count
 
     def has_room(self) -> bool:
         """Whether ``append`` can take an append now (no one waits for room before us)."""
-        if self._admission:
-            return False
-        current = self._current
-        started = len(current.inflight) + len(current.undecided) if current is not None else 0
-        return len(self._queue) + started < self.config.add_queue_count_max
+        return self._appends.has_room()
 
     async def wait_for_room(self) -> None:
         """Backpressure: return once ``append`` can take an append (first in, first out), or the
         managed ledger stopped accepting appends (``append`` then raises)."""
-        if self.has_room():
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._admission.append(waiter)
-        try:
-            while True:
-                await waiter
-                if (self.pending_add_count < self.config.add_queue_count_max or self._state not in _WRITABLE
-                        or self._write_failure is not None):
-                    return
-                # Woken, but the room went to an earlier waiter: wait again in the same place.
-                fresh: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                self._admission[self._admission.index(waiter)] = fresh
-                waiter = fresh
-        finally:
-            # Waiters leave the line only here: while one is in it, ``has_room`` is False, so no
-            # caller that did not wait takes the room a woken waiter is about to use.
-            if waiter in self._admission:
-                self._admission.remove(waiter)
-
-    def _wake_admission(self, *, all_waiters: bool = False) -> None:
-        """Wake as many waiters (from the head of the line) as there is room for, or all."""
-        room = len(self._admission) if all_waiters else self.config.add_queue_count_max - self.pending_add_count
-        for waiter in self._admission:
-            if room <= 0:
-                return
-            if not waiter.done():
-                waiter.set_result(None)
-            room -= 1
-
-    def _kick_pump(self) -> None:
-        if self._pump_task is not None and not self._pump_task.done():
-            return  # the running pump takes what was queued
-        # What needs no rollover and finds room on the ledger starts here and now; a pump task
-        # only to wait (a rollover, or room on the ledger).
-        while (self._queue and self._state is MLState.LEDGER_OPENED and not self._needs_rollover()
-               and self._current is not None and self._current.handle.has_room()):
-            self._start_add(self._queue.popleft())
-        if self._has_work() and self._state is MLState.LEDGER_OPENED:
-            self._pump_task = self._spawn(self._pump())
-
-    def _has_work(self) -> bool:
-        current = self._current
-        return bool(self._queue or self._rollover_requested or (current is not None and current.failed))
-
-    async def _pump(self) -> None:
-        while self._has_work() and self._state is MLState.LEDGER_OPENED:
-            if self._needs_rollover():
-                try:
-                    await self._rollover()
-                except MagnetarError as exc:
-                    self._rollover_requested = False
-                    if self.state is not MLState.FENCED:
-                        self._fail_queued(exc)
-                    return
-                continue
-            if not self._queue:
-                break
-            current = self._current
-            if current is not None and not current.handle.has_room():
-                await current.handle.wait_for_room()  # backpressure from the ledger
-                continue
-            self._start_add(self._queue.popleft())
-
-    def _needs_rollover(self) -> bool:
-        current = self._current
-        invariant(current is not None, "an opened managed ledger has a current ledger")
-        assert current is not None
-        if current.failed:
-            return True
-        age_s = (self._clock.monotonic_ns() - current.created_ns) / 1e9
-        if current.started_count > 0 and age_s >= self.config.rollover_time_s_max:
-            return True
-        if self._rollover_requested:
-            if current.started_count > 0:
-                return True
-            self._rollover_requested = False
-        full = (
-            current.started_count >= self.config.max_entries_per_ledger
-            or current.started_bytes >= self.config.max_size_bytes_per_ledger
-        )
-        return full and age_s >= self.config.rollover_time_s_min
-
-    def _start_add(self, op: _OpAdd) -> None:
-        current = self._current
-        assert current is not None
-        expected_entry_id = current.started_count
-        current.started_count += 1
-        current.started_bytes += len(op.data)
-        op.position, op.error, op.finished = None, None, False
-        op.entry_id = expected_entry_id
-        op.attempts += 1
-        current.inflight.append(op)
-        self._drained.clear()
-        try:
-            added = current.handle.append(op.data)
-        except MagnetarError as exc:  # the handle failed or closed under us: as an add that failed
-            self._finish_add(current, op, expected_entry_id, None, exc)
-            return
-        added.add_done_callback(partial(self._added, current, op, expected_entry_id))
-
-    def _added(self, current: _Current, op: _OpAdd, expected_entry_id: int, added: asyncio.Future[int]) -> None:
-        if added.cancelled():
-            return  # the handle was torn down under it
-        error = added.exception()
-        if error is not None and not isinstance(error, MagnetarError):
-            return  # not a ledger outcome (a crash unwinding): nothing to tell
-        self._finish_add(current, op, expected_entry_id, added.result() if error is None else None, error)
-
-    def _finish_add(self, current: _Current, op: _OpAdd, expected_entry_id: int, entry_id: int | None,
-                    error: BaseException | None) -> None:
-        if isinstance(error, FencedError):
-            op.error = ManagedLedgerFenced(f"managed ledger {self.name}: ledger {current.handle.ledger_id} fenced")
-            self._become_fenced(error)
-        elif isinstance(error, MagnetarError):
-            op.error = error
-            current.failed = True
-        else:
-            if entry_id != expected_entry_id:  # the message is formatted only when it fails
-                invariant(False, f"entry id {entry_id}, expected {expected_entry_id}")
-            assert entry_id is not None
-            op.position = Position(current.handle.ledger_id, entry_id)
-        op.finished = True
-        self._deliver_in_order(current)
-
-    def _deliver_in_order(self, current: _Current) -> None:
-        # Callers learn outcomes in position order even if completions interleave.
-        while current.inflight and current.inflight[0].finished:
-            op = current.inflight.popleft()
-            if op.position is not None:
-                invariant(not current.undecided, "no add of a ledger completes after one that failed")
-                self._complete(op)
-            elif current.failed and self._state in _WRITABLE:
-                current.undecided.append(op)  # the ledger's recovery decides (``_rollover``)
-            elif not op.future.done():
-                invariant(op.error is not None, "a finished add has a position or an error")
-                assert op.error is not None
-                op.future.set_exception(op.error)
-                op.future.exception()
-        if not current.inflight:
-            self._drained.set()
-        self._wake_admission()
-        self._notify_entry_waiters()
-        if current.failed and not current.inflight and current is self._current:
-            self._kick_pump()
-
-    def _complete(self, op: _OpAdd) -> None:
-        """``op`` is stored at ``op.position`` in the current (last listed) ledger: tell its caller."""
-        assert op.position is not None
-        if not op.position > self._lce:  # the message is formatted only when it fails
-            invariant(False, f"position {op.position} not after {self._lce}")
-        self._lce = op.position
-        self._list.live_count += 1
-        self._list.live_bytes += len(op.data)
-        self._entries.remember(op.position, op.data)
-        if not op.future.done():
-            op.future.set_result(op.position)
-
-    def _settle_undecided(self, old: _Current, last: int) -> None:
-        """The failed ledger ``old`` was recovered and closed at ``last``: its undecided adds with
-        an entry id up to ``last`` are stored there (each wrote its own entry: one writer, ids in
-        start order); the rest are not stored and go back to the head of the queue, in order."""
-        undecided = list(old.undecided)
-        old.undecided.clear()
-        invariant(last < old.started_count, f"recovered end {last} beyond the {old.started_count} adds started")
-        resend: list[_OpAdd] = []
-        for op in undecided:
-            if op.entry_id <= last:
-                invariant(not resend, "stored undecided adds come before the unstored ones")
-                op.position = Position(old.handle.ledger_id, op.entry_id)
-                self._complete(op)
-            else:
-                resend.append(op)
-        self._queue.extendleft(reversed(resend))
-        self._notify_entry_waiters()
-        log.info("%s: ledger %d failed; recovery closed it at entry %d: %d failed adds are stored there, "
-                 "%d are written again to the next ledger", self.name, old.handle.ledger_id, last,
-                 len(undecided) - len(resend), len(resend))
-        if resend and resend[0].attempts >= MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX", resend[0].attempts + 1,
-                                MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX)
+        await self._appends.wait_for_room()
 
     async def settle_failed_writes(self) -> None:
         """Make the log whole after a write failure, then accept adds again.
@@ -675,23 +374,7 @@ class ManagedLedger:
         so the owner can rebuild what it derives from the log (deduplication) before writing.
         Raises (and keeps refusing adds) if the ledger cannot be recovered or replaced yet.
         """
-        for _ in range(2):
-            if self._state not in _WRITABLE:
-                break
-            current = self._current
-            if current is None or not current.failed:
-                break
-            self._kick_pump()
-            pump = self._pump_task
-            if pump is not None and not pump.done():
-                await asyncio.wait([pump])
-        if self._state not in _WRITABLE:
-            self._check_writable()
-        current = self._current
-        if current is not None and current.failed:
-            raise ManagedLedgerWriteFailed(f"managed ledger {self.name}: ledger {current.handle.ledger_id} "
-                                           "failed and could not be recovered and replaced yet")
-        self._write_failure = None
+        await self._appends.settle_failed_writes()
 
     # --- rollover --------------------------------------------------------------------------------
 
@@ -699,27 +382,25 @@ class ManagedLedger:
         config = self.config
         return await self._manager.create_ledger(config.ensemble_size, config.write_quorum_size, config.ack_quorum_size)
 
-    def _install(self, handle: LedgerHandle) -> None:
-        self._current = _Current(handle, self._clock.monotonic_ns(), self._clock.now_ms())
-        self._list.set_live(handle.ledger_id)
-
-    async def _rollover(self) -> None:
-        old = self._current
+    async def roll_over(self) -> None:
+        """Replace the current ledger (the pipeline asks: ``AppendHost.roll_over``)."""
+        appends = self._appends
+        old = appends.current
         assert old is not None
         self._move(MLState.CLOSING_LEDGER)
-        await self._drained.wait()
-        if self._state is not MLState.CLOSING_LEDGER:
+        await appends.wait_drained()
+        if self._states.state is not MLState.CLOSING_LEDGER:
             return  # fenced while draining
         try:
             if old.failed:
                 last = (await self._manager.recover_ledger(old.handle.ledger_id)).last_entry_id
-                self._settle_undecided(old, last)
+                appends.settle_undecided(old, last)
             else:
                 last = old.handle.last_add_confirmed
             self._move(MLState.CREATING_LEDGER)
             handle = await self._create_ledger()
         except MagnetarError:
-            if self._state in (MLState.CLOSING_LEDGER, MLState.CREATING_LEDGER):
+            if self._states.state in (MLState.CLOSING_LEDGER, MLState.CREATING_LEDGER):
                 self._move(MLState.LEDGER_OPENED)
             raise
         await faults.point("managed_ledger.rollover.after_create")
@@ -729,14 +410,14 @@ class ManagedLedger:
             invariant(self._list.ids[-1] == old.handle.ledger_id, "the current ledger is listed last")
             try:
                 await self._cas_info([*self._list.infos[:-1], closed, LedgerInfo(handle.ledger_id, 0, 0, now_ms)])
-            except ManagedLedgerFenced:
+            except ManagedLedgerFencedError:
                 await self._delete_quietly(handle.ledger_id)
                 raise
         await faults.point("managed_ledger.rollover.after_cas")
         if last >= 0:
-            self._lce = max(self._lce, Position(old.handle.ledger_id, last))
-        self._install(handle)
-        self._rollover_requested = False
+            appends.last_confirmed = max(appends.last_confirmed, Position(old.handle.ledger_id, last))
+        appends.install(handle)
+        appends.rollover_requested = False
         self._move(MLState.LEDGER_OPENED)
         if not old.failed:
             await self._close_old(old.handle)
@@ -748,8 +429,8 @@ class ManagedLedger:
         try:
             await handle.close()
         except FencedError as exc:
-            self._become_fenced(exc)
-            raise ManagedLedgerFenced(f"{self.name}: ledger {handle.ledger_id} fenced at close") from exc
+            self.become_fenced(exc)
+            raise ManagedLedgerFencedError(f"{self.name}: ledger {handle.ledger_id} fenced at close") from exc
         except MagnetarError:
             # The list already holds its final count; recovery closes it at the same end.
             try:
@@ -757,52 +438,38 @@ class ManagedLedger:
             except MagnetarError:
                 return  # still OPEN: readers fall back to LAC reads; the next owner recovers it
 
-    async def _time_rollover_loop(self) -> None:
-        # Idle ledgers still roll over by age (a busy one is checked on each append).
-        max_s = self.config.rollover_time_s_max
-        while self._state in _WRITABLE:
-            current = self._current
-            assert current is not None
-            due_ns = current.created_ns + int(max_s * 1e9)
-            wait_ns = due_ns - self._clock.monotonic_ns()
-            if wait_ns > 0:
-                await self._clock.sleep(wait_ns / 1e9)
-                continue
-            if self._state is MLState.LEDGER_OPENED and current is self._current and current.started_count > 0:
-                self._rollover_requested = True
-                self._kick_pump()
-            await self._clock.sleep(max_s)
-
     async def request_rollover(self) -> None:
         """Roll the current ledger over now if it holds entries (tests, admin 'unload')."""
-        self._check_writable()
-        current = self._current
+        appends = self._appends
+        appends.check_writable()
+        current = appends.current
         if current is None or current.started_count == 0:
             return
-        self._rollover_requested = True
-        self._kick_pump()
-        pump = self._pump_task
-        if pump is not None and not pump.done():
-            await asyncio.wait([pump])
-        self._check_writable()
+        appends.rollover_requested = True
+        appends.kick()
+        await appends.wait_pump()
+        appends.check_writable()
 
     # --- reads -----------------------------------------------------------------------------------
 
     async def read_entries(self, start: Position, count_max: int) -> list[ManagedEntry]:
         """Up to ``count_max`` acknowledged entries from ``start`` on (across ledgers, in order)."""
         if not 1 <= count_max <= MANAGED_LEDGER_READ_COUNT_MAX:
-            raise InvalidArgument(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
-        if self._state is MLState.CLOSED:
-            raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
+            raise InvalidArgumentError(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
+        if self._states.state is MLState.CLOSED:
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
         result: list[ManagedEntry] = []
         position = self.first_at_or_after(start)
-        while position is not None and position <= self._lce and len(result) < count_max:
+        appends = self._appends
+        while position is not None and position <= appends.last_confirmed and len(result) < count_max:
+            lce = appends.last_confirmed
             last = self._list.last_in_ledger(position.ledger_id)
-            if position.ledger_id == self._lce.ledger_id:
-                last = min(last, self._lce.entry_id)
+            if position.ledger_id == lce.ledger_id:
+                last = min(last, lce.entry_id)
             last = min(last, position.entry_id + count_max - len(result) - 1)
+            current = appends.current
             result.extend(await self._entries.read(
-                    position.ledger_id, position.entry_id, last, self._current.handle if self._current else None,
+                    position.ledger_id, position.entry_id, last, current.handle if current else None,
                     self._list.info_of(position.ledger_id).offload,
                 ))
             position = self.first_at_or_after(Position(position.ledger_id, last + 1))
@@ -820,28 +487,12 @@ class ManagedLedger:
     async def read_entry(self, position: Position) -> ManagedEntry:
         entries = await self.read_entries(position, 1)
         if not entries or entries[0].position != position:
-            raise NotFound(f"no entry at {position} in {self.name}")
+            raise NotFoundError(f"no entry at {position} in {self.name}")
         return entries[0]
 
     async def wait_for_entries_after(self, position: Position) -> None:
         """Return once an entry after ``position`` is acknowledged (or the ledger stops)."""
-        while self._lce <= position and self._state in _WRITABLE:
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._entry_waiters.append((position, waiter))
-            try:
-                await waiter
-            finally:
-                if (position, waiter) in self._entry_waiters:
-                    self._entry_waiters.remove((position, waiter))
-
-    def _notify_entry_waiters(self) -> None:
-        still: list[tuple[Position, asyncio.Future[None]]] = []
-        for position, waiter in self._entry_waiters:
-            if (self._lce > position or self._state not in _WRITABLE) and not waiter.done():
-                waiter.set_result(None)
-            elif not waiter.done():
-                still.append((position, waiter))
-        self._entry_waiters = still
+        await self._appends.wait_for_entries_after(position)
 
     async def find_newest_matching(
         self, predicate: Callable[[ManagedEntry], Awaitable[bool] | bool], *, start: Position | None = None
@@ -853,7 +504,7 @@ class ManagedLedger:
         """
         before = start if start is not None else self.first_position
         low = self.count_entries(Position(-1, -1), before)
-        high = low + self.count_entries(before, self._lce)
+        high = low + self.count_entries(before, self.last_confirmed_entry)
         found: Position | None = None
         origin = Position(-1, -1)
         while low < high:
@@ -874,27 +525,23 @@ class ManagedLedger:
 
     async def open_cursor(self, name: str, *, initial_position: Position | None = None) -> ManagedCursor:
         """The durable cursor ``name`` (created at ``initial_position``, default latest, if new)."""
-        from magnetar.managed_ledger.cursor import ManagedCursor
-
-        if self._state is MLState.CLOSED:
-            raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
+        if self._states.state is MLState.CLOSED:
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
         found = self.cursors.get(name)
         if found is not None:
             return found
         if len(self.cursors) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self.cursors) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
-        start = self._lce if initial_position is None else initial_position
-        cursor = await ManagedCursor.create(self, name, start)
+            raise LimitExceededError("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self.cursors) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
+        start = self._appends.last_confirmed if initial_position is None else initial_position
+        cursor = await ManagedCursor.create(self.cursor_context, name, start)
         self.cursors[name] = cursor
         return cursor
 
     def new_non_durable_cursor(self, start: Position | None = None) -> ManagedCursor:
         """An in-memory cursor (readers): same API, nothing persisted, does not hold back trimming."""
-        from magnetar.managed_ledger.cursor import ManagedCursor
-
-        cursor = ManagedCursor.non_durable(self, self._lce if start is None else start)
+        cursor = ManagedCursor.non_durable(self.cursor_context, self._appends.last_confirmed if start is None else start)
         if len(self._non_durable) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
-            raise LimitExceeded("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self._non_durable) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
+            raise LimitExceededError("MANAGED_LEDGER_CURSORS_COUNT_MAX", len(self._non_durable) + 1, MANAGED_LEDGER_CURSORS_COUNT_MAX)
         self._non_durable.add(cursor)
         return cursor
 
@@ -908,13 +555,13 @@ class ManagedLedger:
 
     def slowest_mark_delete(self) -> Position:
         durable = [cursor.mark_delete_position for cursor in self.cursors.values()]
-        return min(durable) if durable else self._lce
+        return min(durable) if durable else self._appends.last_confirmed
 
     # --- trimming --------------------------------------------------------------------------------
 
     async def trim_consumed_ledgers(self) -> list[int]:
         """Delete ledgers every durable cursor consumed, as retention allows; returns their ids."""
-        if self._state not in (*_WRITABLE, MLState.TERMINATED):
+        if self._states.state not in (*WRITABLE, MLState.TERMINATED):
             return []
         # Subscriptions served by read-only brokers hold back trimming like our own cursors.
         holds = await read_only_mark_deletes(self._store, self.name)
@@ -926,7 +573,7 @@ class ManagedLedger:
             kept = [info for info in self._list.infos if info.ledger_id not in doomed]
             try:
                 await self._cas_info(kept)
-            except ManagedLedgerFenced:
+            except ManagedLedgerFencedError:
                 return []
         for ledger_id in doomed:
             self._entries.forget_ledger(ledger_id)
@@ -969,7 +616,7 @@ class ManagedLedger:
 
     async def record_offload(self, ledger_id: int, context: OffloadContext) -> bool:
         """Record ``context`` on ``ledger_id``'s entry of the list (CAS); False if it is no
-        longer listed (trimmed). ``ManagedLedgerFenced`` if another owner took over."""
+        longer listed (trimmed). ``ManagedLedgerFencedError`` if another owner took over."""
         async with self._info_lock:
             if self._list.find(ledger_id) is None:
                 return False
@@ -986,7 +633,7 @@ class ManagedLedger:
         self._entries.forget_ledger(ledger_id)
         try:
             await self._manager.delete_ledger(ledger_id)
-        except NotFound:
+        except NotFoundError:
             return
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -998,28 +645,25 @@ class ManagedLedger:
     async def terminate(self) -> Position:
         """No more appends: wait for in-flight ones, close the ledger, record the last position.
         Terminating again returns the same position (Pulsar does the same)."""
-        if self._state is MLState.TERMINATED and self._terminated_at is not None:
+        if self._states.state is MLState.TERMINATED and self._terminated_at is not None:
             return self._terminated_at
-        self._check_writable()
-        while self._state is not MLState.LEDGER_OPENED or self._queue:
-            pump = self._pump_task
-            if pump is None or pump.done():
-                break
-            await asyncio.wait([pump])
-        self._check_writable()
-        await self._drained.wait()
-        current = self._current
+        appends = self._appends
+        appends.check_writable()
+        await appends.finish_queued()
+        appends.check_writable()
+        await appends.wait_drained()
+        current = appends.current
         assert current is not None
         self._move(MLState.TERMINATED)
-        self._terminated_at = self._lce
+        self._terminated_at = appends.last_confirmed
         await current.handle.close()
         async with self._info_lock:
             self._list.infos[-1] = LedgerInfo(
                 current.handle.ledger_id, current.handle.last_add_confirmed + 1, self._list.live_bytes, self._clock.now_ms()
             )
             await self._cas_info(list(self._list.infos))
-        self._notify_entry_waiters()
-        return self._lce
+        appends.notify_entry_waiters()
+        return appends.last_confirmed
 
     @property
     def is_terminated(self) -> bool:
@@ -1027,24 +671,24 @@ class ManagedLedger:
 
     async def close(self) -> None:
         """Finish in-flight appends, persist cursors, close the current ledger. Idempotent."""
-        if self._state is MLState.CLOSED:
+        if self._states.state is MLState.CLOSED:
             return
-        pump = self._pump_task
-        if pump is not None and not pump.done() and self._state in _WRITABLE:
-            await asyncio.wait([pump])
-        await self._drained.wait()
+        appends = self._appends
+        if self._states.state in WRITABLE:
+            await appends.wait_pump()
+        await appends.wait_drained()
         for cursor in list(self.cursors.values()):
             await cursor.close()
-        current = self._current
-        if self._state is MLState.LEDGER_OPENED and current is not None and not current.failed:
+        current = appends.current
+        if self._states.state is MLState.LEDGER_OPENED and current is not None and not current.failed:
             try:
                 await current.handle.close()
             except MagnetarError:
                 pass  # fenced or failed: the next owner's recovery decides the end
-        self._fail_queued(ManagedLedgerClosed(f"managed ledger {self.name} closed"), write_failure=False)
+        appends.fail_queued(ManagedLedgerClosedError(f"managed ledger {self.name} closed"), write_failure=False)
         self._move(MLState.CLOSED)
         self._entries.clear()
-        self._notify_entry_waiters()
+        appends.notify_entry_waiters()
         self._cancel_tasks()
 
     async def delete(self) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterator
 
-from magnetar.base.errors import LimitExceeded
+from magnetar.base.errors import LimitExceededError
 from magnetar.base.invariant import invariant
 from magnetar.base.types import Position
 
@@ -70,7 +70,7 @@ class PositionRangeSet:
             self._firsts[i + 1] = first
         else:
             if len(self._firsts) >= self._count_max:
-                raise LimitExceeded("MANAGED_CURSOR_RANGES_COUNT_MAX", len(self._firsts) + 1, self._count_max)
+                raise LimitExceededError("MANAGED_CURSOR_RANGES_COUNT_MAX", len(self._firsts) + 1, self._count_max)
             self._firsts.insert(i + 1, first)
             self._lasts.insert(i + 1, last)
 

@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import BadVersion, InvalidArgument, MagnetarError, NotFound
+from magnetar.base.errors import BadVersionError, InvalidArgumentError, MagnetarError, NotFoundError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
     MANAGED_LEDGER_CACHE_BYTES_MAX,
@@ -50,14 +50,14 @@ from magnetar.base.types import Position
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.reader import LedgerReader
 from magnetar.managed_ledger.config import ManagedLedgerConfig
-from magnetar.managed_ledger.cursor import CursorState, ManagedCursor
+from magnetar.managed_ledger.cursor import CursorContext, CursorState, ManagedCursor
 from magnetar.managed_ledger.entry import ManagedEntry
-from magnetar.managed_ledger.errors import ManagedLedgerClosed, ManagedLedgerFenced
+from magnetar.managed_ledger.errors import ManagedLedgerClosedError, ManagedLedgerFencedError
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
 from magnetar.managed_ledger.read_only_cursors import read_only_cursor_path, read_only_lock_path
 from magnetar.metadata.api import EventKind, MetadataStore, Watch, WatchEvent
-from magnetar.metadata.errors import NodeExists
+from magnetar.metadata.errors import NodeExistsError
 from magnetar.metadata.records import CursorInfo, LedgerInfo, ManagedLedgerInfo, decode, encode
 
 log = logging.getLogger(__name__)
@@ -102,16 +102,7 @@ def skip_to(cursor: ManagedCursor, first: Position) -> int:
     """Retention removed entries ``cursor`` had not consumed (it is before ``first``, the position
     before the oldest kept entry): move it there, never an error loop. Returns an estimate of the
     entries skipped (exact within one ledger; 1 per ledger gone, whose counts are no longer known)."""
-    md = cursor.mark_delete_position
-    if md >= first or cursor.state is not CursorState.ACTIVE:
-        return 0
-    skipped = first.entry_id - md.entry_id if first.ledger_id == md.ledger_id else 1
-    cursor._move_md(first)
-    cursor._read_position = max(cursor.read_position, cursor._ml.next_position(first))
-    cursor._changes += 1
-    if cursor.durable:
-        cursor._dirty.set()
-    return max(skipped, 1)
+    return cursor.skip_to(first)
 
 
 class ReadOnlyState(enum.Enum):
@@ -157,6 +148,8 @@ class ReadOnlyManagedLedger:
         self.feed_positions = 0  # positions the owner reported
         self.owner_cursor_names: frozenset[str] = frozenset()  # node names of the owner's cursors
         self._terminated_at: Position | None = None
+        self.cursor_context = CursorContext(name, path, log=self, store=store, manager=manager, clock=clock,
+                                            config=config, forget=self.forget_non_durable_cursor)
 
     # --- open, follow ----------------------------------------------------------------------------
 
@@ -164,7 +157,7 @@ class ReadOnlyManagedLedger:
     async def open(cls, topic: str, name: str, path: str, *, manager: LedgerManager, store: MetadataStore,
                    clock: Clock, config: ManagedLedgerConfig, feed: PositionFeed | None,
                    holder: str) -> ReadOnlyManagedLedger:
-        """Open ``name`` read-only; ``NotFound`` when the owner never created it."""
+        """Open ``name`` read-only; ``NotFoundError`` when the owner never created it."""
         ml = cls(topic, name, path, manager=manager, store=store, clock=clock, config=config, feed=feed,
                  holder=holder)
         ml._watch = await store.watch(path, ml._on_watch)
@@ -206,7 +199,7 @@ class ReadOnlyManagedLedger:
                 if self._list.ids:  # deleted by the owner: stop serving
                     self._spawn(self.close())
                     return
-                raise NotFound(f"managed ledger {self.name} does not exist")
+                raise NotFoundError(f"managed ledger {self.name} does not exist")
             info = decode(ManagedLedgerInfo, found.value)
             if info.terminated_position is not None:
                 self._terminated_at = Position(info.terminated_position.ledger_id,
@@ -416,9 +409,9 @@ class ReadOnlyManagedLedger:
         """Up to ``count_max`` acknowledged entries from ``start`` on (across ledgers, in order);
         ledgers retention removed are skipped."""
         if not 1 <= count_max <= MANAGED_LEDGER_READ_COUNT_MAX:
-            raise InvalidArgument(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
+            raise InvalidArgumentError(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
         if self._state is ReadOnlyState.CLOSED:
-            raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
         result: list[ManagedEntry] = []
         position = self.first_at_or_after(start)
         while position is not None and position <= self._lce and len(result) < count_max:
@@ -428,7 +421,7 @@ class ReadOnlyManagedLedger:
             last = min(last, position.entry_id + count_max - len(result) - 1)
             try:
                 result.extend(await self._read_range(position.ledger_id, position.entry_id, last))
-            except NotFound:
+            except NotFoundError:
                 if result:
                     return result  # the rest after a re-read of the list
                 await self.refresh()  # trimmed under us: the list no longer names it
@@ -440,7 +433,7 @@ class ReadOnlyManagedLedger:
     async def read_entry(self, position: Position) -> ManagedEntry:
         entries = await self.read_entries(position, 1)
         if not entries or entries[0].position != position:
-            raise NotFound(f"no entry at {position} in {self.name}")
+            raise NotFoundError(f"no entry at {position} in {self.name}")
         return entries[0]
 
     async def _read_range(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
@@ -476,7 +469,7 @@ class ReadOnlyManagedLedger:
             for position, future in mine.items():
                 del self._inflight[position]
                 if not future.done():
-                    future.set_exception(NotFound(f"read of {position} failed: {error}"))
+                    future.set_exception(NotFoundError(f"read of {position} failed: {error}"))
                     future.exception()  # retrieved: a waiter that gave up must not log it
             raise
         for entry in out:
@@ -493,8 +486,8 @@ class ReadOnlyManagedLedger:
         reader.learn_lac(readable)
         try:
             entries = await reader.read_entries(first, last)
-        except InvalidArgument as error:
-            raise NotFound(str(error)) from error
+        except InvalidArgumentError as error:
+            raise NotFoundError(str(error)) from error
         except MagnetarError:
             # The owner may have replaced a bookie (ensemble change) since we read the ledger's
             # metadata: read it again and ask the new ensemble once.
@@ -541,9 +534,9 @@ class ReadOnlyManagedLedger:
     async def open_cursor(self, name: str, *, initial_position: Position | None = None) -> ReadOnlyCursor:
         """The read-only durable cursor ``name``: its stored record, else new at ``initial_position``.
 
-        Served by one broker at a time: ``ManagedLedgerFenced`` names the broker serving it."""
+        Served by one broker at a time: ``ManagedLedgerFencedError`` names the broker serving it."""
         if self._state is ReadOnlyState.CLOSED:
-            raise ManagedLedgerClosed(f"managed ledger {self.name} is closed")
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
         found = self.cursors.get(name)
         if found is not None:
             return found
@@ -554,13 +547,13 @@ class ReadOnlyManagedLedger:
             if found is not None:
                 return found
         if len(self.cursors) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
-            raise InvalidArgument(f"more than {MANAGED_LEDGER_CURSORS_COUNT_MAX} cursors")
+            raise InvalidArgumentError(f"more than {MANAGED_LEDGER_CURSORS_COUNT_MAX} cursors")
         cursor = await ReadOnlyCursor.open(self, name, self._lce if initial_position is None else initial_position)
         self.cursors[name] = cursor
         return cursor
 
     def new_non_durable_cursor(self, start: Position | None = None) -> ManagedCursor:
-        cursor = ManagedCursor.non_durable(self, self._lce if start is None else start)  # type: ignore[arg-type]
+        cursor = ManagedCursor.non_durable(self.cursor_context, self._lce if start is None else start)
         self._non_durable.add(cursor)
         return cursor
 
@@ -624,7 +617,7 @@ class ReadOnlyManagedLedger:
 
     # What a ManagedLedger's owner does and a reader never may: loud if anything asks.
     def append(self, data: bytes) -> asyncio.Future[Position]:
-        raise ManagedLedgerFenced(f"managed ledger {self.name} is opened read-only")
+        raise ManagedLedgerFencedError(f"managed ledger {self.name} is opened read-only")
 
     def has_room(self) -> bool:
         return True  # ``append`` refuses at once rather than making a caller wait
@@ -649,7 +642,7 @@ class ReadOnlyCursor(ManagedCursor):
     """
 
     def __init__(self, ml: ReadOnlyManagedLedger, name: str, mark_delete: Position) -> None:
-        super().__init__(ml, name, mark_delete, durable=True)  # type: ignore[arg-type]
+        super().__init__(ml.cursor_context, name, mark_delete, durable=True)
         self._path = read_only_cursor_path(ml.name, name)
         self._lock_path = read_only_lock_path(ml.name, name)
         self._locked = False
@@ -659,10 +652,10 @@ class ReadOnlyCursor(ManagedCursor):
         lock_path = read_only_lock_path(ml.name, name)
         try:
             await ml.store.create(lock_path, json.dumps({"broker": ml.holder}).encode(), ephemeral=True)
-        except NodeExists:
+        except NodeExistsError:
             holder = await ml.store.get(lock_path)
             who = json.loads(holder.value).get("broker", "?") if holder is not None else "another broker"
-            raise ManagedLedgerFenced(
+            raise ManagedLedgerFencedError(
                 f"subscription {name} of {ml.topic} is being served by read-only broker {who}") from None
         try:
             path = read_only_cursor_path(ml.name, name)
@@ -671,7 +664,7 @@ class ReadOnlyCursor(ManagedCursor):
                 cursor = cls(ml, name, initial)
                 try:
                     cursor._snapshot_version = await ml.store.put(path, encode(cursor._record(-1)), -1)
-                except BadVersion:
+                except BadVersionError:
                     found = await ml.store.get(path)
             if found is not None:
                 info = decode(CursorInfo, found.value)
@@ -697,7 +690,7 @@ class ReadOnlyCursor(ManagedCursor):
             await self._cas_snapshot(self._record(-1))
             self._persisted_changes = changes
             self._persisted_md = md
-            self._last_flush_ns = self._ml.clock.monotonic_ns()
+            self._last_flush_ns = self._ctx.clock.monotonic_ns()
             if self._changes == self._persisted_changes:
                 self._dirty.clear()
 
@@ -717,12 +710,12 @@ class ReadOnlyCursor(ManagedCursor):
 
     async def delete_persisted(self) -> None:
         self._stop()
-        with contextlib.suppress(NotFound):
-            await self._ml.store.delete(self._path)
+        with contextlib.suppress(NotFoundError):
+            await self._ctx.store.delete(self._path)
         await self._unlock()
 
     async def _unlock(self) -> None:
         if self._locked:
             self._locked = False
             with contextlib.suppress(MagnetarError):
-                await self._ml.store.delete(self._lock_path)
+                await self._ctx.store.delete(self._lock_path)

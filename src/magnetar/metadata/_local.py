@@ -18,11 +18,11 @@ Two views of the tree, so that readers never see a change that could still be lo
 
 When a plan's persist completes, it and every plan staged before it are durable (the store's
 write order), so all of them are applied, in order, before its caller resumes. A mutation whose
-check fails against the latest tree (``BadVersion``, ``NodeExists``, ``NotEmpty`` ...) while
+check fails against the latest tree (``BadVersionError``, ``NodeExistsError``, ``NodeNotEmptyError`` ...) while
 plans are in flight first waits for them to be durable and visible, then checks again: a caller
 is never refused because of a change that readers cannot see yet (that would not be
 linearizable). If a persist fails, the outcome of that plan and of those staged after it is
-unknown: the server stops accepting mutations (``MetadataUnavailable``; reopen the store),
+unknown: the server stops accepting mutations (``MetadataUnavailableError``; reopen the store),
 reads keep serving the visible, durable tree. Without a persist hook (the memory store) a plan
 is applied as it is staged.
 
@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import BadVersion, LimitExceeded
+from magnetar.base.errors import BadVersionError, LimitExceededError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import METADATA_WATCHES_PER_SESSION_MAX
 from magnetar.metadata.api import (
@@ -54,11 +54,11 @@ from magnetar.metadata.api import (
     WatchEvent,
 )
 from magnetar.metadata.errors import (
-    MetadataUnavailable,
-    NoChildrenForEphemerals,
-    NodeExists,
-    NoNode,
-    NotEmpty,
+    MetadataUnavailableError,
+    NoChildrenForEphemeralsError,
+    NodeExistsError,
+    NodeNotEmptyError,
+    NoNodeError,
 )
 from magnetar.metadata.paths import (
     ROOT,
@@ -86,7 +86,7 @@ Plan = list[tuple[str, Node | None]]
 #: once it (and every plan queued before it) is durable.
 PersistHook = Callable[[Plan], Awaitable[None]]
 _T = TypeVar("_T")
-_STATE_ERRORS = (BadVersion, NotEmpty, NoChildrenForEphemerals)
+_STATE_ERRORS = (BadVersionError, NodeNotEmptyError, NoChildrenForEphemeralsError)
 
 
 @dataclass(slots=True)
@@ -236,7 +236,7 @@ class LocalServer:
             assert parent is not None
             created = f"{path}{parent.cversion:010d}" if sequential else path
             if self._current(overlay, created) is not None:
-                raise NodeExists(f"metadata node exists: {created}")
+                raise NodeExistsError(f"metadata node exists: {created}")
             self._plan_child(plan, overlay, created, Node(value, 0, 0, now, now, owner))
             return plan, created
 
@@ -246,9 +246,9 @@ class LocalServer:
         def planner() -> tuple[Plan, int]:
             node = self._latest(path)
             if node is None:
-                raise NoNode(f"metadata node does not exist: {path}")
+                raise NoNodeError(f"metadata node does not exist: {path}")
             if node.version != expected_version:
-                raise BadVersion(f"{path}: version is {node.version}, expected {expected_version}")
+                raise BadVersionError(f"{path}: version is {node.version}, expected {expected_version}")
             new = replace(node, value=value, version=node.version + 1, mtime_ms=self._clock.now_ms())
             return [(path, new)], new.version
 
@@ -279,7 +279,7 @@ class LocalServer:
 
     def _check_writable(self) -> None:
         if self._failure is not None:
-            raise MetadataUnavailable(f"metadata store stopped after a failed durable write: {self._failure!r}")
+            raise MetadataUnavailableError(f"metadata store stopped after a failed durable write: {self._failure!r}")
 
     # --- planning ------------------------------------------------------------------------
     def _current(self, overlay: dict[str, Node | None], path: str) -> Node | None:
@@ -309,7 +309,7 @@ class LocalServer:
         invariant(parent is not None, f"parent of {path} exists")
         assert parent is not None
         if parent.ephemeral_owner:
-            raise NoChildrenForEphemerals(f"{parent_path} is ephemeral and cannot have children")
+            raise NoChildrenForEphemeralsError(f"{parent_path} is ephemeral and cannot have children")
         bumped = replace(parent, cversion=parent.cversion + 1)
         overlay[parent_path] = bumped
         overlay[path] = node
@@ -321,11 +321,11 @@ class LocalServer:
     ) -> None:
         node = self._current(overlay, path)
         if node is None:
-            raise NoNode(f"metadata node does not exist: {path}")
+            raise NoNodeError(f"metadata node does not exist: {path}")
         if expected_version is not None and node.version != expected_version:
-            raise BadVersion(f"{path}: version is {node.version}, expected {expected_version}")
+            raise BadVersionError(f"{path}: version is {node.version}, expected {expected_version}")
         if self._has_children(path):
-            raise NotEmpty(f"metadata node has children: {path}")
+            raise NodeNotEmptyError(f"metadata node has children: {path}")
         parent_path = parent_of(path)
         parent = self._current(overlay, parent_path)
         assert parent is not None
@@ -502,7 +502,7 @@ class LocalClient(MetadataStore):
         path = validate_path(path)
         self.session.check_alive()
         if len(self._watches) >= METADATA_WATCHES_PER_SESSION_MAX:
-            raise LimitExceeded("METADATA_WATCHES_PER_SESSION_MAX", len(self._watches) + 1, METADATA_WATCHES_PER_SESSION_MAX)
+            raise LimitExceededError("METADATA_WATCHES_PER_SESSION_MAX", len(self._watches) + 1, METADATA_WATCHES_PER_SESSION_MAX)
         watch = _LocalWatch(self, path, callback)
         self._watches.add(watch)
         self.server.add_watch(watch)

@@ -7,14 +7,14 @@ sessions. Contracts every implementation (memory, embedded, ZooKeeper) keeps, pr
 conformance suite in ``tests/metadata``:
 
 * Paths are ZooKeeper-style absolute paths (``magnetar.metadata.paths``); bad paths raise
-  ``InvalidArgument``, oversized paths/values ``LimitExceeded`` (``METADATA_PATH_BYTES_MAX``,
+  ``InvalidArgumentError``, oversized paths/values ``LimitExceededError`` (``METADATA_PATH_BYTES_MAX``,
   ``METADATA_VALUE_BYTES_MAX``).
 * Versions: a node is created with version 0; each successful ``put`` adds 1.
-  ``put(path, value, -1)`` creates (``NodeExists`` if present); ``put(path, value, v)`` with
-  ``v >= 0`` is a compare-and-set (``BadVersion`` on conflict, ``NoNode`` if absent).
+  ``put(path, value, -1)`` creates (``NodeExistsError`` if present); ``put(path, value, v)`` with
+  ``v >= 0`` is a compare-and-set (``BadVersionError`` on conflict, ``NoNodeError`` if absent).
 * Parents are created implicitly, empty and persistent, by every create (as Pulsar's store does);
   they stay after their children are deleted. ``delete`` of a node with children raises
-  ``NotEmpty``. Ephemeral nodes cannot have children (``NoChildrenForEphemerals``).
+  ``NodeNotEmptyError``. Ephemeral nodes cannot have children (``NoChildrenForEphemeralsError``).
 * ``children`` of a missing node is ``[]``; names are sorted.
 * Sequential nodes get ``path`` + a 10-digit counter (the parent's child-change count), so they
   sort in creation order under one parent.
@@ -26,7 +26,7 @@ conformance suite in ``tests/metadata``:
 * Session: ``CONNECTED`` -> ``SUSPENDED`` (connection lost, may come back) -> ``CONNECTED``, or
   -> ``EXPIRED`` / ``CLOSED`` (terminal). On expiry the store has removed the session's ephemeral
   nodes; listeners are told so owners learn they lost them (and their locks); every later call
-  raises ``SessionExpired`` (after ``close()``: ``SessionClosed``).
+  raises ``SessionExpiredError`` (after ``close()``: ``SessionClosedError``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from magnetar.base.invariant import invariant
-from magnetar.metadata.errors import SessionClosed, SessionExpired
+from magnetar.metadata.errors import SessionClosedError, SessionExpiredError
 
 __all__ = [
     "EventKind",
@@ -129,11 +129,11 @@ class Session:
         return True
 
     def check_alive(self) -> None:
-        """Raise ``SessionExpired``/``SessionClosed`` unless the session can serve calls."""
+        """Raise ``SessionExpiredError``/``SessionClosedError`` unless the session can serve calls."""
         if self._state is SessionState.EXPIRED:
-            raise SessionExpired(f"metadata session {self.session_id:#x} expired")
+            raise SessionExpiredError(f"metadata session {self.session_id:#x} expired")
         if self._state is SessionState.CLOSED:
-            raise SessionClosed(f"metadata session {self.session_id:#x} closed")
+            raise SessionClosedError(f"metadata session {self.session_id:#x} closed")
 
 
 class Watch(ABC):
@@ -158,7 +158,7 @@ class MetadataStore(ABC):
     async def put(self, path: str, value: bytes, expected_version: int) -> int:
         """Create (``expected_version=-1``) or compare-and-set a persistent node; returns the new version.
 
-        Raises ``NodeExists`` / ``BadVersion`` / ``NoNode`` (all ``BadVersion``) when the CAS loses.
+        Raises ``NodeExistsError`` / ``BadVersionError`` / ``NoNodeError`` (all ``BadVersionError``) when the CAS loses.
         """
 
     @abstractmethod
@@ -170,7 +170,7 @@ class MetadataStore(ABC):
 
     @abstractmethod
     async def delete(self, path: str, expected_version: int | None = None) -> None:
-        """Delete a node (any version if ``None``). Raises ``NoNode``, ``BadVersion``, ``NotEmpty``."""
+        """Delete a node (any version if ``None``). Raises ``NoNodeError``, ``BadVersionError``, ``NodeNotEmptyError``."""
 
     @abstractmethod
     async def children(self, path: str) -> list[str]:

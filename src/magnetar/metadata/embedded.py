@@ -24,7 +24,7 @@ import msgspec
 
 from magnetar import faults
 from magnetar.base.clock import Clock
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptDataError
 from magnetar.base.io import KeyValueStore
 from magnetar.base.limits import METADATA_SESSION_TIMEOUT_MS_DEFAULT
 from magnetar.metadata._local import LocalClient, LocalServer, Node, Plan
@@ -77,7 +77,7 @@ class EmbeddedMetadataServer(LocalServer):
             try:
                 fields = _decoder.decode(value)
             except msgspec.DecodeError as exc:
-                raise CorruptData(f"embedded metadata node {path!r} cannot be decoded: {exc}") from exc
+                raise CorruptDataError(f"embedded metadata node {path!r} cannot be decoded: {exc}") from exc
             if path == ROOT:
                 server.load_root(Node(*fields))
             else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptDataError
 from magnetar.base.io import KeyValueStore
 from magnetar.metadata.api import GetResult
 from magnetar.metadata.embedded import _NODE_PREFIX, _decoder
@@ -34,7 +34,7 @@ class EmbeddedTreeView:
         try:
             value, version, *_ = _decoder.decode(raw)
         except msgspec.DecodeError as exc:
-            raise CorruptData(f"embedded metadata node {path!r} cannot be decoded: {exc}") from exc
+            raise CorruptDataError(f"embedded metadata node {path!r} cannot be decoded: {exc}") from exc
         return GetResult(value, version)
 
     async def children(self, path: str) -> list[str]:

@@ -1,9 +1,9 @@
 """Typed errors of the metadata store.
 
 They reuse the base hierarchy so callers can catch either the precise metadata error or the
-general one: ``NodeExists`` is an ``AlreadyExists`` *and* a ``BadVersion`` (a ``put`` with
-``expected_version=-1`` lost a compare-and-set), ``NoNode`` is a ``NotFound`` *and* a
-``BadVersion`` (a ``put`` expecting a version found nothing). Every store (memory, embedded,
+general one: ``NodeExistsError`` is an ``AlreadyExistsError`` *and* a ``BadVersionError`` (a ``put`` with
+``expected_version=-1`` lost a compare-and-set), ``NoNodeError`` is a ``NotFoundError`` *and* a
+``BadVersionError`` (a ``put`` expecting a version found nothing). Every store (memory, embedded,
 ZooKeeper) raises exactly these; the ZooKeeper adapter translates kazoo's exceptions at its
 boundary.
 """
@@ -11,26 +11,26 @@ boundary.
 from __future__ import annotations
 
 from magnetar.base.errors import (
-    AlreadyExists,
-    BadVersion,
+    AlreadyExistsError,
+    BadVersionError,
     ClosedError,
-    CorruptData,
-    InvalidArgument,
+    CorruptDataError,
+    InvalidArgumentError,
     MagnetarError,
-    NotFound,
+    NotFoundError,
 )
 
 __all__ = [
-    "BadVersion",
+    "BadVersionError",
     "MetadataError",
-    "MetadataUnavailable",
-    "NoChildrenForEphemerals",
-    "NoNode",
-    "NodeExists",
-    "NotEmpty",
-    "SessionClosed",
-    "SessionExpired",
-    "UnknownRecordVersion",
+    "MetadataUnavailableError",
+    "NoChildrenForEphemeralsError",
+    "NoNodeError",
+    "NodeExistsError",
+    "NodeNotEmptyError",
+    "SessionClosedError",
+    "SessionExpiredError",
+    "UnknownRecordVersionError",
 ]
 
 
@@ -38,35 +38,35 @@ class MetadataError(MagnetarError):
     """Base of errors that only the metadata store raises."""
 
 
-class NodeExists(AlreadyExists, BadVersion):
+class NodeExistsError(AlreadyExistsError, BadVersionError):
     """A create (``put(..., -1)``) found the node already there."""
 
 
-class NoNode(NotFound, BadVersion):
+class NoNodeError(NotFoundError, BadVersionError):
     """The node does not exist (update with an expected version, delete)."""
 
 
-class NotEmpty(MetadataError):
+class NodeNotEmptyError(MetadataError):
     """``delete`` of a node that still has children."""
 
 
-class NoChildrenForEphemerals(InvalidArgument):
+class NoChildrenForEphemeralsError(InvalidArgumentError):
     """Ephemeral nodes cannot have children (as in ZooKeeper)."""
 
 
-class SessionExpired(MetadataError):
+class SessionExpiredError(MetadataError):
     """The client's session expired: its ephemeral nodes and locks are gone; open a new client."""
 
 
-class SessionClosed(ClosedError):
+class SessionClosedError(ClosedError):
     """The client was closed; it serves no more calls."""
 
 
-class MetadataUnavailable(MetadataError):
+class MetadataUnavailableError(MetadataError):
     """The store could not be reached in time; a write's outcome is unknown (re-read, then retry)."""
 
 
-class UnknownRecordVersion(CorruptData):
+class UnknownRecordVersionError(CorruptDataError):
     """A stored record carries a version byte this code does not know."""
 
     def __init__(self, record: str, version: int) -> None:

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from magnetar.base.errors import ClosedError
 from magnetar.base.invariant import invariant
 from magnetar.metadata.api import EventKind, MetadataStore, SessionState, Watch, WatchEvent
-from magnetar.metadata.errors import NodeExists, NoNode, SessionClosed, SessionExpired
+from magnetar.metadata.errors import NodeExistsError, NoNodeError, SessionClosedError, SessionExpiredError
 from magnetar.metadata.paths import validate_node_path, validate_value
 
-__all__ = ["LockLost", "LockState", "MetadataLock"]
+__all__ = ["LockLostError", "LockState", "MetadataLock"]
 
 
 class LockState(enum.Enum):
@@ -44,7 +44,7 @@ _TRANSITIONS: dict[LockState, frozenset[LockState]] = {
 }
 
 
-class LockLost(ClosedError):
+class LockLostError(ClosedError):
     """The lock was lost (or could not be acquired) because the session ended."""
 
 
@@ -85,7 +85,7 @@ class MetadataLock:
         self._changed.set()
 
     async def acquire(self) -> None:
-        """Wait until this client holds the lock. Raises ``LockLost`` if the session ends first."""
+        """Wait until this client holds the lock. Raises ``LockLostError`` if the session ends first."""
         await self._start()
         while self._state is LockState.WAITING:
             self._changed.clear()
@@ -93,7 +93,7 @@ class MetadataLock:
                 break
             await self._changed.wait()
         if self._state is not LockState.HELD:
-            raise LockLost(f"lock {self.path}: session ended or lock lost before acquire returned")
+            raise LockLostError(f"lock {self.path}: session ended or lock lost before acquire returned")
 
     async def try_acquire(self) -> bool:
         """Take the lock if free now; otherwise leave it (state RELEASED) and return False."""
@@ -115,9 +115,9 @@ class MetadataLock:
     async def _try_create(self) -> bool:
         try:
             await self._store.create(self.path, self.value, ephemeral=True)
-        except NodeExists:
+        except NodeExistsError:
             return False
-        except (SessionExpired, SessionClosed):
+        except (SessionExpiredError, SessionClosedError):
             if self._state is LockState.WAITING:
                 self._to(LockState.LOST)
             return False
@@ -132,7 +132,7 @@ class MetadataLock:
         # by the read, any later one by the watch (whose initial state is our node).
         try:
             self._watch = await self._store.watch(self.path, self._on_event)
-        except (SessionExpired, SessionClosed):
+        except (SessionExpiredError, SessionClosedError):
             self._lose_if_held()
             return True
         await self._verify()
@@ -155,7 +155,7 @@ class MetadataLock:
     async def _verify(self) -> None:
         try:
             current = await self._store.get(self.path)
-        except (SessionExpired, SessionClosed):
+        except (SessionExpiredError, SessionClosedError):
             current = None
         if self._state is LockState.HELD and (
             current is None or current.version != self._version or current.value != self.value
@@ -183,5 +183,5 @@ class MetadataLock:
         if was_held:
             try:
                 await self._store.delete(self.path, self._version)
-            except (NoNode, SessionExpired, SessionClosed):
+            except (NoNodeError, SessionExpiredError, SessionClosedError):
                 pass

@@ -2,7 +2,7 @@
 
 ``encode(record) -> bytes`` and ``decode(Type, data) -> record`` are the only way records are
 turned into metadata values. Byte 0 is ``RECORD_VERSION`` (1); a value with another version
-raises ``UnknownRecordVersion``, undecodable or invalid content ``CorruptData``. Fields are
+raises ``UnknownRecordVersionError``, undecodable or invalid content ``CorruptDataError``. Fields are
 encoded by name, so a later version can add fields with defaults and still read version-1 data.
 
 Records check their own invariants on construction and on decode (quorum sizes, fragment order,
@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from magnetar.base.errors import CorruptData, InvalidArgument, LimitExceeded
+from magnetar.base.errors import CorruptDataError, InvalidArgumentError, LimitExceededError
 from magnetar.base.limits import METADATA_RECORD_BYTES_MAX
-from magnetar.metadata.errors import UnknownRecordVersion
+from magnetar.metadata.errors import UnknownRecordVersionError
 
 __all__ = [
     "RECORD_VERSION",
@@ -68,26 +68,26 @@ class LedgerMetadata(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         if self.ledger_id < 0:
-            raise InvalidArgument(f"ledger_id must be >= 0, got {self.ledger_id}")
+            raise InvalidArgumentError(f"ledger_id must be >= 0, got {self.ledger_id}")
         if not 1 <= self.ack_quorum_size <= self.write_quorum_size <= self.ensemble_size:
-            raise InvalidArgument(
+            raise InvalidArgumentError(
                 f"ledger {self.ledger_id}: need 1 <= ack quorum ({self.ack_quorum_size}) <= write quorum "
                 f"({self.write_quorum_size}) <= ensemble ({self.ensemble_size})"
             )
         if not self.fragments or self.fragments[0].first_entry_id != 0:
-            raise InvalidArgument(f"ledger {self.ledger_id}: the first fragment must start at entry 0")
+            raise InvalidArgumentError(f"ledger {self.ledger_id}: the first fragment must start at entry 0")
         previous = -1
         for fragment in self.fragments:
             if fragment.first_entry_id <= previous:
-                raise InvalidArgument(f"ledger {self.ledger_id}: fragments must start at increasing entry ids")
+                raise InvalidArgumentError(f"ledger {self.ledger_id}: fragments must start at increasing entry ids")
             previous = fragment.first_entry_id
             if len(fragment.ensemble) != self.ensemble_size:
-                raise InvalidArgument(
+                raise InvalidArgumentError(
                     f"ledger {self.ledger_id}: fragment at {fragment.first_entry_id} has "
                     f"{len(fragment.ensemble)} bookies, ensemble size is {self.ensemble_size}"
                 )
         if self.last_entry_id < -1 or self.length_bytes < 0:
-            raise InvalidArgument(f"ledger {self.ledger_id}: negative last_entry_id or length")
+            raise InvalidArgumentError(f"ledger {self.ledger_id}: negative last_entry_id or length")
 
 
 class PositionRecord(msgspec.Struct, frozen=True):
@@ -96,7 +96,7 @@ class PositionRecord(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         if self.ledger_id < -1 or self.entry_id < -1:
-            raise InvalidArgument(f"invalid position {self.ledger_id}:{self.entry_id}")
+            raise InvalidArgumentError(f"invalid position {self.ledger_id}:{self.entry_id}")
 
 
 class OffloadContext(msgspec.Struct, frozen=True):
@@ -135,7 +135,7 @@ class ManagedLedgerInfo(msgspec.Struct, frozen=True):
     def __post_init__(self) -> None:
         ids = [ledger.ledger_id for ledger in self.ledgers]
         if ids != sorted(set(ids)):
-            raise InvalidArgument(f"managed ledger: ledger ids must be strictly increasing, got {ids}")
+            raise InvalidArgumentError(f"managed ledger: ledger ids must be strictly increasing, got {ids}")
 
 
 class PositionRange(msgspec.Struct, frozen=True):
@@ -175,7 +175,7 @@ def encode(record: Record) -> bytes:
     """``RECORD_VERSION`` byte + msgpack of ``record``."""
     data = bytes([RECORD_VERSION]) + _encoder.encode(record)
     if len(data) > METADATA_RECORD_BYTES_MAX:
-        raise LimitExceeded("METADATA_RECORD_BYTES_MAX", len(data), METADATA_RECORD_BYTES_MAX)
+        raise LimitExceededError("METADATA_RECORD_BYTES_MAX", len(data), METADATA_RECORD_BYTES_MAX)
     return data
 
 
@@ -183,11 +183,11 @@ def decode(kind: type[R], data: bytes) -> R:
     """Decode a value written by ``encode``; typed errors for anything else."""
     name = kind.__name__
     if not data:
-        raise CorruptData(f"{name}: empty value")
+        raise CorruptDataError(f"{name}: empty value")
     if data[0] != RECORD_VERSION:
-        raise UnknownRecordVersion(name, data[0])
+        raise UnknownRecordVersionError(name, data[0])
     try:
         record: R = _decoders[kind].decode(data[1:])
-    except (msgspec.DecodeError, InvalidArgument) as exc:
-        raise CorruptData(f"{name}: cannot decode: {exc}") from exc
+    except (msgspec.DecodeError, InvalidArgumentError) as exc:
+        raise CorruptDataError(f"{name}: cannot decode: {exc}") from exc
     return record

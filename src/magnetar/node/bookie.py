@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import CorruptData, LimitExceeded, MagnetarError
+from magnetar.base.errors import CorruptDataError, LimitExceededError, MagnetarError
 from magnetar.base.io import Bytes, Connection, Disk, KeyValueStore, Listener, Network
 from magnetar.base.limits import (
     BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX,
@@ -68,7 +68,8 @@ from magnetar.protocol.bookie import (
 )
 from magnetar.protocol.bookie.codec import Message, ServedReadResponse
 from magnetar.storage import Bookie, BookieConfig, BookieStatus, verify_or_create_cookie
-from magnetar.storage.bookie import LiveLedgers, ReadResult
+from magnetar.storage.bookie import ReadResult
+from magnetar.storage.garbage import LiveLedgers
 
 #: What the server sends: any response, a read answer with its stored entry as the storage core gave it.
 Reply = Message | ServedReadResponse
@@ -218,7 +219,7 @@ class BookieServer:
                     return
                 try:
                     messages = decoder.feed(data)
-                except (CorruptData, LimitExceeded) as exc:
+                except (CorruptDataError, LimitExceededError) as exc:
                     log.warning("closing %s: %s", connection.peer, exc)
                     return
                 for message in messages:

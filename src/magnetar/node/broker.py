@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import ClosedError, InvalidArgument
+from magnetar.base.errors import ClosedError, InvalidArgumentError
 from magnetar.base.io import Connection, Listener, Network
 from magnetar.base.limits import BROKER_CONNECTIONS_COUNT_MAX, BROKER_READ_SLICE_BYTES
 from magnetar.broker.config import BrokerConfig
@@ -408,7 +408,7 @@ async def start_broker(
     """
     if log_store is None:
         if ledger_manager is None or metadata is None:
-            raise InvalidArgument("start_broker needs ledger_manager and metadata, or a log_store")
+            raise InvalidArgumentError("start_broker needs ledger_manager and metadata, or a log_store")
         factory = ManagedLedgerFactory(manager=ledger_manager, store=metadata, clock=clock,
                                        config=managed_ledger_config, offloader=offloader)
         log_store = ManagedLogStore(factory, metadata)
@@ -423,7 +423,7 @@ async def start_broker(
     if config.tls_enabled and tls_port is not None:
         if tls_network is None:
             await server.close()
-            raise InvalidArgument("a TLS port needs the runtime's TLS network")
+            raise InvalidArgumentError("a TLS port needs the runtime's TLS network")
         try:
             await server.listen_tls(host, tls_port, tls_network)
         except BaseException:

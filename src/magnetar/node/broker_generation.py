@@ -29,11 +29,11 @@ from magnetar.base.io import Network
 from magnetar.base.limits import LOAD_REPORT_INTERVAL_MS, NAMESPACE_BUNDLES_COUNT_DEFAULT
 from magnetar.base.rng import Rng
 from magnetar.broker import BrokerConfig
-from magnetar.broker.balancer import BalancerSettings
-from magnetar.broker.leader import BundleCommands, LoadBalancerLeader
-from magnetar.broker.ownership import BundleOwnership
-from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
+from magnetar.catalog.resources import ClusterData
+from magnetar.control.balancer import BalancerSettings
+from magnetar.control.leader import BundleCommands, LoadBalancerLeader
+from magnetar.control.ownership import BundleOwnership
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore

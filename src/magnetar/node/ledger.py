@@ -33,7 +33,7 @@ from magnetar.ledger.bookie_client import checked_entry
 from magnetar.ledger.bookie_transport import BookieClientTransport, entry_of, last_entry_of, status_error
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.directory import MetadataBookieDirectory
-from magnetar.ledger.errors import BookieUnavailable
+from magnetar.ledger.errors import BookieUnavailableError
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
@@ -113,7 +113,7 @@ class LocalFirstTransport:
                 del self._waiting[bookie]
             for result, *_ in waiting:  # cancelled: the transport closed
                 if not result.done():
-                    result.set_exception(BookieUnavailable(f"transport closed; cannot reach {bookie}"))
+                    result.set_exception(BookieUnavailableError(f"transport closed; cannot reach {bookie}"))
                     result.exception()
 
     async def read(self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool,
@@ -157,7 +157,7 @@ async def _read_local(core: Bookie, bookie: BookieId, what: str, ledger_id: int,
         response = ReadResponse(0, result.status, ledger_id, result.entry_id, result.known_lac, entry)
         checked_entry(response, ledger_id, entry_id)
     except MagnetarError as exc:
-        raise BookieUnavailable(f"{what}: bookie {bookie}: {exc}") from exc
+        raise BookieUnavailableError(f"{what}: bookie {bookie}: {exc}") from exc
     return response
 
 

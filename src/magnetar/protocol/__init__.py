@@ -4,6 +4,6 @@ Owns: ``protocol.pulsar`` (the Pulsar binary protocol that clients speak to brok
 ``protocol.bookie`` (Magnetar's own compact framing between the ledger client and bookies).
 Invariants: a decoder never buffers more than one frame's named maximum
 (``PULSAR_FRAME_BYTES_MAX``, ``BOOKIE_FRAME_BYTES_MAX``); malformed input raises a typed
-``CorruptData``/``LimitExceeded`` and never an unchecked exception; encoding then decoding a
+``CorruptDataError``/``LimitExceededError`` and never an unchecked exception; encoding then decoding a
 message gives the same message (golden-byte tests pin the layouts).
 """

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import InvalidArgument, LimitExceeded, NotFound
+from magnetar.base.errors import InvalidArgumentError, LimitExceededError, NotFoundError
 from magnetar.base.limits import (
     REPLICATION_CHECK_INTERVAL_MS,
     REPLICATION_CONNECT_TIMEOUT_MS,
@@ -34,11 +34,11 @@ from magnetar.base.limits import (
 )
 from magnetar.base.types import TopicName
 from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, REPLICATION_CURSOR_PREFIX
-from magnetar.broker.lookup import SingleBrokerLookup
 from magnetar.broker.replicated import REPL_PARTITIONS_PRODUCER_PROPERTY
-from magnetar.broker.resources import ClusterData
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic, TopicState
+from magnetar.catalog.lookup import SingleBrokerLookup
+from magnetar.catalog.resources import ClusterData
 from magnetar.client.client import PulsarClient
 from magnetar.client.config import ClientOptions, ProducerConfig
 from magnetar.client.producer import Producer
@@ -65,7 +65,7 @@ def remote_cluster(name: str, data: ClusterData) -> RemoteCluster:
     ``authenticationPlugin`` / ``authenticationParameters`` (``token`` + ``token:<jwt>`` or the
     bare token; any other plugin name is sent as the CONNECT's auth method with the parameters)."""
     if not data.broker_service_url:
-        raise InvalidArgument(f"cluster {name} has no brokerServiceUrl")
+        raise InvalidArgumentError(f"cluster {name} has no brokerServiceUrl")
     plugin, params = data.authentication_plugin, data.authentication_parameters
     if not plugin:
         return RemoteCluster(name, data.broker_service_url, "none", None)
@@ -86,7 +86,7 @@ class RemoteClients:
     async def _client(self, name: str) -> PulsarClient:
         resources = self._service.resources
         if resources is None:
-            raise NotFound("no metadata store: no clusters")
+            raise NotFoundError("no metadata store: no clusters")
         wanted = remote_cluster(name, await resources.cluster(name))
         found = self._clients.get(name)
         if found is not None and found[0] == wanted:
@@ -109,7 +109,7 @@ class RemoteClients:
             max_pending_messages=REPLICATION_PRODUCER_QUEUE_COUNT_MAX, properties=properties))
         if not isinstance(made, Producer):
             await made.close()
-            raise InvalidArgument(f"{topic} is partitioned in cluster {remote} and not here")
+            raise InvalidArgumentError(f"{topic} is partitioned in cluster {remote} and not here")
         return made
 
     async def close(self) -> None:
@@ -190,7 +190,7 @@ class ReplicationService:
         if name.tenant not in tenants:
             try:
                 tenants[name.tenant] = (await resources.tenant(name.tenant)).allowed_clusters
-            except NotFound:
+            except NotFoundError:
                 tenants[name.tenant] = None
         allowed = tenants[name.tenant]
         if allowed is None:
@@ -211,7 +211,7 @@ class ReplicationService:
                 if remote in topic.replicators:
                     continue
                 if self.replicators_count >= REPLICATION_REPLICATORS_COUNT_MAX:
-                    raise LimitExceeded("REPLICATION_REPLICATORS_COUNT_MAX", self.replicators_count + 1,
+                    raise LimitExceededError("REPLICATION_REPLICATORS_COUNT_MAX", self.replicators_count + 1,
                                         REPLICATION_REPLICATORS_COUNT_MAX)
                 controller = self._controller(topic)
                 replicator = Replicator(topic, self.local, remote, partial(self._producer, remote), self.clock,

@@ -40,7 +40,7 @@ from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.tls import TlsFiles
 from magnetar.storage import BookieConfig
-from magnetar.storage.bookie import LiveLedgers
+from magnetar.storage.garbage import LiveLedgers
 
 __all__ = [
     "AVAILABLE_PATH", "COOKIES_PATH", "READONLY_PATH", "BookieServer", "Registration", "RunningBookie",

@@ -11,8 +11,8 @@ entry is received over it). The bookie answers a connection's plain reads in ord
 that comes before its turn anyway is kept as a copy until asked for.
 
 Errors close the connection (the stream cannot be resynchronised): no bytes for ``timeout_s``
-raises ``TimeoutError_``; a refused, reset or closed connection ``ClosedError``; a malformed frame
-``CorruptData`` (or ``LimitExceeded``). A non-OK status or a damaged entry is an answer, not an
+raises ``OperationTimeoutError``; a refused, reset or closed connection ``ClosedError``; a malformed frame
+``CorruptDataError`` (or ``LimitExceededError``). A non-OK status or a damaged entry is an answer, not an
 error: the caller checks it (``ledger.bookie_client.checked_entry``) and the connection stays
 usable.
 """
@@ -22,7 +22,13 @@ from __future__ import annotations
 import socket
 from collections.abc import Sequence
 
-from magnetar.base.errors import ClosedError, CorruptData, InvalidArgument, MagnetarError, TimeoutError_
+from magnetar.base.errors import (
+    ClosedError,
+    CorruptDataError,
+    InvalidArgumentError,
+    MagnetarError,
+    OperationTimeoutError,
+)
 from magnetar.base.limits import BOOKIE_FRAME_BYTES_MAX, SPARK_BOOKIE_READ_BUFFER_BYTES
 from magnetar.protocol.bookie import ReadRequest, ReadResponse, encode
 from magnetar.protocol.bookie.codec import (
@@ -84,12 +90,12 @@ class BlockingBookieReads:
             return early
         self._check_open()
         if request_id not in self._outstanding:
-            raise InvalidArgument(f"bookie {self.peer}: request {request_id} was not sent, or was answered already")
+            raise InvalidArgumentError(f"bookie {self.peer}: request {request_id} was not sent, or was answered already")
         try:
             while True:
                 answer = self._receive()
                 if answer.request_id not in self._outstanding:
-                    raise CorruptData(f"answer to request {answer.request_id}, which is not outstanding")
+                    raise CorruptDataError(f"answer to request {answer.request_id}, which is not outstanding")
                 self._outstanding.discard(answer.request_id)
                 if answer.request_id == request_id:
                     return answer
@@ -117,7 +123,7 @@ class BlockingBookieReads:
             try:
                 count = sock.recv_into(view[got:], size - got)
             except TimeoutError as exc:  # socket.timeout
-                raise TimeoutError_(f"bookie {self.peer} sent nothing for {sock.gettimeout()} s") from exc
+                raise OperationTimeoutError(f"bookie {self.peer} sent nothing for {sock.gettimeout()} s") from exc
             if not count:
                 raise ClosedError(f"bookie {self.peer} closed the connection")
             got += count

@@ -2,7 +2,7 @@
 
 The broker keeps no data of its own: topics live in managed ledgers on the bookies registered
 in the metadata store (``/ledgers/available``), and which broker serves which topic is decided by
-bundle ownership (``broker.ownership``) through that store. Adding a broker moves no data.
+bundle ownership (``control.ownership``) through that store. Adding a broker moves no data.
 
 One *generation* is everything built on one metadata session: the store client, the ledger
 client, the broker service with its ownership, the Pulsar listener and the load reporter. When
@@ -42,7 +42,7 @@ from magnetar import faults
 from magnetar.admin import ADMIN_PATH, AdminContext, build_admin_app
 from magnetar.admin.lookup import LOOKUP_PATH, build_lookup_app
 from magnetar.base.clock import Clock
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.io import Network
 from magnetar.base.limits import (
     LOAD_REPORT_INTERVAL_MS,
@@ -51,12 +51,12 @@ from magnetar.base.limits import (
     NAMESPACE_BUNDLES_COUNT_MAX,
 )
 from magnetar.broker import BrokerConfig
-from magnetar.broker.balancer import BalancerSettings
-from magnetar.broker.leader import BundleCommands, LoadBalancerLeader
 from magnetar.broker.metrics import BrokerCollector
-from magnetar.broker.ownership import BundleOwnership
 from magnetar.broker.read_only import ReadOnlyLogStore, ReadOnlyRegistration
 from magnetar.broker.service import BrokerService
+from magnetar.control.balancer import BalancerSettings
+from magnetar.control.leader import BundleCommands, LoadBalancerLeader
+from magnetar.control.ownership import BundleOwnership
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
 from magnetar.node.broker_generation import bootstrap_cluster
@@ -113,13 +113,13 @@ class BrokerNodeConfig:
     def __post_init__(self) -> None:
         for name in ("port", "http_port", "port_tls", "http_port_tls"):
             if getattr(self, name) is not None and not 0 <= getattr(self, name) < 65536:
-                raise InvalidArgument(f"{name} must be 0..65535, got {getattr(self, name)}")
+                raise InvalidArgumentError(f"{name} must be 0..65535, got {getattr(self, name)}")
         if not self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
-            raise InvalidArgument("need ensemble_size >= write_quorum_size >= ack_quorum_size >= 1")
+            raise InvalidArgumentError("need ensemble_size >= write_quorum_size >= ack_quorum_size >= 1")
         if not 1 <= self.bundles_count <= NAMESPACE_BUNDLES_COUNT_MAX:
-            raise InvalidArgument(f"bundles_count must be 1..{NAMESPACE_BUNDLES_COUNT_MAX}")
+            raise InvalidArgumentError(f"bundles_count must be 1..{NAMESPACE_BUNDLES_COUNT_MAX}")
         if self.session_timeout_ms < 1000 or self.load_report_interval_ms < 100:
-            raise InvalidArgument("session_timeout_ms must be >= 1000 and load_report_interval_ms >= 100")
+            raise InvalidArgumentError("session_timeout_ms must be >= 1000 and load_report_interval_ms >= 100")
 
 
 class _CurrentAdmin:

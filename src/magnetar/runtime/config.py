@@ -18,7 +18,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 
 C = TypeVar("C")
 
@@ -42,22 +42,22 @@ def _coerce(value: Any, target: Any, where: str) -> Any:
             return value
         if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
             return value.lower() in _TRUE
-        raise InvalidArgument(f"{where}: expected true/false, got {value!r}")
+        raise InvalidArgumentError(f"{where}: expected true/false, got {value!r}")
     if target is int:
         if isinstance(value, bool):
-            raise InvalidArgument(f"{where}: expected an integer, got {value!r}")
+            raise InvalidArgumentError(f"{where}: expected an integer, got {value!r}")
         try:
             return int(value)
         except (TypeError, ValueError):
-            raise InvalidArgument(f"{where}: expected an integer, got {value!r}") from None
+            raise InvalidArgumentError(f"{where}: expected an integer, got {value!r}") from None
     if target is float:
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise InvalidArgument(f"{where}: expected a number, got {value!r}") from None
+            raise InvalidArgumentError(f"{where}: expected a number, got {value!r}") from None
     if target is str:
         if not isinstance(value, str):
-            raise InvalidArgument(f"{where}: expected a string, got {value!r}")
+            raise InvalidArgumentError(f"{where}: expected a string, got {value!r}")
         return value
     if origin is tuple:
         items = value.split(",") if isinstance(value, str) else list(value)
@@ -85,7 +85,7 @@ def load_config(
     values: dict[str, Any] = {}
     for key, value in (file_values or {}).items():
         if key not in fields:
-            raise InvalidArgument(f"config [{section}]: unknown key {key!r}; known: {', '.join(sorted(fields))}")
+            raise InvalidArgumentError(f"config [{section}]: unknown key {key!r}; known: {', '.join(sorted(fields))}")
         values[key] = _coerce(value, hints[key], f"config [{section}] {key}")
     env = os.environ if environ is None else environ
     for name in fields:
@@ -96,7 +96,7 @@ def load_config(
         if value is None:
             continue
         if key not in fields:
-            raise InvalidArgument(f"unknown option {key!r} for [{section}]")
+            raise InvalidArgumentError(f"unknown option {key!r} for [{section}]")
         values[key] = _coerce(value, hints[key], f"--{key.replace('_', '-')}")
     instance = cls(**values)
     return typing.cast(C, instance)
@@ -110,13 +110,13 @@ def read_toml(path: str | None) -> dict[str, Any]:
         with open(path, "rb") as handle:
             return tomllib.load(handle)
     except FileNotFoundError:
-        raise InvalidArgument(f"config file {path!r} does not exist") from None
+        raise InvalidArgumentError(f"config file {path!r} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
-        raise InvalidArgument(f"config file {path!r} is not valid TOML: {exc}") from None
+        raise InvalidArgumentError(f"config file {path!r} is not valid TOML: {exc}") from None
 
 
 def section_of(document: Mapping[str, Any], section: str) -> dict[str, Any]:
     value = document.get(section, {})
     if not isinstance(value, dict):
-        raise InvalidArgument(f"config section [{section}] must be a table")
+        raise InvalidArgumentError(f"config section [{section}] must be a table")
     return value

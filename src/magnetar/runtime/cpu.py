@@ -1,4 +1,4 @@
-"""This process's CPU use, for the broker's load report (``broker.load``): the runtime measures,
+"""This process's CPU use, for the broker's load report (``control.load``): the runtime measures,
 the core only receives a number.
 
 ``CpuMeter.percent()`` is the CPU time (user + system) this process used since the previous call,

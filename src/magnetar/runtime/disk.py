@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from magnetar import faults
-from magnetar.base.errors import InvalidArgument, NotFound
+from magnetar.base.errors import InvalidArgumentError, NotFoundError
 from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes
 from magnetar.base.limits import (
@@ -582,7 +582,7 @@ class LocalDisk:
     def _abs(self, path: str) -> str:
         full = os.path.normpath(os.path.join(self.root, path))
         if full != self.root and not full.startswith(self.root + os.sep):
-            raise InvalidArgument(f"path {path!r} escapes the data directory")
+            raise InvalidArgumentError(f"path {path!r} escapes the data directory")
         return full
 
     def open(self, path: str, *, create: bool = True, direct: bool = False) -> LocalFile:
@@ -591,7 +591,7 @@ class LocalDisk:
         try:
             fd = os.open(full, flags, 0o644)
         except FileNotFoundError:
-            raise NotFound(f"no file {path!r}") from None
+            raise NotFoundError(f"no file {path!r}") from None
         direct_fd = -1
         if direct and hasattr(os, "O_DIRECT"):
             try:

@@ -21,12 +21,12 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 from magnetar.base.errors import ClosedError, MagnetarError
 from magnetar.base.limits import KV_GROUP_COMMIT_BATCHES_MAX
 
-__all__ = ["DurableWriteFailed", "RocksKeyValueStore"]
+__all__ = ["DurableWriteFailedError", "RocksKeyValueStore"]
 
 _Puts = list[tuple[bytes, bytes | None]]
 
 
-class DurableWriteFailed(MagnetarError):
+class DurableWriteFailedError(MagnetarError):
     """A group write or its sync failed: the store refuses further durable writes (reopen it)."""
 
 
@@ -125,7 +125,7 @@ class _GroupCommitter:
                 try:
                     await loop.run_in_executor(self._executor, self._write_group, puts)
                 except Exception as exc:
-                    self._fail(DurableWriteFailed(f"durable key/value write failed: {exc!r}"))
+                    self._fail(DurableWriteFailedError(f"durable key/value write failed: {exc!r}"))
                     return
                 self.groups += 1
                 for future in self._writing:

@@ -12,7 +12,7 @@ clients (sessions) of the same memory or embedded tree.
 from __future__ import annotations
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import METADATA_SESSION_TIMEOUT_MS_DEFAULT
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.embedded import EmbeddedMetadataServer
@@ -30,7 +30,7 @@ async def open_metadata_store(
     clock: Clock | None = None,
     session_timeout_ms: int = METADATA_SESSION_TIMEOUT_MS_DEFAULT,
 ) -> MetadataStore:
-    """Open a client of the store ``url`` names. Raises ``InvalidArgument`` for unknown schemes."""
+    """Open a client of the store ``url`` names. Raises ``InvalidArgumentError`` for unknown schemes."""
     clock = clock or SystemClock()
     if url == "memory:" or url.startswith("memory:"):
         return await MemoryMetadataServer(clock).connect(session_timeout_ms)
@@ -39,9 +39,9 @@ async def open_metadata_store(
         if path.startswith("//"):
             path = path[2:]
         if not path:
-            raise InvalidArgument(f"embedded: url needs a directory, got {url!r}")
+            raise InvalidArgumentError(f"embedded: url needs a directory, got {url!r}")
         server = await EmbeddedMetadataServer.open(RocksKeyValueStore(path), clock)
         return await server.connect(session_timeout_ms, owns_server=True)
     if url.startswith("zk://"):
         return await ZooKeeperMetadataStore.connect(url, session_timeout_ms=session_timeout_ms)
-    raise InvalidArgument(f"unknown metadata store url {url!r}: use memory:, embedded:/dir or zk://host:port/chroot")
+    raise InvalidArgumentError(f"unknown metadata store url {url!r}: use memory:, embedded:/dir or zk://host:port/chroot")

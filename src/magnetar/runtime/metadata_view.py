@@ -15,7 +15,7 @@ from typing import Protocol
 
 from rocksdict import AccessType, Options, Rdict
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.metadata.api import GetResult
 from magnetar.metadata.embedded_view import EmbeddedTreeView
 from magnetar.runtime.kv import RocksKeyValueStore
@@ -44,7 +44,7 @@ class _SecondaryRocks(RocksKeyValueStore):
         self._db.try_catch_up_with_primary()
 
     def write(self, puts: object, *, sync: bool) -> None:
-        raise InvalidArgument("a secondary metadata view is read-only")
+        raise InvalidArgumentError("a secondary metadata view is read-only")
 
     def close(self) -> None:
         try:
@@ -60,12 +60,12 @@ async def open_metadata_view(url: str) -> MetadataView:
         if path.startswith("//"):
             path = path[2:]
         if not path:
-            raise InvalidArgument(f"embedded: url needs a directory, got {url!r}")
+            raise InvalidArgumentError(f"embedded: url needs a directory, got {url!r}")
         try:
             kv = _SecondaryRocks(path)
         except Exception as exc:  # rocksdict raises plain exceptions for a missing/foreign directory
-            raise InvalidArgument(f"cannot open the embedded metadata store at {path}: {exc}") from exc
+            raise InvalidArgumentError(f"cannot open the embedded metadata store at {path}: {exc}") from exc
         return EmbeddedTreeView(kv)
     if url.startswith("memory:"):
-        raise InvalidArgument("a memory: store lives inside one process; give the owner's embedded: or zk:// url")
+        raise InvalidArgumentError("a memory: store lives inside one process; give the owner's embedded: or zk:// url")
     return await open_metadata_store(url)

@@ -5,7 +5,7 @@ The file is Java properties as Pulsar ships it: ``key=value`` lines, ``#`` comme
 meaning "unset". ``translate`` maps the keys Magnetar supports (``SUPPORTED``) onto ``BrokerConfig``
 fields and the node's ports; every other key with a value is reported once, in one warning, as
 ignored (never fatal: a Pulsar file has hundreds of keys). Values that do not parse are errors
-(``InvalidArgument``), as a typo in a Magnetar TOML file is.
+(``InvalidArgumentError``), as a typo in a Magnetar TOML file is.
 
 Providers are named by Pulsar's class names (``AuthenticationProviderToken`` → "token",
 ``...Basic`` → "basic", ``...Tls`` → "tls"); an unknown provider class is reported and left out.
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from magnetar.base.errors import InvalidArgument
-from magnetar.broker.balancer import PULSAR_KEYS as BALANCER_KEYS
+from magnetar.base.errors import InvalidArgumentError
+from magnetar.control.balancer import PULSAR_KEYS as BALANCER_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +35,14 @@ def _bool(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("true", "false"):
         return lowered == "true"
-    raise InvalidArgument(f"expected true or false, got {value!r}")
+    raise InvalidArgumentError(f"expected true or false, got {value!r}")
 
 
 def _int(value: str) -> int:
     try:
         return int(value.strip())
     except ValueError:
-        raise InvalidArgument(f"expected an integer, got {value!r}") from None
+        raise InvalidArgumentError(f"expected an integer, got {value!r}") from None
 
 
 def _list(value: str) -> tuple[str, ...]:
@@ -99,7 +99,7 @@ SUPPORTED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
 
 def _scaled(field_name: str, factor: float) -> Callable[[str], Any]:
     """A load-balancer key's parser: booleans as they are, numbers times ``factor`` (minutes to
-    ms, Mbytes to bytes), weights as floats (``broker.balancer.PULSAR_KEYS``)."""
+    ms, Mbytes to bytes), weights as floats (``control.balancer.PULSAR_KEYS``)."""
     def parse(value: str) -> Any:
         if field_name.endswith("_enabled"):
             return _bool(value)
@@ -107,7 +107,7 @@ def _scaled(field_name: str, factor: float) -> Callable[[str], Any]:
             try:
                 return float(value.strip())
             except ValueError:
-                raise InvalidArgument(f"expected a number, got {value!r}") from None
+                raise InvalidArgumentError(f"expected a number, got {value!r}") from None
         return int(_int(value) * factor)
     return parse
 
@@ -167,8 +167,8 @@ def translate(properties: dict[str, str]) -> PulsarConf:
         where, name, parse = target
         try:
             parsed = parse(value)
-        except InvalidArgument as error:
-            raise InvalidArgument(f"pulsar conf {key}: {error}") from None
+        except InvalidArgumentError as error:
+            raise InvalidArgumentError(f"pulsar conf {key}: {error}") from None
         (out.broker if where == "broker" else out.node)[name] = parsed
     if out.node.get("broker_port_tls") is not None or out.node.get("web_port_tls") is not None:
         out.broker["tls_enabled"] = True
@@ -183,7 +183,7 @@ def read_pulsar_conf(path: str | None) -> PulsarConf:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as error:
-        raise InvalidArgument(f"cannot read pulsar conf {path!r}: {error.strerror}") from None
+        raise InvalidArgumentError(f"cannot read pulsar conf {path!r}: {error.strerror}") from None
     conf = translate(parse_properties(text))
     if conf.ignored:
         log.warning("pulsar conf %s: %d keys are not supported by Magnetar and were ignored: %s",

@@ -8,7 +8,7 @@ topic is answered 404 at once and never loads (or takes ownership of) the topic,
 cannot make an owner recover anything. The stream ends when the topic is unloaded or fenced.
 
 Read-only side: ``HttpPositionFeed`` finds the owner of a topic in the metadata store (the
-namespace's bundle boundaries, then the bundle's ownership node, as ``broker.ownership`` writes
+namespace's bundle boundaries, then the bundle's ownership node, as ``control.ownership`` writes
 them) and follows its stream with one pooled HTTP connection per owner.
 """
 
@@ -25,13 +25,13 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import BROKER_TOPICS_LOADED_COUNT_MAX
 from magnetar.base.types import Position, TopicName
-from magnetar.broker.bundles import NamespaceBundles, local_policies_path
 from magnetar.broker.managed_log import ManagedTopicLog
-from magnetar.broker.ownership import OwnerData, owner_path
 from magnetar.broker.service import BrokerService
+from magnetar.control.bundles import NamespaceBundles, local_policies_path
+from magnetar.control.ownership import OwnerData, owner_path
 from magnetar.managed_ledger.read_only import follow_managed_ledger
 from magnetar.metadata.api import MetadataStore
 
@@ -47,7 +47,7 @@ def _parse_position(text: str) -> Position:
     try:
         return Position(int(ledger), int(entry))
     except ValueError:
-        raise InvalidArgument(f"bad position {text!r}: want <ledger>:<entry>") from None
+        raise InvalidArgumentError(f"bad position {text!r}: want <ledger>:<entry>") from None
 
 
 def build_follow_app(service: Callable[[], BrokerService | None]) -> Starlette:
@@ -58,7 +58,7 @@ def build_follow_app(service: Callable[[], BrokerService | None]) -> Starlette:
         try:
             after = _parse_position(request.query_params.get("after", "-1:-1"))
             name = str(TopicName.parse(topic))
-        except InvalidArgument as error:
+        except InvalidArgumentError as error:
             return PlainTextResponse(str(error), status_code=400)
         current = service()
         loaded = current.topics.get(name) if current is not None else None

@@ -16,7 +16,7 @@ import os
 from typing import TYPE_CHECKING
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.broker.config import BrokerConfig
 from magnetar.security import Authenticator
 from magnetar.security.keys import parse_key_reference
@@ -38,7 +38,7 @@ def read_key(reference: str) -> bytes:
         with open(parsed.path, "rb") as handle:
             return handle.read()
     except OSError as error:
-        raise InvalidArgument(f"cannot read key {parsed.path!r}: {error.strerror}") from None
+        raise InvalidArgumentError(f"cannot read key {parsed.path!r}: {error.strerror}") from None
 
 
 def read_htpasswd(reference: str) -> Htpasswd:
@@ -62,16 +62,16 @@ def _htpasswd_text(reference: str) -> str:
             with open(reference, "rb") as handle:
                 raw = handle.read()
         except OSError as error:
-            raise InvalidArgument(f"cannot read htpasswd file {reference!r}: {error.strerror}") from None
+            raise InvalidArgumentError(f"cannot read htpasswd file {reference!r}: {error.strerror}") from None
     else:
         try:
             raw = base64.b64decode(reference, validate=True)
         except (binascii.Error, ValueError):
-            raise InvalidArgument(f"htpasswd file {reference!r} does not exist (nor is it base64 content)") from None
+            raise InvalidArgumentError(f"htpasswd file {reference!r} does not exist (nor is it base64 content)") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise InvalidArgument("the htpasswd content is not UTF-8") from None
+        raise InvalidArgumentError("the htpasswd content is not UTF-8") from None
 
 
 def token_verifier(config: BrokerConfig, clock: Clock) -> TokenVerifier:
@@ -141,7 +141,7 @@ class CredentialFiles:
                 self.authenticator.set_htpasswd(read_htpasswd(self.config.basic_auth_conf_path or ""))
             if any(p != self.config.basic_auth_conf_path for p in changed):
                 self.authenticator.set_tokens(token_verifier(self.config, self.clock))
-        except InvalidArgument as error:
+        except InvalidArgumentError as error:
             log.warning("credential files changed but could not be loaded (keeping the old ones): %s", error)
             return False
         log.info("reloaded credential files %s", changed)

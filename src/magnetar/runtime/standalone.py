@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar import faults
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.broker import BrokerConfig
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
@@ -96,11 +96,11 @@ class StandaloneConfig:
 
     def __post_init__(self) -> None:
         if not 1 <= self.bookies_count <= STANDALONE_BOOKIES_COUNT_MAX:
-            raise InvalidArgument(f"bookies_count must be 1..{STANDALONE_BOOKIES_COUNT_MAX}, got {self.bookies_count}")
+            raise InvalidArgumentError(f"bookies_count must be 1..{STANDALONE_BOOKIES_COUNT_MAX}, got {self.bookies_count}")
         for name in ("broker_port", "web_port", "bookie_port", "broker_port_tls", "web_port_tls"):
             port = getattr(self, name)
             if port is not None and not 0 <= port < 65536:
-                raise InvalidArgument(f"{name} must be 0..65535, got {port}")
+                raise InvalidArgumentError(f"{name} must be 0..65535, got {port}")
 
     @property
     def quorum(self) -> tuple[int, int, int]:

@@ -23,7 +23,7 @@ import os
 import ssl
 from typing import Any
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class TlsFiles:
     def __init__(self, certificate_path: str, key_path: str, trust_path: str | None = None, *,
                  require_client_cert: bool = False) -> None:
         if require_client_cert and not trust_path:
-            raise InvalidArgument("requiring client certificates needs a trusted CA file")
+            raise InvalidArgumentError("requiring client certificates needs a trusted CA file")
         self.certificate_path = certificate_path
         self.key_path = key_path
         self.trust_path = trust_path
@@ -83,9 +83,9 @@ class TlsFiles:
         try:
             self.context.load_cert_chain(self.certificate_path, self.key_path)
         except FileNotFoundError as error:
-            raise InvalidArgument(f"TLS certificate or key file missing: {error.filename}") from None
+            raise InvalidArgumentError(f"TLS certificate or key file missing: {error.filename}") from None
         except (ssl.SSLError, OSError) as error:
-            raise InvalidArgument(
+            raise InvalidArgumentError(
                 f"TLS certificate {self.certificate_path!r} and key {self.key_path!r} do not load as a pair: "
                 f"{error}") from None
 
@@ -94,9 +94,9 @@ class TlsFiles:
         try:
             self.context.load_verify_locations(cafile=self.trust_path)
         except FileNotFoundError:
-            raise InvalidArgument(f"TLS trusted CA file missing: {self.trust_path!r}") from None
+            raise InvalidArgumentError(f"TLS trusted CA file missing: {self.trust_path!r}") from None
         except (ssl.SSLError, OSError) as error:
-            raise InvalidArgument(f"TLS trusted CA file {self.trust_path!r} does not load: {error}") from None
+            raise InvalidArgumentError(f"TLS trusted CA file {self.trust_path!r} does not load: {error}") from None
 
     def reload_if_changed(self) -> bool:
         """Load changed files into the context; True when something new took effect."""
@@ -110,7 +110,7 @@ class TlsFiles:
                 self._load_pair()
             if self.trust_path in changed:
                 self._load_trust()
-        except InvalidArgument as error:
+        except InvalidArgumentError as error:
             log.warning("TLS files changed but could not be loaded (keeping the previous ones): %s", error)
             return False
         log.info("reloaded TLS files %s", changed)
@@ -126,7 +126,7 @@ def client_context(trust_path: str, certificate_path: str | None = None,
         if certificate_path is not None and key_path is not None:
             context.load_cert_chain(certificate_path, key_path)
     except (ssl.SSLError, OSError) as error:
-        raise InvalidArgument(f"TLS client files {trust_path!r}, {certificate_path!r}: {error}") from None
+        raise InvalidArgumentError(f"TLS client files {trust_path!r}, {certificate_path!r}: {error}") from None
     return context
 
 

@@ -23,7 +23,7 @@ import binascii
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import AUTH_DATA_BYTES_MAX
 from magnetar.security.errors import AuthenticationFailedError
 
@@ -49,11 +49,11 @@ class Authenticator:
                  tokens: TokenVerifier | None = None, htpasswd: Htpasswd | None = None) -> None:
         unknown = [p for p in providers if p not in PROVIDERS]
         if unknown:
-            raise InvalidArgument(f"unknown authentication providers {unknown}; known: {list(PROVIDERS)}")
+            raise InvalidArgumentError(f"unknown authentication providers {unknown}; known: {list(PROVIDERS)}")
         if "token" in providers and tokens is None:
-            raise InvalidArgument("the token provider needs a token verifier")
+            raise InvalidArgumentError("the token provider needs a token verifier")
         if "basic" in providers and htpasswd is None:
-            raise InvalidArgument("the basic provider needs an htpasswd file")
+            raise InvalidArgumentError("the basic provider needs an htpasswd file")
         self.providers = tuple(providers)
         self.anonymous_role = anonymous_role
         self._tokens = tokens

@@ -19,7 +19,7 @@ from collections import OrderedDict
 
 import bcrypt
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import BASIC_AUTH_CACHE_COUNT_MAX, HTPASSWD_USERS_COUNT_MAX
 
 _ITOA64 = b"./0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -95,10 +95,10 @@ class Htpasswd:
                 continue
             user, sep, stored = line.partition(":")
             if not sep or not user:
-                raise InvalidArgument(f"htpasswd line {number}: expected user:hash")
+                raise InvalidArgumentError(f"htpasswd line {number}: expected user:hash")
             self._users[user] = stored
             if len(self._users) > HTPASSWD_USERS_COUNT_MAX:
-                raise InvalidArgument(f"htpasswd lists more than {HTPASSWD_USERS_COUNT_MAX} users")
+                raise InvalidArgumentError(f"htpasswd lists more than {HTPASSWD_USERS_COUNT_MAX} users")
         self._verified: OrderedDict[tuple[str, str, bytes], None] = OrderedDict()
 
     @property

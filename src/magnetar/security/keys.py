@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,21 +28,21 @@ def parse_key_reference(text: str) -> KeyReference:
     if text.startswith("data:"):
         header, sep, payload = text[len("data:"):].partition(",")
         if not sep:
-            raise InvalidArgument("a data: key reference needs a ',' before the key")
+            raise InvalidArgumentError("a data: key reference needs a ',' before the key")
         if header.endswith(";base64"):
             try:
                 return KeyReference(data=base64.b64decode(payload, validate=True))
             except (binascii.Error, ValueError):
-                raise InvalidArgument("the data: key reference is not valid base64") from None
+                raise InvalidArgumentError("the data: key reference is not valid base64") from None
         return KeyReference(data=unquote(payload).encode())
     if text.startswith("file:"):
         parsed = urlparse(text)
         path = unquote(parsed.path) if parsed.netloc in ("", "localhost") else None
         if not path:
-            raise InvalidArgument(f"bad file: key reference {text!r}")
+            raise InvalidArgumentError(f"bad file: key reference {text!r}")
         return KeyReference(path=path)
     if not text:
-        raise InvalidArgument("empty key reference")
+        raise InvalidArgumentError("empty key reference")
     return KeyReference(path=text)
 
 
@@ -57,9 +57,9 @@ def load_public_key(data: bytes) -> Any:
         else:
             key = serialization.load_der_public_key(data)
     except (ValueError, TypeError) as error:
-        raise InvalidArgument(f"not a DER or PEM public key: {error}") from None
+        raise InvalidArgumentError(f"not a DER or PEM public key: {error}") from None
     if not isinstance(key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
-        raise InvalidArgument(f"unsupported public key type {type(key).__name__}: use RSA or EC")
+        raise InvalidArgumentError(f"unsupported public key type {type(key).__name__}: use RSA or EC")
     return key
 
 
@@ -74,9 +74,9 @@ def load_private_key(data: bytes) -> Any:
         else:
             key = serialization.load_der_private_key(data, password=None)
     except (ValueError, TypeError) as error:
-        raise InvalidArgument(f"not a DER or PEM private key: {error}") from None
+        raise InvalidArgumentError(f"not a DER or PEM private key: {error}") from None
     if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
-        raise InvalidArgument(f"unsupported private key type {type(key).__name__}: use RSA or EC")
+        raise InvalidArgumentError(f"unsupported private key type {type(key).__name__}: use RSA or EC")
     return key
 
 
@@ -98,5 +98,5 @@ def algorithm_for_private_key(key: Any) -> str:
         return "RS256"
     algorithms = algorithms_for_public_key(key.public_key())
     if not algorithms:
-        raise InvalidArgument(f"unsupported EC curve {key.curve.name}")
+        raise InvalidArgumentError(f"unsupported EC curve {key.curve.name}")
     return algorithms[0]

@@ -18,7 +18,7 @@ from typing import Any
 import jwt
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import AUTH_DATA_BYTES_MAX
 from magnetar.security.errors import AuthenticationFailedError
 from magnetar.security.keys import algorithm_for_private_key, algorithms_for_public_key
@@ -37,9 +37,9 @@ class TokenVerifier:
                  auth_claim: str = "sub", audience_claim: str = "aud", audience: str | None = None,
                  clock_skew_s: int = 0) -> None:
         if secret_key is None and public_key is None:
-            raise InvalidArgument("a token verifier needs a secret key or a public key")
+            raise InvalidArgumentError("a token verifier needs a secret key or a public key")
         if secret_key is not None and not secret_key:
-            raise InvalidArgument("the token secret key is empty")
+            raise InvalidArgumentError("the token secret key is empty")
         self._clock = clock
         self._secret_key = secret_key
         self._public_key = public_key
@@ -119,14 +119,14 @@ def create_token(subject: str, *, secret_key: bytes | None = None, private_key: 
                  headers: dict[str, Any] | None = None) -> str:
     """A signed JWT whose ``claim`` names ``subject`` (``magnetar tokens create`` and tests)."""
     if (secret_key is None) == (private_key is None):
-        raise InvalidArgument("give exactly one of a secret key or a private key")
+        raise InvalidArgumentError("give exactly one of a secret key or a private key")
     payload: dict[str, Any] = {claim: subject}
     if expires_at_s is not None:
         payload["exp"] = int(expires_at_s)
     if secret_key is not None:
         alg = algorithm or "HS256"
         if alg not in HMAC_ALGORITHMS:
-            raise InvalidArgument(f"a secret key signs with {HMAC_ALGORITHMS}, not {alg}")
+            raise InvalidArgumentError(f"a secret key signs with {HMAC_ALGORITHMS}, not {alg}")
         return jwt.encode(payload, secret_key, algorithm=alg, headers=headers)
     return jwt.encode(payload, private_key, algorithm=algorithm or algorithm_for_private_key(private_key),
                       headers=headers)
@@ -138,6 +138,6 @@ def decode_unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
         header = jwt.get_unverified_header(token)
         claims = jwt.decode(token, options={"verify_signature": False})
     except jwt.PyJWTError as error:
-        raise InvalidArgument(f"not a JWT: {error}") from None
+        raise InvalidArgumentError(f"not a JWT: {error}") from None
     json.dumps(claims)  # claims are JSON by construction; fail loudly if not
     return header, claims

@@ -14,7 +14,7 @@ here: it only sees the ``Clock``/``Rng``/``Disk``/``KeyValueStore``/``Network`` 
 from magnetar.base.rng import SeededRng as Rng
 from magnetar.sim.clock import EPOCH_BASE_MS, SimClock
 from magnetar.sim.disk import SimDisk, SimDiskConfig, SimFile
-from magnetar.sim.errors import SimCrash, SimDeadlock, SimLivelock
+from magnetar.sim.errors import SimCrashError, SimDeadlockError, SimLivelockError
 from magnetar.sim.incarnation import check_alive
 from magnetar.sim.kv import SimKeyValueStore
 from magnetar.sim.loop import SimLoop, run
@@ -39,14 +39,14 @@ __all__ = [
     "SimClock",
     "SimConfig",
     "SimConnection",
-    "SimCrash",
-    "SimDeadlock",
+    "SimCrashError",
+    "SimDeadlockError",
     "SimDisk",
     "SimDiskConfig",
     "SimFile",
     "SimKeyValueStore",
     "SimListener",
-    "SimLivelock",
+    "SimLivelockError",
     "SimLoop",
     "SimNetwork",
     "SimNetworkConfig",

@@ -18,7 +18,7 @@ Model (what a crash keeps), following the durability contract of ``magnetar.base
   ``garble_probability`` the last sector of that prefix holds garbage (a torn sector). With no
   ``rng`` every unsynced byte is lost, which makes unit tests exact.
 * Handles opened before a crash are dead: using one raises ``ClosedError`` (and, inside a
-  world, the crashed node's tasks meet ``SimCrash`` first).
+  world, the crashed node's tasks meet ``SimCrashError`` first).
 
 Invariant: after ``sync()`` returns, a crash never loses or changes the bytes that were in the
 file when ``sync()`` was called, unless later writes overwrote them before the crash.
@@ -32,11 +32,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from magnetar import faults
-from magnetar.base.errors import ClosedError, InvalidArgument, NotFound
+from magnetar.base.errors import ClosedError, InvalidArgumentError, NotFoundError
 from magnetar.base.io import Bytes
 from magnetar.base.limits import MIB, SIM_DISK_SECTOR_BYTES
 from magnetar.base.rng import Rng
-from magnetar.sim.errors import SimCrash
+from magnetar.sim.errors import SimCrashError
 from magnetar.sim.incarnation import check_alive
 
 _SYNCS: set[asyncio.Task[None]] = set()  # ``append_and_sync_then``'s syncs in progress
@@ -90,7 +90,7 @@ def _split(parts: Sequence[Bytes], at: int) -> tuple[list[Bytes], list[Bytes]]:
 def _normalize(path: str) -> str:
     parts = [part for part in path.split("/") if part]
     if any(part in (".", "..") for part in parts):
-        raise InvalidArgument(f"path {path!r} must not contain '.' or '..'")
+        raise InvalidArgumentError(f"path {path!r} must not contain '.' or '..'")
     return "/".join(parts)
 
 
@@ -145,7 +145,7 @@ class SimFile:
     def write_at(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         inode = self._check()
         if offset < 0:
-            raise InvalidArgument(f"negative offset {offset}")
+            raise InvalidArgumentError(f"negative offset {offset}")
         end = offset + len(data)
         grow = max(0, end - len(inode.volatile))
         self._disk._reserve(grow)
@@ -157,7 +157,7 @@ class SimFile:
     def read_at(self, offset: int, length: int) -> bytes:
         inode = self._check()
         if offset < 0 or length < 0:
-            raise InvalidArgument(f"bad read range offset={offset} length={length}")
+            raise InvalidArgumentError(f"bad read range offset={offset} length={length}")
         return bytes(inode.volatile[offset : offset + length])
 
     def read_view(self, offset: int, length: int) -> bytes:
@@ -166,7 +166,7 @@ class SimFile:
     def truncate(self, size: int) -> None:
         inode = self._check()
         if size < 0:
-            raise InvalidArgument(f"negative size {size}")
+            raise InvalidArgumentError(f"negative size {size}")
         current = len(inode.volatile)
         self._disk._reserve(max(0, size - current))
         inode.touch(min(size, current))
@@ -218,7 +218,7 @@ class SimFile:
                 if unsynced_point:
                     await faults.point(unsynced_point)
                 await self.sync()
-            except SimCrash:
+            except SimCrashError:
                 return  # the node crashed: nobody is left to answer
             except Exception as error:
                 done(error)
@@ -271,13 +271,13 @@ class SimDisk:
         check_alive()
         path = _normalize(path)
         if path in self._dirs or path == "":
-            raise InvalidArgument(f"{path!r} is a directory")
+            raise InvalidArgumentError(f"{path!r} is a directory")
         inode = self._files.get(path)
         if inode is None:
             if not create:
-                raise NotFound(f"no file {path!r}")
+                raise NotFoundError(f"no file {path!r}")
             if _parent(path) not in self._dirs:
-                raise NotFound(f"no directory {_parent(path)!r} for file {path!r}")
+                raise NotFoundError(f"no directory {_parent(path)!r} for file {path!r}")
             inode = _Inode()
             self._files[path] = inode
         return SimFile(self, path, inode, self.config.direct_alignment_bytes if direct else 1)
@@ -297,7 +297,7 @@ class SimDisk:
         check_alive()
         path = _normalize(path)
         if path in self._files:
-            raise InvalidArgument(f"{path!r} is a file")
+            raise InvalidArgumentError(f"{path!r} is a file")
         while path not in self._dirs:
             self._dirs[path] = None
             self._durable_dirs[path] = None
@@ -307,7 +307,7 @@ class SimDisk:
         check_alive()
         path = _normalize(path)
         if path == "":
-            raise InvalidArgument("cannot remove the data directory itself")
+            raise InvalidArgumentError("cannot remove the data directory itself")
         if path in self._dirs:
             for name in [n for n in self._files if _is_under(n, path)]:
                 del self._files[name]
@@ -320,13 +320,13 @@ class SimDisk:
         check_alive()
         src, dst = _normalize(src), _normalize(dst)
         if src in self._dirs:
-            raise InvalidArgument(f"renaming directories is not supported ({src!r})")
+            raise InvalidArgumentError(f"renaming directories is not supported ({src!r})")
         if src not in self._files:
-            raise NotFound(f"no file {src!r}")
+            raise NotFoundError(f"no file {src!r}")
         if _parent(dst) not in self._dirs:
-            raise NotFound(f"no directory {_parent(dst)!r} for {dst!r}")
+            raise NotFoundError(f"no directory {_parent(dst)!r} for {dst!r}")
         if dst in self._dirs:
-            raise InvalidArgument(f"{dst!r} is a directory")
+            raise InvalidArgumentError(f"{dst!r} is a directory")
         self._files[dst] = self._files.pop(src)
 
     async def sync_dir(self, path: str) -> None:

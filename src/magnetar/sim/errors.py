@@ -1,6 +1,6 @@
 """What a simulated run can end with besides a normal return.
 
-``SimCrash`` unwinds the tasks of a simulated node that crashed. It is a ``BaseException`` so
+``SimCrashError`` unwinds the tasks of a simulated node that crashed. It is a ``BaseException`` so
 that ``except Exception`` blocks in Magnetar code (which are right for operating errors) do not
 swallow a crash: a crashed node runs no further code of its own, just as a process killed with
 ``kill -9`` runs no ``finally`` that reaches the disk or the network.
@@ -9,13 +9,13 @@ swallow a crash: a crashed node runs no further code of its own, just as a proce
 from __future__ import annotations
 
 
-class SimCrash(BaseException):
+class SimCrashError(BaseException):
     """The simulated node running this task has crashed; nothing after this point happens."""
 
 
-class SimDeadlock(RuntimeError):
+class SimDeadlockError(RuntimeError):
     """No task can run and no timer is pending, but the awaited coroutine has not finished."""
 
 
-class SimLivelock(RuntimeError):
+class SimLivelockError(RuntimeError):
     """The run took more loop iterations than ``SIM_STEPS_MAX``: something spins without progress."""

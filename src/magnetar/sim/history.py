@@ -23,7 +23,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from magnetar.base.errors import InvalidArgument, LimitExceeded
+from magnetar.base.errors import InvalidArgumentError, LimitExceededError
 from magnetar.base.limits import CHAOS_HISTORY_OPS_COUNT_MAX
 
 FORMAT_VERSION = 1
@@ -131,13 +131,13 @@ class History:
 
     def add_producer(self, name: str, topic: str, *, dedup: bool) -> None:
         if name in self.producers or ":" in name:
-            raise InvalidArgument(f"producer name {name!r} is taken or contains ':'")
+            raise InvalidArgumentError(f"producer name {name!r} is taken or contains ':'")
         self.producers[name] = ProducerInfo(name, topic, dedup)
 
     def record(self, op: Op) -> None:
         with self._lock:
             if len(self.ops) >= CHAOS_HISTORY_OPS_COUNT_MAX:
-                raise LimitExceeded("CHAOS_HISTORY_OPS_COUNT_MAX", len(self.ops) + 1, CHAOS_HISTORY_OPS_COUNT_MAX)
+                raise LimitExceededError("CHAOS_HISTORY_OPS_COUNT_MAX", len(self.ops) + 1, CHAOS_HISTORY_OPS_COUNT_MAX)
             self.ops.append(op)
 
     def record_fault(self, event: FaultEvent) -> None:
@@ -163,7 +163,7 @@ class History:
     def from_json(text: str) -> History:
         doc = json.loads(text)
         if doc.get("format") != FORMAT_VERSION:
-            raise InvalidArgument(f"history format {doc.get('format')!r}, expected {FORMAT_VERSION}")
+            raise InvalidArgumentError(f"history format {doc.get('format')!r}, expected {FORMAT_VERSION}")
         history = History(meta=dict(doc.get("meta", {})))
         for raw in doc["producers"]:
             history.producers[raw["name"]] = ProducerInfo(raw["name"], raw["topic"], bool(raw["dedup"]))

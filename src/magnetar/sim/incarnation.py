@@ -2,7 +2,7 @@
 
 Every task of a node runs in a context where ``current_incarnation`` names that node's current
 incarnation. When the node crashes the incarnation dies; a task of the dead incarnation that
-still runs (it swallowed its cancellation, or sat in a ``finally``) meets ``SimCrash`` at its
+still runs (it swallowed its cancellation, or sat in a ``finally``) meets ``SimCrashError`` at its
 next simulated disk, key/value, network or clock call. So a crashed node cannot write after its
 crash, whatever its code does. Outside a world (plain unit tests) there is no incarnation and
 the check passes.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 from dataclasses import dataclass
 
-from magnetar.sim.errors import SimCrash
+from magnetar.sim.errors import SimCrashError
 
 
 @dataclass(slots=True)
@@ -32,7 +32,7 @@ current_incarnation: contextvars.ContextVar[Incarnation | None] = contextvars.Co
 
 
 def check_alive() -> None:
-    """Raise ``SimCrash`` if the calling task belongs to a crashed incarnation of its node."""
+    """Raise ``SimCrashError`` if the calling task belongs to a crashed incarnation of its node."""
     incarnation = current_incarnation.get()
     if incarnation is not None and not incarnation.alive:
-        raise SimCrash(f"{incarnation} has crashed")
+        raise SimCrashError(f"{incarnation} has crashed")

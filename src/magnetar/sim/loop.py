@@ -7,7 +7,7 @@
 * the selector never waits: ``select(timeout)`` advances virtual time by ``timeout`` and reports
   no I/O. When nothing is runnable, time therefore jumps straight to the next timer; a one-hour
   sleep finishes at once. ``select(None)`` (nothing runnable, no timer, awaited coroutine not
-  done) is a deadlock and raises ``SimDeadlock``.
+  done) is a deadlock and raises ``SimDeadlockError``.
 
 Invariants: there is no real I/O, no thread and no wall clock in a run (``run_in_executor``
 refuses); callbacks run in the order asyncio schedules them, which depends only on the program
@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from magnetar.base.limits import SIM_STEPS_MAX
 from magnetar.faults import current_node
-from magnetar.sim.errors import SimDeadlock, SimLivelock
+from magnetar.sim.errors import SimDeadlockError, SimLivelockError
 
 T = TypeVar("T")
 
@@ -82,9 +82,9 @@ class SimLoop(base_events.BaseEventLoop):
     def _on_select(self, timeout: float | None) -> None:
         self._steps += 1
         if self._steps > self._steps_max:
-            raise SimLivelock(f"more than {self._steps_max} loop iterations (SIM_STEPS_MAX)")
+            raise SimLivelockError(f"more than {self._steps_max} loop iterations (SIM_STEPS_MAX)")
         if timeout is None:
-            raise SimDeadlock(
+            raise SimDeadlockError(
                 f"deadlock at t={self.time():.6f}s: no task can run and no timer is pending, "
                 "but the awaited coroutine has not finished"
             )
@@ -152,8 +152,8 @@ class SimLoop(base_events.BaseEventLoop):
 def run(main: Coroutine[Any, Any, T], *, steps_max: int = SIM_STEPS_MAX) -> T:
     """Run ``main`` to completion on a fresh ``SimLoop`` (like ``asyncio.run``), then close it.
 
-    Tasks still running when ``main`` returns are cancelled. Raises ``SimDeadlock`` if ``main``
-    can never finish, ``SimLivelock`` after ``steps_max`` loop iterations.
+    Tasks still running when ``main`` returns are cancelled. Raises ``SimDeadlockError`` if ``main``
+    can never finish, ``SimLivelockError`` after ``steps_max`` loop iterations.
     """
     loop = SimLoop(steps_max=steps_max)
     previous = _swap_event_loop(loop)

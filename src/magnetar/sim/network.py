@@ -17,7 +17,7 @@ Model:
   like any message).
 * Backpressure: bytes written and not yet read by the peer are bounded by
   ``link_queue_bytes_max``; ``drain()`` waits below it, and a writer that never drains gets
-  ``LimitExceeded`` at twice the bound.
+  ``LimitExceededError`` at twice the bound.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from magnetar.base.errors import ClosedError, InvalidArgument, LimitExceeded
+from magnetar.base.errors import ClosedError, InvalidArgumentError, LimitExceededError
 from magnetar.base.invariant import invariant
 from magnetar.base.io import ConnectionHandler
 from magnetar.base.limits import (
@@ -38,7 +38,7 @@ from magnetar.base.limits import (
     SIM_LISTENERS_PER_NODE_MAX,
 )
 from magnetar.base.rng import Rng
-from magnetar.sim.errors import SimCrash
+from magnetar.sim.errors import SimCrashError
 from magnetar.sim.incarnation import check_alive
 from magnetar.sim.loop import SimLoop
 
@@ -154,7 +154,7 @@ class SimConnection:
 
     async def read(self, max_bytes: int) -> bytes:
         if max_bytes <= 0:
-            raise InvalidArgument(f"max_bytes must be positive, got {max_bytes}")
+            raise InvalidArgumentError(f"max_bytes must be positive, got {max_bytes}")
         while True:
             check_alive()
             if self.state is ConnState.CLOSED:
@@ -178,7 +178,7 @@ class SimConnection:
             return  # nobody will read it; a real socket would get a reset later
         limit = self._network.config.link_queue_bytes_max
         if self._unread_by_peer_bytes + len(data) > 2 * limit:
-            raise LimitExceeded("SIM_LINK_QUEUE_BYTES_MAX (writer ignores drain)", self._unread_by_peer_bytes, limit)
+            raise LimitExceededError("SIM_LINK_QUEUE_BYTES_MAX (writer ignores drain)", self._unread_by_peer_bytes, limit)
         self._unread_by_peer_bytes += len(data)
         if self._unread_by_peer_bytes >= limit:
             self._writable.clear()
@@ -276,7 +276,7 @@ class SimNodeNetwork:
     async def listen(self, host: str, port: int, handler: ConnectionHandler) -> SimListener:
         check_alive()
         if host not in _LOCAL_HOSTS and host != self.node:
-            raise InvalidArgument(f"node {self.node} cannot listen on host {host!r}")
+            raise InvalidArgumentError(f"node {self.node} cannot listen on host {host!r}")
         return self._network._listen(self.node, port, handler)
 
 
@@ -400,7 +400,7 @@ class SimNetwork:
 
     def _listen(self, node: str, port: int, handler: ConnectionHandler) -> SimListener:
         if sum(1 for key in self._listeners if key[0] == node) >= SIM_LISTENERS_PER_NODE_MAX:
-            raise LimitExceeded("SIM_LISTENERS_PER_NODE_MAX", SIM_LISTENERS_PER_NODE_MAX + 1,
+            raise LimitExceededError("SIM_LISTENERS_PER_NODE_MAX", SIM_LISTENERS_PER_NODE_MAX + 1,
                                 SIM_LISTENERS_PER_NODE_MAX)
         port = self._port_for(node, port)
         if (node, port) in self._listeners:
@@ -450,7 +450,7 @@ async def _serve(listener: SimListener, connection: SimConnection) -> None:
     """Run the listener's handler in the listening node's context, then close the connection."""
     try:
         await listener.handler(connection)
-    except (SimCrash, asyncio.CancelledError):
+    except (SimCrashError, asyncio.CancelledError):
         raise
     except Exception as exc:
         # As asyncio.start_server does, a failing handler is reported, not propagated.

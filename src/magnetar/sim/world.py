@@ -6,7 +6,7 @@ that node; every task the node creates carries the node's name in
 ``magnetar.faults.current_node`` and its incarnation (see ``incarnation``).
 
 ``crash(name)`` is ``kill -9`` plus a power cut: the node's tasks are cancelled (oldest first),
-its incarnation dies (its leftover tasks meet ``SimCrash`` at their next I/O), its connections
+its incarnation dies (its leftover tasks meet ``SimCrashError`` at their next I/O), its connections
 break, its listeners close, and its disk and stores lose what was not made durable (possibly
 leaving a torn tail). ``restart(name)`` runs ``main`` again on what survived. A fault point armed
 with ``crash`` for a node crashes that node, not the test process (the world installs the crash
@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 from magnetar import faults
-from magnetar.base.errors import AlreadyExists, InvalidArgument, LimitExceeded, NotFound
+from magnetar.base.errors import AlreadyExistsError, InvalidArgumentError, LimitExceededError, NotFoundError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import SIM_NODES_MAX, SIM_STEPS_MAX
 from magnetar.base.rng import Rng, SeededRng
 from magnetar.faults import current_node
 from magnetar.sim.clock import SimClock
 from magnetar.sim.disk import SimDisk, SimDiskConfig
-from magnetar.sim.errors import SimCrash
+from magnetar.sim.errors import SimCrashError
 from magnetar.sim.incarnation import Incarnation, current_incarnation
 from magnetar.sim.kv import SimKeyValueStore
 from magnetar.sim.loop import SimLoop
@@ -132,11 +132,11 @@ class SimWorld:
     # --- nodes --------------------------------------------------------------------------------
     def add_node(self, name: str, main: NodeMain, *, start: bool = True) -> None:
         if name in self._nodes:
-            raise AlreadyExists(f"node {name!r} exists")
+            raise AlreadyExistsError(f"node {name!r} exists")
         if not name or any(ch in name for ch in " :/"):
-            raise InvalidArgument(f"node name {name!r} must be non-empty without spaces, ':' or '/'")
+            raise InvalidArgumentError(f"node name {name!r} must be non-empty without spaces, ':' or '/'")
         if len(self._nodes) >= SIM_NODES_MAX:
-            raise LimitExceeded("SIM_NODES_MAX", len(self._nodes) + 1, SIM_NODES_MAX)
+            raise LimitExceededError("SIM_NODES_MAX", len(self._nodes) + 1, SIM_NODES_MAX)
         self._nodes[name] = _Node(self, name, main)
         if start:
             self.start(name)
@@ -230,14 +230,14 @@ class SimWorld:
     def _node(self, name: str) -> _Node:
         node = self._nodes.get(name)
         if node is None:
-            raise NotFound(f"no node {name!r}")
+            raise NotFoundError(f"no node {name!r}")
         return node
 
     async def _run_main(self, node: _Node) -> None:
         context = NodeContext(self, node)
         try:
             await node.main(context)
-        except SimCrash:
+        except SimCrashError:
             return
         except asyncio.CancelledError:
             raise
@@ -260,4 +260,4 @@ class SimWorld:
         invariant(name is not None and name in self._nodes, f"fault point {point} fired outside a node")
         assert name is not None
         self.crash(name, f"fault point {point}")
-        raise SimCrash(f"{name} crashed at fault point {point}")
+        raise SimCrashError(f"{name} crashed at fault point {point}")

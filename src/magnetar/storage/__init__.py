@@ -8,10 +8,11 @@ Invariant: an add is acknowledged only after the journal fsync that covers it; a
 after its journal record is durable; nothing acknowledged is lost by a crash at any point.
 """
 
-from magnetar.storage.bookie import Bookie, BookieStats, BookieStatus, ReadResult
+from magnetar.storage.bookie import Bookie, BookieStatus, ReadResult
 from magnetar.storage.config import BookieConfig
-from magnetar.storage.cookie import Cookie, CookieMismatch, CookieRegistry, verify_or_create_cookie
+from magnetar.storage.cookie import Cookie, CookieMismatchError, CookieRegistry, verify_or_create_cookie
 from magnetar.storage.ledger_state import LedgerState, LedgerStatus
+from magnetar.storage.stats import BookieStats
 
 __all__ = [
     "Bookie",
@@ -19,7 +20,7 @@ __all__ = [
     "BookieStats",
     "BookieStatus",
     "Cookie",
-    "CookieMismatch",
+    "CookieMismatchError",
     "CookieRegistry",
     "LedgerState",
     "LedgerStatus",

@@ -1,28 +1,26 @@
-"""``Bookie``: the storage node core. Adds, reads, fencing, checkpoints, restart replay, GC.
+"""``Bookie``: the storage node's facade. Request handling (adds, reads, fencing, explicit LAC)
+over the ledger states, the bookie's state machine, and the composition of its parts:
+
+* ``checkpointer.Checkpointer``: the write cache's two halves, their flush to the entry log and
+  the index, flush pacing and the checkpoint mark;
+* ``restart``: journal replay on start and the repair of ``last_entry``;
+* ``garbage.GarbageCollector``: ledger deletion, removal and compaction of dead entry logs;
+* ``disk_monitor.DiskMonitor``: free-space thresholds (read-only mode).
+
+They share the ledger states (``ledgers``), the ledgers each entry log holds (``log_ledgers``)
+and the counters (``BookieStats``), each passed to them explicitly; the facade owns the states
+and the status, the parts report a disk failure through ``on_failure``.
 
 Add path: check (state, size, digest, master key, fence) -> note the entry in the ledger state
 -> put it in the write cache -> queue its journal record. The caller's ``on_done(Status.OK)``
 runs only after the journal fsync covering the record (see ``journal``): nothing is
 acknowledged that is not on disk.
 
-Checkpoint (``checkpoint()``, run when half the write cache is used or every
-``checkpoint_interval_ms``): swap the write cache halves, take the journal position as the
-mark, append the frozen half sorted by (ledger, entry) to the entry log in synced chunks, write
-every location plus dirty ledger states to the index (unsynced batches, then a synced last one),
-and only then persist the mark and delete journal files before it. The flush yields to the event
-loop between chunks, so adds and their journal fsyncs proceed while it runs; the background
-checkpoint is also paced (small chunks with pauses, index batches synced one by one) unless adds
-would wait for it, so its disk writes do not pile up ahead of the journal's fsyncs.
-Restart: load ledger states, replay the journal from the mark
-into the write cache (a torn tail ends replay), repair ``last_entry`` where the crash left it
-naming an entry that never became durable, and checkpoint.
+Restart: load ledger states, replay the journal from the mark into the write cache (a torn tail
+ends replay), checkpoint, repair ``last_entry`` where the crash left it naming an entry that
+never became durable.
 
 Explicit LAC (``write_lac``) is journaled like a fence and answered after its fsync.
-
-GC (``collect_deleted_ledgers``, every ``gc_interval_ms`` when a ``LiveLedgers`` provider is
-given): ledgers missing from the metadata are deleted, entry logs holding only deleted ledgers
-removed, and logs whose live bytes fell below ``compaction_live_percent_max`` percent compacted
-(live entries copied to the current log, then the old log removed; see ``storage.compaction``).
 
 Fencing: ``fence()`` sets FENCED at once (later normal adds fail), journals a FENCE record and
 returns only after its fsync. Reads never answer NO_SUCH_ENTRY for an entry this bookie may have
@@ -37,45 +35,33 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from magnetar import faults
 from magnetar.base.clock import Clock
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptDataError
 from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes, Disk, KeyValueStore
 from magnetar.base.limits import BOOKIE_LEDGERS_COUNT_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, Entry, Status
 from magnetar.protocol.bookie.codec import entry_view
-from magnetar.storage.caches import ReadCache, WriteCache
-from magnetar.storage.compaction import LiveEntry, checked_raw, chunks, live_bytes, live_entries
+from magnetar.storage.caches import ReadCache
+from magnetar.storage.checkpointer import Checkpointer
 from magnetar.storage.config import BookieConfig
-from magnetar.storage.entry_log import LOG_DIR, EntryLogger, log_ids
-from magnetar.storage.index import MARK_KEY, Index, entry_key, location_value, log_key, state_key
-from magnetar.storage.journal import (
-    KIND_ADD,
-    KIND_LAC,
-    Journal,
-    JournalPosition,
-    JournalRecord,
-    add_record,
-    fence_record,
-    journal_file_ids,
-    lac_record,
-    replay,
-)
+from magnetar.storage.disk_monitor import DiskMonitor
+from magnetar.storage.entry_log import EntryLogger, log_ids
+from magnetar.storage.garbage import GarbageCollector, LiveLedgers
+from magnetar.storage.index import Index
+from magnetar.storage.journal import Journal, add_record, fence_record, journal_file_ids, lac_record
 from magnetar.storage.ledger_state import LedgerState, LedgerStatus
-from magnetar.storage.waits import wait_event_or_timeout, watch_task
+from magnetar.storage.restart import repair_last_entries, replay_journal
+from magnetar.storage.stats import BookieStats
+from magnetar.storage.waits import watch_task
 
 log = logging.getLogger(__name__)
 
 OnDone = Callable[[Status], None]
-#: Entries a flushed write-cache half frees per event-loop step (``Bookie._release``).
-_RELEASE_STEP_ENTRIES = 2048
-#: Returns the ids of every ledger whose metadata exists (the composition root reads them from
-#: the metadata store); raising means "unknown right now" and skips that GC round.
-LiveLedgers = Callable[[], Awaitable[Collection[int]]]
 
 
 class BookieStatus(enum.Enum):
@@ -115,22 +101,6 @@ class ReadResult:
     raw: Bytes | None = None
 
 
-@dataclass(slots=True)
-class BookieStats:
-    adds_count: int = 0
-    add_rejects_count: int = 0
-    reads_count: int = 0
-    checkpoints_count: int = 0
-    entries_flushed_count: int = 0
-    replayed_records_count: int = 0
-    logs_collected_count: int = 0
-    ledgers_collected_count: int = 0
-    gc_rounds_count: int = 0
-    gc_rounds_skipped_count: int = 0
-    logs_compacted_count: int = 0
-    compacted_bytes_count: int = 0
-
-
 class Bookie:
     """One bookie's storage; every I/O goes through the injected disk, store and clock."""
 
@@ -143,26 +113,36 @@ class Bookie:
         *,
         live_ledgers: LiveLedgers | None = None,
     ) -> None:
-        self._disk = disk
-        self._live_ledgers = live_ledgers
         self._clock = clock
         self.config = config
         self._index = Index(kv)
         self._entry_log = EntryLogger(disk, config.entry_log_bytes_max)
         self._journal: Journal | None = None
         self._ledgers: dict[int, LedgerState] = {}
-        self._log_ledgers: dict[int, set[int]] = {}
-        self._active = WriteCache()
-        self._active_since_ns = 0  # when the active half was last swapped in (fill rate)
-        self._flushing = WriteCache()
+        log_ledgers: dict[int, set[int]] = {}
+        self._log_ledgers = log_ledgers
         self._read_cache = ReadCache(config.read_cache_bytes_max)
-        self._checkpoint_lock = asyncio.Lock()
-        self._checkpoint_wanted = asyncio.Event()
-        self._cache_room = asyncio.Event()
-        self._cache_room.set()
+        self.stats = BookieStats()
+        self.checkpointer = Checkpointer(
+            self._entry_log, self._index, clock, config, ledgers=self._ledgers, log_ledgers=log_ledgers, stats=self.stats
+        )
+        self.collector = GarbageCollector(
+            disk,
+            self._index,
+            self._entry_log,
+            self.checkpointer,
+            clock,
+            config,
+            ledgers=self._ledgers,
+            log_ledgers=log_ledgers,
+            read_cache=self._read_cache,
+            stats=self.stats,
+            live_ledgers=live_ledgers,
+        )
+        self._disk_monitor = DiskMonitor(disk, clock, config)
+        self._disk = disk
         self._tasks: list[asyncio.Task[None]] = []
         self.status = BookieStatus.CREATED
-        self.stats = BookieStats()
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -186,7 +166,7 @@ class Bookie:
         return sum(1 for s in self._ledgers.values() if s.status is not LedgerStatus.DELETED)
 
     def free_bytes(self) -> int:
-        return self._disk.free_bytes()
+        return self._disk_monitor.free_bytes()
 
     def ledger_state(self, ledger_id: int) -> LedgerState | None:
         return self._ledgers.get(ledger_id)
@@ -198,74 +178,34 @@ class Bookie:
     # --- start and replay ----------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Load the ledger states, replay the journal (``restart``), start a new journal file,
+        checkpoint, repair ``last_entry``, then serve and start the background loops."""
         self._transition(BookieStatus.REPLAYING)
         for state in self._index.states():
             self._ledgers[state.ledger_id] = state
-        self._log_ledgers = self._index.log_ledgers()
+        self._log_ledgers.update(self._index.log_ledgers())
         await self._entry_log.start()
-        mark = self._index.mark() or JournalPosition(0, 0)
-        result = await replay(self._disk, mark)
-        if result.torn_at is not None:
-            log.warning("journal torn at file %d offset %d: replay ended there", result.torn_at.file_id, result.torn_at.offset)
-        for _, record in result.records:
-            self._apply_replayed(record)
-            if self._active.bytes >= self.config.write_cache_bytes_max // 2:
-                await self._flush_without_mark()
-        self.stats.replayed_records_count = len(result.records)
+        self.stats.replayed_records_count = await replay_journal(
+            self._disk, self._index, self._ledgers, self.checkpointer
+        )
         existing = journal_file_ids(self._disk)
         self._journal = Journal(self._disk, self._clock, self.config, (existing[-1] + 1) if existing else 1)
         await self._journal.start()
-        await self._checkpoint()
-        self._repair_last_entries()
-        self._transition(BookieStatus.READ_ONLY if self._disk_low() else BookieStatus.WRITABLE)
+        self.checkpointer.use_journal(self._journal)
+        await self.checkpointer.checkpoint()
+        repair_last_entries(self._index, self._ledgers)
+        self._transition(BookieStatus.READ_ONLY if self._disk_monitor.low() else BookieStatus.WRITABLE)
         loop = asyncio.get_running_loop()
+        serving, failed = self._serving, self._on_disk_failure
         self._tasks = [
-            watch_task(loop.create_task(self._checkpoint_loop(), name="bookie-checkpoint"), log),
-            watch_task(loop.create_task(self._disk_monitor_loop(), name="bookie-disk-monitor"), log),
+            watch_task(loop.create_task(self.checkpointer.run(serving, failed), name="bookie-checkpoint"), log),
+            watch_task(loop.create_task(self._disk_monitor.run(serving, self.check_disk), name="bookie-disk-monitor"), log),
         ]
-        if self._live_ledgers is not None and self.config.gc_interval_ms > 0:
-            self._tasks.append(watch_task(loop.create_task(self._gc_loop(), name="bookie-gc"), log))
+        if self.collector.live_ledgers is not None and self.config.gc_interval_ms > 0:
+            self._tasks.append(watch_task(loop.create_task(self.collector.run(serving, failed), name="bookie-gc"), log))
 
-    def _apply_replayed(self, record: JournalRecord) -> None:
-        if record.kind == KIND_ADD:
-            try:
-                entry = Entry.parse(record.entry_raw)
-            except CorruptData:
-                log.error("journal ADD record with a malformed entry skipped")
-                return
-            state = self._ledgers.get(entry.ledger_id)
-            if state is None:
-                state = self._ledgers[entry.ledger_id] = LedgerState(entry.ledger_id, master_key=record.master_key)
-            if state.status is LedgerStatus.DELETED:
-                return
-            state.note_entry(entry.entry_id, entry.lac)
-            self._active.put(entry.ledger_id, entry.entry_id, record.entry_raw)
-        else:
-            state = self._ledgers.get(record.ledger_id)
-            if state is None:
-                state = self._ledgers[record.ledger_id] = LedgerState(record.ledger_id, master_key=record.master_key)
-            if record.kind == KIND_LAC:
-                if state.status is not LedgerStatus.DELETED and record.lac > state.lac:
-                    state.lac = record.lac
-                    state.dirty = True
-            elif state.status is LedgerStatus.OPEN:
-                state.transition(LedgerStatus.FENCED)
-
-    def _repair_last_entries(self) -> None:
-        # A crash can leave last_entry naming an add that was never made durable (states are
-        # snapshotted at checkpoint time, ahead of the journal). Find the real highest entry.
-        repaired = []
-        for state in self._ledgers.values():
-            if state.status is LedgerStatus.DELETED or state.last_entry < 0:
-                continue
-            if self._index.location(state.ledger_id, state.last_entry) is None:
-                state.last_entry = self._index.last_stored_entry(state.ledger_id)
-                state.dirty = True
-                repaired.append(state)
-        if repaired:
-            self._index.kv.write([(state_key(s.ledger_id), s.encode()) for s in repaired], sync=True)
-            for state in repaired:
-                state.dirty = False
+    def _serving(self) -> bool:
+        return self.status in _SERVING
 
     # --- add -----------------------------------------------------------------------------------
 
@@ -278,11 +218,7 @@ class Bookie:
             return
         state = self._ledgers[entry.ledger_id]
         state.note_entry(entry.entry_id, entry.lac)
-        self._active.put(entry.ledger_id, entry.entry_id, entry.raw)
-        if self._active.bytes >= self.config.write_cache_bytes_max // 2:
-            self._checkpoint_wanted.set()
-            if self._flushing.bytes:
-                self._cache_room.clear()
+        self.checkpointer.put(entry.ledger_id, entry.entry_id, entry.raw)
         self.stats.adds_count += 1
         journal = self._journal
         assert journal is not None
@@ -335,12 +271,12 @@ class Bookie:
         journal = self._journal
         if journal is not None:
             await journal.wait_for_room()
-        await self._cache_room.wait()
+        await self.checkpointer.room.wait()
 
     def needs_backpressure(self) -> bool:
         journal = self._journal
         full_journal = journal is not None and journal.queued_bytes >= self.config.journal_queue_bytes_max
-        return full_journal or not self._cache_room.is_set()
+        return full_journal or not self.checkpointer.room.is_set()
 
     # --- fencing -------------------------------------------------------------------------------
 
@@ -444,7 +380,7 @@ class Bookie:
         return self.read_entry(ledger_id, state.last_entry)
 
     def _lookup(self, ledger_id: int, entry_id: int) -> Bytes | None:
-        raw = self._active.get(ledger_id, entry_id) or self._flushing.get(ledger_id, entry_id)
+        raw = self.checkpointer.get(ledger_id, entry_id)
         if raw is not None:
             return raw
         cached = self._read_cache.get(ledger_id, entry_id)
@@ -457,7 +393,7 @@ class Bookie:
         stored = self._entry_log.view(log_id, offset, length)
         entry = entry_view(memoryview(stored))
         if entry.ledger_id != ledger_id or entry.entry_id != entry_id or not entry.digest_valid:
-            raise CorruptData(f"entry log {log_id} offset {offset} does not hold a valid {ledger_id}:{entry_id}")
+            raise CorruptDataError(f"entry log {log_id} offset {offset} does not hold a valid {ledger_id}:{entry_id}")
         self._read_ahead(ledger_id, entry_id, log_id, offset + length)
         return stored
 
@@ -486,369 +422,35 @@ class Bookie:
             if len(raw) == length and len(raw) >= ENTRY_HEADER_BYTES:
                 self._read_cache.put(ledger_id, entry, raw)
 
-    # --- deletion and GC -----------------------------------------------------------------------
+    # --- deletion, GC, checkpoints, disk space (the parts) --------------------------------------
 
     async def delete_ledger(self, ledger_id: int) -> None:
         """Drop a ledger (its metadata was deleted): tombstone it, remove its index entries."""
-        state = self._ledgers.get(ledger_id)
-        if state is None:
-            state = self._ledgers[ledger_id] = LedgerState(ledger_id)
-        async with self._checkpoint_lock:
-            state.transition(LedgerStatus.DELETED)
-            self._active.drop_ledger(ledger_id)
-            self._flushing.drop_ledger(ledger_id)
-            self._read_cache.drop_ledger(ledger_id)
-            puts: list[tuple[bytes, bytes | None]] = [(key, None) for key in self._index.entry_keys_of(ledger_id)]
-            puts.append((state_key(ledger_id), state.encode()))
-            self._index.kv.write(puts, sync=True)
-            state.dirty = False
-
-    def _remove_log(self, log_id: int) -> None:
-        """Remove an entry log. The read cache is emptied too: its entries may be views of the
-        log's mapping, which would keep the removed file's disk space until they are evicted."""
-        self._entry_log.remove(log_id)
-        self._read_cache.clear()
+        await self.collector.delete_ledger(ledger_id)
 
     async def collect_garbage(self) -> list[int]:
-        """Remove entry logs that hold only deleted ledgers (or nothing indexed); returns their ids.
-
-        Logs that still hold a live ledger are kept here; ``compact_logs`` copies the live
-        entries out of mostly-dead ones.
-        """
-        removed = []
-        async with self._checkpoint_lock:
-            current = self._entry_log.current_log_id
-            for log_id in log_ids(self._disk):
-                if log_id >= current:
-                    continue
-                ledgers = self._log_ledgers.get(log_id, set())
-                if all(self._is_deleted(ledger) for ledger in ledgers):
-                    self._remove_log(log_id)
-                    self._log_ledgers.pop(log_id, None)
-                    removed.append(log_id)
-            if removed:
-                self._index.kv.write([(log_key(log_id), None) for log_id in removed], sync=True)
-                await self._disk.sync_dir(LOG_DIR)
-        self.stats.logs_collected_count += len(removed)
-        return removed
+        """Remove entry logs that hold only deleted ledgers; returns their ids."""
+        return await self.collector.collect_garbage()
 
     async def compact_logs(self) -> list[int]:
-        """Compact every entry log but the current one whose live bytes are below
-        ``compaction_live_percent_max`` percent of its size (see ``storage.compaction``: live
-        entries copied to the current log and synced before the index names them, the old log
-        removed last). Returns the ids of the logs compacted away."""
-        percent = self.config.compaction_live_percent_max
-        compacted: list[int] = []
-        if percent <= 0:
-            return compacted
-        for log_id in sorted(self._log_ledgers):
-            if log_id >= self._entry_log.current_log_id or log_id not in self._log_ledgers:
-                continue
-            live_ledgers = [ledger for ledger in self._log_ledgers[log_id] if not self._is_deleted(ledger)]
-            if not live_ledgers:
-                continue  # collect_garbage removes it whole
-            entries = live_entries(self._index, log_id, live_ledgers)
-            if live_bytes(entries) * 100 >= percent * self._entry_log.size_of(log_id):
-                continue
-            await self._compact_log(log_id, entries)
-            compacted.append(log_id)
-        return compacted
-
-    async def _compact_log(self, log_id: int, entries: list[LiveEntry]) -> None:
-        touched: set[int] = set()
-        for chunk in chunks(entries, self.config.flush_chunk_bytes_max):
-            async with self._checkpoint_lock:
-                # Under the lock nothing else changes the index or appends to the entry log.
-                moving = [
-                    e
-                    for e in chunk
-                    if not self._is_deleted(e.ledger_id)
-                    and self._index.location(e.ledger_id, e.entry_id) == (log_id, e.offset, e.length)
-                ]
-                if not moving:
-                    continue
-                raws = [checked_raw(self._entry_log.read(log_id, e.offset, e.length), e, log_id) for e in moving]
-                places = await self._entry_log.append_many(raws, sync=True)
-                puts: list[tuple[bytes, bytes | None]] = []
-                for e, (new_log, new_offset) in zip(moving, places, strict=True):
-                    puts.append((entry_key(e.ledger_id, e.entry_id), location_value(new_log, new_offset, e.length)))
-                    self._log_ledgers.setdefault(new_log, set()).add(e.ledger_id)
-                    touched.add(new_log)
-                self._index.kv.write(puts, sync=False)
-                self.stats.compacted_bytes_count += live_bytes(moving)
-        async with self._checkpoint_lock:
-            final: list[tuple[bytes, bytes | None]] = [
-                (log_key(log), Index.log_ledgers_value(self._log_ledgers[log])) for log in sorted(touched)
-            ]
-            final.append((log_key(log_id), None))
-            self._index.kv.write(final, sync=True)
-            self._log_ledgers.pop(log_id, None)
-            self._remove_log(log_id)
-            await self._disk.sync_dir(LOG_DIR)
-        self.stats.logs_compacted_count += 1
+        """Compact mostly-dead entry logs; returns the ids of the logs compacted away."""
+        return await self.collector.compact_logs()
 
     async def collect_deleted_ledgers(self) -> list[int]:
-        """One GC round: delete ledgers whose metadata is gone, then remove dead entry logs.
-
-        The set of ledgers this bookie holds is taken *before* asking for the live ones: a
-        ledger's metadata is created before any add reaches a bookie, so every ledger in the
-        snapshot that is missing from the later listing was really deleted (a ledger created
-        during the listing is not in the snapshot). If the listing fails the round does nothing.
-        Returns the ledgers deleted.
-        """
-        provider = self._live_ledgers
-        if provider is None or self.status not in _READABLE:
+        """One GC round (``GarbageCollector.collect_deleted_ledgers``); nothing unless the
+        bookie is readable. Returns the ledgers deleted."""
+        if self.status not in _READABLE:
             return []
-        held = [ledger for ledger, state in self._ledgers.items() if state.status is not LedgerStatus.DELETED]
-        try:
-            live = set(await provider())
-        except Exception as exc:
-            self.stats.gc_rounds_skipped_count += 1
-            log.warning("bookie GC round skipped: live ledgers unknown: %r", exc)
-            return []
-        gone = [ledger for ledger in held if ledger not in live]
-        for ledger in gone:
-            await self.delete_ledger(ledger)
-        await self.collect_garbage()
-        await self.compact_logs()
-        self.stats.ledgers_collected_count += len(gone)
-        self.stats.gc_rounds_count += 1
-        if gone:
-            log.info("bookie GC deleted %d ledgers", len(gone))
-        return gone
-
-    async def _gc_loop(self) -> None:
-        interval_s = self.config.gc_interval_ms / 1000
-        while self.status in _SERVING:
-            await self._clock.sleep(interval_s)
-            if self.status not in _SERVING:
-                return
-            try:
-                await self.collect_deleted_ledgers()
-            except Exception as exc:
-                self._on_disk_failure(exc)
-                return
-
-    def _is_deleted(self, ledger_id: int) -> bool:
-        state = self._ledgers.get(ledger_id)
-        return state is not None and state.status is LedgerStatus.DELETED
-
-    # --- checkpoint ----------------------------------------------------------------------------
+        return await self.collector.collect_deleted_ledgers()
 
     async def checkpoint(self) -> None:
-        await self._checkpoint()
-
-    async def _checkpoint(self, *, paced: bool = False) -> None:
-        async with self._checkpoint_lock:
-            journal = self._journal
-            assert journal is not None
-            invariant(not self._flushing.count, "a checkpoint started while a flush is pending")
-            self._flushing, self._active = self._active, WriteCache()
-            self._active_since_ns = self._clock.monotonic_ns()
-            mark = journal.position()
-            urgent = await self._flush(self._flushing, paced=paced)
-            await faults.point("bookie.index.before_checkpoint_mark")
-            # Synced off the event loop while nothing waits for the checkpoint (a WAL fsync on
-            # the loop held up every add meanwhile).
-            await self._write_synced([(MARK_KEY, Index.mark_value(mark))], urgent=urgent and paced)
-            flushed, self._flushing = self._flushing, WriteCache()
-            self._cache_room.set()
-            journal.remove_files_before(mark.file_id)
-            self.stats.checkpoints_count += 1
-        await self._release(flushed, paced=paced)
-
-    async def _release(self, cache: WriteCache, *, paced: bool) -> None:
-        """Free a flushed half ``_RELEASE_STEP_ENTRIES`` entries at a time, yielding (paced:
-        pausing) in between. Dropping ~50,000 entries at once took 7-9 ms on the event loop
-        (each a separate free); and a long run of loop steps makes the worker threads that
-        finished a journal fsync wait for the GIL (2-6 ms each), so the paced checkpoint pauses."""
-        pause_s = self.config.flush_pause_ms / 1000
-        steps = -(-cache.count // _RELEASE_STEP_ENTRIES)
-        paced_bytes_per_s = cache.bytes / (steps * pause_s) if steps and pause_s > 0 else float("inf")
-        for entries in cache.ledgers.values():
-            while entries:
-                for _ in range(min(_RELEASE_STEP_ENTRIES, len(entries))):
-                    entries.popitem()
-                # Paced as the flush is, and like it at full speed while adds come in fast:
-                # the next checkpoint waits for this one.
-                slow = paced and not self._adds_would_wait(paced_bytes_per_s)
-                await self._clock.sleep(pause_s if slow else 0)
-        cache.ledgers.clear()
-
-    async def _flush_without_mark(self) -> None:
-        # Replay larger than the write cache: flush what was replayed so far; the mark stays.
-        cache, self._active = self._active, WriteCache()
-        self._active_since_ns = self._clock.monotonic_ns()
-        await self._flush(cache, paced=False)
-        await self._release(cache, paced=False)
-
-    async def _flush(self, cache: WriteCache, *, paced: bool) -> bool:
-        """Write ``cache`` to the entry log and the index; returns whether it ended at full
-        speed (a paced flush that adds would wait for, or an unpaced one)."""
-        # Incremental, so adds keep flowing during a checkpoint: the frozen half goes to the entry
-        # log in chunks (``flush_chunk_bytes_min``/``_max``, at most ``flush_chunk_entries_max``),
-        # written off the event loop; the loop's share of each chunk (framing, locations) is one
-        # short step. On a buffered log each chunk is synced before the next: a bounded amount
-        # of dirty entry-log data in the page cache ahead of the journal's fsyncs keeps add
-        # latency bounded. A log written past the page cache (``write_alignment_bytes`` > 1) has
-        # no such backlog, so it is synced once, after the last chunk: every device cache flush
-        # also delays the journal's. Either way the log is synced before any index entry names
-        # its offsets. Locations go to the index in batches of ``index_batch_keys_max`` unsynced
-        # keys with a yield between them; the last batch is synced (off the event loop), which
-        # (WAL order) makes every earlier batch durable too. Keys and values are kept in two
-        # lists of bytes: no tuple per entry for the garbage collector to walk.
-        #
-        # ``paced`` (the background checkpoint): unless adds would wait for the flush
-        # (``_adds_would_wait``), chunks are small, the flush pauses ``flush_pause_ms`` before
-        # each one, and each index batch is synced on its own followed by a pause. The journal
-        # and the entry log share the device: an entry-log write in flight delays the journal's
-        # next write, and each journal fsync must also make durable every entry-log and WAL byte
-        # written since the previous one; a long run of loop steps also makes the worker threads
-        # that finished a journal fsync wait for the GIL. As one burst, every add during the
-        # burst waited for it (paced 5,000 adds/s: p99 10-35 ms in each window holding a
-        # checkpoint); spread out, each journal fsync meets little of it. When the adds come in
-        # at half the rate a paced flush writes or faster, the flush runs at full speed instead
-        # (large chunks, no pauses: throughput first; pausing would only make the next
-        # checkpoint, and then the adds, wait).
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        touched_logs: set[int] = set()
-        first = True
-        flushed = 0
-        sync_each = self._entry_log.write_alignment_bytes == 1
-        config = self.config
-        pause_s = config.flush_pause_ms / 1000
-        batch_max = config.index_batch_keys_max
-        # A paced flush takes one step (a small chunk or an index batch) per pause.
-        steps = max(
-            -(-cache.bytes // config.flush_chunk_bytes_min), -(-cache.count // config.flush_chunk_entries_max)
-        ) + -(-cache.count // batch_max)
-        paced_bytes_per_s = cache.bytes / (steps * pause_s) if steps and pause_s > 0 else float("inf")
-        urgent = not paced
-
-        def chunk_limits() -> tuple[int, int]:
-            # Asked once per chunk, before it is formed: decides its size and the pause. At
-            # full speed chunks are large whatever the entry size: every chunk is a worker-thread
-            # round trip, which takes up to a GIL switch interval (5 ms) when the loop is busy.
-            nonlocal urgent
-            if paced:
-                urgent = self._adds_would_wait(paced_bytes_per_s)
-            if urgent:
-                return config.flush_chunk_bytes_max, config.flush_chunk_bytes_max
-            return config.flush_chunk_bytes_min, config.flush_chunk_entries_max
-
-        for chunk in cache.sorted_chunks(chunk_limits):
-            if not urgent and not first:
-                await self._clock.sleep(pause_s)
-            # A buffered log's chunk is written and synced in one step, except the first: the
-            # mid_flush point sits between its write and its sync.
-            places = await self._entry_log.append_many(
-                [raw for _, _, raw in chunk], sync=sync_each and not first
-            )
-            ledger_logs = self._log_ledgers
-            for (ledger_id, entry_id, raw), (log_id, offset) in zip(chunk, places, strict=True):
-                keys.append(entry_key(ledger_id, entry_id))
-                values.append(location_value(log_id, offset, len(raw)))
-                ledgers = ledger_logs.get(log_id)
-                if ledgers is None:
-                    ledgers = ledger_logs[log_id] = set()
-                ledgers.add(ledger_id)
-                touched_logs.add(log_id)
-            flushed += len(chunk)
-            if first:
-                first = False
-                await faults.point("bookie.entrylog.mid_flush")
-                if sync_each:
-                    await self._entry_log.sync()
-        if not sync_each and not first:
-            await self._entry_log.sync()
-        if first:
-            await faults.point("bookie.entrylog.mid_flush")
-        kv = self._index.kv
-        at = 0
-        while len(keys) - at > batch_max:
-            batch = zip(keys[at : at + batch_max], values[at : at + batch_max], strict=True)
-            at += batch_max
-            if paced and not self._adds_would_wait(paced_bytes_per_s):
-                await kv.write_durable(batch)
-                await self._clock.sleep(pause_s)
-            else:
-                kv.write(batch, sync=False)
-                await self._clock.sleep(0)
-        puts: list[tuple[bytes, bytes | None]] = list(zip(keys[at:], values[at:], strict=True))
-        for log_id in touched_logs:
-            puts.append((log_key(log_id), Index.log_ledgers_value(self._log_ledgers[log_id])))
-        for state in self._ledgers.values():
-            if state.dirty:
-                puts.append((state_key(state.ledger_id), state.encode()))
-                state.dirty = False
-        urgent = urgent or (paced and self._adds_would_wait(paced_bytes_per_s))
-        if puts:
-            await self._write_synced(puts, urgent=urgent and paced)
-        self.stats.entries_flushed_count += flushed
-        while keys:  # freed a slice at a time, as the flushed entries are (``_release``)
-            del keys[-_RELEASE_STEP_ENTRIES:], values[-_RELEASE_STEP_ENTRIES:]
-            slow = paced and not self._adds_would_wait(paced_bytes_per_s)
-            await self._clock.sleep(pause_s if slow else 0)
-        return urgent
-
-    async def _write_synced(self, puts: list[tuple[bytes, bytes | None]], *, urgent: bool) -> None:
-        # Off the event loop, unless adds wait for the background checkpoint: then a synced
-        # write on the loop ends it sooner than a worker-thread round trip through a busy
-        # loop's GIL (the next checkpoint, and then the adds, wait for this one).
-        if urgent:
-            self._index.kv.write(puts, sync=True)
-        else:
-            await self._index.kv.write_durable(puts)
-
-    def _adds_would_wait(self, paced_bytes_per_s: float) -> bool:
-        """Whether adds wait for the flush now (the active half is full), or come in so fast
-        that a paced flush, writing ``paced_bytes_per_s``, would make them wait: the active half
-        filled since it was swapped in at half that rate or more. Pacing then only delays the
-        next checkpoint, which the adds then wait for."""
-        if not self._cache_room.is_set():
-            return True
-        filled = self._active.bytes
-        if filled >= self.config.write_cache_bytes_max // 2:
-            return True
-        if filled == 0:
-            return False
-        elapsed_ns = self._clock.monotonic_ns() - self._active_since_ns
-        if elapsed_ns <= 0:
-            return True  # filled in no time at all (a simulated clock): as fast as it gets
-        return 2 * filled * 1e9 / elapsed_ns >= paced_bytes_per_s
-
-    async def _checkpoint_loop(self) -> None:
-        interval_s = self.config.checkpoint_interval_ms / 1000
-        while self.status in _SERVING:
-            await wait_event_or_timeout(self._clock, self._checkpoint_wanted, interval_s)
-            self._checkpoint_wanted.clear()
-            if self.status not in _SERVING:
-                return
-            try:
-                await self._checkpoint(paced=True)
-            except Exception as exc:
-                self._on_disk_failure(exc)
-                return
-
-    # --- disk space ----------------------------------------------------------------------------
-
-    def _disk_low(self) -> bool:
-        return self._disk.free_bytes() < self.config.disk_free_bytes_min
+        await self.checkpointer.checkpoint()
 
     def check_disk(self) -> None:
         """Enter read-only mode when the disk is nearly full; leave it at twice the threshold."""
-        free = self._disk.free_bytes()
-        if self.status is BookieStatus.WRITABLE and free < self.config.disk_free_bytes_min:
-            self._transition(BookieStatus.READ_ONLY)
-        elif self.status is BookieStatus.READ_ONLY and free >= 2 * self.config.disk_free_bytes_min:
-            self._transition(BookieStatus.WRITABLE)
-
-    async def _disk_monitor_loop(self) -> None:
-        while self.status in _SERVING:
-            await self._clock.sleep(self.config.disk_check_interval_ms / 1000)
-            if self.status in _SERVING:
-                self.check_disk()
+        if self.status in _SERVING:
+            read_only = self._disk_monitor.read_only_wanted(self.status is BookieStatus.READ_ONLY)
+            self._transition(BookieStatus.READ_ONLY if read_only else BookieStatus.WRITABLE)
 
     def _on_disk_failure(self, error: BaseException) -> None:
         if self.status in _SERVING:
@@ -864,7 +466,7 @@ class Bookie:
             self._transition(BookieStatus.STOPPED)
             return
         self._transition(BookieStatus.STOPPING)
-        self._checkpoint_wanted.set()
+        self.checkpointer.want_checkpoint()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptDataError
 from magnetar.protocol.bookie import Entry
 from magnetar.storage.entry_log import RECORD_HEADER_BYTES
 from magnetar.storage.index import Index
@@ -82,10 +82,10 @@ def chunks(entries: list[LiveEntry], chunk_bytes: int) -> list[list[LiveEntry]]:
 
 
 def checked_raw(raw: bytes, expected: LiveEntry, log_id: int) -> bytes:
-    """``raw`` if it is the expected, intact entry; otherwise ``CorruptData`` (never copy garbage)."""
+    """``raw`` if it is the expected, intact entry; otherwise ``CorruptDataError`` (never copy garbage)."""
     entry = Entry.parse(raw)
     if entry.ledger_id != expected.ledger_id or entry.entry_id != expected.entry_id or not entry.digest_ok():
-        raise CorruptData(
+        raise CorruptDataError(
             f"entry log {log_id} offset {expected.offset} does not hold a valid {expected.ledger_id}:{expected.entry_id}"
         )
     return raw

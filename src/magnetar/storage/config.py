@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import ENTRY_BYTES_MAX, KIB, MIB
 
 
@@ -95,4 +95,4 @@ class BookieConfig:
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
-            raise InvalidArgument(f"invalid bookie config values: {', '.join(bad)}")
+            raise InvalidArgumentError(f"invalid bookie config values: {', '.join(bad)}")

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Protocol
 
-from magnetar.base.errors import CorruptData, MagnetarError
+from magnetar.base.errors import CorruptDataError, MagnetarError
 from magnetar.base.io import Disk
 from magnetar.base.rng import Rng
 
@@ -28,7 +28,7 @@ COOKIE_FORMAT_VERSION = 1
 COOKIE_BYTES_MAX = 4096
 
 
-class CookieMismatch(MagnetarError):
+class CookieMismatchError(MagnetarError):
     """The data directory does not belong to this bookie identity: refusing to start."""
 
 
@@ -58,7 +58,7 @@ class Cookie:
             fields = json.loads(data)
             return cls(str(fields["bookie_id"]), str(fields["instance_id"]), int(fields["format_version"]))
         except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptData(f"unreadable cookie: {exc}") from None
+            raise CorruptDataError(f"unreadable cookie: {exc}") from None
 
 
 def read_local_cookie(disk: Disk) -> Cookie | None:
@@ -87,15 +87,15 @@ async def _write_local_cookie(disk: Disk, cookie: Cookie) -> None:
 async def verify_or_create_cookie(
     disk: Disk, registry: CookieRegistry | None, bookie_id: str, rng: Rng, *, has_data: bool
 ) -> Cookie:
-    """Return this bookie's cookie or raise ``CookieMismatch`` (see the module docstring)."""
+    """Return this bookie's cookie or raise ``CookieMismatchError`` (see the module docstring)."""
     local = read_local_cookie(disk)
     remote_bytes = await registry.get_cookie(bookie_id) if registry is not None else None
     remote = Cookie.decode(remote_bytes) if remote_bytes is not None else None
     if local is None:
         if has_data:
-            raise CookieMismatch(f"data directory holds bookie data but no cookie; refusing to start as {bookie_id}")
+            raise CookieMismatchError(f"data directory holds bookie data but no cookie; refusing to start as {bookie_id}")
         if remote is not None:
-            raise CookieMismatch(
+            raise CookieMismatchError(
                 f"bookie {bookie_id} was registered with instance {remote.instance_id} but this data directory is "
                 "empty (wiped or new disk); decommission the old identity before reusing the address"
             )
@@ -105,12 +105,12 @@ async def verify_or_create_cookie(
             await registry.put_cookie(bookie_id, cookie.encode())
         return cookie
     if local.bookie_id != bookie_id:
-        raise CookieMismatch(f"data directory belongs to bookie {local.bookie_id}, not {bookie_id}")
+        raise CookieMismatchError(f"data directory belongs to bookie {local.bookie_id}, not {bookie_id}")
     if remote is None:
         if registry is not None:
             await registry.put_cookie(bookie_id, local.encode())
     elif remote != local:
-        raise CookieMismatch(
+        raise CookieMismatchError(
             f"data directory has instance {local.instance_id} but bookie {bookie_id} is registered as "
             f"instance {remote.instance_id}"
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import struct
 
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptDataError
 from magnetar.base.io import Bytes, Disk, DiskFile
 
 LOG_DIR = "entrylogs"
@@ -128,7 +128,7 @@ class EntryLogger:
     def read(self, log_id: int, offset: int, length: int) -> bytes:
         data = self._reader(log_id).read_at(offset, length)
         if len(data) != length:
-            raise CorruptData(f"entry log {log_id} is short at {offset}: {len(data)} of {length} bytes")
+            raise CorruptDataError(f"entry log {log_id} is short at {offset}: {len(data)} of {length} bytes")
         return data
 
     def size_of(self, log_id: int) -> int:
@@ -141,7 +141,7 @@ class EntryLogger:
         never truncated once indexed, so the view stays valid (also after ``remove``)."""
         data = self._reader(log_id).read_view(offset, length)
         if len(data) != length:
-            raise CorruptData(f"entry log {log_id} is short at {offset}: {len(data)} of {length} bytes")
+            raise CorruptDataError(f"entry log {log_id} is short at {offset}: {len(data)} of {length} bytes")
         return data
 
     def remove(self, log_id: int) -> None:

@@ -37,7 +37,7 @@ returned and after every earlier record's callback; a file is synced (nothing in
 the journal moves to the next one, so only the last file can have a torn tail. A crash may
 leave a later group durable behind a torn earlier one: replay stops at the torn one, and the
 later group was never acknowledged. ``replay`` stops cleanly at the first torn record
-(short, bad length or bad CRC) in the last file and raises ``CorruptData`` for one earlier.
+(short, bad length or bad CRC) in the last file and raises ``CorruptDataError`` for one earlier.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from functools import partial
 from magnetar import faults
 from magnetar.base.checksum import crc32c, crc32c_update
 from magnetar.base.clock import Clock
-from magnetar.base.errors import ClosedError, CorruptData, LimitExceeded
+from magnetar.base.errors import ClosedError, CorruptDataError, LimitExceededError
 from magnetar.base.invariant import invariant
 from magnetar.base.io import Disk, DiskFile
 from magnetar.base.limits import BOOKIE_JOURNAL_RECORD_BYTES_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
@@ -103,7 +103,7 @@ def journal_file_ids(disk: Disk) -> list[int]:
 
 def _frame(body: bytes) -> bytes:
     if len(body) > BOOKIE_JOURNAL_RECORD_BYTES_MAX:
-        raise LimitExceeded("BOOKIE_JOURNAL_RECORD_BYTES_MAX", len(body), BOOKIE_JOURNAL_RECORD_BYTES_MAX)
+        raise LimitExceededError("BOOKIE_JOURNAL_RECORD_BYTES_MAX", len(body), BOOKIE_JOURNAL_RECORD_BYTES_MAX)
     return _RECORD_HEADER.pack(len(body), crc32c(body)) + body
 
 
@@ -115,7 +115,7 @@ def add_record(master_key: bytes, entry_raw: bytes) -> tuple[bytes, bytes]:
     prefix = bytes((KIND_ADD_DIGESTED, len(master_key))) + master_key
     body_len = len(prefix) + len(entry_raw)
     if body_len > BOOKIE_JOURNAL_RECORD_BYTES_MAX:
-        raise LimitExceeded("BOOKIE_JOURNAL_RECORD_BYTES_MAX", body_len, BOOKIE_JOURNAL_RECORD_BYTES_MAX)
+        raise LimitExceededError("BOOKIE_JOURNAL_RECORD_BYTES_MAX", body_len, BOOKIE_JOURNAL_RECORD_BYTES_MAX)
     crc = crc32c_update(crc32c(prefix), memoryview(entry_raw)[:ENTRY_HEADER_BYTES])
     return _RECORD_HEADER.pack(body_len, crc) + prefix, entry_raw
 
@@ -165,7 +165,7 @@ def parse_body(body: bytes) -> JournalRecord:
     if kind == KIND_PAD:
         return JournalRecord(KIND_PAD, b"")
     if len(body) < 2 or 2 + body[1] > len(body):
-        raise CorruptData("journal record ends inside its master key")
+        raise CorruptDataError("journal record ends inside its master key")
     master_key = body[2 : 2 + body[1]]
     rest = body[2 + body[1] :]
     if kind in (KIND_ADD, KIND_ADD_DIGESTED):
@@ -175,7 +175,7 @@ def parse_body(body: bytes) -> JournalRecord:
     if kind == KIND_LAC and len(rest) == _LEDGER_LAC.size:
         ledger_id, lac = _LEDGER_LAC.unpack(rest)
         return JournalRecord(KIND_LAC, master_key, ledger_id=ledger_id, lac=lac)
-    raise CorruptData(f"unknown journal record kind {kind} or bad length")
+    raise CorruptDataError(f"unknown journal record kind {kind} or bad length")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -202,7 +202,7 @@ def _body_intact(body: bytes, crc: int) -> bool:
         return False
     try:
         return Entry.parse(body[entry_at:]).digest_ok()
-    except CorruptData:
+    except CorruptDataError:
         return False
 
 
@@ -252,7 +252,7 @@ async def replay(disk: Disk, mark: JournalPosition) -> ReplayResult:
             header = file.read_at(0, _FILE_HEADER.size)
             if len(header) < _FILE_HEADER.size or _FILE_HEADER.unpack(header) != (FILE_MAGIC, file_id):
                 if not last:
-                    raise CorruptData(f"journal file {file_id} has a bad header but is not the last one")
+                    raise CorruptDataError(f"journal file {file_id} has a bad header but is not the last one")
                 torn = JournalPosition(file_id, 0)
                 file.truncate(0)
                 await file.sync()
@@ -261,7 +261,7 @@ async def replay(disk: Disk, mark: JournalPosition) -> ReplayResult:
             for offset, body in _records_in(file, max(start, _FILE_HEADER.size)):
                 if body is None:
                     if not last:
-                        raise CorruptData(f"journal file {file_id} is torn at {offset} but is not the last one")
+                        raise CorruptDataError(f"journal file {file_id} is torn at {offset} but is not the last one")
                     torn = JournalPosition(file_id, offset)
                     file.truncate(offset)
                     await file.sync()

@@ -13,7 +13,7 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from magnetar.base.errors import CorruptData
+from magnetar.base.errors import CorruptDataError
 from magnetar.base.invariant import invariant
 
 
@@ -64,9 +64,9 @@ class LedgerState:
     @classmethod
     def decode(cls, ledger_id: int, value: bytes) -> LedgerState:
         if len(value) < _STATE.size:
-            raise CorruptData(f"ledger state of {ledger_id} is {len(value)} bytes")
+            raise CorruptDataError(f"ledger state of {ledger_id} is {len(value)} bytes")
         status, lac, last_entry, mk_len = _STATE.unpack_from(value, 0)
         master_key = value[_STATE.size : _STATE.size + mk_len]
         if len(master_key) != mk_len:
-            raise CorruptData(f"ledger state of {ledger_id} has a short master key")
+            raise CorruptDataError(f"ledger state of {ledger_id} has a short master key")
         return cls(ledger_id, LedgerStatus(status), lac, last_entry, master_key, dirty=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.metadata.embedded import EmbeddedMetadataServer
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.kv import RocksKeyValueStore
@@ -48,7 +48,7 @@ def test_view_reads_an_open_embedded_store_and_never_writes(tmp_path: Path) -> N
 
 
 def test_view_refuses_memory_and_missing_stores(tmp_path: Path) -> None:
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         asyncio.run(open_metadata_view("memory:"))
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         asyncio.run(open_metadata_view(f"embedded:{tmp_path / 'nothing-here'}"))

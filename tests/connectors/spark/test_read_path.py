@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from magnetar.base.errors import MagnetarError
-from magnetar.base.invariant import InvariantViolation
+from magnetar.base.invariant import InvariantViolationError
 from magnetar.base.limits import SPARK_READ_AHEAD_ENTRIES_MAX
 from magnetar.base.types import BookieId
 from magnetar.connectors.spark import fetch, rows
@@ -28,7 +28,7 @@ from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.ledger_metadata import Fragment, LedgerMetadata, LedgerState
 from magnetar.protocol.bookie.codec import Entry
 from magnetar.protocol.pulsar.batch import LZ4, ZSTD, encode_entry
-from magnetar.protocol.pulsar.errors import MalformedFrame
+from magnetar.protocol.pulsar.errors import MalformedFrameError
 from magnetar.protocol.pulsar.frames import headers_and_payload
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 from magnetar.protocol.pulsar.stored import split_stored_entry
@@ -235,7 +235,7 @@ def test_values_whose_row_count_disagrees_with_the_builders_are_an_invariant_vio
         return built
 
     assert values().array(4).to_pylist() == [b"abc", b"def", b"ghi", b"xy"]
-    with pytest.raises(InvariantViolation):
+    with pytest.raises(InvariantViolationError):
         values().array(5)
 
 
@@ -258,7 +258,7 @@ def test_malformed_batches_are_refused(damage: str) -> None:
         bad = corrupt(good, b"\x58\x02", b"\x58\x00")  # num_messages_in_batch 2 -> 0, payload left
     else:
         bad = good[:-3]
-    with pytest.raises(MalformedFrame):
+    with pytest.raises(MalformedFrameError):
         RowBuilder(T, 2).add_entry(1, 0, bad)
     RowBuilder(T, 2).add_entry(1, 0, good)  # control: the undamaged entry decodes
 

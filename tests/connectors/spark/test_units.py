@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.types import Position
 from magnetar.connectors.spark.offsets import BEGINNING, canonical, from_offset, parse_position, parse_spec
 from magnetar.connectors.spark.options import ReadOptions, WriteOptions
@@ -42,7 +42,7 @@ def test_offset_json_per_partition_with_short_names() -> None:
 
 @pytest.mark.parametrize("bad", ["5", "a:b", "-2:0", "1:-1", '{"t": 5}', "[1]", "{bad json"])
 def test_bad_offsets_are_refused_with_the_reason(bad: str) -> None:
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         if bad.startswith(("{", "[")):
             parse_spec(bad, "latest")
         else:
@@ -70,12 +70,12 @@ def test_read_options_any_case_and_defaults() -> None:
     {"topicsPattern": "(unclosed"},
 ])
 def test_read_options_refuse_what_is_wrong(options: dict[str, str]) -> None:
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         ReadOptions.parse(options, streaming=False)
 
 
 def test_ending_offsets_are_batch_only() -> None:
-    with pytest.raises(InvalidArgument, match="batch"):
+    with pytest.raises(InvalidArgumentError, match="batch"):
         ReadOptions.parse({"topic": "a", "endingOffsets": "latest"}, streaming=True)
 
 
@@ -83,9 +83,9 @@ def test_named_subscription_is_for_streams_and_needs_the_admin_url() -> None:
     options = ReadOptions.parse({"topic": "a", "subscription": "etl", "adminUrl": "http://127.0.0.1:8080"},
                                 streaming=True)
     assert (options.subscription, options.admin_url) == ("etl", "http://127.0.0.1:8080")
-    with pytest.raises(InvalidArgument, match="adminUrl"):
+    with pytest.raises(InvalidArgumentError, match="adminUrl"):
         ReadOptions.parse({"topic": "a", "subscription": "etl"}, streaming=True)
-    with pytest.raises(InvalidArgument, match="streaming"):
+    with pytest.raises(InvalidArgumentError, match="streaming"):
         ReadOptions.parse({"topic": "a", "subscription": "etl", "adminUrl": "http://h:1"}, streaming=False)
     assert subscription_path("persistent://t/ns/a b-partition-3", "my/sub") == (
         "/persistent/t/ns/a%20b-partition-3/subscription/my%2Fsub")
@@ -184,9 +184,9 @@ def test_value_schema_decodes_json_into_columns() -> None:
     rows = builder.take().to_pylist()
     assert (rows[0]["id"], rows[0]["name"]) == (3, "x")
     assert (rows[1]["id"], rows[1]["name"]) == (None, None)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         parse_value_schema("value STRING")
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         parse_value_schema("a MAP")
 
 
@@ -195,7 +195,7 @@ def test_value_schema_decodes_json_into_columns() -> None:
 
 def test_sequence_ids_order_by_batch_then_row() -> None:
     assert sequence_id(0, 5) < sequence_id(1, 0) < sequence_id(1, 1)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         sequence_id(0, 1 << 32)
 
 
@@ -203,5 +203,5 @@ def test_rows_to_messages() -> None:
     message = to_message({"value": "v", "key": b"k", "properties": {"a": 1}}, "persistent://public/default/o")
     assert (message.value, message.key, message.properties) == (b"v", "k", {"a": "1"})
     assert to_message({"value": b"x", "topic": "t2"}, None).topic == "persistent://public/default/t2"
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         to_message({"value": b"x"}, None)

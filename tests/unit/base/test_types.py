@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from magnetar.base import (
     EARLIEST,
     BookieId,
-    InvalidArgument,
-    InvariantViolation,
+    InvalidArgumentError,
+    InvariantViolationError,
     Position,
     SeededRng,
     TopicDomain,
@@ -35,9 +35,9 @@ def test_position_parse_and_next() -> None:
     assert Position(3, 4).next() == Position(3, 5)
     assert str(Position(3, 4)) == "3:4"
     for bad in ("12", "a:b", ""):
-        with pytest.raises(InvalidArgument):
+        with pytest.raises(InvalidArgumentError):
             Position.parse(bad)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         Position(-2, 0)
 
 
@@ -46,7 +46,7 @@ def test_bookie_id() -> None:
     assert str(BookieId("bk-1.local", 3181)) == "bk-1.local:3181"
     assert BookieId.parse("[::1]:3181").port == 3181
     for bad in ("nohost", "h:0", "h:70000", ":3181", "a b:1"):
-        with pytest.raises(InvalidArgument):
+        with pytest.raises(InvalidArgumentError):
             BookieId.parse(bad)
 
 
@@ -77,13 +77,13 @@ def test_topic_partitions() -> None:
     assert p2.partition(5).local_name == "orders-partition-5"
     assert base.domain is TopicDomain.PERSISTENT
     assert p2.persistence_path == "t/n/persistent/orders-partition-2"
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         base.partition(-1)
 
 
 @pytest.mark.parametrize("bad", ["", "kafka://a/b/c", "a/b", "t/n/", "t!/n/x", "t/n/ x", "x" * 2000, "a/b/c/d/e/f"])
 def test_topic_name_rejects_bad_input(bad: str) -> None:
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         TopicName.parse(bad)
 
 
@@ -96,7 +96,7 @@ def test_crc32c_known_vector() -> None:
 
 def test_invariant() -> None:
     invariant(True, "fine")
-    with pytest.raises(InvariantViolation, match="broken"):
+    with pytest.raises(InvariantViolationError, match="broken"):
         invariant(False, "broken")
 
 

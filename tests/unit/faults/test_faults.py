@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from magnetar import faults
-from magnetar.base import InvalidArgument
+from magnetar.base import InvalidArgumentError
 
 
 def test_unarmed_point_is_a_completed_awaitable() -> None:
@@ -33,7 +33,7 @@ def test_parse_specs() -> None:
      "bookie.after_reply:crash@0", "bookie.after_reply:crash:5", "bookie.after_reply:crash@x"],
 )
 def test_parse_specs_rejects_bad_input(bad: str) -> None:
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         faults.parse_specs(bad)
 
 
@@ -46,7 +46,7 @@ def test_error_fires_from_the_nth_hit() -> None:
             try:
                 await faults.point("bookie.after_reply")
                 passed += 1
-            except faults.InjectedFault:
+            except faults.InjectedFaultError:
                 return passed
         return passed
 
@@ -101,7 +101,7 @@ def test_crash_calls_the_simulator_hook_in_a_simulated_node() -> None:
 
 
 def test_arm_rejects_unknown_points() -> None:
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         faults.arm("no.such.point", "crash")
 
 

@@ -123,7 +123,7 @@ def test_observing_changes_no_path_and_stops_cleanly(observing: None) -> None:
     faults.arm("bookie.after_reply", "error")
 
     async def hit() -> None:
-        with pytest.raises(faults.InjectedFault):
+        with pytest.raises(faults.InjectedFaultError):
             await faults.point("bookie.after_reply")
         await faults.point("broker.after_receipt")
 

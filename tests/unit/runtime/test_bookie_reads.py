@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from magnetar.base.errors import ChecksumMismatch, ClosedError, CorruptData, InvalidArgument, TimeoutError_
+from magnetar.base.errors import (
+    ChecksumMismatchError,
+    ClosedError,
+    CorruptDataError,
+    InvalidArgumentError,
+    OperationTimeoutError,
+)
 from magnetar.base.limits import SPARK_BOOKIE_READ_BUFFER_BYTES
 from magnetar.ledger.bookie_client import checked_entry
 from magnetar.protocol.bookie import AddResponse, Entry, FrameDecoder, ReadRequest, Status, encode
@@ -167,7 +173,7 @@ def test_answers_before_their_turn_are_kept_as_copies(serve: list[SocketBookie])
         entries[(5, e)].raw for e in range(20)]
     assert isinstance(answers[0], ReadViewResponse)  # asked first, received last: in the connection's buffer
     assert all(isinstance(a, ReadResponse) for a in answers[1:])  # received while waiting for it: copies
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         reads.answer(request_ids[0])  # answered already
     reads.close()
 
@@ -201,13 +207,13 @@ def test_damaged_and_missing_entries_are_answers_and_the_connection_goes_on(serv
         answer = reads.answer(request_id)
         try:
             outcomes.append("ok" if checked_entry(answer, 5, entry_id) is not None else answer.status.name)
-        except ChecksumMismatch:
+        except ChecksumMismatchError:
             outcomes.append("damaged")
     assert outcomes == ["ok", "ok", "damaged", "NO_SUCH_ENTRY", "ok", "ok"]
     assert reads.closed is None
     (again,) = reads.send_reads(5, [0])
     answer = reads.answer(again)
-    with pytest.raises(ChecksumMismatch):
+    with pytest.raises(ChecksumMismatchError):
         checked_entry(answer, 5, 1)  # entry 0 where 1 was asked for
     entry = checked_entry(answer, 5, 0)  # control: as the entry asked for, it passes
     assert isinstance(entry, EntryView) and entry.entry_id == 0
@@ -221,7 +227,7 @@ def test_no_answer_within_the_timeout_fails_and_closes_the_connection(serve: lis
     request_ids = reads.send_reads(5, [0, 1, 2, 3])
     assert reads.answer(request_ids[0]).status is Status.OK
     started = time.monotonic()
-    with pytest.raises(TimeoutError_):
+    with pytest.raises(OperationTimeoutError):
         reads.answer(request_ids[1])  # entry 2's answer came (stored early); 1's never does
     assert time.monotonic() - started >= 0.19
     assert reads.closed is not None
@@ -237,7 +243,7 @@ def test_a_frame_that_is_no_read_answer_or_answers_nothing_asked_breaks_the_conn
         reads = connect(start(serve, WireBookie(dict(entries), silent={1}), extra=extra))
         first, second = reads.send_reads(5, [0, 1])
         assert checked_entry(reads.answer(first), 5, 0) is not None
-        with pytest.raises(CorruptData):
+        with pytest.raises(CorruptDataError):
             reads.answer(second)
         assert reads.closed is not None
 
@@ -261,5 +267,5 @@ def test_the_head_decoder_checks_op_length_and_has_entry() -> None:
     lying = bytearray(empty)
     lying[READ_RESPONSE_HEAD_BYTES - 1] = 1  # has_entry, but no entry bytes follow
     for bad in (bytes(lying), encode(AddResponse(1, Status.OK, 5, 0)).ljust(READ_RESPONSE_HEAD_BYTES, b"\0")):
-        with pytest.raises(CorruptData):
+        with pytest.raises(CorruptDataError):
             decode_read_response_head(bad)

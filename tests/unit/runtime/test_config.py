@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.base import InvalidArgument
+from magnetar.base import InvalidArgumentError
 from magnetar.runtime.config import env_var_name, load_config, read_toml, section_of
 
 
@@ -30,13 +30,13 @@ def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
 
 
 def test_types_are_checked() -> None:
-    with pytest.raises(InvalidArgument, match="MAGNETAR_BOOKIE_PORT: expected an integer"):
+    with pytest.raises(InvalidArgumentError, match="MAGNETAR_BOOKIE_PORT: expected an integer"):
         load_config(ExampleConfig, "bookie", environ={"MAGNETAR_BOOKIE_PORT": "eighty"})
-    with pytest.raises(InvalidArgument, match="expected true/false"):
+    with pytest.raises(InvalidArgumentError, match="expected true/false"):
         load_config(ExampleConfig, "bookie", environ={"MAGNETAR_BOOKIE_JOURNAL_SYNC": "maybe"})
-    with pytest.raises(InvalidArgument, match="unknown key 'prot'"):
+    with pytest.raises(InvalidArgumentError, match="unknown key 'prot'"):
         load_config(ExampleConfig, "bookie", file_values={"prot": 1}, environ={})
-    with pytest.raises(InvalidArgument, match="unknown option"):
+    with pytest.raises(InvalidArgumentError, match="unknown option"):
         load_config(ExampleConfig, "bookie", environ={}, overrides={"nope": 1})
 
 
@@ -49,11 +49,11 @@ def test_optional_and_tuple_fields() -> None:
 
 
 def test_bad_files(tmp_path: Path) -> None:
-    with pytest.raises(InvalidArgument, match="does not exist"):
+    with pytest.raises(InvalidArgumentError, match="does not exist"):
         read_toml(str(tmp_path / "missing.toml"))
     bad = tmp_path / "bad.toml"
     bad.write_text("[bookie\nport=1")
-    with pytest.raises(InvalidArgument, match="not valid TOML"):
+    with pytest.raises(InvalidArgumentError, match="not valid TOML"):
         read_toml(str(bad))
     assert read_toml(None) == {}
 

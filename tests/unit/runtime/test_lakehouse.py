@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.broker.config import BrokerConfig
 from magnetar.managed_ledger.offload import LedgerLocation, OffloadError, OffloadSchema
 from magnetar.protocol.pulsar import pb
@@ -88,9 +88,9 @@ def test_config_selects_the_driver(tmp_path: Path) -> None:
     assert open_offloader(BrokerConfig(offload_driver="none"), str(tmp_path)) is None
     assert open_offloader(BrokerConfig(), "") is None  # filesystem without a directory: off
     assert open_offloader(BrokerConfig(), str(tmp_path)).driver_name == "filesystem"  # type: ignore[union-attr]
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         open_offloader(BrokerConfig(offload_driver="s3"))  # no bucket
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(InvalidArgumentError):
         BrokerConfig(offload_driver="tape")
 
 

@@ -45,10 +45,10 @@ from magnetar.base.limits import (
 )
 from magnetar.base.types import BookieId, TopicName
 from magnetar.broker.dedup import is_system_cursor
-from magnetar.broker.load import LOAD_REPORTS_ROOT, LoadReport
-from magnetar.broker.lookup import PARTITIONED_TOPICS_ROOT
 from magnetar.broker.managed_log import ManagedTopicLog
 from magnetar.broker.topic import Topic
+from magnetar.catalog.lookup import PARTITIONED_TOPICS_ROOT
+from magnetar.control.load import LOAD_REPORTS_ROOT, LoadReport
 from magnetar.ledger.directory import MetadataBookieDirectory
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore

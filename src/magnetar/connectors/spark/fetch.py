@@ -36,7 +36,12 @@ from urllib.parse import quote, unquote
 import msgspec
 import pyarrow as pa
 
-from magnetar.base.errors import InvalidArgument, LimitExceeded, MagnetarError, TimeoutError_
+from magnetar.base.errors import (
+    InvalidArgumentError,
+    LimitExceededError,
+    MagnetarError,
+    OperationTimeoutError,
+)
 from magnetar.base.limits import (
     SPARK_ARROW_BATCH_BYTES_MAX,
     SPARK_ARROW_BATCH_ROWS_MAX,
@@ -89,7 +94,7 @@ class StoredSchema(msgspec.Struct):
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 
 
-class DataLoss(MagnetarError):
+class DataLossError(MagnetarError):
     """Offsets point at entries retention trimmed (raised when ``failOnDataLoss`` is true)."""
 
 
@@ -121,7 +126,7 @@ class Connections:
     async def metadata(self) -> MetadataView:
         if self.view is None:
             if not self.metadata_url:
-                raise InvalidArgument(
+                raise InvalidArgumentError(
                     "options adminUrl (the brokers' HTTP address: planning through the admin API) or metadataUrl "
                     "(trusted clusters: embedded:/<standalone data dir>/metadata or zk://...) are needed to plan reads"
                 )
@@ -155,7 +160,7 @@ def _pattern_namespace(pattern: str) -> tuple[str, str]:
     rest = full.split("://", 1)[1]
     parts = rest.split("/")
     if len(parts) < 3:
-        raise InvalidArgument(f"topicsPattern {pattern!r}: expected persistent://tenant/namespace/<regex>")
+        raise InvalidArgumentError(f"topicsPattern {pattern!r}: expected persistent://tenant/namespace/<regex>")
     return f"{parts[0]}/{parts[1]}", full
 
 
@@ -177,7 +182,7 @@ async def resolve_partitions(cx: Connections, topics: tuple[str, ...], pattern: 
                 names.extend(await cx.pulsar().get_partitions(topic))
     names = sorted(set(names))
     if len(names) > SPARK_PARTITIONS_COUNT_MAX:
-        raise LimitExceeded("SPARK_PARTITIONS_COUNT_MAX", len(names), SPARK_PARTITIONS_COUNT_MAX)
+        raise LimitExceededError("SPARK_PARTITIONS_COUNT_MAX", len(names), SPARK_PARTITIONS_COUNT_MAX)
     return names
 
 
@@ -308,7 +313,7 @@ class OffloadedEntry:
 async def _offloaded_chunks(cx: Connections, piece: Slice,
                             r: EntryRange) -> AsyncIterator[tuple[EntryRange, list[Any]]]:
     if cx.lakehouse is None:
-        raise InvalidArgument(f"{piece.topic}: ledger {r.ledger_id} is offloaded; give the option lakehouseUrl")
+        raise InvalidArgumentError(f"{piece.topic}: ledger {r.ledger_id} is offloaded; give the option lakehouseUrl")
     managed_ledger = TopicName.parse(piece.topic).persistence_path
     first = r.first
     while first <= r.last:
@@ -483,7 +488,7 @@ async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tup
     for part in _by_tier(piece) if mode != "broker" else [piece]:
         if part.offloaded and mode != "broker":
             if lakehouse is None:
-                raise InvalidArgument(f"{piece.topic}: ledgers {sorted(part.offloaded)} are offloaded; give the "
+                raise InvalidArgumentError(f"{piece.topic}: ledgers {sorted(part.offloaded)} are offloaded; give the "
                                       "option lakehouseUrl (the broker's offload directory or s3://bucket/prefix)")
             async for batch in _offloaded_rows(lakehouse, part, builder):
                 yield batch
@@ -577,8 +582,8 @@ async def broker_messages(cx: Connections, piece: Slice) -> AsyncIterator[Any]:
         while True:
             try:
                 message = await reader.read_next(SPARK_BROKER_READ_IDLE_MS_MAX)
-            except TimeoutError_ as exc:
-                raise TimeoutError_(
+            except OperationTimeoutError as exc:
+                raise OperationTimeoutError(
                     f"{piece.topic}: the broker sent nothing for {SPARK_BROKER_READ_IDLE_MS_MAX} ms before "
                     f"{last.ledger_id}:{last.last} (SPARK_BROKER_READ_IDLE_MS_MAX)"
                 ) from exc
@@ -644,7 +649,7 @@ async def publish_time(cx: Connections, layout: PartitionLayout, ledger_id: int,
                   _offloaded_of(layout, ranges))
     async for _, entries in entry_chunks(cx, piece):
         return int(split_stored_entry(entries[0].payload)[0].publish_time)
-    raise InvalidArgument(f"entry {ledger_id}:{entry_id} of {layout.topic} is not readable")
+    raise InvalidArgumentError(f"entry {ledger_id}:{entry_id} of {layout.topic} is not readable")
 
 
 async def position_for_timestamp(cx: Connections, layout: PartitionLayout, timestamp_ms: int) -> Position:

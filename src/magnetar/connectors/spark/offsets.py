@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Literal
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.types import Position
 from magnetar.client.topic import full_topic_name
 
@@ -31,16 +31,16 @@ def format_position(position: Position) -> str:
 
 
 def parse_position(text: str) -> Position:
-    """``"L:E"`` with ``L >= -1`` and ``E >= 0``; ``InvalidArgument`` otherwise."""
+    """``"L:E"`` with ``L >= -1`` and ``E >= 0``; ``InvalidArgumentError`` otherwise."""
     ledger, sep, entry = str(text).strip().partition(":")
     try:
         if not sep:
             raise ValueError(text)
         position = Position(int(ledger), int(entry))
     except ValueError:
-        raise InvalidArgument(f"offset {text!r} is not 'ledger:entry'") from None
+        raise InvalidArgumentError(f"offset {text!r} is not 'ledger:entry'") from None
     if position.ledger_id < -1 or position.entry_id < 0:
-        raise InvalidArgument(f"offset {text!r}: ledger must be >= -1 and entry >= 0")
+        raise InvalidArgumentError(f"offset {text!r}: ledger must be >= -1 and entry >= 0")
     return position
 
 
@@ -64,9 +64,9 @@ def parse_spec(text: str | None, default: Named) -> Named | dict[str, Spec]:
     try:
         parsed = json.loads(value)
     except ValueError:
-        raise InvalidArgument(f"offsets option {text!r}: expected earliest, latest or a JSON object") from None
+        raise InvalidArgumentError(f"offsets option {text!r}: expected earliest, latest or a JSON object") from None
     if not isinstance(parsed, dict):
-        raise InvalidArgument(f"offsets option {text!r}: the JSON must be an object of partition -> offset")
+        raise InvalidArgumentError(f"offsets option {text!r}: the JSON must be an object of partition -> offset")
     out: dict[str, Spec] = {}
     for name, spec in parsed.items():
         key = full_topic_name(str(name))
@@ -75,7 +75,7 @@ def parse_spec(text: str | None, default: Named) -> Named | dict[str, Spec]:
         elif isinstance(spec, str):
             out[key] = parse_position(spec)
         else:
-            raise InvalidArgument(f"offset of {name}: expected 'earliest', 'latest' or 'L:E', got {spec!r}")
+            raise InvalidArgumentError(f"offset of {name}: expected 'earliest', 'latest' or 'L:E', got {spec!r}")
     return out
 
 

@@ -1,7 +1,7 @@
 """What a Spark query asked of the connector, parsed once on the driver (pure; no pyspark).
 
 Spark hands options over as strings with lower-cased keys; ``ReadOptions.parse`` and
-``WriteOptions.parse`` accept any case and raise ``InvalidArgument`` naming the option at fault.
+``WriteOptions.parse`` accept any case and raise ``InvalidArgumentError`` naming the option at fault.
 Both are frozen and picklable: they travel inside every input partition and writer.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.client.topic import full_topic_name
 from magnetar.connectors.spark.offsets import Named, Spec, parse_spec
 
@@ -36,7 +36,7 @@ def _bool(options: dict[str, str], name: str, default: bool) -> bool:
         return True
     if text.strip().lower() in ("false", "0", "no"):
         return False
-    raise InvalidArgument(f"option {name}: expected true or false, got {text!r}")
+    raise InvalidArgumentError(f"option {name}: expected true or false, got {text!r}")
 
 
 def _int(options: dict[str, str], name: str, *, low: int = 0) -> int | None:
@@ -46,16 +46,16 @@ def _int(options: dict[str, str], name: str, *, low: int = 0) -> int | None:
     try:
         value = int(text)
     except ValueError:
-        raise InvalidArgument(f"option {name}: expected an integer, got {text!r}") from None
+        raise InvalidArgumentError(f"option {name}: expected an integer, got {text!r}") from None
     if value < low:
-        raise InvalidArgument(f"option {name} must be >= {low}, got {value}")
+        raise InvalidArgumentError(f"option {name} must be >= {low}, got {value}")
     return value
 
 
 def _choice(options: dict[str, str], name: str, choices: tuple[str, ...]) -> str:
     value = options.get(name.lower(), choices[0]).strip().lower()
     if value not in choices:
-        raise InvalidArgument(f"option {name}: expected one of {', '.join(choices)}, got {value!r}")
+        raise InvalidArgumentError(f"option {name}: expected one of {', '.join(choices)}, got {value!r}")
     return value
 
 
@@ -93,19 +93,19 @@ class Credentials:
         params = options.get("authparams", "").strip()
         token = options.get("token", "").strip()
         if token and plugin:
-            raise InvalidArgument("give either the option token or authPluginClassName + authParams, not both")
+            raise InvalidArgumentError("give either the option token or authPluginClassName + authParams, not both")
         if token:
             return cls("token", token)
         if not plugin:
             if params:
-                raise InvalidArgument("option authParams needs authPluginClassName (token or basic)")
+                raise InvalidArgumentError("option authParams needs authPluginClassName (token or basic)")
             return None
         method = AUTH_PLUGINS.get(plugin)
         if method is None:
-            raise InvalidArgument(f"option authPluginClassName: {plugin!r} is not supported (one of "
+            raise InvalidArgumentError(f"option authPluginClassName: {plugin!r} is not supported (one of "
                                   f"{', '.join(sorted(AUTH_PLUGINS))})")
         if not params:
-            raise InvalidArgument(f"option authParams is needed for authPluginClassName {plugin}")
+            raise InvalidArgumentError(f"option authParams is needed for authPluginClassName {plugin}")
         return cls(method, _token_params(params) if method == "token" else _basic_params(params))
 
 
@@ -117,7 +117,7 @@ def _token_params(params: str) -> str:
         try:
             return Path(path).read_text().strip()
         except OSError as error:
-            raise InvalidArgument(f"option authParams: cannot read the token file {path}: {error}") from None
+            raise InvalidArgumentError(f"option authParams: cannot read the token file {path}: {error}") from None
     return params
 
 
@@ -127,9 +127,9 @@ def _basic_params(params: str) -> str:
             parsed = json.loads(params)
             return f"{parsed['userId']}:{parsed['password']}"
         except (ValueError, KeyError, TypeError):
-            raise InvalidArgument('option authParams for basic: expected {"userId": ..., "password": ...}') from None
+            raise InvalidArgumentError('option authParams for basic: expected {"userId": ..., "password": ...}') from None
     if ":" not in params:
-        raise InvalidArgument("option authParams for basic: expected user:password")
+        raise InvalidArgumentError("option authParams for basic: expected user:password")
     return params
 
 
@@ -171,7 +171,7 @@ class ReadOptions:
         options = _lower(raw)
         given = [name for name in ("topic", "topics", "topicspattern") if options.get(name, "").strip()]
         if len(given) != 1:
-            raise InvalidArgument("give exactly one of the options topic, topics or topicsPattern")
+            raise InvalidArgumentError("give exactly one of the options topic, topics or topicsPattern")
         topics: tuple[str, ...] = ()
         pattern = None
         if given[0] == "topicspattern":
@@ -179,18 +179,18 @@ class ReadOptions:
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise InvalidArgument(f"option topicsPattern is not a regular expression: {exc}") from None
+                raise InvalidArgumentError(f"option topicsPattern is not a regular expression: {exc}") from None
         else:
             names = [t.strip() for t in options[given[0]].split(",") if t.strip()]
             topics = tuple(dict.fromkeys(full_topic_name(t) for t in names))
         if streaming and "endingoffsets" in options:
-            raise InvalidArgument("option endingOffsets is for batch reads only")
+            raise InvalidArgumentError("option endingOffsets is for batch reads only")
         subscription = options.get("subscription", "").strip() or None
         admin_url = options.get("adminurl", "").strip() or None
         if subscription is not None and not streaming:
-            raise InvalidArgument("option subscription is for streaming reads only")
+            raise InvalidArgumentError("option subscription is for streaming reads only")
         if subscription is not None and admin_url is None:
-            raise InvalidArgument("option subscription needs adminUrl (the broker's HTTP address, http://host:port)")
+            raise InvalidArgumentError("option subscription needs adminUrl (the broker's HTTP address, http://host:port)")
         return cls(
             service_url=options.get("serviceurl", DEFAULT_SERVICE_URL),
             metadata_url=options.get("metadataurl") or None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from magnetar.base.errors import InvalidArgument, LimitExceeded
+from magnetar.base.errors import InvalidArgumentError, LimitExceededError
 from magnetar.base.limits import SPARK_SLICES_COUNT_MAX
 from magnetar.base.types import Position
 from magnetar.connectors.spark.offsets import BEGINNING, format_position
@@ -88,13 +88,13 @@ class PartitionLayout:
         for span in self.ledgers:
             if span.ledger_id == ledger_id:
                 return span.offload_uid
-        raise InvalidArgument(f"{self.topic}: ledger {ledger_id} is not in the layout")
+        raise InvalidArgumentError(f"{self.topic}: ledger {ledger_id} is not in the layout")
 
     def metadata_of(self, ledger_id: int) -> bytes:
         for span in self.ledgers:
             if span.ledger_id == ledger_id:
                 return span.metadata
-        raise InvalidArgument(f"{self.topic}: ledger {ledger_id} is not in the layout")
+        raise InvalidArgumentError(f"{self.topic}: ledger {ledger_id} is not in the layout")
 
 
 @dataclass(frozen=True)
@@ -161,5 +161,5 @@ def cut(
             break
         slices[largest : largest + 1] = list(halves)
     if len(slices) > SPARK_SLICES_COUNT_MAX:
-        raise LimitExceeded("SPARK_SLICES_COUNT_MAX", len(slices), SPARK_SLICES_COUNT_MAX)
+        raise LimitExceededError("SPARK_SLICES_COUNT_MAX", len(slices), SPARK_SLICES_COUNT_MAX)
     return slices

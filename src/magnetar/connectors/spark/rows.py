@@ -27,10 +27,10 @@ import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from magnetar.base.errors import InvalidArgument, LimitExceeded
+from magnetar.base.errors import InvalidArgumentError, LimitExceededError
 from magnetar.base.invariant import invariant
 from magnetar.protocol.pulsar.batch import NONE, decompress, is_batch
-from magnetar.protocol.pulsar.errors import MalformedFrame
+from magnetar.protocol.pulsar.errors import MalformedFrameError
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 from magnetar.protocol.pulsar.stored import split_stored_entry
 
@@ -90,12 +90,12 @@ def parse_value_schema(ddl: str | None) -> tuple[ValueField, ...]:
     for part in ddl.split(","):
         match = _FIELD.match(part)
         if not match or match.group(2).upper() not in _VALUE_TYPES:
-            raise InvalidArgument(
+            raise InvalidArgumentError(
                 f"valueSchema field {part.strip()!r}: expected 'name TYPE' with TYPE one of {', '.join(_VALUE_TYPES)}"
             )
         name = match.group(1)
         if name.lower() in taken:
-            raise InvalidArgument(f"valueSchema field {name!r} clashes with a connector column")
+            raise InvalidArgumentError(f"valueSchema field {name!r} clashes with a connector column")
         taken.add(name.lower())
         fields.append(ValueField(name, match.group(2).upper()))
     return tuple(fields)
@@ -248,7 +248,7 @@ class _Values:
         np.cumsum(sizes, out=offsets[1:])
         invariant(int(offsets[-1]) == self.end, f"value sizes add up to {int(offsets[-1])} bytes, {self.end} were copied")
         if self.end > ARROW_BINARY_BYTES_MAX:
-            raise LimitExceeded("ARROW_BINARY_BYTES_MAX", self.end, ARROW_BINARY_BYTES_MAX)
+            raise LimitExceededError("ARROW_BINARY_BYTES_MAX", self.end, ARROW_BINARY_BYTES_MAX)
         return pa.Array.from_buffers(pa.binary(), rows, [None, pa.py_buffer(offsets.astype(np.int32)),
                                                          pa.py_buffer(self._data[: self.end])])
 
@@ -403,7 +403,7 @@ class RowBuilder:
 
     def add_entry(self, ledger_id: int, entry_id: int, stored: bytes | memoryview) -> int:
         """Every message of one stored entry; returns how many rows were added. Raises
-        ``MalformedFrame`` for an entry that is not a valid (batch) message."""
+        ``MalformedFrameError`` for an entry that is not a valid (batch) message."""
         metadata, payload = split_stored_entry(stored)
         codec = metadata.compression
         data = payload if codec == NONE else decompress(codec, payload, metadata.uncompressed_size)
@@ -435,7 +435,7 @@ class RowBuilder:
         view = memoryview(data)
         total = len(view)
         if count > total:  # every message takes at least its 4-byte size field
-            raise MalformedFrame(f"batch of {count} messages cannot fit in {total} bytes")
+            raise MalformedFrameError(f"batch of {count} messages cannot fit in {total} bytes")
         values, sequences = self.values, self.sequences
         uniform = _uniform_batch(view, count)
         if uniform is not None:
@@ -459,13 +459,13 @@ class RowBuilder:
                     payload_size = self._sparse_fields(fields, row + index, base_sequence + index)
                 end = offset + payload_size
                 if end > total:
-                    raise MalformedFrame(f"payload_size {payload_size} of message {index} exceeds the batch")
+                    raise MalformedFrameError(f"payload_size {payload_size} of message {index} exceeds the batch")
                 values.add(view[offset:end])
                 offset = end
         except (struct.error, DecodeError) as error:
-            raise MalformedFrame(f"malformed batch entry: {error}") from error
+            raise MalformedFrameError(f"malformed batch entry: {error}") from error
         if offset != total:
-            raise MalformedFrame(f"batch has {total - offset} trailing bytes after {count} messages")
+            raise MalformedFrameError(f"batch has {total - offset} trailing bytes after {count} messages")
         self.rows += count
 
     def _sparse_fields(self, fields: list[tuple[Any, Any]], row: int, default_sequence: int) -> int:
@@ -493,7 +493,7 @@ class RowBuilder:
                     self.prop_keys.append(p.key)
                     self.prop_values.append(p.value)
         if payload_size < 0:
-            raise MalformedFrame(f"message {row} of a batch has no payload_size")
+            raise MalformedFrameError(f"message {row} of a batch has no payload_size")
         if key is not None:
             self.keys.append((row, _key_bytes(key, b64)))
         self.sequences.append(sequence)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import SPARK_WRITE_PENDING_COUNT_MAX
 from magnetar.client import PartitionedProducer, Producer, ProducerConfig, PulsarClient
 from magnetar.client.topic import full_topic_name
@@ -46,9 +46,9 @@ ROW_BITS = 32
 
 def sequence_id(batch_id: int, row_index: int) -> int:
     if not 0 <= row_index < (1 << ROW_BITS):
-        raise InvalidArgument(f"row index {row_index} does not fit in {ROW_BITS} bits")
+        raise InvalidArgumentError(f"row index {row_index} does not fit in {ROW_BITS} bits")
     if batch_id < 0:
-        raise InvalidArgument(f"batch id must be >= 0, got {batch_id}")
+        raise InvalidArgumentError(f"batch id must be >= 0, got {batch_id}")
     return (batch_id << ROW_BITS) | row_index
 
 
@@ -78,10 +78,10 @@ def to_message(row: Mapping[str, Any], topic: str | None) -> OutMessage:
     ``properties``, ``eventTime`` optional; ``topic`` from the option, else the row's column."""
     name = topic or row.get("topic")
     if not name:
-        raise InvalidArgument("no topic: set the topic option or give every row a topic column")
+        raise InvalidArgumentError("no topic: set the topic option or give every row a topic column")
     value = row.get("value")
     if value is None:
-        raise InvalidArgument("every row needs a non-null value column")
+        raise InvalidArgumentError("every row needs a non-null value column")
     data = value.encode() if isinstance(value, str) else bytes(value)
     props = row.get("properties") or {}
     event = row.get("eventTime")
@@ -94,7 +94,7 @@ def to_message(row: Mapping[str, Any], topic: str | None) -> OutMessage:
                       {str(k): str(v) for k, v in dict(props).items()}, event_ms)
 
 
-class InjectedTaskFailure(RuntimeError):
+class InjectedTaskError(RuntimeError):
     """The ``failTaskAfterRows`` drill: a first task attempt stops after that many receipted rows."""
 
 
@@ -102,7 +102,7 @@ async def write_messages(service_url: str, messages: Iterable[OutMessage], *, na
                          exactly_once: bool, batching: bool, fail_after_rows: int | None = None) -> int:
     """Send every message (row ``i`` gets ``sequence_id(batch_id, i)`` when ``exactly_once``);
     returns how many were sent once all are receipted (duplicates count: the broker answered).
-    With ``fail_after_rows`` it raises ``InjectedTaskFailure`` once that many rows are receipted."""
+    With ``fail_after_rows`` it raises ``InjectedTaskError`` once that many rows are receipted."""
     client = PulsarClient(service_url, network=TcpNetwork(), clock=SystemClock(), rng=system_rng())
     producers: dict[str, Producer | PartitionedProducer] = {}
     pending: list[asyncio.Future[Any]] = []
@@ -132,7 +132,7 @@ async def write_messages(service_url: str, messages: Iterable[OutMessage], *, na
                 for producer in producers.values():
                     await producer.flush()
                 await asyncio.gather(*pending)
-                raise InjectedTaskFailure(f"failTaskAfterRows: task stopped after {sent} receipted rows")
+                raise InjectedTaskError(f"failTaskAfterRows: task stopped after {sent} receipted rows")
             if len(pending) >= SPARK_WRITE_PENDING_COUNT_MAX:
                 for producer in producers.values():
                     await producer.flush()

@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
 
 from magnetar.base.types import Position
 from magnetar.connectors.spark import fetch
-from magnetar.connectors.spark.fetch import Connections, DataLoss
+from magnetar.connectors.spark.fetch import Connections, DataLossError
 from magnetar.connectors.spark.offsets import BEGINNING, Named, Spec, canonical, from_offset, spec_for
 from magnetar.connectors.spark.options import ReadOptions, WriteOptions
 from magnetar.connectors.spark.plan import PartitionLayout, Slice, cut
@@ -139,7 +139,7 @@ def _checked_start(layout: PartitionLayout, start: Position, fail_on_data_loss: 
     """``start``, or the earliest stored entry when retention trimmed it and loss is accepted."""
     if layout.trimmed(start):
         if fail_on_data_loss:
-            raise DataLoss(layout.describe_loss(start))
+            raise DataLossError(layout.describe_loss(start))
         return layout.earliest
     return start
 

@@ -23,24 +23,12 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from kazoo import exceptions as kazoo_errors
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import (
-    BadArgumentsError,
-    BadVersionError,
-    ConnectionClosedError,
-    ConnectionLoss,
-    KazooException,
-    NoChildrenForEphemeralsError,
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
-    OperationTimeoutError,
-    SessionExpiredError,
-)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 
-from magnetar.base.errors import BadVersion, InvalidArgument, LimitExceeded
+from magnetar.base.errors import BadVersionError, InvalidArgumentError, LimitExceededError
 from magnetar.base.limits import (
     METADATA_CONNECT_TIMEOUT_MS_MAX,
     METADATA_OPERATION_TIMEOUT_MS_MAX,
@@ -59,12 +47,12 @@ from magnetar.metadata.api import (
 )
 from magnetar.metadata.errors import (
     MetadataError,
-    MetadataUnavailable,
-    NoChildrenForEphemerals,
-    NodeExists,
-    NoNode,
-    NotEmpty,
-    SessionExpired,
+    MetadataUnavailableError,
+    NoChildrenForEphemeralsError,
+    NodeExistsError,
+    NodeNotEmptyError,
+    NoNodeError,
+    SessionExpiredError,
 )
 from magnetar.metadata.paths import (
     ROOT,
@@ -83,15 +71,15 @@ T = TypeVar("T")
 def parse_zk_url(url: str) -> tuple[str, str]:
     """``zk://h1:p1,h2:p2/chroot`` -> (``"h1:p1,h2:p2"``, ``"/chroot"``; ``""`` when none)."""
     if not url.startswith("zk://"):
-        raise InvalidArgument(f"not a zk:// url: {url!r}")
+        raise InvalidArgumentError(f"not a zk:// url: {url!r}")
     rest = url[len("zk://") :]
     hosts, slash, chroot = rest.partition("/")
     if not hosts:
-        raise InvalidArgument(f"zk url names no host: {url!r}")
+        raise InvalidArgumentError(f"zk url names no host: {url!r}")
     for host in hosts.split(","):
         name, colon, port = host.rpartition(":")
         if not colon or not name or not port.isdigit():
-            raise InvalidArgument(f"zk url host must be host:port, got {host!r}")
+            raise InvalidArgumentError(f"zk url host must be host:port, got {host!r}")
     chroot = "/" + chroot if slash and chroot else ""
     if chroot:
         validate_node_path(chroot)
@@ -99,23 +87,23 @@ def parse_zk_url(url: str) -> tuple[str, str]:
 
 
 def _translate(exc: BaseException, path: str) -> BaseException:
-    if isinstance(exc, NodeExistsError):
-        return NodeExists(f"metadata node exists: {path}")
-    if isinstance(exc, NoNodeError):
-        return NoNode(f"metadata node does not exist: {path}")
-    if isinstance(exc, BadVersionError):
-        return BadVersion(f"{path}: version conflict")
-    if isinstance(exc, NotEmptyError):
-        return NotEmpty(f"metadata node has children: {path}")
-    if isinstance(exc, NoChildrenForEphemeralsError):
-        return NoChildrenForEphemerals(f"parent of {path} is ephemeral and cannot have children")
-    if isinstance(exc, SessionExpiredError):
-        return SessionExpired(f"ZooKeeper session expired ({path})")
-    if isinstance(exc, ConnectionLoss | ConnectionClosedError | OperationTimeoutError | KazooTimeoutError):
-        return MetadataUnavailable(f"ZooKeeper unavailable ({path}): {type(exc).__name__}")
-    if isinstance(exc, BadArgumentsError):
-        return InvalidArgument(f"ZooKeeper rejected the arguments for {path}: {exc}")
-    if isinstance(exc, KazooException):
+    if isinstance(exc, kazoo_errors.NodeExistsError):
+        return NodeExistsError(f"metadata node exists: {path}")
+    if isinstance(exc, kazoo_errors.NoNodeError):
+        return NoNodeError(f"metadata node does not exist: {path}")
+    if isinstance(exc, kazoo_errors.BadVersionError):
+        return BadVersionError(f"{path}: version conflict")
+    if isinstance(exc, kazoo_errors.NotEmptyError):
+        return NodeNotEmptyError(f"metadata node has children: {path}")
+    if isinstance(exc, kazoo_errors.NoChildrenForEphemeralsError):
+        return NoChildrenForEphemeralsError(f"parent of {path} is ephemeral and cannot have children")
+    if isinstance(exc, kazoo_errors.SessionExpiredError):
+        return SessionExpiredError(f"ZooKeeper session expired ({path})")
+    if isinstance(exc, kazoo_errors.ConnectionLoss | kazoo_errors.ConnectionClosedError | kazoo_errors.OperationTimeoutError | KazooTimeoutError):
+        return MetadataUnavailableError(f"ZooKeeper unavailable ({path}): {type(exc).__name__}")
+    if isinstance(exc, kazoo_errors.BadArgumentsError):
+        return InvalidArgumentError(f"ZooKeeper rejected the arguments for {path}: {exc}")
+    if isinstance(exc, kazoo_errors.KazooException):
         return MetadataError(f"ZooKeeper error on {path}: {type(exc).__name__}: {exc}")
     return exc
 
@@ -150,7 +138,7 @@ class _ZkWatch(Watch):
                 await self.arm(report=True)
                 if not self._again:
                     break
-        except (MetadataUnavailable, SessionExpired):
+        except (MetadataUnavailableError, SessionExpiredError):
             # Connection trouble: the session listener reports it; a reconnect re-triggers watches.
             pass
         finally:
@@ -166,7 +154,7 @@ class _ZkWatch(Watch):
             try:
                 names = await self._store.call(client.get_children_async, zk_path, watch=self._fired, path=self.path)
                 children = frozenset(names)
-            except NoNode:
+            except NoNodeError:
                 node = None  # deleted in between: the exists watch fires and we re-read
         if report and self.active:
             for event in self._diff(node, children):
@@ -230,9 +218,9 @@ class ZooKeeperMetadataStore(MetadataStore):
             await loop.run_in_executor(None, client.start, connect_timeout_ms / 1000)
             if chroot:
                 await loop.run_in_executor(None, client.ensure_path, chroot)
-        except (KazooException, KazooTimeoutError) as exc:
+        except (kazoo_errors.KazooException, KazooTimeoutError) as exc:
             await loop.run_in_executor(None, _stop_and_close, client)
-            raise MetadataUnavailable(f"cannot connect to ZooKeeper at {hosts}: {type(exc).__name__}") from exc
+            raise MetadataUnavailableError(f"cannot connect to ZooKeeper at {hosts}: {type(exc).__name__}") from exc
         return cls(client, hosts, chroot, loop, session_timeout_ms)
 
     # --- plumbing ------------------------------------------------------------------------
@@ -270,13 +258,13 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         try:
             async_result = method(*args, **kwargs)
-        except KazooException as exc:
+        except kazoo_errors.KazooException as exc:
             raise _translate(exc, path) from exc
         async_result.rawlink(lambda result: self.call_in_loop(lambda: on_loop(result)))
         try:
             return await asyncio.wait_for(future, METADATA_OPERATION_TIMEOUT_MS_MAX / 1000)
         except TimeoutError:
-            raise MetadataUnavailable(f"ZooKeeper did not answer within {METADATA_OPERATION_TIMEOUT_MS_MAX} ms ({path})") from None
+            raise MetadataUnavailableError(f"ZooKeeper did not answer within {METADATA_OPERATION_TIMEOUT_MS_MAX} ms ({path})") from None
 
     def _on_kazoo_state(self, state: str) -> None:  # kazoo's thread
         self.call_in_loop(lambda: self._apply_state(state))
@@ -312,7 +300,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         path = validate_path(path)
         try:
             value, stat = await self.call(self.client.get_async, self.zk_path(path), path=path)
-        except NoNode:
+        except NoNodeError:
             return None
         return GetResult(bytes(value), stat.version)
 
@@ -344,14 +332,14 @@ class ZooKeeperMetadataStore(MetadataStore):
         path = validate_node_path(path)
         version = -1 if expected_version is None else validate_expected_version(expected_version)
         if version == -1 and expected_version is not None:
-            raise InvalidArgument("delete: expected_version must be >= 0 or None")
+            raise InvalidArgumentError("delete: expected_version must be >= 0 or None")
         await self.call(self.client.delete_async, self.zk_path(path), version=version, path=path)
 
     async def children(self, path: str) -> list[str]:
         path = validate_path(path)
         try:
             names = await self.call(self.client.get_children_async, self.zk_path(path), path=path)
-        except NoNode:
+        except NoNodeError:
             return []
         return sorted(names)
 
@@ -363,7 +351,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         path = validate_path(path)
         self.session.check_alive()
         if len(self._watches) >= METADATA_WATCHES_PER_SESSION_MAX:
-            raise LimitExceeded("METADATA_WATCHES_PER_SESSION_MAX", len(self._watches) + 1, METADATA_WATCHES_PER_SESSION_MAX)
+            raise LimitExceededError("METADATA_WATCHES_PER_SESSION_MAX", len(self._watches) + 1, METADATA_WATCHES_PER_SESSION_MAX)
         watch = _ZkWatch(self, path, callback)
         self._watches.add(watch)
         try:

@@ -39,8 +39,8 @@ storage core gave it) and hands the socket ``encode_parts``: the bytes of the eq
 ``ReadResponse``, with the entry as a buffer of its own instead of copied into one joined frame.
 
 Invariants: ``FrameDecoder`` never holds more than one partial frame plus one read chunk; a
-length above ``BOOKIE_FRAME_BYTES_MAX`` raises ``LimitExceeded`` before any body is buffered;
-any other malformed frame raises ``CorruptData``. After either error the stream is out of sync
+length above ``BOOKIE_FRAME_BYTES_MAX`` raises ``LimitExceededError`` before any body is buffered;
+any other malformed frame raises ``CorruptDataError``. After either error the stream is out of sync
 and the connection must be closed (the decoder refuses further input).
 """
 
@@ -51,7 +51,7 @@ import struct
 from dataclasses import dataclass, field
 
 from magnetar.base.checksum import crc32c, crc32c_update
-from magnetar.base.errors import CorruptData, InvalidArgument, LimitExceeded
+from magnetar.base.errors import CorruptDataError, InvalidArgumentError, LimitExceededError
 from magnetar.base.io import Bytes
 from magnetar.base.limits import BOOKIE_FRAME_BYTES_MAX, BOOKIE_MASTER_KEY_BYTES_MAX, ENTRY_BYTES_MAX
 
@@ -132,19 +132,19 @@ class Entry:
         """Encode an entry as a writer does, computing its digest."""
         _check_ledger(ledger_id)
         if entry_id < 0 or lac < -1:
-            raise InvalidArgument(f"invalid entry {ledger_id}:{entry_id} with lac {lac}")
+            raise InvalidArgumentError(f"invalid entry {ledger_id}:{entry_id} with lac {lac}")
         digest = entry_digest(ledger_id, entry_id, lac, payload)
         raw = _ENTRY_HEADER.pack(ledger_id, entry_id, lac, len(payload), digest) + bytes(payload)
         return cls(ledger_id, entry_id, lac, digest, raw)
 
     @classmethod
     def parse(cls, raw: bytes) -> Entry:
-        """Parse a stored or received entry; raises ``CorruptData`` if the lengths disagree."""
+        """Parse a stored or received entry; raises ``CorruptDataError`` if the lengths disagree."""
         if len(raw) < ENTRY_HEADER_BYTES:
-            raise CorruptData(f"entry of {len(raw)} bytes is shorter than its header")
+            raise CorruptDataError(f"entry of {len(raw)} bytes is shorter than its header")
         ledger_id, entry_id, lac, length, digest = _ENTRY_HEADER.unpack_from(raw, 0)
         if length != len(raw) - ENTRY_HEADER_BYTES:
-            raise CorruptData(f"entry payload length {length} != {len(raw) - ENTRY_HEADER_BYTES}")
+            raise CorruptDataError(f"entry payload length {length} != {len(raw) - ENTRY_HEADER_BYTES}")
         return cls(ledger_id, entry_id, lac, digest, raw)
 
     @property
@@ -340,19 +340,19 @@ Message = Request | Response
 
 def _check_ledger(ledger_id: int) -> None:
     if not 0 <= ledger_id <= LEDGER_ID_MAX:
-        raise InvalidArgument(f"ledger id {ledger_id} out of range")
+        raise InvalidArgumentError(f"ledger id {ledger_id} out of range")
 
 
 def _mk(master_key: bytes) -> bytes:
     if len(master_key) > BOOKIE_MASTER_KEY_BYTES_MAX:
-        raise LimitExceeded("BOOKIE_MASTER_KEY_BYTES_MAX", len(master_key), BOOKIE_MASTER_KEY_BYTES_MAX)
+        raise LimitExceededError("BOOKIE_MASTER_KEY_BYTES_MAX", len(master_key), BOOKIE_MASTER_KEY_BYTES_MAX)
     return bytes((len(master_key),)) + master_key
 
 
 def _frame(op: int, request_id: int, *parts: bytes) -> bytes:
     body_len = HEADER_BYTES + sum(len(p) for p in parts)
     if body_len > BOOKIE_FRAME_BYTES_MAX:
-        raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", body_len, BOOKIE_FRAME_BYTES_MAX)
+        raise LimitExceededError("BOOKIE_FRAME_BYTES_MAX", body_len, BOOKIE_FRAME_BYTES_MAX)
     return b"".join((_LEN.pack(body_len), _HEADER.pack(PROTOCOL_VERSION, op, request_id), *parts))
 
 
@@ -369,7 +369,7 @@ def encode_parts(message: Message | ServedReadResponse) -> tuple[Bytes, ...]:
                                     message.known_lac, None, message.op)),)
     body_len = _READ_RESP_HEAD_BYTES + len(raw)
     if body_len > BOOKIE_FRAME_BYTES_MAX:
-        raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", body_len, BOOKIE_FRAME_BYTES_MAX)
+        raise LimitExceededError("BOOKIE_FRAME_BYTES_MAX", body_len, BOOKIE_FRAME_BYTES_MAX)
     head = _READ_RESP_FRAME_HEAD.pack(body_len, PROTOCOL_VERSION, message.op | RESPONSE_BIT, message.request_id,
                                       message.status, message.ledger_id, message.entry_id, message.known_lac, 1)
     return head, raw
@@ -421,44 +421,44 @@ def _status(value: int) -> Status:
     try:
         return Status(value)
     except ValueError:
-        raise CorruptData(f"unknown status code {value}") from None
+        raise CorruptDataError(f"unknown status code {value}") from None
 
 
 def _read_mk(body: bytes | memoryview, offset: int) -> tuple[bytes, int]:
     if offset >= len(body):
-        raise CorruptData("frame ends inside the master key length")
+        raise CorruptDataError("frame ends inside the master key length")
     length = body[offset]
     if length > BOOKIE_MASTER_KEY_BYTES_MAX:
-        raise CorruptData(f"master key of {length} bytes exceeds {BOOKIE_MASTER_KEY_BYTES_MAX}")
+        raise CorruptDataError(f"master key of {length} bytes exceeds {BOOKIE_MASTER_KEY_BYTES_MAX}")
     end = offset + 1 + length
     if end > len(body):
-        raise CorruptData("frame ends inside the master key")
+        raise CorruptDataError("frame ends inside the master key")
     return bytes(body[offset + 1 : end]), end
 
 
 def _exact(body: bytes | memoryview, offset: int, struct_: struct.Struct) -> tuple[int, ...]:
     if offset + struct_.size != len(body):
-        raise CorruptData(f"frame body of {len(body) - offset} bytes, expected {struct_.size}")
+        raise CorruptDataError(f"frame body of {len(body) - offset} bytes, expected {struct_.size}")
     return struct_.unpack_from(body, offset)
 
 
 def _entry_at(body: bytes | memoryview, offset: int) -> Entry:
     raw = bytes(body[offset:])  # the one copy of an entry out of the receive buffer
     if len(raw) - ENTRY_HEADER_BYTES > ENTRY_BYTES_MAX:
-        raise CorruptData(f"entry payload exceeds ENTRY_BYTES_MAX ({ENTRY_BYTES_MAX})")
+        raise CorruptDataError(f"entry payload exceeds ENTRY_BYTES_MAX ({ENTRY_BYTES_MAX})")
     entry = Entry.parse(raw)
     if entry.ledger_id > LEDGER_ID_MAX:
-        raise CorruptData(f"ledger id {entry.ledger_id} out of range")
+        raise CorruptDataError(f"ledger id {entry.ledger_id} out of range")
     return entry
 
 
 def _read_response_head(frame: bytes | memoryview, at: int) -> tuple[Status, int, int, int, bool]:
     """A READ/READ_LAST_ENTRY response's fixed fields at ``at`` (its entry, if any, follows)."""
     if len(frame) < at + _READ_RESP.size:
-        raise CorruptData("READ response shorter than its fixed fields")
+        raise CorruptDataError("READ response shorter than its fixed fields")
     status, ledger_id, entry_id, lac, has_entry = _READ_RESP.unpack_from(frame, at)
     if not has_entry and at + _READ_RESP.size != len(frame):
-        raise CorruptData("READ response without an entry has trailing bytes")
+        raise CorruptDataError("READ response without an entry has trailing bytes")
     return _status(status), ledger_id, entry_id, lac, bool(has_entry)
 
 
@@ -468,14 +468,14 @@ def decode_frame(frame: bytes | memoryview) -> Message:
     ``frame`` may be a view into a receive buffer: every field kept in the message is copied
     out as ``bytes``, so no message refers to the buffer."""
     if len(frame) < HEADER_BYTES:
-        raise CorruptData(f"frame of {len(frame)} bytes is shorter than the header")
+        raise CorruptDataError(f"frame of {len(frame)} bytes is shorter than the header")
     version, op, request_id = _HEADER.unpack_from(frame, 0)
     if version != PROTOCOL_VERSION:
-        raise CorruptData(f"unsupported bookie protocol version {version}")
+        raise CorruptDataError(f"unsupported bookie protocol version {version}")
     at = HEADER_BYTES
     if op == Op.ADD:
         if at >= len(frame):
-            raise CorruptData("ADD frame ends before its flags")
+            raise CorruptDataError("ADD frame ends before its flags")
         flags = frame[at]
         master_key, at = _read_mk(frame, at + 1)
         return AddRequest(request_id, _entry_at(frame, at), master_key, bool(flags & FLAG_RECOVERY))
@@ -484,7 +484,7 @@ def decode_frame(frame: bytes | memoryview) -> Message:
         return AddResponse(request_id, _status(status), ledger_id, entry_id)
     if op == Op.READ:
         if at >= len(frame):
-            raise CorruptData("READ frame ends before its flags")
+            raise CorruptDataError("READ frame ends before its flags")
         flags = frame[at]
         master_key, at = _read_mk(frame, at + 1)
         ledger_id, entry_id = _exact(frame, at, _READ_TAIL)
@@ -501,14 +501,14 @@ def decode_frame(frame: bytes | memoryview) -> Message:
         return ReadLacResponse(request_id, _status(status), ledger_id, lac)
     if op == Op.READ_LAST_ENTRY:
         if at >= len(frame):
-            raise CorruptData("READ_LAST_ENTRY frame ends before its flags")
+            raise CorruptDataError("READ_LAST_ENTRY frame ends before its flags")
         flags = frame[at]
         master_key, at = _read_mk(frame, at + 1)
         (ledger_id,) = _exact(frame, at, _LEDGER)
         return ReadLastEntryRequest(request_id, ledger_id, bool(flags & FLAG_FENCE), master_key)
     if op == Op.GET_INFO:
         if at != len(frame):
-            raise CorruptData("GET_INFO request has a body")
+            raise CorruptDataError("GET_INFO request has a body")
         return GetInfoRequest(request_id)
     if op == Op.GET_INFO | RESPONSE_BIT:
         status, flags, free_bytes, ledger_count = _exact(frame, at, _INFO_RESP)
@@ -520,16 +520,16 @@ def decode_frame(frame: bytes | memoryview) -> Message:
     if op == Op.WRITE_LAC | RESPONSE_BIT:
         status, ledger_id, lac = _exact(frame, at, _LAC_RESP)
         return WriteLacResponse(request_id, _status(status), ledger_id, lac)
-    raise CorruptData(f"unknown bookie op 0x{op:02x}")
+    raise CorruptDataError(f"unknown bookie op 0x{op:02x}")
 
 
 def _checked_frame_len(source: bytes | bytearray | memoryview, at: int, max_frame_bytes: int) -> int:
     """The length prefix at ``at``, within ``max_frame_bytes`` and long enough for a header."""
     frame_len: int = _LEN.unpack_from(source, at)[0]
     if frame_len > max_frame_bytes:
-        raise LimitExceeded("BOOKIE_FRAME_BYTES_MAX", frame_len, max_frame_bytes)
+        raise LimitExceededError("BOOKIE_FRAME_BYTES_MAX", frame_len, max_frame_bytes)
     if frame_len < _FRAME_MIN_BYTES:
-        raise CorruptData(f"frame length {frame_len} below the header size")
+        raise CorruptDataError(f"frame length {frame_len} below the header size")
     return frame_len
 
 
@@ -554,11 +554,11 @@ class FrameDecoder:
     def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
         """Append ``data``; return every complete message, in order.
 
-        Raises ``LimitExceeded`` (frame too large) or ``CorruptData`` (malformed); afterwards
-        the decoder is broken and raises ``CorruptData`` on any further input.
+        Raises ``LimitExceededError`` (frame too large) or ``CorruptDataError`` (malformed); afterwards
+        the decoder is broken and raises ``CorruptDataError`` on any further input.
         """
         if self._broken:
-            raise CorruptData("decoder is out of sync after an earlier error")
+            raise CorruptDataError("decoder is out of sync after an earlier error")
         messages: list[Message] = []
         # Frames are decoded straight from a view of ``data``; only a frame split across feeds
         # is assembled in the buffer (and only its own bytes are copied there). An entry is
@@ -575,7 +575,7 @@ class FrameDecoder:
                 at = end
             if at < len(view):
                 self._buffer += view[at:]
-        except (CorruptData, LimitExceeded):
+        except (CorruptDataError, LimitExceededError):
             self._broken = True
             self._buffer = bytearray()
             raise
@@ -624,22 +624,22 @@ def decode_read_response_head(head: bytes | bytearray | memoryview,
     prefix included), for a reader that receives the entry into a buffer of its own: the answer
     without its entry, and how many entry bytes follow (0 when it has none). Checks what
     ``decode_frame`` checks of these fields; the entry is checked with ``entry_view`` once
-    received. Raises ``CorruptData`` (``LimitExceeded`` for a frame over ``max_frame_bytes``):
+    received. Raises ``CorruptDataError`` (``LimitExceededError`` for a frame over ``max_frame_bytes``):
     any other frame, or a length that disagrees with ``has_entry``."""
     if len(head) != READ_RESPONSE_HEAD_BYTES:
-        raise CorruptData(f"READ response head of {len(head)} bytes, expected {READ_RESPONSE_HEAD_BYTES}")
+        raise CorruptDataError(f"READ response head of {len(head)} bytes, expected {READ_RESPONSE_HEAD_BYTES}")
     frame_len = _checked_frame_len(head, 0, max_frame_bytes)
     version, op = head[4], head[5]
     if version != PROTOCOL_VERSION:
-        raise CorruptData(f"unsupported bookie protocol version {version}")
+        raise CorruptDataError(f"unsupported bookie protocol version {version}")
     if op not in _READ_RESPONSE_OPS:
-        raise CorruptData(f"expected a READ response, got op {op:#x}")
+        raise CorruptDataError(f"expected a READ response, got op {op:#x}")
     entry_bytes = frame_len - _READ_RESP_HEAD_BYTES
     if entry_bytes < 0:
-        raise CorruptData(f"READ response frame of {frame_len} bytes is shorter than its fixed fields")
+        raise CorruptDataError(f"READ response frame of {frame_len} bytes is shorter than its fixed fields")
     _, _, _, request_id, status, ledger_id, entry_id, lac, has_entry = _READ_RESP_FRAME_HEAD.unpack_from(head, 0)
     if has_entry not in (0, 1) or (has_entry == 0) != (entry_bytes == 0):
-        raise CorruptData(f"READ response with has_entry={has_entry} carries {entry_bytes} entry bytes")
+        raise CorruptDataError(f"READ response with has_entry={has_entry} carries {entry_bytes} entry bytes")
     answer = ReadViewResponse(request_id, _status(status), ledger_id, entry_id, lac, None, Op(op & ~RESPONSE_BIT))
     return answer, entry_bytes
 
@@ -649,13 +649,13 @@ def entry_view(raw: memoryview) -> EntryView:
     ``decode_frame`` does, its digest computed now (while its bytes were just received); the view
     refers to ``raw``."""
     if len(raw) < ENTRY_HEADER_BYTES:
-        raise CorruptData(f"entry of {len(raw)} bytes is shorter than its header")
+        raise CorruptDataError(f"entry of {len(raw)} bytes is shorter than its header")
     if len(raw) - ENTRY_HEADER_BYTES > ENTRY_BYTES_MAX:
-        raise CorruptData(f"entry payload exceeds ENTRY_BYTES_MAX ({ENTRY_BYTES_MAX})")
+        raise CorruptDataError(f"entry payload exceeds ENTRY_BYTES_MAX ({ENTRY_BYTES_MAX})")
     ledger_id, entry_id, lac, length, digest = _ENTRY_HEADER.unpack_from(raw, 0)
     if length != len(raw) - ENTRY_HEADER_BYTES:
-        raise CorruptData(f"entry payload length {length} != {len(raw) - ENTRY_HEADER_BYTES}")
+        raise CorruptDataError(f"entry payload length {length} != {len(raw) - ENTRY_HEADER_BYTES}")
     if ledger_id > LEDGER_ID_MAX:
-        raise CorruptData(f"ledger id {ledger_id} out of range")
+        raise CorruptDataError(f"ledger id {ledger_id} out of range")
     valid = entry_digest(ledger_id, entry_id, lac, raw[ENTRY_HEADER_BYTES:]) == digest
     return EntryView(ledger_id, entry_id, lac, digest, raw, valid)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
-from magnetar.protocol.pulsar.errors import ConnectionClosed, FrameChecksumMismatch
+from magnetar.protocol.pulsar.errors import ConnectionClosedError, FrameChecksumMismatchError
 from magnetar.protocol.pulsar.frames import Buffer, Frame, FrameDecoder
 
 E = TypeVar("E")
@@ -34,16 +34,16 @@ class FrameReceiver(ABC, Generic[E]):
     def _handle(self, frame: Frame) -> E | None: ...
 
     @abstractmethod
-    def _checksum_failure(self, error: FrameChecksumMismatch) -> E: ...
+    def _checksum_failure(self, error: FrameChecksumMismatchError) -> E: ...
 
     def receive_data(self, data: Buffer, now_ms: int) -> list[E]:
         """Decode ``data`` and return the events it completes.
 
-        Raises ``FrameTooLarge``/``MalformedFrame``/``ProtocolViolation`` (the connection is then
-        CLOSED and the caller closes the socket) or ``ConnectionClosed`` if already closed.
+        Raises ``FrameTooLargeError``/``MalformedFrameError``/``ProtocolViolationError`` (the connection is then
+        CLOSED and the caller closes the socket) or ``ConnectionClosedError`` if already closed.
         """
         if not self._is_open():
-            raise ConnectionClosed(f"connection closed ({self.close_reason})")
+            raise ConnectionClosedError(f"connection closed ({self.close_reason})")
         try:
             self._decoder.feed(data)
         except Exception as error:
@@ -53,7 +53,7 @@ class FrameReceiver(ABC, Generic[E]):
         while self._is_open():
             try:
                 frame = self._decoder.next_frame()
-            except FrameChecksumMismatch as error:
+            except FrameChecksumMismatchError as error:
                 self._mark_received(now_ms)
                 events.append(self._checksum_failure(error))
                 continue

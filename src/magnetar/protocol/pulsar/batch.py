@@ -29,7 +29,7 @@ import lz4.block
 import zstandard
 
 from magnetar.base.limits import PULSAR_FRAME_BYTES_MAX
-from magnetar.protocol.pulsar.errors import CompressionError, FrameTooLarge, MalformedFrame
+from magnetar.protocol.pulsar.errors import CompressionError, FrameTooLargeError, MalformedFrameError
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
 Buffer = bytes | bytearray | memoryview
@@ -68,20 +68,20 @@ def compress(codec: int, data: Buffer) -> bytes:
         return bytes(zstandard.ZstdCompressor().compress(raw))
     if codec == SNAPPY:
         return bytes(cramjam.snappy.compress_raw(raw))
-    raise MalformedFrame(f"unknown compression type {codec}")
+    raise MalformedFrameError(f"unknown compression type {codec}")
 
 
 def decompress(codec: int, data: Buffer, uncompressed_size: int) -> bytes:
     """Decompress to exactly ``uncompressed_size`` bytes, never allocating more than the frame bound."""
     if uncompressed_size < 0 or uncompressed_size > PULSAR_FRAME_BYTES_MAX:
-        raise FrameTooLarge("PULSAR_FRAME_BYTES_MAX", uncompressed_size, PULSAR_FRAME_BYTES_MAX)
+        raise FrameTooLargeError("PULSAR_FRAME_BYTES_MAX", uncompressed_size, PULSAR_FRAME_BYTES_MAX)
     raw = bytes(data)
     if codec == NONE:
         out = raw
     else:
         try:
             out = _decompress(codec, raw, uncompressed_size)
-        except (CompressionError, MalformedFrame):
+        except (CompressionError, MalformedFrameError):
             raise
         except Exception as error:  # each codec library raises its own error types
             raise CompressionError(f"{_codec_name(codec)} payload does not decompress: {error}") from error
@@ -109,7 +109,7 @@ def _decompress(codec: int, raw: bytes, size: int) -> bytes:
         if declared != size:
             raise CompressionError(f"snappy header says {declared} bytes, metadata says {size}")
         return bytes(cramjam.snappy.decompress_raw(raw))
-    raise MalformedFrame(f"unknown compression type {codec}")
+    raise MalformedFrameError(f"unknown compression type {codec}")
 
 
 def _codec_name(codec: int) -> str:
@@ -140,29 +140,29 @@ def decode_batch(data: Buffer, count: int) -> list[SingleMessage]:
     """Split an uncompressed batch payload into exactly ``count`` messages."""
     view = memoryview(data)
     if count < 0 or count > len(view):  # every message takes at least its 4-byte size field
-        raise MalformedFrame(f"batch of {count} messages cannot fit in {len(view)} bytes")
+        raise MalformedFrameError(f"batch of {count} messages cannot fit in {len(view)} bytes")
     out: list[SingleMessage] = []
     offset = 0
     for index in range(count):
         if len(view) - offset < 4:
-            raise MalformedFrame(f"batch truncated before message {index}")
+            raise MalformedFrameError(f"batch truncated before message {index}")
         (size,) = _U32.unpack_from(view, offset)
         offset += 4
         if size > len(view) - offset:
-            raise MalformedFrame(f"single metadata size {size} of message {index} exceeds the batch")
+            raise MalformedFrameError(f"single metadata size {size} of message {index} exceeds the batch")
         single = pb.SingleMessageMetadata()
         try:
             single.ParseFromString(view[offset : offset + size])
         except Exception as error:  # protobuf DecodeError
-            raise MalformedFrame(f"unparsable SingleMessageMetadata of message {index}: {error}") from error
+            raise MalformedFrameError(f"unparsable SingleMessageMetadata of message {index}: {error}") from error
         offset += size
         payload_size = single.payload_size
         if payload_size < 0 or payload_size > len(view) - offset:
-            raise MalformedFrame(f"payload_size {payload_size} of message {index} exceeds the batch")
+            raise MalformedFrameError(f"payload_size {payload_size} of message {index} exceeds the batch")
         out.append(SingleMessage(single, bytes(view[offset : offset + payload_size])))
         offset += payload_size
     if offset != len(view):
-        raise MalformedFrame(f"batch has {len(view) - offset} trailing bytes after {count} messages")
+        raise MalformedFrameError(f"batch has {len(view) - offset} trailing bytes after {count} messages")
     return out
 
 
@@ -198,7 +198,7 @@ def encode_entry(
     message. With a codec other than NONE, ``compression`` and ``uncompressed_size`` are set.
     """
     if (messages is None) == (payload is None):
-        raise MalformedFrame("pass exactly one of messages (a batch) or payload (a single message)")
+        raise MalformedFrameError("pass exactly one of messages (a batch) or payload (a single message)")
     out = pb.MessageMetadata()
     out.CopyFrom(metadata)
     if messages is not None:

@@ -30,11 +30,15 @@ import struct
 from dataclasses import dataclass
 
 from magnetar.base.checksum import crc32c
-from magnetar.base.errors import LimitExceeded
+from magnetar.base.errors import LimitExceededError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import PULSAR_MESSAGE_BYTES_MAX, PULSAR_SEND_BUFFER_BYTES_MAX
 from magnetar.protocol.pulsar._receiving import FrameReceiver
-from magnetar.protocol.pulsar.errors import ConnectionClosed, FrameChecksumMismatch, ProtocolViolation
+from magnetar.protocol.pulsar.errors import (
+    ConnectionClosedError,
+    FrameChecksumMismatchError,
+    ProtocolViolationError,
+)
 from magnetar.protocol.pulsar.frames import (
     MAGIC_CRC32C,
     Buffer,
@@ -224,8 +228,8 @@ class ClientConnection(FrameReceiver[Event]):
         target = _TRANSITIONS.get((self._state, trigger))
         if target is None:
             if self._state is State.CLOSED:
-                raise ConnectionClosed(f"connection closed ({self.close_reason}); cannot {trigger.value}")
-            raise ProtocolViolation(f"{trigger.value} is not allowed in state {self._state.value}")
+                raise ConnectionClosedError(f"connection closed ({self.close_reason}); cannot {trigger.value}")
+            raise ProtocolViolationError(f"{trigger.value} is not allowed in state {self._state.value}")
         self._state = target
 
     def close(self, reason: str = "closed by client") -> None:
@@ -233,16 +237,16 @@ class ClientConnection(FrameReceiver[Event]):
             self.close_reason = reason
         self._transition(Trigger.CLOSE)
 
-    def _violation(self, message: str) -> ProtocolViolation:
+    def _violation(self, message: str) -> ProtocolViolationError:
         self.close(f"protocol violation: {message}")
-        return ProtocolViolation(message)
+        return ProtocolViolationError(message)
 
     # --- receiving -----------------------------------------------------------------------
 
     def _is_open(self) -> bool:
         return self._state is not State.CLOSED
 
-    def _checksum_failure(self, error: FrameChecksumMismatch) -> Event:
+    def _checksum_failure(self, error: FrameChecksumMismatchError) -> Event:
         command = error.command
         if command is None or command.type != T.MESSAGE or self._state is not State.CONNECTED:
             raise self._violation(f"checksum mismatch outside a MESSAGE: {error}")
@@ -358,7 +362,7 @@ class ClientConnection(FrameReceiver[Event]):
     def _queue(self, *parts: Buffer) -> None:
         size = sum(len(p) for p in parts)
         if self._out_bytes + size > PULSAR_SEND_BUFFER_BYTES_MAX:
-            raise LimitExceeded("PULSAR_SEND_BUFFER_BYTES_MAX", self._out_bytes + size, PULSAR_SEND_BUFFER_BYTES_MAX)
+            raise LimitExceededError("PULSAR_SEND_BUFFER_BYTES_MAX", self._out_bytes + size, PULSAR_SEND_BUFFER_BYTES_MAX)
         self._out.extend(parts)
         self._out_bytes += size
 

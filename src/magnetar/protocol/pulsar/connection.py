@@ -16,7 +16,7 @@ CONNECTED at once. Otherwise the broker inspects the ``ClientConnected`` event a
 but CONNECTED before the handshake completes, so no command may be sent while CONNECTING.
 
 Invariants and policies:
-* Nothing but CONNECT is accepted before CONNECTED (``ProtocolViolation``, state CLOSED).
+* Nothing but CONNECT is accepted before CONNECTED (``ProtocolViolationError``, state CLOSED).
 * CONNECTED.protocol_version = min(PROTOCOL_VERSION_MAX, client's); server_version and
   max_message_size are always present (a missing version silently disables the client's pings,
   checksums, nack redelivery and getLastMessageId).
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-from magnetar.base.errors import LimitExceeded
+from magnetar.base.errors import LimitExceededError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
     PULSAR_FRAME_BYTES_MAX,
@@ -49,7 +49,11 @@ from magnetar.base.limits import (
 )
 from magnetar.protocol.pulsar import commands
 from magnetar.protocol.pulsar._receiving import FrameReceiver
-from magnetar.protocol.pulsar.errors import ConnectionClosed, FrameChecksumMismatch, ProtocolViolation
+from magnetar.protocol.pulsar.errors import (
+    ConnectionClosedError,
+    FrameChecksumMismatchError,
+    ProtocolViolationError,
+)
 from magnetar.protocol.pulsar.fast import encode_send_receipt
 from magnetar.protocol.pulsar.frames import (
     BODY_FIELD_BY_TYPE,
@@ -224,8 +228,8 @@ class ServerConnection(FrameReceiver[Event]):
         target = _TRANSITIONS.get((self._state, trigger))
         if target is None:
             if self._state is State.CLOSED:
-                raise ConnectionClosed(f"connection closed ({self.close_reason}); cannot {trigger.value}")
-            raise ProtocolViolation(f"{trigger.value} is not allowed in state {self._state.value}")
+                raise ConnectionClosedError(f"connection closed ({self.close_reason}); cannot {trigger.value}")
+            raise ProtocolViolationError(f"{trigger.value} is not allowed in state {self._state.value}")
         self._state = target
 
     def close(self, reason: str = "closed by broker") -> None:
@@ -234,16 +238,16 @@ class ServerConnection(FrameReceiver[Event]):
             self.close_reason = reason
         self._transition(Trigger.CLOSE)
 
-    def _violation(self, message: str) -> ProtocolViolation:
+    def _violation(self, message: str) -> ProtocolViolationError:
         self.close(f"protocol violation: {message}")
-        return ProtocolViolation(message)
+        return ProtocolViolationError(message)
 
     # --- receiving -----------------------------------------------------------------------
 
     def _is_open(self) -> bool:
         return self._state is not State.CLOSED
 
-    def _checksum_failure(self, error: FrameChecksumMismatch) -> Event:
+    def _checksum_failure(self, error: FrameChecksumMismatchError) -> Event:
         command = error.command
         if command is None or command.type != T.SEND or self._state is not State.CONNECTED:
             raise self._violation(f"checksum mismatch outside a SEND: {error}")
@@ -320,7 +324,7 @@ class ServerConnection(FrameReceiver[Event]):
     def reject_connect(self, code: int, message: str) -> None:
         """Refuse the handshake: queue ERROR and close (the client retries with backoff)."""
         if self._state is not State.CONNECTING:
-            raise ProtocolViolation(f"reject_connect in state {self._state.value}")
+            raise ProtocolViolationError(f"reject_connect in state {self._state.value}")
         self._queue(encode_command(commands.error(0, code, message)))
         self.close_reason = f"connect rejected: {message}"
         self._transition(Trigger.REJECT)
@@ -370,7 +374,7 @@ class ServerConnection(FrameReceiver[Event]):
     def _queue(self, *parts: Buffer) -> None:
         size = sum(len(p) for p in parts)
         if self._out_bytes + size > PULSAR_SEND_BUFFER_BYTES_MAX:
-            raise LimitExceeded("PULSAR_SEND_BUFFER_BYTES_MAX", self._out_bytes + size, PULSAR_SEND_BUFFER_BYTES_MAX)
+            raise LimitExceededError("PULSAR_SEND_BUFFER_BYTES_MAX", self._out_bytes + size, PULSAR_SEND_BUFFER_BYTES_MAX)
         self._out.extend(parts)
         self._out_bytes += size
 
@@ -467,7 +471,7 @@ class ServerConnection(FrameReceiver[Event]):
     def send_auth_challenge(self, auth_method_name: str, challenge: bytes) -> None:
         """Ask for fresh credentials; only clients that advertised supports_auth_refresh answer."""
         if not self.features.supports_auth_refresh:
-            raise ProtocolViolation("the client did not advertise supports_auth_refresh")
+            raise ProtocolViolationError("the client did not advertise supports_auth_refresh")
         self._send(commands.auth_challenge(
             self.config.server_version, auth_method_name, challenge, self.protocol_version,
         ))

@@ -7,15 +7,21 @@ subclass the generic ``magnetar.base.errors`` classes so upper layers can catch 
 
 from __future__ import annotations
 
-from magnetar.base.errors import ChecksumMismatch, ClosedError, CorruptData, LimitExceeded, MagnetarError
+from magnetar.base.errors import (
+    ChecksumMismatchError,
+    ClosedError,
+    CorruptDataError,
+    LimitExceededError,
+    MagnetarError,
+)
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
 
-class FrameTooLarge(LimitExceeded):
+class FrameTooLargeError(LimitExceededError):
     """A frame announced (or a buffer reached) more bytes than its named bound allows."""
 
 
-class FrameChecksumMismatch(ChecksumMismatch):
+class FrameChecksumMismatchError(ChecksumMismatchError):
     """The CRC32C after magic 0x0e01 does not match the metadata and payload."""
 
     def __init__(self, expected: int, actual: int) -> None:
@@ -26,17 +32,17 @@ class FrameChecksumMismatch(ChecksumMismatch):
         self.command: pb.BaseCommand | None = None
 
 
-class MalformedFrame(CorruptData):
+class MalformedFrameError(CorruptDataError):
     """The bytes are not a valid Pulsar frame: bad sizes, unparsable protobuf, missing body."""
 
 
-class ProtocolViolation(MagnetarError):
+class ProtocolViolationError(MagnetarError):
     """A well-formed command that is not allowed in the connection's current state."""
 
 
-class ConnectionClosed(ClosedError):
+class ConnectionClosedError(ClosedError):
     """The connection state machine is closed; nothing more may be fed or sent."""
 
 
-class CompressionError(CorruptData):
+class CompressionError(CorruptDataError):
     """A compressed payload does not decompress to exactly its declared uncompressed size."""

@@ -13,13 +13,13 @@ payload. Only SEND and MESSAGE carry a payload; any other command with trailing 
 
 Invariants:
 * A frame is at most ``PULSAR_FRAME_BYTES_MAX`` bytes including its 4-byte size field (Java's
-  ``maxMessageSize`` plus its 10 KiB padding). A larger announced size raises ``FrameTooLarge``
+  ``maxMessageSize`` plus its 10 KiB padding). A larger announced size raises ``FrameTooLargeError``
   before any of its bytes are buffered; the decoder then refuses further input (the caller
   closes the connection).
 * The decoder buffers at most ``PULSAR_RECEIVE_BUFFER_BYTES_MAX`` (one frame plus one read).
 * Checksum presence is detected, never assumed: a ``metadata_size`` can never start with the
   bytes 0x0e 0x01 because that would announce more than 235 MB, far above the frame bound.
-* A checksum mismatch consumes only the bad frame: ``FrameChecksumMismatch`` carries the parsed
+* A checksum mismatch consumes only the bad frame: ``FrameChecksumMismatchError`` carries the parsed
   command so a broker can answer SEND_ERROR(ChecksumError) and keep the connection, as Java
   does. Every other decoding error is sticky.
 * Zero copy where cheap: a frame cut from a ``bytes`` chunk fed while nothing was buffered is a
@@ -38,7 +38,11 @@ from google.protobuf.message import DecodeError, EncodeError
 from magnetar.base.checksum import crc32c
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import PULSAR_FRAME_BYTES_MAX, PULSAR_RECEIVE_BUFFER_BYTES_MAX
-from magnetar.protocol.pulsar.errors import FrameChecksumMismatch, FrameTooLarge, MalformedFrame
+from magnetar.protocol.pulsar.errors import (
+    FrameChecksumMismatchError,
+    FrameTooLargeError,
+    MalformedFrameError,
+)
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
 MAGIC_CRC32C = 0x0E01
@@ -148,12 +152,12 @@ class FrameDecoder:
         return len(self._buf) - self._pos
 
     def feed(self, data: Buffer) -> None:
-        """Append received bytes. Raises ``FrameTooLarge`` if the buffer bound would be exceeded."""
+        """Append received bytes. Raises ``FrameTooLargeError`` if the buffer bound would be exceeded."""
         self._check_open()
         if not data:
             return
         if self.buffered_bytes + len(data) > self._buffer_bytes_max:
-            self._break(FrameTooLarge("PULSAR_RECEIVE_BUFFER_BYTES_MAX", self.buffered_bytes + len(data),
+            self._break(FrameTooLargeError("PULSAR_RECEIVE_BUFFER_BYTES_MAX", self.buffered_bytes + len(data),
                                       self._buffer_bytes_max))
         if self.buffered_bytes == 0:
             # Zero copy: keep an immutable chunk as is; frames become memoryviews into it.
@@ -168,7 +172,7 @@ class FrameDecoder:
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None until more bytes arrive.
 
-        Raises ``FrameTooLarge`` / ``MalformedFrame`` (sticky) or ``FrameChecksumMismatch`` (the
+        Raises ``FrameTooLargeError`` / ``MalformedFrameError`` (sticky) or ``FrameChecksumMismatchError`` (the
         frame is dropped and decoding can continue).
         """
         self._check_open()
@@ -178,9 +182,9 @@ class FrameDecoder:
         (total_size,) = _U32.unpack_from(self._buf, self._pos)
         frame_bytes = _SIZE_FIELD_BYTES + total_size
         if frame_bytes > self._frame_bytes_max:
-            self._break(FrameTooLarge("PULSAR_FRAME_BYTES_MAX", frame_bytes, self._frame_bytes_max))
+            self._break(FrameTooLargeError("PULSAR_FRAME_BYTES_MAX", frame_bytes, self._frame_bytes_max))
         if total_size < _SIZE_FIELD_BYTES + _MIN_COMMAND_BYTES:
-            self._break(MalformedFrame(f"frame total_size {total_size} is too small"))
+            self._break(MalformedFrameError(f"frame total_size {total_size} is too small"))
         if available < frame_bytes:
             return None
         start = self._pos
@@ -194,9 +198,9 @@ class FrameDecoder:
         self._compact()
         try:
             return decode_frame(view)
-        except FrameChecksumMismatch:
+        except FrameChecksumMismatchError:
             raise
-        except MalformedFrame as error:
+        except MalformedFrameError as error:
             self._break(error)
 
     def _compact(self) -> None:
@@ -210,7 +214,7 @@ class FrameDecoder:
     def _check_open(self) -> None:
         if self._state is _DecoderState.BROKEN:
             invariant(self._error is not None, "a broken decoder remembers its error")
-            raise MalformedFrame(f"decoder unusable after an earlier error: {self._error}")
+            raise MalformedFrameError(f"decoder unusable after an earlier error: {self._error}")
 
     def _break(self, error: Exception) -> NoReturn:
         self._state = _DecoderState.BROKEN
@@ -223,28 +227,28 @@ class FrameDecoder:
 def decode_frame(frame: memoryview) -> Frame:
     """Decode one complete frame (including its 4-byte size field)."""
     if len(frame) < _HEADER.size:
-        raise MalformedFrame("frame shorter than its header")
+        raise MalformedFrameError("frame shorter than its header")
     total_size, command_size = _HEADER.unpack_from(frame, 0)
     if total_size != len(frame) - _SIZE_FIELD_BYTES:
-        raise MalformedFrame(f"total_size {total_size} does not match frame length {len(frame)}")
+        raise MalformedFrameError(f"total_size {total_size} does not match frame length {len(frame)}")
     if command_size < _MIN_COMMAND_BYTES or command_size > total_size - _SIZE_FIELD_BYTES:
-        raise MalformedFrame(f"command_size {command_size} out of range for total_size {total_size}")
+        raise MalformedFrameError(f"command_size {command_size} out of range for total_size {total_size}")
     command_end = _HEADER.size + command_size
     command = pb.BaseCommand()
     try:
         command.ParseFromString(frame[_HEADER.size:command_end])
     except DecodeError as error:
-        raise MalformedFrame(f"unparsable BaseCommand: {error}") from error
+        raise MalformedFrameError(f"unparsable BaseCommand: {error}") from error
     rest = frame[command_end:]
     if command.type not in PAYLOAD_TYPES:
         if len(rest):
-            raise MalformedFrame(f"{type_name(command.type)} carries {len(rest)} unexpected trailing bytes")
+            raise MalformedFrameError(f"{type_name(command.type)} carries {len(rest)} unexpected trailing bytes")
         return Frame(command, None, len(frame))
     if not len(rest):
-        raise MalformedFrame(f"{type_name(command.type)} without metadata and payload")
+        raise MalformedFrameError(f"{type_name(command.type)} without metadata and payload")
     try:
         message = _decode_message(rest)
-    except FrameChecksumMismatch as error:
+    except FrameChecksumMismatchError as error:
         error.command = command
         raise
     return Frame(command, message, len(frame))
@@ -255,22 +259,22 @@ def _decode_message(rest: memoryview) -> MessagePayload:
     broker_entry_metadata = None
     if len(rest) >= 2 and _U16.unpack_from(rest, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
         if len(rest) < 6:
-            raise MalformedFrame("truncated broker entry metadata header")
+            raise MalformedFrameError("truncated broker entry metadata header")
         (size,) = _U32.unpack_from(rest, 2)
         if 6 + size > len(rest):
-            raise MalformedFrame(f"broker entry metadata size {size} exceeds the frame")
+            raise MalformedFrameError(f"broker entry metadata size {size} exceeds the frame")
         broker_entry_metadata = _parse(pb.BrokerEntryMetadata, rest[6 : 6 + size], "BrokerEntryMetadata")
         offset = 6 + size
     headers_start = offset
     checksum = None
     if len(rest) - offset >= 2 and _U16.unpack_from(rest, offset)[0] == MAGIC_CRC32C:
         if len(rest) - offset < _MAGIC_CRC.size:
-            raise MalformedFrame("truncated checksum block")
+            raise MalformedFrameError("truncated checksum block")
         checksum = _U32.unpack_from(rest, offset + 2)[0]
         offset += _MAGIC_CRC.size
         computed = crc32c(rest[offset:])
         if computed != checksum:
-            raise FrameChecksumMismatch(checksum, computed)
+            raise FrameChecksumMismatchError(checksum, computed)
     metadata, payload_offset = _metadata_at(rest, offset)
     return MessagePayload(
         metadata=metadata,
@@ -284,11 +288,11 @@ def _decode_message(rest: memoryview) -> MessagePayload:
 def _metadata_at(data: memoryview, offset: int) -> tuple[pb.MessageMetadata, int]:
     """The ``[metadata_size][MessageMetadata]`` at ``offset``, and where the payload starts."""
     if len(data) - offset < 4:
-        raise MalformedFrame("truncated metadata_size")
+        raise MalformedFrameError("truncated metadata_size")
     (metadata_size,) = _U32.unpack_from(data, offset)
     offset += 4
     if metadata_size > len(data) - offset:
-        raise MalformedFrame(f"metadata_size {metadata_size} exceeds the frame")
+        raise MalformedFrameError(f"metadata_size {metadata_size} exceeds the frame")
     return _parse(pb.MessageMetadata, data[offset : offset + metadata_size], "MessageMetadata"), offset + metadata_size
 
 
@@ -296,7 +300,7 @@ def stored_entry_metadata(entry: Buffer) -> pb.MessageMetadata:
     """The ``MessageMetadata`` of a stored ``headers_and_payload`` (checksum block optional).
 
     The checksum is not verified here: it was checked when the SEND arrived, and the consumer
-    checks it again on the MESSAGE. Raises ``MalformedFrame`` (a ``CorruptData``).
+    checks it again on the MESSAGE. Raises ``MalformedFrameError`` (a ``CorruptDataError``).
     """
     view = memoryview(entry)
     offset = _MAGIC_CRC.size if len(view) >= 2 and _U16.unpack_from(view, 0)[0] == MAGIC_CRC32C else 0
@@ -305,7 +309,7 @@ def stored_entry_metadata(entry: Buffer) -> pb.MessageMetadata:
 
 def stored_entry_parts(entry: Buffer) -> tuple[pb.MessageMetadata, memoryview]:
     """A stored ``headers_and_payload`` split into its ``MessageMetadata`` and its payload (as
-    the producer sent it: compressed and batched if it was). Raises ``MalformedFrame``."""
+    the producer sent it: compressed and batched if it was). Raises ``MalformedFrameError``."""
     view = memoryview(entry)
     offset = _MAGIC_CRC.size if len(view) >= 2 and _U16.unpack_from(view, 0)[0] == MAGIC_CRC32C else 0
     metadata, payload_at = _metadata_at(view, offset)
@@ -320,7 +324,7 @@ def _parse(cls: type[_Meta], data: memoryview, what: str) -> _Meta:
     try:
         message.ParseFromString(data)
     except DecodeError as error:
-        raise MalformedFrame(f"unparsable {what}: {error}") from error
+        raise MalformedFrameError(f"unparsable {what}: {error}") from error
     return message
 
 
@@ -336,7 +340,7 @@ def _serialize(command: pb.BaseCommand) -> bytes:
 
 
 def encode_command(command: pb.BaseCommand) -> bytes:
-    """A simple frame. Raises ``FrameTooLarge`` if it exceeds ``PULSAR_FRAME_BYTES_MAX``."""
+    """A simple frame. Raises ``FrameTooLargeError`` if it exceeds ``PULSAR_FRAME_BYTES_MAX``."""
     invariant(command.type not in PAYLOAD_TYPES, "SEND/MESSAGE need encode_payload_command")
     body = _serialize(command)
     _check_frame_size(_HEADER.size + len(body))
@@ -390,4 +394,4 @@ def encode_payload_command(
 
 def _check_frame_size(frame_bytes: int) -> None:
     if frame_bytes > PULSAR_FRAME_BYTES_MAX:
-        raise FrameTooLarge("PULSAR_FRAME_BYTES_MAX", frame_bytes, PULSAR_FRAME_BYTES_MAX)
+        raise FrameTooLargeError("PULSAR_FRAME_BYTES_MAX", frame_bytes, PULSAR_FRAME_BYTES_MAX)

@@ -3,7 +3,7 @@
 The broker stores a SEND's ``headers_and_payload`` unchanged as one ledger entry (checksum block
 optional). Readers that bypass the broker (the Spark connector reading bookies) split it here,
 with the same metadata parsing as ``frames.stored_entry_metadata``, then decode the payload with
-``batch.decode_entry``. Raises ``MalformedFrame`` for bytes that are not a stored entry.
+``batch.decode_entry``. Raises ``MalformedFrameError`` for bytes that are not a stored entry.
 """
 
 from __future__ import annotations

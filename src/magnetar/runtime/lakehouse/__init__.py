@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.broker.config import OFFLOAD_DRIVERS, BrokerConfig
 from magnetar.managed_ledger.offload import (
     EntryChunks,
@@ -90,7 +90,7 @@ def _directory(value: str) -> str:
     parsed = urlparse(value)
     if parsed.scheme in ("", "file"):
         return os.path.abspath(parsed.path if parsed.scheme else value)
-    raise InvalidArgument(f"offload_directory must be a local path or file:// URI, got {value!r}")
+    raise InvalidArgumentError(f"offload_directory must be a local path or file:// URI, got {value!r}")
 
 
 def open_offloader(config: BrokerConfig, default_directory: str = "") -> LazyLakehouse | None:
@@ -108,7 +108,7 @@ def open_offloader(config: BrokerConfig, default_directory: str = "") -> LazyLak
         return LazyLakehouse("filesystem", root, lambda: _filesystem(root), StoreLocation(root))
     bucket = config.offload_s3_bucket.strip("/")
     if not bucket:
-        raise InvalidArgument("the s3 offload driver needs offload_s3_bucket")
+        raise InvalidArgumentError("the s3 offload driver needs offload_s3_bucket")
     return LazyLakehouse("s3", None, lambda: _s3(config, bucket),
                          StoreLocation(f"s3://{bucket}", config.offload_s3_endpoint))
 

@@ -8,7 +8,7 @@ to its checker. ``BREAKS`` names the negative controls each scenario understands
 
 from __future__ import annotations
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.sim.scenarios import cluster, durable_log
 from magnetar.sim.scenarios.base import Scenario, ScenarioOptions, Verdict
 from magnetar.sim.world import SimConfig, SimWorld
@@ -32,11 +32,11 @@ def run_scenario(name: str, seed: int, options: ScenarioOptions | None = None,
     """Run scenario ``name`` with ``seed``; returns the world (for its trace) and the verdict."""
     scenario = SCENARIOS.get(name)
     if scenario is None:
-        raise InvalidArgument(f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}")
+        raise InvalidArgumentError(f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}")
     options = options or ScenarioOptions()
     unknown = options.breaks - BREAKS.get(name, frozenset())
     if unknown:
-        raise InvalidArgument(f"scenario {name!r} cannot break {', '.join(sorted(unknown))}")
+        raise InvalidArgumentError(f"scenario {name!r} cannot break {', '.join(sorted(unknown))}")
     world = SimWorld(seed, config or DEFAULT_CONFIGS.get(name))
     return world, scenario(world, options)
 

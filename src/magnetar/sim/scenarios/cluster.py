@@ -7,7 +7,7 @@ capabilities (``SimDisk``, ``SimKeyValueStore``, ``SimNetwork``, ``SimClock``):
 * ``autorecovery`` ``node.autorecovery.start_autorecovery``: an auditor and a replication worker
   that copy the fragments of a bookie that is gone to a live one (four bookies, ensembles of three)
 * ``broker0..``  ``node.ledger.open_ledger_manager`` + ``node.broker.start_broker``; with more than
-  one broker, bundle ownership through the metadata store (``broker.ownership``), so a topic moves
+  one broker, bundle ownership through the metadata store (``control.ownership``), so a topic moves
   when its owner dies or loses its session
 * clients: our ``magnetar.client`` package, one node per producer and consumer: producers with
   deduplication (a fixed name, explicit sequence ids, resent until receipted) and without, one
@@ -67,7 +67,7 @@ from magnetar.node.broker_generation import Generation, GenerationConfig, serve_
 from magnetar.sim.checker import check
 from magnetar.sim.clock import SimClock
 from magnetar.sim.disk import SimDiskConfig
-from magnetar.sim.errors import SimCrash
+from magnetar.sim.errors import SimCrashError
 from magnetar.sim.history import FaultEvent, History, Op, OpType, Outcome, value_of
 from magnetar.sim.scenarios.base import ScenarioOptions, Verdict
 from magnetar.sim.scenarios.cluster_check import MetadataWatch, probe_recovered_ledgers, verdict_of
@@ -334,8 +334,8 @@ def _drain_main(run: ClusterRun, name: str) -> NodeMain:
 
 
 def quiet_crashes(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """Tasks of a crashed node end with ``SimCrash``, often unretrieved: that is the crash, not news."""
-    if isinstance(context.get("exception"), SimCrash):
+    """Tasks of a crashed node end with ``SimCrashError``, often unretrieved: that is the crash, not news."""
+    if isinstance(context.get("exception"), SimCrashError):
         return
     loop.default_exception_handler(context)
 

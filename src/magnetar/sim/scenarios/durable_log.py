@@ -23,7 +23,7 @@ import asyncio
 import struct
 from dataclasses import dataclass, field
 
-from magnetar.base.errors import ChecksumMismatch, ClosedError, CorruptData, LimitExceeded
+from magnetar.base.errors import ChecksumMismatchError, ClosedError, CorruptDataError, LimitExceededError
 from magnetar.base.io import Connection, DiskFile
 from magnetar.sim.scenarios import durable_log_check
 from magnetar.sim.scenarios.base import ScenarioOptions, Verdict
@@ -85,7 +85,7 @@ class _GroupCommit:
         if end <= self.durable_end:
             return
         if len(self._waiters) >= SERVER_PENDING_ACKS_MAX:
-            raise LimitExceeded("SERVER_PENDING_ACKS_MAX", len(self._waiters) + 1, SERVER_PENDING_ACKS_MAX)
+            raise LimitExceededError("SERVER_PENDING_ACKS_MAX", len(self._waiters) + 1, SERVER_PENDING_ACKS_MAX)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((end, future))
         self._wake.set()
@@ -132,7 +132,7 @@ async def server_main(ctx: NodeContext, history: History, ack_before_fsync: bool
         while True:
             try:
                 payload = await reader.read_frame()
-            except (ChecksumMismatch, CorruptData):
+            except (ChecksumMismatchError, CorruptDataError):
                 return
             if payload is None:
                 return
@@ -177,7 +177,7 @@ async def client_main(ctx: NodeContext, history: History, ops_count: int) -> Non
                 connection.write(encode(payload))
                 await connection.drain()
                 reply = await asyncio.wait_for(reader.read_frame(), ACK_TIMEOUT_S)
-            except (ClosedError, TimeoutError, ChecksumMismatch, CorruptData):
+            except (ClosedError, TimeoutError, ChecksumMismatchError, CorruptDataError):
                 reply = None
             if reply is None or reply[ACK.size :] != record_id(payload):
                 # No (or no matching) ack on this connection: start over on a fresh one.

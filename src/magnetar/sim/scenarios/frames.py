@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 
 from magnetar.base.checksum import crc32c
-from magnetar.base.errors import ChecksumMismatch, CorruptData, LimitExceeded
+from magnetar.base.errors import ChecksumMismatchError, CorruptDataError, LimitExceededError
 from magnetar.base.io import Connection
 
 HEADER = struct.Struct("<II")
@@ -20,7 +20,7 @@ READ_CHUNK_BYTES = 4096
 
 def encode(payload: bytes) -> bytes:
     if len(payload) > RECORD_BYTES_MAX:
-        raise LimitExceeded("RECORD_BYTES_MAX", len(payload), RECORD_BYTES_MAX)
+        raise LimitExceededError("RECORD_BYTES_MAX", len(payload), RECORD_BYTES_MAX)
     return HEADER.pack(len(payload), crc32c(payload)) + payload
 
 
@@ -58,13 +58,13 @@ class FrameReader:
             if len(self._buffer) >= HEADER.size:
                 length, crc = HEADER.unpack_from(self._buffer, 0)
                 if length > RECORD_BYTES_MAX:
-                    raise CorruptData(f"frame of {length} bytes exceeds RECORD_BYTES_MAX")
+                    raise CorruptDataError(f"frame of {length} bytes exceeds RECORD_BYTES_MAX")
                 end = HEADER.size + length
                 if len(self._buffer) >= end:
                     payload = bytes(self._buffer[HEADER.size : end])
                     del self._buffer[:end]
                     if crc32c(payload) != crc:
-                        raise ChecksumMismatch("frame checksum mismatch")
+                        raise ChecksumMismatchError("frame checksum mismatch")
                     return payload
             chunk = await self._connection.read(READ_CHUNK_BYTES)
             if not chunk:

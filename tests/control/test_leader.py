@@ -1,6 +1,6 @@
 """The load balancer's leader over the memory metadata store: election, shedding through the
 owners' commands and the preallocated assignment, splits, and a new leader after the old one's
-session ends (``broker.leader``)."""
+session ends (``control.leader``)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ import pytest
 
 from magnetar.base.types import TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
-from magnetar.broker.balancer import BalancerSettings, DecisionKind
-from magnetar.broker.bundles import BundleRange
-from magnetar.broker.leader import (
+from magnetar.broker.service import BrokerService
+from magnetar.catalog.lookup import LookupAnswer, LookupKind
+from magnetar.control.balancer import BalancerSettings, DecisionKind
+from magnetar.control.bundles import BundleRange
+from magnetar.control.leader import (
     COMMANDS_ROOT,
     DECISIONS_PATH,
     IN_FLIGHT_MS_MAX,
@@ -24,9 +26,7 @@ from magnetar.broker.leader import (
     read_decisions,
     read_leader,
 )
-from magnetar.broker.lookup import LookupAnswer, LookupKind
-from magnetar.broker.ownership import Assignment, BundleOwnership, assignment_path
-from magnetar.broker.service import BrokerService
+from magnetar.control.ownership import Assignment, BundleOwnership, assignment_path
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.metadata._local import LocalClient
 from magnetar.node.broker_generation import bootstrap_cluster
@@ -343,7 +343,7 @@ def test_a_lookup_on_the_assigned_broker_waits_for_the_owner_to_let_go() -> None
 
 def test_while_a_bundle_unloads_toward_a_target_lookups_are_sent_there() -> None:
     from magnetar.broker.errors import BrokerError
-    from magnetar.broker.ownership import BundleState
+    from magnetar.control.ownership import BundleState
 
     async def body(nodes: list[Node], _: MemoryMetadataServer, clock: ManualClock) -> None:
         a, b, _c = nodes

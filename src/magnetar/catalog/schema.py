@@ -12,7 +12,7 @@ What is true:
 * ``register`` (a PRODUCER with a schema) returns the version of an identical definition if one
   exists, else checks the new one under the topic's namespace strategy (``schemaCompatibilityStrategy``;
   UNDEFINED: the broker's, FULL by default as in Pulsar; see ``schema_compat``) and adds it; an
-  incompatible one raises a ``BrokerError`` with ``IncompatibleSchema``, which the official client
+  incompatible one raises a ``SchemaRefusedError`` with ``IncompatibleSchema``, which the official client
   reports as ``pulsar.IncompatibleSchema``.
 * ``check_consumer`` (a SUBSCRIBE with a schema) registers it when the topic has none, accepts an
   identical one or one that reads what the latest wrote without adding a version, and refuses
@@ -20,7 +20,7 @@ What is true:
 * A schema of type None (BYTES: the client sends none at all) is never stored; producers without a
   schema are accepted on any topic (Pulsar's schemaValidationEnforced=false).
 * At most ``SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX`` versions per topic and ``SCHEMA_DATA_BYTES_MAX``
-  bytes per definition (``LimitExceeded`` beyond, reported as NotAllowedError).
+  bytes per definition (``LimitExceededError`` beyond, reported as NotAllowedError).
 """
 
 from __future__ import annotations
@@ -32,11 +32,10 @@ from urllib.parse import quote
 
 import msgspec
 
-from magnetar.base.errors import BadVersion, InvalidArgument, LimitExceeded
+from magnetar.base.errors import BadVersionError, InvalidArgumentError, LimitExceededError, MagnetarError
 from magnetar.base.limits import SCHEMA_DATA_BYTES_MAX, SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX
 from magnetar.base.types import TopicName
-from magnetar.broker.errors import BrokerError
-from magnetar.broker.schema_compat import (
+from magnetar.catalog.schema_compat import (
     DEFAULT_COMPATIBILITY,
     Compatibility,
     IncompatibleSchemaError,
@@ -50,6 +49,17 @@ SCHEMAS_ROOT = "/schemas"
 _VERSION = struct.Struct(">q")
 #: Create-if-absent attempts one registration makes when other brokers keep winning the race.
 REGISTER_ATTEMPTS_MAX = 8
+
+
+class SchemaRefusedError(MagnetarError):
+    """The registry refused a schema; ``code`` is the ``pb.ServerError`` value to report
+    (``IncompatibleSchema``, ``NotAllowedError`` beyond a bound, ``ServiceNotReady`` under a race);
+    the broker's ``to_broker_error`` turns it into a broker error with the same code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class SchemaRecord(msgspec.Struct, frozen=True):
@@ -80,7 +90,7 @@ def version_bytes(version: int) -> bytes:
 
 def version_from_bytes(data: bytes) -> int:
     if len(data) != _VERSION.size:
-        raise InvalidArgument(f"a schema version is {_VERSION.size} bytes, got {len(data)}")
+        raise InvalidArgumentError(f"a schema version is {_VERSION.size} bytes, got {len(data)}")
     return int(_VERSION.unpack(data)[0])
 
 
@@ -152,11 +162,11 @@ class SchemaRegistry:
                     return version
             self._check(strategy, record, records)
             if len(records) >= SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX:
-                raise BrokerError(pb.NotAllowedError, str(LimitExceeded(
+                raise SchemaRefusedError(pb.NotAllowedError, str(LimitExceededError(
                     "SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX", len(records) + 1, SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX)))
             if await self._add(topic, len(records), record):
                 return len(records)
-        raise BrokerError(pb.ServiceNotReady, f"schema of {topic} keeps changing; try again")
+        raise SchemaRefusedError(pb.ServiceNotReady, f"schema of {topic} keeps changing; try again")
 
     async def check_consumer(self, topic: TopicName, schema: pb.Schema) -> int | None:
         """Accept a subscriber's schema: registered if the topic has none; returns its version if stored."""
@@ -186,7 +196,7 @@ class SchemaRegistry:
         _translated(lambda: check_strategy(strategy, new.to_pb(), [r.to_pb() for r in records]))
 
     async def check_compatibility(self, topic: TopicName, schema: pb.Schema) -> None:
-        """Raise ``BrokerError`` IncompatibleSchema unless ``schema`` could be added now."""
+        """Raise ``SchemaRefusedError`` IncompatibleSchema unless ``schema`` could be added now."""
         record = _checked(schema)
         records = await self.versions(topic)
         if not any(existing.same_definition(record) for existing in records):
@@ -203,7 +213,7 @@ class SchemaRegistry:
             return True
         try:
             await self._metadata.put(f"{path}/{version:010d}", msgspec.json.encode(record), -1)
-        except BadVersion:
+        except BadVersionError:
             return False
         return True
 
@@ -212,16 +222,16 @@ def _translated(check: Callable[[], None]) -> None:
     try:
         check()
     except IncompatibleSchemaError as error:
-        raise BrokerError(pb.IncompatibleSchema, f"incompatible schema: {error}") from None
-    except InvalidArgument as error:
-        raise BrokerError(pb.IncompatibleSchema, f"invalid schema definition: {error}") from None
+        raise SchemaRefusedError(pb.IncompatibleSchema, f"incompatible schema: {error}") from None
+    except InvalidArgumentError as error:
+        raise SchemaRefusedError(pb.IncompatibleSchema, f"invalid schema definition: {error}") from None
 
 
 def _checked(schema: pb.Schema) -> SchemaRecord:
     if not carries_schema(schema):
-        raise BrokerError(pb.IncompatibleSchema, "a schema of type None is not stored")
+        raise SchemaRefusedError(pb.IncompatibleSchema, "a schema of type None is not stored")
     if len(schema.schema_data) > SCHEMA_DATA_BYTES_MAX:
-        raise BrokerError(pb.NotAllowedError, str(LimitExceeded(
+        raise SchemaRefusedError(pb.NotAllowedError, str(LimitExceededError(
             "SCHEMA_DATA_BYTES_MAX", len(schema.schema_data), SCHEMA_DATA_BYTES_MAX)))
     return SchemaRecord.from_pb(schema)
 

@@ -7,7 +7,7 @@ non-partitioned (0), including each ``-partition-N`` name itself.
 
 LOOKUP is answered by a ``TopicLookup``: ``SingleBrokerLookup`` (standalone, tests) answers every
 topic with "connect here" (response=Connect, authoritative=true) and the broker's advertised URL;
-in a cluster ``broker.ownership.OwnershipLookup`` answers Connect for bundles this broker owns (or
+in a cluster ``control.ownership.OwnershipLookup`` answers Connect for bundles this broker owns (or
 acquires) and Redirect to the owner (or to the broker chosen to own it) otherwise.
 """
 
@@ -37,7 +37,7 @@ class LookupAnswer:
     url: str
     authoritative: bool
     url_tls: str | None = None  # the same broker's ``pulsar+ssl://`` listener, when it has one
-    #: The target broker's advertised listeners (``broker.listeners`` format; "" none besides its
+    #: The target broker's advertised listeners (``catalog.listeners`` format; "" none besides its
     #: internal one) when known, so a Redirect can name the client's listener; None: unknown.
     listeners: str | None = field(default=None, compare=False)
 

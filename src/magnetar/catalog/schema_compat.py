@@ -32,7 +32,7 @@ import enum
 import json
 from typing import Any
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.protocol.pulsar import pb
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
@@ -77,7 +77,7 @@ class Compatibility(enum.Enum):
 DEFAULT_COMPATIBILITY = Compatibility.FULL
 
 
-class IncompatibleSchemaError(InvalidArgument):
+class IncompatibleSchemaError(InvalidArgumentError):
     """The new schema cannot read what the existing one wrote; the message says why."""
 
 
@@ -85,7 +85,7 @@ def parse_avro(data: bytes) -> Any:
     try:
         return json.loads(data.decode())
     except (UnicodeDecodeError, ValueError) as error:
-        raise InvalidArgument(f"schema definition is not valid JSON: {error}") from None
+        raise InvalidArgumentError(f"schema definition is not valid JSON: {error}") from None
 
 
 def check_strategy(strategy: Compatibility, new: pb.Schema, existing: list[pb.Schema]) -> None:

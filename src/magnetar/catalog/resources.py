@@ -7,8 +7,8 @@
 
 Every write is a compare-and-set on the version read (at most ``POLICY_CAS_RETRY_COUNT_MAX``
 attempts), then handed to the ``PolicyCache`` so this broker applies it at once; other brokers see
-it through their watches. Missing things raise ``NotFound``, existing ones ``AlreadyExists``, bad
-names or values ``InvalidArgument``, a non-empty tenant ``NotEmptyError``.
+it through their watches. Missing things raise ``NotFoundError``, existing ones ``AlreadyExistsError``, bad
+names or values ``InvalidArgumentError``, a non-empty tenant ``NotEmptyError``.
 ``bootstrap`` creates cluster ``standalone`` (or the configured one), tenant ``public`` and
 namespace ``public/default`` when missing, as ``pulsar standalone`` does on first start.
 """
@@ -22,16 +22,16 @@ from typing import TypeVar
 import msgspec
 
 from magnetar.base.errors import (
-    AlreadyExists,
-    BadVersion,
-    InvalidArgument,
-    LimitExceeded,
+    AlreadyExistsError,
+    BadVersionError,
+    InvalidArgumentError,
+    LimitExceededError,
     MagnetarError,
-    NotFound,
+    NotFoundError,
 )
 from magnetar.base.limits import ADMIN_LIST_COUNT_MAX
 from magnetar.base.types import DEFAULT_NAMESPACE, DEFAULT_TENANT, TopicName
-from magnetar.broker.policies import (
+from magnetar.catalog.policies import (
     POLICIES_ROOT,
     Policies,
     PolicyCache,
@@ -54,7 +54,7 @@ class NotEmptyError(MagnetarError):
     """A tenant with namespaces, or a namespace with topics, cannot be deleted."""
 
 
-class ClusterInUseError(InvalidArgument):
+class ClusterInUseError(InvalidArgumentError):
     """A cluster a tenant still allows cannot be deleted."""
 
 
@@ -62,7 +62,7 @@ class ClusterNotAllowedError(MagnetarError):
     """A replication cluster the tenant does not allow (Pulsar answers 403)."""
 
 
-class TopicBusy(MagnetarError):
+class TopicBusyError(MagnetarError):
     """A topic with producers or consumers attached cannot be deleted without force."""
 
 
@@ -88,12 +88,12 @@ class ClusterData(msgspec.Struct, rename="camel", omit_defaults=True):
                                    ("brokerServiceUrl", self.broker_service_url, ("pulsar://",)),
                                    ("brokerServiceUrlTls", self.broker_service_url_tls, ("pulsar+ssl://",))):
             if url and not url.startswith(schemes):
-                raise InvalidArgument(f"Invalid {name}: {url!r} (expected {' or '.join(schemes)}...)")
+                raise InvalidArgumentError(f"Invalid {name}: {url!r} (expected {' or '.join(schemes)}...)")
 
 
 def check_name(kind: str, name: str) -> str:
     if not name or not _NAME.match(name) or len(name) > 256:
-        raise InvalidArgument(f"Invalid {kind} name: {name!r}")
+        raise InvalidArgumentError(f"Invalid {kind} name: {name!r}")
     return name
 
 
@@ -107,13 +107,13 @@ class Resources:
     async def _read(self, path: str, kind: type[S], what: str) -> tuple[S, int]:
         found = await self.store.get(path)
         if found is None or not found.value:
-            raise NotFound(f"{what} does not exist")
+            raise NotFoundError(f"{what} does not exist")
         return msgspec.json.decode(found.value, type=kind), found.version
 
     async def _children(self, path: str) -> list[str]:
         names = await self.store.children(path)
         if len(names) > ADMIN_LIST_COUNT_MAX:
-            raise LimitExceeded("ADMIN_LIST_COUNT_MAX", len(names), ADMIN_LIST_COUNT_MAX)
+            raise LimitExceededError("ADMIN_LIST_COUNT_MAX", len(names), ADMIN_LIST_COUNT_MAX)
         return names
 
     async def _has_value(self, path: str) -> bool:
@@ -123,13 +123,13 @@ class Resources:
     async def _create(self, path: str, value: msgspec.Struct, what: str) -> None:
         found = await self.store.get(path)
         if found is not None and found.value:
-            raise AlreadyExists(f"{what} already exists")
+            raise AlreadyExistsError(f"{what} already exists")
         raw = msgspec.json.encode(value)
         try:
             # An empty node left as a parent by an earlier create is taken over with a CAS.
             await self.store.put(path, raw, -1 if found is None else found.version)
-        except BadVersion as error:
-            raise AlreadyExists(f"{what} already exists") from error
+        except BadVersionError as error:
+            raise AlreadyExistsError(f"{what} already exists") from error
         self.cache.written(path, raw)
 
     async def _update(self, path: str, kind: type[S], what: str, change: Callable[[S], None],
@@ -138,7 +138,7 @@ class Resources:
             found = await self.store.get(path)
             if found is None or not found.value:
                 if missing is None:
-                    raise NotFound(f"{what} does not exist")
+                    raise NotFoundError(f"{what} does not exist")
                 value, version = missing(), -1 if found is None else found.version
             else:
                 value, version = msgspec.json.decode(found.value, type=kind), found.version
@@ -146,11 +146,11 @@ class Resources:
             raw = msgspec.json.encode(value)
             try:
                 await self.store.put(path, raw, version)
-            except BadVersion:
+            except BadVersionError:
                 continue
             self.cache.written(path, raw)
             return value
-        raise BadVersion(f"{what}: {POLICY_CAS_RETRY_COUNT_MAX} concurrent updates in a row")
+        raise BadVersionError(f"{what}: {POLICY_CAS_RETRY_COUNT_MAX} concurrent updates in a row")
 
     # --- clusters --------------------------------------------------------------------------------
 
@@ -197,7 +197,7 @@ class Resources:
         known = set(await self.clusters())
         unknown = [c for c in info.allowed_clusters if c not in known]
         if unknown:
-            raise InvalidArgument(f"Clusters do not exist: {', '.join(unknown)}")
+            raise InvalidArgumentError(f"Clusters do not exist: {', '.join(unknown)}")
 
     async def create_tenant(self, name: str, info: TenantInfo) -> None:
         check_name("tenant", name)
@@ -235,7 +235,7 @@ class Resources:
     def split_namespace(namespace: str) -> tuple[str, str]:
         tenant, sep, local = namespace.partition("/")
         if not sep:
-            raise InvalidArgument(f"Invalid namespace name: {namespace!r}")
+            raise InvalidArgumentError(f"Invalid namespace name: {namespace!r}")
         return check_name("tenant", tenant), check_name("namespace", local)
 
     async def namespace_exists(self, namespace: str) -> bool:
@@ -247,15 +247,15 @@ class Resources:
 
     async def check_replication_clusters(self, tenant: str, clusters: list[str]) -> list[str]:
         """``clusters`` as a replication list of ``tenant``'s: not empty, no repeats, each one
-        registered (``InvalidArgument``) and allowed by the tenant (``ClusterNotAllowedError``)."""
+        registered (``InvalidArgumentError``) and allowed by the tenant (``ClusterNotAllowedError``)."""
         if not clusters:
-            raise InvalidArgument("ClusterIds should not be null or empty")
+            raise InvalidArgumentError("ClusterIds should not be null or empty")
         known = set(await self.clusters())
         allowed = set((await self.tenant(tenant)).allowed_clusters)
         for cluster in clusters:
             check_name("cluster", cluster)
             if cluster not in known:
-                raise InvalidArgument(f"Invalid cluster id: {cluster}")
+                raise InvalidArgumentError(f"Invalid cluster id: {cluster}")
             if cluster not in allowed:
                 raise ClusterNotAllowedError(f"Cluster {cluster} is not in the list of allowed clusters list for "
                                         f"tenant [{tenant}]")
@@ -325,5 +325,5 @@ class Resources:
         for step in steps:
             try:
                 await step()
-            except AlreadyExists:
+            except AlreadyExistsError:
                 continue

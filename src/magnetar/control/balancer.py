@@ -2,7 +2,7 @@
 
 ``decide(brokers, last_moved_ms, now_ms, settings)`` returns the bundles to split and the bundles
 to unload from one broker so that another acquires them (``Decision``), each with its reason.
-The leader broker (``broker.leader``) feeds it the reports it reads and carries the decisions out;
+The leader broker (``control.leader``) feeds it the reports it reads and carries the decisions out;
 nothing here reads a clock or the store, so the same inputs always give the same decisions.
 
 **Load score.** Each broker has a load vector over five dimensions — CPU percent, bandwidth
@@ -34,9 +34,9 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from magnetar.base.errors import InvalidArgument
-from magnetar.broker.bundles import BundleRange
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.broker.config import BrokerConfig
+from magnetar.control.bundles import BundleRange
 
 #: The Pulsar configuration key of each ``BrokerConfig`` load-balancer field, with the factor
 #: that turns the Pulsar value into ours (minutes -> ms, Mbytes -> bytes). A ``--pulsar-conf``
@@ -125,9 +125,9 @@ class BalancerSettings:
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold_percent < 100:
-            raise InvalidArgument("the shedding threshold must be 1..99 percent")
+            raise InvalidArgumentError("the shedding threshold must be 1..99 percent")
         if len(self.weights) != len(DIMENSIONS) or any(w < 0 for w in self.weights):
-            raise InvalidArgument(f"weights must be {len(DIMENSIONS)} numbers >= 0")
+            raise InvalidArgumentError(f"weights must be {len(DIMENSIONS)} numbers >= 0")
 
     @staticmethod
     def from_config(config: BrokerConfig) -> BalancerSettings:
@@ -231,7 +231,7 @@ def decide(brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_
     """Splits, then unloads (see the module docstring). Deterministic for equal inputs."""
     names = [b.broker for b in brokers]
     if len(set(names)) != len(names):
-        raise InvalidArgument("one load report per broker")
+        raise InvalidArgumentError("one load report per broker")
     splits = decide_splits(brokers, settings, namespace_bundles)
     if not settings.shedding_enabled or len(brokers) < 2:
         return splits

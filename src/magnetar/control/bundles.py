@@ -19,7 +19,7 @@ import json
 import zlib
 from dataclasses import dataclass
 
-from magnetar.base.errors import InvalidArgument, LimitExceeded
+from magnetar.base.errors import InvalidArgumentError, LimitExceededError
 from magnetar.base.limits import NAMESPACE_BUNDLES_COUNT_MAX
 from magnetar.base.types import TopicName
 
@@ -51,7 +51,7 @@ class BundleRange:
 
     def halves(self) -> tuple[BundleRange, BundleRange]:
         if self.upper - self.lower < 2:
-            raise InvalidArgument(f"bundle {self.name} is too small to split")
+            raise InvalidArgumentError(f"bundle {self.name} is too small to split")
         middle = self.lower + (self.upper - self.lower) // 2
         return BundleRange(self.lower, middle), BundleRange(middle, self.upper)
 
@@ -63,9 +63,9 @@ class BundleRange:
                 raise ValueError(name)
             parsed = BundleRange(int(lower, 16), int(upper, 16))
         except ValueError:
-            raise InvalidArgument(f"bundle must look like 0x00000000_0x40000000, got {name!r}") from None
+            raise InvalidArgumentError(f"bundle must look like 0x00000000_0x40000000, got {name!r}") from None
         if not FULL_LOWER <= parsed.lower < parsed.upper <= FULL_UPPER:
-            raise InvalidArgument(f"bundle {name!r} is not a range inside 0x00000000..0xffffffff")
+            raise InvalidArgumentError(f"bundle {name!r} is not a range inside 0x00000000..0xffffffff")
         return parsed
 
 
@@ -79,15 +79,15 @@ class NamespaceBundles:
     def __post_init__(self) -> None:
         b = self.boundaries
         if len(b) < 2 or b[0] != FULL_LOWER or b[-1] != FULL_UPPER or any(x >= y for x, y in itertools.pairwise(b)):
-            raise InvalidArgument(f"bundle boundaries of {self.namespace} must rise from 0x0 to 0xffffffff")
+            raise InvalidArgumentError(f"bundle boundaries of {self.namespace} must rise from 0x0 to 0xffffffff")
         if len(b) - 1 > NAMESPACE_BUNDLES_COUNT_MAX:
-            raise LimitExceeded("NAMESPACE_BUNDLES_COUNT_MAX", len(b) - 1, NAMESPACE_BUNDLES_COUNT_MAX)
+            raise LimitExceededError("NAMESPACE_BUNDLES_COUNT_MAX", len(b) - 1, NAMESPACE_BUNDLES_COUNT_MAX)
 
     @staticmethod
     def equal(namespace: str, count: int) -> NamespaceBundles:
         """``count`` ranges of equal size (Pulsar's initial bundles)."""
         if not 1 <= count <= NAMESPACE_BUNDLES_COUNT_MAX:
-            raise InvalidArgument(f"bundle count must be 1..{NAMESPACE_BUNDLES_COUNT_MAX}, got {count}")
+            raise InvalidArgumentError(f"bundle count must be 1..{NAMESPACE_BUNDLES_COUNT_MAX}, got {count}")
         inner = tuple((FULL_UPPER + 1) * i // count for i in range(count))
         return NamespaceBundles(namespace, (*inner, FULL_UPPER))
 
@@ -101,11 +101,11 @@ class NamespaceBundles:
         for bundle in self.ranges:
             if bundle.contains(value):
                 return bundle
-        raise InvalidArgument(f"no bundle of {self.namespace} holds hash {value:#x}")  # boundaries cover all
+        raise InvalidArgumentError(f"no bundle of {self.namespace} holds hash {value:#x}")  # boundaries cover all
 
     def split(self, bundle: BundleRange) -> NamespaceBundles:
         if bundle not in self.ranges:
-            raise InvalidArgument(f"{bundle.name} is not a bundle of {self.namespace}")
+            raise InvalidArgumentError(f"{bundle.name} is not a bundle of {self.namespace}")
         _, upper_half = bundle.halves()
         return NamespaceBundles(self.namespace, tuple(sorted((*self.boundaries, upper_half.lower))))
 
@@ -118,5 +118,5 @@ class NamespaceBundles:
         try:
             boundaries = tuple(int(b, 16) for b in json.loads(value)["bundles"]["boundaries"])
         except (ValueError, KeyError, TypeError) as error:
-            raise InvalidArgument(f"bad bundle data for {namespace}: {error}") from None
+            raise InvalidArgumentError(f"bad bundle data for {namespace}: {error}") from None
         return NamespaceBundles(namespace, boundaries)

@@ -11,15 +11,15 @@ import pytest
 
 from magnetar.base.limits import SCHEMA_DATA_BYTES_MAX
 from magnetar.base.types import TopicName
-from magnetar.broker.errors import BrokerError
-from magnetar.broker.schema import (
+from magnetar.catalog.schema import (
     Compatibility,
+    SchemaRefusedError,
     SchemaRegistry,
     schema_path,
     version_bytes,
     version_from_bytes,
 )
-from magnetar.broker.schema_compat import IncompatibleSchemaError, check_backward, check_strategy
+from magnetar.catalog.schema_compat import IncompatibleSchemaError, check_backward, check_strategy
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.protocol.pulsar import pb
 from tests.manual_clock import ManualClock
@@ -103,7 +103,7 @@ def test_registry_persists_matches_and_refuses() -> None:
         assert await registry.register(TOPIC, _avro(V1)) == 0  # identical: matched
         v2 = _record(NAME, AGE, {"name": "email", "type": "string", "default": ""})
         assert await registry.register(TOPIC, _avro(v2)) == 1
-        with pytest.raises(BrokerError) as refused:
+        with pytest.raises(SchemaRefusedError) as refused:
             await registry.register(TOPIC, _avro(_record(NAME, AGE, {"name": "x", "type": "int"})))
         assert refused.value.code == pb.IncompatibleSchema and "without a default" in refused.value.message
         assert await store.children(schema_path(TOPIC)) == ["0000000000", "0000000001"]
@@ -112,7 +112,7 @@ def test_registry_persists_matches_and_refuses() -> None:
         assert found is not None and found[0] == 1 and json.loads(found[1].data) == v2
         assert await again.get(TOPIC, 5) is None
         assert await again.check_consumer(TOPIC, _avro(_record(NAME))) is None  # compatible, not stored
-        with pytest.raises(BrokerError):
+        with pytest.raises(SchemaRefusedError):
             await again.check_consumer(TOPIC, _avro(_record(NAME, {"name": "z", "type": "int"})))
         await again.delete(TOPIC)
         assert await registry.get(TOPIC) is None
@@ -146,11 +146,11 @@ def test_two_brokers_racing_for_one_version() -> None:
 def test_bounds_and_none_type() -> None:
     async def run() -> None:
         registry = SchemaRegistry(None)
-        with pytest.raises(BrokerError) as too_big:
+        with pytest.raises(SchemaRefusedError) as too_big:
             await registry.register(TOPIC, pb.Schema(name="s", schema_data=b"x" * (SCHEMA_DATA_BYTES_MAX + 1),
                                                      type=pb.Schema.String))
         assert too_big.value.code == pb.NotAllowedError and "SCHEMA_DATA_BYTES_MAX" in too_big.value.message
-        with pytest.raises(BrokerError):
+        with pytest.raises(SchemaRefusedError):
             await registry.register(TOPIC, pb.Schema(name="none", schema_data=b"", type=0))  # type: ignore[arg-type]
 
     asyncio.run(run())

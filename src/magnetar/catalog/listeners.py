@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 
 DEFAULT_INTERNAL_LISTENER = "internal"
 _SCHEMES = ("pulsar://", "pulsar+ssl://")
@@ -34,19 +34,19 @@ class Listener:
 
 
 def parse_listeners(text: str) -> dict[str, Listener]:
-    """``name:url,name:url,...`` into listeners by name (order kept); raises ``InvalidArgument``."""
+    """``name:url,name:url,...`` into listeners by name (order kept); raises ``InvalidArgumentError``."""
     found: dict[str, dict[str, str]] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         name, sep, url = item.partition(":")
         if not sep or not name or not url.startswith(_SCHEMES) or not url.partition("://")[2]:
-            raise InvalidArgument(f"advertised listener {item!r} is not name:pulsar://host:port "
+            raise InvalidArgumentError(f"advertised listener {item!r} is not name:pulsar://host:port "
                                   f"or name:pulsar+ssl://host:port")
         kind = "tls" if url.startswith("pulsar+ssl://") else "plain"
         urls = found.setdefault(name, {})
         if kind in urls:
-            raise InvalidArgument(f"advertised listener {name!r} has two {kind} URLs")
+            raise InvalidArgumentError(f"advertised listener {name!r} has two {kind} URLs")
         urls[kind] = url
     return {name: Listener(name, urls.get("plain"), urls.get("tls")) for name, urls in found.items()}
 
@@ -57,7 +57,7 @@ class Listeners:
     def __init__(self, advertised: str, internal_name: str, service_url: str) -> None:
         parsed = parse_listeners(advertised)
         if internal_name and parsed and internal_name not in parsed:
-            raise InvalidArgument(f"internal listener {internal_name!r} is not among the advertised listeners")
+            raise InvalidArgumentError(f"internal listener {internal_name!r} is not among the advertised listeners")
         if not parsed:
             name = internal_name or DEFAULT_INTERNAL_LISTENER
             parsed = {name: Listener(name, service_url, None)}

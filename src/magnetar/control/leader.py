@@ -7,8 +7,8 @@ was paused beyond the session timeout) the node goes and the next candidate take
 leader decides within one session timeout. A leader that loses the lock stops deciding at once.
 
 **Deciding.** Every ``interval_ms`` the leader reads every broker's load report
-(``broker.load``), the namespaces' bundle counts, and the time each bundle last moved, and calls
-the pure ``broker.balancer.decide``. Only the leader moves bundles, and it moves them only
+(``control.load``), the namespaces' bundle counts, and the time each bundle last moved, and calls
+the pure ``control.balancer.decide``. Only the leader moves bundles, and it moves them only
 through their owners:
 
 * split: a command to the owner, which halves the bundle and keeps both halves (a later round
@@ -43,13 +43,13 @@ import logging
 from collections.abc import Sequence
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import BadVersion, InvalidArgument, MagnetarError, NotFound
-from magnetar.broker.balancer import BalancerSettings, BrokerLoad, BundleLoad, Decision, DecisionKind, decide
-from magnetar.broker.bundles import BundleRange
-from magnetar.broker.load import LoadReport
-from magnetar.broker.ownership import Assignment, BundleOwnership, OwnershipState, assignment_path
+from magnetar.base.errors import BadVersionError, InvalidArgumentError, MagnetarError, NotFoundError
+from magnetar.control.balancer import BalancerSettings, BrokerLoad, BundleLoad, Decision, DecisionKind, decide
+from magnetar.control.bundles import BundleRange
+from magnetar.control.load import LoadReport
+from magnetar.control.ownership import Assignment, BundleOwnership, OwnershipState, assignment_path
 from magnetar.metadata.api import MetadataStore, WatchEvent
-from magnetar.metadata.lock import LockLost, LockState, MetadataLock
+from magnetar.metadata.lock import LockLostError, LockState, MetadataLock
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class LeaderData:
             data = json.loads(value)
             return LeaderData(str(data["serviceUrl"]), str(data.get("brokerId", "")))
         except (ValueError, KeyError, TypeError) as error:
-            raise InvalidArgument(f"bad leader data: {error}") from None
+            raise InvalidArgumentError(f"bad leader data: {error}") from None
 
 
 async def read_leader(store: MetadataStore) -> LeaderData | None:
@@ -116,9 +116,9 @@ async def _upsert(store: MetadataStore, path: str, value: bytes) -> None:
         try:
             await store.put(path, value, -1 if found is None else found.version)
             return
-        except BadVersion:
+        except BadVersionError:
             continue  # created or changed meanwhile: read again
-    raise BadVersion(f"{path} keeps changing")
+    raise BadVersionError(f"{path} keeps changing")
 
 
 @dataclasses.dataclass(slots=True)
@@ -160,7 +160,7 @@ class LoadBalancerLeader:
         self._lock = lock = MetadataLock(self._store, LEADER_PATH, self.data.encode())
         try:
             await lock.acquire()
-        except LockLost:
+        except LockLostError:
             self.state = LeaderState.STOPPED
             return
         self.state = LeaderState.LEADER
@@ -252,7 +252,7 @@ class LoadBalancerLeader:
         pending: set[str] = set()
         for broker in {r.broker_id for r in reports}:
             path = f"{COMMANDS_ROOT}/{broker}"
-            with contextlib.suppress(NotFound):
+            with contextlib.suppress(NotFoundError):
                 for child in await self._store.children(path):
                     found = await self._store.get(f"{path}/{child}")
                     if found is None:
@@ -303,7 +303,7 @@ class LoadBalancerLeader:
             try:
                 await self._store.put(DECISIONS_PATH, value, -1 if found is None else found.version)
                 return
-            except BadVersion:
+            except BadVersionError:
                 continue
 
     async def _clean_dead(self, reports: Sequence[LoadReport]) -> None:
@@ -313,7 +313,7 @@ class LoadBalancerLeader:
             if broker in alive:
                 continue
             for child in await self._store.children(f"{COMMANDS_ROOT}/{broker}"):
-                with contextlib.suppress(NotFound):
+                with contextlib.suppress(NotFoundError):
                     await self._store.delete(f"{COMMANDS_ROOT}/{broker}/{child}")
 
 
@@ -375,7 +375,7 @@ class BundleCommands:
                 log.warning("bundle command %s ignored: %s", child, error)
             except MagnetarError as error:  # not owned any more, split meanwhile: nothing to do
                 log.info("bundle command %s not carried out: %s", child, error)
-            with contextlib.suppress(NotFound):
+            with contextlib.suppress(NotFoundError):
                 await self._store.delete(path)
             handled += 1
             self.done_count += 1
@@ -394,7 +394,7 @@ class BundleCommands:
         elif op == DecisionKind.SPLIT.value:
             await self._ownership.split(namespace, rng.name)
         else:
-            raise InvalidArgument(f"unknown bundle command {op!r}")
+            raise InvalidArgumentError(f"unknown bundle command {op!r}")
         log.info("load balancer command: %s %s done in %.1f ms (%s)", op, bundle,
                  (self._clock.monotonic_ns() - started_ns) / 1e6, command.get("reason", ""))
 

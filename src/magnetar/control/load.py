@@ -7,7 +7,7 @@ dispatched from its loaded topics per second over the last report interval). It 
 session, so a dead broker stops being chosen once its session expired. A node left by this
 broker's previous session (same address, restarted before the session expired) is replaced.
 
-The report also carries what the load balancer's leader (``broker.leader``) decides from, in
+The report also carries what the load balancer's leader (``control.leader``) decides from, in
 Pulsar's ``LocalBrokerData`` names: ``cpu`` ``{"usage", "limit"}`` (percent of one core),
 ``msgThroughputIn``/``Out`` (bytes/s), ``numTopics``, ``numBundles``, ``numProducers``,
 ``numConsumers``, ``lastUpdate`` (ms) and ``lastStats``: per bundle ``{"msgRateIn", "msgRateOut",
@@ -25,10 +25,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from magnetar.base.errors import BadVersion, InvalidArgument
-from magnetar.broker.balancer import BrokerLoad, BundleLoad
+from magnetar.base.errors import BadVersionError, InvalidArgumentError
+from magnetar.control.balancer import BrokerLoad, BundleLoad
 from magnetar.metadata.api import MetadataStore
-from magnetar.metadata.errors import NoNode
+from magnetar.metadata.errors import NoNodeError
 
 LOAD_REPORTS_ROOT = "/loadbalance/brokers"
 
@@ -127,7 +127,7 @@ class LoadReport:
                               bundle_stats=tuple((str(b), BundleStats.from_json(s))
                                                  for b, s in sorted(last_stats.items()) if isinstance(s, dict)))
         except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise InvalidArgument(f"bad load report of {broker_id}: {error}") from None
+            raise InvalidArgumentError(f"bad load report of {broker_id}: {error}") from None
 
 
 def least_loaded(reports: Sequence[LoadReport]) -> LoadReport | None:
@@ -151,12 +151,12 @@ class LoadReports:
                 self._version = await self._store.put(self.path, value, self._version)
                 self.last = report
                 return
-            except (BadVersion, NoNode):
+            except (BadVersionError, NoNodeError):
                 self._version = None  # deleted or replaced behind our back: create it again
         try:
             await self._store.create(self.path, value, ephemeral=True)
-        except BadVersion:  # NodeExists: our previous session's node, not expired yet
-            with contextlib.suppress(NoNode):
+        except BadVersionError:  # NodeExistsError: our previous session's node, not expired yet
+            with contextlib.suppress(NoNodeError):
                 await self._store.delete(self.path)
             await self._store.create(self.path, value, ephemeral=True)
         self._version = 0
@@ -170,6 +170,6 @@ class LoadReports:
                 continue
             try:
                 reports.append(LoadReport.decode(child, found.value))
-            except InvalidArgument:
+            except InvalidArgumentError:
                 continue  # a foreign or half-written node is no candidate
         return reports

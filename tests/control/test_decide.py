@@ -1,11 +1,12 @@
-"""The balancer's decision function (``broker.balancer.decide``): properties over generated load reports."""
+"""The balancer's decision function (``control.balancer.decide``): properties over generated load reports."""
 
 from __future__ import annotations
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from magnetar.broker.balancer import (
+from magnetar.broker.config import BrokerConfig
+from magnetar.control.balancer import (
     PULSAR_KEYS,
     BalancerSettings,
     BrokerLoad,
@@ -15,7 +16,6 @@ from magnetar.broker.balancer import (
     decide,
     scores,
 )
-from magnetar.broker.config import BrokerConfig
 
 NS = "public/default"
 NO_SPLIT = BalancerSettings(split_enabled=False, grace_period_ms=60_000)
@@ -44,7 +44,7 @@ def clusters(draw: st.DrawFn, *, cpu: bool = False) -> list[BrokerLoad]:
 
 
 def sorted_scores(brokers: list[BrokerLoad], s: BalancerSettings) -> list[float]:
-    from magnetar.broker.balancer import bundle_vectors
+    from magnetar.control.balancer import bundle_vectors
 
     vectors = {b.broker: tuple(map(sum, zip(*bundle_vectors(b).values(), strict=True))) if b.bundles
                else (0.0,) * 5 for b in brokers}
@@ -52,7 +52,7 @@ def sorted_scores(brokers: list[BrokerLoad], s: BalancerSettings) -> list[float]
 
 
 def spread(brokers: list[BrokerLoad], s: BalancerSettings) -> tuple[float, float]:
-    from magnetar.broker.balancer import bundle_vectors
+    from magnetar.control.balancer import bundle_vectors
 
     vectors = {}
     for b in brokers:
@@ -85,7 +85,7 @@ def test_input_within_the_threshold_moves_nothing(broker_count: int, bundles: in
         per = tuple(BundleLoad(bundle_name(i * 10 + k), round(20 * (1 + j)), round(20 * (1 + j)),
                                100.0 * (1 + j), 1e5 * (1 + j)) for k in range(bundles))
         brokers.append(BrokerLoad(f"pulsar://b{i}:6650", 0.0, per))
-    from magnetar.broker.balancer import bundle_vectors
+    from magnetar.control.balancer import bundle_vectors
 
     vectors = {b.broker: tuple(map(sum, zip(*bundle_vectors(b).values(), strict=True))) for b in brokers}
     sc = scores(vectors, NO_SPLIT)  # type: ignore[arg-type]
@@ -115,7 +115,7 @@ def test_moves_reduce_the_spread_and_never_overload_a_target(brokers: list[Broke
     # never to a broker over the threshold: every target ends at most `hi` times the average
     targets = {d.target for d in decisions}
     if targets:
-        from magnetar.broker.balancer import bundle_vectors
+        from magnetar.control.balancer import bundle_vectors
 
         vectors = {b.broker: tuple(map(sum, zip(*bundle_vectors(b).values(), strict=True))) if b.bundles
                    else (0.0,) * 5 for b in after}

@@ -1,6 +1,6 @@
 """Topic ownership in a cluster: brokers own namespace bundles through ephemeral locks.
 
-A broker serves a topic only while it holds the lock of the topic's bundle (``broker.bundles``):
+A broker serves a topic only while it holds the lock of the topic's bundle (``control.bundles``):
 the ephemeral node ``/namespace/{tenant}/{ns}/{0xLOWER_0xUPPER}`` holding JSON
 ``{"nativeUrl", "httpUrl", "disabled"}`` (Pulsar's ownership data), created by the owner's
 metadata session (``MetadataLock``). What is true at every moment:
@@ -9,7 +9,7 @@ metadata session (``MetadataLock``). What is true at every moment:
   (or has just acquired). A bundle held by another broker is answered Redirect to its owner's
   ``nativeUrl`` (authoritative=false: the owner confirms). A free bundle is acquired here when the
   request is authoritative (an earlier broker chose us) or when this broker is the least loaded
-  by load report (``broker.load``); otherwise the answer is Redirect, authoritative=true, to the
+  by load report (``control.load``); otherwise the answer is Redirect, authoritative=true, to the
   least-loaded broker, which then acquires it.
 * A topic is loaded only while its bundle is held (``OwnedLogStore`` checks before and after the
   open), and a topic's managed ledger is opened by the owner, which fences and recovers the
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import BadVersion, InvalidArgument, NotFound
+from magnetar.base.errors import BadVersionError, InvalidArgumentError, NotFoundError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
     LOAD_REPORT_CHECK_MS,
@@ -48,15 +48,15 @@ from magnetar.base.limits import (
     NAMESPACE_BUNDLES_COUNT_DEFAULT,
 )
 from magnetar.base.types import TopicName
-from magnetar.broker.bundles import BundleRange, NamespaceBundles, local_policies_path, topic_hash
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.load import BundleStats, LoadReport, LoadReports, least_loaded
 from magnetar.broker.log import LogStore, TopicLog
-from magnetar.broker.lookup import LookupAnswer, LookupKind
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic
+from magnetar.catalog.lookup import LookupAnswer, LookupKind
+from magnetar.control.bundles import BundleRange, NamespaceBundles, local_policies_path, topic_hash
+from magnetar.control.load import BundleStats, LoadReport, LoadReports, least_loaded
 from magnetar.metadata.api import EventKind, MetadataStore, SessionState, Watch, WatchEvent
-from magnetar.metadata.errors import MetadataError, SessionClosed
+from magnetar.metadata.errors import MetadataError, SessionClosedError
 from magnetar.metadata.lock import LockState, MetadataLock
 from magnetar.protocol.pulsar import pb
 
@@ -103,7 +103,7 @@ class Assignment:
             return Assignment(str(data["broker"]), str(data.get("from", "")), str(data.get("reason", "")),
                               int(data.get("time", 0)), tuple(str(t) for t in data.get("topics", ())))
         except (ValueError, KeyError, TypeError) as error:
-            raise InvalidArgument(f"bad bundle assignment: {error}") from None
+            raise InvalidArgumentError(f"bad bundle assignment: {error}") from None
 
 
 def bundle_stats(owned: Sequence[OwnedBundle], topics: Sequence[Topic]) -> tuple[tuple[str, BundleStats], ...]:
@@ -175,7 +175,7 @@ class OwnerData:
             return OwnerData(str(data["nativeUrl"]), str(data.get("httpUrl", "")), bool(data.get("disabled")),
                              data.get("nativeUrlTls") or None, str(data.get("advertisedListeners", "")))
         except (ValueError, KeyError, TypeError) as error:
-            raise InvalidArgument(f"bad ownership data: {error}") from None
+            raise InvalidArgumentError(f"bad ownership data: {error}") from None
 
 
 class OwnershipState(enum.Enum):
@@ -268,7 +268,7 @@ class BundleOwnership:
             try:
                 await self.store.put(path, initial.encode(), -1)
                 return initial, 0
-            except BadVersion:
+            except BadVersionError:
                 found = await self.store.get(path)  # another broker created it first
                 if found is None:
                     raise _not_ready(f"bundles of {namespace} are changing; retry") from None
@@ -324,7 +324,7 @@ class BundleOwnership:
                                     owner.listeners)
             # Our address, not held by this session: left by our previous life (restart before
             # its session expired). That process is gone (we hold its address now): remove it.
-            with contextlib.suppress(BadVersion):
+            with contextlib.suppress(BadVersionError):
                 await self.store.delete(owner_path(namespace, bundle), version)
         if not authoritative:
             chosen, chosen_tls = await self.choose_owner_urls(namespace, bundle)
@@ -374,7 +374,7 @@ class BundleOwnership:
         try:
             if found is None or Assignment.decode(found.value).broker != self.service_url:
                 return
-        except InvalidArgument:
+        except InvalidArgumentError:
             return
         released = asyncio.Event()
 
@@ -395,7 +395,7 @@ class BundleOwnership:
     async def _forget_assignment(self, namespace: str, bundle: BundleRange) -> Assignment | None:
         """The bundle is placed: its assignment (if any) has done its work; returns it."""
         path = assignment_path(namespace, bundle)
-        with contextlib.suppress(NotFound, MetadataError, InvalidArgument):
+        with contextlib.suppress(NotFoundError, MetadataError, InvalidArgumentError):
             found = await self.store.get(path)
             if found is None:
                 return None
@@ -421,7 +421,7 @@ class BundleOwnership:
     async def _note_topics(self, namespace: str, bundle: BundleRange, target: str, topics: Sequence[Topic]) -> None:
         """Tell the target (in the assignment) which topics to load when it takes the bundle."""
         path = assignment_path(namespace, bundle)
-        with contextlib.suppress(MetadataError, InvalidArgument, BadVersion):
+        with contextlib.suppress(MetadataError, InvalidArgumentError, BadVersionError):
             found = await self.store.get(path)
             if found is None:
                 return
@@ -499,7 +499,7 @@ class BundleOwnership:
         bundle = BundleRange.parse(bundle_name)
         owned = self._owned.get(f"{namespace}/{bundle.name}")
         if owned is None or owned.state is not BundleState.OWNED:
-            raise NotFound(f"bundle {namespace}/{bundle.name} is not owned by {self.service_url}")
+            raise NotFoundError(f"bundle {namespace}/{bundle.name} is not owned by {self.service_url}")
         return owned
 
     def serves_bundle(self, namespace: str, bundle: BundleRange) -> bool:
@@ -538,7 +538,7 @@ class BundleOwnership:
             owned = self._require_owned(namespace, bundle_name)
             current, version = await self._read_bundles(namespace)
             if owned.range not in current.ranges:
-                raise InvalidArgument(f"{owned.key} is no longer a bundle of {namespace}")
+                raise InvalidArgumentError(f"{owned.key} is no longer a bundle of {namespace}")
             halves = owned.range.halves()
             locks: list[MetadataLock] = []
             try:
@@ -546,7 +546,7 @@ class BundleOwnership:
                     lock = MetadataLock(self.store, owner_path(namespace, half), self._owner_data().encode())
                     locks.append(lock)
                     if not await lock.try_acquire():
-                        raise BadVersion(f"bundle {namespace}/{half.name} is held by another broker")
+                        raise BadVersionError(f"bundle {namespace}/{half.name} is held by another broker")
                 split = current.split(owned.range)
                 await self.store.put(local_policies_path(namespace), split.encode(), version)
             except BaseException:
@@ -644,7 +644,7 @@ class OwnershipLookup:
         session ending) is ServiceNotReady, which the client retries."""
         try:
             return await self.ownership.lookup(topic, authoritative)
-        except (MetadataError, SessionClosed) as error:
+        except (MetadataError, SessionClosedError) as error:
             raise _not_ready(f"ownership of {topic} cannot be decided now: {error}") from error
 
 

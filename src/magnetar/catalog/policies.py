@@ -6,7 +6,8 @@ topic) at ``/admin/topic-policies/{tenant}/{ns}/persistent/{encoded local name}`
 are Pulsar's (``retention_policies``, ``message_ttl_in_seconds``, ``backlog_quota_map``, ...).
 
 Resolution (``EffectivePolicies``): a topic override wins, else the namespace value, else the broker
-default from ``BrokerConfig``. A partition ``t-partition-N`` takes the overrides of ``t``.
+default from ``BrokerSettings`` (the broker's ``BrokerConfig`` is one). A partition
+``t-partition-N`` takes the overrides of ``t``.
 
 ``PolicyCache`` reads each node once, keeps it, and watches it: a change made by any broker (or
 the admin API here, which also writes through) is applied without a restart. Loaded topics read
@@ -20,21 +21,46 @@ import asyncio
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import msgspec
 
-from magnetar.base.errors import InvalidArgument
+from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import POLICY_CACHE_NODES_COUNT_MAX
 from magnetar.base.types import TopicName
-from magnetar.broker.config import BrokerConfig
 from magnetar.metadata.api import MetadataStore, Watch, WatchEvent
 from magnetar.security.authorization import AuthAction
 
 POLICIES_ROOT = "/admin/policies"
 TOPIC_POLICIES_ROOT = "/admin/topic-policies"
 D = TypeVar("D")
+
+
+class BrokerSettings(Protocol):
+    """The broker settings the policies need (fields of ``magnetar.broker.config.BrokerConfig``): the
+    defaults a policy falls back to, and the authorization switches checked against the grants."""
+
+    @property
+    def cluster_name(self) -> str: ...
+    @property
+    def topic_auto_creation(self) -> bool: ...
+    @property
+    def auto_created_partitions_count(self) -> int: ...
+    @property
+    def deduplication(self) -> bool: ...
+    @property
+    def retention_time_s(self) -> float: ...
+    @property
+    def retention_size_bytes(self) -> int: ...
+    @property
+    def message_ttl_s(self) -> int: ...
+    @property
+    def delayed_delivery(self) -> bool: ...
+    @property
+    def authorization_enabled(self) -> bool: ...
+    @property
+    def superuser_roles(self) -> tuple[str, ...]: ...
 
 
 class BacklogQuotaType(enum.Enum):
@@ -58,7 +84,7 @@ class RetentionPolicies(msgspec.Struct, rename="camel"):
 
     def validate(self) -> None:
         if self.retention_time_in_minutes < -1 or self.retention_size_in_mb < -1:
-            raise InvalidArgument("Invalid retention policy: values must be >= -1")
+            raise InvalidArgumentError("Invalid retention policy: values must be >= -1")
 
 
 class BacklogQuota(msgspec.Struct, rename="camel"):
@@ -71,7 +97,7 @@ class BacklogQuota(msgspec.Struct, rename="camel"):
     def validate(self) -> None:
         if (self.limit_size is not None and self.limit_size < -1) or (
                 self.limit_time is not None and self.limit_time < -1):
-            raise InvalidArgument("Invalid backlog quota: limits must be >= -1")
+            raise InvalidArgumentError("Invalid backlog quota: limits must be >= -1")
 
 
 class PublishRate(msgspec.Struct, rename="camel"):
@@ -82,7 +108,7 @@ class PublishRate(msgspec.Struct, rename="camel"):
 
     def validate(self) -> None:
         if self.publish_throttling_rate_in_msg < -1 or self.publish_throttling_rate_in_byte < -1:
-            raise InvalidArgument("Invalid publish rate: values must be >= -1")
+            raise InvalidArgumentError("Invalid publish rate: values must be >= -1")
 
 
 class DelayedDeliveryPolicies(msgspec.Struct, rename="camel"):
@@ -92,7 +118,7 @@ class DelayedDeliveryPolicies(msgspec.Struct, rename="camel"):
 
     def validate(self) -> None:
         if self.tick_time < 1 or self.max_delivery_delay_in_millis < 0:
-            raise InvalidArgument("Invalid delayed delivery policy: tickTime >= 1, maxDeliveryDelayInMillis >= 0")
+            raise InvalidArgumentError("Invalid delayed delivery policy: tickTime >= 1, maxDeliveryDelayInMillis >= 0")
 
 
 class TopicType(enum.Enum):
@@ -108,9 +134,9 @@ class AutoTopicCreationOverride(msgspec.Struct, rename="camel"):
     def validate(self) -> None:
         partitions = self.default_num_partitions
         if self.topic_type is TopicType.PARTITIONED and (partitions is None or partitions < 1):
-            raise InvalidArgument("Invalid configuration for autoTopicCreationOverride: defaultNumPartitions >= 1")
+            raise InvalidArgumentError("Invalid configuration for autoTopicCreationOverride: defaultNumPartitions >= 1")
         if self.topic_type is TopicType.NON_PARTITIONED and partitions not in (None, 0):
-            raise InvalidArgument("Invalid configuration for autoTopicCreationOverride: no defaultNumPartitions "
+            raise InvalidArgumentError("Invalid configuration for autoTopicCreationOverride: no defaultNumPartitions "
                                   "for non-partitioned topics")
 
 
@@ -230,7 +256,7 @@ def _quota(quotas: dict[str, BacklogQuota] | None, kind: BacklogQuotaType) -> tu
     return True, QuotaLimit(limit, quota.policy)
 
 
-def resolve(config: BrokerConfig, namespace: Policies | None, topic: TopicPolicies | None) -> EffectivePolicies:
+def resolve(config: BrokerSettings, namespace: Policies | None, topic: TopicPolicies | None) -> EffectivePolicies:
     """Topic override, else namespace policy, else broker default."""
     ns = namespace or Policies()
     tp = topic or TopicPolicies()
@@ -285,7 +311,7 @@ class PolicyCache:
     Without a metadata store every topic runs on the broker defaults.
     """
 
-    def __init__(self, metadata: MetadataStore | None, config: BrokerConfig) -> None:
+    def __init__(self, metadata: MetadataStore | None, config: BrokerSettings) -> None:
         self._metadata = metadata
         self.config = config
         self._nodes: dict[str, bytes | None] = {}

@@ -1,0 +1,472 @@
+"""``AppendPipeline``: a managed ledger's appends, from the queue to the caller's position.
+
+Protocol (Pulsar's ``ManagedLedgerImpl`` add path and ``OpAddEntry``):
+
+* **Append**: ``append`` is the one append operation. It queues the payload in a bounded queue
+  (``add_queue_count_max``: callers wait for room first with ``wait_for_room``, first in first
+  out); the adds are started on the current ledger in queue order (a pump task only to wait for
+  a rollover or for room on the ledger), and callers are told strictly in position order, only
+  after the ledger acknowledged the entry (Qa bookies durable). A ``FencedError`` from the ledger
+  means another owner took over: the host is told (``AppendHost.become_fenced``).
+* **A failed add** (the ledger gave up on it for any reason other than fencing: a bookie died or
+  hung and none can replace it) is not told to its caller yet: its outcome is *undecided*, since
+  the entry may be on the bookies. Every add started after it on that ledger failed too (the
+  ledger completes adds in entry order). Once they have all come back, the failed ledger is
+  replaced (``needs_rollover``; the host's ``roll_over``), whose recovery (fence + read forward)
+  decides the truth and hands it to ``settle_undecided``: an undecided add whose entry id is at or
+  below the recovered end is stored there and succeeds at that position; the others are not
+  stored and are written again, in their order and ahead of every add queued meanwhile, to the
+  next ledger. So callers never see a failure for an entry that is in the log, and the entries
+  of the log are in call order: an add is stored only after every earlier one is.
+* **If that cannot be done** (recovery or the new ledger fails, or an add was written
+  ``MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX`` times), the undecided adds and every add queued behind
+  them fail, in order (``fail_queued``), and every later add is refused until the owner calls
+  ``settle_failed_writes``.
+* **Rollover is asked for** when the current ledger reached ``max_entries_per_ledger`` or
+  ``max_size_bytes_per_ledger`` and is at least ``rollover_time_s_min`` old, or holds entries and
+  is ``rollover_time_s_max`` old (``roll_by_age``), or failed, or on request.
+
+The host (``ManagedLedger``) owns the ledger list and the state; the pipeline reads the shared
+``MLStateMachine`` and never moves it. Per entry: one ``_OpAdd`` and the ledger's own future; no
+task or await of its own unless it must wait (a rollover, room on the ledger).
+
+Invariants: acknowledged positions strictly grow (``last_confirmed``); an add is started only in
+LEDGER_OPENED; callers learn outcomes in position order; an undecided add is told only after the
+recovery of its ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Protocol
+
+from magnetar.base.clock import Clock
+from magnetar.base.errors import FencedError, LimitExceededError, MagnetarError
+from magnetar.base.invariant import invariant
+from magnetar.base.limits import MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX
+from magnetar.base.types import Position
+from magnetar.ledger.handle import LedgerHandle
+from magnetar.managed_ledger.config import ManagedLedgerConfig
+from magnetar.managed_ledger.entry_reader import EntryReader
+from magnetar.managed_ledger.errors import (
+    ManagedLedgerClosedError,
+    ManagedLedgerFencedError,
+    ManagedLedgerTerminatedError,
+    ManagedLedgerWriteFailedError,
+)
+from magnetar.managed_ledger.ledger_list import LedgerList
+from magnetar.managed_ledger.state import WRITABLE, MLState, MLStateMachine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False, slots=True)
+class _OpAdd:
+    """One append: queued, then in flight on a ledger, then told to its caller in order."""
+
+    data: bytes
+    future: asyncio.Future[Position]
+    position: Position | None = None
+    error: MagnetarError | None = None
+    finished: bool = False
+    entry_id: int = -1  # its entry id in the ledger it was last started on
+    attempts: int = 0  # ledgers it was started on
+
+
+@dataclass(slots=True)
+class CurrentLedger:
+    """The ledger appends go to, and what was started and acknowledged on it."""
+
+    handle: LedgerHandle
+    created_ns: int
+    created_ms: int
+    started_count: int = 0
+    started_bytes: int = 0
+    failed: bool = False  # the handle failed for a reason other than fencing: roll over
+    inflight: deque[_OpAdd] = field(default_factory=deque)
+    #: Adds that failed on this (failed) ledger, in entry-id order: recovery decides their outcome.
+    undecided: deque[_OpAdd] = field(default_factory=deque)
+
+
+class AppendHost(Protocol):
+    """What the pipeline asks of the managed ledger it appends for."""
+
+    async def roll_over(self) -> None:
+        """Replace the current ledger: wait for ``wait_drained``; recover a failed one and
+        ``settle_undecided`` its adds; create and list the next one and ``install`` it. Raises
+        ``MagnetarError`` (with the state back in LEDGER_OPENED unless fenced) if it cannot."""
+        ...
+
+    def become_fenced(self, cause: MagnetarError) -> None:
+        """Another owner took the managed ledger over (``cause``)."""
+        ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task of the managed ledger (cancelled when it closes)."""
+        ...
+
+
+class AppendPipeline:
+    """The appends of managed ledger ``name``; built and driven by its ``ManagedLedger``."""
+
+    def __init__(self, name: str, *, config: ManagedLedgerConfig, clock: Clock, states: MLStateMachine,
+                 ledgers: LedgerList, cache: EntryReader, host: AppendHost) -> None:
+        self.name = name
+        self.config = config  # the managed ledger replaces it when its retention changes
+        self._clock = clock
+        self._states = states
+        self._list = ledgers
+        self._cache = cache
+        self._host = host
+        self.current: CurrentLedger | None = None
+        #: The last acknowledged entry; ``(ledger, -1)`` before the first entry of an empty log.
+        self.last_confirmed = Position(-1, -1)
+        self._queue: deque[_OpAdd] = deque()
+        self._admission: deque[asyncio.Future[None]] = deque()
+        self._pump_task: asyncio.Task[None] | None = None
+        #: Set when adds failed to their callers after a write failure: later adds are refused
+        #: until ``settle_failed_writes`` (their order behind the failed ones could not be kept).
+        self.write_failure: MagnetarError | None = None
+        self.rollover_requested = False
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
+
+    # --- admission -------------------------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """Raise the error an append gets now, if any."""
+        state = self._states.state
+        if state in WRITABLE:
+            if self.write_failure is not None:
+                raise ManagedLedgerWriteFailedError(
+                    f"managed ledger {self.name}: earlier adds failed ({self.write_failure}); "
+                    "no add is accepted until the failure is settled")
+            return
+        if state is MLState.FENCED:
+            raise ManagedLedgerFencedError(f"managed ledger {self.name} is fenced: {self._states.fenced_by}")
+        if state is MLState.TERMINATED:
+            raise ManagedLedgerTerminatedError(f"managed ledger {self.name} is terminated")
+        raise ManagedLedgerClosedError(f"managed ledger {self.name} is {state.value}")
+
+    def append(self, data: bytes) -> asyncio.Future[Position]:
+        """See ``ManagedLedger.append``."""
+        if self._states.state not in WRITABLE or self.write_failure is not None:
+            self.check_writable()
+        pending = self.pending_add_count
+        if pending >= self.config.add_queue_count_max:
+            raise LimitExceededError("add_queue_count_max", pending + 1, self.config.add_queue_count_max)
+        op = _OpAdd(bytes(data), asyncio.get_running_loop().create_future())
+        self._queue.append(op)
+        self.kick()
+        return op.future
+
+    @property
+    def pending_add_count(self) -> int:
+        current = self.current
+        started = len(current.inflight) + len(current.undecided) if current is not None else 0
+        return len(self._queue) + started
+
+    def has_room(self) -> bool:
+        """Whether ``append`` can take an append now (no one waits for room before us)."""
+        if self._admission:
+            return False
+        current = self.current
+        started = len(current.inflight) + len(current.undecided) if current is not None else 0
+        return len(self._queue) + started < self.config.add_queue_count_max
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: return once ``append`` can take an append (first in, first out), or the
+        managed ledger stopped accepting appends (``append`` then raises)."""
+        if self.has_room():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._admission.append(waiter)
+        try:
+            while True:
+                await waiter
+                if (self.pending_add_count < self.config.add_queue_count_max
+                        or self._states.state not in WRITABLE or self.write_failure is not None):
+                    return
+                # Woken, but the room went to an earlier waiter: wait again in the same place.
+                fresh: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._admission[self._admission.index(waiter)] = fresh
+                waiter = fresh
+        finally:
+            # Waiters leave the line only here: while one is in it, ``has_room`` is False, so no
+            # caller that did not wait takes the room a woken waiter is about to use.
+            if waiter in self._admission:
+                self._admission.remove(waiter)
+
+    def _wake_admission(self, *, all_waiters: bool = False) -> None:
+        """Wake as many waiters (from the head of the line) as there is room for, or all."""
+        room = len(self._admission) if all_waiters else self.config.add_queue_count_max - self.pending_add_count
+        for waiter in self._admission:
+            if room <= 0:
+                return
+            if not waiter.done():
+                waiter.set_result(None)
+            room -= 1
+
+    # --- the pump --------------------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Start what can start now; a pump task for what must wait (a rollover, room)."""
+        if self._pump_task is not None and not self._pump_task.done():
+            return  # the running pump takes what was queued
+        # What needs no rollover and finds room on the ledger starts here and now; a pump task
+        # only to wait (a rollover, or room on the ledger).
+        while (self._queue and self._states.state is MLState.LEDGER_OPENED and not self.needs_rollover()
+               and self.current is not None and self.current.handle.has_room()):
+            self._start_add(self._queue.popleft())
+        if self._has_work() and self._states.state is MLState.LEDGER_OPENED:
+            self._pump_task = self._host.spawn(self._pump())
+
+    def _has_work(self) -> bool:
+        current = self.current
+        return bool(self._queue or self.rollover_requested or (current is not None and current.failed))
+
+    async def _pump(self) -> None:
+        while self._has_work() and self._states.state is MLState.LEDGER_OPENED:
+            if self.needs_rollover():
+                try:
+                    await self._host.roll_over()
+                except MagnetarError as exc:
+                    self.rollover_requested = False
+                    if not self._states.is_fenced():  # the rollover may have moved the state
+                        self.fail_queued(exc)
+                    return
+                continue
+            if not self._queue:
+                break
+            current = self.current
+            if current is not None and not current.handle.has_room():
+                await current.handle.wait_for_room()  # backpressure from the ledger
+                continue
+            self._start_add(self._queue.popleft())
+
+    async def wait_pump(self) -> None:
+        """Return once the pump task (if one runs) ended."""
+        pump = self._pump_task
+        if pump is not None and not pump.done():
+            await asyncio.wait([pump])
+
+    async def finish_queued(self) -> None:
+        """Wait while adds are queued or a rollover runs, as long as a pump works on them."""
+        while self._states.state is not MLState.LEDGER_OPENED or self._queue:
+            pump = self._pump_task
+            if pump is None or pump.done():
+                break
+            await asyncio.wait([pump])
+
+    async def wait_drained(self) -> None:
+        """Return once no add is in flight on the current ledger."""
+        await self._drained.wait()
+
+    def needs_rollover(self) -> bool:
+        current = self.current
+        invariant(current is not None, "an opened managed ledger has a current ledger")
+        assert current is not None
+        if current.failed:
+            return True
+        age_s = (self._clock.monotonic_ns() - current.created_ns) / 1e9
+        if current.started_count > 0 and age_s >= self.config.rollover_time_s_max:
+            return True
+        if self.rollover_requested:
+            if current.started_count > 0:
+                return True
+            self.rollover_requested = False
+        full = (
+            current.started_count >= self.config.max_entries_per_ledger
+            or current.started_bytes >= self.config.max_size_bytes_per_ledger
+        )
+        return full and age_s >= self.config.rollover_time_s_min
+
+    def install(self, handle: LedgerHandle) -> None:
+        """Appends go to ``handle`` from now on (listed last, none acknowledged yet)."""
+        self.current = CurrentLedger(handle, self._clock.monotonic_ns(), self._clock.now_ms())
+        self._list.set_live(handle.ledger_id)
+
+    async def roll_by_age(self) -> None:
+        """Idle ledgers still roll over by age (a busy one is checked on each append)."""
+        max_s = self.config.rollover_time_s_max
+        while self._states.state in WRITABLE:
+            current = self.current
+            assert current is not None
+            due_ns = current.created_ns + int(max_s * 1e9)
+            wait_ns = due_ns - self._clock.monotonic_ns()
+            if wait_ns > 0:
+                await self._clock.sleep(wait_ns / 1e9)
+                continue
+            if (self._states.state is MLState.LEDGER_OPENED and current is self.current
+                    and current.started_count > 0):
+                self.rollover_requested = True
+                self.kick()
+            await self._clock.sleep(max_s)
+
+    # --- one add ---------------------------------------------------------------------------------
+
+    def _start_add(self, op: _OpAdd) -> None:
+        current = self.current
+        assert current is not None
+        expected_entry_id = current.started_count
+        current.started_count += 1
+        current.started_bytes += len(op.data)
+        op.position, op.error, op.finished = None, None, False
+        op.entry_id = expected_entry_id
+        op.attempts += 1
+        current.inflight.append(op)
+        self._drained.clear()
+        try:
+            added = current.handle.append(op.data)
+        except MagnetarError as exc:  # the handle failed or closed under us: as an add that failed
+            self._finish_add(current, op, expected_entry_id, None, exc)
+            return
+        added.add_done_callback(partial(self._added, current, op, expected_entry_id))
+
+    def _added(self, current: CurrentLedger, op: _OpAdd, expected_entry_id: int, added: asyncio.Future[int]) -> None:
+        if added.cancelled():
+            return  # the handle was torn down under it
+        error = added.exception()
+        if error is not None and not isinstance(error, MagnetarError):
+            return  # not a ledger outcome (a crash unwinding): nothing to tell
+        self._finish_add(current, op, expected_entry_id, added.result() if error is None else None, error)
+
+    def _finish_add(self, current: CurrentLedger, op: _OpAdd, expected_entry_id: int, entry_id: int | None,
+                    error: BaseException | None) -> None:
+        if isinstance(error, FencedError):
+            op.error = ManagedLedgerFencedError(f"managed ledger {self.name}: ledger {current.handle.ledger_id} fenced")
+            self._host.become_fenced(error)
+        elif isinstance(error, MagnetarError):
+            op.error = error
+            current.failed = True
+        else:
+            if entry_id != expected_entry_id:  # the message is formatted only when it fails
+                invariant(False, f"entry id {entry_id}, expected {expected_entry_id}")
+            assert entry_id is not None
+            op.position = Position(current.handle.ledger_id, entry_id)
+        op.finished = True
+        self._deliver_in_order(current)
+
+    def _deliver_in_order(self, current: CurrentLedger) -> None:
+        # Callers learn outcomes in position order even if completions interleave.
+        while current.inflight and current.inflight[0].finished:
+            op = current.inflight.popleft()
+            if op.position is not None:
+                invariant(not current.undecided, "no add of a ledger completes after one that failed")
+                self._complete(op)
+            elif current.failed and self._states.state in WRITABLE:
+                current.undecided.append(op)  # the ledger's recovery decides (``settle_undecided``)
+            elif not op.future.done():
+                invariant(op.error is not None, "a finished add has a position or an error")
+                assert op.error is not None
+                op.future.set_exception(op.error)
+                op.future.exception()
+        if not current.inflight:
+            self._drained.set()
+        self._wake_admission()
+        self.notify_entry_waiters()
+        if current.failed and not current.inflight and current is self.current:
+            self.kick()
+
+    def _complete(self, op: _OpAdd) -> None:
+        """``op`` is stored at ``op.position`` in the current (last listed) ledger: tell its caller."""
+        assert op.position is not None
+        if not op.position > self.last_confirmed:  # the message is formatted only when it fails
+            invariant(False, f"position {op.position} not after {self.last_confirmed}")
+        self.last_confirmed = op.position
+        self._list.live_count += 1
+        self._list.live_bytes += len(op.data)
+        self._cache.remember(op.position, op.data)
+        if not op.future.done():
+            op.future.set_result(op.position)
+
+    # --- settlement ------------------------------------------------------------------------------
+
+    def settle_undecided(self, old: CurrentLedger, last: int) -> None:
+        """The failed ledger ``old`` was recovered and closed at ``last``: its undecided adds with
+        an entry id up to ``last`` are stored there (each wrote its own entry: one writer, ids in
+        start order); the rest are not stored and go back to the head of the queue, in order.
+        ``LimitExceededError`` if the first of those was written too often already."""
+        undecided = list(old.undecided)
+        old.undecided.clear()
+        invariant(last < old.started_count, f"recovered end {last} beyond the {old.started_count} adds started")
+        resend: list[_OpAdd] = []
+        for op in undecided:
+            if op.entry_id <= last:
+                invariant(not resend, "stored undecided adds come before the unstored ones")
+                op.position = Position(old.handle.ledger_id, op.entry_id)
+                self._complete(op)
+            else:
+                resend.append(op)
+        self._queue.extendleft(reversed(resend))
+        self.notify_entry_waiters()
+        log.info("%s: ledger %d failed; recovery closed it at entry %d: %d failed adds are stored there, "
+                 "%d are written again to the next ledger", self.name, old.handle.ledger_id, last,
+                 len(undecided) - len(resend), len(resend))
+        if resend and resend[0].attempts >= MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX:
+            raise LimitExceededError("MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX", resend[0].attempts + 1,
+                                MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX)
+
+    def fail_queued(self, error: MagnetarError, *, write_failure: bool = True) -> None:
+        """Fail the undecided adds, then every queued one (their order). ``write_failure``: later
+        adds are refused until ``settle_failed_writes``."""
+        current = self.current
+        undecided = list(current.undecided) if current is not None else []
+        if current is not None:
+            current.undecided.clear()
+        failed = 0
+        for op in [*undecided, *self._queue]:
+            if not op.future.done():
+                op.future.set_exception(error)
+                op.future.exception()  # retrieved: a caller that gave up must not log noise
+                failed += 1
+        self._queue.clear()
+        if failed and write_failure and self.write_failure is None:
+            self.write_failure = error
+        self._wake_admission(all_waiters=True)
+
+    async def settle_failed_writes(self) -> None:
+        """See ``ManagedLedger.settle_failed_writes``."""
+        for _ in range(2):
+            if self._states.state not in WRITABLE:
+                break
+            current = self.current
+            if current is None or not current.failed:
+                break
+            self.kick()
+            await self.wait_pump()
+        if self._states.state not in WRITABLE:
+            self.check_writable()
+        current = self.current
+        if current is not None and current.failed:
+            raise ManagedLedgerWriteFailedError(f"managed ledger {self.name}: ledger {current.handle.ledger_id} "
+                                           "failed and could not be recovered and replaced yet")
+        self.write_failure = None
+
+    # --- waiting for entries ---------------------------------------------------------------------
+
+    async def wait_for_entries_after(self, position: Position) -> None:
+        """Return once an entry after ``position`` is acknowledged (or appends stop)."""
+        while self.last_confirmed <= position and self._states.state in WRITABLE:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._entry_waiters.append((position, waiter))
+            try:
+                await waiter
+            finally:
+                if (position, waiter) in self._entry_waiters:
+                    self._entry_waiters.remove((position, waiter))
+
+    def notify_entry_waiters(self) -> None:
+        still: list[tuple[Position, asyncio.Future[None]]] = []
+        for position, waiter in self._entry_waiters:
+            if (self.last_confirmed > position or self._states.state not in WRITABLE) and not waiter.done():
+                waiter.set_result(None)
+            elif not waiter.done():
+                still.append((position, waiter))
+        self._entry_waiters = still
