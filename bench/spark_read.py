@@ -180,9 +180,26 @@ def create_partitioned(http: str, partitions: int) -> None:
             raise RuntimeError(f"creating {TOPIC} with {partitions} partitions: HTTP {reply.status}")
 
 
+#: Words of the ``--values json`` documents (a compressible payload, like application events).
+_WORDS = ("checkout", "login", "search", "view", "cart", "payment", "refund", "signup", "logout", "share",
+          "mobile", "desktop", "eu-west", "us-east", "ap-south", "premium", "basic", "trial")
+
+
+def json_value(i: int, size: int, rng: Any) -> bytes:
+    """A JSON event of about ``size`` bytes: ids and numbers vary per message, words repeat."""
+    words = " ".join(_WORDS[rng.randrange(len(_WORDS))] for _ in range(size // 9))
+    head = (f'{{"id": {i}, "user": "user-{rng.randrange(100_000)}", "amount": {rng.randrange(1_000_000) / 100}, '
+            f'"event": "{_WORDS[rng.randrange(len(_WORDS))]}", "tags": "')
+    return (head + words[: max(0, size - len(head) - 2)] + '"}').encode()
+
+
 def publish(url: str, count: int, size: int, seconds: float, values: str) -> int:
     """``count`` messages to the partitioned topic; returns how many were receipted. ``values``:
-    ``same`` (one random payload for every message) or ``random`` (each its own random bytes)."""
+    ``same`` (one random payload for every message), ``random`` (each its own random bytes) or
+    ``json`` (a compressible JSON event per message, ``json_value``)."""
+    import random
+
+    rng = random.Random(7)
     client = pulsar.Client(url, operation_timeout_seconds=60, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     producer = client.create_producer(TOPIC, batching_enabled=True, batching_max_messages=1000,
                                       batching_max_publish_delay_ms=10, max_pending_messages=5000,
@@ -206,6 +223,8 @@ def publish(url: str, count: int, size: int, seconds: float, values: str) -> int
             if sent % 4096 == 0 and sent:
                 pool = os.urandom(size * 4096)
             payload = pool[(sent % 4096) * size : (sent % 4096 + 1) * size]
+        elif values == "json":
+            payload = json_value(sent, size, rng)
         producer.send_async(payload, receipt)
         sent += 1
     producer.flush()
@@ -366,7 +385,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmups", type=int, default=1, help="warm-up runs of each side, not counted (1-10)")
     parser.add_argument("--action", choices=("noop", "value"), default="noop")
-    parser.add_argument("--values", choices=("random", "same"), default="random",
+    parser.add_argument("--values", choices=("random", "same", "json"), default="random",
                         help="random (default, the issue's workload): each message its own random bytes; "
                              "same: one random payload repeated in every message (Parquet then dictionary-encodes "
                              "the values into a few MB; only to compare with earlier runs)")

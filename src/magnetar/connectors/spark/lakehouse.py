@@ -11,6 +11,10 @@ first ledger that is not offloaded, read by ``format("magnetar")``. The result h
 as ``format("magnetar")`` (``redeliveryCount`` 0), plus the schema's typed columns when the files
 have them and ``valueSchema`` asks for them by name.
 
+``read_stream(spark, checkpoint_location, **options)`` does the same for a streaming query: Spark's
+own Parquet file stream over the history files, unioned with ``format("magnetar")``'s stream of
+the rest (the split is kept beside the checkpoint; see its docstring).
+
 Options are ``format("magnetar")``'s; only whole topics (``startingOffsets``/``endingOffsets``
 earliest/latest, no ``startingTimestamp``) are planned this way, and only a filesystem lakehouse
 (Spark here has no S3 filesystem jars): anything else is read by ``format("magnetar")`` alone,
