@@ -143,6 +143,14 @@ def test_history_round_trips_through_json() -> None:
     assert check(again).to_dict() == check(h).to_dict()
 
 
+def test_an_op_is_written_with_every_field_of_its_dataclass_in_order() -> None:
+    import dataclasses
+
+    op = Op("c", OpType.RECEIVE, T, "p:1", Outcome.OK, (1, 2, 3), 7, subscription="s", error="e")
+    assert list(op.to_dict()) == [f.name for f in dataclasses.fields(Op)]
+    assert Op.from_dict(op.to_dict()) == op
+
+
 def test_parse_value() -> None:
     assert parse_value("a:b:12") == ("a:b", 12)
     assert parse_value("junk") == ("", -1)

@@ -17,10 +17,12 @@ import pytest
 
 from magnetar.sim.scenarios import run_scenario
 from magnetar.sim.scenarios.base import ScenarioOptions
-from magnetar.sim.scenarios.cluster import ClusterOptions, new_world, run_cluster_result
+from magnetar.sim.scenarios.cluster import ClusterOptions, ClusterResult, new_world, run_cluster_result
+from magnetar.sim.soak import run_many
 from tests.conftest import REPO
 
 SEEDS_COUNT = 200
+JOBS = max(1, min(2, os.cpu_count() or 1))  # worker processes for the 200 seeds
 CONTROL_SEEDS_MAX = 40  # every control is caught within this many seeds
 SMALL = ClusterOptions(messages_per_producer=6, fault_window_s=1.5, faults_count=3)
 
@@ -32,20 +34,29 @@ def _small(**changes: object) -> ClusterOptions:
 
 
 def test_two_hundred_seeds_without_a_violation() -> None:
+    """Seeds are independent worlds: two worker processes run disjoint halves (``sim.soak``)."""
     failed: list[str] = []
-    crashes = faults = recovered = 0
-    for seed in range(1, SEEDS_COUNT + 1):
-        result = run_cluster_result(new_world(seed), SMALL)
-        crashes += result.crashes_count
-        faults += result.faults_count
-        recovered += result.recovered_ledgers_count
+
+    def on_result(seed: int, result: ClusterResult) -> None:
         if not result.verdict.ok:
             failed.append(f"seed {seed}: {result.verdict.text()}")
-    assert not failed, "\n".join(failed[:5])
+
+    report = run_many(range(1, SEEDS_COUNT + 1), SMALL, jobs=JOBS, chunk_size=SEEDS_COUNT // (4 * JOBS),
+                      on_result=on_result)
+    assert report.seeds_count == SEEDS_COUNT
+    assert not failed, "\n".join(sorted(failed)[:5])
     # The runs were not idle: nodes died and came back, ledgers were recovered by new writers.
-    assert faults >= SEEDS_COUNT * SMALL.faults_count * 0.9
-    assert crashes >= SEEDS_COUNT
-    assert recovered >= SEEDS_COUNT // 2
+    assert report.faults_count >= SEEDS_COUNT * SMALL.faults_count * 0.9
+    assert report.crashes_count >= SEEDS_COUNT
+    assert report.recovered_ledgers_count >= SEEDS_COUNT // 2
+
+
+def test_seeds_give_the_same_verdicts_in_worker_processes_as_in_this_one() -> None:
+    seeds = range(21, 25)
+    here = run_many(seeds, SMALL, jobs=1)
+    there = run_many(seeds, SMALL, jobs=2, chunk_size=1)
+    assert (here.seeds_count, here.faults_count, here.crashes_count, here.ops_count, here.recovered_ledgers_count) \
+        == (there.seeds_count, there.faults_count, there.crashes_count, there.ops_count, there.recovered_ledgers_count)
 
 
 @pytest.mark.parametrize("control", ["ack-before-fsync", "no-fencing", "truncate-to-lac", "no-dedup"])
@@ -107,3 +118,28 @@ def test_seed_5162_fences_are_judged_on_the_ensemble_the_recovery_fenced() -> No
     never needed a fence: nobody may write a closed ledger)."""
     verdict = run_cluster_result(new_world(5162), ClusterOptions(messages_per_producer=6)).verdict
     assert verdict.ok, verdict.text()
+
+
+def test_seed_1092_a_topic_whose_ledger_autorecovery_fenced_takes_writes_again() -> None:
+    """Found by the soak (also seeds 5664, 6423): AutoRecovery fenced the open ledger of a topic
+    that lost a bookie while its broker kept the bundle; the topic kept its fenced log and the
+    deduplicating producer was refused for ever (``tests/broker/test_fenced_log.py``)."""
+    verdict = run_cluster_result(new_world(1092), ClusterOptions(messages_per_producer=6)).verdict
+    assert verdict.ok, verdict.text()
+
+
+def test_a_stuck_producer_is_reported_as_a_liveness_failure_naming_its_message(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the fix of seed 1092 undone, the checker names the stuck producer, the message it waits
+    for and its reconnects, and nothing else: the producer is stopped before the drains, its
+    message unknown, so the drains agree (before, a late receipt made them disagree)."""
+    from magnetar.broker.service import BrokerService
+
+    monkeypatch.setattr(BrokerService, "_unload_fenced", lambda _self, _topic: None)
+    options = ClusterOptions(messages_per_producer=6, producers_s_max=10.0)
+    verdict = run_cluster_result(new_world(1092), options).verdict
+    assert not verdict.ok
+    assert len(verdict.violations) == 1, verdict.text()
+    assert verdict.violations[0].startswith("run: liveness: producer p0-dedup stuck: p0-dedup:5 unacknowledged"), \
+        verdict.text()
+    assert "connections meanwhile" in verdict.violations[0]

@@ -78,6 +78,7 @@ class BrokerService:
         self.authenticator: Authenticator | None = None
         self._checker: asyncio.Task[None] | None = None
         self._loading: dict[str, asyncio.Future[Topic]] = {}
+        self._closing: set[asyncio.Task[None]] = set()  # topics unloaded because their log was fenced
         self._producer_counter = 0
         self._listeners: Listeners | None = None
         self._listeners_of: BrokerConfig | None = None
@@ -117,7 +118,7 @@ class BrokerService:
             allowed = admin or effective.auto_topic_creation
             topic_log = await self.log_store.open_log(key, create=create and allowed)
             topic = Topic(name, topic_log, self.config, clock=self.clock,
-                          policies=lambda: self.policies.effective(name))
+                          policies=lambda: self.policies.effective(name), on_log_fenced=self._unload_fenced)
             await offload.install(topic, self.policies, self.config, self.schemas)
             for hook in list(self.topic_load_hooks):
                 await hook(topic)
@@ -272,6 +273,26 @@ class BrokerService:
         if topic is not None:
             await topic.close()
 
+    def _unload_fenced(self, topic: Topic) -> None:
+        """A topic's log was fenced: out of service at once (its clients reconnect and load it
+        again on a freshly opened log), closed in the background."""
+        key = str(topic.name)
+        if self.topics.get(key) is not topic:
+            return  # already unloaded (the bundle was lost, an admin unload)
+        del self.topics[key]
+        topic.disconnect_producers()
+        for subscription in list(topic.subscriptions.values()):
+            subscription.disconnect_consumers()
+        task = asyncio.get_running_loop().create_task(self._close_fenced(topic), name=f"unload-fenced:{key}")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _close_fenced(self, topic: Topic) -> None:
+        try:
+            await topic.close()
+        except Exception as error:  # a fenced log fails to flush its cursors: the next open recovers them
+            log.warning("closing fenced topic %s: %s", topic.name, error)
+
     async def close(self) -> None:
         if self._state is ServiceState.CLOSED:
             return
@@ -284,3 +305,5 @@ class BrokerService:
         for key in list(self.topics):
             topic = self.topics.pop(key)
             await topic.close()
+        if self._closing:
+            await asyncio.gather(*list(self._closing), return_exceptions=True)

@@ -18,6 +18,13 @@ If settling fails (bookies still down) the topic stays blocked and tries again e
 ``BROKER_TOPIC_UNBLOCK_RETRY_INTERVAL_MS`` (at most ``BROKER_TOPIC_UNBLOCK_ATTEMPTS_COUNT_MAX``
 times) and on every producer that asks to be admitted.
 
+A log found fenced (an append fails with ``FencedError``: someone opened its ledger with recovery,
+another owner or AutoRecovery closing an open ledger that lost a bookie) can never be written
+again. As Pulsar's ``addFailed`` does for a fenced managed ledger, the topic then calls
+``on_log_fenced`` once: the service takes it out of service, tells its clients to reconnect and
+closes it, and the next client loads it again on a freshly opened log (which recovers the fenced
+ledger and writes a new one), or finds that another broker owns it now.
+
 Producer access modes: Shared producers coexist; Exclusive is refused (ProducerBusy) while any
 other producer exists and keeps others out; ExclusiveWithFencing closes the existing producers
 (CLOSE_PRODUCER) and makes their reconnects fail with ProducerFenced; WaitForExclusive is answered
@@ -131,8 +138,12 @@ class WaitingProducer:
 
 class Topic:
     def __init__(self, name: TopicName, topic_log: TopicLog, config: BrokerConfig,
-                 clock: Clock | None = None, policies: Callable[[], EffectivePolicies] | None = None) -> None:
+                 clock: Clock | None = None, policies: Callable[[], EffectivePolicies] | None = None,
+                 on_log_fenced: Callable[[Topic], None] | None = None) -> None:
         self.name = name
+        #: Called once when an append finds the log fenced (see the module docstring).
+        self._on_log_fenced = on_log_fenced
+        self._log_fenced = False
         self.log = topic_log
         self.config = config
         self.producers: dict[str, Producer] = {}
@@ -234,6 +245,14 @@ class Topic:
                 self._move(TopicState.ACTIVE)
                 log.info("topic %s accepts writes again", self.name)
             return
+
+    def _fenced(self, error: FencedError) -> None:
+        if self._log_fenced or self._state is TopicState.CLOSED:
+            return
+        self._log_fenced = True
+        log.warning("topic %s: its log was fenced (%s); unloading it so that it is loaded again", self.name, error)
+        if self._on_log_fenced is not None:
+            self._on_log_fenced(self)
 
     # --- producers ------------------------------------------------------------------------------
 
@@ -379,6 +398,8 @@ class Topic:
         except BaseException as error:
             if is_write_failure(error):
                 self._block(error)
+            elif isinstance(error, FencedError):
+                self._fenced(error)
             raise
         appended.add_done_callback(partial(self._published, len(data), messages, started_ns, on_done))
 
@@ -391,6 +412,8 @@ class Topic:
             if is_write_failure(error):
                 self._block(error)
             on_done(None, error)
+            if isinstance(error, FencedError):
+                self._fenced(error)
             return
         if self.clock is not None:
             self.publish_latency.observe((self.clock.monotonic_ns() - started_ns) / 1e6)

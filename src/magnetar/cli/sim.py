@@ -29,6 +29,7 @@ LEDGER_MATRIX_OPS_DEFAULT = 30  # entries the writer appends (MatrixOptions' def
 OPS_DEFAULT = 50
 CLUSTER = "cluster"
 CLUSTER_OPS_DEFAULT = 12  # messages per producer (ClusterOptions' default)
+SOAK_PROGRESS_EVERY = 200  # --seeds: a progress line after every this many seeds
 
 
 def _reexec_with_fixed_hash_seed() -> None:
@@ -72,6 +73,8 @@ def sim(
     seeds: str = typer.Option("", "--seeds", help="cluster: run seeds FROM-TO (inclusive) and print a summary."),
     time_limit_s: float = typer.Option(0.0, "--time-limit-s", min=0.0,
                                        help="--seeds: stop starting new seeds after this long (0: no limit)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, max=16,
+                             help="--seeds: worker processes running seeds side by side."),
 ) -> None:
     """Run a deterministic simulation: same seed, same trace."""
     _reexec_with_fixed_hash_seed()
@@ -84,7 +87,7 @@ def sim(
                    f"faults: {', '.join(ledger_matrix.FAULTS)}")
         return
     if seeds:
-        _soak(seeds, ops or CLUSTER_OPS_DEFAULT, frozenset(breaks), time_limit_s)
+        _soak(seeds, ops or CLUSTER_OPS_DEFAULT, frozenset(breaks), time_limit_s, jobs)
         return
     if seed is None:
         typer.echo("error: --seed is required (e.g. magnetar sim --seed 1); --list shows the scenarios", err=True)
@@ -113,28 +116,42 @@ def sim(
         raise typer.Exit(1)
 
 
-def _soak(seeds: str, ops: int, breaks: frozenset[str], time_limit_s: float) -> None:
-    """Run the cluster scenario on every seed of ``FROM-TO``; one line per failed seed, then totals."""
+def _soak(seeds: str, ops: int, breaks: frozenset[str], time_limit_s: float, jobs: int) -> None:
+    """Run the cluster scenario on every seed of ``FROM-TO`` (``jobs`` worker processes); one line
+    per failed seed as it is found, then the totals, the wall time and the rate."""
     import time
 
-    from magnetar.sim.scenarios.cluster import ClusterOptions, SoakReport, new_world, run_cluster_result
+    from magnetar.sim.scenarios.cluster import ClusterOptions, ClusterResult
+    from magnetar.sim.soak import run_many
 
     first, sep, last = seeds.partition("-")
     if not sep or not first.isdigit() or not last.isdigit() or int(first) > int(last):
         typer.echo(f"error: --seeds must be FROM-TO, got {seeds!r}", err=True)
         raise typer.Exit(2)
-    report = SoakReport()
     started = time.monotonic()
     options = ClusterOptions(messages_per_producer=ops, breaks=breaks)
-    for number in range(int(first), int(last) + 1):
-        if time_limit_s and time.monotonic() - started > time_limit_s:
-            typer.echo(f"time limit of {time_limit_s:.0f} s reached after {report.seeds_count} seeds")
-            break
-        result = run_cluster_result(new_world(number), options)
-        report.add(number, result)
+
+    def out_of_time() -> bool:
+        return bool(time_limit_s) and time.monotonic() - started > time_limit_s
+
+    done: list[int] = []
+
+    def on_result(number: int, result: ClusterResult) -> None:
+        done.append(number)
         if not result.verdict.ok:
             typer.echo(f"seed {number}: {result.verdict.text()}", err=True)
-    typer.echo(f"{report.text()}, wall {time.monotonic() - started:.0f} s")
+        if len(done) % SOAK_PROGRESS_EVERY == 0:
+            elapsed_s = time.monotonic() - started
+            typer.echo(f"progress: {len(done)} seeds in {elapsed_s:.0f} s ({len(done) / elapsed_s:.2f} seeds/s)",
+                       err=True)
+
+    wanted = range(int(first), int(last) + 1)
+    report = run_many(wanted, options, jobs=jobs, should_stop=out_of_time, on_result=on_result)
+    wall_s = time.monotonic() - started
+    if report.seeds_count < len(wanted):
+        typer.echo(f"time limit of {time_limit_s:.0f} s reached after {report.seeds_count} of {len(wanted)} seeds")
+    typer.echo(f"{report.text()}, wall {wall_s:.0f} s, {report.seeds_count / max(wall_s, 1e-9):.2f} seeds/s "
+               f"({jobs} worker process{'es' if jobs > 1 else ''})")
     if report.failed_seeds:
         raise typer.Exit(1)
 

@@ -80,6 +80,7 @@ class BookieClient:
         self._decoder = FrameDecoder()
         self._room = asyncio.Event()
         self._room.set()
+        self._busy = asyncio.Event()  # set while requests are outstanding: the deadline loop ticks only then
         self._closed: BaseException | None = None
         loop = asyncio.get_running_loop()
         self._reader = loop.create_task(self._read_loop(), name=f"bookie-client-read-{connection.peer}")
@@ -131,6 +132,7 @@ class BookieClient:
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         deadline_ns = self._clock.monotonic_ns() + (timeout_ms or self._request_timeout_ms) * 1_000_000
         self._pending[request.request_id] = (future, deadline_ns)
+        self._busy.set()
         if len(self._pending) >= self._inflight_count_max:
             self._room.clear()
         self._connection.write(encode(request))
@@ -251,6 +253,9 @@ class BookieClient:
 
     async def _deadline_loop(self) -> None:
         while self._closed is None:
+            if not self._pending:  # idle: no tick until a request goes out
+                self._busy.clear()
+                await self._busy.wait()
             await self._clock.sleep(DEADLINE_TICK_MS / 1000)
             if not self._pending:
                 continue
@@ -271,6 +276,7 @@ class BookieClient:
             if not future.done():
                 future.set_exception(error)
         self._room.set()
+        self._busy.set()  # the deadline loop wakes up and ends
         self._connection.close()
 
     async def close(self) -> None:

@@ -79,11 +79,18 @@ class Op:
         return parse_value(self.value)[1]
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["type"] = self.type.value
-        out["outcome"] = self.outcome.value
-        out["message_id"] = list(self.message_id) if self.message_id is not None else None
-        return out
+        # Field by field (``asdict`` deep-copies each value: the digest of every run pays for it).
+        return {
+            "process": self.process,
+            "type": self.type.value,
+            "topic": self.topic,
+            "value": self.value,
+            "outcome": self.outcome.value,
+            "message_id": list(self.message_id) if self.message_id is not None else None,
+            "time_ns": self.time_ns,
+            "subscription": self.subscription,
+            "error": self.error,
+        }
 
     @staticmethod
     def from_dict(raw: dict[str, Any]) -> Op:

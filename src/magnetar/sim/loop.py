@@ -14,6 +14,10 @@ refuses); callbacks run in the order asyncio schedules them, which depends only 
 and on virtual time, so a run is a pure function of its inputs and seed. Every task is recorded
 with the simulated node that created it (``magnetar.faults.current_node``), in creation order,
 so a node's tasks can be cancelled in a deterministic order when it crashes.
+
+``watch(condition, action)``: ``condition()`` is asked between two loop iterations, before virtual
+time moves on, and ``action()`` runs (once) the first time it holds. A controller that must act
+the instant something happens (a fault point was hit) needs no timer ticking meanwhile.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import asyncio
 import contextvars
 import math
 from asyncio import base_events
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
 from magnetar.base.limits import SIM_STEPS_MAX
@@ -34,6 +38,9 @@ T = TypeVar("T")
 _NS_PER_S = 1_000_000_000
 #: Tasks still running when a run ends get this many loop iterations to finish their cancellation.
 SHUTDOWN_STEPS_MAX = 10_000
+#: Finished tasks are dropped from the loop's task list once it holds this many (or twice as many
+#: as were unfinished at the last purge).
+TASKS_PURGE_COUNT_MIN = 256
 
 
 class _VirtualSelector:
@@ -59,7 +66,11 @@ class SimLoop(base_events.BaseEventLoop):
         self._steps = 0
         self._steps_max = steps_max
         self._task_serial = 0
+        #: Every task by creation serial, with its node; finished ones are dropped lazily (no done
+        #: callback per task: that would be one more loop callback for each task that ends).
         self._live_tasks: dict[int, tuple[str | None, asyncio.Task[Any]]] = {}
+        self._purge_at = TASKS_PURGE_COUNT_MIN
+        self._watches: list[tuple[Callable[[], bool], Callable[[], None]]] = []
         self._selector = _VirtualSelector(self)
         # Timers due within this much of "now" run now; one virtual nanosecond absorbs float
         # rounding in ``when - time()`` without ever running a timer visibly early.
@@ -83,6 +94,8 @@ class SimLoop(base_events.BaseEventLoop):
         self._steps += 1
         if self._steps > self._steps_max:
             raise SimLivelockError(f"more than {self._steps_max} loop iterations (SIM_STEPS_MAX)")
+        if self._watches and self._fire_watches():
+            return  # an action ran (and may have made callbacks ready): time stands still
         if timeout is None:
             raise SimDeadlockError(
                 f"deadlock at t={self.time():.6f}s: no task can run and no timer is pending, "
@@ -90,6 +103,25 @@ class SimLoop(base_events.BaseEventLoop):
             )
         if timeout > 0:
             self._now_ns += max(1, math.ceil(timeout * _NS_PER_S))
+
+    def watch(self, condition: Callable[[], bool], action: Callable[[], None]) -> Callable[[], None]:
+        """Run ``action`` once, between two iterations, as soon as ``condition()`` holds; returns
+        a function that removes the watch (if it has not fired)."""
+        entry = (condition, action)
+        self._watches.append(entry)
+
+        def remove() -> None:
+            if entry in self._watches:
+                self._watches.remove(entry)
+
+        return remove
+
+    def _fire_watches(self) -> bool:
+        fired = [entry for entry in self._watches if entry[0]()]
+        for entry in fired:
+            self._watches.remove(entry)
+            entry[1]()
+        return bool(fired)
 
     # --- what a selector loop would do with real I/O ------------------------------------------
     def _process_events(self, event_list: list[Any]) -> None:
@@ -113,18 +145,24 @@ class SimLoop(base_events.BaseEventLoop):
         task: asyncio.Task[T] = super().create_task(coro, name=name, context=context)
         node = context.run(current_node.get) if context is not None else current_node.get()
         self._task_serial += 1
-        serial = self._task_serial
-        self._live_tasks[serial] = (node, task)
-        task.add_done_callback(lambda _task: self._live_tasks.pop(serial, None))
+        self._live_tasks[self._task_serial] = (node, task)
+        if len(self._live_tasks) >= self._purge_at:
+            self._purge_finished()
         return task
+
+    def _purge_finished(self) -> None:
+        self._live_tasks = {serial: entry for serial, entry in self._live_tasks.items() if not entry[1].done()}
+        self._purge_at = max(TASKS_PURGE_COUNT_MIN, 2 * len(self._live_tasks))
 
     def tasks_of(self, node: str | None) -> list[asyncio.Task[Any]]:
         """Unfinished tasks created by ``node`` (``None``: outside any node), oldest first."""
-        return [task for owner, task in self._live_tasks.values() if owner == node and not task.done()]
+        self._purge_finished()
+        return [task for owner, task in self._live_tasks.values() if owner == node]
 
     def live_tasks(self) -> list[asyncio.Task[Any]]:
         """Every unfinished task, oldest first."""
-        return [task for _owner, task in self._live_tasks.values() if not task.done()]
+        self._purge_finished()
+        return [task for _owner, task in self._live_tasks.values()]
 
     def cancel_all_and_close(self) -> None:
         """Cancel every remaining task (oldest first), let them unwind, and close the loop."""

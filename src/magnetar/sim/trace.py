@@ -21,26 +21,33 @@ def format_time_ns(ns: int) -> str:
 
 
 class Trace:
-    """Append-only list of trace lines; ``now_ns`` tells the virtual time of each."""
+    """Append-only list of trace lines; ``now_ns`` tells the virtual time of each.
+
+    A line is kept as its parts and formatted only when the text is asked for: most runs are
+    judged by their verdict and never print their trace."""
 
     def __init__(self, now_ns: Callable[[], int], *, lines_max: int = TRACE_LINES_MAX) -> None:
         self._now_ns = now_ns
-        self._lines: list[str] = []
+        self._records: list[tuple[int, str, str, str]] = []
         self._lines_max = lines_max
         self._dropped_count = 0
 
     def record(self, node: str, kind: str, detail: str = "") -> None:
         invariant("\n" not in detail, "a trace detail is one line")
-        if len(self._lines) >= self._lines_max:
+        if len(self._records) >= self._lines_max:
             self._dropped_count += 1
             return
-        line = f"{format_time_ns(self._now_ns())} {node:<10} {kind:<16} {detail}".rstrip()
-        self._lines.append(line)
+        self._records.append((self._now_ns(), node, kind, detail))
+
+    def count(self, node: str, kind: str, since_ns: int = 0) -> int:
+        """How many lines of ``node`` of this ``kind`` were recorded at or after ``since_ns``."""
+        return sum(1 for at, n, k, _ in self._records if n == node and k == kind and at >= since_ns)
 
     @property
     def lines(self) -> list[str]:
-        return list(self._lines)
+        return [f"{format_time_ns(at)} {node:<10} {kind:<16} {detail}".rstrip()
+                for at, node, kind, detail in self._records]
 
     def text(self) -> str:
         tail = [f"... {self._dropped_count} more lines dropped (TRACE_LINES_MAX)"] if self._dropped_count else []
-        return "\n".join(self._lines + tail) + "\n"
+        return "\n".join(self.lines + tail) + "\n"

@@ -137,6 +137,8 @@ class ClusterOptions:
     autorecovery: bool = True
     #: The kinds of fault drawn from (``cluster_faults.FAULT_KINDS``); empty: all of them.
     fault_kinds: tuple[str, ...] = ()
+    #: Virtual seconds the producers have to finish once the faults stopped (then: stuck).
+    producers_s_max: float = PHASE_S_MAX
 
 
 @dataclass
@@ -150,6 +152,8 @@ class ClusterRun:
     sessions: dict[str, list[MetadataStore]] = field(default_factory=dict)
     ready: set[str] = field(default_factory=set)
     producers_done: set[str] = field(default_factory=set)
+    #: Each producer's send in flight: its value and since when (virtual ns).
+    sending: dict[str, tuple[str, int]] = field(default_factory=dict)
     stop_consumers: bool = False
     drained: set[str] = field(default_factory=set)
     held_down: set[str] = field(default_factory=set)
@@ -264,6 +268,7 @@ def _producer_main(run: ClusterRun, name: str, dedup: bool) -> NodeMain:
                 await ctx.clock.sleep(pace_s * ctx.rng.random())  # spread the sends over the faults
                 value = value_of(name, seq)
                 key = f"k{seq % KEYS_COUNT}"
+                run.sending[name] = (value, run.now_ns())
                 try:
                     msg_id = await producer.send(value.encode(), key=key,  # type: ignore[attr-defined]
                                                  sequence_id=seq if dedup else None)
@@ -271,6 +276,8 @@ def _producer_main(run: ClusterRun, name: str, dedup: bool) -> NodeMain:
                     run.history.record(Op(name, OpType.SEND, TOPIC, value, Outcome.UNKNOWN, None, run.now_ns(),
                                           error=type(exc).__name__))
                     continue
+                finally:
+                    run.sending.pop(name, None)
                 run.history.record(Op(name, OpType.SEND, TOPIC, value, Outcome.OK,
                                       (msg_id.ledger_id, msg_id.entry_id, msg_id.batch_index), run.now_ns()))
         finally:

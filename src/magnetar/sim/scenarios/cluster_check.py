@@ -70,7 +70,7 @@ class MetadataWatch:
         root = store.path(0).rsplit("/", 1)[0]
 
         def changed(event: WatchEvent) -> None:
-            work = self.poll() if event.path == root else self._read(event.path)
+            work = self.poll(new_only=True) if event.path == root else self._read(event.path)
             task = asyncio.get_running_loop().create_task(work)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -79,8 +79,9 @@ class MetadataWatch:
         await session.watch(root, changed)
         await self.poll()
 
-    async def poll(self) -> None:
-        """Read every ledger (and watch the new ones)."""
+    async def poll(self, *, new_only: bool = False) -> None:
+        """Read every ledger (and watch the new ones); ``new_only``: only those not watched yet
+        (a watched ledger is read on each of its own changes)."""
         store = self._store
         if store is None:
             return
@@ -93,6 +94,8 @@ class MetadataWatch:
             if ledger_id not in self._watched and self._changed is not None and self._session is not None:
                 self._watched.add(ledger_id)
                 await self._session.watch(store.path(ledger_id), self._changed)
+            elif new_only:
+                continue
             await self._read_id(ledger_id)
 
     async def _read(self, path: str) -> None:

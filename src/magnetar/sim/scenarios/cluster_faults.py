@@ -35,6 +35,7 @@ from collections.abc import Callable
 from magnetar import faults
 from magnetar.base.rng import Rng
 from magnetar.faults import breaks
+from magnetar.sim.history import Op, OpType, Outcome
 from magnetar.sim.scenarios import cluster
 from magnetar.sim.scenarios.cluster_check import MetadataWatch
 from magnetar.sim.world import NodeState
@@ -47,7 +48,6 @@ BOOKIE_DOWN_S = 5.0
 #: producer's message acknowledged by Qa bookies, its receipt not yet sent (those replies must
 #: not have come before the bookies' fsyncs). A producer's: a cursor's write would not be missed.
 RACK_POINT = "broker.after_persist_before_receipt"
-RACK_WATCH_S = 0.0005
 RACK_WAIT_S = 2.0
 BOOKIE_POINT_PREFIXES = ("bookie.",)
 BROKER_POINT_PREFIXES = ("ledger.", "managed_ledger.rollover.", "managed_ledger.cursor.", "broker.after_")
@@ -76,17 +76,43 @@ def servers(opts: cluster.ClusterOptions) -> list[str]:
     return cluster.bookie_names(opts) + cluster.broker_names(opts) + ([AUTORECOVERY] if opts.autorecovery else [])
 
 
-async def until(run: cluster.ClusterRun, condition: Callable[[], bool], what: str, limit_s: float = cluster.PHASE_S_MAX
-                ) -> bool:
-    """Wait (virtual time) for ``condition``; a failure of the run if it does not come in time."""
+async def until(run: cluster.ClusterRun, condition: Callable[[], bool], what: str, limit_s: float = cluster.PHASE_S_MAX,
+                *, failure: bool = True) -> bool:
+    """Wait (virtual time) for ``condition``; a failure of the run if it does not come in time
+    (``failure=False``: the caller reports it)."""
     deadline = run.world.now_s() + limit_s
     while not condition():
         if run.world.now_s() > deadline:
-            run.world.failures.append(f"stuck waiting for {what} ({limit_s:.0f} s virtual)")
+            if failure:
+                run.world.failures.append(f"stuck waiting for {what} ({limit_s:.0f} s virtual)")
             run.world.record("controller", "stuck", what)
             return False
         await run.world.sleep(cluster.POLL_S)
     return True
+
+
+def stop_stuck_producers(run: cluster.ClusterRun, names: list[str]) -> None:
+    """The producers that did not finish in time: a liveness failure each, naming the message it
+    waited for and what its client did meanwhile. Each is then stopped, its message recorded as
+    unknown (stored or not): the drains that follow must still agree on everything else."""
+    now_ns = run.now_ns()
+    for name in names:
+        if name in run.producers_done:
+            continue
+        sending = run.sending.pop(name, None)
+        if sending is None:
+            detail = "no send in flight (its producer was never created?)"
+            since_ns = 0
+        else:
+            value, since_ns = sending
+            detail = (f"{value} unacknowledged for {(now_ns - since_ns) / 1e9:.1f} s virtual "
+                      f"(sent at {since_ns / 1e9:.3f} s)")
+            run.history.record(Op(name, OpType.SEND, cluster.TOPIC, value, Outcome.UNKNOWN, None, now_ns,
+                                  error="stuck"))
+        connects = run.world.trace.count(name, "connect", since_ns)
+        run.world.failures.append(f"liveness: producer {name} stuck: {detail}; its client opened {connects} "
+                                  f"connections meanwhile")
+        run.world.crash(name, "stuck: stopped before the drains")
 
 
 class _Supervisor:
@@ -154,16 +180,22 @@ async def _rack_power_cut(run: cluster.ClusterRun, rng: Rng) -> None:
     broker = rng.choice(cluster.broker_names(run.options))
     run.fault("arm-rack-power-cut", broker, RACK_POINT)
     faults.arm(RACK_POINT, "delay", delay_ms=0, node=broker)  # counts the hits, changes nothing
-    deadline = run.world.now_s() + RACK_WAIT_S
-    while faults.hits(RACK_POINT) == 0 and run.world.now_s() < deadline:
-        await run.world.sleep(RACK_WATCH_S)
-    run.world.release(RACK_POINT)  # disarms it
-    if faults.hits(RACK_POINT) == 0:
-        return
-    run.fault("rack-power-cut", "bookies", RACK_POINT)
-    for name in cluster.bookie_names(run.options):
-        if run.world.state(name) is NodeState.RUNNING:
-            run.world.crash(name, f"rack power cut after {broker} persisted a message")
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def power_cut() -> None:  # between two loop iterations, right after the hit: nothing ran since
+        run.world.release(RACK_POINT)  # disarms it
+        run.fault("rack-power-cut", "bookies", RACK_POINT)
+        for name in cluster.bookie_names(run.options):
+            if run.world.state(name) is NodeState.RUNNING:
+                run.world.crash(name, f"rack power cut after {broker} persisted a message")
+        done.set_result(None)
+
+    remove = run.world.loop.watch(lambda: faults.hits(RACK_POINT) > 0, power_cut)
+    try:
+        await asyncio.wait_for(done, RACK_WAIT_S)
+    except TimeoutError:
+        remove()
+        run.world.release(RACK_POINT)
 
 
 async def _one_fault(run: cluster.ClusterRun, rng: Rng, kind: str) -> None:
@@ -264,7 +296,9 @@ async def controller(run: cluster.ClusterRun, watch: MetadataWatch) -> None:
     world.network.heal()
     supervisor.hurry = True
     await until(run, supervisor.all_up, "every bookie and broker back")
-    await until(run, lambda: len(run.producers_done) == len(producers), "producers")
+    if not await until(run, lambda: len(run.producers_done) == len(producers), "producers",
+                        opts.producers_s_max, failure=False):
+        stop_stuck_producers(run, [name for name, _ in producers])
     # A final power cut of every server: the drains then read what the bookies made durable, not
     # what a broker still holds in its cache.
     run.fault("final-power-cut", "servers")
@@ -295,4 +329,4 @@ async def controller(run: cluster.ClusterRun, watch: MetadataWatch) -> None:
     world.record("controller", "history", f"{len(run.history.ops)} ops sha256:{digest}")
 
 
-__all__ = ["FAULT_KINDS", "controller", "points_for", "start_servers", "until"]
+__all__ = ["FAULT_KINDS", "controller", "points_for", "start_servers", "stop_stuck_producers", "until"]
