@@ -24,6 +24,7 @@ import base64
 import json
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -32,9 +33,17 @@ from magnetar.base.limits import SPARK_ADMIN_REQUEST_MS_MAX
 from magnetar.base.types import TopicName
 from magnetar.connectors.spark.options import Credentials
 from magnetar.connectors.spark.plan import LedgerSpan, PartitionLayout
-from magnetar.managed_ledger.offload import StoreLocation
 
 AVRO_SCHEMA_TYPE_NAME = "AVRO"
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """Where the brokers said offloaded ledgers are: ``url`` a directory or ``s3://bucket/prefix``,
+    with the S3 endpoint URL (empty: AWS). ``readLayout``'s ``lakehouse``."""
+
+    url: str
+    s3_endpoint: str = ""
 
 
 class AdminRefusedError(MagnetarError):

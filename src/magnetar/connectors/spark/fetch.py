@@ -57,7 +57,7 @@ from magnetar.base.limits import (
 from magnetar.base.types import NO_ENTRY, BookieId, Position, TopicName
 from magnetar.client import ClientOptions, MessageId, PulsarClient
 from magnetar.connectors.spark import admin_plan
-from magnetar.connectors.spark.admin_plan import AdminApi
+from magnetar.connectors.spark.admin_plan import AdminApi, StoreLocation
 from magnetar.connectors.spark.options import Credentials
 from magnetar.connectors.spark.plan import EntryRange, LedgerSpan, PartitionLayout, Slice
 from magnetar.connectors.spark.rows import RowBuilder, ValueField
@@ -68,7 +68,6 @@ from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.ledger.quorum import read_order, write_set
 from magnetar.ledger.reader import speculative_read
-from magnetar.managed_ledger.offload import StoreLocation
 from magnetar.metadata.records import LedgerState, ManagedLedgerInfo, decode
 from magnetar.protocol.bookie.codec import ENTRY_HEADER_BYTES, Entry, EntryView
 from magnetar.protocol.pulsar.batch import message_count
