@@ -170,12 +170,27 @@ def read_stream(spark: Any, checkpoint_location: str, **raw: str) -> Any:
         os.makedirs(checkpoint_location, exist_ok=True)
         with open(plan_file, "w", encoding="utf-8") as out:
             json.dump({"files": list(files), "tailStarts": starts}, out, sort_keys=True)
-    schema = spark.read.parquet(*files).schema
-    history = _columns(spark.readStream.schema(schema).parquet("{" + ",".join(files) + "}"), options)
+    history = _columns(_file_streams(spark, files), options)
     if history is None:
         return reader.load()
     live = reader.option("startingOffsets", json.dumps(starts, sort_keys=True)).load()
     return history.unionByName(live)
+
+
+def _file_streams(spark: Any, files: tuple[str, ...]) -> Any:
+    """Spark's Parquet file stream over exactly ``files``: one source per directory (a topic
+    partition's table), its ``pathGlobFilter`` naming that directory's files (Hadoop globs with
+    whole paths in braces match nothing in a file stream), unioned."""
+    schema = spark.read.parquet(*files).schema
+    by_directory: dict[str, list[str]] = {}
+    for path in files:
+        by_directory.setdefault(os.path.dirname(path), []).append(os.path.basename(path))
+    streams = [spark.readStream.schema(schema).option("pathGlobFilter", "{" + ",".join(names) + "}").parquet(directory)
+               for directory, names in sorted(by_directory.items())]
+    union = streams[0]
+    for stream in streams[1:]:
+        union = union.unionByName(stream)
+    return union
 
 
 __all__ = ["STREAM_PLAN_FILE", "NativePlan", "native_plan", "read_stream", "read_topic"]
