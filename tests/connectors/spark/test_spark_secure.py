@@ -18,7 +18,11 @@ from typing import Any
 import pulsar
 import pytest
 
+from magnetar.base.errors import MagnetarError
+from magnetar.connectors.spark.fetch import run
 from magnetar.connectors.spark.lakehouse import read_topic
+from magnetar.connectors.spark.options import WriteOptions
+from magnetar.connectors.spark.sink import OutMessage, write_messages
 from magnetar.runtime.processes import StandaloneProcess
 from magnetar.security import create_token
 from tests.cluster.helpers import wait_until
@@ -125,3 +129,17 @@ def test_url_and_token_are_enough_and_authorization_holds(secure: StandaloneProc
         _admin(secure, "GET", f"{PATH}/readLayout", role="reader")
     with pytest.raises(Exception, match=r"HTTP 403.*consume permission"):
         spark.read.format("magnetar").options(**reader).load().count()
+
+
+def test_the_connectors_client_authenticates_with_the_credentials(secure: StandaloneProcess) -> None:
+    # what the sink and the broker fallback reader use: the binary protocol as the given role
+    topic = "persistent://public/default/secure-writes"
+    rows = [OutMessage(topic, f"w-{i}".encode(), None, {}, None) for i in range(3)]
+    options = WriteOptions.parse({"serviceUrl": secure.broker_url, "topic": topic, "token": _token("admin")})
+    assert options.credentials is not None
+    auth = (options.credentials.method, options.credentials.data.encode())
+    assert run(write_messages(secure.broker_url, rows, name="w", batch_id=0, exactly_once=False, batching=False,
+                              auth=auth)) == 3
+    # negative control: the same write without credentials is refused by the broker
+    with pytest.raises(MagnetarError):
+        run(write_messages(secure.broker_url, rows, name="w2", batch_id=0, exactly_once=False, batching=False))

@@ -234,6 +234,7 @@ class WriteOptions:
     exactly_once: bool
     batching: bool
     fail_task_after_rows: int | None  # failure drill: first attempts of tasks fail after N rows
+    credentials: Credentials | None = None  # whom the connector writes as
 
 
     @classmethod
@@ -247,4 +248,5 @@ class WriteOptions:
             exactly_once=_bool(options, "exactlyOnce", True),
             batching=_bool(options, "batching", True),
             fail_task_after_rows=_int(options, "failTaskAfterRows", low=1),
+            credentials=Credentials.parse(options),
         )

@@ -318,6 +318,7 @@ def _write_rows(rows: Iterator[Any], options: WriteOptions, prefix: str, batch_i
         options.service_url, messages, name=producer_name(prefix, partition_id), batch_id=batch_id,
         exactly_once=options.exactly_once, batching=options.batching,
         fail_after_rows=options.fail_task_after_rows if first_attempt else None,
+        auth=None if options.credentials is None else (options.credentials.method, options.credentials.data.encode()),
     ))
     return WriteCommit(partition_id, sent)
 
