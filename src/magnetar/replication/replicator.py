@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.base.clock import Clock
+from magnetar.base.entry import Entry
 from magnetar.base.errors import MagnetarError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
@@ -51,7 +52,7 @@ from magnetar.base.limits import (
 )
 from magnetar.base.types import Position
 from magnetar.broker.dedup import REPLICATION_CURSOR_PREFIX
-from magnetar.broker.log import Entry, SubscriptionCursor
+from magnetar.broker.log import SubscriptionCursor
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
 from magnetar.broker.replicated import REPL_SOURCE_POSITION_PROPERTY, replicator_producer_name
 from magnetar.broker.topic import Topic
@@ -123,6 +124,7 @@ class Replicator:
         self.state = ReplicatorState.STARTING
         self.last_error = ""
         self.connected_since_ms = 0
+        self._was_connected = False  # at the last ``sample``
         self.reconnects = 0
         self.sent = RateMeter()  # entries receipted by the remote: msgRateOut, msgThroughputOut
         self.read = RateMeter()  # entries read from the cursor to be sent: msgRateIn
@@ -182,6 +184,7 @@ class Replicator:
                 self._producer = await self._make_producer(str(self.topic.name), self.producer_name)
                 self._move(ReplicatorState.CONNECTED)
                 self.connected_since_ms = self._clock.now_ms()
+                self._was_connected = True
                 self.last_error = ""
                 delay_ms = REPLICATION_BACKOFF_INITIAL_MS
                 await self._pump()
@@ -252,7 +255,7 @@ class Replicator:
             self._read_position = entry.position.next()
             if cursor.is_acked(entry.position):
                 continue  # acknowledged individually before a restart
-            metadata, payload = split_stored_entry(entry.data)
+            metadata, payload = split_stored_entry(entry.payload)
             if self._observer is not None:
                 await self._observer(entry.position, metadata, payload)
             if not should_replicate(metadata, self.remote):
@@ -261,10 +264,10 @@ class Replicator:
             metadata.replicated_from = self.local
             metadata.properties.add(key=REPL_SOURCE_POSITION_PROPERTY,
                                     value=f"{entry.position.ledger_id}:{entry.position.entry_id}")
-            self.read.record(1, len(entry.data))
+            self.read.record(1, len(entry.payload))
             future = await producer.send_entry_async(metadata, bytes(payload))
             future.add_done_callback(self._receipted)
-            self._in_flight.append(_InFlight(entry.position, metadata.publish_time, len(entry.data), future))
+            self._in_flight.append(_InFlight(entry.position, metadata.publish_time, len(entry.payload), future))
 
     def _receipted(self, future: asyncio.Future[MessageId]) -> None:
         self._wake.set()
@@ -311,8 +314,17 @@ class Replicator:
     # --- observability ---------------------------------------------------------------------
 
     def sample(self, now_ns: int) -> None:
+        """Rates, and the remote producer's own reconnects (it resends what is pending by itself):
+        ``outboundConnectedSince`` and ``lastError`` follow them, at the sampling interval."""
         self.sent.sample(now_ns)
         self.read.sample(now_ns)
+        connected = self.connected
+        if connected and not self._was_connected:
+            self.connected_since_ms = self._clock.now_ms()
+            self.last_error = ""
+        elif not connected and self._was_connected and self.state is ReplicatorState.CONNECTED:
+            self.last_error = "connection to the remote lost; reconnecting"
+        self._was_connected = connected
 
     @property
     def connected(self) -> bool:

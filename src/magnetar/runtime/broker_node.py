@@ -57,6 +57,7 @@ from magnetar.broker.read_only import ReadOnlyLogStore
 from magnetar.broker.service import BrokerService
 from magnetar.control.ownership import BundleOwnership
 from magnetar.managed_ledger import ManagedLedgerConfig
+from magnetar.managed_ledger.read_only import OffloadedEntries
 from magnetar.metadata.api import MetadataStore
 from magnetar.node.broker_generation import Generation, GenerationConfig, serve_generations, start_generation
 from magnetar.runtime.bookie import wait_for_termination_signal
@@ -71,7 +72,13 @@ from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port
-from magnetar.runtime.read_only import FOLLOW_PATH, HttpPositionFeed, build_follow_app, close_quietly
+from magnetar.runtime.read_only import (
+    FOLLOW_PATH,
+    HttpHolderProbe,
+    HttpPositionFeed,
+    build_follow_app,
+    close_quietly,
+)
 from magnetar.runtime.tls import bookie_client_network, tls_files_from_config
 
 log = logging.getLogger(__name__)
@@ -165,6 +172,9 @@ class BrokerNode:
                                if bk.bookkeeper_tls_trust_certs_file_path else self.network)
         self.http: HttpEndpoint | None = None
         self.generation: Generation | None = None
+        #: The generation being taken down: still asked whether it serves a read-only subscription,
+        #: since it may flush that subscription's cursor until it has stopped.
+        self.stopping: Generation | None = None
         self.generations = 0
         self._admin = _CurrentAdmin()
         self._cpu = CpuMeter()
@@ -232,14 +242,15 @@ class BrokerNode:
     async def start_generation(self, store: MetadataStore) -> Generation:
         """Build a generation on the new session ``store`` (which it then owns)."""
         config = self.config
+        offloader = open_offloader(self.broker_config)  # tiered storage, when configured
         generation = await start_generation(
             store, self._generation_config(), host=config.host, port=self.port,
             advertised_host=config.advertised_address, http_url=self.http_url, network=self.network,
             clock=self.clock, rng=system_rng(), bookie_network=self.bookie_network,
-            start_server=functools.partial(start_broker, tls_port=self.port_tls, tls=self.tls,
-                                           offloader=open_offloader(self.broker_config)),  # tiered storage
+            start_server=functools.partial(start_broker, tls_port=self.port_tls, tls=self.tls, offloader=offloader),
             cpu_percent=self._cpu.percent, read_only=config.read_only,
-            log_store=self._read_only_store if config.read_only else None, replication=not config.read_only)
+            log_store=functools.partial(self._read_only_store, offloaded=offloader) if config.read_only else None,
+            replication=not config.read_only)
         try:
             assert generation.server is not None
             context = self._admin_context(generation.server.service)
@@ -264,12 +275,16 @@ class BrokerNode:
                                                max_entries_per_ledger=config.max_entries_per_ledger),
             bundles_count=config.bundles_count, load_report_interval_ms=config.load_report_interval_ms)
 
-    def _read_only_store(self, generation: Generation) -> ReadOnlyLogStore:
-        """A read-only broker's storage port: the owners' positions followed over HTTP."""
+    def _read_only_store(self, generation: Generation, *, offloaded: OffloadedEntries | None) -> ReadOnlyLogStore:
+        """A read-only broker's storage port: the owners' positions (and fresh entries) followed
+        over HTTP; offloaded ledgers read from ``offloaded``, the tiered store the owners use."""
         feed = HttpPositionFeed(generation.store)
+        probe = HttpHolderProbe()
         generation.closers.append(lambda: close_quietly(feed))
+        generation.closers.append(lambda: close_quietly(probe))
         return ReadOnlyLogStore(manager=generation.manager, metadata=generation.store, clock=self.clock,
-                                feed=feed, holder=lambda: self.service_url)
+                                feed=feed, holder=lambda: self.service_url, offloaded=offloaded,
+                                holder_http=lambda: self.http_url, probe=probe)
 
     def _admin_context(self, service: BrokerService) -> AdminContext:
         return AdminContext(service, cluster=self.config.cluster_name, service_url=self.http_url,
@@ -281,8 +296,7 @@ class BrokerNode:
         registry.register(_CurrentCollector(self))
         admin = Starlette(routes=[Mount("", app=self._admin)])
         lookup = Starlette(routes=[Mount("", app=self._lookup)])
-        follow = build_follow_app(lambda: self.generation.server.service
-                                  if self.generation is not None and self.generation.server is not None else None)
+        follow = build_follow_app(self._serving)
         mounts = {ADMIN_PATH: admin, LOOKUP_PATH: lookup, FOLLOW_PATH: follow,
                   "": Starlette(routes=[Mount("", app=self._console)])}
         self.http = await start_http(self.config.host, self.config.http_port, health=self.health,
@@ -299,8 +313,17 @@ class BrokerNode:
             if self.https is not None:
                 await self.https.stop()
 
+    def _serving(self) -> BrokerService | None:
+        """The service the follow and serves endpoints answer for: the current generation's, else
+        the one being taken down (None before the first)."""
+        for generation in (self.generation, self.stopping):
+            if generation is not None and generation.server is not None:
+                return generation.server.service
+        return None
+
     def _on_generation(self, on_ready: Any, generation: Generation | None) -> None:
         """A generation started (the first one: the broker is ready) or is being taken down."""
+        self.stopping = self.generation if generation is None else None
         self.generation = generation
         if generation is None:
             self._admin.app = None
