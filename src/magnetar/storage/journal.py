@@ -365,7 +365,9 @@ class Journal:
         self._queued_bytes += size
         if self._queued_bytes >= self._config.journal_queue_bytes_max:
             self._room.clear()
-        if not self._grouping:  # a grouping journal task wakes by its timer
+        # Wake the journal task only if it can start a group now: a grouping task wakes by its
+        # timer, and one waiting for a free slot by the completion that frees it.
+        if not self._grouping and len(self._inflight) < self._config.journal_groups_in_flight_max:
             self._wakeup.set()
 
     async def append(self, record: Record) -> None:
@@ -497,7 +499,8 @@ class Journal:
                 faults.gate("bookie.after_fsync_before_reply", self._reply, inflight[0])
         finally:
             self._answer_loop = False
-        self._wakeup.set()
+        if self._queue or self._rotation_due():  # else the journal task has nothing to do
+            self._wakeup.set()
 
     def _reply(self, error: BaseException | None, group: _Group) -> None:
         if group.answered:
