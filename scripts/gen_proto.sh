@@ -4,7 +4,7 @@
 #   scripts/gen_proto.sh [OUT_DIR]
 #
 # OUT_DIR defaults to src/magnetar/protocol/pulsar/generated. The drift test
-# (tests/protocol_pulsar/test_generated_drift.py) runs this into a temporary directory and
+# (tests/protocol/pulsar/test_schema.py) runs this into a temporary directory and
 # compares the result with the committed files, so never edit the generated files by hand.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

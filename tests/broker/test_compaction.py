@@ -77,7 +77,7 @@ async def compacted_messages(view: CompactedView) -> list[tuple[Position, str | 
         for entry in entries:
             assert entry.position > previous, f"entry {entry.position} read twice or out of order"
             previous = entry.position
-            metadata, payload = split_stored_entry(entry.data)
+            metadata, payload = split_stored_entry(entry.payload)
             for single in decode_entry(metadata, payload):
                 md = single.metadata
                 key = (md.partition_key if md.HasField("partition_key") else None) if md is not None else (
@@ -140,7 +140,7 @@ def test_two_passes_keep_latest_per_key_tombstones_keyless_and_batch_survivors()
         assert cursor.properties == {COMPACTED_LEDGER_PROPERTY: state.ledger_id}
         assert cursor.mark_delete_position == state.horizon
         # Negative control: the full topic still has every message.
-        full = [m for e in await topic.log.read(EARLIEST, 100) for m in decode_entry(*split_stored_entry(e.data))]
+        full = [m for e in await topic.log.read(EARLIEST, 100) for m in decode_entry(*split_stored_entry(e.payload))]
         assert len(full) == 12
 
     run_world(body)

@@ -48,7 +48,7 @@ async def _stored(store: MemoryLogStore) -> list[tuple[str, int]]:
     log = await store.open_log(TOPIC, create=False)
     out = []
     for entry in await log.read(EARLIEST, 100_000):
-        metadata = stored_entry_metadata(entry.data)
+        metadata = stored_entry_metadata(entry.payload)
         out.append((metadata.producer_name, metadata.sequence_id))
     return out
 

@@ -100,7 +100,7 @@ def test_a_failed_add_is_told_what_recovery_found_and_later_adds_keep_their_orde
         assert outcomes[:2] == [Position(ledger, 2), Position(ledger, 3)], outcomes
         assert all(isinstance(o, Position) and o.ledger_id > ledger for o in outcomes[2:]), outcomes
         after = await ml.add_entry(b"m6")
-        stored = [e.data for e in await ml.read_entries(EARLIEST, 100)]
+        stored = [e.payload for e in await ml.read_entries(EARLIEST, 100)]
         assert stored == [f"m{i}".encode() for i in range(7)]
         assert after > outcomes[-1]  # type: ignore[operator]
 
@@ -139,7 +139,7 @@ def test_when_recovery_cannot_run_every_add_behind_the_failure_fails_until_settl
         await ml.settle_failed_writes()
         assert ml.current_ledger_id != ledger
         later = await ml.add_entry(b"m4")
-        stored = [e.data for e in await ml.read_entries(EARLIEST, 100)]
+        stored = [e.payload for e in await ml.read_entries(EARLIEST, 100)]
         assert stored[-1] == b"m4" and later.ledger_id == ml.current_ledger_id
         assert stored == [b"m0", b"m1", b"m2", b"m3", b"m4"]  # 1..3 reached two bookies each
 
@@ -169,7 +169,7 @@ async def _send(producer: Producer, seq: int) -> None:
 async def _stored(topic: Topic) -> list[tuple[str, int]]:
     out = []
     for entry in await topic.log.read(EARLIEST, 10_000):
-        metadata = stored_entry_metadata(entry.data)
+        metadata = stored_entry_metadata(entry.payload)
         out.append((metadata.producer_name, metadata.sequence_id))
     return out
 

@@ -12,7 +12,7 @@ from magnetar.base.errors import InvalidArgumentError
 from magnetar.faults import breaks
 from magnetar.ledger.recovery import RecoveryMode, _broken
 from magnetar.protocol.bookie import Status
-from tests.bookie.test_storage import KEY, Node, entry, sim
+from tests.storage.test_storage import KEY, Node, entry, sim
 
 
 def test_breaks_come_from_the_environment_with_the_faults_and_go_with_disarm() -> None:

@@ -112,7 +112,7 @@ async def _wait_for_entries(broker: BrokerThread, topic: str, count: int) -> boo
         loaded = broker.server.service.topics.get(full) if broker.server is not None else None
         if loaded is not None:
             entries = await loaded.log.read(EARLIEST, count)
-            if sum(entry_message_count(stored_entry_metadata(e.data)) for e in entries) >= count:
+            if sum(entry_message_count(stored_entry_metadata(e.payload)) for e in entries) >= count:
                 return True
         await asyncio.sleep(0.01)
 

@@ -41,8 +41,8 @@ from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
-from tests.bookie.proc import BookieProcess, start_bookie
 from tests.conftest import REPO, child_env, tool
+from tests.integration.bookie_proc import BookieProcess, start_bookie
 from tests.metadata.conftest import zookeeper_url  # noqa: F401 - the session-scoped ZooKeeper fixture
 
 pytestmark = pytest.mark.integration

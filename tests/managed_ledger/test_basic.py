@@ -17,7 +17,7 @@ async def test_append_and_read_across_rollovers() -> None:
     assert len({p.ledger_id for p in positions}) == 4  # 3 + 3 + 3 + 1
     assert ml.ledger_ids == sorted(ml.ledger_ids)
     entries = await ml.read_entries(Position(-1, -1), 100)
-    assert [e.data for e in entries] == [f"m{i}".encode() for i in range(10)]
+    assert [e.payload for e in entries] == [f"m{i}".encode() for i in range(10)]
     assert [e.position for e in entries] == positions
     assert ml.number_of_entries == 10
     assert ml.last_confirmed_entry == positions[-1]
@@ -41,7 +41,7 @@ async def test_concurrent_appends_get_increasing_positions_in_call_order() -> No
     results = await asyncio.gather(*(ml.add_entry(bytes([i])) for i in range(50)))
     assert results == sorted(results) and len(set(results)) == 50
     entries = await ml.read_entries(Position(-1, -1), 100)
-    assert [e.data for e in entries] == [bytes([i]) for i in range(50)]
+    assert [e.payload for e in entries] == [bytes([i]) for i in range(50)]
 
 
 async def test_reads_of_closed_ledgers_go_to_bookies_not_only_the_cache() -> None:
@@ -53,7 +53,7 @@ async def test_reads_of_closed_ledgers_go_to_bookies_not_only_the_cache() -> Non
     await ml.close()
     reopened = await (await world.broker()).open(TOPIC)  # a new owner: empty cache
     entries = await reopened.read_entries(Position(-1, -1), 10)
-    assert [e.data for e in entries] == [f"x{i}".encode() for i in range(5)]
+    assert [e.payload for e in entries] == [f"x{i}".encode() for i in range(5)]
 
 
 async def test_rollover_by_time_on_an_idle_ledger() -> None:
@@ -86,7 +86,7 @@ async def test_find_newest_matching() -> None:
     factory = await world.broker(config(max_entries_per_ledger=4))
     ml = await factory.open(TOPIC)
     positions = [await ml.add_entry(str(i).encode()) for i in range(13)]
-    found = await ml.find_newest_matching(lambda e: int(e.data) <= 8)
+    found = await ml.find_newest_matching(lambda e: int(e.payload) <= 8)
     assert found == positions[8]
     assert await ml.find_newest_matching(lambda e: False) is None
     assert await ml.find_newest_matching(lambda e: True) == positions[-1]
@@ -131,7 +131,7 @@ async def test_ledger_failure_rolls_over_to_a_new_ledger() -> None:
     after = await ml.add_entry(b"again")
     assert after.ledger_id > first.ledger_id
     entries = await ml.read_entries(Position(-1, -1), 10)
-    assert entries[0].data == b"ok" and entries[-1].data == b"again"
+    assert entries[0].payload == b"ok" and entries[-1].payload == b"again"
     assert [e.position for e in entries] == sorted(e.position for e in entries)
 
 
@@ -148,7 +148,7 @@ async def test_terminate_stops_appends_and_survives_reopen() -> None:
         await ml.add_entry(b"c")
     again = await (await world.broker(config())).open(TOPIC)
     assert again.is_terminated and again.state is MLState.TERMINATED
-    assert [e.data for e in await again.read_entries(Position(-1, -1), 10)] == [b"a", b"b"]
+    assert [e.payload for e in await again.read_entries(Position(-1, -1), 10)] == [b"a", b"b"]
 
 
 async def test_persisted_ranges_are_bounded() -> None:

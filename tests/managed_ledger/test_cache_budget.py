@@ -47,7 +47,7 @@ async def test_a_factorys_managed_ledgers_share_its_budget_and_closing_gives_byt
             await ml.add_entry(b"x" * 1000)
     assert factory.cache_budget.bytes <= 10_000
     entries = await mls[0].read_entries(Position(-1, -1), 100)  # evicted entries come from the bookies
-    assert len(entries) == 20 and all(e.data == b"x" * 1000 for e in entries)
+    assert len(entries) == 20 and all(e.payload == b"x" * 1000 for e in entries)
     for ml in mls:
         await ml.close()
     assert factory.cache_budget.bytes == 0

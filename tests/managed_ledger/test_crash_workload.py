@@ -62,7 +62,7 @@ async def run_workload(seed: int, rounds: int = 4, **overrides: object) -> list[
         md = cursor.mark_delete_position
         if not md_floor <= md <= md_ceiling:
             problems.append(f"round {round_}: cursor recovered at {md}, outside [{md_floor}, {md_ceiling}]")
-        stored = {e.position: e.data for e in await ml.read_entries(Position(-1, -1), 10_000)}
+        stored = {e.position: e.payload for e in await ml.read_entries(Position(-1, -1), 10_000)}
         problems += [f"round {round_}: lost {p}" for p, d in acked.items() if stored.get(p) != d]
         point = rng.choice(POINTS)
         if point is not None:

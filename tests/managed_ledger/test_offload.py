@@ -56,7 +56,7 @@ async def _settled(ml: ManagedLedger) -> None:
 
 
 async def _all(ml: ManagedLedger) -> dict[Position, bytes]:
-    return {e.position: e.data for e in await ml.read_entries(Position(-1, -1), 1000)}
+    return {e.position: e.payload for e in await ml.read_entries(Position(-1, -1), 1000)}
 
 
 async def test_offload_then_delete_bookie_copies_reads_every_entry_back() -> None:

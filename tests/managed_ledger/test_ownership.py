@@ -19,7 +19,7 @@ from tests.managed_ledger.harness import TOPIC, config, crash, make_world, until
 
 async def read_all(ml) -> dict[Position, bytes]:  # type: ignore[no-untyped-def]
     entries = await ml.read_entries(Position(-1, -1), 10_000)
-    return {e.position: e.data for e in entries}
+    return {e.position: e.payload for e in entries}
 
 
 async def check_takeover(open_recovery: OpenRecovery) -> list[str]:
@@ -112,7 +112,7 @@ async def test_two_owners_racing_the_cas_loser_is_fenced() -> None:
     assert len(winners) == 1 and len(losers) == 1, results
     assert isinstance(losers[0], ManagedLedgerFencedError)
     position = await winners[0].add_entry(b"w")
-    assert (await winners[0].read_entry(position)).data == b"w"
+    assert (await winners[0].read_entry(position)).payload == b"w"
     with pytest.raises(ManagedLedgerFencedError):
         await first.add_entry(b"zombie")
     stored = await read_all(winners[0])

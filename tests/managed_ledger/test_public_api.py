@@ -9,7 +9,7 @@ from magnetar.managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerF
 
 EXPECTED_ALL = {
     "CursorNotFoundError", "CursorRecovery", "CursorState", "InvalidCursorPositionError", "MLState", "ManagedCursor",
-    "ManagedEntry", "ManagedLedger", "ManagedLedgerClosedError", "ManagedLedgerConfig", "ManagedLedgerFactory",
+    "ManagedLedger", "ManagedLedgerClosedError", "ManagedLedgerConfig", "ManagedLedgerFactory",
     "ManagedLedgerFencedError", "ManagedLedgerTerminatedError", "OpenRecovery", "PositionRangeSet",
 }  # fmt: skip
 
@@ -17,7 +17,7 @@ SIGNATURES = {
     (ManagedLedgerFactory, "open"): "(self, name: 'str', config: 'ManagedLedgerConfig | None' = None) -> 'ManagedLedger'",
     (ManagedLedgerFactory, "delete"): "(self, name: 'str') -> 'None'",
     (ManagedLedger, "add_entry"): "(self, data: 'bytes') -> 'Position'",
-    (ManagedLedger, "read_entries"): "(self, start: 'Position', count_max: 'int') -> 'list[ManagedEntry]'",
+    (ManagedLedger, "read_entries"): "(self, start: 'Position', count_max: 'int') -> 'list[Entry]'",
     (ManagedLedger, "open_cursor"): "(self, name: 'str', *, initial_position: 'Position | None' = None) -> 'ManagedCursor'",
     (ManagedLedger, "position_after_n"): "(self, start: 'Position', n: 'int') -> 'Position'",
     (ManagedLedger, "trim_consumed_ledgers"): "(self) -> 'list[int]'",
@@ -25,7 +25,7 @@ SIGNATURES = {
     (ManagedCursor, "delete"): "(self, positions: 'Iterable[Position]') -> 'None'",
     (ManagedCursor, "delete_batch_indexes"): "(self, position: 'Position', indexes: 'Iterable[int]', batch_size: 'int') -> 'None'",
     (ManagedCursor, "reset"): "(self, position: 'Position') -> 'None'",
-    (ManagedCursor, "read_entries"): "(self, count_max: 'int') -> 'list[ManagedEntry]'",
+    (ManagedCursor, "read_entries"): "(self, count_max: 'int') -> 'list[Entry]'",
     (ManagedCursor, "get_number_of_entries_in_backlog"): "(self) -> 'int'",
 }  # fmt: skip
 

@@ -155,7 +155,7 @@ async def test_reads_follow_the_owner_across_rollovers_without_writing_or_fencin
     assert woken and woken[-1] == later[-1]
     entries = await ro.read_entries(first[-1].next(), 100)
     assert [e.position for e in entries] == later
-    assert [e.data for e in entries] == [f"n{i}".encode() for i in range(5)]
+    assert [e.payload for e in entries] == [f"n{i}".encode() for i in range(5)]
     assert_never_wrote(transport, manager)
     assert transport.counts.get("read", 0) > 0
     await ro.close()
@@ -170,7 +170,7 @@ async def test_the_newest_entry_is_readable_at_once_not_one_behind() -> None:
     ro, transport, manager = await reader(world, owner)
     position = await owner.add_entry(b"only")
     await until(lambda: ro.last_confirmed_entry == position)
-    assert [e.data for e in await ro.read_entries(position, 10)] == [b"only"]
+    assert [e.payload for e in await ro.read_entries(position, 10)] == [b"only"]
     assert_never_wrote(transport, manager)
     await ro.close()
     await owner.close()
@@ -291,7 +291,7 @@ async def test_fresh_entries_come_with_the_owners_notification_not_from_the_book
     await until(lambda: ro.last_confirmed_entry == positions[-1])
     before = transport.counts.get("read", 0)
     reads = await asyncio.gather(*(ro.read_entries(positions[0], 10) for _ in range(50)))
-    assert all([e.data for e in r] == [f"m{i}".encode() for i in range(5)] for r in reads)
+    assert all([e.payload for e in r] == [f"m{i}".encode() for i in range(5)] for r in reads)
     assert transport.counts.get("read", 0) - before == 0  # the negative control: the next test
     assert_never_wrote(transport, manager)
     await ro.close()
@@ -306,7 +306,7 @@ async def test_subscriptions_reading_the_same_fresh_entries_share_one_bookie_rea
     await until(lambda: ro.last_confirmed_entry == positions[-1])
     before = transport.counts.get("read", 0)
     reads = await asyncio.gather(*(ro.read_entries(positions[0], 10) for _ in range(50)))
-    assert all([e.data for e in r] == [f"m{i}".encode() for i in range(5)] for r in reads)
+    assert all([e.payload for e in r] == [f"m{i}".encode() for i in range(5)] for r in reads)
     assert transport.counts.get("read", 0) - before == 5  # one per entry, not one per subscription
     assert_never_wrote(transport, manager)
     await ro.close()
@@ -402,9 +402,9 @@ async def test_offloaded_ledgers_whose_bookie_copy_is_gone_are_read_from_the_tie
     reads_before = store.reads_count
     stored_before = (dict(store.files), {k: dict(v) for k, v in store.manifest.items()})
     for ro in (fresh, following):
-        assert {e.position: e.data for e in await ro.read_entries(Position(-1, -1), 100)} == written
+        assert {e.position: e.payload for e in await ro.read_entries(Position(-1, -1), 100)} == written
         cursor = await ro.open_cursor("from-start", initial_position=ro.first_position)
-        assert [e.data for e in await cursor.read_entries(100)] == list(written.values())
+        assert [e.payload for e in await cursor.read_entries(100)] == list(written.values())
         await ro.close()
     assert store.reads_count > reads_before
     assert (dict(store.files), store.manifest) == stored_before  # read only: no file or manifest entry changed
@@ -482,7 +482,7 @@ async def test_fresh_entries_stay_within_the_brokers_cache_budget() -> None:
     positions = [await owner.add_entry(data) for data in written]
     await until(lambda: ro.last_confirmed_entry == other.last_confirmed_entry == positions[-1])
     assert 0 < budget.bytes <= 100
-    assert [e.data for e in await ro.read_entries(Position(-1, -1), 100)] == written  # the rest from bookies
+    assert [e.payload for e in await ro.read_entries(Position(-1, -1), 100)] == written  # the rest from bookies
     await ro.close()
     await other.close()
     assert budget.bytes == 0

@@ -60,7 +60,7 @@ async def _stored(store: MemoryLogStore) -> list[str]:
     log = await store.open_log(TOPIC, create=False)
     out = []
     for entry in await log.read(EARLIEST, 10_000):
-        metadata = stored_entry_metadata(entry.data)
+        metadata = stored_entry_metadata(entry.payload)
         out.append(f"{metadata.replicated_from}:{metadata.sequence_id}")
     return out
 

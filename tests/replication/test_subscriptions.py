@@ -37,7 +37,7 @@ class _Link:
         for entry in await self.source.log.read(self.next, 10_000):
             self.next = entry.position.next()
             self.read_upto = entry.position
-            metadata, payload = split_stored_entry(entry.data)
+            metadata, payload = split_stored_entry(entry.payload)
             await self.controller.observe(entry.position, metadata, payload)
             if should_replicate(metadata, self.remote_name):
                 metadata.replicated_from = self.local
@@ -126,7 +126,7 @@ def _unacked_data(subscription: Subscription, topic: Topic, entries: list[tuple[
 
 
 async def _entries(topic: Topic) -> list[tuple[Position, bool]]:
-    return [(e.position, split_stored_entry(e.data)[0].marker_type != 0) for e in await topic.log.read(EARLIEST, 10_000)]
+    return [(e.position, split_stored_entry(e.payload)[0].marker_type != 0) for e in await topic.log.read(EARLIEST, 10_000)]
 
 
 def test_idle_convergence_carries_holes_and_markers_never_count() -> None:
@@ -259,7 +259,7 @@ def test_partial_batch_acknowledgements_are_carried() -> None:
         await world.settle_rounds()
         b_sub = world.topics["B"].subscriptions["sub"]
         copies = [e.position for e in await world.topics["B"].log.read(EARLIEST, 100)
-                  if split_stored_entry(e.data)[0].num_messages_in_batch == 5]
+                  if split_stored_entry(e.payload)[0].num_messages_in_batch == 5]
         assert len(copies) == 3
         assert b_sub.cursor.backlog_entries() == a_sub.cursor.backlog_entries() == 1
         assert b_sub.cursor.batch_ack_set(copies[1], 5) == a_sub.cursor.batch_ack_set(batches[1], 5) == partial

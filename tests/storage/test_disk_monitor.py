@@ -1,6 +1,6 @@
 """``DiskMonitor``: free space against ``disk_free_bytes_min``, with hysteresis, and its loop on
 the virtual clock. The bookie's side (read-only adds, reads still served) is in
-``tests/bookie/test_storage.py``."""
+``tests/storage/test_storage.py``."""
 
 from __future__ import annotations
 

@@ -31,9 +31,10 @@ from starlette.routing import BaseRoute
 from magnetar.admin.common import AdminContext, AdminError, api_route, json_response, no_content, topic_of
 from magnetar.admin.subscriptions import _subscription
 from magnetar.admin.topics import load, targets
+from magnetar.base.entry import Entry
 from magnetar.base.limits import ADMIN_PEEK_SCAN_ENTRIES_COUNT_MAX, MANAGED_LEDGER_READ_COUNT_MAX
 from magnetar.base.types import Position
-from magnetar.broker.log import Entry, TopicLog
+from magnetar.broker.log import TopicLog
 from magnetar.broker.topic import Topic
 from magnetar.protocol.pulsar import pb, stored_entry_parts
 
@@ -47,7 +48,7 @@ def _iso_ms(epoch_ms: int) -> str:
 
 def entry_response(entry: Entry) -> Response:
     """One stored entry as Pulsar's admin answers it (see the module docstring)."""
-    metadata, payload = stored_entry_parts(entry.data)
+    metadata, payload = stored_entry_parts(entry.payload)
     headers = {"X-Pulsar-Message-ID": f"{entry.position.ledger_id}:{entry.position.entry_id}"}
     for prop in metadata.properties:
         headers[f"X-Pulsar-PROPERTY-{prop.key}"] = prop.value

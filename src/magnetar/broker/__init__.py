@@ -16,7 +16,7 @@ dispatched again; every table has a named bound (``BrokerConfig`` or ``base.limi
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer, ConsumerChannel, SubType
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.log import Entry, LogStore, SubscriptionCursor, TopicLog
+from magnetar.broker.log import LogStore, SubscriptionCursor, TopicLog
 from magnetar.broker.memory_log import MemoryLogStore
 from magnetar.broker.producer import AccessMode, Producer, ProducerChannel
 from magnetar.broker.service import BrokerService
@@ -31,7 +31,6 @@ __all__ = [
     "BrokerService",
     "Consumer",
     "ConsumerChannel",
-    "Entry",
     "LogStore",
     "MemoryLogStore",
     "Producer",

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from magnetar import faults
+from magnetar.base.entry import Entry
 from magnetar.base.errors import LimitExceededError, NotFoundError
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker.compacted_ledgers import (
@@ -67,7 +68,7 @@ from magnetar.broker.compacted_ledgers import (
 from magnetar.broker.consumer import SubType
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.ids import before
-from magnetar.broker.log import Entry, StorageStats, SubscriptionCursor, TopicLog
+from magnetar.broker.log import StorageStats, SubscriptionCursor, TopicLog
 from magnetar.catalog.policies import PolicyCache
 from magnetar.protocol.pulsar import pb
 from magnetar.protocol.pulsar.batch import NONE, decode_entry, encode_entry, is_batch
@@ -159,11 +160,11 @@ def _messages(data: bytes) -> list[_Message]:
 def _survivor(entry: Entry, latest: dict[str, tuple[Position, int]]) -> bytes | None:
     """The entry as the compacted ledger keeps it, or None if nothing of it survives."""
     position = entry.position
-    metadata, payload = split_stored_entry(entry.data)
+    metadata, payload = split_stored_entry(entry.payload)
     if not is_batch(metadata) or _opaque(metadata):
-        message = _messages(entry.data)[0]
+        message = _messages(entry.payload)[0]
         if message.key is None or (not message.tombstone and latest.get(message.key) == (position, -1)):
-            return entry.data
+            return entry.payload
         return None
     singles = decode_entry(metadata, payload)
     parts: list[tuple[pb.SingleMessageMetadata, bytes]] = []
@@ -177,7 +178,7 @@ def _survivor(entry: Entry, latest: dict[str, tuple[Position, int]]) -> bytes | 
     if not parts:
         return None
     if len(parts) == len(singles):
-        return entry.data
+        return entry.payload
     base = pb.MessageMetadata()
     base.CopyFrom(metadata)
     base.ClearField("compression")
@@ -313,7 +314,7 @@ class TopicCompaction:
         view = CompactedView(self._log, self)
         latest: dict[str, tuple[Position, int]] = {}
         async for entry in self._scan(view, end):  # pass 1
-            for message in _messages(entry.data):
+            for message in _messages(entry.payload):
                 if message.key is None or message.compacted_out:
                     continue
                 if message.tombstone:

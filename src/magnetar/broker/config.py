@@ -124,6 +124,10 @@ class BrokerConfig:
     load_balancer_namespace_bundles_max: int = 128
     #: loadBalancerMaxNumberOfBundlesToSplitPerCycle (10).
     load_balancer_bundle_splits_per_cycle_max: int = 10
+    #: namespaceBundleUnloadingTimeoutMs (60000): an unload waits this long for its topics to close
+    #: (cursor flush, ledger close), then releases the bundle anyway; the closes go on behind it
+    #: and the next owner fences and recovers what they did not finish.
+    namespace_bundle_unloading_timeout_ms: int = 60_000
     #: Bundles one shedding round may unload (no Pulsar key: Pulsar unloads until under threshold).
     load_balancer_unloads_per_cycle_max: int = 16
     #: loadBalancerCPUResourceWeight, loadBalancerBandwithInResourceWeight (+Out, averaged), and

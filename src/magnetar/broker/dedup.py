@@ -193,7 +193,7 @@ class MessageDeduplication:
                 break
             for entry in entries:
                 try:
-                    metadata = stored_entry_metadata(entry.data)
+                    metadata = stored_entry_metadata(entry.payload)
                 except CorruptDataError as error:
                     log.error("dedup replay: unreadable entry %s on %s: %s", entry.position, self._log.name, error)
                     continue

@@ -38,6 +38,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 
 from magnetar.base.clock import Clock
+from magnetar.base.entry import Entry
 from magnetar.base.errors import CorruptDataError
 from magnetar.base.limits import BROKER_DELAYED_INDEX_ENTRIES_MAX, BROKER_DELAYED_REBUILD_READ_COUNT
 from magnetar.base.types import Position
@@ -45,7 +46,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.delayed import DelayedDeliveryTracker, delayed_delivery_switch
 from magnetar.broker.entry import entry_message_count
-from magnetar.broker.log import Entry, SubscriptionCursor, TopicLog
+from magnetar.broker.log import SubscriptionCursor, TopicLog
 from magnetar.protocol.pulsar import commands, pb, stored_entry_metadata
 
 log = logging.getLogger(__name__)
@@ -364,7 +365,7 @@ class Dispatcher:
                 progressed = True
                 continue
             try:
-                metadata = stored_entry_metadata(entry.data)
+                metadata = stored_entry_metadata(entry.payload)
             except CorruptDataError as error:
                 log.error("skipping unreadable entry %s on %s: %s", position, self.cursor.name, error)
                 self._advance(entry, replay)
@@ -409,11 +410,11 @@ class Dispatcher:
         count = entry_message_count(metadata)
         ack_set = (self.cursor.batch_ack_set(position, count) if metadata.HasField("num_messages_in_batch") else None) or ()
         consumer.channel.send_message(
-            consumer.consumer_id, msg_id, entry.data, self.redelivery_counts.get(position, 0), ack_set,
+            consumer.consumer_id, msg_id, entry.payload, self.redelivery_counts.get(position, 0), ack_set,
         )
         consumer.permits -= count
         if self.on_deliver is not None:
-            self.on_deliver(count, len(entry.data))
+            self.on_deliver(count, len(entry.payload))
         self.pending[position] = consumer
         consumer.pending_count += 1
         if group is not None:
@@ -461,7 +462,7 @@ class Dispatcher:
             if self.cursor.is_acked(position) or position in self.pending or self._in_replay(position):
                 continue
             try:
-                metadata = stored_entry_metadata(entry.data)
+                metadata = stored_entry_metadata(entry.payload)
             except CorruptDataError:
                 continue
             if not metadata.HasField("deliver_at_time"):

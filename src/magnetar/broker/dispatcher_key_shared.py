@@ -22,11 +22,11 @@ from __future__ import annotations
 import bisect
 
 from magnetar.base.checksum import crc32c
+from magnetar.base.entry import Entry
 from magnetar.base.types import Position
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.dispatcher import Dispatcher
 from magnetar.broker.entry import entry_key
-from magnetar.broker.log import Entry
 from magnetar.protocol.pulsar import pb
 
 KEY_HASH_SLOTS = 65_536  # Pulsar's range size for Key_Shared hash ranges

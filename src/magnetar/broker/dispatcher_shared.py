@@ -14,9 +14,9 @@ forgotten (its remaining chunks may then go to another consumer, which drops the
 
 from __future__ import annotations
 
+from magnetar.base.entry import Entry
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.dispatcher import Dispatcher
-from magnetar.broker.log import Entry
 from magnetar.protocol.pulsar import pb
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from magnetar.base.entry import Entry
 from magnetar.base.types import Position
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.dispatcher import Dispatcher
-from magnetar.broker.log import Entry
 from magnetar.protocol.pulsar import pb
 
 

@@ -6,7 +6,8 @@ is the in-memory reference implementation used by unit tests and by brokers run 
 Contracts every implementation keeps:
 * ``append`` returns positions in call order: a later call never gets a smaller position, and a
   returned position is durable (on the ack quorum for the managed ledger).
-* ``read(start, n)`` returns up to ``n`` entries with position >= ``start``, in log order.
+* ``read(start, n)`` returns up to ``n`` entries (``base.entry.Entry``: the payload is the stored
+  ``headers_and_payload``) with position >= ``start``, in log order.
 * ``last_position`` is the position of the last appended entry, or ``(current ledger, -1)`` when
   the log holds no entry.
 * A cursor's ``mark_delete_position`` only moves forward except through ``reset``; positions at or
@@ -23,13 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from magnetar.base.entry import Entry
 from magnetar.base.types import Position
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    position: Position
-    data: bytes  # the stored headers_and_payload (0x0e01 checksum block, metadata, payload)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,12 @@ import asyncio
 from collections.abc import Sequence
 from urllib.parse import unquote
 
+from magnetar.base.entry import Entry
 from magnetar.base.errors import NotFoundError
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import BookieCompactedLedgers
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.log import Entry, LedgerStats, StorageStats, ack_set_words, acked_indexes
+from magnetar.broker.log import LedgerStats, StorageStats, ack_set_words, acked_indexes
 from magnetar.managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
 from magnetar.managed_ledger.errors import ManagedLedgerTerminatedError
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
@@ -130,7 +131,7 @@ class ManagedTopicLog:
         await self._ml.settle_failed_writes()
 
     async def read(self, start: Position, count_max: int) -> list[Entry]:
-        return [Entry(e.position, e.data) for e in await self._ml.read_entries(start, count_max)]
+        return await self._ml.read_entries(start, count_max)  # the one Entry type: passed as is
 
     async def open_cursor(self, name: str, *, durable: bool,
                           initial_mark_delete: Position) -> ManagedSubscriptionCursor:

@@ -15,12 +15,13 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from magnetar.base.entry import Entry
 from magnetar.base.errors import LimitExceededError, NotFoundError
 from magnetar.base.limits import MANAGED_CURSOR_RANGES_COUNT_MAX, MIB
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import MemoryCompactedLedgers
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.log import Entry, LedgerStats, StorageStats, ack_set_words, acked_indexes
+from magnetar.broker.log import LedgerStats, StorageStats, ack_set_words, acked_indexes
 from magnetar.protocol.pulsar import pb
 
 

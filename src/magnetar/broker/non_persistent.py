@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from magnetar.base.clock import Clock
+from magnetar.base.entry import Entry
 from magnetar.base.errors import CorruptDataError, LimitExceededError
 from magnetar.base.limits import BROKER_TOPICS_LOADED_COUNT_MAX
 from magnetar.base.types import Position, TopicName
@@ -37,7 +38,7 @@ from magnetar.broker.consumer import Consumer
 from magnetar.broker.dedup import MessageDeduplication
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError, to_broker_error
-from magnetar.broker.log import Entry, StorageStats
+from magnetar.broker.log import StorageStats
 from magnetar.broker.metrics import RateMeter
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic import Topic, TopicState
@@ -170,13 +171,13 @@ class NonPersistentSubscription(Subscription):
         if dispatcher is not None and dispatcher.consumers:
             consumer = dispatcher.select(entry, metadata)
         if consumer is None:
-            self.dropped.record(count, len(entry.data))
+            self.dropped.record(count, len(entry.payload))
             return False
         position = entry.position
         msg_id = commands.message_id(position.ledger_id, position.entry_id, partition=self.partition_index)
-        consumer.channel.send_message(consumer.consumer_id, msg_id, entry.data, 0, ())
+        consumer.channel.send_message(consumer.consumer_id, msg_id, entry.payload, 0, ())
         consumer.permits -= count
-        self.dispatched.record(count, len(entry.data))
+        self.dispatched.record(count, len(entry.payload))
         return True
 
     async def acknowledge(self, ack: pb.CommandAck, positions: Sequence[tuple[Position, list[int]]]) -> None:

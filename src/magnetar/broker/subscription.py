@@ -20,6 +20,7 @@ import enum
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from magnetar.base.clock import Clock
+from magnetar.base.entry import Entry
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX
 from magnetar.base.types import Position
@@ -33,7 +34,7 @@ from magnetar.broker.dispatcher_single import SingleActiveDispatcher
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.ids import before
-from magnetar.broker.log import Entry, SubscriptionCursor, TopicLog
+from magnetar.broker.log import SubscriptionCursor, TopicLog
 from magnetar.broker.metrics import RateMeter
 from magnetar.protocol.pulsar import pb, stored_entry_metadata
 
@@ -195,7 +196,7 @@ class Subscription:
         entries = await self.log.read(position, 1)
         if not entries or entries[0].position != position:
             return 1
-        return entry_message_count(stored_entry_metadata(entries[0].data))
+        return entry_message_count(stored_entry_metadata(entries[0].payload))
 
     def redeliver(self, consumer: Consumer, positions: Sequence[Position]) -> None:
         if self.dispatcher is not None:
@@ -254,11 +255,11 @@ class Subscription:
         last: Position | None = None
         count = size = 0
         async for entry in self._scan():
-            if stored_entry_metadata(entry.data).publish_time >= cutoff_ms:
+            if stored_entry_metadata(entry.payload).publish_time >= cutoff_ms:
                 break
             last = entry.position
             count += 1
-            size += len(entry.data)
+            size += len(entry.payload)
         if last is not None:
             await self.acknowledge_up_to(last)
             self.expired.record(count, size)
@@ -273,7 +274,7 @@ class Subscription:
         async for entry in self._scan():
             if backlog <= backlog_bytes_max:
                 break
-            backlog -= len(entry.data)
+            backlog -= len(entry.payload)
             last = entry.position
             count += 1
         if last is not None:

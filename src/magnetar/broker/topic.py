@@ -497,7 +497,7 @@ class Topic:
             return None
         slowest = min(s.cursor.mark_delete_position for s in subscriptions)
         entries = await self.log.read(slowest.next(), 1)
-        return stored_entry_metadata(entries[0].data).publish_time if entries else None
+        return stored_entry_metadata(entries[0].payload).publish_time if entries else None
 
     def _refuse_if_over_quota(self) -> None:
         policies = self.policies()
@@ -571,7 +571,7 @@ class Topic:
         entries = await self.log.read(last, 1)
         batch_index = None
         if entries and entries[0].position == last:
-            metadata = stored_entry_metadata(entries[0].data)
+            metadata = stored_entry_metadata(entries[0].payload)
             if metadata.HasField("num_messages_in_batch"):
                 batch_index = entry_message_count(metadata) - 1
         return _wire_id(last, partition, batch_index)
@@ -585,7 +585,7 @@ class Topic:
             if not entries:
                 return None
             for entry in entries:
-                if stored_entry_metadata(entry.data).publish_time >= timestamp_ms:
+                if stored_entry_metadata(entry.payload).publish_time >= timestamp_ms:
                     return entry.position
             scanned += len(entries)
             start = entries[-1].position.next()
@@ -609,12 +609,18 @@ class Topic:
                 await unblocking
         for producer in list(self.producers.values()):
             self.remove_producer(producer)
-        for subscription in list(self.subscriptions.values()):
-            await subscription.close(delete=not subscription.durable)
-        await self.compaction.close()
-        await self.dedup.close()
-        await self.repl_dedup.close()
+        await self._close_parts()
         await self.log.close()
+
+    async def _close_parts(self) -> None:
+        """Close the subscriptions, compaction and dedup states concurrently: each may wait for a
+        write (a dedup snapshot, a non-durable cursor's delete), and one after another they cost
+        a round trip each (issue 24's slow unloads)."""
+        subscriptions = list(self.subscriptions.values())
+        await asyncio.gather(
+            *(subscription.close(delete=not subscription.durable) for subscription in subscriptions),
+            self.compaction.close(), self.dedup.close(), self.repl_dedup.close(),
+        )
 
 
 def _settle_publish(published: asyncio.Future[Position], position: Position | None,

@@ -73,6 +73,7 @@ PULSAR_KEYS: dict[str, tuple[str, float]] = {
     "loadBalancerNamespaceBundleMaxBandwidthMbytes": ("load_balancer_namespace_bundle_bandwidth_bytes_max",
                                                       1024 * 1024),
     "loadBalancerNamespaceMaximumBundles": ("load_balancer_namespace_bundles_max", 1),
+    "namespaceBundleUnloadingTimeoutMs": ("namespace_bundle_unloading_timeout_ms", 1),
     "loadBalancerMaxNumberOfBundlesToSplitPerCycle": ("load_balancer_bundle_splits_per_cycle_max", 1),
     "loadBalancerCPUResourceWeight": ("load_balancer_cpu_weight", 1),
     "loadBalancerBandwithInResourceWeight": ("load_balancer_bandwidth_weight", 1),

@@ -512,8 +512,16 @@ class BundleOwnership:
 
     async def unload(self, namespace: str, bundle_name: str, target: str | None = None) -> None:
         """Close the bundle's topics (clients look up again), then give up its lock. With a
-        ``target`` (the load balancer's choice), lookups meanwhile are redirected there."""
+        ``target`` (the load balancer's choice), lookups meanwhile are redirected there.
+
+        The topics close concurrently, and the wait for them is bounded by
+        ``namespace_bundle_unloading_timeout_ms`` (Pulsar's ``namespaceBundleUnloadingTimeoutMs``):
+        past it the lock is released anyway and the closes that have not finished go on behind
+        it. That is safe: the topics are out of service and refuse writes already, and the next
+        owner fences their ledgers and recovers every acknowledged entry."""
         owned = self._require_owned(namespace, bundle_name)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         if target is not None:
             owned.moving_to_tls = next((r.pulsar_service_url_tls for r in await self.loads.all()
                                         if r.pulsar_service_url == target), None)
@@ -522,14 +530,44 @@ class BundleOwnership:
         topics = self._stop_serving(owned.serves)
         if target is not None:
             await self._note_topics(namespace, owned.range, target, topics)
-        await asyncio.gather(*(_close_quietly(t) for t in topics))
+        noted = loop.time()
+        slowest, unfinished = await self._close_bounded(topics)
+        closed = loop.time()
         if owned.state is BundleState.UNLOADING:
             owned.move(BundleState.RELEASED)
             if self._owned.get(owned.key) is owned:
                 del self._owned[owned.key]
             await owned.lock.release()
-            log.info("unloaded bundle %s (%d topics)", owned.key, len(topics))
+            log.info("unloaded bundle %s (%d topics) in %.1f ms: prepare %.1f ms, close %.1f ms "
+                     "(slowest topic %.1f ms, %d still closing), release %.1f ms",
+                     owned.key, len(topics), (loop.time() - started) * 1e3, (noted - started) * 1e3,
+                     (closed - noted) * 1e3, slowest * 1e3, unfinished, (loop.time() - closed) * 1e3)
         self.changed.set()
+
+    async def _close_bounded(self, topics: Sequence[Topic]) -> tuple[float, int]:
+        """Close ``topics`` concurrently; wait at most the unloading timeout. Returns the slowest
+        finished close (seconds) and how many still run (they go on as closing tasks)."""
+        if not topics:
+            return 0.0, 0
+        loop = asyncio.get_running_loop()
+        durations: list[float] = []
+
+        async def close_timed(topic: Topic) -> None:
+            begun = loop.time()
+            await _close_quietly(topic)
+            durations.append(loop.time() - begun)
+            log.debug("unload: closed %s in %.1f ms", topic.name, durations[-1] * 1e3)
+
+        tasks = [loop.create_task(close_timed(t)) for t in topics]
+        for task in tasks:  # tracked, so ``close`` waits for a close the unload stopped waiting for
+            self._closing_tasks.add(task)
+            task.add_done_callback(self._closing_tasks.discard)
+        timeout_s = self.service.config.namespace_bundle_unloading_timeout_ms / 1000
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        if pending:
+            log.warning("unload: %d of %d topics not closed within %.0f ms; releasing the bundle, "
+                        "their closes go on", len(pending), len(topics), timeout_s * 1e3)
+        return max(durations, default=0.0), len(pending)
 
     async def split(self, namespace: str, bundle_name: str) -> tuple[BundleRange, BundleRange]:
         """Halve an owned bundle; this broker owns both halves afterwards, its topics stay loaded."""

@@ -7,6 +7,8 @@
   asked too; the first digest-valid answer wins (``shared/reference`` 1.8).
 * Every answer is checked: ledger id, entry id and CRC32C digest must match, else that bookie's
   answer counts as unavailable and the next one is tried.
+* ``LedgerReader`` hands out ``base.entry.Entry`` (position and payload), the one entry type of
+  the layers above; the wire form (``protocol.bookie.codec``, with LAC and digest) stays here.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from __future__ import annotations
 import asyncio
 
 from magnetar.base.clock import Clock
+from magnetar.base.entry import Entry
 from magnetar.base.errors import InvalidArgumentError, LimitExceededError, MagnetarError
-from magnetar.base.types import NO_ENTRY, BookieId
+from magnetar.base.types import NO_ENTRY, BookieId, Position
 from magnetar.ledger._deadline import with_deadline
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import BookieUnavailableError, NoSuchEntryError
@@ -23,13 +26,13 @@ from magnetar.ledger.lac import read_lac_quorum
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
 from magnetar.ledger.quorum import read_order
 from magnetar.ledger.transport import BookieTransport
-from magnetar.protocol.bookie.codec import Entry
+from magnetar.protocol.bookie import codec
 
 #: Entries one ``read_entries`` call may return (callers page through longer ranges).
 READ_BATCH_COUNT_MAX = 10_000
 
 
-def verified(entry: Entry, ledger_id: int, entry_id: int) -> bool:
+def verified(entry: codec.Entry, ledger_id: int, entry_id: int) -> bool:
     return entry.ledger_id == ledger_id and entry.entry_id == entry_id and entry.digest_ok()
 
 
@@ -119,7 +122,7 @@ class LedgerReader:
         """One entry, with speculative reads across its write set."""
         if entry_id < 0 or entry_id > self._lac:
             raise InvalidArgumentError(f"entry {entry_id} of ledger {self.ledger_id} is beyond the readable end {self._lac}")
-        return await speculative_read(
+        stored = await speculative_read(
             self._transport,
             self._clock,
             self._metadata,
@@ -127,6 +130,7 @@ class LedgerReader:
             config=self._config,
             master_key=self._master_key,
         )
+        return Entry(Position(self.ledger_id, entry_id), stored.payload)
 
 
 async def speculative_read(
@@ -137,7 +141,7 @@ async def speculative_read(
     *,
     config: LedgerClientConfig,
     master_key: bytes,
-) -> Entry:
+) -> codec.Entry:
     """Read ``entry_id`` from its write set, moving to the next bookie on error or slowness."""
     return await _SpeculativeRead(transport, clock, metadata, entry_id, config, master_key).run()
 
@@ -159,7 +163,7 @@ class _SpeculativeRead:
         self._order: list[BookieId] = [
             ensemble[i] for i in read_order(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
         ]
-        self._running: set[asyncio.Task[Entry]] = set()
+        self._running: set[asyncio.Task[codec.Entry]] = set()
         self._negatives = 0
         self._failures = 0
         self._next_index = 0
@@ -167,7 +171,7 @@ class _SpeculativeRead:
         self._speculative_s = config.speculative_read_timeout_ms / 1000
         self._launch_now = True
 
-    async def _ask(self, bookie: BookieId) -> Entry:
+    async def _ask(self, bookie: BookieId) -> codec.Entry:
         ledger_id, entry_id = self._metadata.ledger_id, self._entry_id
         entry = await with_deadline(
             self._clock,
@@ -193,7 +197,7 @@ class _SpeculativeRead:
             else None
         )
 
-    def _answer(self) -> Entry | None:
+    def _answer(self) -> codec.Entry | None:
         """The first valid answer among the finished reads, or None; a negative or failed one
         is counted and makes the next bookie be asked at once."""
         for task in [t for t in self._running if t.done()]:
@@ -208,7 +212,7 @@ class _SpeculativeRead:
                 self._launch_now = True
         return None
 
-    async def run(self) -> Entry:
+    async def run(self) -> codec.Entry:
         try:
             while self._running or self._next_index < len(self._order):
                 if self._launch_now or not self._running or (self._timer is not None and self._timer.done()):

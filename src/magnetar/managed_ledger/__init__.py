@@ -15,7 +15,6 @@ an explicit reset, and what it persists is a state it really had.
 
 from magnetar.managed_ledger.config import CursorRecovery, ManagedLedgerConfig, OpenRecovery
 from magnetar.managed_ledger.cursor import CursorState, ManagedCursor
-from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.errors import (
     CursorNotFoundError,
     InvalidCursorPositionError,
@@ -34,7 +33,6 @@ __all__ = [
     "InvalidCursorPositionError",
     "MLState",
     "ManagedCursor",
-    "ManagedEntry",
     "ManagedLedger",
     "ManagedLedgerClosedError",
     "ManagedLedgerConfig",

@@ -155,7 +155,15 @@ class AppendPipeline:
         raise ManagedLedgerClosedError(f"managed ledger {self.name} is {state.value}")
 
     def append(self, data: bytes) -> asyncio.Future[Position]:
-        """See ``ManagedLedger.append``."""
+        """The one append operation (``ManagedLedger.append`` is this method): queue ``data`` and
+        return a future of its position, set once the ledger acknowledged it (Qa durable);
+        positions grow strictly in call order. Do not cancel it. Raises at once
+        ``ManagedLedgerFencedError`` once another owner took over,
+        ``ManagedLedgerTerminatedError``/``ManagedLedgerClosedError``/``ManagedLedgerWriteFailedError``,
+        and ``LimitExceededError`` when ``add_queue_count_max`` appends are queued or in flight (call
+        ``wait_for_room`` first). The future fails with the ledger error that failed the add (its
+        outcome is then undecided: it may appear in the log after recovery).
+        """
         if self._states.state not in WRITABLE or self.write_failure is not None:
             self.check_writable()
         pending = self.pending_add_count

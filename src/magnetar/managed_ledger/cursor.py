@@ -37,6 +37,7 @@ from urllib.parse import quote, unquote
 
 from magnetar import faults
 from magnetar.base.clock import Clock
+from magnetar.base.entry import Entry
 from magnetar.base.errors import (
     BadVersionError,
     FencedError,
@@ -55,7 +56,6 @@ from magnetar.base.types import Position
 from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger.config import CursorRecovery, ManagedLedgerConfig
-from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.errors import (
     InvalidCursorPositionError,
     ManagedLedgerClosedError,
@@ -100,7 +100,7 @@ class CursorLog(Protocol):
         """Stored entries ``p`` with ``after < p <= upto``."""
         ...
 
-    async def read_entries(self, start: Position, count_max: int) -> list[ManagedEntry]:
+    async def read_entries(self, start: Position, count_max: int) -> list[Entry]:
         """Up to ``count_max`` acknowledged entries from ``start`` on."""
         ...
 
@@ -387,7 +387,7 @@ class ManagedCursor:
 
     # --- reads -----------------------------------------------------------------------------------
 
-    async def read_entries(self, count_max: int) -> list[ManagedEntry]:
+    async def read_entries(self, count_max: int) -> list[Entry]:
         """Up to ``count_max`` entries from the read position on, skipping acknowledged ones."""
         self._check_active()
         entries = await self._log.read_entries(self._read_position, count_max)

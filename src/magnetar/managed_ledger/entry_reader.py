@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from magnetar.base.entry import Entry
 from magnetar.base.errors import MagnetarError, NotFoundError
 from magnetar.base.limits import (
     MANAGED_LEDGER_CACHE_BYTES_MAX,
@@ -33,7 +34,6 @@ from magnetar.base.types import Position
 from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.reader import LedgerReader
-from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.metadata.records import OffloadContext
 
 #: (ledger id, its offload context, first, last) -> the stored entries, from the object store.
@@ -129,12 +129,12 @@ class EntryReader:
         self._budget.released(self, size, empty=True)
 
     async def read(self, ledger_id: int, first: int, last: int, writer: LedgerHandle | None,
-                   offload: OffloadContext | None = None) -> list[ManagedEntry]:
+                   offload: OffloadContext | None = None) -> list[Entry]:
         """Entries ``first..last`` of ``ledger_id`` (all acknowledged); ``writer``: our current ledger's;
         ``offload``: where the ledger was offloaded to, if it was."""
         cached = [self._cache.get(Position(ledger_id, e)) for e in range(first, last + 1)]
         if all(data is not None for data in cached):
-            return [ManagedEntry(Position(ledger_id, first + i), data) for i, data in enumerate(cached) if data is not None]
+            return [Entry(Position(ledger_id, first + i), data) for i, data in enumerate(cached) if data is not None]
         offloaded_reader = self.offloaded_reader
         if offload is not None and offload.complete and offloaded_reader is not None:
             if not offload.bookie_deleted:
@@ -143,14 +143,13 @@ class EntryReader:
                 except MagnetarError:
                     self._readers.pop(ledger_id, None)  # the copy is gone or its bookies failed
             stored = await offloaded_reader(ledger_id, offload, first, last)
-            return [ManagedEntry(Position(ledger_id, first + i), data) for i, data in enumerate(stored)]
+            return [Entry(Position(ledger_id, first + i), data) for i, data in enumerate(stored)]
         return await self._read_bookies(ledger_id, first, last, writer)
 
     async def _read_bookies(self, ledger_id: int, first: int, last: int,
-                            writer: LedgerHandle | None) -> list[ManagedEntry]:
+                            writer: LedgerHandle | None) -> list[Entry]:
         reader = await self._reader_for(ledger_id, last, writer)
-        entries = await reader.read_entries(first, last)
-        return [ManagedEntry(Position(ledger_id, e.entry_id), e.payload) for e in entries]
+        return await reader.read_entries(first, last)
 
     async def _reader_for(self, ledger_id: int, last: int, writer: LedgerHandle | None) -> LedgerReader:
         reader = self._readers.get(ledger_id)

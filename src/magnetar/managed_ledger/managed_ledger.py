@@ -51,6 +51,7 @@ from typing import Any
 
 from magnetar import faults
 from magnetar.base.clock import Clock
+from magnetar.base.entry import Entry
 from magnetar.base.errors import (
     BadVersionError,
     FencedError,
@@ -67,7 +68,6 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger.append import AppendPipeline
 from magnetar.managed_ledger.config import ManagedLedgerConfig, OpenRecovery
 from magnetar.managed_ledger.cursor import CursorContext, ManagedCursor, cursor_name_from_node
-from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.entry_reader import CacheBudget, EntryReader
 from magnetar.managed_ledger.errors import ManagedLedgerClosedError, ManagedLedgerFencedError
 from magnetar.managed_ledger.ledger_list import LedgerList
@@ -124,6 +124,10 @@ class ManagedLedger:
         self._entries.offloaded_reader = self._read_offloaded if offloader is not None else None
         self._appends = AppendPipeline(name, config=config, clock=clock, states=self._states, ledgers=self._list,
                                        cache=self._entries, host=self)
+        # The pipeline's own methods, unwrapped (called per message): see ``AppendPipeline.append``
+        # (the one append operation) and ``AppendPipeline.has_room``.
+        self.append = self._appends.append
+        self.has_room = self._appends.has_room
         self.offload = ManagedLedgerOffload(self, offloader)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cursors: dict[str, ManagedCursor] = {}
@@ -341,24 +345,9 @@ class ManagedLedger:
         await appends.wait_for_room()
         return await asyncio.shield(appends.append(data))
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
-        """The one append operation: queue ``data`` and return a future of its position, set once
-        the ledger acknowledged it (Qa durable); positions grow strictly in call order. Do not
-        cancel it. Raises at once ``ManagedLedgerFencedError`` once another owner took over,
-        ``ManagedLedgerTerminatedError``/``ManagedLedgerClosedError``/``ManagedLedgerWriteFailedError``, and
-        ``LimitExceededError`` when ``add_queue_count_max`` appends are queued or in flight (call
-        ``wait_for_room`` first). The future fails with the ledger error that failed the add (its
-        outcome is then undecided: it may appear in the log after recovery).
-        """
-        return self._appends.append(data)
-
     @property
     def pending_add_count(self) -> int:
         return self._appends.pending_add_count
-
-    def has_room(self) -> bool:
-        """Whether ``append`` can take an append now (no one waits for room before us)."""
-        return self._appends.has_room()
 
     async def wait_for_room(self) -> None:
         """Backpressure: return once ``append`` can take an append (first in, first out), or the
@@ -452,13 +441,13 @@ class ManagedLedger:
 
     # --- reads -----------------------------------------------------------------------------------
 
-    async def read_entries(self, start: Position, count_max: int) -> list[ManagedEntry]:
+    async def read_entries(self, start: Position, count_max: int) -> list[Entry]:
         """Up to ``count_max`` acknowledged entries from ``start`` on (across ledgers, in order)."""
         if not 1 <= count_max <= MANAGED_LEDGER_READ_COUNT_MAX:
             raise InvalidArgumentError(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
         if self._states.state is MLState.CLOSED:
             raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
-        result: list[ManagedEntry] = []
+        result: list[Entry] = []
         position = self.first_at_or_after(start)
         appends = self._appends
         while position is not None and position <= appends.last_confirmed and len(result) < count_max:
@@ -480,7 +469,7 @@ class ManagedLedger:
         cache (the owner sends fresh ones along with its read-only position feed), else None."""
         return self._entries.cached(ledger_id, first, last)
 
-    async def read_ledger_from_bookies(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+    async def read_ledger_from_bookies(self, ledger_id: int, first: int, last: int) -> list[Entry]:
         """Entries ``first..last`` of a sealed ledger from its bookies (what an offload copies)."""
         return await self._entries.read(ledger_id, first, last, None, None)
 
@@ -489,7 +478,7 @@ class ManagedLedger:
         assert offloader is not None
         return await offloader.read_entries(LedgerLocation(self.name, ledger_id, context.uid), first, last)
 
-    async def read_entry(self, position: Position) -> ManagedEntry:
+    async def read_entry(self, position: Position) -> Entry:
         entries = await self.read_entries(position, 1)
         if not entries or entries[0].position != position:
             raise NotFoundError(f"no entry at {position} in {self.name}")
@@ -500,7 +489,7 @@ class ManagedLedger:
         await self._appends.wait_for_entries_after(position)
 
     async def find_newest_matching(
-        self, predicate: Callable[[ManagedEntry], Awaitable[bool] | bool], *, start: Position | None = None
+        self, predicate: Callable[[Entry], Awaitable[bool] | bool], *, start: Position | None = None
     ) -> Position | None:
         """Binary search: the last entry for which ``predicate`` holds, given it holds on a prefix.
 
@@ -682,8 +671,7 @@ class ManagedLedger:
         if self._states.state in WRITABLE:
             await appends.wait_pump()
         await appends.wait_drained()
-        for cursor in list(self.cursors.values()):
-            await cursor.close()
+        await self._close_cursors()
         current = appends.current
         if self._states.state is MLState.LEDGER_OPENED and current is not None and not current.failed:
             try:
@@ -695,6 +683,10 @@ class ManagedLedger:
         self._entries.clear()
         appends.notify_entry_waiters()
         self._cancel_tasks()
+
+    async def _close_cursors(self) -> None:
+        """Flush and close the cursors concurrently: one round trip for all, not one per cursor."""
+        await asyncio.gather(*(cursor.close() for cursor in list(self.cursors.values())))
 
     async def delete(self) -> None:
         """Delete every ledger, every cursor and the metadata of this managed ledger."""

@@ -314,7 +314,7 @@ class ManagedLedgerOffload:
         while first <= last:
             upto = min(last, first + OFFLOAD_READ_CHUNK_ENTRIES_COUNT - 1)
             entries = await self._ml.read_ledger_from_bookies(info.ledger_id, first, upto)
-            yield [(entry.position.entry_id, entry.data) for entry in entries]
+            yield [(entry.position.entry_id, entry.payload) for entry in entries]
             first = upto + 1
 
     async def _delete_due_bookie_copies(self) -> None:

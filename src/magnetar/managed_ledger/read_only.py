@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from magnetar.base.clock import Clock
+from magnetar.base.entry import Entry
 from magnetar.base.errors import InvalidArgumentError, MagnetarError, NotFoundError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
@@ -57,7 +58,6 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.reader import LedgerReader
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.cursor import CursorContext, ManagedCursor
-from magnetar.managed_ledger.entry import ManagedEntry
 from magnetar.managed_ledger.entry_reader import CacheBudget
 from magnetar.managed_ledger.errors import ManagedLedgerClosedError, ManagedLedgerFencedError
 from magnetar.managed_ledger.ledger_list import LedgerList
@@ -468,14 +468,14 @@ class ReadOnlyManagedLedger:
 
     # --- reads -----------------------------------------------------------------------------------
 
-    async def read_entries(self, start: Position, count_max: int) -> list[ManagedEntry]:
+    async def read_entries(self, start: Position, count_max: int) -> list[Entry]:
         """Up to ``count_max`` acknowledged entries from ``start`` on (across ledgers, in order);
         ledgers retention removed are skipped."""
         if not 1 <= count_max <= MANAGED_LEDGER_READ_COUNT_MAX:
             raise InvalidArgumentError(f"count_max must be 1..{MANAGED_LEDGER_READ_COUNT_MAX}")
         if self._state is ReadOnlyState.CLOSED:
             raise ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
-        result: list[ManagedEntry] = []
+        result: list[Entry] = []
         position = self.first_at_or_after(start)
         while position is not None and position <= self._lce and len(result) < count_max:
             last = self._list.last_in_ledger(position.ledger_id)
@@ -495,13 +495,13 @@ class ReadOnlyManagedLedger:
             position = self.first_at_or_after(Position(position.ledger_id, last + 1))
         return result
 
-    async def read_entry(self, position: Position) -> ManagedEntry:
+    async def read_entry(self, position: Position) -> Entry:
         entries = await self.read_entries(position, 1)
         if not entries or entries[0].position != position:
             raise NotFoundError(f"no entry at {position} in {self.name}")
         return entries[0]
 
-    async def _read_range(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+    async def _read_range(self, ledger_id: int, first: int, last: int) -> list[Entry]:
         """Entries ``first..last`` of ``ledger_id``: from the cache, else from the bookies once.
         Many subscriptions ask for the same fresh entries at once: they share one bookie read
         (``_inflight``) instead of each reading them."""
@@ -518,10 +518,10 @@ class ReadOnlyManagedLedger:
             data = self._cache.get(position)
             if data is None:  # evicted meanwhile (a tiny cache): read this range directly
                 return await self._fetch(ledger_id, first, last)
-            out.append(ManagedEntry(position, data))
+            out.append(Entry(position, data))
         return out
 
-    async def _fetch(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+    async def _fetch(self, ledger_id: int, first: int, last: int) -> list[Entry]:
         loop = asyncio.get_running_loop()
         mine: dict[Position, asyncio.Future[None]] = {}
         for entry_id in range(first, last + 1):
@@ -538,14 +538,14 @@ class ReadOnlyManagedLedger:
                     future.exception()  # retrieved: a waiter that gave up must not log it
             raise
         for entry in out:
-            self._remember(entry.position, entry.data)
+            self._remember(entry.position, entry.payload)
         for position, future in mine.items():
             del self._inflight[position]
             if not future.done():
                 future.set_result(None)
         return out
 
-    async def _read_stored(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+    async def _read_stored(self, ledger_id: int, first: int, last: int) -> list[Entry]:
         """Entries of a listed ledger as the owner reads them: an offloaded ledger from its bookie
         copy while the record says it is there, else (or if the bookies fail) from the tiered store."""
         offload = self._list.info_of(ledger_id).offload
@@ -558,9 +558,9 @@ class ReadOnlyManagedLedger:
             except MagnetarError:  # the owner deleted the copy after its deletion lag
                 self._readers.pop(ledger_id, None)
         stored = await store.read_entries(LedgerLocation(self.name, ledger_id, offload.uid), first, last)
-        return [ManagedEntry(Position(ledger_id, first + i), data) for i, data in enumerate(stored)]
+        return [Entry(Position(ledger_id, first + i), data) for i, data in enumerate(stored)]
 
-    async def _read_bookie_copy(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+    async def _read_bookie_copy(self, ledger_id: int, first: int, last: int) -> list[Entry]:
         readable = self._list.entries_in(self._list.ids.index(ledger_id)) - 1  # acknowledged by the owner
         reader = await self._reader(ledger_id)
         reader.learn_lac(readable)
@@ -574,7 +574,7 @@ class ReadOnlyManagedLedger:
             reader = await self._reader(ledger_id, refresh=True)
             reader.learn_lac(readable)
             entries = await reader.read_entries(first, last)
-        return [ManagedEntry(Position(ledger_id, e.entry_id), e.payload) for e in entries]
+        return entries
 
     def _remember(self, position: Position, data: bytes) -> None:
         # Many subscriptions read the same fresh entries: one bookie read serves them all.
@@ -685,7 +685,7 @@ class ReadOnlyManagedLedger:
         return min(durable) if durable else self._lce
 
     async def find_newest_matching(
-        self, predicate: Callable[[ManagedEntry], Awaitable[bool] | bool], *, start: Position | None = None
+        self, predicate: Callable[[Entry], Awaitable[bool] | bool], *, start: Position | None = None
     ) -> Position | None:
         return await ManagedLedger.find_newest_matching(self, predicate, start=start)  # type: ignore[arg-type]
 

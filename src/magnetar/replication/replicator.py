@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magnetar.base.clock import Clock
+from magnetar.base.entry import Entry
 from magnetar.base.errors import MagnetarError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
@@ -51,7 +52,7 @@ from magnetar.base.limits import (
 )
 from magnetar.base.types import Position
 from magnetar.broker.dedup import REPLICATION_CURSOR_PREFIX
-from magnetar.broker.log import Entry, SubscriptionCursor
+from magnetar.broker.log import SubscriptionCursor
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
 from magnetar.broker.replicated import REPL_SOURCE_POSITION_PROPERTY, replicator_producer_name
 from magnetar.broker.topic import Topic
@@ -254,7 +255,7 @@ class Replicator:
             self._read_position = entry.position.next()
             if cursor.is_acked(entry.position):
                 continue  # acknowledged individually before a restart
-            metadata, payload = split_stored_entry(entry.data)
+            metadata, payload = split_stored_entry(entry.payload)
             if self._observer is not None:
                 await self._observer(entry.position, metadata, payload)
             if not should_replicate(metadata, self.remote):
@@ -263,10 +264,10 @@ class Replicator:
             metadata.replicated_from = self.local
             metadata.properties.add(key=REPL_SOURCE_POSITION_PROPERTY,
                                     value=f"{entry.position.ledger_id}:{entry.position.entry_id}")
-            self.read.record(1, len(entry.data))
+            self.read.record(1, len(entry.payload))
             future = await producer.send_entry_async(metadata, bytes(payload))
             future.add_done_callback(self._receipted)
-            self._in_flight.append(_InFlight(entry.position, metadata.publish_time, len(entry.data), future))
+            self._in_flight.append(_InFlight(entry.position, metadata.publish_time, len(entry.payload), future))
 
     def _receipted(self, future: asyncio.Future[MessageId]) -> None:
         self._wake.set()

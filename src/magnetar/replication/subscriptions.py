@@ -214,7 +214,7 @@ class SubscriptionsController:
             if not entries:
                 return
             for entry in entries:
-                metadata, payload = split_stored_entry(entry.data)
+                metadata, payload = split_stored_entry(entry.payload)
                 await self._take(entry.position, metadata, payload)
             budget -= len(entries)
 
@@ -299,7 +299,7 @@ class SubscriptionsController:
                 self._backfill_tried = floor
                 return 0
             for entry in entries:
-                metadata, payload = split_stored_entry(entry.data)
+                metadata, payload = split_stored_entry(entry.payload)
                 found.append((entry.position, metadata, bytes(payload)))
             position = entries[-1].position.next()
         self._prepend(found)

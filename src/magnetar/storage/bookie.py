@@ -102,7 +102,11 @@ class ReadResult:
 
 
 class Bookie:
-    """One bookie's storage; every I/O goes through the injected disk, store and clock."""
+    """One bookie's storage; every I/O goes through the injected disk, store and clock.
+
+    ``checkpointer`` (write cache, checkpoints, backpressure) and ``collector`` (deletion, GC,
+    compaction) are its parts; requests go through the facade's own methods.
+    """
 
     def __init__(
         self,

@@ -41,7 +41,7 @@ class BookieLedger:
     status: LedgerStatus = LedgerStatus.OPEN
     lac: int = -1
     # The highest entry id accepted into storage (write cache or index). After a crash it may
-    # name an entry that never became durable; ``Bookie`` repairs that at start.
+    # name an entry that never became durable; ``restart.repair_last_entries`` repairs that at start.
     last_entry: int = -1
     master_key: bytes = b""
     dirty: bool = True

@@ -35,7 +35,7 @@ from magnetar.protocol.pulsar.stored import split_stored_entry
 from magnetar.runtime.bookie_reads import BlockingBookieReads
 from tests.ledger.fakes import FakeBookie, FakeTransport
 from tests.manual_clock import ManualClock
-from tests.unit.runtime.test_bookie_reads import SocketBookie, WireBookie
+from tests.runtime.test_bookie_reads import SocketBookie, WireBookie
 
 T = "persistent://public/default/r-partition-2"
 

@@ -319,7 +319,7 @@ async def _peek(topic: Topic, cursor: Any, count: int) -> list[dict[str, Any]]:
             position = entry.position.next()
             if cursor.is_acked(entry.position):
                 continue
-            metadata, payload = split_stored_entry(entry.data)
+            metadata, payload = split_stored_entry(entry.payload)
             for index, message in enumerate(decode_entry(metadata, payload)):
                 single = message.metadata
                 key = single.partition_key if single is not None and single.HasField("partition_key") else (

@@ -34,6 +34,7 @@ from urllib.parse import quote, unquote
 import msgspec
 import pyarrow as pa
 
+import magnetar.base.entry as base_entry
 from magnetar.base.errors import (
     InvalidArgumentError,
     LimitExceededError,
@@ -260,19 +261,6 @@ async def entry_chunks(cx: Connections, piece: Slice) -> AsyncIterator[tuple[Ent
             first = last + 1
 
 
-@dataclass(frozen=True)
-class OffloadedEntry:
-    """An entry read from the lakehouse (what ``entry_chunks`` callers use of a bookie ``Entry``)."""
-
-    ledger_id: int
-    entry_id: int
-    payload: bytes
-
-    @property
-    def payload_bytes(self) -> int:
-        return len(self.payload)
-
-
 async def _offloaded_chunks(cx: Connections, piece: Slice,
                             r: EntryRange) -> AsyncIterator[tuple[EntryRange, list[Any]]]:
     if cx.lakehouse is None:
@@ -282,7 +270,7 @@ async def _offloaded_chunks(cx: Connections, piece: Slice,
     while first <= r.last:
         last = min(r.last, first + SPARK_LAKEHOUSE_READ_ENTRIES_COUNT - 1)
         stored = await cx.lakehouse.read_offloaded(managed_ledger, r.ledger_id, piece.offloaded[r.ledger_id], first, last)
-        yield EntryRange(r.ledger_id, first, last), [OffloadedEntry(r.ledger_id, first + i, s)
+        yield EntryRange(r.ledger_id, first, last), [base_entry.Entry(Position(r.ledger_id, first + i), s)
                                                       for i, s in enumerate(stored)]
         first = last + 1
 

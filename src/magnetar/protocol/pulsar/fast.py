@@ -4,7 +4,7 @@ A SEND_RECEIPT goes out once per unbatched message; building ``BaseCommand`` +
 ``CommandSendReceipt`` + ``MessageIdData`` and serializing them cost more than the rest of the
 receipt path. The bytes here are exactly what protobuf writes for the same values (fields in
 field-number order, unsigned varints, ``(-1, -1)`` as all-ones u64 like ``commands.message_id``);
-``tests/protocol_pulsar/test_fast_frames.py`` compares them with the protobuf encoding byte for byte.
+``tests/protocol/pulsar/test_fast_frames.py`` compares them with the protobuf encoding byte for byte.
 Field numbers are read from the generated descriptors, not written down twice.
 """
 

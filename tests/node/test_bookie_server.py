@@ -10,7 +10,7 @@ from magnetar.protocol.bookie import Entry, FrameDecoder, GetInfoRequest, GetInf
 from magnetar.runtime.bookie import BookieServer
 from magnetar.sim import NodeContext, SimWorld
 from magnetar.storage import Bookie, BookieConfig
-from tests.bookie.test_storage import KEY, SMALL, Node, entry, sim
+from tests.storage.test_storage import KEY, SMALL, Node, entry, sim
 
 IDLE_MS = 2_000
 

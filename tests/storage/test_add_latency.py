@@ -23,7 +23,7 @@ from magnetar.runtime.disk import TRASH, TRASH_DIR, LocalDisk
 from magnetar.sim import SimClock
 from magnetar.storage import Bookie, checkpointer
 from magnetar.storage.caches import WriteCache
-from tests.bookie.test_storage import KEY, SMALL, Node, entry, sim
+from tests.storage.test_storage import KEY, SMALL, Node, entry, sim
 
 MIB = 1024 * 1024
 PACED = dataclasses.replace(SMALL, flush_chunk_entries_max=16, index_batch_keys_max=32, flush_pause_ms=5)

@@ -24,7 +24,7 @@ from magnetar.runtime import SystemClock, TcpNetwork
 from magnetar.runtime.bookie import start_bookie
 from magnetar.storage import BookieConfig, LedgerStatus
 from magnetar.storage.entry_log import log_ids
-from tests.bookie.test_storage import KEY, SMALL, Node, entry, sim
+from tests.storage.test_storage import KEY, SMALL, Node, entry, sim
 
 BIG = b"g" * 50_000  # a few of these fill a 256 KiB entry log
 

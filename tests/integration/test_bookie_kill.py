@@ -19,7 +19,7 @@ from magnetar.base.errors import ClosedError, MagnetarError
 from magnetar.ledger.bookie_client import BookieClient
 from magnetar.protocol.bookie import Entry, GetInfoRequest, Status, encode
 from magnetar.runtime import SystemClock, TcpNetwork
-from tests.bookie.proc import BookieProcess, start_bookie
+from tests.integration.bookie_proc import BookieProcess, start_bookie
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -35,7 +35,7 @@ from magnetar.storage import Bookie
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.entry_log import log_ids
 from magnetar.storage.journal import Journal, JournalPosition, add_record, replay
-from tests.bookie.test_storage import SMALL
+from tests.storage.test_storage import SMALL
 
 
 def _parts(count: int, seed: int) -> list[bytes]:

@@ -16,7 +16,7 @@ import pulsar
 import pytest
 
 from magnetar.protocol.pulsar import ServerConfig, decode_entry, pb
-from tests.protocol_pulsar.fake_broker import LEDGER_ID, FakeBroker
+from tests.protocol.pulsar.fake_broker import LEDGER_ID, FakeBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -1,0 +1,135 @@
+"""How long a bundle unload takes (issue 24: 195-206 s per unload on a saturated owner), in
+virtual time: one broker over managed ledgers on fake bookies that answer after ``RTT_S``, each
+topic with dedup, a few durable subscriptions with unflushed acks. The unload must cost a few
+round trips whatever the number of topics and subscriptions, and must not wait past
+``namespace_bundle_unloading_timeout_ms`` for a close that hangs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from magnetar import sim
+from magnetar.base.types import EARLIEST, TopicName
+from magnetar.broker import BrokerConfig
+from magnetar.broker.managed_log import ManagedLogStore
+from magnetar.broker.service import BrokerService
+from magnetar.broker.topic import Topic
+from magnetar.catalog.resources import ClusterData
+from magnetar.control.bundles import BundleRange
+from magnetar.control.ownership import BundleOwnership, owner_path
+from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig, MLState
+from tests.admin.harness import message
+from tests.ledger.fakes import FakeTransport
+from tests.managed_ledger.harness import World, make_world
+
+NS = "public/default"
+WHOLE = BundleRange(0, 0xFFFF_FFFF)
+RTT_S = 0.010  # one bookie round trip (virtual)
+
+
+class SlowTransport(FakeTransport):
+    """Every bookie request answers after one round trip."""
+
+    async def _run(self, bookie, op, entry_id, call):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(RTT_S)
+        return await super()._run(bookie, op, entry_id, call)
+
+
+async def _owner(world: World, config: BrokerConfig) -> tuple[BrokerService, BundleOwnership]:
+    world.transport = SlowTransport(world.bookies)
+    # Acks stay unpersisted until the close (the flush timer never fires in the test's span).
+    factory = await world.broker(ManagedLedgerConfig(cursor_flush_interval_ms=3_600_000))
+    store = await world.metadata.connect()
+    service = BrokerService(config, ManagedLogStore(factory, store), store, clock=world.clock)
+    assert service.resources is not None
+    await service.resources.bootstrap("standalone", ClusterData())
+    ownership = BundleOwnership(store, service, broker_id="127.0.0.1:1", http_url="http://127.0.0.1:2",
+                                bundles_count=1)
+    ownership.install()
+    return service, ownership
+
+
+async def _load(service: BrokerService, ownership: BundleOwnership, topics: int, subscriptions: int) -> None:
+    for i in range(topics):
+        name = TopicName.parse(f"persistent://{NS}/t{i}")
+        await ownership.lookup(name, authoritative=True)
+        topic = await service.get_topic(name, create=True)
+        subs = [await topic.subscription(f"s{k}", durable=True, initial_mark_delete=EARLIEST)
+                for k in range(subscriptions)]
+        for seq in range(2):
+            await topic.publish(message(sequence_id=seq))
+        for sub in subs:
+            await sub.acknowledge_up_to(topic.log.last_position)
+
+
+def measure_unload(topics: int, subscriptions: int, config: BrokerConfig | None = None) -> float:
+    """Virtual seconds one ``unload`` of the bundle holding ``topics`` topics takes."""
+    async def main() -> float:
+        world = make_world()
+        service, ownership = await _owner(world, config or BrokerConfig(deduplication=True))
+        await _load(service, ownership, topics, subscriptions)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await ownership.unload(NS, WHOLE.name)
+        took = loop.time() - started
+        assert service.topics == {} and ownership.owned() == []
+        assert await ownership.store.get(owner_path(NS, WHOLE)) is None
+        await ownership.close()
+        await service.close()
+        return took
+
+    return sim.run(main(), steps_max=5_000_000)
+
+
+async def _serial_parts(self: Topic) -> None:
+    """Topic parts closed one after another, as before issue 24's fix (negative control)."""
+    for subscription in list(self.subscriptions.values()):
+        await subscription.close(delete=not subscription.durable)
+    await self.compaction.close()
+    await self.dedup.close()
+    await self.repl_dedup.close()
+
+
+async def _serial_cursors(self: ManagedLedger) -> None:
+    for cursor in list(self.cursors.values()):
+        await cursor.close()
+
+
+def test_an_unload_costs_a_few_round_trips_whatever_the_topics_and_subscriptions() -> None:
+    one = measure_unload(topics=1, subscriptions=1)
+    many = measure_unload(topics=40, subscriptions=6)
+    assert one <= 6 * RTT_S, one
+    assert many <= one + 2 * RTT_S, (one, many)
+
+
+def test_negative_control_a_serial_close_is_caught(monkeypatch: Any) -> None:
+    concurrent = measure_unload(topics=4, subscriptions=6)
+    monkeypatch.setattr(Topic, "_close_parts", _serial_parts)
+    monkeypatch.setattr(ManagedLedger, "_close_cursors", _serial_cursors)
+    serial = measure_unload(topics=4, subscriptions=6)
+    assert serial >= concurrent + 5 * RTT_S, (concurrent, serial)
+
+
+def test_an_unload_releases_the_bundle_after_the_timeout_and_the_close_goes_on() -> None:
+    async def main() -> None:
+        world = make_world()
+        config = BrokerConfig(deduplication=True, namespace_bundle_unloading_timeout_ms=2_000)
+        service, ownership = await _owner(world, config)
+        await _load(service, ownership, topics=3, subscriptions=1)
+        topics = list(service.topics.values())
+        held = [world.transport.rule(b, "add") for b in world.bookies]  # the cursor flushes hang
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await ownership.unload(NS, WHOLE.name)
+        took = loop.time() - started
+        assert 1.999 <= took < 2.0 + 10 * RTT_S, took
+        assert ownership.owned() == [] and await ownership.store.get(owner_path(NS, WHOLE)) is None
+        for rule in held:
+            rule.release()
+        assert all(t.log.managed_ledger.state is not MLState.CLOSED for t in topics)  # type: ignore[attr-defined]
+        await ownership.close()  # waits for the closes the unload stopped waiting for
+        assert all(t.log.managed_ledger.state is MLState.CLOSED for t in topics)  # type: ignore[attr-defined]
+        await service.close()
+
+    sim.run(main(), steps_max=5_000_000)
