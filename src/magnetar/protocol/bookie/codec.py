@@ -263,12 +263,12 @@ class ServedReadResponse:
 
 @dataclass(frozen=True, slots=True)
 class EncodedEntryView:
-    """An ``EncodedEntry`` as received, not copied: ``raw`` is a read-only view into the buffer the reader
-    received it in (``entry_view``), valid as long as that reader leaves the buffer alone. For
-    readers that drop entries soon after use; anything that keeps entries (a cache) takes
-    ``to_entry()``, a copy. The digest is checked when the entry is decoded, while its bytes were
-    just received (still in the CPU's caches), not later when the reader gets to it:
-    ``digest_valid``."""
+    """An ``EncodedEntry`` as received, not copied: ``raw`` is a read-only view into the buffer
+    the reader received it in (``entry_view``), valid as long as that reader leaves the buffer
+    alone. For readers that drop entries soon after use; anything that keeps entries (a cache)
+    takes ``to_encoded_entry()``, a copy. The digest is checked when the entry is decoded, while
+    its bytes were just received (still in the CPU's caches), not later when the reader gets to
+    it: ``digest_valid``."""
 
     ledger_id: int
     entry_id: int
@@ -288,7 +288,7 @@ class EncodedEntryView:
     def digest_ok(self) -> bool:
         return self.digest_valid
 
-    def to_entry(self) -> EncodedEntry:
+    def to_encoded_entry(self) -> EncodedEntry:
         return EncodedEntry(self.ledger_id, self.entry_id, self.lac, self.digest, bytes(self.raw))
 
 
@@ -306,7 +306,7 @@ class ReadViewResponse:
 
     def copied(self) -> ReadResponse:
         """The same answer with the entry copied out of the receive buffer."""
-        entry = self.entry.to_entry() if self.entry is not None else None
+        entry = self.entry.to_encoded_entry() if self.entry is not None else None
         return ReadResponse(self.request_id, self.status, self.ledger_id, self.entry_id, self.known_lac, entry,
                             self.op)
 
