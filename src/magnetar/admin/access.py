@@ -8,7 +8,8 @@ choices (``PulsarAuthorizationProvider`` and the admin resources):
 * listing a namespace's topics: also a role with ``consume`` on the namespace;
 * a topic's partition count and stats: a role that may look it up (``produce`` or ``consume``);
 * a topic's subscriptions, every subscription operation and reading messages (peek, examine, by
-  id): a role with ``consume`` (for the named subscription, its role list too);
+  id, and ``readLayout``, the ledgers a reader like the Spark connector reads from bookies and the
+  lakehouse itself): a role with ``consume`` (for the named subscription, its role list too);
 * schemas: reading them needs lookup, changing them the tenant's admins; terminating, trimming
   and compacting a topic: the tenant's admins.
 
@@ -138,6 +139,8 @@ ROUTE_NEEDS: dict[tuple[str, str], Need] = {
     ("GET", f"{_NS}/offloadDeletionLagMs"): A,
     ("PUT", f"{_NS}/offloadDeletionLagMs"): A,
     ("DELETE", f"{_NS}/offloadDeletionLagMs"): A,
+    # what a reader needs to read entries itself (the Spark connector): what consuming allows
+    ("GET", f"{_TOPIC}/readLayout"): C,
     ("GET", _NP): NC,
     ("GET", f"{_NP}/{{topic}}/stats"): L,
     ("DELETE", f"{_NP}/{{topic}}"): A,

@@ -36,7 +36,7 @@ import enum
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgspec
 
@@ -149,6 +149,24 @@ class LedgerOffloader(Protocol):
     async def collect_orphans(self, managed_ledger: str, keep: Mapping[int, str]) -> list[str]:
         """Delete files (and manifest entries) whose (ledger, uid) is not in ``keep``; ``keep``
         maps ledger id to the uid recorded complete. Returns what was deleted."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLocation:
+    """Where an object store is, as a reader outside the broker reaches it (the Spark connector,
+    told by the broker's admin API): ``url`` a directory or ``s3://bucket/prefix``, with the S3
+    endpoint URL (empty: AWS)."""
+
+    url: str
+    s3_endpoint: str = ""
+
+
+@runtime_checkable
+class LocatedOffloader(Protocol):
+    """An offloader that can say where its store is (``runtime/lakehouse``'s drivers do)."""
+
+    @property
+    def location(self) -> StoreLocation: ...
 
 
 def offloaded(info: LedgerInfo) -> bool:

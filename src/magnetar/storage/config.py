@@ -22,9 +22,12 @@ class BookieConfig:
     region: str = ""
 
     # Group commit: a group is written and fsynced once its oldest add waited this long or it
-    # holds this many bytes. 0 ms means "write as soon as the journal task is free": groups
-    # then form naturally from the adds that arrive while the previous fsync runs.
-    journal_group_wait_ms_max: int = 0
+    # holds this many bytes (BookKeeper's journalMaxGroupWaitMSec, 1 in Pulsar's reference
+    # deployments). At a modest rate the adds of one such wait share one write and sync instead
+    # of one each (docs/performance.md, session 8); at a high rate the queued adds are already
+    # older than this and go at once. 0 means "write as soon as the journal task is free":
+    # groups then form only from the adds that arrive while the previous fsync runs.
+    journal_group_wait_ms_max: int = 1
     journal_group_bytes_max: int = 4 * MIB
     journal_queue_bytes_max: int = 64 * MIB  # adds waiting for the journal; beyond it, reads pause
     journal_file_bytes_max: int = 512 * MIB  # rotate to a new journal file beyond this

@@ -61,7 +61,7 @@ from magnetar.base.limits import BOOKIE_JOURNAL_RECORD_BYTES_MAX, BOOKIE_MASTER_
 from magnetar.faults import breaks
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, Entry
 from magnetar.storage.config import BookieConfig
-from magnetar.storage.waits import wait_event_or_timeout, watch_task
+from magnetar.storage.waits import watch_task
 
 log = logging.getLogger(__name__)
 
@@ -311,6 +311,7 @@ class Journal:
         self._queue: collections.deque[tuple[Record, int, Callback, int]] = collections.deque()
         self._queued_bytes = 0
         self._wakeup = asyncio.Event()
+        self._grouping = False  # the journal task sleeps for ``journal_group_wait_ms_max``
         self._room = asyncio.Event()
         self._room.set()
         self._task: asyncio.Task[None] | None = None
@@ -364,7 +365,10 @@ class Journal:
         self._queued_bytes += size
         if self._queued_bytes >= self._config.journal_queue_bytes_max:
             self._room.clear()
-        self._wakeup.set()
+        # Wake the journal task only if it can start a group now: a grouping task wakes by its
+        # timer, and one waiting for a free slot by the completion that frees it.
+        if not self._grouping and len(self._inflight) < self._config.journal_groups_in_flight_max:
+            self._wakeup.set()
 
     async def append(self, record: Record) -> None:
         """Queue ``record`` and return once it is durable."""
@@ -406,13 +410,21 @@ class Journal:
         return parts, callbacks
 
     async def _wait_for_group(self) -> None:
+        """Group commit at a modest rate: while the oldest queued record is younger than
+        ``journal_group_wait_ms_max``, sleep until it is that old (one timer per group, and no
+        wake-up per record meanwhile: ``submit`` does not set the event while the journal
+        groups), so the adds that arrive meanwhile share the group's one write and sync. Records
+        that already waited that long (a busy disk, a high rate) go at once."""
         wait_ns = self._config.journal_group_wait_ms_max * 1_000_000
         if wait_ns <= 0 or self._queued_bytes >= self._config.journal_group_bytes_max:
             return
         age_ns = self._clock.monotonic_ns() - self._queue[0][3]
         if age_ns < wait_ns:
-            self._wakeup.clear()
-            await wait_event_or_timeout(self._clock, self._wakeup, (wait_ns - age_ns) / 1e9)
+            self._grouping = True
+            try:
+                await self._clock.sleep((wait_ns - age_ns) / 1e9)
+            finally:
+                self._grouping = False
 
     def _rotation_due(self) -> bool:
         return self._file is not None and self._file.size() >= self._config.journal_file_bytes_max
@@ -487,7 +499,8 @@ class Journal:
                 faults.gate("bookie.after_fsync_before_reply", self._reply, inflight[0])
         finally:
             self._answer_loop = False
-        self._wakeup.set()
+        if self._queue or self._rotation_due():  # else the journal task has nothing to do
+            self._wakeup.set()
 
     def _reply(self, error: BaseException | None, group: _Group) -> None:
         if group.answered:

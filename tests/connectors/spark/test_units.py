@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -205,3 +206,36 @@ def test_rows_to_messages() -> None:
     assert to_message({"value": b"x", "topic": "t2"}, None).topic == "persistent://public/default/t2"
     with pytest.raises(InvalidArgumentError):
         to_message({"value": b"x"}, None)
+
+
+# --- credentials -------------------------------------------------------------------------------
+
+
+def test_credentials_take_pulsars_option_names_and_hide_the_secret(tmp_path: Any) -> None:
+    base = {"topic": "t", "adminUrl": "http://127.0.0.1:1"}
+    token = ReadOptions.parse({**base, "token": "abc.def.ghi"}, streaming=False)
+    assert token.credentials is not None and token.plans_via_admin
+    assert token.credentials.http_authorization == "Bearer abc.def.ghi"
+    assert "abc" not in repr(token)
+    plugin = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+    assert ReadOptions.parse({**base, "authPluginClassName": plugin, "authParams": "token:xyz"},
+                             streaming=False).credentials.data == "xyz"  # type: ignore[union-attr]
+    (tmp_path / "t.jwt").write_text("from-file\n")
+    assert ReadOptions.parse({**base, "authPluginClassName": "token", "authParams": f"file://{tmp_path / 't.jwt'}"},
+                             streaming=False).credentials.data == "from-file"  # type: ignore[union-attr]
+    basic = ReadOptions.parse({**base, "authPluginClassName": "org.apache.pulsar.client.impl.auth.AuthenticationBasic",
+                               "authParams": '{"userId": "u", "password": "p"}'}, streaming=False).credentials
+    assert basic is not None and basic.method == "basic" and basic.http_authorization == "Basic dTpw"
+    assert not ReadOptions.parse({**base, "metadataUrl": "embedded:/x"}, streaming=False).plans_via_admin
+
+
+@pytest.mark.parametrize("options, error", [
+    ({"authPluginClassName": "kerberos", "authParams": "x"}, "not supported"),
+    ({"authPluginClassName": "token"}, "authParams is needed"),
+    ({"authParams": "token:x"}, "needs authPluginClassName"),
+    ({"token": "a", "authPluginClassName": "token", "authParams": "b"}, "not both"),
+    ({"authPluginClassName": "basic", "authParams": "no-colon"}, "user:password"),
+])
+def test_bad_credentials_options_are_refused(options: dict[str, str], error: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=error):
+        ReadOptions.parse({"topic": "t", **options}, streaming=False)

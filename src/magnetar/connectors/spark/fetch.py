@@ -14,10 +14,12 @@ the rest of the slice is read through the broker with a non-durable reader (``re
 does that from the start; ``readMode=bookies`` fails instead). Either way the rows of one slice
 are the same.
 
-Layouts (``load_layout``): the managed ledger's ``ManagedLedgerInfo`` at
-``/managed-ledgers/<tenant>/<ns>/persistent/<topic>`` lists the ledgers; each ledger's metadata
-gives its state, and an open ledger's readable end is a quorum LAC read (no fencing: the broker
-keeps writing). The metadata store is read through ``runtime.metadata_view`` (read-only).
+Layouts (``load_layout``): with ``adminUrl`` and no ``metadataUrl``, the brokers' admin API
+answers, authorized as the reading role (``admin_plan``). Otherwise (a trusted cluster) the
+managed ledger's ``ManagedLedgerInfo`` at ``/managed-ledgers/<tenant>/<ns>/persistent/<topic>``
+lists the ledgers; each ledger's metadata gives its state, and an open ledger's readable end is a
+quorum LAC read (no fencing: the broker keeps writing). The metadata store is read through
+``runtime.metadata_view`` (read-only).
 """
 
 from __future__ import annotations
@@ -54,7 +56,10 @@ from magnetar.base.limits import (
     SPARK_READ_ENTRIES_CHUNK_COUNT_MAX,
 )
 from magnetar.base.types import NO_ENTRY, BookieId, Position, TopicName
-from magnetar.client import MessageId, PulsarClient
+from magnetar.client import ClientOptions, MessageId, PulsarClient
+from magnetar.connectors.spark import admin_plan
+from magnetar.connectors.spark.admin_plan import AdminApi, StoreLocation
+from magnetar.connectors.spark.options import Credentials
 from magnetar.connectors.spark.plan import EntryRange, LedgerSpan, PartitionLayout, Slice
 from magnetar.connectors.spark.rows import RowBuilder, ValueField
 from magnetar.ledger import BookieClientTransport, LedgerClientConfig
@@ -70,7 +75,7 @@ from magnetar.protocol.pulsar.batch import message_count
 from magnetar.protocol.pulsar.stored import split_stored_entry
 from magnetar.runtime.bookie_reads import BlockingBookieReads
 from magnetar.runtime.clock import SystemClock, system_rng
-from magnetar.runtime.lakehouse import LazyLakehouse
+from magnetar.runtime.lakehouse import LazyLakehouse, open_lakehouse
 from magnetar.runtime.metadata_view import MetadataView, open_metadata_view
 from magnetar.runtime.network import TcpNetwork
 
@@ -105,25 +110,37 @@ class Connections:
     view: MetadataView | None = None
     client: PulsarClient | None = None
     lakehouse: LazyLakehouse | None = None  # where offloaded ledgers are read from
+    admin: AdminApi | None = None  # plans through the brokers (no metadataUrl): ``admin_plan``
+    credentials: Credentials | None = None
+    #: Where the brokers said their lakehouse is (admin plans; None: not told, or not asked).
+    lakehouse_location: StoreLocation | None = None
 
     @classmethod
-    def make(cls, service_url: str, metadata_url: str | None, lakehouse: LazyLakehouse | None = None) -> Connections:
+    def make(cls, service_url: str, metadata_url: str | None, lakehouse: LazyLakehouse | None = None, *,
+             admin_url: str | None = None, credentials: Credentials | None = None) -> Connections:
         network, clock = TcpNetwork(), SystemClock()
+        admin = AdminApi(admin_url, credentials) if admin_url is not None and metadata_url is None else None
         return cls(service_url, metadata_url, network, clock, BookieClientTransport(network, clock, LedgerClientConfig()),
-                   lakehouse=lakehouse)
+                   lakehouse=lakehouse, admin=admin, credentials=credentials)
 
     async def metadata(self) -> MetadataView:
         if self.view is None:
             if not self.metadata_url:
                 raise InvalidArgumentError(
-                    "option metadataUrl is needed to plan reads (embedded:/<standalone data dir>/metadata or zk://...)"
+                    "options adminUrl (the brokers' HTTP address: planning through the admin API) or metadataUrl "
+                    "(trusted clusters: embedded:/<standalone data dir>/metadata or zk://...) are needed to plan reads"
                 )
             self.view = await open_metadata_view(self.metadata_url)
         return self.view
 
     def pulsar(self) -> PulsarClient:
         if self.client is None:
-            self.client = PulsarClient(self.service_url, network=self.network, clock=self.clock, rng=system_rng())
+            options = None
+            if self.credentials is not None:
+                options = ClientOptions(auth_method_name=self.credentials.method,
+                                        auth_data=self.credentials.data.encode())
+            self.client = PulsarClient(self.service_url, network=self.network, clock=self.clock, rng=system_rng(),
+                                       options=options)
         return self.client
 
     async def close(self) -> None:
@@ -153,24 +170,41 @@ async def resolve_partitions(cx: Connections, topics: tuple[str, ...], pattern: 
     if pattern is not None:
         namespace, regex = _pattern_namespace(pattern)
         compiled = re.compile(regex)
-        view = await cx.metadata()
-        for child in await view.children(f"{MANAGED_LEDGERS_ROOT}/{namespace}/persistent"):
-            name = f"persistent://{namespace}/{unquote(child)}"
+        for name in await _namespace_topics(cx, namespace):
             base = str(TopicName.parse(name).partitioned_topic_name)
             if compiled.fullmatch(name) or compiled.fullmatch(base):
                 names.append(name)
     else:
-        client = cx.pulsar()
         for topic in topics:
-            names.extend(await client.get_partitions(topic))
+            if cx.admin is not None:
+                names.extend(await admin_plan.partitions(cx.admin, topic))
+            else:
+                names.extend(await cx.pulsar().get_partitions(topic))
     names = sorted(set(names))
     if len(names) > SPARK_PARTITIONS_COUNT_MAX:
         raise LimitExceededError("SPARK_PARTITIONS_COUNT_MAX", len(names), SPARK_PARTITIONS_COUNT_MAX)
     return names
 
 
+async def _namespace_topics(cx: Connections, namespace: str) -> list[str]:
+    if cx.admin is not None:
+        return await admin_plan.namespace_topics(cx.admin, namespace)
+    view = await cx.metadata()
+    return [f"persistent://{namespace}/{unquote(child)}"
+            for child in await view.children(f"{MANAGED_LEDGERS_ROOT}/{namespace}/persistent")]
+
+
 async def load_layout(cx: Connections, name: str) -> PartitionLayout:
-    """The ledgers of partition ``name`` and how far each is readable now."""
+    """The ledgers of partition ``name`` and how far each is readable now (from the brokers with
+    an admin plan: then ``cx.lakehouse`` becomes where they said offloaded ledgers are, unless
+    the query named one)."""
+    if cx.admin is not None:
+        layout, location = await admin_plan.layout(cx.admin, name)
+        if location is not None:
+            cx.lakehouse_location = location
+            if cx.lakehouse is None:
+                cx.lakehouse = open_lakehouse(location.url, s3_endpoint=location.s3_endpoint or None)
+        return layout
     topic = TopicName.parse(name)
     view = await cx.metadata()
     found = await view.get(f"{MANAGED_LEDGERS_ROOT}/{topic.persistence_path}")
@@ -195,7 +229,9 @@ async def load_layout(cx: Connections, name: str) -> PartitionLayout:
 
 async def avro_schemas(cx: Connections, partition: str) -> dict[int, str]:
     """The Avro schema definitions registered for ``partition``'s topic, by version (read from the
-    schema registry's nodes in the metadata store; other schema types are left out)."""
+    schema registry's nodes in the metadata store, or the admin API; other schema types are left out)."""
+    if cx.admin is not None:
+        return await admin_plan.avro_schemas(cx.admin, partition)
     view = await cx.metadata()
     base = TopicName.parse(partition).partitioned_topic_name
     path = f"{SCHEMAS_ROOT}/{base.tenant}/{base.namespace_portion}/{quote(base.local_name, safe='')}"
@@ -627,11 +663,12 @@ def run(coro: Any) -> Any:
 
 
 def call(work: Callable[[Connections], Awaitable[Any]], service_url: str, metadata_url: str | None,
-         lakehouse: LazyLakehouse | None = None) -> Any:
+         lakehouse: LazyLakehouse | None = None, *, admin_url: str | None = None,
+         credentials: Credentials | None = None) -> Any:
     """``await work(cx)`` with fresh connections, closed afterwards."""
 
     async def main() -> Any:
-        cx = Connections.make(service_url, metadata_url, lakehouse)
+        cx = Connections.make(service_url, metadata_url, lakehouse, admin_url=admin_url, credentials=credentials)
         try:
             return await work(cx)
         finally:
@@ -641,10 +678,12 @@ def call(work: Callable[[Connections], Awaitable[Any]], service_url: str, metada
 
 
 def iterate(make: Callable[[Connections], AsyncGenerator[Any, None]], service_url: str,
-            metadata_url: str | None, lakehouse: LazyLakehouse | None = None) -> Iterator[Any]:
-    """A plain iterator over the async iterator ``make(cx)``, on a private event loop."""
+            metadata_url: str | None, lakehouse: LazyLakehouse | None = None, *,
+            credentials: Credentials | None = None) -> Iterator[Any]:
+    """A plain iterator over the async iterator ``make(cx)``, on a private event loop (tasks: no
+    planning, so no admin API)."""
     loop = asyncio.new_event_loop()
-    cx = Connections.make(service_url, metadata_url, lakehouse)
+    cx = Connections.make(service_url, metadata_url, lakehouse, credentials=credentials)
     items = make(cx)
     try:
         while True:

@@ -7,9 +7,12 @@ Both are frozen and picklable: they travel inside every input partition and writ
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from magnetar.base.errors import InvalidArgumentError
 from magnetar.client.topic import full_topic_name
@@ -56,6 +59,80 @@ def _choice(options: dict[str, str], name: str, choices: tuple[str, ...]) -> str
     return value
 
 
+#: ``authPluginClassName`` values (Pulsar's class names, or the short names) -> the auth method.
+AUTH_PLUGINS = {
+    "token": "token", "org.apache.pulsar.client.impl.auth.AuthenticationToken": "token",
+    "basic": "basic", "org.apache.pulsar.client.impl.auth.AuthenticationBasic": "basic",
+}
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """How the connector authenticates to the broker (binary protocol and admin API) as the
+    reading role: ``method`` ``token`` (``data`` the JWT) or ``basic`` (``data`` ``user:password``)."""
+
+    method: str
+    data: str
+
+    def __repr__(self) -> str:  # never print a secret in a plan or an error
+        return f"Credentials({self.method}, ***)"
+
+    @property
+    def http_authorization(self) -> str:
+        """The ``Authorization`` header the admin API's providers check."""
+        if self.method == "token":
+            return f"Bearer {self.data}"
+        return "Basic " + base64.b64encode(self.data.encode()).decode()
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> Credentials | None:
+        """Pulsar's client options ``authPluginClassName`` + ``authParams`` (token: ``token:<jwt>``,
+        ``file:<path>`` or the JWT; basic: ``{"userId": .., "password": ..}`` or ``user:password``),
+        or ``token`` alone; None without them."""
+        plugin = options.get("authpluginclassname", "").strip()
+        params = options.get("authparams", "").strip()
+        token = options.get("token", "").strip()
+        if token and plugin:
+            raise InvalidArgumentError("give either the option token or authPluginClassName + authParams, not both")
+        if token:
+            return cls("token", token)
+        if not plugin:
+            if params:
+                raise InvalidArgumentError("option authParams needs authPluginClassName (token or basic)")
+            return None
+        method = AUTH_PLUGINS.get(plugin)
+        if method is None:
+            raise InvalidArgumentError(f"option authPluginClassName: {plugin!r} is not supported (one of "
+                                  f"{', '.join(sorted(AUTH_PLUGINS))})")
+        if not params:
+            raise InvalidArgumentError(f"option authParams is needed for authPluginClassName {plugin}")
+        return cls(method, _token_params(params) if method == "token" else _basic_params(params))
+
+
+def _token_params(params: str) -> str:
+    if params.startswith("token:"):
+        return params.removeprefix("token:").strip()
+    if params.startswith("file:"):
+        path = params.removeprefix("file:").removeprefix("//")
+        try:
+            return Path(path).read_text().strip()
+        except OSError as error:
+            raise InvalidArgumentError(f"option authParams: cannot read the token file {path}: {error}") from None
+    return params
+
+
+def _basic_params(params: str) -> str:
+    if params.startswith("{"):
+        try:
+            parsed = json.loads(params)
+            return f"{parsed['userId']}:{parsed['password']}"
+        except (ValueError, KeyError, TypeError):
+            raise InvalidArgumentError('option authParams for basic: expected {"userId": ..., "password": ...}') from None
+    if ":" not in params:
+        raise InvalidArgumentError("option authParams for basic: expected user:password")
+    return params
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     service_url: str
@@ -80,6 +157,14 @@ class ReadOptions:
     #: None: ``<data dir>/offload`` of an ``embedded:`` metadataUrl (a standalone's default).
     lakehouse_url: str | None = None
     lakehouse_s3_endpoint: str | None = None
+    #: Whom the connector reads as (binary protocol and admin API); None: no authentication.
+    credentials: Credentials | None = None
+
+    @property
+    def plans_via_admin(self) -> bool:
+        """Layouts come from the brokers' admin API (``readLayout``, authorized as the reading role)
+        rather than from the metadata store: ``adminUrl`` given and ``metadataUrl`` not."""
+        return self.metadata_url is None and self.admin_url is not None
 
     @classmethod
     def parse(cls, raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -127,6 +212,7 @@ class ReadOptions:
             admin_url=admin_url,
             lakehouse_url=options.get("lakehouseurl", "").strip() or None,
             lakehouse_s3_endpoint=options.get("lakehouses3endpoint", "").strip() or None,
+            credentials=Credentials.parse(options),
         )
 
     @property
@@ -148,6 +234,7 @@ class WriteOptions:
     exactly_once: bool
     batching: bool
     fail_task_after_rows: int | None  # failure drill: first attempts of tasks fail after N rows
+    credentials: Credentials | None = None  # whom the connector writes as
 
 
     @classmethod
@@ -161,4 +248,5 @@ class WriteOptions:
             exactly_once=_bool(options, "exactlyOnce", True),
             batching=_bool(options, "batching", True),
             fail_task_after_rows=_int(options, "failTaskAfterRows", low=1),
+            credentials=Credentials.parse(options),
         )

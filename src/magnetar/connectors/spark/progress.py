@@ -19,11 +19,15 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from magnetar.base.errors import MagnetarError
 from magnetar.base.limits import SPARK_ADMIN_REQUEST_MS_MAX
 from magnetar.base.types import Position, TopicName
+
+if TYPE_CHECKING:
+    from magnetar.connectors.spark.options import Credentials
 
 
 class SubscriptionError(MagnetarError):
@@ -37,9 +41,12 @@ def subscription_path(partition: str, subscription: str) -> str:
             f"{quote(topic.local_name, safe='')}/subscription/{quote(subscription, safe='')}")
 
 
-def _call(admin_url: str, method: str, path: str, body: object) -> tuple[int, str]:
+def _call(admin_url: str, method: str, path: str, body: object, credentials: Credentials | None) -> tuple[int, str]:
+    headers = {"Content-Type": "application/json"}
+    if credentials is not None:
+        headers["Authorization"] = credentials.http_authorization
     request = urllib.request.Request(f"{admin_url.rstrip('/')}/admin/v2{path}", data=json.dumps(body).encode(),
-                                     method=method, headers={"Content-Type": "application/json"})
+                                     method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=SPARK_ADMIN_REQUEST_MS_MAX / 1000) as reply:
             return reply.status, ""
@@ -52,7 +59,8 @@ def _call(admin_url: str, method: str, path: str, body: object) -> tuple[int, st
         ) from None
 
 
-def advance_subscription(admin_url: str, subscription: str, positions: Mapping[str, Position]) -> None:
+def advance_subscription(admin_url: str, subscription: str, positions: Mapping[str, Position],
+                         credentials: Credentials | None = None) -> None:
     """Move ``subscription`` on each partition so that ``positions[partition]`` is the next entry it
     would read (created there if missing). Partitions still before their first ledger are skipped."""
     for partition in sorted(positions):
@@ -61,9 +69,9 @@ def advance_subscription(admin_url: str, subscription: str, positions: Mapping[s
             continue
         path = subscription_path(partition, subscription)
         body = {"ledgerId": position.ledger_id, "entryId": position.entry_id}
-        status, reason = _call(admin_url, "POST", f"{path}/resetcursor", body)
+        status, reason = _call(admin_url, "POST", f"{path}/resetcursor", body, credentials)
         if status == 404:
-            status, reason = _call(admin_url, "PUT", path, body)
+            status, reason = _call(admin_url, "PUT", path, body, credentials)
         if status not in (200, 204):
             raise SubscriptionError(f"{partition}: moving subscription {subscription!r} to "
                                     f"{position.ledger_id}:{position.entry_id} failed: HTTP {status} {reason}")

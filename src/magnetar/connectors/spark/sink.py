@@ -33,7 +33,7 @@ from typing import Any
 
 from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import SPARK_WRITE_PENDING_COUNT_MAX
-from magnetar.client import PartitionedProducer, Producer, ProducerConfig, PulsarClient
+from magnetar.client import ClientOptions, PartitionedProducer, Producer, ProducerConfig, PulsarClient
 from magnetar.client.topic import full_topic_name
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.network import TcpNetwork
@@ -99,11 +99,13 @@ class InjectedTaskError(RuntimeError):
 
 
 async def write_messages(service_url: str, messages: Iterable[OutMessage], *, name: str, batch_id: int,
-                         exactly_once: bool, batching: bool, fail_after_rows: int | None = None) -> int:
+                         exactly_once: bool, batching: bool, fail_after_rows: int | None = None,
+                         auth: tuple[str, bytes] | None = None) -> int:
     """Send every message (row ``i`` gets ``sequence_id(batch_id, i)`` when ``exactly_once``);
     returns how many were sent once all are receipted (duplicates count: the broker answered).
     With ``fail_after_rows`` it raises ``InjectedTaskError`` once that many rows are receipted."""
-    client = PulsarClient(service_url, network=TcpNetwork(), clock=SystemClock(), rng=system_rng())
+    options = None if auth is None else ClientOptions(auth_method_name=auth[0], auth_data=auth[1])
+    client = PulsarClient(service_url, network=TcpNetwork(), clock=SystemClock(), rng=system_rng(), options=options)
     producers: dict[str, Producer | PartitionedProducer] = {}
     pending: list[asyncio.Future[Any]] = []
     sent = 0

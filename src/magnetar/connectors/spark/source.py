@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import gc
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -91,8 +91,14 @@ def _read_partition(partition: SlicePartition) -> Iterator[pa.RecordBatch]:
     fields = parse_value_schema(options.value_schema)
     return fetch.iterate(
         lambda cx: fetch.read_slice(cx, partition.piece, options.read_mode, fields, partition.avro_schemas),
-        options.service_url, options.metadata_url, lakehouse_of(options),
+        options.service_url, options.metadata_url, lakehouse_of(options), credentials=options.credentials,
     )
+
+
+def call(work: Callable[[Connections], Awaitable[Any]], options: ReadOptions) -> Any:
+    """``fetch.call`` with the connections ``options`` ask for (driver side: planning)."""
+    return fetch.call(work, options.service_url, options.metadata_url, lakehouse_of(options),
+                      admin_url=options.admin_url, credentials=options.credentials)
 
 
 def lakehouse_of(options: ReadOptions) -> LazyLakehouse | None:
@@ -104,7 +110,11 @@ def lakehouse_of(options: ReadOptions) -> LazyLakehouse | None:
 
 
 async def _partitions(cx: Connections, pieces: list[Slice], options: ReadOptions) -> list[InputPartition]:
-    """Input partitions of ``pieces``, with the Avro writer schemas when values are Avro."""
+    """Input partitions of ``pieces``, with the Avro writer schemas when values are Avro, and the
+    lakehouse the brokers named (admin plans) unless the query named one."""
+    if options.lakehouse is None and cx.lakehouse_location is not None:
+        options = replace(options, lakehouse_url=cx.lakehouse_location.url,
+                          lakehouse_s3_endpoint=cx.lakehouse_location.s3_endpoint or None)
     if options.value_format != "avro" or not options.value_schema:
         return [SlicePartition(piece, options) for piece in pieces]
     schemas = {name: await fetch.avro_schemas(cx, name) for name in sorted({p.topic for p in pieces})}
@@ -162,7 +172,7 @@ class MagnetarBatchReader(DataSourceReader):
             pieces = cut(layouts, starts, ends, split_by=options.split_by, min_partitions=options.min_partitions)
             return await _partitions(cx, pieces, options)
 
-        return list(fetch.call(plan, options.service_url, options.metadata_url, lakehouse_of(options)))
+        return list(call(plan, options))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SlicePartition):  # Spark's placeholder when nothing is to be read
@@ -182,8 +192,7 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, Position] | None = None
 
     def _call(self, work: Any) -> Any:
-        return fetch.call(work, self.read_options.service_url, self.read_options.metadata_url,
-                          lakehouse_of(self.read_options))
+        return call(work, self.read_options)
 
     def initialOffset(self) -> dict[str, str]:
         options = self.read_options
@@ -288,7 +297,7 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         subscription is moved to ``end`` on every partition (see ``progress``)."""
         options = self.read_options
         if options.subscription is not None and options.admin_url is not None:
-            advance_subscription(options.admin_url, options.subscription, from_offset(end))
+            advance_subscription(options.admin_url, options.subscription, from_offset(end), options.credentials)
 
 
 # --- write -------------------------------------------------------------------------------------
@@ -309,6 +318,7 @@ def _write_rows(rows: Iterator[Any], options: WriteOptions, prefix: str, batch_i
         options.service_url, messages, name=producer_name(prefix, partition_id), batch_id=batch_id,
         exactly_once=options.exactly_once, batching=options.batching,
         fail_after_rows=options.fail_task_after_rows if first_attempt else None,
+        auth=None if options.credentials is None else (options.credentials.method, options.credentials.data.encode()),
     ))
     return WriteCommit(partition_id, sent)
 

@@ -19,7 +19,13 @@ from urllib.parse import urlparse
 
 from magnetar.base.errors import InvalidArgumentError
 from magnetar.broker.config import OFFLOAD_DRIVERS, BrokerConfig
-from magnetar.managed_ledger.offload import EntryChunks, LedgerLocation, OffloadSchema, WrittenLedger
+from magnetar.managed_ledger.offload import (
+    EntryChunks,
+    LedgerLocation,
+    OffloadSchema,
+    StoreLocation,
+    WrittenLedger,
+)
 from magnetar.runtime.lakehouse.layout import file_name, table_dir
 
 if TYPE_CHECKING:
@@ -29,11 +35,18 @@ if TYPE_CHECKING:
 class LazyLakehouse:
     """A ``LedgerOffloader`` that builds its ``LakehouseOffloader`` on first use."""
 
-    def __init__(self, driver_name: str, local_root: str | None, make: Callable[[], LakehouseOffloader]) -> None:
+    def __init__(self, driver_name: str, local_root: str | None, make: Callable[[], LakehouseOffloader],
+                 location: StoreLocation) -> None:
         self.driver_name = driver_name
         self._local_root = local_root  # the filesystem driver's directory (None: s3)
         self._make = make
         self._real: LakehouseOffloader | None = None
+        self._location = location
+
+    @property
+    def location(self) -> StoreLocation:
+        """Where the store is, for readers outside the broker (``LocatedOffloader``)."""
+        return self._location
 
     @property
     def real(self) -> LakehouseOffloader:
@@ -92,11 +105,12 @@ def open_offloader(config: BrokerConfig, default_directory: str = "") -> LazyLak
             return None
         root = _directory(raw)
         os.makedirs(root, exist_ok=True)
-        return LazyLakehouse("filesystem", root, lambda: _filesystem(root))
+        return LazyLakehouse("filesystem", root, lambda: _filesystem(root), StoreLocation(root))
     bucket = config.offload_s3_bucket.strip("/")
     if not bucket:
         raise InvalidArgumentError("the s3 offload driver needs offload_s3_bucket")
-    return LazyLakehouse("s3", None, lambda: _s3(config, bucket))
+    return LazyLakehouse("s3", None, lambda: _s3(config, bucket),
+                         StoreLocation(f"s3://{bucket}", config.offload_s3_endpoint))
 
 
 def _filesystem(root: str) -> LakehouseOffloader:
