@@ -61,22 +61,25 @@ async def read_lac_quorum(
     lac: int = NO_ENTRY
     last: int = NO_ENTRY
     remaining = set(tasks)
-    while remaining:
-        done, remaining = await asyncio.wait(remaining, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            try:
-                reply = task.result()
-            except MagnetarError:
-                continue  # unknown: neither fenced nor known to be empty
-            if reply is None:
-                continue
-            answered.add(tasks[task])
-            lac = max(lac, reply.lac)
-            last = max(last, reply.last_entry_id)
-        if fencing_covered(answered, e, w, a):
-            for task in remaining:
-                keep_in_background(task, background)
-            return LacQuorumResult(lac, last, frozenset(ensemble[i] for i in answered))
+    try:
+        while remaining:
+            done, remaining = await asyncio.wait(remaining, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                try:
+                    reply = task.result()
+                except MagnetarError:
+                    continue  # unknown: neither fenced nor known to be empty
+                if reply is None:
+                    continue
+                answered.add(tasks[task])
+                lac = max(lac, reply.lac)
+                last = max(last, reply.last_entry_id)
+            if fencing_covered(answered, e, w, a):
+                return LacQuorumResult(lac, last, frozenset(ensemble[i] for i in answered))
+    finally:
+        # Requests still out (also when the caller is cancelled) keep fencing; they stay owned.
+        for task in remaining:
+            keep_in_background(task, background)
     raise RecoveryIncompleteError(
         f"ledger {metadata.ledger_id}: only {len(answered)} of {e} bookies answered the "
         f"{'fencing ' if fence else ''}LAC read; not every write set has {w - a + 1} answers"

@@ -85,6 +85,20 @@ def _broken(mode: RecoveryMode) -> RecoveryMode:
     return mode
 
 
+def _own_reads(tasks: dict[asyncio.Task[Entry], int]) -> None:
+    """Consume the outcome of every finished read of one recovery read.
+
+    Answers arrive together: one ``asyncio.wait`` batch can hold the valid copy and the "no such
+    entry" of the other bookies. Returning on the copy leaves the rest of the batch unread, and
+    asyncio then reports "Task exception was never retrieved" for each. Those answers no longer
+    change the outcome (the entry exists, or the end is already decided), so they are retrieved
+    here; reads still running are handed to ``keep_in_background`` by the caller.
+    """
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()
+
+
 class LedgerRecovery:
     """One recovery attempt of one ledger; ``run()`` returns the CLOSED metadata."""
 
@@ -205,6 +219,7 @@ class LedgerRecovery:
                 ):
                     return None
         finally:
+            _own_reads(tasks)
             for task in remaining:
                 # Outstanding reads still fence their bookie; let them finish in the background.
                 keep_in_background(task, self._background)
