@@ -85,7 +85,7 @@ def _broken(mode: RecoveryMode) -> RecoveryMode:
     return mode
 
 
-def _own_reads(tasks: dict[asyncio.Task[Entry], int]) -> None:
+def _own_reads(tasks: dict[asyncio.Task[EncodedEntry], int]) -> None:
     """Consume the outcome of every finished read of one recovery read.
 
     Answers arrive together: one ``asyncio.wait`` batch can hold the valid copy and the "no such
