@@ -15,8 +15,10 @@ registered in each other, tenant ``public`` allowed on both, ``public/default`` 
   machine and the write path cost without replication.
 * catch-up (``--outage-seconds`` > 0): B is killed (SIGKILL), A takes ``--rate`` msg/s for the
   outage, B is restarted on the same ports; reported: the backlog A's replicator had built
-  (``replicationBacklog`` in A's topic stats, entries) and the messages per second B received
-  while draining it (first to last message of the backlog).
+  (``replicationBacklog`` in A's topic stats, entries), how long after B's restart the first of
+  them reached B (the remote producer's reconnect backoff, 100 ms doubling to 60 s, decides it),
+  and the messages per second B received while draining (from the first to the last message of
+  the backlog; also counted from B's restart).
 
 Run: ``PYTHONPATH=src .venv/bin/python bench/geo_lag.py [--rate 2000] [--seconds 10]
 [--outage-seconds 20]``. Bounded: about ``seconds + 2 * outage-seconds + 60`` s.
@@ -73,7 +75,7 @@ def stats(node: Node) -> Any:
         return json.loads(reply.read())
 
 
-def produce_paced(pulsar: Any, url: str, rate: int, seconds: float, batching: bool) -> int:
+def produce_paced(pulsar: Any, url: str, rate: int, seconds: float, batching: bool, first_value: int = 0) -> int:
     client = pulsar.Client(url, operation_timeout_seconds=30)
     producer = client.create_producer(TOPIC, block_if_queue_full=True, batching_enabled=batching,
                                       batching_max_publish_delay_ms=10)
@@ -83,7 +85,7 @@ def produce_paced(pulsar: Any, url: str, rate: int, seconds: float, batching: bo
     start = time.monotonic()
     while time.monotonic() - start < seconds:
         for _ in range(per_tick):
-            producer.send_async(f"{sent}".encode(), None)
+            producer.send_async(f"{first_value + sent}".encode(), None)
             sent += 1
         next_tick = start + (sent // per_tick) * tick_s
         delay = next_tick - time.monotonic()
@@ -112,6 +114,40 @@ def consume(pulsar: Any, url: str, expected: int, deadline_s: float, out: list[t
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def catch_up(pulsar: Any, a: Node, b: Node, args: argparse.Namespace) -> None:
+    """B killed for the outage while A takes the load, then restarted: the backlog, how long until
+    the first message of the outage reached B (the remote producer's reconnect backoff), and the
+    drain rate from then on."""
+    b.kill()
+    offset = 10**9  # the outage's values, told apart from earlier ones B may deliver again
+    outage = produce_paced(pulsar, a.url, args.rate, args.outage_seconds, args.batching, first_value=offset)
+    backlog = stats(a)["replication"]["B"]["replicationBacklog"]
+    b.start()
+    back = time.monotonic()
+    client = pulsar.Client(b.url, operation_timeout_seconds=30)
+    consumer = client.subscribe(TOPIC, "lag", receiver_queue_size=5000)
+    seen: set[int] = set()
+    first = last = back
+    end = back + 300
+    while len(seen) < outage and time.monotonic() < end:
+        try:
+            message = consumer.receive(1000)
+        except pulsar.Timeout:
+            continue
+        value = int(message.data())
+        if value >= offset and value not in seen:
+            first = first if seen else time.monotonic()
+            seen.add(value)
+            last = time.monotonic()
+        consumer.acknowledge_cumulative(message)
+    client.close()
+    print(f"outage of {args.outage_seconds:.0f} s at {args.rate} msg/s: {outage} messages, A's replication "
+          f"backlog {backlog} entries; the first reached B {first - back:.1f} s after B's restart (the remote "
+          f"producer's reconnect backoff); B received {len(seen)} in {last - first:.1f} s from then = "
+          f"{len(seen) / max(last - first, 1e-3):.0f} msg/s ({len(seen) / max(last - back, 1e-3):.0f} msg/s "
+          f"counting from B's restart)")
 
 
 def main() -> None:
@@ -157,17 +193,7 @@ def main() -> None:
               f"p99={percentile(lags, 0.99):.1f} ms max={max(lags, default=float('nan')):.1f} ms "
               f"mean={statistics.fmean(lags) if lags else float('nan'):.1f} ms")
         if args.outage_seconds > 0:
-            b.kill()
-            outage = produce_paced(pulsar, a.url, args.rate, args.outage_seconds, args.batching)
-            backlog = stats(a)["replication"]["B"]["replicationBacklog"]
-            drained: list[tuple[float, int]] = []
-            started = time.monotonic()
-            b.start()
-            consume(pulsar, b.url, outage, 300, drained)  # same subscription: the outage's messages
-            elapsed = time.monotonic() - started
-            print(f"outage of {args.outage_seconds:.0f} s at {args.rate} msg/s: {outage} messages, A's replication "
-                  f"backlog {backlog} entries; B (restart included) received {len(drained)} in {elapsed:.1f} s = "
-                  f"{len(drained) / elapsed:.0f} msg/s")
+            catch_up(pulsar, a, b, args)
     finally:
         a.kill()
         b.kill()

@@ -9,7 +9,8 @@ A local cluster: ZooKeeper, 3 bookies, 1 owner broker, 2 read-only brokers.
 * ``scale``: the owner's CPU time (utime+stime from /proc) per published message while N
   subscriptions consume: 0, N served by the read-only brokers, N on the owner itself.
 
-Usage: ``python bench/read_only.py [--rate 2000] [--seconds 6] [--subscriptions 50] [--json]``.
+Usage: ``python bench/read_only.py [--rate 2000] [--seconds 6] [--repeats 5] [--subscriptions 50] [--json]``
+(each freshness run also reports the read-only minus owner gaps and the 1-minute load average).
 Bounded: every phase has a message count and a deadline.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import struct
 import tempfile
 import threading
@@ -68,8 +70,8 @@ def publish(producer: pulsar.Producer, rate: int, count: int) -> None:
     producer.flush()
 
 
-def freshness(cluster: LocalCluster, rate: int, seconds: float, batching: bool) -> dict[str, Any]:
-    topic = "persistent://public/default/freshness"
+def freshness(cluster: LocalCluster, rate: int, seconds: float, batching: bool, run: int = 0) -> dict[str, Any]:
+    topic = f"persistent://public/default/freshness-{run}"
     count = int(rate * seconds)
     owner = pulsar.Client(cluster.service_url(), logger=QUIET)
     ro_url = cluster.read_only_service_url()
@@ -89,9 +91,25 @@ def freshness(cluster: LocalCluster, rate: int, seconds: float, batching: bool) 
         thread.join(seconds + 60)
     owner.close()
     ro.close()
-    return {kind: {"received": len(v), "p50_ms": round(percentile(v, 50), 2), "p99_ms": round(percentile(v, 99), 2),
-                   "max_ms": round(max(v), 2) if v else None} for kind, v in results.items()} | {
-        "rate_msg_s": rate, "messages": count, "batching": batching}
+    out: dict[str, Any] = {kind: {"received": len(v), "p50_ms": round(percentile(v, 50), 2),
+                                  "p99_ms": round(percentile(v, 99), 2), "max_ms": round(max(v), 2) if v else None}
+                           for kind, v in results.items()}
+    out["p50_gap_ms"] = round(out["read_only"]["p50_ms"] - out["owner"]["p50_ms"], 2)
+    out["p99_gap_ms"] = round(out["read_only"]["p99_ms"] - out["owner"]["p99_ms"], 2)
+    out["load_average_1m"] = os.getloadavg()[0]
+    return out | {"rate_msg_s": rate, "messages": count, "batching": batching}
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """min / median / max over repeated freshness runs of each figure."""
+    figures = {"owner_p50_ms": [r["owner"]["p50_ms"] for r in runs],
+               "owner_p99_ms": [r["owner"]["p99_ms"] for r in runs],
+               "read_only_p50_ms": [r["read_only"]["p50_ms"] for r in runs],
+               "read_only_p99_ms": [r["read_only"]["p99_ms"] for r in runs],
+               "p50_gap_ms": [r["p50_gap_ms"] for r in runs], "p99_gap_ms": [r["p99_gap_ms"] for r in runs],
+               "load_average_1m": [r["load_average_1m"] for r in runs]}
+    return {name: {"min": min(v), "median": round(statistics.median(v), 2), "max": max(v)}
+            for name, v in figures.items()}
 
 
 def scale(cluster: LocalCluster, subscriptions: int, rate: int, count: int) -> dict[str, Any]:
@@ -134,6 +152,7 @@ def main() -> None:
     parser.add_argument("--scale-rate", type=int, default=500)
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--batching", action="store_true", help="client batching (1 ms publish delay)")
+    parser.add_argument("--repeats", type=int, default=1, help="freshness runs (min/median/max reported)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="magnetar-ro-bench-"))
@@ -141,7 +160,8 @@ def main() -> None:
     try:
         cluster.start(timeout_s=90)
         result: dict[str, Any] = {"read_only_brokers": len(cluster.of_kind(READ_ONLY_BROKER))}
-        result["freshness"] = freshness(cluster, args.rate, args.seconds, args.batching)
+        runs = [freshness(cluster, args.rate, args.seconds, args.batching, run) for run in range(args.repeats)]
+        result["freshness"] = runs[0] if len(runs) == 1 else {"runs": runs, "summary": summary(runs)}
         if not args.skip_scale:
             result["scale"] = scale(cluster, args.subscriptions, args.scale_rate, args.scale_messages)
     finally:

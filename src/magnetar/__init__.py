@@ -3,7 +3,7 @@
 Layers live in sub-packages, lowest first: ``base``, ``faults``, ``protocol``, ``metadata``,
 ``storage``, ``ledger``, ``managed_ledger``, ``broker``, ``admin``/``replication``, ``client``,
 ``connectors``, and the two worlds that compose them: ``runtime`` (real I/O) and ``sim``
-(deterministic simulation). ``cli`` is the command line. See ``shared/design/ARCHITECTURE.md``.
+(deterministic simulation). ``cli`` is the command line. See ``docs/architecture.md``.
 """
 
 __version__ = "0.1.0"

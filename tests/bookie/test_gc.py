@@ -67,7 +67,7 @@ def test_round_deletes_ledgers_without_metadata_and_their_logs() -> None:
         assert bookie.stats.ledgers_collected_count == 1
         node.power_cut()
         bookie = await node.boot_with(metadata)
-        state = bookie.ledger_state(10)
+        state = bookie.bookie_ledger(10)
         assert state is not None and state.status is LedgerStatus.DELETED
         assert bookie.read_entry(11, 0).raw == entry(11, 0).raw
         assert await bookie.collect_deleted_ledgers() == []  # nothing left to delete

@@ -312,8 +312,8 @@ def test_deleted_ledgers_are_collected_and_never_resurrected() -> None:
         assert bookie.read_entry(11, 0).status is Status.OK
         node.power_cut()
         bookie = await node.boot()
-        assert bookie.ledger_state(10) is not None
-        assert bookie.ledger_state(10).status is LedgerStatus.DELETED  # type: ignore[union-attr]
+        assert bookie.bookie_ledger(10) is not None
+        assert bookie.bookie_ledger(10).status is LedgerStatus.DELETED  # type: ignore[union-attr]
         assert bookie.read_entry(10, 0).status is Status.NO_SUCH_LEDGER
         assert bookie.read_entry(11, 0).raw == entry(11, 0).raw
         await bookie.stop()

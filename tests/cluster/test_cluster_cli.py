@@ -63,8 +63,13 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
         # One more broker and one more bookie (in a rack) in the running cluster.
         added = magnetar("add-broker", "--dir", directory, timeout_s=90)
         assert added.returncode == 0 and "broker-2 ready" in added.stdout, added.stdout + added.stderr
-        added = magnetar("add-bookie", "--dir", directory, "--rack", "/region-a/rack-9", timeout_s=90)
+        added = magnetar("add-bookie", "--dir", directory, "--rack", "rack-9", "--region", "region-a", timeout_s=90)
         assert added.returncode == 0 and "bookie-3 ready" in added.stdout, added.stdout + added.stderr
+        assert "rack /region-a/rack-9" in added.stdout
+        broker_http = next(p["http_port"] for p in state["processes"] if p["kind"] == "broker")
+        with urllib.request.urlopen(f"http://127.0.0.1:{broker_http}/admin/v2/bookies/racks-info", timeout=30) as r:
+            placed = [info for info in json.loads(r.read())["default"].values() if info["rack"] == "/region-a/rack-9"]
+        assert [info["region"] for info in placed] == ["region-a"]
         pids = [p["pid"] for p in json.loads((tmp_path / "c" / "cluster.json").read_text())["processes"]]
         assert len(pids) == 9 and all(running(pid) for pid in pids)
         status = magnetar("status", "--dir", directory, timeout_s=60)

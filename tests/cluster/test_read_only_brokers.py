@@ -33,9 +33,14 @@ ENTRIES_PER_LEDGER = 20
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     # Small ledgers (rollovers) and frequent policy checks (trims) on the owner; deduplication off,
     # since its cursor snapshots only every 1,000 entries (as Pulsar's) and would hold back trims.
-    env = {"broker-0": {"MAGNETAR_BROKER_MAX_ENTRIES_PER_LEDGER": str(ENTRIES_PER_LEDGER),
-                        "MAGNETAR_BROKER_POLICY_CHECK_INTERVAL_MS": "300", "MAGNETAR_BROKER_DEDUPLICATION": "false"}}
+    # Every broker reads the same tiered store (a directory here, a bucket in production); the
+    # owner deletes an offloaded ledger's bookie copy at once.
     base = tmp_path_factory.mktemp("ro")
+    tiered = {"MAGNETAR_BROKER_OFFLOAD_DIRECTORY": str(base / "offload")}
+    env = {"broker-0": {"MAGNETAR_BROKER_MAX_ENTRIES_PER_LEDGER": str(ENTRIES_PER_LEDGER),
+                        "MAGNETAR_BROKER_POLICY_CHECK_INTERVAL_MS": "300", "MAGNETAR_BROKER_DEDUPLICATION": "false",
+                        "MAGNETAR_BROKER_OFFLOAD_DELETION_LAG_MS": "0", **tiered},
+           "ro-broker-0": tiered, "ro-broker-1": tiered}
     cluster = LocalCluster(base, bookies=3, brokers=1, read_only_brokers=2, autorecovery=False, env=env,
                            session_timeout_ms=SESSION_TIMEOUT_MS)
     # The owner advertises a listener named "readonly" at the first read-only broker: a client that
@@ -337,6 +342,57 @@ def ledgers(cluster: LocalCluster, topic: str) -> list[int]:
         return [ledger["ledgerId"] for ledger in json.loads(response.read())["ledgers"]]
 
 
+def http_json(method: str, url: str) -> Any:
+    request = urllib.request.Request(url, method=method, data=b"" if method == "PUT" else None)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        raw = response.read()
+    return json.loads(raw) if raw else None
+
+
+def test_a_read_only_broker_reads_offloaded_ledgers_whose_bookie_copy_is_gone(cluster: LocalCluster) -> None:
+    topic = "persistent://public/default/ro-offloaded"
+    admin = f"{cluster.http_url()}/admin/v2/persistent/public/default/ro-offloaded"
+    owner, first = client(cluster.service_url()), client(ro_url(cluster, 0))
+    cold = client(ro_url(cluster, 1))
+    try:
+        producer = owner.create_producer(topic, batching_enabled=False)
+        # A read-only subscription that has consumed nothing: the owner keeps every ledger.
+        holder = first.subscribe(topic, "holder", initial_position=pulsar.InitialPosition.Earliest)
+        values = [f"o{i}".encode() for i in range(3 * ENTRIES_PER_LEDGER + 5)]  # three sealed ledgers
+        for value in values:
+            producer.send(value)
+        http_json("PUT", f"{admin}/offload")
+        wait_until(lambda: http_json("GET", f"{admin}/offload")["status"] != "RUNNING", 60, "the offload to end")
+        assert http_json("GET", f"{admin}/offload")["status"] == "SUCCESS"
+        listed = http_json("GET", f"{admin}/internalStats")["ledgers"]
+        assert len(listed) >= 4
+        assert all(ledger["offloaded"] and ledger["bookieCopyDeleted"] for ledger in listed[:-1]), listed
+        # The second read-only broker never loaded the topic: the sealed ledgers can come only from
+        # the tiered store. A reader and a new subscription from the start get every message, in order.
+        reader = cold.create_reader(topic, pulsar.MessageId.earliest)
+        assert [reader.read_next(30_000).data() for _ in values] == values
+        late = cold.subscribe(topic, "late", initial_position=pulsar.InitialPosition.Earliest)
+        assert [m.data() for m in receive_all(late, len(values))] == values
+        assert [m.data() for m in receive_all(holder, len(values))] == values
+    finally:
+        cold.close()
+        first.close()
+        owner.close()
+
+
+def takeovers(cluster: LocalCluster, topic: str) -> float:
+    """``magnetar_read_only_subscription_takeovers_total`` of ``topic`` over the live read-only brokers."""
+    total = 0.0
+    for broker in cluster.of_kind(READ_ONLY_BROKER):
+        if not broker.alive():
+            continue
+        with urllib.request.urlopen(f"http://127.0.0.1:{broker.http_port}/metrics", timeout=10) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("magnetar_read_only_subscription_takeovers_total") and f'"{topic}"' in line:
+                    total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def test_kill_a_read_only_broker_then_the_owner(cluster: LocalCluster) -> None:
     topic = "persistent://public/default/ro-kill"
     owner = client(cluster.service_url())
@@ -352,11 +408,19 @@ def test_kill_a_read_only_broker_then_the_owner(cluster: LocalCluster) -> None:
         holder = owner_stats(cluster, topic)["subscriptions"]["k"]["readOnlyBroker"]
         serving = [b for b in cluster.of_kind(READ_ONLY_BROKER) if holder.endswith(f":{b.port}")]
         assert len(serving) == 1
+        killed_at = time.monotonic()
         serving[0].kill()
         for i in range(20):
             producer.send(f"b{i}".encode())
-        after = [consumer.receive(30_000).data() for _ in range(20)]
-        assert after == [f"b{i}".encode() for i in range(20)]  # no acknowledged message again
+        after = [consumer.receive(30_000)]
+        failover_s = time.monotonic() - killed_at
+        after += [consumer.receive(30_000) for _ in range(19)]
+        assert [m.data() for m in after] == [f"b{i}".encode() for i in range(20)]  # no acknowledged message again
+        # The other broker took the subscription over at once (the holder's port refused), not
+        # after the dead broker's metadata session expired.
+        assert takeovers(cluster, topic) >= 1
+        print(f"\nread-only failover after kill -9: first message {failover_s * 1000:.0f} ms after the kill "
+              f"(metadata session timeout {SESSION_TIMEOUT_MS} ms)")
         # Kill -9 the owner: it restarts, recovers the topic; read-only consumers keep going.
         cluster.processes["broker-0"].restart()
         serving[0].start()

@@ -34,7 +34,8 @@ from magnetar.runtime.clock import SystemClock
 from tests.manual_clock import ManualClock, settle
 
 NS = "public/default"
-SETTINGS = BalancerSettings(grace_period_ms=60_000, bundle_topics_max=3, namespace_bundles_max=16)
+SETTINGS = BalancerSettings(grace_period_ms=60_000, bundle_topics_max=3, namespace_bundles_max=16,
+                            history_rounds_min=1)
 
 
 class Node:
@@ -116,7 +117,7 @@ def test_the_leader_moves_bundles_to_new_brokers_through_their_owners() -> None:
         assert len(a.ownership.owned()) == 4
         for node in nodes:
             await node.publish_load(clock.now_ms())
-        settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000)
+        settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000, history_rounds_min=1)
         leader = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
                                     broker_id="127.0.0.1:1", web_url="http://127.0.0.1:1001")
         decisions = await leader.run_once()
@@ -153,7 +154,8 @@ def test_bundles_in_flight_count_on_their_target_until_it_reports_them() -> None
         for node in nodes:
             await node.publish_load(clock.now_ms())
         # A wide threshold (1.9x) so that the first round stops with the source still busiest.
-        settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000, threshold_percent=90)
+        settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000, threshold_percent=90,
+                                    history_rounds_min=1)
         leader = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
                                     broker_id="127.0.0.1:1", web_url="")
         first = await leader.run_once()
@@ -199,7 +201,7 @@ def test_a_move_whose_command_the_owner_has_not_carried_out_is_not_decided_again
         await load_topics(a, 12)
         for node in nodes:
             await node.publish_load(clock.now_ms())
-        settings = BalancerSettings(split_enabled=False, grace_period_ms=1000)
+        settings = BalancerSettings(split_enabled=False, grace_period_ms=1000, history_rounds_min=1)
         leader = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
                                     broker_id="127.0.0.1:1", web_url="")
         first = await leader.run_once()
@@ -233,7 +235,7 @@ def test_a_new_leader_keeps_the_grace_period_of_moves_decided_before() -> None:
         await load_topics(a, 12)
         for node in nodes:
             await node.publish_load(clock.now_ms())
-        settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000)
+        settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000, history_rounds_min=1)
         first = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
                                    broker_id="127.0.0.1:1", web_url="")
         moved = {d.bundle for d in await first.run_once()}
@@ -275,8 +277,8 @@ def test_a_hot_bundle_splits_on_its_owner_and_its_halves_can_move() -> None:
         await clock.advance(1)
         for node in nodes:
             await node.publish_load(clock.now_ms())
-        shed = LoadBalancerLeader(a.store, a.ownership, clock, BalancerSettings(split_enabled=False),
-                                  interval_ms=1000, broker_id="127.0.0.1:1", web_url="")
+        shed = LoadBalancerLeader(a.store, a.ownership, clock,
+                                  BalancerSettings(split_enabled=False, history_rounds_min=1), interval_ms=1000, broker_id="127.0.0.1:1", web_url="")
         moves = await shed.run_once()
         assert moves and {d.bundle for d in moves} <= halves
         assert {d.target for d in moves} == {nodes[1].url, nodes[2].url}  # the halves spread out
@@ -308,7 +310,16 @@ def test_admin_leader_broker_load_report_decisions_and_racks_info() -> None:
         assert (await asgi_call(app, "POST", "/bookies/racks-info/127.0.0.1:3181",
                                 {"rack": "/region-a/rack-1", "hostname": "h"})).status == 204
         assert (await asgi_call(app, "GET", "/bookies/racks-info")).json() == {
-            "default": {"127.0.0.1:3181": {"rack": "/region-a/rack-1", "hostname": "h"}}}
+            "default": {"127.0.0.1:3181": {"rack": "/region-a/rack-1", "hostname": "h", "region": "region-a"}}}
+        # A rack and a region given apart are stored as Pulsar's /region/rack; the region is shown.
+        assert (await asgi_call(app, "POST", "/bookies/racks-info/127.0.0.1:3182",
+                                {"rack": "rack-2", "region": "region-b"})).status == 204
+        assert (await asgi_call(app, "GET", "/bookies/racks-info/127.0.0.1:3182")).json() == {
+            "rack": "/region-b/rack-2", "hostname": "", "region": "region-b"}
+        stored = json.loads((await b.store.get("/bookies")).value)  # type: ignore[union-attr]
+        assert stored["default"]["127.0.0.1:3182"] == {"rack": "/region-b/rack-2", "hostname": ""}
+        assert (await asgi_call(app, "POST", "/bookies/racks-info/127.0.0.1:3182",
+                                {"rack": "/region-a/rack-2", "region": "region-b"})).status == 412
         assert (await asgi_call(app, "GET", "/bookies/racks-info/127.0.0.1:3181")).json()["rack"] == "/region-a/rack-1"
         assert (await asgi_call(app, "POST", "/bookies/racks-info/127.0.0.1:3181", {"rack": ""})).status == 412
         assert (await asgi_call(app, "POST", "/bookies/racks-info/not-a-bookie", {"rack": "/r"})).status == 412
@@ -354,5 +365,53 @@ def test_while_a_bundle_unloads_toward_a_target_lookups_are_sent_there() -> None
             await a.lookup(topic)
         owned.moving_to = b.url
         assert await a.lookup(topic) == LookupAnswer(LookupKind.REDIRECT, b.url, True)
+
+    run(body)
+
+
+class _GatedOwnership:
+    """An owner whose unloads wait until the test lets them go, recording starts and ends."""
+
+    class _Loads:
+        broker_id = "127.0.0.1:9"
+
+    def __init__(self) -> None:
+        self.loads = self._Loads()
+        self.events: list[tuple[str, str]] = []
+        self.release = asyncio.Event()
+        self.started = asyncio.Condition()
+
+    def owns(self, namespace: str, bundle: str) -> bool:
+        return True
+
+    async def unload(self, namespace: str, bundle: str, target: str | None = None) -> None:
+        async with self.started:
+            self.events.append(("start", bundle))
+            self.started.notify_all()
+        await self.release.wait()
+        self.events.append(("end", bundle))
+
+
+def test_commands_of_distinct_bundles_run_concurrently_and_one_bundles_in_order() -> None:
+    """Three unloads of distinct bundles are all under way before any ends (a busy owner no
+    longer closes one bundle after another); two commands for one bundle run one after the other."""
+    async def body(nodes: list[Node], _: MemoryMetadataServer, clock: ManualClock) -> None:
+        owner = _GatedOwnership()
+        commands = BundleCommands(nodes[0].store, owner, clock, poll_ms=1000)  # type: ignore[arg-type]
+        bundles = ["0x00000000_0x40000000", "0x40000000_0x80000000", "0x80000000_0xc0000000",
+                   "0x00000000_0x40000000"]
+        for bundle in bundles:
+            command = {"op": "unload", "bundle": f"{NS}/{bundle}", "target": None, "reason": "test", "time": 0}
+            await nodes[0].store.create(f"{commands.path}/cmd-", json.dumps(command).encode(), sequential=True)
+        run = asyncio.ensure_future(commands.run_once())
+        async with owner.started:
+            await asyncio.wait_for(owner.started.wait_for(lambda: len(owner.events) >= 3), 5)
+        assert sorted(b for kind, b in owner.events) == sorted(bundles[:3])  # all three at once
+        owner.release.set()
+        assert await run == 4
+        first = owner.events.index(("end", bundles[0]))
+        second_start = [i for i, e in enumerate(owner.events) if e == ("start", bundles[0])][1]
+        assert first < second_start  # the same bundle's commands in order
+        assert await nodes[0].store.children(commands.path) == []
 
     run(body)

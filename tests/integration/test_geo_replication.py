@@ -12,103 +12,32 @@ official ``pulsar`` client, linked the way a Pulsar user does it (admin REST cal
 from __future__ import annotations
 
 import base64
-import json
 import os
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from magnetar.chaos.replication import check_replication
-from magnetar.runtime.processes import StandaloneProcess, free_port
+from tests.integration.geo import (
+    ACKS_IN_FLIGHT_S,
+    RECEIVE_TIMEOUT_MS,
+    Node,
+    admin,
+    cli_link,
+    drain,
+    link,
+    make_nodes,
+    produce,
+    wait_for,
+)
+from tests.integration.geo import client as geo_client
 
 pytestmark = pytest.mark.integration
 pulsar = pytest.importorskip("pulsar")
-
-RECEIVE_TIMEOUT_MS = 15_000
-#: How long an acknowledgement in A may take to reach B's copy of a replicated subscription during
-#: traffic (a controller tick of 250 ms, the update marker's trip, on a loaded machine).
-ACKS_IN_FLIGHT_S = 3.0
-
-
-def admin(web_port: int, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(f"http://127.0.0.1:{web_port}/admin/v2{path}", data=data, method=method,
-                                     headers=headers)
-    with urllib.request.urlopen(request, timeout=15) as response:
-        text = response.read().decode()
-        return json.loads(text) if text else None
-
-
-@dataclass
-class Node:
-    name: str
-    data_dir: str
-    log_path: str
-    env: dict[str, str]
-    broker_port: int = field(default_factory=free_port)
-    web_port: int = field(default_factory=free_port)
-    bookie_port: int = field(default_factory=free_port)
-    process: StandaloneProcess | None = None
-
-    @property
-    def url(self) -> str:
-        return f"pulsar://127.0.0.1:{self.broker_port}"
-
-    def start(self) -> None:
-        with open(self.log_path, "a") as log:
-            self.process = StandaloneProcess(self.data_dir, broker_port=self.broker_port, web_port=self.web_port,
-                                             bookie_port=self.bookie_port, cluster_name=self.name, env=self.env,
-                                             stderr=log.fileno())
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process = None
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process = None
-
-
-def link(nodes: list[Node]) -> None:
-    """What a user runs: register every other cluster, allow all clusters for tenant ``public`` and
-    replicate ``public/default`` to all of them, on every cluster."""
-    names = [n.name for n in nodes]
-    for node in nodes:
-        for other in nodes:
-            if other is not node:
-                admin(node.web_port, "PUT", f"/clusters/{other.name}", {
-                    "serviceUrl": f"http://127.0.0.1:{other.web_port}", "brokerServiceUrl": other.url})
-        admin(node.web_port, "POST", "/tenants/public", {"allowedClusters": names})
-        admin(node.web_port, "POST", "/namespaces/public/default/replication", names)
-
-
-def make_nodes(tmp_path: Path, names: list[str], env_of: dict[str, dict[str, str]] | None = None) -> list[Node]:
-    env = {k: v for k, v in os.environ.items() if k != "MAGNETAR_BREAK"}
-    return [Node(name, str(tmp_path / f"data-{name}"), str(tmp_path / f"{name}.log"),
-                 {**env, **(env_of or {}).get(name, {})}) for name in names]
-
-
-def cli_link(nodes: list[Node]) -> None:
-    """``magnetar cluster link A=http://... B=http://...``: the same calls as ``link``, by the CLI."""
-    members = [f"{n.name}=http://127.0.0.1:{n.web_port}" for n in nodes]
-    done = subprocess.run([sys.executable, "-m", "magnetar.cli", "cluster", "link", *members],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Node]]:
@@ -127,41 +56,6 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Node]]:
 @pytest.fixture(scope="module")
 def pair(mesh: list[Node]) -> list[Node]:
     return mesh[:2]
-
-
-def drain(url: str, topic: str, expected: set[str], *, settle_ms: int = 1_500) -> list[str]:
-    """Every value stored in ``topic`` (a reader from the earliest position) until all of
-    ``expected`` came and nothing more comes for ``settle_ms``; or nothing comes for
-    ``RECEIVE_TIMEOUT_MS``."""
-    client = pulsar.Client(url, operation_timeout_seconds=15)
-    try:
-        reader = client.create_reader(topic, pulsar.MessageId.earliest)
-        values: list[str] = []
-        while True:
-            waiting = not expected <= set(values)
-            try:
-                message = reader.read_next(RECEIVE_TIMEOUT_MS if waiting else settle_ms)
-            except pulsar.Timeout:
-                return values
-            values.append(message.data().decode())
-    finally:
-        client.close()
-
-
-def produce(url: str, topic: str, values: list[str], **send_options: Any) -> list[str]:
-    """Send ``values`` (batched) and return those acknowledged."""
-    client = pulsar.Client(url, operation_timeout_seconds=15)
-    acked: list[str] = []
-    try:
-        producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=1,
-                                          block_if_queue_full=True)
-        for value in values:
-            producer.send_async(value.encode(), lambda result, _id, v=value: acked.append(v)
-                                if result == pulsar.Result.Ok else None, **send_options)
-        producer.flush()
-    finally:
-        client.close()
-    return acked
 
 
 def test_full_mesh_of_three_every_message_once_in_every_cluster(mesh: list[Node]) -> None:
@@ -202,11 +96,9 @@ def test_partitioned_topic_maps_partition_to_partition(pair: list[Node]) -> None
     admin(a.web_port, "PUT", "/persistent/public/default/parted/partitions", 3)
     values = [f"p-{i}" for i in range(60)]
     assert len(produce(a.url, "persistent://public/default/parted", values)) == 60
-    deadline = time.monotonic() + 15
-    while admin(b.web_port, "GET", "/persistent/public/default/parted/partitions")["partitions"] != 3:
-        assert time.monotonic() < deadline, "B never learned the partitioned topic"
-        time.sleep(0.05)  # polling the admin API for the state under test, bounded by the deadline
-    client = pulsar.Client(b.url, operation_timeout_seconds=15)
+    wait_for(lambda: admin(b.web_port, "GET", "/persistent/public/default/parted/partitions")["partitions"] == 3,
+             15, "B to learn the partitioned topic")
+    client = geo_client(b.url)
     try:
         consumer = client.subscribe("persistent://public/default/parted", "s",
                                     initial_position=pulsar.InitialPosition.Earliest)
@@ -283,6 +175,22 @@ def _backlog(node: Node, topic: str, subscription: str) -> int | None:
     return None if found is None else int(found["msgBacklog"])
 
 
+def _converge(a: Node, b: Node, topic: str, subscription: str, backlog: int, timeout_s: float) -> float:
+    """Seconds until the subscription's backlog is ``backlog`` in A and in B (what is left in each,
+    from B's internal stats, is named when it never happens)."""
+    def converged() -> bool:
+        return _backlog(a, topic, subscription) == _backlog(b, topic, subscription) == backlog
+
+    try:
+        return wait_for(converged, timeout_s, f"backlog {backlog} in A and B")
+    except AssertionError as error:
+        internal = {n.name: admin(n.web_port, "GET", f"/persistent/public/default/{topic}/internalStats")
+                    for n in (a, b)}
+        left = {name: (_backlog(node, topic, subscription), internal[name]["cursors"].get(subscription),
+                       internal[name].get("lastConfirmedEntry")) for name, node in (("A", a), ("B", b))}
+        raise AssertionError(f"{error}: {left}") from None
+
+
 def test_replicated_subscription_fails_over_with_exactly_the_unacknowledged(pair: list[Node]) -> None:
     """Consume in A acknowledging all but every tenth message, stop: within a bounded time the
     subscription's backlog is the same in B (convergence when idle, individual acks carried); a
@@ -290,8 +198,8 @@ def test_replicated_subscription_fails_over_with_exactly_the_unacknowledged(pair
     did not ask for replication gets everything again in B."""
     a, b = pair
     topic = "replicated-sub"
-    client_a = pulsar.Client(a.url, operation_timeout_seconds=15)
-    client_b = pulsar.Client(b.url, operation_timeout_seconds=15)
+    client_a = geo_client(a.url)
+    client_b = geo_client(b.url)
     try:
         consumers = {name: client_a.subscribe(topic, name, consumer_type=pulsar.ConsumerType.Shared,
                                               initial_position=pulsar.InitialPosition.Earliest,
@@ -306,13 +214,8 @@ def test_replicated_subscription_fails_over_with_exactly_the_unacknowledged(pair
                 message = consumer.receive(RECEIVE_TIMEOUT_MS)
                 if int(message.data()) not in holes:
                     consumer.acknowledge(message)
-        started = time.monotonic()
-        deadline = started + 10
-        while time.monotonic() < deadline and _backlog(b, topic, "replicated") != len(holes):
-            time.sleep(0.05)  # polling the admin API for the state under test, bounded by the deadline
-        converged_s = time.monotonic() - started
+        converged_s = _converge(a, b, topic, "replicated", len(holes), 10)
         print(f"replicated subscription converged in {converged_s:.2f} s")
-        assert _backlog(a, topic, "replicated") == _backlog(b, topic, "replicated") == len(holes)
         assert converged_s <= 5
         for consumer in consumers.values():
             consumer.close()
@@ -334,6 +237,105 @@ def test_replicated_subscription_fails_over_with_exactly_the_unacknowledged(pair
     finally:
         client_a.close()
         client_b.close()
+
+
+def test_replicated_subscription_carries_partial_batch_acknowledgements(pair: list[Node]) -> None:
+    """Batches of 10 produced in A; a consumer with batch-index acks acknowledges all but two
+    messages of each batch, then a last message produced after them. Once the backlog is the same
+    in B (the update that carries the last acknowledgement carries the partial ones with it), a
+    consumer failing over to B gets exactly the unacknowledged members of the batches."""
+    a, b = pair
+    topic = "replicated-batches"
+    client_a, client_b = geo_client(a.url), geo_client(b.url)
+    options: dict[str, Any] = {"consumer_type": pulsar.ConsumerType.Shared, "batch_index_ack_enabled": True,
+                               "replicate_subscription_state_enabled": True}
+    try:
+        consumer = client_a.subscribe(topic, "batched", initial_position=pulsar.InitialPosition.Earliest, **options)
+        producer = client_a.create_producer(topic, batching_enabled=True, batching_max_messages=10,
+                                            batching_max_publish_delay_ms=60_000)
+        for i in range(50):
+            producer.send_async(f"{i}".encode(), None)
+        producer.flush()  # five batches of ten
+        holes = {i for i in range(50) if i % 10 in (2, 7)}
+        for _ in range(50):
+            message = consumer.receive(RECEIVE_TIMEOUT_MS)
+            if int(message.data()) not in holes:
+                consumer.acknowledge(message)
+        producer.send(b"last")
+        consumer.acknowledge(consumer.receive(RECEIVE_TIMEOUT_MS))
+        converged_s = _converge(a, b, topic, "batched", 5, 10)  # five batches, each acknowledged in part
+        print(f"partial batch acknowledgements carried in {converged_s:.2f} s")
+        consumer.close()
+        failover = client_b.subscribe(topic, "batched", **options)
+        got: list[int] = []
+        while True:
+            try:
+                message = failover.receive(2_000)
+            except pulsar.Timeout:
+                break
+            got.append(int(message.data()))
+            failover.acknowledge(message)
+        assert sorted(got) == sorted(holes)  # not carried, the five batches would come back whole
+    finally:
+        client_a.close()
+        client_b.close()
+
+
+def test_replicated_subscription_state_survives_a_restart_of_the_owner(tmp_path: Path) -> None:
+    """Half of 100 messages acknowledged in A (every tenth held back) and carried to B; A is killed
+    with SIGKILL and restarted (its replicators had read everything before). The consumer comes back
+    to A, which redelivers what it had not persisted as acknowledged, and acknowledges all but
+    every tenth: B converges to the same ten. The controller recovered the subscription, the
+    origins of the entries and its snapshots from the topic (without that, the acknowledgements
+    made after the restart would name entries it never saw, and B would keep them all)."""
+    a, b = make_nodes(tmp_path, ["A", "B"])
+    topic = "restarted-owner"
+    holes = {i for i in range(100) if i % 10 == 3}
+    options: dict[str, Any] = {"consumer_type": pulsar.ConsumerType.Shared,
+                               "initial_position": pulsar.InitialPosition.Earliest,
+                               "replicate_subscription_state_enabled": True}
+    try:
+        a.start()
+        b.start()
+        link([a, b])
+        client = geo_client(a.url)
+        try:
+            producer = client.create_producer(f"persistent://public/default/{topic}", batching_enabled=False)
+            for i in range(100):
+                producer.send(f"{i}".encode())  # one entry each: backlogs count messages
+        finally:
+            client.close()
+        _consume_acking(a, topic, options, lambda i: i < 50 and i not in holes, 100)
+        _converge(a, b, topic, "restarted", 55, 15)  # 50..99 and the five holes below 50
+        a.kill()
+        a.start()
+        _consume_acking(a, topic, options, lambda i: i not in holes, None)
+        converged_s = _converge(a, b, topic, "restarted", len(holes), 15)
+        print(f"after the owner's restart, converged in {converged_s:.2f} s")
+    finally:
+        a.kill()
+        b.kill()
+
+
+def _consume_acking(node: Node, topic: str, options: dict[str, Any], ack: Callable[[int], bool],
+                    count: int | None) -> None:
+    """Receive ``count`` messages (None: until none comes for 3 s) on subscription ``restarted``,
+    acknowledging those ``ack`` chooses."""
+    client = geo_client(node.url)
+    try:
+        consumer = client.subscribe(f"persistent://public/default/{topic}", "restarted", **options)
+        received = 0
+        while count is None or received < count:
+            try:
+                message = consumer.receive(RECEIVE_TIMEOUT_MS if count is not None else 3_000)
+            except pulsar.Timeout:
+                assert count is None, f"only {received} of {count} messages came"
+                return
+            received += 1
+            if ack(int(message.data())):
+                consumer.acknowledge(message)
+    finally:
+        client.close()  # flushes the acknowledgements
 
 
 def test_replicator_authenticates_to_the_remote_with_the_registered_token(tmp_path: Path) -> None:
@@ -360,17 +362,15 @@ def test_replicator_authenticates_to_the_remote_with_the_registered_token(tmp_pa
             admin(node.web_port, "POST", "/namespaces/public/default/replication", ["A", "B"], token=auth)
         assert produce(a.url, "persistent://public/default/secured", ["first"]) == ["first"]
         stats_path = "/persistent/public/default/secured/stats"
-        deadline = time.monotonic() + 30
-        while not admin(a.web_port, "GET", stats_path)["replication"].get("B", {}).get("lastError"):
-            assert time.monotonic() < deadline, "the refused replicator reported no error"
-            time.sleep(0.05)  # polling the admin API for the state under test, bounded by the deadline
+        wait_for(lambda: bool(admin(a.web_port, "GET", stats_path)["replication"].get("B", {}).get("lastError")),
+                 30, "the refused replicator to report an error")
         refused = admin(a.web_port, "GET", stats_path)["replication"]["B"]
         assert refused["connected"] is False and refused["replicationBacklog"] == 1
         admin(a.web_port, "POST", "/clusters/B", {
             "serviceUrl": f"http://127.0.0.1:{b.web_port}", "brokerServiceUrl": b.url,
             "authenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
             "authenticationParameters": f"token:{token}"})
-        client = pulsar.Client(b.url, operation_timeout_seconds=15, authentication=pulsar.AuthenticationToken(token))
+        client = geo_client(b.url, authentication=pulsar.AuthenticationToken(token))
         try:
             reader = client.create_reader("persistent://public/default/secured", pulsar.MessageId.earliest)
             assert reader.read_next(90_000).data() == b"first"  # within the replicator's backoff
@@ -388,8 +388,8 @@ def test_replicated_subscription_failover_during_traffic_redelivers_no_less(pair
     moments before the switch (acknowledgements not yet carried); the count is reported."""
     a, b = pair
     topic = "replicated-busy"
-    client_a = pulsar.Client(a.url, operation_timeout_seconds=15)
-    client_b = pulsar.Client(b.url, operation_timeout_seconds=15)
+    client_a = geo_client(a.url)
+    client_b = geo_client(b.url)
     try:
         consumer = client_a.subscribe(topic, "busy", consumer_type=pulsar.ConsumerType.Shared,
                                       initial_position=pulsar.InitialPosition.Earliest,

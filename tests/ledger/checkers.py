@@ -1,4 +1,4 @@
-"""Invariant checkers of FAULTS.md for one ledger, separate from any workload.
+"""Invariant checkers of docs/faults.md for one ledger, separate from any workload.
 
 ``check_ledger`` returns a list of violations (empty = all held):
 I1 acknowledged => durable (readable at the same id with the same bytes),

@@ -3,7 +3,7 @@
 Per (E, Qw, Qa) in {(3,3,2), (3,2,2), (5,3,2)} and seed: a writer adds entries while the seed
 fails bookies (B1-like: refused before storing), crashes bookies that then restart (synced state
 kept), and freezes the writer at a random writer fault point (W2-W5); a new owner recovers the
-ledger; the frozen writer then resumes as a zombie. The FAULTS.md checkers must find nothing.
+ledger; the frozen writer then resumes as a zombie. The docs/faults.md checkers must find nothing.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.base.errors import NotFoundError
+from magnetar.base.errors import InvalidArgumentError, NotFoundError
 from magnetar.base.rng import SeededRng
 from magnetar.base.types import BookieId
 from magnetar.ledger.errors import NotEnoughBookiesError
@@ -21,14 +21,18 @@ from magnetar.ledger.rack_placement import (
     RackAwarePlacement,
     choose_replacement,
     min_distinct_racks,
+    min_distinct_regions,
     place_ensemble,
+    write_set_spans,
 )
 from magnetar.ledger.racks import (
     BookieRack,
     RackConfig,
     RackedBookieDirectory,
     delete_rack,
+    rack_with_region,
     read_racks,
+    region_of,
     set_rack,
 )
 from magnetar.metadata import MemoryMetadataServer
@@ -188,6 +192,116 @@ def test_rack_configuration_in_pulsars_shape() -> None:
         with pytest.raises(NotFoundError):
             await delete_rack(store, "127.0.0.1:3182")
         assert RackConfig.decode(config.encode()) == config
+        await store.close()
+
+    asyncio.run(main())
+
+
+# --- regions -------------------------------------------------------------------------------------
+
+def bookies_in_regions(shape: tuple[tuple[int, ...], ...]) -> tuple[list[BookieId], dict[BookieId, str]]:
+    """``shape[g][r]`` bookies in rack r of region g (locations ``/g{g}/r{g}.{r}``)."""
+    bookies, racks = [], {}
+    for g, rack_sizes in enumerate(shape):
+        for r, size in enumerate(rack_sizes):
+            for i in range(size):
+                b = BookieId.parse(f"127.{g}.{r}.1:{3181 + i}")
+                bookies.append(b)
+                racks[b] = f"/g{g}/r{g}.{r}"
+    return bookies, racks
+
+
+def best_region_spread(sizes: dict[str, int], e: int, qw: int) -> tuple[int, int]:
+    """Brute force: the best (regions, racks) of the tightest write set, regions first."""
+    names = sorted(sizes)
+    best = (0, 0)
+    for seq in itertools.product(names, repeat=e):
+        if all(seq.count(r) <= sizes[r] for r in names):
+            best = max(best, (min_distinct_regions(list(seq), qw), min_distinct_racks(list(seq), qw)))
+    return best
+
+
+REGION_SHAPES = [((1,), (1,), (1,)), ((2, 1), (1,)), ((1, 1), (1, 1)), ((2,), (1, 1), (1,)), ((1, 1, 1), (2,)),
+                 ((3,), (1,)), ((1, 1), (1,), (2,)), ((2, 2), (2,)), ((1,), (1, 1, 1))]
+
+
+@pytest.mark.parametrize("shape", REGION_SHAPES)
+def test_exhaustive_small_region_shapes_reach_the_best_spread_regions_first(
+        shape: tuple[tuple[int, ...], ...]) -> None:
+    bookies, racks = bookies_in_regions(shape)
+    sizes = {r: sum(1 for b in bookies if racks[b] == r) for r in set(racks.values())}
+    for e in range(1, min(5, len(bookies)) + 1):
+        for qw in range(1, e + 1):
+            ensemble, spanned = place_ensemble(bookies, racks, e, qw)
+            assert len(set(ensemble)) == e
+            got = write_set_spans(ensemble, racks, qw)
+            assert got[1] == spanned
+            assert got == best_region_spread(sizes, e, qw), (shape, e, qw, ensemble)
+
+
+@given(st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=3), min_size=1, max_size=4), st.integers(1, 6),
+       st.integers(1, 4), st.randoms(use_true_random=False))
+@settings(max_examples=100, deadline=None)
+def test_write_sets_span_every_region_when_each_region_has_room(shape: list[list[int]], e: int, qw: int,
+                                                               order: object) -> None:
+    """Regions enough and each with a bookie per write set it must hold: every write set spans
+    min(Qw, regions) regions; and never fewer racks than regions."""
+    bookies, racks = bookies_in_regions(tuple(tuple(r) for r in shape))
+    order.shuffle(bookies)  # type: ignore[attr-defined]
+    if len(bookies) < e:
+        return
+    qw = min(qw, e)
+    ensemble, _ = place_ensemble(bookies, racks, e, qw)
+    regions, rack_span = write_set_spans(ensemble, racks, qw)
+    assert rack_span >= regions
+    per_region = [sum(r) for r in shape]
+    k = len(shape)
+    # Slots dealt round-robin over all k regions (k >= Qw): region i gets ceil or floor of e / k.
+    if k >= qw and (e % k == 0 or e < k) and all(n >= -(-e // k) for n in per_region):
+        assert regions == min(qw, k)
+
+
+def test_replacement_prefers_the_lost_copys_region_over_a_fresh_rack_elsewhere() -> None:
+    bookies, racks = bookies_in_regions(((1, 1), (1, 1), (1, 1)))
+    by_rack = {racks[b]: b for b in bookies}
+    ensemble = (by_rack["/g0/r0.0"], by_rack["/g1/r1.0"], by_rack["/g2/r2.0"])
+    candidates = [by_rack["/g1/r1.1"], by_rack["/g2/r2.1"], by_rack["/g0/r0.1"]]
+    chosen, shared = choose_replacement(candidates, racks, ensemble, 0, 3)
+    assert racks[chosen] == "/g0/r0.1" and shared == 0  # the only choice that keeps 3 regions
+
+
+def test_rack_with_region() -> None:
+    assert rack_with_region("rack-1", "") == "/rack-1"
+    assert rack_with_region("rack-1", "eu") == "/eu/rack-1"
+    assert rack_with_region("/eu/rack-1", "eu") == "/eu/rack-1"
+    assert rack_with_region("", "eu") == "/eu/default-rack"
+    for rack, region in (("/us/rack-1", "eu"), ("rack", "a/b"), ("", "")):
+        with pytest.raises(InvalidArgumentError):
+            rack_with_region(rack, region)
+    assert region_of("/eu/rack-1") == "eu" and region_of("/rack-1") == ""
+    assert BookieRack("/eu/rack-1", "h").to_admin_json() == {"rack": "/eu/rack-1", "hostname": "h", "region": "eu"}
+
+
+def test_policy_warns_when_regions_cannot_be_spread(caplog: pytest.LogCaptureFixture) -> None:
+    """(4,2,2) with one bookie in region g1 and three in g0: alternating regions would need two
+    g1 bookies, so some write set stays in g0: placed anyway, with a warning."""
+    async def main() -> None:
+        server = MemoryMetadataServer(SystemClock())
+        store = await server.connect(10_000)
+        bookies, racks = bookies_in_regions(((1, 1, 1), (1,)))
+        for b in bookies:
+            await set_rack(store, str(b), BookieRack(racks[b]))
+        directory = RackedBookieDirectory(StaticBookieDirectory(bookies), store)
+        policy = RackAwarePlacement(SeededRng(3), directory)
+        available = await directory.available_bookies()
+        with caplog.at_level(logging.WARNING):
+            ensemble = policy.new_ensemble(available, 4, 2)
+        assert write_set_spans(ensemble, directory.racks, 2) == (1, 2)
+        assert policy.degraded_count == 1 and "regions" in caplog.text
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            ensemble = policy.new_ensemble(available, 2, 2)  # (2,2,2): one per region, no warning
+        assert write_set_spans(ensemble, directory.racks, 2) == (2, 2) and "degraded" not in caplog.text
         await store.close()
 
     asyncio.run(main())

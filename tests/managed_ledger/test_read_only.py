@@ -7,19 +7,35 @@ never writes, fences, recovers or creates anything.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from magnetar.base.errors import NotFoundError
+from magnetar.base.limits import READ_ONLY_FEED_BYTES_MAX
 from magnetar.base.rng import SeededRng
 from magnetar.base.types import BookieId, Position
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.placement import RandomPlacement
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerFencedError
-from magnetar.managed_ledger.read_only import ReadOnlyManagedLedger, follow_managed_ledger
-from magnetar.managed_ledger.read_only_cursors import read_only_cursors, read_only_holders
+from magnetar.managed_ledger.entry_reader import CacheBudget
+from magnetar.managed_ledger.offload import OffloadStatus, offloaded
+from magnetar.managed_ledger.offload_memory import MemoryOffloader
+from magnetar.managed_ledger.read_only import (
+    FeedUpdate,
+    ReadOnlyManagedLedger,
+    follow_managed_ledger,
+    fresh_entries,
+)
+from magnetar.managed_ledger.read_only_cursors import (
+    HolderProbe,
+    LockRecord,
+    read_only_cursors,
+    read_only_holders,
+)
 from magnetar.protocol.bookie.codec import Entry
 from tests.ledger.fakes import FakeTransport
 from tests.managed_ledger.harness import TOPIC, World, config, make_world, until
@@ -80,15 +96,28 @@ class InProcessFeed:
     def __init__(self, owner: ManagedLedger) -> None:
         self.owner = owner
 
-    def follow(self, topic: str, after: Position) -> AsyncIterator[Position]:
+    def follow(self, topic: str, after: Position) -> AsyncIterator[FeedUpdate]:
         return follow_managed_ledger(self.owner, after)
 
     def owner_url(self, topic: str) -> str | None:
         return "pulsar://owner:6650"
 
+    async def find_owner_url(self, topic: str) -> str | None:
+        return "pulsar://owner:6650"
+
+
+class PositionsOnlyFeed(InProcessFeed):
+    """The owner's notifications without the entries (as when its cache no longer has them)."""
+
+    async def follow(self, topic: str, after: Position) -> AsyncIterator[FeedUpdate]:  # type: ignore[override]
+        async for update in follow_managed_ledger(self.owner, after):
+            yield FeedUpdate(update.position, update.position.entry_id + 1)
+
 
 async def reader(world: World, owner: ManagedLedger | None, *, holder: str = "pulsar://ro-1:6650",
-                 feed: bool = True) -> tuple[ReadOnlyManagedLedger, CountingTransport, CountingManager]:
+                 feed: bool = True, with_entries: bool = True, offloaded: MemoryOffloader | None = None,
+                 probe: HolderProbe | None = None, cache_budget: CacheBudget | None = None,
+                 ) -> tuple[ReadOnlyManagedLedger, CountingTransport, CountingManager]:
     transport = CountingTransport(world)
     manager = CountingManager(store=world.ledger_store, transport=transport, directory=world.directory,
                               placement=RandomPlacement(SeededRng(99)), clock=world.clock,
@@ -98,7 +127,9 @@ async def reader(world: World, owner: ManagedLedger | None, *, holder: str = "pu
     path = f"/managed-ledgers/{TOPIC}"
     ml = await ReadOnlyManagedLedger.open(
         "persistent://public/default/t1", TOPIC, path, manager=manager, store=store, clock=world.clock,
-        config=config(), feed=InProcessFeed(owner) if feed and owner is not None else None, holder=holder)
+        config=config(), feed=None if not feed or owner is None else
+        InProcessFeed(owner) if with_entries else PositionsOnlyFeed(owner), holder=holder, offloaded=offloaded,
+        holder_http=holder.replace("pulsar://", "http://"), probe=probe, cache_budget=cache_budget)
     return ml, transport, manager
 
 
@@ -252,12 +283,25 @@ async def test_a_reader_whose_data_retention_removed_skips_forward_with_a_count(
     await owner.close()
 
 
-async def test_subscriptions_reading_the_same_fresh_entries_share_one_bookie_read() -> None:
-    import asyncio
-
+async def test_fresh_entries_come_with_the_owners_notification_not_from_the_bookies() -> None:
     world = make_world()
     owner = await (await world.broker(config())).open(TOPIC)
     ro, transport, manager = await reader(world, owner)
+    positions = [await owner.add_entry(f"m{i}".encode()) for i in range(5)]
+    await until(lambda: ro.last_confirmed_entry == positions[-1])
+    before = transport.counts.get("read", 0)
+    reads = await asyncio.gather(*(ro.read_entries(positions[0], 10) for _ in range(50)))
+    assert all([e.data for e in r] == [f"m{i}".encode() for i in range(5)] for r in reads)
+    assert transport.counts.get("read", 0) - before == 0  # the negative control: the next test
+    assert_never_wrote(transport, manager)
+    await ro.close()
+    await owner.close()
+
+
+async def test_subscriptions_reading_the_same_fresh_entries_share_one_bookie_read() -> None:
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    ro, transport, manager = await reader(world, owner, with_entries=False)
     positions = [await owner.add_entry(f"m{i}".encode()) for i in range(5)]
     await until(lambda: ro.last_confirmed_entry == positions[-1])
     before = transport.counts.get("read", 0)
@@ -331,4 +375,164 @@ async def test_a_consumer_arriving_while_the_subscription_is_being_released_gets
     await releasing
     assert again is not cursor and again.mark_delete_position == positions[1]
     await ro.close()
+    await owner.close()
+
+
+async def test_offloaded_ledgers_whose_bookie_copy_is_gone_are_read_from_the_tiered_store() -> None:
+    world = make_world()
+    store = MemoryOffloader()
+    factory = await world.broker(config(max_entries_per_ledger=3))
+    factory.offloader = store
+    owner = await factory.open(TOPIC)
+    owner.offload.set_policy(-1, 0)  # bookie copies deleted at once
+    written = {}
+    for i in range(10):
+        written[await owner.add_entry(f"m{i}".encode())] = f"m{i}".encode()
+    following, _, _ = await reader(world, owner, with_entries=False, offloaded=store)  # opened before
+    owner.offload.start()
+    assert await owner.offload.wait() is OffloadStatus.SUCCESS
+    sealed = owner.ledger_ids[:-1]
+    assert all(offloaded(i) for i in owner.ledger_infos()[:-1])
+    assert not set(sealed) & set(await owner.manager.list_ledgers())  # only the tiered copy is left
+    # A broker that opens the topic now, and one that followed the record while it was offloaded.
+    fresh, transport, manager = await reader(world, owner, offloaded=store)
+    await until(lambda: all(i.offload is not None and i.offload.bookie_deleted
+                            for i in following.ledger_infos()[:-1]))
+    await until(lambda: fresh.last_confirmed_entry == following.last_confirmed_entry == max(written))
+    reads_before = store.reads_count
+    stored_before = (dict(store.files), {k: dict(v) for k, v in store.manifest.items()})
+    for ro in (fresh, following):
+        assert {e.position: e.data for e in await ro.read_entries(Position(-1, -1), 100)} == written
+        cursor = await ro.open_cursor("from-start", initial_position=ro.first_position)
+        assert [e.data for e in await cursor.read_entries(100)] == list(written.values())
+        await ro.close()
+    assert store.reads_count > reads_before
+    assert (dict(store.files), store.manifest) == stored_before  # read only: no file or manifest entry changed
+    assert_never_wrote(transport, manager)
+    # The negative control: without the tiered store the entries are gone (a clear error, no loop).
+    blind, _, _ = await reader(world, owner)
+    with pytest.raises(NotFoundError):
+        await blind.read_entries(Position(-1, -1), 100)
+    await blind.close()
+    await owner.close()
+
+
+class Brokers:
+    """``HolderProbe`` over the read-only brokers of a test: a broker's HTTP URL maps to the
+    managed ledger it runs now; a URL mapped to None is a process that is gone (refused)."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, ReadOnlyManagedLedger | None] = {}
+        self.asked = 0
+
+    async def still_serves(self, lock: LockRecord, topic: str, subscription: str) -> bool:
+        self.asked += 1
+        running = self.at.get(lock.http, "unknown")
+        if running == "unknown":
+            return True  # no answer: it may still serve (the lock waits for its session)
+        return running is not None and running.serves(subscription)
+
+
+async def test_a_subscription_is_taken_over_at_once_only_from_a_broker_shown_not_to_serve_it() -> None:
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    positions = [await owner.add_entry(f"m{i}".encode()) for i in range(4)]
+    brokers = Brokers()
+    ro1, _, _ = await reader(world, owner, holder="pulsar://ro-1:6650", probe=brokers)
+    ro2, transport, manager = await reader(world, owner, holder="pulsar://ro-2:6650", probe=brokers)
+    brokers.at = {"http://ro-1:6650": ro1, "http://ro-2:6650": ro2}
+    cursor = await ro1.open_cursor("sub", initial_position=owner.first_position)
+    await cursor.mark_delete(positions[1])
+    await cursor.flush()
+    # Alive and serving, or silent: refused (the negative controls).
+    with pytest.raises(ManagedLedgerFencedError, match="ro-1"):
+        await ro2.open_cursor("sub")
+    del brokers.at["http://ro-1:6650"]
+    with pytest.raises(ManagedLedgerFencedError, match="ro-1"):
+        await ro2.open_cursor("sub")
+    assert ro2.takeovers == 0
+    # Its process is gone (kill -9), its metadata session not yet expired: taken over at once,
+    # from the persisted position.
+    brokers.at["http://ro-1:6650"] = None
+    moved = await ro2.open_cursor("sub")
+    assert moved.mark_delete_position == positions[1]
+    assert ro2.takeovers == 1
+    store = await world.metadata.connect()
+    assert await read_only_holders(store, TOPIC) == {"sub": "pulsar://ro-2:6650"}
+    # A restarted broker (same address, nothing open) does not serve it either: taken back.
+    ro1_again, _, _ = await reader(world, owner, holder="pulsar://ro-1:6650", probe=brokers)
+    brokers.at["http://ro-1:6650"] = ro1_again
+    brokers.at["http://ro-2:6650"] = None  # and the second is gone in turn
+    back = await ro1_again.open_cursor("sub")
+    assert back.mark_delete_position == positions[1] and ro1_again.takeovers == 1
+    assert_never_wrote(transport, manager)
+    for ml in (ro1_again, ro2, ro1):
+        await ml.close()
+    await owner.close()
+
+
+async def test_fresh_entries_stay_within_the_brokers_cache_budget() -> None:
+    """Every entry the owner sends along is cached, read or not: the broker-wide budget bounds it."""
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    budget = CacheBudget(bytes_max=100)
+    ro, _, _ = await reader(world, owner, cache_budget=budget)
+    other, _, _ = await reader(world, owner, cache_budget=budget)  # a second topic of the broker
+    written = [f"{i:03d}".encode() * 10 for i in range(20)]
+    positions = [await owner.add_entry(data) for data in written]
+    await until(lambda: ro.last_confirmed_entry == other.last_confirmed_entry == positions[-1])
+    assert 0 < budget.bytes <= 100
+    assert [e.data for e in await ro.read_entries(Position(-1, -1), 100)] == written  # the rest from bookies
+    await ro.close()
+    await other.close()
+    assert budget.bytes == 0
+    await owner.close()
+
+
+class LookupFeed(InProcessFeed):
+    """A feed that knows the owner only once it was looked up (as over HTTP)."""
+
+    def __init__(self, owner: ManagedLedger) -> None:
+        super().__init__(owner)
+        self.known: str | None = None
+
+    def owner_url(self, topic: str) -> str | None:
+        return self.known
+
+    async def find_owner_url(self, topic: str) -> str | None:
+        self.known = "pulsar://owner:6650"
+        return self.known
+
+
+async def test_a_producer_refused_as_soon_as_the_topic_opens_is_told_the_owners_url() -> None:
+    from magnetar.broker.errors import BrokerError
+    from magnetar.broker.read_only import ReadOnlyLogStore
+
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    await owner.add_entry(b"x")
+    other, _, manager = await reader(world, None)
+    await other.close()
+    feed = LookupFeed(owner)
+    logs = ReadOnlyLogStore(manager=manager, metadata=await world.metadata.connect(), clock=world.clock,
+                            feed=feed, holder=lambda: "pulsar://ro-1:6650")
+    assert feed.owner_url(TOPIC) is None  # nothing followed yet: only the lookup at open names it
+    log = await logs.open_log("persistent://public/default/t1", create=False)
+    with pytest.raises(BrokerError, match="publish through its owner pulsar://owner:6650"):
+        log.refuse_producer()
+    await log.read_only_ledger.close()
+    await owner.close()
+
+
+async def test_an_update_carries_at_most_the_newest_entries_within_the_byte_bound() -> None:
+    world = make_world()
+    owner = await (await world.broker(config())).open(TOPIC)
+    big = [bytes([i]) * (READ_ONLY_FEED_BYTES_MAX * 2 // 5) for i in range(3)]  # 1.2 bounds together
+    positions = [await owner.add_entry(data) for data in big]
+    start = Position(positions[0].ledger_id, -1)
+    update = fresh_entries(owner, start, positions[-1])
+    assert update.position == positions[-1]
+    assert (update.first_entry_id, update.payloads) == (positions[1].entry_id, tuple(big[1:]))  # oldest dropped
+    small = fresh_entries(owner, positions[1], positions[-1])
+    assert (small.first_entry_id, small.payloads) == (positions[2].entry_id, (big[2],))
     await owner.close()

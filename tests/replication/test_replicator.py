@@ -153,3 +153,29 @@ def test_stop_leaves_unreceipted_entries_in_the_backlog() -> None:
     asyncio.run(run())
 
 
+
+
+def test_stats_follow_the_remote_producers_own_reconnect() -> None:
+    """The remote producer loses its connection and reconnects by itself (the replicator's loop
+    sees nothing fail): ``connected``, ``lastError`` and ``outboundConnectedSince`` follow it."""
+
+    async def run() -> None:
+        remote = FakeRemote()
+        _topic, replicator, clock = await _setup(remote)
+        await settle()
+        replicator.sample(clock.monotonic_ns())
+        first = replicator.stats()
+        assert first["connected"] and first["lastError"] == ""
+        remote.state.name = "CONNECTING"
+        replicator.sample(clock.monotonic_ns())
+        lost = replicator.stats()
+        assert not lost["connected"] and "lost" in lost["lastError"]
+        await clock.advance(5.0)
+        remote.state.name = "READY"
+        replicator.sample(clock.monotonic_ns())
+        back = replicator.stats()
+        assert back["connected"] and back["lastError"] == ""
+        assert int(back["outboundConnectedSince"]) == int(first["outboundConnectedSince"]) + 5_000
+        await replicator.stop()
+
+    asyncio.run(run())

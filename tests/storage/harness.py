@@ -7,7 +7,7 @@ import dataclasses
 
 from magnetar.protocol.bookie import Entry
 from magnetar.sim import SimClock, SimDisk, SimDiskConfig, SimKeyValueStore
-from magnetar.storage import BookieConfig, BookieStats, LedgerState
+from magnetar.storage import BookieConfig, BookieLedger, BookieStats
 from magnetar.storage.checkpointer import Checkpointer
 from magnetar.storage.entry_log import EntryLogger
 from magnetar.storage.index import Index
@@ -43,7 +43,7 @@ class Parts:
         self.clock = clock if clock is not None else SimClock()
         self.index = Index(self.kv.reopen())
         self.entry_log = EntryLogger(self.disk, config.entry_log_bytes_max)
-        self.ledgers: dict[int, LedgerState] = {}
+        self.ledgers: dict[int, BookieLedger] = {}
         self.log_ledgers: dict[int, set[int]] = {}
         self.stats = BookieStats()
         self.checkpointer = Checkpointer(
@@ -70,7 +70,7 @@ class Parts:
         assert self.journal is not None
         state = self.ledgers.get(e.ledger_id)
         if state is None:
-            state = self.ledgers[e.ledger_id] = LedgerState(e.ledger_id, master_key=KEY)
+            state = self.ledgers[e.ledger_id] = BookieLedger(e.ledger_id, master_key=KEY)
         state.note_entry(e.entry_id, e.lac)
         self.checkpointer.put(e.ledger_id, e.entry_id, e.raw)
         await self.journal.append(add_record(KEY, e.raw))

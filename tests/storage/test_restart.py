@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from magnetar.sim import run
-from magnetar.storage import LedgerState, LedgerStatus
+from magnetar.storage import BookieLedger, LedgerStatus
 from magnetar.storage.index import Index
 from magnetar.storage.journal import KIND_ADD, KIND_FENCE, KIND_LAC, JournalRecord, fence_record, lac_record
 from magnetar.storage.restart import apply_record, repair_last_entries, replay_journal
@@ -56,15 +56,15 @@ def test_replayed_records_do_not_resurrect_a_deleted_ledger() -> None:
     async def scenario() -> None:
         parts = Parts()
         ledgers = parts.ledgers
-        ledgers[3] = LedgerState(3, LedgerStatus.DELETED, lac=1, last_entry=1, master_key=KEY)
+        ledgers[3] = BookieLedger(3, LedgerStatus.DELETED, lac=1, last_entry=1, master_key=KEY)
         raw = entry(3, 2, lac=1).raw
         assert not apply_record(ledgers, parts.checkpointer, JournalRecord(KIND_ADD, KEY, entry_raw=raw))
         assert not apply_record(ledgers, parts.checkpointer, JournalRecord(KIND_LAC, KEY, ledger_id=3, lac=9))
         assert not apply_record(ledgers, parts.checkpointer, JournalRecord(KIND_FENCE, KEY, ledger_id=3))
-        assert ledgers[3] == LedgerState(3, LedgerStatus.DELETED, lac=1, last_entry=1, master_key=KEY)
+        assert ledgers[3] == BookieLedger(3, LedgerStatus.DELETED, lac=1, last_entry=1, master_key=KEY)
         assert parts.checkpointer.get(3, 2) is None
         # Negative control: the same records for a ledger that is not deleted take effect.
-        ledgers[4] = LedgerState(4, master_key=KEY)
+        ledgers[4] = BookieLedger(4, master_key=KEY)
         apply_record(ledgers, parts.checkpointer, JournalRecord(KIND_ADD, KEY, entry_raw=entry(4, 2, lac=1).raw))
         apply_record(ledgers, parts.checkpointer, JournalRecord(KIND_LAC, KEY, ledger_id=4, lac=9))
         apply_record(ledgers, parts.checkpointer, JournalRecord(KIND_FENCE, KEY, ledger_id=4))

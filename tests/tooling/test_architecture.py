@@ -1,8 +1,8 @@
 """Architecture rules that import-linter does not express.
 
-* STYLE rules 1-2: cores never reach the clock, randomness, uuid4, sockets, files or
+* docs/style.md rules 1-2: cores never reach the clock, randomness, uuid4, sockets, files or
   ``asyncio.sleep`` directly; they are given capabilities.
-* STYLE rule 15: heavy dependencies stay in their adapter.
+* docs/style.md rule 15: heavy dependencies stay in their adapter.
 * Every ``faults.point("...")`` names a registered fault point.
 * Every layer package states what it owns in its docstring.
 

@@ -21,13 +21,22 @@ from starlette.routing import BaseRoute
 from magnetar.admin.common import AdminContext, AdminError, api_route, json_response, no_content, read_body
 from magnetar.control.leader import read_decisions, read_leader
 from magnetar.control.ownership import BundleOwnership, OwnershipLookup
-from magnetar.ledger.racks import DEFAULT_GROUP, BookieRack, delete_rack, read_racks, set_rack
+from magnetar.ledger.racks import (
+    DEFAULT_GROUP,
+    BookieRack,
+    delete_rack,
+    rack_with_region,
+    read_racks,
+    set_rack,
+)
 from magnetar.metadata.api import MetadataStore
 
 
 class BookieInfo(msgspec.Struct):
-    rack: str
+    rack: str = ""
     hostname: str = ""
+    #: Magnetar's: the region, when ``rack`` does not name it (stored as ``/region/rack``).
+    region: str = ""
 
 
 def _ownership(ctx: AdminContext) -> BundleOwnership:
@@ -69,7 +78,7 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
     @api_route("/bookies/racks-info", ["GET"], "The rack of every bookie, by group")
     async def racks_info(_: Request) -> Response:
         config, _version = await read_racks(_store(ctx))
-        return json_response(config.to_json())
+        return json_response(config.to_admin_json())
 
     @api_route("/bookies/racks-info/{bookie}", ["GET"], "One bookie's rack")
     async def get_rack(request: Request) -> Response:
@@ -77,13 +86,14 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         info = config.find(request.path_params["bookie"])
         if info is None:
             raise AdminError(404, f"Bookie address not found: {request.path_params['bookie']}")
-        return json_response(info.to_json())
+        return json_response(info.to_admin_json())
 
     @api_route("/bookies/racks-info/{bookie}", ["POST"], "Set one bookie's rack", body=BookieInfo,
                query=(("group", "string"),))
     async def post_rack(request: Request) -> Response:
         body: BookieInfo = await read_body(request, BookieInfo)
-        await set_rack(_store(ctx), request.path_params["bookie"], BookieRack(body.rack, body.hostname),
+        rack = rack_with_region(body.rack, body.region)
+        await set_rack(_store(ctx), request.path_params["bookie"], BookieRack(rack, body.hostname),
                        request.query_params.get("group") or DEFAULT_GROUP)
         return no_content()
 

@@ -57,9 +57,18 @@ async def _each(ctx: AdminContext, request: Request) -> list[tuple[TopicName, Su
     return out
 
 
+_BASE = "/persistent/{tenant}/{namespace}/{topic}"
+_SUB = f"{_BASE}/subscription/{{subscription}}"
+
+
 def routes(ctx: AdminContext) -> list[BaseRoute]:
-    base = "/persistent/{tenant}/{namespace}/{topic}"
-    sub = f"{base}/subscription/{{subscription}}"
+    """Subscriptions made and removed, their cursors moved forward, and their cursors reset."""
+    return [*_lifecycle_routes(ctx), *_forward_routes(ctx), *_reset_routes(ctx)]
+
+
+def _lifecycle_routes(ctx: AdminContext) -> list[BaseRoute]:
+    """List, create and delete subscriptions."""
+    base, sub = _BASE, _SUB
 
     @api_route(f"{base}/subscriptions", ["GET"], "List the subscriptions of a topic")
     async def list_subscriptions(request: Request) -> Response:
@@ -100,6 +109,13 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
             await subscription.close(delete=True)
         return no_content()
 
+    return [list_subscriptions, create_subscription, delete_subscription]
+
+
+def _forward_routes(ctx: AdminContext) -> list[BaseRoute]:
+    """Move cursors forward: clear the backlog, skip entries, expire entries older than a time."""
+    base, sub = _BASE, _SUB
+
     @api_route(f"{sub}/skip_all", ["POST"], "Clear the subscription's backlog")
     async def skip_all(request: Request) -> Response:
         for _, subscription in await _each(ctx, request):
@@ -132,6 +148,13 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
                 await (await _subscription(ctx, topic, name)).expire_older_than(cutoff)
         return no_content()
 
+    return [skip_all, skip, expire, expire_all]
+
+
+def _reset_routes(ctx: AdminContext) -> list[BaseRoute]:
+    """Reset cursors to a publish time or to a message id (the consumers subscribe again)."""
+    sub = _SUB
+
     @api_route(f"{sub}/resetcursor/{{timestamp:int}}", ["POST"], "Reset the cursor to a publish time (ms)")
     async def reset_by_time(request: Request) -> Response:
         timestamp = request.path_params["timestamp"]
@@ -152,8 +175,7 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
             await subscription.reset(target)
         return no_content()
 
-    return [list_subscriptions, create_subscription, delete_subscription, skip_all, skip, expire, expire_all,
-            reset_by_time, reset_by_id]
+    return [reset_by_time, reset_by_id]
 
 
 def _cutoff_ms(ctx: AdminContext, seconds: int) -> int:

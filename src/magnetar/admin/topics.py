@@ -90,9 +90,17 @@ async def _stats(ctx: AdminContext, name: TopicName) -> dict[str, Any]:
     return await add_read_only_subscriptions(topic_stats(topic), topic)
 
 
+_BASE = "/persistent/{tenant}/{namespace}"
+
+
 def routes(ctx: AdminContext) -> list[BaseRoute]:
-    base = "/persistent/{tenant}/{namespace}"
-    store = ctx.resources.store
+    """Topics listed, created and deleted; partitioned topics; stats and unload of loaded topics."""
+    return [*_topic_routes(ctx), *_partitioned_routes(ctx), *_loaded_routes(ctx)]
+
+
+def _topic_routes(ctx: AdminContext) -> list[BaseRoute]:
+    """List a namespace's topics; create and delete a non-partitioned topic."""
+    base, store = _BASE, ctx.resources.store
 
     @api_route(base, ["GET"], "List the non-partitioned topics and partitions of a namespace")
     async def list_topics(request: Request) -> Response:
@@ -123,6 +131,13 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         await require_namespace(ctx, topic.namespace)
         await ctx.service.delete_topic(topic, force=query_flag(request, "force"))
         return no_content()
+
+    return [list_topics, list_partitioned, create_topic, delete_topic]
+
+
+def _partitioned_routes(ctx: AdminContext) -> list[BaseRoute]:
+    """Create a partitioned topic, add partitions, read its count, delete it with its partitions."""
+    base, store = _BASE, ctx.resources.store
 
     @api_route(f"{base}/{{topic}}/partitions", ["PUT"], "Create a partitioned topic", body=PartitionsBody)
     async def create_partitioned(request: Request) -> Response:
@@ -182,6 +197,13 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
         await ctx.resources.delete_topic_policies(topic)
         return no_content()
 
+    return [create_partitioned, update_partitioned, get_partitions, delete_partitioned]
+
+
+def _loaded_routes(ctx: AdminContext) -> list[BaseRoute]:
+    """Stats of a topic (summed over partitions, or internal per partition) and unloading it."""
+    base = _BASE
+
     @api_route(f"{base}/{{topic}}/stats", ["GET"], "Topic stats (rates, backlog, storage, publishers, subscriptions)")
     async def stats(request: Request) -> Response:
         names = await targets(ctx, topic_of(request))
@@ -212,5 +234,4 @@ def routes(ctx: AdminContext) -> list[BaseRoute]:
             await ctx.service.unload(name)
         return no_content()
 
-    return [list_topics, list_partitioned, create_topic, delete_topic, create_partitioned, update_partitioned,
-            get_partitions, delete_partitioned, stats, stats_partitioned, stats_internal, unload]
+    return [stats, stats_partitioned, stats_internal, unload]

@@ -1,6 +1,6 @@
 """Every named bound in Magnetar that is not a per-deployment config value.
 
-STYLE rule 3: every queue, buffer, batch, retry and in-flight table has a named bound here or in
+docs/style.md rule 3: every queue, buffer, batch, retry and in-flight table has a named bound here or in
 the config; reaching it means backpressure or a typed ``LimitExceededError``, never growth. Names end
 in their unit. Sections belong to layers; add to your layer's section.
 """
@@ -137,6 +137,11 @@ MANAGED_LEDGER_CACHE_BYTES_MAX = 64 * MIB
 MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX = 256 * MIB
 #: Entries one ``read_entries`` call returns at most.
 MANAGED_LEDGER_READ_COUNT_MAX = 10_000
+#: Entries an owner sends along with one notification of its read-only position feed (the
+#: newest ones of the wake-up; older ones the read-only broker reads from the bookies).
+READ_ONLY_FEED_ENTRIES_COUNT_MAX = 1_000
+#: Bytes of entries an owner sends along with one notification of its position feed.
+READ_ONLY_FEED_BYTES_MAX = 1 * MIB
 #: Cursors one managed ledger may have.
 MANAGED_LEDGER_CURSORS_COUNT_MAX = 10_000
 #: Entries an offload reads from the bookies at a time (and hands its driver as one chunk).
@@ -350,6 +355,9 @@ REPLICATION_CHECK_INTERVAL_MS = 1_000
 REPLICATION_LOAD_TOPICS_EVERY_PASSES = 10
 #: Creating a producer on the remote cluster gives up after this (then backoff and retry).
 REPLICATION_CONNECT_TIMEOUT_MS = 10_000
+#: The remote producers' own reconnect backoff cap (the client's ``backoff_max_ms``; Pulsar keeps
+#: its client default, 60 s): after a remote's outage, replication resumes within this of its return.
+REPLICATION_REMOTE_BACKOFF_MAX_MS = 5_000
 #: Replicators per broker (topics x remote clusters).
 REPLICATION_REPLICATORS_COUNT_MAX = 10_000
 #: Replicated subscriptions: how often a topic's controller looks at its subscriptions (snapshot
@@ -365,6 +373,11 @@ REPLICATED_SUBSCRIPTIONS_SEEN_ENTRIES_MAX = 100_000
 REPLICATED_SUBSCRIPTIONS_SEEN_IDLE_MAX = 10_000
 #: Acknowledged messages one update marker carries by origin (beyond: the mark-delete only).
 REPLICATED_SUBSCRIPTIONS_UPDATE_ACKED_MAX = 10_000
+#: Batches acknowledged in part that one update marker carries (each with its ack set).
+REPLICATED_SUBSCRIPTIONS_UPDATE_PARTIAL_MAX = 1_000
+#: Entries a controller reads back from the topic when it starts (after a broker restart or a
+#: topic move) to remember the origins and snapshots after the replicated subscriptions' positions.
+REPLICATED_SUBSCRIPTIONS_RECOVER_ENTRIES_MAX = 20_000
 # --- web console (magnetar.admin.console) ------------------------------------------------------------
 #: Rate samples the console keeps per topic and for the broker (a ring: the oldest goes first);
 #: at the default 2 s interval, the last 5 minutes.

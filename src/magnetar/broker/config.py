@@ -42,7 +42,7 @@ class BrokerConfig:
     #: Answer a re-sent (producer_name, sequence_id) already persisted with a (-1,-1) receipt.
     #: Off by default, as in Pulsar (brokerDeduplicationEnabled=false); a namespace or topic turns
     #: it on (deduplicationEnabled), as do MAGNETAR_BROKER_DEDUPLICATION=true and --pulsar-conf.
-    #: The no-duplicates-after-retries guarantee (FAULTS.md invariant 8) holds for producers whose
+    #: The no-duplicates-after-retries guarantee (docs/faults.md invariant 8) holds for producers whose
     #: topic has it on.
     deduplication: bool = False
     #: Broker-wide policy defaults, used where neither the namespace nor the topic sets one
@@ -133,6 +133,12 @@ class BrokerConfig:
     load_balancer_msg_rate_weight: float = 1.0
     load_balancer_topics_weight: float = 1.0
     load_balancer_sessions_weight: float = 1.0
+    #: loadBalancerHistoryResourcePercentage (0.9): the weight of the history in each bundle's
+    #: averaged figures (CPU share, bandwidth, message rate): avg = f * avg + (1 - f) * new report.
+    load_balancer_history_resource_fraction: float = 0.9
+    #: How far inside the threshold a shedding wave goes on once started (hysteresis; Pulsar's
+    #: ThresholdShedder sheds a fixed 5% margin beyond its threshold, ADDITIONAL_THRESHOLD_PERCENT_MARGIN).
+    load_balancer_shedding_margin_percent: float = 5.0
 
     # --- Pulsar parity (issue 18) ----------------------------------------------------------------
     #: Largest message a producer may send (Pulsar: maxMessageSize, 5 MiB): reported in
@@ -253,6 +259,11 @@ class BrokerConfig:
             raise InvalidArgumentError("load_balancer_shedding_interval_ms must be >= 100 and the grace period >= 0")
         if not 2 <= self.load_balancer_namespace_bundles_max <= NAMESPACE_BUNDLES_COUNT_MAX:
             raise InvalidArgumentError(f"load_balancer_namespace_bundles_max must be 2..{NAMESPACE_BUNDLES_COUNT_MAX}")
+        if not 0 <= self.load_balancer_history_resource_fraction < 1:
+            raise InvalidArgumentError("load_balancer_history_resource_fraction must be in [0, 1)")
+        if not 0 <= self.load_balancer_shedding_margin_percent < self.load_balancer_broker_threshold_percent:
+            raise InvalidArgumentError("load_balancer_shedding_margin_percent must be >= 0 and below "
+                                  "load_balancer_broker_threshold_percent")
         unknown = [p for p in self.authentication_providers if p not in AUTHENTICATION_PROVIDERS]
         if unknown:
             raise InvalidArgumentError(f"authentication_providers: unknown {unknown}; known: {list(AUTHENTICATION_PROVIDERS)}")

@@ -194,6 +194,10 @@ def _read_only_metrics(service: BrokerService, topic_labels: list[str]) -> Itera
         "retention removed them (at least one per removed ledger)", labels=topic_labels)
     feed = CounterMetricFamily("magnetar_read_only_feed_positions",
                                "last confirmed positions the owner's feed delivered", labels=topic_labels)
+    takeovers = CounterMetricFamily(
+        "magnetar_read_only_subscription_takeovers", "subscriptions taken over from a read-only broker "
+        "shown not to serve them any more (gone or restarted) before its metadata session expired",
+        labels=topic_labels)
     cluster = service.config.cluster_name
     for name, topic in list(service.topics.items()):
         read_only = getattr(topic.log, "read_only_ledger", None)
@@ -201,5 +205,7 @@ def _read_only_metrics(service: BrokerService, topic_labels: list[str]) -> Itera
             labels = [cluster, topic.name.namespace, name]
             skipped.add_metric(labels, read_only.entries_skipped)
             feed.add_metric(labels, read_only.feed_positions)
+            takeovers.add_metric(labels, read_only.takeovers)
     yield skipped
     yield feed
+    yield takeovers

@@ -14,8 +14,9 @@ and regex subscriptions work as on the owner, through the same code.
   cost; a refused application is pointed at the owner explicitly.
 * A durable subscription is served by one broker at a time (``ReadOnlyCursor``'s ephemeral lock):
   a consumer arriving at a second read-only broker gets ``ConsumerBusy`` naming the broker serving
-  it, until that broker closes the subscription or its metadata session ends (then it resumes
-  from the persisted position). The owner and the read-only brokers keep separate cursors: a
+  it, until that broker closes the subscription, or its metadata session ends, or it is shown
+  not to serve it any more (``HolderProbe``: its process is gone or it restarted); then it
+  resumes from the persisted position. The owner and the read-only brokers keep separate cursors: a
   subscription name used on the owner and on a read-only broker names two subscriptions.
 * ``ReadOnlyRegistration`` registers the broker at ``/read-only-brokers/{id}`` (ephemeral: service
   URL and HTTP URL) for ``magnetar cluster status`` and sets ``session_lost`` when the metadata
@@ -31,7 +32,7 @@ from collections.abc import Callable
 from urllib.parse import unquote
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import NotFoundError
+from magnetar.base.errors import MagnetarError, NotFoundError
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import (
     BookieCompactedLedgers,
@@ -46,9 +47,11 @@ from magnetar.broker.managed_log import ManagedSubscriptionCursor, ManagedTopicL
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.managed_ledger.cursor import ManagedCursor, cursor_node_name
+from magnetar.managed_ledger.entry_reader import CacheBudget
 from magnetar.managed_ledger.errors import ManagedLedgerFencedError
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
-from magnetar.managed_ledger.read_only import PositionFeed, ReadOnlyManagedLedger
+from magnetar.managed_ledger.read_only import OffloadedEntries, PositionFeed, ReadOnlyManagedLedger
+from magnetar.managed_ledger.read_only_cursors import HolderProbe
 from magnetar.metadata.api import MetadataStore, SessionState
 from magnetar.metadata.records import CursorInfo, decode
 from magnetar.protocol.pulsar import pb
@@ -165,8 +168,14 @@ class ReadOnlyLogStore:
 
     def __init__(self, *, manager: LedgerManager, metadata: MetadataStore, clock: Clock,
                  config: ManagedLedgerConfig | None = None, feed: PositionFeed | None,
-                 holder: Callable[[], str], root: str = DEFAULT_ROOT) -> None:
+                 holder: Callable[[], str], root: str = DEFAULT_ROOT,
+                 offloaded: OffloadedEntries | None = None, holder_http: Callable[[], str] = lambda: "",
+                 probe: HolderProbe | None = None) -> None:
         self._manager = manager
+        self._offloaded = offloaded
+        self._holder_http = holder_http
+        self._probe = probe
+        self._cache_budget = CacheBudget()  # every topic's entry cache together, as on an owner
         self._metadata = metadata
         self._clock = clock
         self._config = config or ManagedLedgerConfig()
@@ -180,11 +189,17 @@ class ReadOnlyLogStore:
         try:
             ml = await ReadOnlyManagedLedger.open(
                 topic, name, path, manager=self._manager, store=self._metadata, clock=self._clock,
-                config=self._config, feed=self._feed, holder=self._holder())
+                config=self._config, feed=self._feed, holder=self._holder(), offloaded=self._offloaded,
+                holder_http=self._holder_http(), probe=self._probe, cache_budget=self._cache_budget)
         except NotFoundError as error:
             raise NotFoundError(f"topic {topic} does not exist (a read-only broker never creates topics: "
                            f"create it through its owner)") from error
         feed = self._feed
+        if feed is not None:  # a producer refused right away is told where to publish
+            try:
+                await feed.find_owner_url(topic)
+            except MagnetarError as error:
+                log.info("read-only %s: the owner is not known yet: %s", topic, error)
         return ReadOnlyTopicLog(topic, ml, (lambda: feed.owner_url(topic)) if feed is not None else (lambda: None))
 
     async def list_logs(self, namespace: str) -> list[str]:

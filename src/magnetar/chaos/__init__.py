@@ -5,7 +5,7 @@ readers), the fault schedules (arm a named fault point with ``hang`` in one proc
 the hit, kill -9, restart; kill -9 at random; SIGSTOP a process long enough to lose its
 metadata session), the runner tying them to a cluster of processes, and the pure checker that
 turns a recorded ``History`` into anomalies (lost, duplicated, reordered, unexpected, and the
-invariants of ``shared/design/FAULTS.md`` observable from outside). A tool above ``runtime``
+invariants of ``docs/faults.md`` observable from outside). A tool above ``runtime``
 (like ``cli``): cores never import it.
 """
 

@@ -17,7 +17,7 @@ bookie), ``@broker`` (the owner of the workload's topic, else a random broker), 
 the one ``standalone`` process.
 
 Scenarios (``SCENARIOS``): ``seed-matrix`` (C1-C5 x which node dies x the S transition, as
-``shared/design/FAULTS.md`` maps them), ``every-point`` (one arm-hang-kill per registered fault
+``docs/faults.md`` maps them), ``every-point`` (one arm-hang-kill per registered fault
 point), ``random`` (N seeded injections of every kind), ``smoke`` (a few, for CI), ``zombie``
 (the owner broker SIGSTOPped past its session, twice).
 """

@@ -75,7 +75,7 @@ class RunOutcome:
 
 
 #: The brokers of a chaos target run with deduplication on (off by default, as in Pulsar): the run
-#: checks "no duplicates after producer retries" (FAULTS.md invariant 8), which holds with it on.
+#: checks "no duplicates after producer retries" (docs/faults.md invariant 8), which holds with it on.
 #: The ``no-dedup`` break turns it off again whatever this says (its negative control).
 BROKER_DEDUP_ENV = {"MAGNETAR_BROKER_DEDUPLICATION": "true"}
 

@@ -672,10 +672,12 @@ def bookies_get_rack(bookie: str = typer.Option(..., "--bookie", help="host:port
 def bookies_set_rack(bookie: str = typer.Option(..., "--bookie", help="host:port"),
                      rack: str = typer.Option(..., "--rack", help="/rack or /region/rack"),
                      hostname: str = typer.Option("", "--hostname"),
-                     group: str = typer.Option("default", "--group")) -> None:
-    """Put a bookie in a rack: new ledgers spread each write set over distinct racks."""
-    _api().call("POST", f"/bookies/racks-info/{quote(bookie, safe=':')}", {"rack": rack, "hostname": hostname},
-                query=f"group={quote(group, safe='')}")
+                     group: str = typer.Option("default", "--group"),
+                     region: str = typer.Option("", "--region", help="the region, when --rack does not name it")) -> None:
+    """Put a bookie in a rack (and region): new ledgers spread each write set over distinct
+    regions, then distinct racks."""
+    _api().call("POST", f"/bookies/racks-info/{quote(bookie, safe=':')}",
+                {"rack": rack, "hostname": hostname, "region": region}, query=f"group={quote(group, safe='')}")
     _done(f"bookie {bookie} is in rack {rack}")
 
 

@@ -16,6 +16,7 @@ def register(app: typer.Typer) -> None:
         data_dir: str = typer.Option(None, "--data-dir", help="the bookie's data directory"),
         config: str = typer.Option(None, "--config", help="TOML file with a [bookie] section"),
         rack: str = typer.Option(None, "--rack", help="this bookie's rack, /rack or /region/rack (racks-info)"),
+        region: str = typer.Option(None, "--region", help="this bookie's region (with --rack R: stored as /region/R)"),
     ) -> None:
         """Run a bookie: journal, entry logs, index; registers itself in the metadata store."""
         from magnetar.runtime.bookie import main
@@ -28,7 +29,7 @@ def register(app: typer.Typer) -> None:
                 "bookie",
                 file_values=section_of(read_toml(config), "bookie"),
                 overrides={"metadata_url": metadata, "port": port, "host": host, "data_dir": data_dir,
-                           "rack": rack},
+                           "rack": rack, "region": region},
             )
         except InvalidArgumentError as exc:
             typer.echo(f"error: {exc}", err=True)

@@ -177,11 +177,20 @@ def add_broker(directory: str = typer.Option(DEFAULT_DIR, "--dir", help="the dir
 @cluster_app.command("add-bookie")
 def add_bookie(directory: str = typer.Option(DEFAULT_DIR, "--dir", help="the directory given to `up`"),
                rack: str = typer.Option(None, "--rack", help="its rack, /rack or /region/rack"),
+               region: str = typer.Option(None, "--region", help="its region (stored as /region/rack)"),
                timeout_s: float = typer.Option(60.0, "--timeout-s", min=1)) -> None:
     """Start one more bookie in the running cluster; new ledgers may use it at once."""
+    from magnetar.base.errors import InvalidArgumentError
+    from magnetar.ledger.racks import rack_with_region
     from magnetar.runtime.cluster import LocalCluster
 
     console = Console()
+    if region:
+        try:
+            rack = rack_with_region(rack or "", region)
+        except InvalidArgumentError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from None
     cluster = _load_running(directory, console)
     assert isinstance(cluster, LocalCluster)
     try:

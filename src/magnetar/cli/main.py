@@ -16,7 +16,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-faults_app = typer.Typer(help="Named fault points (shared/design/FAULTS.md).", no_args_is_help=True)
+faults_app = typer.Typer(help="Named fault points (docs/faults.md).", no_args_is_help=True)
 app.add_typer(faults_app, name="faults")
 
 

@@ -66,7 +66,7 @@ class PulsarClient:
         """Run ``operation`` with backoff on retryable errors until the operation timeout."""
         self._check_open()
         deadline_ns = self.clock.monotonic_ns() + self.options.operation_timeout_ms * 1_000_000
-        backoff = Backoff(self.rng)
+        backoff = Backoff(self.rng, max_ms=self.options.backoff_max_ms)
 
         def retryable(error: BaseException) -> bool:
             return is_retryable(error) or isinstance(error, OperationTimeoutError)

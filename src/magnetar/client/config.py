@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import (
     CLIENT_ACK_GROUP_COUNT_MAX,
+    CLIENT_BACKOFF_INITIAL_MS,
+    CLIENT_BACKOFF_MAX_MS,
     CLIENT_BATCH_MESSAGES_COUNT_MAX,
     CLIENT_PRODUCER_PENDING_COUNT_MAX,
     CLIENT_RECEIVER_QUEUE_COUNT_MAX,
@@ -59,9 +61,12 @@ class ClientOptions:
     client_version: str = "Magnetar-Client-0.1.0"
     auth_method_name: str = "none"
     auth_data: bytes | None = None
+    #: Reconnect backoff cap (Pulsar's ``maxBackoffInterval``): 100 ms doubling up to this.
+    backoff_max_ms: int = CLIENT_BACKOFF_MAX_MS
 
     def validate(self) -> None:
         _check("operation_timeout_ms", self.operation_timeout_ms, 1, 3_600_000)
+        _check("backoff_max_ms", self.backoff_max_ms, CLIENT_BACKOFF_INITIAL_MS, 3_600_000)
         _check("connection_timeout_ms", self.connection_timeout_ms, 1, 3_600_000)
         _check("keep_alive_interval_ms", self.keep_alive_interval_ms, 1, 3_600_000)
 

@@ -209,7 +209,7 @@ class Producer:
             self._reconnecting = self._spawn(self._reconnect_loop())
 
     async def _reconnect_loop(self) -> None:
-        backoff = Backoff(self._client.rng)
+        backoff = Backoff(self._client.rng, max_ms=self._client.options.backoff_max_ms)
         for _attempt in range(CLIENT_RECONNECT_ATTEMPTS_MAX):
             await self._client.clock.sleep(backoff.next_s())
             if self.state is not State.CONNECTING:

@@ -1,6 +1,8 @@
-"""The load balancer's decision: a pure function of the brokers' load reports.
+"""The load balancer's decision: a pure function of the brokers' load reports (and its own history).
 
-``decide(brokers, last_moved_ms, now_ms, settings)`` returns the bundles to split and the bundles
+``step(state, brokers, last_moved_ms, now_ms, settings)`` folds the reports into the averaged
+history and returns the decisions with the next state; ``decide(brokers, last_moved_ms, now_ms,
+settings)``, the stateless core it calls on the averaged figures, returns the bundles to split and the bundles
 to unload from one broker so that another acquires them (``Decision``), each with its reason.
 The leader broker (``control.leader``) feeds it the reports it reads and carries the decisions out;
 nothing here reads a clock or the store, so the same inputs always give the same decisions.
@@ -12,10 +14,26 @@ broker's message rate, or of its topics when idle). A dimension counts when its 
 0 and its cluster average reaches a noise floor (``FLOORS``). A broker's *score* is the largest
 weighted ratio of its value to the cluster average, so 1.0 is "average" everywhere.
 
-**Shedding** (Pulsar's ThresholdShedder and UniformLoadShedder, on one scale): with
-``hi = 1 + threshold%`` and ``lo = 1 - threshold%``, while some broker is above ``hi`` (or above
-the CPU overload threshold), or some broker is below ``lo``, move one bundle from the
-highest-scoring broker to another when, after the move, the source's score is lower, (a) the target's score is at most ``hi``
+**Averaging** (``step``, ``average``; Pulsar's ``loadBalancerHistoryResourcePercentage``, 0.9).
+A saturated broker's rate figures swing from one report to the next, and a decision on one
+report chases the swing (moves after balance, bundles sent back once their grace period ends).
+So the leader decides on averaged figures: each bundle's CPU share, bandwidth and message rate
+are an exponentially weighted average over the reports, ``avg = f * avg + (1 - f) * new``,
+normalised by the weight so far so the first reports give their plain mean. Pulsar's
+ThresholdShedder keeps this history per broker; here it is per bundle, so it follows a bundle
+that moves (the move shows at once on both brokers instead of fading in over ten reports, which
+would make the leader shed the same load again), and a split's halves inherit their parent's.
+The history is explicit state (``BalancerState``) passed in and returned: ``step`` stays pure.
+
+**Shedding** (Pulsar's ThresholdShedder and UniformLoadShedder, on one scale), with hysteresis:
+with ``hi = 1 + threshold%`` and ``lo = 1 - threshold%``, a wave of moves *starts* when some broker
+is above ``hi`` (or above the CPU overload threshold) or some broker is below ``lo``, and once
+started it *goes on* (within the round, and in the next rounds while ``BalancerState.shedding``
+is latched) until every broker is within the inner band ``1 +- (threshold - margin)%`` or no move
+is possible (Pulsar's ThresholdShedder likewise sheds a 5% margin beyond its threshold). So a
+balanced cluster sits well inside the band that would start a wave, and noise must exceed the
+margin to start one. Each move goes from the highest-scoring broker to another when, after the
+move, the source's score is lower, (a) the target's score is at most ``hi``
 and its CPU below the overload threshold, and (b) the target's score is at most the source's new
 score (the move never crosses: both end up within the old [target, source] interval, so the
 cluster's highest score never rises and its lowest never falls). Among such moves take the one
@@ -32,7 +50,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from magnetar.base.errors import InvalidArgumentError
 from magnetar.broker.config import BrokerConfig
@@ -59,12 +77,16 @@ PULSAR_KEYS: dict[str, tuple[str, float]] = {
     "loadBalancerCPUResourceWeight": ("load_balancer_cpu_weight", 1),
     "loadBalancerBandwithInResourceWeight": ("load_balancer_bandwidth_weight", 1),
     "loadBalancerBandwithOutResourceWeight": ("load_balancer_bandwidth_weight", 1),
+    "loadBalancerHistoryResourcePercentage": ("load_balancer_history_resource_fraction", 1),
 }
 
 #: Dimensions of the load vector, in order.
 DIMENSIONS = ("cpu", "bandwidth", "msg_rate", "topics", "sessions")
 #: A dimension whose cluster average is below its floor is noise and does not count.
 FLOORS = (10.0, 64 * 1024.0, 10.0, 1.0, 1.0)
+#: Rounds of reports ``step`` folds in before it sheds (splits go on meanwhile): a new leader's
+#: first report of a swinging broker is not yet an average.
+HISTORY_ROUNDS_MIN = 3
 
 
 class DecisionKind(enum.Enum):
@@ -122,10 +144,19 @@ class BalancerSettings:
     splits_per_cycle_max: int = 10
     unloads_per_cycle_max: int = 16
     weights: tuple[float, float, float, float, float] = (1.0, 1.0, 1.0, 1.0, 1.0)
+    history_fraction: float = 0.9
+    margin_percent: float = 5.0
+    history_rounds_min: int = HISTORY_ROUNDS_MIN
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold_percent < 100:
             raise InvalidArgumentError("the shedding threshold must be 1..99 percent")
+        if not 0 <= self.history_fraction < 1:
+            raise InvalidArgumentError("loadBalancerHistoryResourcePercentage must be in [0, 1)")
+        if not 0 <= self.margin_percent < self.threshold_percent:
+            raise InvalidArgumentError("the shedding margin must be >= 0 and below the threshold percent")
+        if self.history_rounds_min < 1:
+            raise InvalidArgumentError("history_rounds_min must be >= 1")
         if len(self.weights) != len(DIMENSIONS) or any(w < 0 for w in self.weights):
             raise InvalidArgumentError(f"weights must be {len(DIMENSIONS)} numbers >= 0")
 
@@ -147,6 +178,8 @@ class BalancerSettings:
             weights=(config.load_balancer_cpu_weight, config.load_balancer_bandwidth_weight,
                      config.load_balancer_msg_rate_weight, config.load_balancer_topics_weight,
                      config.load_balancer_sessions_weight),
+            history_fraction=config.load_balancer_history_resource_fraction,
+            margin_percent=config.load_balancer_shedding_margin_percent,
         )
 
 
@@ -226,75 +259,213 @@ def decide_splits(brokers: Sequence[BrokerLoad], settings: BalancerSettings,
     return out
 
 
+@dataclass(slots=True)
+class _Board:
+    """The shedding loop's working copy: bundles' vectors per broker, broker totals and CPU."""
+
+    per_bundle: dict[str, dict[str, Vector]]
+    vectors: dict[str, Vector]
+    cpu: dict[str, float]
+    averages: list[float]
+    counted: list[int]
+    weights: tuple[float, float, float, float, float]
+
+    @staticmethod
+    def of(brokers: Sequence[BrokerLoad], settings: BalancerSettings) -> _Board:
+        per_bundle = {b.broker: bundle_vectors(b) for b in brokers}
+        vectors: dict[str, Vector] = {}
+        for broker, bundles in per_bundle.items():
+            total: Vector = (0.0, 0.0, 0.0, 0.0, 0.0)
+            for v in bundles.values():
+                total = _add(total, v)
+            vectors[broker] = total
+        averages = [sum(v[d] for v in vectors.values()) / len(vectors) for d in range(len(DIMENSIONS))]
+        counted = [d for d in range(len(DIMENSIONS)) if settings.weights[d] > 0 and averages[d] >= FLOORS[d]]
+        return _Board(per_bundle, vectors, {b.broker: b.cpu_percent for b in brokers}, averages, counted,
+                      settings.weights)
+
+    def score(self, v: Vector) -> float:
+        return _score_of(v, self.averages, self.counted, self.weights)
+
+    def move(self, bundle: str, source: str, target: str) -> None:
+        v = self.per_bundle[source].pop(bundle)
+        self.per_bundle[target][bundle] = v
+        self.vectors[source] = _add(self.vectors[source], v, -1.0)
+        self.vectors[target] = _add(self.vectors[target], v)
+        self.cpu[source] -= v[0]
+        self.cpu[target] += v[0]
+
+
+def _best_move(board: _Board, source: str, source_score: float, hi: float, skip: set[str],
+               last_moved_ms: Mapping[str, int], now_ms: int, settings: BalancerSettings) -> tuple[str, str] | None:
+    """The bundle of ``source`` and the target giving the lowest resulting pair maximum (then the
+    lowest target score) among the moves the module docstring allows; None if there is none."""
+    best: tuple[float, float, str, str] | None = None
+    for bundle, v in sorted(board.per_bundle[source].items()):
+        if bundle in skip or not any(v[d] > 0 for d in board.counted):
+            continue
+        if now_ms - last_moved_ms.get(bundle, -(1 << 62)) < settings.grace_period_ms:
+            continue
+        new_source = board.score(_add(board.vectors[source], v, -1.0))
+        if new_source >= source_score:
+            continue  # the bundle carries none of what makes the source the most loaded
+        for target in sorted(board.vectors):
+            if target == source or board.cpu[target] >= settings.overloaded_cpu_percent:
+                continue
+            new_target = board.score(_add(board.vectors[target], v))
+            if new_target > hi or new_target > new_source:
+                continue
+            key = (max(new_source, new_target), new_target, bundle, target)
+            if best is None or key < best:
+                best = key
+    return None if best is None else (best[2], best[3])
+
+
+def _shed(brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_ms: int, settings: BalancerSettings,
+          splitting: set[str], shedding: bool) -> list[Decision]:
+    board = _Board.of(brokers, settings)
+    hi = 1.0 + settings.threshold_percent / 100.0
+    lo = 1.0 - settings.threshold_percent / 100.0
+    inner = (settings.threshold_percent - settings.margin_percent) / 100.0
+    active = shedding  # hysteresis: a wave started goes on to the inner band [1 - inner, 1 + inner]
+    skip = set(splitting)
+    unloads: list[Decision] = []
+    while len(unloads) < settings.unloads_per_cycle_max:
+        score = {b: board.score(v) for b, v in board.vectors.items()}
+        source = max(sorted(score), key=lambda b: score[b])
+        overloaded_cpu = board.cpu[source] >= settings.overloaded_cpu_percent
+        lowest = min(score.values())
+        if not active and score[source] <= hi and lowest >= lo and not overloaded_cpu:
+            break  # within the threshold band: nothing starts
+        active = True
+        if score[source] <= 1.0 + inner and lowest >= 1.0 - inner and not overloaded_cpu:
+            break  # the wave reached the inner band
+        chosen = _best_move(board, source, score[source], hi, skip, last_moved_ms, now_ms, settings)
+        if chosen is None:
+            break
+        bundle, target = chosen
+        cpu_before = board.cpu[source]
+        board.move(bundle, source, target)
+        skip.add(bundle)
+        why = (f"cpu {score[source]:.2f}x avg, {cpu_before:.0f}% >= overloaded threshold" if overloaded_cpu else
+               f"load {score[source]:.2f}x cluster average (threshold {hi:.2f})" if score[source] > hi else
+               f"a broker is under {lo:.2f}x the average" if lowest < lo else
+               f"shedding on to within {inner * 100:.0f}% of the average (load {score[source]:.2f}x)")
+        unloads.append(Decision(DecisionKind.UNLOAD, bundle, source, target,
+                                f"{why}; moving to {target} ({score[target]:.2f}x -> "
+                                f"{board.score(board.vectors[target]):.2f}x)"))
+    return unloads
+
+
 def decide(brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_ms: int,
-           settings: BalancerSettings, namespace_bundles: Mapping[str, int] | None = None) -> list[Decision]:
-    """Splits, then unloads (see the module docstring). Deterministic for equal inputs."""
+           settings: BalancerSettings, namespace_bundles: Mapping[str, int] | None = None, *,
+           shedding: bool = False) -> list[Decision]:
+    """Splits, then unloads (see the module docstring). ``shedding``: a wave of moves is under
+    way (the hysteresis latch ``step`` carries), so shedding goes on while a broker is outside the
+    inner band even if none is outside the threshold. Deterministic for equal inputs."""
     names = [b.broker for b in brokers]
     if len(set(names)) != len(names):
         raise InvalidArgumentError("one load report per broker")
     splits = decide_splits(brokers, settings, namespace_bundles)
     if not settings.shedding_enabled or len(brokers) < 2:
         return splits
-    splitting = {d.bundle for d in splits}
-    cpu = {b.broker: b.cpu_percent for b in brokers}
-    per_bundle: dict[str, dict[str, Vector]] = {b.broker: bundle_vectors(b) for b in brokers}
-    zero: Vector = (0.0, 0.0, 0.0, 0.0, 0.0)
-    vectors: dict[str, Vector] = {}
-    for broker, bundles in per_bundle.items():
-        total = zero
-        for v in bundles.values():
-            total = _add(total, v)
-        vectors[broker] = total
-    averages = [sum(v[d] for v in vectors.values()) / len(vectors) for d in range(len(DIMENSIONS))]
-    weights = settings.weights
-    counted = [d for d in range(len(DIMENSIONS)) if weights[d] > 0 and averages[d] >= FLOORS[d]]
-    hi = 1.0 + settings.threshold_percent / 100.0
-    lo = 1.0 - settings.threshold_percent / 100.0
-    moved: set[str] = set()
-    unloads: list[Decision] = []
-    while len(unloads) < settings.unloads_per_cycle_max:
-        score = {b: _score_of(v, averages, counted, weights) for b, v in vectors.items()}
-        source = max(sorted(score), key=lambda b: score[b])
-        overloaded_cpu = cpu[source] >= settings.overloaded_cpu_percent
-        underloaded = min(score.values()) < lo
-        if score[source] <= hi and not overloaded_cpu and not underloaded:
-            break
-        best: tuple[float, float, str, str] | None = None
-        for bundle, v in sorted(per_bundle[source].items()):
-            if bundle in moved or bundle in splitting or not any(v[d] > 0 for d in counted):
+    return [*splits, *_shed(brokers, last_moved_ms, now_ms, settings, {d.bundle for d in splits}, shedding)]
+
+
+#: One bundle's load history: the weighted sums of its CPU share, bandwidth and message rate
+#: over the reports so far, and the total weight of those reports (1 - f**n after n of them).
+Averaged = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class BalancerState:
+    """What the leader carries from one round to the next (``step``): each bundle's load history
+    (keyed by bundle, so it follows a bundle that moves; a split's halves inherit their parent's
+    history in proportion to their share of its rate), whether a shedding wave is under way (the
+    hysteresis latch), and how many rounds of reports it has folded in."""
+
+    history: Mapping[str, Averaged] = field(default_factory=dict)
+    shedding: bool = False
+    rounds: int = 0
+
+
+def _share_of_parent(children: Sequence[BundleLoad]) -> dict[str, float]:
+    rate = sum(c.msg_rate for c in children)
+    topics = sum(c.topics for c in children)
+    if rate > 0:
+        return {c.bundle: c.msg_rate / rate for c in children}
+    if topics > 0:
+        return {c.bundle: c.topics / topics for c in children}
+    return {c.bundle: 1.0 / len(children) for c in children}
+
+
+def _inherited(brokers: Sequence[BrokerLoad], history: Mapping[str, Averaged]) -> dict[str, Averaged]:
+    """Histories for the bundles of these reports that have none but lie inside a bundle that
+    had one and is gone (split): the parent's, scaled by each half's share of the halves' rate."""
+    current = {b.bundle for broker in brokers for b in broker.bundles}
+    gone = [(name.rsplit("/", 1)[0], BundleRange.parse(name.rsplit("/", 1)[1]), name)
+            for name in history if name not in current]
+    children: dict[str, list[BundleLoad]] = {}
+    for broker in brokers:
+        for b in broker.bundles:
+            if b.bundle in history:
                 continue
-            if now_ms - last_moved_ms.get(bundle, -(1 << 62)) < settings.grace_period_ms:
-                continue
-            new_source = _score_of(_add(vectors[source], v, -1.0), averages, counted, weights)
-            if new_source >= score[source]:
-                continue  # the bundle carries none of what makes the source the most loaded
-            for target in sorted(vectors):
-                if target == source or cpu[target] >= settings.overloaded_cpu_percent:
-                    continue
-                new_target = _score_of(_add(vectors[target], v), averages, counted, weights)
-                if new_target > hi or new_target > new_source:
-                    continue
-                key = (max(new_source, new_target), new_target, bundle, target)
-                if best is None or key < best:
-                    best = key
-        if best is None:
-            break
-        _, _, bundle, target = best
-        v = per_bundle[source].pop(bundle)
-        per_bundle[target][bundle] = v
-        vectors[source] = _add(vectors[source], v, -1.0)
-        vectors[target] = _add(vectors[target], v)
-        cpu[source] -= v[0]
-        cpu[target] += v[0]
-        moved.add(bundle)
-        why = (f"cpu {score[source]:.2f}x avg, {cpu[source] + v[0]:.0f}% >= overloaded threshold"
-               if overloaded_cpu else
-               f"load {score[source]:.2f}x cluster average (threshold {hi:.2f})" if score[source] > hi else
-               f"a broker is under {lo:.2f}x the average")
-        unloads.append(Decision(DecisionKind.UNLOAD, bundle, source, target,
-                                f"{why}; moving to {target} ({score[target]:.2f}x -> "
-                                f"{_score_of(vectors[target], averages, counted, weights):.2f}x)"))
-    return [*splits, *unloads]
+            rng = b.range
+            parent = next((name for ns, r, name in gone
+                           if ns == b.namespace and r.lower <= rng.lower and rng.upper <= r.upper), None)
+            if parent is not None:
+                children.setdefault(parent, []).append(b)
+    out: dict[str, Averaged] = {}
+    for parent, halves in children.items():
+        cpu, bandwidth, rate, weight = history[parent]
+        for bundle, share in _share_of_parent(halves).items():
+            out[bundle] = (cpu * share, bandwidth * share, rate * share, weight)
+    return out
+
+
+def average(brokers: Sequence[BrokerLoad], history: Mapping[str, Averaged],
+            fraction: float) -> tuple[list[BrokerLoad], dict[str, Averaged]]:
+    """Fold these reports into each bundle's history (Pulsar's ``loadBalancerHistoryResourcePercentage``
+    = ``fraction``: avg = f * avg + (1 - f) * new; started from zero and divided by the weight so far,
+    so the first reports give their plain mean instead of the first one alone), and return the
+    reports with each bundle's averaged rate and bandwidth and each broker's CPU the sum of its
+    bundles' averaged shares (a broker without bundles keeps its reported CPU). Topics and
+    sessions are counts, not samples: they stay as reported. Only bundles in the reports are kept."""
+    seeded = {**history, **_inherited(brokers, history)}
+    new_history: dict[str, Averaged] = {}
+    out: list[BrokerLoad] = []
+    keep = 1.0 - fraction
+    for broker in brokers:
+        shares = bundle_vectors(broker)
+        bundles: list[BundleLoad] = []
+        cpu_total = 0.0
+        for b in broker.bundles:
+            cpu, bandwidth, rate, weight = seeded.get(b.bundle, (0.0, 0.0, 0.0, 0.0))
+            folded = (fraction * cpu + keep * shares[b.bundle][0], fraction * bandwidth + keep * b.bandwidth_bytes,
+                      fraction * rate + keep * b.msg_rate, fraction * weight + keep)
+            new_history[b.bundle] = folded
+            w = folded[3]
+            cpu_total += folded[0] / w
+            bundles.append(BundleLoad(b.bundle, b.topics, b.sessions, folded[2] / w, folded[1] / w))
+        out.append(BrokerLoad(broker.broker, cpu_total if broker.bundles else broker.cpu_percent, tuple(bundles)))
+    return out, new_history
+
+
+def step(state: BalancerState, brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_ms: int,
+         settings: BalancerSettings,
+         namespace_bundles: Mapping[str, int] | None = None) -> tuple[list[Decision], BalancerState]:
+    """One leader round: fold the reports into the history, ``decide`` on the averaged figures
+    (no shedding before ``settings.history_rounds_min`` rounds: a leader's first reports are not a history
+    yet), and set the latch: a round that sheds keeps the wave going next round; one that may
+    shed and does not ends it; one that may not (shedding off, moves still settling) keeps it."""
+    averaged, history = average(brokers, state.history, settings.history_fraction)
+    rounds = state.rounds + 1
+    effective = settings if rounds >= settings.history_rounds_min else replace(settings, shedding_enabled=False)
+    decisions = decide(averaged, last_moved_ms, now_ms, effective, namespace_bundles, shedding=state.shedding)
+    latch = state.shedding
+    if effective.shedding_enabled:
+        latch = any(d.kind is DecisionKind.UNLOAD for d in decisions)
+    return decisions, BalancerState(history, latch, rounds)
 
 
 def apply(brokers: Sequence[BrokerLoad], decisions: Sequence[Decision]) -> list[BrokerLoad]:
@@ -317,15 +488,20 @@ def apply(brokers: Sequence[BrokerLoad], decisions: Sequence[Decision]) -> list[
 
 __all__ = [
     "DIMENSIONS",
+    "HISTORY_ROUNDS_MIN",
     "PULSAR_KEYS",
+    "Averaged",
     "BalancerSettings",
+    "BalancerState",
     "BrokerLoad",
     "BundleLoad",
     "Decision",
     "DecisionKind",
     "apply",
+    "average",
     "bundle_vectors",
     "decide",
     "decide_splits",
     "scores",
+    "step",
 ]

@@ -8,7 +8,9 @@ leader decides within one session timeout. A leader that loses the lock stops de
 
 **Deciding.** Every ``interval_ms`` the leader reads every broker's load report
 (``control.load``), the namespaces' bundle counts, and the time each bundle last moved, and calls
-the pure ``control.balancer.decide``. Only the leader moves bundles, and it moves them only
+the pure ``control.balancer.step`` with the state it keeps between rounds (each bundle's averaged
+figures and the shedding latch; a new leader starts a new history and sheds only after
+``history_rounds_min`` rounds). Only the leader moves bundles, and it moves them only
 through their owners:
 
 * split: a command to the owner, which halves the bundle and keeps both halves (a later round
@@ -19,8 +21,8 @@ through their owners:
   bundle's topics (clients look up again) and releases its lock (``BundleOwnership.unload``).
 
 Commands are sequential nodes ``/loadbalance/commands/{brokerId}/cmd-N`` (JSON ``{"op", "bundle",
-"target", "reason", "time"}``) that the owner (``BundleCommands``) watches, carries out in
-order, and deletes. Every decision is logged with its reason and appended to
+"target", "reason", "time"}``) that the owner (``BundleCommands``) watches, carries out (in
+order per bundle, distinct bundles concurrently), and deletes. Every decision is logged with its reason and appended to
 ``/loadbalance/decisions`` (the last ``DECISIONS_KEPT``), from which a new leader learns when
 each bundle last moved, so the grace period survives a change of leader. A round is skipped
 until the brokers touched by the previous round have published a report newer than it, so one
@@ -44,7 +46,15 @@ from collections.abc import Sequence
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import BadVersionError, InvalidArgumentError, MagnetarError, NotFoundError
-from magnetar.control.balancer import BalancerSettings, BrokerLoad, BundleLoad, Decision, DecisionKind, decide
+from magnetar.control.balancer import (
+    BalancerSettings,
+    BalancerState,
+    BrokerLoad,
+    BundleLoad,
+    Decision,
+    DecisionKind,
+    step,
+)
 from magnetar.control.bundles import BundleRange
 from magnetar.control.load import LoadReport
 from magnetar.control.ownership import Assignment, BundleOwnership, OwnershipState, assignment_path
@@ -65,6 +75,16 @@ DECISIONS_KEPT = 200
 IN_FLIGHT_MS_MAX = 30_000
 #: Commands one broker carries out per wake-up (the rest on the next).
 COMMANDS_PER_PASS_MAX = 64
+#: Commands (of distinct bundles) one broker carries out at once.
+COMMANDS_CONCURRENT_MAX = 8
+
+
+def _command_bundle(value: bytes) -> str:
+    """The bundle a command names ("" if it cannot be read: carried out alone, and ignored)."""
+    try:
+        return str(json.loads(value)["bundle"])
+    except (ValueError, KeyError, TypeError):
+        return ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -149,6 +169,8 @@ class LoadBalancerLeader:
         self.state = LeaderState.CANDIDATE
         self.rounds = 0
         self._last_moved_ms: dict[str, int] = {}
+        #: The balancer's history of averaged figures and its hysteresis latch (``balancer.step``).
+        self.balancer_state = BalancerState()
         self._last_round: tuple[int, frozenset[str]] | None = None  # (time, brokers touched)
         #: Bundles unloaded and not yet seen in the target's report: (target, figures, time).
         self._in_flight: dict[str, _InFlight] = {}
@@ -219,7 +241,8 @@ class LoadBalancerLeader:
         if self._in_flight:  # one wave of moves at a time: shed again from a settled view
             log.info("load balancer: %d bundle moves settling; splits only this round", len(self._in_flight))
             settings = dataclasses.replace(settings, shedding_enabled=False)
-        decisions = decide(loads, self._last_moved_ms, now_ms, settings, counts)
+        decisions, self.balancer_state = step(self.balancer_state, loads, self._last_moved_ms, now_ms, settings,
+                                              counts)
         self.rounds += 1
         ids = {r.pulsar_service_url: r.broker_id for r in reports}
         done: list[Decision] = []
@@ -328,7 +351,8 @@ async def _wait_or_lost(clock: Clock, duration_s: float, lock: MetadataLock) -> 
 
 
 class BundleCommands:
-    """Carries out the leader's commands addressed to this broker (unload, split), in order."""
+    """Carries out the leader's commands addressed to this broker (unload, split): in order per
+    bundle, distinct bundles concurrently (``run_once``)."""
 
     def __init__(self, store: MetadataStore, ownership: BundleOwnership, clock: Clock, *, poll_ms: int) -> None:
         self._store = store
@@ -362,24 +386,36 @@ class BundleCommands:
             watch.cancel()
 
     async def run_once(self) -> int:
-        """Carry out the pending commands (oldest first); returns how many were handled."""
-        handled = 0
+        """Carry out the pending commands; returns how many were handled. The commands of one
+        bundle run in order (oldest first); those of distinct bundles run concurrently, at most
+        ``COMMANDS_CONCURRENT_MAX`` at once: a busy owner closing one bundle's topics after
+        another took tens of seconds per unload, and a wave of moves waited for the slowest."""
+        chains: dict[str, list[tuple[str, bytes]]] = {}
         for child in (await self._store.children(self.path))[:COMMANDS_PER_PASS_MAX]:
-            path = f"{self.path}/{child}"
-            found = await self._store.get(path)
+            found = await self._store.get(f"{self.path}/{child}")
             if found is None:
                 continue
-            try:
-                await self._execute(json.loads(found.value))
-            except (ValueError, KeyError, TypeError) as error:
-                log.warning("bundle command %s ignored: %s", child, error)
-            except MagnetarError as error:  # not owned any more, split meanwhile: nothing to do
-                log.info("bundle command %s not carried out: %s", child, error)
-            with contextlib.suppress(NotFoundError):
-                await self._store.delete(path)
-            handled += 1
-            self.done_count += 1
-        return handled
+            chains.setdefault(_command_bundle(found.value), []).append((child, found.value))
+        gate = asyncio.Semaphore(COMMANDS_CONCURRENT_MAX)
+
+        async def run_chain(commands: list[tuple[str, bytes]]) -> None:
+            async with gate:
+                for child, value in commands:
+                    await self._carry_out(child, value)
+
+        await asyncio.gather(*(run_chain(commands) for commands in chains.values()))
+        return sum(len(commands) for commands in chains.values())
+
+    async def _carry_out(self, child: str, value: bytes) -> None:
+        try:
+            await self._execute(json.loads(value))
+        except (ValueError, KeyError, TypeError) as error:
+            log.warning("bundle command %s ignored: %s", child, error)
+        except MagnetarError as error:  # not owned any more, split meanwhile: nothing to do
+            log.info("bundle command %s not carried out: %s", child, error)
+        with contextlib.suppress(NotFoundError):
+            await self._store.delete(f"{self.path}/{child}")
+        self.done_count += 1
 
     async def _execute(self, command: dict[str, object]) -> None:
         op, bundle = str(command["op"]), str(command["bundle"])
@@ -400,6 +436,7 @@ class BundleCommands:
 
 
 __all__ = [
+    "COMMANDS_CONCURRENT_MAX",
     "COMMANDS_ROOT",
     "DECISIONS_PATH",
     "LEADER_PATH",

@@ -1,7 +1,7 @@
 """Named fault points, usable in the simulator and in real processes.
 
 Owns: the registry of every moment where a crash matters (``REGISTRY``, see
-``shared/design/FAULTS.md``), arming and disarming them, and what an armed point does.
+``docs/faults.md``), arming and disarming them, and what an armed point does.
 
 Code marks a point with ``await faults.point("bookie.after_fsync_before_reply")`` in a coroutine,
 ``faults.gate(name, then, *args)`` on a callback path (``then`` runs after the point: inline when

@@ -1,5 +1,5 @@
 """Negative-control switches ("breaks"): each one disables a mechanism behind an invariant, so a
-checker can show that it catches the loss the mechanism prevents (``shared/design/FAULTS.md``).
+checker can show that it catches the loss the mechanism prevents (``docs/faults.md``).
 
 Production never sets them. A real process reads ``MAGNETAR_BREAK=name[,name...]`` once at
 start (``enable_from_env``, called by ``faults.arm_from_env`` from the composition root), the

@@ -2,7 +2,7 @@
 
 Codes: W = writer (ledger client in the broker), B = bookie, R = recovery, M = managed ledger,
 P = broker (Pulsar protocol side), D = metadata store, A = AutoRecovery. The seed's crash timings C1-C5 map onto
-these as ``shared/design/FAULTS.md`` describes. A test checks that every ``faults.point(...)``
+these as ``docs/faults.md`` describes. A test checks that every ``faults.point(...)``
 in the source names an entry here, so the chaos harness can cover every one.
 """
 

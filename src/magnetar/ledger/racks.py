@@ -36,6 +36,31 @@ def normalize_rack(rack: str) -> str:
     return "/" + "/".join(parts)
 
 
+def region_of(rack: str) -> str:
+    """The region of a network location: the first part of ``/region/rack``, else ``""``."""
+    parts = [p for p in rack.split("/") if p]
+    return parts[0] if len(parts) == 2 else ""
+
+
+def rack_with_region(rack: str, region: str) -> str:
+    """The stored location of a bookie registered with ``rack`` and ``region`` (either may be
+    empty, not both): ``/region/rack``; a rack that names its own region must name this one."""
+    region = region.strip().strip("/")
+    if "/" in region or len(region) > 128:
+        raise InvalidArgumentError(f"a region is one name, got {region!r}")
+    if not region:
+        return normalize_rack(rack)
+    if not rack.strip().strip("/"):
+        return f"/{region}/default-rack"
+    location = normalize_rack(rack)
+    parts = location.strip("/").split("/")
+    if len(parts) == 2:
+        if parts[0] != region:
+            raise InvalidArgumentError(f"rack {location} is in region {parts[0]}, not {region}")
+        return location
+    return f"/{region}/{parts[0]}"
+
+
 @dataclass(frozen=True, slots=True)
 class BookieRack:
     rack: str
@@ -43,11 +68,15 @@ class BookieRack:
 
     @property
     def region(self) -> str:
-        parts = [p for p in self.rack.split("/") if p]
-        return parts[0] if len(parts) == 2 else ""
+        return region_of(self.rack)
 
     def to_json(self) -> dict[str, str]:
+        """As stored (Pulsar's ``BookieInfo``: rack and hostname)."""
         return {"rack": self.rack, "hostname": self.hostname}
+
+    def to_admin_json(self) -> dict[str, str]:
+        """As the admin API shows it: the stored fields plus the region."""
+        return {"rack": self.rack, "hostname": self.hostname, "region": self.region}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +98,9 @@ class RackConfig:
 
     def to_json(self) -> dict[str, dict[str, dict[str, str]]]:
         return {g: {b: i.to_json() for b, i in sorted(m.items())} for g, m in sorted(self.groups.items())}
+
+    def to_admin_json(self) -> dict[str, dict[str, dict[str, str]]]:
+        return {g: {b: i.to_admin_json() for b, i in sorted(m.items())} for g, m in sorted(self.groups.items())}
 
     def encode(self) -> bytes:
         return json.dumps(self.to_json()).encode()
@@ -149,6 +181,8 @@ __all__ = [
     "RackedBookieDirectory",
     "delete_rack",
     "normalize_rack",
+    "rack_with_region",
     "read_racks",
+    "region_of",
     "set_rack",
 ]

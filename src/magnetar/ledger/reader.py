@@ -139,66 +139,95 @@ async def speculative_read(
     master_key: bytes,
 ) -> Entry:
     """Read ``entry_id`` from its write set, moving to the next bookie on error or slowness."""
-    ensemble = metadata.ensemble_for(entry_id)
-    order: list[BookieId] = [
-        ensemble[i] for i in read_order(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
-    ]
+    return await _SpeculativeRead(transport, clock, metadata, entry_id, config, master_key).run()
 
-    async def ask(bookie: BookieId) -> Entry:
+
+class _SpeculativeRead:
+    """One entry read across its write set: the first bookie is asked at once; the next one when
+    an asked bookie answered "no such entry" or failed, or after ``speculative_read_timeout_ms``
+    without an answer. The first digest-valid answer wins; the reads still running are cancelled."""
+
+    def __init__(self, transport: BookieTransport, clock: Clock, metadata: LedgerMetadata, entry_id: int,
+                 config: LedgerClientConfig, master_key: bytes) -> None:
+        self._transport = transport
+        self._clock = clock
+        self._metadata = metadata
+        self._entry_id = entry_id
+        self._config = config
+        self._master_key = master_key
+        ensemble = metadata.ensemble_for(entry_id)
+        self._order: list[BookieId] = [
+            ensemble[i] for i in read_order(entry_id, metadata.ensemble_size, metadata.write_quorum_size)
+        ]
+        self._running: set[asyncio.Task[Entry]] = set()
+        self._negatives = 0
+        self._failures = 0
+        self._next_index = 0
+        self._timer: asyncio.Task[None] | None = None
+        self._speculative_s = config.speculative_read_timeout_ms / 1000
+        self._launch_now = True
+
+    async def _ask(self, bookie: BookieId) -> Entry:
+        ledger_id, entry_id = self._metadata.ledger_id, self._entry_id
         entry = await with_deadline(
-            clock,
-            config.read_timeout_ms,
-            transport.read(bookie, metadata.ledger_id, entry_id, fence=False, master_key=master_key),
-            f"read {metadata.ledger_id}:{entry_id} from {bookie}",
+            self._clock,
+            self._config.read_timeout_ms,
+            self._transport.read(bookie, ledger_id, entry_id, fence=False, master_key=self._master_key),
+            f"read {ledger_id}:{entry_id} from {bookie}",
         )
-        if not verified(entry, metadata.ledger_id, entry_id):
-            raise BookieUnavailableError(f"bookie {bookie} returned a corrupt copy of {metadata.ledger_id}:{entry_id}")
+        if not verified(entry, ledger_id, entry_id):
+            raise BookieUnavailableError(f"bookie {bookie} returned a corrupt copy of {ledger_id}:{entry_id}")
         return entry
 
-    running: set[asyncio.Task[Entry]] = set()
-    negatives = 0
-    failures = 0
-    next_index = 0
-    timer: asyncio.Task[None] | None = None
-    speculative_s = config.speculative_read_timeout_ms / 1000
-    launch_now = True
-    try:
-        while True:
-            if not running and next_index >= len(order):
-                break
-            if launch_now or not running or (timer is not None and timer.done()):
-                launch_now = False
-                if next_index < len(order):
-                    running.add(asyncio.ensure_future(ask(order[next_index])))
-                    next_index += 1
-                if timer is not None:
-                    timer.cancel()
-                timer = (
-                    asyncio.ensure_future(clock.sleep(speculative_s))
-                    if speculative_s > 0 and next_index < len(order)
-                    else None
-                )
-            waiting: set[asyncio.Future[object]] = set(running)  # type: ignore[arg-type]
-            if timer is not None:
-                waiting.add(timer)  # type: ignore[arg-type]
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            for task in [t for t in running if t.done()]:
-                running.discard(task)
-                try:
-                    return task.result()
-                except NoSuchEntryError:
-                    negatives += 1
-                    launch_now = True
-                except MagnetarError:
-                    failures += 1
-                    launch_now = True
-    finally:
-        for task in running:
-            task.cancel()
-        if timer is not None:
-            timer.cancel()
-    if failures == 0:
-        raise NoSuchEntryError(f"no bookie of the write set has {metadata.ledger_id}:{entry_id}")
-    raise BookieUnavailableError(
-        f"could not read {metadata.ledger_id}:{entry_id}: {negatives} said no such entry, {failures} failed"
-    )
+    def _launch(self) -> None:
+        """Ask the next bookie of the order (if one is left) and restart the speculative timer."""
+        self._launch_now = False
+        if self._next_index < len(self._order):
+            self._running.add(asyncio.ensure_future(self._ask(self._order[self._next_index])))
+            self._next_index += 1
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = (
+            asyncio.ensure_future(self._clock.sleep(self._speculative_s))
+            if self._speculative_s > 0 and self._next_index < len(self._order)
+            else None
+        )
+
+    def _answer(self) -> Entry | None:
+        """The first valid answer among the finished reads, or None; a negative or failed one
+        is counted and makes the next bookie be asked at once."""
+        for task in [t for t in self._running if t.done()]:
+            self._running.discard(task)
+            try:
+                return task.result()
+            except NoSuchEntryError:
+                self._negatives += 1
+                self._launch_now = True
+            except MagnetarError:
+                self._failures += 1
+                self._launch_now = True
+        return None
+
+    async def run(self) -> Entry:
+        try:
+            while self._running or self._next_index < len(self._order):
+                if self._launch_now or not self._running or (self._timer is not None and self._timer.done()):
+                    self._launch()
+                waiting: set[asyncio.Future[object]] = set(self._running)  # type: ignore[arg-type]
+                if self._timer is not None:
+                    waiting.add(self._timer)  # type: ignore[arg-type]
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                entry = self._answer()
+                if entry is not None:
+                    return entry
+        finally:
+            for task in self._running:
+                task.cancel()
+            if self._timer is not None:
+                self._timer.cancel()
+        name = f"{self._metadata.ledger_id}:{self._entry_id}"
+        if self._failures == 0:
+            raise NoSuchEntryError(f"no bookie of the write set has {name}")
+        raise BookieUnavailableError(
+            f"could not read {name}: {self._negatives} said no such entry, {self._failures} failed"
+        )

@@ -7,7 +7,7 @@ batch-index acks, persistence to a cursor ledger plus a metadata snapshot, recov
 non-durable cursors readers use. Uses ``ledger`` for ledgers and ``metadata`` for the ledger list
 and cursor snapshots; knows nothing of the Pulsar protocol.
 
-Invariants (``shared/design/FAULTS.md`` 5 and 9): ledger ids of a managed ledger only grow; an
+Invariants (``docs/faults.md`` 5 and 9): ledger ids of a managed ledger only grow; an
 append is acknowledged only after its ledger acknowledged it, at a strictly growing position; a
 fenced (taken-over) managed ledger never acknowledges again; a cursor never goes back except by
 an explicit reset, and what it persists is a state it really had.

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from magnetar.base.errors import MagnetarError, NotFoundError
 from magnetar.base.limits import (
@@ -39,15 +40,23 @@ from magnetar.metadata.records import OffloadContext
 OffloadedReader = Callable[[int, OffloadContext, int, int], Awaitable[list[bytes]]]
 
 
+class CacheHolder(Protocol):
+    """An entry cache under a ``CacheBudget`` (an ``EntryReader``, a read-only managed ledger)."""
+
+    def evict_oldest(self) -> bool:
+        """Drop the oldest cached entry, taking its size off the budget's ``bytes``; whether there was one."""
+        ...
+
+
 class CacheBudget:
     """Bytes of entry cache all ``EntryReader``s sharing it may hold together."""
 
     def __init__(self, bytes_max: int = MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX) -> None:
         self.bytes_max = bytes_max
         self.bytes = 0
-        self._holders: OrderedDict[EntryReader, None] = OrderedDict()  # least recently written first
+        self._holders: OrderedDict[CacheHolder, None] = OrderedDict()  # least recently written first
 
-    def charged(self, holder: EntryReader, size: int) -> None:
+    def charged(self, holder: CacheHolder, size: int) -> None:
         self.bytes += size
         self._holders[holder] = None
         self._holders.move_to_end(holder)
@@ -56,7 +65,7 @@ class CacheBudget:
             if not victim.evict_oldest():
                 del self._holders[victim]
 
-    def released(self, holder: EntryReader, size: int, *, empty: bool) -> None:
+    def released(self, holder: CacheHolder, size: int, *, empty: bool) -> None:
         self.bytes -= size
         if empty:
             self._holders.pop(holder, None)
@@ -83,6 +92,17 @@ class EntryReader:
             self._cache_bytes -= len(evicted)
             self._budget.released(self, len(evicted), empty=False)
         self._budget.charged(self, len(data))
+
+    def cached(self, ledger_id: int, first: int, last: int) -> list[bytes] | None:
+        """Entries ``first..last`` of ``ledger_id`` if every one is in the cache, else None."""
+        out: list[bytes] = []
+        cache = self._cache
+        for entry_id in range(first, last + 1):
+            data = cache.get(Position(ledger_id, entry_id))
+            if data is None:
+                return None
+            out.append(data)
+        return out
 
     def evict_oldest(self) -> bool:
         """Drop the oldest cached entry (the shared budget is over); whether there was one."""

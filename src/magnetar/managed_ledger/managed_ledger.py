@@ -475,6 +475,11 @@ class ManagedLedger:
             position = self.first_at_or_after(Position(position.ledger_id, last + 1))
         return result
 
+    def cached_entries(self, ledger_id: int, first: int, last: int) -> list[bytes] | None:
+        """Acknowledged entries ``first..last`` of ``ledger_id`` if all are still in the entry
+        cache (the owner sends fresh ones along with its read-only position feed), else None."""
+        return self._entries.cached(ledger_id, first, last)
+
     async def read_ledger_from_bookies(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
         """Entries ``first..last`` of a sealed ledger from its bookies (what an offload copies)."""
         return await self._entries.read(ledger_id, first, last, None, None)

@@ -5,12 +5,16 @@ open one for writing, or write the managed ledger's record. It reads the ledger 
 managed ledger's record ``{root}/{name}`` (the owner's ``ManagedLedgerInfo``), opens ledgers with
 ``LedgerManager.open_ledger_no_recovery`` (non-fencing reads, speculative across the write set),
 and learns the LAC of a ledger still open without fencing: once by a quorum LAC read (bookies
-answer ``fence=False``), then from the owner.
+answer ``fence=False``), then from the owner. An offloaded ledger is read as the owner reads it:
+from its bookie copy while the record says it is there, else (or if that fails) from the tiered
+store (``OffloadedEntries``: reads only).
 
 How new entries are learned, without a polling delay (the choice, see docs/read-only-brokers.md):
 the owner *notifies*. A ``PositionFeed`` streams the owner's last confirmed position each time it
 grows (``follow_managed_ledger`` on the owner: one wake-up per acknowledged add batch, coalesced;
-over HTTP between processes). A bookie learns a ledger's LAC only with the next entry or an
+over HTTP between processes), with the fresh entries the owner still caches (``FeedUpdate``),
+which go into our cache before the dispatchers wake, so a subscription at the tail is served
+from memory as on the owner. A bookie learns a ledger's LAC only with the next entry or an
 explicit LAC write, so a reader asking bookies is always one entry behind; the owner knows at once
 and every position it reports is on Qa bookies, so ``LedgerReader.learn_lac`` may adopt it.
 Rollover, trimming, recovery by a new owner and deletion are followed through a metadata watch on
@@ -31,34 +35,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from magnetar.base.clock import Clock
-from magnetar.base.errors import BadVersionError, InvalidArgumentError, MagnetarError, NotFoundError
+from magnetar.base.errors import InvalidArgumentError, MagnetarError, NotFoundError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
     MANAGED_LEDGER_CACHE_BYTES_MAX,
     MANAGED_LEDGER_CURSORS_COUNT_MAX,
     MANAGED_LEDGER_READ_COUNT_MAX,
     MANAGED_LEDGER_READERS_CACHED_COUNT_MAX,
+    READ_ONLY_FEED_BYTES_MAX,
+    READ_ONLY_FEED_ENTRIES_COUNT_MAX,
 )
 from magnetar.base.types import Position
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.reader import LedgerReader
 from magnetar.managed_ledger.config import ManagedLedgerConfig
-from magnetar.managed_ledger.cursor import CursorContext, CursorState, ManagedCursor
+from magnetar.managed_ledger.cursor import CursorContext, ManagedCursor
 from magnetar.managed_ledger.entry import ManagedEntry
+from magnetar.managed_ledger.entry_reader import CacheBudget
 from magnetar.managed_ledger.errors import ManagedLedgerClosedError, ManagedLedgerFencedError
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
-from magnetar.managed_ledger.read_only_cursors import read_only_cursor_path, read_only_lock_path
+from magnetar.managed_ledger.offload import LedgerLocation
+from magnetar.managed_ledger.read_only_cursors import HolderProbe, ReadOnlyCursor
 from magnetar.metadata.api import EventKind, MetadataStore, Watch, WatchEvent
-from magnetar.metadata.errors import NodeExistsError
-from magnetar.metadata.records import CursorInfo, LedgerInfo, ManagedLedgerInfo, decode, encode
+from magnetar.metadata.records import LedgerInfo, ManagedLedgerInfo, decode
 
 log = logging.getLogger(__name__)
 
@@ -70,21 +77,63 @@ READ_ONLY_FEED_RETRY_MS = 500
 COMPACTION_NODE = "__compaction"
 
 
+@dataclass(frozen=True, slots=True)
+class FeedUpdate:
+    """One notification of the owner's feed: every entry up to ``position`` is acknowledged.
+
+    ``payloads`` are the newest of those entries, ``position.ledger_id``'s ``first_entry_id``..
+    ``position.entry_id`` (empty when the owner no longer had them cached or they were too many):
+    sent along so the read-only broker need not read fresh entries back from the bookies."""
+
+    position: Position
+    first_entry_id: int = 0
+    payloads: tuple[bytes, ...] = ()
+
+
 class PositionFeed(Protocol):
     """The owner's last confirmed positions of one topic, as they grow (a capability)."""
 
-    def follow(self, topic: str, after: Position) -> AsyncIterator[Position]:
+    def follow(self, topic: str, after: Position) -> AsyncIterator[FeedUpdate]:
         """Yield the owner's last confirmed position each time it passes ``after`` (coalesced:
-        only the newest); end when the owner stops serving the topic or cannot be reached."""
+        only the newest, with the fresh entries when it has them); end when the owner stops
+        serving the topic or cannot be reached."""
         ...
 
     def owner_url(self, topic: str) -> str | None:
         """The owner's service URL as last learned (for refusals), or None."""
         ...
 
+    async def find_owner_url(self, topic: str) -> str | None:
+        """Look the owner's service URL up now (``owner_url`` then knows it), or None: no owner."""
+        ...
 
-async def follow_managed_ledger(ml: ManagedLedger, after: Position) -> AsyncIterator[Position]:
-    """The owner side of a ``PositionFeed``: ``ml``'s last confirmed position as it grows.
+
+class OffloadedEntries(Protocol):
+    """The one thing a read-only broker asks of the tiered store (``LedgerOffloader`` without the
+    writes): stored entries of an offloaded ledger, byte for byte as written."""
+
+    async def read_entries(self, location: LedgerLocation, first: int, last: int) -> list[bytes]: ...
+
+
+def fresh_entries(ml: ManagedLedger, after: Position, last: Position) -> FeedUpdate:
+    """The update for ``last``, with the entries after ``after`` in ``last``'s ledger that the
+    owner still caches, newest first kept within ``READ_ONLY_FEED_*_MAX``."""
+    first = after.entry_id + 1 if after.ledger_id == last.ledger_id else 0
+    first = max(first, last.entry_id - READ_ONLY_FEED_ENTRIES_COUNT_MAX + 1)
+    payloads = ml.cached_entries(last.ledger_id, first, last.entry_id)
+    if payloads is None:
+        return FeedUpdate(last, last.entry_id + 1)
+    size = sum(len(p) for p in payloads)
+    dropped = 0
+    while size > READ_ONLY_FEED_BYTES_MAX and dropped < len(payloads):
+        size -= len(payloads[dropped])
+        dropped += 1
+    return FeedUpdate(last, first + dropped, tuple(payloads[dropped:]))
+
+
+async def follow_managed_ledger(ml: ManagedLedger, after: Position) -> AsyncIterator[FeedUpdate]:
+    """The owner side of a ``PositionFeed``: ``ml``'s last confirmed position as it grows, with
+    the entries it still caches. One update per wake-up: the adds completed meanwhile coalesce.
 
     Ends when ``ml`` stops accepting appends (closed, fenced by a new owner, terminated)."""
     while True:
@@ -92,17 +141,11 @@ async def follow_managed_ledger(ml: ManagedLedger, after: Position) -> AsyncIter
         last = ml.last_confirmed_entry
         if last <= after:
             return
+        update = fresh_entries(ml, after, last)
         after = last
-        yield last
+        yield update
         if ml.state in (MLState.FENCED, MLState.CLOSED):
             return
-
-
-def skip_to(cursor: ManagedCursor, first: Position) -> int:
-    """Retention removed entries ``cursor`` had not consumed (it is before ``first``, the position
-    before the oldest kept entry): move it there, never an error loop. Returns an estimate of the
-    entries skipped (exact within one ledger; 1 per ledger gone, whose counts are no longer known)."""
-    return cursor.skip_to(first)
 
 
 class ReadOnlyState(enum.Enum):
@@ -115,7 +158,8 @@ class ReadOnlyManagedLedger:
 
     def __init__(self, topic: str, name: str, path: str, *, manager: LedgerManager, store: MetadataStore,
                  clock: Clock, config: ManagedLedgerConfig, feed: PositionFeed | None,
-                 holder: str) -> None:
+                 holder: str, offloaded: OffloadedEntries | None = None, holder_http: str = "",
+                 probe: HolderProbe | None = None, cache_budget: CacheBudget | None = None) -> None:
         self.topic = topic
         self.name = name
         self.path = path
@@ -124,13 +168,18 @@ class ReadOnlyManagedLedger:
         self._clock = clock
         self.config = config
         self._feed = feed
+        self._offloaded = offloaded  # the owner's tiered store, read only
         self.holder = holder  # our service URL, written into the locks we hold
+        self.holder_http = holder_http  # our HTTP URL, where a takeover asks whether we still serve
+        self.probe = probe
+        self.takeovers = 0  # subscriptions taken over from a broker shown not to serve them
         self._state = ReadOnlyState.OPEN
         self._list = LedgerList()
         self._lce = Position(-1, -1)
         self._readers: OrderedDict[int, LedgerReader] = OrderedDict()
         self._cache: OrderedDict[Position, bytes] = OrderedDict()
         self._cache_bytes = 0
+        self._budget = cache_budget if cache_budget is not None else CacheBudget()
         self._inflight: dict[Position, asyncio.Future[None]] = {}  # entries being read from bookies
         self._refresh_lock = asyncio.Lock()
         self._changed = asyncio.Event()
@@ -142,6 +191,7 @@ class ReadOnlyManagedLedger:
         self._listeners: list[Callable[[], None]] = []
         self.cursors: dict[str, ReadOnlyCursor] = {}
         self._releasing: dict[str, asyncio.Future[None]] = {}  # cursors being persisted and unlocked
+        self._opening: set[str] = set()  # cursors whose lock is being taken
         self._non_durable: set[ManagedCursor] = set()
         self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
         self.entries_skipped = 0  # entries read-only cursors skipped because retention removed them
@@ -156,10 +206,14 @@ class ReadOnlyManagedLedger:
     @classmethod
     async def open(cls, topic: str, name: str, path: str, *, manager: LedgerManager, store: MetadataStore,
                    clock: Clock, config: ManagedLedgerConfig, feed: PositionFeed | None,
-                   holder: str) -> ReadOnlyManagedLedger:
-        """Open ``name`` read-only; ``NotFoundError`` when the owner never created it."""
+                   holder: str, offloaded: OffloadedEntries | None = None, holder_http: str = "",
+                   probe: HolderProbe | None = None, cache_budget: CacheBudget | None = None,
+                   ) -> ReadOnlyManagedLedger:
+        """Open ``name`` read-only; ``NotFoundError`` when the owner never created it. ``offloaded``:
+        the tiered store the owner offloads to (the broker's offload driver), read only."""
         ml = cls(topic, name, path, manager=manager, store=store, clock=clock, config=config, feed=feed,
-                 holder=holder)
+                 holder=holder, offloaded=offloaded, holder_http=holder_http, probe=probe,
+                 cache_budget=cache_budget)
         ml._watch = await store.watch(path, ml._on_watch)
         ml._compaction_watch = await store.watch(f"{path}/{COMPACTION_NODE}", ml._on_compaction_watch)
         try:
@@ -283,20 +337,29 @@ class ReadOnlyManagedLedger:
 
     async def _consume(self, feed: PositionFeed) -> None:
         try:
-            async for position in feed.follow(self.topic, self._lce):
+            async for update in feed.follow(self.topic, self._lce):
                 self.feed_positions += 1
-                await self.advance(position)
+                await self.advance(update.position, update.first_entry_id, update.payloads)
         except asyncio.CancelledError:
             raise
         except Exception as error:
             log.info("read-only %s: owner feed ended: %s", self.name, error)
 
-    async def advance(self, position: Position) -> None:
-        """The owner acknowledged every entry up to ``position``."""
+    async def advance(self, position: Position, first_entry_id: int = 0, payloads: tuple[bytes, ...] = ()) -> None:
+        """The owner acknowledged every entry up to ``position``; ``payloads`` are entries
+        ``first_entry_id..position.entry_id`` of its ledger, as the owner stored them."""
         if self._state is not ReadOnlyState.OPEN or position <= self._lce:
             return
         if position.ledger_id not in self._list.ids:
             await self.refresh()  # a ledger the owner listed since we last read the record
+            if position.ledger_id not in self._list.ids:
+                return  # trimmed or deleted meanwhile
+        if payloads:
+            invariant(first_entry_id + len(payloads) - 1 == position.entry_id,
+                      f"the feed's entries end at {position}")
+            ledger_id = position.ledger_id
+            for offset, data in enumerate(payloads):
+                self._remember(Position(ledger_id, first_entry_id + offset), data)
         if position.ledger_id != self._list.live_ledger_id:
             return  # a closed ledger: its count in the record is what is readable
         reader = self._readers.get(position.ledger_id)
@@ -425,6 +488,8 @@ class ReadOnlyManagedLedger:
                 if result:
                     return result  # the rest after a re-read of the list
                 await self.refresh()  # trimmed under us: the list no longer names it
+                if position.ledger_id in self._list.ids:
+                    raise  # still listed, yet unreadable here (never an error loop)
                 position = self.first_at_or_after(position)
                 continue
             position = self.first_at_or_after(Position(position.ledger_id, last + 1))
@@ -464,7 +529,7 @@ class ReadOnlyManagedLedger:
             if position not in self._inflight:
                 mine[position] = self._inflight[position] = loop.create_future()
         try:
-            out = await self._read_from_bookies(ledger_id, first, last)
+            out = await self._read_stored(ledger_id, first, last)
         except BaseException as error:
             for position, future in mine.items():
                 del self._inflight[position]
@@ -480,7 +545,22 @@ class ReadOnlyManagedLedger:
                 future.set_result(None)
         return out
 
-    async def _read_from_bookies(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+    async def _read_stored(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
+        """Entries of a listed ledger as the owner reads them: an offloaded ledger from its bookie
+        copy while the record says it is there, else (or if the bookies fail) from the tiered store."""
+        offload = self._list.info_of(ledger_id).offload
+        store = self._offloaded
+        if offload is None or not offload.complete or store is None:
+            return await self._read_bookie_copy(ledger_id, first, last)
+        if not offload.bookie_deleted:
+            try:
+                return await self._read_bookie_copy(ledger_id, first, last)
+            except MagnetarError:  # the owner deleted the copy after its deletion lag
+                self._readers.pop(ledger_id, None)
+        stored = await store.read_entries(LedgerLocation(self.name, ledger_id, offload.uid), first, last)
+        return [ManagedEntry(Position(ledger_id, first + i), data) for i, data in enumerate(stored)]
+
+    async def _read_bookie_copy(self, ledger_id: int, first: int, last: int) -> list[ManagedEntry]:
         readable = self._list.entries_in(self._list.ids.index(ledger_id)) - 1  # acknowledged by the owner
         reader = await self._reader(ledger_id)
         reader.learn_lac(readable)
@@ -505,6 +585,17 @@ class ReadOnlyManagedLedger:
         while self._cache_bytes > MANAGED_LEDGER_CACHE_BYTES_MAX and self._cache:
             _, evicted = self._cache.popitem(last=False)
             self._cache_bytes -= len(evicted)
+            self._budget.released(self, len(evicted), empty=False)
+        self._budget.charged(self, len(data))  # every topic of the broker together (the owner's bound)
+
+    def evict_oldest(self) -> bool:
+        """The broker's cache budget is over: drop our oldest entry (``CacheHolder``)."""
+        if not self._cache:
+            return False
+        _, evicted = self._cache.popitem(last=False)
+        self._cache_bytes -= len(evicted)
+        self._budget.bytes -= len(evicted)
+        return True
 
     async def _reader(self, ledger_id: int, *, refresh: bool = False) -> LedgerReader:
         reader = self._readers.get(ledger_id)
@@ -522,12 +613,14 @@ class ReadOnlyManagedLedger:
     def _forget_ledger(self, ledger_id: int) -> None:
         self._readers.pop(ledger_id, None)
         for position in [p for p in self._cache if p.ledger_id == ledger_id]:
-            self._cache_bytes -= len(self._cache.pop(position))
+            size = len(self._cache.pop(position))
+            self._cache_bytes -= size
+            self._budget.released(self, size, empty=not self._cache)
 
     def _skip_trimmed(self) -> None:
         first = self.first_position
         for cursor in [*self.cursors.values(), *self._non_durable]:
-            self.entries_skipped += skip_to(cursor, first)
+            self.entries_skipped += cursor.skip_to(first)
 
     # --- cursors ---------------------------------------------------------------------------------
 
@@ -548,9 +641,18 @@ class ReadOnlyManagedLedger:
                 return found
         if len(self.cursors) >= MANAGED_LEDGER_CURSORS_COUNT_MAX:
             raise InvalidArgumentError(f"more than {MANAGED_LEDGER_CURSORS_COUNT_MAX} cursors")
-        cursor = await ReadOnlyCursor.open(self, name, self._lce if initial_position is None else initial_position)
+        self._opening.add(name)
+        try:
+            cursor = await ReadOnlyCursor.open(self, name, self._lce if initial_position is None else initial_position)
+        finally:
+            self._opening.discard(name)
         self.cursors[name] = cursor
         return cursor
+
+    def serves(self, name: str) -> bool:
+        """Whether this broker serves subscription ``name`` (opening, open or being released): what
+        another broker asks before it takes the subscription's lock over (``HolderProbe``)."""
+        return name in self.cursors or name in self._releasing or name in self._opening
 
     def new_non_durable_cursor(self, start: Position | None = None) -> ManagedCursor:
         cursor = ManagedCursor.non_durable(self.cursor_context, self._lce if start is None else start)
@@ -606,6 +708,7 @@ class ReadOnlyManagedLedger:
             if not waiter.done():
                 waiter.set_result(None)
         self._readers.clear()
+        self._budget.released(self, self._cache_bytes, empty=True)
         self._cache.clear()
         self._cache_bytes = 0
 
@@ -629,93 +732,3 @@ class ReadOnlyManagedLedger:
     def terminated_position(self) -> Position | None:
         """Where the owner terminated the topic (from its record), or None."""
         return self._terminated_at
-
-
-class ReadOnlyCursor(ManagedCursor):
-    """A durable cursor of a read-only broker: one metadata record, no cursor ledger.
-
-    Opened under an ephemeral lock (``read_only_lock_path``) that names the serving broker, so two
-    brokers never dispatch one subscription at once: the second is refused (ConsumerBusy at the
-    broker) until the first closes it or its metadata session ends. Flushes CAS the whole state
-    into the record (bounded: ``cursor_ranges_persist_count_max`` ranges); a lost CAS means another
-    broker took the cursor over (after our session ended) and this cursor is fenced.
-    """
-
-    def __init__(self, ml: ReadOnlyManagedLedger, name: str, mark_delete: Position) -> None:
-        super().__init__(ml.cursor_context, name, mark_delete, durable=True)
-        self._path = read_only_cursor_path(ml.name, name)
-        self._lock_path = read_only_lock_path(ml.name, name)
-        self._locked = False
-
-    @classmethod
-    async def open(cls, ml: ReadOnlyManagedLedger, name: str, initial: Position) -> ReadOnlyCursor:
-        lock_path = read_only_lock_path(ml.name, name)
-        try:
-            await ml.store.create(lock_path, json.dumps({"broker": ml.holder}).encode(), ephemeral=True)
-        except NodeExistsError:
-            holder = await ml.store.get(lock_path)
-            who = json.loads(holder.value).get("broker", "?") if holder is not None else "another broker"
-            raise ManagedLedgerFencedError(
-                f"subscription {name} of {ml.topic} is being served by read-only broker {who}") from None
-        try:
-            path = read_only_cursor_path(ml.name, name)
-            found = await ml.store.get(path)
-            if found is None:
-                cursor = cls(ml, name, initial)
-                try:
-                    cursor._snapshot_version = await ml.store.put(path, encode(cursor._record(-1)), -1)
-                except BadVersionError:
-                    found = await ml.store.get(path)
-            if found is not None:
-                info = decode(CursorInfo, found.value)
-                cursor = cls(ml, name, Position(info.mark_delete.ledger_id, info.mark_delete.entry_id))
-                cursor._snapshot_version = found.version
-                cursor._apply(info)
-                cursor._persisted_md = cursor._md
-                ml.entries_skipped += skip_to(cursor, ml.first_position)
-        except BaseException:
-            with contextlib.suppress(MagnetarError):
-                await ml.store.delete(lock_path)
-            raise
-        cursor._locked = True
-        cursor._start_flusher()
-        return cursor
-
-    async def flush(self) -> None:
-        async with self._flush_lock:
-            self._check_active()
-            if self._changes == self._persisted_changes:
-                return
-            changes, md = self._changes, self._md
-            await self._cas_snapshot(self._record(-1))
-            self._persisted_changes = changes
-            self._persisted_md = md
-            self._last_flush_ns = self._ctx.clock.monotonic_ns()
-            if self._changes == self._persisted_changes:
-                self._dirty.clear()
-
-    async def _switch_ledger(self, record: CursorInfo) -> None:
-        invariant(False, f"read-only cursor {self.name} must never create a cursor ledger")
-
-    async def close(self) -> None:
-        if self._state is CursorState.CLOSED:
-            return
-        if self._state is CursorState.ACTIVE:
-            try:
-                await self.flush()
-            except MagnetarError:
-                pass  # taken over or store down: the last flush stands
-        self._stop()
-        await self._unlock()
-
-    async def delete_persisted(self) -> None:
-        self._stop()
-        with contextlib.suppress(NotFoundError):
-            await self._ctx.store.delete(self._path)
-        await self._unlock()
-
-    async def _unlock(self) -> None:
-        if self._locked:
-            self._locked = False
-            with contextlib.suppress(MagnetarError):
-                await self._ctx.store.delete(self._lock_path)

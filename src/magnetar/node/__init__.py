@@ -4,7 +4,7 @@ Owns: the bookie node (``node.bookie``: protocol server, registration, cookie ch
 replay over a ``Disk`` and a ``KeyValueStore``), the broker node (``node.broker``: the Pulsar
 protocol server over a ``Network``; ``node.broker_generation``: a cluster broker's ledger client,
 bundle ownership and server on one metadata session, rebuilt when the session is lost), the
-ledger client wiring (``node.ledger``), AutoRecovery
+ledger client wiring (``node.ledger``), geo-replication (``node.replication``), AutoRecovery
 (``node.autorecovery``) and the composition of a standalone-style cell of them
 (``node.standalone``). ``runtime`` gives these nodes real files, RocksDB, TCP and the system clock
 and keeps the process entry points; ``sim`` gives them ``SimDisk``, ``SimKeyValueStore``,

@@ -47,7 +47,7 @@ from magnetar.base.limits import (
 from magnetar.base.rng import Rng
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
-from magnetar.ledger.racks import BookieRack, set_rack
+from magnetar.ledger.racks import BookieRack, rack_with_region, set_rack
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.bookie import (
     AddRequest,
@@ -487,8 +487,8 @@ async def start_bookie_node(
         registration = Registration(store, bookie_id, bookie, reopen=reopen_store,
                                     on_new_store=lambda new: holder.__setitem__(0, new))
         await registration.sync()
-        if config.rack:
-            await set_rack(store, bookie_id, BookieRack(config.rack, config.host))
+        if config.rack or config.region:
+            await set_rack(store, bookie_id, BookieRack(rack_with_region(config.rack, config.region), config.host))
     except BaseException:
         await server.stop()
         await bookie.stop()

@@ -123,6 +123,7 @@ class Replicator:
         self.state = ReplicatorState.STARTING
         self.last_error = ""
         self.connected_since_ms = 0
+        self._was_connected = False  # at the last ``sample``
         self.reconnects = 0
         self.sent = RateMeter()  # entries receipted by the remote: msgRateOut, msgThroughputOut
         self.read = RateMeter()  # entries read from the cursor to be sent: msgRateIn
@@ -182,6 +183,7 @@ class Replicator:
                 self._producer = await self._make_producer(str(self.topic.name), self.producer_name)
                 self._move(ReplicatorState.CONNECTED)
                 self.connected_since_ms = self._clock.now_ms()
+                self._was_connected = True
                 self.last_error = ""
                 delay_ms = REPLICATION_BACKOFF_INITIAL_MS
                 await self._pump()
@@ -311,8 +313,17 @@ class Replicator:
     # --- observability ---------------------------------------------------------------------
 
     def sample(self, now_ns: int) -> None:
+        """Rates, and the remote producer's own reconnects (it resends what is pending by itself):
+        ``outboundConnectedSince`` and ``lastError`` follow them, at the sampling interval."""
         self.sent.sample(now_ns)
         self.read.sample(now_ns)
+        connected = self.connected
+        if connected and not self._was_connected:
+            self.connected_since_ms = self._clock.now_ms()
+            self.last_error = ""
+        elif not connected and self._was_connected and self.state is ReplicatorState.CONNECTED:
+            self.last_error = "connection to the remote lost; reconnecting"
+        self._was_connected = connected
 
     @property
     def connected(self) -> bool:

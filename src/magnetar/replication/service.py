@@ -30,6 +30,7 @@ from magnetar.base.limits import (
     REPLICATION_CONNECT_TIMEOUT_MS,
     REPLICATION_LOAD_TOPICS_EVERY_PASSES,
     REPLICATION_PRODUCER_QUEUE_COUNT_MAX,
+    REPLICATION_REMOTE_BACKOFF_MAX_MS,
     REPLICATION_REPLICATORS_COUNT_MAX,
 )
 from magnetar.base.types import TopicName
@@ -94,7 +95,8 @@ class RemoteClients:
         if found is not None:
             await found[1].close()
         options = ClientOptions(operation_timeout_ms=REPLICATION_CONNECT_TIMEOUT_MS,
-                                auth_method_name=wanted.auth_method_name, auth_data=wanted.auth_data)
+                                auth_method_name=wanted.auth_method_name, auth_data=wanted.auth_data,
+                                backoff_max_ms=REPLICATION_REMOTE_BACKOFF_MAX_MS)
         client = self._factory(wanted.broker_service_url, options)
         self._clients[name] = (wanted, client)
         return client
@@ -207,19 +209,7 @@ class ReplicationService:
             if self._stopped or _closed(topic):
                 return
             wanted = await self.targets(topic.name, tenants)
-            for remote in wanted:
-                if remote in topic.replicators:
-                    continue
-                if self.replicators_count >= REPLICATION_REPLICATORS_COUNT_MAX:
-                    raise LimitExceededError("REPLICATION_REPLICATORS_COUNT_MAX", self.replicators_count + 1,
-                                        REPLICATION_REPLICATORS_COUNT_MAX)
-                controller = self._controller(topic)
-                replicator = Replicator(topic, self.local, remote, partial(self._producer, remote), self.clock,
-                                        observer=controller.observe)
-                await replicator.open_cursor()
-                replicator.start()
-                topic.replicators[remote] = replicator
-                log.info("replicating %s from %s to %s", topic.name, self.local, remote)
+            await self._start_replicators(topic, [r for r in wanted if r not in topic.replicators])
             for remote in [r for r in topic.replicators if r not in wanted]:
                 leaving = topic.replicators.pop(remote)
                 if isinstance(leaving, Replicator):
@@ -232,18 +222,46 @@ class ReplicationService:
         if _closed(topic):  # closed while we awaited: its close hook may have run before we started
             await self._stop_all(topic)
 
-    def _controller(self, topic: Topic) -> SubscriptionsController:
+    async def _start_replicators(self, topic: Topic, remotes: list[str]) -> None:
+        """Open the cursors of the new replicators; a new controller (topic just loaded here)
+        recovers its state from the topic before any replicator reads."""
+        if not remotes:
+            return
+        if self.replicators_count + len(remotes) > REPLICATION_REPLICATORS_COUNT_MAX:
+            raise LimitExceededError("REPLICATION_REPLICATORS_COUNT_MAX", self.replicators_count + len(remotes),
+                                REPLICATION_REPLICATORS_COUNT_MAX)
+        controller, new = self._controller(topic)
+        made: list[Replicator] = []
+        for remote in remotes:
+            replicator = Replicator(topic, self.local, remote, partial(self._producer, remote), self.clock,
+                                    observer=controller.observe)
+            await replicator.open_cursor()
+            made.append(replicator)
+        if new:
+            cursors = [r.cursor for r in [*topic.replicators.values(), *made] if isinstance(r, Replicator)]
+            try:
+                await controller.recover(max(c.mark_delete_position for c in cursors if c is not None))
+            except BaseException:
+                del self.controllers[str(topic.name)]  # the next pass makes and recovers it again
+                raise
+            controller.start()
+        for replicator in made:
+            replicator.start()
+            topic.replicators[replicator.remote] = replicator
+            log.info("replicating %s from %s to %s", topic.name, self.local, replicator.remote)
+
+    def _controller(self, topic: Topic) -> tuple[SubscriptionsController, bool]:
+        """The topic's controller, and whether it was made now (not started yet)."""
         key = str(topic.name)
         found = self.controllers.get(key)
         if found is not None and found.topic is topic:
-            return found
+            return found, False
         controller = SubscriptionsController(
             topic, self.local, remotes=lambda: sorted(topic.replicators),
             connected=lambda: all(getattr(r, "connected", False) for r in topic.replicators.values()),
             clock=self.clock)
         self.controllers[key] = controller
-        controller.start()
-        return controller
+        return controller, True
 
     async def _producer(self, remote: str, topic: str, producer_name: str) -> Producer:
         name = TopicName.parse(topic)

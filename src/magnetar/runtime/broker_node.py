@@ -4,14 +4,15 @@ The broker keeps no data of its own: topics live in managed ledgers on the booki
 in the metadata store (``/ledgers/available``), and which broker serves which topic is decided by
 bundle ownership (``control.ownership``) through that store. Adding a broker moves no data.
 
-One *generation* is everything built on one metadata session: the store client, the ledger
-client, the broker service with its ownership, the Pulsar listener and the load reporter. When
-the session ends (expired after a pause or a partition), ownership has already stopped serving
-every topic (in the session callback); the node then stops that generation, closing every client
-connection, and starts a new one on a new session on the same ports, so clients look up again.
-Producer names stay unique across brokers and generations: the broker index in
-``<cluster>-<index>-<counter>`` comes from a sequential node under ``/counters/producer-name``
-(as Pulsar's distributed id generator).
+One *generation* is everything built on one metadata session (``node.broker_generation``, the
+same class the simulator runs): the store client, the ledger client, the broker service with its
+ownership, the Pulsar listener, the load reporter and geo-replication. When the session ends
+(expired after a pause or a partition), ownership has already stopped serving every topic; the
+node then stops that generation, closing every client connection, and starts a new one on a new
+session on the same ports, so clients look up again. This module gives the generations their
+real parts: ZooKeeper or the embedded store, TCP and TLS, the system clock, the CPU meter, the
+tiered-storage offloader, a read-only broker's HTTP position feed, and the admin API and console
+of each generation.
 
 The HTTP endpoint (``/health``, ``/metrics``, bundle admin) lives across generations. A line
 ``magnetar broker ready broker=pulsar://... http=host:port metadata=...`` on stdout says when
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import functools
 import logging
 import sys
 from collections.abc import Iterator, Mapping
@@ -52,21 +53,18 @@ from magnetar.base.limits import (
 )
 from magnetar.broker import BrokerConfig
 from magnetar.broker.metrics import BrokerCollector
-from magnetar.broker.read_only import ReadOnlyLogStore, ReadOnlyRegistration
+from magnetar.broker.read_only import ReadOnlyLogStore
 from magnetar.broker.service import BrokerService
-from magnetar.control.balancer import BalancerSettings
-from magnetar.control.leader import BundleCommands, LoadBalancerLeader
 from magnetar.control.ownership import BundleOwnership
 from magnetar.managed_ledger import ManagedLedgerConfig
+from magnetar.managed_ledger.read_only import OffloadedEntries
 from magnetar.metadata.api import MetadataStore
-from magnetar.node.broker_generation import bootstrap_cluster
-from magnetar.node.ledger import close_ledger_manager, open_ledger_manager
-from magnetar.replication import ReplicationService
+from magnetar.node.broker_generation import Generation, GenerationConfig, serve_generations, start_generation
 from magnetar.runtime.bookie import wait_for_termination_signal
-from magnetar.runtime.broker_server import BrokerServer, start_broker
+from magnetar.runtime.broker_server import start_broker
 from magnetar.runtime.clock import SystemClock, system_rng
 from magnetar.runtime.config import load_config
-from magnetar.runtime.console import RunningConsole, start_console
+from magnetar.runtime.console import start_console
 from magnetar.runtime.cpu import CpuMeter
 from magnetar.runtime.gc_tuning import tune_gc_for_server
 from magnetar.runtime.http import HttpEndpoint, start_http
@@ -74,13 +72,17 @@ from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.runtime.processes import free_port
-from magnetar.runtime.read_only import FOLLOW_PATH, HttpPositionFeed, build_follow_app, close_quietly
-from magnetar.runtime.replication import start_replication
+from magnetar.runtime.read_only import (
+    FOLLOW_PATH,
+    HttpHolderProbe,
+    HttpPositionFeed,
+    build_follow_app,
+    close_quietly,
+)
 from magnetar.runtime.tls import bookie_client_network, tls_files_from_config
 
 log = logging.getLogger(__name__)
 
-PRODUCER_NAME_COUNTER = "/counters/producer-name/broker-"
 #: Wait between attempts to reach the metadata store (ZooKeeper down, restarting).
 METADATA_RETRY_S = 1.0
 READY_PREFIX = "magnetar broker ready"
@@ -147,64 +149,6 @@ class _CurrentCollector(Collector):
             yield from BrokerCollector(generation.server.service).collect()
 
 
-class Generation:
-    """What one metadata session carries; ``stop()`` takes it down in reverse order."""
-
-    def __init__(self, store: MetadataStore) -> None:
-        self.store = store
-        self.server: BrokerServer | None = None
-        self.ownership: BundleOwnership | None = None
-        self.report_task: asyncio.Task[None] | None = None
-        self.manager: Any = None
-        self.leader: LoadBalancerLeader | None = None
-        self.balancer_tasks: list[asyncio.Task[None]] = []
-        self.console: RunningConsole | None = None
-        self.replication: ReplicationService | None = None
-        self.registration: ReadOnlyRegistration | None = None
-        self.feed: HttpPositionFeed | None = None
-
-    @property
-    def session_lost(self) -> asyncio.Event:
-        source = self.ownership if self.ownership is not None else self.registration
-        assert source is not None
-        return source.session_lost
-
-    async def stop(self) -> None:
-        if self.replication is not None:
-            await self.replication.stop()
-        if self.console is not None:
-            await self.console.stop()
-        for task in [self.report_task, *self.balancer_tasks]:
-            if task is None:
-                continue
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        steps = [
-            self.server.close if self.server else None,
-            self.ownership.close if self.ownership else None,
-            self.registration.close if self.registration else None,
-            (lambda: close_quietly(self.feed)) if self.feed is not None else None,
-            (lambda: close_ledger_manager(self.manager)) if self.manager is not None else None,
-            self.store.close,
-        ]
-        for step in steps:
-            if step is None:
-                continue
-            try:
-                await step()
-            except Exception:  # one part failing to stop must not keep the others running
-                log.exception("error while stopping a broker generation")
-
-
-async def unique_broker_index(store: MetadataStore) -> int:
-    """A number no other broker (or earlier generation) got: the parent's sequential counter."""
-    path = await store.create(PRODUCER_NAME_COUNTER, b"", sequential=True)
-    with contextlib.suppress(Exception):
-        await store.delete(path)  # the counter lives in the parent; the child is not needed
-    return int(path[len(PRODUCER_NAME_COUNTER):])
-
-
 class BrokerNode:
     def __init__(self, config: BrokerNodeConfig, *, clock: Clock | None = None, network: Network | None = None,
                  broker_values: Mapping[str, Any] | None = None) -> None:
@@ -228,6 +172,9 @@ class BrokerNode:
                                if bk.bookkeeper_tls_trust_certs_file_path else self.network)
         self.http: HttpEndpoint | None = None
         self.generation: Generation | None = None
+        #: The generation being taken down: still asked whether it serves a read-only subscription,
+        #: since it may flush that subscription's cursor until it has stopped.
+        self.stopping: Generation | None = None
         self.generations = 0
         self._admin = _CurrentAdmin()
         self._cpu = CpuMeter()
@@ -292,87 +239,52 @@ class BrokerNode:
                     await asyncio.wait_for(stop.wait(), METADATA_RETRY_S)
         return None
 
-    async def start_generation(self, stop: asyncio.Event) -> Generation | None:
-        """Build a generation on a new session; ``None`` if asked to stop before it is up."""
-        store = await self._open_store(stop)
-        if store is None:
-            return None
-        generation = Generation(store)
+    async def start_generation(self, store: MetadataStore) -> Generation:
+        """Build a generation on the new session ``store`` (which it then owns)."""
         config = self.config
+        offloader = open_offloader(self.broker_config)  # tiered storage, when configured
+        generation = await start_generation(
+            store, self._generation_config(), host=config.host, port=self.port,
+            advertised_host=config.advertised_address, http_url=self.http_url, network=self.network,
+            clock=self.clock, rng=system_rng(), bookie_network=self.bookie_network,
+            start_server=functools.partial(start_broker, tls_port=self.port_tls, tls=self.tls, offloader=offloader),
+            cpu_percent=self._cpu.percent, read_only=config.read_only,
+            log_store=functools.partial(self._read_only_store, offloaded=offloader) if config.read_only else None,
+            replication=not config.read_only)
         try:
-            index = await unique_broker_index(store)
-            generation.manager = await open_ledger_manager(store, network=self.bookie_network, clock=self.clock,
-                                                           rng=system_rng())
-
-            def install(service: BrokerService) -> None:
-                if config.read_only:
-                    return  # owns nothing: LOOKUP answers "connect here" for every topic
-                ownership = BundleOwnership(store, service, broker_id=f"{config.advertised_address}:{self.port}",
-                                            http_url=self.http_url, bundles_count=config.bundles_count)
-                ownership.install()
-                generation.ownership = ownership
-
-            generation.server = await start_broker(
-                dataclasses.replace(self.broker_config, broker_index=index),
-                clock=self.clock, metadata=store, ledger_manager=generation.manager,
-                managed_ledger_config=ManagedLedgerConfig(ensemble_size=config.ensemble_size,
-                                                          write_quorum_size=config.write_quorum_size,
-                                                          ack_quorum_size=config.ack_quorum_size,
-                                                          max_entries_per_ledger=config.max_entries_per_ledger),
-                network=self.network, host=config.host, port=self.port, before_listen=install,
-                tls_port=self.port_tls, tls=self.tls, log_store=self._read_only_store(generation),
-                offloader=open_offloader(self.broker_config),  # tiered storage when configured
-            )
-            server = generation.server
-            if config.read_only:
-                generation.registration = ReadOnlyRegistration(
-                    store, broker_id=f"{config.advertised_address}:{self.port}", service_url=self.service_url,
-                    http_url=self.http_url)
-                await generation.registration.register()
-            ownership = generation.ownership
-            try:
-                await bootstrap_cluster(server.service, web_url=self.http_url)
-            except Exception as error:  # the admin resources are a convenience; serving goes on
-                log.warning("could not create the default cluster/tenant/namespace: %s", error)
-            if not config.read_only:  # the owner replicates; a read-only broker only serves reads
-                generation.replication = await start_replication(server.service, clock=self.clock,
-                                                                 network=self.network)
-            context = self._admin_context(server.service)
+            assert generation.server is not None
+            context = self._admin_context(generation.server.service)
             self._admin.app = build_admin_app(context)
             self._lookup.app = build_lookup_app(context)
-            generation.console = start_console(context, metadata_url=config.metadata_url, http_url=self.http_url)
-            self._console.app = generation.console.app
-            if ownership is not None:  # a read-only broker reports no load and balances nothing
-                generation.report_task = asyncio.get_running_loop().create_task(
-                    ownership.run_load_reports(self.clock, lambda: server.connection_count,
-                                               config.load_report_interval_ms, self._cpu.percent),
-                    name="load-reports")
-                self._start_balancer(generation, store, ownership, server.service.config)
+            console = start_console(context, metadata_url=config.metadata_url, http_url=self.http_url)
+            generation.on_stop.append(console.stop)
+            self._console.app = console.app
         except BaseException:
             await generation.stop()
             raise
         self.generations += 1
         return generation
 
-    def _read_only_store(self, generation: Generation) -> ReadOnlyLogStore | None:
-        """A read-only broker's storage port (None: an owner's managed ledgers)."""
-        if not self.config.read_only:
-            return None
-        generation.feed = HttpPositionFeed(generation.store)
-        return ReadOnlyLogStore(manager=generation.manager, metadata=generation.store, clock=self.clock,
-                                feed=generation.feed, holder=lambda: self.service_url)
+    def _generation_config(self) -> GenerationConfig:
+        config = self.config
+        return GenerationConfig(
+            broker=self.broker_config,
+            managed_ledger=ManagedLedgerConfig(ensemble_size=config.ensemble_size,
+                                               write_quorum_size=config.write_quorum_size,
+                                               ack_quorum_size=config.ack_quorum_size,
+                                               max_entries_per_ledger=config.max_entries_per_ledger),
+            bundles_count=config.bundles_count, load_report_interval_ms=config.load_report_interval_ms)
 
-    def _start_balancer(self, generation: Generation, store: MetadataStore, ownership: BundleOwnership,
-                        broker_config: BrokerConfig) -> None:
-        """The bundle commands every broker carries out, and this broker's leader candidacy."""
-        loop = asyncio.get_running_loop()
-        commands = BundleCommands(store, ownership, self.clock, poll_ms=broker_config.load_balancer_shedding_interval_ms)
-        generation.balancer_tasks.append(loop.create_task(commands.run(), name="bundle-commands"))
-        generation.leader = LoadBalancerLeader(
-            store, ownership, self.clock, BalancerSettings.from_config(broker_config),
-            interval_ms=broker_config.load_balancer_shedding_interval_ms, broker_id=ownership.loads.broker_id,
-            web_url=self.http_url)
-        generation.balancer_tasks.append(loop.create_task(generation.leader.run(), name="load-balancer-leader"))
+    def _read_only_store(self, generation: Generation, *, offloaded: OffloadedEntries | None) -> ReadOnlyLogStore:
+        """A read-only broker's storage port: the owners' positions (and fresh entries) followed
+        over HTTP; offloaded ledgers read from ``offloaded``, the tiered store the owners use."""
+        feed = HttpPositionFeed(generation.store)
+        probe = HttpHolderProbe()
+        generation.closers.append(lambda: close_quietly(feed))
+        generation.closers.append(lambda: close_quietly(probe))
+        return ReadOnlyLogStore(manager=generation.manager, metadata=generation.store, clock=self.clock,
+                                feed=feed, holder=lambda: self.service_url, offloaded=offloaded,
+                                holder_http=lambda: self.http_url, probe=probe)
 
     def _admin_context(self, service: BrokerService) -> AdminContext:
         return AdminContext(service, cluster=self.config.cluster_name, service_url=self.http_url,
@@ -384,8 +296,7 @@ class BrokerNode:
         registry.register(_CurrentCollector(self))
         admin = Starlette(routes=[Mount("", app=self._admin)])
         lookup = Starlette(routes=[Mount("", app=self._lookup)])
-        follow = build_follow_app(lambda: self.generation.server.service
-                                  if self.generation is not None and self.generation.server is not None else None)
+        follow = build_follow_app(self._serving)
         mounts = {ADMIN_PATH: admin, LOOKUP_PATH: lookup, FOLLOW_PATH: follow,
                   "": Starlette(routes=[Mount("", app=self._console)])}
         self.http = await start_http(self.config.host, self.config.http_port, health=self.health,
@@ -395,37 +306,31 @@ class BrokerNode:
                                           mounts=mounts, registries=[registry], tls=self.tls,
                                           tls_handshake_timeout_s=self.broker_config.tls_handshake_timeout_s)
         try:
-            while not stop.is_set():
-                try:
-                    self.generation = await self.start_generation(stop)
-                except Exception as error:  # port still held, metadata flapping, bookies not up yet
-                    log.warning("broker generation failed to start: %s; retrying", error)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), METADATA_RETRY_S)
-                    continue
-                if self.generation is None:
-                    return
-                if self.generations == 1 and on_ready is not None:
-                    on_ready(self)
-                lost = asyncio.get_running_loop().create_task(self.generation.session_lost.wait())
-                stopping = asyncio.get_running_loop().create_task(stop.wait())
-                await asyncio.wait({lost, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                for task in (lost, stopping):
-                    task.cancel()
-                if not stop.is_set():
-                    log.warning("metadata session lost: restarting the broker on a new session")
-                generation, self.generation = self.generation, None
-                self._admin.app = None
-                self._lookup.app = None
-                self._console.app = None
-                await generation.stop()
+            await serve_generations(lambda: self._open_store(stop), self.start_generation, self.clock,
+                                    stop=stop, on_generation=functools.partial(self._on_generation, on_ready))
         finally:
-            if self.generation is not None:
-                await self.generation.stop()
-                self.generation = None
             await self.http.stop()
             if self.https is not None:
                 await self.https.stop()
+
+    def _serving(self) -> BrokerService | None:
+        """The service the follow and serves endpoints answer for: the current generation's, else
+        the one being taken down (None before the first)."""
+        for generation in (self.generation, self.stopping):
+            if generation is not None and generation.server is not None:
+                return generation.server.service
+        return None
+
+    def _on_generation(self, on_ready: Any, generation: Generation | None) -> None:
+        """A generation started (the first one: the broker is ready) or is being taken down."""
+        self.stopping = self.generation if generation is None else None
+        self.generation = generation
+        if generation is None:
+            self._admin.app = None
+            self._lookup.app = None
+            self._console.app = None
+        elif self.generations == 1 and on_ready is not None:
+            on_ready(self)
 
 
 def _ready(node: BrokerNode) -> None:

@@ -1,5 +1,5 @@
 """Configuration: a TOML file, overridden by ``MAGNETAR_*`` environment variables, overridden by
-command-line flags, loaded into a frozen dataclass (ARCHITECTURE.md section 6).
+command-line flags, loaded into a frozen dataclass (docs/style.md rule 11).
 
 Each node type defines its own frozen dataclass with unit-suffixed field names
 (``journal_group_wait_ms_max``); this module only loads values into it. The environment variable

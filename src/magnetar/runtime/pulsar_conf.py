@@ -103,7 +103,7 @@ def _scaled(field_name: str, factor: float) -> Callable[[str], Any]:
     def parse(value: str) -> Any:
         if field_name.endswith("_enabled"):
             return _bool(value)
-        if field_name.endswith("_weight"):
+        if field_name.endswith(("_weight", "_fraction")):
             try:
                 return float(value.strip())
             except ValueError:

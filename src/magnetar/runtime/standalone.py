@@ -44,6 +44,7 @@ from magnetar.broker import BrokerConfig
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.managed_ledger import ManagedLedgerConfig
 from magnetar.metadata.api import MetadataStore
+from magnetar.node.replication import start_replication
 from magnetar.node.standalone import BookieParts, start_standalone_node
 from magnetar.runtime.bookie import RunningBookie, wait_for_termination_signal
 from magnetar.runtime.broker_server import BrokerServer, start_broker
@@ -56,7 +57,6 @@ from magnetar.runtime.kv import RocksKeyValueStore
 from magnetar.runtime.lakehouse import open_offloader
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
-from magnetar.runtime.replication import start_replication
 from magnetar.runtime.startup_checks import DataDirLock, check_ports_free
 from magnetar.runtime.tls import tls_files_from_config
 from magnetar.storage import BookieConfig
@@ -231,7 +231,7 @@ async def start_standalone(config: StandaloneConfig, broker_values: Mapping[str,
                 start_broker, tls_port=config.broker_port_tls if tls is not None else None, tls=tls,
                 offloader=open_offloader(broker_config, os.path.join(os.path.abspath(config.data_dir), "offload"))))
         running.bookies, running.broker = started.bookies, started.broker
-        replication = await start_replication(running.broker.service, clock=clock, network=network)
+        replication = await start_replication(running.broker.service, clock=clock, network=network, rng=system_rng())
         running.stoppers.append(replication.stop)
         running.http = await start_broker_http(config.host, config.web_port, service=running.broker.service,
                                                health=lambda: _health(running), metadata_url=config.metadata_url(),

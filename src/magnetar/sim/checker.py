@@ -3,7 +3,7 @@
 Shared by the real-process runs (``magnetar chaos``) and the whole-stack simulation
 (``magnetar sim --scenario cluster``).
 
-What it reports (``AnomalyKind``), and which invariant of ``shared/design/FAULTS.md`` it checks:
+What it reports (``AnomalyKind``), and which invariant of ``docs/faults.md`` it checks:
 
 * ``lost``        a value with an ``ok`` send is not stored (not in the first drain) — invariant 1
 * ``moved``       a value is stored, but not at the position its SEND_RECEIPT named — invariant 1

@@ -9,20 +9,20 @@ after its journal record is durable; nothing acknowledged is lost by a crash at 
 """
 
 from magnetar.storage.bookie import Bookie, BookieStatus, ReadResult
+from magnetar.storage.bookie_ledger import BookieLedger, LedgerStatus
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.cookie import Cookie, CookieMismatchError, CookieRegistry, verify_or_create_cookie
-from magnetar.storage.ledger_state import LedgerState, LedgerStatus
 from magnetar.storage.stats import BookieStats
 
 __all__ = [
     "Bookie",
     "BookieConfig",
+    "BookieLedger",
     "BookieStats",
     "BookieStatus",
     "Cookie",
     "CookieMismatchError",
     "CookieRegistry",
-    "LedgerState",
     "LedgerStatus",
     "ReadResult",
     "verify_or_create_cookie",

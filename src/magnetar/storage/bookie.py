@@ -46,6 +46,7 @@ from magnetar.base.io import Bytes, Disk, KeyValueStore
 from magnetar.base.limits import BOOKIE_LEDGERS_COUNT_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, Entry, Status
 from magnetar.protocol.bookie.codec import entry_view
+from magnetar.storage.bookie_ledger import BookieLedger, LedgerStatus
 from magnetar.storage.caches import ReadCache
 from magnetar.storage.checkpointer import Checkpointer
 from magnetar.storage.config import BookieConfig
@@ -54,7 +55,6 @@ from magnetar.storage.entry_log import EntryLogger, log_ids
 from magnetar.storage.garbage import GarbageCollector, LiveLedgers
 from magnetar.storage.index import Index
 from magnetar.storage.journal import Journal, add_record, fence_record, journal_file_ids, lac_record
-from magnetar.storage.ledger_state import LedgerState, LedgerStatus
 from magnetar.storage.restart import repair_last_entries, replay_journal
 from magnetar.storage.stats import BookieStats
 from magnetar.storage.waits import watch_task
@@ -118,7 +118,7 @@ class Bookie:
         self._index = Index(kv)
         self._entry_log = EntryLogger(disk, config.entry_log_bytes_max)
         self._journal: Journal | None = None
-        self._ledgers: dict[int, LedgerState] = {}
+        self._ledgers: dict[int, BookieLedger] = {}
         log_ledgers: dict[int, set[int]] = {}
         self._log_ledgers = log_ledgers
         self._read_cache = ReadCache(config.read_cache_bytes_max)
@@ -168,7 +168,7 @@ class Bookie:
     def free_bytes(self) -> int:
         return self._disk_monitor.free_bytes()
 
-    def ledger_state(self, ledger_id: int) -> LedgerState | None:
+    def bookie_ledger(self, ledger_id: int) -> BookieLedger | None:
         return self._ledgers.get(ledger_id)
 
     def has_data(self) -> bool:
@@ -245,7 +245,7 @@ class Bookie:
         if state is None:
             if len(self._ledgers) >= BOOKIE_LEDGERS_COUNT_MAX:
                 return Status.UNAVAILABLE
-            self._ledgers[entry.ledger_id] = LedgerState(entry.ledger_id, master_key=master_key)
+            self._ledgers[entry.ledger_id] = BookieLedger(entry.ledger_id, master_key=master_key)
             return Status.OK
         if state.status is LedgerStatus.DELETED:
             return Status.NO_SUCH_LEDGER
@@ -288,7 +288,7 @@ class Bookie:
         if state is None:
             if len(self._ledgers) >= BOOKIE_LEDGERS_COUNT_MAX:
                 return Status.UNAVAILABLE
-            state = self._ledgers[ledger_id] = LedgerState(ledger_id, master_key=master_key)
+            state = self._ledgers[ledger_id] = BookieLedger(ledger_id, master_key=master_key)
         if state.status is LedgerStatus.DELETED:
             return Status.NO_SUCH_LEDGER
         if state.master_key != master_key:
@@ -309,7 +309,7 @@ class Bookie:
     def read_entry(self, ledger_id: int, entry_id: int) -> ReadResult:
         self.stats.reads_count += 1
         if self.status not in _READABLE:
-            # Before replay finished, "no such entry" could be false (invariant 7 of FAULTS.md).
+            # Before replay finished, "no such entry" could be false (invariant 7 of docs/faults.md).
             return ReadResult(Status.UNAVAILABLE, entry_id, -1)
         state = self._ledgers.get(ledger_id)
         if state is None or state.status is LedgerStatus.DELETED:

@@ -45,12 +45,12 @@ from collections.abc import Callable, Mapping
 from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.invariant import invariant
+from magnetar.storage.bookie_ledger import BookieLedger
 from magnetar.storage.caches import WriteCache
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.entry_log import EntryLogger
 from magnetar.storage.index import MARK_KEY, Index, entry_key, location_value, log_key, state_key
 from magnetar.storage.journal import Journal
-from magnetar.storage.ledger_state import LedgerState
 from magnetar.storage.stats import BookieStats
 from magnetar.storage.waits import wait_event_or_timeout
 
@@ -81,7 +81,7 @@ class Checkpointer:
         clock: Clock,
         config: BookieConfig,
         *,
-        ledgers: Mapping[int, LedgerState],
+        ledgers: Mapping[int, BookieLedger],
         log_ledgers: dict[int, set[int]],
         stats: BookieStats,
     ) -> None:

@@ -17,6 +17,9 @@ class BookieConfig:
     #: Rack (``/rack`` or ``/region/rack``) recorded for this bookie in ``/bookies`` at start
     #: (``ledger.racks``, Pulsar's racks-info); empty leaves the stored rack as it is.
     rack: str = ""
+    #: Region recorded with the rack (stored as ``/region/rack``, ``ledger.racks.rack_with_region``);
+    #: placement spreads each write set over regions first, then racks.
+    region: str = ""
 
     # Group commit: a group is written and fsynced once its oldest add waited this long or it
     # holds this many bytes. 0 ms means "write as soon as the journal task is free": groups

@@ -16,13 +16,13 @@ from collections.abc import Awaitable, Callable, Collection
 
 from magnetar.base.clock import Clock
 from magnetar.base.io import Disk
+from magnetar.storage.bookie_ledger import BookieLedger, LedgerStatus
 from magnetar.storage.caches import ReadCache
 from magnetar.storage.checkpointer import Checkpointer
 from magnetar.storage.compaction import LiveEntry, checked_raw, chunks, live_bytes, live_entries
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.entry_log import LOG_DIR, EntryLogger, log_ids
 from magnetar.storage.index import Index, entry_key, location_value, log_key, state_key
-from magnetar.storage.ledger_state import LedgerState, LedgerStatus
 from magnetar.storage.stats import BookieStats
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class GarbageCollector:
         clock: Clock,
         config: BookieConfig,
         *,
-        ledgers: dict[int, LedgerState],
+        ledgers: dict[int, BookieLedger],
         log_ledgers: dict[int, set[int]],
         read_cache: ReadCache,
         stats: BookieStats,
@@ -68,7 +68,7 @@ class GarbageCollector:
         """Drop a ledger (its metadata was deleted): tombstone it, remove its index entries."""
         state = self._ledgers.get(ledger_id)
         if state is None:
-            state = self._ledgers[ledger_id] = LedgerState(ledger_id)
+            state = self._ledgers[ledger_id] = BookieLedger(ledger_id)
         async with self._checkpointer.lock:
             state.transition(LedgerStatus.DELETED)
             self._checkpointer.drop_ledger(ledger_id)

@@ -3,7 +3,7 @@
 Keys (big-endian so the store's order is (ledger, entry) order)::
 
     b"E" + u64 ledger + u64 entry  ->  u64 log_id, u64 offset, u32 length   where an entry lives
-    b"S" + u64 ledger              ->  LedgerState.encode()                 fenced, LAC, last entry, key
+    b"S" + u64 ledger              ->  BookieLedger.encode()                fenced, LAC, last entry, key
     b"G" + u64 log_id              ->  u64 ledger * n                       ledgers in an entry log (GC)
     b"M"                           ->  u64 file_id, u64 offset              checkpoint mark (journal)
 
@@ -17,8 +17,8 @@ import struct
 from collections.abc import Iterable, Iterator
 
 from magnetar.base.io import KeyValueStore
+from magnetar.storage.bookie_ledger import BookieLedger
 from magnetar.storage.journal import JournalPosition
-from magnetar.storage.ledger_state import LedgerState
 
 _ENTRY_KEY = struct.Struct(">cQQ")
 _LEDGER_KEY = struct.Struct(">cQ")
@@ -76,9 +76,9 @@ class Index:
     def entry_keys_of(self, ledger_id: int) -> list[bytes]:
         return [key for key, _ in self.kv.scan(entry_key(ledger_id, 0), entry_key(ledger_id + 1, 0))]
 
-    def states(self) -> Iterator[LedgerState]:
+    def states(self) -> Iterator[BookieLedger]:
         for key, value in self.kv.scan(b"S", b"T"):
-            yield LedgerState.decode(_LEDGER_KEY.unpack(key)[1], value)
+            yield BookieLedger.decode(_LEDGER_KEY.unpack(key)[1], value)
 
     def log_ledgers(self) -> dict[int, set[int]]:
         result: dict[int, set[int]] = {}

@@ -16,16 +16,16 @@ from collections.abc import MutableMapping
 from magnetar.base.errors import CorruptDataError
 from magnetar.base.io import Disk
 from magnetar.protocol.bookie import Entry
+from magnetar.storage.bookie_ledger import BookieLedger, LedgerStatus
 from magnetar.storage.checkpointer import Checkpointer
 from magnetar.storage.index import Index, state_key
 from magnetar.storage.journal import KIND_ADD, KIND_LAC, JournalPosition, JournalRecord, replay
-from magnetar.storage.ledger_state import LedgerState, LedgerStatus
 
 log = logging.getLogger(__name__)
 
 
 async def replay_journal(
-    disk: Disk, index: Index, ledgers: MutableMapping[int, LedgerState], checkpointer: Checkpointer
+    disk: Disk, index: Index, ledgers: MutableMapping[int, BookieLedger], checkpointer: Checkpointer
 ) -> int:
     """Replay the journal from the checkpoint mark into ``ledgers`` and the checkpointer's write
     cache; returns the number of records replayed."""
@@ -39,7 +39,7 @@ async def replay_journal(
     return len(result.records)
 
 
-def apply_record(ledgers: MutableMapping[int, LedgerState], checkpointer: Checkpointer, record: JournalRecord) -> bool:
+def apply_record(ledgers: MutableMapping[int, BookieLedger], checkpointer: Checkpointer, record: JournalRecord) -> bool:
     """Apply one replayed record; returns whether the write cache's active half is full now."""
     if record.kind == KIND_ADD:
         try:
@@ -49,14 +49,14 @@ def apply_record(ledgers: MutableMapping[int, LedgerState], checkpointer: Checkp
             return False
         state = ledgers.get(entry.ledger_id)
         if state is None:
-            state = ledgers[entry.ledger_id] = LedgerState(entry.ledger_id, master_key=record.master_key)
+            state = ledgers[entry.ledger_id] = BookieLedger(entry.ledger_id, master_key=record.master_key)
         if state.status is LedgerStatus.DELETED:
             return False
         state.note_entry(entry.entry_id, entry.lac)
         return checkpointer.put_replayed(entry.ledger_id, entry.entry_id, record.entry_raw)
     state = ledgers.get(record.ledger_id)
     if state is None:
-        state = ledgers[record.ledger_id] = LedgerState(record.ledger_id, master_key=record.master_key)
+        state = ledgers[record.ledger_id] = BookieLedger(record.ledger_id, master_key=record.master_key)
     if record.kind == KIND_LAC:
         if state.status is not LedgerStatus.DELETED and record.lac > state.lac:
             state.lac = record.lac
@@ -66,7 +66,7 @@ def apply_record(ledgers: MutableMapping[int, LedgerState], checkpointer: Checkp
     return False
 
 
-def repair_last_entries(index: Index, ledgers: MutableMapping[int, LedgerState]) -> list[int]:
+def repair_last_entries(index: Index, ledgers: MutableMapping[int, BookieLedger]) -> list[int]:
     """Repair ``last_entry`` where it names an entry the index does not hold; returns the
     ledgers repaired (their states are persisted, synced).
 

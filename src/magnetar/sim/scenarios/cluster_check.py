@@ -1,7 +1,7 @@
 """What scenario ``cluster`` checks beyond the queue checker: what only the simulator can see.
 
 ``MetadataWatch`` reads every ledger's metadata from the metadata store while the run goes on and
-reports (``shared/design/FAULTS.md``):
+reports (``docs/faults.md``):
 
 * invariant 5, metadata only moves forward: a ledger's state goes back (CLOSED -> OPEN, ...), a
   closed ledger's last entry changes

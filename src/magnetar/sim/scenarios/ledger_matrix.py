@@ -134,36 +134,52 @@ def run_matrix(world: SimWorld, options: MatrixOptions, serve: ServerFactory) ->
     unknown = options.breaks - BREAKS
     if unknown or options.fault not in FAULTS:
         raise ValueError(f"unknown fault {options.fault!r} or breaks {sorted(unknown)}")
-    rng = world.rng.fork("ledger-matrix")
-    meta_server = MemoryMetadataServer(SimClock())
-    evidence = Evidence(options.ensemble_size, options.write_quorum_size, options.ack_quorum_size)
-    bookies: dict[str, Bookie] = {}
-    names = [f"bookie{i}" for i in range(options.ensemble_size + 1)]
-    mode = RecoveryMode.CORRECT
-    if BREAK_RECOVERY_WITHOUT_FENCING in options.breaks:
-        mode = RecoveryMode.NO_FENCING
-    elif BREAK_TRUNCATE_TO_LAC in options.breaks:
-        mode = RecoveryMode.TRUNCATE_TO_LAC
-    writer_done: list[str] = []
-    recovered: dict[str, LedgerMetadata] = {}
+    run = _MatrixRun(world, options, serve)
+    world.run(run.controller())
+    run.evidence.writer_outcome = run.writer_done[0] if run.writer_done else "crashed"
+    run.evidence.sim_failures = list(world.failures)
+    return ledger_matrix_check.check(run.evidence)
 
-    async def bookie_main(ctx: NodeContext) -> None:
-        kind = _AckEarlyBookie if BREAK_ACK_BEFORE_FSYNC in options.breaks else Bookie
+
+class _MatrixRun:
+    """One cell's nodes (bookies, the writer, recoverers, the evidence collector) and the
+    controller that starts them, injects the cell's fault and waits for each phase."""
+
+    def __init__(self, world: SimWorld, options: MatrixOptions, serve: ServerFactory) -> None:
+        self.world = world
+        self.options = options
+        self.serve = serve
+        self.rng = world.rng.fork("ledger-matrix")
+        self.meta_server = MemoryMetadataServer(SimClock())
+        self.evidence = Evidence(options.ensemble_size, options.write_quorum_size, options.ack_quorum_size)
+        self.bookies: dict[str, Bookie] = {}
+        self.names = [f"bookie{i}" for i in range(options.ensemble_size + 1)]
+        self.mode = RecoveryMode.CORRECT
+        if BREAK_RECOVERY_WITHOUT_FENCING in options.breaks:
+            self.mode = RecoveryMode.NO_FENCING
+        elif BREAK_TRUNCATE_TO_LAC in options.breaks:
+            self.mode = RecoveryMode.TRUNCATE_TO_LAC
+        self.writer_done: list[str] = []
+        self.recovered: dict[str, LedgerMetadata] = {}
+
+    # --- the nodes -------------------------------------------------------------------------------
+    async def bookie_main(self, ctx: NodeContext) -> None:
+        kind = _AckEarlyBookie if BREAK_ACK_BEFORE_FSYNC in self.options.breaks else Bookie
         bookie = kind(ctx.disk, ctx.kv("index"), ctx.clock, BOOKIE_CONFIG)
         await bookie.start()
-        server = serve(bookie, ctx.network)
+        server = self.serve(bookie, ctx.network)
         port = await server.start(ctx.host, PORT)
-        session = await meta_server.connect(session_timeout_ms=2_000)
+        session = await self.meta_server.connect(session_timeout_ms=2_000)
         path = f"/ledgers/available/{ctx.host}:{port}"
         if await session.exists(path):
             await session.delete(path)  # the previous incarnation's node, until its session expires
         await session.create(path, b"{}", ephemeral=True)
-        bookies[ctx.name] = bookie
+        self.bookies[ctx.name] = bookie
         while bookie.status is BookieStatus.WRITABLE:
             await ctx.clock.sleep(3600)
 
-    async def manager_for(ctx: NodeContext) -> LedgerManager:
-        session = await meta_server.connect(session_timeout_ms=2_000)
+    async def manager_for(self, ctx: NodeContext) -> LedgerManager:
+        session = await self.meta_server.connect(session_timeout_ms=2_000)
         transport = BookieClientTransport(ctx.network, ctx.clock, CLIENT_CONFIG)
         return LedgerManager(
             store=LedgerMetadataStore(MetadataStoreAdapter(session)),
@@ -175,8 +191,9 @@ def run_matrix(world: SimWorld, options: MatrixOptions, serve: ServerFactory) ->
             on_close=transport.close,
         )
 
-    async def writer_main(ctx: NodeContext) -> None:
-        manager = await manager_for(ctx)
+    async def writer_main(self, ctx: NodeContext) -> None:
+        options, evidence = self.options, self.evidence
+        manager = await self.manager_for(ctx)
         handle = await manager.create_ledger(options.ensemble_size, options.write_quorum_size, options.ack_quorum_size)
         evidence.ledger_id = handle.ledger_id
         evidence.first_ensemble = handle.ensemble
@@ -200,23 +217,23 @@ def run_matrix(world: SimWorld, options: MatrixOptions, serve: ServerFactory) ->
             for task in window:
                 await task
             await handle.close()
-            writer_done.append("closed")
+            self.writer_done.append("closed")
         except MagnetarError as exc:
             for task in window:
                 task.cancel()
                 task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
-            writer_done.append(f"failed: {type(exc).__name__}")
+            self.writer_done.append(f"failed: {type(exc).__name__}")
         finally:
             await manager.close()
 
-    def recoverer_main(name: str) -> NodeMain:
+    def recoverer_main(self, name: str) -> NodeMain:
         async def main(ctx: NodeContext) -> None:
-            manager = await manager_for(ctx)
-            ledger_id = evidence.ledger_id
+            manager = await self.manager_for(ctx)
+            ledger_id = self.evidence.ledger_id
             assert ledger_id is not None
             for _ in range(RECOVERY_ATTEMPTS_MAX):
                 try:
-                    recovered[name] = await manager.recover_ledger(ledger_id, mode=mode)
+                    self.recovered[name] = await manager.recover_ledger(ledger_id, mode=self.mode)
                     break
                 except MagnetarError as exc:
                     ctx.trace("recovery-retry", f"{type(exc).__name__}: {exc}")
@@ -225,148 +242,179 @@ def run_matrix(world: SimWorld, options: MatrixOptions, serve: ServerFactory) ->
 
         return main
 
-    async def until(condition: Callable[[], bool], what: str) -> None:
-        deadline = world.now_s() + PHASE_S_MAX
+    # --- waiting and world actions ---------------------------------------------------------------
+    async def until(self, condition: Callable[[], bool], what: str) -> None:
+        deadline = self.world.now_s() + PHASE_S_MAX
         while not condition():
-            if world.now_s() > deadline:
+            if self.world.now_s() > deadline:
                 raise AssertionError(f"stuck waiting for {what}")
-            await world.sleep(POLL_S)
+            await self.world.sleep(POLL_S)
 
-    def writer_finished() -> bool:
-        return bool(writer_done) or world.state("writer") is not NodeState.RUNNING
+    def writer_finished(self) -> bool:
+        return bool(self.writer_done) or self.world.state("writer") is not NodeState.RUNNING
 
-    def all_writable() -> bool:
+    def all_writable(self) -> bool:
         return all(
-            world.state(n) is NodeState.RUNNING and n in bookies and bookies[n].status is BookieStatus.WRITABLE
-            for n in names
+            self.world.state(n) is NodeState.RUNNING and n in self.bookies
+            and self.bookies[n].status is BookieStatus.WRITABLE
+            for n in self.names
         )
 
-    def restart(name: str) -> None:
-        bookies.pop(name, None)
-        world.restart(name)
+    def restart(self, name: str) -> None:
+        self.bookies.pop(name, None)
+        self.world.restart(name)
 
-    def power_cut(name: str, why: str) -> None:
-        if world.state(name) is NodeState.RUNNING:
-            world.crash(name, why)
-        restart(name)
+    def power_cut(self, name: str, why: str) -> None:
+        if self.world.state(name) is NodeState.RUNNING:
+            self.world.crash(name, why)
+        self.restart(name)
 
-    def ensemble_names() -> list[str]:
-        return [b.host for b in evidence.first_ensemble]
+    def ensemble_names(self) -> list[str]:
+        return [b.host for b in self.evidence.first_ensemble]
 
-    async def watch_metadata() -> None:
-        session = await meta_server.connect(session_timeout_ms=600_000)
+    async def watch_metadata(self) -> None:
+        session = await self.meta_server.connect(session_timeout_ms=600_000)
         store = LedgerMetadataStore(MetadataStoreAdapter(session))
         while True:
-            if evidence.ledger_id is not None:
+            if self.evidence.ledger_id is not None:
                 try:
-                    meta = (await store.read(evidence.ledger_id)).metadata
-                    evidence.record_state(meta.state.value)
+                    meta = (await store.read(self.evidence.ledger_id)).metadata
+                    self.evidence.record_state(meta.state.value)
                 except MagnetarError:
                     pass
-            await world.sleep(POLL_S)
+            await self.world.sleep(POLL_S)
 
-    async def heal_after(delay_s: float) -> None:
-        await world.sleep(delay_s)
-        world.network.heal()
+    async def heal_after(self, delay_s: float) -> None:
+        await self.world.sleep(delay_s)
+        self.world.network.heal()
 
-    async def recover(fault: str) -> None:
+    async def recover(self, fault: str) -> None:
+        world = self.world
         if fault == "recovery-point":
-            faults.arm(rng.choice(RECOVERY_POINTS), "crash", node="rec1")
-        world.add_node("rec1", recoverer_main("rec1"))
-        await until(lambda: "rec1" in recovered or world.state("rec1") is not NodeState.RUNNING, "rec1")
+            faults.arm(self.rng.choice(RECOVERY_POINTS), "crash", node="rec1")
+        world.add_node("rec1", self.recoverer_main("rec1"))
+        await self.until(lambda: "rec1" in self.recovered or world.state("rec1") is not NodeState.RUNNING, "rec1")
         faults.disarm_all()
-        if "rec1" not in recovered:
-            world.add_node("rec2", recoverer_main("rec2"))
-            await until(lambda: "rec2" in recovered or world.state("rec2") is not NodeState.RUNNING, "rec2")
+        if "rec1" not in self.recovered:
+            world.add_node("rec2", self.recoverer_main("rec2"))
+            await self.until(lambda: "rec2" in self.recovered or world.state("rec2") is not NodeState.RUNNING, "rec2")
 
-    async def controller() -> None:
-        watcher = asyncio.ensure_future(watch_metadata())
-        for name in names:
-            world.add_node(name, bookie_main)
-        await until(all_writable, "bookies")
-        fault = options.fault
+    # --- the controller --------------------------------------------------------------------------
+    async def controller(self) -> None:
+        world, fault = self.world, self.options.fault
+        watcher = asyncio.ensure_future(self.watch_metadata())
+        for name in self.names:
+            world.add_node(name, self.bookie_main)
+        await self.until(self.all_writable, "bookies")
         zombie = fault in ("zombie", "lost-fence")
+        self._arm(fault, zombie)
+        world.add_node("writer", self.writer_main)
+        await self.until(lambda: self.evidence.ledger_id is not None or self.writer_finished(), "ledger creation")
+        await self._disturb(fault)
+        if zombie:
+            await self._zombie_phase(fault)
+        else:
+            await self._recovery_phase(fault)
+        faults.disarm_all()
+        for name in self.names:
+            self.power_cut(name, "final power cut")
+        await self.until(self.all_writable, "bookies after the final power cut")
+        world.add_node("checker", self.collect)
+        await self.until(lambda: self.evidence.collected or world.state("checker") is not NodeState.RUNNING,
+                         "collection")
+        watcher.cancel()
+
+    def _arm(self, fault: str, zombie: bool) -> None:
+        """Arm the fault points of the cell before the writer starts."""
+        rng, entries = self.rng, self.options.entries_count
         if fault == "writer-point":
             point = rng.choice(WRITER_POINTS)
-            faults.arm(point, "crash", from_hit=rng.randint(1, max(1, options.entries_count // 2)), node="writer")
+            faults.arm(point, "crash", from_hit=rng.randint(1, max(1, entries // 2)), node="writer")
         elif fault == "bookie-point":
             faults.arm(rng.choice(BOOKIE_POINTS), "crash", from_hit=rng.randint(1, 40), node=f"bookie{rng.randint(0, 2)}")
         elif zombie:
-            faults.arm(ZOMBIE_POINT, "hang", from_hit=rng.randint(2, max(2, options.entries_count - 2)), node="writer")
-        world.add_node("writer", writer_main)
-        await until(lambda: evidence.ledger_id is not None or writer_finished(), "ledger creation")
+            faults.arm(ZOMBIE_POINT, "hang", from_hit=rng.randint(2, max(2, entries - 2)), node="writer")
+
+    async def _disturb(self, fault: str) -> None:
+        """The cell's fault while the writer writes: crashes, a power cut, a partition."""
+        world, rng = self.world, self.rng
         if fault == "writer-point" and rng.random() < 0.5:
             await world.sleep(rng.random() * 0.05)
-            victim = rng.choice(ensemble_names())
+            victim = rng.choice(self.ensemble_names())
             world.crash(victim, "force an ensemble change")
-            restart(victim)
+            self.restart(victim)
         elif fault == "bookie-restart":
             for _ in range(rng.randint(1, 3)):
                 await world.sleep(rng.random() * 0.05)
-                power_cut(rng.choice(names), "random bookie crash")
+                self.power_cut(rng.choice(self.names), "random bookie crash")
         elif fault == "power-cut":
             await world.sleep(rng.random() * 0.05)
-            for name in names:
+            for name in self.names:
                 world.crash(name, "power cut")
-            for name in names:
-                restart(name)
+            for name in self.names:
+                self.restart(name)
         elif fault == "partition":
             await world.sleep(rng.random() * 0.03)
-            victim = rng.choice(ensemble_names())
+            victim = rng.choice(self.ensemble_names())
             world.network.partition("writer", victim)
             await world.sleep(rng.random() * 2.0)
             world.network.heal("writer", victim)
         elif fault == "recovery-point":
             await world.sleep(rng.random() * 0.05)
             world.crash("writer", "writer dies before recovery")
-        if zombie:
-            await until(lambda: bool(faults.hits(ZOMBIE_POINT) >= faults.armed()[ZOMBIE_POINT].from_hit
-                                     if ZOMBIE_POINT in faults.armed() else True) or writer_finished(), "zombie hang")
-            healer: asyncio.Future[None] | None = None
-            if fault == "lost-fence":
-                world.network.partition("rec1", rng.choice(ensemble_names()))
-                # Heal later: with Qw = Qa a recovery that cannot write back to every bookie
-                # of a write set must wait (correctly) until it can.
-                healer = asyncio.ensure_future(heal_after(LOST_FENCE_HEAL_S))
-            await recover(fault)
-            if healer is not None:
-                healer.cancel()
-            world.network.heal()
-            world.release(ZOMBIE_POINT)
-            await until(writer_finished, "zombie writer")
-        else:
-            await until(writer_finished, "writer")
-            faults.disarm_all()
-            for name in names:
-                if world.state(name) is not NodeState.RUNNING:
-                    restart(name)
-            await until(all_writable, "bookies back")
-            await recover(fault)
-        faults.disarm_all()
-        for name in names:
-            power_cut(name, "final power cut")
-        await until(all_writable, "bookies after the final power cut")
-        world.add_node("checker", collect)
-        await until(lambda: evidence.collected or world.state("checker") is not NodeState.RUNNING, "collection")
-        watcher.cancel()
 
-    async def collect(ctx: NodeContext) -> None:
+    async def _zombie_phase(self, fault: str) -> None:
+        """The writer hangs at the zombie point while another client recovers (fences) the ledger;
+        then the zombie is released and must fail."""
+        world = self.world
+        await self.until(lambda: bool(faults.hits(ZOMBIE_POINT) >= faults.armed()[ZOMBIE_POINT].from_hit
+                                      if ZOMBIE_POINT in faults.armed() else True) or self.writer_finished(),
+                         "zombie hang")
+        healer: asyncio.Future[None] | None = None
+        if fault == "lost-fence":
+            world.network.partition("rec1", self.rng.choice(self.ensemble_names()))
+            # Heal later: with Qw = Qa a recovery that cannot write back to every bookie
+            # of a write set must wait (correctly) until it can.
+            healer = asyncio.ensure_future(self.heal_after(LOST_FENCE_HEAL_S))
+        await self.recover(fault)
+        if healer is not None:
+            healer.cancel()
+        world.network.heal()
+        world.release(ZOMBIE_POINT)
+        await self.until(self.writer_finished, "zombie writer")
+
+    async def _recovery_phase(self, fault: str) -> None:
+        """The writer finished (or died): bookies come back, then a client recovers the ledger."""
+        await self.until(self.writer_finished, "writer")
+        faults.disarm_all()
+        for name in self.names:
+            if self.world.state(name) is not NodeState.RUNNING:
+                self.restart(name)
+        await self.until(self.all_writable, "bookies back")
+        await self.recover(fault)
+
+    # --- the evidence ----------------------------------------------------------------------------
+    async def collect(self, ctx: NodeContext) -> None:
         """Gather the checker's evidence (reads only, plus normal-add probes past the end)."""
-        managers = [await manager_for(ctx) for _ in range(2)]
+        evidence = self.evidence
+        managers = [await self.manager_for(ctx) for _ in range(2)]
         ledger_id = evidence.ledger_id
         assert ledger_id is not None
         closed = (await managers[0].store.read(ledger_id)).metadata
         evidence.closed = closed
         for manager in managers:
-            reader = await manager.open_ledger_no_recovery(ledger_id)
-            reading: dict[int, bytes] = {}
-            for entry_id in range(reader.last_add_confirmed + 1 if reader.is_closed else 0):
-                try:
-                    reading[entry_id] = (await reader.read_entry(entry_id)).payload
-                except MagnetarError:
-                    continue  # unreadable: the checker reports it
-            evidence.readings.append(reading)
+            evidence.readings.append(await _read_all(manager, ledger_id))
         transport = BookieClientTransport(ctx.network, ctx.clock, CLIENT_CONFIG)
+        await self._collect_copies(transport, closed, ledger_id)
+        await self._probe(transport, closed, ledger_id)
+        await transport.close()
+        for manager in managers:
+            await manager.close()
+        evidence.collected = True
+
+    async def _collect_copies(self, transport: BookieClientTransport, closed: LedgerMetadata, ledger_id: int) -> None:
+        """What each bookie of the ledger holds, entry by entry, up to two past the end."""
+        evidence = self.evidence
         top = max([closed.last_entry_id, *evidence.acked]) + 2
         for bookie in sorted(closed.bookies(), key=str):
             for entry_id in range(top + 1):
@@ -377,22 +425,27 @@ def run_matrix(world: SimWorld, options: MatrixOptions, serve: ServerFactory) ->
                     evidence.negatives.setdefault(entry_id, set()).add(bookie)
                 except MagnetarError:
                     continue
+
+    async def _probe(self, transport: BookieClientTransport, closed: LedgerMetadata, ledger_id: int) -> None:
+        """A normal add past the end on each bookie of the last fragment: fenced ones refuse it."""
         probe = Entry.build(ledger_id, closed.last_entry_id + 1, closed.last_entry_id, b"probe")
         for index, bookie in enumerate(closed.last_fragment.ensemble):
             try:
                 await transport.add(bookie, probe, recovery=False, master_key=b"")
-                evidence.probe_accepted.add(index)
+                self.evidence.probe_accepted.add(index)
             except FencedError:
-                evidence.probe_fenced.add(index)
+                self.evidence.probe_fenced.add(index)
             except MagnetarError:
                 continue
-        await transport.close()
-        for manager in managers:
-            await manager.close()
-        evidence.collected = True
 
-    world.run(controller())
-    evidence.writer_outcome = writer_done[0] if writer_done else "crashed"
-    evidence.sim_failures = list(world.failures)
-    return ledger_matrix_check.check(evidence)
 
+async def _read_all(manager: LedgerManager, ledger_id: int) -> dict[int, bytes]:
+    """Every readable entry of a closed ledger through a reader (an open one reads nothing)."""
+    reader = await manager.open_ledger_no_recovery(ledger_id)
+    reading: dict[int, bytes] = {}
+    for entry_id in range(reader.last_add_confirmed + 1 if reader.is_closed else 0):
+        try:
+            reading[entry_id] = (await reader.read_entry(entry_id)).payload
+        except MagnetarError:
+            continue  # unreadable: the checker reports it
+    return reading

@@ -1,4 +1,4 @@
-"""Checker of the ``ledger-matrix`` scenario: FAULTS.md invariants 1-7 over the collected evidence.
+"""Checker of the ``ledger-matrix`` scenario: docs/faults.md invariants 1-7 over the collected evidence.
 
 Kept apart from the workload: it sees only what clients observed (acks, metadata states) and
 what bookies hold after a final power cut (copies, negatives, fence probes), never the

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14pulsar_markers.proto\x12\x17magnetar.pulsar.markers\";\n\x14MarkersMessageIdData\x12\x11\n\tledger_id\x18\x01 \x02(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x02(\x04\"f\n\x10\x43lusterMessageId\x12\x0f\n\x07\x63luster\x18\x01 \x02(\t\x12\x41\n\nmessage_id\x18\x02 \x02(\x0b\x32-.magnetar.pulsar.markers.MarkersMessageIdData\"U\n&ReplicatedSubscriptionsSnapshotRequest\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12\x16\n\x0esource_cluster\x18\x02 \x01(\t\"z\n\'ReplicatedSubscriptionsSnapshotResponse\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12:\n\x07\x63luster\x18\x02 \x01(\x0b\x32).magnetar.pulsar.markers.ClusterMessageId\"\xbc\x01\n\x1fReplicatedSubscriptionsSnapshot\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12G\n\x10local_message_id\x18\x02 \x01(\x0b\x32-.magnetar.pulsar.markers.MarkersMessageIdData\x12;\n\x08\x63lusters\x18\x03 \x03(\x0b\x32).magnetar.pulsar.markers.ClusterMessageId\"\xb1\x01\n\x1dReplicatedSubscriptionsUpdate\x12\x19\n\x11subscription_name\x18\x01 \x02(\t\x12;\n\x08\x63lusters\x18\x02 \x03(\x0b\x32).magnetar.pulsar.markers.ClusterMessageId\x12\x38\n\x05\x61\x63ked\x18\x64 \x03(\x0b\x32).magnetar.pulsar.markers.ClusterMessageId')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14pulsar_markers.proto\x12\x17magnetar.pulsar.markers\";\n\x14MarkersMessageIdData\x12\x11\n\tledger_id\x18\x01 \x02(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x02(\x04\"f\n\x10\x43lusterMessageId\x12\x0f\n\x07\x63luster\x18\x01 \x02(\t\x12\x41\n\nmessage_id\x18\x02 \x02(\x0b\x32-.magnetar.pulsar.markers.MarkersMessageIdData\"U\n&ReplicatedSubscriptionsSnapshotRequest\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12\x16\n\x0esource_cluster\x18\x02 \x01(\t\"z\n\'ReplicatedSubscriptionsSnapshotResponse\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12:\n\x07\x63luster\x18\x02 \x01(\x0b\x32).magnetar.pulsar.markers.ClusterMessageId\"\xbc\x01\n\x1fReplicatedSubscriptionsSnapshot\x12\x13\n\x0bsnapshot_id\x18\x01 \x02(\t\x12G\n\x10local_message_id\x18\x02 \x01(\x0b\x32-.magnetar.pulsar.markers.MarkersMessageIdData\x12;\n\x08\x63lusters\x18\x03 \x03(\x0b\x32).magnetar.pulsar.markers.ClusterMessageId\"q\n\x0fPartialBatchAck\x12\x39\n\x06origin\x18\x01 \x02(\x0b\x32).magnetar.pulsar.markers.ClusterMessageId\x12\x12\n\nbatch_size\x18\x02 \x02(\x05\x12\x0f\n\x07\x61\x63k_set\x18\x03 \x03(\x03\"\xec\x01\n\x1dReplicatedSubscriptionsUpdate\x12\x19\n\x11subscription_name\x18\x01 \x02(\t\x12;\n\x08\x63lusters\x18\x02 \x03(\x0b\x32).magnetar.pulsar.markers.ClusterMessageId\x12\x38\n\x05\x61\x63ked\x18\x64 \x03(\x0b\x32).magnetar.pulsar.markers.ClusterMessageId\x12\x39\n\x07partial\x18\x65 \x03(\x0b\x32(.magnetar.pulsar.markers.PartialBatchAck')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,6 +41,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOTRESPONSE']._serialized_end=423
   _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOT']._serialized_start=426
   _globals['_REPLICATEDSUBSCRIPTIONSSNAPSHOT']._serialized_end=614
-  _globals['_REPLICATEDSUBSCRIPTIONSUPDATE']._serialized_start=617
-  _globals['_REPLICATEDSUBSCRIPTIONSUPDATE']._serialized_end=794
+  _globals['_PARTIALBATCHACK']._serialized_start=616
+  _globals['_PARTIALBATCHACK']._serialized_end=729
+  _globals['_REPLICATEDSUBSCRIPTIONSUPDATE']._serialized_start=732
+  _globals['_REPLICATEDSUBSCRIPTIONSUPDATE']._serialized_end=968
 # @@protoc_insertion_point(module_scope)

@@ -48,12 +48,24 @@ class ReplicatedSubscriptionsSnapshot(_message.Message):
     clusters: _containers.RepeatedCompositeFieldContainer[ClusterMessageId]
     def __init__(self, snapshot_id: _Optional[str] = ..., local_message_id: _Optional[_Union[MarkersMessageIdData, _Mapping]] = ..., clusters: _Optional[_Iterable[_Union[ClusterMessageId, _Mapping]]] = ...) -> None: ...
 
+class PartialBatchAck(_message.Message):
+    __slots__ = ("origin", "batch_size", "ack_set")
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ACK_SET_FIELD_NUMBER: _ClassVar[int]
+    origin: ClusterMessageId
+    batch_size: int
+    ack_set: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, origin: _Optional[_Union[ClusterMessageId, _Mapping]] = ..., batch_size: _Optional[int] = ..., ack_set: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class ReplicatedSubscriptionsUpdate(_message.Message):
-    __slots__ = ("subscription_name", "clusters", "acked")
+    __slots__ = ("subscription_name", "clusters", "acked", "partial")
     SUBSCRIPTION_NAME_FIELD_NUMBER: _ClassVar[int]
     CLUSTERS_FIELD_NUMBER: _ClassVar[int]
     ACKED_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FIELD_NUMBER: _ClassVar[int]
     subscription_name: str
     clusters: _containers.RepeatedCompositeFieldContainer[ClusterMessageId]
     acked: _containers.RepeatedCompositeFieldContainer[ClusterMessageId]
-    def __init__(self, subscription_name: _Optional[str] = ..., clusters: _Optional[_Iterable[_Union[ClusterMessageId, _Mapping]]] = ..., acked: _Optional[_Iterable[_Union[ClusterMessageId, _Mapping]]] = ...) -> None: ...
+    partial: _containers.RepeatedCompositeFieldContainer[PartialBatchAck]
+    def __init__(self, subscription_name: _Optional[str] = ..., clusters: _Optional[_Iterable[_Union[ClusterMessageId, _Mapping]]] = ..., acked: _Optional[_Iterable[_Union[ClusterMessageId, _Mapping]]] = ..., partial: _Optional[_Iterable[_Union[PartialBatchAck, _Mapping]]] = ...) -> None: ...

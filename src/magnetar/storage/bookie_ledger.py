@@ -1,4 +1,7 @@
-"""Per-ledger state on a bookie: fenced or not, the known LAC, the highest entry, the master key.
+"""``BookieLedger``: what one bookie knows of one ledger: fenced or not, the known LAC, the highest
+entry, the master key. Not the ledger's metadata state (``metadata.records.LedgerState``: OPEN,
+IN_RECOVERY, CLOSED, which the writer and recovery move in the metadata store): that is the
+cluster's view of the ledger, this is one bookie's, kept in its index and journal.
 
 One enum of states and one transition table: ``OPEN -> FENCED -> DELETED`` (and ``OPEN ->
 DELETED``). A fenced ledger never accepts a normal add again, also after a restart (the fence
@@ -33,7 +36,7 @@ _STATE = struct.Struct(">BqqB")
 
 
 @dataclass(slots=True)
-class LedgerState:
+class BookieLedger:
     ledger_id: int
     status: LedgerStatus = LedgerStatus.OPEN
     lac: int = -1
@@ -62,7 +65,7 @@ class LedgerState:
         return _STATE.pack(self.status, self.lac, self.last_entry, len(self.master_key)) + self.master_key
 
     @classmethod
-    def decode(cls, ledger_id: int, value: bytes) -> LedgerState:
+    def decode(cls, ledger_id: int, value: bytes) -> BookieLedger:
         if len(value) < _STATE.size:
             raise CorruptDataError(f"ledger state of {ledger_id} is {len(value)} bytes")
         status, lac, last_entry, mk_len = _STATE.unpack_from(value, 0)
