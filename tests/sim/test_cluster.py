@@ -41,7 +41,7 @@ def test_two_hundred_seeds_without_a_violation() -> None:
         if not result.verdict.ok:
             failed.append(f"seed {seed}: {result.verdict.text()}")
 
-    report = run_many(range(1, SEEDS_COUNT + 1), SMALL, jobs=JOBS, chunk_size=SEEDS_COUNT // (4 * JOBS),
+    report = run_many(range(1, SEEDS_COUNT + 1), SMALL, jobs=JOBS, chunk_size=5,
                       on_result=on_result)
     assert report.seeds_count == SEEDS_COUNT
     assert not failed, "\n".join(sorted(failed)[:5])

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from magnetar.sim import SimDeadlockError, SimLivelockError, run
+from magnetar.sim.loop import SimLoop
 
 
 def test_an_hour_of_sleep_takes_no_wall_time() -> None:
@@ -86,3 +87,30 @@ def test_threads_are_refused() -> None:
 
     with pytest.raises(RuntimeError, match="no threads"):
         run(main())
+
+
+def test_a_watch_acts_right_after_its_condition_holds_before_time_moves_on() -> None:
+    async def main() -> tuple[list[float], list[str]]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, SimLoop)
+        flag: list[bool] = []
+        fired: list[float] = []
+        order: list[str] = []
+        loop.watch(lambda: bool(flag), lambda: fired.append(loop.time()))
+        removed = loop.watch(lambda: True, lambda: order.append("never"))
+        removed()
+
+        async def setter() -> None:
+            await asyncio.sleep(2.5)
+            flag.append(True)
+            order.append("set")
+            await asyncio.sleep(0)  # the watch runs between this and the next step
+            order.append("after")
+
+        await setter()
+        await asyncio.sleep(10)
+        return fired, order
+
+    fired, order = run(main())
+    assert fired == [pytest.approx(2.5)]  # once, at the very instant: no virtual time passed
+    assert order == ["set", "after"]  # the removed watch never ran

@@ -85,7 +85,8 @@ def run_many(
 def _run_in_workers(chunks: Iterator[list[int]], options: ClusterOptions, jobs: int,
                     should_stop: Callable[[], bool], take: Callable[[list[SeedResult]], None]) -> None:
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context)
+    try:
         running: set[concurrent.futures.Future[list[SeedResult]]] = set()
         exhausted = False
         while True:
@@ -100,6 +101,10 @@ def _run_in_workers(chunks: Iterator[list[int]], options: ClusterOptions, jobs: 
             done, running = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
                 take(future.result())
+    finally:
+        # Interrupted (a test's timeout, ^C): chunks not started are dropped; each worker ends
+        # after the chunk it runs.
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 __all__ = ["CHUNK_SIZE_DEFAULT", "JOBS_MAX", "SeedResult", "run_chunk", "run_many"]
