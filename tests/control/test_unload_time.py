@@ -32,7 +32,7 @@ class SlowTransport(FakeTransport):
     """Every bookie request answers after one round trip."""
 
     async def _run(self, bookie, op, entry_id, call):  # type: ignore[no-untyped-def]
-        await asyncio.sleep(RTT_S)
+        await asyncio.sleep(RTT_S)  # virtual time (simulated clock/loop): no real wait
         return await super()._run(bookie, op, entry_id, call)
 
 

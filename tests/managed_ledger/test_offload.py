@@ -99,7 +99,7 @@ async def test_reads_prefer_bookies_while_they_hold_a_copy_and_fall_back_when_th
     assert await _all(ml) == written
     assert store.reads_count == 1
     # the lag runs out: the periodic check deletes the rest and records it
-    await world.clock.sleep(3601)
+    await world.clock.sleep(3601)  # virtual time (simulated clock/loop): no real wait
     await ml.offload.check()
     assert all(ml.ledger_info(lid).offload.bookie_deleted for lid in ml.ledger_ids[:-1])  # type: ignore[union-attr]
 

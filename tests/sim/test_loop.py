@@ -13,7 +13,7 @@ from magnetar.sim.loop import SimLoop
 
 def test_an_hour_of_sleep_takes_no_wall_time() -> None:
     async def main() -> float:
-        await asyncio.sleep(3600)
+        await asyncio.sleep(3600)  # virtual time (simulated clock/loop): no real wait
         return asyncio.get_running_loop().time()
 
     started = time.monotonic()
@@ -40,7 +40,7 @@ def test_call_later_runs_in_time_order_and_ties_in_call_order() -> None:
         loop.call_later(0.1, order.append, "tie-1")
         loop.call_later(0.1, order.append, "tie-2")
         loop.call_soon(order.append, "soon")
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)  # virtual time (simulated clock/loop): no real wait
 
     run(main())
     assert order == ["soon", "tie-1", "tie-2", "late"]
@@ -52,7 +52,7 @@ def test_queue_gather_and_tasks_work_unchanged() -> None:
 
         async def produce() -> None:
             for i in range(5):
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # virtual time (simulated clock/loop): no real wait
                 await queue.put(i)
 
         async def consume() -> list[int]:
@@ -101,14 +101,14 @@ def test_a_watch_acts_right_after_its_condition_holds_before_time_moves_on() -> 
         removed()
 
         async def setter() -> None:
-            await asyncio.sleep(2.5)
+            await asyncio.sleep(2.5)  # virtual time (simulated clock/loop): no real wait
             flag.append(True)
             order.append("set")
             await asyncio.sleep(0)  # the watch runs between this and the next step
             order.append("after")
 
         await setter()
-        await asyncio.sleep(10)
+        await asyncio.sleep(10)  # virtual time (simulated clock/loop): no real wait
         return fired, order
 
     fired, order = run(main())

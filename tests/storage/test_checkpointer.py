@@ -37,7 +37,7 @@ async def _wait_for(condition: Callable[[], bool], parts: Parts, steps_max: int 
     for _ in range(steps_max):
         if condition():
             return
-        await parts.clock.sleep(0.0001)
+        await parts.clock.sleep(0.0001)  # virtual time (simulated clock/loop): no real wait
     raise AssertionError("condition never held")
 
 
@@ -107,7 +107,7 @@ def test_half_full_active_half_wakes_the_checkpoint_and_backpressure_waits_for_t
         big = b"b" * 4096
         for i in range(7):  # 28 KiB: below half, the interval (1,000 s) is far away
             await parts.add(entry(1, i, big))
-        await parts.clock.sleep(1)
+        await parts.clock.sleep(1)  # virtual time (simulated clock/loop): no real wait
         assert parts.stats.checkpoints_count == 0
         faults.arm("bookie.entrylog.mid_flush", "hang")
         await parts.add(entry(1, 7, big))  # half full: the loop checkpoints now

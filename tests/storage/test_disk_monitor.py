@@ -53,7 +53,7 @@ def test_loop_checks_every_interval_while_serving() -> None:
         loop = asyncio.get_running_loop().create_task(
             monitor.run(lambda: serving, lambda: checks.append(clock.monotonic_ns()))
         )
-        await clock.sleep(3.5)
+        await clock.sleep(3.5)  # virtual time (simulated clock/loop): no real wait
         assert len(checks) == 3 and checks[0] >= 1_000_000_000
         serving = False
         await loop  # ends at its next wake-up, without a check

@@ -53,9 +53,9 @@ def test_deletion_waits_for_the_checkpoint_in_progress() -> None:
         for _ in range(1000):
             if faults.hits("bookie.entrylog.mid_flush"):
                 break
-            await parts.clock.sleep(0.0001)
+            await parts.clock.sleep(0.0001)  # virtual time (simulated clock/loop): no real wait
         deletion = asyncio.get_running_loop().create_task(collector.delete_ledger(1))
-        await parts.clock.sleep(0.01)
+        await parts.clock.sleep(0.01)  # virtual time (simulated clock/loop): no real wait
         assert not deletion.done()  # waits for the storage lock
         assert _status(parts, 1) is LedgerStatus.OPEN
         faults.release("bookie.entrylog.mid_flush")

@@ -44,7 +44,7 @@ class Acks:
 
     async def settle(self, count: int) -> None:
         while len(self.order) < count:
-            await self.parts.clock.sleep(0.0001)
+            await self.parts.clock.sleep(0.0001)  # virtual time (simulated clock/loop): no real wait
 
 
 def _scenario(wait_ms: int, gaps_us: list[int]) -> tuple[Acks, int]:
@@ -57,7 +57,7 @@ def _scenario(wait_ms: int, gaps_us: list[int]) -> tuple[Acks, int]:
         acks = Acks(parts, journal)
         before = journal.groups_count
         for entry_id, gap_us in enumerate(gaps_us, start=1):
-            await parts.clock.sleep(gap_us / 1_000_000)
+            await parts.clock.sleep(gap_us / 1_000_000)  # virtual time (simulated clock/loop): no real wait
             acks.submit(entry_id)
         await acks.settle(len(gaps_us))
         groups = journal.groups_count - before
