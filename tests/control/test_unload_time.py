@@ -1,6 +1,6 @@
 """How long a bundle unload takes (issue 24: 195-206 s per unload on a saturated owner), in
-virtual time: one broker over managed ledgers on fake bookies that answer after ``RTT_S``, each
-topic with dedup, a few durable subscriptions with unflushed acks. The unload must cost a few
+virtual time: one broker over managed ledgers on fake bookies and a metadata store that answer after
+``RTT_S``, each topic with dedup, a few durable subscriptions with unflushed acks. The unload must cost a few
 round trips whatever the number of topics and subscriptions, and must not wait past
 ``namespace_bundle_unloading_timeout_ms`` for a close that hangs."""
 
@@ -36,8 +36,33 @@ class SlowTransport(FakeTransport):
         return await super()._run(bookie, op, entry_id, call)
 
 
+class SlowStore:
+    """A metadata store whose reads and writes answer after one round trip (a cursor's close is
+    a metadata CAS alone since issue 24: it sends nothing to a bookie)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in ("get", "put", "delete", "children"):
+            return attr
+
+        async def slow(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(RTT_S)  # virtual time (simulated clock/loop): no real wait
+            return await attr(*args, **kwargs)
+
+        return slow
+
+
 async def _owner(world: World, config: BrokerConfig) -> tuple[BrokerService, BundleOwnership]:
     world.transport = SlowTransport(world.bookies)
+    connect = world.metadata.connect
+
+    async def slow_connect(*args: Any, **kwargs: Any) -> Any:
+        return SlowStore(await connect(*args, **kwargs))
+
+    world.metadata.connect = slow_connect  # type: ignore[method-assign]
     # Acks stay unpersisted until the close (the flush timer never fires in the test's span).
     factory = await world.broker(ManagedLedgerConfig(cursor_flush_interval_ms=3_600_000))
     store = await world.metadata.connect()
@@ -118,7 +143,10 @@ def test_an_unload_releases_the_bundle_after_the_timeout_and_the_close_goes_on()
         service, ownership = await _owner(world, config)
         await _load(service, ownership, topics=3, subscriptions=1)
         topics = list(service.topics.values())
-        held = [world.transport.rule(b, "add") for b in world.bookies]  # the cursor flushes hang
+        held = [world.transport.rule(b, "add") for b in world.bookies]
+        # One more message per topic, its add held: the managed ledgers' closes wait for it.
+        adds = [asyncio.ensure_future(t.publish(message(sequence_id=2))) for t in topics]
+        await asyncio.sleep(RTT_S)  # virtual time (simulated clock/loop): the adds reach the bookies
         loop = asyncio.get_running_loop()
         started = loop.time()
         await ownership.unload(NS, WHOLE.name)
@@ -129,6 +157,7 @@ def test_an_unload_releases_the_bundle_after_the_timeout_and_the_close_goes_on()
             rule.release()
         assert all(t.log.managed_ledger.state is not MLState.CLOSED for t in topics)  # type: ignore[attr-defined]
         await ownership.close()  # waits for the closes the unload stopped waiting for
+        await asyncio.gather(*adds, return_exceptions=True)
         assert all(t.log.managed_ledger.state is MLState.CLOSED for t in topics)  # type: ignore[attr-defined]
         await service.close()
 

@@ -331,9 +331,10 @@ class BundleOwnership:
             if chosen != self.service_url:
                 return LookupAnswer(LookupKind.REDIRECT, chosen, True, chosen_tls)
         if await self._acquire(namespace, bundle) and self.serves_bundle(namespace, bundle):
+            acquired_s = self._now_s()
             placed = await self._forget_assignment(namespace, bundle)
             if placed is not None and placed.broker == self.service_url:
-                self._preload(placed.topics)
+                self._preload(placed.topics, key, acquired_s)
             return LookupAnswer(LookupKind.CONNECT, self.service_url, True, self.service_url_tls)
         current = await self.owner_of(namespace, bundle)
         if current is not None and current[0].native_url != self.service_url:
@@ -403,15 +404,26 @@ class BundleOwnership:
             return Assignment.decode(found.value)
         return None
 
-    def _preload(self, topics: Sequence[str]) -> None:
+    def _now_s(self) -> float:
+        """The broker clock's monotonic seconds (the system's monotonic clock in a real broker,
+        which every process of the machine shares), else the event loop's."""
+        clock = self.service.clock
+        return clock.monotonic_ns() / 1e9 if clock is not None else asyncio.get_running_loop().time()
+
+    def _preload(self, topics: Sequence[str], key: str, acquired_s: float) -> None:
         """Load the topics a moved bundle's previous owner served, concurrently and at once, so
         the clients coming back find them loaded (their PRODUCER/SUBSCRIBE commands would
-        otherwise load them one after another on their connection)."""
+        otherwise load them one after another on their connection). Each load logs its
+        ``move timeline`` (``_now_s``: comparable across the processes of one machine), which
+        the elastic test joins with the previous owner's and the clients' to break the pause of a move down."""
         async def load(name: str) -> None:
             try:
                 await self.service.get_topic(TopicName.parse(name), create=False)
             except Exception as error:  # the clients' own requests load it (or report why not)
                 log.info("preloading %s after a move: %s", name, error)
+                return
+            log.info("move timeline: topic %s of bundle %s acquired at %.1f ms, loaded at %.1f ms",
+                     name, key, acquired_s * 1e3, self._now_s() * 1e3)
 
         for name in topics[:PRELOAD_TOPICS_MAX]:
             task = asyncio.get_running_loop().create_task(load(name))
@@ -528,6 +540,7 @@ class BundleOwnership:
         owned.moving_to = target
         owned.move(BundleState.UNLOADING)
         topics = self._stop_serving(owned.serves)
+        stopped = self._now_s()
         if target is not None:
             await self._note_topics(namespace, owned.range, target, topics)
         noted = loop.time()
@@ -542,6 +555,8 @@ class BundleOwnership:
                      "(slowest topic %.1f ms, %d still closing), release %.1f ms",
                      owned.key, len(topics), (loop.time() - started) * 1e3, (noted - started) * 1e3,
                      (closed - noted) * 1e3, slowest * 1e3, unfinished, (loop.time() - closed) * 1e3)
+            log.info("move timeline: bundle %s stopped at %.1f ms, released at %.1f ms",
+                     owned.key, stopped * 1e3, self._now_s() * 1e3)
         self.changed.set()
 
     async def _close_bounded(self, topics: Sequence[Topic]) -> tuple[float, int]:

@@ -11,11 +11,20 @@ throttled to one per ``cursor_flush_interval_ms``; more than ``cursor_unpersiste
 unpersisted acks make acks wait for a flush. The cursor ledger rolls over after
 ``cursor_ledger_entries_max`` entries, or when a write to it fails.
 
-Recovery: read the snapshot; if it names a cursor ledger, open that ledger *with recovery* (this
-fences a previous owner still flushing) and take its last entry. That entry is never older than
-the snapshot: every snapshot is CAS'd after the entry it describes was written, and a snapshot is
-only ever CAS'd with the ledger whose entry was written just before. Then the state is flushed to a
-fresh cursor ledger and the snapshot is CAS'd, which takes the cursor node over.
+Close (Pulsar's ``persistPositionWhenClosing`` into ``ManagedCursorInfo``): the closing state is
+CAS'd into the snapshot alone, naming no cursor ledger (``cursor_ledger_id`` -1), and the cursor
+ledger is deleted: no ledger is created, written or read for it. The snapshot always carries the
+whole state (every flush CASes the same record it appended), so this loses nothing; the ledger
+only matters when a flush was cut between its append and its CAS.
+
+Recovery: read the snapshot; if it names a cursor ledger (the previous owner did not close the
+cursor), open that ledger *with recovery* (this fences a previous owner still flushing) and take
+its last entry. That entry is never older than the snapshot: every snapshot is CAS'd after the
+entry it describes was written, and a snapshot is only ever CAS'd with the ledger whose entry was
+written just before. Then the recovered state is CAS'd into the snapshot, naming no ledger: that
+bumps the node's version, so a previous owner's next flush or close loses its CAS (two owners
+never both advance the cursor), and the named ledger is deleted. The first flush after it creates
+a cursor ledger.
 
 Context: a cursor is given a ``CursorContext`` by its managed ledger (the log it reads, the store
 and ledger manager its state persists to, the clock, the settings) and reaches for nothing else.
@@ -171,7 +180,6 @@ class ManagedCursor:
         self._snapshot_version = -1
         self._ledger: LedgerHandle | None = None
         self._ledger_entries = 0
-        self._stale_ledger_id = -1  # recovered cursor ledger, deleted once the snapshot moved on
         self._changes = 0  # acks and resets ever applied
         self._persisted_changes = 0
         self._persisted_md = mark_delete
@@ -198,21 +206,25 @@ class ManagedCursor:
 
     @classmethod
     async def recover(cls, context: CursorContext, name: str) -> ManagedCursor:
-        """Load cursor ``name``: snapshot, then the last entry of its cursor ledger (fenced)."""
+        """Load cursor ``name``: its snapshot; if the snapshot names a cursor ledger (the previous
+        owner did not close the cursor), the last entry of that ledger, opened with recovery (fenced).
+        Then take the node over with one CAS of the recovered state (no cursor ledger yet: the first
+        flush creates one), so a previous owner's next flush or close loses its CAS."""
         path = f"{context.ml_path}/{cursor_node_name(name)}"
         found = await context.store.get(path)
         if found is None:
             raise NotFoundError(f"cursor {name} of {context.ml_name} has no snapshot")
         info = decode(CursorInfo, found.value)
-        if info.cursor_ledger_id >= 0 and context.config.cursor_recovery is CursorRecovery.NEWEST:
+        named_ledger = info.cursor_ledger_id
+        if named_ledger >= 0 and context.config.cursor_recovery is CursorRecovery.NEWEST:
             info = await cls._newest_from_ledger(context, info)
         cursor = cls(context, name, Position(info.mark_delete.ledger_id, info.mark_delete.entry_id), durable=True)
         cursor._snapshot_version = found.version
-        cursor._stale_ledger_id = info.cursor_ledger_id
         cursor._apply(info)
-        # Take the cursor node over now, so a previous owner's next flush loses its CAS.
-        await cursor._switch_ledger(cursor._record(-1))
+        await cursor._cas_snapshot(cursor._record(-1))
         cursor._persisted_md = cursor._md
+        if named_ledger >= 0:
+            await cursor._delete_quietly(named_ledger)  # the snapshot no longer names it
         cursor._start_flusher()
         return cursor
 
@@ -518,9 +530,6 @@ class ManagedCursor:
         old, self._ledger, self._ledger_entries = self._ledger, ledger, 1
         if old is not None:
             await self._retire(old.ledger_id, old)
-        if self._stale_ledger_id >= 0:
-            stale, self._stale_ledger_id = self._stale_ledger_id, -1
-            await self._delete_quietly(stale)
 
     async def _retire(self, ledger_id: int, handle: LedgerHandle) -> None:
         try:
@@ -557,22 +566,45 @@ class ManagedCursor:
     # --- close, delete ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Persist what is unpersisted and release the cursor ledger. Idempotent."""
+        """Persist the state in the snapshot alone and release the cursor ledger. Idempotent.
+
+        As Pulsar's ``persistPositionWhenClosing``: the closing state goes into the metadata
+        snapshot (``cursor_ledger_id`` -1, one CAS on the version this cursor holds), not into the
+        cursor ledger, which is then deleted; the next owner recovers from the snapshot without
+        opening, fencing or reading a ledger. If the CAS fails (taken over, or the store is down)
+        the ledger is left as the snapshot names it, for the next owner to recover from."""
         if self._state is CursorState.CLOSED:
             return
+        released = False
         if self._state is CursorState.ACTIVE and self.durable:
             try:
-                await self.flush()
+                released = await self._persist_closing()
             except MagnetarError:
                 pass  # fenced (the new owner has it) or storage down: the last flush stands
         self._stop()
-        if self._ledger is not None:
-            try:
-                await self._ledger.close()
-            except MagnetarError:
-                pass  # the next owner fences and recovers it
+        ledger, self._ledger = self._ledger, None
+        if ledger is not None:
+            if released:
+                await self._retire(ledger.ledger_id, ledger)
+            else:
+                try:
+                    await ledger.close()
+                except MagnetarError:
+                    pass  # the next owner fences and recovers it
         if not self.durable:
             self._ctx.forget(self)
+
+    async def _persist_closing(self) -> bool:
+        """CAS the current state as a ledger-less snapshot; True when the cursor ledger is free."""
+        async with self._flush_lock:
+            self._check_active()
+            if self._changes == self._persisted_changes and self._ledger is None:
+                return True  # the snapshot already holds this state and names no ledger
+            changes, md = self._changes, self._md
+            await self._cas_snapshot(self._record(-1))
+            self._persisted_changes = changes
+            self._persisted_md = md
+            return True
 
     def _stop(self) -> None:
         if self._state is not CursorState.CLOSED:
@@ -586,8 +618,6 @@ class ManagedCursor:
         self._stop()
         if self._ledger is not None:
             await self._retire(self._ledger.ledger_id, self._ledger)
-        if self._stale_ledger_id >= 0:
-            await self._delete_quietly(self._stale_ledger_id)
         try:
             await self._ctx.store.delete(self._path)
         except NotFoundError:

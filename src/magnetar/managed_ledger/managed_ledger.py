@@ -218,9 +218,15 @@ class ManagedLedger:
         return LedgerInfo(info.ledger_id, last + 1, info.size_bytes, info.timestamp_ms or self._clock.now_ms())
 
     async def _load_cursors(self) -> None:
-        for node in await self._store.children(self.path):
-            name = cursor_name_from_node(node)
-            self.cursors[name] = await ManagedCursor.recover(self.cursor_context, name)
+        """Recover the cursors concurrently: one round trip for all (a topic that moves brings its
+        subscriptions and its dedup cursor along), not one per cursor."""
+        names = [cursor_name_from_node(node) for node in await self._store.children(self.path)]
+        recovered = await asyncio.gather(*(ManagedCursor.recover(self.cursor_context, name) for name in names),
+                                         return_exceptions=True)
+        failures = [r for r in recovered if isinstance(r, BaseException)]
+        self.cursors.update((n, r) for n, r in zip(names, recovered, strict=True) if isinstance(r, ManagedCursor))
+        if failures:
+            raise failures[0]
 
     # --- state -----------------------------------------------------------------------------------
 
