@@ -103,12 +103,14 @@ async def test_close_writes_the_state_to_the_snapshot_only_and_the_next_owner_re
 
 async def test_an_unchanged_cursor_without_a_ledger_closes_without_any_write() -> None:
     world, transport = counting_world()
-    ml, cursor, p = await acked_cursor(world)
+    ml, _cursor, _positions = await acked_cursor(world)
     await ml.close()
     ml2 = await (await world.broker(config())).open(TOPIC)
     version = (await ml2.store.get(ml2.cursors["sub"]._path)).version  # type: ignore[union-attr]
+    before = Counter(transport.ops)
     await ml2.cursors["sub"].close()
     assert (await ml2.store.get(ml2.cursors["sub"]._path)).version == version  # type: ignore[union-attr]
+    assert transport.ops == before
 
 
 async def check_close_and_recovery(*, take_over: bool = True, monkeypatch: Any = None) -> list[str]:
@@ -116,7 +118,7 @@ async def check_close_and_recovery(*, take_over: bool = True, monkeypatch: Any =
     Reports every way the two both advanced the cursor or B lost its cursor to A."""
     world = make_world()
     cfg = config(cursor_flush_interval_ms=3_600_000)
-    a, cursor_a, p = await acked_cursor(world, flush_interval_ms=3_600_000)
+    _a, cursor_a, p = await acked_cursor(world, flush_interval_ms=3_600_000)
     await cursor_a.flush()
     if not take_over:
         async def no_cas(self: ManagedCursor, record: CursorInfo) -> None:
