@@ -7,6 +7,8 @@ round trips whatever the number of topics and subscriptions, and must not wait p
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from magnetar import sim
@@ -16,7 +18,7 @@ from magnetar.broker.managed_log import ManagedLogStore
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic
 from magnetar.catalog.resources import ClusterData
-from magnetar.control.bundles import BundleRange
+from magnetar.control.bundles import BundleRange, NamespaceBundles
 from magnetar.control.ownership import BundleOwnership, owner_path
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig, MLState
 from tests.admin.harness import message
@@ -55,7 +57,7 @@ class SlowStore:
         return slow
 
 
-async def _owner(world: World, config: BrokerConfig) -> tuple[BrokerService, BundleOwnership]:
+async def _owner(world: World, config: BrokerConfig, bundles_count: int = 1) -> tuple[BrokerService, BundleOwnership]:
     world.transport = SlowTransport(world.bookies)
     connect = world.metadata.connect
 
@@ -70,7 +72,7 @@ async def _owner(world: World, config: BrokerConfig) -> tuple[BrokerService, Bun
     assert service.resources is not None
     await service.resources.bootstrap("standalone", ClusterData())
     ownership = BundleOwnership(store, service, broker_id="127.0.0.1:1", http_url="http://127.0.0.1:2",
-                                bundles_count=1)
+                                bundles_count=bundles_count)
     ownership.install()
     return service, ownership
 
@@ -162,3 +164,54 @@ def test_an_unload_releases_the_bundle_after_the_timeout_and_the_close_goes_on()
         await service.close()
 
     sim.run(main(), steps_max=5_000_000)
+
+
+def measure_acquisitions(bundles: int) -> float:
+    """Virtual seconds for concurrent authoritative lookups of one topic in each of ``bundles``
+    free bundles (a move wave arriving at its target): each acquisition costs a few metadata
+    round trips; distinct bundles must not wait for one another."""
+    async def main() -> float:
+        world = make_world()
+        service, ownership = await _owner(world, BrokerConfig(), bundles_count=bundles)
+        names = topics_in_distinct_bundles(bundles)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        answers = await asyncio.gather(*(ownership.lookup(n, authoritative=True) for n in names))
+        took = loop.time() - started
+        assert all(a.url == ownership.service_url for a in answers) and len(ownership.owned()) == bundles
+        await ownership.close()
+        await service.close()
+        return took
+
+    return sim.run(main(), steps_max=5_000_000)
+
+
+def topics_in_distinct_bundles(count: int) -> list[TopicName]:
+    bundles = NamespaceBundles.equal(NS, count)
+    found: dict[BundleRange, TopicName] = {}
+    for i in range(10_000):
+        name = TopicName.parse(f"persistent://{NS}/b{i}")
+        found.setdefault(bundles.find(name), name)
+        if len(found) == count:
+            break
+    return list(found.values())
+
+
+def test_bundles_of_a_move_wave_are_acquired_concurrently() -> None:
+    one = measure_acquisitions(1)
+    many = measure_acquisitions(8)
+    assert many <= one + 2 * RTT_S, (one, many)
+
+
+def test_negative_control_one_acquisition_at_a_time_is_caught(monkeypatch: Any) -> None:
+    one_lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def global_lock(self: BundleOwnership, key: str) -> AsyncIterator[None]:
+        async with one_lock:
+            yield
+
+    concurrent = measure_acquisitions(8)
+    monkeypatch.setattr(BundleOwnership, "_bundle_lock", global_lock)
+    serial = measure_acquisitions(8)
+    assert serial >= concurrent + 6 * RTT_S, (concurrent, serial)

@@ -35,7 +35,7 @@ import dataclasses
 import enum
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,7 +203,10 @@ class BundleOwnership:
         self._owned: dict[str, OwnedBundle] = {}
         self._bundles: dict[str, NamespaceBundles] = {}
         self._watches: dict[str, Watch] = {}
-        self._mutex = asyncio.Lock()  # one acquisition / split at a time
+        self._mutex = asyncio.Lock()  # one split at a time
+        #: One acquisition per bundle at a time (bundle key -> lock, number of holders and waiters):
+        #: the bundles of a move wave are taken concurrently, not one metadata round trip after another.
+        self._bundle_locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._closing_tasks: set[asyncio.Task[Any]] = set()
         self._state = OwnershipState.ACTIVE
         store.session.add_listener(self._on_session)
@@ -295,11 +298,25 @@ class BundleOwnership:
             return answer
         if authoritative:
             await self._await_assigned_release(topic.namespace, bundle)
-        async with self._mutex:
+        async with self._bundle_lock(f"{topic.namespace}/{bundle.name}"):
             answer = self._answer_if_held(topic.namespace, bundle)
             if answer is not None:
                 return answer
             return await self._find_or_take(topic.namespace, bundle, authoritative)
+
+    @contextlib.asynccontextmanager
+    async def _bundle_lock(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._bundle_locks.get(key) or (asyncio.Lock(), 0)
+        self._bundle_locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._bundle_locks[key]
+            if users == 1:
+                del self._bundle_locks[key]
+            else:
+                self._bundle_locks[key] = (lock, users - 1)
 
     def _answer_if_held(self, namespace: str, bundle: BundleRange) -> LookupAnswer | None:
         owned = self._owned.get(f"{namespace}/{bundle.name}")
