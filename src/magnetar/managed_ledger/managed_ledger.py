@@ -131,6 +131,8 @@ class ManagedLedger:
         self.offload = ManagedLedgerOffload(self, offloader)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.cursors: dict[str, ManagedCursor] = {}
+        #: How long ``close`` took to drain the appends, close the cursors, close the ledger (ms).
+        self.close_steps_ms: tuple[int, int, int] | None = None
         #: Mark-delete positions of read-only brokers' cursors, as the last trim read them.
         self.read_only_holds: list[Position] = []
         self._non_durable: set[ManagedCursor] = set()
@@ -674,16 +676,22 @@ class ManagedLedger:
         if self._states.state is MLState.CLOSED:
             return
         appends = self._appends
+        begun = self._clock.monotonic_ns()
         if self._states.state in WRITABLE:
             await appends.wait_pump()
         await appends.wait_drained()
+        drained = self._clock.monotonic_ns()
         await self._close_cursors()
+        cursors = self._clock.monotonic_ns()
         current = appends.current
         if self._states.state is MLState.LEDGER_OPENED and current is not None and not current.failed:
             try:
                 await current.handle.close()
             except MagnetarError:
                 pass  # fenced or failed: the next owner's recovery decides the end
+        ended = self._clock.monotonic_ns()
+        self.close_steps_ms = ((drained - begun) // 1_000_000, (cursors - drained) // 1_000_000,
+                               (ended - cursors) // 1_000_000)
         appends.fail_queued(ManagedLedgerClosedError(f"managed ledger {self.name} closed"), write_failure=False)
         self._move(MLState.CLOSED)
         self._entries.clear()
