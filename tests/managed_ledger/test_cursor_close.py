@@ -228,3 +228,58 @@ async def test_closes_and_crashes_never_move_the_cursor_past_the_acks(seed: int)
 async def test_negative_control_a_close_persisting_too_far_is_caught(monkeypatch: Any) -> None:
     problems = await workload_problems(0b111111, overshoot=True, monkeypatch=monkeypatch)
     assert any("ahead of every ack" in p for p in problems), problems
+
+
+async def _lock_waiting_persist_closing(self: ManagedCursor) -> bool:
+    """The close as first written: queued behind the flush under way (negative control)."""
+    async with self._flush_lock:
+        self._check_active()
+        await self._cas_closing()
+        return True
+
+
+async def close_behind_a_held_flush(monkeypatch: Any = None, wait_behind_flush: bool = False) -> list[str]:
+    """A flush whose cursor-ledger add is held at every bookie (a busy bookie) while the cursor
+    closes. Reports what goes wrong: the close waiting for the flush, the state it leaves."""
+    if wait_behind_flush:
+        monkeypatch.setattr(ManagedCursor, "_persist_closing", _lock_waiting_persist_closing)
+    world = make_world()
+    ml, cursor, p = await acked_cursor(world, flush_interval_ms=3_600_000)
+    cursor_ledger = cursor.cursor_ledger_id
+    held = [world.transport.rule(b, "add") for b in world.bookies]
+    flushing = asyncio.ensure_future(cursor.flush())  # the add to the cursor ledger is held
+    await until(lambda: sum(r.hits for r in held) > 0)
+    await cursor.mark_delete(p[4])  # acknowledged after the flush started: the close must keep it
+    expected = cursor.mark_delete_position  # p[6]: 5 and 6 were acknowledged individually
+    problems = []
+    closing = asyncio.ensure_future(cursor.close())
+    await asyncio.wait([closing], timeout=5.0)  # virtual seconds
+    if not closing.done():
+        problems.append("the close waited for the held flush")
+    else:
+        info = await snapshot(ml)
+        md = Position(info.mark_delete.ledger_id, info.mark_delete.entry_id)
+        if info.cursor_ledger_id != -1 or md != expected:
+            problems.append(f"closing snapshot names ledger {info.cursor_ledger_id} at {md}, not -1 at {expected}")
+    for rule in held:
+        rule.release()
+    await asyncio.wait([flushing, closing], timeout=5.0)
+    flushing.cancel()
+    if cursor._release_task is not None:
+        await cursor._release_task
+    if cursor_ledger in await ml.manager.list_ledgers():
+        problems.append(f"cursor ledger {cursor_ledger} not released after the flush ended")
+    crash(ml)
+    again = (await (await world.broker(config())).open(TOPIC)).cursors["sub"]
+    if again.mark_delete_position != expected:
+        problems.append(f"recovered at {again.mark_delete_position}, not the closing {expected}")
+    return problems
+
+
+async def test_a_close_does_not_wait_behind_a_flush_and_keeps_every_ack() -> None:
+    assert await close_behind_a_held_flush() == []
+
+
+async def test_negative_control_a_close_queued_behind_the_flush_is_caught(monkeypatch: Any) -> None:
+    problems = await close_behind_a_held_flush(monkeypatch, wait_behind_flush=True)
+    assert "the close waited for the held flush" in problems, problems

@@ -1,7 +1,8 @@
-"""The broker's keep-alive does not close a connection whose reading the broker itself holds
-(back-pressure: ``pending_sends_per_connection_max`` unanswered SENDs, or a client not reading
-its replies): the client's PONG may sit unread in the socket meanwhile. Pulsar likewise skips
-the keep-alive close while a channel's auto-read is off. Issue 24: during a move wave the 300
+"""The broker's keep-alive does not close a connection whose reading the broker itself holds for
+SEND back-pressure (``pending_sends_per_connection_max`` unanswered SENDs): the client's PONG may
+sit unread in the socket meanwhile. Pulsar likewise skips the keep-alive close while a channel's
+auto-read is off (which it turns off for this). A client that does not read our replies is still
+closed by the keep-alive. Issue 24: during a move wave the 300
 producers' SENDs to closing topics held the read of their one connection for a minute, and the
 keep-alive then disconnected all of them, lookups included (``ResultDisconnected``).
 

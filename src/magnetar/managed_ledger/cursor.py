@@ -75,6 +75,8 @@ from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.records import BatchIndexAck, CursorInfo, PositionRange, PositionRecord, decode, encode
 
 _WORD_BITS = 64
+#: CASes a close tries when its own flushes keep landing first (each moves the version it holds).
+CLOSE_CAS_ATTEMPTS_MAX = 3
 _WORD_MASK = (1 << _WORD_BITS) - 1
 
 
@@ -187,6 +189,7 @@ class ManagedCursor:
         self._flush_lock = asyncio.Lock()
         self._dirty = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
+        self._release_task: asyncio.Task[None] | None = None  # a close's ledger release, after a flush
 
     # --- construction ----------------------------------------------------------------------------
 
@@ -524,7 +527,7 @@ class ManagedCursor:
             await ledger.add_entry(encode(record))
             await faults.point("managed_ledger.cursor.mid_flush")
             await self._cas_snapshot(record)
-        except ManagedLedgerFencedError:
+        except (ManagedLedgerFencedError, ManagedLedgerClosedError):
             await self._delete_quietly(ledger.ledger_id)
             raise
         old, self._ledger, self._ledger_entries = self._ledger, ledger, 1
@@ -545,6 +548,9 @@ class ManagedCursor:
             return  # an orphan cursor ledger only wastes space
 
     async def _cas_snapshot(self, record: CursorInfo) -> None:
+        # A flush whose add outlived a close must not write its older state over the closing one
+        # (the close moved the version this cursor holds; checked here, after the add).
+        self._check_active()
         try:
             self._snapshot_version = await self._ctx.store.put(self._path, encode(record), self._snapshot_version)
         except BadVersionError as exc:
@@ -572,7 +578,12 @@ class ManagedCursor:
         snapshot (``cursor_ledger_id`` -1, one CAS on the version this cursor holds), not into the
         cursor ledger, which is then deleted; the next owner recovers from the snapshot without
         opening, fencing or reading a ledger. If the CAS fails (taken over, or the store is down)
-        the ledger is left as the snapshot names it, for the next owner to recover from."""
+        the ledger is left as the snapshot names it, for the next owner to recover from.
+
+        A flush under way is not waited for (its cursor-ledger add can take seconds on a busy
+        bookie, and a moved topic's clients wait for this close): the closing state, which holds
+        everything the flush writes, is CAS'd at once, and the cursor ledger is released in the
+        background once that flush has ended (its own CAS then loses)."""
         if self._state is CursorState.CLOSED:
             return
         released = False
@@ -581,30 +592,60 @@ class ManagedCursor:
                 released = await self._persist_closing()
             except MagnetarError:
                 pass  # fenced (the new owner has it) or storage down: the last flush stands
+        flushing = self._flush_lock.locked()
         self._stop()
-        ledger, self._ledger = self._ledger, None
-        if ledger is not None:
-            if released:
-                await self._retire(ledger.ledger_id, ledger)
-            else:
-                try:
-                    await ledger.close()
-                except MagnetarError:
-                    pass  # the next owner fences and recovers it
+        if flushing:
+            self._release_task = asyncio.ensure_future(self._release_after_flush(released))
+        else:
+            await self._release_ledger(released)
         if not self.durable:
             self._ctx.forget(self)
 
+    async def _release_after_flush(self, released: bool) -> None:
+        async with self._flush_lock:
+            await self._release_ledger(released)
+
+    async def _release_ledger(self, released: bool) -> None:
+        """Delete the cursor ledger (``released``: the snapshot no longer names it), else close it."""
+        ledger, self._ledger = self._ledger, None
+        if ledger is None:
+            return
+        if released:
+            await self._retire(ledger.ledger_id, ledger)
+            return
+        try:
+            await ledger.close()
+        except MagnetarError:
+            pass  # the next owner fences and recovers it
+
     async def _persist_closing(self) -> bool:
         """CAS the current state as a ledger-less snapshot; True when the cursor ledger is free."""
+        if self._flush_lock.locked():
+            await self._cas_closing()  # not behind the flush under way: see ``close``
+            return True
         async with self._flush_lock:
             self._check_active()
             if self._changes == self._persisted_changes and self._ledger is None:
                 return True  # the snapshot already holds this state and names no ledger
-            changes, md = self._changes, self._md
-            await self._cas_snapshot(self._record(-1))
-            self._persisted_changes = changes
-            self._persisted_md = md
+            await self._cas_closing()
             return True
+
+    async def _cas_closing(self) -> None:
+        """CAS the current state naming no ledger on the version this cursor holds. A BadVersion
+        after which that version moved was this cursor's own flush landing first (another owner's
+        CAS leaves it unchanged): CAS again on the new version, a bounded number of times."""
+        changes, md, value = self._changes, self._md, encode(self._record(-1))
+        for _ in range(CLOSE_CAS_ATTEMPTS_MAX):
+            version = self._snapshot_version
+            try:
+                self._snapshot_version = await self._ctx.store.put(self._path, value, version)
+            except BadVersionError as exc:
+                if self._snapshot_version == version:
+                    self._fence(exc)
+                continue
+            self._persisted_changes, self._persisted_md = changes, md
+            return
+        raise ManagedLedgerFencedError(f"cursor {self.name} of {self._ctx.ml_name}: closing CAS kept losing")
 
     def _stop(self) -> None:
         if self._state is not CursorState.CLOSED:

@@ -78,9 +78,10 @@ class _ConnectionLoop:
         self._write_soon_scheduled = False
         self._draining = False  # the writer task waits in drain()
         self._drain_wanted = False  # a direct write left the transport above its high-water mark
-        #: Reading stopped by us (back-pressure) and not yet resumed by a read: the client's
-        #: PONG may sit unread, so the keep-alive must not close the connection (as Pulsar's
-        #: keep-alive skips the close while auto-read is off).
+        #: Reading stopped by us for SEND back-pressure (``pending_sends_per_connection_max``)
+        #: and not yet resumed by a read: the client's PONG may sit unread, so the keep-alive
+        #: must not close the connection (Pulsar's keep-alive skips the close while auto-read is
+        #: off, which it turns off for this). A client not reading our replies is still closed.
         self._reading_held = False
 
     def _now_ms(self) -> int:
@@ -146,7 +147,6 @@ class _ConnectionLoop:
     async def _read_loop(self) -> None:
         while self._open():
             while not self.session.writable() and self._open():
-                self._reading_held = True
                 self._writable.clear()
                 self._output.set()
                 await self._writable.wait()
