@@ -17,9 +17,10 @@ from magnetar.broker import BrokerConfig
 from magnetar.broker.managed_log import ManagedLogStore
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic
+from magnetar.catalog.lookup import LookupAnswer, LookupKind
 from magnetar.catalog.resources import ClusterData
 from magnetar.control.bundles import BundleRange, NamespaceBundles
-from magnetar.control.ownership import BundleOwnership, owner_path
+from magnetar.control.ownership import ASSIGNED_RELEASE_WAIT_MS, BundleOwnership, owner_path
 from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig, MLState
 from tests.admin.harness import message
 from tests.ledger.fakes import FakeTransport
@@ -215,3 +216,44 @@ def test_negative_control_one_acquisition_at_a_time_is_caught(monkeypatch: Any) 
     monkeypatch.setattr(BundleOwnership, "_bundle_lock", global_lock)
     serial = measure_acquisitions(8)
     assert serial >= concurrent + 6 * RTT_S, (concurrent, serial)
+
+
+TARGET = "pulsar://127.0.0.1:7"
+
+
+def measure_lookup_after_move(remember: bool = True, after_s: float = 0.0) -> tuple[float, LookupAnswer]:
+    """Virtual seconds a lookup on the previous owner takes right after (or ``after_s`` after) it
+    let a bundle go toward the load balancer's target, and its answer."""
+    async def main() -> tuple[float, LookupAnswer]:
+        world = make_world()
+        service, ownership = await _owner(world, BrokerConfig())
+        if not remember:
+            ownership._remember_move = lambda owned: None  # type: ignore[method-assign]
+        await _load(service, ownership, topics=2, subscriptions=1)
+        await ownership.unload(NS, WHOLE.name, target=TARGET)
+        await asyncio.sleep(after_s)  # virtual time (simulated clock/loop): no real wait
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        answer = await ownership.lookup(TopicName.parse(f"persistent://{NS}/t0"), authoritative=False)
+        took = loop.time() - started
+        await ownership.close()
+        await service.close()
+        return took, answer
+
+    return sim.run(main(), steps_max=5_000_000)
+
+
+def test_the_previous_owner_redirects_to_the_target_at_once_after_letting_go() -> None:
+    took, answer = measure_lookup_after_move()
+    assert (answer.kind, answer.url, answer.authoritative) == (LookupKind.REDIRECT, TARGET, True)
+    assert took < RTT_S, took  # no metadata read
+
+
+def test_negative_control_without_the_remembered_move_a_lookup_reads_the_store() -> None:
+    took, _ = measure_lookup_after_move(remember=False)
+    assert took >= 2 * RTT_S, took
+
+
+def test_the_remembered_move_expires_after_the_assigned_release_wait() -> None:
+    took, _answer = measure_lookup_after_move(after_s=ASSIGNED_RELEASE_WAIT_MS / 1000 + 1)
+    assert took >= 2 * RTT_S, took  # the normal path again: owner node, load reports

@@ -73,6 +73,8 @@ def owner_path(namespace: str, bundle: BundleRange) -> str:
 ASSIGNED_RELEASE_WAIT_MS = 10_000
 #: Topics of a moved bundle its new owner loads at once (the rest when their clients come back).
 PRELOAD_TOPICS_MAX = 1000
+#: Bundles let go of toward a target that lookups are redirected for without a metadata read.
+MOVES_REMEMBERED_MAX = 1000
 #: Where the load balancer's leader writes the broker a bundle should go to when it is free.
 ASSIGNMENTS_ROOT = "/loadbalance/assignments"
 
@@ -207,6 +209,10 @@ class BundleOwnership:
         #: One acquisition per bundle at a time (bundle key -> lock, number of holders and waiters):
         #: the bundles of a move wave are taken concurrently, not one metadata round trip after another.
         self._bundle_locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        #: Bundles this broker just let go of toward a load balancer's target: key -> (target,
+        #: its TLS URL, until when in ``_now_s`` seconds). Lookups meanwhile are redirected there
+        #: at once, as while UNLOADING, not after reading owners and load reports.
+        self._moved: dict[str, tuple[str, str | None, float]] = {}
         self._closing_tasks: set[asyncio.Task[Any]] = set()
         self._state = OwnershipState.ACTIVE
         store.session.add_listener(self._on_session)
@@ -321,13 +327,31 @@ class BundleOwnership:
     def _answer_if_held(self, namespace: str, bundle: BundleRange) -> LookupAnswer | None:
         owned = self._owned.get(f"{namespace}/{bundle.name}")
         if owned is None:
-            return None
+            return self._answer_if_just_moved(f"{namespace}/{bundle.name}")
         if owned.state is BundleState.OWNED:
             return LookupAnswer(LookupKind.CONNECT, self.service_url, True, self.service_url_tls)
         if owned.moving_to and owned.moving_to != self.service_url:
             # Moving: send the client on to the chosen broker, which takes the bundle once we let go.
             return LookupAnswer(LookupKind.REDIRECT, owned.moving_to, True, owned.moving_to_tls)
         raise _not_ready(f"bundle {owned.key} is being unloaded; retry")
+
+    def _answer_if_just_moved(self, key: str) -> LookupAnswer | None:
+        moved = self._moved.get(key)
+        if moved is None:
+            return None
+        target, target_tls, until_s = moved
+        if self._now_s() >= until_s:
+            del self._moved[key]  # the normal path now: the owner node, or the least loaded broker
+            return None
+        return LookupAnswer(LookupKind.REDIRECT, target, True, target_tls)
+
+    def _remember_move(self, owned: OwnedBundle) -> None:
+        if not owned.moving_to or owned.moving_to == self.service_url:
+            return
+        self._moved[owned.key] = (owned.moving_to, owned.moving_to_tls,
+                                  self._now_s() + ASSIGNED_RELEASE_WAIT_MS / 1000)
+        while len(self._moved) > MOVES_REMEMBERED_MAX:
+            del self._moved[next(iter(self._moved))]
 
     async def _find_or_take(self, namespace: str, bundle: BundleRange, authoritative: bool) -> LookupAnswer:
         key = f"{namespace}/{bundle.name}"
@@ -474,6 +498,7 @@ class BundleOwnership:
     def _adopt(self, namespace: str, bundle: BundleRange, lock: MetadataLock) -> OwnedBundle:
         owned = OwnedBundle(namespace, bundle, lock)
         self._owned[owned.key] = owned
+        self._moved.pop(owned.key, None)
         lock.on_lost(lambda: self._on_bundle_lost(owned))
         if lock.state is not LockState.HELD:  # lost between the create and now
             self._on_bundle_lost(owned)
@@ -568,6 +593,7 @@ class BundleOwnership:
             if self._owned.get(owned.key) is owned:
                 del self._owned[owned.key]
             await owned.lock.release()
+            self._remember_move(owned)
             log.info("unloaded bundle %s (%d topics) in %.1f ms: prepare %.1f ms, close %.1f ms "
                      "(slowest topic %.1f ms, %d still closing), release %.1f ms",
                      owned.key, len(topics), (loop.time() - started) * 1e3, (noted - started) * 1e3,
