@@ -112,6 +112,17 @@ class Slice:
     def entries(self) -> int:
         return sum(r.count for r in self.ranges)
 
+    @property
+    def tiers(self) -> tuple[str, ...]:
+        """How the task reads its ranges, run by run in order: ``lakehouse`` (offloaded ledgers,
+        Arrow batches from their Parquet files) or ``bookies`` (entries, rows built per entry)."""
+        out: list[str] = []
+        for r in self.ranges:
+            tier = "lakehouse" if r.ledger_id in self.offloaded else "bookies"
+            if not out or out[-1] != tier:
+                out.append(tier)
+        return tuple(out)
+
 
 def _halve(piece: Slice) -> tuple[Slice, Slice] | None:
     if piece.entries < 2:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 from urllib.parse import urlparse
 
 from magnetar.base.errors import InvalidArgumentError
@@ -69,6 +69,17 @@ class LazyLakehouse:
 
     async def read_offloaded(self, managed_ledger: str, ledger_id: int, uid: str, first: int, last: int) -> list[bytes]:
         return await self.real.read_offloaded(managed_ledger, ledger_id, uid, first, last)
+
+    def open_offloaded(self, managed_ledger: str, ledger_id: int, uid: str) -> IO[bytes]:
+        """The Parquet file of an offloaded ledger, opened for reading (blocking; the caller closes
+        it): readers that scan the file themselves (the Spark connector, with pyarrow). A local
+        store is opened directly, without loading the store's libraries."""
+        relative = f"{table_dir(managed_ledger)}/{file_name(ledger_id, uid)}"
+        if self._local_root is not None:
+            return open(os.path.join(self._local_root, relative), "rb")
+        real = self.real
+        handle: IO[bytes] = real.fs.open(f"{real.root}/{relative}", "rb")
+        return handle
 
     async def delete_ledger(self, managed_ledger: str, ledger_id: int) -> None:
         if self._absent(managed_ledger):
