@@ -12,7 +12,9 @@ loop, future or task per read); an answer that is missing, negative, late (no by
 the ledger's speculative read over the whole write set. If that fails too (no replica answers),
 the rest of the slice is read through the broker with a non-durable reader (``readMode=broker``
 does that from the start; ``readMode=bookies`` fails instead). Either way the rows of one slice
-are the same.
+are the same. Offloaded ledgers of a slice are not read here entry by entry: ``offloaded`` reads
+their Parquet files as Arrow record batches in the connector's schema (no Python per row), and
+the slice's bookie-held ranges follow (``Slice.tiers``).
 
 Layouts (``load_layout``): with ``adminUrl`` and no ``metadataUrl``, the brokers' admin API
 answers, authorized as the reading role (``admin_plan``). Otherwise (a trusted cluster) the
