@@ -1,7 +1,8 @@
 """Offloaded ledgers of a slice, read from their Parquet files as Arrow (pure pyarrow; no pyspark).
 
 How ``format("magnetar")`` reads the offloaded part of a Spark partition: each offloaded ledger's
-file (one per ledger, ``runtime.lakehouse``'s layout) is opened with ``pyarrow.parquet``, only the
+file (one per ledger, ``runtime.lakehouse``'s layout) is opened with ``pyarrow.parquet`` (memory-mapped when the lakehouse
+is a local directory), only the
 row groups that hold the wanted entries (the file's ``magnetar.row_groups`` key) and only the
 columns the rows need are decoded (the replay columns ``entry``/``entrySpliced`` and ``topic`` /
 ``partition`` are never read), the entry range is cut with Arrow compute (no filter at all when
@@ -63,8 +64,13 @@ def offloaded_batches(lakehouse: LazyLakehouse, piece: Slice, fields: tuple[Valu
         uid = piece.offloaded.get(r.ledger_id)
         if uid is None:
             raise OffloadError(f"{piece.topic}: ledger {r.ledger_id} is not offloaded")
+        what = f"{piece.topic} ledger {r.ledger_id}"
+        local = lakehouse.local_offloaded(managed_ledger, r.ledger_id, uid)
+        if local is not None:  # memory-mapped: pages are decoded straight from the page cache
+            yield from _ledger_batches(pq.ParquetFile(local, memory_map=True), r, shaper, what)
+            continue
         with lakehouse.open_offloaded(managed_ledger, r.ledger_id, uid) as handle:
-            yield from _ledger_batches(pq.ParquetFile(handle), r, shaper, f"{piece.topic} ledger {r.ledger_id}")
+            yield from _ledger_batches(pq.ParquetFile(handle), r, shaper, what)
 
 
 def _row_groups(parquet: pq.ParquetFile, r: EntryRange) -> tuple[list[int], bool]:

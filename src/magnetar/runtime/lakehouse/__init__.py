@@ -70,15 +70,22 @@ class LazyLakehouse:
     async def read_offloaded(self, managed_ledger: str, ledger_id: int, uid: str, first: int, last: int) -> list[bytes]:
         return await self.real.read_offloaded(managed_ledger, ledger_id, uid, first, last)
 
+    def local_offloaded(self, managed_ledger: str, ledger_id: int, uid: str) -> str | None:
+        """The path of an offloaded ledger's Parquet file when the store is a local directory (a
+        reader that scans the file itself, such as the Spark connector with pyarrow, then memory
+        maps it: no copy through Python file objects), else None (use ``open_offloaded``)."""
+        if self._local_root is None:
+            return None
+        return os.path.join(self._local_root, table_dir(managed_ledger), file_name(ledger_id, uid))
+
     def open_offloaded(self, managed_ledger: str, ledger_id: int, uid: str) -> IO[bytes]:
         """The Parquet file of an offloaded ledger, opened for reading (blocking; the caller closes
-        it): readers that scan the file themselves (the Spark connector, with pyarrow). A local
-        store is opened directly, without loading the store's libraries."""
-        relative = f"{table_dir(managed_ledger)}/{file_name(ledger_id, uid)}"
-        if self._local_root is not None:
-            return open(os.path.join(self._local_root, relative), "rb")
+        it), from whichever store this is."""
+        local = self.local_offloaded(managed_ledger, ledger_id, uid)
+        if local is not None:
+            return open(local, "rb")
         real = self.real
-        handle: IO[bytes] = real.fs.open(f"{real.root}/{relative}", "rb")
+        handle: IO[bytes] = real.fs.open(f"{real.root}/{table_dir(managed_ledger)}/{file_name(ledger_id, uid)}", "rb")
         return handle
 
     async def delete_ledger(self, managed_ledger: str, ledger_id: int) -> None:
