@@ -5,7 +5,9 @@ On one fresh ``magnetar standalone`` (1 bookie, fsync before every ack), per rep
 * ``alone``: a light producer (official client, no batching) sends 1 KiB messages one at a time,
   each ``send()`` waiting for its receipt, on its own topic, for ``--seconds``;
 * ``loaded``: the same light producer while a heavy producer (``magnetar perf produce
-  --no-batching --max-pending 500``, its own process and topic) keeps 500 messages in flight.
+  --no-batching --max-pending 500``, its own process and topic) keeps 500 messages in flight;
+  with ``--heavy-partitions N`` its topic is partitioned N ways (one connection, N ledgers, so
+  up to N times the standalone's per-ledger window of its adds in one journal group).
 
 Reported per phase: the light producer's acknowledgements, p50/p99/max latency (ms); for the
 loaded phase also the heavy producer's rate, the standalone's CPU and ``loaded_over_alone_p99``
@@ -93,6 +95,18 @@ def parse_variant(spec: str, default_src: str) -> tuple[str, str, dict[str, str]
     return label, src or default_src, env
 
 
+def create_partitioned(http_url: str, topic: str, partitions: int) -> None:
+    """``topic`` as a partitioned topic (the admin API's PUT .../partitions, body: the count)."""
+    import urllib.request
+
+    request = urllib.request.Request(f"{http_url}/admin/v2/persistent/public/default/{topic}/partitions",
+                                     data=str(partitions).encode(), method="PUT",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        if response.status not in (200, 204):
+            raise RuntimeError(f"creating {topic} with {partitions} partitions: HTTP {response.status}")
+
+
 def one_repeat(root: Path, tag: str, args: argparse.Namespace, src: str, extra_env: dict[str, str]) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=src, **extra_env)
     env.pop("MAGNETAR_FAULTS", None)
@@ -103,6 +117,8 @@ def one_repeat(root: Path, tag: str, args: argparse.Namespace, src: str, extra_e
         alone = light_producer(url, f"light-alone-{tag}", args.seconds, args.size)
         row.update({f"alone_{k}": v for k, v in alone.items()})
         heavy_json = root / f"heavy-{tag}.json"
+        if args.heavy_partitions > 1:
+            create_partitioned(standalone.http_url, f"heavy-{tag}", args.heavy_partitions)
         heavy = heavy_producer(url, f"heavy-{tag}", args.seconds + 6, args.size, args.pending, heavy_json)
         try:
             time.sleep(3)  # the heavy producer connects and fills its window (a bench, not a test)
@@ -130,6 +146,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--pending", type=int, default=500, help="the heavy producer's messages in flight")
+    parser.add_argument("--heavy-partitions", type=int, default=1,
+                        help="the heavy producer's topic partitioned this many ways (one connection, many ledgers)")
     parser.add_argument("--src", default="", help="PYTHONPATH of the standalone (default: this tree)")
     parser.add_argument("--variant", action="append", default=[], help="label[=SRC_DIR][:KEY=VALUE,...]")
     parser.add_argument("--json", default="")
