@@ -10,7 +10,9 @@ On one fresh ``magnetar standalone`` (1 bookie, fsync before every ack), per rep
   up to N times the standalone's per-ledger window of its adds in one journal group).
 
 Reported per phase: the light producer's acknowledgements, p50/p99/max latency (ms); for the
-loaded phase also the heavy producer's rate, the standalone's CPU and ``loaded_over_alone_p99``
+loaded phase also the heavy producer's rate, the standalone's CPU, the share of the phase its
+event-loop thread waited for a CPU while runnable (``loaded_loop_runq_wait_pct``, schedstat), and
+``loaded_over_alone_p99``
 (the loaded p99 over the alone p99 of the same repeat: what the heavy producer adds, apart from
 what the disk's fsync costs alone). Target (issue 22): the light producer's p99 <= 5 ms while
 loaded.
@@ -95,6 +97,13 @@ def parse_variant(spec: str, default_src: str) -> tuple[str, str, dict[str, str]
     return label, src or default_src, env
 
 
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds the process's main thread (the standalone's event loop) spent runnable but waiting
+    for a CPU (``/proc/<pid>/task/<pid>/schedstat``, second field, ns)."""
+    with open(f"/proc/{pid}/task/{pid}/schedstat") as stat:
+        return int(stat.read().split()[1]) / 1e9
+
+
 def create_partitioned(http_url: str, topic: str, partitions: int) -> None:
     """``topic`` as a partitioned topic (the admin API's PUT .../partitions, body: the count)."""
     import urllib.request
@@ -123,6 +132,7 @@ def one_repeat(root: Path, tag: str, args: argparse.Namespace, src: str, extra_e
         try:
             time.sleep(3)  # the heavy producer connects and fills its window (a bench, not a test)
             cpu0, busy0, start = cpu_seconds([standalone.pid]), machine_busy_seconds(), time.perf_counter()
+            wait0 = runqueue_wait_s(standalone.pid)
             loaded = light_producer(url, f"light-loaded-{tag}", args.seconds, args.size)
             elapsed = time.perf_counter() - start
             row.update({f"loaded_{k}": v for k, v in loaded.items()})
@@ -130,6 +140,8 @@ def one_repeat(root: Path, tag: str, args: argparse.Namespace, src: str, extra_e
             # the light producer alone on the same standalone and disk moments before.
             row["loaded_over_alone_p99"] = loaded["p99_ms"] / max(1e-9, alone["p99_ms"])
             row["loaded_server_cpu_pct"] = 100 * (cpu_seconds([standalone.pid]) - cpu0) / elapsed
+            # Starved or idle: how long the loop thread was ready to run but had no CPU.
+            row["loaded_loop_runq_wait_pct"] = 100 * (runqueue_wait_s(standalone.pid) - wait0) / elapsed
             row["machine_pct"] = 100 * (machine_busy_seconds() - busy0) / elapsed
         finally:
             heavy.wait(timeout=args.seconds + 60)
