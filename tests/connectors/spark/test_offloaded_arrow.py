@@ -23,6 +23,7 @@ from pulsar.schema import Integer, JsonSchema, Record, String
 
 from magnetar.connectors.spark.fetch import run
 from magnetar.connectors.spark.lakehouse import native_plan
+from magnetar.connectors.spark.offloaded import LakehouseReadError
 from magnetar.connectors.spark.options import ReadOptions
 from magnetar.connectors.spark.source import MagnetarDataSource, SlicePartition
 from magnetar.managed_ledger.offload import OffloadError
@@ -151,7 +152,7 @@ def test_offloaded_partitions_are_read_as_arrow_and_equal_the_bookie_read(standa
     shorter = pq.read_table(victim)
     pq.write_table(shorter.slice(0, shorter.num_rows // 2).replace_schema_metadata(
         pq.ParquetFile(victim).metadata.metadata), victim)
-    with pytest.raises(OffloadError, match="lacks entries"):
+    with pytest.raises(LakehouseReadError, match="lacks entries"):
         _read(_options(standalone, lakehouseUrl=str(wiped)))
 
 

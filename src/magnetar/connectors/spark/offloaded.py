@@ -20,7 +20,7 @@ Python per value: the one per-row step left, and only for such reads).
 
 Invariant: the rows are those the bookie path builds from the same entries (same values, ids,
 keys, properties, times; tested), and every entry of the range is there: a file lacking one fails
-the read (``OffloadError``) instead of returning fewer rows.
+the read (``LakehouseReadError``) instead of returning fewer rows.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from magnetar.base.errors import MagnetarError
 from magnetar.base.limits import SPARK_ARROW_BATCH_BYTES_MAX, SPARK_ARROW_BATCH_ROWS_MAX
 from magnetar.base.types import TopicName
 from magnetar.connectors.spark.plan import EntryRange, Slice
@@ -42,9 +43,14 @@ from magnetar.connectors.spark.rows import (
     decode_value_columns,
     value_arrow_type,
 )
-from magnetar.managed_ledger.offload import OffloadError
 from magnetar.runtime.lakehouse import LazyLakehouse
 from magnetar.runtime.lakehouse.layout import ROW_GROUPS_KEY, VALUE_KIND_KEY
+
+
+class LakehouseReadError(MagnetarError):
+    """An offloaded ledger's file cannot give the rows planned from it (a ledger not offloaded, or
+    entries missing from its file)."""
+
 
 #: Columns of the lakehouse files read for every row, in the connector's order (``topic`` and
 #: ``partition`` are the slice's, ``redeliveryCount`` is 0: not read).
@@ -63,7 +69,7 @@ def offloaded_batches(lakehouse: LazyLakehouse, piece: Slice, fields: tuple[Valu
     for r in piece.ranges:
         uid = piece.offloaded.get(r.ledger_id)
         if uid is None:
-            raise OffloadError(f"{piece.topic}: ledger {r.ledger_id} is not offloaded")
+            raise LakehouseReadError(f"{piece.topic}: ledger {r.ledger_id} is not offloaded")
         what = f"{piece.topic} ledger {r.ledger_id}"
         local = lakehouse.local_offloaded(managed_ledger, r.ledger_id, uid)
         if local is not None:  # memory-mapped: pages are decoded straight from the page cache
@@ -113,7 +119,7 @@ def _ledger_batches(parquet: pq.ParquetFile, r: EntryRange, shaper: _Shaper, wha
         last_entry = int(ids[-1])
         yield shaper.shape(batch, typed)
     if seen != r.count:
-        raise OffloadError(f"{what}: the lakehouse file lacks entries of {r.first}..{r.last}: found {seen} "
+        raise LakehouseReadError(f"{what}: the lakehouse file lacks entries of {r.first}..{r.last}: found {seen} "
                            f"of {r.count}")
 
 
@@ -180,4 +186,4 @@ class _Shaper:
         return [batch.column(typed[f.name]) if f.name in typed else decoded[f.name] for f in self.fields]
 
 
-__all__ = ["FILE_COLUMNS", "offloaded_batches"]
+__all__ = ["FILE_COLUMNS", "LakehouseReadError", "offloaded_batches"]
