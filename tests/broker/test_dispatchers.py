@@ -8,7 +8,6 @@ from magnetar.base.types import EARLIEST, Position
 from magnetar.broker import BrokerConfig, Consumer, MemoryLogStore, SubType
 from magnetar.broker.dispatcher_key_shared import KEY_HASH_SLOTS, key_slot
 from magnetar.broker.subscription import Subscription
-from magnetar.protocol.pulsar import pb
 from tests.broker.fakes import FakeChannel, entry, settle
 
 
@@ -85,8 +84,7 @@ def test_exclusive_redeliver_all_rewinds_and_counts() -> None:
         sub.add_consumer(c)
         sub.flow(c, 10)
         await settle()
-        ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
-        await sub.acknowledge(ack, [(Position(1, 1), [])])
+        await sub.acknowledge(False, [(Position(1, 1), [])])
         sub.redeliver(c, [])
         await settle()
         again = channel.messages[3:]
@@ -147,8 +145,7 @@ def test_key_shared_routes_keys_stickily_and_holds_a_new_consumer_back() -> None
         # to b could otherwise be processed by b before a is done with its earlier entries
         assert not [m for m in channel.messages if m[0] == 2]
         assert per_key_violations(channel.messages, keys) == []
-        ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
-        await sub.acknowledge(ack, [(Position(1, i), []) for i in range(5)])
+        await sub.acknowledge(False, [(Position(1, i), []) for i in range(5)])
         await settle()
         owners: dict[str, set[int]] = {}
         for cid, (_, entry_id), _ in channel.messages:

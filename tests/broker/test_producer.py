@@ -11,7 +11,7 @@ from magnetar.base.types import Position, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.topic import Topic
-from magnetar.protocol.pulsar import pb
+from magnetar.protocol.pulsar import SendCommand, pb
 from tests.broker.fakes import FakeChannel, settle
 
 
@@ -46,8 +46,8 @@ def test_receipts_follow_send_order() -> None:
         channel = FakeChannel()
         producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
         for seq in range(3):
-            await producer.send(pb.CommandSend(producer_id=0, sequence_id=seq), b"data")
-        await producer.send(pb.CommandSend(producer_id=0, sequence_id=3), None)  # bad checksum
+            await producer.send(SendCommand(producer_id=0, sequence_id=seq), b"data")
+        await producer.send(SendCommand(producer_id=0, sequence_id=3), None)  # bad checksum
         await settle()
         assert channel.receipts == [] and channel.send_errors == []  # nothing before the head persisted
         log.release()
@@ -66,9 +66,9 @@ def test_resent_sequence_ids_are_deduplicated_only_once_persisted() -> None:
         await topic.dedup.ready()
         channel = FakeChannel()
         producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
-        await producer.send(pb.CommandSend(producer_id=0, sequence_id=0), b"a")
+        await producer.send(SendCommand(producer_id=0, sequence_id=0), b"a")
         await settle()
-        await producer.send(pb.CommandSend(producer_id=0, sequence_id=0), b"a")  # a resend after reconnect
+        await producer.send(SendCommand(producer_id=0, sequence_id=0), b"a")  # a resend after reconnect
         await settle()
         assert [(ledger, e) for _, _, ledger, e in channel.receipts] == [(1, 0), (-1, -1)]
         assert len(await log.read(Position(-1, -1), 10)) == 1
@@ -91,8 +91,8 @@ def test_a_receipt_held_at_its_gate_holds_every_later_answer(point: str) -> None
             faults.arm(point, "hang")
         try:
             for seq in range(3):
-                await producer.send(pb.CommandSend(producer_id=0, sequence_id=seq), b"data")
-            await producer.send(pb.CommandSend(producer_id=0, sequence_id=3), None)  # bad checksum
+                await producer.send(SendCommand(producer_id=0, sequence_id=seq), b"data")
+            await producer.send(SendCommand(producer_id=0, sequence_id=3), None)  # bad checksum
             await settle()
             held = [seq for _, seq, _, _ in channel.receipts] + [seq for _, seq, _ in channel.send_errors]
             if armed:

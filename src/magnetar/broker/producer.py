@@ -34,7 +34,7 @@ from magnetar.broker.dedup import DedupAppend, DedupStatus, MessageDeduplication
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.metrics import RateMeter
 from magnetar.broker.replicated import is_replicator_producer
-from magnetar.protocol.pulsar import pb
+from magnetar.protocol.pulsar import SendCommand, pb
 
 if TYPE_CHECKING:
     from magnetar.broker.topic import Topic
@@ -124,7 +124,7 @@ class Producer:
         self._state = ProducerState.CLOSED
         self._room.set()
 
-    async def send(self, command: pb.CommandSend, data: bytes | None, *, records_sequence: bool = True,
+    async def send(self, command: SendCommand, data: bytes | None, *, records_sequence: bool = True,
                    source: tuple[str, int] | None = None) -> None:
         """Queue one SEND (``data`` None: it failed its checksum). Waits while the FIFO is full.
 
@@ -139,10 +139,10 @@ class Producer:
             self._room.clear()
             await self._room.wait()
         first = command.sequence_id
-        count = command.num_messages if command.HasField("num_messages") else 1
-        highest = command.highest_sequence_id if command.HasField("highest_sequence_id") else first + max(count, 1) - 1
+        count = 1 if command.num_messages is None else command.num_messages
+        highest = first + max(count, 1) - 1 if command.highest_sequence_id is None else command.highest_sequence_id
         op = _PendingSend(first, highest, records_sequence=records_sequence)
-        chunk = command.HasField("is_chunk") and command.is_chunk
+        chunk = command.is_chunk
         self._pending.append(op)
         dedup, key = (self.topic.repl_dedup, source[0]) if source is not None else (self.topic.dedup, self.name)
         if source is not None:  # each source entry (a chunk too) is one position: always checked
@@ -162,12 +162,12 @@ class Producer:
             except Exception as error:  # refused before anything was appended
                 self._persisted(op, dedup, append, None, error)
 
-    def drop(self, command: pb.CommandSend, size_bytes: int) -> None:
+    def drop(self, command: SendCommand, size_bytes: int) -> None:
         """Answer a SEND without publishing it (a non-persistent topic over the connection's
         in-flight bound, as Pulsar does): a (-1,-1) receipt in its place in the FIFO, counted."""
         first = command.sequence_id
-        count = command.num_messages if command.HasField("num_messages") else 1
-        highest = command.highest_sequence_id if command.HasField("highest_sequence_id") else first + max(count, 1) - 1
+        count = 1 if command.num_messages is None else command.num_messages
+        highest = first + max(count, 1) - 1 if command.highest_sequence_id is None else command.highest_sequence_id
         op = _PendingSend(first, highest, records_sequence=False)
         op.position = DUPLICATE
         self._pending.append(op)

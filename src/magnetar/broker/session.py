@@ -46,7 +46,7 @@ from magnetar.broker.authorization import Operation, authorize
 from magnetar.broker.compaction import compacted_view
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.errors import BrokerError, to_broker_error
-from magnetar.broker.ids import before, is_earliest, is_latest, to_position
+from magnetar.broker.ids import before, is_earliest, is_latest, position_of, to_position
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.replicated import (
     adopt_replicated_partitions,
@@ -59,11 +59,15 @@ from magnetar.broker.subscription import Subscription
 from magnetar.catalog.lookup import LookupKind
 from magnetar.catalog.schema import SchemaRefusedError, carries_schema, version_bytes, version_from_bytes
 from magnetar.protocol.pulsar import (
+    AckCommand,
+    AckReceived,
     ClientConnected,
     CommandReceived,
     ConnectionTerminated,
     CorruptSend,
     Event,
+    FlowReceived,
+    SendCommand,
     SendReceived,
     ServerConnection,
     State,
@@ -201,6 +205,16 @@ class Session:
             await self._on_send(event.command, bytes(event.message.checksummed()), last_chunk, metadata)
         elif isinstance(event, CorruptSend):
             await self._on_send(event.command, None, True)
+        elif isinstance(event, FlowReceived):
+            if self.refusal is not None:
+                self._refuse(T.FLOW, None)
+            else:
+                self._flow(event.consumer_id, event.permits)
+        elif isinstance(event, AckReceived):
+            if self.refusal is not None:
+                self._refuse(T.ACK, event.ack.request_id)
+            else:
+                await self._on_ack(event.ack)
         elif isinstance(event, CommandReceived):
             await self._on_command(event.type, event.body)
         elif isinstance(event, UnsupportedCommand):
@@ -376,7 +390,7 @@ class Session:
                                                   topic_epoch=producer.topic_epoch)
             self._out()
 
-    async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool,
+    async def _on_send(self, command: SendCommand, data: bytes | None, records_sequence: bool,
                        metadata: pb.MessageMetadata | None = None) -> None:
         if self.refusal is not None:
             self._refuse(T.SEND, None)
@@ -449,18 +463,31 @@ class Session:
     def _consumer(self, consumer_id: int) -> tuple[Consumer, Subscription] | None:
         return self.consumers.get(consumer_id)
 
-    async def _flow(self, body: pb.CommandFlow) -> None:
-        found = self._consumer(body.consumer_id)
-        if found is not None:
-            found[1].flow(found[0], body.messagePermits)
+    def _flow(self, consumer_id: int, permits: int) -> None:
+        found = self._consumer(consumer_id)
+        if found is None:
+            return
+        try:
+            found[1].flow(found[0], permits)
+        except Exception:  # FLOW has no reply: a failure is logged, the connection stays
+            log.exception("FLOW failed")
 
-    async def _ack(self, body: pb.CommandAck) -> None:
-        found = self._consumer(body.consumer_id)
-        if found is not None:
-            positions = [(to_position(m), list(m.ack_set)) for m in body.message_id]
-            await found[1].acknowledge(body, positions)
-        if body.HasField("request_id"):
-            self.connection.send_ack_response(body.consumer_id, body.request_id)
+    async def _on_ack(self, ack: AckCommand) -> None:
+        """An ACK; a failure is answered like any request's (an ERROR when it has a request id)."""
+        try:
+            found = self._consumer(ack.consumer_id)
+            if found is not None:
+                positions = [(position_of(m.ledger_id, m.entry_id), list(m.ack_set)) for m in ack.message_ids]
+                await found[1].acknowledge(ack.cumulative, positions)
+        except Exception as error:  # one failed request must not take the connection down
+            broker_error = to_broker_error(error)
+            if not isinstance(error, BrokerError):
+                log.exception("ACK failed")
+            if ack.request_id is not None and self.is_open():
+                self.connection.send_error(ack.request_id, broker_error.code, broker_error.message)
+            return
+        if ack.request_id is not None:
+            self.connection.send_ack_response(ack.consumer_id, ack.request_id)
 
     async def _redeliver(self, body: pb.CommandRedeliverUnacknowledgedMessages) -> None:
         found = self._consumer(body.consumer_id)
@@ -616,8 +643,6 @@ _HANDLERS: dict[int, Callable[[Session, Any], Awaitable[None]]] = {
     T.PRODUCER: Session._producer,
     T.CLOSE_PRODUCER: Session._close_producer,
     T.SUBSCRIBE: Session._subscribe,
-    T.FLOW: Session._flow,
-    T.ACK: Session._ack,
     T.REDELIVER_UNACKNOWLEDGED_MESSAGES: Session._redeliver,
     T.SEEK: Session._seek,
     T.GET_LAST_MESSAGE_ID: Session._get_last_message_id,
