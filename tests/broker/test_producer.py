@@ -9,6 +9,7 @@ import pytest
 from magnetar import faults
 from magnetar.base.types import Position, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
+from magnetar.broker.log import AppendCallback
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.topic import Topic
 from magnetar.protocol.pulsar import SendCommand, pb
@@ -20,22 +21,20 @@ class _ReorderingLog:
 
     def __init__(self, inner: object) -> None:
         self.inner = inner
-        self.appended: list[tuple[asyncio.Future[Position], Position]] = []
+        self.appended: list[tuple[AppendCallback, Position]] = []
         self.next_entry = 0
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
+    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
         position = Position(9, self.next_entry)
         self.next_entry += 1
-        appended: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        self.appended.append((appended, position))
-        return appended
+        self.appended.append((on_done, position))
 
     def release(self) -> None:
-        for appended, position in reversed(self.appended):
-            appended.set_result(position)
+        for on_done, position in reversed(self.appended):
+            on_done(position, None)
 
 
 def test_receipts_follow_send_order() -> None:

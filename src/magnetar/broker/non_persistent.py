@@ -38,7 +38,7 @@ from magnetar.broker.consumer import Consumer
 from magnetar.broker.dedup import MessageDeduplication
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError, to_broker_error
-from magnetar.broker.log import StorageStats
+from magnetar.broker.log import AppendCallback, StorageStats
 from magnetar.broker.metrics import RateMeter
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic import Topic, TopicState
@@ -115,11 +115,9 @@ class NonPersistentLog:
         self._last = self._last.next()
         return self._last
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
-        """Nothing is stored: the position is taken at once and the future is already done."""
-        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        future.set_result(self.next_position())
-        return future
+    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
+        """Nothing is stored: the position is taken at once, ``on_done`` runs on the next loop pass."""
+        asyncio.get_running_loop().call_soon(on_done, self.next_position(), None)
 
     def has_room(self) -> bool:
         return True

@@ -394,20 +394,17 @@ class Topic:
             self._check_writable()  # blocked or closed while it waited
         started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
         try:
-            appended = self.log.append(data)
+            self.log.append_then(data, partial(self._published, len(data), messages, started_ns, on_done))
         except BaseException as error:
             if is_write_failure(error):
                 self._block(error)
             elif isinstance(error, FencedError):
                 self._fenced(error)
             raise
-        appended.add_done_callback(partial(self._published, len(data), messages, started_ns, on_done))
 
     def _published(self, size: int, messages: int, started_ns: int,
                    on_done: Callable[[Position | None, BaseException | None], None],
-                   appended: asyncio.Future[Position]) -> None:
-        error = ClosedError(f"topic {self.name}: the append was cancelled") if appended.cancelled() \
-            else appended.exception()
+                   position: Position | None, error: BaseException | None) -> None:
         if error is not None:
             if is_write_failure(error):
                 self._block(error)
@@ -422,7 +419,7 @@ class Topic:
             subscription.notify_entries_added()
         for listener in self.entry_listeners:
             listener()
-        on_done(appended.result(), None)
+        on_done(position, None)
 
     async def _throttle_publish(self, policies: EffectivePolicies, messages: int, size: int) -> None:
         """Wait for room in the current one-second window; waiters go in arrival (SEND) order."""
