@@ -41,7 +41,7 @@ from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.log import AppendCallback, StorageStats
 from magnetar.broker.metrics import RateMeter
 from magnetar.broker.subscription import Subscription
-from magnetar.broker.topic import Topic, TopicState
+from magnetar.broker.topic import PublishCallback, Topic, TopicState
 from magnetar.catalog.policies import EffectivePolicies
 from magnetar.protocol.pulsar import commands, pb, stored_entry_metadata
 
@@ -221,13 +221,19 @@ class NonPersistentTopic(Topic):
         self._admit_publish(data)
         return self._dispatch(data)
 
-    async def publish_then(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None],
-                           *, messages: int = 0) -> None:
-        """The one publish path of a topic that stores nothing: offered to the subscriptions at
-        once; raises (nothing dispatched) when refused; ``on_done`` on the next loop pass."""
-        self._admit_publish(data)
-        position = self._dispatch(data)
-        asyncio.get_running_loop().call_soon(on_done, position, None)
+    async def publish_run(self, run: Sequence[tuple[bytes, PublishCallback, int]]) -> None:
+        """The one publish path of a topic that stores nothing: each entry offered to the
+        subscriptions at once, ``on_done`` on the next loop pass; a refused one (nothing
+        dispatched) is told at once."""
+        loop = asyncio.get_running_loop()
+        for data, on_done, _messages in run:
+            try:
+                self._admit_publish(data)
+                position = self._dispatch(data)
+            except Exception as error:
+                on_done(None, error)
+                continue
+            loop.call_soon(on_done, position, None)
 
     # --- subscriptions --------------------------------------------------------------------------
 

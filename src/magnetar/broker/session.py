@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from magnetar.base.errors import InvalidArgumentError
@@ -47,7 +47,7 @@ from magnetar.broker.compaction import compacted_view
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.ids import before, is_earliest, is_latest, position_of, to_position
-from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.producer import AccessMode, Producer, SendItem
 from magnetar.broker.replicated import (
     adopt_replicated_partitions,
     is_replicator_producer,
@@ -67,7 +67,6 @@ from magnetar.protocol.pulsar import (
     CorruptSend,
     Event,
     FlowReceived,
-    SendCommand,
     SendReceived,
     ServerConnection,
     State,
@@ -196,15 +195,33 @@ class Session:
 
     # --- events ---------------------------------------------------------------------------------
 
+    async def handle_all(self, events: Sequence[Event]) -> bool:
+        """Act on the events of one receive, in order: each run of SENDs goes to its producers as
+        runs (``_on_sends``), the rest one at a time (``handle``). True once the connection
+        terminated (the events after that one are not looked at)."""
+        index, count = 0, len(events)
+        while index < count:
+            event = events[index]
+            if type(event) is SendReceived:
+                end = index + 1
+                while end < count and type(events[end]) is SendReceived:
+                    end += 1
+                await self._on_sends(events[index:end])  # type: ignore[arg-type]
+                self._out()
+                index = end
+                continue
+            await self.handle(event)
+            if isinstance(event, ConnectionTerminated):
+                return True
+            index += 1
+        return False
+
     async def handle(self, event: Event) -> None:
         """Act on one event; request failures are answered, never raised."""
         if isinstance(event, SendReceived):
-            metadata = event.message.metadata
-            last_chunk = (not metadata.HasField("num_chunks_from_msg")
-                          or metadata.chunk_id == metadata.num_chunks_from_msg - 1)
-            await self._on_send(event.command, bytes(event.message.checksummed()), last_chunk, metadata)
+            await self._on_sends((event,))
         elif isinstance(event, CorruptSend):
-            await self._on_send(event.command, None, True)
+            await self._on_producer_sends(event.command.producer_id, ((event.command, None, True, None),))
         elif isinstance(event, FlowReceived):
             if self.refusal is not None:
                 self._refuse(T.FLOW, None)
@@ -390,25 +407,48 @@ class Session:
                                                   topic_epoch=producer.topic_epoch)
             self._out()
 
-    async def _on_send(self, command: SendCommand, data: bytes | None, records_sequence: bool,
-                       metadata: pb.MessageMetadata | None = None) -> None:
+    async def _on_sends(self, sends: Sequence[SendReceived]) -> None:
+        """SENDs of one receive: each producer's consecutive ones as one run."""
+        index, count = 0, len(sends)
+        while index < count:
+            producer_id = sends[index].command.producer_id
+            run: list[SendItem] = []
+            metadata: list[pb.MessageMetadata] = []
+            while index < count and sends[index].command.producer_id == producer_id:
+                event = sends[index]
+                meta = event.message.metadata
+                last_chunk = not meta.HasField("num_chunks_from_msg") or meta.chunk_id == meta.num_chunks_from_msg - 1
+                run.append((event.command, bytes(event.message.checksummed()), last_chunk, None))
+                metadata.append(meta)
+                index += 1
+            await self._on_producer_sends(producer_id, run, metadata)
+
+    async def _on_producer_sends(self, producer_id: int, run: Sequence[SendItem],
+                                 metadata: Sequence[pb.MessageMetadata] = ()) -> None:
+        """``run``: SENDs of producer ``producer_id`` in order (``metadata``: theirs, none for a
+        bad checksum)."""
         if self.refusal is not None:
             self._refuse(T.SEND, None)
             return
-        producer = self.producers.get(command.producer_id)
+        producer = self.producers.get(producer_id)
         if producer is None:
             # Java closes the connection: the client then re-creates its producers and resends.
-            log.warning("SEND for unknown producer %s; closing the connection", command.producer_id)
+            log.warning("SEND for unknown producer %s; closing the connection", producer_id)
             self.connection.close("SEND for an unknown producer")
             return
-        self._pending_sends += 1
-        if not producer.topic.name.is_persistent:
-            self._non_persistent_pending += 1
-            if self._non_persistent_pending > self.service.config.max_concurrent_non_persistent_messages_per_connection:
-                producer.drop(command, len(data) if data is not None else 0)  # Pulsar drops it, receipt (-1,-1)
-                return
-        source = replicated_source(metadata) if producer.replicator and metadata is not None else None
-        await producer.send(command, data, records_sequence=records_sequence, source=source)
+        self._pending_sends += len(run)
+        if producer.topic.name.is_persistent and not producer.replicator:
+            await producer.send_run(run)
+            return
+        config = self.service.config
+        for index, (command, data, records_sequence, _) in enumerate(run):  # one at a time
+            if not producer.topic.name.is_persistent:
+                self._non_persistent_pending += 1
+                if self._non_persistent_pending > config.max_concurrent_non_persistent_messages_per_connection:
+                    producer.drop(command, len(data) if data is not None else 0)  # Pulsar drops it, receipt (-1,-1)
+                    continue
+            source = replicated_source(metadata[index]) if producer.replicator and metadata else None
+            await producer.send(command, data, records_sequence=records_sequence, source=source)
 
     async def _close_producer(self, body: pb.CommandCloseProducer) -> None:
         producer = self.producers.pop(body.producer_id, None)
