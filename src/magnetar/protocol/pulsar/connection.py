@@ -26,6 +26,9 @@ Invariants and policies:
 * Commands only servers send (CONNECTED, MESSAGE, SEND_RECEIPT, ...) arriving from a client are
   protocol violations. Commands defined by the protocol but without a body in our schema
   (transactions) become ``UnsupportedCommand`` events; the connection stays usable.
+* SEND, FLOW and ACK of a connected client are read without protobuf objects when they have the
+  common shape (``fast_decode``), else through protobuf: the same events (``SendReceived``,
+  ``FlowReceived``, ``AckReceived``) and the same errors either way.
 * Only commands the 4.2.0 client accepts can be queued (``commands.CLIENT_ACCEPTED_TYPES``).
 * Queued outbound bytes are bounded by ``PULSAR_SEND_BUFFER_BYTES_MAX``; ``outbound_bytes``
   lets the broker apply backpressure before it is reached.
