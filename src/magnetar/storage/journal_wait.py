@@ -16,10 +16,10 @@ seed), with ``bound_ns`` = ``journal_group_wait_ms_max``:
   spell goes at once.
 * **Probing**: the arrival times alone cannot tell a steady stream from a synchronous producer
   whose round trip is shorter than the bound (from the journal both look the same until one
-  waits). A wait that gained no add makes the next ``SKIPS_MIN`` groups go at once, the next
-  fruitless one ``SKIPS_GROWTH`` times as many, up to ``SKIPS_MAX``; a wait that gained an add,
-  or an add that arrives while another is queued or in flight (other producers at work), ends
-  that back-off.
+  waits). A wait after which the head is still alone (no add came within the bound of its
+  arrival) makes the next ``SKIPS_MIN`` groups go at once, the next fruitless one
+  ``SKIPS_GROWTH`` times as many, up to ``SKIPS_MAX``; a wait that gained an add, or an add that
+  arrives while another is queued or in flight (other producers at work), ends that back-off.
 * **Bounded**: the head add's age counts against the bound, so no add waits longer than it, and
   one that already waited it (a busy disk, a high rate, a backlog) goes at once.
 
@@ -85,7 +85,8 @@ class GroupWaitPolicy:
         return max(0, bound - (now_ns - head_arrived_ns))
 
     def waited(self, gained: bool) -> None:
-        """A wait ended; ``gained``: adds arrived during it and join the group."""
+        """A wait ended; ``gained``: the group holds more than its head (another add came
+        within the bound of the head's arrival)."""
         if gained:
             self._backoff = SKIPS_MIN
             return
