@@ -10,10 +10,10 @@ The policy, in the journal's ``Clock`` (virtual in simulation, so a run stays a 
 seed), with ``bound_ns`` = ``journal_group_wait_ms_max``:
 
 * **Arrivals**: the gap before each add, and an EWMA (weight 1/``GAP_EWMA_WEIGHT_INVERSE``) of
-  the gaps, each capped at ``GAP_CAP_BOUNDS`` bounds (an idle spell reads as "sparse" without
-  swamping the average for long). A group waits only while both the average and the latest gap
-  are below the bound: another add is then likely to arrive within it. A lone add after an idle
-  spell goes at once.
+  the gaps, each capped at ``IDLE_GAP_BOUNDS`` bounds. A group waits only while the average is
+  below the bound (another add is then likely to arrive within it) and its latest add did not
+  follow an idle spell (a gap of ``IDLE_GAP_BOUNDS`` bounds or more): a lone add after idle goes
+  at once, while a stream that arrives in small bursts (a paced client's timer) still groups.
 * **Probing**: the arrival times alone cannot tell a steady stream from a synchronous producer
   whose round trip is shorter than the bound (from the journal both look the same until one
   waits). A wait after which the head is still alone (no add came within the bound of its
@@ -31,7 +31,7 @@ from __future__ import annotations
 from magnetar.base.invariant import invariant
 
 GAP_EWMA_WEIGHT_INVERSE = 4
-GAP_CAP_BOUNDS = 2
+IDLE_GAP_BOUNDS = 4
 #: Groups that go at once after a fruitless wait: first this many, then ``SKIPS_GROWTH`` times
 #: more after each fruitless wait, at most ``SKIPS_MAX`` (a synchronous producer then pays the
 #: wait on about one add in that many, well below its p99).
@@ -49,7 +49,7 @@ class GroupWaitPolicy:
     def __init__(self, bound_ns: int) -> None:
         invariant(bound_ns >= 0, "the group wait bound is not negative")
         self._bound_ns = bound_ns
-        self._cap_ns = GAP_CAP_BOUNDS * bound_ns
+        self._cap_ns = IDLE_GAP_BOUNDS * bound_ns
         # No arrivals yet: the first add reads as one after an idle spell (it goes at once), and
         # the average starts from nothing, so a stream that follows it groups from its second add.
         self._gap_avg_ns = 0
@@ -77,7 +77,7 @@ class GroupWaitPolicy:
         """How long to wait before writing the group whose oldest add arrived at ``head_arrived_ns``
         (0: write it now)."""
         bound = self._bound_ns
-        if bound == 0 or self._gap_avg_ns >= bound or self._last_gap_ns >= bound:
+        if bound == 0 or self._gap_avg_ns >= bound or self._last_gap_ns >= self._cap_ns:
             return 0
         if self._skips:
             self._skips -= 1
