@@ -147,6 +147,11 @@ class ReplicationService:
         self._stopped = False
 
     @property
+    def unsettled_topics(self) -> list[str]:
+        """The loaded topics the passes between full ones visit (they replicate or have not settled)."""
+        return sorted(self._unsettled)
+
+    @property
     def replicators_count(self) -> int:
         return sum(len(t.replicators) for t in self.service.topics.values())
 
