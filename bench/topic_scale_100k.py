@@ -107,6 +107,7 @@ class Run:
         self.payload = payload
         self.templates: dict[str, list[SendTemplate]] = {}
         self.stopped_early = ""
+        self.started = time.perf_counter()
 
     def over_memory(self) -> str:
         rss = tree_rss_bytes(self.pid)
@@ -116,12 +117,17 @@ class Run:
             return f"MemAvailable < --mem-available-min-mb {self.args.mem_available_min_mb}"
         return ""
 
+    def over_time(self) -> str:
+        if time.perf_counter() - self.started > self.args.create_seconds_max:
+            return f"topic creation past --create-seconds-max {self.args.create_seconds_max:.0f}"
+        return ""
+
     async def create(self, count: int) -> dict[str, float]:
         """Topics up to ``count`` (chunks, memory-guarded); their RSS and creation rate."""
         before, have = tree_rss_bytes(self.pid), self.blaster.topics_count
         started = time.perf_counter()
         while self.blaster.topics_count < count:
-            if (reason := self.over_memory()):
+            if (reason := self.over_memory()) or (reason := self.over_time()):
                 self.stopped_early = reason
                 break
             first = self.blaster.topics_count
@@ -142,13 +148,12 @@ class Run:
         await asyncio.sleep(self.args.idle_seconds)  # the benchmark's measuring interval, not a wait
         return 100 * (tree_cpu_s(self.pid) - cpu0) / (time.perf_counter() - wall0)
 
-    async def load(self, mode: str) -> list[dict[str, float]]:
+    async def load(self, mode: str, topics: int) -> list[dict[str, float]]:
         template, rows = self.templates[mode], []
         for _ in range(self.args.repeats):
             acked0, failed0 = self.blaster.totals()
             cpu0 = tree_cpu_s(self.pid)
-            elapsed = await self.blaster.send_load(template, self.blaster.topics_count, window=self.args.window,
-                                                   seconds=self.args.seconds)
+            elapsed = await self.blaster.send_load(template, topics, window=self.args.window, seconds=self.args.seconds)
             acked, failed = self.blaster.totals()
             messages = (acked - acked0) * template[0].batch_count
             rows.append({"msgs_s": messages / elapsed, "server_cpu_us_per_msg": 1e6 * (tree_cpu_s(self.pid) - cpu0) / max(1, messages),
@@ -156,55 +161,79 @@ class Run:
         return rows
 
 
-async def measure(args: argparse.Namespace, standalone: StandaloneProcess, counts: list[int]) -> dict[str, Any]:
+async def _connected(args: argparse.Namespace, standalone: StandaloneProcess) -> Run:
     run = Run(args, standalone)
     await run.blaster.connect()
     run.templates = {"unbatched": run.blaster.templates(run.payload),
                      "batched": run.blaster.templates(run.payload, batch_count=args.batch)}
+    return run
+
+
+async def measure_baseline(args: argparse.Namespace, standalone: StandaloneProcess) -> dict[str, Any]:
+    """A standalone with one topic: the reference rates."""
+    run = await _connected(args, standalone)
+    try:
+        await run.create(1)
+        return {mode: await run.load(mode, 1) for mode in args.modes}
+    finally:
+        run.blaster.close()
+
+
+async def measure_scale(args: argparse.Namespace, standalone: StandaloneProcess, counts: list[int]) -> dict[str, Any]:
+    """Topics created up to each count with no load in between (RSS, creation rate, idle CPU),
+    then the load spread over the first N topics for each count reached."""
+    run = await _connected(args, standalone)
     results: dict[str, Any] = {"rss_start_mib": tree_rss_bytes(run.pid) / MIB, "counts": {}}
     try:
         for count in counts:
             print(f"topics {count:,}: creating", flush=True)
             entry: dict[str, Any] = {"create": await run.create(count)}
             entry["idle_cpu_percent"] = await run.idle_cpu()
-            entry["load"] = {mode: await run.load(mode) for mode in args.modes}
-            entry["rss_after_load_mib"] = tree_rss_bytes(run.pid) / MIB
             results["counts"][run.blaster.topics_count] = entry
             print(json.dumps(entry), flush=True)
             if run.stopped_early:
                 results["stopped_early"] = run.stopped_early
                 print(f"stopped early: {run.stopped_early}", flush=True)
                 break
+        for count, entry in results["counts"].items():
+            entry["load"] = {mode: await run.load(mode, count) for mode in args.modes}
+            print(f"topics {count:,}: {json.dumps(entry['load'])}", flush=True)
+        results["rss_after_load_mib"] = tree_rss_bytes(run.pid) / MIB
     finally:
         run.blaster.close()
     return results
 
 
+def _rates_line(rows: list[dict[str, float]], base: float) -> tuple[str, dict[str, float]]:
+    rates = [r["msgs_s"] for r in rows]
+    ratio = {"min": min(rates) / base, "median": statistics.median(rates) / base, "max": max(rates) / base}
+    cpu = statistics.median(r["server_cpu_us_per_msg"] for r in rows)
+    return (f"min {min(rates):>9,.0f}  median {statistics.median(rates):>9,.0f}  max {max(rates):>9,.0f} msg/s; "
+            f"ratio {ratio['min']:.2f}/{ratio['median']:.2f}/{ratio['max']:.2f}; server CPU {cpu:.1f} us/msg"), ratio
+
+
 def summarize(results: dict[str, Any], modes: list[str]) -> None:
-    counts = results["counts"]
-    first = next(iter(counts.values()))
-    base = {m: statistics.median(r["msgs_s"] for r in first["load"][m]) for m in modes}
-    total_rss = next(reversed(counts.values()))["create"]["rss_after_mib"] - first["create"]["rss_after_mib"]
-    total_topics = int(next(reversed(counts))) - int(next(iter(counts)))
-    print("\ntopic_scale_100k: raw-protocol producers, magnetar standalone 1 bookie")
+    baseline, counts = results["baseline"], results["scale"]["counts"]
+    base = {m: statistics.median(r["msgs_s"] for r in baseline[m]) for m in modes}
+    first_count = int(next(iter(counts)))
+    first_rss = next(iter(counts.values()))["create"]["rss_after_mib"]
+    print("\ntopic_scale_100k: raw-protocol producers, magnetar standalone 1 bookie; ratios vs a standalone with 1 topic")
+    for mode in modes:
+        line, _ = _rates_line(baseline[mode], base[mode])
+        print(f"1 topic alone  {mode:<9} {line}")
     for count, entry in counts.items():
         create = entry["create"]
-        print(f"topics {int(count):>7,}: created {create['added']:,} at {create['topics_per_s']:,.0f}/s, "
-              f"RSS {create['rss_after_mib']:,.0f} MiB ({create['bytes_per_added_topic'] / 1024:.1f} KiB per added topic), "
+        per_topic = ((create["rss_after_mib"] - first_rss) * MIB / (int(count) - first_count)
+                     if int(count) > first_count else 0.0)
+        entry["bytes_per_idle_topic"] = per_topic
+        print(f"topics {int(count):>7,}: created at {create['topics_per_s']:,.0f}/s, RSS {create['rss_after_mib']:,.0f} MiB "
+              f"({per_topic / 1024:.1f} KiB per idle topic over the {first_count}-topic state), "
               f"idle CPU {entry['idle_cpu_percent']:.1f}% of a core")
         entry["ratios"] = {}
         for mode in modes:
-            rates = [r["msgs_s"] for r in entry["load"][mode]]
-            cpu = statistics.median(r["server_cpu_us_per_msg"] for r in entry["load"][mode])
-            ratio = {"min": min(rates) / base[mode], "median": statistics.median(rates) / base[mode],
-                     "max": max(rates) / base[mode]}
-            entry["ratios"][mode] = ratio
-            print(f"  {mode:<9} min {min(rates):>9,.0f}  median {statistics.median(rates):>9,.0f}  max {max(rates):>9,.0f} "
-                  f"msg/s; ratio vs {int(next(iter(counts))):,} topic(s) {ratio['min']:.2f}/{ratio['median']:.2f}/"
-                  f"{ratio['max']:.2f}; server CPU {cpu:.1f} us/msg")
-    if total_topics > 0:
-        results["bytes_per_idle_topic"] = total_rss * MIB / total_topics
-        print(f"memory per idle topic over {total_topics:,} topics: {total_rss * MIB / total_topics / 1024:.1f} KiB")
+            line, entry["ratios"][mode] = _rates_line(entry.get("load", {}).get(mode) or [{"msgs_s": 0.0,
+                                                      "server_cpu_us_per_msg": 0.0}], base[mode])
+            print(f"  {mode:<9} {line}")
 
 
 def main() -> None:
@@ -216,12 +245,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--window", type=int, default=1000)
-    parser.add_argument("--connections", type=int, default=64)
-    parser.add_argument("--chunk", type=int, default=5000)
+    parser.add_argument("--connections", type=int, default=128)
+    parser.add_argument("--chunk", type=int, default=2500)
+    parser.add_argument("--create-seconds-max", type=float, default=3000.0)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--rss-max-mb", type=int, default=8000)
     parser.add_argument("--mem-available-min-mb", type=int, default=6000)
     parser.add_argument("--dir", default=str(REPO / "bench" / "results"))
+    parser.add_argument("--standalone-log", default="", help="file for the standalone's stderr (default: none)")
     args = parser.parse_args()
     counts = sorted(int(n) for n in args.topics.split(","))
     args.modes = [m for m in args.modes.split(",") if m]
@@ -233,11 +264,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="topic_scale_100k.") as tmp:
         env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
         env.pop("MAGNETAR_FAULTS", None)
-        standalone = StandaloneProcess(os.path.join(tmp, "standalone"), env=env, stderr=subprocess.DEVNULL)
-        try:
-            results = asyncio.run(measure(args, standalone, counts))
-        finally:
-            standalone.terminate()
+        results: dict[str, Any] = {}
+        for phase in ("baseline", "scale"):
+            log = open(f"{args.standalone_log}.{phase}", "w") if args.standalone_log else None  # noqa: SIM115
+            standalone = StandaloneProcess(os.path.join(tmp, phase), env=env,
+                                           stderr=subprocess.DEVNULL if log is None else log.fileno())
+            try:
+                results[phase] = asyncio.run(measure_baseline(args, standalone) if phase == "baseline"
+                                             else measure_scale(args, standalone, counts))
+            finally:
+                standalone.terminate()
+                if log is not None:
+                    log.close()
     summarize(results, args.modes)
     results["command"] = command
     Path(args.dir, "topic_scale_100k.json").write_text(json.dumps(results, indent=2))

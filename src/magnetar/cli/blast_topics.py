@@ -82,8 +82,8 @@ class TopicsBlaster:
 
     def __init__(self, host: str, port: int, prefix: str, *, connections: int, producer_name: str,
                  requests_window: int = BLAST_PRODUCER_REQUESTS_WINDOW_COUNT) -> None:
-        if not 1 <= connections <= 64 or requests_window < 1:
-            raise ValueError("connections must be 1-64 and the requests window >= 1")
+        if not 1 <= connections <= 256 or requests_window < 1:
+            raise ValueError("connections must be 1-256 and the requests window >= 1")
         self.requests_window = requests_window
         self.host, self.port, self.prefix, self.producer_name = host, port, prefix, producer_name
         self.connections_count = connections
