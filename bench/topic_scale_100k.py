@@ -245,7 +245,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--window", type=int, default=1000)
-    parser.add_argument("--connections", type=int, default=128)
+    parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--chunk", type=int, default=2500)
     parser.add_argument("--create-seconds-max", type=float, default=3000.0)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
