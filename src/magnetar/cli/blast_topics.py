@@ -48,7 +48,11 @@ class BlastError(Exception):
 
 @dataclass
 class _Link:
-    """One connection and the producers it holds: ``topics[k]`` is producer id ``k``'s topic index."""
+    """One connection and the producers it holds: ``topics[k]`` is producer id ``k``'s topic index.
+
+    A reader task (``start_reading``) reads all the time: it answers PINGs at once (the broker's
+    keep-alive closes a connection that answers nothing for 60 s, and a connection whose share
+    of a step is done waits for the others) and queues the other commands for ``frames``."""
 
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
@@ -57,22 +61,43 @@ class _Link:
     sent_frames: int = 0
     acked_frames: int = 0
     failed_frames: int = 0
+    inbox: list[pb.BaseCommand] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: bool = False
+    task: asyncio.Task[None] | None = None
+
+    def start_reading(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                data = await self.reader.read(_READ_BYTES)
+                if not data:
+                    return
+                self.decoder.feed(data)
+                while (frame := self.decoder.next_frame()) is not None:
+                    if frame.command.type == T.PING:
+                        self.writer.write(encode_command(T(type=T.PONG, pong=pb.CommandPong())))
+                    else:
+                        self.inbox.append(frame.command)
+                if self.inbox:
+                    self.arrived.set()
+        except (ConnectionError, OSError):
+            return
+        finally:
+            self.closed = True
+            self.arrived.set()
 
     async def frames(self) -> list[pb.BaseCommand]:
-        """The next commands the broker sent (at least one); PINGs answered."""
-        while True:
-            out = []
-            while (frame := self.decoder.next_frame()) is not None:
-                if frame.command.type == T.PING:
-                    self.writer.write(encode_command(T(type=T.PONG, pong=pb.CommandPong())))
-                else:
-                    out.append(frame.command)
-            if out:
-                return out
-            data = await self.reader.read(_READ_BYTES)
-            if not data:
+        """The next commands the broker sent (at least one)."""
+        while not self.inbox:
+            if self.closed:
                 raise BlastError("the broker closed the connection")
-            self.decoder.feed(data)
+            self.arrived.clear()
+            await self.arrived.wait()
+        out, self.inbox = self.inbox, []
+        return out
 
     def outstanding(self) -> int:
         return self.sent_frames - self.acked_frames - self.failed_frames
@@ -95,6 +120,7 @@ class TopicsBlaster:
         for _ in range(self.connections_count):
             reader, writer = await asyncio.open_connection(self.host, self.port)
             link = _Link(reader, writer)
+            link.start_reading()
             writer.write(encode_command(connect_command(ClientConfig())))
             await self._expect_connected(link)
             self.links.append(link)
@@ -108,6 +134,8 @@ class TopicsBlaster:
     def close(self) -> None:
         for link in self.links:
             link.writer.close()
+            if link.task is not None:
+                link.task.cancel()
 
     async def add_topics(self, count: int) -> None:
         """Create producers so that topics ``0 .. count-1`` all have theirs (topic 0: one per connection)."""
