@@ -7,18 +7,22 @@ generator ``magnetar.cli.blast_topics`` (many producers per connection, pre-enco
 ``i % connections``, so the 1-topic load and the N-topic load go through the same connections with
 the same window. The same generator serves every topic count.
 
-Steps, on one standalone, for each count in ``--topics`` (ascending, topics added cumulatively):
-1. create the topics still missing, in chunks of ``--chunk``: one PRODUCER per topic and one
-   message each (so the topic, its managed ledger and its first ledger exist); timed (topics/s);
-2. the standalone's RSS (``/proc``, the standalone and all its child processes) before and after:
-   memory per idle topic = RSS delta / topics added;
-3. idle CPU over ``--idle-seconds`` (all producers connected, nothing sent), % of one core;
-4. publish throughput spread round-robin over all the topics, unbatched (one message per entry)
-   and batched (``--batch`` messages per entry), ``--repeats`` windows of ``--seconds`` each, at
-   most ``--window`` frames awaiting their receipt; server CPU per message from ``/proc``.
-Ratios are against the first count's median in the same run. Bounded: creation stops (and the
-run reports what it reached) when the standalone's RSS passes ``--rss-max-mb`` or the machine's
-MemAvailable falls below ``--mem-available-min-mb``. Writes ``bench/results/topic_scale_100k.json``.
+Two standalones, one after the other:
+0. the baseline: a standalone with one topic, publish throughput (below) on it alone;
+1. the scale standalone: for each count in ``--topics`` (ascending, topics added cumulatively,
+   no load in between so the RSS is the topics' own), the missing topics are created in chunks of
+   ``--chunk`` (one PRODUCER per topic and one message each, so the topic, its managed ledger and
+   its first ledger exist); timed (topics/s); RSS from ``/proc`` (the standalone and all its child
+   processes); memory per idle topic = RSS delta over the first count's state / topics added;
+   idle CPU over ``--idle-seconds`` (every producer connected, nothing sent), % of one core;
+2. then, for each count reached, publish throughput spread round-robin over its topics.
+Publish throughput: unbatched (one message per entry) and batched (``--batch`` messages per
+entry), ``--repeats`` windows of ``--seconds``, at most ``--window`` frames awaiting their receipt
+over all connections; server CPU per message from ``/proc``. Ratios are against the baseline's
+median (a standalone holding one topic). Bounded: creation stops (the run reports what it reached)
+when the standalone's RSS passes ``--rss-max-mb``, the machine's MemAvailable falls below
+``--mem-available-min-mb`` or creation took ``--create-seconds-max``. Writes
+``bench/results/topic_scale_100k.json``.
 
 Run: ``.venv/bin/python bench/topic_scale_100k.py [--topics 1,10000,100000] [--seconds 5] [--repeats 3]``.
 """
