@@ -35,7 +35,7 @@ from tests.manual_clock import ManualClock, settle
 
 NS = "public/default"
 SETTINGS = BalancerSettings(grace_period_ms=60_000, bundle_topics_max=3, namespace_bundles_max=16,
-                            history_rounds_min=1)
+                            history_rounds_min=1, hit_count_threshold=0)
 
 
 class Node:
@@ -117,7 +117,8 @@ def test_the_leader_moves_bundles_to_new_brokers_through_their_owners() -> None:
         assert len(a.ownership.owned()) == 4
         for node in nodes:
             await node.publish_load(clock.now_ms())
-        settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000, history_rounds_min=1)
+        settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000, history_rounds_min=1,
+                                    hit_count_threshold=0)
         leader = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
                                     broker_id="127.0.0.1:1", web_url="http://127.0.0.1:1001")
         decisions = await leader.run_once()
@@ -155,7 +156,7 @@ def test_bundles_in_flight_count_on_their_target_until_it_reports_them() -> None
             await node.publish_load(clock.now_ms())
         # A wide threshold (1.9x) so that the first round stops with the source still busiest.
         settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000, threshold_percent=90,
-                                    history_rounds_min=1)
+                                    history_rounds_min=1, hit_count_threshold=0)
         leader = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
                                     broker_id="127.0.0.1:1", web_url="")
         first = await leader.run_once()
@@ -201,7 +202,8 @@ def test_a_move_whose_command_the_owner_has_not_carried_out_is_not_decided_again
         await load_topics(a, 12)
         for node in nodes:
             await node.publish_load(clock.now_ms())
-        settings = BalancerSettings(split_enabled=False, grace_period_ms=1000, history_rounds_min=1)
+        settings = BalancerSettings(split_enabled=False, grace_period_ms=1000, history_rounds_min=1,
+                                    hit_count_threshold=0)
         leader = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
                                     broker_id="127.0.0.1:1", web_url="")
         first = await leader.run_once()
@@ -235,7 +237,8 @@ def test_a_new_leader_keeps_the_grace_period_of_moves_decided_before() -> None:
         await load_topics(a, 12)
         for node in nodes:
             await node.publish_load(clock.now_ms())
-        settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000, history_rounds_min=1)
+        settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000, history_rounds_min=1,
+                                    hit_count_threshold=0)
         first = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
                                    broker_id="127.0.0.1:1", web_url="")
         moved = {d.bundle for d in await first.run_once()}
@@ -278,7 +281,8 @@ def test_a_hot_bundle_splits_on_its_owner_and_its_halves_can_move() -> None:
         for node in nodes:
             await node.publish_load(clock.now_ms())
         shed = LoadBalancerLeader(a.store, a.ownership, clock,
-                                  BalancerSettings(split_enabled=False, history_rounds_min=1), interval_ms=1000, broker_id="127.0.0.1:1", web_url="")
+                                  BalancerSettings(split_enabled=False, history_rounds_min=1, hit_count_threshold=0),
+                                  interval_ms=1000, broker_id="127.0.0.1:1", web_url="")
         moves = await shed.run_once()
         assert moves and {d.bundle for d in moves} <= halves
         assert {d.target for d in moves} == {nodes[1].url, nodes[2].url}  # the halves spread out

@@ -143,6 +143,11 @@ class BrokerConfig:
     #: How far inside the threshold a shedding wave goes on once started (hysteresis; Pulsar's
     #: ThresholdShedder sheds a fixed 5% margin beyond its threshold, ADDITIONAL_THRESHOLD_PERCENT_MARGIN).
     load_balancer_shedding_margin_percent: float = 5.0
+    #: loadBalancerSheddingConditionHitCountThreshold (3): a shedding wave starts only once its
+    #: condition (a broker above or below the threshold band) has held for more than this many
+    #: consecutive rounds, so a transient swing (a target's burst right after it received a wave)
+    #: moves nothing.
+    load_balancer_shedding_condition_hit_count_threshold: int = 3
 
     # --- Pulsar parity (issue 18) ----------------------------------------------------------------
     #: Largest message a producer may send (Pulsar: maxMessageSize, 5 MiB): reported in
@@ -265,6 +270,8 @@ class BrokerConfig:
             raise InvalidArgumentError(f"load_balancer_namespace_bundles_max must be 2..{NAMESPACE_BUNDLES_COUNT_MAX}")
         if not 0 <= self.load_balancer_history_resource_fraction < 1:
             raise InvalidArgumentError("load_balancer_history_resource_fraction must be in [0, 1)")
+        if self.load_balancer_shedding_condition_hit_count_threshold < 0:
+            raise InvalidArgumentError("load_balancer_shedding_condition_hit_count_threshold must be >= 0")
         if not 0 <= self.load_balancer_shedding_margin_percent < self.load_balancer_broker_threshold_percent:
             raise InvalidArgumentError("load_balancer_shedding_margin_percent must be >= 0 and below "
                                   "load_balancer_broker_threshold_percent")

@@ -49,7 +49,7 @@ least two topics is split, while its namespace has fewer than ``namespace_bundle
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from magnetar.base.errors import InvalidArgumentError
@@ -79,6 +79,7 @@ PULSAR_KEYS: dict[str, tuple[str, float]] = {
     "loadBalancerBandwithInResourceWeight": ("load_balancer_bandwidth_weight", 1),
     "loadBalancerBandwithOutResourceWeight": ("load_balancer_bandwidth_weight", 1),
     "loadBalancerHistoryResourcePercentage": ("load_balancer_history_resource_fraction", 1),
+    "loadBalancerSheddingConditionHitCountThreshold": ("load_balancer_shedding_condition_hit_count_threshold", 1),
 }
 
 #: Dimensions of the load vector, in order.
@@ -88,6 +89,11 @@ FLOORS = (10.0, 64 * 1024.0, 10.0, 1.0, 1.0)
 #: Rounds of reports ``step`` folds in before it sheds (splits go on meanwhile): a new leader's
 #: first report of a swinging broker is not yet an average.
 HISTORY_ROUNDS_MIN = 3
+#: Pulsar's ``loadBalancerSheddingConditionHitCountThreshold`` default: a wave starts once its
+#: condition held for more than this many consecutive rounds.
+HIT_COUNT_THRESHOLD = 3
+#: A bundle is not moved back to a broker it left for this many grace periods (``step``).
+RETURN_GRACE_PERIODS = 10
 
 
 class DecisionKind(enum.Enum):
@@ -148,6 +154,13 @@ class BalancerSettings:
     history_fraction: float = 0.9
     margin_percent: float = 5.0
     history_rounds_min: int = HISTORY_ROUNDS_MIN
+    hit_count_threshold: int = HIT_COUNT_THRESHOLD
+    return_grace_periods: int = RETURN_GRACE_PERIODS
+
+    @property
+    def return_window_ms(self) -> int:
+        """How long a bundle is not moved back to a broker it left (0: no such memory)."""
+        return self.return_grace_periods * self.grace_period_ms
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold_percent < 100:
@@ -158,6 +171,9 @@ class BalancerSettings:
             raise InvalidArgumentError("the shedding margin must be >= 0 and below the threshold percent")
         if self.history_rounds_min < 1:
             raise InvalidArgumentError("history_rounds_min must be >= 1")
+        if self.hit_count_threshold < 0 or self.return_grace_periods < 0:
+            raise InvalidArgumentError("loadBalancerSheddingConditionHitCountThreshold and return_grace_periods "
+                                       "must be >= 0")
         if len(self.weights) != len(DIMENSIONS) or any(w < 0 for w in self.weights):
             raise InvalidArgumentError(f"weights must be {len(DIMENSIONS)} numbers >= 0")
 
@@ -181,6 +197,7 @@ class BalancerSettings:
                      config.load_balancer_sessions_weight),
             history_fraction=config.load_balancer_history_resource_fraction,
             margin_percent=config.load_balancer_shedding_margin_percent,
+            hit_count_threshold=config.load_balancer_shedding_condition_hit_count_threshold,
         )
 
 
@@ -302,8 +319,19 @@ class _Board:
 SCORE_FALL_MIN = 1e-9
 
 
+#: Where each bundle has been: bundle -> {broker it left: when it left, ms}.
+Left = Mapping[str, Mapping[str, int]]
+
+
+def _returning(left: Left, bundle: str, target: str, now_ms: int, settings: BalancerSettings) -> bool:
+    """Whether moving ``bundle`` to ``target`` sends it back to a broker it left within the window."""
+    when = left.get(bundle, {}).get(target)
+    return when is not None and now_ms - when < settings.return_window_ms
+
+
 def _best_move(board: _Board, source: str, source_score: float, hi: float, skip: set[str],
-               last_moved_ms: Mapping[str, int], now_ms: int, settings: BalancerSettings) -> tuple[str, str] | None:
+               last_moved_ms: Mapping[str, int], now_ms: int, settings: BalancerSettings,
+               left: Left) -> tuple[str, str] | None:
     """The bundle of ``source`` and the target giving the lowest resulting pair maximum (then the
     lowest target score) among the moves the module docstring allows; None if there is none."""
     best: tuple[float, float, str, str] | None = None
@@ -318,6 +346,8 @@ def _best_move(board: _Board, source: str, source_score: float, hi: float, skip:
         for target in sorted(board.vectors):
             if target == source or board.cpu[target] >= settings.overloaded_cpu_percent:
                 continue
+            if _returning(left, bundle, target, now_ms, settings):
+                continue
             new_target = board.score(_add(board.vectors[target], v))
             if new_target > hi or new_target > new_source:
                 continue
@@ -327,8 +357,22 @@ def _best_move(board: _Board, source: str, source_score: float, hi: float, skip:
     return None if best is None else (best[2], best[3])
 
 
+def _out_of_band(board: _Board, settings: BalancerSettings) -> bool:
+    """The condition that starts a wave: a broker above ``hi`` or over the CPU threshold, or one below ``lo``."""
+    score = {b: board.score(v) for b, v in board.vectors.items()}
+    source = max(sorted(score), key=lambda b: score[b])
+    return (score[source] > 1.0 + settings.threshold_percent / 100.0
+            or min(score.values()) < 1.0 - settings.threshold_percent / 100.0
+            or board.cpu[source] >= settings.overloaded_cpu_percent)
+
+
+def out_of_band(brokers: Sequence[BrokerLoad], settings: BalancerSettings) -> bool:
+    """Whether these reports meet the condition that starts a shedding wave (module docstring)."""
+    return len(brokers) >= 2 and _out_of_band(_Board.of(brokers, settings), settings)
+
+
 def _shed(brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_ms: int, settings: BalancerSettings,
-          splitting: set[str], shedding: bool) -> list[Decision]:
+          splitting: set[str], shedding: bool, left: Left) -> list[Decision]:
     board = _Board.of(brokers, settings)
     hi = 1.0 + settings.threshold_percent / 100.0
     lo = 1.0 - settings.threshold_percent / 100.0
@@ -341,12 +385,12 @@ def _shed(brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_m
         source = max(sorted(score), key=lambda b: score[b])
         overloaded_cpu = board.cpu[source] >= settings.overloaded_cpu_percent
         lowest = min(score.values())
-        if not active and score[source] <= hi and lowest >= lo and not overloaded_cpu:
+        if not active and not _out_of_band(board, settings):
             break  # within the threshold band: nothing starts
         active = True
         if score[source] <= 1.0 + inner and lowest >= 1.0 - inner and not overloaded_cpu:
             break  # the wave reached the inner band
-        chosen = _best_move(board, source, score[source], hi, skip, last_moved_ms, now_ms, settings)
+        chosen = _best_move(board, source, score[source], hi, skip, last_moved_ms, now_ms, settings, left)
         if chosen is None:
             break
         bundle, target = chosen
@@ -365,17 +409,19 @@ def _shed(brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_m
 
 def decide(brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_ms: int,
            settings: BalancerSettings, namespace_bundles: Mapping[str, int] | None = None, *,
-           shedding: bool = False) -> list[Decision]:
+           shedding: bool = False, left: Left | None = None) -> list[Decision]:
     """Splits, then unloads (see the module docstring). ``shedding``: a wave of moves is under
     way (the hysteresis latch ``step`` carries), so shedding goes on while a broker is outside the
-    inner band even if none is outside the threshold. Deterministic for equal inputs."""
+    inner band even if none is outside the threshold. ``left``: the brokers each bundle left and
+    when; no bundle goes back to one within ``settings.return_window_ms``. Deterministic for equal inputs."""
     names = [b.broker for b in brokers]
     if len(set(names)) != len(names):
         raise InvalidArgumentError("one load report per broker")
     splits = decide_splits(brokers, settings, namespace_bundles)
     if not settings.shedding_enabled or len(brokers) < 2:
         return splits
-    return [*splits, *_shed(brokers, last_moved_ms, now_ms, settings, {d.bundle for d in splits}, shedding)]
+    return [*splits, *_shed(brokers, last_moved_ms, now_ms, settings, {d.bundle for d in splits}, shedding,
+                            left or {})]
 
 
 #: One bundle's load history: the weighted sums of its CPU share, bandwidth and message rate
@@ -388,11 +434,16 @@ class BalancerState:
     """What the leader carries from one round to the next (``step``): each bundle's load history
     (keyed by bundle, so it follows a bundle that moves; a split's halves inherit their parent's
     history in proportion to their share of its rate), whether a shedding wave is under way (the
-    hysteresis latch), and how many rounds of reports it has folded in."""
+    hysteresis latch), how many rounds of reports it has folded in, for how many consecutive
+    rounds the condition that starts a wave has held (``hits``), and the brokers each bundle left
+    and when (``left``, kept for ``BalancerSettings.return_window_ms``; a split's halves inherit
+    their parent's)."""
 
     history: Mapping[str, Averaged] = field(default_factory=dict)
     shedding: bool = False
     rounds: int = 0
+    hits: int = 0
+    left: Left = field(default_factory=dict)
 
 
 def _share_of_parent(children: Sequence[BundleLoad]) -> dict[str, float]:
@@ -405,20 +456,50 @@ def _share_of_parent(children: Sequence[BundleLoad]) -> dict[str, float]:
     return {c.bundle: 1.0 / len(children) for c in children}
 
 
+def _parent_of(b: BundleLoad, gone: Sequence[tuple[str, BundleRange, str]]) -> str | None:
+    rng = b.range
+    return next((name for ns, r, name in gone if ns == b.namespace and r.lower <= rng.lower and rng.upper <= r.upper),
+                None)
+
+
+def _gone(names: Iterable[str], current: set[str]) -> list[tuple[str, BundleRange, str]]:
+    return [(name.rsplit("/", 1)[0], BundleRange.parse(name.rsplit("/", 1)[1]), name)
+            for name in names if name not in current]
+
+
+def _remembered(brokers: Sequence[BrokerLoad], left: Left, decisions: Sequence[Decision], now_ms: int,
+                settings: BalancerSettings) -> dict[str, dict[str, int]]:
+    """``left`` with this round's unloads added, entries past the return window dropped, and a
+    split bundle's entries copied to its halves (moving a half back is moving part of it back)."""
+    window = settings.return_window_ms
+    current = {b.bundle for broker in brokers for b in broker.bundles}
+    gone = _gone(left, current)
+    out: dict[str, dict[str, int]] = {}
+    for broker in brokers:
+        for b in broker.bundles:
+            parent = _parent_of(b, gone) if b.bundle not in left else None
+            if parent is not None:
+                out[b.bundle] = dict(left[parent])
+    for bundle, where in left.items():
+        out.setdefault(bundle, {}).update(where)
+    for d in decisions:
+        if d.kind is DecisionKind.UNLOAD:
+            out.setdefault(d.bundle, {})[d.source] = now_ms
+    kept = {bundle: {broker: t for broker, t in where.items() if now_ms - t < window} for bundle, where in out.items()}
+    return {bundle: where for bundle, where in kept.items() if where}
+
+
 def _inherited(brokers: Sequence[BrokerLoad], history: Mapping[str, Averaged]) -> dict[str, Averaged]:
     """Histories for the bundles of these reports that have none but lie inside a bundle that
     had one and is gone (split): the parent's, scaled by each half's share of the halves' rate."""
     current = {b.bundle for broker in brokers for b in broker.bundles}
-    gone = [(name.rsplit("/", 1)[0], BundleRange.parse(name.rsplit("/", 1)[1]), name)
-            for name in history if name not in current]
+    gone = _gone(history, current)
     children: dict[str, list[BundleLoad]] = {}
     for broker in brokers:
         for b in broker.bundles:
             if b.bundle in history:
                 continue
-            rng = b.range
-            parent = next((name for ns, r, name in gone
-                           if ns == b.namespace and r.lower <= rng.lower and rng.upper <= r.upper), None)
+            parent = _parent_of(b, gone)
             if parent is not None:
                 children.setdefault(parent, []).append(b)
     out: dict[str, Averaged] = {}
@@ -460,18 +541,37 @@ def average(brokers: Sequence[BrokerLoad], history: Mapping[str, Averaged],
 def step(state: BalancerState, brokers: Sequence[BrokerLoad], last_moved_ms: Mapping[str, int], now_ms: int,
          settings: BalancerSettings,
          namespace_bundles: Mapping[str, int] | None = None) -> tuple[list[Decision], BalancerState]:
-    """One leader round: fold the reports into the history, ``decide`` on the averaged figures
-    (no shedding before ``settings.history_rounds_min`` rounds: a leader's first reports are not a history
-    yet), and set the latch: a round that sheds keeps the wave going next round; one that may
-    shed and does not ends it; one that may not (shedding off, moves still settling) keeps it."""
+    """One leader round: fold the reports into the history, ``decide`` on the averaged figures,
+    and set the latch and the hit count.
+
+    A round *may shed* when shedding is on and ``settings.history_rounds_min`` rounds have been
+    folded in (a leader's first reports are not a history yet). A wave under way (latched) goes
+    on in such a round. Otherwise a new wave *starts* only when the averaged figures have been out
+    of the threshold band (``out_of_band``) in more than ``settings.hit_count_threshold``
+    consecutive rounds that may shed (Pulsar's ``loadBalancerSheddingConditionHitCountThreshold``):
+    a round that may not shed (moves still settling, whose targets' reports are not steady
+    state yet) or that finds the cluster within the band resets the count, so a swing shorter
+    than that (a target's burst right after a wave: its topics reloading, its clients
+    reconnecting and resending) starts nothing. The latch: a round that sheds keeps the wave
+    going next round; one that may shed and does not ends it; one that may not keeps it.
+    No bundle goes back to a broker it left within ``settings.return_window_ms`` (``left``)."""
     averaged, history = average(brokers, state.history, settings.history_fraction)
     rounds = state.rounds + 1
-    effective = settings if rounds >= settings.history_rounds_min else replace(settings, shedding_enabled=False)
-    decisions = decide(averaged, last_moved_ms, now_ms, effective, namespace_bundles, shedding=state.shedding)
+    may_shed = settings.shedding_enabled and rounds >= settings.history_rounds_min
+    hits = 0
+    if may_shed and not state.shedding and out_of_band(averaged, settings):
+        hits = state.hits + 1
+    starts = state.shedding or hits > settings.hit_count_threshold
+    effective = settings if may_shed and starts else replace(settings, shedding_enabled=False)
+    decisions = decide(averaged, last_moved_ms, now_ms, effective, namespace_bundles, shedding=state.shedding,
+                       left=state.left)
     latch = state.shedding
-    if effective.shedding_enabled:
+    if may_shed:
         latch = any(d.kind is DecisionKind.UNLOAD for d in decisions)
-    return decisions, BalancerState(history, latch, rounds)
+    if latch:
+        hits = 0
+    left = _remembered(brokers, state.left, decisions, now_ms, settings)
+    return decisions, BalancerState(history, latch, rounds, hits, left)
 
 
 def apply(brokers: Sequence[BrokerLoad], decisions: Sequence[Decision]) -> list[BrokerLoad]:
@@ -495,7 +595,9 @@ def apply(brokers: Sequence[BrokerLoad], decisions: Sequence[Decision]) -> list[
 __all__ = [
     "DIMENSIONS",
     "HISTORY_ROUNDS_MIN",
+    "HIT_COUNT_THRESHOLD",
     "PULSAR_KEYS",
+    "RETURN_GRACE_PERIODS",
     "Averaged",
     "BalancerSettings",
     "BalancerState",
@@ -503,11 +605,13 @@ __all__ = [
     "BundleLoad",
     "Decision",
     "DecisionKind",
+    "Left",
     "apply",
     "average",
     "bundle_vectors",
     "decide",
     "decide_splits",
+    "out_of_band",
     "scores",
     "step",
 ]

@@ -212,10 +212,15 @@ class LoadBalancerLeader:
         return self.state is LeaderState.LEADER and self._lock is not None and self._lock.state is LockState.HELD
 
     async def _learn_history(self) -> None:
+        left: dict[str, dict[str, int]] = {}
         for d in await read_decisions(self._store):
-            bundle, time_ms = d.get("bundle"), d.get("time")
+            bundle, time_ms, source = d.get("bundle"), d.get("time"), d.get("from")
             if d.get("kind") == DecisionKind.UNLOAD.value and isinstance(bundle, str) and isinstance(time_ms, int):
                 self._last_moved_ms[bundle] = max(time_ms, self._last_moved_ms.get(bundle, 0))
+                if isinstance(source, str):  # where the bundle was: the new leader does not send it back
+                    where = left.setdefault(bundle, {})
+                    where[source] = max(time_ms, where.get(source, 0))
+        self.balancer_state = dataclasses.replace(self.balancer_state, left=left)
 
     def _fresh(self, reports: Sequence[LoadReport]) -> bool:
         if self._last_round is None:
