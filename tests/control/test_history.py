@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -272,3 +273,186 @@ def test_the_history_settings_map_pulsar_keys() -> None:
         BalancerSettings(threshold_percent=10, margin_percent=10)
     with pytest.raises(InvalidArgumentError):
         BrokerConfig(load_balancer_shedding_margin_percent=20)
+
+
+# --- persistence (loadBalancerSheddingConditionHitCountThreshold) and the return window ----------
+#
+# The elastic test's runs moved bundles back to the broker they came from after balance: a new
+# wave started on a swing just over the threshold (a target's burst right after it received a
+# wave), and with three brokers the only other target was often the bundle's previous broker.
+
+#: Reports taken as they come (no averaging), so a swing of n reports is exactly n rounds out of the band.
+PLAIN = BalancerSettings(split_enabled=False, grace_period_ms=5_000, history_fraction=0.0)
+
+
+def burst(owners: dict[str, list[str]], broker: str, rounds: set[int], amplitude: float) -> Noise:
+    """``broker``'s bundles (whatever it owns at the time) at +``amplitude`` in ``rounds``."""
+    def noise(round_index: int, bundle: str) -> float:
+        return 1.0 + amplitude if round_index in rounds and bundle in owners[broker] else 1.0
+    return noise
+
+
+def bursts(draw_lengths: list[int], start: int) -> set[int]:
+    """Bursts of the given lengths from round ``start``, each followed by one calm round."""
+    out: set[int] = set()
+    at = start
+    for length in draw_lengths:
+        out.update(range(at, at + length))
+        at += length + 1
+    return out
+
+
+@given(st.integers(2, 4), st.integers(12, 14), st.integers(0, 3),
+       st.lists(st.integers(1, 3), min_size=1, max_size=8), st.floats(0.3, 1.0))
+@settings(max_examples=60, deadline=None)
+def test_transient_swings_after_a_wave_start_no_wave(broker_count: int, per_broker: int, hot: int,
+                                                    lengths: list[int], amplitude: float) -> None:
+    """Every bundle starts on one broker; the leader's wave balances the cluster. Then one broker's
+    figures jump +30..100% (well out of the band) for 1..3 consecutive rounds at a time, again and
+    again with one calm round between: with the default hit-count threshold (3: a wave starts on
+    the 4th consecutive round out of the band) no bundle moves after the first wave."""
+    owners: dict[str, list[str]] = {f"b{i}": [] for i in range(broker_count)}
+    owners["b0"] = [bundle_name(i) for i in range(broker_count * per_broker)]
+    swung = bursts(lengths, 30)
+    rounds, _ = simulate(owners, burst(owners, f"b{hot % broker_count}", swung, amplitude), max(swung) + 8, PLAIN)
+    end = wave_end(rounds)
+    assert end < 30, "the first wave did not end before the swings"
+    assert unloads(rounds[:end]), "the cluster must first be balanced by a wave"
+    assert unloads(rounds[end:]) == [], [d.reason for d in unloads(rounds[end:])][:3]
+
+
+def test_with_a_hit_count_threshold_of_zero_the_same_swings_start_waves() -> None:
+    """Negative control: a wave on the first round out of the band (the old behaviour) chases a
+    one-round swing; the same swing held four rounds starts a wave with the default threshold."""
+    at_once = replace(PLAIN, hit_count_threshold=0)
+    for s, swung, moves in ((at_once, {30}, True), (PLAIN, {30}, False), (PLAIN, {30, 31, 32}, False),
+                            (PLAIN, {30, 31, 32, 33}, True)):
+        owners: dict[str, list[str]] = {f"b{i}": [] for i in range(3)}
+        owners["b0"] = [bundle_name(i) for i in range(36)]
+        rounds, _ = simulate(owners, burst(owners, "b1", swung, 0.8), 40, s)
+        end = wave_end(rounds)
+        assert end < 30
+        assert bool(unloads(rounds[end:])) is moves, (s.hit_count_threshold, sorted(swung))
+
+
+def test_a_persistent_imbalance_starts_a_wave_on_the_round_after_the_threshold() -> None:
+    """The count: rounds that may shed and find the cluster out of the band; the wave starts on
+    the (threshold + 1)-th. Rounds before the history is long enough count none."""
+    for threshold in (0, 1, 3, 5):
+        s = BalancerSettings(split_enabled=False, history_rounds_min=3, hit_count_threshold=threshold)
+        owners = {"a": [bundle_name(i) for i in range(20)], "b": []}
+        rounds, _ = simulate(owners, lambda _r, _b: 1.0, 12, s)
+        assert next(i for i, r in enumerate(rounds) if r) == s.history_rounds_min - 1 + threshold
+
+
+def test_rounds_that_may_not_shed_reset_the_count() -> None:
+    """A round with moves still settling (the leader passes shedding off) is no hit: the count
+    starts again after it, so reports right after a wave do not add up to a start."""
+    s = BalancerSettings(split_enabled=False, history_rounds_min=1, hit_count_threshold=2)
+    load = reports({"a": [bundle_name(i) for i in range(20)], "b": []}, lambda _r, _b: 1.0, 0)
+    state = BalancerState()
+    decisions, state = step(state, load, {}, 0, s)
+    decisions, state = step(state, load, {}, 1000, s)
+    assert not decisions and state.hits == 2
+    decisions, state = step(state, load, {}, 2000, replace(s, shedding_enabled=False))
+    assert not decisions and state.hits == 0
+    for t in (3000, 4000):
+        decisions, state = step(state, load, {}, t, s)
+        assert not decisions
+    decisions, state = step(state, load, {}, 5000, s)
+    assert decisions and state.shedding and state.hits == 0
+
+
+def three_brokers_where_only_a_return_helps() -> tuple[list[BrokerLoad], BalancerState, int]:
+    """Elastic run 17:26: bundle X moved a -> b, then b -> c; later c is out of the band and X is
+    its only bundle out of the grace period. The state remembers where X has been."""
+    x = bundle_name(0)
+    others = [bundle_name(i) for i in range(30, 41)]  # c's other bundles, busier (+30%)
+    owners = {"a": [bundle_name(i) for i in range(10, 22)], "b": [bundle_name(i) for i in range(50, 62)],
+              "c": [x, *others]}
+    load = reports(owners, lambda _r, b: 1.3 if b in others else 1.0, 0)
+    state = BalancerState(left={x: {"a": 10_000, "b": 40_000}})
+    return load, state, 80_000
+
+
+def test_a_bundle_is_not_sent_back_to_a_broker_it_left_within_the_window() -> None:
+    load, state, now_ms = three_brokers_where_only_a_return_helps()
+    s = BalancerSettings(split_enabled=False, grace_period_ms=15_000, history_rounds_min=1, hit_count_threshold=0)
+    recent = {bundle_name(i): 70_000 for i in range(30, 41)}  # the other bundles of c: within their grace
+    decided, after = step(state, load, recent, now_ms, s)
+    assert [d for d in decided if d.kind is DecisionKind.UNLOAD] == []
+    assert after.left[bundle_name(0)] == {"a": 10_000, "b": 40_000}
+    # Negative control: without the memory (no window), X goes back to a broker it came from.
+    back, _ = step(state, load, recent, now_ms, replace(s, return_grace_periods=0))
+    assert [(d.bundle, d.target in ("a", "b")) for d in back] == [(bundle_name(0), True)]
+    # Once the window is over, the move is allowed again; entries past it are forgotten.
+    later = now_ms + s.return_window_ms
+    moved, forgotten = step(state, load, recent, later, s)
+    assert [d.bundle for d in moved] == [bundle_name(0)] and set(forgotten.left) == {bundle_name(0)}
+    assert forgotten.left[bundle_name(0)] == {"c": later}
+
+
+def test_a_split_bundle_s_halves_remember_where_their_parent_has_been() -> None:
+    parent = f"{NS}/0x00000000_0x80000000"
+    halves = (BundleLoad(f"{NS}/0x00000000_0x40000000", 2, 2, 50.0, 5e4),
+              BundleLoad(f"{NS}/0x40000000_0x80000000", 2, 2, 50.0, 5e4))
+    state = BalancerState(left={parent: {"a": 1000}})
+    s = BalancerSettings(split_enabled=False, grace_period_ms=15_000)
+    _, after = step(state, [BrokerLoad("a", 0.0, ()), BrokerLoad("b", 0.0, halves)], {}, 2000, s)
+    assert after.left == {parent: {"a": 1000}, halves[0].bundle: {"a": 1000}, halves[1].bundle: {"a": 1000}}
+
+
+Swing = tuple[int, int, int, float]  # (broker, first round, rounds, +factor)
+
+
+def returns_within(s: BalancerSettings, window_ms: int, broker_count: int, per_broker: int, seed: int,
+                   amplitude: float, swings: list[Swing]) -> list[Decision]:
+    """80 leader rounds: every bundle starts on one broker; reports carry noise, and brokers'
+    figures jump for a while (long enough to start waves); the moves that send a bundle back to
+    a broker it left less than ``window_ms`` before."""
+    owners: dict[str, list[str]] = {f"b{i}": [] for i in range(broker_count)}
+    owners["b0"] = [bundle_name(i) for i in range(broker_count * per_broker)]
+    base = uniform_noise(seed, amplitude)
+
+    def noise(round_index: int, bundle: str) -> float:
+        factor = base(round_index, bundle)
+        for broker, start, length, jump in swings:
+            if start <= round_index < start + length and bundle in owners[f"b{broker % broker_count}"]:
+                factor *= 1.0 + jump
+        return factor
+    rounds, _ = simulate(owners, noise, 80, s)
+    left: dict[str, dict[str, int]] = {}
+    out = []
+    for r, decisions in enumerate(rounds):
+        for d in unloads([decisions]):
+            if r * 1000 - left.get(d.bundle, {}).get(d.target or "", -(1 << 40)) < window_ms:
+                out.append(d)
+            left.setdefault(d.bundle, {})[d.source] = r * 1000
+    return out
+
+
+#: A run that sends a bundle back without the memory: 3 brokers of 11 bundles, noise +-50%, and
+#: the third broker's figures +160% for 8 rounds from round 20.
+CONTROL_RUN: tuple[int, int, int, float, list[Swing]] = (3, 11, 9325, 0.5, [(2, 20, 8, 1.6)])
+#: A short grace period (3 s), so bundles may move again within the rounds simulated.
+SHORT_GRACE = BalancerSettings(split_enabled=False, grace_period_ms=3_000, hit_count_threshold=1)
+
+
+@given(st.integers(3, 4), st.integers(10, 14), st.integers(0, 10_000), st.floats(0.0, 0.6),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(5, 70), st.integers(1, 8), st.floats(0.3, 2.0)),
+                max_size=5))
+@settings(max_examples=60, deadline=None)
+def test_no_bundle_goes_back_to_a_broker_it_left_within_the_window(
+        broker_count: int, per_broker: int, seed: int, amplitude: float, swings: list[Swing]) -> None:
+    """However the leader moves bundles, none goes back to a broker it left within the return
+    window (10 grace periods: 30 s here)."""
+    window = SHORT_GRACE.return_window_ms
+    assert returns_within(SHORT_GRACE, window, broker_count, per_broker, seed, amplitude, swings) == []
+
+
+def test_without_the_memory_bundles_go_back_within_the_window() -> None:
+    """Negative control: with no memory (``return_grace_periods=0``) the same kind of run sends
+    bundles back to a broker they left less than 30 s before."""
+    s = replace(SHORT_GRACE, return_grace_periods=0)
+    found = returns_within(s, SHORT_GRACE.return_window_ms, *CONTROL_RUN)
+    assert found, "the control must send a bundle back"
