@@ -263,6 +263,10 @@ def test_the_history_settings_map_pulsar_keys() -> None:
 
     conf = translate({"loadBalancerHistoryResourcePercentage": "0.8"})
     assert conf.broker == {"load_balancer_history_resource_fraction": 0.8}
+    conf = translate({"loadBalancerSheddingConditionHitCountThreshold": "5"})
+    assert conf.broker == {"load_balancer_shedding_condition_hit_count_threshold": 5}
+    assert BalancerSettings.from_config(BrokerConfig(**conf.broker)).hit_count_threshold == 5
+    assert BalancerSettings().hit_count_threshold == 3  # Pulsar's default
     import pytest
 
     from magnetar.base.errors import InvalidArgumentError
@@ -273,6 +277,10 @@ def test_the_history_settings_map_pulsar_keys() -> None:
         BalancerSettings(threshold_percent=10, margin_percent=10)
     with pytest.raises(InvalidArgumentError):
         BrokerConfig(load_balancer_shedding_margin_percent=20)
+    with pytest.raises(InvalidArgumentError):
+        BrokerConfig(load_balancer_shedding_condition_hit_count_threshold=-1)
+    with pytest.raises(InvalidArgumentError):
+        BalancerSettings(return_grace_periods=-1)
 
 
 # --- persistence (loadBalancerSheddingConditionHitCountThreshold) and the return window ----------

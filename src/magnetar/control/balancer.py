@@ -27,7 +27,11 @@ The history is explicit state (``BalancerState``) passed in and returned: ``step
 
 **Shedding** (Pulsar's ThresholdShedder and UniformLoadShedder, on one scale), with hysteresis:
 with ``hi = 1 + threshold%`` and ``lo = 1 - threshold%``, a wave of moves *starts* when some broker
-is above ``hi`` (or above the CPU overload threshold) or some broker is below ``lo``, and once
+is above ``hi`` (or above the CPU overload threshold) or some broker is below ``lo`` (``out_of_band``)
+and, in ``step``, has been so in more than ``hit_count_threshold`` consecutive rounds (Pulsar's
+``loadBalancerSheddingConditionHitCountThreshold``, 3; a round with moves still settling counts
+none): a swing of a few reports, such as a target's burst right after it received a wave, starts
+nothing. Once
 started it *goes on* (within the round, and in the next rounds while ``BalancerState.shedding``
 is latched) until every broker is within the inner band ``1 +- (threshold - margin)%`` or no move
 is possible (Pulsar's ThresholdShedder likewise sheds a 5% margin beyond its threshold). So a
@@ -38,7 +42,11 @@ and its CPU below the overload threshold, and (b) the target's score is at most 
 score (the move never crosses: both end up within the old [target, source] interval, so the
 cluster's highest score never rises and its lowest never falls). Among such moves take the one
 with the lowest resulting pair maximum (then the lowest target score). A bundle moved within the grace period, a bundle just
-chosen for a split, and a bundle with no measured load are never moved. At most
+chosen for a split, and a bundle with no measured load are never moved, and no bundle goes back to
+a broker it left within ``return_window_ms`` (``return_grace_periods``, 10, times the grace
+period; ``BalancerState.left`` remembers where each bundle has been): with three brokers the only
+other target of a bundle out of its grace period is often the one it came from, and the swing
+that made its new broker look loaded is as likely as not to reverse. At most
 ``unloads_per_cycle_max`` moves per call, one per bundle.
 
 **Splits.** A bundle above any of the four maxima (topics, sessions, msg rate, bandwidth) with at
