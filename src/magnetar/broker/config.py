@@ -264,17 +264,7 @@ class BrokerConfig:
             raise InvalidArgumentError(f"offload_driver must be one of {sorted(OFFLOAD_DRIVERS)}, got {self.offload_driver!r}")
         if self.offload_deletion_lag_ms < 0:
             raise InvalidArgumentError("offload_deletion_lag_ms must be >= 0")
-        if self.load_balancer_shedding_interval_ms < 100 or self.load_balancer_shedding_grace_period_ms < 0:
-            raise InvalidArgumentError("load_balancer_shedding_interval_ms must be >= 100 and the grace period >= 0")
-        if not 2 <= self.load_balancer_namespace_bundles_max <= NAMESPACE_BUNDLES_COUNT_MAX:
-            raise InvalidArgumentError(f"load_balancer_namespace_bundles_max must be 2..{NAMESPACE_BUNDLES_COUNT_MAX}")
-        if not 0 <= self.load_balancer_history_resource_fraction < 1:
-            raise InvalidArgumentError("load_balancer_history_resource_fraction must be in [0, 1)")
-        if self.load_balancer_shedding_condition_hit_count_threshold < 0:
-            raise InvalidArgumentError("load_balancer_shedding_condition_hit_count_threshold must be >= 0")
-        if not 0 <= self.load_balancer_shedding_margin_percent < self.load_balancer_broker_threshold_percent:
-            raise InvalidArgumentError("load_balancer_shedding_margin_percent must be >= 0 and below "
-                                  "load_balancer_broker_threshold_percent")
+        self._check_load_balancer()
         unknown = [p for p in self.authentication_providers if p not in AUTHENTICATION_PROVIDERS]
         if unknown:
             raise InvalidArgumentError(f"authentication_providers: unknown {unknown}; known: {list(AUTHENTICATION_PROVIDERS)}")
@@ -294,6 +284,19 @@ class BrokerConfig:
             raise InvalidArgumentError("token_allowed_clock_skew_s must be >= 0, auth_refresh_check_interval_s >= 1")
         if self.tls_cert_refresh_check_interval_s < 1 or not 0 < self.tls_handshake_timeout_s <= 600:
             raise InvalidArgumentError("tls_cert_refresh_check_interval_s must be >= 1, tls_handshake_timeout_s 0..600")
+
+    def _check_load_balancer(self) -> None:
+        if self.load_balancer_shedding_interval_ms < 100 or self.load_balancer_shedding_grace_period_ms < 0:
+            raise InvalidArgumentError("load_balancer_shedding_interval_ms must be >= 100 and the grace period >= 0")
+        if not 2 <= self.load_balancer_namespace_bundles_max <= NAMESPACE_BUNDLES_COUNT_MAX:
+            raise InvalidArgumentError(f"load_balancer_namespace_bundles_max must be 2..{NAMESPACE_BUNDLES_COUNT_MAX}")
+        if not 0 <= self.load_balancer_history_resource_fraction < 1:
+            raise InvalidArgumentError("load_balancer_history_resource_fraction must be in [0, 1)")
+        if self.load_balancer_shedding_condition_hit_count_threshold < 0:
+            raise InvalidArgumentError("load_balancer_shedding_condition_hit_count_threshold must be >= 0")
+        if not 0 <= self.load_balancer_shedding_margin_percent < self.load_balancer_broker_threshold_percent:
+            raise InvalidArgumentError("load_balancer_shedding_margin_percent must be >= 0 and below "
+                                       "load_balancer_broker_threshold_percent")
 
     @property
     def service_url(self) -> str:
