@@ -239,14 +239,18 @@ def test_a_new_leader_keeps_the_grace_period_of_moves_decided_before() -> None:
             await node.publish_load(clock.now_ms())
         settings = BalancerSettings(split_enabled=False, grace_period_ms=60_000, history_rounds_min=1,
                                     hit_count_threshold=0)
+        first_ms = clock.now_ms()
         first = LoadBalancerLeader(a.store, a.ownership, clock, settings, interval_ms=1000,
                                    broker_id="127.0.0.1:1", web_url="")
-        moved = {d.bundle for d in await first.run_once()}
+        decided = await first.run_once()
+        moved = {d.bundle for d in decided}
         assert moved
         # The unloads never happened (owner did not act): a second leader must not move them again.
         second = LoadBalancerLeader(b.store, b.ownership, clock, settings, interval_ms=1000,
                                     broker_id="127.0.0.1:2", web_url="")
         await second._learn_history()
+        # ... and remembers where each moved bundle was, so it does not send one back there.
+        assert second.balancer_state.left == {d.bundle: {d.source: first_ms} for d in decided}
         await clock.advance(1)
         for node in nodes:
             await node.publish_load(clock.now_ms())
