@@ -248,6 +248,9 @@ class LoadBalancerLeader:
             settings = dataclasses.replace(settings, shedding_enabled=False)
         decisions, self.balancer_state = step(self.balancer_state, loads, self._last_moved_ms, now_ms, settings,
                                               counts)
+        if self.balancer_state.hits:
+            log.info("load balancer: out of the threshold band for %d consecutive round(s); a wave starts after "
+                     "more than %d", self.balancer_state.hits, settings.hit_count_threshold)
         self.rounds += 1
         ids = {r.pulsar_service_url: r.broker_id for r in reports}
         done: list[Decision] = []
