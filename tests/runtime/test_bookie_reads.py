@@ -117,6 +117,12 @@ class SocketBookie:
 
     def close(self) -> None:
         self._stop = True
+        # Closing a socket does not wake a thread blocked in accept() on it (Linux); shutting it
+        # down does (accept fails with EINVAL), so the accept thread ends at once.
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._listener.close()
         for conn in self._conns:
             try:

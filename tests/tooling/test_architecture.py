@@ -16,6 +16,7 @@ from pathlib import Path
 
 from magnetar.faults import REGISTRY
 from tests.conftest import SRC
+from tests.tooling.pysource import parse_python
 
 CORES = ("protocol", "storage", "ledger", "managed_ledger", "catalog", "broker", "control", "replication", "security")
 BANNED_MODULES = {"time", "random", "socket", "uuid", "os", "pathlib", "shutil", "threading", "selectors", "io"}
@@ -40,7 +41,7 @@ HEAVY_EXTRA_HOMES = {"starlette": ("admin", "runtime"), "fastapi": ("admin", "ru
 def core_violations(source: str) -> list[str]:
     """What in ``source`` reaches the real world directly."""
     found: list[str] = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse_python(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] in BANNED_MODULES:
@@ -99,7 +100,7 @@ def test_core_checker_catches_each_banned_use() -> None:
 def heavy_violations(path: Path, source: str) -> list[str]:
     relative = path.relative_to(SRC).as_posix()
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse_python(source)):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -134,7 +135,7 @@ def test_connectors_do_not_reach_into_broker_or_storage() -> None:
     forbidden = ("magnetar.broker", "magnetar.managed_ledger", "magnetar.storage", "magnetar.admin")
     problems = []
     for path in _py_files("connectors"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_python(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(forbidden):
                 problems.append(f"{path.relative_to(SRC)}:{node.lineno} {node.module}")
     assert not problems, problems
@@ -151,7 +152,7 @@ PASSES_GIVEN_NAMES = frozenset({"sim/disk.py", "runtime/disk.py"})
 
 def fault_point_names(source: str) -> list[str]:
     names = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse_python(source)):
         if not isinstance(node, ast.Call):
             continue
         if (
@@ -194,7 +195,7 @@ def test_fault_point_checker_reads_names() -> None:
 def test_every_layer_package_states_what_it_owns() -> None:
     missing = []
     for init in sorted(SRC.glob("*/__init__.py")):
-        doc = ast.get_docstring(ast.parse(init.read_text()))
+        doc = ast.get_docstring(parse_python(init.read_text()))
         if not doc or len(doc) < 40:
             missing.append(init.parent.name)
     assert not missing, f"layer packages without an ownership docstring: {missing}"

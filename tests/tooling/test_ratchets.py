@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tests.conftest import REPO, tool
 from tests.tooling import ratchet_allowlist as allow
+from tests.tooling.pysource import parse_python
 
 SRC = REPO / "src" / "magnetar"
 FUNCTION_LINES_MAX = 70
@@ -132,7 +133,7 @@ def long_functions(relative: str, source: str, limit: int = FUNCTION_LINES_MAX) 
             elif isinstance(child, ast.ClassDef):
                 walk(child, f"{prefix}{child.name}.")
 
-    walk(ast.parse(source), "")
+    walk(parse_python(source), "")
     return found
 
 
@@ -171,7 +172,7 @@ def exception_classes(sources: Iterable[tuple[str, str]]) -> list[str]:
     """``path::Name`` of every class in ``sources`` that derives (through the tree) from an exception."""
     defined: dict[str, list[tuple[str, list[str]]]] = {}
     for relative, source in sources:
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(parse_python(source)):
             if isinstance(node, ast.ClassDef):
                 bases = [b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
                          if isinstance(b, ast.Name | ast.Attribute)]
@@ -204,7 +205,7 @@ def test_error_naming_checker_sees_inherited_exceptions() -> None:
 def classes_named(name: str, sources: Iterable[tuple[str, str]]) -> list[str]:
     """``path::Name`` of every class called ``name`` in ``sources`` (nested ones too)."""
     return sorted(f"{relative}::{node.name}" for relative, source in sources
-                  for node in ast.walk(ast.parse(source))
+                  for node in ast.walk(parse_python(source))
                   if isinstance(node, ast.ClassDef) and node.name == name)
 
 
