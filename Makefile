@@ -44,9 +44,9 @@ compile: venv-run
 	@$(PY) -c "import mypyc" 2>/dev/null || $(PIP) install -q "mypy>=1.10" || echo "magnetar compile: could not install mypy"
 	@$(PY) scripts/build_compiled.py
 
-# The pure-Python fallback runs these tests too (unit and simulation tests of the layers that
+# The pure-Python fallback runs these tests too (the unit tests of the layers that
 # are compiled), after the whole suite ran on the compiled modules.
-PURE_TESTS ?= tests/base tests/faults tests/protocol tests/storage tests/ledger tests/managed_ledger tests/broker tests/sim tests/tooling/test_compiled_mode.py
+PURE_TESTS ?= tests/base tests/protocol tests/storage tests/ledger tests/managed_ledger tests/broker tests/node tests/tooling/test_compiled_mode.py
 
 system-deps:
 	@bash scripts/install-system-deps.sh

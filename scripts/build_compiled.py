@@ -96,7 +96,7 @@ def _imports_cleanly(compiled: ModuleType, staging: Path) -> str | None:
     env.pop("MAGNETAR_PURE_PYTHON", None)
     result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
-        return (result.stderr.strip().splitlines() or ["exit status %d" % result.returncode])[-1]
+        return (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
     return None
 
 

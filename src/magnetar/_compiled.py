@@ -62,6 +62,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.broker.producer",
     "magnetar.broker.session",
     "magnetar.broker.dedup",
+    "magnetar.node.broker",
 )
 
 

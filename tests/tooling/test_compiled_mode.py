@@ -52,7 +52,7 @@ def test_the_active_mode_is_the_one_the_run_expects() -> None:
     expected = os.environ.get("MAGNETAR_EXPECT_MODE")
     print(f"magnetar runs {_compiled.MODE}: {_compiled.REASON}")
     if expected is not None:
-        assert _compiled.MODE == expected, _compiled.REASON
+        assert expected == _compiled.MODE, _compiled.REASON
     if os.environ.get("MAGNETAR_PURE_PYTHON") == "1":
         assert _compiled.MODE == "pure"
 
