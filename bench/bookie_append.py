@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
 from magnetar.ledger.bookie_client import BookieClient  # noqa: E402
-from magnetar.protocol.bookie import Entry, Status  # noqa: E402
+from magnetar.protocol.bookie import EncodedEntry, Status  # noqa: E402
 from magnetar.runtime import SystemClock, TcpNetwork  # noqa: E402
 from magnetar.runtime.disk import delete_gently  # noqa: E402
 from magnetar.storage import BookieConfig  # noqa: E402
@@ -295,7 +295,7 @@ async def pipelined(client: BookieClient, ledger: int, size: int, seconds: float
     while time.perf_counter() - start < seconds:
         await room.acquire()
         t0 = time.monotonic_ns()
-        future = client.add_nowait(Entry.build(ledger, entry_id, entry_id - 1, payload), master_key=b"bench")
+        future = client.add_nowait(EncodedEntry.build(ledger, entry_id, entry_id - 1, payload), master_key=b"bench")
         future.add_done_callback(lambda f, t0=t0: done(t0, f))
         entry_id += 1
         if entry_id % 64 == 0:
@@ -344,7 +344,7 @@ async def paced(client: BookieClient, ledger: int, size: int, seconds: float, ra
         if delay > 0:
             await asyncio.sleep(delay)
         t0 = time.monotonic_ns()
-        future = client.add_nowait(Entry.build(ledger, entry_id, entry_id - 1, payload), master_key=b"bench")
+        future = client.add_nowait(EncodedEntry.build(ledger, entry_id, entry_id - 1, payload), master_key=b"bench")
         pending += 1
         future.add_done_callback(lambda f, t0=t0: done(t0, f))
         entry_id += 1

@@ -1,12 +1,13 @@
 """Standalone CPU at a steady, modest rate (issue 22: "low load costs more than high load").
 
 Per repeat and per variant (variants alternate inside a repeat, so each pair shares the machine's
-load of the moment), one fresh ``magnetar standalone`` (1 bookie) runs ``magnetar perf produce``
+load of the moment), one fresh ``magnetar standalone`` (``--bookies``, default 1) runs ``magnetar perf produce``
 (official client, ``--no-batching`` unless ``--batching``) at ``--rate`` for ``--seconds``, and
 reports:
 
 * ``cpu_pct``: the standalone's CPU (user + system, ``/proc``) over the measured phase, in % of
-  one core, and ``sys_pct`` the kernel's share of it;
+  one core, and ``sys_pct`` the kernel's share of it; both summed over the standalone process and
+  its descendants (bookie child processes);
 * ``us_msg``: that CPU per acknowledged message;
 * ``msgs_s`` and the publish latency p50/p99 the client saw;
 * ``machine_pct``: the whole machine's busy CPU (200% = both cores), to see competing work.
@@ -65,15 +66,28 @@ def parse_variant(spec: str) -> tuple[str, str, dict[str, str]]:
 
 
 def system_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+    """Kernel CPU seconds of ``pid`` and its live descendants (a standalone's bookie children)."""
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    stats[int(entry)] = stat.read().rsplit(")", 1)[1].split()
+            except OSError:  # exited meanwhile
+                continue
+    tree, frontier = set(), [pid]
+    while frontier:
+        member = frontier.pop()
+        tree.add(member)
+        frontier.extend(child for child, fields in stats.items() if int(fields[1]) == member and child not in tree)
+    return sum(int(stats[member][12]) + int(stats[member][14]) for member in tree if member in stats) / os.sysconf(
+        "SC_CLK_TCK")
 
 
 def one_run(src: str, extra_env: dict[str, str], args: argparse.Namespace, root: Path, tag: str) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=src, **extra_env)
     env.pop("MAGNETAR_FAULTS", None)
-    standalone = StandaloneProcess(str(root / tag), env=env, stderr=subprocess.DEVNULL)
+    standalone = StandaloneProcess(str(root / tag), env=env, stderr=subprocess.DEVNULL, bookies_count=args.bookies)
     try:
         server = ServerCpu([standalone.pid])
         settings = PerfSettings(service_url=standalone.broker_url, topic=f"steady-{tag}", size=args.size,
@@ -179,6 +193,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--batching", action="store_true")
+    parser.add_argument("--bookies", type=int, default=1, help="the standalone's bookies (3: quorum 3,3,2)")
     parser.add_argument("--max-pending", type=int, default=1000)
     parser.add_argument("--variant", action="append", default=[], help="label[=SRC_DIR][:KEY=VALUE,...]")
     parser.add_argument("--json", default="")

@@ -102,6 +102,35 @@ def test_bad_configuration_is_refused_with_a_clear_error(tmp_path: Path) -> None
     assert "bookies_count must be 1..9" in result.stderr
 
 
+def test_ledger_window_is_a_setting_and_a_bad_one_is_refused(tmp_path: Path, launched: list[StandaloneProcess]) -> None:
+    """``MAGNETAR_STANDALONE_LEDGER_WINDOW``: 0 is refused in one line; with a window of 1 (every
+    add waits for the previous one's fsync) 300 messages sent at once all arrive, in order."""
+    import pulsar
+
+    env = dict(os.environ, MAGNETAR_STANDALONE_LEDGER_WINDOW="0")
+    result = subprocess.run([sys.executable, "-m", "magnetar.cli", "standalone", "--data-dir", str(tmp_path / "bad")],
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 2
+    assert "ledger_window must be at least 1, got 0" in result.stderr
+
+    standalone = StandaloneProcess(str(tmp_path / "data"), env=dict(os.environ, MAGNETAR_STANDALONE_LEDGER_WINDOW="1"))
+    launched.append(standalone)
+    client = pulsar.Client(standalone.broker_url, operation_timeout_seconds=30)
+    try:
+        consumer = client.subscribe("window-one", "sub")
+        producer = client.create_producer("window-one", batching_enabled=False, max_pending_messages=300)
+        results: list[pulsar.Result] = []
+        for i in range(300):
+            producer.send_async(f"m-{i}".encode(), callback=lambda res, _msg_id: results.append(res))
+        producer.flush()
+        assert results == [pulsar.Result.Ok] * 300
+        received = [consumer.receive(timeout_millis=10_000).data().decode() for _ in range(300)]
+        assert received == [f"m-{i}" for i in range(300)]
+    finally:
+        client.close()
+    assert standalone.terminate() == 0
+
+
 def test_official_client_nothing_acknowledged_lost_across_sigkill(tmp_path: Path, launched: list[StandaloneProcess]) -> None:
     """Issue 6: SIGKILL the standalone mid-stream; every message whose send returned is consumable
     after the restart, and messages delivered but not acknowledged are delivered again."""

@@ -66,11 +66,14 @@ log = logging.getLogger(__name__)
 #: More bookies than this in one process is a cluster: use ``magnetar bookie`` processes.
 STANDALONE_BOOKIES_COUNT_MAX = 9
 #: In-flight adds per ledger in a standalone (the ledger client's default is 10,000). Its bookies
-#: answer within one journal fsync, so a small window costs no throughput, and it keeps one busy
-#: topic from filling the shared journal queue: a synchronous producer on another topic waited
-#: behind ~500 queued adds of a producer with 500 in flight (p99 ~230 ms; with 16: ~10-30 ms on
-#: the loaded VM; bench/latency_isolation.py, docs/performance.md).
-STANDALONE_LEDGER_WINDOW = 16
+#: answer within one journal fsync, so a small window costs little throughput (one topic's
+#: unbatched rate is at most window / fsync time: 8 / 2 ms = 4,000 msg/s on a slow shared disk),
+#: and it keeps one busy topic from filling the shared journal queue: a synchronous producer on
+#: another topic waited behind ~500 queued adds of a producer with 500 in flight (p99 ~230 ms).
+#: 16 brought that to ~10-50 ms; 8 to 12-15 ms, at or below the light producer's p99 alone, with
+#: 1.5-3.4x its acknowledgements and the heavy producer's rate unchanged within the noise
+#: (bench/latency_isolation.py, docs/performance.md "Session 9: both cores").
+STANDALONE_LEDGER_WINDOW = 8
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,13 @@ class StandaloneConfig:
     #: ports), served when the broker config has ``tls_enabled``; None: no TLS listener.
     broker_port_tls: int | None = None
     web_port_tls: int | None = None
+    #: In-flight adds per ledger (``MAGNETAR_STANDALONE_LEDGER_WINDOW``): lower isolates topics
+    #: better, higher lets one unbatched topic go faster on a disk with slow fsyncs.
+    ledger_window: int = STANDALONE_LEDGER_WINDOW
 
     def __post_init__(self) -> None:
+        if self.ledger_window < 1:
+            raise InvalidArgumentError(f"ledger_window must be at least 1, got {self.ledger_window}")
         if not 1 <= self.bookies_count <= STANDALONE_BOOKIES_COUNT_MAX:
             raise InvalidArgumentError(f"bookies_count must be 1..{STANDALONE_BOOKIES_COUNT_MAX}, got {self.bookies_count}")
         for name in ("broker_port", "web_port", "bookie_port", "broker_port_tls", "web_port_tls"):
@@ -226,7 +234,7 @@ async def start_standalone(config: StandaloneConfig, broker_values: Mapping[str,
                 overrides={"ensemble_size": e, "write_quorum_size": qw, "ack_quorum_size": qa}),
             broker_port=config.broker_port, web_url=f"http://{config.host}:{config.web_port}", network=network,
             clock=clock, rng=system_rng(), stoppers=running.stoppers, local_bookie_calls=config.local_bookie_calls,
-            ledger_client_config=LedgerClientConfig(pending_adds_count_max=STANDALONE_LEDGER_WINDOW),
+            ledger_client_config=LedgerClientConfig(pending_adds_count_max=config.ledger_window),
             start_server=functools.partial(
                 start_broker, tls_port=config.broker_port_tls if tls is not None else None, tls=tls,
                 offloader=open_offloader(broker_config, os.path.join(os.path.abspath(config.data_dir), "offload"))))
