@@ -8,7 +8,9 @@ extensions only while that manifest matches the sources (``src/magnetar/_compile
 It never fails an install: without mypyc, a C compiler or Python's headers, or when the build
 fails, it prints one line saying Magnetar runs pure Python and exits 0 (``--strict`` exits 1
 instead, for a check that the build works). A build that is already current is not redone.
-``MAGNETAR_COMPILE=0`` skips it.
+``MAGNETAR_COMPILE=0`` skips it (and removes a build). A build that is not current is removed
+before the new one is made, so ``build/mypyc/manifest.json`` exists exactly when Magnetar runs
+compiled.
 
 Run: ``.venv/bin/python scripts/build_compiled.py [--force] [--strict]``.
 """
@@ -135,13 +137,17 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     failed = 1 if args.strict else 0
+    compiled = _load_compiled_module()
     if os.environ.get("MAGNETAR_COMPILE", "1") == "0":
+        shutil.rmtree(compiled.BUILD_DIR, ignore_errors=True)
         print(f"{PREFIX} skipped (MAGNETAR_COMPILE=0): Magnetar runs pure Python")
         return 0
-    compiled = _load_compiled_module()
     if not args.force and _current(compiled):
         print(f"{PREFIX} {len(compiled.COMPILED_MODULES)} modules up to date in {compiled.BUILD_DIR}")
         return 0
+    # A build that is not current is never used (the sources changed); it goes now, so whether a
+    # build exists after this script says whether Magnetar runs compiled (make test relies on it).
+    shutil.rmtree(compiled.BUILD_DIR, ignore_errors=True)
     missing = _missing_tool()
     if missing is not None:
         print(f"{PREFIX} not built: {missing}; Magnetar runs pure Python")
