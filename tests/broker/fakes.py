@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from magnetar.base.types import Position
+from magnetar.broker.log import TopicLog
 from magnetar.protocol.pulsar import headers_and_payload, pb
 
 
@@ -64,3 +66,17 @@ async def settle(rounds: int = 50) -> None:
     """Let dispatcher tasks run until they block (no time passes)."""
     for _ in range(rounds):
         await asyncio.sleep(0)
+
+
+async def append(log: TopicLog, data: bytes) -> Position:
+    """``log.append_then`` awaited: the position (or the error)."""
+    appended: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+
+    def done(position: Position | None, error: BaseException | None) -> None:
+        if error is not None:
+            appended.set_exception(error)
+        else:
+            appended.set_result(position)  # type: ignore[arg-type]
+
+    log.append_then(data, done)
+    return await appended

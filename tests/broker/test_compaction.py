@@ -314,19 +314,16 @@ def test_acks_of_a_compacted_subscription_cover_what_compaction_removed() -> Non
         delivered = [Position(*m[1]) for m in channel.messages]
         assert delivered[:3] == [Position(state.horizon.ledger_id, e) for e in (27, 28, 29)]
         for position in reversed(delivered[:3]):  # individual acks, out of order
-            ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
-            await subscription.acknowledge(ack, [(position, [])])
+            await subscription.acknowledge(False, [(position, [])])
         assert subscription.cursor.mark_delete_position == state.horizon  # the 27 removed ones too
-        ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
-        await subscription.acknowledge(ack, [(delivered[3], [])])
+        await subscription.acknowledge(False, [(delivered[3], [])])
         assert subscription.cursor.mark_delete_position == topic.log.last_position
         assert subscription.cursor.backlog_entries() == 0
         # Negative control: a subscription reading the full topic is not moved over anything.
         full = await topic.subscription("full", durable=True, initial_mark_delete=EARLIEST)
         other = Consumer(2, "f", SubType.EXCLUSIVE, FakeChannel())
         full.add_consumer(other)
-        ack = pb.CommandAck(consumer_id=2, ack_type=pb.CommandAck.Individual)
-        await full.acknowledge(ack, [(delivered[2], [])])
+        await full.acknowledge(False, [(delivered[2], [])])
         assert full.cursor.mark_delete_position == EARLIEST
 
     run_world(body)

@@ -8,10 +8,11 @@ import asyncio
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.dedup import DEDUP_CURSOR_NAME, DedupState, MessageDeduplication, entry_highest_sequence
+from magnetar.broker.log import AppendCallback
 from magnetar.broker.producer import DUPLICATE, AccessMode, Producer
 from magnetar.broker.topic import Topic
-from magnetar.protocol.pulsar import headers_and_payload, pb, stored_entry_metadata
-from tests.broker.fakes import FakeChannel, settle
+from magnetar.protocol.pulsar import SendCommand, headers_and_payload, pb, stored_entry_metadata
+from tests.broker.fakes import FakeChannel, append, settle
 
 TOPIC = "persistent://public/default/dedup"
 #: Deduplication is off by default (as in Pulsar); these tests are about it, so they turn it on.
@@ -38,7 +39,7 @@ async def _topic(store: MemoryLogStore, config: BrokerConfig | None = None, inte
 
 
 async def _send(producer: Producer, seq: int, count: int = 1) -> None:
-    command = pb.CommandSend(producer_id=producer.producer_id, sequence_id=seq)
+    command = SendCommand(producer_id=producer.producer_id, sequence_id=seq)
     if count > 1:
         command.num_messages = count
     await producer.send(command, _entry(producer.name, seq, batch=count if count > 1 else None))
@@ -136,15 +137,17 @@ class _GatedLog:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
-        return asyncio.ensure_future(self._append(data))
+    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
+        task = asyncio.ensure_future(self._append(data))
+        task.add_done_callback(lambda done: on_done(None, done.exception()) if done.exception() is not None
+                               else on_done(done.result(), None))
 
     async def _append(self, data: bytes) -> Position:
         await self.gate.wait()
         if self.fail_first:
             self.fail_first -= 1
             raise OSError("bookies are down")
-        return await self.inner.append(data)  # type: ignore[attr-defined,no-any-return]
+        return await append(self.inner, data)  # type: ignore[arg-type]
 
 
 def test_a_resend_racing_its_original_waits_and_is_dropped() -> None:
@@ -253,7 +256,7 @@ def test_a_resent_chunked_message_is_not_completed_twice() -> None:
         producer = Producer(topic, 0, "c", channel, AccessMode.SHARED, 100)
         for _ in range(2):  # the whole message, then its resend after a reconnect
             for chunk_id in range(3):
-                command = pb.CommandSend(producer_id=0, sequence_id=7, is_chunk=True)
+                command = SendCommand(producer_id=0, sequence_id=7, is_chunk=True)
                 await producer.send(command, _entry("c", 7, chunk=(chunk_id, 3)), records_sequence=chunk_id == 2)
             await settle()
         last_chunks = [Position(ledger, e) == DUPLICATE for _, _, ledger, e in channel.receipts][2::3]

@@ -18,7 +18,7 @@ from magnetar.broker.dispatcher_shared import SharedDispatcher
 from magnetar.broker.dispatcher_single import SingleActiveDispatcher
 from magnetar.broker.log import SubscriptionCursor, TopicLog
 from magnetar.protocol.pulsar import headers_and_payload, pb
-from tests.broker.fakes import FakeChannel
+from tests.broker.fakes import FakeChannel, append
 from tests.manual_clock import ManualClock, settle
 
 T0 = ManualClock().now_ms()
@@ -50,7 +50,7 @@ async def _log(entries: list[bytes], store: MemoryLogStore | None = None) -> tup
     store = store or MemoryLogStore()
     log = await store.open_log("persistent://public/default/d", create=True)
     for data in entries:
-        await log.append(data)
+        await append(log, data)
     cursor = await log.open_cursor("s", durable=True, initial_mark_delete=EARLIEST)
     return log, cursor
 
@@ -263,7 +263,7 @@ def test_100k_delayed_messages_stay_within_the_index_memory_bound() -> None:
         store = MemoryLogStore()
         log = await store.open_log("persistent://public/default/d", create=True)
         for i in range(count):
-            await log.append(_entry(i, deadline(i)))
+            await append(log, _entry(i, deadline(i)))
         cursor = await log.open_cursor("s", durable=True, initial_mark_delete=EARLIEST)
         channel = TimedChannel(clock=clock)
         tracemalloc.start()

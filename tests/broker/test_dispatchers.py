@@ -8,15 +8,14 @@ from magnetar.base.types import EARLIEST, Position
 from magnetar.broker import BrokerConfig, Consumer, MemoryLogStore, SubType
 from magnetar.broker.dispatcher_key_shared import KEY_HASH_SLOTS, key_slot
 from magnetar.broker.subscription import Subscription
-from magnetar.protocol.pulsar import pb
-from tests.broker.fakes import FakeChannel, entry, settle
+from tests.broker.fakes import FakeChannel, append, entry, settle
 
 
 async def _subscription(entries: list[bytes], config: BrokerConfig | None = None) -> tuple[Subscription, object]:
     store = MemoryLogStore()
     log = await store.open_log("persistent://public/default/t", create=True)
     for data in entries:
-        await log.append(data)
+        await append(log, data)
     cursor = await log.open_cursor("s", durable=True, initial_mark_delete=EARLIEST)
     return Subscription("s", log, cursor, config or BrokerConfig(), -1, lambda _s: None), log
 
@@ -85,8 +84,7 @@ def test_exclusive_redeliver_all_rewinds_and_counts() -> None:
         sub.add_consumer(c)
         sub.flow(c, 10)
         await settle()
-        ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
-        await sub.acknowledge(ack, [(Position(1, 1), [])])
+        await sub.acknowledge(False, [(Position(1, 1), [])])
         sub.redeliver(c, [])
         await settle()
         again = channel.messages[3:]
@@ -147,8 +145,7 @@ def test_key_shared_routes_keys_stickily_and_holds_a_new_consumer_back() -> None
         # to b could otherwise be processed by b before a is done with its earlier entries
         assert not [m for m in channel.messages if m[0] == 2]
         assert per_key_violations(channel.messages, keys) == []
-        ack = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual)
-        await sub.acknowledge(ack, [(Position(1, i), []) for i in range(5)])
+        await sub.acknowledge(False, [(Position(1, i), []) for i in range(5)])
         await settle()
         owners: dict[str, set[int]] = {}
         for cid, (_, entry_id), _ in channel.messages:
@@ -218,7 +215,7 @@ def test_key_shared_a_consumer_without_permits_does_not_stall_other_keys() -> No
         log = sub.log
         for i in range(20, 24):  # new entries of the stalled key queue up behind the held ones
             keys.append(low)
-            await log.append(entry(key=low, sequence_id=i))
+            await append(log, entry(key=low, sequence_id=i))
             sub.notify_entries_added()
         await settle()
         assert [pos for cid, pos, _ in channel.messages if cid == 1] == [(1, 0)]
@@ -340,7 +337,7 @@ def test_shared_chunks_of_a_consumer_that_left_go_again_from_the_first() -> None
         await settle()
         sub.add_consumer(b)
         sub.flow(b, 10)
-        await log.append(entry(sequence_id=2, chunk=("m", 2, 3)))
+        await append(log, entry(sequence_id=2, chunk=("m", 2, 3)))
         await sub.remove_consumer(a)  # before the last chunk was written
         await settle()
         assert [pos[1] for cid, pos, _ in channel.messages if cid == 2] == [0, 1, 2]

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
 from magnetar import faults
 from magnetar.base.types import Position, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
+from magnetar.broker.log import AppendCallback
 from magnetar.broker.producer import AccessMode, Producer
-from magnetar.broker.topic import Topic
-from magnetar.protocol.pulsar import pb
+from magnetar.broker.topic import PublishCallback, Topic
+from magnetar.protocol.pulsar import SendCommand, pb
 from tests.broker.fakes import FakeChannel, settle
 
 
@@ -20,22 +23,20 @@ class _ReorderingLog:
 
     def __init__(self, inner: object) -> None:
         self.inner = inner
-        self.appended: list[tuple[asyncio.Future[Position], Position]] = []
+        self.appended: list[tuple[AppendCallback, Position]] = []
         self.next_entry = 0
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
+    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
         position = Position(9, self.next_entry)
         self.next_entry += 1
-        appended: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        self.appended.append((appended, position))
-        return appended
+        self.appended.append((on_done, position))
 
     def release(self) -> None:
-        for appended, position in reversed(self.appended):
-            appended.set_result(position)
+        for on_done, position in reversed(self.appended):
+            on_done(position, None)
 
 
 def test_receipts_follow_send_order() -> None:
@@ -46,8 +47,8 @@ def test_receipts_follow_send_order() -> None:
         channel = FakeChannel()
         producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
         for seq in range(3):
-            await producer.send(pb.CommandSend(producer_id=0, sequence_id=seq), b"data")
-        await producer.send(pb.CommandSend(producer_id=0, sequence_id=3), None)  # bad checksum
+            await producer.send(SendCommand(producer_id=0, sequence_id=seq), b"data")
+        await producer.send(SendCommand(producer_id=0, sequence_id=3), None)  # bad checksum
         await settle()
         assert channel.receipts == [] and channel.send_errors == []  # nothing before the head persisted
         log.release()
@@ -66,9 +67,9 @@ def test_resent_sequence_ids_are_deduplicated_only_once_persisted() -> None:
         await topic.dedup.ready()
         channel = FakeChannel()
         producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
-        await producer.send(pb.CommandSend(producer_id=0, sequence_id=0), b"a")
+        await producer.send(SendCommand(producer_id=0, sequence_id=0), b"a")
         await settle()
-        await producer.send(pb.CommandSend(producer_id=0, sequence_id=0), b"a")  # a resend after reconnect
+        await producer.send(SendCommand(producer_id=0, sequence_id=0), b"a")  # a resend after reconnect
         await settle()
         assert [(ledger, e) for _, _, ledger, e in channel.receipts] == [(1, 0), (-1, -1)]
         assert len(await log.read(Position(-1, -1), 10)) == 1
@@ -91,8 +92,8 @@ def test_a_receipt_held_at_its_gate_holds_every_later_answer(point: str) -> None
             faults.arm(point, "hang")
         try:
             for seq in range(3):
-                await producer.send(pb.CommandSend(producer_id=0, sequence_id=seq), b"data")
-            await producer.send(pb.CommandSend(producer_id=0, sequence_id=3), None)  # bad checksum
+                await producer.send(SendCommand(producer_id=0, sequence_id=seq), b"data")
+            await producer.send(SendCommand(producer_id=0, sequence_id=3), None)  # bad checksum
             await settle()
             held = [seq for _, seq, _, _ in channel.receipts] + [seq for _, seq, _ in channel.send_errors]
             if armed:
@@ -108,3 +109,80 @@ def test_a_receipt_held_at_its_gate_holds_every_later_answer(point: str) -> None
 
     asyncio.run(run(armed=True))
     assert asyncio.run(run(armed=False)) == [0, 1, 2, 3]
+
+
+class _CountingTopic(Topic):
+    """Records the length of every run handed to the one publish path."""
+
+    runs: list[int]
+
+    async def publish_run(self, run: Sequence[tuple[bytes, PublishCallback, int]]) -> None:
+        self.runs.append(len(run))
+        await super().publish_run(run)
+
+
+async def _counting(dedup: bool = False) -> tuple[_CountingTopic, Producer, FakeChannel]:
+    log = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
+    topic = _CountingTopic(TopicName.parse("t"), log, BrokerConfig(deduplication=dedup))
+    topic.runs = []
+    await topic.dedup.ready()
+    channel = FakeChannel()
+    return topic, Producer(topic, 0, "p", channel, AccessMode.SHARED, 100), channel
+
+
+def _item(seq: int, data: bytes | None = b"data") -> tuple[SendCommand, bytes | None, bool, None]:
+    return SendCommand(producer_id=0, sequence_id=seq), data, True, None
+
+
+def test_the_sends_of_one_receive_are_one_publish_run() -> None:
+    """Five SENDs (a bad checksum among them) handed over together: one run of the four to store,
+    answered in SEND order. Control: sent one at a time, they are four runs of one."""
+
+    async def run(together: bool) -> list[int]:
+        topic, producer, channel = await _counting()
+        items = [_item(0), _item(1), _item(2, None), _item(3), _item(4)]
+        if together:
+            await producer.send_run(items)
+        else:
+            for command, data, _, _ in items:
+                await producer.send(command, data)
+        await settle()
+        assert [seq for _, seq, _, _ in channel.receipts] == [0, 1, 3, 4]
+        assert [(ledger, e) for _, _, ledger, e in channel.receipts] == [(1, 0), (1, 1), (1, 2), (1, 3)]
+        assert channel.send_errors == [(0, 2, pb.ChecksumError)]
+        return topic.runs
+
+    assert asyncio.run(run(together=True)) == [4]
+    assert asyncio.run(run(together=False)) == [1, 1, 1, 1]
+
+
+def test_a_duplicate_behind_its_own_run_hands_the_run_over_first() -> None:
+    """Deduplication on, the same sequence id twice in one run: the second waits for the first's
+    append, so the run gathered before it goes to the topic first (no wait on an append never
+    started); the resend is answered (-1,-1), the rest stored once, in order."""
+
+    async def run() -> None:
+        topic, producer, channel = await _counting(dedup=True)
+        await producer.send_run([_item(0), _item(1), _item(1), _item(2)])
+        await settle()
+        assert topic.runs == [2, 1]
+        assert [(seq, ledger, e) for _, seq, ledger, e in channel.receipts] == [
+            (0, 1, 0), (1, 1, 1), (1, -1, -1), (2, 1, 2)]
+
+    asyncio.run(run())
+
+
+def test_a_refused_entry_fails_alone_and_the_run_goes_on() -> None:
+    """Over the topic's max message size: that SEND gets NotAllowedError, the others of its run are
+    stored, answers in SEND order."""
+
+    async def run() -> None:
+        topic, producer, channel = await _counting()
+        limited = replace(topic.policies(), max_message_size_bytes=10)
+        topic.policies = lambda: limited
+        await producer.send_run([_item(0), _item(1, b"x" * 11), _item(2)])
+        await settle()
+        assert [seq for _, seq, _, _ in channel.receipts] == [0, 2]
+        assert channel.send_errors == [(0, 1, pb.NotAllowedError)]
+
+    asyncio.run(run())

@@ -29,7 +29,7 @@ from magnetar.broker.producer import DUPLICATE, AccessMode, Producer
 from magnetar.broker.topic import Topic, TopicState
 from magnetar.ledger.errors import BookieUnavailableError
 from magnetar.managed_ledger import ManagedLedger
-from magnetar.protocol.pulsar import headers_and_payload, pb, stored_entry_metadata
+from magnetar.protocol.pulsar import SendCommand, headers_and_payload, pb, stored_entry_metadata
 from tests.broker.fakes import FakeChannel
 from tests.managed_ledger.harness import TOPIC, World, config, make_world, until
 
@@ -162,7 +162,7 @@ async def _topic(world: World) -> Topic:
 
 
 async def _send(producer: Producer, seq: int) -> None:
-    await producer.send(pb.CommandSend(producer_id=producer.producer_id, sequence_id=seq),
+    await producer.send(SendCommand(producer_id=producer.producer_id, sequence_id=seq),
                         _message(producer.name, seq))
 
 

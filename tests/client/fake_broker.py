@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 
 from magnetar.base.io import Connection, Network
 from magnetar.protocol.pulsar import (
+    AckReceived,
     CommandReceived,
+    FlowReceived,
     SendReceived,
     ServerConnection,
     commands,
@@ -195,6 +197,13 @@ class FakeBroker:
         if isinstance(event, SendReceived):
             self.received.append("SEND")
             self._on_send(session, event)
+        elif isinstance(event, FlowReceived | AckReceived):  # FLOW and ACK: events of their own
+            kind = T.FLOW if isinstance(event, FlowReceived) else T.ACK
+            self.received.append(T.Type.Name(kind))
+            if kind in self.silent_types:
+                return
+            self._on_request(session, pb.CommandFlow(consumer_id=event.consumer_id, messagePermits=event.permits)
+                             if isinstance(event, FlowReceived) else event.decoded())
         elif isinstance(event, CommandReceived):
             self.received.append(T.Type.Name(event.type))
             if event.type in self.silent_types:

@@ -17,7 +17,9 @@ import pytest
 
 from magnetar.base.types import Position
 from magnetar.broker import BrokerConfig, MemoryLogStore
+from magnetar.broker.log import AppendCallback
 from magnetar.broker.memory_log import MemoryTopicLog
+from tests.broker.fakes import append
 from tests.compat.harness import BrokerThread
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -36,12 +38,14 @@ class _HeldLog:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
-        return asyncio.ensure_future(self._append(data))
+    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
+        task = asyncio.ensure_future(self._append(data))
+        task.add_done_callback(lambda done: on_done(None, done.exception()) if done.exception() is not None
+                               else on_done(done.result(), None))
 
     async def _append(self, data: bytes) -> Position:
         await self.gate.wait()
-        return await self.inner.append(data)
+        return await append(self.inner, data)
 
 
 class _HeldStore(MemoryLogStore):

@@ -28,7 +28,7 @@ from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.topic import Topic
 from magnetar.faults import FaultPoint, points
 from magnetar.metadata import EmbeddedMetadataServer
-from magnetar.protocol.pulsar import pb
+from magnetar.protocol.pulsar import SendCommand
 from magnetar.runtime.bookie import BookieServer
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.kv import RocksKeyValueStore
@@ -76,7 +76,7 @@ async def _broker_receipts() -> None:
     topic = Topic(TopicName.parse("persistent://public/default/reach"), log, BrokerConfig())
     channel = FakeChannel()
     producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 10)
-    await producer.send(pb.CommandSend(producer_id=0, sequence_id=0), b"payload")
+    await producer.send(SendCommand(producer_id=0, sequence_id=0), b"payload")
     await settle()
     assert [seq for _, seq, _, _ in channel.receipts] == [0]
 

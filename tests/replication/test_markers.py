@@ -10,7 +10,7 @@ from magnetar.broker import BrokerConfig, Consumer, MemoryLogStore, SubType
 from magnetar.broker.dispatcher_shared import SharedDispatcher
 from magnetar.protocol.pulsar import headers_and_payload, pb
 from magnetar.protocol.pulsar.markers import MarkerType, marker_entry, mpb
-from tests.broker.fakes import FakeChannel, settle
+from tests.broker.fakes import FakeChannel, append, settle
 from tests.manual_clock import ManualClock
 
 
@@ -33,7 +33,7 @@ def test_markers_are_acknowledged_not_delivered_and_leave_no_hole() -> None:
         log = await store.open_log("persistent://public/default/m", create=True)
         entries = [_data(0), _marker(MarkerType.SNAPSHOT_REQUEST), _data(1, deliver_at_ms=clock.now_ms() + 5_000),
                    _marker(MarkerType.SNAPSHOT_RESPONSE), _marker(MarkerType.UPDATE), _data(2)]
-        positions = [await log.append(data) for data in entries]
+        positions = [await append(log, data) for data in entries]
         cursor = await log.open_cursor("s", durable=True, initial_mark_delete=EARLIEST)
         dispatcher = SharedDispatcher(log, cursor, BrokerConfig(delayed_delivery=True), -1, clock=clock,
                                       delayed_enabled=lambda: True)

@@ -18,7 +18,7 @@ from magnetar.broker.replicated import (
 )
 from magnetar.broker.topic import Topic
 from magnetar.faults import breaks
-from magnetar.protocol.pulsar import headers_and_payload, pb, stored_entry_metadata
+from magnetar.protocol.pulsar import SendCommand, headers_and_payload, pb, stored_entry_metadata
 from tests.broker.fakes import FakeChannel, settle
 
 TOPIC = "persistent://public/default/replicated"
@@ -50,7 +50,7 @@ async def _replicate(topic: Topic, entry_ids: range, seq_base: int = 0, origin: 
     assert producer.replicator
     for i, entry_id in enumerate(entry_ids):
         data, metadata = _replicated(entry_id, origin)
-        await producer.send(pb.CommandSend(producer_id=1, sequence_id=seq_base + i), data,
+        await producer.send(SendCommand(producer_id=1, sequence_id=seq_base + i), data,
                             source=replicated_source(metadata))
     await settle()
     return channel

@@ -114,7 +114,7 @@ class _World:
 
 
 async def _ack(subscription: Subscription, positions: list[Position]) -> None:
-    await subscription.acknowledge(pb.CommandAck(ack_type=pb.CommandAck.Individual), [(p, []) for p in positions])
+    await subscription.acknowledge(False, [(p, []) for p in positions])
 
 
 def _data(seq: int) -> bytes:
@@ -255,7 +255,7 @@ def test_partial_batch_acknowledgements_are_carried() -> None:
         await world.replicate()
         partial = ack_set_words({0, 1, 3}, 5)
         await _ack(a_sub, [batches[0], batches[2]])
-        await a_sub.acknowledge(pb.CommandAck(ack_type=pb.CommandAck.Individual), [(batches[1], partial)])
+        await a_sub.acknowledge(False, [(batches[1], partial)])
         await world.settle_rounds()
         b_sub = world.topics["B"].subscriptions["sub"]
         copies = [e.position for e in await world.topics["B"].log.read(EARLIEST, 100)
@@ -264,7 +264,7 @@ def test_partial_batch_acknowledgements_are_carried() -> None:
         assert b_sub.cursor.backlog_entries() == a_sub.cursor.backlog_entries() == 1
         assert b_sub.cursor.batch_ack_set(copies[1], 5) == a_sub.cursor.batch_ack_set(batches[1], 5) == partial
         # the rest of the batch acknowledged in A: the copy in B is acknowledged whole
-        await a_sub.acknowledge(pb.CommandAck(ack_type=pb.CommandAck.Individual),
+        await a_sub.acknowledge(False,
                                 [(batches[1], ack_set_words({0, 1, 2, 3, 4}, 5))])
         await world.settle_rounds()
         assert b_sub.cursor.backlog_entries() == a_sub.cursor.backlog_entries() == 0

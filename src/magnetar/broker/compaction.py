@@ -68,7 +68,7 @@ from magnetar.broker.compacted_ledgers import (
 from magnetar.broker.consumer import SubType
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.ids import before
-from magnetar.broker.log import StorageStats, SubscriptionCursor, TopicLog
+from magnetar.broker.log import AppendCallback, StorageStats, SubscriptionCursor, TopicLog
 from magnetar.catalog.policies import PolicyCache
 from magnetar.protocol.pulsar import pb
 from magnetar.protocol.pulsar.batch import NONE, decode_entry, encode_entry, is_batch
@@ -482,8 +482,8 @@ class CompactedView:
             moved = target
         return moved
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
-        return self._log.append(data)
+    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
+        self._log.append_then(data, on_done)
 
     def has_room(self) -> bool:
         return self._log.has_room()

@@ -20,9 +20,14 @@ def is_latest(msg_id: pb.MessageIdData) -> bool:
 
 
 def to_position(msg_id: pb.MessageIdData) -> Position:
-    if is_earliest(msg_id):
+    return position_of(msg_id.ledgerId, msg_id.entryId)
+
+
+def position_of(ledger_id: int, entry_id: int) -> Position:
+    """The position of a wire message id's unsigned ledger and entry ids."""
+    if ledger_id == EARLIEST_ID_U64 and entry_id == EARLIEST_ID_U64:
         return EARLIEST
-    return Position(_signed(msg_id.ledgerId), _signed(msg_id.entryId))
+    return Position(_signed(ledger_id), _signed(entry_id))
 
 
 def before(position: Position) -> Position:

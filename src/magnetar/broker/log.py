@@ -19,8 +19,7 @@ Contracts every implementation keeps:
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -83,6 +82,10 @@ class SubscriptionCursor(Protocol):
         """Stored entries after the mark-delete position that are not individually acknowledged."""
 
 
+#: How an append is told its outcome: ``(position, None)`` or ``(None, error)``, once.
+AppendCallback = Callable[[Position | None, BaseException | None], None]
+
+
 class TopicLog(Protocol):
     @property
     def name(self) -> str: ...
@@ -90,11 +93,12 @@ class TopicLog(Protocol):
     @property
     def last_position(self) -> Position: ...
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
-        """The one append operation: a future of ``data``'s position (a callback can be chained
-        on it; it completes only after this returned). Raises at once when the log refuses
-        (closed, terminated, taken over, a write failure not yet settled, or full: call
-        ``wait_for_room`` first)."""
+    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
+        """The one append operation: later ``on_done(position, None)`` once ``data`` is stored, or
+        ``on_done(None, error)``; a plain callback, called once and never before this returned
+        unless the append failed at once. Raises at once when the log refuses (closed,
+        terminated, taken over, a write failure not yet settled, or full: call ``wait_for_room``
+        first)."""
 
     def has_room(self) -> bool:
         """Whether ``append`` can take an entry now."""

@@ -10,7 +10,6 @@ read" on reset and sets of acknowledged indexes.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from urllib.parse import unquote
 
@@ -19,7 +18,7 @@ from magnetar.base.errors import NotFoundError
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import BookieCompactedLedgers
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.log import LedgerStats, StorageStats, ack_set_words, acked_indexes
+from magnetar.broker.log import AppendCallback, LedgerStats, StorageStats, ack_set_words, acked_indexes
 from magnetar.managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
 from magnetar.managed_ledger.errors import ManagedLedgerTerminatedError
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
@@ -107,11 +106,11 @@ class ManagedTopicLog:
         """Mark-delete positions of the subscriptions read-only brokers serve (last trim's view)."""
         return list(getattr(self._ml, "read_only_holds", ()))
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
-        """The managed ledger's one append (its future as is: a terminated topic refuses at once,
-        since termination waits for the appends in flight)."""
+    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
+        """The managed ledger's one append, its callback as is (a terminated topic refuses at
+        once, since termination waits for the appends in flight)."""
         try:
-            return self._ml.append(data)
+            self._ml.append_then(data, on_done)
         except ManagedLedgerTerminatedError as error:
             raise BrokerError(pb.TopicTerminatedError, f"topic {self._name} is terminated") from error
 

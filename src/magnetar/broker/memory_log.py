@@ -21,7 +21,7 @@ from magnetar.base.limits import MANAGED_CURSOR_RANGES_COUNT_MAX, MIB
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import MemoryCompactedLedgers
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.log import LedgerStats, StorageStats, ack_set_words, acked_indexes
+from magnetar.broker.log import AppendCallback, LedgerStats, StorageStats, ack_set_words, acked_indexes
 from magnetar.protocol.pulsar import pb
 
 
@@ -181,12 +181,10 @@ class MemoryTopicLog:
             self._state.terminated_at = self.last_position
         return self._state.terminated_at
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
-        """Stored at once; the future is done already (its callbacks run on the next loop pass)."""
+    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
+        """Stored at once; ``on_done`` runs on the next loop pass (after this returned)."""
         position = self._append_now(data)
-        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        future.set_result(position)
-        return future
+        asyncio.get_running_loop().call_soon(on_done, position, None)
 
     def has_room(self) -> bool:
         return True  # an append over the store's byte bound raises LimitExceededError

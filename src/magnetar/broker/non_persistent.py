@@ -38,10 +38,10 @@ from magnetar.broker.consumer import Consumer
 from magnetar.broker.dedup import MessageDeduplication
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError, to_broker_error
-from magnetar.broker.log import StorageStats
+from magnetar.broker.log import AppendCallback, StorageStats
 from magnetar.broker.metrics import RateMeter
 from magnetar.broker.subscription import Subscription
-from magnetar.broker.topic import Topic, TopicState
+from magnetar.broker.topic import PublishCallback, Topic, TopicState
 from magnetar.catalog.policies import EffectivePolicies
 from magnetar.protocol.pulsar import commands, pb, stored_entry_metadata
 
@@ -115,11 +115,9 @@ class NonPersistentLog:
         self._last = self._last.next()
         return self._last
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
-        """Nothing is stored: the position is taken at once and the future is already done."""
-        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        future.set_result(self.next_position())
-        return future
+    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
+        """Nothing is stored: the position is taken at once, ``on_done`` runs on the next loop pass."""
+        asyncio.get_running_loop().call_soon(on_done, self.next_position(), None)
 
     def has_room(self) -> bool:
         return True
@@ -180,7 +178,7 @@ class NonPersistentSubscription(Subscription):
         self.dispatched.record(count, len(entry.payload))
         return True
 
-    async def acknowledge(self, ack: pb.CommandAck, positions: Sequence[tuple[Position, list[int]]]) -> None:
+    async def acknowledge(self, cumulative: bool, positions: Sequence[tuple[Position, list[int]]]) -> None:
         return None  # at most once: nothing waits for an ack
 
     def redeliver(self, consumer: Consumer, positions: Sequence[Position]) -> None:
@@ -223,13 +221,19 @@ class NonPersistentTopic(Topic):
         self._admit_publish(data)
         return self._dispatch(data)
 
-    async def publish_then(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None],
-                           *, messages: int = 0) -> None:
-        """The one publish path of a topic that stores nothing: offered to the subscriptions at
-        once; raises (nothing dispatched) when refused; ``on_done`` on the next loop pass."""
-        self._admit_publish(data)
-        position = self._dispatch(data)
-        asyncio.get_running_loop().call_soon(on_done, position, None)
+    async def publish_run(self, run: Sequence[tuple[bytes, PublishCallback, int]]) -> None:
+        """The one publish path of a topic that stores nothing: each entry offered to the
+        subscriptions at once, ``on_done`` on the next loop pass; a refused one (nothing
+        dispatched) is told at once."""
+        loop = asyncio.get_running_loop()
+        for data, on_done, _messages in run:
+            try:
+                self._admit_publish(data)
+                position = self._dispatch(data)
+            except Exception as error:
+                on_done(None, error)
+                continue
+            loop.call_soon(on_done, position, None)
 
     # --- subscriptions --------------------------------------------------------------------------
 

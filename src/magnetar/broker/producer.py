@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
@@ -34,10 +34,13 @@ from magnetar.broker.dedup import DedupAppend, DedupStatus, MessageDeduplication
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.metrics import RateMeter
 from magnetar.broker.replicated import is_replicator_producer
-from magnetar.protocol.pulsar import pb
+from magnetar.protocol.pulsar import SendCommand, pb
 
 if TYPE_CHECKING:
-    from magnetar.broker.topic import Topic
+    from magnetar.broker.topic import PublishCallback, Topic
+
+#: One SEND of a run: (command, data or None for a bad checksum, records_sequence, replicated source).
+SendItem = tuple[SendCommand, bytes | None, bool, tuple[str, int] | None]
 
 DUPLICATE = Position(-1, -1)  # Java answers a deduplicated SEND with message id (-1, -1)
 
@@ -124,50 +127,73 @@ class Producer:
         self._state = ProducerState.CLOSED
         self._room.set()
 
-    async def send(self, command: pb.CommandSend, data: bytes | None, *, records_sequence: bool = True,
+    async def send(self, command: SendCommand, data: bytes | None, *, records_sequence: bool = True,
                    source: tuple[str, int] | None = None) -> None:
-        """Queue one SEND (``data`` None: it failed its checksum). Waits while the FIFO is full.
+        """``send_run`` of one SEND."""
+        await self.send_run(((command, data, records_sequence, source),))
 
-        ``source``: (source cluster, source position) of a replicator's SEND; it is deduplicated
-        by that position in ``topic.repl_dedup`` instead of by sequence id.
+    async def send_run(self, sends: Sequence[SendItem]) -> None:
+        """Queue SENDs of this producer in order (the run one receive brought): each
+        ``(command, data, records_sequence, source)`` takes its place in the FIFO, and the ones to
+        store go to the topic as one run (``Topic.publish_run``). Waits while the FIFO is full.
+        A SEND that must wait (room in the FIFO, a duplicate check behind an append in flight)
+        first hands the run gathered so far to the topic, so order and progress hold.
+
+        ``data`` None: the SEND failed its checksum. ``source``: (source cluster, source position)
+        of a replicator's SEND; it is deduplicated by that position in ``topic.repl_dedup``
+        instead of by sequence id.
 
         The chunks of one chunked message share a sequence id: only the last one
         (``records_sequence``) is checked for a duplicate and records the sequence id as persisted;
         earlier chunks are always stored (a resent message's extra chunks never complete it again).
         """
-        while len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
-            self._room.clear()
-            await self._room.wait()
-        first = command.sequence_id
-        count = command.num_messages if command.HasField("num_messages") else 1
-        highest = command.highest_sequence_id if command.HasField("highest_sequence_id") else first + max(count, 1) - 1
-        op = _PendingSend(first, highest, records_sequence=records_sequence)
-        chunk = command.HasField("is_chunk") and command.is_chunk
-        self._pending.append(op)
-        dedup, key = (self.topic.repl_dedup, source[0]) if source is not None else (self.topic.dedup, self.name)
-        if source is not None:  # each source entry (a chunk too) is one position: always checked
-            first = highest = source[1]
-            chunk, records_sequence = False, True
-        if data is None:
-            op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
-            self._flush()
-        elif (not chunk or records_sequence) and await self._is_duplicate(dedup, key, first):  # a last chunk counts
-            op.position = DUPLICATE
-            self._flush()
-        else:
+        run: list[tuple[bytes, PublishCallback, int]] = []
+        for command, data, records_sequence, source in sends:
+            if len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
+                if run:
+                    await self.topic.publish_run(run)
+                    run = []
+                while len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
+                    self._room.clear()
+                    await self._room.wait()
+            first = command.sequence_id
+            count = 1 if command.num_messages is None else command.num_messages
+            highest = first + max(count, 1) - 1 if command.highest_sequence_id is None else command.highest_sequence_id
+            op = _PendingSend(first, highest, records_sequence=records_sequence)
+            chunk = command.is_chunk
+            self._pending.append(op)
+            dedup, key = (self.topic.repl_dedup, source[0]) if source is not None else (self.topic.dedup, self.name)
+            if source is not None:  # each source entry (a chunk too) is one position: always checked
+                first = highest = source[1]
+                chunk, records_sequence = False, True
+            if data is None:
+                op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
+                self._flush()
+                continue
+            if not chunk or records_sequence:  # a last chunk counts
+                status = dedup.check(key, first)
+                if status is DedupStatus.UNKNOWN:  # behind an append in flight: maybe one of this run
+                    if run:
+                        await self.topic.publish_run(run)
+                        run = []
+                    duplicate = await self._is_duplicate(dedup, key, first)
+                else:
+                    duplicate = status is DedupStatus.DUPLICATE
+                if duplicate:
+                    op.position = DUPLICATE
+                    self._flush()
+                    continue
             append = dedup.begin(key, highest, records_sequence=records_sequence)
-            try:
-                await self.topic.publish_then(data, partial(self._persisted, op, dedup, append),
-                                              messages=max(count, 1))
-            except Exception as error:  # refused before anything was appended
-                self._persisted(op, dedup, append, None, error)
+            run.append((data, partial(self._persisted, op, dedup, append), max(count, 1)))
+        if run:
+            await self.topic.publish_run(run)  # refusals come back through the callbacks
 
-    def drop(self, command: pb.CommandSend, size_bytes: int) -> None:
+    def drop(self, command: SendCommand, size_bytes: int) -> None:
         """Answer a SEND without publishing it (a non-persistent topic over the connection's
         in-flight bound, as Pulsar does): a (-1,-1) receipt in its place in the FIFO, counted."""
         first = command.sequence_id
-        count = command.num_messages if command.HasField("num_messages") else 1
-        highest = command.highest_sequence_id if command.HasField("highest_sequence_id") else first + max(count, 1) - 1
+        count = 1 if command.num_messages is None else command.num_messages
+        highest = first + max(count, 1) - 1 if command.highest_sequence_id is None else command.highest_sequence_id
         op = _PendingSend(first, highest, records_sequence=False)
         op.position = DUPLICATE
         self._pending.append(op)

@@ -43,6 +43,7 @@ from magnetar.broker.compacted_ledgers import (
 from magnetar.broker.compaction import COMPACTION_CURSOR_NAME
 from magnetar.broker.dedup import DEDUP_CURSOR_NAME
 from magnetar.broker.errors import BrokerError
+from magnetar.broker.log import AppendCallback
 from magnetar.broker.managed_log import ManagedSubscriptionCursor, ManagedTopicLog
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
@@ -90,7 +91,7 @@ class ReadOnlyTopicLog(ManagedTopicLog):
     def refuse_producer(self) -> None:
         raise self._refusal()
 
-    def append(self, data: bytes) -> asyncio.Future[Position]:
+    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
         raise self._refusal()
 
     async def terminate(self) -> Position:

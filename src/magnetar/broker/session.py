@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from magnetar.base.errors import InvalidArgumentError
@@ -46,8 +46,8 @@ from magnetar.broker.authorization import Operation, authorize
 from magnetar.broker.compaction import compacted_view
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.errors import BrokerError, to_broker_error
-from magnetar.broker.ids import before, is_earliest, is_latest, to_position
-from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.ids import before, is_earliest, is_latest, position_of, to_position
+from magnetar.broker.producer import AccessMode, Producer, SendItem
 from magnetar.broker.replicated import (
     adopt_replicated_partitions,
     is_replicator_producer,
@@ -59,11 +59,14 @@ from magnetar.broker.subscription import Subscription
 from magnetar.catalog.lookup import LookupKind
 from magnetar.catalog.schema import SchemaRefusedError, carries_schema, version_bytes, version_from_bytes
 from magnetar.protocol.pulsar import (
+    AckCommand,
+    AckReceived,
     ClientConnected,
     CommandReceived,
     ConnectionTerminated,
     CorruptSend,
     Event,
+    FlowReceived,
     SendReceived,
     ServerConnection,
     State,
@@ -192,15 +195,43 @@ class Session:
 
     # --- events ---------------------------------------------------------------------------------
 
+    async def handle_all(self, events: Sequence[Event]) -> bool:
+        """Act on the events of one receive, in order: each run of SENDs goes to its producers as
+        runs (``_on_sends``), the rest one at a time (``handle``). True once the connection
+        terminated (the events after that one are not looked at)."""
+        index, count = 0, len(events)
+        while index < count:
+            event = events[index]
+            if type(event) is SendReceived:
+                end = index + 1
+                while end < count and type(events[end]) is SendReceived:
+                    end += 1
+                await self._on_sends(events[index:end])  # type: ignore[arg-type]
+                self._out()
+                index = end
+                continue
+            await self.handle(event)
+            if isinstance(event, ConnectionTerminated):
+                return True
+            index += 1
+        return False
+
     async def handle(self, event: Event) -> None:
         """Act on one event; request failures are answered, never raised."""
         if isinstance(event, SendReceived):
-            metadata = event.message.metadata
-            last_chunk = (not metadata.HasField("num_chunks_from_msg")
-                          or metadata.chunk_id == metadata.num_chunks_from_msg - 1)
-            await self._on_send(event.command, bytes(event.message.checksummed()), last_chunk, metadata)
+            await self._on_sends((event,))
         elif isinstance(event, CorruptSend):
-            await self._on_send(event.command, None, True)
+            await self._on_producer_sends(event.command.producer_id, ((event.command, None, True, None),))
+        elif isinstance(event, FlowReceived):
+            if self.refusal is not None:
+                self._refuse(T.FLOW, None)
+            else:
+                self._flow(event.consumer_id, event.permits)
+        elif isinstance(event, AckReceived):
+            if self.refusal is not None:
+                self._refuse(T.ACK, event.ack.request_id)
+            else:
+                await self._on_ack(event.ack)
         elif isinstance(event, CommandReceived):
             await self._on_command(event.type, event.body)
         elif isinstance(event, UnsupportedCommand):
@@ -376,25 +407,48 @@ class Session:
                                                   topic_epoch=producer.topic_epoch)
             self._out()
 
-    async def _on_send(self, command: pb.CommandSend, data: bytes | None, records_sequence: bool,
-                       metadata: pb.MessageMetadata | None = None) -> None:
+    async def _on_sends(self, sends: Sequence[SendReceived]) -> None:
+        """SENDs of one receive: each producer's consecutive ones as one run."""
+        index, count = 0, len(sends)
+        while index < count:
+            producer_id = sends[index].command.producer_id
+            run: list[SendItem] = []
+            metadata: list[pb.MessageMetadata] = []
+            while index < count and sends[index].command.producer_id == producer_id:
+                event = sends[index]
+                meta = event.message.metadata
+                last_chunk = not meta.HasField("num_chunks_from_msg") or meta.chunk_id == meta.num_chunks_from_msg - 1
+                run.append((event.command, bytes(event.message.checksummed()), last_chunk, None))
+                metadata.append(meta)
+                index += 1
+            await self._on_producer_sends(producer_id, run, metadata)
+
+    async def _on_producer_sends(self, producer_id: int, run: Sequence[SendItem],
+                                 metadata: Sequence[pb.MessageMetadata] = ()) -> None:
+        """``run``: SENDs of producer ``producer_id`` in order (``metadata``: theirs, none for a
+        bad checksum)."""
         if self.refusal is not None:
             self._refuse(T.SEND, None)
             return
-        producer = self.producers.get(command.producer_id)
+        producer = self.producers.get(producer_id)
         if producer is None:
             # Java closes the connection: the client then re-creates its producers and resends.
-            log.warning("SEND for unknown producer %s; closing the connection", command.producer_id)
+            log.warning("SEND for unknown producer %s; closing the connection", producer_id)
             self.connection.close("SEND for an unknown producer")
             return
-        self._pending_sends += 1
-        if not producer.topic.name.is_persistent:
-            self._non_persistent_pending += 1
-            if self._non_persistent_pending > self.service.config.max_concurrent_non_persistent_messages_per_connection:
-                producer.drop(command, len(data) if data is not None else 0)  # Pulsar drops it, receipt (-1,-1)
-                return
-        source = replicated_source(metadata) if producer.replicator and metadata is not None else None
-        await producer.send(command, data, records_sequence=records_sequence, source=source)
+        self._pending_sends += len(run)
+        if producer.topic.name.is_persistent and not producer.replicator:
+            await producer.send_run(run)
+            return
+        config = self.service.config
+        for index, (command, data, records_sequence, _) in enumerate(run):  # one at a time
+            if not producer.topic.name.is_persistent:
+                self._non_persistent_pending += 1
+                if self._non_persistent_pending > config.max_concurrent_non_persistent_messages_per_connection:
+                    producer.drop(command, len(data) if data is not None else 0)  # Pulsar drops it, receipt (-1,-1)
+                    continue
+            source = replicated_source(metadata[index]) if producer.replicator and metadata else None
+            await producer.send(command, data, records_sequence=records_sequence, source=source)
 
     async def _close_producer(self, body: pb.CommandCloseProducer) -> None:
         producer = self.producers.pop(body.producer_id, None)
@@ -449,18 +503,31 @@ class Session:
     def _consumer(self, consumer_id: int) -> tuple[Consumer, Subscription] | None:
         return self.consumers.get(consumer_id)
 
-    async def _flow(self, body: pb.CommandFlow) -> None:
-        found = self._consumer(body.consumer_id)
-        if found is not None:
-            found[1].flow(found[0], body.messagePermits)
+    def _flow(self, consumer_id: int, permits: int) -> None:
+        found = self._consumer(consumer_id)
+        if found is None:
+            return
+        try:
+            found[1].flow(found[0], permits)
+        except Exception:  # FLOW has no reply: a failure is logged, the connection stays
+            log.exception("FLOW failed")
 
-    async def _ack(self, body: pb.CommandAck) -> None:
-        found = self._consumer(body.consumer_id)
-        if found is not None:
-            positions = [(to_position(m), list(m.ack_set)) for m in body.message_id]
-            await found[1].acknowledge(body, positions)
-        if body.HasField("request_id"):
-            self.connection.send_ack_response(body.consumer_id, body.request_id)
+    async def _on_ack(self, ack: AckCommand) -> None:
+        """An ACK; a failure is answered like any request's (an ERROR when it has a request id)."""
+        try:
+            found = self._consumer(ack.consumer_id)
+            if found is not None:
+                positions = [(position_of(m.ledger_id, m.entry_id), list(m.ack_set)) for m in ack.message_ids]
+                await found[1].acknowledge(ack.cumulative, positions)
+        except Exception as error:  # one failed request must not take the connection down
+            broker_error = to_broker_error(error)
+            if not isinstance(error, BrokerError):
+                log.exception("ACK failed")
+            if ack.request_id is not None and self.is_open():
+                self.connection.send_error(ack.request_id, broker_error.code, broker_error.message)
+            return
+        if ack.request_id is not None:
+            self.connection.send_ack_response(ack.consumer_id, ack.request_id)
 
     async def _redeliver(self, body: pb.CommandRedeliverUnacknowledgedMessages) -> None:
         found = self._consumer(body.consumer_id)
@@ -616,8 +683,6 @@ _HANDLERS: dict[int, Callable[[Session, Any], Awaitable[None]]] = {
     T.PRODUCER: Session._producer,
     T.CLOSE_PRODUCER: Session._close_producer,
     T.SUBSCRIBE: Session._subscribe,
-    T.FLOW: Session._flow,
-    T.ACK: Session._ack,
     T.REDELIVER_UNACKNOWLEDGED_MESSAGES: Session._redeliver,
     T.SEEK: Session._seek,
     T.GET_LAST_MESSAGE_ID: Session._get_last_message_id,

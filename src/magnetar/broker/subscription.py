@@ -153,9 +153,9 @@ class Subscription:
 
     # --- acks and redelivery --------------------------------------------------------------------
 
-    async def acknowledge(self, ack: pb.CommandAck, positions: Sequence[tuple[Position, list[int]]]) -> None:
+    async def acknowledge(self, cumulative: bool, positions: Sequence[tuple[Position, list[int]]]) -> None:
         dispatcher = self.dispatcher
-        if ack.ack_type == pb.CommandAck.Cumulative:
+        if cumulative:
             if not positions:
                 return
             position, ack_set = positions[-1]

@@ -58,7 +58,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, runtime_checkable
@@ -366,48 +366,58 @@ class Topic:
         await self.publish_then(data, partial(_settle_publish, published))
         return await published
 
-    async def publish_then(self, data: bytes, on_done: Callable[[Position | None, BaseException | None], None],
-                           *, messages: int = 0) -> None:
-        """The one publish path: check, wait for the publish-rate window and for room in the log
-        (backpressure: the caller, the connection, stops reading meanwhile), start the append
-        and return; later ``on_done(position, None)`` or ``on_done(None, error)``. Raises at once,
-        nothing appended, when the topic refuses (not writable, too large, the log refuses). A
-        write failure blocks the topic (see the module docstring). ``messages``: the count the
-        SEND declared (stats; 0: read from the entry)."""
-        if self._state is not TopicState.ACTIVE:
-            self._check_writable()
+    async def publish_then(self, data: bytes, on_done: PublishCallback, *, messages: int = 0) -> None:
+        """``publish_run`` of one entry."""
+        await self.publish_run(((data, on_done, messages),))
+
+    async def publish_run(self, run: Sequence[tuple[bytes, PublishCallback, int]]) -> None:
+        """The one publish path, for a run of entries in order (the SENDs of one producer from one
+        receive): for each ``(data, on_done, messages)``, check, wait for the publish-rate window
+        and for room in the log (backpressure: the caller, the connection, stops reading
+        meanwhile), start the append; later ``on_done(position, None)`` or ``on_done(None,
+        error)``. An entry the topic refuses (not writable, too large, the log refuses) is told at
+        once, nothing appended, and the run goes on. A write failure blocks the topic (see the
+        module docstring). ``messages``: the count the SEND declared (stats; 0: read from the
+        entry). Awaits only to wait; the checks and appends of a run that needs no wait run in
+        this one call."""
         policies = self.policies()
         size_max = policies.max_message_size_bytes
-        if size_max and len(data) > size_max:
-            raise BrokerError(pb.NotAllowedError, f"Exceed maximum message size: {len(data)} > {size_max} bytes")
-        waited = False
-        if policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s:
-            messages = entry_message_count(stored_entry_metadata(data))
-            await self._throttle_publish(policies, messages, len(data))
-            waited = True
-        elif not messages:
-            messages = _message_count(data)
-        if not self.log.has_room():
-            await self.log.wait_for_room()
-            waited = True
-        if waited:
-            self._check_writable()  # blocked or closed while it waited
-        started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
-        try:
-            appended = self.log.append(data)
-        except BaseException as error:
-            if is_write_failure(error):
-                self._block(error)
-            elif isinstance(error, FencedError):
-                self._fenced(error)
-            raise
-        appended.add_done_callback(partial(self._published, len(data), messages, started_ns, on_done))
+        throttled = bool(policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s)
+        log = self.log
+        for data, on_done, messages in run:
+            try:
+                if self._state is not TopicState.ACTIVE:
+                    self._check_writable()
+                if size_max and len(data) > size_max:
+                    raise BrokerError(pb.NotAllowedError,
+                                      f"Exceed maximum message size: {len(data)} > {size_max} bytes")
+                waited = False
+                if throttled:
+                    messages = entry_message_count(stored_entry_metadata(data))
+                    await self._throttle_publish(policies, messages, len(data))
+                    waited = True
+                elif not messages:
+                    messages = _message_count(data)
+                if not log.has_room():
+                    await log.wait_for_room()
+                    waited = True
+                if waited:
+                    self._check_writable()  # blocked or closed while it waited
+            except Exception as error:  # refused before anything was appended
+                on_done(None, error)
+                continue
+            started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
+            try:
+                log.append_then(data, partial(self._published, len(data), messages, started_ns, on_done))
+            except Exception as error:  # the log refused it: nothing appended
+                if is_write_failure(error):
+                    self._block(error)
+                elif isinstance(error, FencedError):
+                    self._fenced(error)
+                on_done(None, error)
 
-    def _published(self, size: int, messages: int, started_ns: int,
-                   on_done: Callable[[Position | None, BaseException | None], None],
-                   appended: asyncio.Future[Position]) -> None:
-        error = ClosedError(f"topic {self.name}: the append was cancelled") if appended.cancelled() \
-            else appended.exception()
+    def _published(self, size: int, messages: int, started_ns: int, on_done: PublishCallback,
+                   position: Position | None, error: BaseException | None) -> None:
         if error is not None:
             if is_write_failure(error):
                 self._block(error)
@@ -422,7 +432,7 @@ class Topic:
             subscription.notify_entries_added()
         for listener in self.entry_listeners:
             listener()
-        on_done(appended.result(), None)
+        on_done(position, None)
 
     async def _throttle_publish(self, policies: EffectivePolicies, messages: int, size: int) -> None:
         """Wait for room in the current one-second window; waiters go in arrival (SEND) order."""
@@ -621,6 +631,10 @@ class Topic:
             *(subscription.close(delete=not subscription.durable) for subscription in subscriptions),
             self.compaction.close(), self.dedup.close(), self.repl_dedup.close(),
         )
+
+
+#: How a publish is told its outcome: ``(position, None)`` or ``(None, error)``, once.
+PublishCallback = Callable[[Position | None, BaseException | None], None]
 
 
 def _settle_publish(published: asyncio.Future[Position], position: Position | None,

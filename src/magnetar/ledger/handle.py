@@ -14,8 +14,9 @@ Protocol (``shared/reference/bookkeeper_replication.md`` 1.3-1.6):
   adds is indeterminate, as for a timeout). So does a CAS that finds the ledger no longer OPEN.
 * ``close`` stops new adds, waits for pending ones, then CASes CLOSED with lastEntry = LAC.
 
-One add path (BookKeeper's ``asyncAddEntry``): ``append`` returns a future and the add moves on
-through callbacks (the transport's reply futures), passing its fault points as gates
+One add path (BookKeeper's ``asyncAddEntry``): ``append_then`` takes a plain callback (``append``
+wraps it in a future for callers that await) and the add moves on through callbacks (the
+transport's reply futures), passing its fault points as gates
 (``faults.gate``: inline when unarmed, held by a hang or delay, the same code either way).
 Backpressure is an explicit wait: ``wait_for_room`` before ``append``. A bookie that does not
 answer within ``add_timeout_ms`` fails (one timeout task per handle, nothing per add).
@@ -71,6 +72,10 @@ WRITER_TRANSITIONS: dict[WriterState, frozenset[WriterState]] = {
 }
 
 
+#: How an add's caller is told its outcome: ``(entry_id, None)`` or ``(None, error)``, once.
+AddCallback = Callable[[int | None, BaseException | None], None]
+
+
 @dataclass(eq=False, slots=True)
 class PendingAdd:
     """One in-flight add (BookKeeper's ``PendingAddOp``): which bookies acknowledged it, which
@@ -78,7 +83,8 @@ class PendingAdd:
 
     entry_id: int
     payload: bytes
-    future: asyncio.Future[int]
+    on_done: AddCallback  # told once: (entry id, None) or (None, the error)
+    told: bool = False
     entry: EncodedEntry | None = None  # built when sent, carrying the LAC known then
     acked: set[BookieId] = field(default_factory=set)
     inflight: set[BookieId] = field(default_factory=set)
@@ -199,12 +205,20 @@ class LedgerHandle:
         return await asyncio.shield(self.append(payload))
 
     def append(self, payload: bytes) -> asyncio.Future[int]:
+        """``append_then`` told through a future (for callers that await one add). Do not cancel it."""
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.append_then(payload, partial(_settle, future))
+        return future
+
+    def append_then(self, payload: bytes, on_done: AddCallback) -> None:
         """The one add operation (BookKeeper's ``asyncAddEntry``): take the next entry id now and
-        return a future that completes with it once Qa bookies of its write set stored the entry
-        and every lower id completed (strictly in id order), or fails with ``FencedError`` if
-        another client fenced the ledger (the entry may or may not survive), or the error that
-        failed the handle. Do not cancel it. Raises ``ClosedError`` (or the failure) when the
-        handle is not open and ``LimitExceededError`` when it has no room: call ``wait_for_room`` first.
+        call ``on_done(entry_id, None)`` once Qa bookies of its write set stored the entry and
+        every lower id completed (strictly in id order), or ``on_done(None, error)`` with
+        ``FencedError`` if another client fenced the ledger (the entry may or may not survive),
+        or the error that failed the handle. ``on_done`` is a plain callback, called once, from
+        the handle's own reply processing (no future, no extra loop pass per add); it may call
+        ``append_then`` again. Raises ``ClosedError`` (or the failure) when the handle is not
+        open and ``LimitExceededError`` when it has no room: call ``wait_for_room`` first.
 
         The add passes ``ledger.before_send_next_entry`` (after the first entry),
         ``ledger.before_send`` and ``ledger.after_send_before_reply`` as gates (``faults.gate``),
@@ -217,7 +231,7 @@ class LedgerHandle:
             raise LimitExceededError("pending_adds_count_max", len(self._pending) + 1, self._config.pending_adds_count_max)
         entry_id = self._last_add_pushed + 1
         self._last_add_pushed = entry_id
-        op = PendingAdd(entry_id, payload, asyncio.get_running_loop().create_future())
+        op = PendingAdd(entry_id, payload, on_done)
         self._pending[entry_id] = op
         self._drained.clear()
         if self._timeouts is None and self._config.add_timeout_ms > 0:
@@ -226,7 +240,6 @@ class LedgerHandle:
             faults.gate("ledger.before_send_next_entry", self._before_send, op)
         else:
             self._before_send(None, op)
-        return op.future
 
     def _before_send(self, error: BaseException | None, op: PendingAdd) -> None:
         if error is not None:
@@ -238,7 +251,7 @@ class LedgerHandle:
         if error is not None:
             self._fail_by(error)
             return
-        if op.future.done() or self._state not in (WriterState.OPEN, WriterState.CLOSING):
+        if op.told or self._state not in (WriterState.OPEN, WriterState.CLOSING):
             return
         op.entry = EncodedEntry.build(self.ledger_id, op.entry_id, self._lac, op.payload)
         self._send_to_write_set(op)
@@ -312,7 +325,7 @@ class LedgerHandle:
         if error is not None:
             self._on_add_error(op, bookie, error)  # the reply is lost at this point
             return
-        if op.future.done() or self._state not in (WriterState.OPEN, WriterState.CLOSING):
+        if op.told or self._state not in (WriterState.OPEN, WriterState.CLOSING):
             return
         if bookie not in self._write_set_bookies(op.entry_id):
             return  # replaced by an ensemble change meanwhile: its copy no longer counts
@@ -382,9 +395,10 @@ class LedgerHandle:
                 break
             del self._pending[head_id]
             self._lac = head_id
-            if not op.future.done():
-                op.future.set_result(head_id)
             self._wake_admission()
+            if not op.told:
+                op.told = True
+                op.on_done(head_id, None)  # may add again: the loop re-reads the table
         if not self._pending:
             self._drained.set()
 
@@ -540,14 +554,15 @@ class LedgerHandle:
             return
         self._move(WriterState.FAILED)
         self._failure = error
-        for op in self._pending.values():
-            if not op.future.done():
-                op.future.set_exception(error)
-                op.future.exception()  # retrieved here: a caller that gave up must not log noise
+        failed = list(self._pending.values())
         self._pending.clear()
         self._drained.set()
         self._wake_all_admission()
         self._cancel_tasks()
+        for op in failed:  # told once the handle is consistent: a callback may call back in
+            if not op.told:
+                op.told = True
+                op.on_done(None, error)
 
     def _wake_all_admission(self) -> None:
         for waiter in self._admission:
@@ -565,3 +580,13 @@ class LedgerHandle:
         for task in list(self._tasks):
             if task is not current and task is not self._ensemble_change:
                 task.cancel()
+
+
+def _settle(future: asyncio.Future[int], entry_id: int | None, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+        future.exception()  # retrieved here: a caller that gave up must not log noise
+    else:
+        future.set_result(entry_id)  # type: ignore[arg-type]

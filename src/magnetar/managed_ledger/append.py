@@ -27,8 +27,9 @@ Protocol (Pulsar's ``ManagedLedgerImpl`` add path and ``OpAddEntry``):
   is ``rollover_time_s_max`` old (``roll_by_age``), or failed, or on request.
 
 The host (``ManagedLedger``) owns the ledger list and the state; the pipeline reads the shared
-``MLStateMachine`` and never moves it. Per entry: one ``_OpAdd`` and the ledger's own future; no
-task or await of its own unless it must wait (a rollover, room on the ledger).
+``MLStateMachine`` and never moves it. Per entry: one ``_OpAdd`` and the ledger's ``PendingAdd``,
+told through plain callbacks (``append_then``; ``append`` wraps it in a future for callers that
+await one); no future, task or await of its own unless it must wait (a rollover, room on the ledger).
 
 Invariants: acknowledged positions strictly grow (``last_confirmed``); an add is started only in
 LEDGER_OPENED; callers learn outcomes in position order; an undecided add is told only after the
@@ -40,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -65,12 +66,17 @@ from magnetar.managed_ledger.state import WRITABLE, MLState, MLStateMachine
 log = logging.getLogger(__name__)
 
 
+#: How an append's caller is told its outcome: ``(position, None)`` or ``(None, error)``, once.
+AppendCallback = Callable[[Position | None, BaseException | None], None]
+
+
 @dataclass(eq=False, slots=True)
 class _OpAdd:
     """One append: queued, then in flight on a ledger, then told to its caller in order."""
 
     data: bytes
-    future: asyncio.Future[Position]
+    on_done: AppendCallback
+    told: bool = False
     position: Position | None = None
     error: MagnetarError | None = None
     finished: bool = False
@@ -135,6 +141,7 @@ class AppendPipeline:
         self.rollover_requested = False
         self._drained = asyncio.Event()
         self._drained.set()
+        self._kicking = False  # ``kick`` is starting adds (an append from a callback joins it)
         self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
 
     # --- admission -------------------------------------------------------------------------------
@@ -155,24 +162,31 @@ class AppendPipeline:
         raise ManagedLedgerClosedError(f"managed ledger {self.name} is {state.value}")
 
     def append(self, data: bytes) -> asyncio.Future[Position]:
-        """The one append operation (``ManagedLedger.append`` is this method): queue ``data`` and
-        return a future of its position, set once the ledger acknowledged it (Qa durable);
-        positions grow strictly in call order. Do not cancel it. Raises at once
-        ``ManagedLedgerFencedError`` once another owner took over,
+        """``append_then`` told through a future (for callers that await one append). Do not cancel it."""
+        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
+        self.append_then(data, partial(_settle, future))
+        return future
+
+    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
+        """The one append operation (``ManagedLedger.append_then`` is this method): queue ``data``;
+        ``on_done(position, None)`` once the ledger acknowledged it (Qa durable); positions grow
+        strictly in call order. ``on_done`` is a plain callback called once from the ledger's
+        completion (no future, no loop pass of its own; from inside this call only when the add
+        fails at once, the ledger fenced or failed under it); it may append again. Raises at once ``ManagedLedgerFencedError`` once another owner took over,
         ``ManagedLedgerTerminatedError``/``ManagedLedgerClosedError``/``ManagedLedgerWriteFailedError``,
         and ``LimitExceededError`` when ``add_queue_count_max`` appends are queued or in flight (call
-        ``wait_for_room`` first). The future fails with the ledger error that failed the add (its
-        outcome is then undecided: it may appear in the log after recovery).
+        ``wait_for_room`` first). ``on_done(None, error)`` with the ledger error that failed the
+        add (its outcome is then undecided: it may appear in the log after recovery).
         """
         if self._states.state not in WRITABLE or self.write_failure is not None:
             self.check_writable()
         pending = self.pending_add_count
         if pending >= self.config.add_queue_count_max:
             raise LimitExceededError("add_queue_count_max", pending + 1, self.config.add_queue_count_max)
-        op = _OpAdd(bytes(data), asyncio.get_running_loop().create_future())
-        self._queue.append(op)
+        self._queue.append(_OpAdd(bytes(data), on_done))
+        if self._kicking:
+            return  # the ``kick`` on the stack (a completion calling back in) takes it
         self.kick()
-        return op.future
 
     @property
     def pending_add_count(self) -> int:
@@ -229,10 +243,15 @@ class AppendPipeline:
             return  # the running pump takes what was queued
         # What needs no rollover and finds room on the ledger starts here and now; a pump task
         # only to wait (a rollover, or room on the ledger).
-        while (self._queue and self._states.state is MLState.LEDGER_OPENED and not self.needs_rollover()
-               and self.current is not None and self.current.handle.has_room()):
-            self._start_add(self._queue.popleft())
-        if self._has_work() and self._states.state is MLState.LEDGER_OPENED:
+        self._kicking = True
+        try:
+            while (self._queue and self._states.state is MLState.LEDGER_OPENED and not self.needs_rollover()
+                   and self.current is not None and self.current.handle.has_room()):
+                self._start_add(self._queue.popleft())
+        finally:
+            self._kicking = False
+        if (self._has_work() and self._states.state is MLState.LEDGER_OPENED
+                and (self._pump_task is None or self._pump_task.done())):
             self._pump_task = self._host.spawn(self._pump())
 
     def _has_work(self) -> bool:
@@ -331,19 +350,15 @@ class AppendPipeline:
         current.inflight.append(op)
         self._drained.clear()
         try:
-            added = current.handle.append(op.data)
+            current.handle.append_then(op.data, partial(self._added, current, op, expected_entry_id))
         except MagnetarError as exc:  # the handle failed or closed under us: as an add that failed
             self._finish_add(current, op, expected_entry_id, None, exc)
-            return
-        added.add_done_callback(partial(self._added, current, op, expected_entry_id))
 
-    def _added(self, current: CurrentLedger, op: _OpAdd, expected_entry_id: int, added: asyncio.Future[int]) -> None:
-        if added.cancelled():
-            return  # the handle was torn down under it
-        error = added.exception()
+    def _added(self, current: CurrentLedger, op: _OpAdd, expected_entry_id: int, entry_id: int | None,
+               error: BaseException | None) -> None:
         if error is not None and not isinstance(error, MagnetarError):
             return  # not a ledger outcome (a crash unwinding): nothing to tell
-        self._finish_add(current, op, expected_entry_id, added.result() if error is None else None, error)
+        self._finish_add(current, op, expected_entry_id, entry_id, error)
 
     def _finish_add(self, current: CurrentLedger, op: _OpAdd, expected_entry_id: int, entry_id: int | None,
                     error: BaseException | None) -> None:
@@ -370,11 +385,11 @@ class AppendPipeline:
                 self._complete(op)
             elif current.failed and self._states.state in WRITABLE:
                 current.undecided.append(op)  # the ledger's recovery decides (``settle_undecided``)
-            elif not op.future.done():
+            elif not op.told:
                 invariant(op.error is not None, "a finished add has a position or an error")
                 assert op.error is not None
-                op.future.set_exception(op.error)
-                op.future.exception()
+                op.told = True
+                op.on_done(None, op.error)
         if not current.inflight:
             self._drained.set()
         self._wake_admission()
@@ -391,8 +406,9 @@ class AppendPipeline:
         self._list.live_count += 1
         self._list.live_bytes += len(op.data)
         self._cache.remember(op.position, op.data)
-        if not op.future.done():
-            op.future.set_result(op.position)
+        if not op.told:
+            op.told = True
+            op.on_done(op.position, None)
 
     # --- settlement ------------------------------------------------------------------------------
 
@@ -428,15 +444,13 @@ class AppendPipeline:
         undecided = list(current.undecided) if current is not None else []
         if current is not None:
             current.undecided.clear()
-        failed = 0
-        for op in [*undecided, *self._queue]:
-            if not op.future.done():
-                op.future.set_exception(error)
-                op.future.exception()  # retrieved: a caller that gave up must not log noise
-                failed += 1
+        failing = [op for op in [*undecided, *self._queue] if not op.told]
         self._queue.clear()
-        if failed and write_failure and self.write_failure is None:
-            self.write_failure = error
+        if failing and write_failure and self.write_failure is None:
+            self.write_failure = error  # before the callbacks: one that appends again is refused
+        for op in failing:
+            op.told = True
+            op.on_done(None, error)
         self._wake_admission(all_waiters=True)
 
     async def settle_failed_writes(self) -> None:
@@ -478,3 +492,13 @@ class AppendPipeline:
             elif not waiter.done():
                 still.append((position, waiter))
         self._entry_waiters = still
+
+
+def _settle(future: asyncio.Future[Position], position: Position | None, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+        future.exception()  # retrieved here: a caller that gave up must not log noise
+    else:
+        future.set_result(position)  # type: ignore[arg-type]

@@ -127,6 +127,7 @@ class ManagedLedger:
         # The pipeline's own methods, unwrapped (called per message): see ``AppendPipeline.append``
         # (the one append operation) and ``AppendPipeline.has_room``.
         self.append = self._appends.append
+        self.append_then = self._appends.append_then
         self.has_room = self._appends.has_room
         self.offload = ManagedLedgerOffload(self, offloader)
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -157,10 +157,8 @@ class _ConnectionLoop:
             except Exception as error:  # malformed/oversized frame, protocol violation: drop this client
                 log.info("closing connection from %s: %s", self.conn.peer, error)
                 return
-            for event in events:
-                await self.session.handle(event)
-                if isinstance(event, ConnectionTerminated):
-                    return
+            if await self.session.handle_all(events):  # SENDs of one receive go as runs
+                return  # ConnectionTerminated
             if self.session.refusal is not None and self._linger is None:
                 self._linger = asyncio.get_running_loop().create_task(self._close_refused())
             self._wake_writer()

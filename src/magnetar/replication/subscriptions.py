@@ -454,7 +454,7 @@ class SubscriptionsController:
         markers = [s.position for s in self._seen
                    if s.marker and s.position > md and not subscription.cursor.is_acked(s.position)]
         if markers:
-            await subscription.acknowledge(pb.CommandAck(ack_type=pb.CommandAck.Individual),
+            await subscription.acknowledge(False,
                                            [(p, []) for p in markers])
 
     def _acked_origins(self, subscription: Subscription) -> tuple[list[Origin], list[tuple[Origin, int, list[int]]]]:
@@ -538,7 +538,7 @@ class SubscriptionsController:
         partial = [(p, list(ack.ack_set)) for ack in update.partial
                    if (p := self._local_copy(subscription, ack.origin)) is not None and any(ack.ack_set)]
         if positions or partial:
-            await subscription.acknowledge(pb.CommandAck(ack_type=pb.CommandAck.Individual),
+            await subscription.acknowledge(False,
                                            [*((p, []) for p in positions), *sorted(partial)])
         await self._ack_markers(subscription)
         self.updates_applied += 1

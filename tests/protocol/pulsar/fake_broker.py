@@ -13,10 +13,13 @@ import threading
 from dataclasses import dataclass, field
 
 from magnetar.protocol.pulsar import (
+    AckReceived,
     ClientConnected,
     CommandReceived,
     ConnectionTerminated,
     CorruptSend,
+    FlowReceived,
+    SendCommand,
     SendReceived,
     ServerConfig,
     ServerConnection,
@@ -31,7 +34,7 @@ LEDGER_ID = 7
 @dataclass
 class StoredEntry:
     producer_id: int
-    send: pb.CommandSend
+    send: SendCommand
     metadata: pb.MessageMetadata
     payload: bytes
     headers_and_payload: bytes
@@ -128,6 +131,13 @@ class FakeBroker:
             conn.send_send_error(event.command.producer_id, event.command.sequence_id, pb.ChecksumError, "bad crc")
         elif isinstance(event, ConnectionTerminated):
             self.errors.append(event.reason)
+        elif isinstance(event, FlowReceived):  # FLOW and ACK arrive as events of their own
+            self.received_types.append("FLOW")
+            flow = pb.CommandFlow(consumer_id=event.consumer_id, messagePermits=event.permits)
+            self._on_request(conn, flow, consumers, permits)
+        elif isinstance(event, AckReceived):
+            self.received_types.append("ACK")
+            self._on_request(conn, event.decoded(), consumers, permits)
         elif isinstance(event, CommandReceived):
             self.received_types.append(T.Type.Name(event.type))
             self._on_request(conn, event.body, consumers, permits)

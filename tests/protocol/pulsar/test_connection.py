@@ -12,6 +12,7 @@ from magnetar.protocol.pulsar import (
     ConnectionClosedError,
     ConnectionTerminated,
     CorruptSend,
+    FlowReceived,
     FrameDecoder,
     FrameTooLargeError,
     MalformedFrameError,
@@ -118,11 +119,10 @@ def test_requests_become_typed_events() -> None:
     conn = connected()
     flow = request(T(type=T.FLOW, flow=pb.CommandFlow(consumer_id=3, messagePermits=1000)))
     events = conn.receive_data(lookup(9) + flow, 1)
-    assert [type(e) for e in events] == [CommandReceived, CommandReceived]
+    assert [type(e) for e in events] == [CommandReceived, FlowReceived]
     assert isinstance(events[0], CommandReceived) and isinstance(events[0].body, pb.CommandLookupTopic)
     assert events[0].body.request_id == 9
-    assert isinstance(events[1], CommandReceived) and isinstance(events[1].body, pb.CommandFlow)
-    assert events[1].body.messagePermits == 1000
+    assert events[1] == FlowReceived(3, 1000)
 
 
 def test_request_without_its_body_is_a_violation() -> None:

@@ -107,7 +107,7 @@ def test_official_producer_messages_decode_to_what_was_sent(broker: FakeBroker) 
     assert [(kv.key, kv.value) for kv in first.metadata.properties] == [("k", "v0")]
     assert first.metadata.partition_key == "key0" and first.metadata.event_time == 1234
     assert not first.metadata.HasField("num_messages_in_batch")
-    assert not first.send.HasField("num_messages")
+    assert first.send.num_messages is None  # the official client leaves it unset for one message
     assert [m.payload for m in decode_entry(first.metadata, first.payload)] == [b"hello-0"]
     assert [m.payload for m in decode_entry(second.metadata, second.payload)] == [b"hello-1"]
 

@@ -27,12 +27,14 @@ from magnetar.protocol.pulsar.batch import (
 )
 from magnetar.protocol.pulsar.connection import (
     PROTOCOL_VERSION_MAX,
+    AckReceived,
     ClientConnected,
     ClientFeatures,
     CommandReceived,
     ConnectionTerminated,
     CorruptSend,
     Event,
+    FlowReceived,
     SendReceived,
     ServerConfig,
     ServerConnection,
@@ -47,6 +49,7 @@ from magnetar.protocol.pulsar.errors import (
     MalformedFrameError,
     ProtocolViolationError,
 )
+from magnetar.protocol.pulsar.fast_decode import AckCommand, AckedId, SendCommand
 from magnetar.protocol.pulsar.frames import (
     MAGIC_CRC32C,
     Frame,
@@ -65,6 +68,9 @@ from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 __all__ = [
     "MAGIC_CRC32C",
     "PROTOCOL_VERSION_MAX",
+    "AckCommand",
+    "AckReceived",
+    "AckedId",
     "ClientConnected",
     "ClientFeatures",
     "CommandReceived",
@@ -73,6 +79,7 @@ __all__ = [
     "ConnectionTerminated",
     "CorruptSend",
     "Event",
+    "FlowReceived",
     "Frame",
     "FrameChecksumMismatchError",
     "FrameDecoder",
@@ -80,6 +87,7 @@ __all__ = [
     "MalformedFrameError",
     "MessagePayload",
     "ProtocolViolationError",
+    "SendCommand",
     "SendReceived",
     "ServerConfig",
     "ServerConnection",

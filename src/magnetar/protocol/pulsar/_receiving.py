@@ -4,7 +4,9 @@ Bytes go into the ``FrameDecoder``; each complete frame marks the connection ali
 bookkeeping) and goes to the subclass's ``_handle``. A frame whose checksum does not match is
 handed to ``_checksum_failure`` (which decides whether it is a per-message error or a protocol
 violation) and decoding continues, as the Java broker and the C++ client do. Any other decoding
-error closes the connection and propagates: the caller then closes the socket.
+error closes the connection and propagates: the caller then closes the socket. A subclass may
+turn its hot commands into events without protobuf (``_decode_hot``); the rest goes through
+``decode_frame`` and ``_handle``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Generic, TypeVar
 from mypy_extensions import mypyc_attr
 
 from magnetar.protocol.pulsar.errors import ConnectionClosedError, FrameChecksumMismatchError
-from magnetar.protocol.pulsar.frames import Buffer, Frame, FrameDecoder
+from magnetar.protocol.pulsar.frames import Buffer, Frame, FrameDecoder, decode_frame
 
 E = TypeVar("E")
 
@@ -54,9 +56,14 @@ class FrameReceiver(ABC, Generic[E]):
             self.close(f"undecodable input: {error}")
             raise
         events: list[E] = []
+        decoder = self._decoder
         while self._is_open():
             try:
-                frame = self._decoder.next_frame()
+                view = decoder.next_frame_bytes()
+                if view is None:
+                    break
+                event = decoder.decoded(self._decode_hot, view)
+                frame = decoder.decoded(decode_frame, view) if event is None else None
             except FrameChecksumMismatchError as error:
                 self._mark_received(now_ms)
                 events.append(self._checksum_failure(error))
@@ -64,13 +71,18 @@ class FrameReceiver(ABC, Generic[E]):
             except Exception as error:
                 self.close(f"undecodable input: {error}")
                 raise
-            if frame is None:
-                break
             self._mark_received(now_ms)
-            event = self._handle(frame)
+            if frame is not None:
+                event = self._handle(frame)
             if event is not None:
                 events.append(event)
         return events
+
+    def _decode_hot(self, frame: memoryview) -> E | None:
+        """The event of a hot command decoded without protobuf (``fast_decode``), or None: the
+        frame is then decoded with protobuf and given to ``_handle``. It may raise what
+        ``decode_frame`` raises for the same bytes."""
+        return None
 
     def _mark_received(self, now_ms: int) -> None:
         self._last_received_ms = now_ms

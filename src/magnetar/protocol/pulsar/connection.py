@@ -26,6 +26,9 @@ Invariants and policies:
 * Commands only servers send (CONNECTED, MESSAGE, SEND_RECEIPT, ...) arriving from a client are
   protocol violations. Commands defined by the protocol but without a body in our schema
   (transactions) become ``UnsupportedCommand`` events; the connection stays usable.
+* SEND, FLOW and ACK of a connected client are read without protobuf objects when they have the
+  common shape (``fast_decode``), else through protobuf: the same events (``SendReceived``,
+  ``FlowReceived``, ``AckReceived``) and the same errors either way.
 * Only commands the 4.2.0 client accepts can be queued (``commands.CLIENT_ACCEPTED_TYPES``).
 * Queued outbound bytes are bounded by ``PULSAR_SEND_BUFFER_BYTES_MAX``; ``outbound_bytes``
   lets the broker apply backpressure before it is reached.
@@ -34,6 +37,7 @@ Invariants and policies:
 from __future__ import annotations
 
 import enum
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -55,12 +59,21 @@ from magnetar.protocol.pulsar.errors import (
     ProtocolViolationError,
 )
 from magnetar.protocol.pulsar.fast import encode_send_receipt
+from magnetar.protocol.pulsar.fast_decode import (
+    AckCommand,
+    SendCommand,
+    command_type,
+    decode_ack,
+    decode_flow,
+    decode_send,
+)
 from magnetar.protocol.pulsar.frames import (
     BODY_FIELD_BY_TYPE,
     Buffer,
     Frame,
     FrameDecoder,
     MessagePayload,
+    decode_message,
     encode_command,
     payload_frame_parts,
     type_name,
@@ -68,6 +81,7 @@ from magnetar.protocol.pulsar.frames import (
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
 T = pb.BaseCommand
+_COMMAND_SIZE = struct.Struct(">I")
 
 PROTOCOL_VERSION_MAX = 20  # v20 "topic migration": what the 4.2.0 client sends and Java answers
 PROTOCOL_VERSION_PING_MIN = 1  # below this the client does not understand PING
@@ -75,9 +89,9 @@ KEEP_ALIVE_INTERVAL_MS = 30_000  # the client pings every 30 s; Java's broker de
 CONNECT_TIMEOUT_MS = 10_000  # a TCP connection that sends no CONNECT within this is dropped
 
 # Requests a client may send after CONNECTED; each becomes a CommandReceived event.
-# (SEND becomes SendReceived; PING/PONG are handled here.)
+# (SEND, FLOW and ACK become SendReceived, FlowReceived and AckReceived; PING/PONG are handled here.)
 CLIENT_REQUEST_TYPES = frozenset({
-    T.PARTITIONED_METADATA, T.LOOKUP, T.PRODUCER, T.CLOSE_PRODUCER, T.SUBSCRIBE, T.FLOW, T.ACK,
+    T.PARTITIONED_METADATA, T.LOOKUP, T.PRODUCER, T.CLOSE_PRODUCER, T.SUBSCRIBE,
     T.REDELIVER_UNACKNOWLEDGED_MESSAGES, T.UNSUBSCRIBE, T.SEEK, T.CLOSE_CONSUMER, T.GET_LAST_MESSAGE_ID,
     T.GET_TOPICS_OF_NAMESPACE, T.GET_SCHEMA, T.AUTH_RESPONSE, T.CONSUMER_STATS,
     # Sent by Java clients only; the broker may answer them with an error.
@@ -164,7 +178,7 @@ class CommandReceived:
 class SendReceived:
     """A SEND with its message. ``message.headers_and_payload`` is what the broker stores."""
 
-    command: pb.CommandSend
+    command: SendCommand
     message: MessagePayload
 
 
@@ -172,7 +186,29 @@ class SendReceived:
 class CorruptSend:
     """A SEND whose checksum did not match. Answer SEND_ERROR(ChecksumError) in receipt order."""
 
-    command: pb.CommandSend
+    command: SendCommand
+
+
+@dataclass(frozen=True, slots=True)
+class FlowReceived:
+    """FLOW: ``permits`` more messages for consumer ``consumer_id``."""
+
+    consumer_id: int
+    permits: int
+
+
+@dataclass(frozen=True, slots=True)
+class AckReceived:
+    """ACK. ``command`` is the BaseCommand's bytes: ``decoded()`` gives every field (the broker
+    acts on ``ack`` only)."""
+
+    ack: AckCommand
+    command: bytes
+
+    def decoded(self) -> pb.CommandAck:
+        base = pb.BaseCommand()
+        base.ParseFromString(self.command)
+        return base.ack
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +225,8 @@ class ConnectionTerminated:
     reason: str
 
 
-Event = ClientConnected | CommandReceived | SendReceived | CorruptSend | UnsupportedCommand | ConnectionTerminated
+Event = (ClientConnected | CommandReceived | SendReceived | CorruptSend | FlowReceived | AckReceived
+         | UnsupportedCommand | ConnectionTerminated)
 
 
 class ServerConnection(FrameReceiver[Event]):
@@ -251,7 +288,37 @@ class ServerConnection(FrameReceiver[Event]):
         command = error.command
         if command is None or command.type != T.SEND or self._state is not State.CONNECTED:
             raise self._violation(f"checksum mismatch outside a SEND: {error}")
-        return CorruptSend(command.send)
+        return CorruptSend(SendCommand.of(command.send))
+
+    def _decode_hot(self, frame: memoryview) -> Event | None:
+        # SEND, FLOW and ACK of a connected client in their common shape, without protobuf
+        # objects (``fast_decode``); None sends the frame through ``decode_frame`` and ``_handle``,
+        # which then also raise the errors for malformed bytes.
+        if self._state is not State.CONNECTED:
+            return None
+        command_size = _COMMAND_SIZE.unpack_from(frame, 4)[0]
+        command_end = 8 + command_size
+        if command_size < 2 or command_end > len(frame):
+            return None
+        command = bytes(frame[8:command_end])
+        kind = command_type(command)
+        if kind == T.SEND:
+            send = decode_send(command)
+            if send is None or command_end == len(frame):
+                return None
+            try:
+                return SendReceived(send, decode_message(frame[command_end:]))
+            except FrameChecksumMismatchError:
+                return CorruptSend(send)
+        if command_end != len(frame):
+            return None
+        if kind == T.FLOW:
+            flow = decode_flow(command)
+            return None if flow is None else FlowReceived(flow[0], flow[1])
+        if kind == T.ACK:
+            ack = decode_ack(command)
+            return None if ack is None else AckReceived(ack, command)
+        return None
 
     def _handle(self, frame: Frame) -> Event | None:
         kind = frame.type
@@ -271,7 +338,9 @@ class ServerConnection(FrameReceiver[Event]):
             invariant(frame.message is not None, "the decoder guarantees a SEND has a message")
             if not frame.command.HasField("send"):
                 raise self._violation("SEND without its body")
-            return SendReceived(frame.command.send, frame.message)  # type: ignore[arg-type]
+            return SendReceived(SendCommand.of(frame.command.send), frame.message)  # type: ignore[arg-type]
+        if kind == T.FLOW or kind == T.ACK:
+            return self._flow_or_ack(frame)
         if kind in CLIENT_REQUEST_TYPES:
             field_name = BODY_FIELD_BY_TYPE[kind]
             if not frame.command.HasField(field_name):
@@ -289,6 +358,16 @@ class ServerConnection(FrameReceiver[Event]):
         if frame.body is None:
             return UnsupportedCommand(kind)
         raise self._violation(f"{type_name(kind)} is a server-to-client command")
+
+    def _flow_or_ack(self, frame: Frame) -> Event:
+        """FLOW / ACK outside the hot decoder's common shape: the same events."""
+        if frame.type == T.FLOW:
+            if not frame.command.HasField("flow"):
+                raise self._violation("FLOW without its body")
+            return FlowReceived(frame.command.flow.consumer_id, frame.command.flow.messagePermits)
+        if not frame.command.HasField("ack"):
+            raise self._violation("ACK without its body")
+        return AckReceived(AckCommand.of(frame.command.ack), bytes(frame.command.SerializeToString()))
 
     def _on_connect(self, connect: pb.CommandConnect) -> Event:
         self._transition(Trigger.RECEIVE_CONNECT)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn, TypeVar
 
@@ -56,6 +57,8 @@ _SIZE_FIELD_BYTES = 4
 _MIN_COMMAND_BYTES = 2  # BaseCommand.type is required: one tag byte plus one varint byte
 
 Buffer = bytes | bytearray | memoryview
+
+_Decoded = TypeVar("_Decoded")
 
 PAYLOAD_TYPES = frozenset({pb.BaseCommand.SEND, pb.BaseCommand.MESSAGE})
 
@@ -175,6 +178,13 @@ class FrameDecoder:
         Raises ``FrameTooLargeError`` / ``MalformedFrameError`` (sticky) or ``FrameChecksumMismatchError`` (the
         frame is dropped and decoding can continue).
         """
+        view = self.next_frame_bytes()
+        return None if view is None else self.decoded(decode_frame, view)
+
+    def next_frame_bytes(self) -> memoryview | None:
+        """The next complete frame's bytes (size field included), not decoded yet: pass them to
+        ``decoded``. None until more bytes arrive; raises ``FrameTooLargeError`` /
+        ``MalformedFrameError`` (sticky) for a bad size field."""
         self._check_open()
         available = self.buffered_bytes
         if available < _SIZE_FIELD_BYTES:
@@ -196,8 +206,13 @@ class FrameDecoder:
             view = memoryview(bytes(memoryview(self._buf)[start:end]))
         self._pos = end
         self._compact()
+        return view
+
+    def decoded(self, decode: Callable[[memoryview], _Decoded], view: memoryview) -> _Decoded:
+        """``decode(view)`` with this decoder's error rules: a ``MalformedFrameError`` breaks the
+        decoder (sticky), a ``FrameChecksumMismatchError`` drops only this frame."""
         try:
-            return decode_frame(view)
+            return decode(view)
         except FrameChecksumMismatchError:
             raise
         except MalformedFrameError as error:
@@ -247,14 +262,16 @@ def decode_frame(frame: memoryview) -> Frame:
     if not len(rest):
         raise MalformedFrameError(f"{type_name(command.type)} without metadata and payload")
     try:
-        message = _decode_message(rest)
+        message = decode_message(rest)
     except FrameChecksumMismatchError as error:
         error.command = command
         raise
     return Frame(command, message, len(frame))
 
 
-def _decode_message(rest: memoryview) -> MessagePayload:
+def decode_message(rest: memoryview) -> MessagePayload:
+    """What follows the command of a SEND/MESSAGE frame (``rest`` non-empty). Raises
+    ``MalformedFrameError`` or ``FrameChecksumMismatchError`` (``command`` not set)."""
     offset = 0
     broker_entry_metadata = None
     if len(rest) >= 2 and _U16.unpack_from(rest, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:

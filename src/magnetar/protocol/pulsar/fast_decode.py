@@ -1,0 +1,275 @@
+"""The hot client commands (SEND, FLOW, ACK) decoded without building protobuf objects (issue 22).
+
+Every unbatched message brings a SEND; every consumer brings FLOWs and ACKs. Parsing them into a
+``BaseCommand`` and reading them back through ``HasField`` cost ~3.8 us per SEND (measured:
+``BaseCommand().ParseFromString`` + five field reads), most of the command's share of the receive
+path. Here the command bytes are read by hand into small slotted values, for the common shape
+only: ``type`` then the command's body, and in the body only the fields the broker acts on. Anything
+else (another field, a field this decoder does not know, a length or varint it cannot read, bytes
+after the body) returns None and the caller decodes the frame with protobuf as before, so an unusual
+but valid command keeps its old meaning and an invalid one its old error.
+
+Values are what protobuf gives for the same bytes: unsigned 64-bit fields masked to 64 bits,
+``int32``/``int64`` as two's complement, a bool true for any non-zero varint, the last occurrence
+of a repeated scalar field winning, missing fields at their defaults (protobuf's Python parser does
+not refuse a missing required field either). ``tests/protocol/pulsar/test_fast_decode.py`` checks
+this against protobuf over edge values and generated commands (hypothesis). Field numbers come
+from the generated descriptors, as in ``fast.py``.
+
+The message metadata of a SEND is *not* decoded here: ``MessageMetadata().ParseFromString`` (upb,
+C) validates and reads it in ~1.0 us, a field skimmer in Python took 3.3 us for the same bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
+
+_U64 = (1 << 64) - 1
+_U32 = (1 << 32) - 1
+_VARINT = 0
+_LENGTH_DELIMITED = 2
+
+
+def _key(message: type, field: str, wire_type: int) -> int:
+    """The tag of ``field`` (a one-byte varint for every field read here)."""
+    number: int = message.DESCRIPTOR.fields_by_name[field].number  # type: ignore[attr-defined]
+    tag = (number << 3) | wire_type
+    assert tag < 0x80, f"{field}: a one-byte tag"
+    return tag
+
+
+_TYPE = _key(pb.BaseCommand, "type", _VARINT)
+_BODY_SEND = _key(pb.BaseCommand, "send", _LENGTH_DELIMITED)
+_BODY_FLOW = _key(pb.BaseCommand, "flow", _LENGTH_DELIMITED)
+_BODY_ACK = _key(pb.BaseCommand, "ack", _LENGTH_DELIMITED)
+SEND = int(pb.BaseCommand.SEND)
+FLOW = int(pb.BaseCommand.FLOW)
+ACK = int(pb.BaseCommand.ACK)
+
+_S_PRODUCER = _key(pb.CommandSend, "producer_id", _VARINT)
+_S_SEQUENCE = _key(pb.CommandSend, "sequence_id", _VARINT)
+_S_NUM_MESSAGES = _key(pb.CommandSend, "num_messages", _VARINT)
+_S_HIGHEST = _key(pb.CommandSend, "highest_sequence_id", _VARINT)
+_S_IS_CHUNK = _key(pb.CommandSend, "is_chunk", _VARINT)
+
+_F_CONSUMER = _key(pb.CommandFlow, "consumer_id", _VARINT)
+_F_PERMITS = _key(pb.CommandFlow, "messagePermits", _VARINT)
+
+_A_CONSUMER = _key(pb.CommandAck, "consumer_id", _VARINT)
+_A_TYPE = _key(pb.CommandAck, "ack_type", _VARINT)
+_A_MESSAGE_ID = _key(pb.CommandAck, "message_id", _LENGTH_DELIMITED)
+_A_REQUEST = _key(pb.CommandAck, "request_id", _VARINT)
+_ACK_TYPES = frozenset(v.number for v in pb.CommandAck.AckType.DESCRIPTOR.values)
+CUMULATIVE = int(pb.CommandAck.Cumulative)
+
+_M_LEDGER = _key(pb.MessageIdData, "ledgerId", _VARINT)
+_M_ENTRY = _key(pb.MessageIdData, "entryId", _VARINT)
+_M_PARTITION = _key(pb.MessageIdData, "partition", _VARINT)
+_M_BATCH_INDEX = _key(pb.MessageIdData, "batch_index", _VARINT)
+_M_ACK_SET = _key(pb.MessageIdData, "ack_set", _VARINT)
+_M_ACK_SET_PACKED = _key(pb.MessageIdData, "ack_set", _LENGTH_DELIMITED)
+_M_BATCH_SIZE = _key(pb.MessageIdData, "batch_size", _VARINT)
+
+
+@dataclass(slots=True)
+class SendCommand:
+    """What the broker reads of a SEND: ``num_messages`` and ``highest_sequence_id`` are None when
+    the client did not send them (the broker then derives them)."""
+
+    producer_id: int
+    sequence_id: int
+    num_messages: int | None = None
+    highest_sequence_id: int | None = None
+    is_chunk: bool = False
+
+    @classmethod
+    def of(cls, send: pb.CommandSend) -> SendCommand:
+        """The same values read from a protobuf-decoded SEND (the fallback path)."""
+        return cls(send.producer_id, send.sequence_id,
+                   send.num_messages if send.HasField("num_messages") else None,
+                   send.highest_sequence_id if send.HasField("highest_sequence_id") else None,
+                   send.HasField("is_chunk") and send.is_chunk)
+
+
+@dataclass(frozen=True, slots=True)
+class AckedId:
+    """One message id of an ACK, as sent (unsigned 64-bit ledger and entry ids)."""
+
+    ledger_id: int
+    entry_id: int
+    ack_set: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AckCommand:
+    consumer_id: int
+    cumulative: bool
+    message_ids: tuple[AckedId, ...]
+    request_id: int | None
+
+    @classmethod
+    def of(cls, ack: pb.CommandAck) -> AckCommand:
+        """The same values read from a protobuf-decoded ACK (the fallback path: transaction acks,
+        properties, validation errors, chunk ids are accepted and not acted on, as before)."""
+        return cls(ack.consumer_id, ack.ack_type == CUMULATIVE,
+                   tuple(AckedId(m.ledgerId, m.entryId, tuple(m.ack_set)) for m in ack.message_id),
+                   ack.request_id if ack.HasField("request_id") else None)
+
+
+def _varint(data: bytes, i: int, end: int) -> tuple[int, int]:
+    """The varint at ``i`` (masked to 64 bits, as protobuf reads it) and the index after it;
+    ``(-1, -1)`` if it runs past ``end`` or over 10 bytes."""
+    if i >= end:
+        return -1, -1
+    byte = data[i]
+    if byte < 0x80:
+        return byte, i + 1
+    value = byte & 0x7F
+    shift = 7
+    i += 1
+    while i < end and shift < 70:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value & _U64, i
+        shift += 7
+    return -1, -1
+
+
+def _body(command: bytes, body_tag: int) -> tuple[int, int]:
+    """Where the body of a ``type, body`` command starts and ends, or (-1, -1)."""
+    if len(command) < 4 or command[0] != _TYPE or command[2] != body_tag:
+        return -1, -1
+    size, start = _varint(command, 3, len(command))
+    if start < 0 or start + size != len(command):
+        return -1, -1
+    return start, start + size
+
+
+def command_type(command: bytes) -> int:
+    """The type of a command in the common shape (``type`` first, one-byte value), else -1."""
+    return command[1] if len(command) >= 2 and command[0] == _TYPE and command[1] < 0x80 else -1
+
+
+def decode_send(command: bytes) -> SendCommand | None:
+    """A SEND ``BaseCommand``'s bytes, or None if not in the common shape."""
+    if command_type(command) != SEND:
+        return None
+    i, end = _body(command, _BODY_SEND)
+    if i < 0:
+        return None
+    send = SendCommand(0, 0)
+    while i < end:
+        tag = command[i]
+        value, i = _varint(command, i + 1, end)
+        if i < 0:
+            return None
+        if tag == _S_PRODUCER:
+            send.producer_id = value
+        elif tag == _S_SEQUENCE:
+            send.sequence_id = value
+        elif tag == _S_NUM_MESSAGES:
+            value &= _U32
+            send.num_messages = value - (1 << 32) if value >= 1 << 31 else value
+        elif tag == _S_HIGHEST:
+            send.highest_sequence_id = value
+        elif tag == _S_IS_CHUNK:
+            send.is_chunk = value != 0
+        else:
+            return None
+    return send
+
+
+def decode_flow(command: bytes) -> tuple[int, int] | None:
+    """(consumer id, permits) of a FLOW ``BaseCommand``'s bytes, or None if not in the common shape."""
+    if command_type(command) != FLOW:
+        return None
+    i, end = _body(command, _BODY_FLOW)
+    if i < 0:
+        return None
+    consumer_id = permits = 0
+    while i < end:
+        tag = command[i]
+        value, i = _varint(command, i + 1, end)
+        if i < 0:
+            return None
+        if tag == _F_CONSUMER:
+            consumer_id = value
+        elif tag == _F_PERMITS:
+            permits = value & _U32
+        else:
+            return None
+    return consumer_id, permits
+
+
+def decode_ack(command: bytes) -> AckCommand | None:
+    """An ACK ``BaseCommand``'s bytes, or None if not in the common shape."""
+    if command_type(command) != ACK:
+        return None
+    i, end = _body(command, _BODY_ACK)
+    if i < 0:
+        return None
+    consumer_id = ack_type = 0
+    request_id: int | None = None
+    ids: list[AckedId] = []
+    while i < end:
+        tag = command[i]
+        value, i = _varint(command, i + 1, end)
+        if i < 0:
+            return None
+        if tag == _A_CONSUMER:
+            consumer_id = value
+        elif tag == _A_TYPE:
+            if value not in _ACK_TYPES:
+                return None  # protobuf keeps an unknown enum value as an unknown field
+            ack_type = value
+        elif tag == _A_REQUEST:
+            request_id = value
+        elif tag == _A_MESSAGE_ID:
+            if i + value > end:
+                return None
+            acked = _message_id(command, i, i + value)
+            if acked is None:
+                return None
+            ids.append(acked)
+            i += value
+        else:
+            return None
+    return AckCommand(consumer_id, ack_type == CUMULATIVE, tuple(ids), request_id)
+
+
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _message_id(data: bytes, i: int, end: int) -> AckedId | None:
+    ledger_id = entry_id = 0
+    ack_set: list[int] = []
+    while i < end:
+        tag = data[i]
+        value, i = _varint(data, i + 1, end)
+        if i < 0:
+            return None
+        if tag == _M_LEDGER:
+            ledger_id = value
+        elif tag == _M_ENTRY:
+            entry_id = value
+        elif tag in (_M_PARTITION, _M_BATCH_INDEX, _M_BATCH_SIZE):
+            continue  # read and not acted on (the broker knows the partition and batch sizes)
+        elif tag == _M_ACK_SET:
+            ack_set.append(_signed64(value))
+        elif tag == _M_ACK_SET_PACKED:
+            packed_end = i + value
+            if packed_end > end:
+                return None
+            while i < packed_end:
+                word, i = _varint(data, i, packed_end)
+                if i < 0:
+                    return None
+                ack_set.append(_signed64(word))
+        else:
+            return None
+    return AckedId(ledger_id, entry_id, tuple(ack_set))
