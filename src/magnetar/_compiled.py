@@ -49,6 +49,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.base.invariant",
     "magnetar.base.types",
     "magnetar.protocol.pulsar.fast",
+    "magnetar.protocol.pulsar.fast_decode",
     "magnetar.protocol.pulsar.frames",
     "magnetar.protocol.pulsar._receiving",
     "magnetar.protocol.pulsar.connection",
