@@ -36,11 +36,15 @@ CPU seconds per side and role are read from ``/proc``.
 ``--offload`` (issue 21): the standalone runs with small ledgers (``--ledger-entries``) and
 tiered storage (deletion lag 0); after publishing, every partition is unloaded (sealing its
 ledger) and offloaded through the admin API, so the whole topic lives in the lakehouse as Parquet
-and not on the bookie. Sides then: ``lakehouse`` = ``connectors.spark.lakehouse.read_topic`` (the
-offloaded history through Spark's own Parquet scan, the tail through the connector) and
-``connector`` = ``format("magnetar")`` (offloaded entries read from the Parquet files by the Python
-source); ``--tail N`` publishes N more messages after the offload, left on the bookie (a mixed
-read). Prints the bytes on the bookie before the offload vs in the lakehouse.
+and not on the bookie. Sides then, alternating in each repeat: ``lakehouse`` =
+``connectors.spark.lakehouse.read_topic`` (the offloaded history through Spark's own Parquet scan),
+``connector`` = ``format("magnetar")`` (the Python source; its offloaded partitions yield Arrow
+batches read from the Parquet files with pyarrow) and ``parquet`` (a plain Parquet copy of the same
+rows); ratios to ``parquet`` per repeat and their min/median/max, and Spark JVM CPU seconds per
+read beside the wall clock. ``--tail N`` then publishes N more messages (left on the bookie) and
+measures the mixed read the same way, with ``read_topic``'s two halves alone (``history``: the
+Parquet scan of the offloaded files; ``tail``: ``format("magnetar")`` over the live ledgers) and
+each side's planning time. Prints the bytes on the bookie before the offload vs in the lakehouse.
 
 Run: ``.venv/bin/python bench/spark_read.py [--count 1000000] [--size 1024] [--repeats 3] [--ceiling]``.
 Bounded: publishing stops after ``--seconds``; each read is one Spark job over a fixed set of rows.
@@ -228,11 +232,12 @@ def publish(url: str, count: int, size: int, seconds: float, values: str) -> int
         producer.send_async(payload, receipt)
         sent += 1
     producer.flush()
-    for _ in range(sent):
-        done.acquire(timeout=60)
+    # every send must be receipted: a receipt that never comes would otherwise leave ``sent``
+    # counting a message the topic may not hold, and the read's row count check would blame the read
+    missing = sum(1 for _ in range(sent) if not done.acquire(timeout=60))
     client.close()
-    if failed:
-        raise RuntimeError(f"{len(failed)} sends failed: {failed[:3]}")
+    if failed or missing:
+        raise RuntimeError(f"{len(failed)} sends failed ({failed[:3]}), {missing} never receipted")
     return sent
 
 
@@ -377,6 +382,127 @@ def jvm_pid() -> int | None:
     return None
 
 
+def parquet_copy(spark: Any, frame: Any, path: str, rows: int, options: dict[str, str], what: str) -> Any:
+    """``frame`` written once to Parquet at ``path`` and read back; fails when it counts other than ``rows``."""
+    frame.write.parquet(path)
+    parquet = spark.read.parquet(path)
+    counted = parquet.count()
+    if counted != rows:
+        per_partition = {r["partition"]: r["count"] for r in parquet.groupBy("partition").count().collect()}
+        raise RuntimeError(f"{what} read {counted:,} rows, {rows:,} were expected (per partition: "
+                           f"{per_partition}; layouts: {layouts_of(options)})")
+    return parquet
+
+
+def measure(spark: Any, frames: dict[str, Any], source: str, rows: int, options: dict[str, str], args: Any,
+            parquet_dir: Path, sides: list[str], cores: int, read_partitions: int, builds: Path, label: str) -> int:
+    """Warm-ups, then ``args.repeats`` alternating runs of every frame (plus ``parquet``, a plain
+    Parquet copy of ``source``'s rows); prints rows/s, ratios to Parquet per repeat and CPU seconds."""
+    parquet = parquet_copy(spark, frames[source], str(parquet_dir), rows, options, source)
+    if "parquet" in sides:
+        frames["parquet"] = parquet
+    parquet_bytes = sum(f.stat().st_size for f in parquet_dir.glob("*.parquet"))
+    print(f"--- {label or 'read'}: spark {args.master} on {cores} cores, settings {args.conf or 'default'}; parquet "
+          f"copy (of {source}) {rows:,} rows, {parquet_bytes / 1e6:,.1f} MB in files, read as "
+          f"{parquet.rdd.getNumPartitions()} partitions; {read_partitions} read partitions; action {args.action}")
+    warm: dict[str, float] = {}
+    for _ in range(args.warmups):
+        warm = {name: timed(df, args.action)[0] for name, df in frames.items()}
+    if any(name.startswith("ceiling") for name in frames):  # a second pass: every worker has built its batches
+        for name in frames:
+            if name.startswith("ceiling"):
+                warm[name] = timed(frames[name], args.action)[0]
+    builds_before = builds.read_text().splitlines() if builds.exists() else []
+    print(f"warm-up (not counted; the last of {args.warmups}): " + ", ".join(f"{n} {s:.2f} s" for n, s in warm.items()))
+    jvm = jvm_pid() if args.jfr else None
+    if jvm is not None:
+        subprocess.run(["jcmd", str(jvm), "JFR.start", "name=bench", "settings=profile"], check=True,
+                       capture_output=True)
+    print(f"load average before the repeats: {Path('/proc/loadavg').read_text().strip()}")
+    names = list(frames)
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    ratios: dict[str, list[float]] = {name: [] for name in names if name != "parquet"}
+    for repeat in range(args.repeats):
+        order = names[repeat % len(names):] + names[: repeat % len(names)]
+        seconds: dict[str, float] = {}
+        for name in order:
+            seconds[name], used = timed(frames[name], args.action)
+            rates[name].append(rows / seconds[name])
+            cpu[name].append(used)
+        if "parquet" in seconds:
+            for name in ratios:
+                ratios[name].append(seconds["parquet"] / seconds[name])
+        print(f"repeat {repeat + 1}: " + ", ".join(f"{name} {seconds[name]:.2f} s (JVM CPU {cpu[name][-1]['spark jvm']:.2f} s)"
+                                                   for name in order))
+    print(f"load average after the repeats: {Path('/proc/loadavg').read_text().strip()}")
+    if jvm is not None:
+        subprocess.run(["jcmd", str(jvm), "JFR.stop", "name=bench", f"filename={args.jfr}"], check=True,
+                       capture_output=True)
+        print(f"JVM flight recording of the repeats: {args.jfr}")
+    for name in names:
+        print(f"{name:>16} rows/s: {summary(rates[name])}")
+    for name, values in ratios.items():
+        if values:
+            target = 0.9 if name in ("lakehouse", "connector") and label else 0.5
+            jvm_ratio = [c["spark jvm"] for c in cpu["parquet"]] if "parquet" in cpu else []
+            print(f"ratio {name}/parquet per repeat: {', '.join(f'{r:.2f}' for r in values)}; min {min(values):.2f}  "
+                  f"median {statistics.median(values):.2f}  max {max(values):.2f}  (target >= {target:.2f})"
+                  + (f"; JVM CPU parquet/{name} (medians): "
+                     f"{statistics.median(jvm_ratio) / max(1e-9, statistics.median(c['spark jvm'] for c in cpu[name])):.2f}"
+                     if jvm_ratio else ""))
+    for name, runs in cpu.items():
+        roles = ", ".join(f"{role} {statistics.median(r[role] for r in runs):.2f}" for role in runs[0])
+        print(f"CPU seconds per {name} run (median): {roles}")
+    if any(name.startswith("ceiling") for name in frames):
+        logged = builds.read_text().splitlines() if builds.exists() else []
+        print(f"ceiling batches built {len(logged)} times (pid, seconds: "
+              f"{', '.join(' '.join(line.split()[::2]) for line in logged)}); during the repeats: "
+              f"{len(logged) - len(builds_before)}")
+    return rows
+
+
+def planning_seconds(df_of: Any, times: int = 3) -> float:
+    """Median seconds to plan (not run) a fresh DataFrame from ``df_of()``: Spark's analysis plus,
+    for ``format("magnetar")``, the Python source's ``partitions()`` in a Python worker."""
+    spent = []
+    for _ in range(times):
+        start = time.perf_counter()
+        df_of()._jdf.queryExecution().executedPlan()
+        spent.append(time.perf_counter() - start)
+    return statistics.median(spent)
+
+
+def mixed(spark: Any, standalone: Any, options: dict[str, str], args: Any, work: Path, history_rows: int,
+          cores: int, read_partitions: int, builds: Path) -> None:
+    """The mixed read: ``--tail`` more messages published after the offload (on the bookie), then
+    the connector and ``read_topic`` measured against a plain Parquet copy of all the rows, with
+    the two halves of ``read_topic`` alone (``history``: the Parquet scan of the offloaded files;
+    ``tail``: ``format("magnetar")`` over the live ledgers only) and planning times, to see where
+    the time of the union goes."""
+    from magnetar.connectors.spark.lakehouse import native_plan, read_topic
+    from magnetar.connectors.spark.options import ReadOptions
+
+    tail = publish(standalone.broker_url, args.tail, args.size, args.seconds, args.values)
+    rows = history_rows + tail
+    print(f"published a live tail of {tail:,} messages (on the bookie): mixed read of {rows:,} rows")
+    plan = native_plan(ReadOptions.parse(options, streaming=False))
+    assert plan is not None
+    tail_options = {**options, "startingOffsets": json.dumps(plan.tail_starts),
+                    "endingOffsets": json.dumps(plan.tail_ends)}
+    frames = {"lakehouse": read_topic(spark, **options),
+              "connector": spark.read.format("magnetar").options(**options).load(),
+              "history": spark.read.parquet(*plan.files),
+              "tail": spark.read.format("magnetar").options(**tail_options).load()}
+    print("planning seconds (median of 3, not running): "
+          f"connector {planning_seconds(lambda: spark.read.format('magnetar').options(**options).load()):.2f}, "
+          f"read_topic {planning_seconds(lambda: read_topic(spark, **options)):.2f} (its own planning included), "
+          f"tail {planning_seconds(lambda: spark.read.format('magnetar').options(**tail_options).load()):.2f}, "
+          f"history {planning_seconds(lambda: spark.read.parquet(*plan.files)):.2f}")
+    measure(spark, frames, "connector", rows, options, args, work / "parquet-mixed", ["parquet"], cores,
+            read_partitions, builds, f"mixed ({history_rows:,} offloaded + {tail:,} live)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--count", type=int, default=1_000_000)
@@ -407,7 +533,9 @@ def main() -> None:
     parser.add_argument("--ledger-entries", type=int, default=500,
                         help="with --offload: entries per ledger (one lakehouse file each; 500 entries of ~110 KB "
                              "batches: ~55 MB files. 50 gives 5.6 MB files, and Spark's per-file cost shows)")
-    parser.add_argument("--tail", type=int, default=0, help="with --offload: messages published after it")
+    parser.add_argument("--tail", type=int, default=0,
+                        help="with --offload: after the fully offloaded read, publish this many more (left on the "
+                             "bookie) and measure the mixed read too")
     parser.add_argument("--keep", action="store_true", help="keep the data directory (and the standalone's files)")
     args = parser.parse_args()
     sides = [side.strip() for side in args.sides.split(",") if side.strip()]
@@ -454,14 +582,12 @@ def main() -> None:
                 print(f"offloaded {ledgers} ledgers in {time.perf_counter() - start:.1f} s; storage for the same "
                       f"{rows:,} messages: bookie {bookie_bytes / 1e6:,.1f} MB (entries), lakehouse "
                       f"{lake_bytes / 1e6:,.1f} MB (Parquet zstd, per-message columns + raw entry column)")
-                if args.tail:
-                    rows += publish(standalone.broker_url, args.tail, args.size, args.seconds, args.values)
-                    print(f"published a live tail of {args.tail:,} messages (on the bookie)")
             if not args.no_alone:
                 reader_alone(options)  # warm-up: imports, first connections
                 alone_rows, alone_s, alone_cpu_s = reader_alone(options)
                 print(f"reader alone (no Spark, one process, one partition after the other): {alone_rows:,} rows "
                       f"in {alone_s:.2f} s = {alone_rows / alone_s:,.0f} rows/s, {alone_cpu_s:.2f} CPU s")
+            if not args.no_alone and not args.offload:  # offloaded ledgers are not on the bookie
                 fetched, fetch_s = entries_alone(options)
                 print(f"entries alone (all partitions at once, no rows, no Spark): {fetched / 1e6:,.0f} MB in "
                       f"{fetch_s:.2f} s = {fetched / 1e6 / fetch_s:,.0f} MB/s = {rows / fetch_s:,.0f} rows/s "
@@ -494,71 +620,11 @@ def main() -> None:
                 frames[name] = spark.read.format(CEILING_FORMAT).options(
                     rows=str(rows), size=str(args.size), partitions=str(read_partitions), batchrows=batch_rows,
                     values=args.values, builds=str(builds)).load()
-        parquet_path = str(work / "parquet")
         source = next(name for name in ("connector", "lakehouse", *frames) if name in frames)
-        frames[source].write.parquet(parquet_path)
-        parquet = spark.read.parquet(parquet_path)
-        counted = parquet.count()
-        if counted != rows:
-            per_partition = {r["partition"]: r["count"] for r in parquet.groupBy("partition").count().collect()}
-            raise RuntimeError(f"{source} read {counted:,} rows, {rows:,} were expected (per partition: "
-                               f"{per_partition}; layouts: {layouts_of(options)})")
-        if "parquet" in sides:
-            frames["parquet"] = parquet
-        parquet_bytes = sum(f.stat().st_size for f in Path(parquet_path).glob("*.parquet"))
-        print(f"spark {args.master} on {cores} cores, settings {args.conf or 'default'}; parquet copy (of {source}) "
-              f"{counted:,} rows, {parquet_bytes / 1e6:,.1f} MB in files, read as {parquet.rdd.getNumPartitions()} "
-              f"partitions; {read_partitions} read partitions; action {args.action}")
-        warm: dict[str, float] = {}
-        for _ in range(args.warmups):
-            warm = {name: timed(df, args.action)[0] for name, df in frames.items()}
-        if "ceiling" in sides:  # a second pass: every Python worker has built its ceiling batches
-            for name in frames:
-                if name.startswith("ceiling"):
-                    warm[name] = timed(frames[name], args.action)[0]
-        builds_before = builds.read_text().splitlines() if builds.exists() else []
-        print(f"warm-up (not counted; the last of {args.warmups}): "
-              + ", ".join(f"{name} {s:.2f} s" for name, s in warm.items()))
-        jvm = jvm_pid() if args.jfr else None
-        if jvm is not None:
-            subprocess.run(["jcmd", str(jvm), "JFR.start", "name=bench", "settings=profile"], check=True,
-                           capture_output=True)
-        print(f"load average before the repeats: {Path('/proc/loadavg').read_text().strip()}")
-        names = list(frames)
-        rates: dict[str, list[float]] = {name: [] for name in names}
-        cpu: dict[str, list[dict[str, float]]] = {name: [] for name in names}
-        ratios: dict[str, list[float]] = {name: [] for name in names if name != "parquet"}
-        for repeat in range(args.repeats):
-            order = names[repeat % len(names):] + names[: repeat % len(names)]
-            seconds: dict[str, float] = {}
-            for name in order:
-                seconds[name], used = timed(frames[name], args.action)
-                rates[name].append(rows / seconds[name])
-                cpu[name].append(used)
-            if "parquet" in seconds:
-                for name in ratios:
-                    ratios[name].append(seconds["parquet"] / seconds[name])
-            print(f"repeat {repeat + 1}: " + ", ".join(f"{name} {seconds[name]:.2f} s" for name in order))
-        print(f"load average after the repeats: {Path('/proc/loadavg').read_text().strip()}")
-        if jvm is not None:
-            subprocess.run(["jcmd", str(jvm), "JFR.stop", "name=bench", f"filename={args.jfr}"], check=True,
-                           capture_output=True)
-            print(f"JVM flight recording of the repeats: {args.jfr}")
-        for name in names:
-            print(f"{name:>16} rows/s: {summary(rates[name])}")
-        for name, values in ratios.items():
-            if values:
-                print(f"ratio {name}/parquet per repeat: {', '.join(f'{r:.2f}' for r in values)}; min {min(values):.2f}  "
-                      f"median {statistics.median(values):.2f}  max {max(values):.2f}  "
-                      f"(target >= {0.9 if name == 'lakehouse' else 0.5:.2f})")
-        for name, runs in cpu.items():
-            roles = ", ".join(f"{role} {statistics.median(r[role] for r in runs):.2f}" for role in runs[0])
-            print(f"CPU seconds per {name} run (median): {roles}")
-        if "ceiling" in sides:
-            logged = builds.read_text().splitlines() if builds.exists() else []
-            print(f"ceiling batches built {len(logged)} times (pid, seconds: "
-                  f"{', '.join(' '.join(line.split()[::2]) for line in logged)}); during the repeats: "
-                  f"{len(logged) - len(builds_before)}")
+        measure(spark, frames, source, rows, options, args, work / "parquet", sides, cores,
+                          read_partitions, builds, "fully offloaded" if args.offload else "")
+        if args.offload and args.tail:
+            mixed(spark, standalone, options, args, work, rows, cores, read_partitions, builds)
     finally:
         if spark is not None:
             spark.stop()

@@ -1,20 +1,26 @@
-"""Group commit with ``journal_group_wait_ms_max`` (issue 22, a modest steady rate): adds that
-arrive within the wait share one group (one write, one sync), no group waits longer than the
-bound, callbacks run in submission order, and none before the sync that covers its record.
-On the simulated loop and disk (virtual time: sync latency 200 us)."""
+"""Group commit with ``journal_group_wait_ms_max`` and its adaptive rule (issue 22, a modest
+steady rate): adds of a steady stream share groups (one write, one sync), a lone add after an
+idle spell and a synchronous producer do not pay the wait, no add waits longer than the bound,
+callbacks run in submission order, and none before the sync that covers its record.
+On the simulated loop and disk (virtual time: sync latency 200 us unless a test says otherwise)."""
 
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 
 from magnetar.faults import breaks
-from magnetar.sim import run
+from magnetar.sim import SimDisk, SimDiskConfig, run
 from magnetar.storage.journal import Journal, add_record, journal_path
+from magnetar.storage.journal_wait import SKIPS_MAX, GroupWaitPolicy
 from tests.storage.harness import CONFIG, KEY, Parts, entry
 
 SYNC_NS = 200_000  # SimDiskConfig's sync latency without an rng
+US = 1_000
+MS = 1_000_000
+ROUNDING_NS = 10  # virtual timers round up to the next nanosecond
 
 
 class Acks:
@@ -42,17 +48,31 @@ class Acks:
 
         self.journal.submit(add_record(KEY, raw), done)
 
+    def latency_ns(self, entry_id: int) -> int:
+        return self.acked_ns[entry_id] - self.submitted_ns[entry_id]
+
     async def settle(self, count: int) -> None:
         while len(self.order) < count:
             await self.parts.clock.sleep(0.0001)  # virtual time (simulated clock/loop): no real wait
 
 
-def _scenario(wait_ms: int, gaps_us: list[int]) -> tuple[Acks, int]:
-    """Adds ``1..len(gaps_us)``, each after its gap (virtual microseconds); the acks and the
-    number of groups written."""
+@dataclasses.dataclass
+class Outcome:
+    acks: Acks
+    groups: int
+    waits: int
 
-    async def scenario() -> tuple[Acks, int]:
-        parts = Parts(dataclasses.replace(CONFIG, journal_group_wait_ms_max=wait_ms))
+
+def _parts(wait_ms: int, sync_us: int) -> Parts:
+    disk = SimDisk(SimDiskConfig(sync_latency_us_min=sync_us, sync_latency_us_max=sync_us))
+    return Parts(dataclasses.replace(CONFIG, journal_group_wait_ms_max=wait_ms), disk=disk)
+
+
+def _open_loop(wait_ms: int, gaps_us: list[int], *, sync_us: int = 200) -> Outcome:
+    """Adds ``1..len(gaps_us)``, each after its gap (virtual microseconds) whatever the acks do."""
+
+    async def scenario() -> Outcome:
+        parts = _parts(wait_ms, sync_us)
         journal = await parts.start()
         acks = Acks(parts, journal)
         before = journal.groups_count
@@ -60,47 +80,130 @@ def _scenario(wait_ms: int, gaps_us: list[int]) -> tuple[Acks, int]:
             await parts.clock.sleep(gap_us / 1_000_000)  # virtual time (simulated clock/loop): no real wait
             acks.submit(entry_id)
         await acks.settle(len(gaps_us))
-        groups = journal.groups_count - before
+        outcome = Outcome(acks, journal.groups_count - before, journal.waits_count)
         await journal.stop()
-        return acks, groups
+        return outcome
 
     return run(scenario())
 
 
-def test_adds_within_the_wait_share_one_group_and_sync() -> None:
-    # One add every 250 us with a 1 ms wait: about four adds per group.
-    acks, groups = _scenario(1, [250] * 12)
-    assert acks.order == list(range(1, 13))
-    assert all(acks.durable.values())
-    assert groups <= 4
+def _closed_loop(wait_ms: int, count: int, think_us: int) -> Outcome:
+    """A synchronous producer: each add ``think_us`` after the previous one's ack."""
+
+    async def scenario() -> Outcome:
+        parts = _parts(wait_ms, 200)
+        journal = await parts.start()
+        acks = Acks(parts, journal)
+        before = journal.groups_count
+        for entry_id in range(1, count + 1):
+            await parts.clock.sleep(think_us / 1_000_000)  # virtual time (simulated clock/loop): no real wait
+            acks.submit(entry_id)
+            await acks.settle(entry_id)
+        outcome = Outcome(acks, journal.groups_count - before, journal.waits_count)
+        await journal.stop()
+        return outcome
+
+    return run(scenario())
+
+
+def _in_order_and_durable(outcome: Outcome, count: int) -> None:
+    assert outcome.acks.order == list(range(1, count + 1))
+    assert all(outcome.acks.durable.values()) and len(outcome.acks.durable) == count
+
+
+def test_a_steady_stream_shares_groups() -> None:
+    # One add every 250 us with a 1 ms bound: after the first add (it arrives after an idle
+    # spell and goes alone), about four adds per group.
+    outcome = _open_loop(1, [250] * 24)
+    _in_order_and_durable(outcome, 24)
+    assert outcome.groups <= 8
+    assert outcome.waits >= 5
 
 
 def test_without_a_wait_each_spaced_add_is_its_own_group() -> None:
-    # Control: the same arrivals with no wait, spaced wider than a sync: one group per add.
-    acks, groups = _scenario(0, [250] * 12)
-    assert acks.order == list(range(1, 13))
-    assert all(acks.durable.values())
-    assert groups == 12
+    # Control (the behaviour before the group wait): the same arrivals, each its own group.
+    outcome = _open_loop(0, [250] * 24)
+    _in_order_and_durable(outcome, 24)
+    assert outcome.groups == 24 and outcome.waits == 0
+
+
+def test_a_lone_add_after_an_idle_spell_is_not_delayed() -> None:
+    # A stream, 50 ms of nothing, then one add: it is written at once (only its sync).
+    outcome = _open_loop(1, [250] * 8 + [50_000])
+    _in_order_and_durable(outcome, 9)
+    assert outcome.acks.latency_ns(9) <= SYNC_NS + ROUNDING_NS
+    # Control: the same add 250 us after the stream (more adds likely) does wait, so the check
+    # above would see a wait if the rule made one.
+    waited = _open_loop(1, [250] * 9)
+    _in_order_and_durable(waited, 9)
+    assert waited.acks.latency_ns(9) > SYNC_NS + 100 * US
+
+
+def test_a_synchronous_producer_seldom_pays_the_wait() -> None:
+    # Each add 300 us after the previous ack: the gaps (~500 us) are below the bound, but
+    # nothing ever arrives during a wait. Fruitless waits back off: few adds pay the wait.
+    count = 400
+    outcome = _closed_loop(1, count, 300)
+    _in_order_and_durable(outcome, count)
+    slow = [i for i in range(1, count + 1) if outcome.acks.latency_ns(i) > SYNC_NS + ROUNDING_NS]
+    assert outcome.waits == len(slow) <= 6  # probes at back-offs SKIPS_MIN, 4x, ... SKIPS_MAX
+    assert sorted(outcome.acks.latency_ns(i) for i in range(1, count + 1))[98 * count // 100] <= SYNC_NS + ROUNDING_NS
+    # Control: an open stream at the same pace (one add every 500 us) keeps waiting and grouping.
+    stream = _open_loop(1, [500] * count)
+    _in_order_and_durable(stream, count)
+    assert stream.waits >= count // 3 and stream.groups <= count // 2 + 2
 
 
 @pytest.mark.parametrize("wait_ms", [1, 3])
 def test_no_add_waits_longer_than_the_bound_plus_its_sync(wait_ms: int) -> None:
-    gaps = [0, 100, 700, 2_900, 5_000, 10, 10, 4_000]
-    acks, _ = _scenario(wait_ms, gaps)
-    assert acks.order == list(range(1, len(gaps) + 1))
-    for entry_id, submitted in acks.submitted_ns.items():
+    gaps = [0, 100, 700, 2_900, 5_000, 10, 10, 4_000, 300, 300, 300, 20, 900, 900, 100]
+    outcome = _open_loop(wait_ms, gaps)
+    _in_order_and_durable(outcome, len(gaps))
+    for entry_id in outcome.acks.submitted_ns:
         # The bound, then its own sync; an add may also wait for one earlier group's sync.
-        assert acks.acked_ns[entry_id] - submitted <= wait_ms * 1_000_000 + 2 * SYNC_NS
-    # A lone add waits out the bound (nothing else came): the wait is real, not skipped.
-    lone = len(gaps)
-    assert acks.acked_ns[lone] - acks.submitted_ns[lone] >= wait_ms * 1_000_000
+        assert outcome.acks.latency_ns(entry_id) <= wait_ms * MS + 2 * SYNC_NS
+    assert outcome.waits > 0
+
+
+def test_adds_that_waited_the_bound_behind_a_slow_disk_go_at_once() -> None:
+    # 3 ms syncs, two groups in flight: adds queue behind them longer than the 1 ms bound, so
+    # the group that takes them does not wait again (no add waits beyond two syncs + the bound).
+    outcome = _open_loop(1, [250] * 40, sync_us=3_000)
+    _in_order_and_durable(outcome, 40)
+    assert max(outcome.acks.latency_ns(i) for i in range(1, 41)) <= 1 * MS + 2 * 3_000 * US
+    assert outcome.groups <= 12
+
+
+def test_the_policy_never_waits_beyond_the_bound_or_without_one() -> None:
+    rng = random.Random(22)
+    for bound_ns in (0, 1 * MS, 5 * MS):
+        policy = GroupWaitPolicy(bound_ns)
+        now = 0
+        for _ in range(5_000):
+            now += rng.choice((10 * US, 300 * US, 900 * US, 4 * MS, 80 * MS))
+            policy.arrived(now, rng.random() < 0.2)
+            head = now - rng.randrange(0, 3 * MS)
+            wait = policy.wait_ns(now, head)
+            assert 0 <= wait <= max(0, bound_ns - (now - head))
+            if wait:
+                policy.waited(rng.random() < 0.5)
+    # The back-off is bounded: after many fruitless waits, a probe still comes within SKIPS_MAX.
+    policy = GroupWaitPolicy(1 * MS)
+    now, probes = 0, 0
+    for _ in range(4 * SKIPS_MAX):
+        now += 500 * US
+        policy.arrived(now, False)
+        if policy.wait_ns(now, now):
+            probes += 1
+            policy.waited(False)
+    assert 2 <= probes <= 8
 
 
 def test_an_ack_before_the_sync_is_caught() -> None:
     # Negative control: with the ack-before-fsync break on, the durability check fails.
     breaks.enable(breaks.Break.ACK_BEFORE_FSYNC)
     try:
-        acks, _ = _scenario(1, [250] * 4)
+        outcome = _open_loop(1, [250] * 4)
     finally:
         breaks.disable_all()
-    assert not all(acks.durable.values())
+    assert not all(outcome.acks.durable.values())

@@ -211,8 +211,10 @@ BROKER_DELAYED_REBUILD_READ_COUNT = 1_000
 SCHEMA_VERSIONS_PER_TOPIC_COUNT_MAX = 1_000
 #: Bytes of one schema definition (Avro/JSON/protobuf text).
 SCHEMA_DATA_BYTES_MAX = 512 * 1024
-#: Namespace and topic policy nodes one broker caches and watches (the oldest is forgotten beyond it).
-POLICY_CACHE_NODES_COUNT_MAX = 100_000
+#: Namespace and topic policy nodes one broker caches and watches (the oldest is forgotten beyond it):
+#: one topic-policies node per loaded topic (``BROKER_TOPICS_LOADED_COUNT_MAX``) plus the namespaces',
+#: so a broker at its topic bound does not evict (and re-read) a namespace node on every lookup.
+POLICY_CACHE_NODES_COUNT_MAX = 2 * 100_000
 #: Entries one TTL-expiry or backlog-eviction pass of a subscription reads (the next pass goes on).
 BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX = 100_000
 #: Entries one admin ``skip/{n}`` may skip.
@@ -353,6 +355,11 @@ REPLICATION_CHECK_INTERVAL_MS = 1_000
 #: A standalone loads the topics of replicated namespaces (a backlog left by a crash drains without
 #: a client) on the first pass and then every this many passes.
 REPLICATION_LOAD_TOPICS_EVERY_PASSES = 10
+#: Every pass reconciles the topics that replicate (or failed to settle); all loaded topics are
+#: reconciled on a policy change seen by this broker and every this many passes (a tenant's allowed
+#: clusters or a remote's registration may change unseen). At 100,000 topics a pass over all costs
+#: ~1 s of CPU: once a second it was the idle standalone's main cost (issue 22).
+REPLICATION_FULL_CHECK_EVERY_PASSES = 30
 #: Creating a producer on the remote cluster gives up after this (then backoff and retry).
 REPLICATION_CONNECT_TIMEOUT_MS = 10_000
 #: The remote producers' own reconnect backoff cap (the client's ``backoff_max_ms``; Pulsar keeps

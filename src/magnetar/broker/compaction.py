@@ -69,7 +69,7 @@ from magnetar.broker.consumer import SubType
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.ids import before
 from magnetar.broker.log import AppendCallback, StorageStats, SubscriptionCursor, TopicLog
-from magnetar.catalog.policies import PolicyCache
+from magnetar.catalog.policies import PolicyCache, decode_policies, namespace_path
 from magnetar.protocol.pulsar import pb
 from magnetar.protocol.pulsar.batch import NONE, decode_entry, encode_entry, is_batch
 from magnetar.protocol.pulsar.frames import headers_and_payload
@@ -529,7 +529,7 @@ async def compaction_threshold_bytes(policies: PolicyCache, topic: TopicName) ->
     topic_policies = await policies.topic_policies(topic)
     if topic_policies is not None and topic_policies.compaction_threshold is not None:
         return topic_policies.compaction_threshold
-    namespace = await policies.namespace_policies(topic.namespace)
+    namespace = await policies.decoded(namespace_path(topic.namespace), decode_policies)  # decoded once per change
     return (namespace.compaction_threshold if namespace is not None else None) or 0
 
 

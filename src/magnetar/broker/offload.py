@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.managed_log import ManagedTopicLog
 from magnetar.broker.topic import Topic
-from magnetar.catalog.policies import PolicyCache
+from magnetar.catalog.policies import PolicyCache, decode_policies, namespace_path
 from magnetar.catalog.schema import SchemaRegistry
 from magnetar.managed_ledger.managed_ledger import ManagedLedger
 from magnetar.managed_ledger.offload import ManagedLedgerOffload, OffloadSchema
@@ -36,7 +36,7 @@ def offload_of(topic: Topic) -> ManagedLedgerOffload | None:
 
 async def offload_policy(policies: PolicyCache, config: BrokerConfig, topic: Topic) -> tuple[int, int]:
     """(threshold bytes, deletion lag ms) in force for ``topic``."""
-    namespace = await policies.namespace_policies(topic.name.namespace)
+    namespace = await policies.decoded(namespace_path(topic.name.namespace), decode_policies)  # once per change
     threshold = namespace.offload_threshold if namespace is not None else None
     lag = namespace.offload_deletion_lag_ms if namespace is not None else None
     return (config.offload_threshold_bytes if threshold is None else threshold,

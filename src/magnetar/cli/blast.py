@@ -21,12 +21,14 @@ import time
 from typing import Any
 
 from magnetar.base.checksum import crc32c
+from magnetar.protocol.pulsar.batch import encode_batch
 from magnetar.protocol.pulsar.client_connection import ClientConfig, connect_command
 from magnetar.protocol.pulsar.frames import FrameDecoder, encode_command, encode_payload_command, type_name
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
 T = pb.BaseCommand
 _PLACEHOLDER = 2**63 + 12345  # encodes as a 10-byte varint: the template's sequence-id slots
+_PRODUCER_PLACEHOLDER = 2**63 + 54321  # its producer-id slot
 _RUN_FRAMES_MAX = 64
 _MAGIC_CRC_BYTES = 6  # 0x0e01 + crc32c, before the metadata size
 
@@ -41,32 +43,53 @@ def wide_varint(value: int) -> bytes:
 
 
 class SendTemplate:
-    """SEND frames of ``producer_id`` with ``payload``, differing only in their sequence id."""
+    """SEND frames of ``payload`` under ``producer_name``, differing only in their sequence id and
+    (for a connection holding many producers, ``blast_topics.py``) their producer id.
 
-    def __init__(self, producer_id: int, producer_name: str, payload: bytes) -> None:
-        command = T(type=T.SEND, send=pb.CommandSend(producer_id=producer_id, sequence_id=_PLACEHOLDER))
+    With ``batch_count`` > 1 every frame is one batch of that many copies of ``payload`` (the
+    broker stores it as one entry and counts ``batch_count`` messages).
+    """
+
+    def __init__(self, producer_id: int, producer_name: str, payload: bytes, *, batch_count: int = 1) -> None:
+        if not 1 <= batch_count <= 10_000:
+            raise ValueError("batch_count must be 1-10000")
+        command = T(type=T.SEND, send=pb.CommandSend(producer_id=_PRODUCER_PLACEHOLDER, sequence_id=_PLACEHOLDER))
         metadata = pb.MessageMetadata(producer_name=producer_name, sequence_id=_PLACEHOLDER,
                                       publish_time=int(time.time() * 1000))
+        if batch_count > 1:
+            command.send.num_messages = batch_count
+            metadata.num_messages_in_batch = batch_count
+            payload = encode_batch([(pb.SingleMessageMetadata(), payload)] * batch_count)
         frame = encode_payload_command(command, metadata, payload)
-        slot = wide_varint(_PLACEHOLDER)
-        first = frame.find(slot)
-        second = frame.find(slot, first + 1)
-        if first < 0 or second < 0 or frame.find(slot, second + 1) >= 0:
-            raise ValueError("the SEND template must hold exactly two sequence-id slots")
         self._frame = frame
-        self._slots = (first, second)
+        self._slots = _slots(frame, wide_varint(_PLACEHOLDER), 2)
+        self._producer_slot = _slots(frame, wide_varint(_PRODUCER_PLACEHOLDER), 1)[0]
+        self.producer_id, self.batch_count = producer_id, batch_count
         command_size = struct.unpack_from(">I", frame, 4)[0]
         self._crc_at = 8 + command_size + 2  # after size, command size, command, magic
         self._checked_from = self._crc_at + 4
 
-    def frame(self, sequence_id: int) -> bytes:
+    def frame(self, sequence_id: int, producer_id: int | None = None) -> bytes:
         out = bytearray(self._frame)
         slot = wide_varint(sequence_id)
         for at in self._slots:
             out[at : at + 10] = slot
+        at = self._producer_slot
+        out[at : at + 10] = wide_varint(self.producer_id if producer_id is None else producer_id)
         crc = crc32c(memoryview(out)[self._checked_from :])
         struct.pack_into(">I", out, self._crc_at, crc)
         return bytes(out)
+
+
+def _slots(frame: bytes, slot: bytes, count: int) -> list[int]:
+    found: list[int] = []
+    at = frame.find(slot)
+    while at >= 0:
+        found.append(at)
+        at = frame.find(slot, at + 1)
+    if len(found) != count:
+        raise ValueError(f"the SEND template must hold exactly {count} such slot(s), found {len(found)}")
+    return found
 
 
 async def _expect(reader: asyncio.StreamReader, decoder: FrameDecoder, wanted: int) -> pb.BaseCommand:

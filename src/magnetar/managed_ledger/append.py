@@ -24,7 +24,7 @@ Protocol (Pulsar's ``ManagedLedgerImpl`` add path and ``OpAddEntry``):
   ``settle_failed_writes``.
 * **Rollover is asked for** when the current ledger reached ``max_entries_per_ledger`` or
   ``max_size_bytes_per_ledger`` and is at least ``rollover_time_s_min`` old, or holds entries and
-  is ``rollover_time_s_max`` old (``roll_by_age``), or failed, or on request.
+  is ``rollover_time_s_max`` old (``check_age``, by the shared ``RolloverTimer``), or failed, or on request.
 
 The host (``ManagedLedger``) owns the ledger list and the state; the pipeline reads the shared
 ``MLStateMachine`` and never moves it. Per entry: one ``_OpAdd`` and the ledger's ``PendingAdd``,
@@ -319,22 +319,22 @@ class AppendPipeline:
         self.current = CurrentLedger(handle, self._clock.monotonic_ns(), self._clock.now_ms())
         self._list.set_live(handle.ledger_id)
 
-    async def roll_by_age(self) -> None:
-        """Idle ledgers still roll over by age (a busy one is checked on each append)."""
-        max_s = self.config.rollover_time_s_max
-        while self._states.state in WRITABLE:
-            current = self.current
-            assert current is not None
-            due_ns = current.created_ns + int(max_s * 1e9)
-            wait_ns = due_ns - self._clock.monotonic_ns()
-            if wait_ns > 0:
-                await self._clock.sleep(wait_ns / 1e9)
-                continue
-            if (self._states.state is MLState.LEDGER_OPENED and current is self.current
-                    and current.started_count > 0):
-                self.rollover_requested = True
-                self.kick()
-            await self._clock.sleep(max_s)
+    def check_age(self, now_ns: int) -> int | None:
+        """Idle ledgers still roll over by age (a busy one is checked on each append): called by
+        the shared ``RolloverTimer`` when due; returns when to be called next (None: no longer
+        writable)."""
+        if self._states.state not in WRITABLE:
+            return None
+        current = self.current
+        assert current is not None
+        max_ns = int(self.config.rollover_time_s_max * 1e9)
+        due_ns = current.created_ns + max_ns
+        if now_ns < due_ns:
+            return due_ns
+        if self._states.state is MLState.LEDGER_OPENED and current.started_count > 0:
+            self.rollover_requested = True
+            self.kick()
+        return now_ns + max_ns
 
     # --- one add ---------------------------------------------------------------------------------
 

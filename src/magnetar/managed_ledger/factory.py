@@ -18,6 +18,7 @@ from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.entry_reader import CacheBudget
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
 from magnetar.managed_ledger.offload import LedgerOffloader
+from magnetar.managed_ledger.rollover_timer import RolloverTimer
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.paths import validate_node_path
 
@@ -45,6 +46,8 @@ class ManagedLedgerFactory:
         self._opening: dict[str, asyncio.Future[ManagedLedger]] = {}
         #: One bound on the entry cache of every managed ledger this factory opens.
         self.cache_budget = CacheBudget()
+        #: One timer for the age-based rollover of all of them (not one task per managed ledger).
+        self.rollover_timer = RolloverTimer(clock)
 
     @staticmethod
     def name_of(topic: TopicName) -> str:
@@ -68,7 +71,7 @@ class ManagedLedgerFactory:
         try:
             ml = await ManagedLedger.open(
                 name, path, manager=self._manager, store=self._store, clock=self._clock, config=config or self.config,
-                cache_budget=self.cache_budget, offloader=self.offloader)
+                cache_budget=self.cache_budget, offloader=self.offloader, rollover_timer=self.rollover_timer)
         except BaseException as exc:
             del self._opening[name]
             future.set_exception(exc)
@@ -100,3 +103,4 @@ class ManagedLedgerFactory:
             if ml is not None:
                 await ml.close()
         self._opening.clear()
+        self.rollover_timer.close()

@@ -74,6 +74,7 @@ from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.offload import LedgerLocation, LedgerOffloader, ManagedLedgerOffload, offloaded
 from magnetar.managed_ledger.read_only_cursors import delete_read_only_cursors, read_only_mark_deletes
 from magnetar.managed_ledger.retention import trimmable_ledgers
+from magnetar.managed_ledger.rollover_timer import RolloverTimer
 from magnetar.managed_ledger.state import TRANSITIONS, WRITABLE, MLState, MLStateMachine
 from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.errors import NodeExistsError
@@ -108,6 +109,7 @@ class ManagedLedger:
         config: ManagedLedgerConfig,
         cache_budget: CacheBudget | None = None,
         offloader: LedgerOffloader | None = None,
+        rollover_timer: RolloverTimer | None = None,
     ) -> None:
         self.name = name
         self.path = path
@@ -131,6 +133,10 @@ class ManagedLedger:
         self.has_room = self._appends.has_room
         self.offload = ManagedLedgerOffload(self, offloader)
         self._tasks: set[asyncio.Task[Any]] = set()
+        # The factory's timer, shared by its managed ledgers (one task, not one per topic); a
+        # managed ledger opened alone has its own.
+        self._own_timer = rollover_timer is None
+        self._rollover_timer = RolloverTimer(clock) if rollover_timer is None else rollover_timer
         self.cursors: dict[str, ManagedCursor] = {}
         #: Mark-delete positions of read-only brokers' cursors, as the last trim read them.
         self.read_only_holds: list[Position] = []
@@ -153,12 +159,13 @@ class ManagedLedger:
         config: ManagedLedgerConfig,
         cache_budget: CacheBudget | None = None,
         offloader: LedgerOffloader | None = None,
+        rollover_timer: RolloverTimer | None = None,
     ) -> ManagedLedger:
         """Open (creating if missing) and take ownership: fence the previous owner, start a ledger.
         Managed ledgers given one ``cache_budget`` share its bound on cached entry bytes;
         ``offloader``: the object store sealed ledgers may be offloaded to."""
         ml = cls(name, path, manager=manager, store=store, clock=clock, config=config, cache_budget=cache_budget,
-                 offloader=offloader)
+                 offloader=offloader, rollover_timer=rollover_timer)
         await ml._initialize()
         return ml
 
@@ -189,7 +196,9 @@ class ManagedLedger:
             if appends.last_confirmed == Position(-1, -1):
                 appends.last_confirmed = Position(handle.ledger_id, -1)
             self._move(MLState.LEDGER_OPENED)
-            self._spawn(appends.roll_by_age())
+            due_ns = appends.check_age(self._clock.monotonic_ns())  # when the new ledger is old enough
+            if due_ns is not None:
+                self._rollover_timer.schedule(due_ns, self)
         for ledger_id in empty:
             await self._delete_quietly(ledger_id)
         await self._load_cursors()
@@ -716,7 +725,13 @@ class ManagedLedger:
         if not task.cancelled():
             task.exception()  # background failures are reflected in state; do not log noise
 
+    def check_age(self, now_ns: int) -> int | None:
+        """The rollover timer's call (``AgeChecked``): roll an idle ledger over by age."""
+        return self._appends.check_age(now_ns)
+
     def _cancel_tasks(self) -> None:
+        if self._own_timer:
+            self._rollover_timer.close()
         current = asyncio.current_task()
         for task in list(self._tasks):
             if task is not current:

@@ -4,10 +4,12 @@
   its replication clusters are resolved (``policy.remote_targets``: topic list over namespace list,
   capped by the tenant's allowed clusters) and a ``Replicator`` is made for each remote: its cursor
   is opened then, so every entry the topic takes afterwards is covered.
-* Every ``REPLICATION_CHECK_INTERVAL_MS`` and at once on a policy change seen by this broker, the
-  loaded topics are reconciled: replicators for new remotes start, those of remotes that left the
-  list stop and their cursors are deleted (they would hold the ledgers back forever), and rates
-  are sampled. A broker that serves every topic alone (a standalone) also loads the topics of
+* At once on a policy change seen by this broker, and every ``REPLICATION_FULL_CHECK_EVERY_PASSES``
+  passes, the loaded topics are reconciled: replicators for new remotes start, those of remotes
+  that left the list stop and their cursors are deleted (they would hold the ledgers back forever).
+  The passes in between (every ``REPLICATION_CHECK_INTERVAL_MS``) reconcile only the topics that
+  replicate or have not settled, and sample rates: an idle broker with 100,000 topics that
+  replicate nowhere does no per-topic work each second. A broker that serves every topic alone (a standalone) also loads the topics of
   replicated namespaces, so a backlog left by a crash drains without waiting for a client.
 * Remote clusters are read from ``/admin/clusters/{name}`` (``brokerServiceUrl``, credentials);
   one asyncio client per remote, made again when the cluster's data changes.
@@ -28,6 +30,7 @@ from magnetar.base.errors import InvalidArgumentError, LimitExceededError, NotFo
 from magnetar.base.limits import (
     REPLICATION_CHECK_INTERVAL_MS,
     REPLICATION_CONNECT_TIMEOUT_MS,
+    REPLICATION_FULL_CHECK_EVERY_PASSES,
     REPLICATION_LOAD_TOPICS_EVERY_PASSES,
     REPLICATION_PRODUCER_QUEUE_COUNT_MAX,
     REPLICATION_REMOTE_BACKOFF_MAX_MS,
@@ -39,6 +42,7 @@ from magnetar.broker.replicated import REPL_PARTITIONS_PRODUCER_PROPERTY
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic, TopicState
 from magnetar.catalog.lookup import SingleBrokerLookup
+from magnetar.catalog.policies import decode_policies, namespace_path
 from magnetar.catalog.resources import ClusterData
 from magnetar.client.client import PulsarClient
 from magnetar.client.config import ClientOptions, ProducerConfig
@@ -132,11 +136,20 @@ class ReplicationService:
                                  else load_replicated_topics)
         self._task: asyncio.Task[None] | None = None
         self._reconciling: dict[str, asyncio.Lock] = {}
+        #: Loaded topics that replicate, or whose last reconcile did not end settled (no remote
+        #: wanted, no replicator, stale cursors swept): the passes between full ones visit these.
+        self._unsettled: dict[str, Topic] = {}
+        self._full_wanted = True
         #: Replicated subscriptions of each topic that has replicators.
         self.controllers: dict[str, SubscriptionsController] = {}
         self._nudge = asyncio.Event()
         self._passes = 0
         self._stopped = False
+
+    @property
+    def unsettled_topics(self) -> list[str]:
+        """The loaded topics the passes between full ones visit (they replicate or have not settled)."""
+        return sorted(self._unsettled)
 
     @property
     def replicators_count(self) -> int:
@@ -174,6 +187,12 @@ class ReplicationService:
             log.warning("replication of %s not set up yet: %s", topic.name, error)
 
     async def _stop_all(self, topic: Topic) -> None:
+        key = str(topic.name)
+        if self._unsettled.get(key) is topic:
+            del self._unsettled[key]
+        lock = self._reconciling.get(key)
+        if lock is not None and not lock.locked():
+            del self._reconciling[key]
         controller = self.controllers.get(str(topic.name))
         if controller is not None and controller.topic is topic:
             del self.controllers[str(topic.name)]
@@ -197,7 +216,8 @@ class ReplicationService:
         allowed = tenants[name.tenant]
         if allowed is None:
             return []
-        namespace = await self.service.policies.namespace_policies(name.namespace)
+        # Decoded once per change of the node (not once per topic and pass).
+        namespace = await self.service.policies.decoded(namespace_path(name.namespace), decode_policies)
         topic = await self.service.policies.topic_policies(name)
         return remote_targets(self.local, allowed, namespace.replication_clusters if namespace else [],
                               topic.replication_clusters if topic else None)
@@ -208,6 +228,7 @@ class ReplicationService:
         async with lock:
             if self._stopped or _closed(topic):
                 return
+            self._unsettled[str(topic.name)] = topic  # until this reconcile ends settled
             wanted = await self.targets(topic.name, tenants)
             await self._start_replicators(topic, [r for r in wanted if r not in topic.replicators])
             for remote in [r for r in topic.replicators if r not in wanted]:
@@ -219,6 +240,8 @@ class ReplicationService:
                 if (name.startswith(REPLICATION_CURSOR_PREFIX) and name != REPL_DEDUP_CURSOR_NAME
                         and name[len(REPLICATION_CURSOR_PREFIX):] not in wanted):
                     await topic.log.delete_cursor(name)
+            if not wanted and not topic.replicators and self._unsettled.get(str(topic.name)) is topic:
+                del self._unsettled[str(topic.name)]
         if _closed(topic):  # closed while we awaited: its close hook may have run before we started
             await self._stop_all(topic)
 
@@ -271,6 +294,7 @@ class ReplicationService:
     # --- the periodic pass ----------------------------------------------------------------
 
     def _policy_changed(self, path: str) -> None:
+        self._full_wanted = True
         self._nudge.set()
 
     async def _loop(self) -> None:
@@ -283,19 +307,22 @@ class ReplicationService:
                 waiter.cancel()
                 timer.cancel()
             self._nudge.clear()
+            full = self._full_wanted or self._passes % REPLICATION_FULL_CHECK_EVERY_PASSES == 0
+            self._full_wanted = False
             try:
-                await self.check()
+                await self.check(full=full)
             except Exception:  # one failed pass must not stop the next
                 log.exception("replication check failed")
 
-    async def check(self) -> None:
-        """One pass: load replicated topics (standalone), reconcile loaded ones, sample rates."""
+    async def check(self, *, full: bool = True) -> None:
+        """One pass: load replicated topics (standalone), reconcile loaded ones (``full``: all of
+        them, else those that replicate or have not settled), sample rates."""
         if self._load_replicated and self._passes % REPLICATION_LOAD_TOPICS_EVERY_PASSES == 0:
             await self._load_replicated_topics()
         self._passes += 1
         now_ns = self.clock.monotonic_ns()
         tenants: dict[str, list[str] | None] = {}  # one metadata read per tenant per pass
-        for topic in list(self.service.topics.values()):
+        for topic in list((self.service.topics if full else self._unsettled).values()):
             try:
                 await self.reconcile(topic, tenants)
             except Exception as error:

@@ -15,6 +15,15 @@ and on virtual time, so a run is a pure function of its inputs and seed. Every t
 with the simulated node that created it (``magnetar.faults.current_node``), in creation order,
 so a node's tasks can be cancelled in a deterministic order when it crashes.
 
+Sets of tasks and futures iterate in the order of their hashes, and a plain ``asyncio.Task`` or
+``Future`` hashes by its address, which differs between processes and with the garbage
+collector's timing: code that awaits, cancels or reads a set of tasks in iteration order would
+make a run's loop steps differ from one process to the next. The loop's tasks and futures
+(``create_task``, ``create_future``) therefore hash by their creation serial, mixed with
+``order_salt``: a run's set orders follow from the program and the seed. A different salt
+reorders every such set, so a scenario run under two salts must still replay identically (a
+check that it depends on no set order at all).
+
 ``watch(condition, action)``: ``condition()`` is asked between two loop iterations, before virtual
 time moves on, and ``action()`` runs (once) the first time it holds. A controller that must act
 the instant something happens (a fault point was hit) needs no timer ticking meanwhile.
@@ -43,6 +52,29 @@ SHUTDOWN_STEPS_MAX = 10_000
 TASKS_PURGE_COUNT_MIN = 256
 
 
+class _SimTask(asyncio.Task):  # type: ignore[type-arg]
+    """A task that hashes by its creation serial (see the module docstring), not by address."""
+
+    def __init__(self, coro: Any, *, loop: SimLoop, name: str | None, context: contextvars.Context | None,
+                 sim_hash: int) -> None:
+        self._sim_hash = sim_hash  # before the base class puts the task in asyncio's task set
+        super().__init__(coro, loop=loop, name=name, context=context)
+
+    def __hash__(self) -> int:
+        return self._sim_hash
+
+
+class _SimFuture(asyncio.Future):  # type: ignore[type-arg]
+    """A future that hashes by its creation serial (see the module docstring), not by address."""
+
+    def __init__(self, *, loop: SimLoop, sim_hash: int) -> None:
+        self._sim_hash = sim_hash
+        super().__init__(loop=loop)
+
+    def __hash__(self) -> int:
+        return self._sim_hash
+
+
 class _VirtualSelector:
     """Stands in for ``selectors.DefaultSelector``: no file descriptors, only the passage of time."""
 
@@ -60,12 +92,14 @@ class _VirtualSelector:
 class SimLoop(base_events.BaseEventLoop):
     """The event loop of a simulated world. Create one per run; it is not reusable after close."""
 
-    def __init__(self, *, steps_max: int = SIM_STEPS_MAX) -> None:
+    def __init__(self, *, steps_max: int = SIM_STEPS_MAX, order_salt: int = 0) -> None:
         super().__init__()
         self._now_ns = 0
         self._steps = 0
         self._steps_max = steps_max
         self._task_serial = 0
+        self._order_salt = order_salt
+        self._hash_serial = 0  # tasks and futures created, for their hashes
         #: Every task by creation serial, with its node; finished ones are dropped lazily (no done
         #: callback per task: that would be one more loop callback for each task that ends).
         self._live_tasks: dict[int, tuple[str | None, asyncio.Task[Any]]] = {}
@@ -135,6 +169,15 @@ class SimLoop(base_events.BaseEventLoop):
         raise RuntimeError("run_in_executor is not available in simulation: there are no threads")
 
     # --- task bookkeeping ---------------------------------------------------------------------
+    def _next_hash(self) -> int:
+        self._hash_serial += 1
+        if self._order_salt == 0:
+            return self._hash_serial
+        return hash((self._order_salt, self._hash_serial))  # ints and tuples of ints: no hash seed
+
+    def create_future(self) -> asyncio.Future[Any]:
+        return _SimFuture(loop=self, sim_hash=self._next_hash())
+
     def create_task(  # type: ignore[override]
         self,
         coro: Coroutine[Any, Any, T] | Generator[Any, None, T],
@@ -142,7 +185,9 @@ class SimLoop(base_events.BaseEventLoop):
         name: str | None = None,
         context: contextvars.Context | None = None,
     ) -> asyncio.Task[T]:
-        task: asyncio.Task[T] = super().create_task(coro, name=name, context=context)
+        if self.is_closed():
+            raise RuntimeError("Event loop is closed")
+        task: asyncio.Task[T] = _SimTask(coro, loop=self, name=name, context=context, sim_hash=self._next_hash())
         node = context.run(current_node.get) if context is not None else current_node.get()
         self._task_serial += 1
         self._live_tasks[self._task_serial] = (node, task)
@@ -187,13 +232,13 @@ class SimLoop(base_events.BaseEventLoop):
         self.run_until_complete(step)
 
 
-def run(main: Coroutine[Any, Any, T], *, steps_max: int = SIM_STEPS_MAX) -> T:
+def run(main: Coroutine[Any, Any, T], *, steps_max: int = SIM_STEPS_MAX, order_salt: int = 0) -> T:
     """Run ``main`` to completion on a fresh ``SimLoop`` (like ``asyncio.run``), then close it.
 
     Tasks still running when ``main`` returns are cancelled. Raises ``SimDeadlockError`` if ``main``
     can never finish, ``SimLivelockError`` after ``steps_max`` loop iterations.
     """
-    loop = SimLoop(steps_max=steps_max)
+    loop = SimLoop(steps_max=steps_max, order_salt=order_salt)
     previous = _swap_event_loop(loop)
     try:
         return loop.run_until_complete(main)

@@ -47,6 +47,9 @@ class SimConfig:
     disk: SimDiskConfig = field(default_factory=SimDiskConfig)
     network: SimNetworkConfig = field(default_factory=SimNetworkConfig)
     steps_max: int = SIM_STEPS_MAX
+    #: Reorders every set of the loop's tasks and futures (``SimLoop``); 0 in every replay. A run
+    #: under another salt must give the same trace: a check that nothing depends on set order.
+    order_salt: int = 0
 
 
 class NodeState(enum.Enum):
@@ -119,7 +122,7 @@ class SimWorld:
     def __init__(self, seed: int, config: SimConfig | None = None) -> None:
         self.seed = seed
         self.config = config or SimConfig()
-        self.loop = SimLoop(steps_max=self.config.steps_max)
+        self.loop = SimLoop(steps_max=self.config.steps_max, order_salt=self.config.order_salt)
         self.rng: SeededRng = SeededRng(seed)
         self.trace = Trace(lambda: self.loop.now_ns)
         self.network = SimNetwork(self.loop, self.rng.fork("network"), self.config.network, self.record)

@@ -24,14 +24,12 @@ class BookieConfig:
     # Group commit: a group is written and fsynced once its oldest add waited this long or it
     # holds this many bytes (BookKeeper's journalMaxGroupWaitMSec, 1 in Pulsar's reference
     # deployments). At a modest rate the adds of one such wait share one write and sync instead
-    # of one each (docs/performance.md, session 8); at a high rate the queued adds are already
-    # older than this and go at once. 0 means "write as soon as the journal task is free":
-    # groups then form only from the adds that arrive while the previous fsync runs. The default
-    # stays 0 for now: with a wait, the ledger-matrix simulation's step count depended on the
-    # hash seed (same trace, one loop step more or less), so a run was not byte-identical across
-    # processes; until that ordering is found, the wait is opt-in
-    # (MAGNETAR_BOOKIE_JOURNAL_GROUP_WAIT_MS_MAX=1, docs/performance.md session 8).
-    journal_group_wait_ms_max: int = 0
+    # of one each (docs/performance.md, sessions 8-9); at a high rate the queued adds are already
+    # older than this and go at once. The wait is adaptive (``storage.journal``): the journal
+    # waits only while adds arrive closer together than the bound, so a lone synchronous
+    # producer does not pay it. 0 means "write as soon as the journal task is free": groups then
+    # form only from the adds that arrive while the previous fsync runs.
+    journal_group_wait_ms_max: int = 1
     journal_group_bytes_max: int = 4 * MIB
     journal_queue_bytes_max: int = 64 * MIB  # adds waiting for the journal; beyond it, reads pause
     journal_file_bytes_max: int = 512 * MIB  # rotate to a new journal file beyond this

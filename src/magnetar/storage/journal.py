@@ -20,7 +20,8 @@ cache; see ``runtime.disk``). Groups never rewrite bytes of an earlier group: a 
 only harm the group being written, never one already acknowledged.
 
 Group commit, one path: one journal task takes queued records (a group ends at
-``journal_group_bytes_max``, or once the oldest record waited ``journal_group_wait_ms_max``),
+``journal_group_bytes_max``, or once the oldest record waited ``journal_group_wait_ms_max``:
+``storage.journal_wait`` decides whether a group waits at all, from the arrivals),
 passes ``bookie.before_journal_append``, then appends and syncs the group with one
 ``DiskFile.append_and_sync_then`` (one worker-thread call in production, from the records' own
 buffers: no joined copy), which passes ``bookie.journal.mid_write`` half-way through the group's
@@ -61,6 +62,7 @@ from magnetar.base.limits import BOOKIE_JOURNAL_RECORD_BYTES_MAX, BOOKIE_MASTER_
 from magnetar.faults import breaks
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, EncodedEntry
 from magnetar.storage.config import BookieConfig
+from magnetar.storage.journal_wait import GroupWaitPolicy
 from magnetar.storage.waits import watch_task
 
 log = logging.getLogger(__name__)
@@ -321,6 +323,7 @@ class Journal:
         self._queued_bytes = 0
         self._wakeup = asyncio.Event()
         self._grouping = False  # the journal task sleeps for ``journal_group_wait_ms_max``
+        self._wait_policy = GroupWaitPolicy(config.journal_group_wait_ms_max * 1_000_000)
         self._room = asyncio.Event()
         self._room.set()
         self._task: asyncio.Task[None] | None = None
@@ -333,6 +336,7 @@ class Journal:
         self.status = JournalStatus.CREATED
         self.groups_count = 0
         self.syncs_count = 0
+        self.waits_count = 0  # groups that waited for more adds (``journal_wait``)
 
     def _transition(self, to: JournalStatus) -> None:
         invariant(to in _TRANSITIONS[self.status], f"journal: illegal transition {self.status} -> {to}")
@@ -370,7 +374,9 @@ class Journal:
             callback(None)  # answer when queued, before the write
             callback = _answered
         size = record_bytes(record)
-        self._queue.append((record, size, callback, self._clock.monotonic_ns()))
+        now_ns = self._clock.monotonic_ns()
+        self._wait_policy.arrived(now_ns, bool(self._queue) or bool(self._inflight))
+        self._queue.append((record, size, callback, now_ns))
         self._queued_bytes += size
         if self._queued_bytes >= self._config.journal_queue_bytes_max:
             self._room.clear()
@@ -419,21 +425,25 @@ class Journal:
         return parts, callbacks
 
     async def _wait_for_group(self) -> None:
-        """Group commit at a modest rate: while the oldest queued record is younger than
-        ``journal_group_wait_ms_max``, sleep until it is that old (one timer per group, and no
-        wake-up per record meanwhile: ``submit`` does not set the event while the journal
-        groups), so the adds that arrive meanwhile share the group's one write and sync. Records
-        that already waited that long (a busy disk, a high rate) go at once."""
-        wait_ns = self._config.journal_group_wait_ms_max * 1_000_000
-        if wait_ns <= 0 or self._queued_bytes >= self._config.journal_group_bytes_max:
+        """Group commit at a modest rate: when the arrivals say more adds are coming
+        (``journal_wait``), sleep until the oldest queued record is ``journal_group_wait_ms_max``
+        old (one timer per group, and no wake-up per record meanwhile: ``submit`` does not set
+        the event while the journal groups), so the adds that arrive meanwhile share the
+        group's one write and sync. Records that already waited that long go at once."""
+        if self._wait_policy.bound_ns == 0 or self._queued_bytes >= self._config.journal_group_bytes_max:
             return
-        age_ns = self._clock.monotonic_ns() - self._queue[0][3]
-        if age_ns < wait_ns:
-            self._grouping = True
-            try:
-                await self._clock.sleep((wait_ns - age_ns) / 1e9)
-            finally:
-                self._grouping = False
+        wait_ns = self._wait_policy.wait_ns(self._clock.monotonic_ns(), self._queue[0][3])
+        if wait_ns <= 0:
+            return
+        self.waits_count += 1
+        self._grouping = True
+        try:
+            await self._clock.sleep(wait_ns / 1e9)
+        finally:
+            self._grouping = False
+        # Fruitless: the head sat alone for the whole bound (however much of it it spent queued
+        # before the wait began); a second record in the group means another add did come.
+        self._wait_policy.waited(len(self._queue) > 1)
 
     def _rotation_due(self) -> bool:
         return self._file is not None and self._file.size() >= self._config.journal_file_bytes_max

@@ -140,6 +140,24 @@ def test_cut_per_partition_per_ledger_and_to_min_partitions() -> None:
     assert covered == sorted([(1, e) for e in range(10)] + [(2, e) for e in range(10)] + [(4, e) for e in range(3)])
 
 
+def test_halving_keeps_offloaded_ledgers_whole_when_a_file_boundary_is_near() -> None:
+    spans = (LedgerSpan(1, 30, b"", "u1"), LedgerSpan(2, 50, b"", "u2"), LedgerSpan(3, 20, b"m3"))
+    layouts = {T0: PartitionLayout(T0, -1, spans)}
+    starts, ends = {T0: layouts[T0].earliest}, {T0: layouts[T0].latest}
+    halves = cut(layouts, starts, ends, min_partitions=2)
+    # the middle (entry 50 of 100) falls inside offloaded ledger 2 (entries 30..79): cut at its start
+    assert [s.ranges for s in halves] == [(EntryRange(1, 0, 29),), (EntryRange(2, 0, 49), EntryRange(3, 0, 19))]
+    assert [s.tiers for s in halves] == [("lakehouse",), ("lakehouse", "bookies")]
+    # a ledger on the bookies is cut in the middle, as before
+    live = {T0: PartitionLayout(T0, -1, (LedgerSpan(1, 30, b"m1"), LedgerSpan(2, 50, b"m2"), LedgerSpan(3, 20, b"m3")))}
+    assert next(s.ranges for s in cut(live, starts, ends, min_partitions=2)) == (EntryRange(1, 0, 29),
+                                                                                  EntryRange(2, 0, 19))
+    # no boundary within a quarter of the slice: the middle
+    one = {T0: PartitionLayout(T0, -1, (LedgerSpan(1, 100, b"", "u1"),))}
+    assert [s.ranges for s in cut(one, {T0: Position(1, 0)}, {T0: Position(1, 100)}, min_partitions=2)] == [
+        (EntryRange(1, 0, 49),), (EntryRange(1, 50, 99),)]
+
+
 # --- rows --------------------------------------------------------------------------------------
 
 

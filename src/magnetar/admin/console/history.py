@@ -50,6 +50,10 @@ class RateHistory:
         self._topics: dict[str, deque[Sample]] = {}
         self._broker: deque[Sample] = deque(maxlen=samples_max)
 
+    def tracks(self, name: str) -> bool:
+        """Whether a sample of ``name`` would be recorded (tracked, or room to track it)."""
+        return name in self._topics or len(self._topics) < self._topics_max
+
     def sample(self, now_ms: int, counters: Mapping[str, Counters]) -> None:
         """Record one sample of every topic in ``counters`` and of their sum (the broker)."""
         for gone in [name for name in self._topics if name not in counters]:

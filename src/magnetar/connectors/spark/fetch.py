@@ -12,7 +12,9 @@ loop, future or task per read); an answer that is missing, negative, late (no by
 the ledger's speculative read over the whole write set. If that fails too (no replica answers),
 the rest of the slice is read through the broker with a non-durable reader (``readMode=broker``
 does that from the start; ``readMode=bookies`` fails instead). Either way the rows of one slice
-are the same.
+are the same. Offloaded ledgers of a slice are not read here entry by entry: ``offloaded`` reads
+their Parquet files as Arrow record batches in the connector's schema (no Python per row), and
+the slice's bookie-held ranges follow (``Slice.tiers``).
 
 Layouts (``load_layout``): with ``adminUrl`` and no ``metadataUrl``, the brokers' admin API
 answers, authorized as the reading role (``admin_plan``). Otherwise (a trusted cluster) the
@@ -59,6 +61,7 @@ from magnetar.base.types import NO_ENTRY, BookieId, Position, TopicName
 from magnetar.client import ClientOptions, MessageId, PulsarClient
 from magnetar.connectors.spark import admin_plan
 from magnetar.connectors.spark.admin_plan import AdminApi, StoreLocation
+from magnetar.connectors.spark.offloaded import offloaded_batches
 from magnetar.connectors.spark.options import Credentials
 from magnetar.connectors.spark.plan import EntryRange, LedgerSpan, PartitionLayout, Slice
 from magnetar.connectors.spark.rows import RowBuilder, ValueField
@@ -467,8 +470,8 @@ async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tup
                      lakehouse: LazyLakehouse | None = None) -> AsyncGenerator[pa.RecordBatch, None]:
     """Record batches of every message in ``piece`` (see the module docstring for the modes), cut
     at ``SPARK_ARROW_BATCH_ROWS_MAX`` rows or ``SPARK_ARROW_BATCH_BYTES_MAX`` value bytes.
-    Offloaded ledgers are read from ``lakehouse`` (default: ``cx.lakehouse``; their stored entries,
-    the same rows)."""
+    Offloaded ledgers are read from ``lakehouse`` (default: ``cx.lakehouse``) as Arrow straight
+    from their Parquet files (``offloaded``: no Python per row; the same rows)."""
     lakehouse = lakehouse if lakehouse is not None else cx.lakehouse
     builder = RowBuilder(piece.topic, piece.partition, value_fields, avro_schemas,
                          value_capacity_bytes=SPARK_ARROW_BATCH_BYTES_MAX + SPARK_ARROW_BATCH_BYTES_MAX // 8)
@@ -477,7 +480,9 @@ async def read_slice(cx: Connections, piece: Slice, mode: str, value_fields: tup
             if lakehouse is None:
                 raise InvalidArgumentError(f"{piece.topic}: ledgers {sorted(part.offloaded)} are offloaded; give the "
                                       "option lakehouseUrl (the broker's offload directory or s3://bucket/prefix)")
-            async for batch in _offloaded_rows(lakehouse, part, builder):
+            if len(builder):  # rows of an earlier bookie part go first
+                yield builder.take()
+            for batch in offloaded_batches(lakehouse, part, value_fields, avro_schemas):
                 yield batch
         else:
             async for batch in _stored_rows(cx, part, mode, builder):
@@ -505,21 +510,6 @@ def _sub_slice(piece: Slice, ranges: list[EntryRange]) -> Slice:
     return Slice(piece.topic, piece.partition, tuple(ranges),
                  {k: v for k, v in piece.ledger_metadata.items() if k in ids},
                  {k: v for k, v in piece.offloaded.items() if k in ids})
-
-
-async def _offloaded_rows(lakehouse: LazyLakehouse, piece: Slice,
-                          builder: RowBuilder) -> AsyncGenerator[pa.RecordBatch, None]:
-    managed_ledger = TopicName.parse(piece.topic).persistence_path
-    for r in piece.ranges:
-        uid = piece.offloaded[r.ledger_id]
-        first = r.first
-        while first <= r.last:
-            last = min(r.last, first + SPARK_LAKEHOUSE_READ_ENTRIES_COUNT - 1)
-            for offset, stored in enumerate(await lakehouse.read_offloaded(managed_ledger, r.ledger_id, uid, first, last)):
-                builder.add_entry(r.ledger_id, first + offset, stored)
-                if _full(builder):
-                    yield builder.take()
-            first = last + 1
 
 
 async def _stored_rows(cx: Connections, piece: Slice, mode: str,

@@ -1,8 +1,9 @@
 """``read_topic(spark, **options)``: a batch read of whole topics where the offloaded history goes
 through Spark's own Parquet scan and only the live tail through ``format("magnetar")``.
 
-A Python Data Source cannot hand Spark a native scan: every row of ``format("magnetar")`` crosses
-the Python worker (docs/spark.md). Offloaded ledgers are Parquet files already, with the
+A Python Data Source cannot hand Spark a native scan: every record batch of ``format("magnetar")``
+crosses the Python worker, even the Arrow batches it reads from offloaded files without Python per
+row (``offloaded``; docs/spark.md). Offloaded ledgers are Parquet files already, with the
 connector's columns (``runtime/lakehouse/rows.py``), so this helper plans on the driver which files
 hold the offloaded ledgers of each partition (the ledger list names one attempt per ledger, so no
 file is read twice and orphans of a crashed attempt are never read), reads them with

@@ -112,11 +112,22 @@ class Slice:
     def entries(self) -> int:
         return sum(r.count for r in self.ranges)
 
+    @property
+    def tiers(self) -> tuple[str, ...]:
+        """How the task reads its ranges, run by run in order: ``lakehouse`` (offloaded ledgers,
+        Arrow batches from their Parquet files) or ``bookies`` (entries, rows built per entry)."""
+        out: list[str] = []
+        for r in self.ranges:
+            tier = "lakehouse" if r.ledger_id in self.offloaded else "bookies"
+            if not out or out[-1] != tier:
+                out.append(tier)
+        return tuple(out)
+
 
 def _halve(piece: Slice) -> tuple[Slice, Slice] | None:
     if piece.entries < 2:
         return None
-    target = piece.entries // 2
+    target = _cut_point(piece, piece.entries // 2)
     left: list[EntryRange] = []
     right: list[EntryRange] = []
     taken = 0
@@ -132,6 +143,22 @@ def _halve(piece: Slice) -> tuple[Slice, Slice] | None:
             right.append(EntryRange(r.ledger_id, r.first + cut, r.last))
             taken = target
     return replace(piece, ranges=tuple(left)), replace(piece, ranges=tuple(right))
+
+
+def _cut_point(piece: Slice, middle: int) -> int:
+    """Entries left of the cut: ``middle``, unless it falls inside an offloaded ledger's range and
+    an end of that range is within a quarter of the slice from it: then that end, so each task
+    reads whole files (a cut inside one makes both tasks open it and decode the row group it falls
+    in; the bookie read of a range costs the same wherever it is cut)."""
+    taken = 0
+    for r in piece.ranges:
+        if taken < middle < taken + r.count:
+            if r.ledger_id not in piece.offloaded:
+                return middle
+            end = min((taken, taken + r.count), key=lambda edge: abs(edge - middle))
+            return end if 0 < end < piece.entries and abs(end - middle) * 4 <= piece.entries else middle
+        taken += r.count
+    return middle
 
 
 def cut(

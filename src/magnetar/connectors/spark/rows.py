@@ -571,27 +571,43 @@ class RowBuilder:
         return same
 
     def _value_columns(self, values: pa.Array, rows: np.ndarray) -> list[pa.Array]:
-        decoded: list[dict[str, Any] | None] = []
-        if self.avro is not None:
-            versions = np.repeat(np.array(self.e_schema_version, np.int64), rows).tolist()
-            avro = self.avro
-            decoded = [avro.decode(value, version) for value, version in zip(values.to_pylist(), versions, strict=True)]
-        else:
-            for value in values.to_pylist():
-                try:
-                    obj = json.loads(value)
-                except ValueError:
-                    obj = None
-                decoded.append(obj if isinstance(obj, dict) else None)
-        out = []
-        for field in self.value_fields:
-            arrow_type, convert = _VALUE_TYPES[field.ddl_type]
-            column = []
-            for obj in decoded:
-                raw = None if obj is None else obj.get(field.name)
-                try:
-                    column.append(None if raw is None else convert(raw))
-                except (TypeError, ValueError):
-                    column.append(None)
-            out.append(pa.array(column, arrow_type))
-        return out
+        versions = np.repeat(np.array(self.e_schema_version, np.int64), rows) if self.avro is not None else None
+        return decode_value_columns(values, self.value_fields, self.avro, versions)
+
+
+def value_arrow_type(field: ValueField) -> pa.DataType:
+    """The Arrow type of a ``valueSchema`` field's column."""
+    arrow_type: pa.DataType = _VALUE_TYPES[field.ddl_type][0]
+    return arrow_type
+
+
+def decode_value_columns(values: pa.Array, fields: tuple[ValueField, ...], avro: AvroValues | None,
+                         versions: np.ndarray | None) -> list[pa.Array]:
+    """The ``valueSchema`` columns of ``values``: each value decoded as a JSON object, or with
+    ``avro`` (the writer schema of its row's schema version in ``versions``); a field that is
+    missing or does not convert gives null."""
+    decoded: list[dict[str, Any] | None] = []
+    if avro is not None:
+        invariant(versions is not None, "Avro values need their rows' schema versions")
+        assert versions is not None
+        decoded = [avro.decode(value, version)
+                   for value, version in zip(values.to_pylist(), versions.tolist(), strict=True)]
+    else:
+        for value in values.to_pylist():
+            try:
+                obj = json.loads(value)
+            except ValueError:
+                obj = None
+            decoded.append(obj if isinstance(obj, dict) else None)
+    out = []
+    for field in fields:
+        arrow_type, convert = _VALUE_TYPES[field.ddl_type]
+        column = []
+        for obj in decoded:
+            raw = None if obj is None else obj.get(field.name)
+            try:
+                column.append(None if raw is None else convert(raw))
+            except (TypeError, ValueError):
+                column.append(None)
+        out.append(pa.array(column, arrow_type))
+    return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 from urllib.parse import urlparse
 
 from magnetar.base.errors import InvalidArgumentError
@@ -69,6 +69,24 @@ class LazyLakehouse:
 
     async def read_offloaded(self, managed_ledger: str, ledger_id: int, uid: str, first: int, last: int) -> list[bytes]:
         return await self.real.read_offloaded(managed_ledger, ledger_id, uid, first, last)
+
+    def local_offloaded(self, managed_ledger: str, ledger_id: int, uid: str) -> str | None:
+        """The path of an offloaded ledger's Parquet file when the store is a local directory (a
+        reader that scans the file itself, such as the Spark connector with pyarrow, then memory
+        maps it: no copy through Python file objects), else None (use ``open_offloaded``)."""
+        if self._local_root is None:
+            return None
+        return os.path.join(self._local_root, table_dir(managed_ledger), file_name(ledger_id, uid))
+
+    def open_offloaded(self, managed_ledger: str, ledger_id: int, uid: str) -> IO[bytes]:
+        """The Parquet file of an offloaded ledger, opened for reading (blocking; the caller closes
+        it), from whichever store this is."""
+        local = self.local_offloaded(managed_ledger, ledger_id, uid)
+        if local is not None:
+            return open(local, "rb")
+        real = self.real
+        handle: IO[bytes] = real.fs.open(f"{real.root}/{table_dir(managed_ledger)}/{file_name(ledger_id, uid)}", "rb")
+        return handle
 
     async def delete_ledger(self, managed_ledger: str, ledger_id: int) -> None:
         if self._absent(managed_ledger):

@@ -53,7 +53,13 @@ from magnetar.managed_ledger.offload import (
     WrittenLedger,
 )
 from magnetar.runtime.lakehouse.layout import FILE_NAME as _FILE
-from magnetar.runtime.lakehouse.layout import file_name, table_dir, topic_and_partition
+from magnetar.runtime.lakehouse.layout import (
+    ROW_GROUPS_KEY,
+    VALUE_KIND_KEY,
+    file_name,
+    table_dir,
+    topic_and_partition,
+)
 from magnetar.runtime.lakehouse.rows import (
     COLUMNS_FOR_REPLAY,
     LedgerRows,
@@ -66,7 +72,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-ROW_GROUPS_KEY = b"magnetar.row_groups"
 
 
 class _RowGroupCache:
@@ -166,7 +171,10 @@ class LakehouseOffloader:
                 table = rows.take()
                 await self._run(lambda: writer.write_table(table))
                 groups.append(f"{first_entry}:{last_entry}")
-            writer.add_key_value_metadata({ROW_GROUPS_KEY.decode(): ",".join(groups)})
+            kept = {ROW_GROUPS_KEY.decode(): ",".join(groups)}
+            if rows.values is not None:  # readers use the typed columns only for values of this kind
+                kept[VALUE_KIND_KEY.decode()] = rows.values.kind
+            writer.add_key_value_metadata(kept)
             await self._run(writer.close)
             await self._run(sink.close)
         except BaseException:

@@ -197,7 +197,10 @@ class _MatrixRun:
         handle = await manager.create_ledger(options.ensemble_size, options.write_quorum_size, options.ack_quorum_size)
         evidence.ledger_id = handle.ledger_id
         evidence.first_ensemble = handle.ensemble
-        window: set[asyncio.Task[int]] = set()
+        # A list, not a set: a set of tasks iterates in address order, which differs between
+        # processes (and with the garbage collector's timing), and the order the window is
+        # awaited or cancelled in decides the loop's steps.
+        window: list[asyncio.Task[int]] = []
         payload_rng = ctx.rng.fork("payloads")
 
         async def add(payload: bytes) -> int:
@@ -208,9 +211,11 @@ class _MatrixRun:
         try:
             for index in range(options.entries_count):
                 payload = b"%d:" % index + payload_rng.randbytes(payload_rng.randint(1, 600))
-                window.add(asyncio.ensure_future(add(payload)))
+                window.append(asyncio.ensure_future(add(payload)))
                 if len(window) >= WRITER_WINDOW_COUNT_MAX:
-                    done, window = await asyncio.wait(window, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(window, return_when=asyncio.FIRST_COMPLETED)
+                    done = [t for t in window if t.done()]
+                    window = [t for t in window if not t.done()]
                     failures = [t.exception() for t in done if t.exception() is not None]
                     if failures:
                         raise failures[0]  # type: ignore[misc]
