@@ -197,6 +197,8 @@ class Handover:
     baseline_s: float
     held_s: float
     gap_s: float
+    #: The first ack from the new owner, seconds since the workload started.
+    first_ack_s: float = 0.0
 
     @property
     def pause_s(self) -> float:
@@ -208,7 +210,7 @@ class Handover:
         first_ack_s = acks[i][0] + acks[i][1]
         held = [lat for sent, lat, ledger in acks[i:] if ledger == acks[i][2] and sent <= first_ack_s]
         last_old_ack_s = max(sent + lat for sent, lat, _ in acks[:i])
-        return Handover(topic, before[len(before) // 2], max(held), first_ack_s - last_old_ack_s)
+        return Handover(topic, before[len(before) // 2], max(held), first_ack_s - last_old_ack_s, first_ack_s)
 
 
 #: Sends before a move whose median ack wait is the producer's normal wait.
@@ -229,6 +231,65 @@ def unload_durations_ms(cluster: LocalCluster) -> list[float]:
 
 
 UNLOAD_DONE = re.compile(r"load balancer command: unload \S+ done in ([0-9.]+) ms")
+BUNDLE_TIMELINE = re.compile(r"move timeline: bundle (\S+) stopped at ([0-9.]+) ms, released at ([0-9.]+) ms")
+TOPIC_TIMELINE = re.compile(r"move timeline: topic (\S+) of bundle (\S+) acquired at ([0-9.]+) ms, loaded at ([0-9.]+) ms")
+
+
+@dataclass
+class PauseParts:
+    """A handover's pause split at the brokers' ``move timeline`` logs (monotonic clock, which the
+    brokers and the test share on one machine): ``close`` = the old owner stops serving the bundle
+    (CLOSE_PRODUCER/CONSUMER sent) -> releases its lock; ``takeover`` = released -> the new owner
+    holds the lock (the client's held lookup wakes); ``load`` = lock -> topic loaded (ledger
+    fenced and recovered, cursors recovered, new ledger); ``reconnect`` = loaded -> the first ack
+    from the new owner (the client's connect, PRODUCER, its resend and the add)."""
+
+    close_ms: list[float] = field(default_factory=list)
+    takeover_ms: list[float] = field(default_factory=list)
+    load_ms: list[float] = field(default_factory=list)
+    reconnect_ms: list[float] = field(default_factory=list)
+    total_ms: list[float] = field(default_factory=list)
+    unmatched: int = 0
+
+    def describe(self) -> str:
+        def p(values: list[float]) -> str:
+            return f"p50 {percentile(values, 0.5):.0f} p99 {percentile(values, 0.99):.0f}"
+
+        return (f"pause parts over {len(self.total_ms)} handovers ({self.unmatched} unmatched), ms: "
+                f"close {p(self.close_ms)}, takeover {p(self.takeover_ms)}, load {p(self.load_ms)}, "
+                f"reconnect+first ack {p(self.reconnect_ms)}, total {p(self.total_ms)}")
+
+
+def pause_parts(cluster: LocalCluster, handovers: list[Handover], started_ns: int) -> PauseParts:
+    bundles: dict[str, list[tuple[float, float]]] = {}
+    loads: dict[str, list[tuple[str, float, float]]] = {}
+    for broker in cluster.of_kind("broker"):
+        with contextlib.suppress(OSError):
+            for line in broker.log_path.read_text(errors="replace").splitlines():
+                if (found := BUNDLE_TIMELINE.search(line)) is not None:
+                    bundles.setdefault(found.group(1), []).append((float(found.group(2)), float(found.group(3))))
+                elif (found := TOPIC_TIMELINE.search(line)) is not None:
+                    loads.setdefault(found.group(1), []).append(
+                        (found.group(2), float(found.group(3)), float(found.group(4))))
+    parts = PauseParts()
+    for h in handovers:
+        first_ack_ms = started_ns / 1e6 + h.first_ack_s * 1e3
+        loaded = [x for x in loads.get(h.topic, []) if x[2] <= first_ack_ms]
+        if not loaded:
+            parts.unmatched += 1
+            continue
+        bundle, acquired_ms, loaded_ms = max(loaded, key=lambda x: x[2])
+        released = [b for b in bundles.get(bundle, []) if b[1] <= acquired_ms]
+        if not released:
+            parts.unmatched += 1
+            continue
+        stopped_ms, released_ms = max(released, key=lambda b: b[1])
+        parts.close_ms.append(released_ms - stopped_ms)
+        parts.takeover_ms.append(acquired_ms - released_ms)
+        parts.load_ms.append(loaded_ms - acquired_ms)
+        parts.reconnect_ms.append(first_ack_ms - loaded_ms)
+        parts.total_ms.append(first_ack_ms - stopped_ms)
+    return parts
 
 
 def bounced_back(unloads: list[dict[str, Any]], since_ms: int = 0) -> list[str]:
@@ -325,6 +386,7 @@ def test_added_brokers_take_load_until_balanced_and_a_killed_leader_is_replaced(
               f"p99 {percentile(gaps, 0.99) * 1000:.0f} ms, baseline wait p50 "
               f"{percentile([h.baseline_s for h in handovers], 0.5) * 1000:.0f} ms; owners' unload time p50 "
               f"{percentile(took, 0.5):.0f} ms max {max(took, default=0):.0f} ms; checker {result.counts}")
+        print(pause_parts(cluster, handovers, load.started_ns).describe())
         assert result.valid, [a for a in result.violations][:10]
         assert result.counts["values_ok"] > TOPICS * 10 and result.counts["send_unknown"] == 0
         assert moved and splits

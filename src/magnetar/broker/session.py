@@ -102,6 +102,10 @@ class Session:
         #: The client's ``host:port`` as the runtime sees it ("" in the simulator): admin stats show it.
         self.peer_address = ""
         self.producers: dict[int, Producer] = {}
+        #: Producer ids this broker closed (CLOSE_PRODUCER: topic unloaded or moved) and the client
+        #: has not re-created here, oldest first: their SENDs still in flight are dropped, not
+        #: answered by closing the connection (Pulsar's ``recentlyClosedProducers``).
+        self._closed_producers: dict[int, None] = {}
         self.consumers: dict[int, tuple[Consumer, Subscription]] = {}
         self._transport_backlog_bytes = 0
         self._closed = False
@@ -172,6 +176,9 @@ class Session:
 
     def send_close_producer(self, producer_id: int) -> None:
         self.producers.pop(producer_id, None)
+        self._closed_producers[producer_id] = None
+        if len(self._closed_producers) > BROKER_HANDLES_PER_CONNECTION_COUNT_MAX:
+            del self._closed_producers[next(iter(self._closed_producers))]
         if self.is_open():
             self.connection.send_close_producer(producer_id)
             self._out()
@@ -395,6 +402,7 @@ class Session:
             raise BrokerError(pb.ServiceNotReady, "producer is already being created")
         admitted = topic.add_producer(producer, body.request_id, self._admit_waiting)
         self.producers[body.producer_id] = producer
+        self._closed_producers.pop(body.producer_id, None)
         self.connection.send_producer_success(body.request_id, name, topic.last_sequence_id(name),
                                               schema_version=schema_version, topic_epoch=producer.topic_epoch,
                                               producer_ready=admitted)
@@ -432,6 +440,12 @@ class Session:
             return
         producer = self.producers.get(producer_id)
         if producer is None:
+            if producer_id in self._closed_producers:
+                # Sent before the client read our CLOSE_PRODUCER: it resends it to the topic's
+                # next owner (no receipt came). Closing the connection would disconnect every
+                # other producer, consumer and lookup on it.
+                log.debug("SEND for producer %s closed by the broker: dropped", producer_id)
+                return
             # Java closes the connection: the client then re-creates its producers and resends.
             log.warning("SEND for unknown producer %s; closing the connection", producer_id)
             self.connection.close("SEND for an unknown producer")

@@ -619,8 +619,16 @@ class Topic:
                 await unblocking
         for producer in list(self.producers.values()):
             self.remove_producer(producer)
+        clock = self.clock
+        begun = clock.monotonic_ns() if clock is not None else 0
         await self._close_parts()
+        parts = clock.monotonic_ns() if clock is not None else 0
         await self.log.close()
+        if clock is not None and (done := clock.monotonic_ns()) - begun >= SLOW_CLOSE_NS:
+            steps = getattr(getattr(self.log, "managed_ledger", None), "close_steps_ms", None)
+            log.info("slow close of %s: %.0f ms: subscriptions, dedup, compaction %.0f ms, log %.0f ms "
+                     "(appends drained, cursors closed, ledger closed: %s ms)", self.name, (done - begun) / 1e6,
+                     (parts - begun) / 1e6, (done - parts) / 1e6, steps)
 
     async def _close_parts(self) -> None:
         """Close the subscriptions, compaction and dedup states concurrently: each may wait for a
@@ -632,6 +640,9 @@ class Topic:
             self.compaction.close(), self.dedup.close(), self.repl_dedup.close(),
         )
 
+
+#: A topic close at least this long logs its steps (the owner's part of the pause of a move).
+SLOW_CLOSE_NS = 1_000_000_000
 
 #: How a publish is told its outcome: ``(position, None)`` or ``(None, error)``, once.
 PublishCallback = Callable[[Position | None, BaseException | None], None]

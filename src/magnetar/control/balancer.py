@@ -297,6 +297,11 @@ class _Board:
         self.cpu[target] += v[0]
 
 
+#: A move must lower its source's score by more than this: a fall within float rounding (a bundle
+#: with a negligible share of the dimension that makes the source the most loaded) is no fall.
+SCORE_FALL_MIN = 1e-9
+
+
 def _best_move(board: _Board, source: str, source_score: float, hi: float, skip: set[str],
                last_moved_ms: Mapping[str, int], now_ms: int, settings: BalancerSettings) -> tuple[str, str] | None:
     """The bundle of ``source`` and the target giving the lowest resulting pair maximum (then the
@@ -308,7 +313,7 @@ def _best_move(board: _Board, source: str, source_score: float, hi: float, skip:
         if now_ms - last_moved_ms.get(bundle, -(1 << 62)) < settings.grace_period_ms:
             continue
         new_source = board.score(_add(board.vectors[source], v, -1.0))
-        if new_source >= source_score:
+        if new_source >= source_score - SCORE_FALL_MIN:
             continue  # the bundle carries none of what makes the source the most loaded
         for target in sorted(board.vectors):
             if target == source or board.cpu[target] >= settings.overloaded_cpu_percent:

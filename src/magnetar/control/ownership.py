@@ -35,7 +35,7 @@ import dataclasses
 import enum
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +73,8 @@ def owner_path(namespace: str, bundle: BundleRange) -> str:
 ASSIGNED_RELEASE_WAIT_MS = 10_000
 #: Topics of a moved bundle its new owner loads at once (the rest when their clients come back).
 PRELOAD_TOPICS_MAX = 1000
+#: Bundles let go of toward a target that lookups are redirected for without a metadata read.
+MOVES_REMEMBERED_MAX = 1000
 #: Where the load balancer's leader writes the broker a bundle should go to when it is free.
 ASSIGNMENTS_ROOT = "/loadbalance/assignments"
 
@@ -203,7 +205,14 @@ class BundleOwnership:
         self._owned: dict[str, OwnedBundle] = {}
         self._bundles: dict[str, NamespaceBundles] = {}
         self._watches: dict[str, Watch] = {}
-        self._mutex = asyncio.Lock()  # one acquisition / split at a time
+        self._mutex = asyncio.Lock()  # one split at a time
+        #: One acquisition per bundle at a time (bundle key -> lock, number of holders and waiters):
+        #: the bundles of a move wave are taken concurrently, not one metadata round trip after another.
+        self._bundle_locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        #: Bundles this broker just let go of toward a load balancer's target: key -> (target,
+        #: its TLS URL, until when in ``_now_s`` seconds). Lookups meanwhile are redirected there
+        #: at once, as while UNLOADING, not after reading owners and load reports.
+        self._moved: dict[str, tuple[str, str | None, float]] = {}
         self._closing_tasks: set[asyncio.Task[Any]] = set()
         self._state = OwnershipState.ACTIVE
         store.session.add_listener(self._on_session)
@@ -295,22 +304,54 @@ class BundleOwnership:
             return answer
         if authoritative:
             await self._await_assigned_release(topic.namespace, bundle)
-        async with self._mutex:
+        async with self._bundle_lock(f"{topic.namespace}/{bundle.name}"):
             answer = self._answer_if_held(topic.namespace, bundle)
             if answer is not None:
                 return answer
             return await self._find_or_take(topic.namespace, bundle, authoritative)
 
+    @contextlib.asynccontextmanager
+    async def _bundle_lock(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._bundle_locks.get(key) or (asyncio.Lock(), 0)
+        self._bundle_locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._bundle_locks[key]
+            if users == 1:
+                del self._bundle_locks[key]
+            else:
+                self._bundle_locks[key] = (lock, users - 1)
+
     def _answer_if_held(self, namespace: str, bundle: BundleRange) -> LookupAnswer | None:
         owned = self._owned.get(f"{namespace}/{bundle.name}")
         if owned is None:
-            return None
+            return self._answer_if_just_moved(f"{namespace}/{bundle.name}")
         if owned.state is BundleState.OWNED:
             return LookupAnswer(LookupKind.CONNECT, self.service_url, True, self.service_url_tls)
         if owned.moving_to and owned.moving_to != self.service_url:
             # Moving: send the client on to the chosen broker, which takes the bundle once we let go.
             return LookupAnswer(LookupKind.REDIRECT, owned.moving_to, True, owned.moving_to_tls)
         raise _not_ready(f"bundle {owned.key} is being unloaded; retry")
+
+    def _answer_if_just_moved(self, key: str) -> LookupAnswer | None:
+        moved = self._moved.get(key)
+        if moved is None:
+            return None
+        target, target_tls, until_s = moved
+        if self._now_s() >= until_s:
+            del self._moved[key]  # the normal path now: the owner node, or the least loaded broker
+            return None
+        return LookupAnswer(LookupKind.REDIRECT, target, True, target_tls)
+
+    def _remember_move(self, owned: OwnedBundle) -> None:
+        if not owned.moving_to or owned.moving_to == self.service_url:
+            return
+        self._moved[owned.key] = (owned.moving_to, owned.moving_to_tls,
+                                  self._now_s() + ASSIGNED_RELEASE_WAIT_MS / 1000)
+        while len(self._moved) > MOVES_REMEMBERED_MAX:
+            del self._moved[next(iter(self._moved))]
 
     async def _find_or_take(self, namespace: str, bundle: BundleRange, authoritative: bool) -> LookupAnswer:
         key = f"{namespace}/{bundle.name}"
@@ -331,9 +372,10 @@ class BundleOwnership:
             if chosen != self.service_url:
                 return LookupAnswer(LookupKind.REDIRECT, chosen, True, chosen_tls)
         if await self._acquire(namespace, bundle) and self.serves_bundle(namespace, bundle):
+            acquired_s = self._now_s()
             placed = await self._forget_assignment(namespace, bundle)
             if placed is not None and placed.broker == self.service_url:
-                self._preload(placed.topics)
+                self._preload(placed.topics, key, acquired_s)
             return LookupAnswer(LookupKind.CONNECT, self.service_url, True, self.service_url_tls)
         current = await self.owner_of(namespace, bundle)
         if current is not None and current[0].native_url != self.service_url:
@@ -403,15 +445,26 @@ class BundleOwnership:
             return Assignment.decode(found.value)
         return None
 
-    def _preload(self, topics: Sequence[str]) -> None:
+    def _now_s(self) -> float:
+        """The broker clock's monotonic seconds (the system's monotonic clock in a real broker,
+        which every process of the machine shares), else the event loop's."""
+        clock = self.service.clock
+        return clock.monotonic_ns() / 1e9 if clock is not None else asyncio.get_running_loop().time()
+
+    def _preload(self, topics: Sequence[str], key: str, acquired_s: float) -> None:
         """Load the topics a moved bundle's previous owner served, concurrently and at once, so
         the clients coming back find them loaded (their PRODUCER/SUBSCRIBE commands would
-        otherwise load them one after another on their connection)."""
+        otherwise load them one after another on their connection). Each load logs its
+        ``move timeline`` (``_now_s``: comparable across the processes of one machine), which
+        the elastic test joins with the previous owner's and the clients' to break the pause of a move down."""
         async def load(name: str) -> None:
             try:
                 await self.service.get_topic(TopicName.parse(name), create=False)
             except Exception as error:  # the clients' own requests load it (or report why not)
                 log.info("preloading %s after a move: %s", name, error)
+                return
+            log.info("move timeline: topic %s of bundle %s acquired at %.1f ms, loaded at %.1f ms",
+                     name, key, acquired_s * 1e3, self._now_s() * 1e3)
 
         for name in topics[:PRELOAD_TOPICS_MAX]:
             task = asyncio.get_running_loop().create_task(load(name))
@@ -445,6 +498,7 @@ class BundleOwnership:
     def _adopt(self, namespace: str, bundle: BundleRange, lock: MetadataLock) -> OwnedBundle:
         owned = OwnedBundle(namespace, bundle, lock)
         self._owned[owned.key] = owned
+        self._moved.pop(owned.key, None)
         lock.on_lost(lambda: self._on_bundle_lost(owned))
         if lock.state is not LockState.HELD:  # lost between the create and now
             self._on_bundle_lost(owned)
@@ -528,6 +582,7 @@ class BundleOwnership:
         owned.moving_to = target
         owned.move(BundleState.UNLOADING)
         topics = self._stop_serving(owned.serves)
+        stopped = self._now_s()
         if target is not None:
             await self._note_topics(namespace, owned.range, target, topics)
         noted = loop.time()
@@ -538,10 +593,13 @@ class BundleOwnership:
             if self._owned.get(owned.key) is owned:
                 del self._owned[owned.key]
             await owned.lock.release()
+            self._remember_move(owned)
             log.info("unloaded bundle %s (%d topics) in %.1f ms: prepare %.1f ms, close %.1f ms "
                      "(slowest topic %.1f ms, %d still closing), release %.1f ms",
                      owned.key, len(topics), (loop.time() - started) * 1e3, (noted - started) * 1e3,
                      (closed - noted) * 1e3, slowest * 1e3, unfinished, (loop.time() - closed) * 1e3)
+            log.info("move timeline: bundle %s stopped at %.1f ms, released at %.1f ms",
+                     owned.key, stopped * 1e3, self._now_s() * 1e3)
         self.changed.set()
 
     async def _close_bounded(self, topics: Sequence[Topic]) -> tuple[float, int]:

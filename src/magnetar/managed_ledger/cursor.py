@@ -11,11 +11,20 @@ throttled to one per ``cursor_flush_interval_ms``; more than ``cursor_unpersiste
 unpersisted acks make acks wait for a flush. The cursor ledger rolls over after
 ``cursor_ledger_entries_max`` entries, or when a write to it fails.
 
-Recovery: read the snapshot; if it names a cursor ledger, open that ledger *with recovery* (this
-fences a previous owner still flushing) and take its last entry. That entry is never older than
-the snapshot: every snapshot is CAS'd after the entry it describes was written, and a snapshot is
-only ever CAS'd with the ledger whose entry was written just before. Then the state is flushed to a
-fresh cursor ledger and the snapshot is CAS'd, which takes the cursor node over.
+Close (Pulsar's ``persistPositionWhenClosing`` into ``ManagedCursorInfo``): the closing state is
+CAS'd into the snapshot alone, naming no cursor ledger (``cursor_ledger_id`` -1), and the cursor
+ledger is deleted: no ledger is created, written or read for it. The snapshot always carries the
+whole state (every flush CASes the same record it appended), so this loses nothing; the ledger
+only matters when a flush was cut between its append and its CAS.
+
+Recovery: read the snapshot; if it names a cursor ledger (the previous owner did not close the
+cursor), open that ledger *with recovery* (this fences a previous owner still flushing) and take
+its last entry. That entry is never older than the snapshot: every snapshot is CAS'd after the
+entry it describes was written, and a snapshot is only ever CAS'd with the ledger whose entry was
+written just before. Then the recovered state is CAS'd into the snapshot, naming no ledger: that
+bumps the node's version, so a previous owner's next flush or close loses its CAS (two owners
+never both advance the cursor), and the named ledger is deleted. The first flush after it creates
+a cursor ledger.
 
 Context: a cursor is given a ``CursorContext`` by its managed ledger (the log it reads, the store
 and ledger manager its state persists to, the clock, the settings) and reaches for nothing else.
@@ -66,6 +75,8 @@ from magnetar.metadata.api import MetadataStore
 from magnetar.metadata.records import BatchIndexAck, CursorInfo, PositionRange, PositionRecord, decode, encode
 
 _WORD_BITS = 64
+#: CASes a close tries when its own flushes keep landing first (each moves the version it holds).
+CLOSE_CAS_ATTEMPTS_MAX = 3
 _WORD_MASK = (1 << _WORD_BITS) - 1
 
 
@@ -171,7 +182,6 @@ class ManagedCursor:
         self._snapshot_version = -1
         self._ledger: LedgerHandle | None = None
         self._ledger_entries = 0
-        self._stale_ledger_id = -1  # recovered cursor ledger, deleted once the snapshot moved on
         self._changes = 0  # acks and resets ever applied
         self._persisted_changes = 0
         self._persisted_md = mark_delete
@@ -179,6 +189,7 @@ class ManagedCursor:
         self._flush_lock = asyncio.Lock()
         self._dirty = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
+        self._release_task: asyncio.Task[None] | None = None  # a close's ledger release, after a flush
 
     # --- construction ----------------------------------------------------------------------------
 
@@ -198,21 +209,25 @@ class ManagedCursor:
 
     @classmethod
     async def recover(cls, context: CursorContext, name: str) -> ManagedCursor:
-        """Load cursor ``name``: snapshot, then the last entry of its cursor ledger (fenced)."""
+        """Load cursor ``name``: its snapshot; if the snapshot names a cursor ledger (the previous
+        owner did not close the cursor), the last entry of that ledger, opened with recovery (fenced).
+        Then take the node over with one CAS of the recovered state (no cursor ledger yet: the first
+        flush creates one), so a previous owner's next flush or close loses its CAS."""
         path = f"{context.ml_path}/{cursor_node_name(name)}"
         found = await context.store.get(path)
         if found is None:
             raise NotFoundError(f"cursor {name} of {context.ml_name} has no snapshot")
         info = decode(CursorInfo, found.value)
-        if info.cursor_ledger_id >= 0 and context.config.cursor_recovery is CursorRecovery.NEWEST:
+        named_ledger = info.cursor_ledger_id
+        if named_ledger >= 0 and context.config.cursor_recovery is CursorRecovery.NEWEST:
             info = await cls._newest_from_ledger(context, info)
         cursor = cls(context, name, Position(info.mark_delete.ledger_id, info.mark_delete.entry_id), durable=True)
         cursor._snapshot_version = found.version
-        cursor._stale_ledger_id = info.cursor_ledger_id
         cursor._apply(info)
-        # Take the cursor node over now, so a previous owner's next flush loses its CAS.
-        await cursor._switch_ledger(cursor._record(-1))
+        await cursor._cas_snapshot(cursor._record(-1))
         cursor._persisted_md = cursor._md
+        if named_ledger >= 0:
+            await cursor._delete_quietly(named_ledger)  # the snapshot no longer names it
         cursor._start_flusher()
         return cursor
 
@@ -512,15 +527,12 @@ class ManagedCursor:
             await ledger.add_entry(encode(record))
             await faults.point("managed_ledger.cursor.mid_flush")
             await self._cas_snapshot(record)
-        except ManagedLedgerFencedError:
+        except (ManagedLedgerFencedError, ManagedLedgerClosedError):
             await self._delete_quietly(ledger.ledger_id)
             raise
         old, self._ledger, self._ledger_entries = self._ledger, ledger, 1
         if old is not None:
             await self._retire(old.ledger_id, old)
-        if self._stale_ledger_id >= 0:
-            stale, self._stale_ledger_id = self._stale_ledger_id, -1
-            await self._delete_quietly(stale)
 
     async def _retire(self, ledger_id: int, handle: LedgerHandle) -> None:
         try:
@@ -536,6 +548,9 @@ class ManagedCursor:
             return  # an orphan cursor ledger only wastes space
 
     async def _cas_snapshot(self, record: CursorInfo) -> None:
+        # A flush whose add outlived a close must not write its older state over the closing one
+        # (the close moved the version this cursor holds; checked here, after the add).
+        self._check_active()
         try:
             self._snapshot_version = await self._ctx.store.put(self._path, encode(record), self._snapshot_version)
         except BadVersionError as exc:
@@ -557,22 +572,80 @@ class ManagedCursor:
     # --- close, delete ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Persist what is unpersisted and release the cursor ledger. Idempotent."""
+        """Persist the state in the snapshot alone and release the cursor ledger. Idempotent.
+
+        As Pulsar's ``persistPositionWhenClosing``: the closing state goes into the metadata
+        snapshot (``cursor_ledger_id`` -1, one CAS on the version this cursor holds), not into the
+        cursor ledger, which is then deleted; the next owner recovers from the snapshot without
+        opening, fencing or reading a ledger. If the CAS fails (taken over, or the store is down)
+        the ledger is left as the snapshot names it, for the next owner to recover from.
+
+        A flush under way is not waited for (its cursor-ledger add can take seconds on a busy
+        bookie, and a moved topic's clients wait for this close): the closing state, which holds
+        everything the flush writes, is CAS'd at once, and the cursor ledger is released in the
+        background once that flush has ended (its own CAS then loses)."""
         if self._state is CursorState.CLOSED:
             return
+        released = False
         if self._state is CursorState.ACTIVE and self.durable:
             try:
-                await self.flush()
+                released = await self._persist_closing()
             except MagnetarError:
                 pass  # fenced (the new owner has it) or storage down: the last flush stands
+        flushing = self._flush_lock.locked()
         self._stop()
-        if self._ledger is not None:
-            try:
-                await self._ledger.close()
-            except MagnetarError:
-                pass  # the next owner fences and recovers it
+        if flushing:
+            self._release_task = asyncio.ensure_future(self._release_after_flush(released))
+        else:
+            await self._release_ledger(released)
         if not self.durable:
             self._ctx.forget(self)
+
+    async def _release_after_flush(self, released: bool) -> None:
+        async with self._flush_lock:
+            await self._release_ledger(released)
+
+    async def _release_ledger(self, released: bool) -> None:
+        """Delete the cursor ledger (``released``: the snapshot no longer names it), else close it."""
+        ledger, self._ledger = self._ledger, None
+        if ledger is None:
+            return
+        if released:
+            await self._retire(ledger.ledger_id, ledger)
+            return
+        try:
+            await ledger.close()
+        except MagnetarError:
+            pass  # the next owner fences and recovers it
+
+    async def _persist_closing(self) -> bool:
+        """CAS the current state as a ledger-less snapshot; True when the cursor ledger is free."""
+        if self._flush_lock.locked():
+            await self._cas_closing()  # not behind the flush under way: see ``close``
+            return True
+        async with self._flush_lock:
+            self._check_active()
+            if self._changes == self._persisted_changes and self._ledger is None:
+                return True  # the snapshot already holds this state and names no ledger
+            await self._cas_closing()
+            return True
+
+    async def _cas_closing(self) -> None:
+        """CAS the current state naming no ledger on the version this cursor holds. A BadVersion
+        after which that version moved was this cursor's own flush landing first (another owner's
+        CAS leaves it unchanged): CAS again on the new version, a bounded number of times."""
+        changes, md, value = self._changes, self._md, encode(self._record(-1))
+        for _ in range(CLOSE_CAS_ATTEMPTS_MAX):
+            version = self._snapshot_version
+            try:
+                self._snapshot_version = await self._ctx.store.put(self._path, value, version)
+            except BadVersionError as exc:
+                if self._snapshot_version == version:
+                    self._fence(exc)
+                continue
+            self._persisted_changes, self._persisted_md = changes, md
+            return
+        raise ManagedLedgerFencedError(f"cursor {self.name} of {self._ctx.ml_name}: closing CAS kept losing")
 
     def _stop(self) -> None:
         if self._state is not CursorState.CLOSED:
@@ -586,8 +659,6 @@ class ManagedCursor:
         self._stop()
         if self._ledger is not None:
             await self._retire(self._ledger.ledger_id, self._ledger)
-        if self._stale_ledger_id >= 0:
-            await self._delete_quietly(self._stale_ledger_id)
         try:
             await self._ctx.store.delete(self._path)
         except NotFoundError:

@@ -138,6 +138,8 @@ class ManagedLedger:
         self._own_timer = rollover_timer is None
         self._rollover_timer = RolloverTimer(clock) if rollover_timer is None else rollover_timer
         self.cursors: dict[str, ManagedCursor] = {}
+        #: How long ``close`` took to drain the appends, close the cursors, close the ledger (ms).
+        self.close_steps_ms: tuple[int, int, int] | None = None
         #: Mark-delete positions of read-only brokers' cursors, as the last trim read them.
         self.read_only_holds: list[Position] = []
         self._non_durable: set[ManagedCursor] = set()
@@ -228,9 +230,15 @@ class ManagedLedger:
         return LedgerInfo(info.ledger_id, last + 1, info.size_bytes, info.timestamp_ms or self._clock.now_ms())
 
     async def _load_cursors(self) -> None:
-        for node in await self._store.children(self.path):
-            name = cursor_name_from_node(node)
-            self.cursors[name] = await ManagedCursor.recover(self.cursor_context, name)
+        """Recover the cursors concurrently: one round trip for all (a topic that moves brings its
+        subscriptions and its dedup cursor along), not one per cursor."""
+        names = [cursor_name_from_node(node) for node in await self._store.children(self.path)]
+        recovered = await asyncio.gather(*(ManagedCursor.recover(self.cursor_context, name) for name in names),
+                                         return_exceptions=True)
+        failures = [r for r in recovered if isinstance(r, BaseException)]
+        self.cursors.update((n, r) for n, r in zip(names, recovered, strict=True) if isinstance(r, ManagedCursor))
+        if failures:
+            raise failures[0]
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -678,16 +686,22 @@ class ManagedLedger:
         if self._states.state is MLState.CLOSED:
             return
         appends = self._appends
+        begun = self._clock.monotonic_ns()
         if self._states.state in WRITABLE:
             await appends.wait_pump()
         await appends.wait_drained()
+        drained = self._clock.monotonic_ns()
         await self._close_cursors()
+        cursors = self._clock.monotonic_ns()
         current = appends.current
         if self._states.state is MLState.LEDGER_OPENED and current is not None and not current.failed:
             try:
                 await current.handle.close()
             except MagnetarError:
                 pass  # fenced or failed: the next owner's recovery decides the end
+        ended = self._clock.monotonic_ns()
+        self.close_steps_ms = ((drained - begun) // 1_000_000, (cursors - drained) // 1_000_000,
+                               (ended - cursors) // 1_000_000)
         appends.fail_queued(ManagedLedgerClosedError(f"managed ledger {self.name} closed"), write_failure=False)
         self._move(MLState.CLOSED)
         self._entries.clear()

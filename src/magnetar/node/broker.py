@@ -78,6 +78,11 @@ class _ConnectionLoop:
         self._write_soon_scheduled = False
         self._draining = False  # the writer task waits in drain()
         self._drain_wanted = False  # a direct write left the transport above its high-water mark
+        #: Reading stopped by us for SEND back-pressure (``pending_sends_per_connection_max``)
+        #: and not yet resumed by a read: the client's PONG may sit unread, so the keep-alive
+        #: must not close the connection (Pulsar's keep-alive skips the close while auto-read is
+        #: off, which it turns off for this). A client not reading our replies is still closed.
+        self._reading_held = False
 
     def _now_ms(self) -> int:
         return self.clock.monotonic_ns() // 1_000_000
@@ -146,6 +151,7 @@ class _ConnectionLoop:
                 self._output.set()
                 await self._writable.wait()
             if self.session.pending_sends >= self.server.service.config.pending_sends_per_connection_max:
+                self._reading_held = True
                 await self.session.wait_send_room()
             data = await self.conn.read(BROKER_READ_SLICE_BYTES)
             if not data:
@@ -157,6 +163,7 @@ class _ConnectionLoop:
             except Exception as error:  # malformed/oversized frame, protocol violation: drop this client
                 log.info("closing connection from %s: %s", self.conn.peer, error)
                 return
+            self._reading_held = False  # read again: the keep-alive counts from this data
             if await self.session.handle_all(events):  # SENDs of one receive go as runs
                 return  # ConnectionTerminated
             if self.session.refusal is not None and self._linger is None:
@@ -210,8 +217,10 @@ class _ConnectionLoop:
             if deadline is None:
                 return
             delay_ms = max(0, deadline - self._now_ms())
+            if self._reading_held:
+                delay_ms = 1000  # held by us: no keep-alive verdict until a read comes through
             await self.clock.sleep(min(delay_ms, 1000) / 1000)
-            if self._now_ms() < deadline:
+            if self._now_ms() < deadline or self._reading_held:
                 continue
             for event in self.protocol.tick(self._now_ms()):
                 if isinstance(event, ConnectionTerminated):
