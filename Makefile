@@ -10,7 +10,7 @@ DATA_DIR ?= data/standalone
 RUN_ARGS ?=  # e.g. RUN_ARGS="--broker-port 0 --web-port 0 --bookie-port 0"
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: venv venv-run run test test-fast lint bench sim sim-soak chaos system-deps clean
+.PHONY: venv venv-run compile run test test-pure test-fast lint bench sim sim-soak chaos system-deps clean
 
 # Two stamps: `make run` installs only what a server needs (Magnetar and its runtime
 # dependencies); the tests, lint and benchmarks add the dev and Spark extras (pyspark, pyarrow,
@@ -34,14 +34,32 @@ venv-run: $(RUN_STAMP)
 
 venv: $(TEST_STAMP)
 
+# The compiled hot path (docs/performance.md, "Session 9"): mypyc compiles the per-message modules
+# listed in src/magnetar/_compiled.py with the machine's C compiler into build/mypyc/ (about 2 CPU
+# minutes; redone only when one of those sources changed). It never fails: without mypyc (it ships
+# with mypy, installed here if missing), a C compiler or Python's headers, or when the build fails,
+# it prints one line and Magnetar runs pure Python. MAGNETAR_PURE_PYTHON=1 runs the .py modules
+# even when a build exists; MAGNETAR_COMPILE=0 skips the build.
+compile: venv-run
+	@$(PY) -c "import mypyc" 2>/dev/null || $(PIP) install -q "mypy>=1.10" || echo "magnetar compile: could not install mypy"
+	@$(PY) scripts/build_compiled.py
+
+# The pure-Python fallback runs these tests too (the unit tests of the layers that
+# are compiled), after the whole suite ran on the compiled modules.
+PURE_TESTS ?= tests/base tests/protocol tests/storage tests/ledger tests/managed_ledger tests/broker tests/node tests/tooling/test_compiled_mode.py
+
 system-deps:
 	@bash scripts/install-system-deps.sh
 
-run: venv-run
+run: venv-run compile
 	$(VENV)/bin/magnetar standalone --data-dir $(DATA_DIR) $(RUN_ARGS)
 
-test: venv system-deps
-	$(PY) -m pytest
+test: venv system-deps compile
+	MAGNETAR_EXPECT_MODE=$$(test -f build/mypyc/manifest.json && echo compiled || echo pure) $(PY) -m pytest
+	$(MAKE) --no-print-directory test-pure
+
+test-pure: venv
+	MAGNETAR_PURE_PYTHON=1 MAGNETAR_EXPECT_MODE=pure $(PY) -m pytest -m "not integration" $(PURE_TESTS)
 
 test-fast: venv
 	$(PY) -m pytest -m "not integration"

@@ -7,3 +7,7 @@ Layers live in sub-packages, lowest first: ``base``, ``faults``, ``protocol``, `
 """
 
 __version__ = "0.1.0"
+
+# The compiled hot path (issue 22): loads mypyc's extension modules when a current build exists
+# and MAGNETAR_PURE_PYTHON is not 1; otherwise every module is the plain .py.
+from magnetar import _compiled  # noqa: F401

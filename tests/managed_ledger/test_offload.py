@@ -49,7 +49,8 @@ async def _fill(ml: ManagedLedger, count: int) -> dict[Position, bytes]:
 async def _settled(ml: ManagedLedger) -> None:
     """Let the background work of ``ml`` (trim, offload on rollover, after open) finish."""
     while True:
-        busy = [t for t in ml._tasks if not t.done() and t.get_coro().__name__ != "roll_by_age"]
+        # (by the coroutine's repr: a compiled coroutine, magnetar/_compiled.py, has no __name__)
+        busy = [t for t in ml._tasks if not t.done() and "roll_by_age" not in repr(t.get_coro())]
         if not busy:
             return
         await asyncio.wait(busy)

@@ -66,7 +66,7 @@ def _run(seed: int, cycles: int, *, ack_before_fsync: bool = False) -> Ledger:
     def verify(bookie: Bookie) -> None:
         for (ledger, entry), data in book.acked.items():
             result = bookie.read_entry(ledger, entry)
-            if result.status is not Status.OK or result.raw is None or EncodedEntry.parse(result.raw).payload != data:
+            if result.status is not Status.OK or result.raw is None or EncodedEntry.parse(bytes(result.raw)).payload != data:
                 book.lost.append(f"{ledger}:{entry} {result.status.name}")
 
     async def controller() -> None:

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+from mypy_extensions import mypyc_attr
 
+
+# Compiled by mypyc (the hot path, ``magnetar/_compiled.py``), which cannot make a native class
+# of a builtin exception's subclass: this one stays a regular Python class.
+@mypyc_attr(native_class=False)
 class InvariantViolationError(AssertionError):
     """A condition the code relies on does not hold: a bug, not bad input."""
 

@@ -38,6 +38,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mypy_extensions import mypyc_attr
+
 from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.errors import CorruptDataError
@@ -101,6 +103,8 @@ class ReadResult:
     raw: Bytes | None = None
 
 
+# Compiled (magnetar/_compiled.py); the simulation's ack-before-fsync negative control subclasses it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Bookie:
     """One bookie's storage; every I/O goes through the injected disk, store and clock.
 

@@ -242,6 +242,23 @@ def _records_in(file: DiskFile, start: int) -> Iterator[tuple[int, bytes | None]
         offset += _RECORD_HEADER.size + body_len
 
 
+async def _replay_file(
+    file: DiskFile, file_id: int, start: int, last: bool, records: list[tuple[JournalPosition, JournalRecord]]
+) -> JournalPosition | None:
+    """Appends the file's records from ``start`` to ``records``; truncates a torn tail (returned)."""
+    for offset, body in _records_in(file, start):
+        if body is None:
+            if not last:
+                raise CorruptDataError(f"journal file {file_id} is torn at {offset} but is not the last one")
+            file.truncate(offset)
+            await file.sync()
+            return JournalPosition(file_id, offset)
+        record = parse_body(body)
+        if record.kind != KIND_PAD:
+            records.append((JournalPosition(file_id, offset), record))
+    return None
+
+
 async def replay(disk: Disk, mark: JournalPosition) -> ReplayResult:
     """Every record at or after ``mark``; truncates (and syncs) a torn tail of the last file."""
     ids = [i for i in journal_file_ids(disk) if i >= mark.file_id]
@@ -258,21 +275,13 @@ async def replay(disk: Disk, mark: JournalPosition) -> ReplayResult:
                 torn = JournalPosition(file_id, 0)
                 file.truncate(0)
                 await file.sync()
-                break
-            start = mark.offset if file_id == mark.file_id else _FILE_HEADER.size
-            for offset, body in _records_in(file, max(start, _FILE_HEADER.size)):
-                if body is None:
-                    if not last:
-                        raise CorruptDataError(f"journal file {file_id} is torn at {offset} but is not the last one")
-                    torn = JournalPosition(file_id, offset)
-                    file.truncate(offset)
-                    await file.sync()
-                    break
-                record = parse_body(body)
-                if record.kind != KIND_PAD:
-                    records.append((JournalPosition(file_id, offset), record))
+            else:
+                start = mark.offset if file_id == mark.file_id else _FILE_HEADER.size
+                torn = await _replay_file(file, file_id, max(start, _FILE_HEADER.size), last, records)
         finally:
             file.close()
+        if torn is not None:  # only the last file can be torn
+            break
     return ReplayResult(records, torn)
 
 

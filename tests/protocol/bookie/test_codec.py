@@ -149,25 +149,22 @@ def test_tampered_payload_fails_the_digest_but_decodes() -> None:
     assert not decoded.entry.digest_ok()
 
 
-def test_the_digest_is_computed_once_per_entry_and_equality_ignores_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from magnetar.protocol.bookie import codec
-
-    calls: list[int] = []
-    real = codec.entry_digest
-
-    def counting(*args: object) -> int:
-        calls.append(1)
-        return real(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(codec, "entry_digest", counting)
+def test_the_digest_is_computed_once_per_entry_and_equality_ignores_it() -> None:
+    # The module may be compiled (magnetar/_compiled.py), where a patched module function is not
+    # seen by its callers: the test reads the remembered outcome instead of counting calls.
     (good,) = FrameDecoder().feed(encode(AddRequest(1, ENTRY)))
     raw = bytearray(encode(AddRequest(1, ENTRY)))
     raw[-1] ^= 0x01
     (bad,) = FrameDecoder().feed(bytes(raw))
     assert isinstance(good, AddRequest) and isinstance(bad, AddRequest)
-    assert good.entry.digest_ok() and good.entry.digest_ok()
-    assert not bad.entry.digest_ok() and not bad.entry.digest_ok()
-    assert len(calls) == 2
+    assert good.entry._digest_checked is None and bad.entry._digest_checked is None
+    assert good.entry.digest_ok() and not bad.entry.digest_ok()
+    assert good.entry._digest_checked is True and bad.entry._digest_checked is False
+    # The second check answers from the remembered outcome, not a second CRC pass: a planted
+    # outcome is what it returns (control: the bytes themselves are intact).
+    object.__setattr__(good.entry, "_digest_checked", False)
+    assert not good.entry.digest_ok()
+    assert good.entry.raw == ENTRY.raw
     assert good.entry == ENTRY
 
 

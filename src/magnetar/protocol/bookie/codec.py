@@ -492,9 +492,11 @@ def decode_frame(frame: bytes | memoryview) -> Message:
         ledger_id, entry_id = _exact(frame, at, _READ_TAIL)
         return ReadRequest(request_id, ledger_id, entry_id, bool(flags & FLAG_FENCE), master_key)
     if op in (Op.READ | RESPONSE_BIT, Op.READ_LAST_ENTRY | RESPONSE_BIT):
-        status, ledger_id, entry_id, lac, has_entry = _read_response_head(frame, at)
+        # (not ``status``: that name holds the raw int of the other branches, and a ``Status`` stored
+        # in an int variable is a plain int once compiled, magnetar/_compiled.py)
+        read_status, ledger_id, entry_id, lac, has_entry = _read_response_head(frame, at)
         entry = _entry_at(frame, at + _READ_RESP.size) if has_entry else None
-        return ReadResponse(request_id, status, ledger_id, entry_id, lac, entry, Op(op & ~RESPONSE_BIT))
+        return ReadResponse(request_id, read_status, ledger_id, entry_id, lac, entry, Op(op & ~RESPONSE_BIT))
     if op == Op.READ_LAC:
         (ledger_id,) = _exact(frame, at, _LEDGER)
         return ReadLacRequest(request_id, ledger_id)

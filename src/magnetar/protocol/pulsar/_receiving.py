@@ -14,12 +14,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from magnetar.protocol.pulsar.errors import ConnectionClosedError, FrameChecksumMismatchError
 from magnetar.protocol.pulsar.frames import Buffer, Frame, FrameDecoder, decode_frame
 
 E = TypeVar("E")
 
 
+# Compiled (magnetar/_compiled.py); the client's ``ClientConnection`` (interpreted) subclasses it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FrameReceiver(ABC, Generic[E]):
     _decoder: FrameDecoder
     _last_received_ms: int

@@ -280,7 +280,7 @@ def decode_message(rest: memoryview) -> MessagePayload:
         (size,) = _U32.unpack_from(rest, 2)
         if 6 + size > len(rest):
             raise MalformedFrameError(f"broker entry metadata size {size} exceeds the frame")
-        broker_entry_metadata = _parse(pb.BrokerEntryMetadata, rest[6 : 6 + size], "BrokerEntryMetadata")
+        broker_entry_metadata = _parse(pb.BrokerEntryMetadata(), rest[6 : 6 + size], "BrokerEntryMetadata")
         offset = 6 + size
     headers_start = offset
     checksum = None
@@ -310,7 +310,7 @@ def _metadata_at(data: memoryview, offset: int) -> tuple[pb.MessageMetadata, int
     offset += 4
     if metadata_size > len(data) - offset:
         raise MalformedFrameError(f"metadata_size {metadata_size} exceeds the frame")
-    return _parse(pb.MessageMetadata, data[offset : offset + metadata_size], "MessageMetadata"), offset + metadata_size
+    return _parse(pb.MessageMetadata(), data[offset : offset + metadata_size], "MessageMetadata"), offset + metadata_size
 
 
 def stored_entry_metadata(entry: Buffer) -> pb.MessageMetadata:
@@ -336,8 +336,7 @@ def stored_entry_parts(entry: Buffer) -> tuple[pb.MessageMetadata, memoryview]:
 _Meta = TypeVar("_Meta", pb.MessageMetadata, pb.BrokerEntryMetadata)
 
 
-def _parse(cls: type[_Meta], data: memoryview, what: str) -> _Meta:
-    message = cls()
+def _parse(message: _Meta, data: memoryview, what: str) -> _Meta:
     try:
         message.ParseFromString(data)
     except DecodeError as error:

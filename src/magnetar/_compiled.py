@@ -1,0 +1,179 @@
+"""The compiled hot path (issue 22): which modules mypyc compiles, and loading them.
+
+``scripts/build_compiled.py`` (run by ``make``) compiles ``COMPILED_MODULES`` with mypyc into
+``build/mypyc/`` beside ``src/`` and writes a manifest: the source directory it was built from,
+the interpreter's cache tag and a SHA-256 of every compiled module's source. On ``import
+magnetar`` this module puts a finder first on ``sys.meta_path`` that loads those modules from the
+build's extension modules, if and only if:
+
+* ``MAGNETAR_PURE_PYTHON`` is not set to ``1`` (the switch to the pure-Python modules),
+* the build exists and was made from this source directory by this interpreter,
+* no compiled module's source changed since the build (an edited ``.py`` is never shadowed by a
+  stale extension; the whole build is then skipped, because compiled modules call each other
+  natively and a mix of old and new code would run two versions of one class).
+
+Otherwise every module is the plain ``.py`` (the fallback, always complete). ``MODE`` says which
+one is active and ``REASON`` why: ``python -c "import magnetar._compiled as c; print(c.MODE,
+c.REASON)"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+#: Set to ``1`` to run the pure-Python modules even when a compiled build is present.
+PURE_ENV = "MAGNETAR_PURE_PYTHON"
+#: The package directory (``src/magnetar``) and the build beside ``src/`` (``MAGNETAR_COMPILED_DIR``
+#: names another one: the build script checks a new build there before it replaces the old one).
+PACKAGE_DIR = Path(__file__).resolve().parent
+BUILD_DIR = Path(os.environ.get("MAGNETAR_COMPILED_DIR") or PACKAGE_DIR.parent.parent / "build" / "mypyc")
+MANIFEST = "manifest.json"
+#: The name of the shared library that holds the compiled code (the per-module extensions are
+#: thin shims that import it).
+GROUP = "magnetar_hot"
+
+#: The modules compiled, chosen by measurement (docs/performance.md, "Session 9"): the modules
+#: that run per message on the unbatched publish path, from the frame codec to the journal.
+COMPILED_MODULES: tuple[str, ...] = (
+    "magnetar.base.checksum",
+    "magnetar.base.entry",
+    "magnetar.base.invariant",
+    "magnetar.base.types",
+    "magnetar.protocol.pulsar.fast",
+    "magnetar.protocol.pulsar.fast_decode",
+    "magnetar.protocol.pulsar.frames",
+    "magnetar.protocol.pulsar._receiving",
+    "magnetar.protocol.pulsar.connection",
+    "magnetar.protocol.bookie.codec",
+    "magnetar.storage.journal",
+    "magnetar.storage.bookie",
+    "magnetar.ledger.handle",
+    "magnetar.ledger.quorum",
+    "magnetar.managed_ledger.append",
+    "magnetar.managed_ledger.entry_reader",
+    "magnetar.broker.producer",
+    "magnetar.broker.session",
+    "magnetar.broker.dedup",
+    "magnetar.node.broker",
+)
+
+
+def source_path(module: str) -> Path:
+    """The ``.py`` file of ``module`` (a module of this package, not a package ``__init__``)."""
+    parts = module.split(".")
+    if parts[0] != "magnetar" or len(parts) < 2:
+        raise ValueError(f"not a magnetar module: {module!r}")
+    return PACKAGE_DIR.joinpath(*parts[1:]).with_suffix(".py")
+
+
+def source_digest(module: str) -> str:
+    return hashlib.sha256(source_path(module).read_bytes()).hexdigest()
+
+
+def manifest_for(modules: Sequence[str]) -> dict[str, object]:
+    """The manifest a build of ``modules`` from this source directory records."""
+    return {
+        "source_dir": str(PACKAGE_DIR),
+        "cache_tag": sys.implementation.cache_tag,
+        "group": GROUP,
+        "modules": {module: source_digest(module) for module in modules},
+    }
+
+
+def why_not_usable(manifest: dict[str, object]) -> str | None:
+    """``None`` if ``manifest`` describes a build of exactly today's sources, else the reason."""
+    if manifest.get("source_dir") != str(PACKAGE_DIR):
+        return f"the build in {BUILD_DIR} was made from {manifest.get('source_dir')}, not {PACKAGE_DIR}"
+    if manifest.get("cache_tag") != sys.implementation.cache_tag:
+        return f"the build is for {manifest.get('cache_tag')}, this interpreter is {sys.implementation.cache_tag}"
+    modules = manifest.get("modules")
+    if not isinstance(modules, dict) or not modules:
+        return "the build's manifest lists no modules"
+    for module, digest in modules.items():
+        try:
+            current = source_digest(module)
+        except (OSError, ValueError):
+            return f"{module} is no longer in the source tree"
+        if current != digest:
+            return f"{module} changed since the build (run `make compile`)"
+    return None
+
+
+class _CompiledFinder(importlib.abc.MetaPathFinder):
+    """Finds the compiled modules (and their shared library) in the build directory."""
+
+    def __init__(self, files: dict[str, Path]) -> None:
+        self._files = files
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        file = self._files.get(fullname)
+        if file is None:
+            return None
+        loader = importlib.machinery.ExtensionFileLoader(fullname, str(file))
+        return importlib.util.spec_from_file_location(fullname, file, loader=loader)
+
+
+def _extension(directory: Path, stem: str) -> Path | None:
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = directory / (stem + suffix)
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _files(manifest: dict[str, object]) -> dict[str, Path] | str:
+    """Module name -> extension file for every compiled module, or why the build is incomplete."""
+    modules = manifest["modules"]
+    assert isinstance(modules, dict)
+    files: dict[str, Path] = {}
+    group = _extension(BUILD_DIR, f"{GROUP}__mypyc")
+    if group is None:
+        return f"the build in {BUILD_DIR} has no shared library {GROUP}__mypyc"
+    files[f"{GROUP}__mypyc"] = group
+    for module in modules:
+        parts = module.split(".")
+        file = _extension(BUILD_DIR.joinpath(*parts[:-1]), parts[-1])
+        if file is None:
+            return f"the build in {BUILD_DIR} has no extension for {module}"
+        files[module] = file
+    return files
+
+
+def _decide() -> tuple[str, str, dict[str, Path]]:
+    if os.environ.get(PURE_ENV, "") == "1":
+        return "pure", f"{PURE_ENV}=1", {}
+    try:
+        manifest = json.loads((BUILD_DIR / MANIFEST).read_text())
+    except FileNotFoundError:
+        return "pure", f"no compiled build in {BUILD_DIR} (`make compile` makes one)", {}
+    except (OSError, ValueError) as exc:
+        return "pure", f"the build's manifest is unreadable: {exc}", {}
+    if not isinstance(manifest, dict):
+        return "pure", "the build's manifest is not an object", {}
+    reason = why_not_usable(manifest)
+    if reason is not None:
+        return "pure", reason, {}
+    files = _files(manifest)
+    if isinstance(files, str):
+        return "pure", files, {}
+    return "compiled", f"{len(files) - 1} modules from {BUILD_DIR}", files
+
+
+#: ``"compiled"`` or ``"pure"``, and why.
+MODE, REASON, _FILES = _decide()
+if MODE == "compiled":
+    sys.meta_path.insert(0, _CompiledFinder(_FILES))
+elif os.environ.get(PURE_ENV, "") != "1" and (BUILD_DIR / MANIFEST).exists():
+    # A build exists but cannot be used: say so once, so a stale build is never silent.
+    print(f"magnetar: running pure Python: {REASON}", file=sys.stderr)
