@@ -24,6 +24,7 @@ import pulsar
 import pytest
 
 from magnetar import faults
+from magnetar.base.types import TopicName
 from magnetar.faults import breaks
 from tests.compat.harness import BrokerThread
 from tests.compat.test_dedup_official import DEDUP_ON, QUIET, _stored, _wait_for_entries
@@ -56,10 +57,23 @@ class _Sends:
                 f"not acknowledged: {[p for p in payloads if p not in self.acked]}")
 
 
+async def _unload(broker: BrokerThread, topic: str) -> None:
+    """What the admin unload (and a bundle move) does: CLOSE_PRODUCER, then close the topic."""
+    assert broker.server is not None
+    service = broker.server.service
+    name = TopicName.parse(f"persistent://public/default/{topic}")
+    service.topics[str(name)].disconnect_producers()
+    await service.unload(name)
+
+
 def _run(scenario: str, topic: str, broken: bool = False) -> tuple[_Sends, collections.Counter[str]]:
     """``nothing-persisted``: the first message is sent while the broker is down. ``first-persisted``:
     the first is durable but its receipt held (no receipt ever reached the client), the second is
-    sent while the broker is down. Then the broker comes back, and new messages follow. ``broken``:
+    sent while the broker is down. Then the broker comes back, and new messages follow.
+    ``unload``: as ``first-persisted``, but the topic is unloaded (as a bundle move does) and the
+    second is sent at once, while the client waits its ~100 ms to reconnect; the same broker loads
+    the topic again. (Sent after the reconnect instead, it would get a fresh id: no reuse, and the
+    same outcome.) ``broken``:
     under the ``no-rebase-check`` negative control."""
     broker = BrokerThread(DEDUP_ON).start()
     sends = _Sends()
@@ -67,18 +81,23 @@ def _run(scenario: str, topic: str, broken: bool = False) -> tuple[_Sends, colle
         client = pulsar.Client(broker.url, operation_timeout_seconds=15, connection_timeout_ms=3000, logger=QUIET)
         try:
             producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=30_000)
-            held = ["v0"] if scenario == "first-persisted" else []
+            held = [] if scenario == "nothing-persisted" else ["v0"]
             if held:
                 faults.arm("broker.after_persist_before_receipt", "hang", from_hit=1)
                 sends.send_async(producer, "v0")
                 assert broker.call(_wait_for_entries(broker, topic, 1), 10.0)
-            broker.stop_server()  # the topic "moves": its producer loses its connection
+            if scenario == "unload":
+                broker.call(_unload(broker, topic))  # CLOSE_PRODUCER: it reconnects after ~100 ms
+                faults.release("broker.after_persist_before_receipt")
+            else:
+                broker.stop_server()  # the topic "moves": its producer loses its connection
             faults.disarm_all()
             if broken:
                 breaks.enable(breaks.Break.NO_REBASE_CHECK)  # the autouse fixture's disarm_all ends it
             queued = [f"v{len(held)}"]
             sends.send_async(producer, queued[0])  # numbered now, stored by no broker yet
-            broker.start()  # the new owner, over the same store
+            if scenario != "unload":
+                broker.start()  # the new owner, over the same store
             sends.wait_for(held + queued)
             new = [f"v{i}" for i in range(len(held) + 1, len(held) + 1 + NEW_AFTER_RECONNECT)]
             for payload in new:
@@ -92,17 +111,15 @@ def _run(scenario: str, topic: str, broken: bool = False) -> tuple[_Sends, colle
         broker.stop()
 
 
-@pytest.mark.parametrize("scenario", ["nothing-persisted", "first-persisted"])
+@pytest.mark.parametrize("scenario", ["nothing-persisted", "first-persisted", "unload"])
 def test_new_messages_after_a_reconnect_before_the_first_receipt_are_all_stored(scenario: str) -> None:
     sends, stored = _run(scenario, f"rebase-{scenario}")
     payloads = sorted(sends.acked)
     assert stored == collections.Counter({p: 1 for p in payloads}), (stored, sends.acked)
     duplicates = [p for p, message_id in sends.acked.items() if message_id == (-1, -1)]
-    if scenario == "first-persisted":  # the held v0 is resent and answered as the duplicate it is
-        assert duplicates == ["v0"]
-    else:
-        assert duplicates == []
-    assert len(payloads) == (2 if scenario == "first-persisted" else 1) + NEW_AFTER_RECONNECT
+    held = scenario != "nothing-persisted"
+    assert duplicates == (["v0"] if held else [])  # the held v0 is resent: the duplicate it is
+    assert len(payloads) == (2 if held else 1) + NEW_AFTER_RECONNECT
 
 
 def test_negative_control_without_the_rebase_check_a_new_message_is_lost() -> None:
