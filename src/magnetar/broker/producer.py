@@ -12,8 +12,8 @@ sequence id that producer name already persisted is answered with a (-1,-1) rece
 one whose id is still being appended (a resend after a reconnect racing the original) waits for
 that append and is then judged again. The 4.2.0 client's sequence-id re-base (fact sheet §4,
 quirk c16; ``_reused_after_rebase``) makes a reconnected producer send new messages under ids it
-has just resent in the same session: those are stored, not answered as duplicates. Fault points ``broker.after_persist_before_receipt`` and
-``broker.after_receipt`` bracket the receipt.
+has just resent in the same session: those are stored, not answered as duplicates. Fault points
+``broker.after_persist_before_receipt`` and ``broker.after_receipt`` bracket the receipt.
 
 States: ACTIVE -> CLOSED (client close, fencing, connection loss); receipts of a closed producer
 are dropped (its client is gone or will resend after reconnecting).
@@ -190,7 +190,8 @@ class Producer:
                 op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
                 self._flush()
                 continue
-            if (not chunk or records_sequence) and not (source is None and self._reused_after_rebase(first, highest)):
+            if (not chunk or records_sequence) and not (  # a last chunk counts
+                    source is None and self.epoch and self._reused_after_rebase(first, highest)):
                 status = dedup.check(key, first)
                 if status is DedupStatus.UNKNOWN:  # behind an append in flight: maybe one of this run
                     if run:
@@ -232,16 +233,17 @@ class Producer:
         "2 values lost"). The client resends everything pending before any new message and never
         sends one message twice in a session, so on a reconnected session (``epoch`` > 0) the first
         whole message with id L+1 at or below the highest id this session already sent is that
-        re-base; from then on, ids up to that highest one are new messages. Ids of a first session,
+        re-base; from then on, ids up to that highest one are new messages (called only on a
+        reconnected session, so a first session costs nothing). Ids of a first session,
         and of a session whose ids only ever grow, are judged by deduplication as before (an
         application that sends one id twice on a fresh producer still has the second dropped)."""
         reuse_end = self._rebase_reuse_end
-        if (reuse_end is None and self.epoch > 0 and first == self._reported_last_sequence_id + 1
+        if (reuse_end is None and first == self._reported_last_sequence_id + 1
                 and first <= self._session_highest_sequence_id and not breaks.active(breaks.Break.NO_REBASE_CHECK)):
             reuse_end = self._rebase_reuse_end = self._session_highest_sequence_id
-            log.warning("producer %s on %s re-based its sequence ids on last_sequence_id %d: ids %d..%d of "
-                        "this session are new messages", self.name, self.topic.name,
-                        self._reported_last_sequence_id, first, reuse_end)
+            log.info("producer %s on %s re-based its sequence ids on last_sequence_id %d: ids %d..%d of "
+                     "this session are new messages", self.name, self.topic.name,
+                     self._reported_last_sequence_id, first, reuse_end)
         if highest > self._session_highest_sequence_id:
             self._session_highest_sequence_id = highest
         return reuse_end is not None and first <= reuse_end
