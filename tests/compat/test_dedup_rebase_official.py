@@ -73,8 +73,7 @@ def _run(scenario: str, topic: str, broken: bool = False) -> tuple[_Sends, colle
     ``unload``: as ``first-persisted``, but the topic is unloaded (as a bundle move does) and the
     second is sent at once, while the client waits its ~100 ms to reconnect; the same broker loads
     the topic again. (Sent after the reconnect instead, it would get a fresh id: no reuse, and the
-    same outcome.) ``broken``:
-    under the ``no-rebase-check`` negative control."""
+    same outcome.) ``broken``: under the ``no-rebase-check`` negative control."""
     broker = BrokerThread(DEDUP_ON).start()
     sends = _Sends()
     try:
