@@ -16,6 +16,10 @@ What is true:
   receipt by the producer). One above ``highest`` but at or below an id still being appended for
   that name (``pushed``: a resend after a reconnect overtaking the original) is *unknown*: the
   caller waits for those appends (``wait_in_flight``) and asks again.
+* Reporting only persisted ids is not enough for that quirk: a resend no broker had stored carries
+  id L+1 (L = the reported last_sequence_id) and so does the re-based client's next new message.
+  The producer (``Producer._reused_after_rebase``) recognises such a reconnected session and does
+  not ask ``check`` about the new messages' reused ids (docs/elastic.md, "2 values lost").
 * At most ``BROKER_DEDUP_PRODUCER_NAMES_COUNT_MAX`` names are kept (oldest update forgotten).
 
 * After a failed write (``rebuild``, called by the blocked topic once every append started has

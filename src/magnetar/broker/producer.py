@@ -10,8 +10,10 @@ Persist before acknowledging: a receipt is sent only after the topic's append re
 the entry is durable. Deduplication (``topic.dedup``, a ``MessageDeduplication``): a SEND whose
 sequence id that producer name already persisted is answered with a (-1,-1) receipt, as Java does;
 one whose id is still being appended (a resend after a reconnect racing the original) waits for
-that append and is then judged again. Fault points ``broker.after_persist_before_receipt`` and
-``broker.after_receipt`` bracket the receipt.
+that append and is then judged again. The 4.2.0 client's sequence-id re-base (fact sheet §4,
+quirk c16; ``_reused_after_rebase``) makes a reconnected producer send new messages under ids it
+has just resent in the same session: those are stored, not answered as duplicates. Fault points
+``broker.after_persist_before_receipt`` and ``broker.after_receipt`` bracket the receipt.
 
 States: ACTIVE -> CLOSED (client close, fencing, connection loss); receipts of a closed producer
 are dropped (its client is gone or will resend after reconnecting).
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ from magnetar.broker.dedup import DedupAppend, DedupStatus, MessageDeduplication
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.metrics import RateMeter
 from magnetar.broker.replicated import is_replicator_producer
+from magnetar.faults import breaks
 from magnetar.protocol.pulsar import SendCommand, pb
 
 if TYPE_CHECKING:
@@ -41,6 +45,8 @@ if TYPE_CHECKING:
 
 #: One SEND of a run: (command, data or None for a bad checksum, records_sequence, replicated source).
 SendItem = tuple[SendCommand, bytes | None, bool, tuple[str, int] | None]
+
+log = logging.getLogger(__name__)
 
 DUPLICATE = Position(-1, -1)  # Java answers a deduplicated SEND with message id (-1, -1)
 
@@ -113,6 +119,14 @@ class Producer:
         self._answering = False  # a receipt is between its two fault-point gates
         self._flush_loop = False  # ``_flush`` is on the stack (a gate passed inline)
         self._state = ProducerState.ACTIVE
+        #: The PRODUCER command's ``epoch``: 0 on the client's first attempt, one more on each reconnect.
+        self.epoch = 0
+        # Sequence-id re-base detection (``_reused_after_rebase``): what PRODUCER_SUCCESS reported,
+        # the highest id of a whole message this session sent, and, once the client is seen to have
+        # re-based, the end of the ids its new messages reuse.
+        self._reported_last_sequence_id = -1
+        self._session_highest_sequence_id = -1
+        self._rebase_reuse_end: int | None = None
 
     @property
     def state(self) -> ProducerState:
@@ -121,6 +135,12 @@ class Producer:
     @property
     def pending_count(self) -> int:
         return len(self._pending)
+
+    def report_last_sequence_id(self) -> int:
+        """PRODUCER_SUCCESS.last_sequence_id for this producer (the highest id persisted for its
+        name, -1 if none or deduplication is off), remembered for ``_reused_after_rebase``."""
+        self._reported_last_sequence_id = self.topic.last_sequence_id(self.name)
+        return self._reported_last_sequence_id
 
     def close(self) -> None:
         invariant((self._state, ProducerState.CLOSED) in _TRANSITIONS, "producer state table")
@@ -170,7 +190,8 @@ class Producer:
                 op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
                 self._flush()
                 continue
-            if not chunk or records_sequence:  # a last chunk counts
+            if (not chunk or records_sequence) and not (  # a last chunk counts
+                    source is None and self.epoch and self._reused_after_rebase(first, highest)):
                 status = dedup.check(key, first)
                 if status is DedupStatus.UNKNOWN:  # behind an append in flight: maybe one of this run
                     if run:
@@ -199,6 +220,33 @@ class Producer:
         self._pending.append(op)
         self.dropped.record(max(count, 1), size_bytes)
         self._flush()
+
+    def _reused_after_rebase(self, first: int, highest: int) -> bool:
+        """Whether a whole message (not a chunk before the last) of this session is a *new* message
+        sent under an id the client already used in this session, so not a duplicate.
+
+        The 4.2.0 client, reconnecting before its first receipt, re-bases its sequence generator on
+        PRODUCER_SUCCESS.last_sequence_id L (next id L+1), *after* numbering the messages it still
+        holds and resends: if one of those had an id above L (it was not persisted before the
+        reconnect), its next new message reuses L+1, and the ones after it the following ids.
+        Answered as duplicates they would be acknowledged with (-1,-1) and lost (docs/elastic.md,
+        "2 values lost"). The client resends everything pending before any new message and never
+        sends one message twice in a session, so on a reconnected session (``epoch`` > 0) the first
+        whole message with id L+1 at or below the highest id this session already sent is that
+        re-base; from then on, ids up to that highest one are new messages (called only on a
+        reconnected session, so a first session costs nothing). Ids of a first session,
+        and of a session whose ids only ever grow, are judged by deduplication as before (an
+        application that sends one id twice on a fresh producer still has the second dropped)."""
+        reuse_end = self._rebase_reuse_end
+        if (reuse_end is None and first == self._reported_last_sequence_id + 1
+                and first <= self._session_highest_sequence_id and not breaks.active(breaks.Break.NO_REBASE_CHECK)):
+            reuse_end = self._rebase_reuse_end = self._session_highest_sequence_id
+            log.info("producer %s on %s re-based its sequence ids on last_sequence_id %d: ids %d..%d of "
+                     "this session are new messages", self.name, self.topic.name,
+                     self._reported_last_sequence_id, first, reuse_end)
+        if highest > self._session_highest_sequence_id:
+            self._session_highest_sequence_id = highest
+        return reuse_end is not None and first <= reuse_end
 
     @staticmethod
     async def _is_duplicate(dedup: MessageDeduplication, key: str, sequence_id: int) -> bool:

@@ -395,6 +395,7 @@ class Session:
         producer = Producer(topic, body.producer_id, name, self, mode,
                             self.service.config.pending_sends_per_producer_max, connection_key=self)
         producer.schema_version = schema_version
+        producer.epoch = body.epoch
         if body.HasField("topic_epoch"):
             producer.topic_epoch = body.topic_epoch
         producer.on_answered = self._send_answered if topic.name.is_persistent else self._non_persistent_send_answered
@@ -403,14 +404,14 @@ class Session:
         admitted = topic.add_producer(producer, body.request_id, self._admit_waiting)
         self.producers[body.producer_id] = producer
         self._closed_producers.pop(body.producer_id, None)
-        self.connection.send_producer_success(body.request_id, name, topic.last_sequence_id(name),
+        self.connection.send_producer_success(body.request_id, name, producer.report_last_sequence_id(),
                                               schema_version=schema_version, topic_epoch=producer.topic_epoch,
                                               producer_ready=admitted)
 
     def _admit_waiting(self, producer: Producer, request_id: int) -> None:
         if self.is_open() and self.producers.get(producer.producer_id) is producer:
             self.connection.send_producer_success(request_id, producer.name,
-                                                  producer.topic.last_sequence_id(producer.name),
+                                                  producer.report_last_sequence_id(),
                                                   schema_version=producer.schema_version,
                                                   topic_epoch=producer.topic_epoch)
             self._out()

@@ -17,6 +17,9 @@ environment.
   a producer's resends after a reconnect are stored twice.
 * ``no-repl-dedup``     the receiving broker's replication deduplication (by source position) is
   off: a geo-replicator that restarts and resends what it had sent is stored twice.
+* ``no-rebase-check``   the broker judges every message of a reconnected producer by its sequence id
+  alone: the new messages the 4.2.0 client sends under ids it reused after re-basing on
+  PRODUCER_SUCCESS.last_sequence_id are answered as duplicates, acknowledged with (-1,-1), lost.
 * ``no-subscription-auth`` authorization ignores subscription role lists: any role with consume
   may use a subscription that was limited to other roles.
 """
@@ -38,6 +41,7 @@ class Break(enum.Enum):
     TRUNCATE_TO_LAC = "truncate-to-lac"
     NO_DEDUP = "no-dedup"
     NO_REPL_DEDUP = "no-repl-dedup"
+    NO_REBASE_CHECK = "no-rebase-check"
     NO_SUBSCRIPTION_AUTH = "no-subscription-auth"
 
 
