@@ -304,6 +304,7 @@ def main() -> None:
             out["stats"] = {key: stats(out["rows"], key) for key in METRICS}
             result["systems"][system] = out
     result["ratios"] = ratios(result["systems"])
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out + ".json").write_text(json.dumps(result, indent=2))
     table = markdown(result)
     Path(args.out + ".md").write_text(table)
