@@ -21,6 +21,9 @@ class Entry:
     position: Position
     payload: bytes
 
+    def __reduce__(self) -> tuple[type[Entry], tuple[Position, bytes]]:
+        return (Entry, (self.position, self.payload))  # by value, as ``Position``
+
     @property
     def ledger_id(self) -> int:
         return self.position.ledger_id

@@ -38,6 +38,11 @@ class Position:
         if self.ledger_id < -1 or self.entry_id < -1:
             raise InvalidArgumentError(f"invalid position {self.ledger_id}:{self.entry_id}")
 
+    # Pickled by value through the constructor: compiled (mypyc), a frozen dataclass cannot be
+    # restored field by field (its __setattr__ refuses), and Spark ships positions to its workers.
+    def __reduce__(self) -> tuple[type[Position], tuple[int, int]]:
+        return (Position, (self.ledger_id, self.entry_id))
+
     # Comparisons written out (not ``total_ordering``'s derived ones, which call ``__lt__`` and
     # ``__eq__`` in turn): positions are compared several times per message on the hot path.
     def __eq__(self, other: object) -> bool:
@@ -104,6 +109,9 @@ class BookieId:
         if not self.host or not 0 < self.port < 65536:
             raise InvalidArgumentError(f"invalid bookie address {self.host}:{self.port}")
 
+    def __reduce__(self) -> tuple[type[BookieId], tuple[str, int]]:
+        return (BookieId, (self.host, self.port))  # by value, as ``Position``
+
     @classmethod
     def parse(cls, text: str) -> BookieId:
         match = _HOST_PORT.match(text)
@@ -139,6 +147,10 @@ class TopicName:
     namespace_portion: str
     local_name: str
     cluster: str | None = None
+
+    def __reduce__(self) -> tuple[type[TopicName], tuple[TopicDomain, str, str, str, str | None]]:
+        return (TopicName, (self.domain, self.tenant, self.namespace_portion, self.local_name,
+                            self.cluster))  # by value, as ``Position``
 
     @classmethod
     def parse(cls, text: str) -> TopicName:
