@@ -527,11 +527,12 @@ def test_a_workers_first_tasks_freeze_long_lived_objects_and_nothing_else_does(m
     from magnetar.connectors.spark import source
 
     monkeypatch.setattr(source, "_freezes", 0)
-    frozen = gc.get_freeze_count()
+    # Start from an empty permanent generation: objects frozen by earlier tests in this process
+    # can die meanwhile (the count then falls), so counts are compared from zero.
+    gc.unfreeze()
     try:
         source._freeze_long_lived()
-        assert gc.get_freeze_count() == frozen  # no TaskContext: not a Spark task
-        gc.unfreeze()
+        assert gc.get_freeze_count() == 0  # no TaskContext: not a Spark task
         monkeypatch.setattr(source.TaskContext, "get", classmethod(lambda cls: object()))
         source._freeze_long_lived()
         after_first = gc.get_freeze_count()
@@ -542,7 +543,7 @@ def test_a_workers_first_tasks_freeze_long_lived_objects_and_nothing_else_does(m
         assert after_second >= after_first + 100
         later_task = [[] for _ in range(100)]  # what a later task allocates is not frozen
         source._freeze_long_lived()
-        assert gc.get_freeze_count() == after_second
+        assert gc.get_freeze_count() <= after_second  # nothing added (frozen objects may die)
         assert len(first_tasks_import) == len(later_task) == 100
     finally:
         gc.unfreeze()
