@@ -29,7 +29,7 @@ async def test_one_task_calls_each_target_when_due_and_again_at_the_time_it_retu
     slow, fast = _Target(clock, 10, 2), _Target(clock, 3, 3)
     timer.schedule(clock.monotonic_ns() + 10_000_000_000, slow)
     timer.schedule(clock.monotonic_ns() + 2_000_000_000, fast)  # earlier than the sleep in progress
-    await clock.sleep(30)
+    await clock.sleep(30)  # virtual time (SimClock): no real wait
     assert [round(t - start_s) for t in fast.called_s] == [2, 5, 8]  # dropped after returning None
     assert [round(t - start_s) for t in slow.called_s] == [10, 20]
     assert len(timer) == 0
@@ -44,10 +44,10 @@ async def test_a_dropped_target_is_discarded_and_close_stops_the_timer() -> None
     timer.schedule(clock.monotonic_ns() + 1_000_000_000, kept)
     del dropped  # held weakly: a closed managed ledger that is gone costs the timer nothing
     gc.collect()
-    await clock.sleep(1.5)
+    await clock.sleep(1.5)  # virtual time (SimClock): no real wait
     assert len(kept.called_s) == 1 and len(timer) == 1
     timer.close()
-    await clock.sleep(5)
+    await clock.sleep(5)  # virtual time (SimClock): no real wait
     assert len(kept.called_s) == 1  # control: nothing runs after close
     timer.schedule(clock.monotonic_ns(), kept)
     await asyncio.sleep(0)  # one loop pass (no time passes): a closed timer starts nothing
@@ -60,6 +60,6 @@ async def test_the_managed_ledgers_of_a_factory_share_one_timer_and_no_task_each
     ledgers = [await factory.open(f"{TOPIC}-{i}") for i in range(3)]
     assert len(factory.rollover_timer) == 3
     first = [await ml.add_entry(b"a") for ml in ledgers]
-    await world.clock.sleep(75)  # every one rolls over by age, through the one timer
+    await world.clock.sleep(75)  # virtual time (SimClock): every one rolls over by age, through the one timer
     assert all(ml.current_ledger_id > f.ledger_id for ml, f in zip(ledgers, first, strict=True))
     await factory.close()
