@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from magnetar import faults
 from magnetar.base.clock import Clock
@@ -207,7 +207,7 @@ class LedgerHandle:
     def append(self, payload: bytes) -> asyncio.Future[int]:
         """``append_then`` told through a future (for callers that await one add). Do not cancel it."""
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self.append_then(payload, partial(_settle, future))
+        self.append_then(payload, partial(settle, future))
         return future
 
     def append_then(self, payload: bytes, on_done: AddCallback) -> None:
@@ -582,11 +582,16 @@ class LedgerHandle:
                 task.cancel()
 
 
-def _settle(future: asyncio.Future[int], entry_id: int | None, error: BaseException | None) -> None:
+_T = TypeVar("_T")
+
+
+def settle(future: asyncio.Future[_T], value: _T | None, error: BaseException | None) -> None:
+    """Complete ``future`` with ``value`` or ``error`` unless it is done (the append callbacks'
+    bridge to callers that await one add; shared with the managed ledger's append pipeline)."""
     if future.done():
         return
     if error is not None:
         future.set_exception(error)
         future.exception()  # retrieved here: a caller that gave up must not log noise
     else:
-        future.set_result(entry_id)  # type: ignore[arg-type]
+        future.set_result(value)  # type: ignore[arg-type]

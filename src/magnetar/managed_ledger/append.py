@@ -51,7 +51,7 @@ from magnetar.base.errors import FencedError, LimitExceededError, MagnetarError
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX
 from magnetar.base.types import Position
-from magnetar.ledger.handle import LedgerHandle
+from magnetar.ledger.handle import LedgerHandle, settle
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.entry_reader import EntryReader
 from magnetar.managed_ledger.errors import (
@@ -164,7 +164,7 @@ class AppendPipeline:
     def append(self, data: bytes) -> asyncio.Future[Position]:
         """``append_then`` told through a future (for callers that await one append). Do not cancel it."""
         future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        self.append_then(data, partial(_settle, future))
+        self.append_then(data, partial(settle, future))
         return future
 
     def append_then(self, data: bytes, on_done: AppendCallback) -> None:
@@ -494,11 +494,3 @@ class AppendPipeline:
         self._entry_waiters = still
 
 
-def _settle(future: asyncio.Future[Position], position: Position | None, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-        future.exception()  # retrieved here: a caller that gave up must not log noise
-    else:
-        future.set_result(position)  # type: ignore[arg-type]
