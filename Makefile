@@ -10,7 +10,7 @@ DATA_DIR ?= data/standalone
 RUN_ARGS ?=  # e.g. RUN_ARGS="--broker-port 0 --web-port 0 --bookie-port 0"
 PIP := $(PY) -m pip --disable-pip-version-check
 
-.PHONY: venv venv-run compile run test test-pure test-fast lint bench sim sim-soak chaos system-deps clean
+.PHONY: venv venv-run compile run test test-pure test-fast lint bench sim sim-suite sim-soak chaos system-deps clean
 
 # Two stamps: `make run` installs only what a server needs (Magnetar and its runtime
 # dependencies); the tests, lint and benchmarks add the dev and Spark extras (pyspark, pyarrow,
@@ -74,6 +74,11 @@ bench: venv system-deps
 
 sim: venv-run
 	$(VENV)/bin/magnetar sim --seed 1
+
+# The simulation tests with every seed the suite covers: `make test` checks a window of 40 of the
+# 200 cluster seeds, rotating daily (tests/sim/test_cluster.py, docs/testing.md); this runs all 200.
+sim-suite: venv
+	MAGNETAR_SIM_SEEDS=200 MAGNETAR_SIM_SEED_FIRST=1 $(PY) -m pytest tests/sim
 
 # The whole-stack simulation on many seeds (docs/simulation.md): metadata store, 4 bookies,
 # 2 brokers and our client under crashes at fault points, kills, power cuts, partitions, clock

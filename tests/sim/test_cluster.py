@@ -3,8 +3,13 @@
 The evidence of issue 16: 200 seeds with no violation (and faults really injected), the same seed
 giving a byte-identical trace (also across processes with different string hashing), and each
 negative control (``faults.breaks``) caught by the same checker within a bounded number of seeds.
-A seed's workload is small (6 messages per producer, 3 faults in 1.5 virtual seconds) so the 200
-seeds stay within the suite's budget; ``make sim-soak`` runs the full-size scenario on many more.
+A seed's workload is small (6 messages per producer, 3 faults in 1.5 virtual seconds).
+
+To keep ``make test`` fast, one suite run checks a window of 40 of the 200 seeds: the window
+rotates with the UTC day (days since the epoch modulo 5), so five consecutive days of CI cover
+seeds 1-200. ``MAGNETAR_SIM_SEEDS`` (how many) and ``MAGNETAR_SIM_SEED_FIRST`` (the first) pin
+it; ``make sim-suite`` runs all 200 at once (the evidence above), and ``make sim-soak`` the
+full-size scenario on 10,000 seeds.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -21,8 +27,13 @@ from magnetar.sim.scenarios.cluster import ClusterOptions, ClusterResult, new_wo
 from magnetar.sim.soak import run_many
 from tests.conftest import REPO
 
-SEEDS_COUNT = 200
-JOBS = max(1, min(2, os.cpu_count() or 1))  # worker processes for the 200 seeds
+SEEDS_TOTAL = 200  # the seeds 1-200 the suite covers (all at once: make sim-suite)
+SEEDS_WINDOW = 40  # one suite run's share of them
+SEEDS_COUNT = int(os.environ.get("MAGNETAR_SIM_SEEDS", str(SEEDS_WINDOW)))
+SEEDS_FIRST = int(os.environ.get(
+    "MAGNETAR_SIM_SEED_FIRST",
+    str(1 + (int(time.time()) // 86_400) % (SEEDS_TOTAL // SEEDS_WINDOW) * SEEDS_WINDOW)))
+JOBS = max(1, min(2, os.cpu_count() or 1))  # worker processes for the seeds
 CONTROL_SEEDS_MAX = 40  # every control is caught within this many seeds
 SMALL = ClusterOptions(messages_per_producer=6, fault_window_s=1.5, faults_count=3)
 
@@ -33,7 +44,7 @@ def _small(**changes: object) -> ClusterOptions:
     return dataclasses.replace(SMALL, **changes)  # type: ignore[arg-type]
 
 
-def test_two_hundred_seeds_without_a_violation() -> None:
+def test_a_window_of_the_two_hundred_seeds_without_a_violation() -> None:
     """Seeds are independent worlds: two worker processes run disjoint halves (``sim.soak``)."""
     failed: list[str] = []
 
@@ -41,14 +52,15 @@ def test_two_hundred_seeds_without_a_violation() -> None:
         if not result.verdict.ok:
             failed.append(f"seed {seed}: {result.verdict.text()}")
 
-    report = run_many(range(1, SEEDS_COUNT + 1), SMALL, jobs=JOBS, chunk_size=5,
-                      on_result=on_result)
+    seeds = range(SEEDS_FIRST, SEEDS_FIRST + SEEDS_COUNT)
+    replay = f"replay: MAGNETAR_SIM_SEED_FIRST={SEEDS_FIRST} MAGNETAR_SIM_SEEDS={SEEDS_COUNT}"
+    report = run_many(seeds, SMALL, jobs=JOBS, chunk_size=5, on_result=on_result)
     assert report.seeds_count == SEEDS_COUNT
-    assert not failed, "\n".join(sorted(failed)[:5])
+    assert not failed, "\n".join([replay, *sorted(failed)[:5]])
     # The runs were not idle: nodes died and came back, ledgers were recovered by new writers.
-    assert report.faults_count >= SEEDS_COUNT * SMALL.faults_count * 0.9
-    assert report.crashes_count >= SEEDS_COUNT
-    assert report.recovered_ledgers_count >= SEEDS_COUNT // 2
+    assert report.faults_count >= SEEDS_COUNT * SMALL.faults_count * 0.9, (replay, report.text())
+    assert report.crashes_count >= SEEDS_COUNT, (replay, report.text())
+    assert report.recovered_ledgers_count >= SEEDS_COUNT // 2, (replay, report.text())
 
 
 def test_seeds_give_the_same_verdicts_in_worker_processes_as_in_this_one() -> None:
