@@ -54,15 +54,22 @@ system-deps:
 run: venv-run compile
 	$(VENV)/bin/magnetar standalone --data-dir $(DATA_DIR) $(RUN_ARGS)
 
+# The suite runs on TEST_JOBS pytest-xdist workers (docs/testing.md): tests that share a module's or
+# the session's fixture (a standalone, a cluster, ZooKeeper, the Spark JVM) stay on one worker
+# (--dist loadgroup; the groups are made in tests/conftest.py). TEST_JOBS=0 runs in one process.
+# The slowest tests are listed at the end, so a test that grew shows in CI's log.
+TEST_JOBS ?= 2
+PYTEST_RUN := -n $(TEST_JOBS) --dist loadgroup --durations=15
+
 test: venv system-deps compile
-	MAGNETAR_EXPECT_MODE=$$(test -f build/mypyc/manifest.json && echo compiled || echo pure) $(PY) -m pytest
+	MAGNETAR_EXPECT_MODE=$$(test -f build/mypyc/manifest.json && echo compiled || echo pure) $(PY) -m pytest $(PYTEST_RUN)
 	$(MAKE) --no-print-directory test-pure
 
 test-pure: venv
-	MAGNETAR_PURE_PYTHON=1 MAGNETAR_EXPECT_MODE=pure $(PY) -m pytest -m "not integration" $(PURE_TESTS)
+	MAGNETAR_PURE_PYTHON=1 MAGNETAR_EXPECT_MODE=pure $(PY) -m pytest $(PYTEST_RUN) -m "not integration" $(PURE_TESTS)
 
 test-fast: venv
-	$(PY) -m pytest -m "not integration"
+	$(PY) -m pytest $(PYTEST_RUN) -m "not integration"
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench
