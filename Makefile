@@ -54,12 +54,12 @@ system-deps:
 run: venv-run compile
 	$(VENV)/bin/magnetar standalone --data-dir $(DATA_DIR) $(RUN_ARGS)
 
-# The suite runs on TEST_JOBS pytest-xdist workers (docs/testing.md): tests that share a module's or
-# the session's fixture (a standalone, a cluster, ZooKeeper, the Spark JVM) stay on one worker
-# (--dist loadgroup; the groups are made in tests/conftest.py). TEST_JOBS=0 runs in one process.
-# The slowest tests are listed at the end, so a test that grew shows in CI's log.
+# The suite runs on TEST_JOBS pytest-xdist workers (tests/README.md): a module's tests stay on one
+# worker (--dist loadscope), so a module-scoped standalone, cluster or Spark session starts once.
+# TEST_JOBS=0 runs in one process. The slowest tests are listed at the end: one that grew shows
+# in CI's log.
 TEST_JOBS ?= 2
-PYTEST_RUN := -n $(TEST_JOBS) --dist loadgroup --durations=15
+PYTEST_RUN := -n $(TEST_JOBS) --dist loadscope --durations=15
 
 test: venv system-deps compile
 	MAGNETAR_EXPECT_MODE=$$(test -f build/mypyc/manifest.json && echo compiled || echo pure) $(PY) -m pytest $(PYTEST_RUN)
