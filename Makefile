@@ -55,11 +55,12 @@ run: venv-run compile
 	$(VENV)/bin/magnetar standalone --data-dir $(DATA_DIR) $(RUN_ARGS)
 
 # The suite runs on TEST_JOBS pytest-xdist workers (tests/README.md): a module's tests stay on one
-# worker (--dist loadscope), so a module-scoped standalone, cluster or Spark session starts once.
+# worker (--dist loadscope), so a module-scoped standalone, cluster or Spark session starts once;
+# modules go out in the order tests/conftest.py gives (long ones first), not by their test count.
 # TEST_JOBS=0 runs in one process. The slowest tests are listed at the end: one that grew shows
 # in CI's log.
 TEST_JOBS ?= 2
-PYTEST_RUN := -n $(TEST_JOBS) --dist loadscope --durations=15
+PYTEST_RUN := -n $(TEST_JOBS) --dist loadscope --no-loadscope-reorder --durations=15
 
 test: venv system-deps compile
 	MAGNETAR_EXPECT_MODE=$$(test -f build/mypyc/manifest.json && echo compiled || echo pure) $(PY) -m pytest $(PYTEST_RUN)
