@@ -29,10 +29,11 @@ class _ReorderingLog:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
-        position = Position(9, self.next_entry)
-        self.next_entry += 1
-        self.appended.append((on_done, position))
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+        for _data, on_done in run:
+            position = Position(9, self.next_entry)
+            self.next_entry += 1
+            self.appended.append((on_done, position))
 
     def release(self) -> None:
         for on_done, position in reversed(self.appended):

@@ -55,6 +55,20 @@ class Counting:
         monkeypatch.setattr(transport, "_send_when_ready", counted_wait)
 
 
+class Told:
+    """The outcomes an add callback was told, in order; ``all_told`` once ``count`` came."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.outcomes: list[tuple[int | None, BaseException | None]] = []
+        self.all_told = asyncio.Event()
+
+    def on_done(self, entry_id: int | None, error: BaseException | None) -> None:
+        self.outcomes.append((entry_id, error))
+        if len(self.outcomes) == self.count:
+            self.all_told.set()
+
+
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[LedgerManager, list[RunningBookie]]]:
     clock = SystemClock()
     meta = await MemoryMetadataServer(clock).connect()
@@ -99,14 +113,8 @@ async def test_a_run_of_adds_is_one_write_per_bookie(tmp_path: Path, monkeypatch
         counting = Counting(transport_of(manager), monkeypatch)
         handle = await manager.create_ledger(3, 3, 2)
         assert await handle.add_entry(b"warm") == 0  # opens the connections
-        told: list[tuple[int | None, BaseException | None]] = []
-        done = asyncio.Event()
-
-        def on_done(entry_id: int | None, error: BaseException | None) -> None:
-            told.append((entry_id, error))
-            if len(told) == 200:
-                done.set()
-
+        told = Told(200)
+        on_done = told.on_done
         before = counting.writes, counting.sent
         handle.append_run([(b"r%d" % i, on_done) for i in range(100)])
         assert (counting.writes - before[0], counting.sent - before[1]) == (3, 300)
@@ -114,8 +122,8 @@ async def test_a_run_of_adds_is_one_write_per_bookie(tmp_path: Path, monkeypatch
         for i in range(100):
             handle.append_then(b"s%d" % i, on_done)
         assert (counting.writes - before[0], counting.sent - before[1]) == (300, 300)
-        await asyncio.wait_for(done.wait(), 30)
-        assert told == [(i, None) for i in range(1, 201)]  # in entry order, each once
+        await asyncio.wait_for(told.all_told.wait(), 30)
+        assert told.outcomes == [(i, None) for i in range(1, 201)]  # in entry order, each once
         await handle.close()
         reader = await manager.open_ledger(handle.ledger_id)
         expected = [b"r%d" % i for i in range(100)] + [b"s%d" % i for i in range(100)]

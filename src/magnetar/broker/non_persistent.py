@@ -115,11 +115,13 @@ class NonPersistentLog:
         self._last = self._last.next()
         return self._last
 
-    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
-        """Nothing is stored: the position is taken at once, ``on_done`` runs on the next loop pass."""
-        asyncio.get_running_loop().call_soon(on_done, self.next_position(), None)
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+        """Nothing is stored: the positions are taken at once, each ``on_done`` runs on the next loop pass."""
+        loop = asyncio.get_running_loop()
+        for _data, on_done in run:
+            loop.call_soon(on_done, self.next_position(), None)
 
-    def has_room(self) -> bool:
+    def has_room(self, count: int = 1) -> bool:
         return True
 
     async def wait_for_room(self) -> None:

@@ -76,7 +76,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, DedupState, MessageDeduplication, is_system_cursor
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.log import Terminable, TopicLog
+from magnetar.broker.log import AppendCallback, Terminable, TopicLog
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.replicated import replicated_source
@@ -379,11 +379,14 @@ class Topic:
         once, nothing appended, and the run goes on. A write failure blocks the topic (see the
         module docstring). ``messages``: the count the SEND declared (stats; 0: read from the
         entry). Awaits only to wait; the checks and appends of a run that needs no wait run in
-        this one call."""
+        this one call, and the entries that passed them go to the log as one ``append_run`` (one
+        append call, one send per bookie), handed over before any wait."""
         policies = self.policies()
         size_max = policies.max_message_size_bytes
         throttled = bool(policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s)
         log = self.log
+        batch: list[tuple[bytes, AppendCallback]] = []
+        callers: list[PublishCallback] = []  # who is told if the log refuses the batch
         for data, on_done, messages in run:
             try:
                 if self._state is not TopicState.ACTIVE:
@@ -393,27 +396,44 @@ class Topic:
                                       f"Exceed maximum message size: {len(data)} > {size_max} bytes")
                 waited = False
                 if throttled:
+                    self._append_run(batch, callers)
                     messages = entry_message_count(stored_entry_metadata(data))
                     await self._throttle_publish(policies, messages, len(data))
                     waited = True
                 elif not messages:
                     messages = _message_count(data)
-                if not log.has_room():
-                    await log.wait_for_room()
-                    waited = True
+                if not log.has_room(len(batch) + 1):
+                    self._append_run(batch, callers)
+                    if not log.has_room():
+                        await log.wait_for_room()
+                        waited = True
                 if waited:
                     self._check_writable()  # blocked or closed while it waited
             except Exception as error:  # refused before anything was appended
                 on_done(None, error)
                 continue
             started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
-            try:
-                log.append_then(data, partial(self._published, len(data), messages, started_ns, on_done))
-            except Exception as error:  # the log refused it: nothing appended
-                if is_write_failure(error):
-                    self._block(error)
-                elif isinstance(error, FencedError):
-                    self._fenced(error)
+            batch.append((data, partial(self._published, len(data), messages, started_ns, on_done)))
+            callers.append(on_done)
+        self._append_run(batch, callers)
+
+    def _append_run(self, batch: list[tuple[bytes, AppendCallback]], callers: list[PublishCallback]) -> None:
+        """Hand ``batch`` to the log in one call and empty it; if the log refuses it (nothing
+        appended) every caller is told."""
+        if not batch:
+            return
+        run = batch.copy()
+        told = callers.copy()
+        batch.clear()
+        callers.clear()
+        try:
+            self.log.append_run(run)
+        except Exception as error:  # the log refused the run: nothing appended
+            if is_write_failure(error):
+                self._block(error)
+            elif isinstance(error, FencedError):
+                self._fenced(error)
+            for on_done in told:
                 on_done(None, error)
 
     def _published(self, size: int, messages: int, started_ns: int, on_done: PublishCallback,

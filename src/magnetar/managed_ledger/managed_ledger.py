@@ -130,6 +130,7 @@ class ManagedLedger:
         # (the one append operation) and ``AppendPipeline.has_room``.
         self.append = self._appends.append
         self.append_then = self._appends.append_then
+        self.append_run = self._appends.append_run
         self.has_room = self._appends.has_room
         self.offload = ManagedLedgerOffload(self, offloader)
         self._tasks: set[asyncio.Task[Any]] = set()
