@@ -283,7 +283,7 @@ class LedgerHandle:
         ``ledger.after_send_before_reply``."""
         if self._state is not WriterState.OPEN and self._state is not WriterState.CLOSING:
             return
-        ledger_id, lac = self.ledger_id, self._lac
+        ledger_id, lac = self._meta.metadata.ledger_id, self._lac
         ready = [op for op in ops if not op.told]
         for op in ready:
             op.entry = EncodedEntry.build(ledger_id, op.entry_id, lac, op.payload)
@@ -311,6 +311,8 @@ class LedgerHandle:
 
     def _wake_admission(self) -> None:
         """Wake as many waiters (from the head of the line) as there is room for."""
+        if not self._admission:
+            return
         room = self._config.pending_adds_count_max - len(self._pending)
         for waiter in self._admission:
             if room <= 0:

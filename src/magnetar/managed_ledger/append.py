@@ -237,6 +237,8 @@ class AppendPipeline:
 
     def _wake_admission(self, *, all_waiters: bool = False) -> None:
         """Wake as many waiters (from the head of the line) as there is room for, or all."""
+        if not self._admission:
+            return
         room = len(self._admission) if all_waiters else self.config.add_queue_count_max - self.pending_add_count
         for waiter in self._admission:
             if room <= 0:
@@ -513,6 +515,8 @@ class AppendPipeline:
                     self._entry_waiters.remove((position, waiter))
 
     def notify_entry_waiters(self) -> None:
+        if not self._entry_waiters:
+            return
         still: list[tuple[Position, asyncio.Future[None]]] = []
         for position, waiter in self._entry_waiters:
             if (self.last_confirmed > position or self._states.state not in WRITABLE) and not waiter.done():
