@@ -9,7 +9,8 @@ The journal's sync threads are not counted. Compare two trees by running it with
 ``src`` first on ``PYTHONPATH``.
 
 Run: ``PYTHONPATH=src .venv/bin/python bench/calls_per_message.py --messages 2000 --top 30``
-(``--callers NAME`` also prints who calls the functions matching NAME). ``--in-flight N``: the
+(``--callers NAME`` also prints who calls the functions matching NAME; ``--bookies 3``: three
+bookies, quorum (3,3,2)). ``--in-flight N``: the
 messages go in rounds of N sent without waiting (``send_async``), each round awaited before the
 next, so a receive carries several SENDs (the pipelined case; how the client packs them into
 TCP segments depends on timing, so this figure moves a little from run to run).
@@ -37,6 +38,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--callers", default="")
     parser.add_argument("--in-flight", type=int, default=1, help="messages per round sent without waiting")
+    parser.add_argument("--bookies", type=int, default=1, help="the standalone's bookies (3: quorum 3,3,2)")
     args = parser.parse_args()
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True, name="standalone-loop").start()
@@ -47,7 +49,8 @@ def main() -> None:
     import pulsar
 
     with tempfile.TemporaryDirectory(prefix="calls-") as data:
-        running = call(start_standalone(StandaloneConfig(data_dir=data, broker_port=0, web_port=0, bookie_port=0)))
+        running = call(start_standalone(StandaloneConfig(data_dir=data, broker_port=0, web_port=0, bookie_port=0,
+                                                    bookies_count=args.bookies)))
         assert running.broker is not None
         profile = cProfile.Profile()
 

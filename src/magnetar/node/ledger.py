@@ -110,7 +110,7 @@ class LocalFirstTransport:
             return self._remote.add(bookie, entry, recovery=recovery, master_key=master_key)
         result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         add = (partial(_settle_local, result, bookie, entry), entry, recovery, master_key)
-        if bookie in self._waiting or core.needs_backpressure():
+        if (self._waiting and bookie in self._waiting) or core.needs_backpressure():
             self._wait_for_room(core, bookie, add)
         else:
             core.add_entry(entry, master_key, recovery, add[0])
@@ -125,7 +125,7 @@ class LocalFirstTransport:
             self._remote.add_run(bookie, entries, recovery=recovery, master_key=master_key, on_reply=on_reply)
             return
         run = _LocalRun(bookie, entries, on_reply)
-        if bookie in self._waiting or core.needs_backpressure():
+        if (self._waiting and bookie in self._waiting) or core.needs_backpressure():
             for index, entry in enumerate(entries):
                 self._wait_for_room(core, bookie, (partial(run.done, index), entry, recovery, master_key))
         else:
