@@ -328,12 +328,13 @@ class LedgerHandle:
     def _send_to_write_sets(self, ops: Sequence[PendingAdd]) -> None:
         """Send each of ``ops`` (those built) to the slots of its write set that neither stored it
         nor were asked yet, skipping failed bookies: one ``add_run`` per bookie, in entry order."""
-        runs: dict[int, list[PendingAdd]] = {}
+        runs: dict[int, tuple[list[PendingAdd], list[EncodedEntry]]] = {}  # slot -> its adds, entries
         failed = self._failed_bookies
         ensemble = self._ensemble
         now_ns = self._clock.monotonic_ns()
         for op in ops:
-            if op.entry is None:
+            entry = op.entry
+            if entry is None:
                 continue  # not past its send gates yet: ``_send`` sends it
             op.sent_ns = now_ns
             asked = op.acked | op.inflight
@@ -344,14 +345,14 @@ class LedgerHandle:
                 op.inflight |= bit
                 run = runs.get(slot)
                 if run is None:
-                    runs[slot] = [op]
+                    runs[slot] = ([op], [entry])
                 else:
-                    run.append(op)
-        for slot, run in runs.items():
+                    run[0].append(op)
+                    run[1].append(entry)
+        for slot, (sent, entries) in runs.items():
             bookie = ensemble[slot]
-            entries = [op.entry for op in run]
-            self._transport.add_run(bookie, entries, recovery=False, master_key=self._master_key,  # type: ignore[arg-type]
-                                    on_reply=partial(self._on_reply, run, slot, bookie))
+            self._transport.add_run(bookie, entries, recovery=False, master_key=self._master_key,
+                                    on_reply=partial(self._on_reply, sent, slot, bookie))
 
     def _on_reply(self, run: list[PendingAdd], slot: int, bookie: BookieId, index: int,
                   error: BaseException | None) -> None:
