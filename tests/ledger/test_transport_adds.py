@@ -181,3 +181,31 @@ async def test_an_armed_reply_point_is_a_gate_on_the_same_path(armed: bool, tmp_
         finally:
             faults.disarm_all()
         assert (counting.sent, counting.waits) == (30, 3)
+
+
+async def test_a_refused_run_registers_nothing_and_the_connection_goes_on(tmp_path: Path) -> None:
+    """``BookieClient.add_run_then`` with a frame over the bound in the run: refused before
+    anything is registered or written (no request left to time out); the next run on the same
+    connection is answered, each entry through its own callback."""
+    from magnetar.base.errors import LimitExceededError
+    from magnetar.base.limits import BOOKIE_FRAME_BYTES_MAX
+
+    async for manager, running in cluster(tmp_path):
+        transport = transport_of(manager)
+        target = BookieId.parse(running[0].bookie_id)
+        client = await transport._client(target)  # the test drives the pooled connection itself
+        told = Told(2)
+
+        def reply(index: int) -> Any:
+            return lambda response, error: told.on_done(index if error is None and response.status == 0 else None,
+                                                        error)
+
+        big = EncodedEntry.build(5, 1, 0, b"x" * BOOKIE_FRAME_BYTES_MAX)
+        with pytest.raises(LimitExceededError):
+            client.add_run_then([EncodedEntry.build(5, 0, -1, b"ok"), big], [reply(0), reply(1)])
+        assert client.inflight_count == 0
+        client.add_run_then([EncodedEntry.build(5, 0, -1, b"a"), EncodedEntry.build(5, 1, 0, b"b")],
+                            [reply(0), reply(1)])
+        await asyncio.wait_for(told.all_told.wait(), 10)
+        assert sorted(told.outcomes, key=str) == [(0, None), (1, None)]
+        assert client.inflight_count == 0

@@ -167,15 +167,14 @@ class BookieClient:
         (nothing sent) when the connection is closed or has no room for all of them. Call
         ``drain()`` now and then so the socket buffer stays bounded."""
         self._check_room(len(entries))
+        adds = [(self._next_request_id(), entry) for entry in entries]
+        frames = encode_adds(adds, master_key, recovery)  # may refuse (a frame too large): nothing registered
         deadline_ns = self._clock.monotonic_ns() + (timeout_ms or self._request_timeout_ms) * 1_000_000
-        adds: list[tuple[int, EncodedEntry]] = []
         pending = self._pending
-        for entry, reply in zip(entries, replies, strict=True):
-            request_id = self._next_request_id()
-            adds.append((request_id, entry))
+        for (request_id, _), reply in zip(adds, replies, strict=True):
             pending[request_id] = (reply, deadline_ns)
         self._sent()
-        self._connection.write(encode_adds(adds, master_key, recovery))
+        self._connection.write(frames)
 
     @property
     def has_room(self) -> bool:
