@@ -68,6 +68,14 @@ class Told:
         if len(self.outcomes) == self.count:
             self.all_told.set()
 
+    def reply_of(self, index: int) -> Any:
+        """A ``BookieClient`` reply callback telling ``(index, None)`` for an OK answer."""
+        def reply(response: Any, error: BaseException | None) -> None:
+            ok = error is None and response.status == 0
+            self.on_done(index if ok else None, error)
+
+        return reply
+
 
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[LedgerManager, list[RunningBookie]]]:
     clock = SystemClock()
@@ -195,11 +203,7 @@ async def test_a_refused_run_registers_nothing_and_the_connection_goes_on(tmp_pa
         target = BookieId.parse(running[0].bookie_id)
         client = await transport._client(target)  # the test drives the pooled connection itself
         told = Told(2)
-
-        def reply(index: int) -> Any:
-            return lambda response, error: told.on_done(index if error is None and response.status == 0 else None,
-                                                        error)
-
+        reply = told.reply_of
         big = EncodedEntry.build(5, 1, 0, b"x" * BOOKIE_FRAME_BYTES_MAX)
         with pytest.raises(LimitExceededError):
             client.add_run_then([EncodedEntry.build(5, 0, -1, b"ok"), big], [reply(0), reply(1)])
