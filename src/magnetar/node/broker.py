@@ -36,6 +36,7 @@ from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.managed_ledger.offload import LedgerOffloader
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.pulsar import ConnectionTerminated, ServerConfig, ServerConnection, State
+from magnetar.protocol.pulsar.frames import Buffer
 from magnetar.security import Authenticator
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,9 @@ class _ConnectionLoop:
         self._done = asyncio.Event()
         self._linger: asyncio.Task[None] | None = None
         self._write_soon_scheduled = False
+        #: One socket write per flush: ``writelines`` (TCP: one ``writev``) where the connection
+        #: has it, else one ``write`` of the joined frames (``_write_chunks``).
+        self._writelines: Callable[[list[Buffer]], None] | None = getattr(conn, "writelines", None)
         self._draining = False  # the writer task waits in drain()
         self._drain_wanted = False  # a direct write left the transport above its high-water mark
         #: Reading stopped by us for SEND back-pressure (``pending_sends_per_connection_max``)
@@ -108,8 +112,7 @@ class _ConnectionLoop:
         if not chunks:
             return
         try:
-            for chunk in chunks:
-                self.conn.write(chunk)
+            self._write_chunks(chunks)
         except ClosedError:
             self._output.set()  # the writer task sees the closed connection and ends
             return
@@ -121,6 +124,17 @@ class _ConnectionLoop:
         if self.session.writable():
             self._writable.set()
             self.session.notify_writable()
+
+    def _write_chunks(self, chunks: list[Buffer]) -> None:
+        """Everything queued since the last flush (receipts, dispatches, replies of one or more
+        loop passes), in order, with one socket write: uvloop sends each ``write`` at once when
+        its buffer is empty, so one ``write`` per frame cost one ``send`` system call each."""
+        if self._writelines is not None:
+            self._writelines(chunks)
+        elif len(chunks) == 1:
+            self.conn.write(chunks[0])
+        else:
+            self.conn.write(b"".join(chunks))
 
     def wake_writer(self) -> None:
         """Queued frames to write, or a close to carry out (the writer closes a CLOSED connection)."""
@@ -190,8 +204,8 @@ class _ConnectionLoop:
                     self.session.set_transport_backlog(size)
                 self._draining = True
                 try:
-                    for chunk in chunks:
-                        self.conn.write(chunk)
+                    if chunks:
+                        self._write_chunks(chunks)
                     await self.conn.drain()
                 except ClosedError:
                     return
@@ -207,8 +221,9 @@ class _ConnectionLoop:
 
     async def _flush_quietly(self) -> None:
         with contextlib.suppress(ClosedError, Exception):
-            for chunk in self.protocol.data_to_send():
-                self.conn.write(chunk)
+            chunks = self.protocol.data_to_send()
+            if chunks:
+                self._write_chunks(chunks)
             await asyncio.wait_for(self.conn.drain(), timeout=1.0)
 
     async def _tick_loop(self) -> None:
