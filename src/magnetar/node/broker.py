@@ -138,10 +138,10 @@ class _ConnectionLoop:
         """Everything queued since the last flush (receipts, dispatches, replies of one or more
         loop passes), in order, with one socket write: uvloop sends each ``write`` at once when
         its buffer is empty, so one ``write`` per frame cost one ``send`` system call each."""
-        if self._writelines is not None:
-            self._writelines(chunks)
-        elif len(chunks) == 1:
+        if len(chunks) == 1:
             self.conn.write(chunks[0])
+        elif self._writelines is not None:
+            self._writelines(chunks)
         else:
             self.conn.write(b"".join(chunks))
 
@@ -168,12 +168,13 @@ class _ConnectionLoop:
                 self.server.expired_closed_count += 1
 
     async def _read_loop(self) -> None:
+        bound = self.server.service.config.pending_sends_per_connection_max
         while self._open():
             while not self.session.writable() and self._open():
                 self._writable.clear()
                 self._output.set()
                 await self._writable.wait()
-            if self.session.pending_sends >= self.server.service.config.pending_sends_per_connection_max:
+            if self.session.pending_sends >= bound:
                 self._reading_held = True
                 await self.session.wait_send_room()
             data = await self.conn.read(BROKER_READ_SLICE_BYTES)
@@ -187,8 +188,12 @@ class _ConnectionLoop:
                 log.info("closing connection from %s: %s", self.conn.peer, error)
                 return
             self._reading_held = False  # read again: the keep-alive counts from this data
-            if await self._handle_within_bound(events):
-                return  # ConnectionTerminated
+            session = self.session
+            if session.pending_sends + len(events) <= bound:  # room for all of them (the usual case)
+                if await session.handle_all(events):  # SENDs of one receive go as runs
+                    return  # ConnectionTerminated
+            elif await self._handle_within_bound(events):
+                return
             if self.session.refusal is not None and self._linger is None:
                 self._linger = asyncio.get_running_loop().create_task(self._close_refused())
             self._wake_writer()
