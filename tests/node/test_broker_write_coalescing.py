@@ -4,6 +4,7 @@ system call per frame was 16% of the broker loop's GIL-held time at 2,000 msg/s)
 
 * a connection with ``writelines`` (TCP: one ``writev``) gets one call with every frame;
 * one without it (the simulated network) gets one ``write`` of the joined frames;
+* dispatched MESSAGE frames and receipts queued in one pass share that write, in queue order;
 * back-pressure holds: above the transport's high-water mark nothing is written directly, the
   writer task drains instead; a write that crosses it reports the backlog.
 
@@ -14,6 +15,7 @@ flush's worth, not everything forever), and the frames decode back in the order 
 from __future__ import annotations
 
 import asyncio
+import struct
 
 from magnetar import sim
 from magnetar.broker import BrokerConfig, MemoryLogStore
@@ -71,6 +73,17 @@ def _sequence_ids(parts: list[bytes]) -> list[int]:
         assert frame.command.type == pb.BaseCommand.SEND_RECEIPT
         ids.append(frame.command.send_receipt.sequence_id)
     return ids
+
+
+def _command_types(parts: list[bytes]) -> list[int]:
+    """The command type of each frame in ``parts`` joined (the MESSAGE payloads are not parsed)."""
+    decoder = FrameDecoder()
+    decoder.feed(b"".join(parts))
+    types: list[int] = []
+    while (view := decoder.next_frame_bytes()) is not None:
+        (command_size,) = struct.unpack_from(">I", view, 4)
+        types.append(pb.BaseCommand.FromString(bytes(view[8:8 + command_size])).type)
+    return types
 
 
 async def _connected(conn: _Conn) -> tuple[_ConnectionLoop, BrokerService]:
@@ -157,3 +170,22 @@ def test_a_flush_that_crosses_the_high_water_mark_reports_the_backlog() -> None:
 
     writes, backlog, drain_wanted = sim.run(main(), steps_max=100_000)
     assert writes == 1 and backlog > 0 and drain_wanted
+
+
+def test_dispatched_messages_and_receipts_of_one_pass_share_the_write_in_queue_order() -> None:
+    async def main() -> list[tuple[str, list[bytes]]]:
+        conn = _Conn(vectored=True)
+        loop, service = await _connected(conn)
+        conn.wrote = asyncio.get_running_loop().create_future()
+        loop.session.send_receipt(1, 0, 7, 0, None)
+        for entry_id in range(2):  # a dispatcher's messages to a consumer on the same connection
+            loop.session.send_message(5, pb.MessageIdData(ledgerId=7, entryId=entry_id), b"stored entry", 0, ())
+        loop.session.send_receipt(1, 1, 7, 1, None)
+        await asyncio.wait_for(conn.wrote, timeout=5)
+        await service.close()
+        return conn.calls
+
+    calls = sim.run(main(), steps_max=100_000)
+    assert len(calls) == 1
+    receipt, message = pb.BaseCommand.SEND_RECEIPT, pb.BaseCommand.MESSAGE
+    assert _command_types(calls[0][1]) == [receipt, message, message, receipt]
