@@ -8,8 +8,11 @@ Per connection: a reader feeds bytes into a ``ServerConnection`` and hands event
 ``Session`` in order; a writer drains queued frames to the socket; a ticker runs the keep-alive
 and handshake timers. Backpressure: the reader stops reading while the session is not writable
 (outgoing bytes above ``connection_outbound_bytes_high``), and dispatchers stop sending to it, so
-a client that never reads cannot grow broker memory. Bad input (malformed frame, oversized frame,
-protocol violation) closes that client's connection only. At most
+a client that never reads cannot grow broker memory; and it hands a connection's SENDs over only
+while fewer than ``pending_sends_per_connection_max`` are unanswered (exactly: the rest of a read
+waits), so one connection cannot fill the shared journal with its backlog. What a session queues
+between two flushes leaves with one socket write (``writelines``). Bad input (malformed frame,
+oversized frame, protocol violation) closes that client's connection only. At most
 ``BROKER_CONNECTIONS_COUNT_MAX`` connections are served; beyond it new ones are closed at once.
 """
 
