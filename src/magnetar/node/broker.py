@@ -90,7 +90,7 @@ class _ConnectionLoop:
         self._linger: asyncio.Task[None] | None = None
         self._write_soon_scheduled = False
         #: One socket write per flush: ``writelines`` (TCP: one ``writev``) where the connection
-        #: has it, else one ``write`` of the joined frames (``_write_chunks``).
+        #: has it (``_write_chunks``).
         self._writelines: Callable[[list[Buffer]], None] | None = getattr(conn, "writelines", None)
         self._draining = False  # the writer task waits in drain()
         self._drain_wanted = False  # a direct write left the transport above its high-water mark
@@ -140,13 +140,17 @@ class _ConnectionLoop:
     def _write_chunks(self, chunks: list[Buffer]) -> None:
         """Everything queued since the last flush (receipts, dispatches, replies of one or more
         loop passes), in order, with one socket write: uvloop sends each ``write`` at once when
-        its buffer is empty, so one ``write`` per frame cost one ``send`` system call each."""
+        its buffer is empty, so one ``write`` per frame cost one ``send`` system call each. A
+        connection without ``writelines`` (the simulated network, where each write is one
+        delivery) still gets one ``write`` per frame: joining them would shift every seeded
+        simulation's schedule, and the seeds the soak found would no longer reproduce."""
         if len(chunks) == 1:
             self.conn.write(chunks[0])
         elif self._writelines is not None:
             self._writelines(chunks)
         else:
-            self.conn.write(b"".join(chunks))
+            for chunk in chunks:
+                self.conn.write(chunk)
 
     def wake_writer(self) -> None:
         """Queued frames to write, or a close to carry out (the writer closes a CLOSED connection)."""
