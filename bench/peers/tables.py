@@ -33,10 +33,10 @@ def main_table(systems: dict[str, dict[str, Any]]) -> list[str]:
     lines = ["| system | durable publish batched msgs/s | MB/s | server CPU us/msg | unbatched msgs/s | MB/s "
              "| server CPU us/msg | e2e p50 ms | e2e p99 ms | disk 1 MiB+fdatasync MB/s | machine CPU % "
              "| load avg (1 min) | setup |",
-             "|---" * 14 + "|"]
+             "|---" * (len(MAIN_COLUMNS) + 2) + "|"]
     for name, system in systems.items():
         if "unavailable" in system and not system.get("rows"):
-            lines.append(f"| {name} | not available here: {system['unavailable']} |" + " |" * 12)
+            lines.append(f"| {name} | not available here: {system['unavailable']} |" + " |" * len(MAIN_COLUMNS))
             continue
         s = system.get("stats", {})
         failed = f" FAILED: {system['failed']}" if "failed" in system else ""
