@@ -36,7 +36,9 @@ reported unavailable. ``--clients N`` drives each durable publish from N client 
 The load average is recorded per repeat. Writes ``bench/results/peers.json`` (rows, min/median/
 max, targets) and ``bench/results/peers.md`` (the tables).
 
-Run: ``.venv/bin/python bench/peers/run.py [--seconds 5] [--repeats 3] [--systems ...]``.
+Run: ``.venv/bin/python bench/peers/run.py [--seconds 5] [--repeats 3] [--systems ...]``;
+``run.py --render bench/results/peers.json`` recomputes the statistics, targets and tables of a
+results file (after a change of the tables, or with rows of several runs merged).
 Bounded: about ``repeats * (peers * (3 * seconds + 5) + magnetars * (3 * seconds + 2 *
 blast_seconds + 15))`` seconds, plus RabbitMQ's start-up.
 """
@@ -253,7 +255,7 @@ def run_one(system: str, variant: str | None, root: Path, repeat: int, args: arg
         return
     out["note"] = started["note"]
     try:
-        row: dict[str, Any] = {"loadavg_1m_before": load_average()}
+        row: dict[str, Any] = {"repeat": repeat, "loadavg_1m_before": load_average()}
         row.update(disk_figures(started["disk_dir"], args))
         busy0, start = machine_busy_seconds(), time.perf_counter()
         row.update(started["run"](f"{repeat}x{int(time.time())}"))
@@ -315,6 +317,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--render"]:  # re-read a results JSON: statistics, targets and tables again
+        write(json.loads(Path(sys.argv[2]).read_text()), sys.argv[2].removesuffix(".json"))
+        return
     args = parse_args()
     command = " ".join([Path(sys.executable).name, *sys.argv])
     print(f"command: {command}", flush=True)
@@ -335,16 +340,23 @@ def main() -> None:
                                                                        "rows": []})
                 if "unavailable" not in out:
                     run_one(system, variant, Path(tmp), repeat, args, out)
+    write(result, args.out)
+
+
+def write(result: dict[str, Any], out_path: str) -> None:
+    """The statistics and targets of ``result`` (from its rows), its JSON and its markdown."""
+    systems: dict[str, dict[str, Any]] = result["systems"]
     for out in systems.values():
-        keys = sorted({k for row in out["rows"] for k, v in row.items() if isinstance(v, (int, float))})
+        keys = sorted({k for row in out["rows"] for k, v in row.items()
+                       if isinstance(v, (int, float)) and k != "repeat"})
         out["stats"] = {key: stats(out["rows"], key) for key in keys}
-    measured_variants = [v for v in args.variant_list if any(s.get("variant") == v and s["rows"]
-                                                             for s in systems.values())]
-    result["targets"] = [t.as_dict() for t in targets(systems, measured_variants)]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out + ".json").write_text(json.dumps(result, indent=2))
+    variants = sorted({str(s["variant"]) for s in systems.values() if s.get("variant") and s["rows"]},
+                      key=lambda v: VARIANTS.index(v) if v in VARIANTS else len(VARIANTS))
+    result["targets"] = [t.as_dict() for t in targets(systems, variants)]
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_path + ".json").write_text(json.dumps(result, indent=2))
     table = markdown(result)
-    Path(args.out + ".md").write_text(table)
+    Path(out_path + ".md").write_text(table)
     print("\n" + table)
 
 

@@ -83,8 +83,8 @@ def markdown(result: dict[str, Any]) -> str:
     if disk:
         lines += ["", "The disk: MB/s of `write(block)` + `fdatasync` in a loop, in each system's data directory "
                       "before its repeat (`disk_fsync_mb_s`: the best block size):", "", *disk]
-    found = [Target(**{k: v for k, v in t.items() if k not in ("ratio", "verdict")})
-             for t in result.get("targets", [])]
+    found = [Target(**{**{k: v for k, v in t.items() if k not in ("ratio", "verdict")},
+                       "pairs": tuple(t.get("pairs", ()))}) for t in result.get("targets", [])]
     if found:
         lines += ["", "Issue 22's targets (ratios of medians in this run):", "", *targets_markdown(found)]
     return "\n".join(lines) + "\n"

@@ -44,7 +44,9 @@ def median(systems: dict[str, dict[str, Any]], key: str, metric: str) -> float |
 class Target:
     """One target of the issue for one variant: ``ratio`` is ``figure / reference`` (the reference
     is the same run's peer figure, or the fixed bound for an absolute target), met when
-    ``ratio <= limit`` (``at_most``) or ``ratio >= limit``."""
+    ``ratio <= limit`` (``at_most``) or ``ratio >= limit``. ``pairs``: the same ratio per repeat
+    (figure and reference from the same repeat, measured minutes apart at most), shown beside it:
+    they tell a steady result from one that flips with the machine's load."""
 
     name: str
     variant: str
@@ -54,6 +56,7 @@ class Target:
     limit: float
     at_most: bool
     unit: str
+    pairs: tuple[float, ...] = ()
 
     @property
     def ratio(self) -> float | None:
@@ -68,8 +71,25 @@ class Target:
             return "not measured"
         return "met" if (ratio <= self.limit if self.at_most else ratio >= self.limit) else "missed"
 
+    def pairs_met(self) -> int:
+        return sum(1 for r in self.pairs if (r <= self.limit if self.at_most else r >= self.limit))
+
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ratio": self.ratio, "verdict": self.verdict}
+        return {**asdict(self), "pairs": list(self.pairs), "ratio": self.ratio, "verdict": self.verdict}
+
+
+def paired(systems: dict[str, dict[str, Any]], key: str, metric: str, ref_key: str | None,
+           ref_metric: str, constant: float | None = None) -> tuple[float, ...]:
+    """Per repeat (the rows' ``repeat``), ``key``'s ``metric`` over ``ref_key``'s ``ref_metric`` (or
+    over ``constant``), for the repeats where both were measured."""
+    def by_repeat(name: str | None, field: str) -> dict[int, float]:
+        rows = systems.get(name or "", {}).get("rows", [])
+        return {int(r["repeat"]): float(r[field]) for r in rows
+                if isinstance(r.get(field), (int, float)) and "repeat" in r}
+
+    figures = by_repeat(key, metric)
+    refs = {i: constant for i in figures} if constant is not None else by_repeat(ref_key, ref_metric)
+    return tuple(figures[i] / refs[i] for i in sorted(figures) if refs.get(i))
 
 
 def targets(systems: dict[str, dict[str, Any]], variants: list[str]) -> list[Target]:
@@ -84,22 +104,24 @@ def targets(systems: dict[str, dict[str, Any]], variants: list[str]) -> list[Tar
         one, three = system_key(ONE_BOOKIE, variant), system_key(THREE_BOOKIES, variant)
         out += [
             Target("batched server CPU per message <= 2 us", variant,
-                   median(systems, one, "batched_server_us_msg"), 2.0, "2 us", 1.0, True, "us"),
+                   median(systems, one, "batched_server_us_msg"), 2.0, "2 us", 1.0, True, "us",
+                   paired(systems, one, "batched_server_us_msg", None, "", 2.0)),
             Target("--blast durable ingest >= 40% of the disk's fsync'd bandwidth", variant,
                    median(systems, one, "blast_batched_mb_s"), median(systems, one, "disk_fsync_mb_s"),
-                   "disk MB/s (same run, same filesystem)", 0.4, False, "MB/s"),
+                   "disk MB/s (same run, same filesystem)", 0.4, False, "MB/s",
+                   paired(systems, one, "blast_batched_mb_s", one, "disk_fsync_mb_s")),
             Target("3 bookies (3,3,2): unbatched server CPU <= 1.5x 1 bookie", variant,
                    median(systems, three, "unbatched_server_us_msg"), median(systems, one, "unbatched_server_us_msg"),
-                   "1 bookie us/msg", 1.5, True, "us"),
-            Target("unbatched server CPU per durable message <= 3x NATS", variant,
-                   median(systems, one, "unbatched_server_us_msg"), peer("unbatched_server_us_msg"),
-                   "NATS us/msg", 3.0, True, "us"),
-            Target("unbatched throughput >= 1x NATS", variant,
-                   median(systems, one, "unbatched_msgs_s"), peer("unbatched_msgs_s"), "NATS msg/s", 1.0, False,
-                   "msg/s"),
-            Target("e2e p99 at the paced rate <= NATS p99", variant,
-                   median(systems, one, "e2e_p99_ms"), peer("e2e_p99_ms"), "NATS p99 ms", 1.0, True, "ms"),
+                   "1 bookie us/msg", 1.5, True, "us",
+                   paired(systems, three, "unbatched_server_us_msg", one, "unbatched_server_us_msg")),
         ]
+        for name, metric, label, limit, at_most, unit in (
+                ("unbatched server CPU per durable message <= 3x NATS", "unbatched_server_us_msg", "NATS us/msg",
+                 3.0, True, "us"),
+                ("unbatched throughput >= 1x NATS", "unbatched_msgs_s", "NATS msg/s", 1.0, False, "msg/s"),
+                ("e2e p99 at the paced rate <= NATS p99", "e2e_p99_ms", "NATS p99 ms", 1.0, True, "ms")):
+            out.append(Target(name, variant, median(systems, one, metric), peer(metric), label, limit, at_most, unit,
+                              paired(systems, one, metric, nats, metric)))
     return out
 
 
@@ -111,14 +133,20 @@ def _num(value: float | None, unit: str = "") -> str:
 
 
 def targets_markdown(found: list[Target]) -> list[str]:
-    lines = ["| target | variant | figure (median) | reference (same run) | ratio | limit | verdict |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| target | variant | figure (median) | reference (same run) | ratio of medians | limit | verdict "
+             "| ratio per repeat (met in) |",
+             "|---|---|---|---|---|---|---|---|"]
     for t in found:
-        ratio = "-" if t.ratio is None else f"{t.ratio:.3g}"
+        ratio = "-" if t.ratio is None else _ratio(t.ratio)
         limit = f"{'<=' if t.at_most else '>='} {t.limit:g}"
+        pairs = (", ".join(_ratio(r) for r in t.pairs) + f" ({t.pairs_met()}/{len(t.pairs)})") if t.pairs else "-"
         lines.append(f"| {t.name} | {t.variant} | {_num(t.figure, t.unit)} | {_num(t.reference)} "
-                     f"({t.reference_label}) | {ratio} | {limit} | **{t.verdict}** |")
+                     f"({t.reference_label}) | {ratio} | {limit} | **{t.verdict}** | {pairs} |")
     return lines
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
 
 
 #: The blast phase's columns: (metric, header, digits).

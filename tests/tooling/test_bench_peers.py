@@ -67,7 +67,8 @@ def test_the_process_tree_holds_this_process_and_its_busiest_thread_is_found() -
 
 
 def _system(**medians: float) -> dict[str, Any]:
-    return {"rows": [medians], "stats": {k: {"min": v, "median": v, "max": v} for k, v in medians.items()}}
+    return {"rows": [{"repeat": 0, **medians}],
+            "stats": {k: {"min": v, "median": v, "max": v} for k, v in medians.items()}}
 
 
 def _run() -> dict[str, dict[str, Any]]:
@@ -92,6 +93,19 @@ def test_targets_are_ratios_of_the_same_runs_medians_with_verdicts() -> None:
     assert found["unbatched server CPU per durable message <= 3x NATS"].verdict == "missed"  # 5x
     assert found["unbatched throughput >= 1x NATS"].verdict == "met"  # exactly 1: the bound is met
     assert found["e2e p99 at the paced rate <= NATS p99"].ratio == 1.25
+
+
+def test_ratios_per_repeat_pair_rows_of_the_same_repeat_only() -> None:
+    systems: dict[str, Any] = {
+        "a": {"rows": [{"repeat": 0, "x": 10.0}, {"repeat": 1, "x": 30.0}, {"repeat": 2, "x": 50.0}]},
+        "b": {"rows": [{"repeat": 2, "y": 10.0}, {"repeat": 0, "y": 5.0}, {"repeat": 1, "y": 0.0}]},
+    }
+    assert targets.paired(systems, "a", "x", "b", "y") == (2.0, 5.0)  # repeat 1: a zero reference
+    assert targets.paired(systems, "a", "x", None, "", 10.0) == (1.0, 3.0, 5.0)
+    assert targets.paired(systems, "a", "x", "missing", "y") == ()
+    found = Target("x", "pure", 3.0, 1.0, "r", 2.0, True, "us", (1.0, 2.0, 2.5))
+    assert found.pairs_met() == 2 and found.verdict == "missed"  # the verdict is the ratio of medians
+    assert "1.000, 2.000, 2.500 (2/3)" in targets.targets_markdown([found])[2]
 
 
 def test_a_target_without_its_reference_is_not_measured_never_met() -> None:
@@ -139,8 +153,8 @@ def test_the_markdown_has_every_target_the_blast_and_the_unavailable() -> None:
               "targets": [t.as_dict() for t in targets.targets(systems, ["compiled"])]}
     text = tables.markdown(result)
     assert "| redis | not available here: redis-server is not installed |" in text
-    assert "| batched server CPU per message <= 2 us | compiled | 1.50 us | 2.00 (2 us) | 0.75 | <= 1 | **met** |" \
-        in text
+    assert ("| batched server CPU per message <= 2 us | compiled | 1.50 us | 2.00 (2 us) | 0.750 | <= 1 | **met** "
+            "| 0.750 (1/1) |") in text
     assert "| 3 bookies (3,3,2): unbatched server CPU <= 1.5x 1 bookie | compiled | 61.0 us |" in text
     assert "**missed**" in text and "`instructions`: not supported here" in text
     assert "| magnetar-1-bookie/compiled | - | - | - | 100.0 (100.0..100.0) |" in text  # the blast row
