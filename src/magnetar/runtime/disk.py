@@ -34,6 +34,7 @@ next ``LocalDisk`` opens the directory.
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
 import itertools
 import logging
@@ -43,6 +44,7 @@ import queue
 import shutil
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 
 from magnetar import faults
@@ -53,7 +55,6 @@ from magnetar.base.limits import (
     DISK_DIRECT_ALIGNMENT_BYTES,
     DISK_DIRECT_BUFFER_BYTES_MAX,
     DISK_DIRECT_BUFFERS_COUNT_MAX,
-    DISK_SYNC_THREADS_COUNT_MAX,
     MIB,
 )
 
@@ -157,20 +158,20 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
 _RWF_DSYNC_WORKS = [hasattr(os, "RWF_DSYNC") and hasattr(os, "pwritev")]
 
 
-def _pwrite_all_dsync(fd: int, data: memoryview, offset: int) -> bool:
-    """Write ``data`` at ``offset`` with ``RWF_DSYNC`` (durable when this returns, as write +
-    fdatasync). False when the kernel refuses the flag (nothing written): the caller writes and
-    syncs the usual way. A short write goes on the usual way (write the rest, then fdatasync)."""
+def _pwrite_all_dsync(fd: int, buffers: list[memoryview], offset: int) -> bool:
+    """Write ``buffers`` back to back at ``offset`` with ``RWF_DSYNC`` (durable when this returns,
+    as write + fdatasync). False when the kernel refuses the flag (then written the usual way):
+    the caller syncs. A short write goes on the usual way (write the rest, then fdatasync)."""
     try:
-        count = os.pwritev(fd, [data], offset, os.RWF_DSYNC)
+        count = os.pwritev(fd, buffers, offset, os.RWF_DSYNC)
     except OSError as exc:
         if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS):
             raise  # EINVAL (O_DIRECT refused) included: the caller writes buffered
         _RWF_DSYNC_WORKS[0] = False
-        _pwrite_all(fd, data, offset)
+        pwritev_all(fd, buffers, offset)
         return False
-    if count < len(data):
-        _pwrite_all(fd, data[count:], offset + count)
+    if count < sum(len(buffer) for buffer in buffers):
+        pwritev_all(fd, split_parts(buffers, count)[1], offset + count)
         return False
     return True
 
@@ -256,7 +257,7 @@ def _write_job(
                      and not (unsynced_point and faults.tears(unsynced_point)))
             try:
                 if dsync:
-                    synced = _pwrite_all_dsync(descriptors.direct_fd, aligned, offset)
+                    synced = _pwrite_all_dsync(descriptors.direct_fd, [aligned], offset)
                 else:
                     _pwrite_all(descriptors.direct_fd, aligned[:half] if half else aligned, offset)
                 written_direct = True
@@ -286,75 +287,211 @@ def _write_job(
         descriptors.release()
 
 
-class _SyncThreads:
-    """The threads of ``append_and_sync_then``: a job is a plain callable on a ``SimpleQueue``.
-    ``ThreadPoolExecutor.submit`` made a Future, a work item, an idle-semaphore round and
-    Condition notifications per job: at 2,000 unbatched messages/s (one journal group each) that
-    was ~20 us of GIL-held work and several futex calls per group (docs/performance.md, session 7
-    of issue 22). A thread is started when a job finds no idle one, up to ``count_max``."""
+#: Groups one writer call writes at most (one ``pwritev`` and one sync for all of them).
+_RUN_JOBS_MAX = 64
+#: Bumped in a forked child: the parent's writer threads do not exist there.
+_FORK_GENERATION = [0]
 
-    def __init__(self, count_max: int, name: str) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._count_max = count_max
-        self._name = name
-        self._threads = 0
-        self._idle = 0
-        self._unclaimed = 0  # submitted jobs no thread took yet
 
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            self._unclaimed += 1
-            start = self._unclaimed > self._idle and self._threads < self._count_max
-            if start:
-                self._threads += 1
-        if start:
+def _bump_fork_generation() -> None:
+    _FORK_GENERATION[0] += 1
+
+
+os.register_at_fork(after_in_child=_bump_fork_generation)
+
+
+class _GroupJob:
+    """One ``append_and_sync_then`` call: made on the loop, written (and its result set) by the
+    disk's writer thread, answered on the loop by ``_answer_jobs``."""
+
+    __slots__ = ("aligned", "buffer", "descriptors", "done", "error", "file", "loop", "offset", "parts",
+                 "torn_point", "total", "unsynced_point", "written_direct")
+
+    def __init__(self, file: LocalFile, parts: Sequence[Bytes], offset: int, total: int, buffer: mmap.mmap | None,
+                 aligned: memoryview | None, done: Callable[[BaseException | None], None], torn_point: str,
+                 unsynced_point: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.file = file
+        self.descriptors = file._descriptors
+        self.parts = parts
+        self.offset = offset
+        self.total = total
+        self.buffer = buffer
+        self.aligned = aligned
+        self.done = done
+        self.torn_point = torn_point
+        self.unsynced_point = unsynced_point
+        self.loop = loop
+        self.error: BaseException | None = None
+        self.written_direct = False
+
+    def points_armed(self) -> bool:
+        """Whether a fault point inside this write is armed (it is then written on its own)."""
+        return bool((self.torn_point and faults.tears(self.torn_point))
+                    or (self.unsynced_point and faults.tears(self.unsynced_point)))
+
+
+def _answer_jobs(jobs: list[_GroupJob]) -> None:
+    """On the loop: answer a batch of written groups, in submission order."""
+    for job in jobs:
+        job.file._aligned_done(job.buffer, job.aligned, None if job.error is not None else job.written_direct)
+        try:
+            job.done(job.error)
+        except Exception:  # one caller's failure must not leave the later groups unanswered
+            log.exception("a disk write's completion callback failed")
+
+
+def _run_end(batch: list[_GroupJob], start: int) -> int:
+    """The end of the run of groups from ``start`` that one write can take: the same file, each
+    one right after the previous, all through the same descriptor, no fault point armed inside."""
+    first = batch[start]
+    if first.points_armed():
+        return start + 1
+    end = start + 1
+    direct = first.aligned is not None
+    while end < len(batch) and end - start < _RUN_JOBS_MAX:
+        job, previous = batch[end], batch[end - 1]
+        if (job.descriptors is not first.descriptors or job.offset != previous.offset + previous.total
+                or (job.aligned is not None) != direct or job.points_armed()):
+            break
+        end += 1
+    return end
+
+
+def _write_run(run: list[_GroupJob]) -> None:
+    """Write and sync a run of adjacent groups with one write (``RWF_DSYNC`` on the direct path)
+    and at most one ``fdatasync``; each job gets the run's outcome."""
+    first = run[0]
+    descriptors = first.descriptors
+    error: BaseException | None = None
+    written_direct = False
+    try:
+        synced = False
+        if first.aligned is not None:
+            views = [job.aligned for job in run if job.aligned is not None]
             try:
-                threading.Thread(target=self._work, name=f"{self._name}-{self._threads}", daemon=True).start()
-            except BaseException:
-                with self._lock:
-                    self._threads -= 1
-                    self._unclaimed -= 1
-                raise
-        self._jobs.put(job)
+                if _RWF_DSYNC_WORKS[0]:
+                    synced = _pwrite_all_dsync(descriptors.direct_fd, views, first.offset)
+                else:
+                    pwritev_all(descriptors.direct_fd, views, first.offset)
+                written_direct = True
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+        if not written_direct:
+            pwritev_all(descriptors.fd, [part for job in run for part in job.parts], first.offset)
+        if not synced:
+            os.fdatasync(descriptors.fd)
+    except BaseException as exc:  # handed to every group of the run on the loop
+        error = exc
+    for job in run:
+        job.error, job.written_direct = error, written_direct
+        job.descriptors.release()
 
-    def _work(self) -> None:
-        jobs, lock = self._jobs, self._lock
+
+def _write_batch(batch: list[_GroupJob]) -> None:
+    """Write every group of ``batch`` (runs of adjacent ones together), then answer them with one
+    ``call_soon_threadsafe`` per event loop."""
+    start = 0
+    while start < len(batch):
+        end = _run_end(batch, start)
+        if end - start > 1:
+            _write_run(batch[start:end])
+        else:
+            job = batch[start]
+            try:
+                job.written_direct = _write_job(job.descriptors, job.parts, job.offset, True, job.aligned,
+                                                job.torn_point, job.unsynced_point)
+            except BaseException as exc:  # handed to ``done`` on the loop
+                job.error = exc
+        start = end
+    loop = batch[0].loop
+    if all(job.loop is loop for job in batch):
+        _answer_soon(loop, batch)
+        return
+    by_loop: dict[asyncio.AbstractEventLoop, list[_GroupJob]] = {}
+    for job in batch:
+        by_loop.setdefault(job.loop, []).append(job)
+    for loop, jobs in by_loop.items():
+        _answer_soon(loop, jobs)
+
+
+def _answer_soon(loop: asyncio.AbstractEventLoop, jobs: list[_GroupJob]) -> None:
+    try:
+        loop.call_soon_threadsafe(_answer_jobs, jobs)
+    except RuntimeError:
+        pass  # the loop is closed: nobody waits for the answer any more
+
+
+class _WriterThread:
+    """The thread of a ``_GroupWriter``: it takes every queued group in one wake-up."""
+
+    __slots__ = ("generation", "jobs", "sleeping", "wake")
+
+    def __init__(self, name: str) -> None:
+        self.jobs: collections.deque[_GroupJob | None] = collections.deque()  # None: stop
+        self.wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self.sleeping = False  # about to block on ``wake`` (set before its last look at ``jobs``)
+        self.generation = _FORK_GENERATION[0]
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def stop(self) -> None:
+        """Exit once the groups queued before this are written (the writer was collected)."""
+        self.jobs.append(None)
+        self.wake.put(None)
+
+    def _run(self) -> None:
+        jobs, wake = self.jobs, self.wake
         while True:
-            with lock:
-                self._idle += 1
-            job = jobs.get()
-            with lock:
-                self._idle -= 1
-                self._unclaimed -= 1
-            try:
-                job()  # jobs hand their own errors to the loop; this is a last resort
-            except BaseException:
-                log.exception("disk sync job failed")
-            del job
+            if not jobs:
+                # Announce the sleep, then look once more: a group queued after this look finds
+                # ``sleeping`` set and wakes the thread (every step holds the GIL).
+                self.sleeping = True
+                if not jobs:
+                    wake.get()
+                self.sleeping = False
+                continue
+            batch: list[_GroupJob] = []
+            stop = False
+            while jobs:
+                job = jobs.popleft()
+                if job is None:
+                    stop = True
+                    break
+                batch.append(job)
+            if batch:
+                try:
+                    _write_batch(batch)
+                except BaseException:  # last resort: each job hands its own error to its loop
+                    log.exception("disk group writer failed")
+            del batch
+            if stop:
+                return
 
 
-_workers: _SyncThreads | None = None
-_workers_lock = threading.Lock()
+class _GroupWriter:
+    """The journal's writer: one long-lived thread per ``LocalDisk`` (started on first use, again
+    in a forked child) that writes and syncs ``append_and_sync_then`` groups in order. The loop
+    hands a group over with a ``deque.append`` and, only when the thread sleeps, one
+    ``SimpleQueue.put`` to wake it; the thread takes every queued group in that wake-up, writes
+    adjacent ones with one write and one sync, and answers the whole batch with one
+    ``call_soon_threadsafe``. (Session 9 used a pool shared by every file: a lock round, an
+    idle count and a wake-up per group, and one ``call_soon_threadsafe`` per group back.)"""
 
+    __slots__ = ("__weakref__", "_name", "_thread")
 
-def _sync_workers() -> _SyncThreads:
-    """The threads of ``append_and_sync_then`` (made on first use, shared by every file)."""
-    global _workers
-    with _workers_lock:
-        if _workers is None:
-            _workers = _SyncThreads(DISK_SYNC_THREADS_COUNT_MAX, "magnetar-disk-sync")
-        return _workers
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._thread: _WriterThread | None = None
 
-
-def _forget_workers_in_child() -> None:
-    # A forked child has none of the parent's threads: an inherited pool would queue work forever.
-    global _workers, _workers_lock
-    _workers = None
-    _workers_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_workers_in_child)
+    def submit(self, job: _GroupJob) -> None:
+        thread = self._thread
+        if thread is None or thread.generation != _FORK_GENERATION[0]:
+            thread = self._thread = _WriterThread(self._name)
+            weakref.finalize(self, thread.stop)  # the thread exits when its writer is collected
+        thread.jobs.append(job)
+        if thread.sleeping:
+            thread.sleeping = False
+            thread.wake.put(None)
 
 
 def _sync_job(descriptors: _Descriptors) -> None:
@@ -365,12 +502,10 @@ def _sync_job(descriptors: _Descriptors) -> None:
 
 
 def _copy_into(buffer: mmap.mmap, parts: Sequence[Bytes], total: int) -> memoryview:
+    # One join and one copy: a slice assignment per part cost ~4x more for a journal group's
+    # dozen parts (Python work per part, on the event loop).
     view = memoryview(buffer)
-    at = 0
-    for part in parts:
-        size = len(part)
-        view[at : at + size] = part
-        at += size
+    view[:total] = parts[0] if len(parts) == 1 else b"".join(parts)
     return view[:total]
 
 
@@ -412,9 +547,10 @@ class LocalFile:
     # The aligned copy is made on the event loop, so the worker call only runs pwrite and
     # fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and the
     # worker, which on a busy machine cost more than the copy itself.
-    __slots__ = ("_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size")
+    __slots__ = ("_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size", "_writer")
 
-    def __init__(self, path: str, fd: int, direct_fd: int = -1, buffers: _AlignedBuffers | None = None) -> None:
+    def __init__(self, path: str, fd: int, direct_fd: int = -1, buffers: _AlignedBuffers | None = None,
+                 writer: _GroupWriter | None = None) -> None:
         self._path = path
         self._descriptors = _Descriptors(fd, direct_fd)
         self._size = os.fstat(fd).st_size
@@ -423,6 +559,8 @@ class LocalFile:
         # Aligned buffers not in use; a write takes one and gives it back when it returns (a
         # write whose caller was cancelled keeps its own). Several writes may be in flight.
         self._buffers = buffers if buffers is not None else _AlignedBuffers()
+        # The thread that writes ``append_and_sync_then`` groups: the disk's (one per disk).
+        self._writer = writer if writer is not None else _GroupWriter("magnetar-disk-writer")
 
     @property
     def _fd(self) -> int:
@@ -483,35 +621,22 @@ class LocalFile:
 
     def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None], *,
                              torn_point: str = "", unsynced_point: str = "") -> int:
-        # The worker thread hands its result to the loop with one ``call_soon_threadsafe``:
-        # ``run_in_executor`` + an awaiting task took four more loop passes (future chaining,
-        # the task's step, its done callbacks), each behind whatever else the loop runs.
+        # The disk's writer thread writes and syncs the group and answers it (with the other
+        # groups of its batch) with one ``call_soon_threadsafe``: ``run_in_executor`` + an
+        # awaiting task took four more loop passes (future chaining, the task's step, its done
+        # callbacks), each behind whatever else the loop runs.
         offset = self._size
-        total = sum(len(part) for part in parts)
+        total = 0
+        for part in parts:
+            total += len(part)
         buffer, aligned = self._aligned_copy(parts, offset, total)
-        loop = asyncio.get_running_loop()
+        job = _GroupJob(self, parts, offset, total, buffer, aligned, done, torn_point, unsynced_point,
+                        asyncio.get_running_loop())
         descriptors = self._descriptors
         descriptors.acquire()
         self._size += total
-
-        def finished(error: BaseException | None, written_direct: bool) -> None:  # on the loop
-            self._aligned_done(buffer, aligned, None if error is not None else written_direct)
-            done(error)
-
-        def job() -> None:  # on a worker thread
-            error: BaseException | None = None
-            written_direct = False
-            try:
-                written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point)
-            except BaseException as exc:  # handed to ``done`` on the loop
-                error = exc
-            try:
-                loop.call_soon_threadsafe(finished, error, written_direct)
-            except RuntimeError:
-                pass  # the loop is closed: nobody waits for the answer any more
-
         try:
-            _sync_workers().submit(job)
+            self._writer.submit(job)
         except BaseException:
             descriptors.release()
             raise
@@ -570,6 +695,7 @@ class LocalDisk:
         os.makedirs(self.root, exist_ok=True)
         self._trash = os.path.join(self.root, TRASH_DIR)
         self._buffers = _AlignedBuffers()
+        self._writer = _GroupWriter("magnetar-journal-writer")
         for name in self._trash_leftovers():
             TRASH.put(os.path.join(self._trash, name))
 
@@ -598,7 +724,7 @@ class LocalDisk:
                 direct_fd = os.open(full, os.O_WRONLY | os.O_DIRECT)
             except OSError:
                 direct_fd = -1  # no O_DIRECT here (tmpfs): buffered writes only
-        return LocalFile(path, fd, direct_fd, self._buffers if direct_fd >= 0 else None)
+        return LocalFile(path, fd, direct_fd, self._buffers if direct_fd >= 0 else None, self._writer)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(self._abs(path))

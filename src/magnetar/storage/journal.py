@@ -57,8 +57,12 @@ from magnetar.base.checksum import crc32c, crc32c_update
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, CorruptDataError, LimitExceededError
 from magnetar.base.invariant import invariant
-from magnetar.base.io import Disk, DiskFile
-from magnetar.base.limits import BOOKIE_JOURNAL_RECORD_BYTES_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
+from magnetar.base.io import Bytes, Disk, DiskFile
+from magnetar.base.limits import (
+    BOOKIE_JOURNAL_RECORD_BYTES_MAX,
+    BOOKIE_MASTER_KEY_BYTES_MAX,
+    DISK_DIRECT_ALIGNMENT_BYTES,
+)
 from magnetar.faults import breaks
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, EncodedEntry
 from magnetar.storage.config import BookieConfig
@@ -147,10 +151,25 @@ class JournalRecord:
     lac: int = -1
 
 
-def pad_record(size: int) -> bytes:
-    """A PAD record of exactly ``size`` bytes (``size`` > the record header)."""
+#: A PAD record's body, as long as any PAD needs (kind then zeros; a PAD's body is a prefix of it,
+#: sliced without a copy), and the CRC of each body length used so far (at most one alignment's
+#: worth of lengths): a group's PAD costs no allocation, zero fill or CRC pass over its bytes.
+_PAD_BODY = bytes((KIND_PAD,)) + bytes(2 * DISK_DIRECT_ALIGNMENT_BYTES)
+_PAD_CRCS: dict[int, int] = {}
+
+
+def pad_record(size: int) -> tuple[bytes, Bytes]:
+    """A PAD record of exactly ``size`` bytes (``size`` > the record header) as (header, body)."""
     invariant(size > _RECORD_HEADER.size, "a PAD record needs room for its header and kind")
-    return _frame(bytes((KIND_PAD,)) + bytes(size - _RECORD_HEADER.size - 1))
+    body_len = size - _RECORD_HEADER.size
+    if body_len > len(_PAD_BODY):  # a file aligned to more than twice the direct I/O alignment
+        long_body = bytes((KIND_PAD,)) + bytes(body_len - 1)
+        return _RECORD_HEADER.pack(body_len, crc32c(long_body)), long_body
+    body = memoryview(_PAD_BODY)[:body_len]
+    crc = _PAD_CRCS.get(body_len)
+    if crc is None:
+        crc = _PAD_CRCS[body_len] = crc32c(body)
+    return _RECORD_HEADER.pack(body_len, crc), body
 
 
 def padding_for(end: int, alignment: int) -> int:
@@ -404,9 +423,9 @@ class Journal:
         """Backpressure: wait while the queue holds ``journal_queue_bytes_max`` or more."""
         await self._room.wait()
 
-    def _take_group(self) -> tuple[list[bytes], list[Callback]]:
-        """The next group: its bytes as parts to join, and the callbacks of its records."""
-        parts: list[bytes] = []
+    def _take_group(self) -> tuple[list[Bytes], list[Callback], int]:
+        """The next group: its bytes as parts to join, the callbacks of its records, its size."""
+        parts: list[Bytes] = []
         callbacks: list[Callback] = []
         group_bytes = 0
         limit = self._config.journal_group_bytes_max
@@ -422,7 +441,7 @@ class Journal:
         self._queued_bytes -= group_bytes
         if self._queued_bytes < self._config.journal_queue_bytes_max:
             self._room.set()
-        return parts, callbacks
+        return parts, callbacks, group_bytes
 
     async def _wait_for_group(self) -> None:
         """Group commit at a modest rate: when the arrivals say more adds are coming
@@ -470,19 +489,19 @@ class Journal:
             await faults.point("bookie.before_journal_append")
             if self.status is not JournalStatus.RUNNING or not self._queue:
                 continue
-            parts, callbacks = self._take_group()
-            self._start_group(parts, callbacks)
+            self._start_group(*self._take_group())
 
-    def _start_group(self, parts: list[bytes], callbacks: list[Callback]) -> None:
+    def _start_group(self, parts: list[Bytes], callbacks: list[Callback], group_bytes: int) -> None:
         """Write and sync ``parts`` with one ``append_and_sync_then`` (one worker-thread call in
         production, past the fault points of the write); ``_on_synced`` answers the group."""
         file = self._file
         invariant(file is not None, "journal has no open file")
         assert file is not None  # narrowing for the type checker; the invariant above holds
-        if file.write_alignment_bytes > 1:
-            pad = padding_for(file.size() + sum(len(part) for part in parts), file.write_alignment_bytes)
+        alignment = file.write_alignment_bytes
+        if alignment > 1:
+            pad = padding_for(file.size() + group_bytes, alignment)
             if pad:
-                parts.append(pad_record(pad))
+                parts.extend(pad_record(pad))
         group = _Group(callbacks)
         self._inflight.append(group)
         try:
