@@ -23,7 +23,7 @@ Group commit, one path: one journal task takes queued records (a group ends at
 ``journal_group_bytes_max``, or once the oldest record waited ``journal_group_wait_ms_max``:
 ``storage.journal_wait`` decides whether a group waits at all, from the arrivals),
 passes ``bookie.before_journal_append``, then appends and syncs the group with one
-``DiskFile.append_and_sync_then`` (one worker-thread call in production, from the records' own
+``DiskFile.append_and_sync_then`` (the disk's writer thread in production, from the records' own
 buffers: no joined copy), which passes ``bookie.journal.mid_write`` half-way through the group's
 bytes and ``bookie.after_write_before_fsync`` between the write and the fsync. Its completion
 answers the group through the gates ``bookie.after_fsync_before_reply`` and
@@ -340,7 +340,10 @@ class Journal:
         self._file: DiskFile | None = None
         self._queue: collections.deque[tuple[Record, int, Callback, int]] = collections.deque()
         self._queued_bytes = 0
-        self._wakeup = asyncio.Event()
+        # The idle journal task awaits this future; ``_wake`` resolves it (a bare future: an
+        # ``asyncio.Event`` cost a waiter list, a try/finally and a clear per group). The task
+        # checks for work right before it waits, so a wake while it is busy needs no flag.
+        self._waiter: asyncio.Future[None] | None = None
         self._grouping = False  # the journal task sleeps for ``journal_group_wait_ms_max``
         self._wait_policy = GroupWaitPolicy(config.journal_group_wait_ms_max * 1_000_000)
         self._room = asyncio.Event()
@@ -402,7 +405,15 @@ class Journal:
         # Wake the journal task only if it can start a group now: a grouping task wakes by its
         # timer, and one waiting for a free slot by the completion that frees it.
         if not self._grouping and len(self._inflight) < self._config.journal_groups_in_flight_max:
-            self._wakeup.set()
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake the journal task if it waits for work (it looks for work again when it wakes)."""
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def append(self, record: Record) -> None:
         """Queue ``record`` and return once it is durable."""
@@ -469,7 +480,7 @@ class Journal:
 
     async def _run(self) -> None:
         # Starts groups in queue order, up to ``journal_groups_in_flight_max`` at once (each one
-        # worker call at its own reserved offset: the next group's write overlaps the previous
+        # write at its own reserved offset: the next group's write overlaps the previous
         # one's fsync). Completions answer them (``_on_synced``), strictly in order.
         inflight = self._inflight
         while self.status is JournalStatus.RUNNING:
@@ -482,8 +493,8 @@ class Journal:
                     return
                 continue
             if rotation_due or not self._queue or len(inflight) >= self._config.journal_groups_in_flight_max:
-                self._wakeup.clear()
-                await self._wakeup.wait()
+                self._waiter = asyncio.get_running_loop().create_future()
+                await self._waiter
                 continue
             await self._wait_for_group()
             await faults.point("bookie.before_journal_append")
@@ -492,7 +503,7 @@ class Journal:
             self._start_group(*self._take_group())
 
     def _start_group(self, parts: list[Bytes], callbacks: list[Callback], group_bytes: int) -> None:
-        """Write and sync ``parts`` with one ``append_and_sync_then`` (one worker-thread call in
+        """Write and sync ``parts`` with one ``append_and_sync_then`` (the disk's writer thread in
         production, past the fault points of the write); ``_on_synced`` answers the group."""
         file = self._file
         invariant(file is not None, "journal has no open file")
@@ -538,7 +549,7 @@ class Journal:
         finally:
             self._answer_loop = False
         if self._queue or self._rotation_due():  # else the journal task has nothing to do
-            self._wakeup.set()
+            self._wake()
 
     def _reply(self, error: BaseException | None, group: _Group) -> None:
         if group.answered:
@@ -572,7 +583,7 @@ class Journal:
             callback(error)
         self._queued_bytes = 0
         self._room.set()
-        self._wakeup.set()
+        self._wake()
 
     def _fail_inflight(self, error: BaseException) -> None:
         self._answering = False
@@ -622,5 +633,5 @@ class Journal:
                 future.set_result(None)
 
         self._queue.append((b"", 0, _done, self._clock.monotonic_ns()))
-        self._wakeup.set()
+        self._wake()
         await future
