@@ -524,11 +524,13 @@ class _AlignedBuffers:
 
     def take(self, total: int) -> mmap.mmap:
         """The smallest idle buffer of at least ``total`` bytes, or a new one (whole MiBs)."""
-        fitting = [buffer for buffer in self._idle if len(buffer) >= total]
-        if fitting:
-            buffer = min(fitting, key=len)
-            self._idle.remove(buffer)
-            return buffer
+        best: mmap.mmap | None = None
+        for buffer in self._idle:
+            if len(buffer) >= total and (best is None or len(buffer) < len(best)):
+                best = buffer
+        if best is not None:
+            self._idle.remove(best)
+            return best
         return mmap.mmap(-1, -(-total // MIB) * MIB)
 
     def give_back(self, buffer: mmap.mmap) -> None:

@@ -476,7 +476,8 @@ class Journal:
         self._wait_policy.waited(len(self._queue) > 1)
 
     def _rotation_due(self) -> bool:
-        return self._file is not None and self._file.size() >= self._config.journal_file_bytes_max
+        # ``_written`` is the open file's size (only the journal appends to it): no call per look.
+        return self._file is not None and self._written.offset >= self._config.journal_file_bytes_max
 
     async def _run(self) -> None:
         # Starts groups in queue order, up to ``journal_groups_in_flight_max`` at once (each one
@@ -510,7 +511,7 @@ class Journal:
         assert file is not None  # narrowing for the type checker; the invariant above holds
         alignment = file.write_alignment_bytes
         if alignment > 1:
-            pad = padding_for(file.size() + group_bytes, alignment)
+            pad = padding_for(self._written.offset + group_bytes, alignment)
             if pad:
                 parts.extend(pad_record(pad))
         group = _Group(callbacks)
@@ -519,7 +520,7 @@ class Journal:
             file.append_and_sync_then(parts, partial(self._on_synced, group),
                                       torn_point="bookie.journal.mid_write",
                                       unsynced_point="bookie.after_write_before_fsync")
-        except Exception as error:  # not started (no worker thread, no buffer)
+        except Exception as error:  # not started (no writer thread, no buffer)
             self._fail(error)
             return
         self._written = JournalPosition(self._file_id, file.size())
