@@ -29,6 +29,7 @@ from magnetar.runtime.gc_tuning import tune_gc_for_server
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.journal import Journal, add_record
 
+
 def thread_cpu_s() -> dict[int, float]:
     """CPU seconds (user + system, ns resolution: ``schedstat``) of each thread of this process."""
     out: dict[int, float] = {}
