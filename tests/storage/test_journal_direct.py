@@ -96,7 +96,7 @@ def test_a_group_that_cannot_start_fails_the_journal_instead_of_hanging(tmp_path
     async def scenario() -> None:
         journal = Journal(LocalDisk(str(tmp_path)), SimClock(), BookieConfig(), first_file_id=1)
         await journal.start()
-        monkeypatch.setattr(runtime_disk, "_WriterThread", refuse)
+        monkeypatch.setattr(runtime_disk, "_WriterThreads", refuse)
         results = await asyncio.wait_for(
             asyncio.gather(*(journal.append(_record(i)) for i in range(3)), return_exceptions=True), 10)
         assert all(isinstance(r, RuntimeError) for r in results), results
@@ -216,6 +216,7 @@ def _groups_behind_a_slow_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
         real_answer(jobs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(runtime_disk, "_answer_jobs", answer_jobs)
+    monkeypatch.setattr(runtime_disk, "DISK_SYNC_THREADS_COUNT_MAX", 1)  # the batching of one thread
 
     async def scenario() -> None:
         file = LocalDisk(str(tmp_path)).open(name)
@@ -252,7 +253,7 @@ def _wait_until(condition: Callable[[], bool]) -> None:
 
 def test_the_writer_takes_every_queued_group_in_one_write_and_one_sync(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Groups queued while the writer thread syncs an earlier one are written with one
+    """Groups queued while the (only) writer thread syncs an earlier one are written with one
     ``pwritev``, synced with one ``fdatasync`` and answered in one loop callback, in order; with
     the point between write and sync armed, each group is written and synced on its own (the
     control: it must stop there once per group)."""
@@ -284,3 +285,52 @@ def test_the_pad_record_is_cached_by_size_and_replays_as_padding() -> None:
         assert length == len(body) and crc == crc32c(bytes(body))
         assert parse_body(bytes(body)).kind == KIND_PAD
     assert pad_record(100)[0] == pad_record(100)[0]
+
+
+def test_a_second_writer_thread_overlaps_the_next_group_with_a_slow_sync(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the first group's sync is stuck, the next group is written, synced and answered by
+    a second thread (the journal keeps two groups in flight so the next write overlaps the
+    previous sync); with one thread allowed it is not (the control)."""
+    real_sync = runtime_disk.os.fdatasync
+
+    def second_group_done_while_first_syncs(threads_max: int) -> bool:
+        release, syncing = threading.Event(), threading.Event()
+        calls = [0]
+
+        def fdatasync(fd: int) -> None:
+            calls[0] += 1
+            if calls[0] == 1:
+                syncing.set()
+                release.wait(10)
+            real_sync(fd)
+
+        monkeypatch.setattr(runtime_disk.os, "fdatasync", fdatasync)
+        monkeypatch.setattr(runtime_disk, "DISK_SYNC_THREADS_COUNT_MAX", threads_max)
+
+        async def scenario() -> bool:
+            file = LocalDisk(str(tmp_path)).open(f"overlap-{threads_max}")
+            loop = asyncio.get_running_loop()
+            first: asyncio.Future[BaseException | None] = loop.create_future()
+            second: asyncio.Future[BaseException | None] = loop.create_future()
+            file.append_and_sync_then([b"a" * 100], first.set_result)
+            assert await asyncio.to_thread(syncing.wait, 10)
+            file.append_and_sync_then([b"b" * 100], second.set_result)
+            try:
+                # Two threads: answered within a few syncs; one thread: not before the release
+                # (the half second the control waits bounds this test's cost).
+                await asyncio.wait_for(asyncio.shield(second), 10 if threads_max > 1 else 0.5)
+                overlapped = True
+            except TimeoutError:
+                overlapped = False
+            release.set()
+            assert await asyncio.wait_for(first, 10) is None
+            assert await asyncio.wait_for(second, 10) is None
+            assert file.read_at(0, 200) == b"a" * 100 + b"b" * 100
+            file.close()
+            return overlapped
+
+        return asyncio.run(scenario())
+
+    assert second_group_done_while_first_syncs(2)
+    assert not second_group_done_while_first_syncs(1)
