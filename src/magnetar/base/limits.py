@@ -47,7 +47,7 @@ NETWORK_WRITE_BUFFER_BYTES_MAX = 4 * MIB  # queued to send: drain() waits beyond
 DISK_DIRECT_ALIGNMENT_BYTES = 4096  # O_DIRECT writes start and end on multiples of this
 DISK_DIRECT_BUFFER_BYTES_MAX = 16 * MIB  # largest write copied through a file's aligned buffer (larger: buffered)
 DISK_DIRECT_BUFFERS_COUNT_MAX = 4  # idle aligned buffers a file keeps for its next writes
-DISK_SYNC_THREADS_COUNT_MAX = 2  # writer threads per disk of ``DiskFile.append_and_sync_then`` (journal groups in flight)
+DISK_SYNC_THREADS_COUNT_MAX = 8  # worker threads of ``DiskFile.append_and_sync_then`` (journal groups in flight)
 KV_GROUP_COMMIT_BATCHES_MAX = 1024  # concurrent write_durable batches merged into one synced RocksDB write
 
 # --- pulsar protocol ---------------------------------------------------------------------------

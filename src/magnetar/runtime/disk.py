@@ -34,7 +34,6 @@ next ``LocalDisk`` opens the directory.
 from __future__ import annotations
 
 import asyncio
-import collections
 import errno
 import itertools
 import logging
@@ -44,7 +43,6 @@ import queue
 import shutil
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 
 from magnetar import faults
@@ -159,20 +157,20 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
 _RWF_DSYNC_WORKS = [hasattr(os, "RWF_DSYNC") and hasattr(os, "pwritev")]
 
 
-def _pwrite_all_dsync(fd: int, buffers: list[memoryview], offset: int) -> bool:
-    """Write ``buffers`` back to back at ``offset`` with ``RWF_DSYNC`` (durable when this returns,
-    as write + fdatasync). False when the kernel refuses the flag (then written the usual way):
-    the caller syncs. A short write goes on the usual way (write the rest, then fdatasync)."""
+def _pwrite_all_dsync(fd: int, data: memoryview, offset: int) -> bool:
+    """Write ``data`` at ``offset`` with ``RWF_DSYNC`` (durable when this returns, as write +
+    fdatasync). False when the kernel refuses the flag (nothing written): the caller writes and
+    syncs the usual way. A short write goes on the usual way (write the rest, then fdatasync)."""
     try:
-        count = os.pwritev(fd, buffers, offset, os.RWF_DSYNC)
+        count = os.pwritev(fd, [data], offset, os.RWF_DSYNC)
     except OSError as exc:
         if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS):
             raise  # EINVAL (O_DIRECT refused) included: the caller writes buffered
         _RWF_DSYNC_WORKS[0] = False
-        pwritev_all(fd, buffers, offset)
+        _pwrite_all(fd, data, offset)
         return False
-    if count < sum(len(buffer) for buffer in buffers):
-        pwritev_all(fd, split_parts(buffers, count)[1], offset + count)
+    if count < len(data):
+        _pwrite_all(fd, data[count:], offset + count)
         return False
     return True
 
@@ -258,7 +256,7 @@ def _write_job(
                      and not (unsynced_point and faults.tears(unsynced_point)))
             try:
                 if dsync:
-                    synced = _pwrite_all_dsync(descriptors.direct_fd, [aligned], offset)
+                    synced = _pwrite_all_dsync(descriptors.direct_fd, aligned, offset)
                 else:
                     _pwrite_all(descriptors.direct_fd, aligned[:half] if half else aligned, offset)
                 written_direct = True
@@ -288,235 +286,75 @@ def _write_job(
         descriptors.release()
 
 
-#: Groups one writer call writes at most (one ``pwritev`` and one sync for all of them).
-_RUN_JOBS_MAX = 64
-#: Bumped in a forked child: the parent's writer threads do not exist there.
-_FORK_GENERATION = [0]
+class _SyncThreads:
+    """The threads of ``append_and_sync_then``: a job is a plain callable on a ``SimpleQueue``.
+    ``ThreadPoolExecutor.submit`` made a Future, a work item, an idle-semaphore round and
+    Condition notifications per job: at 2,000 unbatched messages/s (one journal group each) that
+    was ~20 us of GIL-held work and several futex calls per group (docs/performance.md, session 7
+    of issue 22). A thread is started when a job finds no idle one, up to ``count_max``."""
 
-
-def _bump_fork_generation() -> None:
-    _FORK_GENERATION[0] += 1
-
-
-os.register_at_fork(after_in_child=_bump_fork_generation)
-
-
-class _GroupJob:
-    """One ``append_and_sync_then`` call: made on the loop, written (and its result set) by the
-    disk's writer thread, answered on the loop by ``_answer_jobs``."""
-
-    __slots__ = ("aligned", "buffer", "descriptors", "done", "error", "file", "loop", "offset", "parts",
-                 "torn_point", "total", "unsynced_point", "written_direct")
-
-    def __init__(self, file: LocalFile, parts: Sequence[Bytes], offset: int, total: int, buffer: mmap.mmap | None,
-                 aligned: memoryview | None, done: Callable[[BaseException | None], None], torn_point: str,
-                 unsynced_point: str, loop: asyncio.AbstractEventLoop) -> None:
-        self.file = file
-        self.descriptors = file._descriptors
-        self.parts = parts
-        self.offset = offset
-        self.total = total
-        self.buffer = buffer
-        self.aligned = aligned
-        self.done = done
-        self.torn_point = torn_point
-        self.unsynced_point = unsynced_point
-        self.loop = loop
-        self.error: BaseException | None = None
-        self.written_direct = False
-
-    def points_armed(self) -> bool:
-        """Whether a fault point inside this write is armed (it is then written on its own)."""
-        return bool((self.torn_point and faults.tears(self.torn_point))
-                    or (self.unsynced_point and faults.tears(self.unsynced_point)))
-
-
-def _answer_jobs(jobs: list[_GroupJob]) -> None:
-    """On the loop: answer a batch of written groups, in submission order."""
-    for job in jobs:
-        job.file._aligned_done(job.buffer, job.aligned, None if job.error is not None else job.written_direct)
-        try:
-            job.done(job.error)
-        except Exception:  # one caller's failure must not leave the later groups unanswered
-            log.exception("a disk write's completion callback failed")
-
-
-def _run_end(batch: list[_GroupJob], start: int) -> int:
-    """The end of the run of groups from ``start`` that one write can take: the same file, each
-    one right after the previous, all through the same descriptor, no fault point armed inside."""
-    first = batch[start]
-    if first.points_armed():
-        return start + 1
-    end = start + 1
-    direct = first.aligned is not None
-    while end < len(batch) and end - start < _RUN_JOBS_MAX:
-        job, previous = batch[end], batch[end - 1]
-        if (job.descriptors is not first.descriptors or job.offset != previous.offset + previous.total
-                or (job.aligned is not None) != direct or job.points_armed()):
-            break
-        end += 1
-    return end
-
-
-def _write_run(run: list[_GroupJob]) -> None:
-    """Write and sync a run of adjacent groups with one write (``RWF_DSYNC`` on the direct path)
-    and at most one ``fdatasync``; each job gets the run's outcome."""
-    first = run[0]
-    descriptors = first.descriptors
-    error: BaseException | None = None
-    written_direct = False
-    try:
-        synced = False
-        if first.aligned is not None:
-            views = [job.aligned for job in run if job.aligned is not None]
-            try:
-                if _RWF_DSYNC_WORKS[0]:
-                    synced = _pwrite_all_dsync(descriptors.direct_fd, views, first.offset)
-                else:
-                    pwritev_all(descriptors.direct_fd, views, first.offset)
-                written_direct = True
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-        if not written_direct:
-            pwritev_all(descriptors.fd, [part for job in run for part in job.parts], first.offset)
-        if not synced:
-            os.fdatasync(descriptors.fd)
-    except BaseException as exc:  # handed to every group of the run on the loop
-        error = exc
-    for job in run:
-        job.error, job.written_direct = error, written_direct
-        job.descriptors.release()
-
-
-def _write_batch(batch: list[_GroupJob]) -> None:
-    """Write every group of ``batch`` (runs of adjacent ones together), then answer them with one
-    ``call_soon_threadsafe`` per event loop."""
-    start = 0
-    while start < len(batch):
-        end = _run_end(batch, start)
-        if end - start > 1:
-            _write_run(batch[start:end])
-        else:
-            job = batch[start]
-            try:
-                job.written_direct = _write_job(job.descriptors, job.parts, job.offset, True, job.aligned,
-                                                job.torn_point, job.unsynced_point)
-            except BaseException as exc:  # handed to ``done`` on the loop
-                job.error = exc
-        start = end
-    loop = batch[0].loop
-    if all(job.loop is loop for job in batch):
-        _answer_soon(loop, batch)
-        return
-    by_loop: dict[asyncio.AbstractEventLoop, list[_GroupJob]] = {}
-    for job in batch:
-        by_loop.setdefault(job.loop, []).append(job)
-    for loop, jobs in by_loop.items():
-        _answer_soon(loop, jobs)
-
-
-def _answer_soon(loop: asyncio.AbstractEventLoop, jobs: list[_GroupJob]) -> None:
-    try:
-        loop.call_soon_threadsafe(_answer_jobs, jobs)
-    except RuntimeError:
-        pass  # the loop is closed: nobody waits for the answer any more
-
-
-class _WriterThreads:
-    """The threads of a ``_GroupWriter`` and the queue they share (one set per process: a forked
-    child makes its own). Each thread takes every queued group in one wake-up."""
-
-    __slots__ = ("count", "count_max", "generation", "idle", "jobs", "name", "stopped")
-
-    def __init__(self, name: str, count_max: int) -> None:
-        self.jobs: collections.deque[_GroupJob] = collections.deque()
-        # Sleeping threads, each with its wake-up queue: a thread puts itself here before its
-        # last look at ``jobs``; ``submit`` takes one out and wakes it (every step holds the GIL).
-        self.idle: collections.deque[queue.SimpleQueue[None]] = collections.deque()
-        self.name = name
-        self.count = 0
-        self.count_max = count_max
-        self.stopped = False
-        self.generation = _FORK_GENERATION[0]
-
-    def start_one(self) -> None:
-        self.count += 1
-        try:
-            threading.Thread(target=self._run, name=f"{self.name}-{self.count}", daemon=True).start()
-        except BaseException:
-            self.count -= 1
-            raise
-
-    def stop(self) -> None:
-        """Let every thread exit once the queue is empty (its writer was collected)."""
-        self.stopped = True
-        while self.idle:
-            self.idle.popleft().put(None)
-
-    def _run(self) -> None:
-        jobs, idle = self.jobs, self.idle
-        wake: queue.SimpleQueue[None] = queue.SimpleQueue()
-        while True:
-            if not jobs:
-                if self.stopped:
-                    return
-                idle.append(wake)
-                if jobs or self.stopped:
-                    try:
-                        idle.remove(wake)  # still listed: nobody will wake this thread
-                    except ValueError:
-                        wake.get()  # a submit took it out: its wake-up is (about to be) queued
-                    continue
-                wake.get()
-                continue
-            batch: list[_GroupJob] = []
-            while jobs:
-                batch.append(jobs.popleft())
-            try:
-                _write_batch(batch)
-            except BaseException:  # last resort: each job hands its own error to its loop
-                log.exception("disk group writer failed")
-            del batch
-
-
-class _GroupWriter:
-    """The journal's writer: long-lived threads per ``LocalDisk`` (the first started on first
-    use, a second only when a group finds none asleep, up to ``DISK_SYNC_THREADS_COUNT_MAX``;
-    again in a forked child) that write and sync ``append_and_sync_then`` groups. The loop hands
-    a group over with a ``deque.append`` and, only when a thread sleeps, one ``SimpleQueue.put``
-    to wake it; the thread takes every queued group in that wake-up, writes adjacent ones with
-    one write and one sync, and answers the whole batch with one ``call_soon_threadsafe``. A
-    second thread lets the next group's write overlap the previous one's sync (the journal keeps
-    two groups in flight): on a busy disk one thread alone raised the add latency by a quarter.
-    (Session 9 used a pool shared by every file: a lock round, an idle count and a wake-up per
-    group, and one ``call_soon_threadsafe`` per group back.)"""
-
-    __slots__ = ("__weakref__", "_name", "_threads")
-
-    def __init__(self, name: str) -> None:
+    def __init__(self, count_max: int, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._count_max = count_max
         self._name = name
-        self._threads: _WriterThreads | None = None
+        self._threads = 0
+        self._idle = 0
+        self._unclaimed = 0  # submitted jobs no thread took yet
 
-    def submit(self, job: _GroupJob) -> None:
-        threads = self._threads
-        if threads is None or threads.generation != _FORK_GENERATION[0]:
-            threads = _WriterThreads(self._name, DISK_SYNC_THREADS_COUNT_MAX)
-            threads.start_one()
-            self._threads = threads
-            weakref.finalize(self, threads.stop)  # the threads exit when their writer is collected
-        threads.jobs.append(job)
-        if threads.idle:
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            self._unclaimed += 1
+            start = self._unclaimed > self._idle and self._threads < self._count_max
+            if start:
+                self._threads += 1
+        if start:
             try:
-                wake = threads.idle.popleft()
-            except IndexError:  # the last sleeper looked again and took itself out
-                return
-            wake.put(None)
-        elif threads.count < threads.count_max:
+                threading.Thread(target=self._work, name=f"{self._name}-{self._threads}", daemon=True).start()
+            except BaseException:
+                with self._lock:
+                    self._threads -= 1
+                    self._unclaimed -= 1
+                raise
+        self._jobs.put(job)
+
+    def _work(self) -> None:
+        jobs, lock = self._jobs, self._lock
+        while True:
+            with lock:
+                self._idle += 1
+            job = jobs.get()
+            with lock:
+                self._idle -= 1
+                self._unclaimed -= 1
             try:
-                threads.start_one()
-            except Exception:  # the running thread takes the group when it is done
-                log.warning("no second disk writer thread", exc_info=True)
+                job()  # jobs hand their own errors to the loop; this is a last resort
+            except BaseException:
+                log.exception("disk sync job failed")
+            del job
+
+
+_workers: _SyncThreads | None = None
+_workers_lock = threading.Lock()
+
+
+def _sync_workers() -> _SyncThreads:
+    """The threads of ``append_and_sync_then`` (made on first use, shared by every file)."""
+    global _workers
+    with _workers_lock:
+        if _workers is None:
+            _workers = _SyncThreads(DISK_SYNC_THREADS_COUNT_MAX, "magnetar-disk-sync")
+        return _workers
+
+
+def _forget_workers_in_child() -> None:
+    # A forked child has none of the parent's threads: an inherited pool would queue work forever.
+    global _workers, _workers_lock
+    _workers = None
+    _workers_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers_in_child)
 
 
 def _sync_job(descriptors: _Descriptors) -> None:
@@ -574,10 +412,9 @@ class LocalFile:
     # The aligned copy is made on the event loop, so the worker call only runs pwrite and
     # fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and the
     # worker, which on a busy machine cost more than the copy itself.
-    __slots__ = ("_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size", "_writer")
+    __slots__ = ("_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size")
 
-    def __init__(self, path: str, fd: int, direct_fd: int = -1, buffers: _AlignedBuffers | None = None,
-                 writer: _GroupWriter | None = None) -> None:
+    def __init__(self, path: str, fd: int, direct_fd: int = -1, buffers: _AlignedBuffers | None = None) -> None:
         self._path = path
         self._descriptors = _Descriptors(fd, direct_fd)
         self._size = os.fstat(fd).st_size
@@ -586,8 +423,6 @@ class LocalFile:
         # Aligned buffers not in use; a write takes one and gives it back when it returns (a
         # write whose caller was cancelled keeps its own). Several writes may be in flight.
         self._buffers = buffers if buffers is not None else _AlignedBuffers()
-        # The thread that writes ``append_and_sync_then`` groups: the disk's (one per disk).
-        self._writer = writer if writer is not None else _GroupWriter("magnetar-disk-writer")
 
     @property
     def _fd(self) -> int:
@@ -648,22 +483,37 @@ class LocalFile:
 
     def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None], *,
                              torn_point: str = "", unsynced_point: str = "") -> int:
-        # The disk's writer thread writes and syncs the group and answers it (with the other
-        # groups of its batch) with one ``call_soon_threadsafe``: ``run_in_executor`` + an
-        # awaiting task took four more loop passes (future chaining, the task's step, its done
-        # callbacks), each behind whatever else the loop runs.
+        # The worker thread hands its result to the loop with one ``call_soon_threadsafe``:
+        # ``run_in_executor`` + an awaiting task took four more loop passes (future chaining,
+        # the task's step, its done callbacks), each behind whatever else the loop runs.
         offset = self._size
         total = 0
         for part in parts:
             total += len(part)
         buffer, aligned = self._aligned_copy(parts, offset, total)
-        job = _GroupJob(self, parts, offset, total, buffer, aligned, done, torn_point, unsynced_point,
-                        asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
         descriptors = self._descriptors
         descriptors.acquire()
         self._size += total
+
+        def finished(error: BaseException | None, written_direct: bool) -> None:  # on the loop
+            self._aligned_done(buffer, aligned, None if error is not None else written_direct)
+            done(error)
+
+        def job() -> None:  # on a worker thread
+            error: BaseException | None = None
+            written_direct = False
+            try:
+                written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point)
+            except BaseException as exc:  # handed to ``done`` on the loop
+                error = exc
+            try:
+                loop.call_soon_threadsafe(finished, error, written_direct)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits for the answer any more
+
         try:
-            self._writer.submit(job)
+            _sync_workers().submit(job)
         except BaseException:
             descriptors.release()
             raise
@@ -722,7 +572,6 @@ class LocalDisk:
         os.makedirs(self.root, exist_ok=True)
         self._trash = os.path.join(self.root, TRASH_DIR)
         self._buffers = _AlignedBuffers()
-        self._writer = _GroupWriter("magnetar-journal-writer")
         for name in self._trash_leftovers():
             TRASH.put(os.path.join(self._trash, name))
 
@@ -751,7 +600,7 @@ class LocalDisk:
                 direct_fd = os.open(full, os.O_WRONLY | os.O_DIRECT)
             except OSError:
                 direct_fd = -1  # no O_DIRECT here (tmpfs): buffered writes only
-        return LocalFile(path, fd, direct_fd, self._buffers if direct_fd >= 0 else None, self._writer)
+        return LocalFile(path, fd, direct_fd, self._buffers if direct_fd >= 0 else None)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(self._abs(path))
