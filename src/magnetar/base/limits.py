@@ -187,6 +187,10 @@ BROKER_SEEK_SCAN_ENTRIES_COUNT_MAX = 10_000_000
 BROKER_CONNECTIONS_COUNT_MAX = 10_000
 #: Producers plus consumers one connection may open.
 BROKER_HANDLES_PER_CONNECTION_COUNT_MAX = 10_000
+#: Requests of one connection answered concurrently (creations, lookups: broker/requests.py); at
+#: the bound the connection stops reading until one is answered. The Java client's
+#: ``concurrentLookupRequest`` default is 5,000.
+BROKER_REQUESTS_IN_FLIGHT_PER_CONNECTION_COUNT_MAX = 5_000
 #: Topics one broker keeps loaded.
 BROKER_TOPICS_LOADED_COUNT_MAX = 100_000
 #: Producer names whose highest persisted sequence id one topic remembers (oldest forgotten beyond it).

@@ -77,7 +77,7 @@ class BrokerService:
         #: ``config.authentication_enabled``. None: every session and request has role None.
         self.authenticator: Authenticator | None = None
         self._checker: asyncio.Task[None] | None = None
-        self._loading: dict[str, asyncio.Future[Topic]] = {}
+        self._loading: dict[str, asyncio.Task[Topic]] = {}
         self._closing: set[asyncio.Task[None]] = set()  # topics unloaded because their log was fenced
         self._producer_counter = 0
         self._listeners: Listeners | None = None
@@ -105,13 +105,18 @@ class BrokerService:
         if topic is not None:
             return topic
         pending = self._loading.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        if len(self.topics) >= BROKER_TOPICS_LOADED_COUNT_MAX:
-            raise to_broker_error(LimitExceededError("BROKER_TOPICS_LOADED_COUNT_MAX", len(self.topics) + 1,
-                                                BROKER_TOPICS_LOADED_COUNT_MAX))
-        future: asyncio.Future[Topic] = asyncio.get_running_loop().create_future()
-        self._loading[key] = future
+        if pending is None:
+            if len(self.topics) >= BROKER_TOPICS_LOADED_COUNT_MAX:
+                raise to_broker_error(LimitExceededError("BROKER_TOPICS_LOADED_COUNT_MAX", len(self.topics) + 1,
+                                                    BROKER_TOPICS_LOADED_COUNT_MAX))
+            # Its own task: a caller that stops waiting (its request abandoned, its connection
+            # closed) must not interrupt a load other callers wait for, half done.
+            pending = asyncio.get_running_loop().create_task(self._load(name, key, create=create, admin=admin))
+            self._loading[key] = pending
+            pending.add_done_callback(_retrieved)
+        return await asyncio.shield(pending)
+
+    async def _load(self, name: TopicName, key: str, *, create: bool, admin: bool) -> Topic:
         try:
             await self.check_namespace(name)
             effective = await self.policies.load(name)
@@ -124,18 +129,12 @@ class BrokerService:
                 await hook(topic)
             self.topics[key] = topic
             self._start_checker()
-            future.set_result(topic)
             return topic
         except NotFoundError as error:
-            broker_error = BrokerError(pb.TopicNotFound, str(error))
-            future.set_exception(broker_error)
-            raise broker_error from error
+            raise BrokerError(pb.TopicNotFound, str(error)) from error
         except BaseException as error:
-            future.set_exception(to_broker_error(error))
             raise to_broker_error(error) from error
         finally:
-            if future.done() and not future.cancelled():
-                future.exception()  # mark retrieved: waiters got it, nobody else will
             del self._loading[key]
 
     def listener_urls(self, name: str, answer: LookupAnswer) -> tuple[str, str | None]:
@@ -307,3 +306,9 @@ class BrokerService:
             await topic.close()
         if self._closing:
             await asyncio.gather(*list(self._closing), return_exceptions=True)
+
+
+def _retrieved(task: asyncio.Task[Topic]) -> None:
+    """A failed load's error reached its waiters (or nobody waits any more): not logged as lost."""
+    if not task.cancelled():
+        task.exception()
