@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 class InFlightRequests:
     """The concurrent requests of one connection and the handle ids they are creating."""
 
-    __slots__ = ("_tasks", "_room", "producers", "consumers")
+    __slots__ = ("_room", "_tasks", "consumers", "producers")
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[None]] = set()

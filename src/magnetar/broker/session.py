@@ -51,13 +51,13 @@ from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.ids import before, is_earliest, is_latest, position_of, to_position
 from magnetar.broker.producer import AccessMode, Producer, SendItem
-from magnetar.broker.requests import InFlightRequests
 from magnetar.broker.replicated import (
     adopt_replicated_partitions,
     is_replicator_producer,
     mark_replicated_subscription,
     replicated_source,
 )
+from magnetar.broker.requests import InFlightRequests
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
 from magnetar.catalog.lookup import LookupKind
