@@ -95,6 +95,8 @@ SIM_LISTENERS_PER_NODE_MAX = 1_000
 # --- ledger client -----------------------------------------------------------------------------
 #: Attempts to CAS the ledger-id counter before giving up (contention between creators).
 LEDGER_ID_ALLOC_RETRY_COUNT_MAX = 100
+#: Ledger ids one CAS on the id counter reserves for the callers waiting at once (ledger/metadata_ops.py).
+LEDGER_ID_ALLOC_BATCH_COUNT_MAX = 10_000
 #: Ledger ids one listing returns.
 LEDGER_LIST_COUNT_MAX = 10_000_000
 #: Attempts at one metadata compare-and-set loop (ensemble change, close, recovery state).
