@@ -78,6 +78,7 @@ from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import Terminable, TopicLog
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
+from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.replicated import replicated_source
 from magnetar.broker.subscription import Subscription
@@ -524,16 +525,28 @@ class Topic:
         raise BrokerError(pb.ProducerBlockedQuotaExceededException,
                           f"Cannot create producer on topic with backlog quota exceeded ({exceeded.limit})")
 
-    async def check_policies(self, now_ms: int) -> None:
-        """One policy pass: TTL expiry, backlog quotas, retention. Called periodically and by tests."""
+    async def check_policies(self, now_ms: int, due: DueChecks = ALL_CHECKS) -> None:
+        """One policy pass: the checks ``due`` of TTL expiry, backlog quotas, retention. Called
+        periodically (each check on its own period) and by tests (all at once). A check that
+        cannot act on this topic costs nothing: TTL without subscriptions, quotas without one
+        set, retention with no closed ledger (the managed ledger's trim returns at once)."""
         if self._state is not TopicState.ACTIVE:
             return
         policies = self.policies()
-        if policies.message_ttl_s > 0:
+        if due.expiry and policies.message_ttl_s > 0:
             for subscription in list(self.subscriptions.values()):
                 await subscription.expire_older_than(now_ms - policies.message_ttl_s * 1000)
-        await self._check_backlog_quota(policies, now_ms)
-        await self.log.apply_retention(policies.retention_time_s, policies.retention_size_bytes)
+        if due.backlog_quota:
+            await self._check_backlog_quota(policies, now_ms)
+        if due.retention:
+            await self.log.apply_retention(policies.retention_time_s, policies.retention_size_bytes)
+
+    def sample_rates(self, now_ns: int) -> None:
+        """Sample the publish, dispatch and expiry rates (the broker does, every rate period)."""
+        self.published.sample(now_ns)
+        for subscription in list(self.subscriptions.values()):
+            subscription.dispatched.sample(now_ns)
+            subscription.expired.sample(now_ns)
 
     async def trim(self) -> list[int]:
         """Pulsar's trim: delete now the ledgers the retention policy no longer keeps (what the
@@ -545,6 +558,14 @@ class Topic:
     async def _check_backlog_quota(self, policies: EffectivePolicies, now_ms: int) -> None:
         exceeded: QuotaLimit | None = None
         size = policies.backlog_size
+        if size is None and policies.backlog_time is None:
+            self.quota_exceeded = None
+            return
+        # Subscriptions read-only brokers serve count: their positions, read now (not only by the
+        # last trim, which skips a topic without a closed ledger).
+        refresh = getattr(self.log, "refresh_read_only_holds", None)  # logs on managed ledgers have them
+        if refresh is not None:
+            await refresh()
         if size is not None and self.backlog_bytes() > size.limit:
             if size.action is RetentionAction.CONSUMER_BACKLOG_EVICTION:
                 for subscription in self._durable_subscriptions():
