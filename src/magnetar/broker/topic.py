@@ -153,9 +153,7 @@ class Topic:
         defaults = resolve(config, None, None)
         self.policies: Callable[[], EffectivePolicies] = policies or (lambda: defaults)
         self.dedup = MessageDeduplication(topic_log, config, enabled=lambda: self.policies().deduplication)
-        self.repl_dedup = MessageDeduplication(topic_log, config, enabled=lambda: True,
-                                               cursor_name=REPL_DEDUP_CURSOR_NAME, replay_key=replicated_source,
-                                               negative_control=breaks.Break.NO_REPL_DEDUP)
+        self._repl_dedup: MessageDeduplication | None = None  # made for the first replicator (repl_dedup)
         self.entry_listeners: list[Callable[[], None]] = []
         self.close_hooks: list[Callable[[], Awaitable[None]]] = []
         self.replicators: dict[str, ReplicatorView] = {}
@@ -182,6 +180,16 @@ class Topic:
         follow = getattr(topic_log, "on_entries_added", None)
         if follow is not None:  # a read-only log learns of entries its owner appended (broker/read_only.py)
             follow(self._entries_added)
+
+    @property
+    def repl_dedup(self) -> MessageDeduplication:
+        """Source positions of replicated messages (broker/replicated.py); made on first use: most
+        topics never see a replicator, and an idle topic should not hold its state (issue 22)."""
+        if self._repl_dedup is None:
+            self._repl_dedup = MessageDeduplication(self.log, self.config, enabled=lambda: True,
+                                                    cursor_name=REPL_DEDUP_CURSOR_NAME, replay_key=replicated_source,
+                                                    negative_control=breaks.Break.NO_REPL_DEDUP)
+        return self._repl_dedup
 
     def _entries_added(self) -> None:
         for subscription in self.subscriptions.values():
@@ -230,12 +238,13 @@ class Topic:
                 return
             try:
                 await self.dedup.wait_appends_finished()
-                await self.repl_dedup.wait_appends_finished()
+                if self._repl_dedup is not None:
+                    await self._repl_dedup.wait_appends_finished()
                 if isinstance(self.log, SettlesFailedWrites):
                     await self.log.settle_failed_writes()
                 await self.dedup.rebuild()
-                if self.repl_dedup.state is not DedupState.NEW:  # recovered once: rebuild it the same way
-                    await self.repl_dedup.rebuild()
+                if self._repl_dedup is not None and self._repl_dedup.state is not DedupState.NEW:
+                    await self._repl_dedup.rebuild()  # recovered once: rebuild it the same way
             except Exception as error:  # bookies or metadata still down: try again later
                 log.warning("topic %s stays blocked (attempt %d): %s", self.name, attempt + 1, error)
                 if self.clock is None:
@@ -658,7 +667,8 @@ class Topic:
         subscriptions = list(self.subscriptions.values())
         await asyncio.gather(
             *(subscription.close(delete=not subscription.durable) for subscription in subscriptions),
-            self.compaction.close(), self.dedup.close(), self.repl_dedup.close(),
+            self.compaction.close(), self.dedup.close(),
+            *((self._repl_dedup.close(),) if self._repl_dedup is not None else ()),
         )
 
 
