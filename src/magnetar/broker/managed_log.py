@@ -106,6 +106,10 @@ class ManagedTopicLog:
         """Mark-delete positions of the subscriptions read-only brokers serve (last trim's view)."""
         return list(getattr(self._ml, "read_only_holds", ()))
 
+    async def refresh_read_only_holds(self) -> None:
+        """Read the read-only brokers' subscription positions now (backlog quotas count them)."""
+        await self._ml.refresh_read_only_holds()
+
     def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
         """The managed ledger's one append, the run and its callbacks as they are (a terminated
         topic refuses at once, since termination waits for the appends in flight)."""

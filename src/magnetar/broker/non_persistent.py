@@ -40,6 +40,7 @@ from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.log import AppendCallback, StorageStats
 from magnetar.broker.metrics import RateMeter
+from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic import PublishCallback, Topic, TopicState
 from magnetar.catalog.policies import EffectivePolicies
@@ -255,11 +256,14 @@ class NonPersistentTopic(Topic):
 
     # --- stats ----------------------------------------------------------------------------------
 
-    async def check_policies(self, now_ms: int) -> None:
-        """No TTL, quota or retention to apply; the drop rates are sampled with the broker's pass."""
-        if self.clock is None or self.state is not TopicState.ACTIVE:
+    async def check_policies(self, now_ms: int, due: DueChecks = ALL_CHECKS) -> None:
+        """No TTL, quota or retention to apply."""
+
+    def sample_rates(self, now_ns: int) -> None:
+        """The drop rates too, sampled with the broker's rate samples."""
+        super().sample_rates(now_ns)
+        if self.state is not TopicState.ACTIVE:
             return
-        now_ns = self.clock.monotonic_ns()
         for subscription in self.subscriptions.values():
             if isinstance(subscription, NonPersistentSubscription):
                 subscription.dropped.sample(now_ns)

@@ -40,6 +40,7 @@ from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.errors import BadVersionError, ClosedError, FencedError, LimitExceededError, MagnetarError
 from magnetar.base.invariant import invariant
+from magnetar.base.lazy_event import LazyEvent
 from magnetar.base.limits import (
     LEDGER_ADD_TIMEOUT_CONFIRM_MS,
     LEDGER_ENSEMBLE_CHANGES_COUNT_MAX,
@@ -130,8 +131,7 @@ class LedgerHandle:
         self._ensemble_change: asyncio.Task[None] | None = None
         self._ensemble_changes_count = 0
         self._batch: list[PendingAdd] | None = None  # while ``append_run`` gathers its sends
-        self._drained = asyncio.Event()
-        self._drained.set()
+        self._drained = LazyEvent(is_set=True)  # no deque per idle ledger (base/lazy_event.py)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timeouts: asyncio.Task[None] | None = None
         self._lac_flusher: asyncio.Task[None] | None = None

@@ -49,6 +49,7 @@ from typing import Any, Protocol
 from magnetar.base.clock import Clock
 from magnetar.base.errors import FencedError, LimitExceededError, MagnetarError
 from magnetar.base.invariant import invariant
+from magnetar.base.lazy_event import LazyEvent
 from magnetar.base.limits import MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX
 from magnetar.base.types import Position
 from magnetar.ledger.handle import LedgerHandle, settle
@@ -139,8 +140,7 @@ class AppendPipeline:
         #: until ``settle_failed_writes`` (their order behind the failed ones could not be kept).
         self.write_failure: MagnetarError | None = None
         self.rollover_requested = False
-        self._drained = asyncio.Event()
-        self._drained.set()
+        self._drained = LazyEvent(is_set=True)  # no deque per idle topic (base/lazy_event.py)
         self._kicking = False  # ``kick`` is starting adds (an append from a callback joins it)
         self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
 
