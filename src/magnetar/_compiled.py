@@ -64,6 +64,21 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.broker.session",
     "magnetar.broker.dedup",
     "magnetar.node.broker",
+    # Session 10: every path passes fault points; the consume path (dispatch, acks, the cursor).
+    "magnetar.faults.points",
+    "magnetar.faults.breaks",
+    "magnetar.faults.registry",
+    "magnetar.broker.consumer",
+    "magnetar.broker.dispatcher",
+    "magnetar.broker.dispatcher_single",
+    "magnetar.broker.dispatcher_shared",
+    "magnetar.broker.dispatcher_key_shared",
+    "magnetar.broker.subscription",
+    "magnetar.broker.entry",
+    "magnetar.broker.delayed",
+    "magnetar.broker.metrics",
+    "magnetar.managed_ledger.ranges",
+    "magnetar.managed_ledger.ledger_list",
 )
 
 
