@@ -3,8 +3,9 @@
 Runs each operation below in a child interpreter per mode, the modes alternating, ``--repeats``
 times: ``pure`` (``MAGNETAR_PURE_PYTHON=1``) and ``compiled`` (the build ``make compile`` makes;
 the child refuses to run if it is not active). Printed: microseconds per operation, best of
-``--repeats``, and compiled/pure. These do not move with the machine's load as much as the
-standalone's CPU does (a best-of time of a loop on one core).
+``--repeats``, and compiled/pure. The time is the child's CPU time (``time.process_time``), not
+the wall clock: time spent waiting for a core on a busy machine is left out (a shared machine at
+load 12 moved wall-clock best-ofs by 2-10x between runs).
 
 * ``bookie_add_roundtrip``: encode a 1 KiB bookie ADD request (``EncodedEntry.build``, CRC32C
   digest) and decode it from the wire (``protocol/bookie/codec.py``);
@@ -26,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import timeit
 from collections.abc import Callable
 from pathlib import Path
@@ -68,7 +70,7 @@ def _child(mode: str) -> dict[str, float]:
 
     dispatch_entry = _dispatch_op(payload)
     return {
-        name: min(timeit.repeat(fn, number=LOOPS, repeat=3)) / LOOPS * 1e6
+        name: min(timeit.repeat(fn, number=LOOPS, repeat=3, timer=time.process_time)) / LOOPS * 1e6
         for name, fn in (("bookie_add_roundtrip", bookie_add_roundtrip), ("position_ops", position_ops),
                          ("send_receipt", send_receipt), ("fault_points", fault_points),
                          ("dispatch_entry", dispatch_entry))
@@ -90,7 +92,7 @@ def _dispatch_op(payload: bytes) -> Callable[[], None]:
     assert faults.armed() == {}
     metadata = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1).SerializeToString()
     position = Position(1, 0)
-    entry = Entry(position, memoryview(struct.pack(">I", len(metadata)) + metadata + payload))
+    entry = Entry(position, struct.pack(">I", len(metadata)) + metadata + payload)
 
     class Stub:
         name = "s"
