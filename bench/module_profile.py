@@ -14,6 +14,12 @@ protobuf, builtins, and the loop's idle wait in ``epoll``) in one line.
 Run it pure (``MAGNETAR_PURE_PYTHON=1``): a compiled module's functions are native and the
 profiler does not see them (they drop out of the table; that is also a quick check of what a build
 compiled). ``PYTHONPATH=src MAGNETAR_PURE_PYTHON=1 .venv/bin/python bench/module_profile.py``.
+
+``--cpu``: no profiler; prints the loop thread's CPU time per message over the same workload
+(``CLOCK_THREAD_CPUTIME_ID`` read on the loop thread before and after: the broker, the bookie and
+the dispatch, not the client's threads in this process nor the journal's sync threads). CPU time,
+not wall time, so it moves little with other work on the machine; compare trees or modes by
+running it with each (``PYTHONPATH=<tree>/src``, ``MAGNETAR_PURE_PYTHON=1``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import cProfile
 import pstats
 import tempfile
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -49,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--no-consume", action="store_true", help="publish only (no consumer)")
+    parser.add_argument("--cpu", action="store_true", help="the loop thread's CPU us per message, no profiler")
     args = parser.parse_args()
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True, name="standalone-loop").start()
@@ -59,12 +67,17 @@ def main() -> None:
     import pulsar
 
     profile = cProfile.Profile()
+    thread_cpu: list[float] = []
 
     async def enable() -> None:
-        profile.enable()
+        thread_cpu.append(time.thread_time())
+        if not args.cpu:
+            profile.enable()
 
     async def disable() -> None:
-        profile.disable()
+        if not args.cpu:
+            profile.disable()
+        thread_cpu.append(time.thread_time())
 
     with tempfile.TemporaryDirectory(prefix="module-profile-") as data:
         running = call(start_standalone(StandaloneConfig(data_dir=data, broker_port=0, web_port=0, bookie_port=0)))
@@ -89,8 +102,15 @@ def main() -> None:
         finally:
             client.close()
             call(running.stop())
+    what = "publish only" if args.no_consume else "publish + consume + ack"
+    if args.cpu:
+        import magnetar._compiled as compiled
+
+        us = (thread_cpu[1] - thread_cpu[0]) * 1e6 / args.messages
+        print(f"{args.messages} messages, {what}, {compiled.MODE}: loop thread CPU {us:.1f} us/msg")
+        return
     table: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
-    print(f"{args.messages} messages, {'publish only' if args.no_consume else 'publish + consume + ack'}")
+    print(f"{args.messages} messages, {what}")
     print("own us/msg  calls/msg  module")
     for module, us, calls in by_module(table, args.messages):
         if us >= 0.05:

@@ -79,6 +79,9 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.broker.metrics",
     "magnetar.managed_ledger.ranges",
     "magnetar.managed_ledger.ledger_list",
+    "magnetar.broker.ids",
+    "magnetar.protocol.pulsar.commands",
+    "magnetar.protocol.pulsar.batch",
 )
 
 
