@@ -34,9 +34,10 @@ venv-run: $(RUN_STAMP)
 
 venv: $(TEST_STAMP)
 
-# The compiled hot path (docs/performance.md, "Session 9"): mypyc compiles the per-message modules
-# listed in src/magnetar/_compiled.py with the machine's C compiler into build/mypyc/ (about 2 CPU
-# minutes; redone only when one of those sources changed). It never fails: without mypyc (it ships
+# The compiled hot path (docs/performance.md, "Session 9" and "Session 10"): mypyc compiles the
+# per-message modules listed in src/magnetar/_compiled.py with the machine's C compiler into
+# build/mypyc/ (about 2 CPU minutes, one C file per module on every core; redone only when one of
+# those sources changed). It never fails: without mypyc (it ships
 # with mypy, installed here if missing), a C compiler or Python's headers, or when the build fails,
 # it prints one line and Magnetar runs pure Python. MAGNETAR_PURE_PYTHON=1 runs the .py modules
 # even when a build exists; MAGNETAR_COMPILE=0 skips the build.

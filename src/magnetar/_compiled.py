@@ -41,8 +41,9 @@ MANIFEST = "manifest.json"
 #: thin shims that import it).
 GROUP = "magnetar_hot"
 
-#: The modules compiled, chosen by measurement (docs/performance.md, "Session 9"): the modules
-#: that run per message on the unbatched publish path, from the frame codec to the journal.
+#: The modules compiled, chosen by measurement (docs/performance.md, "Session 9" and "Session 10 ...
+#: compiled hot path"): the modules that run per message on the unbatched publish path, from the
+#: frame codec to the journal, then the fault points and the consume path.
 COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.base.checksum",
     "magnetar.base.entry",
