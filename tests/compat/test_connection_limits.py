@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import pulsar
@@ -39,10 +40,10 @@ class _HeldLog:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
-        task = asyncio.ensure_future(self._append(data))
-        task.add_done_callback(lambda done: on_done(None, done.exception()) if done.exception() is not None
-                               else on_done(done.result(), None))
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+        for data, on_done in run:
+            task = asyncio.ensure_future(self._append(data))
+            task.add_done_callback(partial(_tell, on_done))
 
     async def _append(self, data: bytes) -> Position:
         await self.gate.wait()
@@ -108,3 +109,11 @@ def test_a_connection_stops_being_read_at_its_pending_bound(held: tuple[BrokerTh
         assert results.count(pulsar.Result.Ok) == PRODUCERS * PER_PRODUCER
     finally:
         client.close()
+
+
+def _tell(on_done: AppendCallback, done: asyncio.Task[Position]) -> None:
+    error = done.exception()
+    if error is not None:
+        on_done(None, error)
+    else:
+        on_done(done.result(), None)
