@@ -18,8 +18,9 @@ from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.service import BrokerService
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.node.broker import BrokerServer, _ConnectionLoop
-from magnetar.protocol.pulsar import FlowReceived, SendReceived
+from magnetar.protocol.pulsar import FlowReceived, SendReceived, pb
 from magnetar.protocol.pulsar.fast_decode import SendCommand
+from magnetar.protocol.pulsar.frames import MessagePayload
 from magnetar.sim import SimClock
 
 
@@ -57,8 +58,13 @@ class _Session:
             self._room.set()
 
 
+_BODY = memoryview(b"m")
+_PAYLOAD = MessagePayload(pb.MessageMetadata(producer_name="p", sequence_id=0, publish_time=0), _BODY, _BODY,
+                          None, None)
+
+
 def _send(sequence_id: int) -> SendReceived:
-    return SendReceived(SendCommand(producer_id=1, sequence_id=sequence_id), None)  # type: ignore[arg-type]
+    return SendReceived(SendCommand(producer_id=1, sequence_id=sequence_id), _PAYLOAD)
 
 
 def _flow() -> FlowReceived:
