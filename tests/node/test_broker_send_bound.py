@@ -14,21 +14,11 @@ import asyncio
 from collections.abc import Sequence
 
 from magnetar import sim
-from magnetar.broker import BrokerConfig, MemoryLogStore
-from magnetar.broker.service import BrokerService
-from magnetar.metadata import MemoryMetadataServer
-from magnetar.node.broker import BrokerServer, _ConnectionLoop
+from magnetar.node.broker import hand_over_within_bound
 from magnetar.protocol.pulsar import FlowReceived, SendReceived, pb
 from magnetar.protocol.pulsar.fast_decode import SendCommand
 from magnetar.protocol.pulsar.frames import MessagePayload
 from magnetar.sim import SimClock
-
-
-class _Conn:
-    peer = "127.0.0.1:9"
-
-    def close(self) -> None:
-        return None
 
 
 class _Session:
@@ -76,25 +66,20 @@ def _handled(bound: int, events: list[object]) -> tuple[list[list[object]], bool
 
     async def main() -> tuple[list[list[object]], bool, list[list[object]]]:
         clock = SimClock()
-        store = await MemoryMetadataServer(clock).connect()
-        service = BrokerService(BrokerConfig(pending_sends_per_connection_max=bound), MemoryLogStore(), store,
-                                clock=clock)
-        loop = _ConnectionLoop(BrokerServer(service, network=None, clock=clock),  # type: ignore[arg-type]
-                               _Conn())  # type: ignore[arg-type]
         session = _Session(bound)
-        loop.session = session  # type: ignore[assignment]
-        handling = asyncio.ensure_future(loop._handle_within_bound(events))  # type: ignore[arg-type]
+        held: list[bool] = []
+        handling = asyncio.ensure_future(hand_over_within_bound(
+            session, events, bound, lambda: held.append(True), lambda: True))  # type: ignore[arg-type]
         deadline = clock.monotonic_ns() + 1_000_000_000
-        while not handling.done() and not loop._reading_held and clock.monotonic_ns() < deadline:
+        while not handling.done() and not held and clock.monotonic_ns() < deadline:
             await clock.sleep(0.001)  # virtual time: steps the simulated loop until it holds or ends
         before = [list(batch) for batch in session.batches]
-        held = loop._reading_held
+        was_held = bool(held)
         while not handling.done() and clock.monotonic_ns() < deadline:
             session.answer(session.pending_sends)  # the journal group completes: all answered
             await clock.sleep(0.001)
         assert handling.done() and handling.result() is False
-        await service.close()
-        return before, held, session.batches
+        return before, was_held, session.batches
 
     return sim.run(main(), steps_max=1_000_000)
 

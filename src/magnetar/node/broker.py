@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from magnetar.base.clock import Clock
@@ -73,6 +73,48 @@ def conn_tls_peer_cn(conn: Connection) -> str | None:
     """The client certificate's CN on a TLS connection (None on plain TCP or without a certificate)."""
     peer_cn = getattr(conn, "tls_peer_cn", None)
     return peer_cn if isinstance(peer_cn, str) else None
+
+
+class SendRoom(Protocol):
+    """What ``hand_over_within_bound`` uses of a session (``broker.session.Session``)."""
+
+    @property
+    def pending_sends(self) -> int: ...
+
+    async def wait_send_room(self) -> None: ...
+
+    async def handle_all(self, events: Sequence[Event]) -> bool: ...
+
+
+async def hand_over_within_bound(session: SendRoom, events: list[Event], bound: int,
+                                 hold_reading: Callable[[], None], is_open: Callable[[], bool]) -> bool:
+    """Hand ``events`` to the session in order, never more SENDs than leave the connection
+    within ``bound`` (``pending_sends_per_connection_max``) unanswered ones: at the bound the rest
+    of this receive waits (``hold_reading`` first) until half of them were answered. The bound is
+    exact, not "checked before the next read": one 64 KiB read holds ~60 SENDs of 1 KiB, so a
+    connection with many partitions would otherwise put the bound plus a read's worth of adds in
+    one journal group beside everyone else's (issue 22, latency isolation). True once the
+    connection terminated."""
+    start, count = 0, len(events)
+    while start < count:
+        room = bound - session.pending_sends
+        if room <= 0:
+            hold_reading()
+            await session.wait_send_room()
+            if not is_open() or session.pending_sends >= bound:
+                return True  # closed meanwhile (the wait's other way out): the rest goes with it
+            continue
+        end = start
+        while end < count and room > 0:
+            if type(events[end]) in _SEND_EVENTS:
+                room -= 1
+            end += 1
+        while end < count and type(events[end]) not in _SEND_EVENTS:
+            end += 1  # the non-SEND events up to the next SEND need no room
+        if await session.handle_all(events if start == 0 and end == count else events[start:end]):
+            return True
+        start = end
+    return False
 
 
 class _ConnectionLoop:
@@ -206,36 +248,14 @@ class _ConnectionLoop:
             self._wake_writer()
 
     async def _handle_within_bound(self, events: list[Event]) -> bool:
-        """Hand ``events`` to the session in order, never more SENDs than leave the connection
-        within ``pending_sends_per_connection_max`` unanswered ones: at the bound the rest of this
-        receive waits (reading held) until half of them were answered. The bound is exact, not
-        "checked before the next read": one 64 KiB read holds ~60 SENDs of 1 KiB, so a connection
-        with many partitions would otherwise put the bound plus a read's worth of adds in one
-        journal group beside everyone else's (issue 22, latency isolation). True once the
-        connection terminated."""
-        session = self.session
-        bound = self.server.service.config.pending_sends_per_connection_max
-        start, count = 0, len(events)
-        while start < count:
-            room = bound - session.pending_sends
-            if room <= 0:
-                self._reading_held = True
-                self._wake_writer()  # what this receive answered so far goes out first
-                await session.wait_send_room()
-                if not self._open() or session.pending_sends >= bound:
-                    return True  # closed meanwhile (the wait's other way out): the rest goes with it
-                continue
-            end = start
-            while end < count and room > 0:
-                if type(events[end]) in _SEND_EVENTS:
-                    room -= 1
-                end += 1
-            while end < count and type(events[end]) not in _SEND_EVENTS:
-                end += 1  # the non-SEND events up to the next SEND need no room
-            if await session.handle_all(events if start == 0 and end == count else events[start:end]):
-                return True
-            start = end
-        return False
+        """``hand_over_within_bound`` for this connection: reading is held while it waits."""
+        return await hand_over_within_bound(self.session, events,
+                                            self.server.service.config.pending_sends_per_connection_max,
+                                            self._hold_reading, self._open)
+
+    def _hold_reading(self) -> None:
+        self._reading_held = True
+        self._wake_writer()  # what this receive answered so far goes out first
 
     async def _close_refused(self) -> None:
         """A refused connection that sends no request is closed after the linger bound."""
