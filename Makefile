@@ -34,9 +34,10 @@ venv-run: $(RUN_STAMP)
 
 venv: $(TEST_STAMP)
 
-# The compiled hot path (docs/performance.md, "Session 9"): mypyc compiles the per-message modules
-# listed in src/magnetar/_compiled.py with the machine's C compiler into build/mypyc/ (about 2 CPU
-# minutes; redone only when one of those sources changed). It never fails: without mypyc (it ships
+# The compiled hot path (docs/performance.md, "Session 9" and "Session 10"): mypyc compiles the
+# per-message modules listed in src/magnetar/_compiled.py with the machine's C compiler into
+# build/mypyc/ (about 2 CPU minutes, one C file per module on every core; redone only when one of
+# those sources changed). It never fails: without mypyc (it ships
 # with mypy, installed here if missing), a C compiler or Python's headers, or when the build fails,
 # it prints one line and Magnetar runs pure Python. MAGNETAR_PURE_PYTHON=1 runs the .py modules
 # even when a build exists; MAGNETAR_COMPILE=0 skips the build.
@@ -46,7 +47,7 @@ compile: venv-run
 
 # The pure-Python fallback runs these tests too (the unit tests of the layers that
 # are compiled), after the whole suite ran on the compiled modules.
-PURE_TESTS ?= tests/base tests/protocol tests/storage tests/ledger tests/managed_ledger tests/broker tests/node tests/tooling/test_compiled_mode.py
+PURE_TESTS ?= tests/base tests/faults tests/protocol tests/storage tests/ledger tests/managed_ledger tests/broker tests/node tests/tooling/test_compiled_mode.py
 
 system-deps:
 	@bash scripts/install-system-deps.sh
@@ -77,7 +78,9 @@ lint: venv
 	$(VENV)/bin/mypy src/magnetar
 	$(VENV)/bin/lint-imports
 
-bench: venv system-deps
+# The benchmarks; bench/peers/run.py runs Magnetar pure and compiled beside the peers (issue 22's
+# targets in one table), so the compiled build is made first.
+bench: venv system-deps compile
 	@bash bench/run_all.sh
 
 sim: venv-run

@@ -9,7 +9,11 @@ The journal's sync threads are not counted. Compare two trees by running it with
 ``src`` first on ``PYTHONPATH``.
 
 Run: ``PYTHONPATH=src .venv/bin/python bench/calls_per_message.py --messages 2000 --top 30``
-(``--callers NAME`` also prints who calls the functions matching NAME).
+(``--callers NAME`` also prints who calls the functions matching NAME; ``--bookies 3``: three
+bookies, quorum (3,3,2)). ``--in-flight N``: the
+messages go in rounds of N sent without waiting (``send_async``), each round awaited before the
+next, so a receive carries several SENDs (the pipelined case; how the client packs them into
+TCP segments depends on timing, so this figure moves a little from run to run).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--callers", default="")
+    parser.add_argument("--in-flight", type=int, default=1, help="messages per round sent without waiting")
+    parser.add_argument("--bookies", type=int, default=1, help="the standalone's bookies (3: quorum 3,3,2)")
     args = parser.parse_args()
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True, name="standalone-loop").start()
@@ -43,7 +49,8 @@ def main() -> None:
     import pulsar
 
     with tempfile.TemporaryDirectory(prefix="calls-") as data:
-        running = call(start_standalone(StandaloneConfig(data_dir=data, broker_port=0, web_port=0, bookie_port=0)))
+        running = call(start_standalone(StandaloneConfig(data_dir=data, broker_port=0, web_port=0, bookie_port=0,
+                                                    bookies_count=args.bookies)))
         assert running.broker is not None
         profile = cProfile.Profile()
 
@@ -59,8 +66,11 @@ def main() -> None:
             for _ in range(200):
                 producer.send(b"x" * 1024)
             call(enable())
-            for _ in range(args.messages):
-                producer.send(b"x" * 1024)
+            if args.in_flight <= 1:
+                for _ in range(args.messages):
+                    producer.send(b"x" * 1024)
+            else:
+                send_rounds(producer, args.messages, args.in_flight)
             call(disable())
         finally:
             client.close()
@@ -73,6 +83,32 @@ def main() -> None:
         print(f"{value[1] / args.messages:7.2f}  {name}  {path.rsplit('/', 1)[-1]}:{line}")
     if args.callers:
         stats.print_callers(args.callers)
+
+
+def send_rounds(producer: Any, messages: int, in_flight: int) -> None:
+    """``messages`` sends in rounds of ``in_flight`` ``send_async``s, each round awaited (bounded)."""
+    import pulsar
+
+    sent = 0
+    while sent < messages:
+        count = min(in_flight, messages - sent)
+        done = threading.Semaphore(0)
+        errors: list[object] = []
+
+        def receipt(result: object, _message_id: object, errors: list[object] = errors,
+                    done: threading.Semaphore = done) -> None:
+            if result != pulsar.Result.Ok:
+                errors.append(result)
+            done.release()
+
+        for _ in range(count):
+            producer.send_async(b"x" * 1024, receipt)
+        for _ in range(count):
+            if not done.acquire(timeout=60):
+                raise TimeoutError("a round of sends was not acknowledged within 60 s")
+        if errors:
+            raise RuntimeError(f"sends failed: {errors[:3]}")
+        sent += count
 
 
 if __name__ == "__main__":

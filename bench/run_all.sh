@@ -15,7 +15,9 @@ for script in bench/*.py; do
     status=1
   fi
 done
-# The side-by-side table (issue 10): installs the peers from Debian packages first.
+# The side-by-side table (issues 10 and 22: Magnetar pure and compiled beside the peers, the --blast
+# ingest against the disk's fsync'd bandwidth, issue 22's targets met/missed): installs the peers
+# (and perf, for instructions per message) from Debian packages first.
 echo "=== bench/peers/run.py"
 bash bench/peers/install.sh
 if ! "$PY" bench/peers/run.py 2>&1 | tee bench/results/peers.txt; then

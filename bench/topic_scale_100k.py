@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
 from magnetar.cli.blast import SendTemplate  # noqa: E402
-from magnetar.cli.blast_topics import TopicsBlaster  # noqa: E402
+from magnetar.cli.blast_topics import BLAST_PRODUCER_REQUESTS_WINDOW_COUNT, TopicsBlaster  # noqa: E402
 from magnetar.runtime.processes import StandaloneProcess  # noqa: E402
 
 _TICK_S = 1 / os.sysconf("SC_CLK_TCK")
@@ -106,7 +106,8 @@ class Run:
         self.args, self.pid = args, standalone.process.pid
         host, _, port = standalone.broker_url[len("pulsar://"):].rstrip("/").rpartition(":")
         self.blaster = TopicsBlaster(host, int(port), f"persistent://public/default/scale-{os.getpid()}",
-                                     connections=args.connections, producer_name=f"scale-{os.getpid()}")
+                                     connections=args.connections, producer_name=f"scale-{os.getpid()}",
+                                     requests_window=args.requests_window)
         payload = os.urandom(args.size)
         self.payload = payload
         self.templates: dict[str, list[SendTemplate]] = {}
@@ -251,6 +252,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--chunk", type=int, default=2500)
+    parser.add_argument("--requests-window", type=int, default=BLAST_PRODUCER_REQUESTS_WINDOW_COUNT,
+                        help="PRODUCER requests in flight per connection while topics are created")
     parser.add_argument("--create-seconds-max", type=float, default=3000.0)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--rss-max-mb", type=int, default=8000)

@@ -29,6 +29,7 @@ import time
 import traceback
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = "magnetar compile:"
@@ -102,9 +103,47 @@ def _imports_cleanly(compiled: ModuleType, staging: Path) -> str | None:
     return None
 
 
-def _build(compiled: ModuleType, jobs: int) -> None:
+def _compile_in_parallel(compiler: Any, jobs: int) -> None:
+    """Make ``compiler.compile`` run one C compiler per source file, ``jobs`` at a time.
+
+    setuptools compiles the sources of one extension one after the other (its ``-j`` spreads
+    whole extensions). In ``--multi-file`` mode mypyc writes one C file per module (and the
+    runtime's files) for the one shared library, so this is what lets both cores work; the
+    largest files start first. The steps are distutils' own ``compile`` (``_setup_compile``,
+    ``_get_cc_args``, ``_compile``), only spread over threads that each wait on a ``cc``.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def compile_all(sources: list[str], output_dir: str | None = None, macros: Any = None,
+                    include_dirs: Any = None, debug: bool = False, extra_preargs: Any = None,
+                    extra_postargs: Any = None, depends: Any = None) -> list[str]:
+        macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
+            output_dir, macros, include_dirs, sources, depends, extra_postargs)
+        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+        todo = sorted((obj for obj in objects if obj in build), key=lambda obj: -os.path.getsize(build[obj][0]))
+
+        def one(obj: str) -> None:
+            src, ext = build[obj]
+            compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
+
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            for _ in pool.map(one, todo):  # re-raises a CompileError
+                pass
+        return list(objects)
+
+    compiler.compile = compile_all
+
+
+def _build(compiled: ModuleType, jobs: int, multi_file: bool) -> None:
     from mypyc.build import mypycify
     from setuptools import setup
+    from setuptools.command.build_ext import build_ext
+
+    class BuildExt(build_ext):  # type: ignore[misc]
+        def build_extensions(self) -> None:
+            if multi_file:
+                _compile_in_parallel(self.compiler, jobs)
+            super().build_extensions()
 
     modules: tuple[str, ...] = compiled.COMPILED_MODULES
     manifest = compiled.manifest_for(modules)
@@ -114,10 +153,12 @@ def _build(compiled: ModuleType, jobs: int) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     os.chdir(REPO)  # mypy reads pyproject.toml's [tool.mypy] (strict) from here
     _register_builtin_types()
-    extensions = mypycify(paths, opt_level="3", target_dir=str(build / "mypyc-c"), group_name=compiled.GROUP)
+    extensions = mypycify(paths, opt_level="3", target_dir=str(build / "mypyc-c"), group_name=compiled.GROUP,
+                          multi_file=multi_file)
     setup(
         name="magnetar-compiled",
         ext_modules=extensions,
+        cmdclass={"build_ext": BuildExt},
         script_args=["-q", "build_ext", "--build-lib", str(staging), "--build-temp", str(build / "mypyc-tmp"), "-j", str(jobs)],
     )
     if compiled.manifest_for(modules) != manifest:
@@ -135,6 +176,8 @@ def main() -> int:
     parser.add_argument("--force", action="store_true", help="rebuild even if the build is current")
     parser.add_argument("--strict", action="store_true", help="exit 1 if the build cannot be made")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--one-file", action="store_true",
+                        help="one C file for all modules, compiled by one cc (no --jobs; slower to build)")
     args = parser.parse_args()
     failed = 1 if args.strict else 0
     compiled = _load_compiled_module()
@@ -155,7 +198,7 @@ def main() -> int:
     started = time.monotonic()
     print(f"{PREFIX} compiling {len(compiled.COMPILED_MODULES)} modules with mypyc (about a minute) ...", flush=True)
     try:
-        _build(compiled, args.jobs)
+        _build(compiled, args.jobs, multi_file=not args.one_file)
     except (Exception, SystemExit) as exc:  # a failed build must never fail the install
         traceback.print_exc()
         print(f"{PREFIX} build failed ({exc!r}); Magnetar runs pure Python")

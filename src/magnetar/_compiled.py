@@ -41,8 +41,9 @@ MANIFEST = "manifest.json"
 #: thin shims that import it).
 GROUP = "magnetar_hot"
 
-#: The modules compiled, chosen by measurement (docs/performance.md, "Session 9"): the modules
-#: that run per message on the unbatched publish path, from the frame codec to the journal.
+#: The modules compiled, chosen by measurement (docs/performance.md, "Session 9" and "Session 10 ...
+#: compiled hot path"): the modules that run per message on the unbatched publish path, from the
+#: frame codec to the journal, then the fault points and the consume path.
 COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.base.checksum",
     "magnetar.base.entry",
@@ -64,6 +65,24 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.broker.session",
     "magnetar.broker.dedup",
     "magnetar.node.broker",
+    # Session 10: every path passes fault points; the consume path (dispatch, acks, the cursor).
+    "magnetar.faults.points",
+    "magnetar.faults.breaks",
+    "magnetar.faults.registry",
+    "magnetar.broker.consumer",
+    "magnetar.broker.dispatcher",
+    "magnetar.broker.dispatcher_single",
+    "magnetar.broker.dispatcher_shared",
+    "magnetar.broker.dispatcher_key_shared",
+    "magnetar.broker.subscription",
+    "magnetar.broker.entry",
+    "magnetar.broker.delayed",
+    "magnetar.broker.metrics",
+    "magnetar.managed_ledger.ranges",
+    "magnetar.managed_ledger.ledger_list",
+    "magnetar.broker.ids",
+    "magnetar.protocol.pulsar.commands",
+    "magnetar.protocol.pulsar.batch",
 )
 
 

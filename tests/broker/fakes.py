@@ -69,7 +69,7 @@ async def settle(rounds: int = 50) -> None:
 
 
 async def append(log: TopicLog, data: bytes) -> Position:
-    """``log.append_then`` awaited: the position (or the error)."""
+    """``log.append_run`` of one entry awaited: the position (or the error)."""
     appended: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
 
     def done(position: Position | None, error: BaseException | None) -> None:
@@ -78,5 +78,5 @@ async def append(log: TopicLog, data: bytes) -> Position:
         else:
             appended.set_result(position)  # type: ignore[arg-type]
 
-    log.append_then(data, done)
+    log.append_run(((data, done),))
     return await appended

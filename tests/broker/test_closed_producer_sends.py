@@ -30,6 +30,7 @@ def _send(producer_id: int, sequence_id: int) -> bytes:
 async def _feed(session: Session, conn: ServerConnection, data: bytes) -> None:
     for event in conn.receive_data(data, 0):
         await session.handle(event)
+    await session.requests.settled()  # PRODUCER answers from its own task
 
 
 async def _after_close(producer_id_of_send: int) -> tuple[State, list[pb.BaseCommand]]:

@@ -4,6 +4,8 @@ in flight, batches and chunks, the switch; each checked against a broker that wo
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from functools import partial
 
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
@@ -137,10 +139,10 @@ class _GatedLog:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
-        task = asyncio.ensure_future(self._append(data))
-        task.add_done_callback(lambda done: on_done(None, done.exception()) if done.exception() is not None
-                               else on_done(done.result(), None))
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+        for data, on_done in run:
+            task = asyncio.ensure_future(self._append(data))
+            task.add_done_callback(partial(_tell, on_done))
 
     async def _append(self, data: bytes) -> Position:
         await self.gate.wait()
@@ -264,3 +266,11 @@ def test_a_resent_chunked_message_is_not_completed_twice() -> None:
         assert len(await _stored(store)) == 5  # 3 + the resent first two chunks
 
     asyncio.run(run())
+
+
+def _tell(on_done: AppendCallback, done: asyncio.Task[Position]) -> None:
+    error = done.exception()
+    if error is not None:
+        on_done(None, error)
+    else:
+        on_done(done.result(), None)

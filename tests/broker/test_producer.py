@@ -29,10 +29,11 @@ class _ReorderingLog:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
-        position = Position(9, self.next_entry)
-        self.next_entry += 1
-        self.appended.append((on_done, position))
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+        for _data, on_done in run:
+            position = Position(9, self.next_entry)
+            self.next_entry += 1
+            self.appended.append((on_done, position))
 
     def release(self) -> None:
         for on_done, position in reversed(self.appended):
@@ -186,3 +187,47 @@ def test_a_refused_entry_fails_alone_and_the_run_goes_on() -> None:
         assert channel.send_errors == [(0, 1, pb.NotAllowedError)]
 
     asyncio.run(run())
+
+
+class _RunCountingLog:
+    """A memory log that records the length of every ``append_run`` it is handed."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.appended_runs: list[int] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+        self.appended_runs.append(len(run))
+        self.inner.append_run(run)  # type: ignore[attr-defined]
+
+
+def test_a_publish_run_reaches_the_log_as_one_append_run() -> None:
+    """The entries of a run that pass the topic's checks go to the log in one ``append_run``; an
+    entry refused by the topic (too large) is answered alone and the others still go together.
+    Control: SENDs one at a time are one ``append_run`` each."""
+
+    async def run(together: bool, size_max: int = 0) -> tuple[list[int], list[int]]:
+        inner = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
+        log = _RunCountingLog(inner)
+        topic = Topic(TopicName.parse("t"), log, BrokerConfig())  # type: ignore[arg-type]
+        await topic.dedup.ready()
+        if size_max:
+            limited = replace(topic.policies(), max_message_size_bytes=size_max)
+            topic.policies = lambda: limited  # type: ignore[method-assign]
+        channel = FakeChannel()
+        producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
+        items = [_item(0), _item(1), _item(2, b"x" * 11), _item(3)]
+        if together:
+            await producer.send_run(items)
+        else:
+            for command, data, _, _ in items:
+                await producer.send(command, data)
+        await settle()
+        return log.appended_runs, [seq for _, seq, _, _ in channel.receipts]
+
+    assert asyncio.run(run(together=True)) == ([4], [0, 1, 2, 3])
+    assert asyncio.run(run(together=True, size_max=10)) == ([3], [0, 1, 3])
+    assert asyncio.run(run(together=False)) == ([1, 1, 1, 1], [0, 1, 2, 3])

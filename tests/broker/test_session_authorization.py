@@ -120,6 +120,7 @@ def test_every_enforced_command_refuses_into_its_own_response() -> None:
                     session.role = role
                     for event in conn.receive_data(encode_command(make_command(kind, body)), 0):
                         await session.handle(event)
+                    await session.requests.settled()  # creations and lookups answer from their own tasks
                     replies = _replies(conn)
                     assert len(replies) == 1, (role, name, replies)
                     code = error_of(replies[0])

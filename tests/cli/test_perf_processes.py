@@ -401,8 +401,35 @@ def test_blast_with_two_processes_stores_every_acknowledged_message(broker: Brok
         client.close()
 
 
+@pytest.mark.integration
+def test_blast_batched_counts_and_stores_every_message_of_each_batch(broker: BrokerThread, runner: CliRunner,
+                                                                      tmp_path: Path) -> None:
+    import pulsar
+
+    out = tmp_path / "b.json"
+    code, output = perf(runner, "produce", "blast-batched", "-u", broker.url, "--blast", "--blast-batch", "10",
+                        "--duration", "1", "--max-pending", "20", "--size", "32", "--json", str(out))
+    assert code == 0, output
+    result = json.loads(out.read_text())
+    assert result["batch"] == 10 and result["failed"] == 0 and result["acked"] == result["sent"] > 0, result
+    assert result["acked"] % 10 == 0 and 0 < result["client_cpu_pct_max"] <= 100 * 1.5, result
+    assert "10 message(s) per SEND" in output
+    client = pulsar.Client(broker.url)
+    try:
+        reader = client.create_reader("blast-batched", pulsar.MessageId.earliest)
+        received = 0
+        while reader.has_message_available():
+            assert len(reader.read_next(timeout_millis=10_000).data()) == 32
+            received += 1
+        assert received == result["acked"]  # every message of every acknowledged batch
+    finally:
+        client.close()
+
+
 def test_blast_refuses_other_modes_and_tls(runner: CliRunner) -> None:
     code, output = perf(runner, "consume", "x", "--blast")
     assert code != 0 and "--blast is a produce option" in output
     code, output = perf(runner, "produce", "x", "--blast", "-u", "pulsar+ssl://127.0.0.1:6651")
     assert code != 0 and "plain pulsar://" in output
+    code, output = perf(runner, "produce", "x", "--blast", "--blast-batch", "0")
+    assert code != 0 and "a batch of 1-10000" in output

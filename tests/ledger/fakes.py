@@ -10,7 +10,9 @@ contract on purpose (negative controls).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from magnetar.base.errors import FencedError
 from magnetar.base.rng import SeededRng
@@ -162,11 +164,16 @@ class Rule:
         self.event.set()
 
 
+def _reply(on_reply: Callable[[int, BaseException | None], None], index: int, sent: asyncio.Future[None]) -> None:
+    on_reply(index, BookieUnavailableError("add cancelled") if sent.cancelled() else sent.exception())
+
+
 class FakeTransport:
     def __init__(self, bookies: dict[BookieId, FakeBookie]) -> None:
         self.bookies = bookies
         self.rules: list[Rule] = []
         self.log: list[tuple[str, BookieId, int | None]] = []
+        self.runs: list[tuple[BookieId, list[int]]] = []  # each ``add_run``: its bookie and entry ids
 
     def rule(self, bookie: BookieId, op: str, entry_id: int | None = None, action: str = "hold_before") -> Rule:
         rule = Rule(bookie, op, entry_id, action)
@@ -197,6 +204,14 @@ class FakeTransport:
     def add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
         """A future, as the real transports give (the writer chains a callback on it)."""
         return asyncio.ensure_future(self._add(bookie, entry, recovery=recovery))
+
+    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
+                on_reply: Callable[[int, BaseException | None], None]) -> None:
+        """Each entry as an ``add`` of its own (its rules apply), answered through ``on_reply``."""
+        self.runs.append((bookie, [entry.entry_id for entry in entries]))
+        for index, entry in enumerate(entries):
+            sent = asyncio.ensure_future(self.add(bookie, entry, recovery=recovery, master_key=master_key))
+            sent.add_done_callback(partial(_reply, on_reply, index))
 
     async def _add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool) -> None:
         def call(fake: FakeBookie) -> None:

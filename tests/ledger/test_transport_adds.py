@@ -32,24 +32,49 @@ pytestmark = pytest.mark.timeout(60)
 
 
 class Counting:
-    """Counts the adds sent on a connection (``BookieClient.add_nowait``, what every add of the
-    transport ends in) and the waits for a connection or room (``_send_when_ready``)."""
+    """Counts the adds sent on a connection and the writes that carried them
+    (``BookieClient.add_run_then``, what every add of the transport ends in) and the waits for a
+    connection or room (``_send_when_ready``)."""
 
     def __init__(self, transport: BookieClientTransport, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sent = 0
+        self.writes = 0
         self.waits = 0
-        send, wait = BookieClient.add_nowait, transport._send_when_ready
+        send, wait = BookieClient.add_run_then, transport._send_when_ready
 
-        def counted_send(client: BookieClient, *args: Any, **kwargs: Any) -> Any:
-            self.sent += 1
-            return send(client, *args, **kwargs)
+        def counted_send(client: BookieClient, entries: Any, *args: Any, **kwargs: Any) -> Any:
+            self.sent += len(entries)
+            self.writes += 1
+            return send(client, entries, *args, **kwargs)
 
         async def counted_wait(*args: Any, **kwargs: Any) -> None:
             self.waits += 1
             await wait(*args, **kwargs)
 
-        monkeypatch.setattr(BookieClient, "add_nowait", counted_send)
+        monkeypatch.setattr(BookieClient, "add_run_then", counted_send)
         monkeypatch.setattr(transport, "_send_when_ready", counted_wait)
+
+
+class Told:
+    """The outcomes an add callback was told, in order; ``all_told`` once ``count`` came."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.outcomes: list[tuple[int | None, BaseException | None]] = []
+        self.all_told = asyncio.Event()
+
+    def on_done(self, entry_id: int | None, error: BaseException | None) -> None:
+        self.outcomes.append((entry_id, error))
+        if len(self.outcomes) == self.count:
+            self.all_told.set()
+
+    def reply_of(self, index: int) -> Any:
+        """A ``BookieClient`` reply callback telling ``(index, None)`` for an OK answer."""
+        def reply(response: Any, error: BaseException | None) -> None:
+            ok = error is None and response.status == 0
+            self.on_done(index if ok else None, error)
+
+        return reply
 
 
 async def cluster(tmp_path: Path) -> AsyncIterator[tuple[LedgerManager, list[RunningBookie]]]:
@@ -89,6 +114,30 @@ async def test_adds_are_sent_at_once_on_an_open_connection(tmp_path: Path, monke
         assert transport._add_bytes == {} and transport._waiting == {}  # every reply accounted for
 
 
+async def test_a_run_of_adds_is_one_write_per_bookie(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``LedgerHandle.append_run``: the adds of one run reach each bookie in one write (three
+    writes for 100 adds at (3,3,2)); control: the same adds one ``append_then`` each are 300."""
+    async for manager, _running in cluster(tmp_path):
+        counting = Counting(transport_of(manager), monkeypatch)
+        handle = await manager.create_ledger(3, 3, 2)
+        assert await handle.add_entry(b"warm") == 0  # opens the connections
+        told = Told(200)
+        on_done = told.on_done
+        before = counting.writes, counting.sent
+        handle.append_run([(b"r%d" % i, on_done) for i in range(100)])
+        assert (counting.writes - before[0], counting.sent - before[1]) == (3, 300)
+        before = counting.writes, counting.sent
+        for i in range(100):
+            handle.append_then(b"s%d" % i, on_done)
+        assert (counting.writes - before[0], counting.sent - before[1]) == (300, 300)
+        await asyncio.wait_for(told.all_told.wait(), 30)
+        assert told.outcomes == [(i, None) for i in range(1, 201)]  # in entry order, each once
+        await handle.close()
+        reader = await manager.open_ledger(handle.ledger_id)
+        expected = [b"r%d" % i for i in range(100)] + [b"s%d" % i for i in range(100)]
+        assert [e.payload for e in await reader.read_entries(1, 200)] == expected
+
+
 async def test_lost_connection_is_reconnected_and_the_adds_complete(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     async for manager, running in cluster(tmp_path):
@@ -121,7 +170,7 @@ async def test_add_maps_a_fenced_ledger(tmp_path: Path) -> None:
 @pytest.mark.parametrize("armed", [False, True], ids=["unarmed", "armed"])
 async def test_an_armed_reply_point_is_a_gate_on_the_same_path(armed: bool, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Armed or not, every add is sent the same way (one ``add_nowait`` per bookie, no extra
+    """Armed or not, every add is sent the same way (one ``add_run_then`` per bookie, no extra
     waits); armed, every reply passes the point (the control: unarmed, no hit is counted)."""
     async for manager, _running in cluster(tmp_path):
         counting = Counting(transport_of(manager), monkeypatch)
@@ -140,3 +189,27 @@ async def test_an_armed_reply_point_is_a_gate_on_the_same_path(armed: bool, tmp_
         finally:
             faults.disarm_all()
         assert (counting.sent, counting.waits) == (30, 3)
+
+
+async def test_a_refused_run_registers_nothing_and_the_connection_goes_on(tmp_path: Path) -> None:
+    """``BookieClient.add_run_then`` with a frame over the bound in the run: refused before
+    anything is registered or written (no request left to time out); the next run on the same
+    connection is answered, each entry through its own callback."""
+    from magnetar.base.errors import LimitExceededError
+    from magnetar.base.limits import BOOKIE_FRAME_BYTES_MAX
+
+    async for manager, running in cluster(tmp_path):
+        transport = transport_of(manager)
+        target = BookieId.parse(running[0].bookie_id)
+        client = await transport._client(target)  # the test drives the pooled connection itself
+        told = Told(2)
+        reply = told.reply_of
+        big = EncodedEntry.build(5, 1, 0, b"x" * BOOKIE_FRAME_BYTES_MAX)
+        with pytest.raises(LimitExceededError):
+            client.add_run_then([EncodedEntry.build(5, 0, -1, b"ok"), big], [reply(0), reply(1)])
+        assert client.inflight_count == 0
+        client.add_run_then([EncodedEntry.build(5, 0, -1, b"a"), EncodedEntry.build(5, 1, 0, b"b")],
+                            [reply(0), reply(1)])
+        await asyncio.wait_for(told.all_told.wait(), 10)
+        assert sorted(told.outcomes, key=str) == [(0, None), (1, None)]
+        assert client.inflight_count == 0

@@ -230,3 +230,65 @@ async def test_metadata_record_round_trip_and_forward_only() -> None:
         closed.to_recovery()
     with pytest.raises(InvariantViolationError):
         meta.to_recovery()._moved(LedgerState.OPEN)
+
+
+async def test_a_run_goes_to_each_bookie_in_one_transport_call() -> None:
+    """``append_run``: each bookie gets the entries of its write sets in one ``add_run``, in
+    entry order; callers are told in entry order. Control: one ``append_then`` per add is one
+    call per add and bookie."""
+    cluster = make_cluster(3)
+    handle = await cluster.manager().create_ledger(3, 2, 2)
+    told: list[int | None] = []
+
+    def on_done(entry_id: int | None, error: BaseException | None) -> None:
+        assert error is None
+        told.append(entry_id)
+
+    handle.append_run([(b"r%d" % i, on_done) for i in range(6)])
+    expected = {bookie: [e for e in range(6) if slot in write_set(e, 3, 2)]
+                for slot, bookie in enumerate(handle.ensemble)}
+    assert sorted(cluster.transport.runs) == sorted(expected.items())
+    await settle(50)
+    assert told == list(range(6)) and handle.last_add_confirmed == 5
+    cluster.transport.runs.clear()
+    for i in range(6, 9):
+        handle.append_then(b"s%d" % i, on_done)
+    assert len(cluster.transport.runs) == 6 and all(len(ids) == 1 for _, ids in cluster.transport.runs)
+    await settle(50)
+    assert told == list(range(9))
+
+
+async def test_a_run_that_does_not_fit_is_refused_whole() -> None:
+    from magnetar.base.errors import LimitExceededError
+    from magnetar.ledger.config import LedgerClientConfig
+
+    cluster = make_cluster(3, LedgerClientConfig(pending_adds_count_max=3))
+    handle = await cluster.manager().create_ledger(3, 3, 2)
+    assert handle.room() == 3
+    with pytest.raises(LimitExceededError):
+        handle.append_run([(b"%d" % i, lambda _e, _x: None) for i in range(4)])
+    assert handle.pending_count == 0 and handle.last_add_pushed == -1 and cluster.transport.runs == []
+
+
+async def test_an_ack_from_a_replaced_bookie_does_not_count() -> None:
+    """Entry 0 needs all 3 bookies. The third stores it but its reply is held; it then fails
+    entry 1 and is replaced. Its late OK for entry 0 must not count (the slot now holds another
+    bookie): entry 0 completes only once the replacement stored it."""
+    cluster = make_cluster(4)
+    handle = await cluster.manager().create_ledger(3, 3, 3)
+    original = handle.ensemble
+    victim = original[2]
+    spare = next(b for b in cluster.bookies if b not in original)
+    late = cluster.transport.rule(victim, "add", 0, "hold_reply")
+    cluster.transport.rule(victim, "add", 1, "fail")
+    slow_spare = cluster.transport.rule(spare, "add", 0, "hold_before")
+    first = asyncio.ensure_future(handle.add_entry(b"e0"))
+    second = asyncio.ensure_future(handle.add_entry(b"e1"))
+    await settle(100)
+    assert handle.ensemble == (original[0], original[1], spare)
+    late.release()  # the replaced bookie's OK for entry 0 arrives now
+    await settle(100)
+    assert not first.done() and handle.last_add_confirmed == -1
+    slow_spare.release()
+    await settle(100)
+    assert first.result() == 0 and second.result() == 1

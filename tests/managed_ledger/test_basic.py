@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from magnetar.base.types import Position
 from magnetar.managed_ledger import MLState
 from tests.managed_ledger.harness import TOPIC, config, make_world
@@ -163,3 +165,40 @@ async def test_persisted_ranges_are_bounded() -> None:
     again = (await (await world.broker(cfg)).open(TOPIC)).cursors["sub"]
     # Only the first two ranges were kept: the others are delivered again (at-least-once).
     assert again.individually_deleted_ranges() == [(p[1], p[1]), (p[3], p[3])]
+
+
+async def test_a_run_of_appends_is_one_ledger_run_and_stops_at_a_full_ledger() -> None:
+    """``append_run``: a run is started on the ledger as one ``LedgerHandle.append_run`` (each
+    bookie of the ensemble, E = Qw here, gets it in one transport call), and a run that fills the
+    ledger is cut there: the rest goes to the next ledger, positions in call order."""
+    import asyncio
+
+    from magnetar.base.errors import LimitExceededError
+
+    world = make_world()
+    factory = await world.broker(config(max_entries_per_ledger=4, add_queue_count_max=8))
+    ml = await factory.open(TOPIC)
+    await ml.add_entry(b"warm")
+    told: list[Position | None] = []
+    done = asyncio.Event()
+
+    def on_done(position: Position | None, error: BaseException | None) -> None:
+        assert error is None
+        told.append(position)
+        if len(told) == 5:
+            done.set()
+
+    assert ml.has_room(8) and not ml.has_room(9)
+    with pytest.raises(LimitExceededError):
+        ml.append_run([(b"x", on_done)] * 9)  # does not fit: nothing queued
+    world.transport.runs.clear()
+    ml.append_run([(b"r%d" % i, on_done) for i in range(5)])
+    assert ml.config.ensemble_size == ml.config.write_quorum_size
+    first_ledger = [ids for _, ids in world.transport.runs]
+    # entries 1..3 fill the first ledger: one call per bookie
+    assert first_ledger == [[1, 2, 3]] * ml.config.ensemble_size
+    await asyncio.wait_for(done.wait(), 10)
+    assert told == sorted(told) and len({p.ledger_id for p in told if p is not None}) == 2
+    entries = await ml.read_entries(Position(-1, -1), 10)
+    assert [e.payload for e in entries] == [b"warm"] + [b"r%d" % i for i in range(5)]
+    await ml.close()

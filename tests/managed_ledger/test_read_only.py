@@ -320,6 +320,7 @@ async def test_the_owners_backlog_counts_read_only_subscriptions() -> None:
     from magnetar.broker import BrokerConfig
     from magnetar.broker.managed_log import ManagedLogStore
     from magnetar.broker.service import BrokerService
+    from magnetar.catalog.policies import BacklogQuota, Policies
     from magnetar.catalog.resources import ClusterData
 
     world = make_world()
@@ -329,6 +330,11 @@ async def test_the_owners_backlog_counts_read_only_subscriptions() -> None:
                             clock=world.clock)
     assert service.resources is not None
     await service.resources.bootstrap("standalone", ClusterData())
+
+    def quota(policies: Policies) -> None:  # a quota to check against (the pass reads the positions then)
+        policies.backlog_quota_map = {"destination_storage": BacklogQuota(limit_size=1 << 30)}
+
+    await service.resources.update_policies("public/default", quota)
     topic = await service.get_topic(TopicName.parse(f"persistent://{TOPIC.replace('/persistent/', '/')}"),
                                     create=True)
     owner = topic.log.managed_ledger  # type: ignore[attr-defined]

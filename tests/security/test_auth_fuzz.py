@@ -73,6 +73,7 @@ def test_connect_and_auth_response_never_crash(method: str | None, data: bytes |
         for frame in frames:
             for event in connection.receive_data(frame, 0):
                 await session.handle(event)
+        await session.requests.settled()
 
     asyncio.run(run())
     assert connection.state in (State.CONNECTED, State.CLOSED)

@@ -51,6 +51,7 @@ class World:
         async def run() -> None:
             for event in self.connection.receive_data(encode_command(command), 0):
                 await self.session.handle(event)
+            await self.session.requests.settled()  # creations and lookups answer from their own tasks
         asyncio.run(run())
 
     def connect(self, data: bytes) -> None:

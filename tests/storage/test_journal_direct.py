@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import struct
 import threading
 from pathlib import Path
 
@@ -199,3 +200,18 @@ def test_sync_threads_start_only_when_no_thread_is_idle() -> None:
         threads.submit(done.release)
         assert done.acquire(timeout=10)
     assert threads._threads == 2
+
+
+def test_the_pad_record_is_cached_by_size_and_replays_as_padding() -> None:
+    """``pad_record`` gives the exact size, a CRC that checks, and the same header object for a
+    size seen before (no CRC pass per group)."""
+    from magnetar.base.checksum import crc32c
+    from magnetar.storage.journal import KIND_PAD, pad_record, parse_body
+
+    for size in (9, 10, 100, 4096, 4104, 3 * 4096):
+        header, body = pad_record(size)
+        assert len(header) + len(body) == size
+        length, crc = struct.unpack(">II", header)
+        assert length == len(body) and crc == crc32c(bytes(body))
+        assert parse_body(bytes(body)).kind == KIND_PAD
+    assert pad_record(100)[0] == pad_record(100)[0]

@@ -113,3 +113,75 @@ def test_a_manifest_is_checked_against_the_sources() -> None:
     gone = json.loads(json.dumps(current))
     gone["modules"]["magnetar.base.no_such_module"] = "0" * 64
     assert "no longer in the source tree" in str(_compiled.why_not_usable(gone))
+
+
+def _build_script() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_build_compiled", REPO / "scripts" / "build_compiled.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _RecordingCompiler:
+    """distutils' compile steps, recorded: which object each thread compiled, in what order, and
+    how many ran at once (a ``cc`` that takes a moment, waited on an event, not a sleep)."""
+
+    def __init__(self, sources: dict[str, int], fail: str = "", pair: bool = False) -> None:
+        import threading
+
+        self.sources = sources
+        self.fail = fail
+        self.pair = pair  # the first two compiles wait for each other (they must run at once)
+        self.started: list[str] = []
+        self.running = 0
+        self.most_at_once = 0
+        self._lock = threading.Lock()
+        self._both = threading.Barrier(2, timeout=10)
+
+    def _setup_compile(self, output_dir, macros, include_dirs, sources, depends, extra):  # type: ignore[no-untyped-def]
+        objects = [f"{src}.o" for src in sources]
+        return macros, objects, extra, ["-Iinc"], {f"{src}.o": (src, ".c") for src in sources}
+
+    def _get_cc_args(self, pp_opts, debug, before):  # type: ignore[no-untyped-def]
+        return [*pp_opts, "-c"]
+
+    def _compile(self, obj, src, ext, cc_args, extra_postargs, pp_opts):  # type: ignore[no-untyped-def]
+        import threading
+
+        with self._lock:
+            self.started.append(src)
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        if self.pair and len(self.started) <= 2:
+            try:
+                self._both.wait()  # the first two run at the same time, or this times out
+            except threading.BrokenBarrierError:
+                pass
+        with self._lock:
+            self.running -= 1
+        if src == self.fail:
+            raise RuntimeError(f"cc failed on {src}")
+
+
+def test_the_build_compiles_the_c_files_of_one_library_in_parallel_largest_first(tmp_path: Path) -> None:
+    script = _build_script()
+    sizes = {"small.c": 10, "huge.c": 5000, "mid.c": 300}
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    sources = [str(tmp_path / name) for name in sizes]
+    compiler = _RecordingCompiler(sizes, pair=True)
+    script._compile_in_parallel(compiler, 2)  # type: ignore[attr-defined]
+    objects = compiler.compile(sources, output_dir="out")  # type: ignore[attr-defined]
+    assert objects == [f"{src}.o" for src in sources]  # every object, in the sources' order
+    assert sorted(compiler.started) == sorted(sources)
+    assert compiler.started[0].endswith("huge.c")
+    assert compiler.most_at_once == 2
+    # Negative control: one job compiles one file at a time; a failing cc fails the build.
+    serial = _RecordingCompiler(sizes, fail=sources[0])
+    script._compile_in_parallel(serial, 1)  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match="cc failed"):
+        serial.compile(sources)  # type: ignore[attr-defined]
+    assert serial.most_at_once == 1

@@ -20,7 +20,9 @@ FAULT_SPECS_COUNT_MAX = 64
 # ZooKeeper's default jute.maxbuffer (1 MiB - 1) bounds a whole request: value, path, headers.
 METADATA_VALUE_BYTES_MAX = 1000 * KIB
 METADATA_PATH_BYTES_MAX = 1024
-METADATA_WATCHES_PER_SESSION_MAX = 100_000
+# A broker watches each loaded topic's policies node (catalog/policies.py): above
+# BROKER_TOPICS_LOADED_COUNT_MAX, with room for its namespaces, locks and ownerships.
+METADATA_WATCHES_PER_SESSION_MAX = 500_000
 METADATA_SESSION_TIMEOUT_MS_DEFAULT = 30_000  # Pulsar's default ZooKeeper session timeout
 METADATA_CONNECT_TIMEOUT_MS_MAX = 30_000
 METADATA_OPERATION_TIMEOUT_MS_MAX = 30_000  # a ZooKeeper call not answered by then: MetadataUnavailableError
@@ -95,6 +97,8 @@ SIM_LISTENERS_PER_NODE_MAX = 1_000
 # --- ledger client -----------------------------------------------------------------------------
 #: Attempts to CAS the ledger-id counter before giving up (contention between creators).
 LEDGER_ID_ALLOC_RETRY_COUNT_MAX = 100
+#: Ledger ids one CAS on the id counter reserves for the callers waiting at once (ledger/metadata_ops.py).
+LEDGER_ID_ALLOC_BATCH_COUNT_MAX = 10_000
 #: Ledger ids one listing returns.
 LEDGER_LIST_COUNT_MAX = 10_000_000
 #: Attempts at one metadata compare-and-set loop (ensemble change, close, recovery state).
@@ -187,8 +191,12 @@ BROKER_SEEK_SCAN_ENTRIES_COUNT_MAX = 10_000_000
 BROKER_CONNECTIONS_COUNT_MAX = 10_000
 #: Producers plus consumers one connection may open.
 BROKER_HANDLES_PER_CONNECTION_COUNT_MAX = 10_000
+#: Requests of one connection answered concurrently (creations, lookups: broker/requests.py); at
+#: the bound the connection stops reading until one is answered. The Java client's
+#: ``concurrentLookupRequest`` default is 5,000.
+BROKER_REQUESTS_IN_FLIGHT_PER_CONNECTION_COUNT_MAX = 5_000
 #: Topics one broker keeps loaded.
-BROKER_TOPICS_LOADED_COUNT_MAX = 100_000
+BROKER_TOPICS_LOADED_COUNT_MAX = 150_000  # issue 22's 100,000 and room (~25-33 KiB of RSS each)
 #: Producer names whose highest persisted sequence id one topic remembers (oldest forgotten beyond it).
 BROKER_DEDUP_PRODUCER_NAMES_COUNT_MAX = 10_000
 #: Persisted entries between two dedup snapshots (Pulsar: brokerDeduplicationEntriesInterval); it

@@ -51,7 +51,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -482,11 +482,11 @@ class CompactedView:
             moved = target
         return moved
 
-    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
-        self._log.append_then(data, on_done)
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+        self._log.append_run(run)
 
-    def has_room(self) -> bool:
-        return self._log.has_room()
+    def has_room(self, count: int = 1) -> bool:
+        return self._log.has_room(count)
 
     async def wait_for_room(self) -> None:
         await self._log.wait_for_room()

@@ -20,6 +20,7 @@ from magnetar.base.limits import (
     PULSAR_MESSAGE_BYTES_MAX,
     TLS_HANDSHAKE_TIMEOUT_S,
 )
+from magnetar.broker.policy_checks import RATE_SAMPLE_INTERVAL_MS, PolicyPeriods
 from magnetar.catalog.listeners import parse_listeners
 from magnetar.catalog.schema_compat import Compatibility
 
@@ -52,9 +53,18 @@ class BrokerConfig:
     retention_size_bytes: int = 0
     message_ttl_s: int = 0
     delayed_delivery: bool = True
-    #: How often loaded topics are checked for TTL expiry, backlog quotas and retention (Pulsar
-    #: checks these every 1-5 min; a short period costs one pass over the loaded topics).
-    policy_check_interval_ms: int = 5000
+    #: Each periodic policy check has its own period, as in Pulsar (broker/policy_checks.py):
+    #: message expiry (TTL; messageExpiryCheckIntervalInMinutes, 5 min), backlog quotas
+    #: (backlogQuotaCheckIntervalInSeconds, 60 s), retention and the deletion of offloaded
+    #: ledgers' bookie copies (retentionCheckIntervalInSeconds, 120 s), the compaction threshold
+    #: (brokerServiceCompactionMonitorIntervalInSeconds, 60 s). None: Pulsar's default, or
+    #: ``policy_check_interval_ms`` when that is set. Each pass visits every loaded topic.
+    message_expiry_check_interval_s: int | None = None
+    backlog_quota_check_interval_s: int | None = None
+    retention_check_interval_s: int | None = None
+    compaction_monitor_interval_s: int | None = None
+    #: Magnetar's older single period for all of those checks (and the rate samples); None: unset.
+    policy_check_interval_ms: int | None = None
     #: SENDs one producer may have between receipt and persist; reading pauses beyond it.
     pending_sends_per_producer_max: int = 1000
     #: SENDs all producers of one connection may have unanswered; reading from the connection
@@ -244,8 +254,13 @@ class BrokerConfig:
                 raise InvalidArgumentError(f"{name} must be 1..{bound}, got {value}")
         if self.connection_outbound_bytes_high < 64 * 1024:
             raise InvalidArgumentError("connection_outbound_bytes_high must be at least 64 KiB")
-        if self.policy_check_interval_ms < 1 or self.message_ttl_s < 0:
+        if (self.policy_check_interval_ms is not None and self.policy_check_interval_ms < 1) or self.message_ttl_s < 0:
             raise InvalidArgumentError("policy_check_interval_ms must be >= 1 and message_ttl_s >= 0")
+        for name in ("message_expiry_check_interval_s", "backlog_quota_check_interval_s",
+                     "retention_check_interval_s", "compaction_monitor_interval_s"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InvalidArgumentError(f"{name} must be >= 1 (seconds), got {value}")
         if self.retention_time_s < -1 or self.retention_size_bytes < -1:
             raise InvalidArgumentError("retention_time_s and retention_size_bytes must be >= -1")
         if not 1024 <= self.max_message_size_bytes <= PULSAR_MESSAGE_BYTES_MAX:
@@ -297,6 +312,23 @@ class BrokerConfig:
         if not 0 <= self.load_balancer_shedding_margin_percent < self.load_balancer_broker_threshold_percent:
             raise InvalidArgumentError("load_balancer_shedding_margin_percent must be >= 0 and below "
                                        "load_balancer_broker_threshold_percent")
+
+    def policy_periods(self) -> PolicyPeriods:
+        """The period of each periodic policy check and of the rate samples, in force."""
+        legacy = self.policy_check_interval_ms
+
+        def period_ms(seconds: int | None, pulsar_default_s: int) -> int:
+            if seconds is not None:
+                return seconds * 1000
+            return legacy if legacy is not None else pulsar_default_s * 1000
+
+        return PolicyPeriods(
+            expiry_ms=period_ms(self.message_expiry_check_interval_s, 5 * 60),
+            backlog_quota_ms=period_ms(self.backlog_quota_check_interval_s, 60),
+            retention_ms=period_ms(self.retention_check_interval_s, 120),
+            compaction_ms=period_ms(self.compaction_monitor_interval_s, 60),
+            rate_sample_ms=legacy if legacy is not None else RATE_SAMPLE_INTERVAL_MS,
+        )
 
     @property
     def service_url(self) -> str:

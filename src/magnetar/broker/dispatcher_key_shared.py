@@ -20,13 +20,18 @@ are not a reason to wait: nothing of them is in flight.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
 from magnetar.base.checksum import crc32c
+from magnetar.base.clock import Clock
 from magnetar.base.entry import Entry
+from magnetar.base.limits import BROKER_DELAYED_INDEX_ENTRIES_MAX
 from magnetar.base.types import Position
+from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.dispatcher import Dispatcher
 from magnetar.broker.entry import entry_key
+from magnetar.broker.log import SubscriptionCursor, TopicLog
 from magnetar.protocol.pulsar import pb
 
 KEY_HASH_SLOTS = 65_536  # Pulsar's range size for Key_Shared hash ranges
@@ -41,8 +46,11 @@ class KeySharedDispatcher(Dispatcher):
     skip_blocked = True
     supports_delayed = True
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, topic_log: TopicLog, cursor: SubscriptionCursor, config: BrokerConfig, partition_index: int,
+                 *, clock: Clock | None = None, delayed_enabled: Callable[[], bool] | None = None,
+                 delayed_index_entries_max: int = BROKER_DELAYED_INDEX_ENTRIES_MAX) -> None:
+        super().__init__(topic_log, cursor, config, partition_index, clock=clock, delayed_enabled=delayed_enabled,
+                         delayed_index_entries_max=delayed_index_entries_max)
         self._ring_points: list[int] = []
         self._ring_owners: list[Consumer] = []
         self.recently_joined: dict[Consumer, Position] = {}

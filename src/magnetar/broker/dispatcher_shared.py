@@ -14,9 +14,15 @@ forgotten (its remaining chunks may then go to another consumer, which drops the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from magnetar.base.clock import Clock
 from magnetar.base.entry import Entry
+from magnetar.base.limits import BROKER_DELAYED_INDEX_ENTRIES_MAX
+from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.dispatcher import Dispatcher
+from magnetar.broker.log import SubscriptionCursor, TopicLog
 from magnetar.protocol.pulsar import pb
 
 
@@ -31,8 +37,11 @@ class SharedDispatcher(Dispatcher):
     supports_delayed = True
     _next_index = 0
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, topic_log: TopicLog, cursor: SubscriptionCursor, config: BrokerConfig, partition_index: int,
+                 *, clock: Clock | None = None, delayed_enabled: Callable[[], bool] | None = None,
+                 delayed_index_entries_max: int = BROKER_DELAYED_INDEX_ENTRIES_MAX) -> None:
+        super().__init__(topic_log, cursor, config, partition_index, clock=clock, delayed_enabled=delayed_enabled,
+                         delayed_index_entries_max=delayed_index_entries_max)
         self.chunk_owners: dict[object, Consumer] = {}  # chunked message group -> its consumer
 
     def group_of(self, entry: Entry, metadata: pb.MessageMetadata) -> object | None:

@@ -15,14 +15,17 @@ from collections.abc import Sequence
 
 from magnetar.base.entry import Entry
 from magnetar.base.types import Position
+from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.dispatcher import Dispatcher
+from magnetar.broker.log import SubscriptionCursor, TopicLog
 from magnetar.protocol.pulsar import pb
 
 
 class SingleActiveDispatcher(Dispatcher):
-    def __init__(self, *args: object, failover: bool, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, topic_log: TopicLog, cursor: SubscriptionCursor, config: BrokerConfig, partition_index: int,
+                 *, failover: bool) -> None:
+        super().__init__(topic_log, cursor, config, partition_index)
         self.failover = failover
         self.active: Consumer | None = None
 

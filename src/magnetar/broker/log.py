@@ -93,15 +93,16 @@ class TopicLog(Protocol):
     @property
     def last_position(self) -> Position: ...
 
-    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
-        """The one append operation: later ``on_done(position, None)`` once ``data`` is stored, or
-        ``on_done(None, error)``; a plain callback, called once and never before this returned
-        unless the append failed at once. Raises at once when the log refuses (closed,
-        terminated, taken over, a write failure not yet settled, or full: call ``wait_for_room``
-        first)."""
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+        """The one append operation, for a run of entries in order (the SENDs of one receive):
+        for each ``(data, on_done)``, later ``on_done(position, None)`` once ``data`` is stored,
+        or ``on_done(None, error)``; a plain callback, called once and never before this returned
+        unless the append failed at once. Raises at once, nothing appended, when the log refuses
+        the run (closed, terminated, taken over, a write failure not yet settled, or no room for
+        all of it: see ``has_room``, ``wait_for_room``)."""
 
-    def has_room(self) -> bool:
-        """Whether ``append`` can take an entry now."""
+    def has_room(self, count: int = 1) -> bool:
+        """Whether ``append_run`` can take ``count`` entries now."""
 
     async def wait_for_room(self) -> None:
         """Backpressure: return once ``append`` can take an entry (or will refuse it)."""

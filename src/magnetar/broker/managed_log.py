@@ -106,11 +106,15 @@ class ManagedTopicLog:
         """Mark-delete positions of the subscriptions read-only brokers serve (last trim's view)."""
         return list(getattr(self._ml, "read_only_holds", ()))
 
-    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
-        """The managed ledger's one append, its callback as is (a terminated topic refuses at
-        once, since termination waits for the appends in flight)."""
+    async def refresh_read_only_holds(self) -> None:
+        """Read the read-only brokers' subscription positions now (backlog quotas count them)."""
+        await self._ml.refresh_read_only_holds()
+
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+        """The managed ledger's one append, the run and its callbacks as they are (a terminated
+        topic refuses at once, since termination waits for the appends in flight)."""
         try:
-            self._ml.append_then(data, on_done)
+            self._ml.append_run(run)
         except ManagedLedgerTerminatedError as error:
             raise BrokerError(pb.TopicTerminatedError, f"topic {self._name} is terminated") from error
 

@@ -181,12 +181,22 @@ class MemoryTopicLog:
             self._state.terminated_at = self.last_position
         return self._state.terminated_at
 
-    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
-        """Stored at once; ``on_done`` runs on the next loop pass (after this returned)."""
-        position = self._append_now(data)
-        asyncio.get_running_loop().call_soon(on_done, position, None)
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+        """Stored at once; each ``on_done`` runs on the next loop pass (after this returned). A
+        terminated topic refuses the run; an entry over the store's byte bound is refused alone
+        (its ``on_done`` is told the error)."""
+        if self._state.terminated_at is not None:
+            raise BrokerError(pb.TopicTerminatedError, f"topic {self._name} is terminated")
+        loop = asyncio.get_running_loop()
+        for data, on_done in run:
+            try:
+                position = self._append_now(data)
+            except LimitExceededError as error:
+                loop.call_soon(on_done, None, error)
+                continue
+            loop.call_soon(on_done, position, None)
 
-    def has_room(self) -> bool:
+    def has_room(self, count: int = 1) -> bool:
         return True  # an append over the store's byte bound raises LimitExceededError
 
     async def wait_for_room(self) -> None:

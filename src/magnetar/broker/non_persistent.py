@@ -40,6 +40,7 @@ from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.log import AppendCallback, StorageStats
 from magnetar.broker.metrics import RateMeter
+from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic import PublishCallback, Topic, TopicState
 from magnetar.catalog.policies import EffectivePolicies
@@ -115,11 +116,13 @@ class NonPersistentLog:
         self._last = self._last.next()
         return self._last
 
-    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
-        """Nothing is stored: the position is taken at once, ``on_done`` runs on the next loop pass."""
-        asyncio.get_running_loop().call_soon(on_done, self.next_position(), None)
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+        """Nothing is stored: the positions are taken at once, each ``on_done`` runs on the next loop pass."""
+        loop = asyncio.get_running_loop()
+        for _data, on_done in run:
+            loop.call_soon(on_done, self.next_position(), None)
 
-    def has_room(self) -> bool:
+    def has_room(self, count: int = 1) -> bool:
         return True
 
     async def wait_for_room(self) -> None:
@@ -253,11 +256,14 @@ class NonPersistentTopic(Topic):
 
     # --- stats ----------------------------------------------------------------------------------
 
-    async def check_policies(self, now_ms: int) -> None:
-        """No TTL, quota or retention to apply; the drop rates are sampled with the broker's pass."""
-        if self.clock is None or self.state is not TopicState.ACTIVE:
+    async def check_policies(self, now_ms: int, due: DueChecks = ALL_CHECKS) -> None:
+        """No TTL, quota or retention to apply."""
+
+    def sample_rates(self, now_ns: int) -> None:
+        """The drop rates too, sampled with the broker's rate samples."""
+        super().sample_rates(now_ns)
+        if self.state is not TopicState.ACTIVE:
             return
-        now_ns = self.clock.monotonic_ns()
         for subscription in self.subscriptions.values():
             if isinstance(subscription, NonPersistentSubscription):
                 subscription.dropped.sample(now_ns)

@@ -21,7 +21,6 @@ are dropped (its client is gone or will resend after reconnecting).
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
 from collections import deque
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from magnetar import faults
 from magnetar.base.invariant import invariant
+from magnetar.base.lazy_event import LazyEvent
 from magnetar.base.types import Position
 from magnetar.broker.dedup import DedupAppend, DedupStatus, MessageDeduplication
 from magnetar.broker.errors import BrokerError, to_broker_error
@@ -114,8 +114,7 @@ class Producer:
         #: Called once per SEND taken off the FIFO (answered, or dropped once closed): the
         #: connection's count of unanswered SENDs.
         self.on_answered: Callable[[], None] | None = None
-        self._room = asyncio.Event()
-        self._room.set()
+        self._room = LazyEvent(is_set=True)  # no deque per idle producer (base/lazy_event.py)
         self._answering = False  # a receipt is between its two fault-point gates
         self._flush_loop = False  # ``_flush`` is on the stack (a gate passed inline)
         self._state = ProducerState.ACTIVE

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from urllib.parse import unquote
 
 from magnetar.base.clock import Clock
@@ -91,7 +91,7 @@ class ReadOnlyTopicLog(ManagedTopicLog):
     def refuse_producer(self) -> None:
         raise self._refusal()
 
-    def append_then(self, data: bytes, on_done: AppendCallback) -> None:
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
         raise self._refusal()
 
     async def terminate(self) -> Position:

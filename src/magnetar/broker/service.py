@@ -6,9 +6,10 @@ first producer or consumer naming them, only inside a namespace that exists (``c
 ``<cluster>-<broker index>-<counter>``, unique for the life of this service.
 
 Policies: ``policies`` (a ``PolicyCache``) is read when a topic loads (auto-creation follows the
-namespace's ``autoTopicCreationOverride``) and by each topic on use. With a clock, a policy check
-runs every ``policy_check_interval_ms`` over the loaded topics (TTL, backlog quotas, retention)
-and samples their rates; ``check_policies()`` runs one pass at once. ``resources`` (tenants,
+namespace's ``autoTopicCreationOverride``) and by each topic on use. With a clock, the policy
+checks (TTL, backlog quotas, retention, compaction threshold) run over the loaded topics, each on
+its own period (``broker/policy_checks.py``, Pulsar's keys and defaults), and rates are sampled;
+``check_policies()`` runs every check at once. ``resources`` (tenants,
 namespaces, clusters) exists when there is a metadata store.
 
 ``topic_load_hooks`` are awaited with each newly loaded topic before anyone can use it (the
@@ -35,6 +36,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.errors import BrokerError, to_broker_error
 from magnetar.broker.log import LogStore
 from magnetar.broker.non_persistent import open_non_persistent, topics_of_mode
+from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks, PolicySchedule
 from magnetar.broker.topic import Topic
 from magnetar.catalog.listeners import Listeners
 from magnetar.catalog.lookup import LookupAnswer, PartitionedTopics, SingleBrokerLookup, TopicLookup
@@ -77,7 +79,7 @@ class BrokerService:
         #: ``config.authentication_enabled``. None: every session and request has role None.
         self.authenticator: Authenticator | None = None
         self._checker: asyncio.Task[None] | None = None
-        self._loading: dict[str, asyncio.Future[Topic]] = {}
+        self._loading: dict[str, asyncio.Task[Topic]] = {}
         self._closing: set[asyncio.Task[None]] = set()  # topics unloaded because their log was fenced
         self._producer_counter = 0
         self._listeners: Listeners | None = None
@@ -105,13 +107,18 @@ class BrokerService:
         if topic is not None:
             return topic
         pending = self._loading.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        if len(self.topics) >= BROKER_TOPICS_LOADED_COUNT_MAX:
-            raise to_broker_error(LimitExceededError("BROKER_TOPICS_LOADED_COUNT_MAX", len(self.topics) + 1,
-                                                BROKER_TOPICS_LOADED_COUNT_MAX))
-        future: asyncio.Future[Topic] = asyncio.get_running_loop().create_future()
-        self._loading[key] = future
+        if pending is None:
+            if len(self.topics) >= BROKER_TOPICS_LOADED_COUNT_MAX:
+                raise to_broker_error(LimitExceededError("BROKER_TOPICS_LOADED_COUNT_MAX", len(self.topics) + 1,
+                                                    BROKER_TOPICS_LOADED_COUNT_MAX))
+            # Its own task: a caller that stops waiting (its request abandoned, its connection
+            # closed) must not interrupt a load other callers wait for, half done.
+            pending = asyncio.get_running_loop().create_task(self._load(name, key, create=create, admin=admin))
+            self._loading[key] = pending
+            pending.add_done_callback(_retrieved)
+        return await asyncio.shield(pending)
+
+    async def _load(self, name: TopicName, key: str, *, create: bool, admin: bool) -> Topic:
         try:
             await self.check_namespace(name)
             effective = await self.policies.load(name)
@@ -124,18 +131,12 @@ class BrokerService:
                 await hook(topic)
             self.topics[key] = topic
             self._start_checker()
-            future.set_result(topic)
             return topic
         except NotFoundError as error:
-            broker_error = BrokerError(pb.TopicNotFound, str(error))
-            future.set_exception(broker_error)
-            raise broker_error from error
+            raise BrokerError(pb.TopicNotFound, str(error)) from error
         except BaseException as error:
-            future.set_exception(to_broker_error(error))
             raise to_broker_error(error) from error
         finally:
-            if future.done() and not future.cancelled():
-                future.exception()  # mark retrieved: waiters got it, nobody else will
             del self._loading[key]
 
     def listener_urls(self, name: str, answer: LookupAnswer) -> tuple[str, str | None]:
@@ -244,29 +245,36 @@ class BrokerService:
             self._checker = asyncio.get_running_loop().create_task(self._check_loop(self.clock), name="policies")
 
     async def _check_loop(self, clock: Clock) -> None:
+        schedule = PolicySchedule(self.config.policy_periods(), clock.monotonic_ns() // 1_000_000)
         while self._state is ServiceState.RUNNING:
-            await clock.sleep(self.config.policy_check_interval_ms / 1000)
+            await clock.sleep(max(0, schedule.next_due_ms() - clock.monotonic_ns() // 1_000_000) / 1000)
+            due, rates = schedule.due(clock.monotonic_ns() // 1_000_000)
             try:
-                await self.check_policies()
+                await self.check_policies(due, rates=rates)
             except Exception:  # one failed pass must not stop the next
                 log.exception("policy check failed")
 
-    async def check_policies(self) -> None:
-        """One pass over the loaded topics: TTL, backlog quotas, retention; rates sampled."""
+    async def check_policies(self, due: DueChecks = ALL_CHECKS, *, rates: bool = True) -> None:
+        """One pass over the loaded topics running the checks ``due`` (all: a pass at once, what
+        tests and callers outside the schedule want), and sampling rates."""
         if self.clock is None:
             return
-        for topic in list(self.topics.values()):
+        for topic in list(self.topics.values()) if due.any() else ():
             try:
-                await topic.check_policies(self.clock.now_ms())
-                await topic.compaction.check_threshold(await compaction_threshold_bytes(self.policies, topic.name))
-                await offload.refresh(topic, self.policies, self.config)
+                await topic.check_policies(self.clock.now_ms(), due)
+                if due.compaction:
+                    await topic.compaction.check_threshold(await compaction_threshold_bytes(self.policies, topic.name))
+                if due.retention:  # Pulsar deletes offloaded ledgers' bookie copies in its trim too
+                    await offload.refresh(topic, self.policies, self.config)
             except Exception as error:
                 log.warning("policy check of %s failed: %s", topic.name, error)
-            now_ns = self.clock.monotonic_ns()
-            topic.published.sample(now_ns)
-            for subscription in list(topic.subscriptions.values()):
-                subscription.dispatched.sample(now_ns)
-                subscription.expired.sample(now_ns)
+        if rates:
+            self._sample_rates()
+
+    def _sample_rates(self) -> None:
+        now_ns = self.clock.monotonic_ns() if self.clock is not None else 0
+        for topic in list(self.topics.values()):
+            topic.sample_rates(now_ns)
 
     async def unload(self, name: TopicName) -> None:
         topic = self.topics.pop(str(name), None)
@@ -307,3 +315,9 @@ class BrokerService:
             await topic.close()
         if self._closing:
             await asyncio.gather(*list(self._closing), return_exceptions=True)
+
+
+def _retrieved(task: asyncio.Task[Topic]) -> None:
+    """A failed load's error reached its waiters (or nobody waits any more): not logged as lost."""
+    if not task.cancelled():
+        task.exception()

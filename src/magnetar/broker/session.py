@@ -1,8 +1,11 @@
 """One client connection, broker side: protocol events in, broker actions and replies out.
 
 The runtime feeds bytes into the ``ServerConnection`` and hands every event to ``Session.handle``,
-one at a time and in order (so a PRODUCER is set up before the SENDs that follow it). Replies are
-queued on the ``ServerConnection``; ``on_output`` tells the runtime there is something to write.
+one at a time and in order. Requests that wait on metadata (PRODUCER, SUBSCRIBE, lookups, schema
+reads: ``_CONCURRENT_KINDS``) are answered from their own task so the connection keeps reading
+meanwhile, with the ordering Pulsar gives (``broker/requests.py``); the rest are handled in order.
+Replies are queued on the ``ServerConnection``; ``on_output`` tells the runtime there is
+something to write.
 
 The session is both channels its producers and consumers need (``ProducerChannel``,
 ``ConsumerChannel``). ``writable()`` is false while queued outgoing bytes (here and in the
@@ -54,6 +57,7 @@ from magnetar.broker.replicated import (
     mark_replicated_subscription,
     replicated_source,
 )
+from magnetar.broker.requests import InFlightRequests
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
 from magnetar.catalog.lookup import LookupKind
@@ -115,6 +119,8 @@ class Session:
         self._non_persistent_pending = 0
         self._send_room = asyncio.Event()
         self._send_room.set()
+        #: PRODUCER, SUBSCRIBE and lookups being answered from their own tasks.
+        self.requests = InFlightRequests()
 
     # --- channel side (used by producers and dispatchers) ---------------------------------------
 
@@ -274,6 +280,42 @@ class Session:
             if request_id is not None and kind not in _LOOKUP_KINDS:
                 self.connection.send_error(request_id, pb.NotAllowedError, f"command {kind} is not supported")
             return
+        if kind in _CONCURRENT_KINDS:
+            await self.requests.room()
+            if not self._claim(kind, body):
+                return
+            self.requests.start(self._answer_concurrently(kind, body, handler, request_id))
+            return
+        await self._answer(kind, body, handler, request_id)
+
+    def _claim(self, kind: int, body: Any) -> bool:
+        """Record a creation as pending; False (answered ServiceNotReady, as Java's broker does)
+        while one with the same producer (consumer) id still is."""
+        if kind == T.PRODUCER:
+            table, handle_id, what = self.requests.producers, body.producer_id, "Producer"
+        elif kind == T.SUBSCRIBE:
+            table, handle_id, what = self.requests.consumers, body.consumer_id, "Consumer"
+        else:
+            return True
+        if handle_id in table:
+            self.connection.send_error(body.request_id, pb.ServiceNotReady, f"{what} is already present on the connection")
+            return False
+        table[handle_id] = body.request_id
+        return True
+
+    async def _answer_concurrently(self, kind: int, body: Any, handler: Callable[[Session, Any], Awaitable[None]],
+                                   request_id: int | None) -> None:
+        try:
+            await self._answer(kind, body, handler, request_id)
+        finally:
+            if kind == T.PRODUCER:
+                self.requests.release(self.requests.producers, body.producer_id, body.request_id)
+            elif kind == T.SUBSCRIBE:
+                self.requests.release(self.requests.consumers, body.consumer_id, body.request_id)
+            self._out()
+
+    async def _answer(self, kind: int, body: object, handler: Callable[[Session, Any], Awaitable[None]],
+                      request_id: int | None) -> None:
         try:
             await handler(self, body)
         except Exception as error:  # one failed request must not take the connection down
@@ -308,7 +350,8 @@ class Session:
         self.connection.accept_connect()
 
     def _check_handles(self) -> None:
-        if len(self.producers) + len(self.consumers) >= BROKER_HANDLES_PER_CONNECTION_COUNT_MAX:
+        # Pending creations count (minus this one: it is recorded as pending before it runs).
+        if len(self.producers) + len(self.consumers) + self.requests.pending_handles() > BROKER_HANDLES_PER_CONNECTION_COUNT_MAX:
             raise BrokerError(pb.TooManyRequests, "too many producers and consumers on this connection")
 
     async def _authorize(self, need: Need, name: TopicName, subscription: str | None = None) -> None:
@@ -399,8 +442,9 @@ class Session:
         if body.HasField("topic_epoch"):
             producer.topic_epoch = body.topic_epoch
         producer.on_answered = self._send_answered if topic.name.is_persistent else self._non_persistent_send_answered
-        if body.producer_id in self.producers:  # a duplicate PRODUCER raced us while the topic loaded
-            raise BrokerError(pb.ServiceNotReady, "producer is already being created")
+        if not self.requests.claimed(self.requests.producers, body.producer_id, body.request_id):
+            log.info("producer %s closed before its creation completed", body.producer_id)
+            return  # CLOSE_PRODUCER (answered) or the connection closed meanwhile: no answer, as Java
         admitted = topic.add_producer(producer, body.request_id, self._admit_waiting)
         self.producers[body.producer_id] = producer
         self._closed_producers.pop(body.producer_id, None)
@@ -466,6 +510,9 @@ class Session:
             await producer.send(command, data, records_sequence=records_sequence, source=source)
 
     async def _close_producer(self, body: pb.CommandCloseProducer) -> None:
+        if self.requests.producers.pop(body.producer_id, None) is not None:
+            self.connection.send_success(body.request_id)  # the creation is abandoned (broker/requests.py)
+            return
         producer = self.producers.pop(body.producer_id, None)
         if producer is not None:
             producer.topic.remove_producer(producer)
@@ -507,10 +554,13 @@ class Session:
         ranges: tuple[tuple[int, int], ...] = ()
         if body.HasField("keySharedMeta") and body.keySharedMeta.keySharedMode == pb.STICKY:
             ranges = tuple((r.start, r.end) for r in body.keySharedMeta.hashRanges)
+        if not self.requests.claimed(self.requests.consumers, body.consumer_id, body.request_id):
+            log.info("consumer %s closed before its creation completed", body.consumer_id)
+            if not durable and not subscription.consumers:
+                await subscription.close(delete=True)  # what the consumer's leaving would have done
+            return
         consumer = Consumer(body.consumer_id, body.consumer_name, SubType(body.subType), self,
                             priority_level=body.priority_level, hash_ranges=ranges, connection_key=self)
-        if body.consumer_id in self.consumers:
-            raise BrokerError(pb.ServiceNotReady, "consumer is already being created")
         subscription.add_consumer(consumer, read_log)
         self.consumers[body.consumer_id] = (consumer, subscription)
         self.connection.send_success(body.request_id)
@@ -605,6 +655,9 @@ class Session:
         self.connection.send_success(body.request_id)
 
     async def _close_consumer(self, body: pb.CommandCloseConsumer) -> None:
+        if self.requests.consumers.pop(body.consumer_id, None) is not None:
+            self.connection.send_success(body.request_id)  # the creation is abandoned (broker/requests.py)
+            return
         found = self.consumers.pop(body.consumer_id, None)
         if found is not None:
             await found[1].remove_consumer(found[0])
@@ -669,6 +722,7 @@ class Session:
             return
         self._closed = True
         self._send_room.set()
+        self.requests.abandon_all()  # their tasks end by themselves and attach nothing
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
         self.producers.clear()
@@ -688,6 +742,9 @@ def _topic_name(text: str) -> TopicName:
 
 
 _LOOKUP_KINDS = frozenset({T.PARTITIONED_METADATA, T.LOOKUP, T.GET_SCHEMA})
+#: Answered from their own task (they wait on metadata); the others in order.
+_CONCURRENT_KINDS = frozenset({T.PARTITIONED_METADATA, T.LOOKUP, T.GET_TOPICS_OF_NAMESPACE, T.GET_SCHEMA,
+                               T.GET_OR_CREATE_SCHEMA, T.PRODUCER, T.SUBSCRIBE})
 
 _HANDLERS: dict[int, Callable[[Session, Any], Awaitable[None]]] = {
     T.PARTITIONED_METADATA: Session._partitioned_metadata,

@@ -17,7 +17,9 @@ and is now acknowledged is never sent again; each pass reads at most
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
+
+from mypy_extensions import mypyc_attr
 
 from magnetar.base.clock import Clock
 from magnetar.base.entry import Entry
@@ -60,6 +62,8 @@ def make_dispatcher(sub_type: SubType, topic_log: TopicLog, cursor: Subscription
                                delayed_enabled=delayed_enabled)
 
 
+# The non-persistent topic's subscription (``broker/non_persistent.py``, Python) derives from it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Subscription:
     def __init__(self, name: str, topic_log: TopicLog, cursor: SubscriptionCursor, config: BrokerConfig,
                  partition_index: int, on_closed: Callable[[Subscription], None],
@@ -229,8 +233,11 @@ class Subscription:
 
     # --- moving forward without consumers (TTL, eviction, admin) ---------------------------------
 
-    async def _scan(self) -> AsyncIterator[Entry]:
-        """Entries after the mark-delete position, in log order, one read at a time (one pass)."""
+    async def _scan(self, take: Callable[[Entry], bool]) -> None:
+        """Show ``take`` the entries after the mark-delete position, in log order, one read at a
+        time, until it returns False (one pass: at most ``BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX``).
+
+        A callback rather than an async generator: the module is compiled (mypyc has none)."""
         start = self.cursor.mark_delete_position.next()
         scanned = 0
         while scanned < BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX:
@@ -238,7 +245,8 @@ class Subscription:
             if not entries:
                 return
             for entry in entries:
-                yield entry
+                if not take(entry):
+                    return
             scanned += len(entries)
             start = entries[-1].position.next()
 
@@ -254,12 +262,17 @@ class Subscription:
         """Acknowledge the entries published before ``cutoff_ms`` (TTL); returns how many."""
         last: Position | None = None
         count = size = 0
-        async for entry in self._scan():
+
+        def older(entry: Entry) -> bool:
+            nonlocal last, count, size
             if stored_entry_metadata(entry.payload).publish_time >= cutoff_ms:
-                break
+                return False
             last = entry.position
             count += 1
             size += len(entry.payload)
+            return True
+
+        await self._scan(older)
         if last is not None:
             await self.acknowledge_up_to(last)
             self.expired.record(count, size)
@@ -271,12 +284,17 @@ class Subscription:
         backlog = self.log.backlog_bytes(self.cursor.mark_delete_position)
         last: Position | None = None
         count = 0
-        async for entry in self._scan():
+
+        def over(entry: Entry) -> bool:
+            nonlocal backlog, last, count
             if backlog <= backlog_bytes_max:
-                break
+                return False
             backlog -= len(entry.payload)
             last = entry.position
             count += 1
+            return True
+
+        await self._scan(over)
         if last is not None:
             await self.acknowledge_up_to(last)
         return count
@@ -284,11 +302,15 @@ class Subscription:
     async def skip(self, count: int) -> int:
         """Acknowledge the next ``count`` unacknowledged entries (admin ``skip``); returns how many."""
         chosen: list[Position] = []
-        async for entry in self._scan():
+
+        def unacked(entry: Entry) -> bool:
             if len(chosen) >= count:
-                break
+                return False
             if not self.cursor.is_acked(entry.position):
                 chosen.append(entry.position)
+            return True
+
+        await self._scan(unacked)
         if chosen:
             await self.cursor.delete(chosen)
             if self.dispatcher is not None:

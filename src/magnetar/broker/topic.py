@@ -76,8 +76,9 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, DedupState, MessageDeduplication, is_system_cursor
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.log import Terminable, TopicLog
+from magnetar.broker.log import AppendCallback, Terminable, TopicLog
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
+from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.replicated import replicated_source
 from magnetar.broker.subscription import Subscription
@@ -152,9 +153,7 @@ class Topic:
         defaults = resolve(config, None, None)
         self.policies: Callable[[], EffectivePolicies] = policies or (lambda: defaults)
         self.dedup = MessageDeduplication(topic_log, config, enabled=lambda: self.policies().deduplication)
-        self.repl_dedup = MessageDeduplication(topic_log, config, enabled=lambda: True,
-                                               cursor_name=REPL_DEDUP_CURSOR_NAME, replay_key=replicated_source,
-                                               negative_control=breaks.Break.NO_REPL_DEDUP)
+        self._repl_dedup: MessageDeduplication | None = None  # made for the first replicator (repl_dedup)
         self.entry_listeners: list[Callable[[], None]] = []
         self.close_hooks: list[Callable[[], Awaitable[None]]] = []
         self.replicators: dict[str, ReplicatorView] = {}
@@ -181,6 +180,16 @@ class Topic:
         follow = getattr(topic_log, "on_entries_added", None)
         if follow is not None:  # a read-only log learns of entries its owner appended (broker/read_only.py)
             follow(self._entries_added)
+
+    @property
+    def repl_dedup(self) -> MessageDeduplication:
+        """Source positions of replicated messages (broker/replicated.py); made on first use: most
+        topics never see a replicator, and an idle topic should not hold its state (issue 22)."""
+        if self._repl_dedup is None:
+            self._repl_dedup = MessageDeduplication(self.log, self.config, enabled=lambda: True,
+                                                    cursor_name=REPL_DEDUP_CURSOR_NAME, replay_key=replicated_source,
+                                                    negative_control=breaks.Break.NO_REPL_DEDUP)
+        return self._repl_dedup
 
     def _entries_added(self) -> None:
         for subscription in self.subscriptions.values():
@@ -229,12 +238,13 @@ class Topic:
                 return
             try:
                 await self.dedup.wait_appends_finished()
-                await self.repl_dedup.wait_appends_finished()
+                if self._repl_dedup is not None:
+                    await self._repl_dedup.wait_appends_finished()
                 if isinstance(self.log, SettlesFailedWrites):
                     await self.log.settle_failed_writes()
                 await self.dedup.rebuild()
-                if self.repl_dedup.state is not DedupState.NEW:  # recovered once: rebuild it the same way
-                    await self.repl_dedup.rebuild()
+                if self._repl_dedup is not None and self._repl_dedup.state is not DedupState.NEW:
+                    await self._repl_dedup.rebuild()  # recovered once: rebuild it the same way
             except Exception as error:  # bookies or metadata still down: try again later
                 log.warning("topic %s stays blocked (attempt %d): %s", self.name, attempt + 1, error)
                 if self.clock is None:
@@ -379,11 +389,14 @@ class Topic:
         once, nothing appended, and the run goes on. A write failure blocks the topic (see the
         module docstring). ``messages``: the count the SEND declared (stats; 0: read from the
         entry). Awaits only to wait; the checks and appends of a run that needs no wait run in
-        this one call."""
+        this one call, and the entries that passed them go to the log as one ``append_run`` (one
+        append call, one send per bookie), handed over before any wait."""
         policies = self.policies()
         size_max = policies.max_message_size_bytes
         throttled = bool(policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s)
         log = self.log
+        batch: list[tuple[bytes, AppendCallback]] = []
+        callers: list[PublishCallback] = []  # who is told if the log refuses the batch
         for data, on_done, messages in run:
             try:
                 if self._state is not TopicState.ACTIVE:
@@ -393,27 +406,44 @@ class Topic:
                                       f"Exceed maximum message size: {len(data)} > {size_max} bytes")
                 waited = False
                 if throttled:
+                    self._append_run(batch, callers)
                     messages = entry_message_count(stored_entry_metadata(data))
                     await self._throttle_publish(policies, messages, len(data))
                     waited = True
                 elif not messages:
                     messages = _message_count(data)
-                if not log.has_room():
-                    await log.wait_for_room()
-                    waited = True
+                if not log.has_room(len(batch) + 1):
+                    self._append_run(batch, callers)
+                    if not log.has_room():
+                        await log.wait_for_room()
+                        waited = True
                 if waited:
                     self._check_writable()  # blocked or closed while it waited
             except Exception as error:  # refused before anything was appended
                 on_done(None, error)
                 continue
             started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
-            try:
-                log.append_then(data, partial(self._published, len(data), messages, started_ns, on_done))
-            except Exception as error:  # the log refused it: nothing appended
-                if is_write_failure(error):
-                    self._block(error)
-                elif isinstance(error, FencedError):
-                    self._fenced(error)
+            batch.append((data, partial(self._published, len(data), messages, started_ns, on_done)))
+            callers.append(on_done)
+        self._append_run(batch, callers)
+
+    def _append_run(self, batch: list[tuple[bytes, AppendCallback]], callers: list[PublishCallback]) -> None:
+        """Hand ``batch`` to the log in one call and empty it; if the log refuses it (nothing
+        appended) every caller is told."""
+        if not batch:
+            return
+        run = batch.copy()
+        told = callers.copy()
+        batch.clear()
+        callers.clear()
+        try:
+            self.log.append_run(run)
+        except Exception as error:  # the log refused the run: nothing appended
+            if is_write_failure(error):
+                self._block(error)
+            elif isinstance(error, FencedError):
+                self._fenced(error)
+            for on_done in told:
                 on_done(None, error)
 
     def _published(self, size: int, messages: int, started_ns: int, on_done: PublishCallback,
@@ -524,16 +554,28 @@ class Topic:
         raise BrokerError(pb.ProducerBlockedQuotaExceededException,
                           f"Cannot create producer on topic with backlog quota exceeded ({exceeded.limit})")
 
-    async def check_policies(self, now_ms: int) -> None:
-        """One policy pass: TTL expiry, backlog quotas, retention. Called periodically and by tests."""
+    async def check_policies(self, now_ms: int, due: DueChecks = ALL_CHECKS) -> None:
+        """One policy pass: the checks ``due`` of TTL expiry, backlog quotas, retention. Called
+        periodically (each check on its own period) and by tests (all at once). A check that
+        cannot act on this topic costs nothing: TTL without subscriptions, quotas without one
+        set, retention with no closed ledger (the managed ledger's trim returns at once)."""
         if self._state is not TopicState.ACTIVE:
             return
         policies = self.policies()
-        if policies.message_ttl_s > 0:
+        if due.expiry and policies.message_ttl_s > 0:
             for subscription in list(self.subscriptions.values()):
                 await subscription.expire_older_than(now_ms - policies.message_ttl_s * 1000)
-        await self._check_backlog_quota(policies, now_ms)
-        await self.log.apply_retention(policies.retention_time_s, policies.retention_size_bytes)
+        if due.backlog_quota:
+            await self._check_backlog_quota(policies, now_ms)
+        if due.retention:
+            await self.log.apply_retention(policies.retention_time_s, policies.retention_size_bytes)
+
+    def sample_rates(self, now_ns: int) -> None:
+        """Sample the publish, dispatch and expiry rates (the broker does, every rate period)."""
+        self.published.sample(now_ns)
+        for subscription in list(self.subscriptions.values()):
+            subscription.dispatched.sample(now_ns)
+            subscription.expired.sample(now_ns)
 
     async def trim(self) -> list[int]:
         """Pulsar's trim: delete now the ledgers the retention policy no longer keeps (what the
@@ -545,6 +587,14 @@ class Topic:
     async def _check_backlog_quota(self, policies: EffectivePolicies, now_ms: int) -> None:
         exceeded: QuotaLimit | None = None
         size = policies.backlog_size
+        if size is None and policies.backlog_time is None:
+            self.quota_exceeded = None
+            return
+        # Subscriptions read-only brokers serve count: their positions, read now (not only by the
+        # last trim, which skips a topic without a closed ledger).
+        refresh = getattr(self.log, "refresh_read_only_holds", None)  # logs on managed ledgers have them
+        if refresh is not None:
+            await refresh()
         if size is not None and self.backlog_bytes() > size.limit:
             if size.action is RetentionAction.CONSUMER_BACKLOG_EVICTION:
                 for subscription in self._durable_subscriptions():
@@ -637,7 +687,8 @@ class Topic:
         subscriptions = list(self.subscriptions.values())
         await asyncio.gather(
             *(subscription.close(delete=not subscription.durable) for subscription in subscriptions),
-            self.compaction.close(), self.dedup.close(), self.repl_dedup.close(),
+            self.compaction.close(), self.dedup.close(),
+            *((self._repl_dedup.close(),) if self._repl_dedup is not None else ()),
         )
 
 

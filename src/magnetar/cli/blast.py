@@ -171,13 +171,14 @@ class _Blaster:
 
 
 async def blast_one(host: str, port: int, topic: str, size: int, seconds: float, window: int,
-                    name: str) -> dict[str, Any]:
-    """One connection, one producer: SENDs pipelined up to ``window`` for ``seconds``."""
+                    name: str, batch: int = 1) -> dict[str, Any]:
+    """One connection, one producer: SENDs pipelined up to ``window`` for ``seconds``; with ``batch``
+    > 1 each SEND is one batch of that many messages (``window`` counts SENDs)."""
     reader, writer = await asyncio.open_connection(host, port)
     blaster = _Blaster(reader, writer, window)
     try:
         await blaster.handshake(topic, name)
-        template = SendTemplate(1, name, os.urandom(size))
+        template = SendTemplate(1, name, os.urandom(size), batch_count=batch)
         start, cpu0 = time.perf_counter(), time.process_time()
         receiver = asyncio.get_running_loop().create_task(blaster.receive())
         await blaster.send_until(template, start + seconds, receiver)
@@ -192,22 +193,30 @@ async def blast_one(host: str, port: int, topic: str, size: int, seconds: float,
         cpu = time.process_time() - cpu0
     finally:
         writer.close()
-    return {"sent": blaster.sent, "acked": blaster.acked, "failed": blaster.failed, "elapsed_s": elapsed,
+    return {"sent": blaster.sent * batch, "acked": blaster.acked * batch, "failed": blaster.failed * batch,
+            "elapsed_s": elapsed,
             "client_cpu_s": cpu, "p50_ms": blaster.percentile_ms(0.5), "p99_ms": blaster.percentile_ms(0.99)}
 
 
-def _worker(args: tuple[str, int, str, int, float, int, str]) -> dict[str, Any]:
+def _worker(args: tuple[str, int, str, int, float, int, str, int]) -> dict[str, Any]:
     return asyncio.run(blast_one(*args))
 
 
-def run_blast(service_url: str, topic: str, *, size: int, seconds: float, window: int, processes: int) -> dict[str, Any]:
-    """Blast ``topic`` from ``processes`` processes; the merged result (rates over the slowest)."""
+def run_blast(service_url: str, topic: str, *, size: int, seconds: float, window: int, processes: int,
+              batch: int = 1) -> dict[str, Any]:
+    """Blast ``topic`` from ``processes`` processes; the merged result (rates over the slowest).
+    Counts are messages (a batched SEND of ``batch`` counts ``batch``); ``client_cpu_s`` per
+    process and ``client_cpu_pct_max`` (the busiest process's CPU in % of one core over its
+    measured time) tell whether the generator, rather than the broker, was the limit."""
     if not service_url.startswith("pulsar://"):
         raise ValueError("--blast speaks plain pulsar:// only (no TLS, no authentication)")
     host, _, port_text = service_url[len("pulsar://"):].rstrip("/").rpartition(":")
-    if not (1 <= processes <= 64) or not (1 <= window <= 100_000) or size < 1 or seconds <= 0:
-        raise ValueError("--blast needs 1-64 processes, a window of 1-100000, size >= 1, duration > 0")
-    jobs = [(host, int(port_text), topic, size, seconds, window, f"blast-{os.getpid()}-{i}") for i in range(processes)]
+    if (not (1 <= processes <= 64) or not (1 <= window <= 100_000) or size < 1 or seconds <= 0
+            or not 1 <= batch <= 10_000):
+        raise ValueError("--blast needs 1-64 processes, a window of 1-100000, size >= 1, duration > 0, "
+                         "a batch of 1-10000")
+    jobs = [(host, int(port_text), topic, size, seconds, window, f"blast-{os.getpid()}-{i}", batch)
+            for i in range(processes)]
     if processes == 1:
         results = [_worker(jobs[0])]
     else:
@@ -215,9 +224,12 @@ def run_blast(service_url: str, topic: str, *, size: int, seconds: float, window
             results = pool.map(_worker, jobs)
     elapsed = max(r["elapsed_s"] for r in results)
     acked = sum(r["acked"] for r in results)
-    return {"mode": "blast", "processes": processes, "window": window, "size": size, "elapsed_s": elapsed,
+    return {"mode": "blast", "processes": processes, "window": window, "batch": batch, "size": size,
+            "elapsed_s": elapsed,
             "sent": sum(r["sent"] for r in results), "acked": acked,
             "failed": sum(r["failed"] for r in results), "msgs_s": acked / elapsed,
             "mb_s": acked * size / 1024 / 1024 / elapsed,
             "client_cpu_us_per_msg": 1e6 * sum(r["client_cpu_s"] for r in results) / max(1, acked),
+            "client_cpu_s": [r["client_cpu_s"] for r in results],
+            "client_cpu_pct_max": max(100 * r["client_cpu_s"] / max(r["elapsed_s"], 1e-9) for r in results),
             "p50_ms": max(r["p50_ms"] for r in results), "p99_ms": max(r["p99_ms"] for r in results)}

@@ -33,11 +33,11 @@ T = pb.BaseCommand
 #: The broker's own bound on handles per connection.
 BLAST_PRODUCERS_PER_CONNECTION_COUNT_MAX = BROKER_HANDLES_PER_CONNECTION_COUNT_MAX
 #: PRODUCER commands awaiting their answer on one connection while producers are created. The
-#: broker handles one connection's commands in order and reads nothing more from it meanwhile, so
-#: its keep-alive closes a connection whose queue takes over two intervals (60 s): with 128
-#: connections creating topics at ~10/s under load, 4 queued per connection did (issue 22). The
-#: connections give the concurrency; one request each keeps every queue short.
-BLAST_PRODUCER_REQUESTS_WINDOW_COUNT = 1
+#: broker answers them concurrently (``broker/requests.py``) and keeps reading the connection
+#: meanwhile, so creations overlap and share the metadata store's group commits; before that
+#: (issue 22, session 9) it handled them one at a time, and a queue of them kept PONGs unread past
+#: the keep-alive.
+BLAST_PRODUCER_REQUESTS_WINDOW_COUNT = 16
 _READ_BYTES = 262144
 _RUN_FRAMES_MAX = 64
 

@@ -12,7 +12,9 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
+
+from mypy_extensions import mypyc_attr
 
 from magnetar.base.errors import InvalidArgumentError, LimitExceededError, MagnetarError
 from magnetar.base.limits import FAULT_SPECS_COUNT_MAX
@@ -58,6 +60,8 @@ class Action(enum.Enum):
     PASS = "pass"  # count the hit and go on: what ``observe`` arms every point with
 
 
+# Compiled (mypyc), a native class cannot derive from an interpreted one (``MagnetarError``).
+@mypyc_attr(native_class=False)
 class InjectedFaultError(MagnetarError):
     """Raised by a point armed with ``error``."""
 
@@ -86,17 +90,19 @@ class _Done:
         yield
 
 
-_DONE = _Done()
-_armed: dict[str, FaultSpec] = {}
-_hits: dict[str, int] = {}
-_released: dict[str, asyncio.Event] = {}
-_released_threads: dict[str, threading.Event] = {}
+# The tables are ``Final`` (never rebound, only changed in place): compiled, a final module global
+# is a static reference, so the unarmed path is one dictionary lookup with no globals lookup first.
+_DONE: Final = _Done()
+_armed: Final[dict[str, FaultSpec]] = {}
+_hits: Final[dict[str, int]] = {}
+_released: Final[dict[str, asyncio.Event]] = {}
+_released_threads: Final[dict[str, threading.Event]] = {}
 _crash_hook: Callable[[str], NoReturn] | None = None
 #: Points that fired while armed (any action) since ``observe(True)``; survives ``disarm_all``.
-_reached: set[str] = set()
+_reached: Final[set[str]] = set()
 _observing = False
 #: Continuations of ``gate`` calls waiting out a hang or a delay (strong references).
-_deferred: set[asyncio.Task[None]] = set()
+_deferred: Final[set[asyncio.Task[None]]] = set()
 
 
 def point(name: str) -> Awaitable[None]:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import (
@@ -52,7 +54,7 @@ from magnetar.protocol.bookie import (
     WriteLacResponse,
     encode,
 )
-from magnetar.protocol.bookie.codec import EncodedEntryView, ReadViewResponse
+from magnetar.protocol.bookie.codec import EncodedEntryView, ReadViewResponse, encode_adds
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,18 @@ REQUEST_TIMEOUT_MS_DEFAULT = 5_000  # BookKeeper's add and read timeouts
 DEADLINE_TICK_MS = 20
 REQUEST_ID_MAX = (1 << 64) - 1
 
+#: How a request's sender is told the answer: ``(response, None)`` or ``(None, error)``, once.
+ReplyCallback = Callable[[Response | None, BaseException | None], None]
+
+
+def _settle_response(future: asyncio.Future[Response], response: Response | None,
+                     error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(response)  # type: ignore[arg-type]
 
 
 class BookieClient:
@@ -75,7 +89,7 @@ class BookieClient:
         self._clock = clock
         self._request_timeout_ms = request_timeout_ms
         self._inflight_count_max = inflight_count_max
-        self._pending: dict[int, tuple[asyncio.Future[Response], int]] = {}
+        self._pending: dict[int, tuple[ReplyCallback, int]] = {}  # request id -> (reply, deadline ns)
         self._next_id = 1
         self._decoder = FrameDecoder()
         self._room = asyncio.Event()
@@ -124,19 +138,43 @@ class BookieClient:
         self._next_id = 1 if request_id >= REQUEST_ID_MAX else request_id + 1
         return request_id
 
-    def _send(self, request: Request, timeout_ms: int | None) -> asyncio.Future[Response]:
+    def _check_room(self, count: int) -> None:
         if self._closed is not None:
             raise ClosedError(f"bookie connection to {self.peer} is closed: {self._closed}")
-        if len(self._pending) >= self._inflight_count_max:
-            raise LimitExceededError("BOOKIE_CLIENT_INFLIGHT_COUNT_MAX", len(self._pending) + 1, self._inflight_count_max)
-        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        deadline_ns = self._clock.monotonic_ns() + (timeout_ms or self._request_timeout_ms) * 1_000_000
-        self._pending[request.request_id] = (future, deadline_ns)
+        if len(self._pending) + count > self._inflight_count_max:
+            raise LimitExceededError("BOOKIE_CLIENT_INFLIGHT_COUNT_MAX", len(self._pending) + count,
+                                     self._inflight_count_max)
+
+    def _sent(self) -> None:
         self._busy.set()
         if len(self._pending) >= self._inflight_count_max:
             self._room.clear()
+
+    def _send(self, request: Request, timeout_ms: int | None) -> asyncio.Future[Response]:
+        self._check_room(1)
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        deadline_ns = self._clock.monotonic_ns() + (timeout_ms or self._request_timeout_ms) * 1_000_000
+        self._pending[request.request_id] = (partial(_settle_response, future), deadline_ns)
+        self._sent()
         self._connection.write(encode(request))
         return future
+
+    def add_run_then(self, entries: Sequence[EncodedEntry], replies: Sequence[ReplyCallback], *,
+                     master_key: bytes = b"", recovery: bool = False, timeout_ms: int | None = None) -> None:
+        """Send one add per entry, all in one write; ``replies[i](response, None)`` with entry i's
+        ``AddResponse``, or ``replies[i](None, error)`` (``ClosedError``, ``OperationTimeoutError``),
+        once each and never from inside this call. Raises ``ClosedError`` or ``LimitExceededError``
+        (nothing sent) when the connection is closed or has no room for all of them. Call
+        ``drain()`` now and then so the socket buffer stays bounded."""
+        self._check_room(len(entries))
+        adds = [(self._next_request_id(), entry) for entry in entries]
+        frames = encode_adds(adds, master_key, recovery)  # may refuse (a frame too large): nothing registered
+        deadline_ns = self._clock.monotonic_ns() + (timeout_ms or self._request_timeout_ms) * 1_000_000
+        pending = self._pending
+        for (request_id, _), reply in zip(adds, replies, strict=True):
+            pending[request_id] = (reply, deadline_ns)
+        self._sent()
+        self._connection.write(frames)
 
     @property
     def has_room(self) -> bool:
@@ -247,9 +285,7 @@ class BookieClient:
             return  # timed out earlier; the answer arrives too late to matter
         if not self._room.is_set() and len(self._pending) < self._inflight_count_max:
             self._room.set()
-        future = pending[0]
-        if not future.done():
-            future.set_result(message)
+        pending[0](message, None)
 
     async def _deadline_loop(self) -> None:
         while self._closed is None:
@@ -262,9 +298,8 @@ class BookieClient:
             now = self._clock.monotonic_ns()
             overdue = [rid for rid, (_, deadline) in self._pending.items() if deadline <= now]
             for request_id in overdue:
-                future, _ = self._pending.pop(request_id)
-                if not future.done():
-                    future.set_exception(OperationTimeoutError(f"bookie {self.peer}: request {request_id} timed out"))
+                reply, _ = self._pending.pop(request_id)
+                reply(None, OperationTimeoutError(f"bookie {self.peer}: request {request_id} timed out"))
             if overdue:
                 self._room.set()
 
@@ -272,9 +307,8 @@ class BookieClient:
         if self._closed is None:
             self._closed = error
         pending, self._pending = self._pending, {}
-        for future, _ in pending.values():
-            if not future.done():
-                future.set_exception(error)
+        for reply, _ in pending.values():
+            reply(None, error)
         self._room.set()
         self._busy.set()  # the deadline loop wakes up and ends
         self._connection.close()

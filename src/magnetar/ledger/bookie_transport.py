@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -43,8 +44,8 @@ from magnetar.ledger._deadline import keep_in_background
 from magnetar.ledger.bookie_client import BookieClient
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import BookieUnavailableError, NoSuchEntryError
-from magnetar.ledger.transport import LastEntryReply
-from magnetar.protocol.bookie.codec import EncodedEntry, ReadResponse, Status
+from magnetar.ledger.transport import AddReplyCallback, LastEntryReply
+from magnetar.protocol.bookie.codec import EncodedEntry, ReadResponse, Response, Status
 
 _NEGATIVE = (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER)
 
@@ -77,22 +78,34 @@ def last_entry_of(bookie: BookieId, what: str, response: ReadResponse) -> LastEn
 
 @dataclass(eq=False, slots=True)
 class _Add:
-    result: asyncio.Future[None]
+    on_done: Callable[[BaseException | None], None]  # told once: None (stored) or the error
     bookie: BookieId
     entry: EncodedEntry
     recovery: bool
     master_key: bytes
     retried: bool = False
+    told: bool = False
 
 
 def _settle(op: _Add, error: BaseException | None) -> None:
-    if op.result.done():
-        return  # its caller gave up (cancelled)
+    if not op.told:
+        op.told = True
+        op.on_done(error)
+
+
+def settle_future(future: asyncio.Future[None], error: BaseException | None) -> None:
+    """An add's outcome into the future ``add`` returns (unless its caller gave up)."""
+    if future.done():
+        return
     if error is None:
-        op.result.set_result(None)
+        future.set_result(None)
     else:
-        op.result.set_exception(error)
-        op.result.exception()  # retrieved here: the caller may have stopped listening
+        future.set_exception(error)
+        future.exception()  # retrieved here: the caller may have stopped listening
+
+
+def reply_of_run(on_reply: AddReplyCallback, index: int, error: BaseException | None) -> None:
+    on_reply(index, error)
 
 
 class BookieClientTransport:
@@ -196,13 +209,45 @@ class BookieClientTransport:
         connect or the wait for room (per bookie, in call order). The future is bounded by the
         connection's request deadline (``add_timeout_ms``); a connection lost under it is
         reconnected and the add sent once more (adds are idempotent)."""
-        op = _Add(asyncio.get_running_loop().create_future(), bookie, entry, recovery, master_key)
-        self._submit(op)
-        return op.result
+        result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._submit(_Add(partial(settle_future, result), bookie, entry, recovery, master_key))
+        return result
+
+    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
+                on_reply: AddReplyCallback) -> None:
+        """``add`` of a run of entries told through ``on_reply(index, error)``: on an open
+        connection with room for the whole run and no add waiting before it, every ADD frame of
+        the run goes out in one write; otherwise each waits its turn as ``add`` does."""
+        ops = [_Add(partial(reply_of_run, on_reply, index), bookie, entry, recovery, master_key)
+               for index, entry in enumerate(entries)]
+        if not ops:
+            return
+        if self._closed or bookie in self._waiting or not self._try_send_run(bookie, ops):
+            for op in ops:
+                self._submit(op)
+
+    def _try_send_run(self, bookie: BookieId, ops: list[_Add]) -> bool:
+        client = self._clients.get(bookie)
+        if client is None or client.closed or client.inflight_count + len(ops) > client.inflight_count_max:
+            return False
+        size = sum(len(op.entry.raw) for op in ops)
+        inflight = self._add_bytes.get(bookie, 0)
+        if inflight and inflight + size > LEDGER_PIPELINED_ADD_BYTES_MAX:
+            return False
+        first = ops[0]
+        try:
+            client.add_run_then([op.entry for op in ops], [partial(self._on_add_reply, op) for op in ops],
+                                master_key=first.master_key, recovery=first.recovery,
+                                timeout_ms=self._config.add_timeout_ms)
+        except (ClosedError, LimitExceededError):
+            return False
+        self._add_bytes[bookie] = inflight + size
+        return True
 
     def _submit(self, op: _Add) -> None:
         if self._closed:
-            _settle(op, BookieUnavailableError(f"transport closed; cannot reach {op.bookie}"))
+            error = BookieUnavailableError(f"transport closed; cannot reach {op.bookie}")
+            asyncio.get_running_loop().call_soon(_settle, op, error)  # never from inside ``add``
             return
         waiting = self._waiting.get(op.bookie)
         if waiting is None:
@@ -223,12 +268,11 @@ class BookieClientTransport:
         if inflight and inflight + size > LEDGER_PIPELINED_ADD_BYTES_MAX:
             return False
         try:
-            sent = client.add_nowait(op.entry, master_key=op.master_key, recovery=op.recovery,
-                                     timeout_ms=self._config.add_timeout_ms)
+            client.add_run_then((op.entry,), (partial(self._on_add_reply, op),), master_key=op.master_key,
+                                recovery=op.recovery, timeout_ms=self._config.add_timeout_ms)
         except (ClosedError, LimitExceededError):
             return False
         self._add_bytes[op.bookie] = inflight + size
-        sent.add_done_callback(partial(self._on_add_reply, op))
         return True
 
     async def _send_when_ready(self, bookie: BookieId, waiting: deque[_Add]) -> None:
@@ -256,7 +300,7 @@ class BookieClientTransport:
             for op in waiting:  # cancelled (the transport closed)
                 _settle(op, BookieUnavailableError(f"transport closed; cannot reach {bookie}"))
 
-    def _on_add_reply(self, op: _Add, sent: asyncio.Future[Any]) -> None:
+    def _on_add_reply(self, op: _Add, response: Response | None, error: BaseException | None) -> None:
         left = self._add_bytes.get(op.bookie, 0) - len(op.entry.raw)
         if left > 0:
             self._add_bytes[op.bookie] = left
@@ -265,8 +309,10 @@ class BookieClientTransport:
         room = self._bytes_room.get(op.bookie)
         if room is not None:
             room.set()
+        if error is None and response is not None and response.status is Status.OK:
+            _settle(op, None)
+            return
         what = f"add {op.entry.ledger_id}:{op.entry.entry_id}"
-        error = ClosedError("add cancelled") if sent.cancelled() else sent.exception()
         if isinstance(error, ClosedError):
             if not op.retried:  # the connection died: once more on a fresh one
                 op.retried = True
@@ -277,10 +323,10 @@ class BookieClientTransport:
             _settle(op, BookieUnavailableError(f"{what}: {error}"))
         elif error is not None:
             _settle(op, error)
-        elif sent.result().status is not Status.OK:
-            _settle(op, status_error(op.bookie, sent.result().status, what))
+        elif response is None:
+            _settle(op, BookieUnavailableError(f"{what}: bookie {op.bookie} answered nothing"))
         else:
-            _settle(op, None)
+            _settle(op, status_error(op.bookie, response.status, what))
 
     async def read(
         self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes

@@ -31,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import deque
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -40,6 +40,7 @@ from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.errors import BadVersionError, ClosedError, FencedError, LimitExceededError, MagnetarError
 from magnetar.base.invariant import invariant
+from magnetar.base.lazy_event import LazyEvent
 from magnetar.base.limits import (
     LEDGER_ADD_TIMEOUT_CONFIRM_MS,
     LEDGER_ENSEMBLE_CHANGES_COUNT_MAX,
@@ -86,8 +87,8 @@ class PendingAdd:
     on_done: AddCallback  # told once: (entry id, None) or (None, the error)
     told: bool = False
     entry: EncodedEntry | None = None  # built when sent, carrying the LAC known then
-    acked: set[BookieId] = field(default_factory=set)
-    inflight: set[BookieId] = field(default_factory=set)
+    acked: int = 0  # ensemble slots (bit i: ``ensemble[i]``) that stored it, in its write set
+    inflight: int = 0  # ensemble slots asked and not answered yet
     sent_ns: int = 0  # when it was last sent to its write set (the add timeout counts from here)
     sent: bool = False  # past ``ledger.after_send_before_reply``: its replies may complete it
     quorum_gated: bool = False  # reached its ack quorum once: ``ledger.after_quorum_before_ack`` entered
@@ -129,8 +130,8 @@ class LedgerHandle:
         self._excluded_bookies: set[BookieId] = set()
         self._ensemble_change: asyncio.Task[None] | None = None
         self._ensemble_changes_count = 0
-        self._drained = asyncio.Event()
-        self._drained.set()
+        self._batch: list[PendingAdd] | None = None  # while ``append_run`` gathers its sends
+        self._drained = LazyEvent(is_set=True)  # no deque per idle ledger (base/lazy_event.py)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timeouts: asyncio.Task[None] | None = None
         self._lac_flusher: asyncio.Task[None] | None = None
@@ -211,35 +212,56 @@ class LedgerHandle:
         return future
 
     def append_then(self, payload: bytes, on_done: AddCallback) -> None:
-        """The one add operation (BookKeeper's ``asyncAddEntry``): take the next entry id now and
-        call ``on_done(entry_id, None)`` once Qa bookies of its write set stored the entry and
-        every lower id completed (strictly in id order), or ``on_done(None, error)`` with
-        ``FencedError`` if another client fenced the ledger (the entry may or may not survive),
-        or the error that failed the handle. ``on_done`` is a plain callback, called once, from
-        the handle's own reply processing (no future, no extra loop pass per add); it may call
-        ``append_then`` again. Raises ``ClosedError`` (or the failure) when the handle is not
-        open and ``LimitExceededError`` when it has no room: call ``wait_for_room`` first.
+        """``append_run`` of one add."""
+        self.append_run(((payload, on_done),))
 
-        The add passes ``ledger.before_send_next_entry`` (after the first entry),
+    def room(self) -> int:
+        """How many adds ``append_run`` can take now (0 while someone waits for room)."""
+        return 0 if self._admission else self._config.pending_adds_count_max - len(self._pending)
+
+    def append_run(self, adds: Sequence[tuple[bytes, AddCallback]]) -> None:
+        """The one add operation (BookKeeper's ``asyncAddEntry``), for a run of adds in order: take
+        the next entry ids now and for each ``(payload, on_done)`` call ``on_done(entry_id, None)``
+        once Qa bookies of its write set stored the entry and every lower id completed (strictly
+        in id order), or ``on_done(None, error)`` with ``FencedError`` if another client fenced
+        the ledger (the entry may or may not survive), or the error that failed the handle.
+        ``on_done`` is a plain callback, called once, from the handle's own reply processing (no
+        future, no extra loop pass per add); it may call ``append_run`` again. Raises
+        ``ClosedError`` (or the failure) when the handle is not open and ``LimitExceededError``
+        when it has no room for the whole run (nothing is added then): see ``room`` and
+        ``wait_for_room``.
+
+        The adds of a run that pass their send gates together go to each bookie in one transport
+        call (``BookieTransport.add_run``: one write, one hand-off per bookie), each carrying the
+        LAC known then. Each add passes ``ledger.before_send_next_entry`` (after the first entry),
         ``ledger.before_send`` and ``ledger.after_send_before_reply`` as gates (``faults.gate``),
         its replies ``ledger.after_reply_before_count`` and, once, ``ledger.after_quorum_before_ack``.
         An ``error`` at a gate of the send fails the handle; at a reply's gate, that bookie.
         """
         if self._state is not WriterState.OPEN:
             self._check_open()
-        if len(self._pending) >= self._config.pending_adds_count_max:
-            raise LimitExceededError("pending_adds_count_max", len(self._pending) + 1, self._config.pending_adds_count_max)
-        entry_id = self._last_add_pushed + 1
-        self._last_add_pushed = entry_id
-        op = PendingAdd(entry_id, payload, on_done)
-        self._pending[entry_id] = op
-        self._drained.clear()
+        count_max = self._config.pending_adds_count_max
+        if len(self._pending) + len(adds) > count_max:
+            raise LimitExceededError("pending_adds_count_max", len(self._pending) + len(adds), count_max)
         if self._timeouts is None and self._config.add_timeout_ms > 0:
             self._timeouts = self._spawn(self._time_out_adds())  # at most once per add timeout
-        if entry_id > 0:
-            faults.gate("ledger.before_send_next_entry", self._before_send, op)
-        else:
-            self._before_send(None, op)
+        self._drained.clear()
+        batch: list[PendingAdd] = []
+        self._batch = batch  # ``_send`` gathers the adds that pass their gates now
+        try:
+            for payload, on_done in adds:
+                entry_id = self._last_add_pushed + 1
+                self._last_add_pushed = entry_id
+                op = PendingAdd(entry_id, payload, on_done)
+                self._pending[entry_id] = op
+                if entry_id > 0:
+                    faults.gate("ledger.before_send_next_entry", self._before_send, op)
+                else:
+                    self._before_send(None, op)
+        finally:
+            self._batch = None
+        if batch:
+            self._send_batch(batch)
 
     def _before_send(self, error: BaseException | None, op: PendingAdd) -> None:
         if error is not None:
@@ -251,11 +273,23 @@ class LedgerHandle:
         if error is not None:
             self._fail_by(error)
             return
-        if op.told or self._state not in (WriterState.OPEN, WriterState.CLOSING):
+        if self._batch is not None:
+            self._batch.append(op)  # ``append_run`` sends it with the rest of its run
+        else:
+            self._send_batch((op,))  # held by a gate: alone
+
+    def _send_batch(self, ops: Sequence[PendingAdd]) -> None:
+        """Build the entries of ``ops`` (with the LAC known now) and send them; then each passes
+        ``ledger.after_send_before_reply``."""
+        if self._state is not WriterState.OPEN and self._state is not WriterState.CLOSING:
             return
-        op.entry = EncodedEntry.build(self.ledger_id, op.entry_id, self._lac, op.payload)
-        self._send_to_write_set(op)
-        faults.gate("ledger.after_send_before_reply", self._after_send, op)
+        ledger_id, lac = self._meta.metadata.ledger_id, self._lac
+        ready = [op for op in ops if not op.told]
+        for op in ready:
+            op.entry = EncodedEntry.build(ledger_id, op.entry_id, lac, op.payload)
+        self._send_to_write_sets(ready)
+        for op in ready:
+            faults.gate("ledger.after_send_before_reply", self._after_send, op)
 
     def _after_send(self, error: BaseException | None, op: PendingAdd) -> None:
         if error is not None:
@@ -277,6 +311,8 @@ class LedgerHandle:
 
     def _wake_admission(self) -> None:
         """Wake as many waiters (from the head of the line) as there is room for."""
+        if not self._admission:
+            return
         room = self._config.pending_adds_count_max - len(self._pending)
         for waiter in self._admission:
             if room <= 0:
@@ -285,51 +321,72 @@ class LedgerHandle:
                 waiter.set_result(None)
             room -= 1
 
-    def _write_set_bookies(self, entry_id: int) -> list[BookieId]:
+    def _write_set(self, entry_id: int) -> tuple[int, ...]:
         meta = self._meta.metadata
-        return [self._ensemble[i] for i in write_set(entry_id, meta.ensemble_size, meta.write_quorum_size)]
+        return write_set(entry_id, meta.ensemble_size, meta.write_quorum_size)
 
-    def _send_to_write_set(self, op: PendingAdd) -> None:
-        entry = op.entry
-        if entry is None:
-            return  # not past its send gates yet: ``_send`` sends it
-        op.sent_ns = self._clock.monotonic_ns()
-        for bookie in self._write_set_bookies(op.entry_id):
-            if bookie in op.acked or bookie in op.inflight or bookie in self._failed_bookies:
-                continue
-            op.inflight.add(bookie)
-            sent = self._transport.add(bookie, entry, recovery=False, master_key=self._master_key)
-            sent.add_done_callback(partial(self._on_reply, op, bookie))
+    def _send_to_write_sets(self, ops: Sequence[PendingAdd]) -> None:
+        """Send each of ``ops`` (those built) to the slots of its write set that neither stored it
+        nor were asked yet, skipping failed bookies: one ``add_run`` per bookie, in entry order."""
+        runs: dict[int, tuple[list[PendingAdd], list[EncodedEntry]]] = {}  # slot -> its adds, entries
+        failed = self._failed_bookies
+        ensemble = self._ensemble
+        now_ns = self._clock.monotonic_ns()
+        for op in ops:
+            entry = op.entry
+            if entry is None:
+                continue  # not past its send gates yet: ``_send`` sends it
+            op.sent_ns = now_ns
+            asked = op.acked | op.inflight
+            for slot in self._write_set(op.entry_id):
+                bit = 1 << slot
+                if asked & bit or (failed and ensemble[slot] in failed):
+                    continue
+                op.inflight |= bit
+                run = runs.get(slot)
+                if run is None:
+                    runs[slot] = ([op], [entry])
+                else:
+                    run[0].append(op)
+                    run[1].append(entry)
+        for slot, (sent, entries) in runs.items():
+            bookie = ensemble[slot]
+            self._transport.add_run(bookie, entries, recovery=False, master_key=self._master_key,
+                                    on_reply=partial(self._on_reply, sent, slot, bookie))
 
-    def _on_reply(self, op: PendingAdd, bookie: BookieId, sent: asyncio.Future[None]) -> None:
-        error = BookieUnavailableError(f"add to {bookie} cancelled") if sent.cancelled() else sent.exception()
-        if bookie not in op.inflight:
-            return  # timed out (or the handle ended) before this answer came
-        op.inflight.discard(bookie)
+    def _on_reply(self, run: list[PendingAdd], slot: int, bookie: BookieId, index: int,
+                  error: BaseException | None) -> None:
+        op = run[index]
+        bit = 1 << slot
+        if not op.inflight & bit or self._ensemble[slot] is not bookie:
+            return  # timed out, replaced or the handle ended before this answer came
+        op.inflight &= ~bit
         if error is not None:
-            self._on_add_error(op, bookie, error if isinstance(error, MagnetarError)
+            self._on_add_error(op, slot, error if isinstance(error, MagnetarError)
                                else BookieUnavailableError(f"add to {bookie}: {error!r}"))
             return
-        faults.gate("ledger.after_reply_before_count", self._count_reply, op, bookie)
+        faults.gate("ledger.after_reply_before_count", self._count_reply, op, slot, bookie)
 
-    def _on_add_error(self, op: PendingAdd, bookie: BookieId, exc: BaseException) -> None:
-        """``bookie`` did not store ``op``: fenced fails the ledger, anything else replaces the bookie."""
-        op.inflight.discard(bookie)
+    def _on_add_error(self, op: PendingAdd, slot: int, exc: BaseException) -> None:
+        """The bookie at ``slot`` did not store ``op``: fenced fails the ledger, anything else
+        replaces the bookie."""
+        op.inflight &= ~(1 << slot)
+        bookie = self._ensemble[slot]
         if isinstance(exc, FencedError):
             self._fail(FencedError(f"ledger {self.ledger_id} fenced by bookie {bookie}: {exc}"))
         else:
             self._on_bookie_failure(bookie)
 
-    def _count_reply(self, error: BaseException | None, op: PendingAdd, bookie: BookieId) -> None:
-        """``bookie`` stored ``op``: count it and complete what reached its ack quorum."""
+    def _count_reply(self, error: BaseException | None, op: PendingAdd, slot: int, bookie: BookieId) -> None:
+        """``bookie`` (at ``slot``) stored ``op``: count it and complete what reached its ack quorum."""
+        if self._ensemble[slot] is not bookie:
+            return  # replaced by an ensemble change meanwhile: its copy no longer counts
         if error is not None:
-            self._on_add_error(op, bookie, error)  # the reply is lost at this point
+            self._on_add_error(op, slot, error)  # the reply is lost at this point
             return
         if op.told or self._state not in (WriterState.OPEN, WriterState.CLOSING):
             return
-        if bookie not in self._write_set_bookies(op.entry_id):
-            return  # replaced by an ensemble change meanwhile: its copy no longer counts
-        op.acked.add(bookie)
+        op.acked |= 1 << slot
         if not op.quorum_gated and self._has_ack_quorum(op):
             op.quorum_gated = True
             faults.gate("ledger.after_quorum_before_ack", self._quorum_passed, op)
@@ -371,16 +428,20 @@ class LedgerHandle:
                 elif (op.entry_id, op.sent_ns) not in suspects:
                     overdue.add((op.entry_id, op.sent_ns))
                 else:
-                    for bookie in sorted(op.inflight):
-                        self._on_add_error(op, bookie, BookieUnavailableError(
+                    ensemble = self._ensemble
+                    asked = [slot for slot in range(len(ensemble)) if op.inflight & (1 << slot)]
+                    for slot in sorted(asked, key=ensemble.__getitem__):
+                        bookie = ensemble[slot]
+                        self._on_add_error(op, slot, BookieUnavailableError(
                             f"add {self.ledger_id}:{op.entry_id} to {bookie} took longer than "
                             f"{self._config.add_timeout_ms} ms"))
             suspects = overdue
             await self._clock.sleep(confirm_s if overdue else (wake_ns - now) / 1e9)
 
     def _has_ack_quorum(self, op: PendingAdd) -> bool:
-        counted = op.acked.intersection(self._write_set_bookies(op.entry_id))
-        return len(counted) >= self._meta.metadata.ack_quorum_size
+        # ``acked`` holds only slots of its write set whose bookie is still the one that stored
+        # it (a reply counts only then; an ensemble change clears the replaced slots' bits).
+        return op.acked.bit_count() >= self._meta.metadata.ack_quorum_size
 
     def _complete_in_order(self) -> None:
         while self._pending and self._ensemble_change is None and self._state in (
@@ -422,8 +483,7 @@ class LedgerHandle:
             return
         self._ensemble_change = None
         self._failed_bookies.clear()
-        for op in list(self._pending.values()):
-            self._send_to_write_set(op)
+        self._send_to_write_sets(list(self._pending.values()))
         self._complete_in_order()
 
     async def _replace_failed_bookies(self) -> None:
@@ -453,8 +513,15 @@ class LedgerHandle:
         await self._cas(change)
         await faults.point("ledger.ensemble_change.after_cas")
         replaced = set(self._ensemble) - set(ensemble)
+        kept = 0  # the slots whose bookie stays: acks and requests of the others stop counting
+        for slot, (before, after) in enumerate(zip(self._ensemble, ensemble, strict=True)):
+            if before is after or before == after:
+                kept |= 1 << slot
         self._ensemble = ensemble
         self._failed_bookies -= replaced
+        for op in self._pending.values():
+            op.acked &= kept
+            op.inflight &= kept
 
     async def _cas(self, change: Callable[[LedgerMetadata], LedgerMetadata]) -> None:
         for _ in range(LEDGER_METADATA_CAS_RETRY_COUNT_MAX):

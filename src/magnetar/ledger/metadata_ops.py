@@ -3,7 +3,7 @@
 Every change is a compare-and-set against the version the caller read (``BadVersionError`` when
 someone else changed it first); nothing here overwrites blindly. Layout under ``root``::
 
-    {root}/idgen              decimal counter: the next ledger id (CAS-incremented)
+    {root}/idgen              decimal counter: the next ledger id (CAS-advanced)
     {root}/L{ledger id:019d}  the ledger's ``records.LedgerMetadata`` (version byte + msgpack)
 
 The store is reached through ``VersionedStore``, the narrow slice of the metadata API the ledger
@@ -14,12 +14,17 @@ Invariant: a stored record's state only moves along ``ledger_metadata.TRANSITION
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
 from magnetar.base.errors import AlreadyExistsError, BadVersionError, LimitExceededError, NotFoundError
 from magnetar.base.invariant import invariant
-from magnetar.base.limits import LEDGER_ID_ALLOC_RETRY_COUNT_MAX, LEDGER_LIST_COUNT_MAX
+from magnetar.base.limits import (
+    LEDGER_ID_ALLOC_BATCH_COUNT_MAX,
+    LEDGER_ID_ALLOC_RETRY_COUNT_MAX,
+    LEDGER_LIST_COUNT_MAX,
+)
 from magnetar.ledger.ledger_metadata import LedgerMetadata, transition_allowed
 
 DEFAULT_ROOT = "/ledgers"
@@ -58,21 +63,55 @@ class LedgerMetadataStore:
     def __init__(self, store: VersionedStore, root: str = DEFAULT_ROOT) -> None:
         self._store = store
         self._root = root.rstrip("/")
+        self._id_waiters: list[asyncio.Future[int]] = []  # callers of allocate_id, in order
+        self._id_allocator: asyncio.Task[None] | None = None  # reserving ids for them, while any wait
 
     def path(self, ledger_id: int) -> str:
         return f"{self._root}/{_PREFIX}{ledger_id:019d}"
 
     async def allocate_id(self) -> int:
-        """A ledger id never handed out before (CAS on a counter, so ids only grow)."""
+        """A ledger id never handed out before (CAS on a counter, so ids only grow).
+
+        Concurrent callers share one CAS: it moves the counter past as many ids as callers wait
+        and each gets one of them, so creating many ledgers at once (topics created
+        concurrently) costs one metadata write per group, not one write and a CAS conflict per
+        ledger. No id is kept for later: every id handed out is above every id reserved before it
+        (in any process), as with one CAS per id."""
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._id_waiters.append(waiter)
+        if self._id_allocator is None:
+            self._id_allocator = asyncio.get_running_loop().create_task(self._allocate_waiting())
+        return await waiter
+
+    async def _allocate_waiting(self) -> None:
+        try:
+            while self._id_waiters:
+                waiters = self._id_waiters[:LEDGER_ID_ALLOC_BATCH_COUNT_MAX]
+                del self._id_waiters[:LEDGER_ID_ALLOC_BATCH_COUNT_MAX]
+                try:
+                    first = await self._reserve_ids(len(waiters))
+                except Exception as error:
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_exception(error)
+                    continue
+                for offset, waiter in enumerate(waiters):
+                    if not waiter.done():  # a caller that went away leaves a gap: ids need not be dense
+                        waiter.set_result(first + offset)
+        finally:
+            self._id_allocator = None
+
+    async def _reserve_ids(self, count: int) -> int:
+        """Moves the counter past ``count`` ids; returns the first of them."""
         counter = f"{self._root}/idgen"
         for _ in range(LEDGER_ID_ALLOC_RETRY_COUNT_MAX):
             current = await self._store.get(counter)
             try:
                 if current is None:
-                    await self._store.create(counter, b"1")
+                    await self._store.create(counter, str(count).encode())
                     return 0
                 next_id = int(current.value)
-                await self._store.put(counter, str(next_id + 1).encode(), current.version)
+                await self._store.put(counter, str(next_id + count).encode(), current.version)
                 return next_id
             except (AlreadyExistsError, BadVersionError):
                 continue

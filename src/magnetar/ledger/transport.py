@@ -11,6 +11,11 @@ verify the writer's digest end to end. Contract for implementations (the real ad
   A normal add to a fenced ledger raises ``FencedError``; ``recovery=True`` adds are accepted on
   fenced ledgers. A transport that must connect first or wait for room on the connection does
   so inside that same operation (backpressure is a wait, never another path).
+* ``add_run`` is ``add`` for a run of entries to one bookie in one call (the writer's adds of one
+  batch): one write on a connection, one hand-off to a local bookie. Each entry is answered on
+  its own through a plain callback, ``on_reply(index, None)`` once it is stored or
+  ``on_reply(index, error)`` with the error ``add`` would raise; once per entry, never from
+  inside the call. Entries of a run are sent to the bookie in order, after every earlier add to it.
 * ``read`` with ``fence=True`` fences the ledger on that bookie *before* it answers, and the fence
   is durable when the answer arrives. It raises ``NoSuchEntryError`` only when the bookie is
   sure it never stored the entry.
@@ -23,6 +28,7 @@ verify the writer's digest end to end. Contract for implementations (the real ad
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -38,8 +44,15 @@ class LastEntryReply:
     lac: int
 
 
+#: How ``add_run`` tells one entry's outcome: ``(index in the run, None)`` or ``(index, error)``.
+AddReplyCallback = Callable[[int, BaseException | None], None]
+
+
 class BookieTransport(Protocol):
     def add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]: ...
+
+    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
+                on_reply: AddReplyCallback) -> None: ...
 
     async def read(
         self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool, master_key: bytes

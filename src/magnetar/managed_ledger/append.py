@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -49,6 +49,7 @@ from typing import Any, Protocol
 from magnetar.base.clock import Clock
 from magnetar.base.errors import FencedError, LimitExceededError, MagnetarError
 from magnetar.base.invariant import invariant
+from magnetar.base.lazy_event import LazyEvent
 from magnetar.base.limits import MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX
 from magnetar.base.types import Position
 from magnetar.ledger.handle import LedgerHandle, settle
@@ -139,8 +140,7 @@ class AppendPipeline:
         #: until ``settle_failed_writes`` (their order behind the failed ones could not be kept).
         self.write_failure: MagnetarError | None = None
         self.rollover_requested = False
-        self._drained = asyncio.Event()
-        self._drained.set()
+        self._drained = LazyEvent(is_set=True)  # no deque per idle topic (base/lazy_event.py)
         self._kicking = False  # ``kick`` is starting adds (an append from a callback joins it)
         self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
 
@@ -168,22 +168,32 @@ class AppendPipeline:
         return future
 
     def append_then(self, data: bytes, on_done: AppendCallback) -> None:
-        """The one append operation (``ManagedLedger.append_then`` is this method): queue ``data``;
-        ``on_done(position, None)`` once the ledger acknowledged it (Qa durable); positions grow
-        strictly in call order. ``on_done`` is a plain callback called once from the ledger's
-        completion (no future, no loop pass of its own; from inside this call only when the add
-        fails at once, the ledger fenced or failed under it); it may append again. Raises at once ``ManagedLedgerFencedError`` once another owner took over,
+        """``append_run`` of one append."""
+        self.append_run(((data, on_done),))
+
+    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+        """The one append operation (``ManagedLedger.append_run`` is this method), for a run of
+        appends in order: queue each ``data``; ``on_done(position, None)`` once the ledger
+        acknowledged it (Qa durable); positions grow strictly in call order. The run is started
+        on the ledger as one ``LedgerHandle.append_run`` when it has room (one send per bookie).
+        ``on_done`` is a plain callback called once from the ledger's completion (no future, no
+        loop pass of its own; from inside this call only when the add fails at once, the ledger
+        fenced or failed under it); it may append again. Raises at once (nothing queued)
+        ``ManagedLedgerFencedError`` once another owner took over,
         ``ManagedLedgerTerminatedError``/``ManagedLedgerClosedError``/``ManagedLedgerWriteFailedError``,
-        and ``LimitExceededError`` when ``add_queue_count_max`` appends are queued or in flight (call
-        ``wait_for_room`` first). ``on_done(None, error)`` with the ledger error that failed the
-        add (its outcome is then undecided: it may appear in the log after recovery).
+        and ``LimitExceededError`` when the run does not fit in ``add_queue_count_max`` appends
+        queued or in flight (see ``has_room`` and ``wait_for_room``). ``on_done(None, error)``
+        with the ledger error that failed the add (its outcome is then undecided: it may appear
+        in the log after recovery).
         """
         if self._states.state not in WRITABLE or self.write_failure is not None:
             self.check_writable()
-        pending = self.pending_add_count
-        if pending >= self.config.add_queue_count_max:
-            raise LimitExceededError("add_queue_count_max", pending + 1, self.config.add_queue_count_max)
-        self._queue.append(_OpAdd(bytes(data), on_done))
+        pending = self.pending_add_count + len(run)
+        if pending > self.config.add_queue_count_max:
+            raise LimitExceededError("add_queue_count_max", pending, self.config.add_queue_count_max)
+        queue = self._queue
+        for data, on_done in run:
+            queue.append(_OpAdd(bytes(data), on_done))
         if self._kicking:
             return  # the ``kick`` on the stack (a completion calling back in) takes it
         self.kick()
@@ -194,13 +204,13 @@ class AppendPipeline:
         started = len(current.inflight) + len(current.undecided) if current is not None else 0
         return len(self._queue) + started
 
-    def has_room(self) -> bool:
-        """Whether ``append`` can take an append now (no one waits for room before us)."""
+    def has_room(self, count: int = 1) -> bool:
+        """Whether ``append_run`` can take ``count`` appends now (no one waits for room before us)."""
         if self._admission:
             return False
         current = self.current
         started = len(current.inflight) + len(current.undecided) if current is not None else 0
-        return len(self._queue) + started < self.config.add_queue_count_max
+        return len(self._queue) + started + count <= self.config.add_queue_count_max
 
     async def wait_for_room(self) -> None:
         """Backpressure: return once ``append`` can take an append (first in, first out), or the
@@ -227,6 +237,8 @@ class AppendPipeline:
 
     def _wake_admission(self, *, all_waiters: bool = False) -> None:
         """Wake as many waiters (from the head of the line) as there is room for, or all."""
+        if not self._admission:
+            return
         room = len(self._admission) if all_waiters else self.config.add_queue_count_max - self.pending_add_count
         for waiter in self._admission:
             if room <= 0:
@@ -245,9 +257,12 @@ class AppendPipeline:
         # only to wait (a rollover, or room on the ledger).
         self._kicking = True
         try:
-            while (self._queue and self._states.state is MLState.LEDGER_OPENED and not self.needs_rollover()
-                   and self.current is not None and self.current.handle.has_room()):
-                self._start_add(self._queue.popleft())
+            while self._queue and self._states.state is MLState.LEDGER_OPENED and not self.needs_rollover():
+                current = self.current
+                room = current.handle.room() if current is not None else 0
+                if room <= 0:
+                    break
+                self._start_run(room)
         finally:
             self._kicking = False
         if (self._has_work() and self._states.state is MLState.LEDGER_OPENED
@@ -272,10 +287,12 @@ class AppendPipeline:
             if not self._queue:
                 break
             current = self.current
-            if current is not None and not current.handle.has_room():
+            room = current.handle.room() if current is not None else 0
+            if room <= 0:
+                assert current is not None
                 await current.handle.wait_for_room()  # backpressure from the ledger
                 continue
-            self._start_add(self._queue.popleft())
+            self._start_run(room)
 
     async def wait_pump(self) -> None:
         """Return once the pump task (if one runs) ended."""
@@ -336,23 +353,36 @@ class AppendPipeline:
             self.kick()
         return now_ns + max_ns
 
-    # --- one add ---------------------------------------------------------------------------------
+    # --- starting adds ---------------------------------------------------------------------------
 
-    def _start_add(self, op: _OpAdd) -> None:
+    def _start_run(self, room: int) -> None:
+        """Start up to ``room`` queued adds on the current ledger as one ``append_run``, stopping
+        after the add that makes the ledger full (``needs_rollover`` is asked again then)."""
         current = self.current
         assert current is not None
-        expected_entry_id = current.started_count
-        current.started_count += 1
-        current.started_bytes += len(op.data)
-        op.position, op.error, op.finished = None, None, False
-        op.entry_id = expected_entry_id
-        op.attempts += 1
-        current.inflight.append(op)
+        queue = self._queue
+        entries_max, bytes_max = self.config.max_entries_per_ledger, self.config.max_size_bytes_per_ledger
+        run: list[tuple[bytes, Callable[[int | None, BaseException | None], None]]] = []
+        ops: list[_OpAdd] = []
+        while queue and len(run) < room:
+            op = queue.popleft()
+            expected_entry_id = current.started_count
+            current.started_count += 1
+            current.started_bytes += len(op.data)
+            op.position, op.error, op.finished = None, None, False
+            op.entry_id = expected_entry_id
+            op.attempts += 1
+            current.inflight.append(op)
+            ops.append(op)
+            run.append((op.data, partial(self._added, current, op, expected_entry_id)))
+            if current.started_count >= entries_max or current.started_bytes >= bytes_max:
+                break
         self._drained.clear()
         try:
-            current.handle.append_then(op.data, partial(self._added, current, op, expected_entry_id))
-        except MagnetarError as exc:  # the handle failed or closed under us: as an add that failed
-            self._finish_add(current, op, expected_entry_id, None, exc)
+            current.handle.append_run(run)
+        except MagnetarError as exc:  # the handle failed or closed under us: as adds that failed
+            for op in ops:
+                self._finish_add(current, op, op.entry_id, None, exc)
 
     def _added(self, current: CurrentLedger, op: _OpAdd, expected_entry_id: int, entry_id: int | None,
                error: BaseException | None) -> None:
@@ -485,6 +515,8 @@ class AppendPipeline:
                     self._entry_waiters.remove((position, waiter))
 
     def notify_entry_waiters(self) -> None:
+        if not self._entry_waiters:
+            return
         still: list[tuple[Position, asyncio.Future[None]]] = []
         for position, waiter in self._entry_waiters:
             if (self.last_confirmed > position or self._states.state not in WRITABLE) and not waiter.done():

@@ -130,6 +130,7 @@ class ManagedLedger:
         # (the one append operation) and ``AppendPipeline.has_room``.
         self.append = self._appends.append
         self.append_then = self._appends.append_then
+        self.append_run = self._appends.append_run
         self.has_room = self._appends.has_room
         self.offload = ManagedLedgerOffload(self, offloader)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -573,11 +574,10 @@ class ManagedLedger:
 
     async def trim_consumed_ledgers(self) -> list[int]:
         """Delete ledgers every durable cursor consumed, as retention allows; returns their ids."""
-        if self._states.state not in (*WRITABLE, MLState.TERMINATED):
-            return []
+        if self._states.state not in (*WRITABLE, MLState.TERMINATED) or len(self._list.infos) < 2:
+            return []  # the current (last) ledger is never trimmed: nothing to read or do
         # Subscriptions served by read-only brokers hold back trimming like our own cursors.
-        holds = await read_only_mark_deletes(self._store, self.name)
-        self.read_only_holds = holds
+        holds = await self.refresh_read_only_holds()
         async with self._info_lock:
             doomed = self._trimmable(holds)
             if not doomed:
@@ -592,6 +592,11 @@ class ManagedLedger:
             await self._delete_quietly(ledger_id)
             await self._delete_offloaded_quietly(ledger_id)
         return doomed
+
+    async def refresh_read_only_holds(self) -> list[Position]:
+        """Mark-delete positions of the subscriptions read-only brokers serve, read now."""
+        self.read_only_holds = await read_only_mark_deletes(self._store, self.name)
+        return self.read_only_holds
 
     def _trimmable(self, holds: list[Position] | None = None) -> list[int]:
         config = self.config

@@ -8,8 +8,11 @@ Per connection: a reader feeds bytes into a ``ServerConnection`` and hands event
 ``Session`` in order; a writer drains queued frames to the socket; a ticker runs the keep-alive
 and handshake timers. Backpressure: the reader stops reading while the session is not writable
 (outgoing bytes above ``connection_outbound_bytes_high``), and dispatchers stop sending to it, so
-a client that never reads cannot grow broker memory. Bad input (malformed frame, oversized frame,
-protocol violation) closes that client's connection only. At most
+a client that never reads cannot grow broker memory; and it hands a connection's SENDs over only
+while fewer than ``pending_sends_per_connection_max`` are unanswered (exactly: the rest of a read
+waits), so one connection cannot fill the shared journal with its backlog. What a session queues
+between two flushes leaves with one socket write (``writelines``). Bad input (malformed frame,
+oversized frame, protocol violation) closes that client's connection only. At most
 ``BROKER_CONNECTIONS_COUNT_MAX`` connections are served; beyond it new ones are closed at once.
 """
 
@@ -19,7 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from magnetar.base.clock import Clock
@@ -35,12 +38,22 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from magnetar.managed_ledger.offload import LedgerOffloader
 from magnetar.metadata.api import MetadataStore
-from magnetar.protocol.pulsar import ConnectionTerminated, ServerConfig, ServerConnection, State
+from magnetar.protocol.pulsar import (
+    ConnectionTerminated,
+    CorruptSend,
+    Event,
+    SendReceived,
+    ServerConfig,
+    ServerConnection,
+    State,
+)
+from magnetar.protocol.pulsar.frames import Buffer
 from magnetar.security import Authenticator
 
 log = logging.getLogger(__name__)
 
 CLOSE_GRACE_S = 5.0  # how long close() lets connection loops end by themselves
+_SEND_EVENTS = (SendReceived, CorruptSend)  # events a producer answers: each counts as a pending SEND
 
 
 class Reloadable(Protocol):
@@ -62,6 +75,48 @@ def conn_tls_peer_cn(conn: Connection) -> str | None:
     return peer_cn if isinstance(peer_cn, str) else None
 
 
+class SendRoom(Protocol):
+    """What ``hand_over_within_bound`` uses of a session (``broker.session.Session``)."""
+
+    @property
+    def pending_sends(self) -> int: ...
+
+    async def wait_send_room(self) -> None: ...
+
+    async def handle_all(self, events: Sequence[Event]) -> bool: ...
+
+
+async def hand_over_within_bound(session: SendRoom, events: list[Event], bound: int,
+                                 hold_reading: Callable[[], None], is_open: Callable[[], bool]) -> bool:
+    """Hand ``events`` to the session in order, never more SENDs than leave the connection
+    within ``bound`` (``pending_sends_per_connection_max``) unanswered ones: at the bound the rest
+    of this receive waits (``hold_reading`` first) until half of them were answered. The bound is
+    exact, not "checked before the next read": one 64 KiB read holds ~60 SENDs of 1 KiB, so a
+    connection with many partitions would otherwise put the bound plus a read's worth of adds in
+    one journal group beside everyone else's (issue 22, latency isolation). True once the
+    connection terminated."""
+    start, count = 0, len(events)
+    while start < count:
+        room = bound - session.pending_sends
+        if room <= 0:
+            hold_reading()
+            await session.wait_send_room()
+            if not is_open() or session.pending_sends >= bound:
+                return True  # closed meanwhile (the wait's other way out): the rest goes with it
+            continue
+        end = start
+        while end < count and room > 0:
+            if type(events[end]) in _SEND_EVENTS:
+                room -= 1
+            end += 1
+        while end < count and type(events[end]) not in _SEND_EVENTS:
+            end += 1  # the non-SEND events up to the next SEND need no room
+        if await session.handle_all(events if start == 0 and end == count else events[start:end]):
+            return True
+        start = end
+    return False
+
+
 class _ConnectionLoop:
     def __init__(self, server: BrokerServer, conn: Connection) -> None:
         self.server = server
@@ -76,6 +131,9 @@ class _ConnectionLoop:
         self._done = asyncio.Event()
         self._linger: asyncio.Task[None] | None = None
         self._write_soon_scheduled = False
+        #: One socket write per flush: ``writelines`` (TCP: one ``writev``) where the connection
+        #: has it (``_write_chunks``).
+        self._writelines: Callable[[list[Buffer]], None] | None = getattr(conn, "writelines", None)
         self._draining = False  # the writer task waits in drain()
         self._drain_wanted = False  # a direct write left the transport above its high-water mark
         #: Reading stopped by us for SEND back-pressure (``pending_sends_per_connection_max``)
@@ -108,8 +166,7 @@ class _ConnectionLoop:
         if not chunks:
             return
         try:
-            for chunk in chunks:
-                self.conn.write(chunk)
+            self._write_chunks(chunks)
         except ClosedError:
             self._output.set()  # the writer task sees the closed connection and ends
             return
@@ -121,6 +178,21 @@ class _ConnectionLoop:
         if self.session.writable():
             self._writable.set()
             self.session.notify_writable()
+
+    def _write_chunks(self, chunks: list[Buffer]) -> None:
+        """Everything queued since the last flush (receipts, dispatches, replies of one or more
+        loop passes), in order, with one socket write: uvloop sends each ``write`` at once when
+        its buffer is empty, so one ``write`` per frame cost one ``send`` system call each. A
+        connection without ``writelines`` (the simulated network, where each write is one
+        delivery) still gets one ``write`` per frame: joining them would shift every seeded
+        simulation's schedule, and the seeds the soak found would no longer reproduce."""
+        if len(chunks) == 1:
+            self.conn.write(chunks[0])
+        elif self._writelines is not None:
+            self._writelines(chunks)
+        else:
+            for chunk in chunks:
+                self.conn.write(chunk)
 
     def wake_writer(self) -> None:
         """Queued frames to write, or a close to carry out (the writer closes a CLOSED connection)."""
@@ -145,12 +217,13 @@ class _ConnectionLoop:
                 self.server.expired_closed_count += 1
 
     async def _read_loop(self) -> None:
+        bound = self.server.service.config.pending_sends_per_connection_max
         while self._open():
             while not self.session.writable() and self._open():
                 self._writable.clear()
                 self._output.set()
                 await self._writable.wait()
-            if self.session.pending_sends >= self.server.service.config.pending_sends_per_connection_max:
+            if self.session.pending_sends >= bound:
                 self._reading_held = True
                 await self.session.wait_send_room()
             data = await self.conn.read(BROKER_READ_SLICE_BYTES)
@@ -164,11 +237,25 @@ class _ConnectionLoop:
                 log.info("closing connection from %s: %s", self.conn.peer, error)
                 return
             self._reading_held = False  # read again: the keep-alive counts from this data
-            if await self.session.handle_all(events):  # SENDs of one receive go as runs
-                return  # ConnectionTerminated
+            session = self.session
+            if session.pending_sends + len(events) <= bound:  # room for all of them (the usual case)
+                if await session.handle_all(events):  # SENDs of one receive go as runs
+                    return  # ConnectionTerminated
+            elif await self._handle_within_bound(events):
+                return
             if self.session.refusal is not None and self._linger is None:
                 self._linger = asyncio.get_running_loop().create_task(self._close_refused())
             self._wake_writer()
+
+    async def _handle_within_bound(self, events: list[Event]) -> bool:
+        """``hand_over_within_bound`` for this connection: reading is held while it waits."""
+        return await hand_over_within_bound(self.session, events,
+                                            self.server.service.config.pending_sends_per_connection_max,
+                                            self._hold_reading, self._open)
+
+    def _hold_reading(self) -> None:
+        self._reading_held = True
+        self._wake_writer()  # what this receive answered so far goes out first
 
     async def _close_refused(self) -> None:
         """A refused connection that sends no request is closed after the linger bound."""
@@ -190,8 +277,8 @@ class _ConnectionLoop:
                     self.session.set_transport_backlog(size)
                 self._draining = True
                 try:
-                    for chunk in chunks:
-                        self.conn.write(chunk)
+                    if chunks:
+                        self._write_chunks(chunks)
                     await self.conn.drain()
                 except ClosedError:
                     return
@@ -207,8 +294,9 @@ class _ConnectionLoop:
 
     async def _flush_quietly(self) -> None:
         with contextlib.suppress(ClosedError, Exception):
-            for chunk in self.protocol.data_to_send():
-                self.conn.write(chunk)
+            chunks = self.protocol.data_to_send()
+            if chunks:
+                self._write_chunks(chunks)
             await asyncio.wait_for(self.conn.drain(), timeout=1.0)
 
     async def _tick_loop(self) -> None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from magnetar.base.clock import Clock
@@ -39,13 +40,46 @@ from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.ledger.rack_placement import RackAwarePlacement
 from magnetar.ledger.racks import RackedBookieDirectory
-from magnetar.ledger.transport import LastEntryReply
+from magnetar.ledger.transport import AddReplyCallback, LastEntryReply
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.bookie.codec import EncodedEntry, ReadResponse, Status
 from magnetar.storage import Bookie
 
-#: An add waiting for room on a local bookie: its future, entry, recovery flag and master key.
-_LocalAdd = tuple["asyncio.Future[None]", EncodedEntry, bool, bytes]
+#: An add waiting for room on a local bookie: who is told its status, entry, recovery flag, master key.
+_LocalAdd = tuple[Callable[[Status], None], EncodedEntry, bool, bytes]
+
+
+class _LocalRun:
+    """The replies of one ``add_run`` to a local bookie, as ``on_reply(index, error)``: one the
+    bookie gives while the run is being handed over (a refusal) waits for the next loop pass."""
+
+    __slots__ = ("bookie", "entries", "handing_over", "on_reply")
+
+    def __init__(self, bookie: BookieId, entries: Sequence[EncodedEntry], on_reply: AddReplyCallback) -> None:
+        self.bookie = bookie
+        self.entries = entries
+        self.on_reply = on_reply
+        self.handing_over = True
+
+    def done(self, index: int, status: Status) -> None:
+        error: BaseException | None = None
+        if status is not Status.OK:
+            entry = self.entries[index]
+            error = status_error(self.bookie, status, f"add {entry.ledger_id}:{entry.entry_id}")
+        if self.handing_over:
+            asyncio.get_running_loop().call_soon(self.on_reply, index, error)
+        else:
+            self.on_reply(index, error)
+
+
+def _settle_local(result: asyncio.Future[None], bookie: BookieId, entry: EncodedEntry, status: Status) -> None:
+    if result.done():
+        return
+    if status is Status.OK:
+        result.set_result(None)
+    else:
+        result.set_exception(status_error(bookie, status, f"add {entry.ledger_id}:{entry.entry_id}"))
+        result.exception()
 
 
 class LocalFirstTransport:
@@ -75,31 +109,42 @@ class LocalFirstTransport:
         if core is None:
             return self._remote.add(bookie, entry, recovery=recovery, master_key=master_key)
         result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        add = (result, entry, recovery, master_key)
+        add = (partial(_settle_local, result, bookie, entry), entry, recovery, master_key)
+        if (self._waiting and bookie in self._waiting) or core.needs_backpressure():
+            self._wait_for_room(core, bookie, add)
+        else:
+            core.add_entry(entry, master_key, recovery, add[0])
+        return result
+
+    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
+                on_reply: AddReplyCallback) -> None:
+        """``add`` of a run in one call: a local bookie with room takes every entry of the run
+        now (its journal groups them); otherwise they wait in line as ``add``s do."""
+        core = self._local.get(bookie)
+        if core is None:
+            self._remote.add_run(bookie, entries, recovery=recovery, master_key=master_key, on_reply=on_reply)
+            return
+        run = _LocalRun(bookie, entries, on_reply)
+        if (self._waiting and bookie in self._waiting) or core.needs_backpressure():
+            for index, entry in enumerate(entries):
+                self._wait_for_room(core, bookie, (partial(run.done, index), entry, recovery, master_key))
+        else:
+            add_entry = core.add_entry
+            for index, entry in enumerate(entries):
+                add_entry(entry, master_key, recovery, partial(run.done, index))
+        run.handing_over = False
+
+    def _wait_for_room(self, core: Bookie, bookie: BookieId, add: _LocalAdd) -> None:
         waiting = self._waiting.get(bookie)
         if waiting is None:
-            if not core.needs_backpressure():
-                self._add_local(core, bookie, add)
-                return result
             waiting = self._waiting[bookie] = deque()
             task = asyncio.get_running_loop().create_task(self._add_when_room(core, bookie, waiting))
             keep_in_background(task, self._background)
         waiting.append(add)
-        return result
 
     def _add_local(self, core: Bookie, bookie: BookieId, add: _LocalAdd) -> None:
-        result, entry, recovery, master_key = add
-
-        def done(status: Status) -> None:
-            if result.done():
-                return
-            if status is Status.OK:
-                result.set_result(None)
-            else:
-                result.set_exception(status_error(bookie, status, f"add {entry.ledger_id}:{entry.entry_id}"))
-                result.exception()
-
-        core.add_entry(entry, master_key, recovery, done)
+        on_done, entry, recovery, master_key = add
+        core.add_entry(entry, master_key, recovery, on_done)
 
     async def _add_when_room(self, core: Bookie, bookie: BookieId, waiting: deque[_LocalAdd]) -> None:
         try:
@@ -111,10 +156,8 @@ class LocalFirstTransport:
         finally:
             if self._waiting.get(bookie) is waiting:
                 del self._waiting[bookie]
-            for result, *_ in waiting:  # cancelled: the transport closed
-                if not result.done():
-                    result.set_exception(BookieUnavailableError(f"transport closed; cannot reach {bookie}"))
-                    result.exception()
+            for on_done, *_ in waiting:  # cancelled: the transport closed
+                on_done(Status.UNAVAILABLE)
 
     async def read(self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool,
                    master_key: bytes) -> EncodedEntry:

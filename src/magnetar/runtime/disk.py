@@ -365,12 +365,10 @@ def _sync_job(descriptors: _Descriptors) -> None:
 
 
 def _copy_into(buffer: mmap.mmap, parts: Sequence[Bytes], total: int) -> memoryview:
+    # One join and one copy: a slice assignment per part cost ~4x more for a journal group's
+    # dozen parts (Python work per part, on the event loop).
     view = memoryview(buffer)
-    at = 0
-    for part in parts:
-        size = len(part)
-        view[at : at + size] = part
-        at += size
+    view[:total] = parts[0] if len(parts) == 1 else b"".join(parts)
     return view[:total]
 
 
@@ -389,11 +387,13 @@ class _AlignedBuffers:
 
     def take(self, total: int) -> mmap.mmap:
         """The smallest idle buffer of at least ``total`` bytes, or a new one (whole MiBs)."""
-        fitting = [buffer for buffer in self._idle if len(buffer) >= total]
-        if fitting:
-            buffer = min(fitting, key=len)
-            self._idle.remove(buffer)
-            return buffer
+        best: mmap.mmap | None = None
+        for buffer in self._idle:
+            if len(buffer) >= total and (best is None or len(buffer) < len(best)):
+                best = buffer
+        if best is not None:
+            self._idle.remove(best)
+            return best
         return mmap.mmap(-1, -(-total // MIB) * MIB)
 
     def give_back(self, buffer: mmap.mmap) -> None:
@@ -487,7 +487,9 @@ class LocalFile:
         # ``run_in_executor`` + an awaiting task took four more loop passes (future chaining,
         # the task's step, its done callbacks), each behind whatever else the loop runs.
         offset = self._size
-        total = sum(len(part) for part in parts)
+        total = 0
+        for part in parts:
+            total += len(part)
         buffer, aligned = self._aligned_copy(parts, offset, total)
         loop = asyncio.get_running_loop()
         descriptors = self._descriptors

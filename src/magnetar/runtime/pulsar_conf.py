@@ -38,6 +38,10 @@ def _bool(value: str) -> bool:
     raise InvalidArgumentError(f"expected true or false, got {value!r}")
 
 
+def _minutes_as_s(value: str) -> int:
+    return _int(value) * 60
+
+
 def _int(value: str) -> int:
     try:
         return int(value.strip())
@@ -89,6 +93,10 @@ SUPPORTED: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "s3ManagedLedgerOffloadRegion": ("broker", "offload_s3_region", _text),
     "managedLedgerOffloadAutoTriggerSizeThresholdBytes": ("broker", "offload_threshold_bytes", _int),
     "managedLedgerOffloadDeletionLagMs": ("broker", "offload_deletion_lag_ms", _int),
+    "retentionCheckIntervalInSeconds": ("broker", "retention_check_interval_s", _int),
+    "backlogQuotaCheckIntervalInSeconds": ("broker", "backlog_quota_check_interval_s", _int),
+    "brokerServiceCompactionMonitorIntervalInSeconds": ("broker", "compaction_monitor_interval_s", _int),
+    "messageExpiryCheckIntervalInMinutes": ("broker", "message_expiry_check_interval_s", _minutes_as_s),
     "brokerServicePort": ("node", "broker_port", _int),
     "brokerServicePortTls": ("node", "broker_port_tls", _int),
     "webServicePort": ("node", "web_port", _int),

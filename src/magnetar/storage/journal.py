@@ -23,7 +23,7 @@ Group commit, one path: one journal task takes queued records (a group ends at
 ``journal_group_bytes_max``, or once the oldest record waited ``journal_group_wait_ms_max``:
 ``storage.journal_wait`` decides whether a group waits at all, from the arrivals),
 passes ``bookie.before_journal_append``, then appends and syncs the group with one
-``DiskFile.append_and_sync_then`` (one worker-thread call in production, from the records' own
+``DiskFile.append_and_sync_then`` (the disk's writer thread in production, from the records' own
 buffers: no joined copy), which passes ``bookie.journal.mid_write`` half-way through the group's
 bytes and ``bookie.after_write_before_fsync`` between the write and the fsync. Its completion
 answers the group through the gates ``bookie.after_fsync_before_reply`` and
@@ -57,8 +57,12 @@ from magnetar.base.checksum import crc32c, crc32c_update
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, CorruptDataError, LimitExceededError
 from magnetar.base.invariant import invariant
-from magnetar.base.io import Disk, DiskFile
-from magnetar.base.limits import BOOKIE_JOURNAL_RECORD_BYTES_MAX, BOOKIE_MASTER_KEY_BYTES_MAX
+from magnetar.base.io import Bytes, Disk, DiskFile
+from magnetar.base.limits import (
+    BOOKIE_JOURNAL_RECORD_BYTES_MAX,
+    BOOKIE_MASTER_KEY_BYTES_MAX,
+    DISK_DIRECT_ALIGNMENT_BYTES,
+)
 from magnetar.faults import breaks
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, EncodedEntry
 from magnetar.storage.config import BookieConfig
@@ -147,10 +151,25 @@ class JournalRecord:
     lac: int = -1
 
 
-def pad_record(size: int) -> bytes:
-    """A PAD record of exactly ``size`` bytes (``size`` > the record header)."""
+#: A PAD record's body, as long as any PAD needs (kind then zeros; a PAD's body is a prefix of it,
+#: sliced without a copy), and the CRC of each body length used so far (at most one alignment's
+#: worth of lengths): a group's PAD costs no allocation, zero fill or CRC pass over its bytes.
+_PAD_BODY = bytes((KIND_PAD,)) + bytes(2 * DISK_DIRECT_ALIGNMENT_BYTES)
+_PAD_CRCS: dict[int, int] = {}
+
+
+def pad_record(size: int) -> tuple[bytes, Bytes]:
+    """A PAD record of exactly ``size`` bytes (``size`` > the record header) as (header, body)."""
     invariant(size > _RECORD_HEADER.size, "a PAD record needs room for its header and kind")
-    return _frame(bytes((KIND_PAD,)) + bytes(size - _RECORD_HEADER.size - 1))
+    body_len = size - _RECORD_HEADER.size
+    if body_len > len(_PAD_BODY):  # a file aligned to more than twice the direct I/O alignment
+        long_body = bytes((KIND_PAD,)) + bytes(body_len - 1)
+        return _RECORD_HEADER.pack(body_len, crc32c(long_body)), long_body
+    body = memoryview(_PAD_BODY)[:body_len]
+    crc = _PAD_CRCS.get(body_len)
+    if crc is None:
+        crc = _PAD_CRCS[body_len] = crc32c(body)
+    return _RECORD_HEADER.pack(body_len, crc), body
 
 
 def padding_for(end: int, alignment: int) -> int:
@@ -321,7 +340,10 @@ class Journal:
         self._file: DiskFile | None = None
         self._queue: collections.deque[tuple[Record, int, Callback, int]] = collections.deque()
         self._queued_bytes = 0
-        self._wakeup = asyncio.Event()
+        # The idle journal task awaits this future; ``_wake`` resolves it (a bare future: an
+        # ``asyncio.Event`` cost a waiter list, a try/finally and a clear per group). The task
+        # checks for work right before it waits, so a wake while it is busy needs no flag.
+        self._waiter: asyncio.Future[None] | None = None
         self._grouping = False  # the journal task sleeps for ``journal_group_wait_ms_max``
         self._wait_policy = GroupWaitPolicy(config.journal_group_wait_ms_max * 1_000_000)
         self._room = asyncio.Event()
@@ -383,7 +405,15 @@ class Journal:
         # Wake the journal task only if it can start a group now: a grouping task wakes by its
         # timer, and one waiting for a free slot by the completion that frees it.
         if not self._grouping and len(self._inflight) < self._config.journal_groups_in_flight_max:
-            self._wakeup.set()
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake the journal task if it waits for work (it looks for work again when it wakes)."""
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def append(self, record: Record) -> None:
         """Queue ``record`` and return once it is durable."""
@@ -404,9 +434,9 @@ class Journal:
         """Backpressure: wait while the queue holds ``journal_queue_bytes_max`` or more."""
         await self._room.wait()
 
-    def _take_group(self) -> tuple[list[bytes], list[Callback]]:
-        """The next group: its bytes as parts to join, and the callbacks of its records."""
-        parts: list[bytes] = []
+    def _take_group(self) -> tuple[list[Bytes], list[Callback], int]:
+        """The next group: its bytes as parts to join, the callbacks of its records, its size."""
+        parts: list[Bytes] = []
         callbacks: list[Callback] = []
         group_bytes = 0
         limit = self._config.journal_group_bytes_max
@@ -422,7 +452,7 @@ class Journal:
         self._queued_bytes -= group_bytes
         if self._queued_bytes < self._config.journal_queue_bytes_max:
             self._room.set()
-        return parts, callbacks
+        return parts, callbacks, group_bytes
 
     async def _wait_for_group(self) -> None:
         """Group commit at a modest rate: when the arrivals say more adds are coming
@@ -446,11 +476,12 @@ class Journal:
         self._wait_policy.waited(len(self._queue) > 1)
 
     def _rotation_due(self) -> bool:
-        return self._file is not None and self._file.size() >= self._config.journal_file_bytes_max
+        # ``_written`` is the open file's size (only the journal appends to it): no call per look.
+        return self._file is not None and self._written.offset >= self._config.journal_file_bytes_max
 
     async def _run(self) -> None:
         # Starts groups in queue order, up to ``journal_groups_in_flight_max`` at once (each one
-        # worker call at its own reserved offset: the next group's write overlaps the previous
+        # write at its own reserved offset: the next group's write overlaps the previous
         # one's fsync). Completions answer them (``_on_synced``), strictly in order.
         inflight = self._inflight
         while self.status is JournalStatus.RUNNING:
@@ -463,33 +494,33 @@ class Journal:
                     return
                 continue
             if rotation_due or not self._queue or len(inflight) >= self._config.journal_groups_in_flight_max:
-                self._wakeup.clear()
-                await self._wakeup.wait()
+                self._waiter = asyncio.get_running_loop().create_future()
+                await self._waiter
                 continue
             await self._wait_for_group()
             await faults.point("bookie.before_journal_append")
             if self.status is not JournalStatus.RUNNING or not self._queue:
                 continue
-            parts, callbacks = self._take_group()
-            self._start_group(parts, callbacks)
+            self._start_group(*self._take_group())
 
-    def _start_group(self, parts: list[bytes], callbacks: list[Callback]) -> None:
-        """Write and sync ``parts`` with one ``append_and_sync_then`` (one worker-thread call in
+    def _start_group(self, parts: list[Bytes], callbacks: list[Callback], group_bytes: int) -> None:
+        """Write and sync ``parts`` with one ``append_and_sync_then`` (the disk's writer thread in
         production, past the fault points of the write); ``_on_synced`` answers the group."""
         file = self._file
         invariant(file is not None, "journal has no open file")
         assert file is not None  # narrowing for the type checker; the invariant above holds
-        if file.write_alignment_bytes > 1:
-            pad = padding_for(file.size() + sum(len(part) for part in parts), file.write_alignment_bytes)
+        alignment = file.write_alignment_bytes
+        if alignment > 1:
+            pad = padding_for(self._written.offset + group_bytes, alignment)
             if pad:
-                parts.append(pad_record(pad))
+                parts.extend(pad_record(pad))
         group = _Group(callbacks)
         self._inflight.append(group)
         try:
             file.append_and_sync_then(parts, partial(self._on_synced, group),
                                       torn_point="bookie.journal.mid_write",
                                       unsynced_point="bookie.after_write_before_fsync")
-        except Exception as error:  # not started (no worker thread, no buffer)
+        except Exception as error:  # not started (no writer thread, no buffer)
             self._fail(error)
             return
         self._written = JournalPosition(self._file_id, file.size())
@@ -519,7 +550,7 @@ class Journal:
         finally:
             self._answer_loop = False
         if self._queue or self._rotation_due():  # else the journal task has nothing to do
-            self._wakeup.set()
+            self._wake()
 
     def _reply(self, error: BaseException | None, group: _Group) -> None:
         if group.answered:
@@ -553,7 +584,7 @@ class Journal:
             callback(error)
         self._queued_bytes = 0
         self._room.set()
-        self._wakeup.set()
+        self._wake()
 
     def _fail_inflight(self, error: BaseException) -> None:
         self._answering = False
@@ -603,5 +634,5 @@ class Journal:
                 future.set_result(None)
 
         self._queue.append((b"", 0, _done, self._clock.monotonic_ns()))
-        self._wakeup.set()
+        self._wake()
         await future

@@ -75,3 +75,35 @@ def test_ledger_view_names_missing_bookies_and_counts_entries_short_of_qw() -> N
     assert fenced["state"] == "fenced" and fenced["lac"] == 3 and fenced["underReplicatedEntries"] == 4
     assert ledger_view(LedgerFacts(9, 0, 0, 0), None, registered=frozenset(), read_only=frozenset(), lost=frozenset(),
                        lac=None, fenced=False)["state"] == "unknown"
+
+
+class _CountingTopics(dict[str, object]):
+    """The broker's loaded topics, counting how many entries a sample walks."""
+
+    walked = 0
+
+    def items(self):  # type: ignore[override]
+        for item in super().items():
+            _CountingTopics.walked += 1
+            yield item
+
+
+def test_a_sample_reads_the_tracked_topics_not_every_loaded_one() -> None:
+    """Issue 22: filtering all loaded topics every 2 s was 20% of a standalone's CPU at 65,000."""
+    from types import SimpleNamespace
+
+    from magnetar.admin.console.api import sample_now
+    from magnetar.broker.metrics import RateMeter
+
+    topics = _CountingTopics({f"t{i}": SimpleNamespace(subscriptions={}, published=RateMeter()) for i in range(1000)})
+    history = RateHistory(topics_max=10)
+    ctx = SimpleNamespace(history=history, admin=SimpleNamespace(service=SimpleNamespace(topics=topics)))
+    sample_now(ctx, 1_000)  # type: ignore[arg-type]
+    assert len(history.tracked()) == 10 and _CountingTopics.walked == 10  # filled the room, then stopped
+    _CountingTopics.walked = 0
+    sample_now(ctx, 3_000)  # type: ignore[arg-type]
+    assert _CountingTopics.walked == 0  # full: only the tracked ones, looked up by name
+    del topics["t0"]  # unloaded: forgotten, and its place taken by the next one
+    sample_now(ctx, 5_000)  # type: ignore[arg-type]
+    sample_now(ctx, 7_000)  # type: ignore[arg-type]
+    assert len(history.tracked()) == 10 and "t0" not in history.tracked()

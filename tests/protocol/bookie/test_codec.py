@@ -31,7 +31,7 @@ from magnetar.protocol.bookie import (
     encode_parts,
     entry_digest,
 )
-from magnetar.protocol.bookie.codec import ServedReadResponse
+from magnetar.protocol.bookie.codec import ServedReadResponse, encode_adds
 
 ENTRY = EncodedEntry.build(7, 3, 2, b"hello")
 # Entry: ledger 7, entry 3, lac 2, payload length 5, digest, payload.
@@ -215,3 +215,27 @@ def test_payload_length_mismatch_is_corrupt() -> None:
 def test_negative_control_golden_check_notices_a_changed_byte() -> None:
     message, hex_bytes = GOLDEN[0]
     assert encode(message).hex() != hex_bytes[:-2] + "00"  # type: ignore[arg-type]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, (1 << 64) - 1), st.integers(0, 1 << 40), st.binary(max_size=64)),
+             max_size=6),
+    st.binary(max_size=20),
+    st.booleans(),
+)
+def test_encode_adds_is_the_joined_add_frames(adds: list[tuple[int, int, bytes]], master_key: bytes,
+                                              recovery: bool) -> None:
+    """One buffer of ADD frames (one write for a run of adds) equals the frames one by one, and
+    decodes back to the same requests in order."""
+    entries = [(request_id, EncodedEntry.build(7, entry_id, entry_id - 1, payload))
+               for request_id, entry_id, payload in adds]
+    joined = encode_adds(entries, master_key, recovery)
+    requests = [AddRequest(request_id, entry, master_key, recovery) for request_id, entry in entries]
+    assert joined == b"".join(encode(request) for request in requests)
+    assert list(FrameDecoder().feed(joined)) == requests
+
+
+def test_encode_adds_refuses_a_frame_over_the_bound() -> None:
+    big = EncodedEntry.build(1, 0, -1, b"x" * BOOKIE_FRAME_BYTES_MAX)
+    with pytest.raises(LimitExceededError):
+        encode_adds([(1, EncodedEntry.build(1, 0, -1, b"ok")), (2, big)], b"", False)

@@ -50,9 +50,13 @@ class RateHistory:
         self._topics: dict[str, deque[Sample]] = {}
         self._broker: deque[Sample] = deque(maxlen=samples_max)
 
-    def tracks(self, name: str) -> bool:
-        """Whether a sample of ``name`` would be recorded (tracked, or room to track it)."""
-        return name in self._topics or len(self._topics) < self._topics_max
+    def tracked(self) -> list[str]:
+        """The topics whose samples are recorded now."""
+        return list(self._topics)
+
+    def room(self) -> int:
+        """How many more topics would be tracked."""
+        return max(0, self._topics_max - len(self._topics))
 
     def sample(self, now_ms: int, counters: Mapping[str, Counters]) -> None:
         """Record one sample of every topic in ``counters`` and of their sum (the broker)."""

@@ -96,12 +96,14 @@ def register(app: typer.Typer) -> None:
             tls_trust_cert: str = typer.Option(None, "--tls-trust-cert", help="CA file for pulsar+ssl:// URLs"),
             blast: bool = typer.Option(False, "--blast", help="produce only: pre-encoded SEND frames, pipelined up to "
                                        "--max-pending per process, --processes processes (the broker's ingest limit)"),
+            blast_batch: int = typer.Option(1, "--blast-batch", help="with --blast: messages per SEND frame (one "
+                                            "batch entry; 1 = unbatched); --max-pending then counts frames"),
         ) -> None:
             from magnetar.cli.credentials import Credentials
 
             if blast:
                 _blast_cli(mode, service_url=service_url, topic=topic, size=size, duration_s=duration_s,
-                           window=max_pending, processes=processes, json_path=json_path)
+                           window=max_pending, processes=processes, json_path=json_path, batch=blast_batch)
                 return
 
             try:
@@ -127,19 +129,21 @@ def register(app: typer.Typer) -> None:
 
 
 def _blast_cli(mode: str, *, service_url: str, topic: str, size: int, duration_s: float, window: int,
-               processes: int, json_path: str | None) -> None:
+               processes: int, json_path: str | None, batch: int = 1) -> None:
     from magnetar.cli.blast import run_blast
 
     if mode != "produce":
         raise typer.BadParameter("--blast is a produce option")
     try:
-        result = run_blast(service_url, topic, size=size, seconds=duration_s, window=window, processes=processes)
+        result = run_blast(service_url, topic, size=size, seconds=duration_s, window=window, processes=processes,
+                           batch=batch)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     typer.echo(f"blast: {result['acked']:,} acknowledged of {result['sent']:,} sent ({result['failed']} failed) "
                f"in {result['elapsed_s']:.1f} s: {result['msgs_s']:,.0f} msg/s {result['mb_s']:.1f} MB/s, "
                f"p50 {result['p50_ms']:.2f} p99 {result['p99_ms']:.2f} ms, "
-               f"client CPU {result['client_cpu_us_per_msg']:.1f} us/msg, {processes} process(es)")
+               f"client CPU {result['client_cpu_us_per_msg']:.1f} us/msg (busiest process "
+               f"{result['client_cpu_pct_max']:.0f}% of a core), {processes} process(es), {batch} message(s) per SEND")
     if json_path:
         with open(json_path, "w") as out:
             json.dump(result, out, indent=1)
