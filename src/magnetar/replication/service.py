@@ -5,8 +5,14 @@
   capped by the tenant's allowed clusters) and a ``Replicator`` is made for each remote: its cursor
   is opened then, so every entry the topic takes afterwards is covered.
 * At once on a policy change seen by this broker, and every ``REPLICATION_FULL_CHECK_EVERY_PASSES``
-  passes, the loaded topics are reconciled: replicators for new remotes start, those of remotes
-  that left the list stop and their cursors are deleted (they would hold the ledgers back forever).
+  passes, the loaded topics that may replicate are reconciled: replicators for new remotes start,
+  those of remotes that left the list stop and their cursors are deleted (they would hold the
+  ledgers back forever). A full pass costs O(namespaces + topics that may replicate), not O(loaded
+  topics): it reads each namespace's (cached) policies once and visits the topics of namespaces
+  whose list names another cluster, those with a topic-level list, those that replicate or have
+  not settled, and those whose topic-policy node a listener reported changed. Any other topic has
+  no replicator and inherits a namespace list naming no other cluster, whatever the tenant allows:
+  it replicates nowhere, and a reconcile would change nothing.
   The passes in between (every ``REPLICATION_CHECK_INTERVAL_MS``) reconcile only the topics that
   replicate or have not settled, and sample rates: an idle broker with 100,000 topics that
   replicate nowhere does no per-topic work each second. A broker that serves every topic alone (a standalone) also loads the topics of
@@ -42,7 +48,7 @@ from magnetar.broker.replicated import REPL_PARTITIONS_PRODUCER_PROPERTY
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic, TopicState
 from magnetar.catalog.lookup import SingleBrokerLookup
-from magnetar.catalog.policies import decode_policies, namespace_path
+from magnetar.catalog.policies import decode_policies, namespace_path, topic_policies_path
 from magnetar.catalog.resources import ClusterData
 from magnetar.client.client import PulsarClient
 from magnetar.client.config import ClientOptions, ProducerConfig
@@ -140,6 +146,14 @@ class ReplicationService:
         #: wanted, no replicator, stale cursors swept): the passes between full ones visit these.
         self._unsettled: dict[str, Topic] = {}
         self._full_wanted = True
+        #: Loaded topics by namespace, and by topic-policy node (a partitioned topic's partitions
+        #: share one): what a full pass visits is found from these, not by walking every topic.
+        self._by_namespace: dict[str, dict[str, Topic]] = {}
+        self._by_policy_node: dict[str, dict[str, Topic]] = {}
+        #: Loaded topics whose topic-level policies set a replication list (it overrides the namespace's).
+        self._topic_level: dict[str, Topic] = {}
+        #: Topic-policy nodes of loaded topics reported changed since the last full pass.
+        self._changed_nodes: set[str] = set()
         #: Replicated subscriptions of each topic that has replicators.
         self.controllers: dict[str, SubscriptionsController] = {}
         self._nudge = asyncio.Event()
@@ -190,6 +204,15 @@ class ReplicationService:
         key = str(topic.name)
         if self._unsettled.get(key) is topic:
             del self._unsettled[key]
+        if self._topic_level.get(key) is topic:
+            del self._topic_level[key]
+        for index, group in ((self._by_namespace, topic.name.namespace),
+                             (self._by_policy_node, topic_policies_path(topic.name))):
+            members = index.get(group)
+            if members is not None and members.get(key) is topic:
+                del members[key]
+                if not members:
+                    del index[group]
         lock = self._reconciling.get(key)
         if lock is not None and not lock.locked():
             del self._reconciling[key]
@@ -204,9 +227,15 @@ class ReplicationService:
 
     async def targets(self, name: TopicName, tenants: dict[str, list[str] | None] | None = None) -> list[str]:
         """The remotes ``name`` replicates to now; ``tenants`` caches allowed clusters for one pass."""
+        return (await self._targets(name, tenants))[0]
+
+    async def _targets(self, name: TopicName, tenants: dict[str, list[str] | None] | None) -> tuple[list[str], bool]:
+        """(the remotes ``name`` replicates to now, whether its topic-level policies set a list)."""
         resources = self.service.resources
         if resources is None:
-            return []
+            return [], False
+        topic = await self.service.policies.topic_policies(name)
+        topic_level = topic is not None and topic.replication_clusters is not None
         tenants = {} if tenants is None else tenants
         if name.tenant not in tenants:
             try:
@@ -215,12 +244,11 @@ class ReplicationService:
                 tenants[name.tenant] = None
         allowed = tenants[name.tenant]
         if allowed is None:
-            return []
+            return [], topic_level
         # Decoded once per change of the node (not once per topic and pass).
         namespace = await self.service.policies.decoded(namespace_path(name.namespace), decode_policies)
-        topic = await self.service.policies.topic_policies(name)
         return remote_targets(self.local, allowed, namespace.replication_clusters if namespace else [],
-                              topic.replication_clusters if topic else None)
+                              topic.replication_clusters if topic else None), topic_level
 
     async def reconcile(self, topic: Topic, tenants: dict[str, list[str] | None] | None = None) -> None:
         """Start and stop ``topic``'s replicators to match its replication clusters now."""
@@ -229,7 +257,13 @@ class ReplicationService:
             if self._stopped or _closed(topic):
                 return
             self._unsettled[str(topic.name)] = topic  # until this reconcile ends settled
-            wanted = await self.targets(topic.name, tenants)
+            self._by_namespace.setdefault(topic.name.namespace, {})[str(topic.name)] = topic
+            self._by_policy_node.setdefault(topic_policies_path(topic.name), {})[str(topic.name)] = topic
+            wanted, topic_level = await self._targets(topic.name, tenants)
+            if topic_level:
+                self._topic_level[str(topic.name)] = topic
+            elif self._topic_level.get(str(topic.name)) is topic:
+                del self._topic_level[str(topic.name)]
             await self._start_replicators(topic, [r for r in wanted if r not in topic.replicators])
             for remote in [r for r in topic.replicators if r not in wanted]:
                 leaving = topic.replicators.pop(remote)
@@ -294,6 +328,8 @@ class ReplicationService:
     # --- the periodic pass ----------------------------------------------------------------
 
     def _policy_changed(self, path: str) -> None:
+        if path in self._by_policy_node:  # a loaded topic's own policies: the full pass visits it
+            self._changed_nodes.add(path)
         self._full_wanted = True
         self._nudge.set()
 
@@ -315,14 +351,15 @@ class ReplicationService:
                 log.exception("replication check failed")
 
     async def check(self, *, full: bool = True) -> None:
-        """One pass: load replicated topics (standalone), reconcile loaded ones (``full``: all of
-        them, else those that replicate or have not settled), sample rates."""
+        """One pass: load replicated topics (standalone), reconcile loaded ones (``full``: all that
+        may replicate, see ``_full_pass_topics``; else those that replicate or have not settled),
+        sample rates."""
         if self._load_replicated and self._passes % REPLICATION_LOAD_TOPICS_EVERY_PASSES == 0:
             await self._load_replicated_topics()
         self._passes += 1
         now_ns = self.clock.monotonic_ns()
         tenants: dict[str, list[str] | None] = {}  # one metadata read per tenant per pass
-        for topic in list((self.service.topics if full else self._unsettled).values()):
+        for topic in (await self._full_pass_topics()) if full else list(self._unsettled.values()):
             try:
                 await self.reconcile(topic, tenants)
             except Exception as error:
@@ -330,6 +367,29 @@ class ReplicationService:
             for replicator in list(topic.replicators.values()):
                 if isinstance(replicator, Replicator):
                     replicator.sample(now_ns)
+
+    async def _full_pass_topics(self) -> list[Topic]:
+        """The loaded topics a full pass reconciles: every one that replicates or has not settled,
+        has a topic-level list, had its topic-policy node reported changed, or is in a namespace
+        whose list names another cluster (the tenant's cap is left to the reconcile: a tenant has
+        no listener, so a widened ``allowedClusters`` is adopted here as before). One (cached)
+        namespace read per namespace; the topics of the others are not walked."""
+        chosen = dict(self._unsettled)
+        chosen.update(self._topic_level)
+        changed, self._changed_nodes = self._changed_nodes, set()
+        for path in changed:
+            chosen.update(self._by_policy_node.get(path, {}))
+        for namespace, members in list(self._by_namespace.items()):
+            try:
+                policies = await self.service.policies.decoded(namespace_path(namespace), decode_policies)
+            except Exception as error:  # metadata down: reconcile them all, each fails and stays due
+                log.warning("replication check of namespace %s failed: %s", namespace, error)
+                policies = None
+                chosen.update(members)
+            if policies is not None and any(c != self.local for c in policies.replication_clusters):
+                chosen.update(members)
+        loaded = self.service.topics
+        return [topic for key, topic in chosen.items() if loaded.get(key) is topic]
 
     async def _load_replicated_topics(self) -> None:
         resources = self.service.resources
