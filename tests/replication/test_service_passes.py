@@ -160,3 +160,26 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
+
+
+def test_a_standalone_loads_the_stored_topics_of_replicated_namespaces(thread: BrokerThread) -> None:
+    """A stored topic not loaded, in a namespace that replicates, is loaded by the pass (its
+    backlog drains without a client); one in a namespace that does not stays unloaded."""
+    assert thread.server is not None
+    service = thread.server.service
+    resources = service.resources
+    assert resources is not None
+    local = service.config.cluster_name
+    thread.call(resources.create_cluster("east", ClusterData(broker_service_url="pulsar://127.0.0.1:9")))
+    thread.call(resources.update_tenant("public", TenantInfo(allowed_clusters=[local, "east"])))
+    thread.call(resources.create_namespace("public/geo", Policies(replication_clusters=[local, "east"])))
+    geo, quiet = (TopicName.parse(f"persistent://public/{ns}/stored") for ns in ("geo", "default"))
+    for name in (geo, quiet):
+        thread.call(service.get_topic(name, create=True))
+        thread.call(service.unload(name))
+    assert str(geo) not in service.topics and str(quiet) not in service.topics
+    replication = ReplicationService(service, local, _no_remote, SystemClock(), load_replicated_topics=True)
+    thread.call(replication.start())  # its first pass loads them, the load hook starts replicators
+    _wait_for(lambda: str(geo) in service.topics and list(service.topics[str(geo)].replicators) == ["east"])
+    assert str(quiet) not in service.topics
+    thread.call(replication.stop())

@@ -401,7 +401,9 @@ class ReplicationService:
                 if policies is None or not remote_targets(self.local, (await resources.tenant(tenant)).allowed_clusters,
                                                           policies.replication_clusters, None):
                     continue
-                for name in await self.service.topics_of_namespace(namespace):
+                # The stored topics only (``topics_of_namespace`` also walks every loaded topic:
+                # O(loaded topics) per replicated namespace, and a loaded one needs no loading).
+                for name in await self.service.log_store.list_logs(namespace):
                     if name not in self.service.topics and TopicName.parse(name).is_persistent:
                         with contextlib.suppress(Exception):
                             await self.service.get_topic(TopicName.parse(name), create=False)
