@@ -259,6 +259,9 @@ class NonPersistentTopic(Topic):
     async def check_policies(self, now_ms: int, due: DueChecks = ALL_CHECKS) -> None:
         """No TTL, quota or retention to apply."""
 
+    def rates_idle(self) -> bool:
+        return all(meter.idle() for meter in self.rate_meters())
+
     def rate_meters(self) -> list[RateMeter]:
         """The drop rates too (while active), sampled with the broker's rate samples."""
         meters = super().rate_meters()

@@ -583,15 +583,19 @@ class Topic:
         broker's previous pass (-1: none). A topic whose meters are all idle is skipped (its rates
         are zero and stay zero); its next sample counts from ``previous_ns``, as if sampled then,
         so the rates are the ones sampling every pass gives. Returns whether it sampled."""
-        meters = self.rate_meters()
-        if previous_ns >= 0:
-            for meter in meters:
-                if not meter.idle():
-                    break
-            else:
-                return False
-        for meter in meters:
+        if previous_ns >= 0 and self.rates_idle():
+            return False
+        for meter in self.rate_meters():
             meter.sample(now_ns, previous_ns)
+        return True
+
+    def rates_idle(self) -> bool:
+        """Every meter of ``rate_meters`` idle (checked without building the list: most topics are)."""
+        if not self.published.idle():
+            return False
+        for subscription in self.subscriptions.values():
+            if not (subscription.dispatched.idle() and subscription.expired.idle()):
+                return False
         return True
 
     async def trim(self) -> list[int]:
