@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO / "src"))
 import pulsar  # noqa: E402
 
 from magnetar.ledger.bookie_client import BookieClient  # noqa: E402
-from magnetar.protocol.bookie import Entry, Status  # noqa: E402
+from magnetar.protocol.bookie import EncodedEntry, Status  # noqa: E402
 from magnetar.runtime import SystemClock, TcpNetwork  # noqa: E402
 from magnetar.runtime.processes import StandaloneProcess  # noqa: E402
 
@@ -122,7 +122,7 @@ async def raw_bookie(host: str, port: int, ledger: int, total_bytes: int, entry_
             if time.perf_counter() - start >= seconds:
                 break
             await room.acquire()
-            future = client.add_nowait(Entry.build(ledger, entry_id, entry_id - 1, payload), master_key=b"bench")
+            future = client.add_nowait(EncodedEntry.build(ledger, entry_id, entry_id - 1, payload), master_key=b"bench")
             future.add_done_callback(done)
             if entry_id % 16 == 15:
                 await client.drain()

@@ -48,7 +48,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "peers"))
 
 from bookie_append import machine_busy_seconds  # noqa: E402
-from run import cpu_seconds  # noqa: E402
+from measures import cpu_seconds  # noqa: E402
 
 from magnetar.runtime.processes import StandaloneProcess  # noqa: E402
 

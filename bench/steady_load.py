@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "peers"))
 
 from bookie_append import machine_busy_seconds  # noqa: E402
-from run import ServerCpu  # noqa: E402
+from measures import ServerCpu  # noqa: E402
 from servers import STARTERS  # noqa: E402
 from workload import DRIVERS, run_uvloop  # noqa: E402
 

@@ -91,6 +91,26 @@ def sample_cpu(pids: list[int]) -> CpuSample:
     return CpuSample(processes, threads, names)
 
 
+def cpu_seconds(roots: list[int]) -> float:
+    """User + system CPU seconds of ``roots`` and all their live descendants now."""
+    return sum(sample_cpu(descendants(roots)).processes.values())
+
+
+class ServerCpu:
+    """``on_phase`` for a measured phase: the server's CPU seconds between "start" and "end"
+    (``roots`` and their descendants, for ``bench/steady_load.py``)."""
+
+    def __init__(self, roots: list[int]) -> None:
+        self.roots = roots
+        self.marks: dict[str, float] = {}
+
+    def __call__(self, phase: str) -> None:
+        self.marks[phase] = cpu_seconds(self.roots)
+
+    def us_per(self, messages: int) -> float:
+        return 1e6 * (self.marks["end"] - self.marks["start"]) / max(1, messages)
+
+
 def busiest(before: CpuSample, after: CpuSample, elapsed_s: float) -> dict[str, float | str]:
     """The process and the thread that used the most CPU between two samples, in % of one core."""
     def top(a: dict[str, float], b: dict[str, float]) -> tuple[str, float]:

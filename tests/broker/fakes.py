@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from magnetar.base.types import Position
-from magnetar.broker.log import TopicLog
+from magnetar.broker.log import AppendCallback, TopicLog
 from magnetar.protocol.pulsar import headers_and_payload, pb
 
 
@@ -80,3 +81,20 @@ async def append(log: TopicLog, data: bytes) -> Position:
 
     log.append_run(((data, done),))
     return await appended
+
+
+def append_each_then(run: Sequence[tuple[bytes, AppendCallback]],
+                     append_one: Callable[[bytes], Awaitable[Position]]) -> None:
+    """A log's ``append_run`` over an awaitable per entry (test logs that gate or fail appends):
+    one task per entry, each telling its callback the position or the error."""
+    for data, on_done in run:
+        task = asyncio.ensure_future(append_one(data))
+        task.add_done_callback(partial(_tell, on_done))
+
+
+def _tell(on_done: AppendCallback, done: asyncio.Future[Position]) -> None:
+    error = done.exception()
+    if error is not None:
+        on_done(None, error)
+    else:
+        on_done(done.result(), None)

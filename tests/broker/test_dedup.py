@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from functools import partial
 
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
@@ -14,7 +13,7 @@ from magnetar.broker.log import AppendCallback
 from magnetar.broker.producer import DUPLICATE, AccessMode, Producer
 from magnetar.broker.topic import Topic
 from magnetar.protocol.pulsar import SendCommand, headers_and_payload, pb, stored_entry_metadata
-from tests.broker.fakes import FakeChannel, append, settle
+from tests.broker.fakes import FakeChannel, append, append_each_then, settle
 
 TOPIC = "persistent://public/default/dedup"
 #: Deduplication is off by default (as in Pulsar); these tests are about it, so they turn it on.
@@ -140,9 +139,7 @@ class _GatedLog:
         return getattr(self.inner, name)
 
     def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
-        for data, on_done in run:
-            task = asyncio.ensure_future(self._append(data))
-            task.add_done_callback(partial(_tell, on_done))
+        append_each_then(run, self._append)
 
     async def _append(self, data: bytes) -> Position:
         await self.gate.wait()
@@ -266,11 +263,3 @@ def test_a_resent_chunked_message_is_not_completed_twice() -> None:
         assert len(await _stored(store)) == 5  # 3 + the resent first two chunks
 
     asyncio.run(run())
-
-
-def _tell(on_done: AppendCallback, done: asyncio.Task[Position]) -> None:
-    error = done.exception()
-    if error is not None:
-        on_done(None, error)
-    else:
-        on_done(done.result(), None)

@@ -142,12 +142,7 @@ def test_the_sends_of_one_receive_are_one_publish_run() -> None:
     async def run(together: bool) -> list[int]:
         topic, producer, channel = await _counting()
         items = [_item(0), _item(1), _item(2, None), _item(3), _item(4)]
-        if together:
-            await producer.send_run(items)
-        else:
-            for command, data, _, _ in items:
-                await producer.send(command, data)
-        await settle()
+        await _send_items(producer, items, together)
         assert [seq for _, seq, _, _ in channel.receipts] == [0, 1, 3, 4]
         assert [(ledger, e) for _, _, ledger, e in channel.receipts] == [(1, 0), (1, 1), (1, 2), (1, 3)]
         assert channel.send_errors == [(0, 2, pb.ChecksumError)]
@@ -220,14 +215,20 @@ def test_a_publish_run_reaches_the_log_as_one_append_run() -> None:
         channel = FakeChannel()
         producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
         items = [_item(0), _item(1), _item(2, b"x" * 11), _item(3)]
-        if together:
-            await producer.send_run(items)
-        else:
-            for command, data, _, _ in items:
-                await producer.send(command, data)
-        await settle()
+        await _send_items(producer, items, together)
         return log.appended_runs, [seq for _, seq, _, _ in channel.receipts]
 
     assert asyncio.run(run(together=True)) == ([4], [0, 1, 2, 3])
     assert asyncio.run(run(together=True, size_max=10)) == ([3], [0, 1, 3])
     assert asyncio.run(run(together=False)) == ([1, 1, 1, 1], [0, 1, 2, 3])
+
+
+async def _send_items(producer: Producer, items: list[tuple[SendCommand, bytes | None, bool, None]],
+                      together: bool) -> None:
+    """``items`` as one run (one receive of several SENDs) or one SEND at a time, then settled."""
+    if together:
+        await producer.send_run(items)
+    else:
+        for command, data, _, _ in items:
+            await producer.send(command, data)
+    await settle()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator, Sequence
-from functools import partial
 from typing import Any
 
 import pulsar
@@ -21,7 +20,7 @@ from magnetar.base.types import Position
 from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.log import AppendCallback
 from magnetar.broker.memory_log import MemoryTopicLog
-from tests.broker.fakes import append
+from tests.broker.fakes import append, append_each_then
 from tests.compat.harness import BrokerThread
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -41,9 +40,7 @@ class _HeldLog:
         return getattr(self.inner, name)
 
     def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
-        for data, on_done in run:
-            task = asyncio.ensure_future(self._append(data))
-            task.add_done_callback(partial(_tell, on_done))
+        append_each_then(run, self._append)
 
     async def _append(self, data: bytes) -> Position:
         await self.gate.wait()
@@ -109,11 +106,3 @@ def test_a_connection_stops_being_read_at_its_pending_bound(held: tuple[BrokerTh
         assert results.count(pulsar.Result.Ok) == PRODUCERS * PER_PRODUCER
     finally:
         client.close()
-
-
-def _tell(on_done: AppendCallback, done: asyncio.Task[Position]) -> None:
-    error = done.exception()
-    if error is not None:
-        on_done(None, error)
-    else:
-        on_done(done.result(), None)
