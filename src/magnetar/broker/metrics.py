@@ -45,7 +45,18 @@ class RateMeter:
         self.msg_count += messages
         self.byte_count += size_bytes
 
-    def sample(self, now_ns: int) -> None:
+    def idle(self) -> bool:
+        """Sampled before, nothing counted since and both rates zero: a sample now changes nothing
+        but the sample time (which ``sample``'s ``skipped_ns`` restores)."""
+        return (self._sampled_ns >= 0 and self.msg_count == self._sampled_msgs and self.byte_count == self._sampled_bytes
+                and self.msg_rate == 0.0 and self.byte_rate == 0.0)
+
+    def sample(self, now_ns: int, skipped_ns: int = -1) -> None:
+        """The rates over the time since the last sample. ``skipped_ns``: the last sampling pass,
+        which skipped this meter because it was ``idle`` then; that pass would have left the
+        counts as they were and moved the sample time to it, so the window starts there."""
+        if self._sampled_ns >= 0 and skipped_ns > self._sampled_ns:  # never sampled: never skipped
+            self._sampled_ns = skipped_ns
         if self._sampled_ns >= 0 and now_ns > self._sampled_ns:
             elapsed_s = (now_ns - self._sampled_ns) / 1e9
             self.msg_rate = (self.msg_count - self._sampled_msgs) / elapsed_s

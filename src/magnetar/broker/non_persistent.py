@@ -259,16 +259,20 @@ class NonPersistentTopic(Topic):
     async def check_policies(self, now_ms: int, due: DueChecks = ALL_CHECKS) -> None:
         """No TTL, quota or retention to apply."""
 
-    def sample_rates(self, now_ns: int) -> None:
-        """The drop rates too, sampled with the broker's rate samples."""
-        super().sample_rates(now_ns)
+    def rates_idle(self) -> bool:
+        return all(meter.idle() for meter in self.rate_meters())
+
+    def rate_meters(self) -> list[RateMeter]:
+        """The drop rates too (while active), sampled with the broker's rate samples."""
+        meters = super().rate_meters()
         if self.state is not TopicState.ACTIVE:
-            return
+            return meters
         for subscription in self.subscriptions.values():
             if isinstance(subscription, NonPersistentSubscription):
-                subscription.dropped.sample(now_ns)
+                meters.append(subscription.dropped)
         for producer in self.producers.values():
-            producer.dropped.sample(now_ns)
+            meters.append(producer.dropped)
+        return meters
 
 
 async def open_non_persistent(service: BrokerService, name: TopicName, *, create: bool, admin: bool) -> Topic:

@@ -69,6 +69,7 @@ class BrokerService:
         self.lookup: TopicLookup = SingleBrokerLookup(lambda: self.config.service_url,
                                                       lambda: self.config.service_url_tls)
         self.topics: dict[str, Topic] = {}
+        self._rates_sampled_ns = -1  # the last rate sampling pass (-1: none yet)
         self.policies = PolicyCache(metadata, config)
         self.resources = Resources(metadata, self.policies) if metadata is not None else None
         # /schemas/...; in memory without a metadata store
@@ -272,9 +273,13 @@ class BrokerService:
             self._sample_rates()
 
     def _sample_rates(self) -> None:
+        """Sample every loaded topic's rates; an idle topic (nothing counted since its last sample,
+        rates zero) is skipped at the cost of a look at its meters (``Topic.sample_rates``)."""
         now_ns = self.clock.monotonic_ns() if self.clock is not None else 0
+        previous_ns = self._rates_sampled_ns
         for topic in list(self.topics.values()):
-            topic.sample_rates(now_ns)
+            topic.sample_rates(now_ns, previous_ns)
+        self._rates_sampled_ns = now_ns
 
     async def unload(self, name: TopicName) -> None:
         topic = self.topics.pop(str(name), None)

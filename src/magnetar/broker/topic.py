@@ -570,12 +570,33 @@ class Topic:
         if due.retention:
             await self.log.apply_retention(policies.retention_time_s, policies.retention_size_bytes)
 
-    def sample_rates(self, now_ns: int) -> None:
-        """Sample the publish, dispatch and expiry rates (the broker does, every rate period)."""
-        self.published.sample(now_ns)
-        for subscription in list(self.subscriptions.values()):
-            subscription.dispatched.sample(now_ns)
-            subscription.expired.sample(now_ns)
+    def rate_meters(self) -> list[RateMeter]:
+        """The meters the broker samples every rate period: publish, dispatch and expiry."""
+        meters = [self.published]
+        for subscription in self.subscriptions.values():
+            meters.append(subscription.dispatched)
+            meters.append(subscription.expired)
+        return meters
+
+    def sample_rates(self, now_ns: int, previous_ns: int = -1) -> bool:
+        """Sample the rates (the broker does, every rate period); ``previous_ns``: the time of the
+        broker's previous pass (-1: none). A topic whose meters are all idle is skipped (its rates
+        are zero and stay zero); its next sample counts from ``previous_ns``, as if sampled then,
+        so the rates are the ones sampling every pass gives. Returns whether it sampled."""
+        if previous_ns >= 0 and self.rates_idle():
+            return False
+        for meter in self.rate_meters():
+            meter.sample(now_ns, previous_ns)
+        return True
+
+    def rates_idle(self) -> bool:
+        """Every meter of ``rate_meters`` idle (checked without building the list: most topics are)."""
+        if not self.published.idle():
+            return False
+        for subscription in self.subscriptions.values():
+            if not (subscription.dispatched.idle() and subscription.expired.idle()):
+                return False
+        return True
 
     async def trim(self) -> list[int]:
         """Pulsar's trim: delete now the ledgers the retention policy no longer keeps (what the
