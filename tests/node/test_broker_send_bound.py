@@ -77,7 +77,7 @@ def _handled(bound: int, events: list[object]) -> tuple[list[list[object]], bool
         was_held = bool(held)
         while not handling.done() and clock.monotonic_ns() < deadline:
             session.answer(session.pending_sends)  # the journal group completes: all answered
-            await clock.sleep(0.001)
+            await clock.sleep(0.001)  # virtual time (SimClock): no real wait
         assert handling.done() and handling.result() is False
         return before, was_held, session.batches
 
