@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from magnetar.base.types import TopicName
+from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic
 from magnetar.catalog.policies import Policies, TopicPolicies
-from magnetar.catalog.resources import ClusterData, TenantInfo
+from magnetar.catalog.resources import ClusterData, Resources, TenantInfo
 from magnetar.client.client import PulsarClient
 from magnetar.client.config import ClientOptions
 from magnetar.metadata.memory import MemoryMetadataServer
@@ -85,14 +86,7 @@ def test_a_full_pass_visits_only_the_topics_that_may_replicate(thread: BrokerThr
     """Many topics in a namespace naming no other cluster, a few in one that does: a full pass
     reconciles the few (the old walk of every loaded topic reconciled all 43), yet still adopts a
     topic-level list, a widened tenant and a namespace that starts naming another cluster."""
-    assert thread.server is not None
-    service = thread.server.service
-    resources = service.resources
-    assert resources is not None
-    local = service.config.cluster_name
-    thread.call(resources.create_cluster("east", ClusterData(broker_service_url="pulsar://127.0.0.1:9")))
-    thread.call(resources.update_tenant("public", TenantInfo(allowed_clusters=[local, "east"])))
-    thread.call(resources.create_namespace("public/geo", Policies(replication_clusters=[local, "east"])))
+    service, resources, local = _geo_namespace(thread)
     thread.call(resources.update_tenant("public", TenantInfo(allowed_clusters=[local])))  # narrowed later
 
     async def load(namespace: str, prefix: str, count: int) -> list[Topic]:
@@ -165,14 +159,7 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
 def test_a_standalone_loads_the_stored_topics_of_replicated_namespaces(thread: BrokerThread) -> None:
     """A stored topic not loaded, in a namespace that replicates, is loaded by the pass (its
     backlog drains without a client); one in a namespace that does not stays unloaded."""
-    assert thread.server is not None
-    service = thread.server.service
-    resources = service.resources
-    assert resources is not None
-    local = service.config.cluster_name
-    thread.call(resources.create_cluster("east", ClusterData(broker_service_url="pulsar://127.0.0.1:9")))
-    thread.call(resources.update_tenant("public", TenantInfo(allowed_clusters=[local, "east"])))
-    thread.call(resources.create_namespace("public/geo", Policies(replication_clusters=[local, "east"])))
+    service, _resources, local = _geo_namespace(thread)
     geo, quiet = (TopicName.parse(f"persistent://public/{ns}/stored") for ns in ("geo", "default"))
     for name in (geo, quiet):
         thread.call(service.get_topic(name, create=True))
@@ -183,3 +170,17 @@ def test_a_standalone_loads_the_stored_topics_of_replicated_namespaces(thread: B
     _wait_for(lambda: str(geo) in service.topics and list(service.topics[str(geo)].replicators) == ["east"])
     assert str(quiet) not in service.topics
     thread.call(replication.stop())
+
+
+def _geo_namespace(thread: BrokerThread) -> tuple[BrokerService, Resources, str]:
+    """A remote cluster "east" that tenant "public" allows and namespace "public/geo" replicates
+    to: (the broker service, its resources, the local cluster's name)."""
+    assert thread.server is not None
+    service = thread.server.service
+    resources = service.resources
+    assert resources is not None
+    local = service.config.cluster_name
+    thread.call(resources.create_cluster("east", ClusterData(broker_service_url="pulsar://127.0.0.1:9")))
+    thread.call(resources.update_tenant("public", TenantInfo(allowed_clusters=[local, "east"])))
+    thread.call(resources.create_namespace("public/geo", Policies(replication_clusters=[local, "east"])))
+    return service, resources, local
