@@ -407,6 +407,7 @@ class Topic:
                 waited = False
                 if throttled:
                     self._append_run(batch, callers)
+                    batch, callers = [], []  # the log keeps the lists it was handed
                     messages = entry_message_count(stored_entry_metadata(data))
                     await self._throttle_publish(policies, messages, len(data))
                     waited = True
@@ -414,6 +415,7 @@ class Topic:
                     messages = _message_count(data)
                 if not log.has_room(len(batch) + 1):
                     self._append_run(batch, callers)
+                    batch, callers = [], []
                     if not log.has_room():
                         await log.wait_for_room()
                         waited = True
@@ -428,22 +430,18 @@ class Topic:
         self._append_run(batch, callers)
 
     def _append_run(self, batch: list[tuple[bytes, AppendCallback]], callers: list[PublishCallback]) -> None:
-        """Hand ``batch`` to the log in one call and empty it; if the log refuses it (nothing
-        appended) every caller is told."""
+        """Hand ``batch`` to the log in one call (the log may keep the list: the caller starts a
+        new one); if the log refuses it (nothing appended) every caller is told."""
         if not batch:
             return
-        run = batch.copy()
-        told = callers.copy()
-        batch.clear()
-        callers.clear()
         try:
-            self.log.append_run(run)
+            self.log.append_run(batch)
         except Exception as error:  # the log refused the run: nothing appended
             if is_write_failure(error):
                 self._block(error)
             elif isinstance(error, FencedError):
                 self._fenced(error)
-            for on_done in told:
+            for on_done in callers:
                 on_done(None, error)
 
     def _published(self, size: int, messages: int, started_ns: int, on_done: PublishCallback,
