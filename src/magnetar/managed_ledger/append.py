@@ -206,11 +206,7 @@ class AppendPipeline:
 
     def has_room(self, count: int = 1) -> bool:
         """Whether ``append_run`` can take ``count`` appends now (no one waits for room before us)."""
-        if self._admission:
-            return False
-        current = self.current
-        started = len(current.inflight) + len(current.undecided) if current is not None else 0
-        return len(self._queue) + started + count <= self.config.add_queue_count_max
+        return not self._admission and self.pending_add_count + count <= self.config.add_queue_count_max
 
     async def wait_for_room(self) -> None:
         """Backpressure: return once ``append`` can take an append (first in, first out), or the
