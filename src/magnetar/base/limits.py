@@ -38,6 +38,10 @@ BOOKIE_CONNECTIONS_COUNT_MAX = 4096  # open client connections per bookie
 BOOKIE_READ_CHUNK_BYTES = 256 * KIB  # one socket read
 BOOKIE_LEDGERS_COUNT_MAX = 10_000_000  # ledger states a bookie keeps in memory
 BOOKIE_JOURNAL_RECORD_BYTES_MAX = ENTRY_BYTES_MAX + 4 * KIB
+#: Answers of synced journal groups run per event-loop pass (``storage.journal_replies``): a
+#: group of hundreds of adds (a large ledger window) is answered over several passes, so sockets
+#: are read and receipts written between slices (~1 ms each at 20-40 us per answer).
+JOURNAL_REPLY_SLICE_COUNT = 32
 # A connection holding part of a frame that sends nothing for this long is closed (it pins up to
 # a frame of buffer: slow or stuck peers must not hold BOOKIE_CONNECTIONS_COUNT_MAX of those).
 BOOKIE_PARTIAL_FRAME_IDLE_MS = 30_000

@@ -26,15 +26,22 @@ passes ``bookie.before_journal_append``, then appends and syncs the group with o
 ``DiskFile.append_and_sync_then`` (the disk's writer thread in production, from the records' own
 buffers: no joined copy), which passes ``bookie.journal.mid_write`` half-way through the group's
 bytes and ``bookie.after_write_before_fsync`` between the write and the fsync. Its completion
-answers the group through the gates ``bookie.after_fsync_before_reply`` and
-``bookie.after_reply`` (``faults.gate``: inline when unarmed, held by a hang or delay). While
-the disk works, the event loop keeps accepting adds, which form the next group. The same code
-runs whether a point is armed or not.
+passes the gate ``bookie.after_fsync_before_reply``; the group's answers then join the reply
+lanes (``storage.journal_replies``: per ledger in submission order, the shortest lane first, at
+most ``JOURNAL_REPLY_SLICE_COUNT`` per event-loop pass, so one busy ledger's hundreds of answers
+neither delay another ledger's one nor keep the loop from reading sockets), and once all of them
+ran, the group passes ``bookie.after_reply`` (``faults.gate``: inline when unarmed, held by a
+hang or delay). While the disk works, the event loop keeps accepting adds, which form the next
+group. The same code runs whether a point is armed or not.
 
 Up to ``journal_groups_in_flight_max`` groups are in flight at once (the next group's write
 overlaps the previous group's fsync, as BookKeeper's force-write thread does); they complete in
 order. Invariants: a callback runs with ``None`` only after the sync that covers its record
-returned and after every earlier record's callback; a file is synced (nothing in flight) before
+returned and after its group passed ``bookie.after_fsync_before_reply`` (so after every earlier
+group passed it), and after every earlier record of its ledger's callback; groups pass each gate
+in order, and a held gate holds every later one (a held ``bookie.after_reply`` also every answer
+not yet run); ``stop`` and a failure answer the records past their first gate (durable) before
+they fail the rest. A file is synced (nothing in flight) before
 the journal moves to the next one, so only the last file can have a torn tail. A crash may
 leave a later group durable behind a torn earlier one: replay stops at the torn one, and the
 later group was never acknowledged. ``replay`` stops cleanly at the first torn record
@@ -48,7 +55,7 @@ import collections
 import enum
 import logging
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -62,10 +69,12 @@ from magnetar.base.limits import (
     BOOKIE_JOURNAL_RECORD_BYTES_MAX,
     BOOKIE_MASTER_KEY_BYTES_MAX,
     DISK_DIRECT_ALIGNMENT_BYTES,
+    JOURNAL_REPLY_SLICE_COUNT,
 )
 from magnetar.faults import breaks
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, EncodedEntry
 from magnetar.storage.config import BookieConfig
+from magnetar.storage.journal_replies import NO_LEDGER, GroupReplies, ReplyLanes
 from magnetar.storage.journal_wait import GroupWaitPolicy
 from magnetar.storage.waits import watch_task
 
@@ -128,6 +137,37 @@ def add_record(master_key: bytes, entry_raw: bytes) -> tuple[bytes, bytes]:
 
 def record_bytes(record: Record) -> int:
     return len(record) if isinstance(record, bytes) else len(record[0]) + len(record[1])
+
+
+def record_ledgers(parts: Sequence[Bytes], count: int) -> list[int]:
+    """The ledger of each of the first ``count`` records laid out in ``parts`` as a group is
+    written (a whole record is one part, an ADD two: framing + prefix, then the entry; the stop
+    marker an empty part): the ledger id after the master key of an ADD (its entry's first
+    field), FENCE or LAC. ``NO_LEDGER`` for the marker, and for every record of parts that do not
+    frame ``count`` records (answered in submission order then)."""
+    ledgers: list[int] = []
+    index, end = 0, len(parts)
+    header = _RECORD_HEADER.size
+    while len(ledgers) < count and index < end:
+        part = parts[index]
+        if not part:
+            ledgers.append(NO_LEDGER)
+            index += 1
+            continue
+        if len(part) < header + 2:
+            break
+        body_len = _RECORD_HEADER.unpack_from(part)[0]
+        rest_at = header + 2 + part[header + 1]  # after kind, key length and the key
+        if len(part) - header == body_len and len(part) >= rest_at + _LEDGER.size:
+            ledgers.append(_LEDGER.unpack_from(part, rest_at)[0])
+            index += 1
+        elif index + 1 < end and len(part) - header + len(parts[index + 1]) == body_len \
+                and len(parts[index + 1]) >= _LEDGER.size:
+            ledgers.append(_LEDGER.unpack_from(parts[index + 1])[0])
+            index += 2
+        else:
+            break
+    return ledgers if len(ledgers) == count else [NO_LEDGER] * count
 
 
 def fence_record(ledger_id: int, master_key: bytes) -> bytes:
@@ -321,10 +361,13 @@ _TRANSITIONS: dict[JournalStatus, frozenset[JournalStatus]] = {
 
 @dataclass(eq=False, slots=True)
 class _Group:
-    """One group in flight: the callbacks of its records, whether its sync returned, and whether
-    its records were answered (by the reply, or with an error by a failure or ``stop``)."""
+    """One group in flight: the callbacks of its records, its parts as written (their framing
+    names each record's ledger, ``record_ledgers``), whether its sync returned, and whether its
+    records were answered (queued to the reply lanes, or answered with an error by a failure or
+    ``stop``)."""
 
     callbacks: list[Callback]
+    parts: list[Bytes]
     synced: bool = False
     answered: bool = False
 
@@ -349,16 +392,25 @@ class Journal:
         self._room = asyncio.Event()
         self._room.set()
         self._task: asyncio.Task[None] | None = None
-        # Groups being written and synced, oldest first; answered strictly in this order.
+        # Groups being written and synced, oldest first; they pass their reply gates in order.
         self._inflight: collections.deque[_Group] = collections.deque()
-        self._answering = False  # the head group is between its two reply gates
+        # Answers of the groups past ``bookie.after_fsync_before_reply``, fairly ordered
+        # (``journal_replies``), and those groups, oldest first, until ``bookie.after_reply``.
+        self._lanes = ReplyLanes()
+        self._replying: collections.deque[GroupReplies] = collections.deque()
+        self.reply_slice_count = JOURNAL_REPLY_SLICE_COUNT  # answers run per loop pass
+        self._answering = False  # a reply gate is in progress (held by a fault point, or inline)
+        self._after_reply = False  # ... and it is ``bookie.after_reply``: no answer runs meanwhile
         self._answer_loop = False  # ``_answer_synced`` is on the stack (a gate passed inline)
+        self._slicing = False  # ``_reply_slice`` is on the stack
+        self._slice_due = False  # a ``_reply_slice`` is scheduled for the next loop pass
         self._written = JournalPosition(first_file_id, 0)
         self._failure: BaseException | None = None
         self.status = JournalStatus.CREATED
         self.groups_count = 0
         self.syncs_count = 0
         self.waits_count = 0  # groups that waited for more adds (``journal_wait``)
+        self.reply_slices_count = 0  # slices of answers deferred to a later loop pass
 
     def _transition(self, to: JournalStatus) -> None:
         invariant(to in _TRANSITIONS[self.status], f"journal: illegal transition {self.status} -> {to}")
@@ -514,7 +566,7 @@ class Journal:
             pad = padding_for(self._written.offset + group_bytes, alignment)
             if pad:
                 parts.extend(pad_record(pad))
-        group = _Group(callbacks)
+        group = _Group(callbacks, parts)
         self._inflight.append(group)
         try:
             file.append_and_sync_then(parts, partial(self._on_synced, group),
@@ -537,47 +589,88 @@ class Journal:
         self._answer_synced()
 
     def _answer_synced(self) -> None:
-        """Answer the synced groups at the head of the in-flight deque, oldest first, each through
-        the gates ``bookie.after_fsync_before_reply`` and ``bookie.after_reply`` (a gate held by
-        its fault point holds every later group too: replies stay in order)."""
-        inflight = self._inflight
+        """Move the answers on, one gate at a time and each kind oldest group first: the
+        ``bookie.after_reply`` gate of a group whose records were all answered, the
+        ``bookie.after_fsync_before_reply`` gate of a synced group (its answers then join the
+        reply lanes). A gate held by its fault point holds every later gate; a held
+        ``bookie.after_reply`` also holds the answers. Then one slice of answers, unless one is
+        already due this loop pass."""
+        inflight, replying = self._inflight, self._replying
         self._answer_loop = True
         try:
-            while (not self._answering and inflight and inflight[0].synced
-                   and self.status is JournalStatus.RUNNING):
-                self._answering = True
-                faults.gate("bookie.after_fsync_before_reply", self._reply, inflight[0])
+            while not self._answering and self.status is JournalStatus.RUNNING:
+                if replying and replying[0].unanswered == 0:
+                    replying.popleft()
+                    self._answering = self._after_reply = True
+                    faults.gate("bookie.after_reply", self._replied)
+                elif inflight and inflight[0].synced:
+                    self._answering = True
+                    faults.gate("bookie.after_fsync_before_reply", self._reply, inflight[0])
+                else:
+                    break
         finally:
             self._answer_loop = False
+        if self._lanes and not (self._after_reply or self._slicing or self._slice_due):
+            self._reply_slice()
         if self._queue or self._rotation_due():  # else the journal task has nothing to do
             self._wake()
 
     def _reply(self, error: BaseException | None, group: _Group) -> None:
+        """Past ``bookie.after_fsync_before_reply``: the group's answers join the reply lanes
+        (``journal_replies``: per ledger in order, the shortest lane first, a slice per pass)."""
         if group.answered:
             return
         if error is not None:
             self._fail(error)
             return
-        invariant(self._inflight[0] is group, "journal groups are answered in order")
+        invariant(self._inflight[0] is group, "journal groups pass their reply gates in order")
         self._inflight.popleft()
         group.answered = True
-        for callback in group.callbacks:
-            callback(None)
-        faults.gate("bookie.after_reply", self._replied)
+        callbacks = group.callbacks
+        replies = GroupReplies(len(callbacks))
+        self._lanes.add(callbacks, record_ledgers(group.parts, len(callbacks)), replies)
+        self._replying.append(replies)
+        self._answering = False
+        if not self._answer_loop:  # the gate held the group: carry on from here
+            self._answer_synced()
+
+    def _reply_slice(self) -> None:
+        """Run up to ``reply_slice_count`` answers now; what is left runs from the next loop
+        pass, after the reads and the receipt writes that are due (``call_soon`` is FIFO)."""
+        self._slice_due = False
+        if self._after_reply or self._slicing or self.status is not JournalStatus.RUNNING:
+            return  # a held gate holds the answers; a failure or ``stop`` answered them
+        self._slicing = True
+        try:
+            self._lanes.run(self.reply_slice_count)
+        finally:
+            self._slicing = False
+        if self._lanes:
+            self._slice_due = True
+            self.reply_slices_count += 1
+            asyncio.get_running_loop().call_soon(self._reply_slice)
+        self._answer_synced()
 
     def _replied(self, error: BaseException | None) -> None:
         if error is not None:
             self._fail(error)
             return
-        self._answering = False
+        self._answering = self._after_reply = False
         if not self._answer_loop:  # the gate held the reply: carry on with the next group
             self._answer_synced()
+
+    def _answer_durable(self) -> None:
+        """Answer every record past its group's ``bookie.after_fsync_before_reply`` gate now, in
+        lane order: they are durable, whatever happens to the journal after them."""
+        self._lanes.run_all()
+        self._replying.clear()
 
     def _fail(self, error: BaseException) -> None:
         if self.status is not JournalStatus.RUNNING:
             return
         self._failure = error
         self._transition(JournalStatus.FAILED)
+        self._answer_durable()
         self._fail_inflight(error)
         while self._queue:
             _, _, callback, _ = self._queue.popleft()
@@ -587,7 +680,7 @@ class Journal:
         self._wake()
 
     def _fail_inflight(self, error: BaseException) -> None:
-        self._answering = False
+        self._answering = self._after_reply = False
         while self._inflight:
             group = self._inflight.popleft()
             group.answered = True
@@ -617,6 +710,7 @@ class Journal:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        self._answer_durable()
         self._fail_inflight(ClosedError("journal stopped"))
         if self._file is not None:
             self._file.close()
@@ -626,7 +720,8 @@ class Journal:
             callback(ClosedError("journal stopped"))
 
     async def _drain(self) -> None:
-        # An empty marker record: its callback runs after every record queued before it.
+        # An empty marker record: its callback runs once every record queued before it is
+        # durable (its group synced after theirs); ``stop`` then answers those still in the lanes.
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def _done(_error: BaseException | None) -> None:

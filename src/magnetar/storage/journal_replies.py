@@ -1,0 +1,96 @@
+"""The order in which the journal answers the records of its synced groups (issue 22, isolation).
+
+Every record of a synced group is durable at once, so any order of its answers is correct; not
+every order is fair. A group holds whatever was queued while the previous one was written: with a
+large ledger window, say 500 adds of one busy ledger and one add of a synchronous producer's
+ledger. Each answer runs the writer's completion path up to the client's receipt (20-40 us), so
+answered in submission order in one loop callback, the light add waits behind the heavy ones'
+answers (10-20 ms) and no socket is read meanwhile.
+
+``ReplyLanes`` holds the answers still to run, one lane per ledger:
+
+* **Per-ledger order**: a lane is answered oldest first, and a group's answers join their lanes
+  in submission order after every earlier group's, so one ledger's records are answered in the
+  order they were submitted (the ledger handle completes its adds in entry order: answering a
+  later add first would only park it).
+* **Shortest lane first** across ledgers (ties: the lane that appeared first): the light
+  ledger's one answer runs before the busy ledger's hundreds, wherever it sat in the group.
+* **Slices**: ``run(budget)`` answers at most ``budget`` records; the journal runs one slice per
+  loop pass (``JOURNAL_REPLY_SLICE_COUNT``), so between two slices the loop reads the sockets and
+  writes the receipts the slice produced.
+* **Groups counted**: each group's ``GroupReplies.unanswered`` counts its answers that have not
+  run; the journal passes a group's ``bookie.after_reply`` gate once it is zero, oldest first.
+
+Every lane is bounded by what the journal queue admits (``journal_queue_bytes_max``); a lane
+that stays longest waits only for shorter lanes, which each ledger's window bounds.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+#: What a record's submitter gets: ``None`` once the record is durable, or the error.
+Reply = Callable[[BaseException | None], None]
+#: The lane of records that name no ledger (the journal's stop marker, or a group whose framing
+#: could not be read): one more lane, answered in submission order like the others.
+NO_LEDGER = -1
+
+
+@dataclass(eq=False, slots=True)
+class GroupReplies:
+    """One synced group's answers that have not run yet."""
+
+    unanswered: int
+
+
+class ReplyLanes:
+    """Answers of synced groups waiting to run, one lane (FIFO) per ledger."""
+
+    __slots__ = ("_lanes",)
+
+    def __init__(self) -> None:
+        self._lanes: dict[int, collections.deque[tuple[Reply, GroupReplies]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._lanes)
+
+    def add(self, replies: Sequence[Reply], ledgers: Sequence[int], group: GroupReplies) -> None:
+        """Queue a synced group's ``replies`` (in submission order), each in its ledger's lane."""
+        lanes = self._lanes
+        for reply, ledger in zip(replies, ledgers, strict=True):
+            lane = lanes.get(ledger)
+            if lane is None:
+                lane = lanes[ledger] = collections.deque()
+            lane.append((reply, group))
+
+    def _length(self, ledger: int) -> int:
+        return len(self._lanes[ledger])
+
+    def run(self, budget: int) -> int:
+        """Answer (``None``) up to ``budget`` records, the shortest lane first; how many ran.
+        An answer may queue more (a later group synced meanwhile): they run from the next call."""
+        lanes = self._lanes
+        ran = 0
+        for ledger in sorted(lanes, key=self._length):
+            lane = lanes.get(ledger)
+            if lane is None:
+                continue  # emptied by ``run_all`` from inside an answer (the journal failed)
+            while lane and ran < budget:
+                reply, group = lane.popleft()
+                group.unanswered -= 1
+                ran += 1
+                reply(None)
+            if not lane and lanes.get(ledger) is lane:
+                del lanes[ledger]
+            if ran >= budget:
+                break
+        return ran
+
+    def run_all(self) -> int:
+        """Answer every queued record now (the journal stops or failed: they are durable)."""
+        ran = 0
+        while self._lanes:
+            ran += self.run(1 << 62)
+        return ran

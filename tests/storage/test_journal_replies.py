@@ -1,0 +1,260 @@
+"""The journal answers its synced groups fairly (issue 22, latency isolation): per ledger in
+submission order, the shortest ledger lane first (one busy ledger's hundreds of answers do not
+delay another ledger's one, also across groups), at most ``reply_slice_count`` answers per loop
+pass (the loop runs other callbacks between slices), every answer after the sync that covers its
+record, the reply gates in group order, a held ``bookie.after_reply`` holding the answers, and
+``stop`` or a failure answering the durable records before it fails the rest.
+On the simulated loop and disk (virtual time)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from magnetar import faults
+from magnetar.faults import breaks
+from magnetar.sim import SimDisk, SimDiskConfig, run
+from magnetar.storage.journal import Journal, add_record, fence_record, journal_path, lac_record, record_ledgers
+from magnetar.storage.journal_replies import NO_LEDGER
+from tests.storage.harness import CONFIG, KEY, Parts, entry
+
+HEAVY, LIGHT = 7, 9  # ledger ids
+SLICE = 32
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> Any:
+    faults.disarm_all()
+    yield
+    faults.disarm_all()
+    breaks.disable_all()
+
+
+class Log:
+    """Submits adds; records every answer (ledger, entry, error) and the loop ticks between them,
+    and whether each answered record's bytes were durable on the simulated disk when it ran."""
+
+    def __init__(self, parts: Parts, journal: Journal) -> None:
+        self.parts, self.journal = parts, journal
+        self.events: list[tuple[str, int, int]] = []  # ("ack" | "error", ledger, entry) | ("tick", 0, 0)
+        self.durable: dict[tuple[int, int], bool] = {}
+        self.on_ack: Callable[[int, int], None] | None = None
+        self.groups_count = 0
+
+    def submit(self, ledger: int, entry_id: int) -> None:
+        raw = entry(ledger, entry_id).raw
+
+        def done(error: BaseException | None) -> None:
+            self.events.append(("ack" if error is None else "error", ledger, entry_id))
+            if error is None:
+                file = self.parts.disk.open(journal_path(self.journal._file_id), create=False)
+                at = file.read_at(0, file.size()).find(raw)
+                self.durable[(ledger, entry_id)] = at >= 0 and file.durable_size() >= at + len(raw)
+                if self.on_ack is not None:
+                    self.on_ack(ledger, entry_id)
+
+        self.journal.submit(add_record(KEY, raw), done)
+
+    def answered(self) -> list[tuple[str, int, int]]:
+        return [event for event in self.events if event[0] != "tick"]
+
+    def acks(self, ledger: int) -> list[int]:
+        return [e for kind, led, e in self.events if kind == "ack" and led == ledger]
+
+    def tick_while(self, more: Callable[[], bool]) -> None:
+        """A plain callback once per loop pass (as a socket read would be) while ``more()``.
+        Started from an answer: a callback in every pass would keep the simulated loop from
+        ever going idle, so its virtual time (and the disk's sync) would never advance."""
+
+        def tick() -> None:
+            if more():
+                self.events.append(("tick", 0, 0))
+                asyncio.get_running_loop().call_soon(tick)
+
+        asyncio.get_running_loop().call_soon(tick)
+
+    async def settle(self, count: int) -> None:
+        while len(self.answered()) < count:
+            await self.parts.clock.sleep(0.0001)  # virtual time (simulated clock/loop): no real wait
+
+
+def _parts(**changes: Any) -> Parts:
+    disk = SimDisk(SimDiskConfig(sync_latency_us_min=200, sync_latency_us_max=200))
+    return Parts(dataclasses.replace(CONFIG, journal_group_wait_ms_max=0, **changes), disk=disk)
+
+
+def _scenario(body: Callable[[Parts, Journal, Log], Coroutine[Any, Any, None]], slice_count: int = SLICE,
+              **changes: Any) -> Log:
+    async def scenario() -> Log:
+        parts = _parts(**changes)
+        journal = await parts.start()
+        journal.reply_slice_count = slice_count
+        log = Log(parts, journal)
+        await body(parts, journal, log)
+        await journal.stop()
+        return log
+
+    return run(scenario())
+
+
+def _longest_answer_run(events: list[tuple[str, int, int]]) -> int:
+    longest = current = 0
+    for kind, _, _ in events:
+        current = 0 if kind == "tick" else current + 1
+        longest = max(longest, current)
+    return longest
+
+
+def _one_group(slice_count: int = SLICE) -> Log:
+    # 100 adds of a busy ledger, then one of another ledger, all queued before the journal task
+    # runs: one group of 101, whose light add sits last in submission order.
+    async def body(parts: Parts, journal: Journal, log: Log) -> None:
+        for entry_id in range(100):
+            log.submit(HEAVY, entry_id)
+        log.submit(LIGHT, 0)
+
+        def first_answer(ledger: int, entry_id: int) -> None:
+            if len(log.answered()) == 1:
+                log.tick_while(lambda: len(log.answered()) < 101)
+
+        log.on_ack = first_answer
+        await log.settle(101)
+        log.groups_count = journal.groups_count
+
+    return _scenario(body, slice_count)
+
+
+def test_the_short_lane_is_answered_first_and_each_ledger_in_order() -> None:
+    log = _one_group()
+    assert log.groups_count == 1
+    answered = log.answered()
+    assert answered[0] == ("ack", LIGHT, 0)
+    assert log.acks(HEAVY) == list(range(100))
+    assert len(log.durable) == 101 and all(log.durable.values())
+
+
+def test_a_large_group_is_answered_over_several_loop_passes() -> None:
+    log = _one_group()
+    assert log.journal.reply_slices_count == 3  # 101 answers: 32 + 32 + 32 + 5
+    assert _longest_answer_run(log.events) == SLICE
+    # Control: with slices larger than the group, all 101 run in one pass (no tick between), so
+    # the check above can fail.
+    whole = _one_group(slice_count=1000)
+    assert _longest_answer_run(whole.events) == 101 and whole.journal.reply_slices_count == 0
+    assert whole.answered()[0] == ("ack", LIGHT, 0)
+
+
+def test_a_later_groups_short_lane_goes_before_an_earlier_groups_long_one() -> None:
+    async def body(parts: Parts, journal: Journal, log: Log) -> None:
+        faults.arm("bookie.after_fsync_before_reply", "hang")
+        for entry_id in range(100):
+            log.submit(HEAVY, entry_id)
+        await parts.clock.sleep(0.0001)  # virtual: group 1 is written and synced, held at its gate
+        for entry_id in range(100, 150):
+            log.submit(HEAVY, entry_id)
+        log.submit(LIGHT, 0)
+        await parts.clock.sleep(0.001)  # virtual: group 2 is synced too
+        assert journal.groups_count == 2 and log.answered() == []
+        faults.release("bookie.after_fsync_before_reply")
+        await log.settle(151)
+
+    log = _scenario(body)
+    answered = log.answered()
+    assert answered[0] == ("ack", LIGHT, 0)  # ahead of the 100 heavy answers of group 1
+    assert log.acks(HEAVY) == list(range(150))
+    assert all(log.durable.values()) and len(log.durable) == 151
+
+
+def test_a_held_after_reply_gate_holds_the_answers_not_yet_run() -> None:
+    # Group 1 (100 heavy) and group 2 (50 heavy + 1 light) both pass their first gate; the light
+    # add and group 1's answers run (with, in group 1's last slice, the first of group 2's heavy
+    # ones: one lane), then group 1's ``bookie.after_reply`` is held: the rest of group 2's
+    # answers wait for its release (replies stay behind the held gate).
+    async def body(parts: Parts, journal: Journal, log: Log) -> None:
+        faults.arm("bookie.after_fsync_before_reply", "hang")
+        for entry_id in range(100):
+            log.submit(HEAVY, entry_id)
+        await parts.clock.sleep(0.0001)  # virtual time
+        for entry_id in range(100, 150):
+            log.submit(HEAVY, entry_id)
+        log.submit(LIGHT, 0)
+        await parts.clock.sleep(0.001)  # virtual time
+        faults.arm("bookie.after_reply", "hang")
+        faults.release("bookie.after_fsync_before_reply")
+        await log.settle(101)
+        held = len(log.answered())
+        for _ in range(20):
+            await parts.clock.sleep(0.001)  # virtual time: nothing more is answered while held
+        assert faults.hits("bookie.after_reply") == 1
+        assert len(log.answered()) == held < 151
+        assert log.acks(HEAVY) == list(range(held - 1)) and log.acks(LIGHT) == [0]
+        faults.release("bookie.after_reply")
+        await log.settle(151)
+
+    log = _scenario(body)
+    assert log.acks(HEAVY) == list(range(150))
+
+
+def test_stop_answers_the_durable_records_whose_answers_were_still_queued() -> None:
+    async def body(parts: Parts, journal: Journal, log: Log) -> None:
+        stopping: list[asyncio.Task[None]] = []
+
+        def stop_early(ledger: int, entry_id: int) -> None:
+            if not stopping and len(log.answered()) == 10:  # in the first slice
+                stopping.append(asyncio.get_running_loop().create_task(journal.stop()))
+
+        log.on_ack = stop_early
+        for entry_id in range(100):
+            log.submit(HEAVY, entry_id)
+        await log.settle(10)
+        await stopping[0]
+        assert log.acks(HEAVY) == list(range(100))  # all answered by stop, none failed
+
+    log = _scenario(body)
+    assert all(log.durable.values()) and len(log.durable) == 100
+
+
+def test_a_failure_answers_the_durable_records_first_and_fails_the_queued_ones() -> None:
+    async def body(parts: Parts, journal: Journal, log: Log) -> None:
+        faults.arm("bookie.after_fsync_before_reply", "hang")
+        for entry_id in range(100):
+            log.submit(HEAVY, entry_id)
+        await parts.clock.sleep(0.0001)  # virtual time
+        for entry_id in range(100, 150):
+            log.submit(HEAVY, entry_id)
+        log.submit(LIGHT, 0)
+        await parts.clock.sleep(0.001)  # virtual time: group 2 synced
+        faults.arm("bookie.after_reply", "error")  # group 1's second gate fails the journal
+        faults.release("bookie.after_fsync_before_reply")
+        log.submit(LIGHT, 1)  # queued behind them: never written
+        await log.settle(152)
+
+    log = _scenario(body)
+    assert log.acks(HEAVY) == list(range(150)) and log.acks(LIGHT) == [0]
+    assert ("error", LIGHT, 1) in log.answered()
+    assert all(log.durable.values())
+
+
+def test_an_answer_before_the_sync_is_caught() -> None:
+    # Negative control: with the ack-before-fsync break on, the durability check fails.
+    breaks.enable(breaks.Break.ACK_BEFORE_FSYNC)
+    log = _one_group()
+    assert not all(log.durable.values())
+
+
+def test_record_ledgers_reads_each_records_ledger_from_the_group_framing() -> None:
+    adds = [add_record(KEY, entry(ledger, entry_id).raw) for ledger, entry_id in ((3, 0), (5, 0), (3, 1))]
+    parts: list[Any] = []
+    for prefix, raw in adds:
+        parts += [prefix, raw]
+    parts += [fence_record(11, KEY), b"", lac_record(12, 4, KEY)]
+    assert record_ledgers(parts, 6) == [3, 5, 3, 11, NO_LEDGER, 12]
+    assert record_ledgers(parts + [b"pad"], 6) == [3, 5, 3, 11, NO_LEDGER, 12]  # a PAD after them
+    # Parts that do not frame the records (one missing, one cut short): every record in the
+    # one submission-order lane rather than a wrong ledger.
+    assert record_ledgers(parts[:-1], 6) == [NO_LEDGER] * 6
+    assert record_ledgers([parts[0], parts[1][:20]], 1) == [NO_LEDGER]
