@@ -65,15 +65,17 @@ log = logging.getLogger(__name__)
 
 #: More bookies than this in one process is a cluster: use ``magnetar bookie`` processes.
 STANDALONE_BOOKIES_COUNT_MAX = 9
-#: In-flight adds per ledger in a standalone (the ledger client's default is 10,000). Its bookies
-#: answer within one journal fsync, so a small window costs little throughput (one topic's
-#: unbatched rate is at most window / fsync time: 8 / 2 ms = 4,000 msg/s on a slow shared disk),
-#: and it keeps one busy topic from filling the shared journal queue: a synchronous producer on
-#: another topic waited behind ~500 queued adds of a producer with 500 in flight (p99 ~230 ms).
-#: 16 brought that to ~10-50 ms; 8 to 12-15 ms, at or below the light producer's p99 alone, with
-#: 1.5-3.4x its acknowledgements and the heavy producer's rate unchanged within the noise
-#: (bench/latency_isolation.py, docs/performance.md "Session 9: both cores").
-STANDALONE_LEDGER_WINDOW = 8
+#: In-flight adds per ledger in a standalone (the ledger client's default is 10,000). One
+#: unbatched topic goes at most window / fsync time: session 8 chose 8 for latency isolation (a
+#: producer with 500 in flight then put at most 8 adds in each journal group, so a synchronous
+#: producer's add never waited behind hundreds), which capped one topic at ~4,000 msg/s on a disk
+#: that syncs in 2 ms. The journal now answers a group fairly (``storage.journal_replies``: the
+#: shortest ledger lane first, a slice per loop pass), so a large window no longer costs the light
+#: producer its latency. 1,000 equals the broker's ``pending_sends_per_connection_max`` (Pulsar's
+#: ``maxPendingPublishRequestsPerConnection``): one producer's connection is never held below
+#: what the broker admits from it (docs/performance.md "Session 11: the ledger window and
+#: isolation").
+STANDALONE_LEDGER_WINDOW = 1000
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,8 @@ class StandaloneConfig:
     #: ports), served when the broker config has ``tls_enabled``; None: no TLS listener.
     broker_port_tls: int | None = None
     web_port_tls: int | None = None
-    #: In-flight adds per ledger (``MAGNETAR_STANDALONE_LEDGER_WINDOW``): lower isolates topics
-    #: better, higher lets one unbatched topic go faster on a disk with slow fsyncs.
+    #: In-flight adds per ledger (``MAGNETAR_STANDALONE_LEDGER_WINDOW``): one unbatched topic
+    #: goes at most this many adds per journal fsync; lower bounds one topic's share of a group.
     ledger_window: int = STANDALONE_LEDGER_WINDOW
 
     def __post_init__(self) -> None:
@@ -154,7 +156,7 @@ class Standalone:
         e, qw, qa = self.config.quorum
         line = (
             f"magnetar standalone ready broker={broker} metadata={self.config.metadata_url()} "
-            f"bookies={bookies} quorum={e},{qw},{qa} http={http}"
+            f"bookies={bookies} quorum={e},{qw},{qa} ledger_window={self.config.ledger_window} http={http}"
         )
         tls_url = self.broker.service.config.service_url_tls if self.broker else None
         if tls_url:
@@ -271,9 +273,13 @@ async def run_standalone(config: StandaloneConfig, broker_values: Mapping[str, A
     running = await start_standalone(config, broker_values)
     try:
         tune_gc_for_server()
+        # The signal handlers first: a SIGTERM right after the ready line must stop cleanly, not
+        # kill the process (the task installs them in its first step, the pass ``sleep(0)`` yields).
+        terminated = asyncio.get_running_loop().create_task(wait_for_termination_signal())
+        await asyncio.sleep(0)
         print(running.security_line(), flush=True)
         print(running.ready_line(), flush=True)
-        await wait_for_termination_signal()
+        await terminated
         log.info("standalone stopping")
     finally:
         await running.stop()
