@@ -18,7 +18,15 @@ import pytest
 from magnetar import faults
 from magnetar.faults import breaks
 from magnetar.sim import SimDisk, SimDiskConfig, run
-from magnetar.storage.journal import Journal, add_record, fence_record, journal_path, lac_record, record_ledgers
+from magnetar.storage.journal import (
+    Journal,
+    add_record,
+    fence_record,
+    journal_path,
+    lac_record,
+    pad_record,
+    record_ledgers,
+)
 from magnetar.storage.journal_replies import NO_LEDGER
 from tests.storage.harness import CONFIG, KEY, Parts, entry
 
@@ -253,7 +261,7 @@ def test_record_ledgers_reads_each_records_ledger_from_the_group_framing() -> No
         parts += [prefix, raw]
     parts += [fence_record(11, KEY), b"", lac_record(12, 4, KEY)]
     assert record_ledgers(parts, 6) == [3, 5, 3, 11, NO_LEDGER, 12]
-    assert record_ledgers(parts + [b"pad"], 6) == [3, 5, 3, 11, NO_LEDGER, 12]  # a PAD after them
+    assert record_ledgers([*parts, *pad_record(64)], 6) == [3, 5, 3, 11, NO_LEDGER, 12]  # the PAD after them
     # Parts that do not frame the records (one missing, one cut short): every record in the
     # one submission-order lane rather than a wrong ledger.
     assert record_ledgers(parts[:-1], 6) == [NO_LEDGER] * 6
