@@ -104,17 +104,17 @@ def test_bad_configuration_is_refused_with_a_clear_error(tmp_path: Path) -> None
 
 def test_ledger_window_is_a_setting_and_a_bad_one_is_refused(tmp_path: Path, launched: list[StandaloneProcess]) -> None:
     """``MAGNETAR_STANDALONE_LEDGER_WINDOW``: 0 is refused in one line; the ready line says the
-    window in use (the default, 1,000, or the setting); with a window of 1 (every add waits for
+    window in use (the default, 32, or the setting); with a window of 1 (every add waits for
     the previous one's fsync) 300 messages sent at once all arrive, in order."""
     import pulsar
 
     from magnetar.runtime.standalone import STANDALONE_LEDGER_WINDOW
 
-    assert STANDALONE_LEDGER_WINDOW == 1000
+    assert STANDALONE_LEDGER_WINDOW == 32
     default_env = {k: v for k, v in os.environ.items() if k != "MAGNETAR_STANDALONE_LEDGER_WINDOW"}
     default = StandaloneProcess(str(tmp_path / "default"), env=default_env)
     launched.append(default)
-    assert default.fields["ledger_window"] == "1000"
+    assert default.fields["ledger_window"] == "32"
     assert default.terminate() == 0
 
     env = dict(os.environ, MAGNETAR_STANDALONE_LEDGER_WINDOW="0")

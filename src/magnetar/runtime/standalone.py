@@ -66,22 +66,25 @@ log = logging.getLogger(__name__)
 #: More bookies than this in one process is a cluster: use ``magnetar bookie`` processes.
 STANDALONE_BOOKIES_COUNT_MAX = 9
 #: In-flight adds per ledger in a standalone (the ledger client's default is 10,000). One
-#: unbatched topic goes at most window / fsync time: session 8 chose 8 for latency isolation (a
-#: producer with 500 in flight then put at most 8 adds in each journal group, so a synchronous
-#: producer's add never waited behind hundreds), which capped one topic at ~4,000 msg/s on a disk
-#: that syncs in 2 ms. The journal now answers a group fairly (``storage.journal_replies``: the
-#: shortest ledger lane first, a slice per loop pass), so a large window no longer costs the light
-#: producer its latency. 1,000 equals the broker's ``pending_sends_per_connection_max`` (Pulsar's
-#: ``maxPendingPublishRequestsPerConnection``): one producer's connection is never held below
-#: what the broker admits from it (docs/performance.md "Session 11: the ledger window and
-#: isolation").
-STANDALONE_LEDGER_WINDOW = 1000
+#: unbatched topic goes at most window / round trip; the window also bounds how much of the
+#: shared journal and event loop one busy topic takes from the others. Measured on this 2-core
+#: machine (docs/performance.md "Session 11: the ledger window and isolation"), a producer with
+#: 500 in flight beside a synchronous one: window 8 (session 9's choice) 3,300-4,300 msg/s and
+#: the light producer's p99 4.8-11.6 ms; 32: 8,400-10,000 msg/s, p99 9.7-13.5 ms (one busy repeat
+#: 37); 64: 13,000 msg/s, p99 19 ms; 128: 12,500-13,400, p99 37-49 ms; 1,000: 9,300-12,200, p99
+#: 44-131 ms (the heavy producer then saturates the loop, and every light message waits in it). So
+#: 32: about 2.5x one topic's unbatched rate for a light-producer p99 within the machine's noise of
+#: window 8. A deployment for one topic's peak rate sets ``MAGNETAR_STANDALONE_LEDGER_WINDOW=1000``
+#: (``magnetar perf produce --blast``: 14,000 msg/s against 5,000 at 32 and 3,500 at 8).
+STANDALONE_LEDGER_WINDOW = 32
 #: How long the event-loop thread may hold the GIL while the journal's disk threads wait for it
 #: (``sys.setswitchinterval``; CPython's default is 5,000 us). A journal group needs its writer
 #: thread to take the GIL a few times (the write, the sync's return, the hand-back to the loop);
 #: with the loop busy (one unbatched topic at full speed), each take waited up to the whole
 #: interval, so the loop saw a 0.1 ms fsync complete 5-10 ms late and every add waited for it.
-#: 500 us: the light producer's p99 beside a busy one fell ~3x (docs/performance.md, Session 11).
+#: 500 us: the loop saw a group's write and sync at p50 3.4-4.7 ms instead of 8.5-10 ms, and a light
+#: producer beside a busy one (window 1,000, pure Python) had p99 57-58 ms instead of 184-213 ms
+#: (docs/performance.md, "Session 11: the ledger window and isolation").
 STANDALONE_GIL_SWITCH_INTERVAL_US = 500
 
 
