@@ -14,7 +14,9 @@ and the status, the parts report a disk failure through ``on_failure``.
 Add path: check (state, size, digest, master key, fence) -> note the entry in the ledger state
 -> put it in the write cache -> queue its journal record. The caller's ``on_done(Status.OK)``
 runs only after the journal fsync covering the record (see ``journal``): nothing is
-acknowledged that is not on disk.
+acknowledged that is not on disk. ``add_entries`` does the same for a run (the standalone's
+local transport): the ledger checked once per run, the run's records one journal submit, one
+journal answer per run.
 
 Restart: load ledger states, replay the journal from the mark into the write cache (a torn tail
 ends replay), checkpoint, repair ``last_entry`` where the crash left it naming an entry that

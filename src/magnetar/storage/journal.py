@@ -29,7 +29,10 @@ bytes and ``bookie.after_write_before_fsync`` between the write and the fsync. I
 answers the group through the gates ``bookie.after_fsync_before_reply`` and
 ``bookie.after_reply`` (``faults.gate``: inline when unarmed, held by a hang or delay). While
 the disk works, the event loop keeps accepting adds, which form the next group. The same code
-runs whether a point is armed or not.
+runs whether a point is armed or not. A run of records (``submit_run``, the bookie's
+``add_entries``) is queued as one item: its records always share one group (and so every fault
+point of that group), one callback answers them, and it counts as one arrival for
+``journal_wait`` (a run is one burst, not a stream of adds that a wait could gather).
 
 Up to ``journal_groups_in_flight_max`` groups are in flight at once (the next group's write
 overlaps the previous group's fsync, as BookKeeper's force-write thread does); they complete in
