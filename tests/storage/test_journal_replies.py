@@ -21,11 +21,13 @@ from magnetar.sim import SimDisk, SimDiskConfig, run
 from magnetar.storage.journal import (
     Journal,
     add_record,
+    add_record_from,
+    add_record_prefix,
     fence_record,
     journal_path,
     lac_record,
     pad_record,
-    record_ledgers,
+    queued_lane,
 )
 from magnetar.storage.journal_replies import NO_LEDGER
 from tests.storage.harness import CONFIG, KEY, Parts, entry
@@ -254,15 +256,45 @@ def test_an_answer_before_the_sync_is_caught() -> None:
     assert not all(log.durable.values())
 
 
-def test_record_ledgers_reads_each_records_ledger_from_the_group_framing() -> None:
-    adds = [add_record(KEY, entry(ledger, entry_id).raw) for ledger, entry_id in ((3, 0), (5, 0), (3, 1))]
-    parts: list[Any] = []
-    for prefix, raw in adds:
-        parts += [prefix, raw]
-    parts += [fence_record(11, KEY), b"", lac_record(12, 4, KEY)]
-    assert record_ledgers(parts, 6) == [3, 5, 3, 11, NO_LEDGER, 12]
-    assert record_ledgers([*parts, *pad_record(64)], 6) == [3, 5, 3, 11, NO_LEDGER, 12]  # the PAD after them
-    # Parts that do not frame the records (one missing, one cut short): every record in the
-    # one submission-order lane rather than a wrong ledger.
-    assert record_ledgers(parts[:-1], 6) == [NO_LEDGER] * 6
-    assert record_ledgers([parts[0], parts[1][:20]], 1) == [NO_LEDGER]
+def test_queued_lane_reads_the_ledger_and_weight_from_the_framing() -> None:
+    assert queued_lane(add_record(KEY, entry(3, 0).raw)) == (3, 1)
+    assert queued_lane(fence_record(11, KEY)) == (11, 1)
+    assert queued_lane(lac_record(12, 4, KEY)) == (12, 1)
+    assert queued_lane(b"") == (NO_LEDGER, 1)  # the stop marker
+    prefix, crc = add_record_prefix(KEY)
+    run_parts: list[Any] = []
+    for entry_id in range(5):
+        raw = entry(8, entry_id).raw
+        run_parts += [add_record_from(prefix, crc, raw), raw]
+    assert queued_lane(run_parts) == (8, 5)
+    # Framing that names no ledger (cut short): the submission-order lane, not a wrong ledger.
+    head, raw = add_record(KEY, entry(3, 0).raw)
+    assert queued_lane((head, raw[:4])) == (NO_LEDGER, 1)
+    assert queued_lane(pad_record(64)[0]) == (NO_LEDGER, 1)
+
+
+def test_a_run_counts_its_records_against_the_slice_and_a_light_add_goes_first() -> None:
+    # Four runs of 20 heavy records (one callback each, as the bookie's add_entries submits
+    # them), then one light add, in one group: the light add first; the runs in order, at most
+    # two per pass (a slice of 32 records: the second run crosses it).
+    async def body(parts: Parts, journal: Journal, log: Log) -> None:
+        prefix, crc = add_record_prefix(KEY)
+        for run_index in range(4):
+            run_parts: list[Any] = []
+            for entry_id in range(run_index * 20, run_index * 20 + 20):
+                raw = entry(HEAVY, entry_id).raw
+                run_parts += [add_record_from(prefix, crc, raw), raw]
+
+            def done(error: BaseException | None, first: int = run_index * 20) -> None:
+                log.events.append(("ack" if error is None else "error", HEAVY, first))
+
+            journal.submit_run(run_parts, sum(len(p) for p in run_parts), done)
+        log.submit(LIGHT, 0)
+        await log.settle(5)
+        log.groups_count = journal.groups_count
+
+    log = _scenario(body)
+    assert log.groups_count == 1
+    assert log.answered()[0] == ("ack", LIGHT, 0)
+    assert log.acks(HEAVY) == [0, 20, 40, 60]
+    assert log.journal.reply_slices_count == 1  # light + 2 runs (41 records), then 2 runs

@@ -32,7 +32,11 @@ most ``JOURNAL_REPLY_SLICE_COUNT`` per event-loop pass, so one busy ledger's hun
 neither delay another ledger's one nor keep the loop from reading sockets), and once all of them
 ran, the group passes ``bookie.after_reply`` (``faults.gate``: inline when unarmed, held by a
 hang or delay). While the disk works, the event loop keeps accepting adds, which form the next
-group. The same code runs whether a point is armed or not.
+group. The same code runs whether a point is armed or not. A run of records (``submit_run``, the
+bookie's ``add_entries``) is queued as one item: its records always share one group (and so
+every fault point of that group), one callback answers them (in its ledger's lane), and it
+counts as one arrival for ``journal_wait`` (a run is one burst, not a stream of adds that a wait
+could gather).
 
 Up to ``journal_groups_in_flight_max`` groups are in flight at once (the next group's write
 overlaps the previous group's fsync, as BookKeeper's force-write thread does); they complete in
@@ -55,7 +59,7 @@ import collections
 import enum
 import logging
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -97,6 +101,9 @@ Callback = Callable[[BaseException | None], None]
 #: A framed record, whole or as (framing + prefix, entry): an add's entry is then copied once,
 #: into the group's write, instead of once per concatenation.
 Record = bytes | tuple[bytes, bytes]
+#: What the queue holds per submit: one record, or a run's records as one flat list of parts
+#: (``submit_run``), which always go into the same group.
+_Queued = Record | list[Bytes]
 
 
 def _answered(_error: BaseException | None) -> None:
@@ -125,49 +132,60 @@ def _frame(body: bytes) -> bytes:
 def add_record(master_key: bytes, entry_raw: bytes) -> tuple[bytes, bytes]:
     """An ADD record (kind 5) as (framing + kind + master key, entry), without concatenating
     them; its CRC covers the body up to the end of the entry header (the digest covers the rest)."""
+    prefix, prefix_crc = add_record_prefix(master_key)
+    return add_record_from(prefix, prefix_crc, entry_raw), entry_raw
+
+
+def add_record_prefix(master_key: bytes) -> tuple[bytes, int]:
+    """What every ADD record (kind 5) of one master key starts its body with, and that prefix's
+    CRC32C: ``add_record_from`` then frames each entry of a run without computing them again."""
     invariant(len(master_key) <= BOOKIE_MASTER_KEY_BYTES_MAX, "master key too long for a journal record")
-    invariant(len(entry_raw) >= ENTRY_HEADER_BYTES, "an ADD record needs a whole entry header")
     prefix = bytes((KIND_ADD_DIGESTED, len(master_key))) + master_key
+    return prefix, crc32c(prefix)
+
+
+def add_record_from(prefix: bytes, prefix_crc: int, entry_raw: bytes) -> bytes:
+    """The framing of one ADD record whose body is ``prefix`` (``add_record_prefix``) then
+    ``entry_raw``: the record is this, then ``entry_raw`` (``add_record``'s two parts, joined
+    by the group's write)."""
+    invariant(len(entry_raw) >= ENTRY_HEADER_BYTES, "an ADD record needs a whole entry header")
     body_len = len(prefix) + len(entry_raw)
     if body_len > BOOKIE_JOURNAL_RECORD_BYTES_MAX:
         raise LimitExceededError("BOOKIE_JOURNAL_RECORD_BYTES_MAX", body_len, BOOKIE_JOURNAL_RECORD_BYTES_MAX)
-    crc = crc32c_update(crc32c(prefix), memoryview(entry_raw)[:ENTRY_HEADER_BYTES])
-    return _RECORD_HEADER.pack(body_len, crc) + prefix, entry_raw
+    crc = crc32c_update(prefix_crc, memoryview(entry_raw)[:ENTRY_HEADER_BYTES])
+    return _RECORD_HEADER.pack(body_len, crc) + prefix
 
 
 def record_bytes(record: Record) -> int:
     return len(record) if isinstance(record, bytes) else len(record[0]) + len(record[1])
 
 
-def record_ledgers(parts: Sequence[Bytes], count: int) -> list[int]:
-    """The ledger of each of the first ``count`` records laid out in ``parts`` as a group is
-    written (a whole record is one part, an ADD two: framing + prefix, then the entry; the stop
-    marker an empty part): the ledger id after the master key of an ADD (its entry's first
-    field), FENCE or LAC. ``NO_LEDGER`` for the marker, and for every record of parts that do not
-    frame ``count`` records (answered in submission order then)."""
-    ledgers: list[int] = []
-    index, end = 0, len(parts)
+def queued_lane(item: _Queued) -> tuple[int, int]:
+    """A queued item's reply lane and weight: the ledger of its (first) record, read from its
+    framing (the ledger id after the master key of an ADD, i.e. its entry's first field, a FENCE
+    or a LAC; ``NO_LEDGER`` for the stop marker or a record that names none), and how many
+    records its one callback answers. A run (``submit_run``: framing + prefix, then the entry, per
+    record) is one item: its first record's ledger stands for the run (a run is one ledger's
+    adds), its weight is its records."""
+    weight = 1
+    first: Bytes
+    second: Bytes
+    if isinstance(item, tuple):
+        first, second = item
+    elif isinstance(item, list):
+        first, second = (item[0], item[1]) if len(item) >= 2 else (item[0] if item else b"", b"")
+        weight = max(1, len(item) // 2)
+    else:
+        first, second = item, b""
     header = _RECORD_HEADER.size
-    while len(ledgers) < count and index < end:
-        part = parts[index]
-        if not part:
-            ledgers.append(NO_LEDGER)
-            index += 1
-            continue
-        if len(part) < header + 2:
-            break
-        body_len = _RECORD_HEADER.unpack_from(part)[0]
-        rest_at = header + 2 + part[header + 1]  # after kind, key length and the key
-        if len(part) - header == body_len and len(part) >= rest_at + _LEDGER.size:
-            ledgers.append(_LEDGER.unpack_from(part, rest_at)[0])
-            index += 1
-        elif index + 1 < end and len(part) - header + len(parts[index + 1]) == body_len \
-                and len(parts[index + 1]) >= _LEDGER.size:
-            ledgers.append(_LEDGER.unpack_from(parts[index + 1])[0])
-            index += 2
-        else:
-            break
-    return ledgers if len(ledgers) == count else [NO_LEDGER] * count
+    if len(first) < header + 2:
+        return NO_LEDGER, weight
+    body_len = _RECORD_HEADER.unpack_from(first)[0]
+    rest_at = header + 2 + first[header + 1]  # after kind, key length and the key
+    if len(first) - header == body_len:  # a whole record: the ledger follows the key
+        whole = len(first) >= rest_at + _LEDGER.size
+        return (int(_LEDGER.unpack_from(first, rest_at)[0]) if whole else NO_LEDGER), weight
+    return (int(_LEDGER.unpack_from(second)[0]) if len(second) >= _LEDGER.size else NO_LEDGER), weight
 
 
 def fence_record(ledger_id: int, master_key: bytes) -> bytes:
@@ -361,13 +379,13 @@ _TRANSITIONS: dict[JournalStatus, frozenset[JournalStatus]] = {
 
 @dataclass(eq=False, slots=True)
 class _Group:
-    """One group in flight: the callbacks of its records, its parts as written (their framing
-    names each record's ledger, ``record_ledgers``), whether its sync returned, and whether its
+    """One group in flight: the callbacks of its queued items and the ledger of each
+    (``queued_lane``: its lane in the reply lanes, and how many records it answers), whether its sync returned, and whether its
     records were answered (queued to the reply lanes, or answered with an error by a failure or
     ``stop``)."""
 
     callbacks: list[Callback]
-    parts: list[Bytes]
+    lanes: list[tuple[int, int]]
     synced: bool = False
     answered: bool = False
 
@@ -381,7 +399,7 @@ class Journal:
         self._config = config
         self._file_id = first_file_id
         self._file: DiskFile | None = None
-        self._queue: collections.deque[tuple[Record, int, Callback, int]] = collections.deque()
+        self._queue: collections.deque[tuple[_Queued, int, Callback, int]] = collections.deque()
         self._queued_bytes = 0
         # The idle journal task awaits this future; ``_wake`` resolves it (a bare future: an
         # ``asyncio.Event`` cost a waiter list, a try/finally and a clear per group). The task
@@ -441,13 +459,23 @@ class Journal:
 
     def submit(self, record: Record, callback: Callback) -> None:
         """Queue ``record``; ``callback(None)`` once durable, ``callback(exc)`` if it cannot be."""
+        self._enqueue(record, record_bytes(record), callback)
+
+    def submit_run(self, parts: list[Bytes], size: int, callback: Callback) -> None:
+        """Queue the records of a run as one: ``parts`` is their bytes in order (each record's
+        parts, flat), ``size`` their total. They go into one group together (a run larger than
+        ``journal_group_bytes_max`` makes a group of its own), so one ``callback`` answers them
+        all: ``None`` once the fsync covering every one of them returned, or the error. The
+        caller keeps a run within ``journal_group_bytes_max`` to keep groups bounded."""
+        self._enqueue(parts, size, callback)
+
+    def _enqueue(self, record: _Queued, size: int, callback: Callback) -> None:
         if self.status is not JournalStatus.RUNNING:
             callback(self._failure or ClosedError(f"journal is {self.status.value}"))
             return
         if breaks.active(breaks.Break.ACK_BEFORE_FSYNC):  # negative control only (faults/breaks.py):
             callback(None)  # answer when queued, before the write
             callback = _answered
-        size = record_bytes(record)
         now_ns = self._clock.monotonic_ns()
         self._wait_policy.arrived(now_ns, bool(self._queue) or bool(self._inflight))
         self._queue.append((record, size, callback, now_ns))
@@ -486,10 +514,12 @@ class Journal:
         """Backpressure: wait while the queue holds ``journal_queue_bytes_max`` or more."""
         await self._room.wait()
 
-    def _take_group(self) -> tuple[list[Bytes], list[Callback], int]:
-        """The next group: its bytes as parts to join, the callbacks of its records, its size."""
+    def _take_group(self) -> tuple[list[Bytes], list[Callback], list[tuple[int, int]], int]:
+        """The next group: its bytes as parts to join, the callbacks of its queued items and the
+        reply lane of each (``queued_lane``), its size."""
         parts: list[Bytes] = []
         callbacks: list[Callback] = []
+        lanes: list[tuple[int, int]] = []
         group_bytes = 0
         limit = self._config.journal_group_bytes_max
         queue = self._queue
@@ -497,14 +527,17 @@ class Journal:
             record, size, callback, _ = queue.popleft()
             if isinstance(record, bytes):
                 parts.append(record)
+            elif not parts and isinstance(record, list):
+                parts = record  # a run's own list (``submit_run``): the journal owns it now
             else:
                 parts.extend(record)
             callbacks.append(callback)
+            lanes.append(queued_lane(record))
             group_bytes += size
         self._queued_bytes -= group_bytes
         if self._queued_bytes < self._config.journal_queue_bytes_max:
             self._room.set()
-        return parts, callbacks, group_bytes
+        return parts, callbacks, lanes, group_bytes
 
     async def _wait_for_group(self) -> None:
         """Group commit at a modest rate: when the arrivals say more adds are coming
@@ -555,7 +588,8 @@ class Journal:
                 continue
             self._start_group(*self._take_group())
 
-    def _start_group(self, parts: list[Bytes], callbacks: list[Callback], group_bytes: int) -> None:
+    def _start_group(self, parts: list[Bytes], callbacks: list[Callback], lanes: list[tuple[int, int]],
+                     group_bytes: int) -> None:
         """Write and sync ``parts`` with one ``append_and_sync_then`` (the disk's writer thread in
         production, past the fault points of the write); ``_on_synced`` answers the group."""
         file = self._file
@@ -566,7 +600,7 @@ class Journal:
             pad = padding_for(self._written.offset + group_bytes, alignment)
             if pad:
                 parts.extend(pad_record(pad))
-        group = _Group(callbacks, parts)
+        group = _Group(callbacks, lanes)
         self._inflight.append(group)
         try:
             file.append_and_sync_then(parts, partial(self._on_synced, group),
@@ -628,7 +662,7 @@ class Journal:
         group.answered = True
         callbacks = group.callbacks
         replies = GroupReplies(len(callbacks))
-        self._lanes.add(callbacks, record_ledgers(group.parts, len(callbacks)), replies)
+        self._lanes.add(callbacks, group.lanes, replies)
         self._replying.append(replies)
         self._answering = False
         if not self._answer_loop:  # the gate held the group: carry on from here

@@ -15,7 +15,8 @@ answers (10-20 ms) and no socket is read meanwhile.
   later add first would only park it).
 * **Shortest lane first** across ledgers (ties: the lane that appeared first): the light
   ledger's one answer runs before the busy ledger's hundreds, wherever it sat in the group.
-* **Slices**: ``run(budget)`` answers at most ``budget`` records; the journal runs one slice per
+* **Slices**: ``run(budget)`` answers about ``budget`` records (a run's one reply counts all its
+  records, and a slice runs at least one reply); the journal runs one slice per
   loop pass (``JOURNAL_REPLY_SLICE_COUNT``), so between two slices the loop reads the sockets and
   writes the receipts the slice produced.
 * **Groups counted**: each group's ``GroupReplies.unanswered`` counts its answers that have not
@@ -51,26 +52,28 @@ class ReplyLanes:
     __slots__ = ("_lanes",)
 
     def __init__(self) -> None:
-        self._lanes: dict[int, collections.deque[tuple[Reply, GroupReplies]]] = {}
+        self._lanes: dict[int, collections.deque[tuple[Reply, GroupReplies, int]]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._lanes)
 
-    def add(self, replies: Sequence[Reply], ledgers: Sequence[int], group: GroupReplies) -> None:
-        """Queue a synced group's ``replies`` (in submission order), each in its ledger's lane."""
+    def add(self, replies: Sequence[Reply], lanes_of: Sequence[tuple[int, int]], group: GroupReplies) -> None:
+        """Queue a synced group's ``replies`` (in submission order), each in its ledger's lane
+        with its weight (the records it answers: a run's one reply answers all of the run's)."""
         lanes = self._lanes
-        for reply, ledger in zip(replies, ledgers, strict=True):
+        for reply, (ledger, weight) in zip(replies, lanes_of, strict=True):
             lane = lanes.get(ledger)
             if lane is None:
                 lane = lanes[ledger] = collections.deque()
-            lane.append((reply, group))
+            lane.append((reply, group, weight))
 
     def _length(self, ledger: int) -> int:
         return len(self._lanes[ledger])
 
     def run(self, budget: int) -> int:
-        """Answer (``None``) up to ``budget`` records, the shortest lane first; how many ran.
-        An answer may queue more (a later group synced meanwhile): they run from the next call."""
+        """Answer (``None``) up to ``budget`` records (at least one reply), the shortest lane
+        first; how many records ran. An answer may queue more (a later group synced meanwhile):
+        they run from the next call."""
         lanes = self._lanes
         ran = 0
         for ledger in sorted(lanes, key=self._length):
@@ -78,9 +81,9 @@ class ReplyLanes:
             if lane is None:
                 continue  # emptied by ``run_all`` from inside an answer (the journal failed)
             while lane and ran < budget:
-                reply, group = lane.popleft()
+                reply, group, weight = lane.popleft()
                 group.unanswered -= 1
-                ran += 1
+                ran += weight
                 reply(None)
             if not lane and lanes.get(ledger) is lane:
                 del lanes[ledger]
