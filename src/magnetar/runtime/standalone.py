@@ -69,13 +69,12 @@ STANDALONE_BOOKIES_COUNT_MAX = 9
 #: unbatched topic goes at most window / round trip; the window also bounds how much of the
 #: shared journal and event loop one busy topic takes from the others. Measured on this 2-core
 #: machine (docs/performance.md "Session 11: the ledger window and isolation"), a producer with
-#: 500 in flight beside a synchronous one: window 8 (session 9's choice) 3,300-4,300 msg/s and
-#: the light producer's p99 4.8-11.6 ms; 32: 8,400-10,000 msg/s, p99 9.7-13.5 ms (one busy repeat
-#: 37); 64: 13,000 msg/s, p99 19 ms; 128: 12,500-13,400, p99 37-49 ms; 1,000: 9,300-12,200, p99
-#: 44-131 ms (the heavy producer then saturates the loop, and every light message waits in it). So
-#: 32: about 2.5x one topic's unbatched rate for a light-producer p99 within the machine's noise of
-#: window 8. A deployment for one topic's peak rate sets ``MAGNETAR_STANDALONE_LEDGER_WINDOW=1000``
-#: (``magnetar perf produce --blast``: 14,000 msg/s against 5,000 at 32 and 3,500 at 8).
+#: 500 in flight beside a synchronous one: window 8 (session 9's choice) ~2,900 msg/s with the
+#: light producer's p99 6.4 / 10.3 / 13.6 ms (min / median / max); 32: ~10,700 msg/s, p99 11.3 /
+#: 13.8 / 24.7 ms; 1,000: ~14,800 msg/s, p99 39 / 64 / 86 ms (the heavy producer saturates the
+#: loop, and every light message waits in it). ``--blast``: 3,100 / 13,000 / 22,400 msg/s. So 32:
+#: most of one topic's unbatched rate for a light-producer p99 near window 8's; a deployment for
+#: one topic's peak rate sets ``MAGNETAR_STANDALONE_LEDGER_WINDOW=1000``.
 STANDALONE_LEDGER_WINDOW = 32
 #: How long the event-loop thread may hold the GIL while the journal's disk threads wait for it
 #: (``sys.setswitchinterval``; CPython's default is 5,000 us). A journal group needs its writer
