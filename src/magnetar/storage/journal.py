@@ -466,14 +466,16 @@ class Journal:
         if wait_ns <= 0:
             return
         self.waits_count += 1
+        queued = len(self._queue)
         self._grouping = True
         try:
             await self._clock.sleep(wait_ns / 1e9)
         finally:
             self._grouping = False
-        # Fruitless: the head sat alone for the whole bound (however much of it it spent queued
-        # before the wait began); a second record in the group means another add did come.
-        self._wait_policy.waited(len(self._queue) > 1)
+        # Fruitless: no add arrived during the wait. The records queued before it do not count:
+        # a burst the caller handed over in one pass (a ledger's window of adds) is all there is
+        # until its acks, so waiting for more would only delay it, round after round.
+        self._wait_policy.waited(len(self._queue) > queued)
 
     def _rotation_due(self) -> bool:
         # ``_written`` is the open file's size (only the journal appends to it): no call per look.
@@ -514,15 +516,22 @@ class Journal:
             pad = padding_for(self._written.offset + group_bytes, alignment)
             if pad:
                 parts.extend(pad_record(pad))
+        # Light load (nothing else in flight or queued, adds arriving sparsely): the disk writes
+        # and syncs on the loop's thread, a wake-up of a writer thread and an answer across threads
+        # less per group; the loop would mostly sleep through the sync anyway (``journal_wait``).
+        inline = not self._inflight and not self._queue and self._wait_policy.inline()
         group = _Group(callbacks)
         self._inflight.append(group)
+        began_ns = self._clock.monotonic_ns() if inline else 0
         try:
             file.append_and_sync_then(parts, partial(self._on_synced, group),
                                       torn_point="bookie.journal.mid_write",
-                                      unsynced_point="bookie.after_write_before_fsync")
+                                      unsynced_point="bookie.after_write_before_fsync", inline=inline)
         except Exception as error:  # not started (no writer thread, no buffer)
             self._fail(error)
             return
+        if inline:  # the real disk wrote and synced before returning (the simulated one: 0 ns)
+            self._wait_policy.synced_inline(self._clock.monotonic_ns() - began_ns)
         self._written = JournalPosition(self._file_id, file.size())
 
     def _on_synced(self, group: _Group, error: BaseException | None) -> None:
