@@ -33,7 +33,7 @@ from magnetar.cli.perf.settings import (
     Share,
     split_shares,
 )
-from magnetar.cli.perf.stats import Side, _cpu_per_message, live_line
+from magnetar.cli.perf.stats import Latency, Side, _cpu_per_message, live_line
 
 if TYPE_CHECKING:
     from magnetar.cli.perf.processes import _ChildLink
@@ -53,6 +53,10 @@ class PerfRun:
         self.share = share or split_shares(dataclasses.replace(settings, processes=1, messages=0))[0]
         self.link = link
         self.published = Side()
+        # Paced runs: how late the sender thread made each send against its schedule (0 when on
+        # time). A late sender stamps late (the lateness is not in the latencies) and then sends
+        # what it owes at once: a burst the server sees; this says how large the bursts were.
+        self.send_lag = Latency()
         self.received = Side()
         self.sent = 0
         self.stop = threading.Event()
@@ -123,11 +127,15 @@ class PerfRun:
         burst = self.s.burst
         stop = self.stop
         time_ns = time.time_ns
+        record_lag = self.send_lag.record
         while self.sent < limit and not stop.is_set():
             if interval:
                 ahead = start + self.sent * interval - time.perf_counter()
                 if ahead > 0:
                     time.sleep(ahead)
+                    record_lag(0)
+                else:
+                    record_lag(int(-ahead * 1e6))
             if outstanding is not None:
                 while not outstanding.acquire(timeout=0.1):
                     if stop.is_set():
@@ -266,6 +274,8 @@ class PerfRun:
         if self.s.mode != "consume":
             result["publish"] = {"sent": self.sent, "pending_at_end": self.abandoned,
                                  **self.published.result(elapsed, self.s.size, published)}
+            if self.s.rate > 0:
+                result["publish"]["send_lag_ms"] = Latency.summary(self.send_lag.total)
         if self.s.mode != "produce":
             result["receive"] = self.received.result(elapsed, self.s.size, received)
         result["client_cpu_us_per_msg"] = _cpu_per_message(result)
