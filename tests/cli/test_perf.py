@@ -131,3 +131,20 @@ def test_bursts_and_a_bound_over_all_producers(broker: BrokerThread, runner: Cli
     result = json.loads(out.read_text())
     assert result["publish"]["count"] == 300 and result["publish"]["pending_at_end"] == 0
     assert result["settings"]["max_outstanding"] == 5
+
+
+def test_client_tuning_sets_the_switch_interval_and_gc_for_a_run_and_restores_them() -> None:
+    import gc
+    import sys
+
+    from magnetar.cli.perf.run import PERF_SWITCH_INTERVAL_S, _client_tuning
+    from magnetar.runtime.gc_tuning import SERVER_GC_THRESHOLDS
+
+    before = (sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count())
+    with _client_tuning(True):
+        assert sys.getswitchinterval() == pytest.approx(PERF_SWITCH_INTERVAL_S)
+        assert gc.get_threshold() == SERVER_GC_THRESHOLDS and gc.get_freeze_count() > 0
+    assert (sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count()) == before
+    # Control: ``--no-client-tuning`` leaves the interpreter as it is.
+    with _client_tuning(False):
+        assert (sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count()) == before

@@ -5,10 +5,13 @@ receive, summarise (one client process of a ``--processes`` run, or the whole ru
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from magnetar.base.limits import (
@@ -34,9 +37,40 @@ from magnetar.cli.perf.settings import (
     split_shares,
 )
 from magnetar.cli.perf.stats import Latency, Side, _cpu_per_message, live_line
+from magnetar.runtime.gc_tuning import SERVER_GC_THRESHOLDS
 
 if TYPE_CHECKING:
     from magnetar.cli.perf.processes import _ChildLink
+
+
+#: The GIL switch interval of a perf client process during a run (CPython: 5 ms). The official
+#: client calls back into Python from its I/O thread (every receipt, under the GIL): while another
+#: thread holds the GIL (the once-a-second line's histogram work, a consumer callback), that
+#: thread, and with it every socket of the client, waits until the holder lets go, at the latest
+#: after the switch interval. Shorter, a stalled I/O thread gets the GIL sooner.
+PERF_SWITCH_INTERVAL_S = 0.0005
+
+
+@contextmanager
+def _client_tuning(on: bool) -> Iterator[None]:
+    """For one run: the switch interval above, and the garbage collector as a server tunes it
+    (start-up objects frozen, a large young generation: no full collection walks the client's
+    modules mid-run). Both restored afterwards (a bench script runs several runs in-process)."""
+    if not on:
+        yield
+        return
+    interval, thresholds, frozen = sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*SERVER_GC_THRESHOLDS)
+    sys.setswitchinterval(PERF_SWITCH_INTERVAL_S)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+        gc.set_threshold(*thresholds)
+        if not frozen:  # else the caller froze objects before: unfreezing would undo that too
+            gc.unfreeze()
 
 
 class PerfRun:
@@ -233,7 +267,7 @@ class PerfRun:
         pulsar = _import_pulsar()
         elapsed = cpu_s = 0.0
         published = received = 0
-        with _official_client(self.s) as client:
+        with _client_tuning(self.s.client_tuning), _official_client(self.s) as client:
             if self.s.mode != "produce":
                 self._subscribe(client, pulsar)
             producers = self._create_producers(client) if self.s.mode != "consume" else []

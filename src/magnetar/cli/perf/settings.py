@@ -68,6 +68,7 @@ class PerfSettings:
     processes: int = 1  # client processes, each with its own client and share of the producers/consumers
     token: str | None = None  # a JWT (already read from file:/data: by the CLI): AuthenticationToken
     tls_trust_cert: str | None = None  # CA file for pulsar+ssl:// and https:// service URLs
+    client_tuning: bool = True  # the client process's GIL switch interval and GC set for the run (run.py)
 
     def public(self) -> dict[str, Any]:
         """The settings as results record them: the token is never written out."""
