@@ -60,12 +60,15 @@ def test_slow_syncs_stop_inline_writes_except_a_probe_and_a_fast_probe_resumes_t
         policy.synced_inline(4 * MS)  # a busy disk: the loop would block 4 ms per group
     decisions = [policy.inline() for _ in range(3 * SYNC_PROBE_GROUPS)]
     assert decisions.count(True) == 3  # one probe per SYNC_PROBE_GROUPS candidates
-    # Syncs as long as the gaps block the loop half the time or more: also not inline.
+    # Syncs longer than the gaps between adds (4,000 adds/s, 400 us syncs): also not inline.
     share = GroupWaitPolicy(1 * MS)
-    _stream(share, 500 * US, 20)
+    _stream(share, 250 * US, 20)
     for _ in range(12):
         share.synced_inline(min(SYNC_NS_MAX, 400 * US))
     assert not share.inline()
+    # Control: the same syncs at 2,000 adds/s (500 us gaps) do go inline.
+    _stream(share, 500 * US, 20, now=20 * 250 * US)
+    assert share.inline()
     # The disk is fast again: the probes' short syncs bring the average down, inline resumes.
     for _ in range(12):
         policy.synced_inline(100 * US)

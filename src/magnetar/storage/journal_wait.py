@@ -66,9 +66,10 @@ BURST_GAP_NS = 50_000
 SPARSE_GAP_NS_MIN = 200_000
 SPARSE_GAP_CAP_NS = 2_000_000
 #: ``inline``: the longest average write-and-sync the loop blocks for, and its largest share of
-#: the average gap between adds (the loop blocked about half the time at most).
+#: the average gap between adds (a group holds one add or more: the loop blocked at most about
+#: as long as it would sleep between adds).
 SYNC_NS_MAX = 500_000
-SYNC_SHARE_INVERSE = 2
+SYNC_SHARE_INVERSE = 1
 #: With syncs too slow to go inline, every this-many-th candidate group goes inline anyway (a
 #: probe: is the disk fast again?).
 SYNC_PROBE_GROUPS = 64
