@@ -192,3 +192,23 @@ def test_an_armed_write_point_keeps_the_write_off_the_loop(tmp_path: Path, monke
         asyncio.run(scenario())
     finally:
         faults.disarm_all()
+
+
+def test_the_writer_threads_shorten_the_switch_interval_once_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A writer thread's answer waits for the GIL while the loop works a pass; with the writer
+    # threads the process switches at most every SYNC_SWITCH_INTERVAL_S (CPython's 5 ms before).
+    import sys
+
+    before = sys.getswitchinterval()
+    monkeypatch.setattr(runtime_disk, "_workers", None)
+    try:
+        sys.setswitchinterval(0.005)
+        runtime_disk._sync_workers()
+        assert sys.getswitchinterval() == pytest.approx(runtime_disk.SYNC_SWITCH_INTERVAL_S)
+        # A process already switching more often is left as it is.
+        monkeypatch.setattr(runtime_disk, "_workers", None)
+        sys.setswitchinterval(0.0001)
+        runtime_disk._sync_workers()
+        assert sys.getswitchinterval() == pytest.approx(0.0001)
+    finally:
+        sys.setswitchinterval(before)
