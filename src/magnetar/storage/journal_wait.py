@@ -16,8 +16,8 @@ seed), with ``bound_ns`` = ``journal_group_wait_ms_max``:
   at once, while a stream that arrives in small bursts (a paced client's timer) still groups.
 * **Probing**: the arrival times alone cannot tell a steady stream from a synchronous producer
   whose round trip is shorter than the bound (from the journal both look the same until one
-  waits). A wait after which the head is still alone (no add came within the bound of its
-  arrival) makes the next ``SKIPS_MIN`` groups go at once, the next fruitless one
+  waits). A fruitless wait (no add arrived during it: below) makes the next ``SKIPS_MIN``
+  groups go at once, the next fruitless one
   ``SKIPS_GROWTH`` times as many, up to ``SKIPS_MAX``; a wait that gained an add, or an add that
   arrives while another is queued or in flight (other producers at work) at least
   ``BURST_GAP_NS`` after the previous add, ends that back-off. Adds closer together are one
@@ -60,7 +60,7 @@ SKIPS_MAX = 256
 #: Adds closer together than this are one burst (handed over in one loop pass): such an add
 #: arriving while others are pending does not end a back-off.
 BURST_GAP_NS = 50_000
-#: ``sparse``: the average gap between adds at or above which the load counts as light (5,000/s),
+#: ``inline``: the average gap between adds at or above which the load counts as light (5,000/s),
 #: each gap counted at most ``SPARSE_GAP_CAP_NS`` (an idle spell does not make a burst look sparse
 #: for long).
 SPARSE_GAP_NS_MIN = 200_000
