@@ -375,6 +375,7 @@ def test_e2e_split_sends_from_one_process_and_receives_in_the_other(broker: Brok
     sent = result["publish"]["sent"]
     assert 700 <= sent <= 1100 and result["processes"] == 2  # the whole rate from the producing process
     assert result["receive"]["count"] == sent and result["receive"]["latency_ms"]["count"] == sent
+    assert result["publish"]["send_lag_ms"]["count"] == sent  # merged over the processes: one per send
     assert multiprocessing.active_children() == []
 
 
