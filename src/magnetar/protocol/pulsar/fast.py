@@ -1,21 +1,30 @@
 """Hot frames encoded without building protobuf objects (issue 22).
 
-A SEND_RECEIPT goes out once per unbatched message; building ``BaseCommand`` +
-``CommandSendReceipt`` + ``MessageIdData`` and serializing them cost more than the rest of the
-receipt path. The bytes here are exactly what protobuf writes for the same values (fields in
-field-number order, unsigned varints, ``(-1, -1)`` as all-ones u64 like ``commands.message_id``);
-``tests/protocol/pulsar/test_fast_frames.py`` compares them with the protobuf encoding byte for byte.
-Field numbers are read from the generated descriptors, not written down twice.
+A SEND_RECEIPT goes out once per unbatched message, a MESSAGE once per dispatched entry; building
+``BaseCommand`` + ``CommandSendReceipt`` / ``CommandMessage`` + ``MessageIdData`` and serializing
+them cost more than the rest of their path. The bytes here are exactly what protobuf writes for
+the same values (fields in field-number order, unsigned varints, ``(-1, -1)`` as all-ones u64 like
+``commands.message_id``, negative ``int32``/``int64`` as ten-byte two's complement varints,
+repeated scalars unpacked as proto2 writes them); ``tests/protocol/pulsar/test_fast_frames.py``
+compares them with the protobuf encoding byte for byte (hypothesis over the field ranges). A value
+protobuf would refuse (out of its field's range) raises ``ValueError`` here too. Field numbers are
+read from the generated descriptors, not written down twice.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 from magnetar.base.limits import PULSAR_FRAME_BYTES_MAX
+from magnetar.protocol.pulsar.errors import FrameTooLargeError
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
 _U64 = (1 << 64) - 1
+_U32 = (1 << 32) - 1
+_I32_MIN = -(1 << 31)
+_I32_MAX = (1 << 31) - 1
+_I64_MIN = -(1 << 63)
 _HEADER = struct.Struct(">II")
 
 _LENGTH_DELIMITED = 2
@@ -69,3 +78,72 @@ def encode_send_receipt(producer_id: int, sequence_id: int, ledger_id: int, entr
     if size + 8 > PULSAR_FRAME_BYTES_MAX:  # cannot happen for a receipt (< 100 bytes); kept honest
         raise ValueError(f"receipt frame of {size} bytes")
     return _HEADER.pack(4 + size, size) + command
+
+
+_TYPE_MESSAGE = (_tag(pb.BaseCommand, "type", _VARINT) + _varint(pb.BaseCommand.MESSAGE)
+                 + _tag(pb.BaseCommand, "message", _LENGTH_DELIMITED))
+_M_CONSUMER = _tag(pb.CommandMessage, "consumer_id", _VARINT)
+_M_MESSAGE_ID = _tag(pb.CommandMessage, "message_id", _LENGTH_DELIMITED)
+_M_REDELIVERY = _tag(pb.CommandMessage, "redelivery_count", _VARINT)
+_M_ACK_SET = _tag(pb.CommandMessage, "ack_set", _VARINT)
+_M_EPOCH = _tag(pb.CommandMessage, "consumer_epoch", _VARINT)
+_ID_PARTITION = _tag(pb.MessageIdData, "partition", _VARINT)
+_ID_BATCH_INDEX = _tag(pb.MessageIdData, "batch_index", _VARINT)
+#: ``partition`` -1 (not partitioned), the value on every MESSAGE of a non-partitioned topic.
+_PARTITION_NONE = _ID_PARTITION + _varint(_U64)
+
+
+def _int32(value: int) -> bytes:
+    if not _I32_MIN <= value <= _I32_MAX:
+        raise ValueError(f"int32 field value {value} out of range")
+    return _v(value & _U64)
+
+
+def encode_message_header(consumer_id: int, ledger_id: int, entry_id: int, payload_size: int, *,
+                          partition: int | None = -1, redelivery_count: int = 0, ack_set: Sequence[int] = (),
+                          batch_index: int | None = None, consumer_epoch: int | None = None) -> bytes:
+    """The start of a MESSAGE frame (size, command size, command) whose ``payload_size`` bytes of
+    metadata and payload (a stored entry, written after it unchanged) follow: the header
+    ``payload_frame_parts(commands.message(consumer_id, commands.message_id(ledger_id, entry_id,
+    partition=partition, batch_index=batch_index), redelivery_count, ack_set, consumer_epoch), ...)``
+    gives. ``redelivery_count`` is written only when > 0 and ``consumer_epoch`` only when > -1, as
+    there. Raises ``FrameTooLargeError`` if the frame would exceed ``PULSAR_FRAME_BYTES_MAX``."""
+    if partition == -1:
+        message_id = _ID_LEDGER + _v(ledger_id & _U64) + _ID_ENTRY + _v(entry_id & _U64) + _PARTITION_NONE
+    else:
+        message_id = _ID_LEDGER + _v(ledger_id & _U64) + _ID_ENTRY + _v(entry_id & _U64)
+        if partition is not None:
+            message_id += _ID_PARTITION + _int32(partition)
+    if batch_index is not None:
+        message_id += _ID_BATCH_INDEX + _int32(batch_index)
+    if not 0 <= consumer_id <= _U64:
+        raise ValueError(f"consumer_id {consumer_id} out of range")
+    body = _M_CONSUMER + _v(consumer_id) + _M_MESSAGE_ID + _SMALL[len(message_id)] + message_id
+    if redelivery_count > 0:
+        if redelivery_count > _U32:
+            raise ValueError(f"redelivery_count {redelivery_count} out of range")
+        body += _M_REDELIVERY + _v(redelivery_count)
+    if ack_set:
+        body += _ack_set(ack_set)
+    if consumer_epoch is not None and consumer_epoch > -1:
+        if consumer_epoch > _U64:
+            raise ValueError(f"consumer_epoch {consumer_epoch} out of range")
+        body += _M_EPOCH + _v(consumer_epoch)
+    size = len(body)
+    command = _TYPE_MESSAGE + (_SMALL[size] if size < 0x80 else _varint(size)) + body
+    size = len(command)
+    frame_bytes = 8 + size + payload_size
+    if frame_bytes > PULSAR_FRAME_BYTES_MAX:
+        raise FrameTooLargeError("PULSAR_FRAME_BYTES_MAX", frame_bytes, PULSAR_FRAME_BYTES_MAX)
+    return _HEADER.pack(frame_bytes - 4, size) + command
+
+
+def _ack_set(words: Sequence[int]) -> bytes:
+    """``ack_set`` as proto2 writes a repeated ``int64``: one tag and varint per word."""
+    out = bytearray()
+    for word in words:
+        if not _I64_MIN <= word <= _U64 >> 1:
+            raise ValueError(f"int64 field value {word} out of range")
+        out += _M_ACK_SET
+        out += _v(word & _U64)
+    return bytes(out)
