@@ -45,9 +45,8 @@ from magnetar.base.types import Position
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.delayed import DelayedDeliveryTracker, delayed_delivery_switch
-from magnetar.broker.entry import entry_message_count
 from magnetar.broker.log import SubscriptionCursor, TopicLog
-from magnetar.protocol.pulsar import commands, pb, stored_entry_metadata
+from magnetar.protocol.pulsar import pb, stored_entry_metadata
 
 log = logging.getLogger(__name__)
 
@@ -406,12 +405,13 @@ class Dispatcher:
     def _deliver(self, consumer: Consumer, entry: Entry, metadata: pb.MessageMetadata,
                  group: object | None = None) -> None:
         position = entry.position
-        msg_id = commands.message_id(position.ledger_id, position.entry_id, partition=self.partition_index)
-        count = entry_message_count(metadata)
-        ack_set = (self.cursor.batch_ack_set(position, count) if metadata.HasField("num_messages_in_batch") else None) or ()
-        consumer.channel.send_message(
-            consumer.consumer_id, msg_id, entry.payload, self.redelivery_counts.get(position, 0), ack_set,
-        )
+        if metadata.HasField("num_messages_in_batch"):
+            count = max(1, metadata.num_messages_in_batch)
+            ack_set: Sequence[int] = self.cursor.batch_ack_set(position, count) or ()
+        else:
+            count, ack_set = 1, ()
+        consumer.channel.send_message(consumer.consumer_id, position.ledger_id, position.entry_id, self.partition_index,
+                                      entry.payload, self.redelivery_counts.get(position, 0), ack_set)
         consumer.permits -= count
         if self.on_deliver is not None:
             self.on_deliver(count, len(entry.payload))
