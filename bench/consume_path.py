@@ -53,13 +53,13 @@ from typing import Any, TypeVar
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE / "peers"))
-
-from bookie_append import machine_busy_seconds  # noqa: E402
-from measures import ServerCpu  # noqa: E402
-from steady_load import parse_variant  # noqa: E402
+# The tree measured in-process (``--calls``) is the one on PYTHONPATH: this tree's ``src`` only
+# when none is given. (``bookie_append`` and ``steady_load`` put this tree first when imported:
+# only process mode imports them, where the measured tree runs in the child.)
+if not os.environ.get("PYTHONPATH"):
+    sys.path.insert(0, str(REPO / "src"))
+sys.path.append(str(HERE))
+sys.path.append(str(HERE / "peers"))
 
 R = TypeVar("R")
 PAYLOAD = b"x" * 1024
@@ -127,6 +127,9 @@ def backlog_of(http_url: str, topic: str) -> int:
 
 def one_run(src: str, extra_env: dict[str, str], args: argparse.Namespace, root: Path, tag: str,
             py_spy_out: str) -> dict[str, float]:
+    from bookie_append import machine_busy_seconds
+    from measures import ServerCpu
+
     from magnetar.runtime.processes import StandaloneProcess
 
     env = dict(os.environ, PYTHONPATH=src, **WINDOW_ENV)
@@ -138,7 +141,7 @@ def one_run(src: str, extra_env: dict[str, str], args: argparse.Namespace, root:
         client = _client(standalone.broker_url)
         try:
             write_backlog(client, topic, args.messages, args.sub_type)
-            spy = _start_py_spy(standalone.pid, py_spy_out) if py_spy_out else None
+            spy = _start_py_spy(standalone.pid, py_spy_out, args.py_spy_native) if py_spy_out else None
             server = ServerCpu([standalone.pid])
             server("start")
             busy0, start = machine_busy_seconds(), time.perf_counter()
@@ -158,8 +161,13 @@ def one_run(src: str, extra_env: dict[str, str], args: argparse.Namespace, root:
     return {"us_msg": server.us_per(args.messages), "msgs_s": args.messages / elapsed, "machine_pct": machine}
 
 
-def _start_py_spy(pid: int, out: str) -> subprocess.Popen[bytes]:
-    spy = subprocess.Popen(["py-spy", "record", "--gil", "--rate", "200", "-p", str(pid), "-f", "raw", "-o", out],
+def _start_py_spy(pid: int, out: str, native: bool) -> subprocess.Popen[bytes]:
+    beside = Path(sys.executable).parent / "py-spy"
+    command = [str(beside) if beside.exists() else "py-spy", "record", "--gil", "--rate", "200", "-p", str(pid),
+               "-f", "raw", "-o", out]
+    if native:
+        command.append("--native")  # C frames too: what compiled (mypyc) functions cost
+    spy = subprocess.Popen(command,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return spy  # it attaches within milliseconds; the phase lasts seconds
 
@@ -176,7 +184,32 @@ def _stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
         print(f"py-spy exited {spy.returncode}: {stderr[-500:]}", file=sys.stderr)
 
 
+def summarize_py_spy(path: str, top: int) -> None:
+    """The busiest leaf frames and the frames with the most time under them in a ``py-spy -f raw``
+    file (``frame;frame;... count`` lines), in % of the samples."""
+    own: dict[str, int] = {}
+    under: dict[str, int] = {}
+    total = 0
+    for line in Path(path).read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        total += count
+        frames = [frame.split(" (")[0] + " " + frame.rsplit("/", 1)[-1].rstrip(")") for frame in stack.split(";")]
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+        for frame in set(frames):
+            under[frame] = under.get(frame, 0) + count
+    print(f"{path}: {total} samples")
+    for title, table in (("own", own), ("inclusive", under)):
+        print(f"  {title}:")
+        for frame, count in sorted(table.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"  {100 * count / max(1, total):6.1f}%  {frame}")
+
+
 def process_mode(args: argparse.Namespace) -> None:
+    from steady_load import parse_variant
+
     variants = [parse_variant(v) for v in (args.variant or ["this"])]
     rows: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in variants}
     with tempfile.TemporaryDirectory(prefix="consume-") as tmp:
@@ -202,6 +235,10 @@ def process_mode(args: argparse.Namespace) -> None:
                   + f" (ratio of medians {medians:.2f})")
     if args.json:
         Path(args.json).write_text(json.dumps({"argv": sys.argv, "rows": rows, "summary": summary}, indent=1))
+    if args.py_spy:
+        for label, _, _ in variants:
+            if Path(f"{args.py_spy}.{label}").exists():
+                summarize_py_spy(f"{args.py_spy}.{label}", args.top)
 
 
 def calls_mode(args: argparse.Namespace) -> None:
@@ -256,6 +293,7 @@ def main() -> None:
     parser.add_argument("--sub-type", default="Exclusive", choices=("Exclusive", "Shared", "Failover", "KeyShared"))
     parser.add_argument("--variant", action="append", default=[], help="label[=SRC_DIR][:KEY=VALUE,...]")
     parser.add_argument("--py-spy", default="", help="record the first repeat's consume phase to FILE.<label>")
+    parser.add_argument("--py-spy-native", action="store_true", help="with --py-spy: native frames too (--native)")
     parser.add_argument("--calls", action="store_true", help="in-process: Python calls per consumed message")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--json", default="")

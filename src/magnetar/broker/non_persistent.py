@@ -181,7 +181,7 @@ class NonPersistentSubscription(Subscription):
         self.dispatched.record(count, len(entry.payload))
         return True
 
-    async def acknowledge(self, cumulative: bool, positions: Sequence[tuple[Position, list[int]]]) -> None:
+    async def acknowledge(self, cumulative: bool, positions: Sequence[tuple[Position, Sequence[int]]]) -> None:
         return None  # at most once: nothing waits for an ack
 
     def redeliver(self, consumer: Consumer, positions: Sequence[Position]) -> None:

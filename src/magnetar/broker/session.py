@@ -583,7 +583,7 @@ class Session:
         try:
             found = self._consumer(ack.consumer_id)
             if found is not None:
-                positions = [(position_of(m.ledger_id, m.entry_id), list(m.ack_set)) for m in ack.message_ids]
+                positions = [(position_of(m.ledger_id, m.entry_id), m.ack_set) for m in ack.message_ids]
                 await found[1].acknowledge(ack.cumulative, positions)
         except Exception as error:  # one failed request must not take the connection down
             broker_error = to_broker_error(error)
