@@ -273,7 +273,8 @@ def calls_mode(args: argparse.Namespace) -> None:
         finally:
             client.close()
             call(running.stop())
-    table: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    stats = pstats.Stats(profile)
+    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     total = sum(value[1] for value in table.values())
     cpu_us = (marks[3] - marks[2]) * 1e6 / args.messages
     print(f"{args.messages} consumed ({args.sub_type}), {compiled.MODE}: {total / args.messages:.1f} Python calls "
@@ -284,6 +285,8 @@ def calls_mode(args: argparse.Namespace) -> None:
     print("by own time:")
     for (path, line, name), value in sorted(table.items(), key=lambda kv: -kv[1][2])[: args.top]:
         print(f"{value[1] / args.messages:9.2f}  {value[2] * 1e6 / args.messages:9.2f}  {name}  {path.rsplit('/', 1)[-1]}:{line}")
+    if args.callers:
+        stats.print_callers(args.callers)
 
 
 def main() -> None:
@@ -296,6 +299,7 @@ def main() -> None:
     parser.add_argument("--py-spy-native", action="store_true", help="with --py-spy: native frames too (--native)")
     parser.add_argument("--calls", action="store_true", help="in-process: Python calls per consumed message")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--callers", default="", help="with --calls: who calls the functions matching this")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     if args.calls:
