@@ -23,6 +23,11 @@ frames), FLOW permits and ACKs. Two measures:
   most; then the same phase again without the profiler for the loop thread's CPU per message
   (``time.thread_time``, the broker's own thread only).
 
+* ``--e2e-rate R``: instead of the backlog, ``magnetar perf e2e --no-batching -s 1024 -r R -d
+  --seconds`` (one official-client producer and consumer in this process) against each variant's
+  fresh standalone after a one-second warm-up, variants alternating: the end-to-end p50 / p99 the
+  consumer saw and the standalone's CPU per message over the measured phase.
+
 The backlog is written with ``MAGNETAR_STANDALONE_LEDGER_WINDOW=1000`` (only the write side uses
 the window; it just makes the set-up faster). Run:
 ``PYTHONPATH=src .venv/bin/python bench/consume_path.py --messages 20000 --repeats 3``;
@@ -64,6 +69,7 @@ sys.path.append(str(HERE / "peers"))
 R = TypeVar("R")
 PAYLOAD = b"x" * 1024
 METRICS = ("us_msg", "msgs_s", "machine_pct")
+E2E_METRICS = ("p50_ms", "p99_ms", "us_msg", "msgs_s", "machine_pct")
 PHASE_TIMEOUT_S = 300.0
 WINDOW_ENV = {"MAGNETAR_STANDALONE_LEDGER_WINDOW": "1000"}
 
@@ -161,6 +167,35 @@ def one_run(src: str, extra_env: dict[str, str], args: argparse.Namespace, root:
     return {"us_msg": server.us_per(args.messages), "msgs_s": args.messages / elapsed, "machine_pct": machine}
 
 
+def e2e_run(src: str, extra_env: dict[str, str], args: argparse.Namespace, root: Path, tag: str,
+            _py_spy_out: str) -> dict[str, float]:
+    """``perf e2e`` unbatched at ``--e2e-rate`` against a fresh standalone of this variant."""
+    from bookie_append import machine_busy_seconds
+    from measures import ServerCpu
+
+    from magnetar.cli.perf import PerfSettings, run_perf
+    from magnetar.runtime.processes import StandaloneProcess
+
+    env = dict(os.environ, PYTHONPATH=src, **extra_env)
+    env.pop("MAGNETAR_FAULTS", None)
+    standalone = StandaloneProcess(str(root / tag), env=env, stderr=subprocess.DEVNULL)
+    try:
+        def settings(seconds: float) -> Any:
+            return PerfSettings(mode="e2e", service_url=standalone.broker_url, topic=f"e2e-{tag}", size=1024,
+                                batching=False, rate=args.e2e_rate, duration_s=seconds)
+
+        run_perf(settings(1.0))  # warm-up: connections, ledgers, the subscription
+        server = ServerCpu([standalone.pid])
+        busy0, start = machine_busy_seconds(), time.perf_counter()
+        result = run_perf(settings(args.seconds), on_phase=server)
+        machine = 100 * (machine_busy_seconds() - busy0) / (time.perf_counter() - start)
+    finally:
+        standalone.terminate()
+    received = result["receive"]
+    return {"p50_ms": received["latency_ms"]["p50"], "p99_ms": received["latency_ms"]["p99"],
+            "us_msg": server.us_per(received["count"]), "msgs_s": received["msgs_s"], "machine_pct": machine}
+
+
 def _start_py_spy(pid: int, out: str, native: bool) -> subprocess.Popen[bytes]:
     beside = Path(sys.executable).parent / "py-spy"
     command = [str(beside) if beside.exists() else "py-spy", "record", "--gil", "--rate", "200", "-p", str(pid),
@@ -210,25 +245,26 @@ def summarize_py_spy(path: str, top: int) -> None:
 def process_mode(args: argparse.Namespace) -> None:
     from steady_load import parse_variant
 
+    run, metrics = (e2e_run, E2E_METRICS) if args.e2e_rate else (one_run, METRICS)
     variants = [parse_variant(v) for v in (args.variant or ["this"])]
     rows: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in variants}
     with tempfile.TemporaryDirectory(prefix="consume-") as tmp:
         for repeat in range(args.repeats):
             for label, src, env in variants:
                 spy_out = f"{args.py_spy}.{label}" if args.py_spy and repeat == 0 else ""
-                row = one_run(src, env, args, Path(tmp), f"{label}{repeat}", spy_out)
+                row = run(src, env, args, Path(tmp), f"{label}{repeat}", spy_out)
                 rows[label].append(row)
                 print(f"{label} repeat {repeat + 1}: " + ", ".join(f"{k}={v:.1f}" for k, v in row.items()), flush=True)
     print(f"\n{' '.join(sys.argv)}")
     summary: dict[str, Any] = {}
     for label, label_rows in rows.items():
         summary[label] = {k: {"min": min(r[k] for r in label_rows), "median": statistics.median(r[k] for r in label_rows),
-                              "max": max(r[k] for r in label_rows)} for k in METRICS}
+                              "max": max(r[k] for r in label_rows)} for k in metrics}
         print(f"{label:>12}  " + "  ".join(
             f"{k} {s['min']:.1f}/{s['median']:.1f}/{s['max']:.1f}" for k, s in summary[label].items()))
     first = variants[0][0]
     for label in list(rows)[1:]:
-        for key in ("us_msg", "msgs_s"):
+        for key in ("p50_ms", "p99_ms", "us_msg") if args.e2e_rate else ("us_msg", "msgs_s"):
             per_pair = [b[key] / a[key] for a, b in zip(rows[first], rows[label], strict=True) if a[key]]
             medians = summary[label][key]["median"] / summary[first][key]["median"]
             print(f"{label}/{first} {key} per pair: " + ", ".join(f"{r:.2f}" for r in per_pair)
@@ -297,6 +333,8 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], help="label[=SRC_DIR][:KEY=VALUE,...]")
     parser.add_argument("--py-spy", default="", help="record the first repeat's consume phase to FILE.<label>")
     parser.add_argument("--py-spy-native", action="store_true", help="with --py-spy: native frames too (--native)")
+    parser.add_argument("--e2e-rate", type=float, default=0.0, help="perf e2e unbatched at this rate instead")
+    parser.add_argument("--seconds", type=float, default=6.0, help="with --e2e-rate: the measured phase")
     parser.add_argument("--calls", action="store_true", help="in-process: Python calls per consumed message")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--callers", default="", help="with --calls: who calls the functions matching this")

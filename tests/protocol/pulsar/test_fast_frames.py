@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from magnetar.base.limits import PULSAR_FRAME_BYTES_MAX
-from magnetar.protocol.pulsar import commands
+from magnetar.protocol.pulsar import commands, fast
 from magnetar.protocol.pulsar.errors import FrameTooLargeError
 from magnetar.protocol.pulsar.fast import encode_message_header, encode_send_receipt
 from magnetar.protocol.pulsar.frames import (
@@ -139,3 +139,12 @@ def test_message_golden_bytes_catch_a_wrong_field() -> None:
     assert base + STORED != _by_protobuf(1, 2, 3, STORED, 0, 1, [7], None, None)
     assert base + STORED != _by_protobuf(1, 2, 3, STORED, -1, 2, [7], None, None)
     assert base + STORED != _by_protobuf(1, 2, 3, STORED, -1, 1, [], None, None)
+
+
+def test_varints_match_protobuf_at_every_length_boundary() -> None:
+    # Each length boundary (2**(7k)), the packed path's bound (2**49) and the u64 top, on both sides.
+    values = sorted({b + d for k in range(1, 10) for b in (1 << (7 * k), 1 << 49) for d in (-1, 0, 1)} | {0, 2**64 - 1})
+    for value in values:
+        if value < 2**64:
+            expected = pb.MessageIdData(ledgerId=value, entryId=0).SerializeToString()[1:-2]  # the ledgerId varint
+            assert fast._varint(value) == expected, value
