@@ -85,7 +85,6 @@ async def run(args: argparse.Namespace, root: str) -> dict[str, float]:
             marks["ctx"] = voluntary_switches()
             marks["groups"] = journal.groups_count
             marks["waits"] = journal.waits_count
-            marks["inline"] = getattr(journal._file, "inline_writes_count", 0)
             marks["wall"] = time.monotonic()
         now = time.monotonic()
         journal.submit(record, lambda error: acked_at(now, index, error))
@@ -102,8 +101,6 @@ async def run(args: argparse.Namespace, root: str) -> dict[str, float]:
     loop_tid = threading.get_native_id()
     loop_cpu = cpu_after[loop_tid] - cpu_before.get(loop_tid, 0.0)
     other_cpu = sum(v - cpu_before.get(tid, 0.0) for tid, v in cpu_after.items() if tid != loop_tid)
-    inline = getattr(journal._file, "inline_writes_count", 0) - int(marks["inline"])  # type: ignore[call-overload]
-    groups = journal.groups_count - int(marks["groups"])  # type: ignore[call-overload]
     await journal.stop()
     latencies.sort()
     return {
@@ -113,7 +110,6 @@ async def run(args: argparse.Namespace, root: str) -> dict[str, float]:
         "ctx_per_add": round((ctx_after - int(marks["ctx"])) / measured, 2),  # type: ignore[call-overload]
         "groups_per_add": round((journal.groups_count - int(marks["groups"])) / measured, 3),  # type: ignore[call-overload]
         "waits_per_add": round((journal.waits_count - int(marks["waits"])) / measured, 3),  # type: ignore[call-overload]
-        "inline_per_group": round(inline / max(1, groups), 3),  # groups written on the loop's thread (no hand-off)
         "p50_ms": round(latencies[len(latencies) // 2] * 1e3, 3),
         "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1e3, 3),
     }

@@ -78,7 +78,7 @@ class DiskFile(Protocol):
         returns, with the offset, only once every byte of the file, ``parts`` included, is durable."""
 
     def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None], *,
-                             torn_point: str = "", unsynced_point: str = "", inline: bool = False) -> int:
+                             torn_point: str = "", unsynced_point: str = "") -> int:
         """``append_and_sync`` without a coroutine: reserves the bytes at the end and returns
         their offset at once; ``done(None)`` (or ``done(error)``) runs on the event loop's thread
         once every byte of the file, ``parts`` included, is durable. Production calls ``done``
@@ -89,12 +89,7 @@ class DiskFile(Protocol):
         not yet (a crash there leaves a torn write), the second once all of it is written and
         not yet synced. An armed point acts there (its ``error`` becomes ``done(error)``). The
         real disk writes the bytes in two pieces only while ``torn_point`` is armed: unarmed, a
-        point half-way through a write does nothing, and one write costs less than two.
-
-        ``inline``: the caller's load is light; the real disk then writes and syncs on the calling
-        (event loop) thread instead of waking a worker thread, ``done`` still from a later loop
-        pass (never while ``torn_point`` or ``unsynced_point`` is armed). A hint: the result and
-        its order are the same either way."""
+        point half-way through a write does nothing, and one write costs less than two."""
 
     async def sync(self) -> None:
         """Make every byte written so far durable (fdatasync)."""

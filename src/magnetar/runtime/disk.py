@@ -425,7 +425,7 @@ class LocalFile:
     # The aligned copy is made on the event loop, so the worker call only runs pwrite and
     # fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and the
     # worker, which on a busy machine cost more than the copy itself.
-    __slots__ = ("_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size", "inline_writes_count")
+    __slots__ = ("_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size")
 
     def __init__(self, path: str, fd: int, direct_fd: int = -1, buffers: _AlignedBuffers | None = None) -> None:
         self._path = path
@@ -436,7 +436,6 @@ class LocalFile:
         # Aligned buffers not in use; a write takes one and gives it back when it returns (a
         # write whose caller was cancelled keeps its own). Several writes may be in flight.
         self._buffers = buffers if buffers is not None else _AlignedBuffers()
-        self.inline_writes_count = 0  # ``append_and_sync_then`` calls written on the caller's thread
 
     @property
     def _fd(self) -> int:
@@ -496,14 +495,10 @@ class LocalFile:
         return await self._write_in_worker(parts, sync=True)
 
     def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None], *,
-                             torn_point: str = "", unsynced_point: str = "", inline: bool = False) -> int:
+                             torn_point: str = "", unsynced_point: str = "") -> int:
         # The worker thread hands its result to the loop with one ``call_soon_threadsafe``:
         # ``run_in_executor`` + an awaiting task took four more loop passes (future chaining,
         # the task's step, its done callbacks), each behind whatever else the loop runs.
-        # ``inline`` (the caller's choice when its load is light): the write and sync run here, on
-        # the loop's thread, the loop blocked for them (GIL released), and ``done`` runs from the
-        # loop's next pass: no thread wake-up and no cross-thread answer. Never while one of the
-        # write's fault points is armed (a blocking point would block the loop itself).
         offset = self._size
         total = 0
         for part in parts:
@@ -530,16 +525,6 @@ class LocalFile:
             except RuntimeError:
                 pass  # the loop is closed: nobody waits for the answer any more
 
-        if inline and not faults.tears(torn_point) and not faults.tears(unsynced_point):
-            self.inline_writes_count += 1
-            error: BaseException | None = None
-            written_direct = False
-            try:
-                written_direct = _write_job(descriptors, parts, offset, True, aligned)
-            except Exception as exc:  # handed to ``done`` from the loop, as a worker's error is
-                error = exc
-            loop.call_soon(finished, error, written_direct)
-            return offset
         try:
             _sync_workers().submit(job)
         except BaseException:

@@ -105,7 +105,7 @@ def _is_under(path: str, directory: str) -> bool:
 class SimFile:
     """An open simulated file (``DiskFile``)."""
 
-    __slots__ = ("_alignment", "_closed", "_disk", "_generation", "_inode", "_path", "inline_writes_count")
+    __slots__ = ("_alignment", "_closed", "_disk", "_generation", "_inode", "_path")
 
     def __init__(self, disk: SimDisk, path: str, inode: _Inode, alignment: int = 1) -> None:
         self._disk = disk
@@ -114,7 +114,6 @@ class SimFile:
         self._generation = disk.generation
         self._closed = False
         self._alignment = alignment
-        self.inline_writes_count = 0  # ``append_and_sync_then`` calls made with ``inline``
 
     @property
     def path(self) -> str:
@@ -200,14 +199,11 @@ class SimFile:
         return offset
 
     def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None], *,
-                             torn_point: str = "", unsynced_point: str = "", inline: bool = False) -> int:
+                             torn_point: str = "", unsynced_point: str = "") -> int:
         # As ``append_and_sync``: the bytes are reserved at once; ``done`` runs from the loop once
         # the (simulated) sync returns, or with the error a crash, a close or a fault point raises.
         # With ``torn_point`` the first half of the bytes is in the volatile image at once and the
         # second half (zeros until then) only after that point: a crash there leaves a torn write.
-        # ``inline`` changes nothing here but is counted (the simulated sync is virtual time).
-        if inline:
-            self.inline_writes_count += 1
         total = sum(len(part) for part in parts)
         half = total // 2 if torn_point else total
         first, rest = _split(parts, half)

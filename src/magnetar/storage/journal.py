@@ -548,22 +548,15 @@ class Journal:
             pad = padding_for(self._written.offset + group_bytes, alignment)
             if pad:
                 parts.extend(pad_record(pad))
-        # Light load (nothing else in flight or queued, adds arriving sparsely): the disk writes
-        # and syncs on the loop's thread, a wake-up of a writer thread and an answer across threads
-        # less per group; the loop would mostly sleep through the sync anyway (``journal_wait``).
-        inline = not self._inflight and not self._queue and self._wait_policy.inline()
         group = _Group(callbacks)
         self._inflight.append(group)
-        began_ns = self._clock.monotonic_ns() if inline else 0
         try:
             file.append_and_sync_then(parts, partial(self._on_synced, group),
                                       torn_point="bookie.journal.mid_write",
-                                      unsynced_point="bookie.after_write_before_fsync", inline=inline)
+                                      unsynced_point="bookie.after_write_before_fsync")
         except Exception as error:  # not started (no writer thread, no buffer)
             self._fail(error)
             return
-        if inline:  # the real disk wrote and synced before returning (the simulated one: 0 ns)
-            self._wait_policy.synced_inline(self._clock.monotonic_ns() - began_ns)
         self._written = JournalPosition(self._file_id, file.size())
 
     def _on_synced(self, group: _Group, error: BaseException | None) -> None:

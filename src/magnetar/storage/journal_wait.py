@@ -30,18 +30,6 @@ A wait is fruitless when no add arrived during it (the journal counts its queue 
 the adds a caller hands over together in one pass (a ledger's window) are all that comes until
 their acks, however many they are.
 
-**Inline writes** (``inline``): when adds arrive sparsely (an EWMA of the gaps, each capped at
-``SPARSE_GAP_CAP_NS``, at or above ``SPARSE_GAP_NS_MIN``: at most ~5,000 adds/s) and the disk's
-syncs are short against those gaps (an EWMA of the inline write-and-sync times, fed by
-``synced_inline``, at most ``SYNC_NS_MAX`` and at most 1/``SYNC_SHARE_INVERSE`` of the average
-gap), the journal writes a group on the loop's thread (``DiskFile.append_and_sync_then(inline=
-True)``) when nothing else is in flight or queued. At such a rate a group is one or two adds and
-the loop mostly idle; the thread hand-off (a futex wake, a thread's wake-up, an answer across
-threads through the loop's self-pipe) cost more CPU than the write and sync themselves. A slow
-disk (a busy machine: p90 of 4 ms seen here) would block the loop for that long: then the writer
-threads take the groups again, and every ``SYNC_PROBE_GROUPS``-th group goes inline to see
-whether the disk is fast again.
-
 Invariant: ``wait_ns`` returns a value in ``[0, bound_ns]``, and 0 whenever ``bound_ns`` is 0.
 """
 
@@ -60,26 +48,12 @@ SKIPS_MAX = 256
 #: Adds closer together than this are one burst (handed over in one loop pass): such an add
 #: arriving while others are pending does not end a back-off.
 BURST_GAP_NS = 50_000
-#: ``inline``: the average gap between adds at or above which the load counts as light (5,000/s),
-#: each gap counted at most ``SPARSE_GAP_CAP_NS`` (an idle spell does not make a burst look sparse
-#: for long).
-SPARSE_GAP_NS_MIN = 200_000
-SPARSE_GAP_CAP_NS = 2_000_000
-#: ``inline``: the longest average write-and-sync the loop blocks for, and its largest share of
-#: the average gap between adds (a group holds one add or more: the loop blocked at most about
-#: as long as it would sleep between adds).
-SYNC_NS_MAX = 500_000
-SYNC_SHARE_INVERSE = 1
-#: With syncs too slow to go inline, every this-many-th candidate group goes inline anyway (a
-#: probe: is the disk fast again?).
-SYNC_PROBE_GROUPS = 64
 
 
 class GroupWaitPolicy:
     """How long the next group waits for more adds; fed every arrival and every wait's outcome."""
 
-    __slots__ = ("_backoff", "_bound_ns", "_cap_ns", "_gap_avg_ns", "_last_arrival_ns", "_last_gap_ns",
-                 "_probe_in", "_skips", "_sparse_avg_ns", "_sync_avg_ns")
+    __slots__ = ("_backoff", "_bound_ns", "_cap_ns", "_gap_avg_ns", "_last_arrival_ns", "_last_gap_ns", "_skips")
 
     def __init__(self, bound_ns: int) -> None:
         invariant(bound_ns >= 0, "the group wait bound is not negative")
@@ -91,9 +65,6 @@ class GroupWaitPolicy:
         self._last_gap_ns = self._cap_ns
         self._last_arrival_ns: int | None = None
         self._skips = 0  # groups left that go at once after a fruitless wait
-        self._sparse_avg_ns = 0  # ``inline``: no arrivals yet reads as a dense (thread) load
-        self._sync_avg_ns = 0  # ``inline``: the disk counts as fast until an inline sync says not
-        self._probe_in = SYNC_PROBE_GROUPS
         self._backoff = SKIPS_MIN  # the skips the next fruitless wait sets
 
     @property
@@ -104,12 +75,10 @@ class GroupWaitPolicy:
         """An add arrived at ``now_ns``; ``others_pending``: another was queued or in flight."""
         last = self._last_arrival_ns
         self._last_arrival_ns = now_ns
-        raw = 0 if last is None else min(now_ns - last, SPARSE_GAP_CAP_NS)
-        self._sparse_avg_ns += (raw - self._sparse_avg_ns) // GAP_EWMA_WEIGHT_INVERSE
         gap = self._cap_ns if last is None else min(now_ns - last, self._cap_ns)
         self._last_gap_ns = gap
         self._gap_avg_ns += (gap - self._gap_avg_ns) // GAP_EWMA_WEIGHT_INVERSE
-        if others_pending and raw >= BURST_GAP_NS:
+        if others_pending and last is not None and now_ns - last >= BURST_GAP_NS:
             self._skips = 0
             self._backoff = SKIPS_MIN
 
@@ -123,25 +92,6 @@ class GroupWaitPolicy:
             self._skips -= 1
             return 0
         return max(0, bound - (now_ns - head_arrived_ns))
-
-    def inline(self) -> bool:
-        """Whether the next group (nothing else in flight or queued) is written on the loop's
-        thread: adds arrive sparsely and the disk's syncs are short against their gaps."""
-        gap = self._sparse_avg_ns
-        if gap < SPARSE_GAP_NS_MIN:
-            return False
-        sync = self._sync_avg_ns
-        if sync <= SYNC_NS_MAX and sync * SYNC_SHARE_INVERSE <= gap:
-            return True
-        self._probe_in -= 1
-        if self._probe_in > 0:
-            return False
-        self._probe_in = SYNC_PROBE_GROUPS
-        return True
-
-    def synced_inline(self, took_ns: int) -> None:
-        """An inline write and sync took ``took_ns``."""
-        self._sync_avg_ns += (took_ns - self._sync_avg_ns) // GAP_EWMA_WEIGHT_INVERSE
 
     def waited(self, gained: bool) -> None:
         """A wait ended; ``gained``: an add arrived during it."""
