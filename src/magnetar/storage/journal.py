@@ -551,14 +551,16 @@ class Journal:
         if wait_ns <= 0:
             return
         self.waits_count += 1
+        queued = len(self._queue)
         self._grouping = True
         try:
             await self._clock.sleep(wait_ns / 1e9)
         finally:
             self._grouping = False
-        # Fruitless: the head sat alone for the whole bound (however much of it it spent queued
-        # before the wait began); a second record in the group means another add did come.
-        self._wait_policy.waited(len(self._queue) > 1)
+        # Fruitless: no add arrived during the wait. The records queued before it do not count:
+        # a burst the caller handed over in one pass (a ledger's window of adds) is all there is
+        # until its acks, so waiting for more would only delay it, round after round.
+        self._wait_policy.waited(len(self._queue) > queued)
 
     def _rotation_due(self) -> bool:
         # ``_written`` is the open file's size (only the journal appends to it): no call per look.
