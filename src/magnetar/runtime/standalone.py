@@ -76,15 +76,6 @@ STANDALONE_BOOKIES_COUNT_MAX = 9
 #: most of one topic's unbatched rate for a light-producer p99 near window 8's; a deployment for
 #: one topic's peak rate sets ``MAGNETAR_STANDALONE_LEDGER_WINDOW=1000``.
 STANDALONE_LEDGER_WINDOW = 32
-#: How long the event-loop thread may hold the GIL while the journal's disk threads wait for it
-#: (``sys.setswitchinterval``; CPython's default is 5,000 us). A journal group needs its writer
-#: thread to take the GIL a few times (the write, the sync's return, the hand-back to the loop);
-#: with the loop busy (one unbatched topic at full speed), each take waited up to the whole
-#: interval, so the loop saw a 0.1 ms fsync complete 5-10 ms late and every add waited for it.
-#: 500 us: the loop saw a group's write and sync at p50 3.4-4.7 ms instead of 8.5-10 ms, and a light
-#: producer beside a busy one (window 1,000, pure Python) had p99 57-58 ms instead of 184-213 ms
-#: (docs/performance.md, "Session 11: the ledger window and isolation").
-STANDALONE_GIL_SWITCH_INTERVAL_US = 500
 
 
 @dataclass(frozen=True)
@@ -110,14 +101,10 @@ class StandaloneConfig:
     #: In-flight adds per ledger (``MAGNETAR_STANDALONE_LEDGER_WINDOW``): one unbatched topic
     #: goes at most this many adds per journal fsync; lower bounds one topic's share of a group.
     ledger_window: int = STANDALONE_LEDGER_WINDOW
-    #: ``sys.setswitchinterval`` of the standalone's process, in us (``MAGNETAR_STANDALONE_GIL_SWITCH_INTERVAL_US``).
-    gil_switch_interval_us: int = STANDALONE_GIL_SWITCH_INTERVAL_US
 
     def __post_init__(self) -> None:
         if self.ledger_window < 1:
             raise InvalidArgumentError(f"ledger_window must be at least 1, got {self.ledger_window}")
-        if not 1 <= self.gil_switch_interval_us <= 1_000_000:
-            raise InvalidArgumentError(f"gil_switch_interval_us must be 1..1000000, got {self.gil_switch_interval_us}")
         if not 1 <= self.bookies_count <= STANDALONE_BOOKIES_COUNT_MAX:
             raise InvalidArgumentError(f"bookies_count must be 1..{STANDALONE_BOOKIES_COUNT_MAX}, got {self.bookies_count}")
         for name in ("broker_port", "web_port", "bookie_port", "broker_port_tls", "web_port_tls"):
@@ -286,7 +273,6 @@ async def run_standalone(config: StandaloneConfig, broker_values: Mapping[str, A
     running = await start_standalone(config, broker_values)
     try:
         tune_gc_for_server()
-        sys.setswitchinterval(config.gil_switch_interval_us / 1e6)
         # The signal handlers first: a SIGTERM right after the ready line must stop cleanly, not
         # kill the process (the task installs them in its first step, the pass ``sleep(0)`` yields).
         terminated = asyncio.get_running_loop().create_task(wait_for_termination_signal())
