@@ -63,6 +63,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
+from mypy_extensions import mypyc_attr
+
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, FencedError
 from magnetar.base.invariant import invariant
@@ -137,6 +139,7 @@ class WaitingProducer:
     admit: Callable[[Producer, int], None]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # NonPersistentTopic, tests' recording topics
 class Topic:
     def __init__(self, name: TopicName, topic_log: TopicLog, config: BrokerConfig,
                  clock: Clock | None = None, policies: Callable[[], EffectivePolicies] | None = None,
@@ -702,8 +705,17 @@ class Topic:
     async def _close_parts(self) -> None:
         """Close the subscriptions, compaction and dedup states concurrently: each may wait for a
         write (a dedup snapshot, a non-durable cursor's delete), and one after another they cost
-        a round trip each (issue 24's slow unloads)."""
+        a round trip each (issue 24's slow unloads; ``Break.SERIAL_CLOSE``, a negative control,
+        closes them one after another)."""
         subscriptions = list(self.subscriptions.values())
+        if breaks.active(breaks.Break.SERIAL_CLOSE):  # negative control only
+            for subscription in subscriptions:
+                await subscription.close(delete=not subscription.durable)
+            await self.compaction.close()
+            await self.dedup.close()
+            if self._repl_dedup is not None:
+                await self._repl_dedup.close()
+            return
         await asyncio.gather(
             *(subscription.close(delete=not subscription.durable) for subscription in subscriptions),
             self.compaction.close(), self.dedup.close(),
