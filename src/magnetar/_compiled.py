@@ -86,6 +86,9 @@ COMPILED_MODULES: tuple[str, ...] = (
     # Session 11: the interpreted modules left with the largest share of the loop's time at the
     # unbatched maximum rate and at 2,000 msg/s (bench/module_profile.py).
     "magnetar.runtime.network",
+    "magnetar.broker.topic",
+    "magnetar.managed_ledger.managed_ledger",
+    "magnetar.broker.managed_log",
 )
 
 
