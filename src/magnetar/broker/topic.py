@@ -61,7 +61,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from mypy_extensions import mypyc_attr
 
@@ -78,7 +78,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, DedupState, MessageDeduplication, is_system_cursor
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.log import AppendCallback, Terminable, TopicLog
+from magnetar.broker.log import AppendCallback, SettlesFailedWrites, Terminable, TopicLog
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
 from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks
 from magnetar.broker.producer import AccessMode, Producer
@@ -107,15 +107,6 @@ _TRANSITIONS = {
     (TopicState.BLOCKED, TopicState.ACTIVE),
     (TopicState.BLOCKED, TopicState.CLOSED),
 }
-
-
-@runtime_checkable
-class SettlesFailedWrites(Protocol):
-    """A log whose failed appends may still surface (a managed ledger: the entry may be on the
-    bookies). ``settle_failed_writes`` returns once each of them is in the log or never will be,
-    and lets appends through again."""
-
-    async def settle_failed_writes(self) -> None: ...
 
 
 def is_write_failure(error: BaseException) -> bool:
