@@ -89,6 +89,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.broker.topic",
     "magnetar.managed_ledger.managed_ledger",
     "magnetar.broker.managed_log",
+    "magnetar.managed_ledger.cursor",
 )
 
 

@@ -25,6 +25,8 @@ environment.
 * ``serial-close``      a topic closes its subscriptions, compaction and dedup states one after
   another, and a managed ledger its cursors (before issue 24's fix): an unload costs a round trip
   per part instead of a few in all.
+* ``close-waits-for-flush`` a managed cursor's close queues behind the flush under way (its
+  cursor-ledger add can take seconds on a busy bookie) instead of CASing its state at once.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Break(enum.Enum):
     NO_REBASE_CHECK = "no-rebase-check"
     NO_SUBSCRIPTION_AUTH = "no-subscription-auth"
     SERIAL_CLOSE = "serial-close"
+    CLOSE_WAITS_FOR_FLUSH = "close-waits-for-flush"
 
 
 _active: set[Break] = set()
