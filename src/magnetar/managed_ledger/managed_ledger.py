@@ -49,6 +49,8 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.entry import Entry
@@ -100,7 +102,14 @@ def _with_offload(info: LedgerInfo, context: OffloadContext) -> LedgerInfo:
 
 
 
-class ManagedLedger:
+@mypyc_attr(native_class=False)
+class _WeaklyReferenced:
+    """A Python base class, so that ``ManagedLedger`` has a ``__weakref__`` when compiled (the
+    shared rollover timer holds managed ledgers weakly; mypyc's native classes have no weak
+    references unless they derive from a Python class)."""
+
+
+class ManagedLedger(_WeaklyReferenced):
     """A topic's log. Build through ``ManagedLedgerFactory.open`` (or ``ManagedLedger.open``)."""
 
     def __init__(
