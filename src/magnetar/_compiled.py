@@ -88,7 +88,6 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.runtime.network",
     "magnetar.broker.topic",
     "magnetar.managed_ledger.managed_ledger",
-    "magnetar.broker.managed_log",
     "magnetar.managed_ledger.cursor",
 )
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import unquote
 
-from mypy_extensions import mypyc_attr
-
 from magnetar.base.entry import Entry
 from magnetar.base.errors import NotFoundError
 from magnetar.base.types import Position, TopicName
@@ -77,7 +75,6 @@ class ManagedSubscriptionCursor:
         return self._cursor
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # ReadOnlyTopicLog (broker/read_only.py)
 class ManagedTopicLog:
     def __init__(self, name: str, ml: ManagedLedger) -> None:
         self._name = name
