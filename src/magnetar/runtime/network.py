@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ssl
 import socket
+import ssl
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
