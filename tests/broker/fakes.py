@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -22,9 +22,9 @@ class FakeChannel:
     open: bool = True
     can_write: bool = True
 
-    def send_message(self, consumer_id: int, msg_id: pb.MessageIdData, data: bytes, redelivery_count: int,
-                     ack_set: Iterable[int]) -> None:
-        self.messages.append((consumer_id, (msg_id.ledgerId, msg_id.entryId), redelivery_count))
+    def send_message(self, consumer_id: int, ledger_id: int, entry_id: int, partition: int, data: bytes,
+                     redelivery_count: int, ack_set: Sequence[int]) -> None:
+        self.messages.append((consumer_id, (ledger_id, entry_id), redelivery_count))
 
     def send_close_consumer(self, consumer_id: int) -> None:
         self.closed_consumers.append(consumer_id)

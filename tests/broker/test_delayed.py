@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import tracemalloc
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from magnetar.base.limits import BROKER_DELAYED_INDEX_BYTES_MAX, BROKER_DELAYED_INDEX_ENTRIES_MAX
@@ -31,10 +31,10 @@ class TimedChannel(FakeChannel):
     clock: ManualClock = field(default_factory=ManualClock)
     sent_at: list[tuple[tuple[int, int], int]] = field(default_factory=list)
 
-    def send_message(self, consumer_id: int, msg_id: pb.MessageIdData, data: bytes, redelivery_count: int,
-                     ack_set: Iterable[int]) -> None:
-        super().send_message(consumer_id, msg_id, data, redelivery_count, ack_set)
-        self.sent_at.append(((msg_id.ledgerId, msg_id.entryId), self.clock.now_ms()))
+    def send_message(self, consumer_id: int, ledger_id: int, entry_id: int, partition: int, data: bytes,
+                     redelivery_count: int, ack_set: Sequence[int]) -> None:
+        super().send_message(consumer_id, ledger_id, entry_id, partition, data, redelivery_count, ack_set)
+        self.sent_at.append(((ledger_id, entry_id), self.clock.now_ms()))
 
 
 def _entry(seq: int, deliver_at_ms: int | None = None, key: str = "") -> bytes:

@@ -51,6 +51,7 @@ def test_produce_bounded_by_messages_writes_json(broker: BrokerThread, runner: C
     assert latency["count"] == 3000
     assert 0 < latency["p50"] <= latency["p95"] <= latency["p99"] <= latency["p99_9"] <= latency["max"]
     assert "publish latency ms: p50" in output
+    assert "send_lag_ms" not in publish and "sender late" not in output  # not paced: no schedule
 
 
 def test_e2e_at_a_rate_receives_everything_with_latency(broker: BrokerThread, runner: CliRunner,
@@ -65,6 +66,10 @@ def test_e2e_at_a_rate_receives_everything_with_latency(broker: BrokerThread, ru
     assert sent - 50 <= result["publish"]["count"] <= sent  # acknowledged within the window
     assert result["receive"]["count"] == sent  # and every one received by the end of the drain
     assert result["receive"]["latency_ms"]["count"] == sent
+    # The sender's lateness against its schedule, one value per send (0 when on time).
+    lag = result["publish"]["send_lag_ms"]
+    assert lag["count"] == sent and 0 <= lag["p50"] <= lag["max"]
+    assert "sender late ms: p50" in output
     assert len(result["publish"]["per_second"]) == 2  # one live line per whole second
     assert output.count("receive ") >= 2
 
@@ -126,3 +131,20 @@ def test_bursts_and_a_bound_over_all_producers(broker: BrokerThread, runner: Cli
     result = json.loads(out.read_text())
     assert result["publish"]["count"] == 300 and result["publish"]["pending_at_end"] == 0
     assert result["settings"]["max_outstanding"] == 5
+
+
+def test_client_tuning_sets_the_switch_interval_and_gc_for_a_run_and_restores_them() -> None:
+    import gc
+    import sys
+
+    from magnetar.cli.perf.run import PERF_SWITCH_INTERVAL_S, _client_tuning
+    from magnetar.runtime.gc_tuning import SERVER_GC_THRESHOLDS
+
+    before = (sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count())
+    with _client_tuning(True):
+        assert sys.getswitchinterval() == pytest.approx(PERF_SWITCH_INTERVAL_S)
+        assert gc.get_threshold() == SERVER_GC_THRESHOLDS and gc.get_freeze_count() > 0
+    assert (sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count()) == before
+    # Control: ``--no-client-tuning`` leaves the interpreter as it is.
+    with _client_tuning(False):
+        assert (sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count()) == before

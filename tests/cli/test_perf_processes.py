@@ -3,6 +3,7 @@ receipt path (one callback per producer over a FIFO of send times)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import queue
@@ -50,6 +51,22 @@ def test_producers_and_consumers_dealt_round_robin_consumers_not_repeated() -> N
     assert [s.consumers for s in shares] == [("t",), ()]
     assert split_shares(PerfSettings(mode="consume", topic="t", topics=2, processes=2)) == [
         Share((), ("t-0",)), Share((), ("t-1",))]
+
+
+def test_split_puts_every_producer_in_one_process_and_every_consumer_in_the_other() -> None:
+    settings = PerfSettings(mode="e2e", topic="t", topics=2, rate=2000, messages=10, split=True, processes=2)
+    assert split_shares(settings) == [Share(("t-0", "t-1"), ()), Share((), ("t-0", "t-1"))]
+    producing, consuming = split_settings(settings)
+    assert (producing.rate, producing.messages, producing.processes, producing.split) == (2000, 10, 1, False)
+    assert (consuming.messages, consuming.processes, consuming.split) == (0, 1, False)
+    # Control: without split, each process gets a producer and half the rate.
+    plain = dataclasses.replace(settings, split=False)
+    assert [s.producers for s in split_shares(plain)] == [("t-0",), ("t-1",)]
+    assert [c.rate for c in split_settings(plain)] == [1000, 1000]
+    with pytest.raises(InvalidArgumentError, match="split"):
+        PerfSettings(mode="produce", split=True, processes=2)
+    with pytest.raises(InvalidArgumentError, match="split"):
+        PerfSettings(mode="e2e", split=True, processes=1)
 
 
 def test_every_producer_and_consumer_is_dealt_once() -> None:
@@ -344,6 +361,21 @@ def test_e2e_with_two_processes_at_a_rate(broker: BrokerThread, runner: CliRunne
     assert result["receive"]["count"] == sent  # one process's consumer receives both producers' messages
     assert result["receive"]["latency_ms"]["count"] == sent
     assert len(result["publish"]["per_second"]) == 2 and output.count("receive ") >= 2
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.integration
+def test_e2e_split_sends_from_one_process_and_receives_in_the_other(broker: BrokerThread, runner: CliRunner,
+                                                                    tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    code, output = perf(runner, "e2e", "mp3", "-u", broker.url, "--split", "--rate", "400",
+                        "--duration", "2.2", "--no-batching", "--json", str(out))
+    assert code == 0, output
+    result = json.loads(out.read_text())
+    sent = result["publish"]["sent"]
+    assert 700 <= sent <= 1100 and result["processes"] == 2  # the whole rate from the producing process
+    assert result["receive"]["count"] == sent and result["receive"]["latency_ms"]["count"] == sent
+    assert result["publish"]["send_lag_ms"]["count"] == sent  # merged over the processes: one per send
     assert multiprocessing.active_children() == []
 
 

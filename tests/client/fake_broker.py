@@ -416,8 +416,8 @@ class FakeBroker:
                 return
             entry = topic.entries[index]
             partition = _partition_of(topic.name)
-            msg_id = commands.message_id(LEDGER_ID, entry.index, partition=partition)
-            consumer.session.conn.send_message(consumer.consumer_id, msg_id, entry.stored,
+            consumer.session.conn.send_message(consumer.consumer_id, LEDGER_ID, entry.index, entry.stored,
+                                               partition=partition,
                                                redelivery_count=sub.redelivery_counts.get(index, 0),
                                                ack_set=sub.partial.get(index, ()))
             consumer.permits -= entry.count

@@ -5,6 +5,7 @@ both ways (one ledger each) and the outcomes must be equal."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,119 @@ def test_an_entry_read_as_a_view_of_a_mapped_log_reaches_the_broker_as_bytes() -
     assert response.entry is not None
     assert type(response.entry.raw) is bytes and response.entry.raw == stored.raw
     assert isinstance(Core().read_entry_or_last(3, 0).raw, memoryview)
+
+
+class _RunCore:
+    """A storage core that records the runs handed to it and answers them when told."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[list[EncodedEntry], Any]] = []
+        self.room = asyncio.Event()
+        self.room.set()
+
+    def needs_backpressure(self) -> bool:
+        return not self.room.is_set()
+
+    async def wait_for_room(self) -> None:
+        await self.room.wait()
+
+    def add_entries(self, entries: Any, master_key: bytes, recovery: bool, on_done: Any) -> None:
+        self.runs.append((list(entries), on_done))
+        if entries[0].entry_id == 666:  # refused at once, while the run is handed over
+            on_done(range(len(entries)), Status.FENCED)
+
+
+def _transport(core: _RunCore) -> tuple[LocalFirstTransport, BookieId]:
+    bookie = BookieId("127.0.0.1", 1)
+    return LocalFirstTransport({bookie: core}, BookieClientTransport(TcpNetwork(), SystemClock())), bookie  # type: ignore[dict-item]
+
+
+def test_a_run_is_one_call_into_the_bookie_and_its_answer_one_call_per_entry() -> None:
+    async def body() -> None:
+        core = _RunCore()
+        transport, bookie = _transport(core)
+        replies: list[tuple[int, object]] = []
+        run = [_entry(8, i, i - 1) for i in range(6)]
+        transport.add_run(bookie, run, recovery=False, master_key=KEY, on_reply=lambda i, e: replies.append((i, e)))
+        assert len(core.runs) == 1 and core.runs[0][0] == run
+        assert replies == []
+        core.runs[0][1]([0, 1, 2, 3, 4, 5], Status.OK)  # the journal group's fsync returned
+        assert replies == [(i, None) for i in range(6)]
+        await transport.close()
+
+    asyncio.run(body())
+
+
+def test_a_refusal_during_the_hand_over_is_answered_in_a_later_loop_pass() -> None:
+    async def body() -> None:
+        core = _RunCore()
+        transport, bookie = _transport(core)
+        replies: list[tuple[int, str]] = []
+        transport.add_run(bookie, [_entry(8, 666, -1), _entry(8, 667, -1)], recovery=False, master_key=KEY,
+                          on_reply=lambda i, e: replies.append((i, type(e).__name__)))
+        assert replies == []  # never from inside the caller's own add_run
+        await asyncio.sleep(0)
+        assert replies == [(0, "FencedError"), (1, "FencedError")]
+        await transport.close()
+
+    asyncio.run(body())
+
+
+def test_runs_wait_whole_and_in_order_while_the_bookie_is_full_and_closing_answers_them() -> None:
+    async def body() -> None:
+        core = _RunCore()
+        transport, bookie = _transport(core)
+        core.room.clear()
+        replies: list[tuple[int, int, str]] = []
+        closed = asyncio.get_running_loop().create_future()
+
+        def on_reply(run_no: int, index: int, error: BaseException | None) -> None:
+            replies.append((run_no, index, type(error).__name__))
+            if len(replies) == 2 and not closed.done():
+                closed.set_result(None)
+
+        for run_no in range(2):
+            transport.add_run(bookie, [_entry(9, run_no * 3 + i, -1) for i in range(3)], recovery=False,
+                              master_key=KEY, on_reply=partial(on_reply, run_no))
+        for _ in range(5):  # loop passes: the waiting task runs and waits
+            await asyncio.sleep(0)
+        assert core.runs == []  # both wait
+        core.room.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert [[e.entry_id for e in entries] for entries, _ in core.runs] == [[0, 1, 2], [3, 4, 5]]
+        core.room.clear()
+        transport.add_run(bookie, [_entry(9, 6, -1), _entry(9, 7, -1)], recovery=False, master_key=KEY,
+                          on_reply=partial(on_reply, 2))
+        await asyncio.sleep(0)
+        await transport.close()  # the waiting run is answered, every entry of it
+        await asyncio.wait_for(closed, 10)
+        assert replies == [(2, 0, "BookieUnavailableError"), (2, 1, "BookieUnavailableError")]
+
+    asyncio.run(body())
+
+
+def test_a_run_to_a_real_bookie_stores_every_accepted_entry_and_refuses_a_damaged_one(tmp_path: Path) -> None:
+    async def body(running: RunningBookie, bookie: BookieId) -> None:
+        transport = LocalFirstTransport({bookie: running.bookie}, BookieClientTransport(TcpNetwork(), SystemClock()))
+        run = [_entry(11, i, i - 1) for i in range(8)]
+        bad = run[3]
+        run[3] = EncodedEntry(bad.ledger_id, bad.entry_id, bad.lac, bad.digest ^ 1, bad.raw)
+        done = asyncio.get_running_loop().create_future()
+        replies: dict[int, str] = {}
+
+        def on_reply(index: int, error: BaseException | None) -> None:
+            replies[index] = "ok" if error is None else type(error).__name__
+            if len(replies) == len(run) and not done.done():
+                done.set_result(None)
+
+        try:
+            transport.add_run(bookie, run, recovery=False, master_key=KEY, on_reply=on_reply)
+            await asyncio.wait_for(done, 10)
+        finally:
+            await transport.close()
+        assert replies == {i: ("BookieUnavailableError" if i == 3 else "ok") for i in range(8)}
+        assert [running.bookie.read_entry(11, i).status for i in range(8)] == [
+            Status.NO_SUCH_ENTRY if i == 3 else Status.OK for i in range(8)]
+
+    asyncio.run(_with_bookie(tmp_path, body))

@@ -179,7 +179,7 @@ def test_dispatched_messages_and_receipts_of_one_pass_share_the_write_in_queue_o
         conn.wrote = asyncio.get_running_loop().create_future()
         loop.session.send_receipt(1, 0, 7, 0, None)
         for entry_id in range(2):  # a dispatcher's messages to a consumer on the same connection
-            loop.session.send_message(5, pb.MessageIdData(ledgerId=7, entryId=entry_id), b"stored entry", 0, ())
+            loop.session.send_message(5, 7, entry_id, -1, b"stored entry", 0, ())
         loop.session.send_receipt(1, 1, 7, 1, None)
         await asyncio.wait_for(conn.wrote, timeout=5)
         await service.close()

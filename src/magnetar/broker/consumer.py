@@ -8,7 +8,7 @@ writable. State: ACTIVE until closed by the client, by a seek, or by its connect
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Protocol
 
 from magnetar.base.invariant import invariant
@@ -18,8 +18,10 @@ from magnetar.protocol.pulsar import pb
 class ConsumerChannel(Protocol):
     """The part of a client connection a dispatcher talks to."""
 
-    def send_message(self, consumer_id: int, msg_id: pb.MessageIdData, data: bytes, redelivery_count: int,
-                     ack_set: Iterable[int]) -> None: ...
+    def send_message(self, consumer_id: int, ledger_id: int, entry_id: int, partition: int, data: bytes,
+                     redelivery_count: int, ack_set: Sequence[int]) -> None:
+        """A MESSAGE for the entry at ``ledger_id:entry_id`` of partition ``partition`` (-1: not
+        partitioned); ``data`` is the stored entry, sent unchanged."""
 
     def send_close_consumer(self, consumer_id: int) -> None: ...
 

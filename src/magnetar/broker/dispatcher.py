@@ -45,9 +45,8 @@ from magnetar.base.types import Position
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer
 from magnetar.broker.delayed import DelayedDeliveryTracker, delayed_delivery_switch
-from magnetar.broker.entry import entry_message_count
 from magnetar.broker.log import SubscriptionCursor, TopicLog
-from magnetar.protocol.pulsar import commands, pb, stored_entry_metadata
+from magnetar.protocol.pulsar import pb, stored_entry_metadata
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +80,7 @@ class Dispatcher:
         self.replay_groups: dict[object, int] = {}  # group -> how many of its entries wait in replay
         self.redelivery_counts: dict[Position, int] = {}
         self._marker_acks: list[Position] = []  # markers skipped by ``_send``, acknowledged after it
+        self._read_past: Position | None = None  # the last entry ``_send`` read past (see there)
         self.read_position = cursor.mark_delete_position.next()
         self._epoch = 0
         self._wake = asyncio.Event()
@@ -198,9 +198,9 @@ class Dispatcher:
         consumer = self.pending.pop(position, None)
         if consumer is not None:
             consumer.pending_count -= 1
-        if not keep_count:
+        if not keep_count and self.redelivery_counts:
             self.redelivery_counts.pop(position, None)
-        if position in self.groups and not self._in_replay(position):
+        if self.groups and position in self.groups and not self._in_replay(position):
             del self.groups[position]
 
     def _in_replay(self, position: Position) -> bool:
@@ -341,7 +341,7 @@ class Dispatcher:
         if replay:
             self._replay_discard(entry.position)
         else:
-            self.read_position = entry.position.next()
+            self._read_past = entry.position  # ``_send`` moves ``read_position`` after it once
 
     def _hold(self, entry: Entry, group: object, replay: bool) -> bool:
         """Keep an entry that cannot be sent now for later; False if the look-ahead is full."""
@@ -350,10 +350,21 @@ class Dispatcher:
         if len(self.replay) >= self.look_ahead_count_max:
             return False
         self._replay_add(entry.position, group)
-        self.read_position = entry.position.next()
+        self._read_past = entry.position
         return True
 
     def _send(self, entries: list[Entry], *, replay: bool) -> bool:
+        """Send what ``entries`` (read in log order) allow; True if anything was sent, held or
+        skipped. ``read_position`` moves once, past the last entry read past (one ``Position``
+        per pass instead of one per entry)."""
+        try:
+            return self._send_entries(entries, replay)
+        finally:
+            past, self._read_past = self._read_past, None
+            if past is not None:
+                self.read_position = past.next()
+
+    def _send_entries(self, entries: list[Entry], replay: bool) -> bool:
         progressed = False
         blocked: set[object] = set()  # groups with an entry this pass could not send
         for entry in entries:
@@ -406,12 +417,14 @@ class Dispatcher:
     def _deliver(self, consumer: Consumer, entry: Entry, metadata: pb.MessageMetadata,
                  group: object | None = None) -> None:
         position = entry.position
-        msg_id = commands.message_id(position.ledger_id, position.entry_id, partition=self.partition_index)
-        count = entry_message_count(metadata)
-        ack_set = (self.cursor.batch_ack_set(position, count) if metadata.HasField("num_messages_in_batch") else None) or ()
-        consumer.channel.send_message(
-            consumer.consumer_id, msg_id, entry.payload, self.redelivery_counts.get(position, 0), ack_set,
-        )
+        if metadata.HasField("num_messages_in_batch"):
+            count = max(1, metadata.num_messages_in_batch)
+            ack_set: Sequence[int] = self.cursor.batch_ack_set(position, count) or ()
+        else:
+            count, ack_set = 1, ()
+        redeliveries = self.redelivery_counts.get(position, 0) if self.redelivery_counts else 0
+        consumer.channel.send_message(consumer.consumer_id, position.ledger_id, position.entry_id, self.partition_index,
+                                      entry.payload, redeliveries, ack_set)
         consumer.permits -= count
         if self.on_deliver is not None:
             self.on_deliver(count, len(entry.payload))

@@ -44,7 +44,7 @@ from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic import PublishCallback, Topic, TopicState
 from magnetar.catalog.policies import EffectivePolicies
-from magnetar.protocol.pulsar import commands, pb, stored_entry_metadata
+from magnetar.protocol.pulsar import pb, stored_entry_metadata
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService
@@ -175,13 +175,13 @@ class NonPersistentSubscription(Subscription):
             self.dropped.record(count, len(entry.payload))
             return False
         position = entry.position
-        msg_id = commands.message_id(position.ledger_id, position.entry_id, partition=self.partition_index)
-        consumer.channel.send_message(consumer.consumer_id, msg_id, entry.payload, 0, ())
+        consumer.channel.send_message(consumer.consumer_id, position.ledger_id, position.entry_id, self.partition_index,
+                                      entry.payload, 0, ())
         consumer.permits -= count
         self.dispatched.record(count, len(entry.payload))
         return True
 
-    async def acknowledge(self, cumulative: bool, positions: Sequence[tuple[Position, list[int]]]) -> None:
+    async def acknowledge(self, cumulative: bool, positions: Sequence[tuple[Position, Sequence[int]]]) -> None:
         return None  # at most once: nothing waits for an ack
 
     def redeliver(self, consumer: Consumer, positions: Sequence[Position]) -> None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from magnetar.base.errors import InvalidArgumentError
@@ -189,10 +189,11 @@ class Session:
             self.connection.send_close_producer(producer_id)
             self._out()
 
-    def send_message(self, consumer_id: int, msg_id: pb.MessageIdData, data: bytes, redelivery_count: int,
-                     ack_set: Iterable[int]) -> None:
+    def send_message(self, consumer_id: int, ledger_id: int, entry_id: int, partition: int, data: bytes,
+                     redelivery_count: int, ack_set: Sequence[int]) -> None:
         if self.is_open():
-            self.connection.send_message(consumer_id, msg_id, data, redelivery_count, ack_set)
+            self.connection.send_message(consumer_id, ledger_id, entry_id, data, partition=partition,
+                                         redelivery_count=redelivery_count, ack_set=ack_set)
             self._out()
 
     def send_close_consumer(self, consumer_id: int) -> None:
@@ -582,7 +583,7 @@ class Session:
         try:
             found = self._consumer(ack.consumer_id)
             if found is not None:
-                positions = [(position_of(m.ledger_id, m.entry_id), list(m.ack_set)) for m in ack.message_ids]
+                positions = [(position_of(m.ledger_id, m.entry_id), m.ack_set) for m in ack.message_ids]
                 await found[1].acknowledge(ack.cumulative, positions)
         except Exception as error:  # one failed request must not take the connection down
             broker_error = to_broker_error(error)

@@ -157,7 +157,9 @@ class Subscription:
 
     # --- acks and redelivery --------------------------------------------------------------------
 
-    async def acknowledge(self, cumulative: bool, positions: Sequence[tuple[Position, list[int]]]) -> None:
+    async def acknowledge(self, cumulative: bool, positions: Sequence[tuple[Position, Sequence[int]]]) -> None:
+        """An ACK's ids: each a position and its ack set (empty for the whole entry; for a batch
+        entry, the wire words, bit = 1 still unacknowledged)."""
         dispatcher = self.dispatcher
         if cumulative:
             if not positions:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -45,40 +45,49 @@ from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.bookie.codec import EncodedEntry, ReadResponse, Status
 from magnetar.storage import Bookie
 
-#: An add waiting for room on a local bookie: who is told its status, entry, recovery flag, master key.
-_LocalAdd = tuple[Callable[[Status], None], EncodedEntry, bool, bytes]
-
 
 class _LocalRun:
-    """The replies of one ``add_run`` to a local bookie, as ``on_reply(index, error)``: one the
-    bookie gives while the run is being handed over (a refusal) waits for the next loop pass."""
+    """One ``add_run`` (or ``add``) to a local bookie: its entries, how it is stored
+    (``recovery``, ``master_key``) and who is told each entry's outcome, ``on_reply(index,
+    error)``. The bookie answers it through ``done`` (``Bookie.add_entries``: a run of indexes
+    per call); an answer given while the run is being handed over (a refusal) waits for the next
+    loop pass, so the caller is never called back from inside its own ``add_run``."""
 
-    __slots__ = ("bookie", "entries", "handing_over", "on_reply")
+    __slots__ = ("bookie", "entries", "handing_over", "master_key", "on_reply", "recovery")
 
-    def __init__(self, bookie: BookieId, entries: Sequence[EncodedEntry], on_reply: AddReplyCallback) -> None:
+    def __init__(self, bookie: BookieId, entries: Sequence[EncodedEntry], recovery: bool, master_key: bytes,
+                 on_reply: AddReplyCallback) -> None:
         self.bookie = bookie
         self.entries = entries
+        self.recovery = recovery
+        self.master_key = master_key
         self.on_reply = on_reply
         self.handing_over = True
 
-    def done(self, index: int, status: Status) -> None:
-        error: BaseException | None = None
-        if status is not Status.OK:
-            entry = self.entries[index]
-            error = status_error(self.bookie, status, f"add {entry.ledger_id}:{entry.entry_id}")
+    def done(self, indexes: Sequence[int], status: Status) -> None:
         if self.handing_over:
-            asyncio.get_running_loop().call_soon(self.on_reply, index, error)
+            asyncio.get_running_loop().call_soon(self._answer, indexes, status)
         else:
-            self.on_reply(index, error)
+            self._answer(indexes, status)
+
+    def _answer(self, indexes: Sequence[int], status: Status) -> None:
+        on_reply = self.on_reply
+        if status is Status.OK:
+            for index in indexes:
+                on_reply(index, None)
+            return
+        for index in indexes:
+            entry = self.entries[index]
+            on_reply(index, status_error(self.bookie, status, f"add {entry.ledger_id}:{entry.entry_id}"))
 
 
-def _settle_local(result: asyncio.Future[None], bookie: BookieId, entry: EncodedEntry, status: Status) -> None:
+def _settle_local(result: asyncio.Future[None], _index: int, error: BaseException | None) -> None:
     if result.done():
         return
-    if status is Status.OK:
+    if error is None:
         result.set_result(None)
     else:
-        result.set_exception(status_error(bookie, status, f"add {entry.ledger_id}:{entry.entry_id}"))
+        result.set_exception(error)
         result.exception()
 
 
@@ -89,7 +98,7 @@ class LocalFirstTransport:
     def __init__(self, local: Mapping[BookieId, Bookie], remote: BookieClientTransport) -> None:
         self._local = dict(local)
         self._remote = remote
-        self._waiting: dict[BookieId, deque[_LocalAdd]] = {}
+        self._waiting: dict[BookieId, deque[_LocalRun]] = {}
         self._background: set[asyncio.Task[Any]] = set()
 
     @property
@@ -103,61 +112,51 @@ class LocalFirstTransport:
         await self._remote.close()
 
     def add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
-        """The one add operation: a local bookie stores it at once, or once it has room again
-        (adds to it wait in call order, as the server stops reading while the bookie is full)."""
-        core = self._local.get(bookie)
-        if core is None:
+        """The one add operation: ``add_run`` of one entry, as a future."""
+        if bookie not in self._local:
             return self._remote.add(bookie, entry, recovery=recovery, master_key=master_key)
         result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        add = (partial(_settle_local, result, bookie, entry), entry, recovery, master_key)
-        if (self._waiting and bookie in self._waiting) or core.needs_backpressure():
-            self._wait_for_room(core, bookie, add)
-        else:
-            core.add_entry(entry, master_key, recovery, add[0])
+        self.add_run(bookie, (entry,), recovery=recovery, master_key=master_key, on_reply=partial(_settle_local, result))
         return result
 
     def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
                 on_reply: AddReplyCallback) -> None:
-        """``add`` of a run in one call: a local bookie with room takes every entry of the run
-        now (its journal groups them); otherwise they wait in line as ``add``s do."""
+        """A local bookie with room stores the whole run now in one call (``Bookie.add_entries``:
+        its ledger checked once, its records one journal submit, one answer per journal group);
+        otherwise the run waits in line behind the runs before it, as the server stops reading
+        while the bookie is full, and goes whole once the bookie has room again."""
         core = self._local.get(bookie)
         if core is None:
             self._remote.add_run(bookie, entries, recovery=recovery, master_key=master_key, on_reply=on_reply)
             return
-        run = _LocalRun(bookie, entries, on_reply)
+        run = _LocalRun(bookie, entries, recovery, master_key, on_reply)
         if (self._waiting and bookie in self._waiting) or core.needs_backpressure():
-            for index, entry in enumerate(entries):
-                self._wait_for_room(core, bookie, (partial(run.done, index), entry, recovery, master_key))
+            self._wait_for_room(core, bookie, run)
         else:
-            add_entry = core.add_entry
-            for index, entry in enumerate(entries):
-                add_entry(entry, master_key, recovery, partial(run.done, index))
+            core.add_entries(entries, master_key, recovery, run.done)
         run.handing_over = False
 
-    def _wait_for_room(self, core: Bookie, bookie: BookieId, add: _LocalAdd) -> None:
+    def _wait_for_room(self, core: Bookie, bookie: BookieId, run: _LocalRun) -> None:
         waiting = self._waiting.get(bookie)
         if waiting is None:
             waiting = self._waiting[bookie] = deque()
             task = asyncio.get_running_loop().create_task(self._add_when_room(core, bookie, waiting))
             keep_in_background(task, self._background)
-        waiting.append(add)
+        waiting.append(run)
 
-    def _add_local(self, core: Bookie, bookie: BookieId, add: _LocalAdd) -> None:
-        on_done, entry, recovery, master_key = add
-        core.add_entry(entry, master_key, recovery, on_done)
-
-    async def _add_when_room(self, core: Bookie, bookie: BookieId, waiting: deque[_LocalAdd]) -> None:
+    async def _add_when_room(self, core: Bookie, bookie: BookieId, waiting: deque[_LocalRun]) -> None:
         try:
             while waiting:
                 if core.needs_backpressure():
                     await core.wait_for_room()
                     continue
-                self._add_local(core, bookie, waiting.popleft())
+                run = waiting.popleft()
+                core.add_entries(run.entries, run.master_key, run.recovery, run.done)
         finally:
             if self._waiting.get(bookie) is waiting:
                 del self._waiting[bookie]
-            for on_done, *_ in waiting:  # cancelled: the transport closed
-                on_done(Status.UNAVAILABLE)
+            for run in waiting:  # cancelled: the transport closed
+                run.done(range(len(run.entries)), Status.UNAVAILABLE)
 
     async def read(self, bookie: BookieId, ledger_id: int, entry_id: int, *, fence: bool,
                    master_key: bytes) -> EncodedEntry:

@@ -41,6 +41,7 @@ import mmap
 import os
 import queue
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -338,11 +339,23 @@ _workers: _SyncThreads | None = None
 _workers_lock = threading.Lock()
 
 
+#: The GIL switch interval of a process once it has writer threads (CPython: 5 ms). A writer
+#: thread needs the GIL twice per journal group (after the write returns; after the next job
+#: arrives) and the event loop holds it while it works through a pass: a thread that asks for it
+#: waits until the loop polls again or, at the latest, until the switch interval has passed and it
+#: forces a switch. During a burst the loop works for several ms at a stretch, so every group's
+#: answer waited up to 5 ms twice (the rounds of a ledger's window of adds with it).
+SYNC_SWITCH_INTERVAL_S = 0.0005
+
+
 def _sync_workers() -> _SyncThreads:
-    """The threads of ``append_and_sync_then`` (made on first use, shared by every file)."""
+    """The threads of ``append_and_sync_then`` (made on first use, shared by every file); on
+    first use the process's switch interval goes down to ``SYNC_SWITCH_INTERVAL_S``."""
     global _workers
     with _workers_lock:
         if _workers is None:
+            if sys.getswitchinterval() > SYNC_SWITCH_INTERVAL_S:
+                sys.setswitchinterval(SYNC_SWITCH_INTERVAL_S)
             _workers = _SyncThreads(DISK_SYNC_THREADS_COUNT_MAX, "magnetar-disk-sync")
         return _workers
 

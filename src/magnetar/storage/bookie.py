@@ -14,7 +14,9 @@ and the status, the parts report a disk failure through ``on_failure``.
 Add path: check (state, size, digest, master key, fence) -> note the entry in the ledger state
 -> put it in the write cache -> queue its journal record. The caller's ``on_done(Status.OK)``
 runs only after the journal fsync covering the record (see ``journal``): nothing is
-acknowledged that is not on disk.
+acknowledged that is not on disk. ``add_entries`` does the same for a run (the standalone's
+local transport): the ledger checked once per run, the run's records one journal submit, one
+journal answer per run.
 
 Restart: load ledger states, replay the journal from the mark into the write cache (a torn tail
 ends replay), checkpoint, repair ``last_entry`` where the crash left it naming an entry that
@@ -35,8 +37,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from mypy_extensions import mypyc_attr
 
@@ -56,7 +59,15 @@ from magnetar.storage.disk_monitor import DiskMonitor
 from magnetar.storage.entry_log import EntryLogger, log_ids
 from magnetar.storage.garbage import GarbageCollector, LiveLedgers
 from magnetar.storage.index import Index
-from magnetar.storage.journal import Journal, add_record, fence_record, journal_file_ids, lac_record
+from magnetar.storage.journal import (
+    Journal,
+    add_record,
+    add_record_from,
+    add_record_prefix,
+    fence_record,
+    journal_file_ids,
+    lac_record,
+)
 from magnetar.storage.restart import repair_last_entries, replay_journal
 from magnetar.storage.stats import BookieStats
 from magnetar.storage.waits import watch_task
@@ -64,6 +75,8 @@ from magnetar.storage.waits import watch_task
 log = logging.getLogger(__name__)
 
 OnDone = Callable[[Status], None]
+#: How ``add_entries`` answers: ``(indexes into the run, their status)``, once per index.
+OnRunDone = Callable[[Sequence[int], Status], None]
 
 
 class BookieStatus(enum.Enum):
@@ -240,20 +253,99 @@ class Bookie:
 
         journal.submit(add_record(master_key, entry.raw), _journaled)
 
+    def add_entries(self, entries: Sequence[EncodedEntry], master_key: bytes, recovery: bool,
+                    on_done: OnRunDone) -> None:
+        """``add_entry`` for a run (the local transport's ``add_run``): every entry is checked as
+        ``add_entry`` checks it, its ledger once per run; a refused entry is answered with its
+        status before this returns, the others are noted, cached and go to the journal as one
+        record list (``Journal.submit_run``: one group part, one callback) per
+        ``journal_group_bytes_max`` of records. ``on_done(indexes, status)`` tells each index of
+        the run its status exactly once, OK only after the journal fsync covering it."""
+        refused: list[tuple[int, Status]] = []
+        bookie_status = self._bookie_add_status()
+        if bookie_status is not Status.OK:
+            refused = [(index, bookie_status) for index in range(len(entries))]
+        else:
+            self._add_checked_run(entries, master_key, recovery, on_done, refused)
+        if refused:
+            self.stats.add_rejects_count += len(refused)
+            for index, status in refused:
+                on_done((index,), status)
+
+    def _add_checked_run(self, entries: Sequence[EncodedEntry], master_key: bytes, recovery: bool,
+                         on_done: OnRunDone, refused: list[tuple[int, Status]]) -> None:
+        journal = self._journal
+        assert journal is not None
+        put = self.checkpointer.put
+        ledgers = self._ledgers
+        limit = self.config.journal_group_bytes_max
+        prefix, prefix_crc = add_record_prefix(master_key) if len(master_key) <= BOOKIE_MASTER_KEY_BYTES_MAX else (b"", 0)
+        checked_ledger, ledger_status = -1, Status.OK  # the last ledger checked, and its status
+        parts: list[Bytes] = []
+        indexes: list[int] = []
+        size = 0
+        for index, entry in enumerate(entries):
+            status = self._check_entry(entry, master_key)
+            if status is Status.OK:
+                # Once per ledger of the run: nothing changes a ledger's answer during this call.
+                if entry.ledger_id != checked_ledger:
+                    checked_ledger = entry.ledger_id
+                    ledger_status = self._check_ledger(checked_ledger, master_key, recovery)
+                status = ledger_status
+            if status is not Status.OK:
+                refused.append((index, status))
+                continue
+            raw = entry.raw
+            header = add_record_from(prefix, prefix_crc, raw)
+            record_size = len(header) + len(raw)
+            if parts and size + record_size > limit:
+                journal.submit_run(parts, size, partial(self._journaled_run, indexes, on_done))
+                parts, indexes, size = [], [], 0
+            ledgers[entry.ledger_id].note_entry(entry.entry_id, entry.lac)
+            put(entry.ledger_id, entry.entry_id, raw)
+            parts.append(header)
+            parts.append(raw)
+            indexes.append(index)
+            size += record_size
+        self.stats.adds_count += len(entries) - len(refused)
+        if parts:
+            journal.submit_run(parts, size, partial(self._journaled_run, indexes, on_done))
+
+    def _journaled_run(self, indexes: list[int], on_done: OnRunDone, error: BaseException | None) -> None:
+        if error is not None:
+            self._on_disk_failure(error)
+            on_done(indexes, Status.UNAVAILABLE)
+        else:
+            on_done(indexes, Status.OK)
+
     def _check_add(self, entry: EncodedEntry, master_key: bytes, recovery: bool) -> Status:
+        status = self._bookie_add_status()
+        if status is Status.OK:
+            status = self._check_entry(entry, master_key)
+        if status is Status.OK:
+            status = self._check_ledger(entry.ledger_id, master_key, recovery)
+        return status
+
+    def _bookie_add_status(self) -> Status:
         if self.status is not BookieStatus.WRITABLE:
             return Status.READ_ONLY if self.status is BookieStatus.READ_ONLY else Status.UNAVAILABLE
+        return Status.OK
+
+    def _check_entry(self, entry: EncodedEntry, master_key: bytes) -> Status:
         if entry.payload_bytes > self.config.entry_bytes_max:
             return Status.TOO_LARGE
         if entry.entry_id < 0 or len(master_key) > BOOKIE_MASTER_KEY_BYTES_MAX:
             return Status.BAD_REQUEST
         if not entry.digest_ok():
             return Status.BAD_DIGEST
-        state = self._ledgers.get(entry.ledger_id)
+        return Status.OK
+
+    def _check_ledger(self, ledger_id: int, master_key: bytes, recovery: bool) -> Status:
+        state = self._ledgers.get(ledger_id)
         if state is None:
             if len(self._ledgers) >= BOOKIE_LEDGERS_COUNT_MAX:
                 return Status.UNAVAILABLE
-            self._ledgers[entry.ledger_id] = BookieLedger(entry.ledger_id, master_key=master_key)
+            self._ledgers[ledger_id] = BookieLedger(ledger_id, master_key=master_key)
             return Status.OK
         if state.status is LedgerStatus.DELETED:
             return Status.NO_SUCH_LEDGER

@@ -29,7 +29,10 @@ bytes and ``bookie.after_write_before_fsync`` between the write and the fsync. I
 answers the group through the gates ``bookie.after_fsync_before_reply`` and
 ``bookie.after_reply`` (``faults.gate``: inline when unarmed, held by a hang or delay). While
 the disk works, the event loop keeps accepting adds, which form the next group. The same code
-runs whether a point is armed or not.
+runs whether a point is armed or not. A run of records (``submit_run``, the bookie's
+``add_entries``) is queued as one item: its records always share one group (and so every fault
+point of that group), one callback answers them, and it counts as one arrival for
+``journal_wait`` (a run is one burst, not a stream of adds that a wait could gather).
 
 Up to ``journal_groups_in_flight_max`` groups are in flight at once (the next group's write
 overlaps the previous group's fsync, as BookKeeper's force-write thread does); they complete in
@@ -88,6 +91,9 @@ Callback = Callable[[BaseException | None], None]
 #: A framed record, whole or as (framing + prefix, entry): an add's entry is then copied once,
 #: into the group's write, instead of once per concatenation.
 Record = bytes | tuple[bytes, bytes]
+#: What the queue holds per submit: one record, or a run's records as one flat list of parts
+#: (``submit_run``), which always go into the same group.
+_Queued = Record | list[Bytes]
 
 
 def _answered(_error: BaseException | None) -> None:
@@ -116,14 +122,28 @@ def _frame(body: bytes) -> bytes:
 def add_record(master_key: bytes, entry_raw: bytes) -> tuple[bytes, bytes]:
     """An ADD record (kind 5) as (framing + kind + master key, entry), without concatenating
     them; its CRC covers the body up to the end of the entry header (the digest covers the rest)."""
+    prefix, prefix_crc = add_record_prefix(master_key)
+    return add_record_from(prefix, prefix_crc, entry_raw), entry_raw
+
+
+def add_record_prefix(master_key: bytes) -> tuple[bytes, int]:
+    """What every ADD record (kind 5) of one master key starts its body with, and that prefix's
+    CRC32C: ``add_record_from`` then frames each entry of a run without computing them again."""
     invariant(len(master_key) <= BOOKIE_MASTER_KEY_BYTES_MAX, "master key too long for a journal record")
-    invariant(len(entry_raw) >= ENTRY_HEADER_BYTES, "an ADD record needs a whole entry header")
     prefix = bytes((KIND_ADD_DIGESTED, len(master_key))) + master_key
+    return prefix, crc32c(prefix)
+
+
+def add_record_from(prefix: bytes, prefix_crc: int, entry_raw: bytes) -> bytes:
+    """The framing of one ADD record whose body is ``prefix`` (``add_record_prefix``) then
+    ``entry_raw``: the record is this, then ``entry_raw`` (``add_record``'s two parts, joined
+    by the group's write)."""
+    invariant(len(entry_raw) >= ENTRY_HEADER_BYTES, "an ADD record needs a whole entry header")
     body_len = len(prefix) + len(entry_raw)
     if body_len > BOOKIE_JOURNAL_RECORD_BYTES_MAX:
         raise LimitExceededError("BOOKIE_JOURNAL_RECORD_BYTES_MAX", body_len, BOOKIE_JOURNAL_RECORD_BYTES_MAX)
-    crc = crc32c_update(crc32c(prefix), memoryview(entry_raw)[:ENTRY_HEADER_BYTES])
-    return _RECORD_HEADER.pack(body_len, crc) + prefix, entry_raw
+    crc = crc32c_update(prefix_crc, memoryview(entry_raw)[:ENTRY_HEADER_BYTES])
+    return _RECORD_HEADER.pack(body_len, crc) + prefix
 
 
 def record_bytes(record: Record) -> int:
@@ -338,7 +358,7 @@ class Journal:
         self._config = config
         self._file_id = first_file_id
         self._file: DiskFile | None = None
-        self._queue: collections.deque[tuple[Record, int, Callback, int]] = collections.deque()
+        self._queue: collections.deque[tuple[_Queued, int, Callback, int]] = collections.deque()
         self._queued_bytes = 0
         # The idle journal task awaits this future; ``_wake`` resolves it (a bare future: an
         # ``asyncio.Event`` cost a waiter list, a try/finally and a clear per group). The task
@@ -389,13 +409,23 @@ class Journal:
 
     def submit(self, record: Record, callback: Callback) -> None:
         """Queue ``record``; ``callback(None)`` once durable, ``callback(exc)`` if it cannot be."""
+        self._enqueue(record, record_bytes(record), callback)
+
+    def submit_run(self, parts: list[Bytes], size: int, callback: Callback) -> None:
+        """Queue the records of a run as one: ``parts`` is their bytes in order (each record's
+        parts, flat), ``size`` their total. They go into one group together (a run larger than
+        ``journal_group_bytes_max`` makes a group of its own), so one ``callback`` answers them
+        all: ``None`` once the fsync covering every one of them returned, or the error. The
+        caller keeps a run within ``journal_group_bytes_max`` to keep groups bounded."""
+        self._enqueue(parts, size, callback)
+
+    def _enqueue(self, record: _Queued, size: int, callback: Callback) -> None:
         if self.status is not JournalStatus.RUNNING:
             callback(self._failure or ClosedError(f"journal is {self.status.value}"))
             return
         if breaks.active(breaks.Break.ACK_BEFORE_FSYNC):  # negative control only (faults/breaks.py):
             callback(None)  # answer when queued, before the write
             callback = _answered
-        size = record_bytes(record)
         now_ns = self._clock.monotonic_ns()
         self._wait_policy.arrived(now_ns, bool(self._queue) or bool(self._inflight))
         self._queue.append((record, size, callback, now_ns))
@@ -445,6 +475,8 @@ class Journal:
             record, size, callback, _ = queue.popleft()
             if isinstance(record, bytes):
                 parts.append(record)
+            elif not parts and isinstance(record, list):
+                parts = record  # a run's own list (``submit_run``): the journal owns it now
             else:
                 parts.extend(record)
             callbacks.append(callback)
@@ -466,14 +498,16 @@ class Journal:
         if wait_ns <= 0:
             return
         self.waits_count += 1
+        queued = len(self._queue)
         self._grouping = True
         try:
             await self._clock.sleep(wait_ns / 1e9)
         finally:
             self._grouping = False
-        # Fruitless: the head sat alone for the whole bound (however much of it it spent queued
-        # before the wait began); a second record in the group means another add did come.
-        self._wait_policy.waited(len(self._queue) > 1)
+        # Fruitless: no add arrived during the wait. The records queued before it do not count:
+        # a burst the caller handed over in one pass (a ledger's window of adds) is all there is
+        # until its acks, so waiting for more would only delay it, round after round.
+        self._wait_policy.waited(len(self._queue) > queued)
 
     def _rotation_due(self) -> bool:
         # ``_written`` is the open file's size (only the journal appends to it): no call per look.

@@ -16,12 +16,19 @@ seed), with ``bound_ns`` = ``journal_group_wait_ms_max``:
   at once, while a stream that arrives in small bursts (a paced client's timer) still groups.
 * **Probing**: the arrival times alone cannot tell a steady stream from a synchronous producer
   whose round trip is shorter than the bound (from the journal both look the same until one
-  waits). A wait after which the head is still alone (no add came within the bound of its
-  arrival) makes the next ``SKIPS_MIN`` groups go at once, the next fruitless one
+  waits). A fruitless wait (no add arrived during it: below) makes the next ``SKIPS_MIN``
+  groups go at once, the next fruitless one
   ``SKIPS_GROWTH`` times as many, up to ``SKIPS_MAX``; a wait that gained an add, or an add that
-  arrives while another is queued or in flight (other producers at work), ends that back-off.
+  arrives while another is queued or in flight (other producers at work) at least
+  ``BURST_GAP_NS`` after the previous add, ends that back-off. Adds closer together are one
+  burst a caller handed over in one go (a ledger's window of adds, one receive's run): they say
+  nothing about adds still to come.
 * **Bounded**: the head add's age counts against the bound, so no add waits longer than it, and
   one that already waited it (a busy disk, a high rate, a backlog) goes at once.
+
+A wait is fruitless when no add arrived during it (the journal counts its queue before and after):
+the adds a caller hands over together in one pass (a ledger's window) are all that comes until
+their acks, however many they are.
 
 Invariant: ``wait_ns`` returns a value in ``[0, bound_ns]``, and 0 whenever ``bound_ns`` is 0.
 """
@@ -38,13 +45,15 @@ IDLE_GAP_BOUNDS = 4
 SKIPS_MIN = 4
 SKIPS_GROWTH = 4
 SKIPS_MAX = 256
+#: Adds closer together than this are one burst (handed over in one loop pass): such an add
+#: arriving while others are pending does not end a back-off.
+BURST_GAP_NS = 50_000
 
 
 class GroupWaitPolicy:
     """How long the next group waits for more adds; fed every arrival and every wait's outcome."""
 
-    __slots__ = ("_backoff", "_bound_ns", "_cap_ns", "_gap_avg_ns", "_last_arrival_ns", "_last_gap_ns",
-                 "_skips")
+    __slots__ = ("_backoff", "_bound_ns", "_cap_ns", "_gap_avg_ns", "_last_arrival_ns", "_last_gap_ns", "_skips")
 
     def __init__(self, bound_ns: int) -> None:
         invariant(bound_ns >= 0, "the group wait bound is not negative")
@@ -69,7 +78,7 @@ class GroupWaitPolicy:
         gap = self._cap_ns if last is None else min(now_ns - last, self._cap_ns)
         self._last_gap_ns = gap
         self._gap_avg_ns += (gap - self._gap_avg_ns) // GAP_EWMA_WEIGHT_INVERSE
-        if others_pending:
+        if others_pending and last is not None and now_ns - last >= BURST_GAP_NS:
             self._skips = 0
             self._backoff = SKIPS_MIN
 
@@ -85,8 +94,7 @@ class GroupWaitPolicy:
         return max(0, bound - (now_ns - head_arrived_ns))
 
     def waited(self, gained: bool) -> None:
-        """A wait ended; ``gained``: the group holds more than its head (another add came
-        within the bound of the head's arrival)."""
+        """A wait ended; ``gained``: an add arrived during it."""
         if gained:
             self._backoff = SKIPS_MIN
             return

@@ -239,3 +239,17 @@ def test_encode_adds_refuses_a_frame_over_the_bound() -> None:
     big = EncodedEntry.build(1, 0, -1, b"x" * BOOKIE_FRAME_BYTES_MAX)
     with pytest.raises(LimitExceededError):
         encode_adds([(1, EncodedEntry.build(1, 0, -1, b"ok")), (2, big)], b"", False)
+
+
+def test_a_built_entry_needs_no_crc_pass_to_pass_its_digest_check_a_received_one_does() -> None:
+    built = EncodedEntry.build(3, 4, 2, b"payload" * 100)
+    assert built._digest_checked is True and built.digest_ok()  # computed over these bytes just now
+    # The same bytes received (parsed) are checked for real; damaged ones fail (control).
+    received = EncodedEntry.parse(built.raw)
+    assert received._digest_checked is None and received.digest_ok()
+    damaged = bytearray(built.raw)
+    damaged[-1] ^= 0x01
+    assert not EncodedEntry.parse(bytes(damaged)).digest_ok()
+    # An entry made from a built one's fields with another digest is not trusted either.
+    forged = EncodedEntry(built.ledger_id, built.entry_id, built.lac, built.digest ^ 1, built.raw)
+    assert not forged.digest_ok()

@@ -23,7 +23,6 @@ from magnetar.protocol.pulsar import (
     SendReceived,
     ServerConfig,
     ServerConnection,
-    commands,
     pb,
 )
 
@@ -171,8 +170,7 @@ class FakeBroker:
             index = next_index
             while index < len(self.entries) and permits[consumer_id] > 0:
                 entry = self.entries[index]
-                msg_id = commands.message_id(LEDGER_ID, entry.entry_id, partition=-1)
-                conn.send_message(consumer_id, msg_id, entry.headers_and_payload)
+                conn.send_message(consumer_id, LEDGER_ID, entry.entry_id, entry.headers_and_payload, partition=-1)
                 count = entry.metadata.num_messages_in_batch if entry.metadata.HasField("num_messages_in_batch") else 1
                 permits[consumer_id] -= count
                 index += 1

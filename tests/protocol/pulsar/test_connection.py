@@ -236,7 +236,7 @@ def test_broker_replies_decode_as_the_client_expects() -> None:
     conn.send_lookup_connect(2, "pulsar://127.0.0.1:6650")
     conn.send_producer_success(0, "standalone-0-1")
     conn.send_receipt(0, 0, 7, 0)
-    conn.send_message(3, commands.message_id(7, 0, partition=-1), b"\x00\x00\x00\x00")
+    conn.send_message(3, 7, 0, b"\x00\x00\x00\x00", partition=-1)
     conn.send_get_last_message_id_response(4, commands.message_id(-1, -1), commands.message_id(7, 0))
     conn.send_close_consumer(3)
     decoder = FrameDecoder()
@@ -280,7 +280,7 @@ def test_outbound_queue_is_bounded() -> None:
     entry = b"\x00" * (1024 * 1024)
     with pytest.raises(LimitExceededError):
         for i in range(100):
-            conn.send_message(1, commands.message_id(1, i), entry)
+            conn.send_message(1, 1, i, entry, partition=None)
     assert conn.outbound_bytes <= 4 * (5 * 1024 * 1024 + 10 * 1024)
 
 

@@ -4,6 +4,7 @@ gives for the same bytes, and anything outside their common shape falls back to 
 from __future__ import annotations
 
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -205,3 +206,38 @@ def _with_trailing(frame: bytes) -> bytes:
     """The frame with one byte after its command (its sizes adjusted): malformed for FLOW."""
     total = int.from_bytes(frame[:4], "big") + 1
     return total.to_bytes(4, "big") + frame[4:] + b"\x00"
+
+
+def test_transaction_and_property_acks_fall_back_and_read_as_protobuf_reads_them() -> None:
+    # Fields the hand decoder does not act on (transaction ids, properties) send the ACK through
+    # protobuf; the event is what protobuf reads.
+    for ack in (pb.CommandAck(consumer_id=3, ack_type=pb.CommandAck.Individual, txnid_least_bits=7, txnid_most_bits=9,
+                              message_id=[pb.MessageIdData(ledgerId=1, entryId=2)]),
+                pb.CommandAck(consumer_id=3, ack_type=pb.CommandAck.Cumulative, message_id=[
+                    pb.MessageIdData(ledgerId=1, entryId=2)], properties=[pb.KeyLongValue(key="k", value=1)])):
+        data = T(type=T.ACK, ack=ack).SerializeToString()
+        assert decode_ack(data) is None
+        (event,) = _connected().receive_data(encode_command(T(type=T.ACK, ack=ack)), 1)
+        assert isinstance(event, AckReceived) and event.ack == _ack_of_pb(data)
+        assert event.ack.message_ids[0].ledger_id == 1 and event.ack.message_ids[0].entry_id == 2
+
+
+def test_a_corrupt_ack_is_refused_with_protobufs_error() -> None:
+    # A message id whose length runs past the ACK's body: the hand decoder declines it, and the
+    # frame is refused by the protobuf path as before (a sticky MalformedFrameError).
+    good = T(type=T.ACK, ack=pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual, message_id=[
+        pb.MessageIdData(ledgerId=2, entryId=3)])).SerializeToString()
+    assert decode_ack(good) is not None
+    corrupt = bytearray(good)
+    corrupt[good.index(bytes([0x1A])) + 1] = 0x7F  # message_id's length: far past the end
+    assert decode_ack(bytes(corrupt)) is None
+    with pytest.raises(DecodeError):
+        T().ParseFromString(bytes(corrupt))
+    frame = len(corrupt).to_bytes(4, "big")
+    frame = (len(corrupt) + 4).to_bytes(4, "big") + frame + bytes(corrupt)
+    with pytest.raises(MalformedFrameError, match="unparsable BaseCommand"):
+        _connected().receive_data(frame, 1)
+    # Control: the intact frame is accepted.
+    (event,) = _connected().receive_data(encode_command(T(type=T.ACK, ack=pb.CommandAck(
+        consumer_id=1, ack_type=pb.CommandAck.Individual, message_id=[pb.MessageIdData(ledgerId=2, entryId=3)]))), 1)
+    assert isinstance(event, AckReceived) and event.ack.message_ids[0].entry_id == 3

@@ -94,6 +94,10 @@ def register(app: typer.Typer) -> None:
             json_path: str = typer.Option(None, "--json", help="write the results to this JSON file"),
             token: str = typer.Option(None, "--token", envvar="MAGNETAR_TOKEN", help="JWT, or file:///path to one"),
             tls_trust_cert: str = typer.Option(None, "--tls-trust-cert", help="CA file for pulsar+ssl:// URLs"),
+            client_tuning: bool = typer.Option(True, "--client-tuning/--no-client-tuning",
+                                               help="this process's GIL switch interval and GC set for the run"),
+            split: bool = typer.Option(False, "--split", help="e2e: producers in one client process, consumers "
+                                       "in another (no GIL shared by receipts and received messages)"),
             blast: bool = typer.Option(False, "--blast", help="produce only: pre-encoded SEND frames, pipelined up to "
                                        "--max-pending per process, --processes processes (the broker's ingest limit)"),
             blast_batch: int = typer.Option(1, "--blast-batch", help="with --blast: messages per SEND frame (one "
@@ -117,8 +121,8 @@ def register(app: typer.Typer) -> None:
                  max_outstanding=max_outstanding,
                  duration_s=duration_s, messages=messages, subscription=subscription,
                  subscription_type=subscription_type, receiver_queue=receiver_queue, earliest=earliest,
-                 windows=windows, operation_timeout_s=operation_timeout_s, processes=processes,
-                 json_path=json_path)
+                 windows=windows, operation_timeout_s=operation_timeout_s, processes=2 if split else processes,
+                 client_tuning=client_tuning, split=split, json_path=json_path)
 
         run.__doc__ = doc
         perf_app.command(mode)(run)

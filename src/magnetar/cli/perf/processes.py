@@ -92,6 +92,7 @@ def _child_main(index: int, settings: PerfSettings, share: Share, reports: Any, 
         result = run.run()
         result["histograms"] = {side: getattr(run, attr).latency.total.encode().decode("ascii")
                                 for side, attr in (("publish", "published"), ("receive", "received"))}
+        result["histograms"]["send_lag"] = run.send_lag.total.encode().decode("ascii")
         link.put("result", result)
     except BaseException as exc:  # reported to the parent, which fails the run
         link.put("error", f"{type(exc).__name__}: {exc}")
@@ -318,6 +319,9 @@ class MultiRun:
             data.update(count=count, failed=sum(r[side]["failed"] for r in results), msgs_s=count / elapsed,
                         mb_s=count * self.s.size / MIB / elapsed, latency_ms=Latency.summary(histogram),
                         per_second=self.per_second[side])
+            if side == "publish" and self.s.rate > 0:  # the senders' lateness, over every process
+                lags = [r["histograms"]["send_lag"] for r in results if "send_lag" in r["histograms"]]
+                data["send_lag_ms"] = Latency.summary(Latency.merged(lags))
             merged[side] = data
         merged["client_cpu_us_per_msg"] = _cpu_per_message(merged)
         errors = [f"process {i}: {e}" for i in sorted(self.results) for e in self.results[i]["errors"]]

@@ -5,10 +5,13 @@ receive, summarise (one client process of a ``--processes`` run, or the whole ru
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from magnetar.base.limits import (
@@ -33,10 +36,41 @@ from magnetar.cli.perf.settings import (
     Share,
     split_shares,
 )
-from magnetar.cli.perf.stats import Side, _cpu_per_message, live_line
+from magnetar.cli.perf.stats import Latency, Side, _cpu_per_message, live_line
+from magnetar.runtime.gc_tuning import SERVER_GC_THRESHOLDS
 
 if TYPE_CHECKING:
     from magnetar.cli.perf.processes import _ChildLink
+
+
+#: The GIL switch interval of a perf client process during a run (CPython: 5 ms). The official
+#: client calls back into Python from its I/O thread (every receipt, under the GIL): while another
+#: thread holds the GIL (the once-a-second line's histogram work, a consumer callback), that
+#: thread, and with it every socket of the client, waits until the holder lets go, at the latest
+#: after the switch interval. Shorter, a stalled I/O thread gets the GIL sooner.
+PERF_SWITCH_INTERVAL_S = 0.0005
+
+
+@contextmanager
+def _client_tuning(on: bool) -> Iterator[None]:
+    """For one run: the switch interval above, and the garbage collector as a server tunes it
+    (start-up objects frozen, a large young generation: no full collection walks the client's
+    modules mid-run). Both restored afterwards (a bench script runs several runs in-process)."""
+    if not on:
+        yield
+        return
+    interval, thresholds, frozen = sys.getswitchinterval(), gc.get_threshold(), gc.get_freeze_count()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*SERVER_GC_THRESHOLDS)
+    sys.setswitchinterval(PERF_SWITCH_INTERVAL_S)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+        gc.set_threshold(*thresholds)
+        if not frozen:  # else the caller froze objects before: unfreezing would undo that too
+            gc.unfreeze()
 
 
 class PerfRun:
@@ -53,6 +87,10 @@ class PerfRun:
         self.share = share or split_shares(dataclasses.replace(settings, processes=1, messages=0))[0]
         self.link = link
         self.published = Side()
+        # Paced runs: how late the sender thread made each send against its schedule (0 when on
+        # time). A late sender stamps late (the lateness is not in the latencies) and then sends
+        # what it owes at once: a burst the server sees; this says how large the bursts were.
+        self.send_lag = Latency()
         self.received = Side()
         self.sent = 0
         self.stop = threading.Event()
@@ -123,11 +161,15 @@ class PerfRun:
         burst = self.s.burst
         stop = self.stop
         time_ns = time.time_ns
+        record_lag = self.send_lag.record
         while self.sent < limit and not stop.is_set():
             if interval:
                 ahead = start + self.sent * interval - time.perf_counter()
                 if ahead > 0:
                     time.sleep(ahead)
+                    record_lag(0)
+                else:
+                    record_lag(int(-ahead * 1e6))
             if outstanding is not None:
                 while not outstanding.acquire(timeout=0.1):
                     if stop.is_set():
@@ -225,7 +267,7 @@ class PerfRun:
         pulsar = _import_pulsar()
         elapsed = cpu_s = 0.0
         published = received = 0
-        with _official_client(self.s) as client:
+        with _client_tuning(self.s.client_tuning), _official_client(self.s) as client:
             if self.s.mode != "produce":
                 self._subscribe(client, pulsar)
             producers = self._create_producers(client) if self.s.mode != "consume" else []
@@ -266,6 +308,8 @@ class PerfRun:
         if self.s.mode != "consume":
             result["publish"] = {"sent": self.sent, "pending_at_end": self.abandoned,
                                  **self.published.result(elapsed, self.s.size, published)}
+            if self.s.rate > 0:
+                result["publish"]["send_lag_ms"] = Latency.summary(self.send_lag.total)
         if self.s.mode != "produce":
             result["receive"] = self.received.result(elapsed, self.s.size, received)
         result["client_cpu_us_per_msg"] = _cpu_per_message(result)

@@ -68,6 +68,8 @@ class PerfSettings:
     processes: int = 1  # client processes, each with its own client and share of the producers/consumers
     token: str | None = None  # a JWT (already read from file:/data: by the CLI): AuthenticationToken
     tls_trust_cert: str | None = None  # CA file for pulsar+ssl:// and https:// service URLs
+    client_tuning: bool = True  # the client process's GIL switch interval and GC set for the run (run.py)
+    split: bool = False  # e2e, processes=2: every producer in one client process, every consumer in the other
 
     def public(self) -> dict[str, Any]:
         """The settings as results record them: the token is never written out."""
@@ -98,6 +100,8 @@ class PerfSettings:
             (1 <= self.processes <= PERF_PROCESSES_COUNT_MAX, f"processes must be 1..{PERF_PROCESSES_COUNT_MAX}"),
             (self.messages == 0 or self.messages >= self.processes,
              "messages must be 0 or at least one per process"),
+            (not self.split or (self.mode == "e2e" and self.processes == 2),
+             "split is for e2e in 2 processes (producers in one, consumers in the other)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -129,6 +133,8 @@ def split_shares(settings: PerfSettings) -> list[Share]:
     producers = [] if settings.mode == "consume" else [n for n in names for _ in range(settings.producers)]
     consumers = [] if settings.mode == "produce" else [n for n in names for _ in range(settings.consumers)]
     count = settings.processes
+    if settings.split:  # the receipts and the consumers' callbacks in two processes: no shared GIL
+        return [Share(tuple(producers), ()), Share((), tuple(consumers))]
     dealt: list[tuple[str, ...]]
     if producers and len(producers) < count:
         dealt = [(producers[i % len(producers)],) for i in range(count)]
@@ -141,6 +147,9 @@ def split_settings(settings: PerfSettings) -> list[PerfSettings]:
     """Each process's settings: its share of ``rate``, ``messages`` (``consume``: the parent
     stops every process once the total is received) and ``max_outstanding``."""
     count = settings.processes
+    if settings.split:  # the producing process sends everything; the other one only receives
+        return [dataclasses.replace(settings, processes=1, split=False),
+                dataclasses.replace(settings, processes=1, split=False, messages=0, max_outstanding=0)]
     base, extra = divmod(settings.messages, count)
     out = []
     for i in range(count):

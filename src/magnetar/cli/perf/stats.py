@@ -135,6 +135,10 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                      f"{data['mb_s']:.2f} MB/s (failed {data['failed']})")
         lines.append(f"  {label} ms: p50 {lat['p50']:.3f}  p95 {lat['p95']:.3f}  p99 {lat['p99']:.3f}  "
                      f"p99.9 {lat['p99_9']:.3f}  max {lat['max']:.3f}")
+        lag = data.get("send_lag_ms")
+        if lag:  # paced: the sender's lateness against its schedule (bursts it then sent)
+            lines.append(f"  sender late ms: p50 {lag['p50']:.3f}  p99 {lag['p99']:.3f}  p99.9 {lag['p99_9']:.3f}  "
+                         f"max {lag['max']:.3f}")
     if "client_cpu_s" in result:
         lines.append(f"client: {result.get('processes', 1)} process(es), {result['client_cpu_s']:.2f} CPU s = "
                      f"{result['client_cpu_us_per_msg']:.1f} us/msg")

@@ -132,13 +132,18 @@ class EncodedEntry:
 
     @classmethod
     def build(cls, ledger_id: int, entry_id: int, lac: int, payload: bytes | bytearray | memoryview) -> EncodedEntry:
-        """Encode an entry as a writer does, computing its digest."""
+        """Encode an entry as a writer does, computing its digest. The digest is known to match
+        (it was just computed over these bytes): ``digest_ok`` of the built entry makes no CRC
+        pass, so a bookie in the writer's own process (``LocalFirstTransport``) checks it for
+        free. An entry that crossed a wire or a disk is a parsed one and is checked for real."""
         _check_ledger(ledger_id)
         if entry_id < 0 or lac < -1:
             raise InvalidArgumentError(f"invalid entry {ledger_id}:{entry_id} with lac {lac}")
         digest = entry_digest(ledger_id, entry_id, lac, payload)
         raw = _ENTRY_HEADER.pack(ledger_id, entry_id, lac, len(payload), digest) + bytes(payload)
-        return cls(ledger_id, entry_id, lac, digest, raw)
+        entry = cls(ledger_id, entry_id, lac, digest, raw)
+        object.__setattr__(entry, "_digest_checked", True)
+        return entry
 
     @classmethod
     def parse(cls, raw: bytes) -> EncodedEntry:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
@@ -58,7 +58,7 @@ from magnetar.protocol.pulsar.errors import (
     FrameChecksumMismatchError,
     ProtocolViolationError,
 )
-from magnetar.protocol.pulsar.fast import encode_send_receipt
+from magnetar.protocol.pulsar.fast import encode_message_header, encode_send_receipt
 from magnetar.protocol.pulsar.fast_decode import (
     AckCommand,
     SendCommand,
@@ -75,7 +75,6 @@ from magnetar.protocol.pulsar.frames import (
     MessagePayload,
     decode_message,
     encode_command,
-    payload_frame_parts,
     type_name,
 )
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
@@ -450,11 +449,21 @@ class ServerConnection(FrameReceiver[Event]):
         out, self._out, self._out_bytes = self._out, [], 0
         return out
 
-    def _queue(self, *parts: Buffer) -> None:
-        size = sum(len(p) for p in parts)
+    def _queue(self, part: Buffer) -> None:
+        size = len(part)
         if self._out_bytes + size > PULSAR_SEND_BUFFER_BYTES_MAX:
             raise LimitExceededError("PULSAR_SEND_BUFFER_BYTES_MAX", self._out_bytes + size, PULSAR_SEND_BUFFER_BYTES_MAX)
-        self._out.extend(parts)
+        self._out.append(part)
+        self._out_bytes += size
+
+    def _queue_two(self, header: Buffer, body: Buffer) -> None:
+        """A payload frame's two parts (the body, a stored entry, is not copied)."""
+        size = len(header) + len(body)
+        if self._out_bytes + size > PULSAR_SEND_BUFFER_BYTES_MAX:
+            raise LimitExceededError("PULSAR_SEND_BUFFER_BYTES_MAX", self._out_bytes + size, PULSAR_SEND_BUFFER_BYTES_MAX)
+        out = self._out
+        out.append(header)
+        out.append(body)
         self._out_bytes += size
 
     def _send(self, command: pb.BaseCommand) -> None:
@@ -506,14 +515,17 @@ class ServerConnection(FrameReceiver[Event]):
     def send_error(self, request_id: int, code: int, message: str) -> None:
         self._send(commands.error(request_id, code, message))
 
-    def send_message(self, consumer_id: int, msg_id: pb.MessageIdData, headers_and_payload: Buffer,
-                     redelivery_count: int = 0, ack_set: Iterable[int] = (),
-                     consumer_epoch: int | None = None) -> None:
-        """Queue a MESSAGE frame; ``headers_and_payload`` (a stored entry) is queued without copying."""
-        command = commands.message(consumer_id, msg_id, redelivery_count, ack_set, consumer_epoch)
+    def send_message(self, consumer_id: int, ledger_id: int, entry_id: int, headers_and_payload: Buffer, *,
+                     partition: int | None = -1, redelivery_count: int = 0, ack_set: Sequence[int] = (),
+                     batch_index: int | None = None, consumer_epoch: int | None = None) -> None:
+        """Queue a MESSAGE frame for the entry at ``ledger_id:entry_id`` (signed ids, -1 written as
+        all-ones u64); ``headers_and_payload`` (a stored entry) is queued without copying. Once per
+        dispatched entry: the command is encoded without protobuf objects (same bytes, ``fast.py``)."""
+        header = encode_message_header(consumer_id, ledger_id, entry_id, len(headers_and_payload),
+                                       partition=partition, redelivery_count=redelivery_count, ack_set=ack_set,
+                                       batch_index=batch_index, consumer_epoch=consumer_epoch)
         self._transition(Trigger.SEND_COMMAND)
-        header, body = payload_frame_parts(command, headers_and_payload)
-        self._queue(header, body)
+        self._queue_two(header, headers_and_payload)
 
     def send_close_producer(self, producer_id: int, assigned_url: str | None = None,
                             assigned_url_tls: str | None = None) -> None:

@@ -22,14 +22,14 @@ C) validates and reads it in ~1.0 us, a field skimmer in Python took 3.3 us for 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Final
 
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
-_U64 = (1 << 64) - 1
-_U32 = (1 << 32) - 1
-_VARINT = 0
-_LENGTH_DELIMITED = 2
+_U64: Final = (1 << 64) - 1
+_U32: Final = (1 << 32) - 1
+_VARINT: Final = 0
+_LENGTH_DELIMITED: Final = 2
 
 
 def _key(message: type, field: str, wire_type: int) -> int:
@@ -40,49 +40,55 @@ def _key(message: type, field: str, wire_type: int) -> int:
     return tag
 
 
-_TYPE = _key(pb.BaseCommand, "type", _VARINT)
-_BODY_SEND = _key(pb.BaseCommand, "send", _LENGTH_DELIMITED)
-_BODY_FLOW = _key(pb.BaseCommand, "flow", _LENGTH_DELIMITED)
-_BODY_ACK = _key(pb.BaseCommand, "ack", _LENGTH_DELIMITED)
-SEND = int(pb.BaseCommand.SEND)
-FLOW = int(pb.BaseCommand.FLOW)
-ACK = int(pb.BaseCommand.ACK)
+_TYPE: Final = _key(pb.BaseCommand, "type", _VARINT)
+_BODY_SEND: Final = _key(pb.BaseCommand, "send", _LENGTH_DELIMITED)
+_BODY_FLOW: Final = _key(pb.BaseCommand, "flow", _LENGTH_DELIMITED)
+_BODY_ACK: Final = _key(pb.BaseCommand, "ack", _LENGTH_DELIMITED)
+SEND: Final = int(pb.BaseCommand.SEND)
+FLOW: Final = int(pb.BaseCommand.FLOW)
+ACK: Final = int(pb.BaseCommand.ACK)
 
-_S_PRODUCER = _key(pb.CommandSend, "producer_id", _VARINT)
-_S_SEQUENCE = _key(pb.CommandSend, "sequence_id", _VARINT)
-_S_NUM_MESSAGES = _key(pb.CommandSend, "num_messages", _VARINT)
-_S_HIGHEST = _key(pb.CommandSend, "highest_sequence_id", _VARINT)
-_S_IS_CHUNK = _key(pb.CommandSend, "is_chunk", _VARINT)
+_S_PRODUCER: Final = _key(pb.CommandSend, "producer_id", _VARINT)
+_S_SEQUENCE: Final = _key(pb.CommandSend, "sequence_id", _VARINT)
+_S_NUM_MESSAGES: Final = _key(pb.CommandSend, "num_messages", _VARINT)
+_S_HIGHEST: Final = _key(pb.CommandSend, "highest_sequence_id", _VARINT)
+_S_IS_CHUNK: Final = _key(pb.CommandSend, "is_chunk", _VARINT)
 
-_F_CONSUMER = _key(pb.CommandFlow, "consumer_id", _VARINT)
-_F_PERMITS = _key(pb.CommandFlow, "messagePermits", _VARINT)
+_F_CONSUMER: Final = _key(pb.CommandFlow, "consumer_id", _VARINT)
+_F_PERMITS: Final = _key(pb.CommandFlow, "messagePermits", _VARINT)
 
-_A_CONSUMER = _key(pb.CommandAck, "consumer_id", _VARINT)
-_A_TYPE = _key(pb.CommandAck, "ack_type", _VARINT)
-_A_MESSAGE_ID = _key(pb.CommandAck, "message_id", _LENGTH_DELIMITED)
-_A_REQUEST = _key(pb.CommandAck, "request_id", _VARINT)
-_ACK_TYPES = frozenset(v.number for v in pb.CommandAck.AckType.DESCRIPTOR.values)
-CUMULATIVE = int(pb.CommandAck.Cumulative)
+_A_CONSUMER: Final = _key(pb.CommandAck, "consumer_id", _VARINT)
+_A_TYPE: Final = _key(pb.CommandAck, "ack_type", _VARINT)
+_A_MESSAGE_ID: Final = _key(pb.CommandAck, "message_id", _LENGTH_DELIMITED)
+_A_REQUEST: Final = _key(pb.CommandAck, "request_id", _VARINT)
+_ACK_TYPES: Final = frozenset(v.number for v in pb.CommandAck.AckType.DESCRIPTOR.values)
+CUMULATIVE: Final = int(pb.CommandAck.Cumulative)
 
-_M_LEDGER = _key(pb.MessageIdData, "ledgerId", _VARINT)
-_M_ENTRY = _key(pb.MessageIdData, "entryId", _VARINT)
-_M_PARTITION = _key(pb.MessageIdData, "partition", _VARINT)
-_M_BATCH_INDEX = _key(pb.MessageIdData, "batch_index", _VARINT)
-_M_ACK_SET = _key(pb.MessageIdData, "ack_set", _VARINT)
-_M_ACK_SET_PACKED = _key(pb.MessageIdData, "ack_set", _LENGTH_DELIMITED)
-_M_BATCH_SIZE = _key(pb.MessageIdData, "batch_size", _VARINT)
+_M_LEDGER: Final = _key(pb.MessageIdData, "ledgerId", _VARINT)
+_M_ENTRY: Final = _key(pb.MessageIdData, "entryId", _VARINT)
+_M_PARTITION: Final = _key(pb.MessageIdData, "partition", _VARINT)
+_M_BATCH_INDEX: Final = _key(pb.MessageIdData, "batch_index", _VARINT)
+_M_ACK_SET: Final = _key(pb.MessageIdData, "ack_set", _VARINT)
+_M_ACK_SET_PACKED: Final = _key(pb.MessageIdData, "ack_set", _LENGTH_DELIMITED)
+_M_BATCH_SIZE: Final = _key(pb.MessageIdData, "batch_size", _VARINT)
 
 
-@dataclass(slots=True)
+# Plain classes, not dataclasses: compiled (mypyc), a dataclass's ``__init__`` stays the
+# interpreted function ``dataclasses`` generates (~0.2 us, ~0.45 us frozen, measured), a plain
+# class's is native (~0.04 us); one of these is built per SEND and per acknowledged id.
+
+
 class SendCommand:
     """What the broker reads of a SEND: ``num_messages`` and ``highest_sequence_id`` are None when
     the client did not send them (the broker then derives them)."""
 
-    producer_id: int
-    sequence_id: int
-    num_messages: int | None = None
-    highest_sequence_id: int | None = None
-    is_chunk: bool = False
+    def __init__(self, producer_id: int, sequence_id: int, num_messages: int | None = None,
+                 highest_sequence_id: int | None = None, is_chunk: bool = False) -> None:
+        self.producer_id = producer_id
+        self.sequence_id = sequence_id
+        self.num_messages = num_messages
+        self.highest_sequence_id = highest_sequence_id
+        self.is_chunk = is_chunk
 
     @classmethod
     def of(cls, send: pb.CommandSend) -> SendCommand:
@@ -92,22 +98,48 @@ class SendCommand:
                    send.highest_sequence_id if send.HasField("highest_sequence_id") else None,
                    send.HasField("is_chunk") and send.is_chunk)
 
+    def _key(self) -> tuple[int, int, int | None, int | None, bool]:
+        return self.producer_id, self.sequence_id, self.num_messages, self.highest_sequence_id, self.is_chunk
 
-@dataclass(frozen=True, slots=True)
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SendCommand) and self._key() == other._key()
+
+    def __repr__(self) -> str:
+        return ("SendCommand(producer_id={}, sequence_id={}, num_messages={}, highest_sequence_id={}, is_chunk={})"
+                .format(*self._key()))
+
+
 class AckedId:
-    """One message id of an ACK, as sent (unsigned 64-bit ledger and entry ids)."""
+    """One message id of an ACK, as sent (unsigned 64-bit ledger and entry ids). A value: never
+    changed after it is built (equal ids hash alike)."""
 
-    ledger_id: int
-    entry_id: int
-    ack_set: tuple[int, ...] = ()
+    def __init__(self, ledger_id: int, entry_id: int, ack_set: tuple[int, ...] = ()) -> None:
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.ack_set = ack_set
+
+    def _key(self) -> tuple[int, int, tuple[int, ...]]:
+        return self.ledger_id, self.entry_id, self.ack_set
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AckedId) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"AckedId(ledger_id={self.ledger_id}, entry_id={self.entry_id}, ack_set={self.ack_set})"
 
 
-@dataclass(frozen=True, slots=True)
 class AckCommand:
-    consumer_id: int
-    cumulative: bool
-    message_ids: tuple[AckedId, ...]
-    request_id: int | None
+    """What the broker reads of an ACK. A value: never changed after it is built."""
+
+    def __init__(self, consumer_id: int, cumulative: bool, message_ids: tuple[AckedId, ...],
+                 request_id: int | None) -> None:
+        self.consumer_id = consumer_id
+        self.cumulative = cumulative
+        self.message_ids = message_ids
+        self.request_id = request_id
 
     @classmethod
     def of(cls, ack: pb.CommandAck) -> AckCommand:
@@ -116,6 +148,19 @@ class AckCommand:
         return cls(ack.consumer_id, ack.ack_type == CUMULATIVE,
                    tuple(AckedId(m.ledgerId, m.entryId, tuple(m.ack_set)) for m in ack.message_id),
                    ack.request_id if ack.HasField("request_id") else None)
+
+    def _key(self) -> tuple[int, bool, tuple[AckedId, ...], int | None]:
+        return self.consumer_id, self.cumulative, self.message_ids, self.request_id
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AckCommand) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return ("AckCommand(consumer_id={}, cumulative={}, message_ids={}, request_id={})"
+                .format(*self._key()))
 
 
 def _varint(data: bytes, i: int, end: int) -> tuple[int, int]:
@@ -247,7 +292,7 @@ def _signed64(value: int) -> int:
 
 def _message_id(data: bytes, i: int, end: int) -> AckedId | None:
     ledger_id = entry_id = 0
-    ack_set: list[int] = []
+    ack_set: list[int] | None = None  # built only for the ids that carry one (batch index acks)
     while i < end:
         tag = data[i]
         value, i = _varint(data, i + 1, end)
@@ -260,11 +305,15 @@ def _message_id(data: bytes, i: int, end: int) -> AckedId | None:
         elif tag in (_M_PARTITION, _M_BATCH_INDEX, _M_BATCH_SIZE):
             continue  # read and not acted on (the broker knows the partition and batch sizes)
         elif tag == _M_ACK_SET:
+            if ack_set is None:
+                ack_set = []
             ack_set.append(_signed64(value))
         elif tag == _M_ACK_SET_PACKED:
             packed_end = i + value
             if packed_end > end:
                 return None
+            if ack_set is None:
+                ack_set = []
             while i < packed_end:
                 word, i = _varint(data, i, packed_end)
                 if i < 0:
@@ -272,4 +321,4 @@ def _message_id(data: bytes, i: int, end: int) -> AckedId | None:
                 ack_set.append(_signed64(word))
         else:
             return None
-    return AckedId(ledger_id, entry_id, tuple(ack_set))
+    return AckedId(ledger_id, entry_id, () if ack_set is None else tuple(ack_set))
