@@ -47,7 +47,7 @@ compile: venv-run
 
 # The pure-Python fallback runs these tests too (the unit tests of the layers that
 # are compiled), after the whole suite ran on the compiled modules.
-PURE_TESTS ?= tests/base tests/faults tests/protocol tests/storage tests/ledger tests/managed_ledger tests/broker tests/node tests/tooling/test_compiled_mode.py
+PURE_TESTS ?= tests/base tests/faults tests/protocol tests/storage tests/ledger tests/managed_ledger tests/broker tests/node tests/runtime tests/control tests/tooling/test_compiled_mode.py
 
 system-deps:
 	@bash scripts/install-system-deps.sh

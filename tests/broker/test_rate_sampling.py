@@ -15,31 +15,30 @@ from tests.admin.harness import AdminWorld, run_world
 NS = "persistent://public/default/"
 
 
-def _count_samples(topics: list[Topic]) -> set[tuple[int, int]]:
-    """Wrap each topic's ``sample_rates`` to note (topic index, time) of the passes that sampled
-    it (a set: the service's own scheduled pass and the test's pass at one time count once)."""
-    sampled: set[tuple[int, int]] = set()
-    for index, topic in enumerate(topics):
-        original = topic.sample_rates
+def _count_samples(w: AdminWorld) -> set[tuple[str, int]]:
+    """The topics ``w`` loads from now on note (topic, time) of the passes that sampled them (a
+    set: the service's own scheduled pass and the test's pass at one time count once)."""
+    sampled: set[tuple[str, int]] = set()
 
-        def counting(now_ns: int, previous_ns: int = -1, original: object = original, index: int = index) -> bool:
-            did = bool(original(now_ns, previous_ns))  # type: ignore[operator]
+    class CountingTopic(Topic):
+        def sample_rates(self, now_ns: int, previous_ns: int = -1) -> bool:
+            did = super().sample_rates(now_ns, previous_ns)
             if did:
-                sampled.add((index, now_ns))
+                sampled.add((str(self.name), now_ns))
             return did
 
-        topic.sample_rates = counting  # type: ignore[method-assign]
+    w.service.topic_type = CountingTopic
     return sampled
 
 
 def test_a_pass_over_idle_topics_samples_none_of_them() -> None:
     async def body(w: AdminWorld) -> None:
+        sampled = _count_samples(w)
         topics = []
         for i in range(200):
             topic = await w.service.get_topic(TopicName.parse(f"{NS}idle-{i}"), create=True)
             await topic.subscription("s", durable=True, initial_mark_delete=EARLIEST)
             topics.append(topic)
-        sampled = _count_samples(topics)
         await w.clock.advance(5.0)
         await w.check()  # the first pass samples every topic (no previous pass to count from)
         assert len(sampled) == 200
@@ -58,13 +57,13 @@ def test_a_pass_over_idle_topics_samples_none_of_them() -> None:
 
 def test_rates_of_an_active_then_idle_topic_are_the_ones_sampling_every_pass_gives() -> None:
     async def body(w: AdminWorld) -> None:
+        sampled = _count_samples(w)
         topic = await w.service.get_topic(TopicName.parse(f"{NS}busy"), create=True)
         await topic.subscription("s", durable=True, initial_mark_delete=EARLIEST)
         meters = topic.rate_meters()
         references = [RateMeter() for _ in meters]
         for reference in references:
             reference.sample(w.clock.monotonic_ns())  # the meters' own load-time sample
-        sampled = _count_samples([topic])
         # Messages published before each pass (5 s apart): busy, idle for a while, busy again.
         plan = [3, 0, 7, 0, 0, 0, 0, 1, 0, 0, 12, 12, 0, 0]
         seen: list[tuple[float, float]] = []

@@ -16,12 +16,12 @@ from magnetar.base.types import EARLIEST, TopicName
 from magnetar.broker import BrokerConfig
 from magnetar.broker.managed_log import ManagedLogStore
 from magnetar.broker.service import BrokerService
-from magnetar.broker.topic import Topic
 from magnetar.catalog.lookup import LookupAnswer, LookupKind
 from magnetar.catalog.resources import ClusterData
 from magnetar.control.bundles import BundleRange, NamespaceBundles
 from magnetar.control.ownership import ASSIGNED_RELEASE_WAIT_MS, BundleOwnership, owner_path
-from magnetar.managed_ledger import ManagedLedger, ManagedLedgerConfig, MLState
+from magnetar.faults import breaks
+from magnetar.managed_ledger import ManagedLedgerConfig, MLState
 from tests.admin.harness import message
 from tests.ledger.fakes import FakeTransport
 from tests.managed_ledger.harness import World, make_world
@@ -110,20 +110,6 @@ def measure_unload(topics: int, subscriptions: int, config: BrokerConfig | None 
     return sim.run(main(), steps_max=5_000_000)
 
 
-async def _serial_parts(self: Topic) -> None:
-    """Topic parts closed one after another, as before issue 24's fix (negative control)."""
-    for subscription in list(self.subscriptions.values()):
-        await subscription.close(delete=not subscription.durable)
-    await self.compaction.close()
-    await self.dedup.close()
-    await self.repl_dedup.close()
-
-
-async def _serial_cursors(self: ManagedLedger) -> None:
-    for cursor in list(self.cursors.values()):
-        await cursor.close()
-
-
 def test_an_unload_costs_a_few_round_trips_whatever_the_topics_and_subscriptions() -> None:
     one = measure_unload(topics=1, subscriptions=1)
     many = measure_unload(topics=40, subscriptions=6)
@@ -131,11 +117,15 @@ def test_an_unload_costs_a_few_round_trips_whatever_the_topics_and_subscriptions
     assert many <= one + 2 * RTT_S, (one, many)
 
 
-def test_negative_control_a_serial_close_is_caught(monkeypatch: Any) -> None:
+def test_negative_control_a_serial_close_is_caught() -> None:
+    """``Break.SERIAL_CLOSE``: topic parts and cursors closed one after another, as before issue
+    24's fix."""
     concurrent = measure_unload(topics=4, subscriptions=6)
-    monkeypatch.setattr(Topic, "_close_parts", _serial_parts)
-    monkeypatch.setattr(ManagedLedger, "_close_cursors", _serial_cursors)
-    serial = measure_unload(topics=4, subscriptions=6)
+    breaks.enable(breaks.Break.SERIAL_CLOSE)
+    try:
+        serial = measure_unload(topics=4, subscriptions=6)
+    finally:
+        breaks.disable_all()
     assert serial >= concurrent + 5 * RTT_S, (concurrent, serial)
 
 

@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 
 from magnetar.base.types import BookieId, Position
-from magnetar.managed_ledger import ManagedCursor, ManagedLedgerFencedError
-from magnetar.metadata.records import CursorInfo, decode
-from tests.ledger.fakes import FakeBookie, FakeTransport
+from magnetar.faults import breaks
+from magnetar.ledger.metadata_ops import LedgerMetadataStore
+from magnetar.managed_ledger import ManagedCursor, ManagedLedgerFactory, ManagedLedgerFencedError
+from magnetar.metadata.records import CursorInfo, PositionRecord, decode, encode
+from tests.ledger.fakes import FakeBookie, FakeTransport, MemoryVersionedStore
 from tests.managed_ledger.harness import TOPIC, World, config, crash, make_world, until
 
 
@@ -120,11 +122,16 @@ async def check_close_and_recovery(*, take_over: bool = True, monkeypatch: Any =
     cfg = config(cursor_flush_interval_ms=3_600_000)
     _a, cursor_a, p = await acked_cursor(world, flush_interval_ms=3_600_000)
     await cursor_a.flush()
+    store = await world.metadata.connect()
     if not take_over:
-        async def no_cas(self: ManagedCursor, record: CursorInfo) -> None:
-            return None
-        monkeypatch.setattr(ManagedCursor, "_cas_snapshot", no_cas)
-    b = await (await world.broker(cfg)).open(TOPIC)
+        # B's store answers the recovery's CAS of the cursor snapshot without writing it (the
+        # version B holds stays the one it read), as a recovery without the takeover CAS.
+        put = store.put
+
+        async def no_cas(path: str, value: bytes, expected_version: int) -> int:
+            return expected_version if path.rsplit("/", 1)[-1] == "sub" else await put(path, value, expected_version)
+        monkeypatch.setattr(store, "put", no_cas)
+    b = await ManagedLedgerFactory(manager=world.manager(), store=store, clock=world.clock, config=cfg).open(TOPIC)
     if not take_over:
         monkeypatch.undo()
     cursor_b = b.cursors["sub"]
@@ -159,20 +166,34 @@ async def test_negative_control_recovery_without_the_takeover_cas_is_caught(monk
     assert any("fenced out" in p for p in problems), problems
 
 
-async def test_a_crash_after_the_close_cas_recovers_the_closed_state(monkeypatch: Any) -> None:
+class HeldLedgerWrites(MemoryVersionedStore):
+    """Ledger metadata whose writes to ``held`` (a ledger's path) wait until the process dies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: str | None = None
+        self.waiting = 0
+
+    async def put(self, path: str, value: bytes, expected_version: int) -> int:
+        if path == self.held:
+            self.waiting += 1
+            await asyncio.Event().wait()  # never set: the task is cancelled when the process dies
+        return await super().put(path, value, expected_version)
+
+
+async def test_a_crash_after_the_close_cas_recovers_the_closed_state() -> None:
     world = make_world()
+    ledgers = HeldLedgerWrites()
+    world.ledger_store = LedgerMetadataStore(ledgers)
     ml, cursor, p = await acked_cursor(world, flush_interval_ms=3_600_000)
     expected = state(cursor, p[7])
-    held = asyncio.Event()
-
-    async def hang(self: ManagedCursor, ledger_id: int, handle: Any) -> None:
-        await held.wait()  # the process dies here: the cursor ledger is never deleted
-
-    monkeypatch.setattr(ManagedCursor, "_retire", hang)
+    # The closed cursor ledger's close (its CLOSED metadata) waits: the process dies there, after
+    # the close CAS and before the cursor ledger is deleted.
+    ledgers.held = world.ledger_store.path(cursor.cursor_ledger_id)
     closing = asyncio.ensure_future(ml.close())
-    await until(lambda: cursor._persisted_md == cursor.mark_delete_position and cursor._ledger is None)
+    await until(lambda: cursor._persisted_md == cursor.mark_delete_position and ledgers.waiting == 1)
     crash(ml, closing)
-    monkeypatch.undo()
+    ledgers.held = None
     ml2 = await (await world.broker(config())).open(TOPIC)
     assert state(ml2.cursors["sub"], p[7]) == expected
     # A crash right after that recovery (before any flush) recovers the same state again.
@@ -181,19 +202,10 @@ async def test_a_crash_after_the_close_cas_recovers_the_closed_state(monkeypatch
     assert state(ml3.cursors["sub"], p[7]) == expected
 
 
-async def workload_problems(seed: int, *, overshoot: bool = False, monkeypatch: Any = None) -> list[str]:
+async def workload_problems(seed: int, *, overshoot: bool = False) -> list[str]:
     """Rounds of acks ending in a close or a crash, alternating by seed; after each reopen the
     cursor must be at least at what was persisted (everything, after a close) and at most at what
     was acknowledged. ``overshoot``: the negative control, a close that persists one entry too far."""
-    if overshoot:
-        original = ManagedCursor._record
-
-        def ahead(self: ManagedCursor, ledger_id: int) -> CursorInfo:
-            record = original(self, ledger_id)
-            md = record.mark_delete
-            return CursorInfo(ledger_id, type(md)(md.ledger_id, md.entry_id + 1), [], None, record.properties)
-
-        monkeypatch.setattr(ManagedCursor, "_record", ahead)
     world = make_world()
     cfg = config(cursor_flush_interval_ms=3_600_000, max_entries_per_ledger=50)
     problems: list[str] = []
@@ -214,10 +226,21 @@ async def workload_problems(seed: int, *, overshoot: bool = False, monkeypatch: 
         if (seed >> round_) & 1:
             await ml.close()
             floor = ceiling = cursor.mark_delete_position
+            if overshoot:
+                await persist_one_too_far(ml, cursor)
         else:
             floor, ceiling = cursor.persisted_mark_delete_position, cursor.mark_delete_position
             crash(ml)
     return problems
+
+
+async def persist_one_too_far(ml: Any, cursor: ManagedCursor) -> None:
+    """The closed cursor's snapshot as a close that persisted one entry too far would leave it."""
+    found = await ml.store.get(cursor._path)
+    info = decode(CursorInfo, found.value)
+    md = info.mark_delete
+    ahead = CursorInfo(-1, PositionRecord(md.ledger_id, md.entry_id + 1), [], None, info.properties)
+    await ml.store.put(cursor._path, encode(ahead), found.version)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -225,24 +248,25 @@ async def test_closes_and_crashes_never_move_the_cursor_past_the_acks(seed: int)
     assert await workload_problems(seed) == []
 
 
-async def test_negative_control_a_close_persisting_too_far_is_caught(monkeypatch: Any) -> None:
-    problems = await workload_problems(0b111111, overshoot=True, monkeypatch=monkeypatch)
+async def test_negative_control_a_close_persisting_too_far_is_caught() -> None:
+    problems = await workload_problems(0b111111, overshoot=True)
     assert any("ahead of every ack" in p for p in problems), problems
 
 
-async def _lock_waiting_persist_closing(self: ManagedCursor) -> bool:
-    """The close as first written: queued behind the flush under way (negative control)."""
-    async with self._flush_lock:
-        self._check_active()
-        await self._cas_closing()
-        return True
-
-
-async def close_behind_a_held_flush(monkeypatch: Any = None, wait_behind_flush: bool = False) -> list[str]:
+async def close_behind_a_held_flush(wait_behind_flush: bool = False) -> list[str]:
     """A flush whose cursor-ledger add is held at every bookie (a busy bookie) while the cursor
-    closes. Reports what goes wrong: the close waiting for the flush, the state it leaves."""
+    closes. Reports what goes wrong: the close waiting for the flush, the state it leaves.
+    ``wait_behind_flush``: ``Break.CLOSE_WAITS_FOR_FLUSH``, the close as first written (negative
+    control)."""
     if wait_behind_flush:
-        monkeypatch.setattr(ManagedCursor, "_persist_closing", _lock_waiting_persist_closing)
+        breaks.enable(breaks.Break.CLOSE_WAITS_FOR_FLUSH)
+    try:
+        return await _close_behind_a_held_flush()
+    finally:
+        breaks.disable_all()
+
+
+async def _close_behind_a_held_flush() -> list[str]:
     world = make_world()
     ml, cursor, p = await acked_cursor(world, flush_interval_ms=3_600_000)
     cursor_ledger = cursor.cursor_ledger_id
@@ -280,6 +304,6 @@ async def test_a_close_does_not_wait_behind_a_flush_and_keeps_every_ack() -> Non
     assert await close_behind_a_held_flush() == []
 
 
-async def test_negative_control_a_close_queued_behind_the_flush_is_caught(monkeypatch: Any) -> None:
-    problems = await close_behind_a_held_flush(monkeypatch, wait_behind_flush=True)
+async def test_negative_control_a_close_queued_behind_the_flush_is_caught() -> None:
+    problems = await close_behind_a_held_flush(wait_behind_flush=True)
     assert "the close waited for the held flush" in problems, problems

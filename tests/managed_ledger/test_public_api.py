@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
+import magnetar._compiled as compiled
 import magnetar.managed_ledger as ml_pkg
 from magnetar.managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
 
@@ -34,6 +37,8 @@ def test_exports_are_pinned() -> None:
     assert set(ml_pkg.__all__) == EXPECTED_ALL
 
 
+@pytest.mark.skipif(compiled.MODE == "compiled",
+                    reason="compiled methods carry no annotated signature; `make test-pure` pins them")
 def test_signatures_are_pinned() -> None:
     for (cls, name), expected in SIGNATURES.items():
         assert str(inspect.signature(getattr(cls, name))) == expected, (cls.__name__, name)

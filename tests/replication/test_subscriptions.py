@@ -4,6 +4,7 @@ replicators' reading played by ``_Link``): snapshot rounds, convergence when idl
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from magnetar.base.types import EARLIEST, Position, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
@@ -48,6 +49,17 @@ class _Link:
         return moved
 
 
+class _HookedTopic(Topic):
+    """A topic whose ``publish`` first awaits ``before_publish`` (when set) with the data."""
+
+    before_publish: Callable[[bytes], Awaitable[None]] | None = None
+
+    async def publish(self, data: bytes) -> Position:
+        if self.before_publish is not None:
+            await self.before_publish(data)
+        return await super().publish(data)
+
+
 class _World:
     def __init__(self) -> None:
         self.clock = ManualClock()
@@ -58,7 +70,7 @@ class _World:
     async def start(self) -> _World:
         for name in ("A", "B"):
             log = await MemoryLogStore().open_log(TOPIC, create=True)
-            self.topics[name] = Topic(TopicName.parse(TOPIC), log, BrokerConfig(), clock=self.clock)
+            self.topics[name] = _HookedTopic(TopicName.parse(TOPIC), log, BrokerConfig(), clock=self.clock)
         for name, other in (("A", "B"), ("B", "A")):
             self.controllers[name] = SubscriptionsController(
                 self.topics[name], name, remotes=lambda other=other: [other], connected=lambda: True, clock=self.clock)
@@ -305,19 +317,18 @@ def test_an_acknowledgement_made_while_an_update_is_written_is_still_carried() -
     async def run() -> None:
         world = await _World().start()
         a_topic = world.topics["A"]
+        assert isinstance(a_topic, _HookedTopic)
         a_sub = await world.subscription("A")
         produced = [await a_topic.publish(_data(i)) for i in range(10)]
         await world.replicate()
         await _ack(a_sub, produced[:2])
-        publish = a_topic.publish
         late: list[Position] = [produced[2]]
 
-        async def publish_then_ack(data: bytes) -> Position:
+        async def ack_first(data: bytes) -> None:
             if late and split_stored_entry(data)[0].marker_type == MarkerType.UPDATE:
                 await _ack(a_sub, [late.pop()])  # the consumer's ack lands during the update's write
-            return await publish(data)
 
-        a_topic.publish = publish_then_ack  # type: ignore[method-assign]
+        a_topic.before_publish = ack_first
         await world.tick()
         assert not late and a_sub.cursor.mark_delete_position == produced[2]
         await _ack(a_sub, produced[4:])  # message 3 stays unacknowledged

@@ -142,6 +142,17 @@ class Terminable(Protocol):
         ...
 
 
+# A compiled module cannot define a runtime-checkable Protocol (``typing`` refuses the native
+# class), so the ones ``Topic`` (compiled) checks with ``isinstance`` live here.
+@runtime_checkable
+class SettlesFailedWrites(Protocol):
+    """A log whose failed appends may still surface (a managed ledger: the entry may be on the
+    bookies). ``settle_failed_writes`` returns once each of them is in the log or never will be,
+    and lets appends through again."""
+
+    async def settle_failed_writes(self) -> None: ...
+
+
 class LogStore(Protocol):
     """Opens topic logs (the managed-ledger factory, seen from the broker)."""
 

@@ -69,6 +69,9 @@ class BrokerService:
         self.lookup: TopicLookup = SingleBrokerLookup(lambda: self.config.service_url,
                                                       lambda: self.config.service_url_tls)
         self.topics: dict[str, Topic] = {}
+        #: The class of the topics it loads (``Topic``; a test records calls with a subclass:
+        #: ``Topic`` is compiled, its methods cannot be replaced).
+        self.topic_type: type[Topic] = Topic
         self._rates_sampled_ns = -1  # the last rate sampling pass (-1: none yet)
         self.policies = PolicyCache(metadata, config)
         self.resources = Resources(metadata, self.policies) if metadata is not None else None
@@ -125,8 +128,9 @@ class BrokerService:
             effective = await self.policies.load(name)
             allowed = admin or effective.auto_topic_creation
             topic_log = await self.log_store.open_log(key, create=create and allowed)
-            topic = Topic(name, topic_log, self.config, clock=self.clock,
-                          policies=lambda: self.policies.effective(name), on_log_fenced=self._unload_fenced)
+            topic = self.topic_type(name, topic_log, self.config, clock=self.clock,
+                                    policies=lambda: self.policies.effective(name),
+                                    on_log_fenced=self._unload_fenced)
             await offload.install(topic, self.policies, self.config, self.schemas)
             for hook in list(self.topic_load_hooks):
                 await hook(topic)

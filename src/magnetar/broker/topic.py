@@ -61,7 +61,9 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
+
+from mypy_extensions import mypyc_attr
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, FencedError
@@ -76,7 +78,7 @@ from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, DedupState, MessageDeduplication, is_system_cursor
 from magnetar.broker.entry import entry_message_count
 from magnetar.broker.errors import BrokerError
-from magnetar.broker.log import AppendCallback, Terminable, TopicLog
+from magnetar.broker.log import AppendCallback, SettlesFailedWrites, Terminable, TopicLog
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
 from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks
 from magnetar.broker.producer import AccessMode, Producer
@@ -107,15 +109,6 @@ _TRANSITIONS = {
 }
 
 
-@runtime_checkable
-class SettlesFailedWrites(Protocol):
-    """A log whose failed appends may still surface (a managed ledger: the entry may be on the
-    bookies). ``settle_failed_writes`` returns once each of them is in the log or never will be,
-    and lets appends through again."""
-
-    async def settle_failed_writes(self) -> None: ...
-
-
 def is_write_failure(error: BaseException) -> bool:
     """An append error that leaves its outcome unknown, as opposed to a refusal (BrokerError), the
     topic having moved to another owner (FencedError) or being closed."""
@@ -137,6 +130,7 @@ class WaitingProducer:
     admit: Callable[[Producer, int], None]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # NonPersistentTopic, tests' recording topics
 class Topic:
     def __init__(self, name: TopicName, topic_log: TopicLog, config: BrokerConfig,
                  clock: Clock | None = None, policies: Callable[[], EffectivePolicies] | None = None,
@@ -702,8 +696,17 @@ class Topic:
     async def _close_parts(self) -> None:
         """Close the subscriptions, compaction and dedup states concurrently: each may wait for a
         write (a dedup snapshot, a non-durable cursor's delete), and one after another they cost
-        a round trip each (issue 24's slow unloads)."""
+        a round trip each (issue 24's slow unloads; ``Break.SERIAL_CLOSE``, a negative control,
+        closes them one after another)."""
         subscriptions = list(self.subscriptions.values())
+        if breaks.active(breaks.Break.SERIAL_CLOSE):  # negative control only
+            for subscription in subscriptions:
+                await subscription.close(delete=not subscription.durable)
+            await self.compaction.close()
+            await self.dedup.close()
+            if self._repl_dedup is not None:
+                await self._repl_dedup.close()
+            return
         await asyncio.gather(
             *(subscription.close(delete=not subscription.durable) for subscription in subscriptions),
             self.compaction.close(), self.dedup.close(),

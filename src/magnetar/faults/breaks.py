@@ -22,6 +22,11 @@ environment.
   PRODUCER_SUCCESS.last_sequence_id are answered as duplicates, acknowledged with (-1,-1), lost.
 * ``no-subscription-auth`` authorization ignores subscription role lists: any role with consume
   may use a subscription that was limited to other roles.
+* ``serial-close``      a topic closes its subscriptions, compaction and dedup states one after
+  another, and a managed ledger its cursors (before issue 24's fix): an unload costs a round trip
+  per part instead of a few in all.
+* ``close-waits-for-flush`` a managed cursor's close queues behind the flush under way (its
+  cursor-ledger add can take seconds on a busy bookie) instead of CASing its state at once.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ class Break(enum.Enum):
     NO_REPL_DEDUP = "no-repl-dedup"
     NO_REBASE_CHECK = "no-rebase-check"
     NO_SUBSCRIPTION_AUTH = "no-subscription-auth"
+    SERIAL_CLOSE = "serial-close"
+    CLOSE_WAITS_FOR_FLUSH = "close-waits-for-flush"
 
 
 _active: set[Break] = set()

@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from typing import NoReturn, Protocol
 from urllib.parse import quote, unquote
 
+from mypy_extensions import mypyc_attr
+
 from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.entry import Entry
@@ -62,6 +64,7 @@ from magnetar.base.limits import (
     MANAGED_CURSOR_RANGES_COUNT_MAX,
 )
 from magnetar.base.types import Position
+from magnetar.faults import breaks
 from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger.config import CursorRecovery, ManagedLedgerConfig
@@ -164,6 +167,7 @@ def _words_to_mask(words: list[int]) -> int:
     return mask
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # ReadOnlyCursor (managed_ledger/read_only_cursors.py)
 class ManagedCursor:
     """Build through ``ManagedLedger.open_cursor`` / ``new_non_durable_cursor``."""
 
@@ -619,8 +623,9 @@ class ManagedCursor:
             pass  # the next owner fences and recovers it
 
     async def _persist_closing(self) -> bool:
-        """CAS the current state as a ledger-less snapshot; True when the cursor ledger is free."""
-        if self._flush_lock.locked():
+        """CAS the current state as a ledger-less snapshot; True when the cursor ledger is free
+        (``Break.CLOSE_WAITS_FOR_FLUSH``, a negative control: queued behind a flush under way)."""
+        if self._flush_lock.locked() and not breaks.active(breaks.Break.CLOSE_WAITS_FOR_FLUSH):
             await self._cas_closing()  # not behind the flush under way: see ``close``
             return True
         async with self._flush_lock:

@@ -49,6 +49,8 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.entry import Entry
@@ -63,6 +65,7 @@ from magnetar.base.errors import (
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import MANAGED_LEDGER_CURSORS_COUNT_MAX, MANAGED_LEDGER_READ_COUNT_MAX
 from magnetar.base.types import Position
+from magnetar.faults import breaks
 from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.manager import LedgerManager
 from magnetar.managed_ledger.append import AppendPipeline
@@ -89,13 +92,24 @@ from magnetar.metadata.records import (
 
 __all__ = ["TRANSITIONS", "MLState", "ManagedLedger"]
 
+#: States in which consumed ledgers may be trimmed (a module constant: mypyc has no ``*`` inside
+#: an ``in (...)`` literal).
+_TRIMMABLE = (*WRITABLE, MLState.TERMINATED)
+
 def _with_offload(info: LedgerInfo, context: OffloadContext) -> LedgerInfo:
     return LedgerInfo(info.ledger_id, info.entries_count, info.size_bytes, info.timestamp_ms, context)
 
 
 
 
-class ManagedLedger:
+@mypyc_attr(native_class=False)
+class _WeaklyReferenced:
+    """A Python base class, so that ``ManagedLedger`` has a ``__weakref__`` when compiled (the
+    shared rollover timer holds managed ledgers weakly; mypyc's native classes have no weak
+    references unless they derive from a Python class)."""
+
+
+class ManagedLedger(_WeaklyReferenced):
     """A topic's log. Build through ``ManagedLedgerFactory.open`` (or ``ManagedLedger.open``)."""
 
     def __init__(
@@ -574,7 +588,7 @@ class ManagedLedger:
 
     async def trim_consumed_ledgers(self) -> list[int]:
         """Delete ledgers every durable cursor consumed, as retention allows; returns their ids."""
-        if self._states.state not in (*WRITABLE, MLState.TERMINATED) or len(self._list.infos) < 2:
+        if self._states.state not in _TRIMMABLE or len(self._list.infos) < 2:
             return []  # the current (last) ledger is never trimmed: nothing to read or do
         # Subscriptions served by read-only brokers hold back trimming like our own cursors.
         holds = await self.refresh_read_only_holds()
@@ -714,7 +728,12 @@ class ManagedLedger:
         self._cancel_tasks()
 
     async def _close_cursors(self) -> None:
-        """Flush and close the cursors concurrently: one round trip for all, not one per cursor."""
+        """Flush and close the cursors concurrently: one round trip for all, not one per cursor
+        (``Break.SERIAL_CLOSE``, a negative control: one after another)."""
+        if breaks.active(breaks.Break.SERIAL_CLOSE):  # negative control only
+            for cursor in list(self.cursors.values()):
+                await cursor.close()
+            return
         await asyncio.gather(*(cursor.close() for cursor in list(self.cursors.values())))
 
     async def delete(self) -> None:

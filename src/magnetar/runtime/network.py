@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import socket
 import ssl
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import Any, cast
 
 from magnetar.base.errors import ClosedError
 from magnetar.base.io import ConnectionHandler
@@ -198,7 +199,10 @@ class TcpListener:
 
     @property
     def port(self) -> int:
-        return int(self._server.sockets[0].getsockname()[1])
+        # uvloop's ``Server.sockets`` is a list where typeshed declares a tuple: compiled, reading
+        # it as declared would check for a tuple, so it is read untyped.
+        sockets: Sequence[socket.socket] = cast(Any, self._server).sockets
+        return int(sockets[0].getsockname()[1])
 
     def close(self) -> None:
         self._server.close()
