@@ -23,9 +23,15 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from journal_steady import thread_cpu_s, voluntary_switches
 
 from magnetar.base.types import BookieId
 from magnetar.ledger.bookie_transport import BookieClientTransport
@@ -37,31 +43,6 @@ from magnetar.runtime.gc_tuning import tune_gc_for_server
 from magnetar.runtime.kv import RocksKeyValueStore
 from magnetar.runtime.network import TcpNetwork
 from magnetar.storage import Bookie, BookieConfig
-
-
-def thread_cpu_s() -> dict[int, float]:
-    """CPU seconds (``schedstat``, ns resolution) of each thread of this process."""
-    out: dict[int, float] = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat") as stat:
-                out[int(tid)] = int(stat.read().split()[0]) / 1e9
-        except OSError:
-            continue
-    return out
-
-
-def voluntary_switches() -> int:
-    total = 0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/status") as status:
-                for line in status:
-                    if line.startswith("voluntary_ctxt_switches"):
-                        total += int(line.split()[1])
-        except OSError:
-            continue
-    return total
 
 
 async def run(args: argparse.Namespace, root: str) -> dict[str, float]:
