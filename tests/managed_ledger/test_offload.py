@@ -140,6 +140,32 @@ async def test_threshold_checked_on_rollover() -> None:
     assert all(offloaded(i) for i in ml.ledger_infos()[:-1])
 
 
+async def test_a_rollover_during_a_running_pass_is_offloaded_by_that_pass() -> None:
+    # Threshold 0: every sealed ledger goes. The first rollover's pass is held after writing its
+    # ledger's files while three more ledgers are sealed; once released, that pass must offload
+    # them too (before: a rollover that found a pass running did nothing, so the last sealed
+    # ledgers stayed on bookies until some later rollover).
+    world = make_world()
+    ml = await _open(world, MemoryOffloader())
+    ml.offload.set_policy(0, 0)
+    point = "managed_ledger.offload.after_write_files"
+    faults.arm(point, "hang")
+    await _fill(ml, 4)  # ledger 1 sealed: its pass starts and hangs at the point
+    await asyncio.wait_for(_until_hit(point), 10)
+    await _fill(ml, 9)  # three more sealed while the pass is held
+    assert ml.offload.status is OffloadStatus.RUNNING
+    faults.release(point)
+    await ml.offload.wait()
+    await _settled(ml)
+    infos = ml.ledger_infos()
+    assert len(infos) >= 5 and all(offloaded(i) for i in infos[:-1]), [offloaded(i) for i in infos]
+
+
+async def _until_hit(point: str) -> None:
+    while faults.hits(point) == 0:
+        await asyncio.sleep(0)  # one loop pass (no time passes): the pass runs to the point
+
+
 async def test_negative_threshold_never_offloads() -> None:
     world = make_world()
     store = MemoryOffloader()

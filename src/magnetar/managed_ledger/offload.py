@@ -186,6 +186,9 @@ class ManagedLedgerOffload:
         self.schema_source: Callable[[], Awaitable[OffloadSchema | None]] | None = None
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        #: A rollover came while a pass ran: that pass offloads what the threshold says before it
+        #: ends (its own choice was made before the newly sealed ledger existed).
+        self._rollover_pending = False
 
     def _move(self, new: OffloadStatus) -> None:
         invariant(new in STATUS_TRANSITIONS[self.status], f"offload of {self._ml.name}: {self.status} -> {new}")
@@ -226,7 +229,10 @@ class ManagedLedgerOffload:
         """After a rollover: offload what the threshold says, and delete bookie copies now due."""
         if self.offloader is None:
             return
-        if self.policy.threshold_bytes >= 0 and self.status is not OffloadStatus.RUNNING and self.over_threshold():
+        if self.policy.threshold_bytes >= 0 and self.status is OffloadStatus.RUNNING:
+            self._rollover_pending = True  # the running pass takes the newly sealed ledger too
+            return
+        if self.policy.threshold_bytes >= 0 and self.over_threshold():
             self._move(OffloadStatus.RUNNING)
             self.last_error = ""
             await self._pass(self.over_threshold)
@@ -291,6 +297,10 @@ class ManagedLedgerOffload:
                 await self._collect_orphans()
                 for ledger_id in choose():
                     await self._offload_ledger(ledger_id)
+                while self._rollover_pending:  # rollovers during this pass: the threshold again
+                    self._rollover_pending = False
+                    for ledger_id in self.over_threshold():
+                        await self._offload_ledger(ledger_id)
                 await self._delete_due_bookie_copies()
         except (MagnetarError, OSError) as error:
             self.last_error = str(error) or type(error).__name__
