@@ -52,3 +52,34 @@ def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     return env
+
+
+#: Test directories whose tests start real clusters and official clients of their own.
+_CLIENT_CLOSING_DIRS = ("cluster", "integration")
+
+
+@pytest.fixture(autouse=True)
+def _close_official_clients(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Every official client a cluster or integration test made is closed when the test ends,
+    also when it failed half-way: the C++ client has one log per process, and a client left
+    reconnecting to a stopped cluster logs ERROR lines into the compat tests that run later in
+    the same worker (their check fails on them)."""
+    if Path(str(request.node.fspath)).parent.name not in _CLIENT_CLOSING_DIRS:
+        yield
+        return
+    import pulsar
+
+    made: list[pulsar.Client] = []
+
+    class _Tracked(pulsar.Client):  # type: ignore[misc]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(pulsar, "Client", _Tracked)
+    yield
+    for client in made:
+        try:
+            client.close()
+        except Exception:  # already closed by the test
+            pass
