@@ -24,6 +24,25 @@ from magnetar.storage import BookieConfig
 KEY = b"key"
 
 
+#: Loop passes a test gives the transport's waiting task to act (no time passes in a pass).
+PASSES = 20
+
+
+async def _passes(count: int = PASSES) -> None:
+    """Let the loop run ``count`` passes (no time passes): tasks woken meanwhile take their step."""
+    for _ in range(count):
+        await asyncio.sleep(0)  # one loop pass (no time passes)
+
+
+async def _until(condition: Any, passes: int = PASSES) -> None:
+    """Loop passes until ``condition()`` holds, failing after ``passes`` of them (no time passes)."""
+    for _ in range(passes):
+        if condition():
+            return
+        await asyncio.sleep(0)  # one loop pass (no time passes)
+    assert condition(), f"not within {passes} loop passes"
+
+
 def _entry(ledger: int, entry_id: int, lac: int) -> EncodedEntry:
     return EncodedEntry.build(ledger, entry_id, lac, f"entry {entry_id};".encode() * 50)
 
@@ -121,8 +140,7 @@ def test_a_full_bookie_makes_the_writer_wait_instead_of_piling_up(tmp_path: Path
         assert running.bookie.needs_backpressure()
         try:
             add = transport.add(bookie, _entry(5, 0, -1), recovery=False, master_key=KEY)
-            for _ in range(20):
-                await asyncio.sleep(0)
+            await _passes()  # the waiting task runs and waits for room
             assert not add.done() and running.bookie.read_entry(5, 0).status is not Status.OK  # it waits
             running.bookie.checkpointer.room.set()  # room again
             await asyncio.wait_for(add, 10)
@@ -202,7 +220,7 @@ def test_a_refusal_during_the_hand_over_is_answered_in_a_later_loop_pass() -> No
         transport.add_run(bookie, [_entry(8, 666, -1), _entry(8, 667, -1)], recovery=False, master_key=KEY,
                           on_reply=lambda i, e: replies.append((i, type(e).__name__)))
         assert replies == []  # never from inside the caller's own add_run
-        await asyncio.sleep(0)
+        await _until(lambda: len(replies) == 2)  # answered from a later loop pass
         assert replies == [(0, "FencedError"), (1, "FencedError")]
         await transport.close()
 
@@ -225,17 +243,15 @@ def test_runs_wait_whole_and_in_order_while_the_bookie_is_full_and_closing_answe
         for run_no in range(2):
             transport.add_run(bookie, [_entry(9, run_no * 3 + i, -1) for i in range(3)], recovery=False,
                               master_key=KEY, on_reply=partial(on_reply, run_no))
-        for _ in range(5):  # loop passes: the waiting task runs and waits
-            await asyncio.sleep(0)
+        await _passes()  # the waiting task runs and waits for room
         assert core.runs == []  # both wait
         core.room.set()
-        for _ in range(5):
-            await asyncio.sleep(0)
+        await _until(lambda: len(core.runs) == 2)
         assert [[e.entry_id for e in entries] for entries, _ in core.runs] == [[0, 1, 2], [3, 4, 5]]
         core.room.clear()
         transport.add_run(bookie, [_entry(9, 6, -1), _entry(9, 7, -1)], recovery=False, master_key=KEY,
                           on_reply=partial(on_reply, 2))
-        await asyncio.sleep(0)
+        await _passes(1)  # the run starts waiting before the transport closes
         await transport.close()  # the waiting run is answered, every entry of it
         await asyncio.wait_for(closed, 10)
         assert replies == [(2, 0, "BookieUnavailableError"), (2, 1, "BookieUnavailableError")]
