@@ -434,10 +434,38 @@ def test_local_direct_group_of_large_entries_reads_back_intact(tmp_path: Path) -
 
     async def scenario() -> None:
         file = LocalDisk(str(tmp_path)).open("group", direct=True)
+        alignment = file.write_alignment_bytes  # 4096 where the filesystem takes O_DIRECT
         offset = await file.append_and_sync(parts)
         again = await file.append_and_sync(parts)  # the pooled buffer, reused
         assert offset == 0 and again == sum(map(len, parts))
         assert file.read_at(0, 2 * again) == b"".join(parts) * 2
+        assert file.write_alignment_bytes == alignment  # the direct writes were not refused
         file.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("memfd", [True, False])
+def test_aligned_buffer_fill_copies_the_parts_with_or_without_a_memfd(memfd: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_AlignedBuffer.fill`` (a large write's copy, made by the worker thread) puts the parts
+    back to back at the buffer's start through its memfd; without one (no ``memfd_create``, or
+    a failing write to it) by copying in the calling thread: the same bytes either way."""
+    if not memfd:
+        monkeypatch.delattr(os, "memfd_create", raising=False)
+    buffer = runtime_disk._AlignedBuffer(4 * 1024 * 1024)
+    assert (buffer.fd >= 0) == (memfd and hasattr(os, "memfd_create"))
+    rng = random.Random(3)
+    parts: list[Bytes] = [rng.randbytes(rng.choice([12, 100_000])) for _ in range(30)]
+    total = sum(map(len, parts))
+    aligned = memoryview(buffer.map)[:total]
+    buffer.fill(parts, aligned)
+    assert bytes(aligned) == b"".join(parts)
+    if buffer.fd >= 0:  # a failing memfd write: copied in this thread instead
+        def refuse(*_args: object) -> int:
+            raise OSError(12, "no memory")
+
+        monkeypatch.setattr(os, "pwritev", refuse)
+        again = list(reversed(parts))
+        buffer.fill(again, aligned)
+        assert bytes(aligned) == b"".join(again)
+    aligned.release()
