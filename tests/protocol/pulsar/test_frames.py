@@ -186,6 +186,24 @@ def test_a_frame_spanning_reads_is_joined_once_and_frames_within_a_read_are_view
     assert decoder.next_frame_bytes() is None and decoder.buffered_bytes == 0
 
 
+def test_read_only_views_of_bytes_are_kept_and_mutable_buffers_are_copied() -> None:
+    """A slice of a larger read handed over as a read-only view of ``bytes`` (immutable) is kept
+    as it is: its frames are views of the original read. A ``bytearray`` or a writable view may
+    change after ``feed`` returns, so it is copied: changing it later changes no frame."""
+    frame = _send_frame(4, b"v" * 2_000)
+    read = b"junk" + frame + frame
+    decoder = FrameDecoder()
+    decoder.feed(memoryview(read)[4 : 4 + len(frame)])
+    decoder.feed(memoryview(read)[4 + len(frame) :])
+    views = [decoder.next_frame_bytes(), decoder.next_frame_bytes()]
+    assert all(view is not None and view.obj is read and bytes(view) == frame for view in views)
+    for mutable in (bytearray(frame), memoryview(bytearray(frame))):
+        decoder.feed(mutable)
+        got = decoder.next_frame_bytes()
+        mutable[-1:] = b"X"  # the caller reuses its buffer
+        assert got is not None and bytes(got) == frame and got.obj is not mutable
+
+
 def test_a_size_field_split_across_reads_is_read_without_consuming() -> None:
     frame = _send_frame(3, b"x" * 500)
     decoder = FrameDecoder()

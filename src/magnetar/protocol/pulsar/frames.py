@@ -153,9 +153,9 @@ class FrameDecoder:
         invariant(0 < frame_bytes_max <= PULSAR_FRAME_BYTES_MAX, "frame_bytes_max out of range")
         self._frame_bytes_max = frame_bytes_max
         self._buffer_bytes_max = PULSAR_RECEIVE_BUFFER_BYTES_MAX - PULSAR_FRAME_BYTES_MAX + frame_bytes_max
-        self._buf: bytes = b""  # the first chunk with unread bytes (from ``_pos``)
+        self._buf: bytes | memoryview = b""  # the first chunk with unread bytes (from ``_pos``)
         self._pos = 0
-        self._more: collections.deque[bytes] = collections.deque()  # the chunks after ``_buf``
+        self._more: collections.deque[bytes | memoryview] = collections.deque()  # the chunks after ``_buf``
         self._more_bytes = 0
         self._state = _DecoderState.OPEN
         self._error: Exception | None = None
@@ -172,8 +172,14 @@ class FrameDecoder:
         if self.buffered_bytes + len(data) > self._buffer_bytes_max:
             self._break(FrameTooLargeError("PULSAR_RECEIVE_BUFFER_BYTES_MAX", self.buffered_bytes + len(data),
                                       self._buffer_bytes_max))
-        # Zero copy: keep an immutable chunk as is; frames within it become memoryviews into it.
-        chunk = data if isinstance(data, bytes) else bytes(data)
+        # Zero copy: keep an immutable chunk as is (``bytes``, or a read-only view of ``bytes``,
+        # as a slice of a larger read); frames within it become memoryviews into it. Anything
+        # else may change after this call: copied.
+        chunk: bytes | memoryview
+        if isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly and isinstance(data.obj, bytes)):
+            chunk = data
+        else:
+            chunk = bytes(data)
         if self.buffered_bytes == 0:
             self._buf = chunk
             self._pos = 0
@@ -222,11 +228,11 @@ class FrameDecoder:
 
     def _head(self, count: int) -> bytes:
         """The first ``count`` buffered bytes (at least that many are buffered), not consumed."""
-        head = self._buf[self._pos : self._pos + count]
+        head = bytes(self._buf[self._pos : self._pos + count])
         for chunk in self._more:
             if len(head) >= count:
                 break
-            head += chunk[: count - len(head)]
+            head += bytes(chunk[: count - len(head)])
         return head
 
     def _take_spanning(self, count: int) -> bytes:
