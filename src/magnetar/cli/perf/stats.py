@@ -70,8 +70,8 @@ class Latency:
         values hdrh's ``get_value_at_percentile``, ``get_max_value`` and ``get_mean_value`` give,
         found with one cumulative pass in C (``itertools.accumulate``, ``bisect``) instead of
         hdrh's Python loops over every bucket (17,408 here, once per percentile and for the mean).
-        Those took 100-300 ms per summary on the bench VM, and the run's once-a-second line makes
-        two in an e2e run: with the GIL held meanwhile, the official client's receipt and message
+        Those took 30-130 ms per summary on the (loaded) bench VM, and the run's once-a-second line
+        makes two in an e2e run: with the GIL held meanwhile, the official client's receipt and message
         callbacks and the sender thread waited, a stall every second that was most of the e2e p99
         at 2,000 msg/s (docs/performance.md, session 12)."""
         total = histogram.get_total_count()
