@@ -28,7 +28,7 @@ from typing import Protocol
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, InvalidArgumentError
 from magnetar.base.io import Connection, Listener, Network
-from magnetar.base.limits import BROKER_CONNECTIONS_COUNT_MAX, BROKER_READ_SLICE_BYTES
+from magnetar.base.limits import BROKER_CONNECTIONS_COUNT_MAX, BROKER_READ_SLICE_BYTES, BROKER_SENDS_PER_TURN_COUNT_MAX
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.log import LogStore
 from magnetar.broker.managed_log import ManagedLogStore
@@ -87,14 +87,20 @@ class SendRoom(Protocol):
 
 
 async def hand_over_within_bound(session: SendRoom, events: list[Event], bound: int,
-                                 hold_reading: Callable[[], None], is_open: Callable[[], bool]) -> bool:
+                                 hold_reading: Callable[[], None], is_open: Callable[[], bool],
+                                 turn: int = BROKER_SENDS_PER_TURN_COUNT_MAX) -> bool:
     """Hand ``events`` to the session in order, never more SENDs than leave the connection
     within ``bound`` (``pending_sends_per_connection_max``) unanswered ones: at the bound the rest
     of this receive waits (``hold_reading`` first) until half of them were answered. The bound is
     exact, not "checked before the next read": one 64 KiB read holds ~60 SENDs of 1 KiB, so a
     connection with many partitions would otherwise put the bound plus a read's worth of adds in
-    one journal group beside everyone else's (issue 22, latency isolation). True once the
-    connection terminated."""
+    one journal group beside everyone else's (issue 22, latency isolation).
+
+    Fair turns: at most ``turn`` SENDs (``BROKER_SENDS_PER_TURN_COUNT_MAX``) are handed over per
+    loop pass; after such a run the rest waits one pass (``asyncio.sleep(0)``: what became ready
+    before, other connections' SENDs and the journal's answers among them, runs first; the ready
+    queue is FIFO, so busy connections take turns). A receive of a light producer (one SEND) never
+    waits. True once the connection terminated."""
     start, count = 0, len(events)
     while start < count:
         room = bound - session.pending_sends
@@ -104,6 +110,7 @@ async def hand_over_within_bound(session: SendRoom, events: list[Event], bound: 
             if not is_open() or session.pending_sends >= bound:
                 return True  # closed meanwhile (the wait's other way out): the rest goes with it
             continue
+        room = room if room < turn else turn
         end = start
         while end < count and room > 0:
             if type(events[end]) in _SEND_EVENTS:
@@ -114,6 +121,10 @@ async def hand_over_within_bound(session: SendRoom, events: list[Event], bound: 
         if await session.handle_all(events if start == 0 and end == count else events[start:end]):
             return True
         start = end
+        if start < count and room == 0:
+            await asyncio.sleep(0)  # this connection's turn is over: the others' SENDs first
+            if not is_open():
+                return True  # closed during the other turns: the rest goes with it
     return False
 
 
@@ -238,7 +249,8 @@ class _ConnectionLoop:
                 return
             self._reading_held = False  # read again: the keep-alive counts from this data
             session = self.session
-            if session.pending_sends + len(events) <= bound:  # room for all of them (the usual case)
+            if len(events) <= BROKER_SENDS_PER_TURN_COUNT_MAX and session.pending_sends + len(events) <= bound:
+                # One turn, with room for all of them (a light producer's receive: the usual case)
                 if await session.handle_all(events):  # SENDs of one receive go as runs
                     return  # ConnectionTerminated
             elif await self._handle_within_bound(events):
@@ -248,7 +260,8 @@ class _ConnectionLoop:
             self._wake_writer()
 
     async def _handle_within_bound(self, events: list[Event]) -> bool:
-        """``hand_over_within_bound`` for this connection: reading is held while it waits."""
+        """``hand_over_within_bound`` for this connection (within the bound, in fair turns):
+        reading is held while it waits for room."""
         return await hand_over_within_bound(self.session, events,
                                             self.server.service.config.pending_sends_per_connection_max,
                                             self._hold_reading, self._open)
