@@ -42,7 +42,7 @@ class Waiting(Protocol):
 class WindowShare:
     """The busy writers of one ledger client and the window each may fill now."""
 
-    __slots__ = ("window_max", "share_min", "_busy", "_waiting")
+    __slots__ = ("_busy", "_waiting", "share_min", "window_max")
 
     def __init__(self, window_max: int, share_min: int) -> None:
         invariant(window_max >= 1 and share_min >= 1, "windows hold at least one add")
