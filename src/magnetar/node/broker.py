@@ -10,7 +10,10 @@ and handshake timers. Backpressure: the reader stops reading while the session i
 (outgoing bytes above ``connection_outbound_bytes_high``), and dispatchers stop sending to it, so
 a client that never reads cannot grow broker memory; and it hands a connection's SENDs over only
 while fewer than ``pending_sends_per_connection_max`` are unanswered (exactly: the rest of a read
-waits), so one connection cannot fill the shared journal with its backlog. What a session queues
+waits), so one connection cannot fill the shared journal with its backlog; and at most
+``BROKER_SENDS_PER_TURN_COUNT_MAX`` SENDs of a receive per loop pass, the rest after the other
+connections' turns (``hand_over_within_bound``), so a light producer's SEND is not handed over
+behind a heavy producer's whole read. What a session queues
 between two flushes leaves with one socket write (``writelines``). Bad input (malformed frame,
 oversized frame, protocol violation) closes that client's connection only. At most
 ``BROKER_CONNECTIONS_COUNT_MAX`` connections are served; beyond it new ones are closed at once.
@@ -28,7 +31,11 @@ from typing import Protocol
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, InvalidArgumentError
 from magnetar.base.io import Connection, Listener, Network
-from magnetar.base.limits import BROKER_CONNECTIONS_COUNT_MAX, BROKER_READ_SLICE_BYTES, BROKER_SENDS_PER_TURN_COUNT_MAX
+from magnetar.base.limits import (
+    BROKER_CONNECTIONS_COUNT_MAX,
+    BROKER_READ_SLICE_BYTES,
+    BROKER_SENDS_PER_TURN_COUNT_MAX,
+)
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.log import LogStore
 from magnetar.broker.managed_log import ManagedLogStore
@@ -163,9 +170,19 @@ class _ConnectionLoop:
         # Once per loop pass at most: what the session queued meanwhile (receipts of a journal
         # group, say) goes out with one write, from a plain callback; waking the writer task
         # per receipt cost an Event, a future and a task step each (docs/performance.md).
-        if not self._write_soon_scheduled:
-            self._write_soon_scheduled = True
-            asyncio.get_running_loop().call_soon(self._write_soon)
+        if self._write_soon_scheduled:
+            return
+        session = self.session
+        if session.pending_sends == 0 and not session.consumers and self._writelines is not None:
+            # Nothing to batch it with: no other SEND of this connection is unanswered and no
+            # consumer is dispatched to (a synchronous producer's receipt, a request's answer).
+            # Written now, not after the rest of this loop pass (under load, a busy ledger's
+            # answers and receipts: issue 22, latency isolation). Only where one write is one
+            # ``writev`` (TCP): a simulated connection keeps its schedule (see ``_write_chunks``).
+            self._write_soon()
+            return
+        self._write_soon_scheduled = True
+        asyncio.get_running_loop().call_soon(self._write_soon)
 
     def _write_soon(self) -> None:
         self._write_soon_scheduled = False
