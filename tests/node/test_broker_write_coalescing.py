@@ -9,6 +9,11 @@ system call per frame was 16% of the broker loop's GIL-held time at 2,000 msg/s)
 * back-pressure holds: above the transport's high-water mark nothing is written directly, the
   writer task drains instead; a write that crosses it reports the backlog.
 
+A receipt with nothing to batch it with (no other SEND of the connection unanswered, no consumer
+on it: a synchronous producer's) is written at once, not after the rest of the loop pass (issue
+22, latency isolation); with another SEND unanswered, a consumer, or no ``writelines``, it waits
+for the pass's flush as before.
+
 Negative control: the receipts of a *later* flush are a second write (what is coalesced is one
 flush's worth, not everything forever), and the frames decode back in the order queued.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from types import SimpleNamespace
 
 from magnetar import sim
 from magnetar.broker import BrokerConfig, MemoryLogStore
@@ -98,16 +104,27 @@ async def _connected(conn: _Conn) -> tuple[_ConnectionLoop, BrokerService]:
                                                                           connect=body)), loop._now_ms()):
         await loop.session.handle(event)
     assert loop.protocol.state is State.CONNECTED
-    loop.protocol.data_to_send()  # CONNECTED: not what these tests count
+    loop.protocol.data_to_send()  # CONNECTED (queued, or written at once: nothing to batch it
+    conn.calls.clear()  # with on a fresh connection): not what these tests count
     return loop, service
 
 
-async def _receipts_flushed(loop: _ConnectionLoop, conn: _Conn, ids: range) -> None:
-    """Queue a receipt per id as a journal group's completions do (each wakes the writer), then
-    wait (bounded, virtual time) for the flush the wake-ups scheduled."""
-    conn.wrote = asyncio.get_running_loop().create_future()
+def _answer_sends(loop: _ConnectionLoop, ids: range) -> None:
+    """A journal group's completions for SENDs ``ids`` of this connection (unanswered until now):
+    as the producer does, each SEND counts as answered, then its receipt is queued (waking the
+    writer)."""
+    session = loop.session
+    session._pending_sends += len(ids)
     for sequence_id in ids:
-        loop.session.send_receipt(1, sequence_id, 7, sequence_id, None)
+        session._send_answered()
+        session.send_receipt(1, sequence_id, 7, sequence_id, None)
+
+
+async def _receipts_flushed(loop: _ConnectionLoop, conn: _Conn, ids: range) -> None:
+    """Queue a receipt per id as a journal group's completions do, then wait (bounded, virtual
+    time) for the flush the wake-ups scheduled."""
+    conn.wrote = asyncio.get_running_loop().create_future()
+    _answer_sends(loop, ids)
     await asyncio.wait_for(conn.wrote, timeout=5)
 
 
@@ -143,8 +160,7 @@ def test_above_the_high_water_mark_the_flush_leaves_the_frames_to_the_writer_tas
         conn = _Conn(vectored=True)
         loop, service = await _connected(conn)
         conn.writing_paused = True
-        for sequence_id in range(3):
-            loop.session.send_receipt(1, sequence_id, 7, sequence_id, None)
+        _answer_sends(loop, range(3))
         loop._write_soon()  # as the scheduled flush would
         queued = loop.protocol.outbound_bytes
         handed_to_writer = loop._output.is_set()
@@ -158,11 +174,10 @@ def test_above_the_high_water_mark_the_flush_leaves_the_frames_to_the_writer_tas
 def test_a_flush_that_crosses_the_high_water_mark_reports_the_backlog() -> None:
     async def main() -> tuple[int, int, bool]:
         conn = _Conn(vectored=True)
-        conn.pause_after_write = True  # the transport's buffer goes above its mark with this write
         loop, service = await _connected(conn)
-        for sequence_id in range(3):
-            loop.session.send_receipt(1, sequence_id, 7, sequence_id, None)
-        loop._write_soon()
+        conn.pause_after_write = True  # the transport's buffer goes above its mark with this write
+        _answer_sends(loop, range(3))
+        loop._write_soon()  # as the scheduled flush would
         backlog = loop.session.outbound_bytes()
         result = (len(conn.calls), backlog, loop._drain_wanted)
         await service.close()
@@ -177,10 +192,11 @@ def test_dispatched_messages_and_receipts_of_one_pass_share_the_write_in_queue_o
         conn = _Conn(vectored=True)
         loop, service = await _connected(conn)
         conn.wrote = asyncio.get_running_loop().create_future()
-        loop.session.send_receipt(1, 0, 7, 0, None)
+        loop.session.consumers[5] = (SimpleNamespace(), SimpleNamespace(dispatcher=None))  # type: ignore[assignment]
+        _answer_sends(loop, range(0, 1))
         for entry_id in range(2):  # a dispatcher's messages to a consumer on the same connection
             loop.session.send_message(5, 7, entry_id, -1, b"stored entry", 0, ())
-        loop.session.send_receipt(1, 1, 7, 1, None)
+        _answer_sends(loop, range(1, 2))
         await asyncio.wait_for(conn.wrote, timeout=5)
         await service.close()
         return conn.calls
@@ -189,3 +205,42 @@ def test_dispatched_messages_and_receipts_of_one_pass_share_the_write_in_queue_o
     assert len(calls) == 1
     receipt, message = pb.BaseCommand.SEND_RECEIPT, pb.BaseCommand.MESSAGE
     assert _command_types(calls[0][1]) == [receipt, message, message, receipt]
+
+
+def _lone_receipt(vectored: bool, *, other_pending: int = 0, consumer: bool = False) -> tuple[int, int]:
+    """A producer's one SEND answered (beside ``other_pending`` unanswered ones, with or without
+    a consumer on the connection): (writes right after its receipt was queued, writes once the
+    loop pass ran)."""
+
+    async def main() -> tuple[int, int]:
+        conn = _Conn(vectored)
+        loop, service = await _connected(conn)
+        if consumer:
+            loop.session.consumers[5] = (SimpleNamespace(), SimpleNamespace(dispatcher=None))  # type: ignore[assignment]
+        loop.session._pending_sends += other_pending
+        conn.wrote = asyncio.get_running_loop().create_future()
+        _answer_sends(loop, range(0, 1))
+        at_once = len(conn.calls)
+        await asyncio.wait_for(conn.wrote, timeout=5)
+        after_pass = len(conn.calls)
+        loop.session.consumers.clear()
+        await service.close()
+        return at_once, after_pass
+
+    return sim.run(main(), steps_max=100_000)
+
+
+def test_a_receipt_with_nothing_to_batch_it_with_is_written_at_once() -> None:
+    assert _lone_receipt(vectored=True) == (1, 1)
+
+
+def test_negative_control_a_receipt_beside_unanswered_sends_waits_for_the_pass_flush() -> None:
+    assert _lone_receipt(vectored=True, other_pending=3) == (0, 1)
+
+
+def test_a_receipt_on_a_connection_with_a_consumer_waits_for_the_pass_flush() -> None:
+    assert _lone_receipt(vectored=True, consumer=True) == (0, 1)
+
+
+def test_without_writelines_a_lone_receipt_keeps_the_pass_flush() -> None:
+    assert _lone_receipt(vectored=False) == (0, 1)  # the simulated network's schedule is unchanged

@@ -65,6 +65,11 @@ PULSAR_READ_CHUNK_BYTES = 256 * KIB  # one socket read fed to a FrameDecoder
 #: flight cannot hold the loop for a whole 256 KiB read (~20 ms of unbatched 1 KiB SENDs) while a
 #: light producer's SEND waits (bench/latency_isolation.py, docs/performance.md).
 BROKER_READ_SLICE_BYTES = 64 * KIB
+#: SENDs of one receive the broker hands over before the other connections get a turn (it yields
+#: to the event loop between such runs, round robin): a slice still holds ~60 unbatched SENDs of
+#: 1 KiB, and a light producer's SEND read in the same loop pass waited for all of them (issue 22,
+#: "Session 12: latency isolation" in docs/performance.md).
+BROKER_SENDS_PER_TURN_COUNT_MAX = 16
 PULSAR_RECEIVE_BUFFER_BYTES_MAX = PULSAR_FRAME_BYTES_MAX + 4 + PULSAR_READ_CHUNK_BYTES  # a frame + one read
 PULSAR_SEND_BUFFER_BYTES_MAX = 4 * PULSAR_FRAME_BYTES_MAX  # queued outbound bytes per connection
 #: Unanswered GET_OR_CREATE_SCHEMA requests one connection remembers (the oldest is forgotten).

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 class LedgerClientConfig:
     #: In-flight adds per ledger handle; a full table makes ``add_entry`` wait (backpressure).
     pending_adds_count_max: int = 10_000
+    #: The least of that window a handle keeps while other handles of the same client have adds
+    #: in flight too (``ledger.window.WindowShare``: alone, a handle has the whole window; beside
+    #: ``k - 1`` busy others, ``max(this, pending_adds_count_max // k)``).
+    pending_adds_share_count_min: int = 4
     #: Deadline of one bookie add; a bookie slower than this is replaced (ensemble change).
     add_timeout_ms: int = 5_000
     #: Deadline of one bookie read (normal or recovery).

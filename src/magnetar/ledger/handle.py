@@ -55,6 +55,7 @@ from magnetar.ledger.metadata_ops import LedgerMetadataStore, VersionedMetadata
 from magnetar.ledger.placement import BookieDirectory, PlacementPolicy
 from magnetar.ledger.quorum import write_set
 from magnetar.ledger.transport import BookieTransport
+from magnetar.ledger.window import WindowShare
 from magnetar.protocol.bookie.codec import EncodedEntry
 
 
@@ -109,6 +110,7 @@ class LedgerHandle:
         clock: Clock,
         config: LedgerClientConfig,
         master_key: bytes = b"",
+        window: WindowShare | None = None,
     ) -> None:
         invariant(metadata.metadata.state is LedgerState.OPEN, "a writer needs an OPEN ledger")
         self._meta = metadata
@@ -126,6 +128,12 @@ class LedgerHandle:
         self._last_add_pushed: int = NO_ENTRY
         self._pending: dict[int, PendingAdd] = {}
         self._admission: deque[asyncio.Future[None]] = deque()
+        #: The window this writer shares with the other writers of its ledger client (alone: a
+        #: share of its own, always the whole ``pending_adds_count_max``); ``_occupying`` while
+        #: it counts as busy there (its table holds adds).
+        self._window = window if window is not None else WindowShare(config.pending_adds_count_max,
+                                                                      config.pending_adds_share_count_min)
+        self._occupying = False
         self._failed_bookies: set[BookieId] = set()
         self._excluded_bookies: set[BookieId] = set()
         self._ensemble_change: asyncio.Task[None] | None = None
@@ -173,8 +181,9 @@ class LedgerHandle:
     # --- adds ------------------------------------------------------------------------------------
 
     def has_room(self) -> bool:
-        """Whether ``append`` can take an add now (no one is waiting for room before us)."""
-        return len(self._pending) < self._config.pending_adds_count_max and not self._admission
+        """Whether ``append`` can take an add now: fewer adds in flight than this writer's share
+        of the window (``ledger.window``) and no one waiting for room before us."""
+        return len(self._pending) < self._window.window() and not self._admission
 
     async def wait_for_room(self) -> None:
         """Backpressure: return once ``append`` can take an add (waiters go first in, first out),
@@ -183,10 +192,11 @@ class LedgerHandle:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._admission.append(waiter)
+        self._window.wait(self)  # a writer going idle grows the share: it wakes us then
         try:
             while True:
                 await waiter
-                if len(self._pending) < self._config.pending_adds_count_max or self._state is not WriterState.OPEN:
+                if len(self._pending) < self._window.window() or self._state is not WriterState.OPEN:
                     return
                 # Woken, but the room went to an earlier waiter: wait again in the same place.
                 fresh: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -197,6 +207,8 @@ class LedgerHandle:
             # caller that did not wait takes the room a woken waiter is about to use.
             if waiter in self._admission:
                 self._admission.remove(waiter)
+            if not self._admission:
+                self._window.done_waiting(self)
 
     async def add_entry(self, payload: bytes) -> int:
         """``wait_for_room`` then ``append``: returns the entry id once Qa bookies stored it and
@@ -216,8 +228,13 @@ class LedgerHandle:
         self.append_run(((payload, on_done),))
 
     def room(self) -> int:
-        """How many adds ``append_run`` can take now (0 while someone waits for room)."""
-        return 0 if self._admission else self._config.pending_adds_count_max - len(self._pending)
+        """How many adds to start now: this writer's share of the window (``ledger.window``) less
+        its adds in flight (0 while someone waits for room). ``append_run`` refuses only beyond
+        the whole window."""
+        if self._admission:
+            return 0
+        room = self._window.window() - len(self._pending)
+        return room if room > 0 else 0
 
     def append_run(self, adds: Sequence[tuple[bytes, AddCallback]]) -> None:
         """The one add operation (BookKeeper's ``asyncAddEntry``), for a run of adds in order: take
@@ -246,6 +263,9 @@ class LedgerHandle:
         if self._timeouts is None and self._config.add_timeout_ms > 0:
             self._timeouts = self._spawn(self._time_out_adds())  # at most once per add timeout
         self._drained.clear()
+        if not self._occupying and adds:
+            self._occupying = True
+            self._window.occupy()
         batch: list[PendingAdd] = []
         self._batch = batch  # ``_send`` gathers the adds that pass their gates now
         try:
@@ -309,11 +329,11 @@ class LedgerHandle:
         if self._state is not WriterState.OPEN:
             raise ClosedError(f"ledger {self.ledger_id} is {self._state.value}")
 
-    def _wake_admission(self) -> None:
+    def wake_admission(self) -> None:
         """Wake as many waiters (from the head of the line) as there is room for."""
         if not self._admission:
             return
-        room = self._config.pending_adds_count_max - len(self._pending)
+        room = self._window.window() - len(self._pending)
         for waiter in self._admission:
             if room <= 0:
                 return
@@ -456,12 +476,19 @@ class LedgerHandle:
                 break
             del self._pending[head_id]
             self._lac = head_id
-            self._wake_admission()
+            self.wake_admission()
             if not op.told:
                 op.told = True
                 op.on_done(head_id, None)  # may add again: the loop re-reads the table
         if not self._pending:
             self._drained.set()
+            self._release_window()
+
+    def _release_window(self) -> None:
+        """The table is empty: this writer no longer counts as busy (the others' share grows)."""
+        if self._occupying:
+            self._occupying = False
+            self._window.release()
 
     # --- ensemble change -------------------------------------------------------------------------
 
@@ -624,6 +651,7 @@ class LedgerHandle:
         failed = list(self._pending.values())
         self._pending.clear()
         self._drained.set()
+        self._release_window()
         self._wake_all_admission()
         self._cancel_tasks()
         for op in failed:  # told once the handle is consistent: a callback may call back in

@@ -23,6 +23,7 @@ from magnetar.ledger.quorum import validate_quorum
 from magnetar.ledger.reader import LedgerReader
 from magnetar.ledger.recovery import LedgerRecovery, RecoveryMode
 from magnetar.ledger.transport import BookieTransport
+from magnetar.ledger.window import WindowShare
 
 __all__ = ["LEDGER_FRAGMENTS_COUNT_MAX", "LedgerManager"]
 
@@ -48,6 +49,9 @@ class LedgerManager:
         self._clock = clock
         self.config = config or LedgerClientConfig()
         self._master_key = master_key
+        #: Every writer this client hands out shares one add window (issue 22, isolation): a
+        #: lone busy ledger fills all of it, busy ledgers side by side a share each.
+        self.window = WindowShare(self.config.pending_adds_count_max, self.config.pending_adds_share_count_min)
 
     async def create_ledger(
         self,
@@ -83,6 +87,7 @@ class LedgerManager:
             clock=self._clock,
             config=self.config,
             master_key=self._master_key,
+            window=self.window,
         )
 
     async def recover_ledger(self, ledger_id: int, *, mode: RecoveryMode = RecoveryMode.CORRECT) -> LedgerMetadata:

@@ -10,7 +10,10 @@ and handshake timers. Backpressure: the reader stops reading while the session i
 (outgoing bytes above ``connection_outbound_bytes_high``), and dispatchers stop sending to it, so
 a client that never reads cannot grow broker memory; and it hands a connection's SENDs over only
 while fewer than ``pending_sends_per_connection_max`` are unanswered (exactly: the rest of a read
-waits), so one connection cannot fill the shared journal with its backlog. What a session queues
+waits), so one connection cannot fill the shared journal with its backlog; and at most
+``BROKER_SENDS_PER_TURN_COUNT_MAX`` SENDs of a receive per loop pass, the rest after the other
+connections' turns (``hand_over_within_bound``), so a light producer's SEND is not handed over
+behind a heavy producer's whole read. What a session queues
 between two flushes leaves with one socket write (``writelines``). Bad input (malformed frame,
 oversized frame, protocol violation) closes that client's connection only. At most
 ``BROKER_CONNECTIONS_COUNT_MAX`` connections are served; beyond it new ones are closed at once.
@@ -28,7 +31,11 @@ from typing import Protocol
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, InvalidArgumentError
 from magnetar.base.io import Connection, Listener, Network
-from magnetar.base.limits import BROKER_CONNECTIONS_COUNT_MAX, BROKER_READ_SLICE_BYTES
+from magnetar.base.limits import (
+    BROKER_CONNECTIONS_COUNT_MAX,
+    BROKER_READ_SLICE_BYTES,
+    BROKER_SENDS_PER_TURN_COUNT_MAX,
+)
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.log import LogStore
 from magnetar.broker.managed_log import ManagedLogStore
@@ -87,14 +94,20 @@ class SendRoom(Protocol):
 
 
 async def hand_over_within_bound(session: SendRoom, events: list[Event], bound: int,
-                                 hold_reading: Callable[[], None], is_open: Callable[[], bool]) -> bool:
+                                 hold_reading: Callable[[], None], is_open: Callable[[], bool],
+                                 turn: int = BROKER_SENDS_PER_TURN_COUNT_MAX) -> bool:
     """Hand ``events`` to the session in order, never more SENDs than leave the connection
     within ``bound`` (``pending_sends_per_connection_max``) unanswered ones: at the bound the rest
     of this receive waits (``hold_reading`` first) until half of them were answered. The bound is
     exact, not "checked before the next read": one 64 KiB read holds ~60 SENDs of 1 KiB, so a
     connection with many partitions would otherwise put the bound plus a read's worth of adds in
-    one journal group beside everyone else's (issue 22, latency isolation). True once the
-    connection terminated."""
+    one journal group beside everyone else's (issue 22, latency isolation).
+
+    Fair turns: at most ``turn`` SENDs (``BROKER_SENDS_PER_TURN_COUNT_MAX``) are handed over per
+    loop pass; after such a run the rest waits one pass (``asyncio.sleep(0)``: what became ready
+    before, other connections' SENDs and the journal's answers among them, runs first; the ready
+    queue is FIFO, so busy connections take turns). A receive of a light producer (one SEND) never
+    waits. True once the connection terminated."""
     start, count = 0, len(events)
     while start < count:
         room = bound - session.pending_sends
@@ -104,6 +117,7 @@ async def hand_over_within_bound(session: SendRoom, events: list[Event], bound: 
             if not is_open() or session.pending_sends >= bound:
                 return True  # closed meanwhile (the wait's other way out): the rest goes with it
             continue
+        room = room if room < turn else turn
         end = start
         while end < count and room > 0:
             if type(events[end]) in _SEND_EVENTS:
@@ -114,6 +128,10 @@ async def hand_over_within_bound(session: SendRoom, events: list[Event], bound: 
         if await session.handle_all(events if start == 0 and end == count else events[start:end]):
             return True
         start = end
+        if start < count and room == 0:
+            await asyncio.sleep(0)  # this connection's turn is over: the others' SENDs first
+            if not is_open():
+                return True  # closed during the other turns: the rest goes with it
     return False
 
 
@@ -152,9 +170,19 @@ class _ConnectionLoop:
         # Once per loop pass at most: what the session queued meanwhile (receipts of a journal
         # group, say) goes out with one write, from a plain callback; waking the writer task
         # per receipt cost an Event, a future and a task step each (docs/performance.md).
-        if not self._write_soon_scheduled:
-            self._write_soon_scheduled = True
-            asyncio.get_running_loop().call_soon(self._write_soon)
+        if self._write_soon_scheduled:
+            return
+        session = self.session
+        if session.pending_sends == 0 and not session.consumers and self._writelines is not None:
+            # Nothing to batch it with: no other SEND of this connection is unanswered and no
+            # consumer is dispatched to (a synchronous producer's receipt, a request's answer).
+            # Written now, not after the rest of this loop pass (under load, a busy ledger's
+            # answers and receipts: issue 22, latency isolation). Only where one write is one
+            # ``writev`` (TCP): a simulated connection keeps its schedule (see ``_write_chunks``).
+            self._write_soon()
+            return
+        self._write_soon_scheduled = True
+        asyncio.get_running_loop().call_soon(self._write_soon)
 
     def _write_soon(self) -> None:
         self._write_soon_scheduled = False
@@ -238,7 +266,8 @@ class _ConnectionLoop:
                 return
             self._reading_held = False  # read again: the keep-alive counts from this data
             session = self.session
-            if session.pending_sends + len(events) <= bound:  # room for all of them (the usual case)
+            if len(events) <= BROKER_SENDS_PER_TURN_COUNT_MAX and session.pending_sends + len(events) <= bound:
+                # One turn, with room for all of them (a light producer's receive: the usual case)
                 if await session.handle_all(events):  # SENDs of one receive go as runs
                     return  # ConnectionTerminated
             elif await self._handle_within_bound(events):
@@ -248,7 +277,8 @@ class _ConnectionLoop:
             self._wake_writer()
 
     async def _handle_within_bound(self, events: list[Event]) -> bool:
-        """``hand_over_within_bound`` for this connection: reading is held while it waits."""
+        """``hand_over_within_bound`` for this connection (within the bound, in fair turns):
+        reading is held while it waits for room."""
         return await hand_over_within_bound(self.session, events,
                                             self.server.service.config.pending_sends_per_connection_max,
                                             self._hold_reading, self._open)
