@@ -100,9 +100,6 @@ def _with_offload(info: LedgerInfo, context: OffloadContext) -> LedgerInfo:
     return LedgerInfo(info.ledger_id, info.entries_count, info.size_bytes, info.timestamp_ms, context)
 
 
-
-
-@mypyc_attr(native_class=False)
 async def _fenced_by(step: Awaitable[None]) -> ManagedLedgerFencedError | None:
     """Await ``step``; the ``ManagedLedgerFencedError`` it raised, or None.
 
@@ -118,6 +115,7 @@ async def _fenced_by(step: Awaitable[None]) -> ManagedLedgerFencedError | None:
     return None
 
 
+@mypyc_attr(native_class=False)
 class _WeaklyReferenced:
     """A Python base class, so that ``ManagedLedger`` has a ``__weakref__`` when compiled (the
     shared rollover timer holds managed ledgers weakly; mypyc's native classes have no weak
