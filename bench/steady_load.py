@@ -10,7 +10,11 @@ reports:
   its descendants (bookie child processes);
 * ``us_msg``: that CPU per acknowledged message;
 * ``msgs_s`` and the publish latency p50/p99 the client saw;
-* ``machine_pct``: the whole machine's busy CPU (200% = both cores), to see competing work.
+* ``machine_pct``: the whole machine's busy CPU (200% = both cores), to see competing work;
+* ``loop_us_msg``: the standalone's main thread (its event loop) CPU per message, and
+  ``threads_us_msg`` all its other threads' (the journal's writer threads, bookie children);
+* ``csw_msg``: context switches (voluntary + involuntary, every thread) per message: at a modest
+  rate each message tends to bring its own wake-ups (a read, a writer-thread hand-off, its answer).
 
 A variant is ``label[=SRC_DIR][:KEY=VALUE,...]``: the standalone runs with ``PYTHONPATH=SRC_DIR``
 (default: this tree's ``src``) and the extra environment, so a tree before a change (``git
@@ -52,7 +56,8 @@ from workload import DRIVERS, run_uvloop  # noqa: E402
 from magnetar.cli.perf import PerfSettings, run_perf  # noqa: E402
 from magnetar.runtime.processes import StandaloneProcess  # noqa: E402
 
-METRICS = ("cpu_pct", "sys_pct", "us_msg", "msgs_s", "p50_ms", "p99_ms", "machine_pct")
+METRICS = ("cpu_pct", "sys_pct", "us_msg", "loop_us_msg", "threads_us_msg", "csw_msg", "msgs_s", "p50_ms", "p99_ms",
+           "machine_pct")
 
 
 def parse_variant(spec: str) -> tuple[str, str, dict[str, str]]:
@@ -107,10 +112,14 @@ def one_run(src: str, extra_env: dict[str, str], args: argparse.Namespace, root:
     count = result["publish"]["count"]
     cpu_s = server.marks["end"] - server.marks["start"]
     measured_s = max(1e-9, float(result["elapsed_s"]))
+    loop_s, threads_s = server.thread_seconds(standalone.pid)
     return {
         "cpu_pct": 100 * cpu_s / measured_s,
         "sys_pct": 100 * sys_s / elapsed,
         "us_msg": 1e6 * cpu_s / max(1, count),
+        "loop_us_msg": 1e6 * loop_s / max(1, count),
+        "threads_us_msg": 1e6 * threads_s / max(1, count),
+        "csw_msg": (server.switches["end"] - server.switches["start"]) / max(1, count),
         "msgs_s": result["publish"]["msgs_s"],
         "p50_ms": result["publish"]["latency_ms"]["p50"],
         "p99_ms": result["publish"]["latency_ms"]["p99"],
@@ -140,8 +149,11 @@ def peer_run(name: str, args: argparse.Namespace, root: Path, tag: str) -> dict[
     finally:
         peer.stop()
     cpu_s = server.marks["end"] - server.marks["start"]
+    acked = max(1.0, figures["acked"])
     return {"cpu_pct": 100 * cpu_s / figures["elapsed_s"], "sys_pct": float("nan"),
-            "us_msg": 1e6 * cpu_s / max(1, figures["acked"]), "msgs_s": figures["acked"] / figures["elapsed_s"],
+            "us_msg": 1e6 * cpu_s / acked, "loop_us_msg": float("nan"), "threads_us_msg": float("nan"),
+            "csw_msg": (server.switches["end"] - server.switches["start"]) / acked,
+            "msgs_s": figures["acked"] / figures["elapsed_s"],
             "p50_ms": figures["p50_ms"], "p99_ms": figures["p99_ms"], "machine_pct": machine}
 
 

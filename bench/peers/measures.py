@@ -96,19 +96,52 @@ def cpu_seconds(roots: list[int]) -> float:
     return sum(sample_cpu(descendants(roots)).processes.values())
 
 
+def context_switches(pids: list[int]) -> int:
+    """Voluntary + involuntary context switches so far of every thread of ``pids``
+    (``/proc/<pid>/task/<tid>/status``): wake-ups and preemptions, a cost per message that a
+    CPU figure hides in its kernel share."""
+    total = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            for line in (_read(f"/proc/{pid}/task/{tid}/status") or "").splitlines():
+                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                    total += int(line.split()[1])
+    return total
+
+
 class ServerCpu:
     """``on_phase`` for a measured phase: the server's CPU seconds between "start" and "end"
-    (``roots`` and their descendants, for ``bench/steady_load.py``)."""
+    (``roots`` and their descendants, for ``bench/steady_load.py``), per thread too, and its
+    threads' context switches."""
 
     def __init__(self, roots: list[int]) -> None:
         self.roots = roots
         self.marks: dict[str, float] = {}
+        self.samples: dict[str, CpuSample] = {}
+        self.switches: dict[str, int] = {}
 
     def __call__(self, phase: str) -> None:
-        self.marks[phase] = cpu_seconds(self.roots)
+        tree = descendants(self.roots)
+        sample = sample_cpu(tree)
+        self.samples[phase] = sample
+        self.switches[phase] = context_switches(tree)
+        self.marks[phase] = sum(sample.processes.values())
 
     def us_per(self, messages: int) -> float:
         return 1e6 * (self.marks["end"] - self.marks["start"]) / max(1, messages)
+
+    def thread_seconds(self, pid: int) -> tuple[float, float]:
+        """CPU seconds between "start" and "end" of ``pid``'s main thread (an asyncio server's
+        event loop) and of all the tree's other threads (writer threads, bookie children...)."""
+        start, end = self.samples["start"].threads, self.samples["end"].threads
+        main = f"{pid}/{pid}"
+        loop_s = end.get(main, 0.0) - start.get(main, 0.0)
+        others_s = sum(cpu - start.get(key, 0.0) for key, cpu in end.items() if key != main)
+        return loop_s, others_s
 
 
 def busiest(before: CpuSample, after: CpuSample, elapsed_s: float) -> dict[str, float | str]:

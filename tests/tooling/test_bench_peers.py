@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,25 @@ def test_the_process_tree_holds_this_process_and_its_busiest_thread_is_found() -
     top = measures.busiest(before, after, elapsed_s=1.0)
     assert top["busiest_process"] == "1" and top["busiest_process_pct"] == pytest.approx(90.0)
     assert top["busiest_thread"] == "1/1 loop" and top["busiest_thread_pct"] == pytest.approx(90.0)
+
+
+def test_server_cpu_splits_the_main_thread_from_the_others_and_counts_context_switches() -> None:
+    server = measures.ServerCpu([os.getpid()])
+    server("start")
+    deadline = time.perf_counter() + 0.05
+    while time.perf_counter() < deadline:  # some CPU on this (the main) thread
+        pass
+    time.sleep(0.001)  # a voluntary context switch
+    server("end")
+    loop_s, others_s = server.thread_seconds(os.getpid())
+    assert loop_s >= 0 and others_s >= 0
+    assert server.switches["end"] > server.switches["start"]
+    # The split is by thread id: another pid's main thread is none of this tree's (control).
+    server.samples = {"start": measures.CpuSample({}, {"7/7": 1.0, "7/8": 2.0}, {}),
+                      "end": measures.CpuSample({}, {"7/7": 1.5, "7/8": 2.25, "7/9": 0.5}, {})}
+    assert server.thread_seconds(7) == (pytest.approx(0.5), pytest.approx(0.75))
+    assert server.thread_seconds(8) == (0.0, pytest.approx(1.25))
+    assert measures.context_switches([2**22 + 12345]) == 0  # no such process
 
 
 def _system(**medians: float) -> dict[str, Any]:
