@@ -134,7 +134,7 @@ def test_value_types_compare_hash_and_print_as_values() -> None:
 
     a, b = Position(3, 4), Position(3, 4)
     assert a == b and a is not b and hash(a) == hash(b) and {a: 1}[b] == 1
-    assert a != Position(3, 5) and not (a != b)
+    assert a != Position(3, 5) and (a != b) is False
     assert Position(2, 9) < a < Position(3, 5) < Position(4, -1) and a <= b and a >= b and not a > b
     assert repr(a) == "Position(ledger_id=3, entry_id=4)"
     assert (a == (3, 4)) is False
