@@ -101,13 +101,9 @@ def _with_offload(info: LedgerInfo, context: OffloadContext) -> LedgerInfo:
 
 
 async def _fenced_by(step: Awaitable[None]) -> ManagedLedgerFencedError | None:
-    """Await ``step``; the ``ManagedLedgerFencedError`` it raised, or None.
-
-    Compiled (mypyc), an ``except`` block never awaits: mypyc keeps the exception being handled
-    in the thread's shared exception state, not per coroutine, and other coroutines change that
-    state while this one is suspended. A bare ``raise`` after such an await re-raised whatever
-    was there (``None`` wrote a traceback over ``NoneType``'s type and crashed cluster brokers,
-    docs/performance.md, session 12). Cleanups run after the handler, from the error it returns."""
+    """Await ``step``; the ``ManagedLedgerFencedError`` it raised, or None: the cleanup awaits
+    after the handler (compiled, an ``except`` block never awaits; see ``cursor._switch_ledger``
+    and ``tests/tooling/test_compiled_coroutines.py``)."""
     try:
         await step
     except ManagedLedgerFencedError as exc:
