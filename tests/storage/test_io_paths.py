@@ -14,7 +14,7 @@ import pytest
 
 from magnetar import faults
 from magnetar.base.clock import Clock
-from magnetar.base.io import Disk, KeyValueStore
+from magnetar.base.io import Bytes, Disk, KeyValueStore
 from magnetar.base.limits import NETWORK_READ_BUFFER_BYTES_MAX, NETWORK_WRITE_BUFFER_BYTES_MAX
 from magnetar.base.rng import SeededRng
 from magnetar.protocol.bookie import (
@@ -396,3 +396,76 @@ def test_local_file_views_are_mapped_reads_valid_after_growth_close_and_removal(
     file.close()
     disk.remove("log")
     assert bytes(first) == b"a" * 10 and bytes(second) == b"aaaaabbbbb"  # the maps live on in the views
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_aligned_copy_lays_mixed_parts_back_to_back(seed: int) -> None:
+    """``_copy_into`` writes large parts straight into the aligned buffer and joins the runs of
+    small parts between them: the buffer holds exactly the parts' bytes in order, for small-only,
+    large-only and mixed lists (runs of small parts first, between and last, empty parts too)."""
+    import mmap
+
+    rng = random.Random(seed)
+    size_min = runtime_disk._PART_COPY_BYTES_MIN
+    shapes = [lambda: rng.randint(0, 40), lambda: rng.randint(size_min, 5 * size_min),
+              lambda: rng.choice([0, 30, size_min - 1, size_min, 100_000])]
+    parts: list[Bytes] = []
+    for _ in range(rng.randint(1, 60)):
+        data = rng.randbytes(rng.choice(shapes)())
+        parts.append(memoryview(data) if rng.random() < 0.3 else data)
+    total = sum(len(part) for part in parts)
+    buffer = mmap.mmap(-1, total + 4096)
+    buffer.write(b"\xff" * len(buffer))
+    view = runtime_disk._copy_into(buffer, parts, total)
+    assert len(view) == total and bytes(view) == b"".join(parts)
+    assert buffer[total:] == b"\xff" * 4096  # nothing written past the parts
+    view.release()
+
+
+def test_local_direct_group_of_large_entries_reads_back_intact(tmp_path: Path) -> None:
+    """A journal-like group on the real disk, aligned (the O_DIRECT path where the filesystem has
+    it): framing parts of a few bytes around entries of ~100 KiB and a zero pad to the alignment,
+    written with ``append_and_sync``; the file then holds exactly those bytes."""
+    rng = random.Random(7)
+    parts: list[Bytes] = []
+    for _ in range(12):
+        parts += [rng.randbytes(30), rng.randbytes(100_000 + rng.randint(0, 999))]
+    parts.append(bytes(-sum(map(len, parts)) % 4096))
+
+    async def scenario() -> None:
+        file = LocalDisk(str(tmp_path)).open("group", direct=True)
+        alignment = file.write_alignment_bytes  # 4096 where the filesystem takes O_DIRECT
+        offset = await file.append_and_sync(parts)
+        again = await file.append_and_sync(parts)  # the pooled buffer, reused
+        assert offset == 0 and again == sum(map(len, parts))
+        assert file.read_at(0, 2 * again) == b"".join(parts) * 2
+        assert file.write_alignment_bytes == alignment  # the direct writes were not refused
+        file.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("memfd", [True, False])
+def test_aligned_buffer_fill_copies_the_parts_with_or_without_a_memfd(memfd: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_AlignedBuffer.fill`` (a large write's copy, made by the worker thread) puts the parts
+    back to back at the buffer's start through its memfd; without one (no ``memfd_create``, or
+    a failing write to it) by copying in the calling thread: the same bytes either way."""
+    if not memfd:
+        monkeypatch.delattr(os, "memfd_create", raising=False)
+    buffer = runtime_disk._AlignedBuffer(4 * 1024 * 1024)
+    assert (buffer.fd >= 0) == (memfd and hasattr(os, "memfd_create"))
+    rng = random.Random(3)
+    parts: list[Bytes] = [rng.randbytes(rng.choice([12, 100_000])) for _ in range(30)]
+    total = sum(map(len, parts))
+    aligned = memoryview(buffer.map)[:total]
+    buffer.fill(parts, aligned)
+    assert bytes(aligned) == b"".join(parts)
+    if buffer.fd >= 0:  # a failing memfd write: copied in this thread instead
+        def refuse(*_args: object) -> int:
+            raise OSError(12, "no memory")
+
+        monkeypatch.setattr(os, "pwritev", refuse)
+        again = list(reversed(parts))
+        buffer.fill(again, aligned)
+        assert bytes(aligned) == b"".join(again)
+    aligned.release()

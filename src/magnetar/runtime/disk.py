@@ -16,6 +16,9 @@ CPU (``copy_folio_from_iter_atomic`` in ``perf``); the direct path costs one use
 a buffer that stays resident. Any other write, and every read, goes through the ordinary
 descriptor (the kernel keeps the two coherent). A filesystem without ``O_DIRECT`` support
 (tmpfs) simply keeps the buffered path. ``fdatasync`` covers both: it applies to the file.
+A write of ``_WORKER_COPY_BYTES_MIN`` or more is copied into its aligned buffer by the worker
+thread (one ``pwritev`` into the buffer's ``memfd``, GIL released: ``_AlignedBuffer``), a
+smaller one on the event loop before the worker call.
 
 ``close()`` while a worker call still runs (its caller was cancelled) defers closing the
 descriptors to the end of that call, so a call never writes into a file that reused the number.
@@ -44,6 +47,7 @@ import shutil
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 
 from magnetar import faults
@@ -230,10 +234,12 @@ def split_parts(parts: Sequence[Bytes], at: int) -> tuple[list[Bytes], list[Byte
 
 def _write_job(
     descriptors: _Descriptors, parts: Sequence[Bytes], offset: int, sync: bool, aligned: memoryview | None,
-    torn_point: str = "", unsynced_point: str = "",
+    torn_point: str = "", unsynced_point: str = "", fill: _AlignedBuffer | None = None,
 ) -> bool:
-    """The worker-thread write (and sync); ``aligned`` is the parts already copied into the
-    page-aligned buffer for the O_DIRECT descriptor. Returns whether the direct write took them.
+    """The worker-thread write (and sync); ``aligned`` is the page-aligned buffer's view for the
+    O_DIRECT descriptor, holding the parts already, or filled here first when ``fill`` is its
+    buffer (``_AlignedBuffer.fill``: a large write's copy made off the event loop). Returns
+    whether the direct write took them.
     With ``torn_point`` armed (``faults.tears``), the bytes go in two writes with that fault point
     between them (split at half, rounded down to the alignment on the direct path: a one-page
     group is one write, the point passed before it); ``unsynced_point`` is passed between the
@@ -241,6 +247,8 @@ def _write_job(
     if torn_point and not faults.tears(torn_point):
         torn_point = ""  # unarmed, the point half-way through the write does nothing: one write
     try:
+        if fill is not None and aligned is not None:
+            fill.fill(parts, aligned)
         written_direct = False
         torn_passed = False
         synced = False
@@ -377,12 +385,90 @@ def _sync_job(descriptors: _Descriptors) -> None:
         descriptors.release()
 
 
+#: ``_copy_into`` copies a part of at least this many bytes straight into the aligned buffer;
+#: smaller neighbours are joined first and copied as one.
+_PART_COPY_BYTES_MIN = 2048
+
+
 def _copy_into(buffer: mmap.mmap, parts: Sequence[Bytes], total: int) -> memoryview:
-    # One join and one copy: a slice assignment per part cost ~4x more for a journal group's
-    # dozen parts (Python work per part, on the event loop).
+    """``parts`` back to back at the start of ``buffer``; the view of those ``total`` bytes.
+
+    Small parts on average (an unbatched journal group: a 30-byte framing and a ~1 KiB entry per
+    record): one join and one copy, as a slice assignment per part costs more in Python work than
+    the second copy of a few KiB. Large parts (batched entries of ~100 KiB, entry-log chunks of
+    MiBs) go straight into the buffer, and only runs of small parts between them are joined: the
+    joined copy was a second pass over every byte and, for a chunk of MiBs, a fresh allocation
+    whose pages faulted in on every write (docs/performance.md, session 12: 3-10x less time
+    for 100 KiB parts)."""
     view = memoryview(buffer)
-    view[:total] = parts[0] if len(parts) == 1 else b"".join(parts)
+    if total < len(parts) * _PART_COPY_BYTES_MIN:
+        view[:total] = parts[0] if len(parts) == 1 else b"".join(parts)
+        return view[:total]
+    at = run_at = 0
+    small: list[Bytes] = []  # the run of small parts since ``run_at``
+    for part in parts:
+        size = len(part)
+        if size < _PART_COPY_BYTES_MIN:
+            if not small:
+                run_at = at
+            small.append(part)
+        else:
+            if small:
+                view[run_at:at] = small[0] if len(small) == 1 else b"".join(small)
+                small = []
+            view[at : at + size] = part
+        at += size
+    if small:
+        view[run_at:at] = small[0] if len(small) == 1 else b"".join(small)
+    invariant(at == total, "the parts add up to the write's size")
     return view[:total]
+
+
+#: A write of at least this many bytes has its aligned copy made by the worker thread
+#: (``_AlignedBuffer.fill``) instead of on the event loop.
+_WORKER_COPY_BYTES_MIN = 256 * 1024
+
+
+class _AlignedBuffer:
+    """A page-aligned buffer for ``O_DIRECT`` writes: a mapping of a ``memfd`` (where the system
+    has them, else of anonymous memory, ``fd`` -1). ``fill`` copies a write's parts into it with
+    one ``pwritev`` on the memfd: the kernel copies into the same pages the mapping shows, with
+    the GIL released, so a worker thread can make a large write's copy (a batched journal group
+    of MiBs, an entry-log chunk) without holding up the event loop; in a thread, a slice
+    assignment per part would hold the GIL for the whole copy. The copy was two passes per byte
+    per write (journal and entry log) of the broker's loop thread, which bounds a standalone's
+    batched ingest (docs/performance.md, session 12)."""
+
+    __slots__ = ("__weakref__", "fd", "map", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.fd = -1
+        if hasattr(os, "memfd_create"):
+            try:
+                self.fd = os.memfd_create("magnetar-direct", os.MFD_CLOEXEC)
+                os.ftruncate(self.fd, size)
+                self.map = mmap.mmap(self.fd, size)
+            except OSError:
+                if self.fd >= 0:
+                    os.close(self.fd)
+                self.fd = -1
+            else:
+                weakref.finalize(self, os.close, self.fd)
+                return
+        self.map = mmap.mmap(-1, size)
+
+    def fill(self, parts: Sequence[Bytes], aligned: memoryview) -> None:
+        """Copy ``parts`` to the start of the buffer (``aligned`` is its view of their length);
+        blocking, any thread. Without a memfd, or if writing to it fails (no memory for its
+        pages), the copy is made in this thread (``_copy_into``)."""
+        if self.fd >= 0:
+            try:
+                pwritev_all(self.fd, parts, 0)
+                return
+            except OSError:
+                pass  # the mapping is untouched where the write did not reach: copy it all
+        _copy_into(self.map, parts, len(aligned))
 
 
 class _AlignedBuffers:
@@ -396,35 +482,36 @@ class _AlignedBuffers:
     __slots__ = ("_idle",)
 
     def __init__(self) -> None:
-        self._idle: list[mmap.mmap] = []
+        self._idle: list[_AlignedBuffer] = []
 
-    def take(self, total: int) -> mmap.mmap:
+    def take(self, total: int) -> _AlignedBuffer:
         """The smallest idle buffer of at least ``total`` bytes, or a new one (whole MiBs)."""
-        best: mmap.mmap | None = None
+        best: _AlignedBuffer | None = None
         for buffer in self._idle:
-            if len(buffer) >= total and (best is None or len(buffer) < len(best)):
+            if buffer.size >= total and (best is None or buffer.size < best.size):
                 best = buffer
         if best is not None:
             self._idle.remove(best)
             return best
-        return mmap.mmap(-1, -(-total // MIB) * MIB)
+        return _AlignedBuffer(-(-total // MIB) * MIB)
 
-    def give_back(self, buffer: mmap.mmap) -> None:
+    def give_back(self, buffer: _AlignedBuffer) -> None:
         """Keep ``buffer`` idle; beyond DISK_DIRECT_BUFFERS_COUNT_MAX the smallest is dropped."""
         idle = self._idle
         if len(idle) < DISK_DIRECT_BUFFERS_COUNT_MAX:
             idle.append(buffer)
             return
-        smallest = min(idle, key=len)
-        if len(smallest) < len(buffer):
+        smallest = min(idle, key=lambda kept: kept.size)
+        if smallest.size < buffer.size:
             idle.remove(smallest)
             idle.append(buffer)
 
 
 class LocalFile:
-    # The aligned copy is made on the event loop, so the worker call only runs pwrite and
-    # fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and the
-    # worker, which on a busy machine cost more than the copy itself.
+    # A small write's aligned copy is made on the event loop, so the worker call only runs
+    # pwrite and fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and
+    # the worker, which on a busy machine cost more than a copy of a few KiB. A large write's
+    # copy (MiBs of batched entries) is the worker's, off the loop (``_AlignedBuffer.fill``).
     __slots__ = ("_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size")
 
     def __init__(self, path: str, fd: int, direct_fd: int = -1, buffers: _AlignedBuffers | None = None) -> None:
@@ -503,7 +590,7 @@ class LocalFile:
         total = 0
         for part in parts:
             total += len(part)
-        buffer, aligned = self._aligned_copy(parts, offset, total)
+        buffer, aligned, fill = self._aligned_copy(parts, offset, total)
         loop = asyncio.get_running_loop()
         descriptors = self._descriptors
         descriptors.acquire()
@@ -517,7 +604,8 @@ class LocalFile:
             error: BaseException | None = None
             written_direct = False
             try:
-                written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point)
+                written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point,
+                                            fill)
             except BaseException as exc:  # handed to ``done`` on the loop
                 error = exc
             try:
@@ -536,27 +624,32 @@ class LocalFile:
         offset = self._size
         total = sum(len(part) for part in parts)
         self._size += total
-        buffer, aligned = self._aligned_copy(parts, offset, total)
+        buffer, aligned, fill = self._aligned_copy(parts, offset, total)
         self._descriptors.acquire()
         written_direct = await asyncio.get_running_loop().run_in_executor(
-            None, _write_job, self._descriptors, parts, offset, sync, aligned
+            None, _write_job, self._descriptors, parts, offset, sync, aligned, "", "", fill
         )
         self._aligned_done(buffer, aligned, written_direct)
         return offset
 
-    def _aligned_copy(self, parts: Sequence[Bytes], offset: int, total: int) -> tuple[mmap.mmap | None,
-                                                                                         memoryview | None]:
-        """A pooled aligned buffer holding ``parts`` when the write can go through O_DIRECT."""
+    def _aligned_copy(self, parts: Sequence[Bytes], offset: int, total: int) -> tuple[
+            _AlignedBuffer | None, memoryview | None, _AlignedBuffer | None]:
+        """When the write can go through O_DIRECT: a pooled aligned buffer, its view of ``total``
+        bytes, and (for a write of ``_WORKER_COPY_BYTES_MIN`` or more) the same buffer again as
+        the one the worker thread fills first; a smaller write is copied here, on the loop (a
+        worker's copy costs it one more GIL hand-off, more than copying a few KiB)."""
         if (
             self._direct_ok
             and 0 < total <= DISK_DIRECT_BUFFER_BYTES_MAX
             and not (offset | total) % DISK_DIRECT_ALIGNMENT_BYTES
         ):
             buffer = self._buffers.take(total)
-            return buffer, _copy_into(buffer, parts, total)
-        return None, None
+            if total >= _WORKER_COPY_BYTES_MIN and buffer.fd >= 0:
+                return buffer, memoryview(buffer.map)[:total], buffer
+            return buffer, _copy_into(buffer.map, parts, total), None
+        return None, None, None
 
-    def _aligned_done(self, buffer: mmap.mmap | None, aligned: memoryview | None,
+    def _aligned_done(self, buffer: _AlignedBuffer | None, aligned: memoryview | None,
                       written_direct: bool | None) -> None:
         """Give the buffer back after the write; ``written_direct`` (None: the write failed)
         says whether the file still takes O_DIRECT writes."""

@@ -166,6 +166,55 @@ def test_decoder_fed_in_random_chunks(cuts: list[int], data: st.DataObject) -> N
     assert [t for t, _s, _p in got] == [T.CONNECT, T.PING, T.SEND, T.SEND, T.SUCCESS, T.SEND]
 
 
+def test_a_frame_spanning_reads_is_joined_once_and_frames_within_a_read_are_views() -> None:
+    """A 100 KiB batch arriving in 64 KiB reads: the spanning frame is one ``bytes`` of its own
+    (joined once, when complete; nothing is joined while it is incomplete), and the frames that
+    follow inside the last read are views of that read, not copies."""
+    big = _send_frame(0, b"b" * 100_000)
+    small = _send_frame(1, b"s" * 10)
+    stream = big + small + small
+    first, second = stream[:65_536], stream[65_536:]
+    decoder = FrameDecoder()
+    decoder.feed(first)
+    assert decoder.next_frame_bytes() is None  # incomplete: nothing copied yet
+    decoder.feed(second)
+    spanning = decoder.next_frame_bytes()
+    assert spanning is not None and isinstance(spanning.obj, bytes) and len(spanning.obj) == len(big)
+    assert bytes(spanning) == big
+    after = [decoder.next_frame_bytes(), decoder.next_frame_bytes()]
+    assert all(view is not None and view.obj is second and bytes(view) == small for view in after)
+    assert decoder.next_frame_bytes() is None and decoder.buffered_bytes == 0
+
+
+def test_read_only_views_of_bytes_are_kept_and_mutable_buffers_are_copied() -> None:
+    """A slice of a larger read handed over as a read-only view of ``bytes`` (immutable) is kept
+    as it is: its frames are views of the original read. A ``bytearray`` or a writable view may
+    change after ``feed`` returns, so it is copied: changing it later changes no frame."""
+    frame = _send_frame(4, b"v" * 2_000)
+    read = b"junk" + frame + frame
+    decoder = FrameDecoder()
+    decoder.feed(memoryview(read)[4 : 4 + len(frame)])
+    decoder.feed(memoryview(read)[4 + len(frame) :])
+    views = [decoder.next_frame_bytes(), decoder.next_frame_bytes()]
+    assert all(view is not None and view.obj is read and bytes(view) == frame for view in views)
+    for mutable in (bytearray(frame), memoryview(bytearray(frame))):
+        decoder.feed(mutable)
+        got = decoder.next_frame_bytes()
+        mutable[-1:] = b"X"  # the caller reuses its buffer
+        assert got is not None and bytes(got) == frame and got.obj is not mutable
+
+
+def test_a_size_field_split_across_reads_is_read_without_consuming() -> None:
+    frame = _send_frame(3, b"x" * 500)
+    decoder = FrameDecoder()
+    for part in (frame[:1], frame[1:3], frame[3:9], frame[9:]):
+        assert decoder.next_frame_bytes() is None
+        decoder.feed(part)
+    got = decoder.next_frame()
+    assert got is not None and got.message is not None and bytes(got.message.payload) == b"x" * 500
+    assert decoder.buffered_bytes == 0
+
+
 def test_checksum_mismatch_is_typed_and_only_drops_that_frame() -> None:
     bad = bytearray(_send_frame(5, b"hello"))
     bad[-1] ^= 0xFF

@@ -140,7 +140,8 @@ class EncodedEntry:
         if entry_id < 0 or lac < -1:
             raise InvalidArgumentError(f"invalid entry {ledger_id}:{entry_id} with lac {lac}")
         digest = entry_digest(ledger_id, entry_id, lac, payload)
-        raw = _ENTRY_HEADER.pack(ledger_id, entry_id, lac, len(payload), digest) + bytes(payload)
+        # One copy of the payload whatever its type (``header + bytes(view)`` made two).
+        raw = b"".join((_ENTRY_HEADER.pack(ledger_id, entry_id, lac, len(payload), digest), payload))
         entry = cls(ledger_id, entry_id, lac, digest, raw)
         object.__setattr__(entry, "_digest_checked", True)
         return entry

@@ -22,12 +22,13 @@ Invariants:
 * A checksum mismatch consumes only the bad frame: ``FrameChecksumMismatchError`` carries the parsed
   command so a broker can answer SEND_ERROR(ChecksumError) and keep the connection, as Java
   does. Every other decoding error is sticky.
-* Zero copy where cheap: a frame cut from a ``bytes`` chunk fed while nothing was buffered is a
-  ``memoryview`` of that chunk; otherwise the frame is copied out of the buffer once.
+* Zero copy where cheap: a frame within one fed chunk is a ``memoryview`` of that chunk; a frame
+  spanning chunks is joined into a ``bytes`` of its own once, when it is complete.
 """
 
 from __future__ import annotations
 
+import collections
 import enum
 import struct
 from collections.abc import Callable
@@ -139,20 +140,29 @@ class _DecoderState(enum.Enum):
 
 
 class FrameDecoder:
-    """Incremental decoder: ``feed()`` bytes as they arrive, take frames with ``next_frame()``."""
+    """Incremental decoder: ``feed()`` bytes as they arrive, take frames with ``next_frame()``.
+
+    Received chunks are kept as they came (``_buf`` from ``_pos``, then ``_more``): a frame inside
+    one chunk is a view of it, and a frame spanning chunks is joined into a ``bytes`` of its own
+    once it is complete, its bytes copied once. Appending every chunk to one ``bytearray`` copied
+    a frame larger than a read (a batch of 100 KiB arriving in 64 KiB reads) two to three times:
+    on conversion, on growth, on the copy out and on compaction (docs/performance.md, session 12).
+    """
 
     def __init__(self, frame_bytes_max: int = PULSAR_FRAME_BYTES_MAX) -> None:
         invariant(0 < frame_bytes_max <= PULSAR_FRAME_BYTES_MAX, "frame_bytes_max out of range")
         self._frame_bytes_max = frame_bytes_max
         self._buffer_bytes_max = PULSAR_RECEIVE_BUFFER_BYTES_MAX - PULSAR_FRAME_BYTES_MAX + frame_bytes_max
-        self._buf: bytes | bytearray = b""
+        self._buf: bytes | memoryview = b""  # the first chunk with unread bytes (from ``_pos``)
         self._pos = 0
+        self._more: collections.deque[bytes | memoryview] = collections.deque()  # the chunks after ``_buf``
+        self._more_bytes = 0
         self._state = _DecoderState.OPEN
         self._error: Exception | None = None
 
     @property
     def buffered_bytes(self) -> int:
-        return len(self._buf) - self._pos
+        return len(self._buf) - self._pos + self._more_bytes
 
     def feed(self, data: Buffer) -> None:
         """Append received bytes. Raises ``FrameTooLargeError`` if the buffer bound would be exceeded."""
@@ -162,15 +172,20 @@ class FrameDecoder:
         if self.buffered_bytes + len(data) > self._buffer_bytes_max:
             self._break(FrameTooLargeError("PULSAR_RECEIVE_BUFFER_BYTES_MAX", self.buffered_bytes + len(data),
                                       self._buffer_bytes_max))
+        # Zero copy: keep an immutable chunk as is (``bytes``, or a read-only view of ``bytes``,
+        # as a slice of a larger read); frames within it become memoryviews into it. Anything
+        # else may change after this call: copied.
+        chunk: bytes | memoryview
+        if isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly and isinstance(data.obj, bytes)):
+            chunk = data
+        else:
+            chunk = bytes(data)
         if self.buffered_bytes == 0:
-            # Zero copy: keep an immutable chunk as is; frames become memoryviews into it.
-            self._buf = data if isinstance(data, bytes) else bytes(data)
+            self._buf = chunk
             self._pos = 0
-            return
-        if isinstance(self._buf, bytes):
-            self._buf = bytearray(memoryview(self._buf)[self._pos:])
-            self._pos = 0
-        self._buf += data
+        else:
+            self._more.append(chunk)
+            self._more_bytes += len(chunk)
 
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None until more bytes arrive.
@@ -189,7 +204,11 @@ class FrameDecoder:
         available = self.buffered_bytes
         if available < _SIZE_FIELD_BYTES:
             return None
-        (total_size,) = _U32.unpack_from(self._buf, self._pos)
+        buf, start = self._buf, self._pos
+        if len(buf) - start >= _SIZE_FIELD_BYTES:
+            (total_size,) = _U32.unpack_from(buf, start)
+        else:
+            (total_size,) = _U32.unpack(self._head(_SIZE_FIELD_BYTES))
         frame_bytes = _SIZE_FIELD_BYTES + total_size
         if frame_bytes > self._frame_bytes_max:
             self._break(FrameTooLargeError("PULSAR_FRAME_BYTES_MAX", frame_bytes, self._frame_bytes_max))
@@ -197,16 +216,49 @@ class FrameDecoder:
             self._break(MalformedFrameError(f"frame total_size {total_size} is too small"))
         if available < frame_bytes:
             return None
-        start = self._pos
         end = start + frame_bytes
-        if isinstance(self._buf, bytes):
-            view = memoryview(self._buf)[start:end]
+        if end <= len(buf):
+            view = memoryview(buf)[start:end]
+            self._pos = end
         else:
-            # Copy out once so that the buffer can be compacted while the frame lives on.
-            view = memoryview(bytes(memoryview(self._buf)[start:end]))
-        self._pos = end
-        self._compact()
+            view = memoryview(self._take_spanning(frame_bytes))
+        if self._pos == len(self._buf):
+            self._next_chunk()
         return view
+
+    def _head(self, count: int) -> bytes:
+        """The first ``count`` buffered bytes (at least that many are buffered), not consumed."""
+        head = bytes(self._buf[self._pos : self._pos + count])
+        for chunk in self._more:
+            if len(head) >= count:
+                break
+            head += bytes(chunk[: count - len(head)])
+        return head
+
+    def _take_spanning(self, count: int) -> bytes:
+        """Consume the next ``count`` bytes, which run past ``_buf`` into ``_more``, as one joined
+        ``bytes`` (one copy); the chunk where they end becomes ``_buf``."""
+        parts: list[Buffer] = [memoryview(self._buf)[self._pos :]]
+        needed = count - len(parts[0])
+        more = self._more
+        while True:
+            chunk = more.popleft()
+            self._more_bytes -= len(chunk)
+            if len(chunk) >= needed:
+                parts.append(memoryview(chunk)[:needed])
+                self._buf, self._pos = chunk, needed
+                return b"".join(parts)
+            parts.append(chunk)
+            needed -= len(chunk)
+
+    def _next_chunk(self) -> None:
+        """``_buf`` is used up: the next chunk takes its place (or nothing is buffered)."""
+        if self._more:
+            self._buf = self._more.popleft()
+            self._more_bytes -= len(self._buf)
+        else:
+            self._buf = b""
+        self._pos = 0
 
     def decoded(self, decode: Callable[[memoryview], _Decoded], view: memoryview) -> _Decoded:
         """``decode(view)`` with this decoder's error rules: a ``MalformedFrameError`` breaks the
@@ -218,14 +270,6 @@ class FrameDecoder:
         except MalformedFrameError as error:
             self._break(error)
 
-    def _compact(self) -> None:
-        if self._pos == len(self._buf):
-            self._buf = b""
-            self._pos = 0
-        elif isinstance(self._buf, bytearray) and self._pos * 2 > len(self._buf):
-            del self._buf[: self._pos]
-            self._pos = 0
-
     def _check_open(self) -> None:
         if self._state is _DecoderState.BROKEN:
             invariant(self._error is not None, "a broken decoder remembers its error")
@@ -236,6 +280,8 @@ class FrameDecoder:
         self._error = error
         self._buf = b""
         self._pos = 0
+        self._more.clear()
+        self._more_bytes = 0
         raise error
 
 
