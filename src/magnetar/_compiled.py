@@ -83,11 +83,12 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.broker.ids",
     "magnetar.protocol.pulsar.commands",
     "magnetar.protocol.pulsar.batch",
-    # Session 11 compiled runtime.network, broker.topic, managed_ledger.managed_ledger and
-    # managed_ledger.cursor (calls per message down, server CPU per message unchanged within the
-    # noise) and took them out again at the merge: with them, cluster brokers died under load
-    # in tests/cluster/test_elastic.py (a broker's log ends in "--- Logging error ---" over a
-    # traceback through compiled cursor frames; 2 of 3 full suites). Their seams stay.
+    # Session 11 compiled these four and took them out at the merge (cluster brokers died under
+    # load in tests/cluster/test_elastic.py); session 12 found the cause and compiles them again.
+    "magnetar.runtime.network",
+    "magnetar.broker.topic",
+    "magnetar.managed_ledger.managed_ledger",
+    "magnetar.managed_ledger.cursor",
 )
 
 

@@ -124,3 +124,28 @@ def test_the_types_that_cross_process_boundaries_pickle_by_value() -> None:
     for value in values:
         copy = pickle.loads(pickle.dumps(value))
         assert copy == value and type(copy) is type(value)
+
+
+def test_value_types_compare_hash_and_print_as_values() -> None:
+    """``Position``, ``BookieId`` and ``Entry`` are plain classes with hand-written comparisons
+    (compiled, a frozen dataclass's generated methods run interpreted): equal values are equal,
+    hash alike and find each other in dicts; another type is never equal and does not order."""
+    from magnetar.base.entry import Entry
+
+    a, b = Position(3, 4), Position(3, 4)
+    assert a == b and a is not b and hash(a) == hash(b) and {a: 1}[b] == 1
+    assert a != Position(3, 5) and (a != b) is False
+    assert Position(2, 9) < a < Position(3, 5) < Position(4, -1) and a <= b and a >= b and not a > b
+    assert repr(a) == "Position(ledger_id=3, entry_id=4)"
+    assert (a == (3, 4)) is False
+    with pytest.raises(TypeError):
+        _ = a < (3, 5)  # type: ignore[operator]
+    x, y = BookieId("h", 1), BookieId("h", 1)
+    assert x == y and hash(x) == hash(y) and {x: 1}[y] == 1 and x != BookieId("h", 2)
+    assert sorted([BookieId("h", 2), BookieId("a", 9), x]) == [BookieId("a", 9), x, BookieId("h", 2)]
+    assert repr(x) == "BookieId(host='h', port=1)"
+    with pytest.raises(InvalidArgumentError):
+        BookieId("", 1)
+    e = Entry(Position(1, 2), b"p")
+    assert e == Entry(Position(1, 2), b"p") and e != Entry(Position(1, 3), b"p") and e != Entry(Position(1, 2), b"q")
+    assert hash(e) == hash(Entry(Position(1, 2), b"p")) and (e.ledger_id, e.entry_id, e.payload_bytes) == (1, 2, 1)

@@ -14,8 +14,10 @@ import pytest
 
 from magnetar import faults
 from magnetar.base.types import Position
+from magnetar.ledger.metadata_ops import LedgerMetadataStore
 from magnetar.managed_ledger import CursorRecovery, InvalidCursorPositionError, ManagedLedgerFencedError
 from magnetar.metadata.records import CursorInfo, decode
+from tests.ledger.fakes import MemoryVersionedStore
 from tests.managed_ledger.harness import TOPIC, config, crash, make_world, until
 
 
@@ -207,3 +209,37 @@ async def test_cursor_created_at_latest_and_deleted() -> None:
     assert cursor.get_number_of_entries_in_backlog() == 1
     await ml.delete_cursor("late")
     assert await ml.store.children(ml.path) == []
+
+
+class SlowLedgerDeletes(MemoryVersionedStore):
+    """Ledger metadata whose deletes take a few loop passes (other tasks run meanwhile)."""
+
+    async def delete(self, path: str, expected_version: int) -> None:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        await super().delete(path, expected_version)
+
+
+async def test_concurrent_fenced_ledger_switches_each_raise_their_own_error() -> None:
+    """Two cursors' first flushes both lose their snapshot CAS (another owner moved them) and
+    delete the cursor ledger they created before raising, at the same time. Compiled (mypyc), the
+    old ``except ...: await delete; raise`` re-raised the thread's shared exception state: the
+    other cursor's error, then ``None`` (which corrupted the interpreter: cluster brokers died,
+    issue 22 session 12). Each flush must raise its own fencing error, and both ledgers go."""
+    world = make_world()
+    world.ledger_store = LedgerMetadataStore(SlowLedgerDeletes())
+    ml = await (await world.broker(config(cursor_flush_interval_ms=3_600_000))).open(TOPIC)
+    positions = [await ml.add_entry(b"m%d" % i) for i in range(3)]
+    cursors = [await ml.open_cursor(name, initial_position=ml.first_position) for name in ("a", "b")]
+    ledgers_before = set(await ml.manager.list_ledgers())
+    for cursor in cursors:
+        await cursor.mark_delete(positions[1])
+        found = await ml.store.get(cursor._path)  # another owner's CAS moves the snapshot's version
+        assert found is not None
+        await ml.store.put(cursor._path, found.value, found.version)
+    outcomes = await asyncio.gather(*(cursor.flush() for cursor in cursors), return_exceptions=True)
+    for cursor, outcome in zip(cursors, outcomes, strict=True):
+        assert isinstance(outcome, ManagedLedgerFencedError), repr(outcome)
+        assert f"cursor {cursor.name} " in str(outcome), (cursor.name, str(outcome))
+    assert set(await ml.manager.list_ledgers()) == ledgers_before  # both new cursor ledgers deleted
+    assert type(type(None)) is type

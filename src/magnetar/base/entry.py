@@ -11,15 +11,32 @@ decode view); a reader turns either into an ``Entry`` once it has checked the di
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Final
 
 from magnetar.base.types import Position
 
 
-@dataclass(frozen=True, slots=True)
 class Entry:
-    position: Position
-    payload: bytes
+    """A plain class with ``__slots__`` and a hand-written ``__init__``, not a frozen dataclass
+    (compiled, a frozen dataclass's ``__init__`` runs interpreted; one entry is made per message
+    read, see ``Position``). Immutable: ``Final`` fields, read-only attributes when compiled."""
+
+    __slots__ = ("payload", "position")
+
+    def __init__(self, position: Position, payload: bytes) -> None:
+        self.position: Final = position
+        self.payload: Final = payload
+
+    def __repr__(self) -> str:
+        return f"Entry(position={self.position!r}, payload={self.payload!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Entry:
+            return NotImplemented
+        return self.position == other.position and self.payload == other.payload
+
+    def __hash__(self) -> int:
+        return hash((self.position, self.payload))
 
     def __reduce__(self) -> tuple[type[Entry], tuple[Position, bytes]]:
         return (Entry, (self.position, self.payload))  # by value, as ``Position``

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import NewType
+from typing import Final, NewType
 
 from magnetar.base.errors import InvalidArgumentError
 from magnetar.base.limits import TOPIC_NAME_BYTES_MAX
@@ -23,32 +23,45 @@ EntryId = NewType("EntryId", int)
 NO_ENTRY: EntryId = EntryId(-1)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class Position:
     """A point in a topic's log: ordered by ledger id, then entry id.
 
     Ledger ids of one topic only grow, so this order is the log's order. ``Position(l, -1)``
     stands before the first entry of ledger ``l``.
+
+    A plain class with ``__slots__`` and hand-written ``__init__`` and comparisons, not a frozen
+    dataclass: compiled (mypyc), a frozen dataclass's generated ``__init__`` runs interpreted
+    (``object.__setattr__`` per field), ~20x the cost of this one's native constructor, and
+    positions are made and compared several times per message (docs/performance.md, session 12).
+    Immutable all the same: the fields are ``Final`` (mypy refuses an assignment; compiled, the
+    attributes are read-only).
     """
 
-    ledger_id: int
-    entry_id: int
+    __slots__ = ("entry_id", "ledger_id")
 
-    def __post_init__(self) -> None:
-        if self.ledger_id < -1 or self.entry_id < -1:
-            raise InvalidArgumentError(f"invalid position {self.ledger_id}:{self.entry_id}")
+    def __init__(self, ledger_id: int, entry_id: int) -> None:
+        if ledger_id < -1 or entry_id < -1:
+            raise InvalidArgumentError(f"invalid position {ledger_id}:{entry_id}")
+        self.ledger_id: Final = ledger_id
+        self.entry_id: Final = entry_id
 
-    # Pickled by value through the constructor: compiled (mypyc), a frozen dataclass cannot be
-    # restored field by field (its __setattr__ refuses), and Spark ships positions to its workers.
+    # Pickled by value through the constructor (Spark ships positions to its workers).
     def __reduce__(self) -> tuple[type[Position], tuple[int, int]]:
         return (Position, (self.ledger_id, self.entry_id))
 
-    # Comparisons written out (not ``total_ordering``'s derived ones, which call ``__lt__`` and
-    # ``__eq__`` in turn): positions are compared several times per message on the hot path.
+    def __repr__(self) -> str:
+        return f"Position(ledger_id={self.ledger_id}, entry_id={self.entry_id})"
+
+    # Comparisons written out field by field (no tuples built, no ``total_ordering`` chain).
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not Position:
             return NotImplemented
         return self.ledger_id == other.ledger_id and self.entry_id == other.entry_id
+
+    def __ne__(self, other: object) -> bool:
+        if other.__class__ is not Position:
+            return NotImplemented
+        return self.ledger_id != other.ledger_id or self.entry_id != other.entry_id
 
     def __hash__(self) -> int:
         return hash((self.ledger_id, self.entry_id))
@@ -56,22 +69,30 @@ class Position:
     def __lt__(self, other: Position) -> bool:
         if other.__class__ is not Position:
             return NotImplemented
-        return (self.ledger_id, self.entry_id) < (other.ledger_id, other.entry_id)
+        if self.ledger_id != other.ledger_id:
+            return self.ledger_id < other.ledger_id
+        return self.entry_id < other.entry_id
 
     def __le__(self, other: Position) -> bool:
         if other.__class__ is not Position:
             return NotImplemented
-        return (self.ledger_id, self.entry_id) <= (other.ledger_id, other.entry_id)
+        if self.ledger_id != other.ledger_id:
+            return self.ledger_id < other.ledger_id
+        return self.entry_id <= other.entry_id
 
     def __gt__(self, other: Position) -> bool:
         if other.__class__ is not Position:
             return NotImplemented
-        return (self.ledger_id, self.entry_id) > (other.ledger_id, other.entry_id)
+        if self.ledger_id != other.ledger_id:
+            return self.ledger_id > other.ledger_id
+        return self.entry_id > other.entry_id
 
     def __ge__(self, other: Position) -> bool:
         if other.__class__ is not Position:
             return NotImplemented
-        return (self.ledger_id, self.entry_id) >= (other.ledger_id, other.entry_id)
+        if self.ledger_id != other.ledger_id:
+            return self.ledger_id > other.ledger_id
+        return self.entry_id >= other.entry_id
 
     def next(self) -> Position:
         """The position of the following entry in the same ledger."""
@@ -98,16 +119,50 @@ EARLIEST = Position(-1, -1)
 _HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9._\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
 
 
-@dataclass(frozen=True, slots=True, order=True)
 class BookieId:
-    """A bookie's identity: the ``host:port`` it registered with."""
+    """A bookie's identity: the ``host:port`` it registered with.
 
-    host: str
-    port: int
+    A plain class like ``Position`` (a key of the bookie clients' dicts, hashed and compared per
+    add: a frozen dataclass's generated ``__eq__``/``__hash__`` run interpreted when compiled)."""
 
-    def __post_init__(self) -> None:
-        if not self.host or not 0 < self.port < 65536:
-            raise InvalidArgumentError(f"invalid bookie address {self.host}:{self.port}")
+    __slots__ = ("host", "port")
+
+    def __init__(self, host: str, port: int) -> None:
+        if not host or not 0 < port < 65536:
+            raise InvalidArgumentError(f"invalid bookie address {host}:{port}")
+        self.host: Final = host
+        self.port: Final = port
+
+    def __repr__(self) -> str:
+        return f"BookieId(host={self.host!r}, port={self.port})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not BookieId:
+            return NotImplemented
+        return self.port == other.port and self.host == other.host
+
+    def __hash__(self) -> int:
+        return hash((self.host, self.port))
+
+    def __lt__(self, other: BookieId) -> bool:
+        if other.__class__ is not BookieId:
+            return NotImplemented
+        return (self.host, self.port) < (other.host, other.port)
+
+    def __le__(self, other: BookieId) -> bool:
+        if other.__class__ is not BookieId:
+            return NotImplemented
+        return (self.host, self.port) <= (other.host, other.port)
+
+    def __gt__(self, other: BookieId) -> bool:
+        if other.__class__ is not BookieId:
+            return NotImplemented
+        return (self.host, self.port) > (other.host, other.port)
+
+    def __ge__(self, other: BookieId) -> bool:
+        if other.__class__ is not BookieId:
+            return NotImplemented
+        return (self.host, self.port) >= (other.host, other.port)
 
     def __reduce__(self) -> tuple[type[BookieId], tuple[str, int]]:
         return (BookieId, (self.host, self.port))  # by value, as ``Position``

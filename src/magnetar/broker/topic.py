@@ -241,6 +241,12 @@ class Topic:
                     await self._repl_dedup.rebuild()  # recovered once: rebuild it the same way
             except Exception as error:  # bookies or metadata still down: try again later
                 log.warning("topic %s stays blocked (attempt %d): %s", self.name, attempt + 1, error)
+                retry = True
+            else:
+                retry = False
+            if retry:
+                # After the handler: compiled (mypyc), an ``except`` block never awaits (the
+                # handled exception lives in the thread's shared state; managed_ledger/cursor.py).
                 if self.clock is None:
                     return
                 await self.clock.sleep(BROKER_TOPIC_UNBLOCK_RETRY_INTERVAL_MS / 1000)

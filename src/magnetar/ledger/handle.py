@@ -557,7 +557,8 @@ class LedgerHandle:
                 self._meta = await self._store.cas(self._meta, new)
                 return
             except BadVersionError:
-                self._meta = await self._store.read(self.ledger_id)
+                pass  # re-read after the handler: compiled (mypyc), an except block never awaits
+            self._meta = await self._store.read(self.ledger_id)
         raise LimitExceededError(
             "LEDGER_METADATA_CAS_RETRY_COUNT_MAX",
             LEDGER_METADATA_CAS_RETRY_COUNT_MAX + 1,
@@ -628,7 +629,8 @@ class LedgerHandle:
                 self._meta = await self._store.cas(self._meta, meta.to_closed(lac))
                 break
             except BadVersionError:
-                self._meta = await self._store.read(self.ledger_id)
+                pass  # re-read after the handler (see ``_cas``)
+            self._meta = await self._store.read(self.ledger_id)
         else:
             raise LimitExceededError(
                 "LEDGER_METADATA_CAS_RETRY_COUNT_MAX",

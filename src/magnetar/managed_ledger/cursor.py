@@ -203,9 +203,12 @@ class ManagedCursor:
         try:
             cursor._snapshot_version = await context.store.put(cursor._path, encode(cursor._record(-1)), -1)
         except BadVersionError:
-            return await cls.recover(context, name)  # created meanwhile (or left by a previous owner)
-        cursor._start_flusher()
-        return cursor
+            pass  # created meanwhile (or left by a previous owner): recovered after the handler
+        else:
+            cursor._start_flusher()
+            return cursor
+        # Compiled (mypyc), an ``except`` block never awaits: see ``_switch_ledger``.
+        return await cls.recover(context, name)
 
     @classmethod
     def non_durable(cls, context: CursorContext, mark_delete: Position) -> ManagedCursor:
@@ -510,7 +513,11 @@ class ManagedCursor:
         except FencedError as exc:
             self._fence(exc)
         except MagnetarError:
-            await self._switch_ledger(record)  # this cursor ledger failed: continue in a new one
+            failed = True  # this cursor ledger failed: continue in a new one (after the handler)
+        else:
+            failed = False
+        if failed:
+            await self._switch_ledger(record)
             return
         self._ledger_entries += 1
         await faults.point("managed_ledger.cursor.mid_flush")
@@ -527,13 +534,22 @@ class ManagedCursor:
             properties=record.properties,
             last_active_ms=record.last_active_ms,
         )
+        # Compiled (mypyc), an ``except`` block never awaits: mypyc keeps the exception being
+        # handled in the thread's shared exception state, not per coroutine, and other coroutines
+        # change it while this one is suspended. Here a bare ``raise`` after awaiting the delete
+        # re-raised whatever was there; ``None`` wrote a traceback over ``NoneType``'s type and
+        # cluster brokers crashed (docs/performance.md, session 12). The delete runs after it.
         try:
             await ledger.add_entry(encode(record))
             await faults.point("managed_ledger.cursor.mid_flush")
             await self._cas_snapshot(record)
-        except (ManagedLedgerFencedError, ManagedLedgerClosedError):
+        except (ManagedLedgerFencedError, ManagedLedgerClosedError) as exc:
+            lost: MagnetarError | None = exc
+        else:
+            lost = None
+        if lost is not None:
             await self._delete_quietly(ledger.ledger_id)
-            raise
+            raise lost
         old, self._ledger, self._ledger_entries = self._ledger, ledger, 1
         if old is not None:
             await self._retire(old.ledger_id, old)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 
 from magnetar.base.errors import InvalidArgumentError, LimitExceededError
-from magnetar.base.invariant import invariant
+from magnetar.base.invariant import InvariantViolationError, invariant
 from magnetar.base.limits import MANAGED_LEDGER_LEDGERS_COUNT_MAX
 from magnetar.base.types import Position
 from magnetar.metadata.records import LedgerInfo
@@ -50,8 +50,8 @@ class LedgerList:
 
     def info_of(self, ledger_id: int) -> LedgerInfo:
         found = self.find(ledger_id)
-        invariant(found is not None, f"ledger {ledger_id} is not listed")
-        assert found is not None
+        if found is None:  # the message is built only when it fails (per read)
+            raise InvariantViolationError(f"ledger {ledger_id} is not listed")
         return found
 
     def entries_in(self, index: int) -> int:
@@ -119,7 +119,8 @@ class LedgerList:
 
     def last_in_ledger(self, ledger_id: int) -> int:
         index = bisect.bisect_left(self.ids, ledger_id)
-        invariant(index < len(self.ids) and self.ids[index] == ledger_id, f"ledger {ledger_id} is not listed")
+        if index >= len(self.ids) or self.ids[index] != ledger_id:
+            raise InvariantViolationError(f"ledger {ledger_id} is not listed")
         return self.entries_in(index) - 1
 
     def position_after_n(self, start: Position, n: int, end: Position) -> Position:

@@ -100,6 +100,15 @@ def _with_offload(info: LedgerInfo, context: OffloadContext) -> LedgerInfo:
     return LedgerInfo(info.ledger_id, info.entries_count, info.size_bytes, info.timestamp_ms, context)
 
 
+async def _fenced_by(step: Awaitable[None]) -> ManagedLedgerFencedError | None:
+    """Await ``step``; the ``ManagedLedgerFencedError`` it raised, or None: the cleanup awaits
+    after the handler (compiled, an ``except`` block never awaits; see ``cursor._switch_ledger``
+    and ``tests/tooling/test_compiled_coroutines.py``)."""
+    try:
+        await step
+    except ManagedLedgerFencedError as exc:
+        return exc
+    return None
 
 
 @mypyc_attr(native_class=False)
@@ -204,11 +213,10 @@ class ManagedLedger(_WeaklyReferenced):
         else:
             handle = await self._create_ledger()
             now_ms = self._clock.now_ms()
-            try:
-                await self._cas_info([*ledgers, LedgerInfo(handle.ledger_id, 0, 0, now_ms)])
-            except ManagedLedgerFencedError:
-                await self._delete_quietly(handle.ledger_id)
-                raise
+            fenced = await _fenced_by(self._cas_info([*ledgers, LedgerInfo(handle.ledger_id, 0, 0, now_ms)]))
+            if fenced is not None:
+                await self._delete_quietly(handle.ledger_id)  # outside the handler: see ``_fenced_by``
+                raise fenced
             appends.install(handle)
             if appends.last_confirmed == Position(-1, -1):
                 appends.last_confirmed = Position(handle.ledger_id, -1)
@@ -229,9 +237,10 @@ class ManagedLedger(_WeaklyReferenced):
             try:
                 return info, await self._store.put(self.path, encode(info), -1)
             except NodeExistsError:
-                found = await self._store.get(self.path)
-                if found is None:
-                    raise ManagedLedgerFencedError(f"{self.name}: info created and deleted under us") from None
+                pass  # created meanwhile: read it (after the handler, see ``_fenced_by``)
+            found = await self._store.get(self.path)
+            if found is None:
+                raise ManagedLedgerFencedError(f"{self.name}: info created and deleted under us") from None
         return decode(ManagedLedgerInfo, found.value), found.version
 
     async def _recover_ledger(self, info: LedgerInfo) -> LedgerInfo:
@@ -430,11 +439,11 @@ class ManagedLedger(_WeaklyReferenced):
         closed = LedgerInfo(old.handle.ledger_id, last + 1, self._list.live_bytes, now_ms)
         async with self._info_lock:
             invariant(self._list.ids[-1] == old.handle.ledger_id, "the current ledger is listed last")
-            try:
-                await self._cas_info([*self._list.infos[:-1], closed, LedgerInfo(handle.ledger_id, 0, 0, now_ms)])
-            except ManagedLedgerFencedError:
+            fenced = await _fenced_by(
+                self._cas_info([*self._list.infos[:-1], closed, LedgerInfo(handle.ledger_id, 0, 0, now_ms)]))
+            if fenced is not None:
                 await self._delete_quietly(handle.ledger_id)
-                raise
+                raise fenced
         await faults.point("managed_ledger.rollover.after_cas")
         if last >= 0:
             appends.last_confirmed = max(appends.last_confirmed, Position(old.handle.ledger_id, last))
@@ -450,15 +459,17 @@ class ManagedLedger(_WeaklyReferenced):
     async def _close_old(self, handle: LedgerHandle) -> None:
         try:
             await handle.close()
+            return
         except FencedError as exc:
             self.become_fenced(exc)
             raise ManagedLedgerFencedError(f"{self.name}: ledger {handle.ledger_id} fenced at close") from exc
         except MagnetarError:
-            # The list already holds its final count; recovery closes it at the same end.
-            try:
-                await self._manager.recover_ledger(handle.ledger_id)
-            except MagnetarError:
-                return  # still OPEN: readers fall back to LAC reads; the next owner recovers it
+            pass  # recovered below, after the handler (see ``_fenced_by``)
+        # The list already holds its final count; recovery closes it at the same end.
+        try:
+            await self._manager.recover_ledger(handle.ledger_id)
+        except MagnetarError:
+            return  # still OPEN: readers fall back to LAC reads; the next owner recovers it
 
     async def request_rollover(self) -> None:
         """Roll the current ledger over now if it holds entries (tests, admin 'unload')."""

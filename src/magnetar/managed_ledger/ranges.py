@@ -15,7 +15,7 @@ import bisect
 from collections.abc import Callable, Iterator
 
 from magnetar.base.errors import LimitExceededError
-from magnetar.base.invariant import invariant
+from magnetar.base.invariant import InvariantViolationError, invariant
 from magnetar.base.types import Position
 
 Successor = Callable[[Position], Position]
@@ -50,7 +50,8 @@ class PositionRangeSet:
 
     def add_range(self, first: Position, last: Position, successor: Successor) -> None:
         """Add ``[first, last]`` (callers pass ranges disjoint from the set, or single entries)."""
-        invariant(first <= last, f"range {first}..{last} is reversed")
+        if first > last:  # the message is built only when it fails (per individual ack)
+            raise InvariantViolationError(f"range {first}..{last} is reversed")
         i = self._index_at_or_before(first)
         if i >= 0 and last <= self._lasts[i]:
             return  # already covered

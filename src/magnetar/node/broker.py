@@ -551,9 +551,13 @@ async def start_broker(
             raise InvalidArgumentError("a TLS port needs the runtime's TLS network")
         try:
             await server.listen_tls(host, tls_port, tls_network)
-        except BaseException:
+        except BaseException as exc:
+            failed: BaseException | None = exc
+        else:
+            failed = None
+        if failed is not None:  # closed after the handler: compiled, an except block never awaits
             await server.close()
-            raise
+            raise failed
         service.config = dataclasses.replace(service.config, advertised_port_tls=server.tls_port)
     server.start_reloading(credentials, tls if config.tls_enabled else None)
     return server
