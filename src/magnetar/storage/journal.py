@@ -428,7 +428,6 @@ class Journal:
         self.groups_count = 0
         self.syncs_count = 0
         self.waits_count = 0  # groups that waited for more adds (``journal_wait``)
-        self.lone_skips_count = 0  # group waits skipped for a lone record (``_lone_record_queued``)
         self.reply_slices_count = 0  # slices of answers deferred to a later loop pass
 
     def _transition(self, to: JournalStatus) -> None:
@@ -551,9 +550,6 @@ class Journal:
         wait_ns = self._wait_policy.wait_ns(self._clock.monotonic_ns(), self._queue[0][3])
         if wait_ns <= 0:
             return
-        if self._lone_record_queued():  # a synchronous producer's add: not held for a stream's grouping
-            self.lone_skips_count += 1
-            return
         self.waits_count += 1
         queued = len(self._queue)
         self._grouping = True
@@ -565,26 +561,6 @@ class Journal:
         # a burst the caller handed over in one pass (a ledger's window of adds) is all there is
         # until its acks, so waiting for more would only delay it, round after round.
         self._wait_policy.waited(len(self._queue) > queued)
-
-    def _lone_record_queued(self) -> bool:
-        """Whether the queue holds a lone record beside a busy ledger: a record that is the only
-        one of its ledger queued, with none of its ledger in flight or waiting for its answer (a
-        synchronous producer's add: its next add comes only after this one's answer, so a wait
-        gains it nothing), while another ledger has more than one record queued or in flight (a
-        stream whose grouping the wait is for). A lone ledger's paced stream (one add at a time,
-        nothing busy beside it) still waits and groups. Called only before a group wait, over a
-        queue below ``journal_group_bytes_max``."""
-        queued: dict[int, int] = {}
-        for item in self._queue:
-            ledger, weight = queued_lane(item[0])
-            queued[ledger] = queued.get(ledger, 0) + weight
-        counts = dict(queued)
-        for group in self._inflight:
-            for ledger, weight in group.lanes:
-                counts[ledger] = counts.get(ledger, 0) + weight
-        lanes = self._lanes
-        lone = any(counts[ledger] == 1 and ledger != NO_LEDGER and not lanes.holds(ledger) for ledger in queued)
-        return lone and any(count > 1 for count in counts.values())
 
     def _rotation_due(self) -> bool:
         # ``_written`` is the open file's size (only the journal appends to it): no call per look.

@@ -67,10 +67,6 @@ class ReplyLanes:
                 lane = lanes[ledger] = collections.deque()
             lane.append((reply, group, weight))
 
-    def holds(self, ledger: int) -> bool:
-        """Whether an answer of ``ledger`` is still to run."""
-        return ledger in self._lanes
-
     def _length(self, ledger: int) -> int:
         return len(self._lanes[ledger])
 
