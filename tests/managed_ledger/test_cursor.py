@@ -216,7 +216,7 @@ class SlowLedgerDeletes(MemoryVersionedStore):
 
     async def delete(self, path: str, expected_version: int) -> None:
         for _ in range(3):
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # one loop pass (no time passes): other tasks run
         await super().delete(path, expected_version)
 
 
