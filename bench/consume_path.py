@@ -45,7 +45,6 @@ import json
 import os
 import pstats
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -243,7 +242,7 @@ def summarize_py_spy(path: str, top: int) -> None:
 
 
 def process_mode(args: argparse.Namespace) -> None:
-    from steady_load import parse_variant
+    from steady_load import parse_variant, summarize
 
     run, metrics = (e2e_run, E2E_METRICS) if args.e2e_rate else (one_run, METRICS)
     variants = [parse_variant(v) for v in (args.variant or ["this"])]
@@ -255,20 +254,7 @@ def process_mode(args: argparse.Namespace) -> None:
                 row = run(src, env, args, Path(tmp), f"{label}{repeat}", spy_out)
                 rows[label].append(row)
                 print(f"{label} repeat {repeat + 1}: " + ", ".join(f"{k}={v:.1f}" for k, v in row.items()), flush=True)
-    print(f"\n{' '.join(sys.argv)}")
-    summary: dict[str, Any] = {}
-    for label, label_rows in rows.items():
-        summary[label] = {k: {"min": min(r[k] for r in label_rows), "median": statistics.median(r[k] for r in label_rows),
-                              "max": max(r[k] for r in label_rows)} for k in metrics}
-        print(f"{label:>12}  " + "  ".join(
-            f"{k} {s['min']:.1f}/{s['median']:.1f}/{s['max']:.1f}" for k, s in summary[label].items()))
-    first = variants[0][0]
-    for label in list(rows)[1:]:
-        for key in ("p50_ms", "p99_ms", "us_msg") if args.e2e_rate else ("us_msg", "msgs_s"):
-            per_pair = [b[key] / a[key] for a, b in zip(rows[first], rows[label], strict=True) if a[key]]
-            medians = summary[label][key]["median"] / summary[first][key]["median"]
-            print(f"{label}/{first} {key} per pair: " + ", ".join(f"{r:.2f}" for r in per_pair)
-                  + f" (ratio of medians {medians:.2f})")
+    summary = summarize(rows, metrics, ("p50_ms", "p99_ms", "us_msg") if args.e2e_rate else ("us_msg", "msgs_s"))
     if args.json:
         Path(args.json).write_text(json.dumps({"argv": sys.argv, "rows": rows, "summary": summary}, indent=1))
     if args.py_spy:

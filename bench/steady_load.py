@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,29 @@ async def _paced_sends(driver: Any, args: argparse.Namespace, server: ServerCpu)
     return {"acked": float(len(latencies)), "elapsed_s": elapsed, "p50_ms": pct(0.5), "p99_ms": pct(0.99)}
 
 
+def summarize(rows: dict[str, list[dict[str, float]]], metrics: Sequence[str],
+              pair_keys: Sequence[str]) -> dict[str, Any]:
+    """Print and return min / median / max of ``metrics`` per variant (``rows``: label -> one row
+    per repeat, the first label the baseline), then, per later variant and key of ``pair_keys``,
+    its ratio to the baseline per pair (the repeats ran alternately) and the ratio of medians.
+    Shared by the benchmarks that compare variants (``consume_path.py`` too)."""
+    print(f"\n{' '.join(sys.argv)}")
+    summary: dict[str, Any] = {}
+    for label, label_rows in rows.items():
+        summary[label] = {k: {"min": min(r[k] for r in label_rows), "median": statistics.median(r[k] for r in label_rows),
+                              "max": max(r[k] for r in label_rows)} for k in metrics}
+        print(f"{label:>12}  " + "  ".join(
+            f"{k} {s['min']:.1f}/{s['median']:.1f}/{s['max']:.1f}" for k, s in summary[label].items()))
+    first = next(iter(rows))
+    for label in list(rows)[1:]:
+        for key in pair_keys:
+            per_pair = [b[key] / a[key] for a, b in zip(rows[first], rows[label], strict=True) if a[key]]
+            base = summary[first][key]["median"]
+            medians = f" (ratio of medians {summary[label][key]['median'] / base:.2f})" if base else ""
+            print(f"{label}/{first} {key} per pair: " + ", ".join(f"{r:.2f}" for r in per_pair) + medians)
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=2000.0)
@@ -221,18 +245,7 @@ def main() -> None:
                     row = one_run(src, env, args, Path(tmp), f"{label}{repeat}")
                 rows[label].append(row)
                 print(f"{label} repeat {repeat + 1}: " + ", ".join(f"{k}={v:.1f}" for k, v in row.items()), flush=True)
-    print(f"\n{' '.join(sys.argv)}")
-    summary: dict[str, Any] = {}
-    for label, label_rows in rows.items():
-        summary[label] = {k: {"min": min(r[k] for r in label_rows), "median": statistics.median(r[k] for r in label_rows),
-                              "max": max(r[k] for r in label_rows)} for k in METRICS}
-        print(f"{label:>12}  " + "  ".join(
-            f"{k} {s['min']:.1f}/{s['median']:.1f}/{s['max']:.1f}" for k, s in summary[label].items()))
-    first = variants[0][0]
-    for label in list(rows)[1:]:
-        for key in ("cpu_pct", "us_msg"):
-            per_pair = [b[key] / a[key] for a, b in zip(rows[first], rows[label], strict=True) if a[key]]
-            print(f"{label}/{first} {key} per pair: " + ", ".join(f"{r:.2f}" for r in per_pair))
+    summary = summarize(rows, METRICS, ("cpu_pct", "us_msg"))
     if args.json:
         Path(args.json).write_text(json.dumps({"argv": sys.argv, "rows": rows, "summary": summary}, indent=1))
 
