@@ -20,6 +20,7 @@ from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.metadata import open_metadata_store
 from magnetar.runtime.network import TcpNetwork
 from magnetar.storage import BookieConfig
+from tests.manual_clock import settle
 
 KEY = b"key"
 
@@ -28,18 +29,12 @@ KEY = b"key"
 PASSES = 20
 
 
-async def _passes(count: int = PASSES) -> None:
-    """Let the loop run ``count`` passes (no time passes): tasks woken meanwhile take their step."""
-    for _ in range(count):
-        await asyncio.sleep(0)  # one loop pass (no time passes)
-
-
 async def _until(condition: Any, passes: int = PASSES) -> None:
     """Loop passes until ``condition()`` holds, failing after ``passes`` of them (no time passes)."""
     for _ in range(passes):
         if condition():
             return
-        await asyncio.sleep(0)  # one loop pass (no time passes)
+        await settle(1)
     assert condition(), f"not within {passes} loop passes"
 
 
@@ -140,7 +135,7 @@ def test_a_full_bookie_makes_the_writer_wait_instead_of_piling_up(tmp_path: Path
         assert running.bookie.needs_backpressure()
         try:
             add = transport.add(bookie, _entry(5, 0, -1), recovery=False, master_key=KEY)
-            await _passes()  # the waiting task runs and waits for room
+            await settle(PASSES)  # the waiting task runs and waits for room
             assert not add.done() and running.bookie.read_entry(5, 0).status is not Status.OK  # it waits
             running.bookie.checkpointer.room.set()  # room again
             await asyncio.wait_for(add, 10)
@@ -243,7 +238,7 @@ def test_runs_wait_whole_and_in_order_while_the_bookie_is_full_and_closing_answe
         for run_no in range(2):
             transport.add_run(bookie, [_entry(9, run_no * 3 + i, -1) for i in range(3)], recovery=False,
                               master_key=KEY, on_reply=partial(on_reply, run_no))
-        await _passes()  # the waiting task runs and waits for room
+        await settle(PASSES)  # the waiting task runs and waits for room
         assert core.runs == []  # both wait
         core.room.set()
         await _until(lambda: len(core.runs) == 2)
@@ -251,7 +246,7 @@ def test_runs_wait_whole_and_in_order_while_the_bookie_is_full_and_closing_answe
         core.room.clear()
         transport.add_run(bookie, [_entry(9, 6, -1), _entry(9, 7, -1)], recovery=False, master_key=KEY,
                           on_reply=partial(on_reply, 2))
-        await _passes(1)  # the run starts waiting before the transport closes
+        await settle(1)  # the run starts waiting before the transport closes
         await transport.close()  # the waiting run is answered, every entry of it
         await asyncio.wait_for(closed, 10)
         assert replies == [(2, 0, "BookieUnavailableError"), (2, 1, "BookieUnavailableError")]

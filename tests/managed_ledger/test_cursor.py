@@ -19,6 +19,7 @@ from magnetar.managed_ledger import CursorRecovery, InvalidCursorPositionError, 
 from magnetar.metadata.records import CursorInfo, decode
 from tests.ledger.fakes import MemoryVersionedStore
 from tests.managed_ledger.harness import TOPIC, config, crash, make_world, until
+from tests.manual_clock import settle
 
 
 async def fill(ml, count: int) -> list[Position]:  # type: ignore[no-untyped-def]
@@ -215,8 +216,7 @@ class SlowLedgerDeletes(MemoryVersionedStore):
     """Ledger metadata whose deletes take a few loop passes (other tasks run meanwhile)."""
 
     async def delete(self, path: str, expected_version: int) -> None:
-        for _ in range(3):
-            await asyncio.sleep(0)  # one loop pass (no time passes): other tasks run
+        await settle(3)  # three loop passes (no time passes): other tasks run
         await super().delete(path, expected_version)
 
 

@@ -20,7 +20,7 @@ from magnetar.managed_ledger.offload import (
     offloaded,
 )
 from magnetar.managed_ledger.offload_memory import MemoryOffloader
-from tests.managed_ledger.harness import TOPIC, World, config, make_world
+from tests.managed_ledger.harness import TOPIC, World, config, make_world, until
 
 POINTS = ["managed_ledger.offload.after_write_files", "managed_ledger.offload.after_manifest",
           "managed_ledger.offload.after_record", "managed_ledger.offload.after_delete_bookie_copy"]
@@ -151,7 +151,7 @@ async def test_a_rollover_during_a_running_pass_is_offloaded_by_that_pass() -> N
     point = "managed_ledger.offload.after_write_files"
     faults.arm(point, "hang")
     await _fill(ml, 4)  # ledger 1 sealed: its pass starts and hangs at the point
-    await asyncio.wait_for(_until_hit(point), 10)
+    await until(lambda: faults.hits(point) > 0)  # loop passes, bounded (no time passes)
     await _fill(ml, 9)  # three more sealed while the pass is held
     assert ml.offload.status is OffloadStatus.RUNNING
     faults.release(point)
@@ -159,11 +159,6 @@ async def test_a_rollover_during_a_running_pass_is_offloaded_by_that_pass() -> N
     await _settled(ml)
     infos = ml.ledger_infos()
     assert len(infos) >= 5 and all(offloaded(i) for i in infos[:-1]), [offloaded(i) for i in infos]
-
-
-async def _until_hit(point: str) -> None:
-    while faults.hits(point) == 0:
-        await asyncio.sleep(0)  # one loop pass (no time passes): the pass runs to the point
 
 
 async def test_negative_threshold_never_offloads() -> None:
