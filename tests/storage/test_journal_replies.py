@@ -158,16 +158,22 @@ def test_a_large_group_is_answered_over_several_loop_passes() -> None:
     assert whole.answered()[0] == ("ack", LIGHT, 0)
 
 
+async def _two_groups_held(parts: Parts, log: Log) -> None:
+    """Group 1 (100 heavy adds) and group 2 (50 heavy + 1 light) written and synced, both held at
+    ``bookie.after_fsync_before_reply`` (armed here; the caller releases it)."""
+    faults.arm("bookie.after_fsync_before_reply", "hang")
+    for entry_id in range(100):
+        log.submit(HEAVY, entry_id)
+    await parts.clock.sleep(0.0001)  # virtual time (simulated clock): group 1 is written and synced
+    for entry_id in range(100, 150):
+        log.submit(HEAVY, entry_id)
+    log.submit(LIGHT, 0)
+    await parts.clock.sleep(0.001)  # virtual time (simulated clock): group 2 is synced too
+
+
 def test_a_later_groups_short_lane_goes_before_an_earlier_groups_long_one() -> None:
     async def body(parts: Parts, journal: Journal, log: Log) -> None:
-        faults.arm("bookie.after_fsync_before_reply", "hang")
-        for entry_id in range(100):
-            log.submit(HEAVY, entry_id)
-        await parts.clock.sleep(0.0001)  # virtual: group 1 is written and synced, held at its gate
-        for entry_id in range(100, 150):
-            log.submit(HEAVY, entry_id)
-        log.submit(LIGHT, 0)
-        await parts.clock.sleep(0.001)  # virtual: group 2 is synced too
+        await _two_groups_held(parts, log)
         assert journal.groups_count == 2 and log.answered() == []
         faults.release("bookie.after_fsync_before_reply")
         await log.settle(151)
@@ -185,14 +191,7 @@ def test_a_held_after_reply_gate_holds_the_answers_not_yet_run() -> None:
     # ones: one lane), then group 1's ``bookie.after_reply`` is held: the rest of group 2's
     # answers wait for its release (replies stay behind the held gate).
     async def body(parts: Parts, journal: Journal, log: Log) -> None:
-        faults.arm("bookie.after_fsync_before_reply", "hang")
-        for entry_id in range(100):
-            log.submit(HEAVY, entry_id)
-        await parts.clock.sleep(0.0001)  # virtual time
-        for entry_id in range(100, 150):
-            log.submit(HEAVY, entry_id)
-        log.submit(LIGHT, 0)
-        await parts.clock.sleep(0.001)  # virtual time
+        await _two_groups_held(parts, log)
         faults.arm("bookie.after_reply", "hang")
         faults.release("bookie.after_fsync_before_reply")
         await log.settle(101)
@@ -230,14 +229,7 @@ def test_stop_answers_the_durable_records_whose_answers_were_still_queued() -> N
 
 def test_a_failure_answers_the_durable_records_first_and_fails_the_queued_ones() -> None:
     async def body(parts: Parts, journal: Journal, log: Log) -> None:
-        faults.arm("bookie.after_fsync_before_reply", "hang")
-        for entry_id in range(100):
-            log.submit(HEAVY, entry_id)
-        await parts.clock.sleep(0.0001)  # virtual time
-        for entry_id in range(100, 150):
-            log.submit(HEAVY, entry_id)
-        log.submit(LIGHT, 0)
-        await parts.clock.sleep(0.001)  # virtual time: group 2 synced
+        await _two_groups_held(parts, log)
         faults.arm("bookie.after_reply", "error")  # group 1's second gate fails the journal
         faults.release("bookie.after_fsync_before_reply")
         log.submit(LIGHT, 1)  # queued behind them: never written
