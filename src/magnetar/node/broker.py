@@ -35,6 +35,7 @@ from magnetar.base.limits import (
     BROKER_CONNECTIONS_COUNT_MAX,
     BROKER_READ_SLICE_BYTES,
     BROKER_SENDS_PER_TURN_COUNT_MAX,
+    PULSAR_READ_CHUNK_BYTES,
 )
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.log import LogStore
@@ -59,6 +60,9 @@ from magnetar.security import Authenticator
 
 log = logging.getLogger(__name__)
 
+#: A receive whose frames average at least this many bytes reads whole chunks next (``read_bytes_after``):
+#: at most 16 frames in a 256 KiB chunk, as many as one fair turn hands over.
+BROKER_LARGE_FRAME_BYTES_MIN = PULSAR_READ_CHUNK_BYTES // BROKER_SENDS_PER_TURN_COUNT_MAX
 CLOSE_GRACE_S = 5.0  # how long close() lets connection loops end by themselves
 _SEND_EVENTS = (SendReceived, CorruptSend)  # events a producer answers: each counts as a pending SEND
 
@@ -135,6 +139,20 @@ async def hand_over_within_bound(session: SendRoom, events: list[Event], bound: 
     return False
 
 
+def read_bytes_after(read_bytes: int, events_count: int) -> int:
+    """How much the next read of a connection may take, after a read of ``read_bytes`` that
+    completed ``events_count`` events: a whole received chunk (``PULSAR_READ_CHUNK_BYTES``) while
+    its frames are large (at least ``BROKER_LARGE_FRAME_BYTES_MIN`` per event: a batched
+    producer's, a few frames per chunk), else a slice (``BROKER_READ_SLICE_BYTES``).
+
+    The slice bounds the frames one receive decodes before other connections get a turn (~60
+    unbatched 1 KiB SENDs, not ~250); large frames need no such bound, and slicing a chunk costs
+    a copy of its bytes (issue 22, "Session 13: isolation and ingest" in docs/performance.md)."""
+    if read_bytes >= BROKER_LARGE_FRAME_BYTES_MIN * max(1, events_count):
+        return PULSAR_READ_CHUNK_BYTES
+    return BROKER_READ_SLICE_BYTES
+
+
 class _ConnectionLoop:
     def __init__(self, server: BrokerServer, conn: Connection) -> None:
         self.server = server
@@ -159,6 +177,8 @@ class _ConnectionLoop:
         #: must not close the connection (Pulsar's keep-alive skips the close while auto-read is
         #: off, which it turns off for this). A client not reading our replies is still closed.
         self._reading_held = False
+        #: What the next read may take: a slice (many small frames) or a whole chunk (large ones).
+        self._read_bytes = BROKER_READ_SLICE_BYTES
 
     def _now_ms(self) -> int:
         return self.clock.monotonic_ns() // 1_000_000
@@ -254,7 +274,7 @@ class _ConnectionLoop:
             if self.session.pending_sends >= bound:
                 self._reading_held = True
                 await self.session.wait_send_room()
-            data = await self.conn.read(BROKER_READ_SLICE_BYTES)
+            data = await self.conn.read(self._read_bytes)
             if not data:
                 return
             if len(data) >= BROKER_READ_SLICE_BYTES:
@@ -264,6 +284,7 @@ class _ConnectionLoop:
             except Exception as error:  # malformed/oversized frame, protocol violation: drop this client
                 log.info("closing connection from %s: %s", self.conn.peer, error)
                 return
+            self._read_bytes = read_bytes_after(len(data), len(events))
             self._reading_held = False  # read again: the keep-alive counts from this data
             session = self.session
             if len(events) <= BROKER_SENDS_PER_TURN_COUNT_MAX and session.pending_sends + len(events) <= bound:
