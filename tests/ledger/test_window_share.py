@@ -3,8 +3,12 @@ isolation): a lone busy ledger fills the whole window; beside other busy ledgers
 adds only up to its share, so the busiest stops refilling while a light ledger's add waits; the
 share grows back (and waiting callers are woken) as soon as the other goes idle or fails.
 
-Negative control: writers of two separate clients do not share, the busy one keeps its whole
-window beside the light one.
+Large adds (a batched producer's entries) may have more in flight while their writer is alone,
+up to ``WINDOW_BYTES_MAX`` of them and ``LARGE_WINDOW_FACTOR`` times the window; small adds keep
+the count window, and beside another busy writer the large one gets the count share.
+
+Negative controls: writers of two separate clients do not share, the busy one keeps its whole
+window beside the light one; small adds never get the large-add window.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.handle import LedgerHandle, WriterState
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.placement import RandomPlacement
-from magnetar.ledger.window import WindowShare
+from magnetar.ledger.window import LARGE_ADD_BYTES_MIN, LARGE_WINDOW_FACTOR, WINDOW_BYTES_MAX, WindowShare
 from magnetar.protocol.bookie.codec import EncodedEntry
 from tests.ledger.fakes import Cluster, make_cluster
 from tests.manual_clock import settle
@@ -55,10 +59,13 @@ def _manager(cluster: Cluster, transport: _HeldTransport) -> LedgerManager:
                          placement=RandomPlacement(SeededRng(1)), clock=cluster.clock, config=CONFIG)
 
 
-def _add(handle: LedgerHandle, count: int) -> list[int | None]:
+def _add(handle: LedgerHandle, count: int, payload: bytes = b"x") -> list[int | None]:
     told: list[int | None] = []
-    handle.append_run([(b"x", lambda entry_id, _error: told.append(entry_id))] * count)
+    handle.append_run([(payload, lambda entry_id, _error: told.append(entry_id))] * count)
     return told
+
+
+LARGE = b"b" * (100 * 1024)  # a batched entry: 100 x 1 KiB
 
 
 def test_the_share_is_the_whole_window_alone_and_a_part_beside_others() -> None:
@@ -142,3 +149,55 @@ async def test_negative_control_writers_of_separate_clients_do_not_share() -> No
     _add(light, 1)
     transport.answer(heavy.ledger_id, 5)
     assert heavy.room() == 5  # not held to a share: the light ledger's add counts elsewhere
+
+
+def test_the_large_add_window_arithmetic() -> None:
+    share = WindowShare(window_max=32, share_min=4)
+    share.occupy()
+    small = 32 * 1024
+    assert share.window_for(32, small) == 32  # 1 KiB adds: the count window
+    assert share.window_for(0, 0) == 32
+    large = 100 * 1024
+    # 32 adds of 100 KiB in flight (3.2 MiB): as many more as fit below 8 MiB, at most 4x.
+    assert share.window_for(32, 32 * large) == 32 + (WINDOW_BYTES_MAX - 32 * large) // large == 81
+    assert share.window_for(81, 81 * large) == 81  # full in bytes: no more
+    assert share.window_for(90, 90 * large) == 81  # beyond it in bytes: none until some complete
+    assert share.window_for(4, 4 * LARGE_ADD_BYTES_MIN) == 32 * LARGE_WINDOW_FACTOR  # capped in count
+    assert share.window_for(4, 4 * 5 * 1024 * 1024) == 32  # huge adds: never below the count window
+    share.occupy()  # another writer is busy: the count share, whatever the size
+    assert share.window_for(32, 32 * large) == 16
+
+
+async def test_a_lone_writer_of_large_adds_has_more_in_flight() -> None:
+    transport = _HeldTransport()
+    heavy = await _manager(make_cluster(1), transport).create_ledger(1, 1, 1)
+    _add(heavy, WINDOW, LARGE)
+    grown = WINDOW + (WINDOW_BYTES_MAX - WINDOW * len(LARGE)) // len(LARGE)
+    limit = min(grown, WINDOW * LARGE_WINDOW_FACTOR)
+    assert limit > WINDOW
+    assert heavy.room() == limit - WINDOW and heavy.has_room()
+    _add(heavy, limit - WINDOW, LARGE)  # taken, not refused
+    assert heavy.pending_count == limit and heavy.room() == 0
+
+
+async def test_negative_control_small_adds_keep_the_count_window() -> None:
+    transport = _HeldTransport()
+    heavy = await _manager(make_cluster(1), transport).create_ledger(1, 1, 1)
+    _add(heavy, WINDOW, b"s" * 1024)
+    assert heavy.room() == 0 and not heavy.has_room()
+
+
+async def test_beside_a_light_ledger_large_adds_get_the_count_share() -> None:
+    transport = _HeldTransport()
+    manager = _manager(make_cluster(1), transport)
+    heavy, light = await manager.create_ledger(1, 1, 1), await manager.create_ledger(1, 1, 1)
+    _add(heavy, WINDOW, LARGE)
+    _add(heavy, heavy.room(), LARGE)
+    in_flight = heavy.pending_count
+    assert in_flight > WINDOW
+    _add(light, 1)
+    assert heavy.room() == 0  # the light add waits behind what is in flight, no more
+    transport.answer(heavy.ledger_id, in_flight - 2)
+    assert heavy.room() == WINDOW // 2 - 2  # the count share beside a busy ledger
+    transport.answer(light.ledger_id, 1)
+    assert heavy.room() > WINDOW - 2  # alone again: the large-add window

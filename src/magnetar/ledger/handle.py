@@ -127,6 +127,7 @@ class LedgerHandle:
         self._lac: int = NO_ENTRY
         self._last_add_pushed: int = NO_ENTRY
         self._pending: dict[int, PendingAdd] = {}
+        self._pending_bytes = 0  # the payload bytes of ``_pending`` (``WindowShare.window_for``)
         self._admission: deque[asyncio.Future[None]] = deque()
         #: The window this writer shares with the other writers of its ledger client (alone: a
         #: share of its own, always the whole ``pending_adds_count_max``); ``_occupying`` while
@@ -183,7 +184,7 @@ class LedgerHandle:
     def has_room(self) -> bool:
         """Whether ``append`` can take an add now: fewer adds in flight than this writer's share
         of the window (``ledger.window``) and no one waiting for room before us."""
-        return len(self._pending) < self._window.window() and not self._admission
+        return len(self._pending) < self._window_now() and not self._admission
 
     async def wait_for_room(self) -> None:
         """Backpressure: return once ``append`` can take an add (waiters go first in, first out),
@@ -196,7 +197,7 @@ class LedgerHandle:
         try:
             while True:
                 await waiter
-                if len(self._pending) < self._window.window() or self._state is not WriterState.OPEN:
+                if len(self._pending) < self._window_now() or self._state is not WriterState.OPEN:
                     return
                 # Woken, but the room went to an earlier waiter: wait again in the same place.
                 fresh: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -233,8 +234,13 @@ class LedgerHandle:
         the whole window."""
         if self._admission:
             return 0
-        room = self._window.window() - len(self._pending)
+        room = self._window_now() - len(self._pending)
         return room if room > 0 else 0
+
+    def _window_now(self) -> int:
+        """This writer's window now (``WindowShare.window_for``: its share, or more for large adds
+        while it is alone)."""
+        return self._window.window_for(len(self._pending), self._pending_bytes)
 
     def append_run(self, adds: Sequence[tuple[bytes, AddCallback]]) -> None:
         """The one add operation (BookKeeper's ``asyncAddEntry``), for a run of adds in order: take
@@ -257,7 +263,12 @@ class LedgerHandle:
         """
         if self._state is not WriterState.OPEN:
             self._check_open()
+        # Refused only beyond the whole window: the count window, or more for large adds
+        # while this writer is alone (``WindowShare.window_for``).
         count_max = self._config.pending_adds_count_max
+        window_now = self._window_now()
+        if window_now > count_max:
+            count_max = window_now
         if len(self._pending) + len(adds) > count_max:
             raise LimitExceededError("pending_adds_count_max", len(self._pending) + len(adds), count_max)
         if self._timeouts is None and self._config.add_timeout_ms > 0:
@@ -274,6 +285,7 @@ class LedgerHandle:
                 self._last_add_pushed = entry_id
                 op = PendingAdd(entry_id, payload, on_done)
                 self._pending[entry_id] = op
+                self._pending_bytes += len(payload)
                 if entry_id > 0:
                     faults.gate("ledger.before_send_next_entry", self._before_send, op)
                 else:
@@ -333,7 +345,7 @@ class LedgerHandle:
         """Wake as many waiters (from the head of the line) as there is room for."""
         if not self._admission:
             return
-        room = self._window.window() - len(self._pending)
+        room = self._window_now() - len(self._pending)
         for waiter in self._admission:
             if room <= 0:
                 return
@@ -475,6 +487,7 @@ class LedgerHandle:
             if not (op.sent and op.quorum_passed and self._has_ack_quorum(op)):
                 break
             del self._pending[head_id]
+            self._pending_bytes -= len(op.payload)
             self._lac = head_id
             self.wake_admission()
             if not op.told:
@@ -652,6 +665,7 @@ class LedgerHandle:
         self._failure = error
         failed = list(self._pending.values())
         self._pending.clear()
+        self._pending_bytes = 0
         self._drained.set()
         self._release_window()
         self._wake_all_admission()
