@@ -22,8 +22,9 @@ Backpressure is an explicit wait: ``wait_for_room`` before ``append``. A bookie 
 answer within ``add_timeout_ms`` fails (one timeout task per handle, nothing per add).
 
 Invariants: ``lac`` only grows; every pending entry id is > ``lac``; the pending table holds
-at most ``config.pending_adds_count_max`` adds; the metadata cached here is the version this
-writer last read or wrote.
+at most ``config.pending_adds_count_max`` adds (up to ``ledger.window.LARGE_WINDOW_FACTOR`` times
+that for large adds while its writer is the only busy one); the metadata cached here is the
+version this writer last read or wrote.
 """
 
 from __future__ import annotations
