@@ -140,6 +140,9 @@ class Producer:
         self._reported_last_sequence_id = -1
         self._session_highest_sequence_id = -1
         self._rebase_reuse_end: int | None = None
+        # The gates' continuations, bound once (not a bound method made per receipt, twice).
+        self._receipt_then: Callable[[BaseException | None, _PendingSend], None] = self._receipt
+        self._receipted_then: Callable[[BaseException | None], None] = self._receipted
 
     @property
     def state(self) -> ProducerState:
@@ -298,7 +301,7 @@ class Producer:
                     self._answer_now(op)
                     continue
                 self._answering = True
-                faults.gate("broker.after_persist_before_receipt", self._receipt, op)
+                faults.gate("broker.after_persist_before_receipt", self._receipt_then, op)
         finally:
             self._flush_loop = False
 
@@ -306,7 +309,7 @@ class Producer:
         # An ``error`` at the gate loses the receipt (the client's send times out and it resends).
         if error is None and self._state is ProducerState.ACTIVE and self.channel.is_open():
             self._answer_now(op)
-        faults.gate("broker.after_receipt", self._receipted)
+        faults.gate("broker.after_receipt", self._receipted_then)
 
     def _receipted(self, _error: BaseException | None) -> None:
         self._answering = False

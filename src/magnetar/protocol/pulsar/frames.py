@@ -301,6 +301,11 @@ class FrameDecoder:
         except MalformedFrameError as error:
             self._break(error)
 
+    def broken(self, error: MalformedFrameError) -> NoReturn:
+        """Raise ``error`` for the frame just taken, breaking the decoder (sticky), as ``decoded``
+        does for a ``MalformedFrameError``: for a caller that decodes the frame itself."""
+        self._break(error)
+
     def _check_open(self) -> None:
         if self._state is _DecoderState.BROKEN:
             invariant(self._error is not None, "a broken decoder remembers its error")
@@ -348,35 +353,45 @@ def decode_frame(frame: memoryview) -> Frame:
 
 def decode_message(rest: memoryview) -> MessagePayload:
     """What follows the command of a SEND/MESSAGE frame (``rest`` non-empty). Raises
-    ``MalformedFrameError`` or ``FrameChecksumMismatchError`` (``command`` not set)."""
+    ``MalformedFrameError`` or ``FrameChecksumMismatchError`` (``command`` not set).
+
+    Once per SEND: each magic is read once, the metadata is parsed here (not through
+    ``_metadata_at``'s tuple) and a message without broker entry metadata keeps ``rest`` itself as
+    its ``headers_and_payload`` (one view fewer; docs/performance.md, session 13)."""
+    size = len(rest)
     offset = 0
     broker_entry_metadata = None
-    if len(rest) >= 2 and _U16.unpack_from(rest, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
-        if len(rest) < 6:
+    magic = _U16.unpack_from(rest, 0)[0] if size >= 2 else 0
+    if magic == MAGIC_BROKER_ENTRY_METADATA:
+        if size < 6:
             raise MalformedFrameError("truncated broker entry metadata header")
-        (size,) = _U32.unpack_from(rest, 2)
-        if 6 + size > len(rest):
-            raise MalformedFrameError(f"broker entry metadata size {size} exceeds the frame")
-        broker_entry_metadata = _parse(pb.BrokerEntryMetadata(), rest[6 : 6 + size], "BrokerEntryMetadata")
-        offset = 6 + size
+        (entry_metadata_size,) = _U32.unpack_from(rest, 2)
+        if 6 + entry_metadata_size > size:
+            raise MalformedFrameError(f"broker entry metadata size {entry_metadata_size} exceeds the frame")
+        broker_entry_metadata = _parse(pb.BrokerEntryMetadata(), rest[6 : 6 + entry_metadata_size],
+                                       "BrokerEntryMetadata")
+        offset = 6 + entry_metadata_size
+        magic = _U16.unpack_from(rest, offset)[0] if size - offset >= 2 else 0
     headers_start = offset
     checksum = None
-    if len(rest) - offset >= 2 and _U16.unpack_from(rest, offset)[0] == MAGIC_CRC32C:
-        if len(rest) - offset < _MAGIC_CRC.size:
+    if magic == MAGIC_CRC32C:
+        if size - offset < _MAGIC_CRC.size:
             raise MalformedFrameError("truncated checksum block")
         checksum = _U32.unpack_from(rest, offset + 2)[0]
         offset += _MAGIC_CRC.size
         computed = crc32c(rest[offset:])
         if computed != checksum:
             raise FrameChecksumMismatchError(checksum, computed)
-    metadata, payload_offset = _metadata_at(rest, offset)
-    return MessagePayload(
-        metadata=metadata,
-        payload=rest[payload_offset:],
-        headers_and_payload=rest[headers_start:],
-        checksum=checksum,
-        broker_entry_metadata=broker_entry_metadata,
-    )
+    if size - offset < 4:
+        raise MalformedFrameError("truncated metadata_size")
+    (metadata_size,) = _U32.unpack_from(rest, offset)
+    offset += 4
+    payload_start = offset + metadata_size
+    if payload_start > size:
+        raise MalformedFrameError(f"metadata_size {metadata_size} exceeds the frame")
+    metadata = _parse(pb.MessageMetadata(), rest[offset:payload_start], "MessageMetadata")
+    return MessagePayload(metadata, rest[payload_start:], rest[headers_start:] if headers_start else rest,
+                          checksum, broker_entry_metadata)
 
 
 def _metadata_at(data: memoryview, offset: int) -> tuple[pb.MessageMetadata, int]:
