@@ -9,7 +9,6 @@ import errno
 import struct
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -179,34 +178,6 @@ def test_an_aligned_group_is_one_write_that_syncs_itself(tmp_path: Path, monkeyp
     finally:
         faults.observe(False)
     assert counts == {"fdatasync": 1, "dsync_writes": 0}
-
-
-@pytest.mark.skipif(not hasattr(runtime_disk.os, "RWF_DSYNC"), reason="no RWF_DSYNC on this platform")
-def test_the_common_group_is_decided_on_the_loop_and_takes_the_short_worker_path(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An aligned group with no fault point armed goes through ``_dsync_write`` (the loop decided:
-    the worker runs one write); with a point armed it does not (the control), and both write the
-    same bytes."""
-    from magnetar import faults
-
-    if not LocalDisk(str(tmp_path)).open("probe", direct=True).write_alignment_bytes > 1:
-        pytest.skip("this filesystem has no O_DIRECT")
-    calls: list[int] = []
-    real = runtime_disk._dsync_write
-
-    def counting(*args: Any) -> bool:
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(runtime_disk, "_dsync_write", counting)
-    assert _one_group(tmp_path, "plain") == b"a" * 5000 + b"b" * 3192
-    assert calls == [1]
-    faults.observe(True)
-    try:
-        assert _one_group(tmp_path, "armed") == b"a" * 5000 + b"b" * 3192
-    finally:
-        faults.observe(False)
-    assert calls == [1]
 
 
 def test_sync_threads_start_only_when_no_thread_is_idle() -> None:

@@ -232,32 +232,9 @@ def split_parts(parts: Sequence[Bytes], at: int) -> tuple[list[Bytes], list[Byte
     return first, []
 
 
-def _dsync_write(descriptors: _Descriptors, parts: Sequence[Bytes], offset: int, aligned: memoryview) -> bool:
-    """``_write_job`` for the common journal group, decided on the loop (aligned copy made, no
-    fault point armed, ``RWF_DSYNC`` works): one ``O_DIRECT`` write that is its own data sync,
-    with as little Python as possible between the worker's wake-up and the write. The event
-    loop drops the GIL at its next poll and then waits for it until this thread enters the
-    write (``docs/performance.md``, session 13: a GIL round trip per group). A refusal of the
-    flag or of ``O_DIRECT`` goes the general way; a short write writes the rest, then syncs."""
-    try:
-        count = os.pwritev(descriptors.direct_fd, [aligned], offset, os.RWF_DSYNC)
-    except OSError as exc:
-        if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-            descriptors.release()
-            raise
-        return _write_job(descriptors, parts, offset, True, aligned)  # nothing written; it releases
-    try:
-        if count < len(aligned):
-            _pwrite_all(descriptors.direct_fd, aligned[count:], offset + count)
-            os.fdatasync(descriptors.fd)
-    finally:
-        descriptors.release()
-    return True
-
-
 def _write_job(
     descriptors: _Descriptors, parts: Sequence[Bytes], offset: int, sync: bool, aligned: memoryview | None,
-    torn_point: str = "", unsynced_point: str = "", fill: _AlignedBuffer | None = None, dsync: bool = False,
+    torn_point: str = "", unsynced_point: str = "", fill: _AlignedBuffer | None = None,
 ) -> bool:
     """The worker-thread write (and sync); ``aligned`` is the page-aligned buffer's view for the
     O_DIRECT descriptor, holding the parts already, or filled here first when ``fill`` is its
@@ -267,8 +244,6 @@ def _write_job(
     between them (split at half, rounded down to the alignment on the direct path: a one-page
     group is one write, the point passed before it); ``unsynced_point`` is passed between the
     write and the sync."""
-    if dsync and aligned is not None:  # the loop found the common case: one write, its own sync
-        return _dsync_write(descriptors, parts, offset, aligned)
     if torn_point and not faults.tears(torn_point):
         torn_point = ""  # unarmed, the point half-way through the write does nothing: one write
     try:
@@ -623,10 +598,6 @@ class LocalFile:
         descriptors = self._descriptors
         descriptors.acquire()
         self._size += total
-        # Decided here, not by the worker: whether the write is the one-call common case.
-        dsync = (aligned is not None and fill is None and _RWF_DSYNC_WORKS[0]
-                 and not (torn_point and faults.tears(torn_point))
-                 and not (unsynced_point and faults.tears(unsynced_point)))
 
         def finished(error: BaseException | None, written_direct: bool) -> None:  # on the loop
             self._aligned_done(buffer, aligned, None if error is not None else written_direct)
@@ -637,7 +608,7 @@ class LocalFile:
             written_direct = False
             try:
                 written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point,
-                                            fill, dsync)
+                                            fill)
             except BaseException as exc:  # handed to ``done`` on the loop
                 error = exc
             try:
