@@ -667,7 +667,7 @@ class Journal:
             self._answer_loop = False
         if self._lanes and not (self._after_reply or self._slicing or self._slice_due):
             self._reply_slice()
-        if self._queue or self._rotation_due():  # else the journal task has nothing to do
+        if self._queue or self._rotation_due():  # else ``_look`` would find nothing to do
             self._wake()
 
     def _reply(self, error: BaseException | None, group: _Group) -> None:
