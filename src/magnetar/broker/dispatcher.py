@@ -154,8 +154,17 @@ class Dispatcher:
         self.wake()
 
     def acknowledged(self, positions: Iterable[Position]) -> None:
-        for position in positions:
-            self._forget(position)
+        """Individual acks: the entries leave ``pending`` (one wake for all of them). The common
+        case, no redelivery counts and no groups, is one dict pop per entry."""
+        if self.redelivery_counts or self.groups:
+            for position in positions:
+                self._forget(position)
+        else:
+            pending = self.pending
+            for position in positions:
+                consumer = pending.pop(position, None)
+                if consumer is not None:
+                    consumer.pending_count -= 1
         self.wake()
 
     def acknowledged_cumulative(self, position: Position) -> None:

@@ -16,6 +16,7 @@ and is now acknowledged is never sent again; each pass reads at most
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Callable, Sequence
 
@@ -24,7 +25,7 @@ from mypy_extensions import mypyc_attr
 from magnetar.base.clock import Clock
 from magnetar.base.entry import Entry
 from magnetar.base.invariant import invariant
-from magnetar.base.limits import BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX
+from magnetar.base.limits import BROKER_ACK_SLICE_IDS_COUNT_MAX, BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX
 from magnetar.base.types import Position
 from magnetar.broker.compaction import CompactedView
 from magnetar.broker.config import BrokerConfig
@@ -39,6 +40,21 @@ from magnetar.broker.ids import before
 from magnetar.broker.log import SubscriptionCursor, TopicLog
 from magnetar.broker.metrics import RateMeter
 from magnetar.protocol.pulsar import pb, stored_entry_metadata
+
+
+async def next_loop_pass() -> None:
+    """Return in a later event-loop pass: the callbacks ready now (other connections' reads, the
+    journal's answers, receipts) run first. No time passes and no clock is involved (a test's
+    manual clock need not move): a future the loop resolves in its next pass."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+    loop.call_soon(_resolve, future)
+    await future
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():  # not cancelled meanwhile
+        future.set_result(None)
 
 
 class SubscriptionState(enum.Enum):
@@ -159,7 +175,25 @@ class Subscription:
 
     async def acknowledge(self, cumulative: bool, positions: Sequence[tuple[Position, Sequence[int]]]) -> None:
         """An ACK's ids: each a position and its ack set (empty for the whole entry; for a batch
-        entry, the wire words, bit = 1 still unacknowledged)."""
+        entry, the wire words, bit = 1 still unacknowledged).
+
+        Individual acks beyond ``BROKER_ACK_SLICE_IDS_COUNT_MAX`` ids are applied in slices of
+        that many, one event-loop pass each (``next_loop_pass`` between them; issue 22, the
+        acknowledgement pass), in the order given; the caller's next ACK waits for the last slice
+        (the connection reads on only then), so one consumer's acks never overtake each other. A
+        subscription closed meanwhile takes no further slice (its cursor is closed)."""
+        slice_max = BROKER_ACK_SLICE_IDS_COUNT_MAX
+        if cumulative or len(positions) <= slice_max:
+            await self._acknowledge(cumulative, positions)
+            return
+        for start in range(0, len(positions), slice_max):
+            if start:
+                await next_loop_pass()
+                if self._state is not SubscriptionState.ACTIVE:
+                    return
+            await self._acknowledge(False, positions[start:start + slice_max])
+
+    async def _acknowledge(self, cumulative: bool, positions: Sequence[tuple[Position, Sequence[int]]]) -> None:
         dispatcher = self.dispatcher
         if cumulative:
             if not positions:
