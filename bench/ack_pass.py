@@ -18,7 +18,7 @@ client would send (individual acks, one ``CommandAck`` with ``--ids`` message id
   coroutine's first step: what delays every other callback due then), ``pass_cpu_us`` the loop
   thread's CPU time in it (``time.thread_time``: without the waits for a core on a shared
   machine), and ``total_us``: until the handling returned (more than one pass only when the ACK
-  is sliced), and the loop passes it took;
+  is sliced), and the loop passes it took; ``decode_us`` the decode's share of the pass;
 * afterwards the subscription's backlog must be 0 (every ack applied) or the run fails.
 
 Each child prints one JSON line; the parent alternates the trees ``--repeats`` times and prints
@@ -119,11 +119,12 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
             session: Any = broker_consumer.channel  # the consumer's connection: its Session
             frames = [_ack_command(broker_consumer.consumer_id, ids[i:i + args.ids]) for i in range(0, total, args.ids)]
 
-            async def one(frame: bytes) -> tuple[float, float, int, float]:
+            async def one(frame: bytes) -> tuple[float, float, int, float, float]:
                 passes = 0
                 first_pass = first_cpu = 0.0
                 start, start_cpu = time.perf_counter(), time.thread_time()
                 ack = decode_ack(frame)  # as the connection does, in the same pass
+                decoded = time.perf_counter() - start
                 assert ack is not None
                 handling = asyncio.ensure_future(session.handle_all([AckReceived(ack, frame)]))
                 # The coroutine's first step runs in the next loop pass; time passes until it is done.
@@ -135,7 +136,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
                         first_cpu = time.thread_time() - start_cpu
                 elapsed = time.perf_counter() - start
                 handling.result()
-                return first_pass, elapsed, passes, first_cpu
+                return first_pass, elapsed, passes, first_cpu, decoded
 
             if args.profile:
                 import cProfile
@@ -157,9 +158,10 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     firsts = [r[0] * 1e6 for r in results[1:]]  # the first ACK warms caches: left out
     totals = [r[1] * 1e6 for r in results[1:]]
     cpus = [r[3] * 1e6 for r in results[1:]]
+    decodes = [r[4] * 1e6 for r in results[1:]]
     return {"mode": compiled.MODE, "ids": args.ids, "acks": len(firsts),
             "pass_us_median": statistics.median(firsts), "pass_us_max": max(firsts),
-            "pass_cpu_us_median": statistics.median(cpus),
+            "pass_cpu_us_median": statistics.median(cpus), "decode_us_median": statistics.median(decodes),
             "total_us_median": statistics.median(totals), "passes_max": max(r[2] for r in results)}
 
 
@@ -269,7 +271,7 @@ def parent(args: argparse.Namespace) -> None:
     first = trees[0][0]
     print(f"\n{args.ids}-id ACK, {args.sub_type}: the first loop pass, median per run; min / median / max "
           f"over runs; per pair / {first}")
-    for key in ("pass_us_median", "pass_cpu_us_median"):
+    for key in ("pass_us_median", "pass_cpu_us_median", "decode_us_median"):
         print(f"  {key}")
         for label, _ in trees:
             values = [r[key] for r in runs[label]]
