@@ -16,7 +16,6 @@ and is now acknowledged is never sent again; each pass reads at most
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from collections.abc import Callable, Sequence
 
@@ -30,7 +29,7 @@ from magnetar.base.types import Position
 from magnetar.broker.compaction import CompactedView
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer, SubType
-from magnetar.broker.dispatcher import Dispatcher
+from magnetar.broker.dispatcher import Dispatcher, next_loop_pass
 from magnetar.broker.dispatcher_key_shared import KeySharedDispatcher
 from magnetar.broker.dispatcher_shared import SharedDispatcher
 from magnetar.broker.dispatcher_single import SingleActiveDispatcher
@@ -40,21 +39,6 @@ from magnetar.broker.ids import before
 from magnetar.broker.log import SubscriptionCursor, TopicLog
 from magnetar.broker.metrics import RateMeter
 from magnetar.protocol.pulsar import pb, stored_entry_metadata
-
-
-async def next_loop_pass() -> None:
-    """Return in a later event-loop pass: the callbacks ready now (other connections' reads, the
-    journal's answers, receipts) run first. No time passes and no clock is involved (a test's
-    manual clock need not move): a future the loop resolves in its next pass."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[None] = loop.create_future()
-    loop.call_soon(_resolve, future)
-    await future
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():  # not cancelled meanwhile
-        future.set_result(None)
 
 
 class SubscriptionState(enum.Enum):
