@@ -6,7 +6,11 @@ ack) runs in this process on a plain asyncio loop in its own thread; the officia
 warm-up, with ``cProfile`` enabled on the loop thread only. Printed: all calls (Python functions
 and builtins, the loop's own included) per message, and the functions called most per message.
 The journal's sync threads are not counted. Compare two trees by running it with each one's
-``src`` first on ``PYTHONPATH``.
+``src`` first on ``PYTHONPATH``. Compiled, what runs inside the compiled modules is invisible here,
+constructors included (a frozen dataclass built in a compiled module and the plain class that
+replaced it count the same: nothing; docs/performance.md, session 13): for the cost of those
+objects use ``bench/send_path_cost.py`` (the protocol and codec layers alone) or
+``bench/module_profile.py --cpu`` (the loop thread's CPU per message).
 
 Run: ``PYTHONPATH=src .venv/bin/python bench/calls_per_message.py --messages 2000 --top 30``
 (``--callers NAME`` also prints who calls the functions matching NAME; ``--bookies 3``: three

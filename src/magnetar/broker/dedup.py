@@ -44,7 +44,6 @@ import enum
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from magnetar.base.errors import CorruptDataError
 from magnetar.base.invariant import invariant
@@ -111,16 +110,19 @@ def entry_highest_sequence(metadata: pb.MessageMetadata) -> int | None:
     return metadata.sequence_id + max(1, message_count(metadata)) - 1
 
 
-@dataclass(slots=True)
 class DedupAppend:
-    """One append in flight, in the order appends were started (``begin``)."""
+    """One append in flight, in the order appends were started (``begin``). A plain class, one per
+    message (compiled, a dataclass's ``__init__`` runs interpreted; docs/performance.md, session 13)."""
 
-    producer_name: str
-    highest_sequence_id: int
-    records_sequence: bool
-    position: Position | None = None
-    done: bool = False
-    finished: asyncio.Event | None = None  # made only when someone waits (a racing resend)
+    __slots__ = ("done", "finished", "highest_sequence_id", "position", "producer_name", "records_sequence")
+
+    def __init__(self, producer_name: str, highest_sequence_id: int, records_sequence: bool) -> None:
+        self.producer_name = producer_name
+        self.highest_sequence_id = highest_sequence_id
+        self.records_sequence = records_sequence
+        self.position: Position | None = None
+        self.done = False
+        self.finished: asyncio.Event | None = None  # made only when someone waits (a racing resend)
 
 
 class MessageDeduplication:

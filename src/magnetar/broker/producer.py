@@ -25,8 +25,6 @@ import enum
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from magnetar import faults
@@ -77,17 +75,33 @@ class ProducerState(enum.Enum):
 _TRANSITIONS = {(ProducerState.ACTIVE, ProducerState.CLOSED), (ProducerState.CLOSED, ProducerState.CLOSED)}
 
 
-@dataclass(slots=True)
 class _PendingSend:
-    sequence_id: int
-    highest_sequence_id: int
-    records_sequence: bool = True
-    position: Position | None = None
-    error: BrokerError | None = None
+    """One SEND in the producer's FIFO, and the topic's callback for its append: the topic calls
+    the op itself (``__call__``), no ``functools.partial`` per message. A plain class (compiled,
+    a dataclass's ``__init__`` runs interpreted; docs/performance.md, session 13)."""
+
+    __slots__ = ("append", "dedup", "error", "highest_sequence_id", "position", "producer", "records_sequence",
+                 "sequence_id")
+
+    def __init__(self, producer: Producer, sequence_id: int, highest_sequence_id: int,
+                 records_sequence: bool = True) -> None:
+        self.producer = producer
+        self.sequence_id = sequence_id
+        self.highest_sequence_id = highest_sequence_id
+        self.records_sequence = records_sequence
+        self.position: Position | None = None
+        self.error: BrokerError | None = None
+        #: Set when the SEND is appended: the deduplication that registered it, and its entry there.
+        self.dedup: MessageDeduplication | None = None
+        self.append: DedupAppend | None = None
 
     @property
     def done(self) -> bool:
         return self.position is not None or self.error is not None
+
+    def __call__(self, position: Position | None, error: BaseException | None) -> None:
+        """The topic's answer for this SEND's append (a ``PublishCallback``)."""
+        self.producer._persisted(self, position, error)
 
 
 class Producer:
@@ -126,6 +140,9 @@ class Producer:
         self._reported_last_sequence_id = -1
         self._session_highest_sequence_id = -1
         self._rebase_reuse_end: int | None = None
+        # The gates' continuations, bound once (not a bound method made per receipt, twice).
+        self._receipt_then: Callable[[BaseException | None, _PendingSend], None] = self._receipt
+        self._receipted_then: Callable[[BaseException | None], None] = self._receipted
 
     @property
     def state(self) -> ProducerState:
@@ -178,7 +195,7 @@ class Producer:
             first = command.sequence_id
             count = 1 if command.num_messages is None else command.num_messages
             highest = first + max(count, 1) - 1 if command.highest_sequence_id is None else command.highest_sequence_id
-            op = _PendingSend(first, highest, records_sequence=records_sequence)
+            op = _PendingSend(self, first, highest, records_sequence)
             chunk = command.is_chunk
             self._pending.append(op)
             dedup, key = (self.topic.repl_dedup, source[0]) if source is not None else (self.topic.dedup, self.name)
@@ -203,8 +220,9 @@ class Producer:
                     op.position = DUPLICATE
                     self._flush()
                     continue
-            append = dedup.begin(key, highest, records_sequence=records_sequence)
-            run.append((data, partial(self._persisted, op, dedup, append), max(count, 1)))
+            op.dedup = dedup
+            op.append = dedup.begin(key, highest, records_sequence=records_sequence)
+            run.append((data, op, max(count, 1)))
         if run:
             await self.topic.publish_run(run)  # refusals come back through the callbacks
 
@@ -214,7 +232,7 @@ class Producer:
         first = command.sequence_id
         count = 1 if command.num_messages is None else command.num_messages
         highest = first + max(count, 1) - 1 if command.highest_sequence_id is None else command.highest_sequence_id
-        op = _PendingSend(first, highest, records_sequence=False)
+        op = _PendingSend(self, first, highest, False)
         op.position = DUPLICATE
         self._pending.append(op)
         self.dropped.record(max(count, 1), size_bytes)
@@ -255,12 +273,14 @@ class Producer:
             status = dedup.check(key, sequence_id)
         return status is DedupStatus.DUPLICATE
 
-    def _persisted(self, op: _PendingSend, dedup: MessageDeduplication, append: DedupAppend,
-                   position: Position | None, error: BaseException | None) -> None:
+    def _persisted(self, op: _PendingSend, position: Position | None, error: BaseException | None) -> None:
         """The topic's answer for ``op``: record it, then answer what is done at the FIFO's head."""
         op.position = position
         if error is not None:
             op.error = to_broker_error(error)
+        dedup, append = op.dedup, op.append
+        invariant(dedup is not None and append is not None, "an appended send is registered with dedup")
+        assert dedup is not None and append is not None
         dedup.finish(append, position)
         self._flush()
 
@@ -281,7 +301,7 @@ class Producer:
                     self._answer_now(op)
                     continue
                 self._answering = True
-                faults.gate("broker.after_persist_before_receipt", self._receipt, op)
+                faults.gate("broker.after_persist_before_receipt", self._receipt_then, op)
         finally:
             self._flush_loop = False
 
@@ -289,7 +309,7 @@ class Producer:
         # An ``error`` at the gate loses the receipt (the client's send times out and it resends).
         if error is None and self._state is ProducerState.ACTIVE and self.channel.is_open():
             self._answer_now(op)
-        faults.gate("broker.after_receipt", self._receipted)
+        faults.gate("broker.after_receipt", self._receipted_then)
 
     def _receipted(self, _error: BaseException | None) -> None:
         self._answering = False

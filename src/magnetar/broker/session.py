@@ -468,11 +468,18 @@ class Session:
             producer_id = sends[index].command.producer_id
             run: list[SendItem] = []
             metadata: list[pb.MessageMetadata] = []
-            while index < count and sends[index].command.producer_id == producer_id:
+            while index < count:
                 event = sends[index]
-                meta = event.message.metadata
+                command = event.command
+                if command.producer_id != producer_id:
+                    break
+                message = event.message
+                meta = message.metadata
                 last_chunk = not meta.HasField("num_chunks_from_msg") or meta.chunk_id == meta.num_chunks_from_msg - 1
-                run.append((event.command, bytes(event.message.checksummed()), last_chunk, None))
+                # The stored entry: the wire form as the client checksummed it (its view copied
+                # out of the receive buffer once), with a checksum block added only if it had none.
+                data = message.headers_and_payload if message.checksum is not None else message.checksummed()
+                run.append((command, bytes(data), last_chunk, None))
                 metadata.append(meta)
                 index += 1
             await self._on_producer_sends(producer_id, run, metadata)

@@ -49,7 +49,8 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Final
 
 from magnetar.base.checksum import crc32c, crc32c_update
 from magnetar.base.errors import CorruptDataError, InvalidArgumentError, LimitExceededError
@@ -111,7 +112,13 @@ def entry_digest(ledger_id: int, entry_id: int, lac: int, payload: bytes | bytea
     return crc32c_update(crc32c(_DIGEST_FIELDS.pack(ledger_id, entry_id, lac)), payload)
 
 
-@dataclass(frozen=True, slots=True)
+# ``EncodedEntry`` (one per add), ``AddRequest`` and ``AddResponse`` (one per add over a socket)
+# are plain classes with ``__slots__``, not frozen dataclasses: compiled (mypyc), a frozen
+# dataclass's generated ``__init__`` runs interpreted (``object.__setattr__`` per field); this one
+# is native (docs/performance.md, session 13). Immutable (``Final`` fields), equal and hashed by
+# their fields as the dataclasses were.
+
+
 class EncodedEntry:
     """One ledger entry encoded for the bookie wire and the bookie's storage (``raw``), with its
     header parsed. Not a second entry type: above the ledger client an entry is
@@ -121,14 +128,31 @@ class EncodedEntry:
     reader checks the writer's digest end to end.
     """
 
-    ledger_id: int
-    entry_id: int
-    lac: int
-    digest: int
-    raw: bytes
-    #: The outcome of the first ``digest_ok()`` (``raw`` never changes, so one CRC pass is enough
-    #: however many layers check: the bookie client and the ledger reader both do).
-    _digest_checked: bool | None = field(default=None, init=False, repr=False, compare=False)
+    __slots__ = ("_digest_checked", "digest", "entry_id", "lac", "ledger_id", "raw")
+
+    def __init__(self, ledger_id: int, entry_id: int, lac: int, digest: int, raw: bytes) -> None:
+        self.ledger_id: Final = ledger_id
+        self.entry_id: Final = entry_id
+        self.lac: Final = lac
+        self.digest: Final = digest
+        self.raw: Final = raw
+        #: The outcome of the first ``digest_ok()`` (``raw`` never changes, so one CRC pass is enough
+        #: however many layers check: the bookie client and the ledger reader both do).
+        self._digest_checked: bool | None = None
+
+    def _fields(self) -> tuple[int, int, int, int, bytes]:
+        return self.ledger_id, self.entry_id, self.lac, self.digest, self.raw
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EncodedEntry):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "EncodedEntry(ledger_id={!r}, entry_id={!r}, lac={!r}, digest={!r}, raw={!r})".format(*self._fields())
 
     @classmethod
     def build(cls, ledger_id: int, entry_id: int, lac: int, payload: bytes | bytearray | memoryview) -> EncodedEntry:
@@ -143,7 +167,7 @@ class EncodedEntry:
         # One copy of the payload whatever its type (``header + bytes(view)`` made two).
         raw = b"".join((_ENTRY_HEADER.pack(ledger_id, entry_id, lac, len(payload), digest), payload))
         entry = cls(ledger_id, entry_id, lac, digest, raw)
-        object.__setattr__(entry, "_digest_checked", True)
+        entry._digest_checked = True
         return entry
 
     @classmethod
@@ -169,19 +193,35 @@ class EncodedEntry:
         if checked is None:
             view = memoryview(self.raw)[ENTRY_HEADER_BYTES:]
             checked = entry_digest(self.ledger_id, self.entry_id, self.lac, view) == self.digest
-            object.__setattr__(self, "_digest_checked", checked)
+            self._digest_checked = checked
         return checked
 
 
 # --- requests ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
 class AddRequest:
-    request_id: int
-    entry: EncodedEntry
-    master_key: bytes = b""
-    recovery: bool = False
+    __slots__ = ("entry", "master_key", "recovery", "request_id")
+
+    def __init__(self, request_id: int, entry: EncodedEntry, master_key: bytes = b"", recovery: bool = False) -> None:
+        self.request_id: Final = request_id
+        self.entry: Final = entry
+        self.master_key: Final = master_key
+        self.recovery: Final = recovery
+
+    def _fields(self) -> tuple[int, EncodedEntry, bytes, bool]:
+        return self.request_id, self.entry, self.master_key, self.recovery
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AddRequest):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "AddRequest(request_id={!r}, entry={!r}, master_key={!r}, recovery={!r})".format(*self._fields())
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,12 +272,28 @@ Request = AddRequest | ReadRequest | ReadLacRequest | ReadLastEntryRequest | Get
 # --- responses ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
 class AddResponse:
-    request_id: int
-    status: Status
-    ledger_id: int
-    entry_id: int
+    __slots__ = ("entry_id", "ledger_id", "request_id", "status")
+
+    def __init__(self, request_id: int, status: Status, ledger_id: int, entry_id: int) -> None:
+        self.request_id: Final = request_id
+        self.status: Final = status
+        self.ledger_id: Final = ledger_id
+        self.entry_id: Final = entry_id
+
+    def _fields(self) -> tuple[int, Status, int, int]:
+        return self.request_id, self.status, self.ledger_id, self.entry_id
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AddResponse):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "AddResponse(request_id={!r}, status={!r}, ledger_id={!r}, entry_id={!r})".format(*self._fields())
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,11 +498,16 @@ def encode(message: Message) -> bytes:
 # --- decoding ----------------------------------------------------------------------------------
 
 
+#: Every status by its code (the codes are 0..n-1): a tuple index, not ``Status(value)`` (the
+#: enum's interpreted ``__call__``), once per response.
+_STATUS_BY_CODE: Final = tuple(Status)
+assert all(status.value == code for code, status in enumerate(_STATUS_BY_CODE)), "status codes are 0..n-1"
+
+
 def _status(value: int) -> Status:
-    try:
-        return Status(value)
-    except ValueError:
-        raise CorruptDataError(f"unknown status code {value}") from None
+    if 0 <= value < len(_STATUS_BY_CODE):
+        return _STATUS_BY_CODE[value]
+    raise CorruptDataError(f"unknown status code {value}")
 
 
 def _read_mk(body: bytes | memoryview, offset: int) -> tuple[bytes, int]:

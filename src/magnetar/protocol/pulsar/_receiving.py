@@ -16,7 +16,11 @@ from typing import Generic, TypeVar
 
 from mypy_extensions import mypyc_attr
 
-from magnetar.protocol.pulsar.errors import ConnectionClosedError, FrameChecksumMismatchError
+from magnetar.protocol.pulsar.errors import (
+    ConnectionClosedError,
+    FrameChecksumMismatchError,
+    MalformedFrameError,
+)
 from magnetar.protocol.pulsar.frames import Buffer, Frame, FrameDecoder, decode_frame
 
 E = TypeVar("E")
@@ -62,8 +66,13 @@ class FrameReceiver(ABC, Generic[E]):
                 view = decoder.next_frame_bytes()
                 if view is None:
                     break
-                event = decoder.decoded(self._decode_hot, view)
-                frame = decoder.decoded(decode_frame, view) if event is None else None
+                # Called directly, not through ``decoder.decoded`` (a bound method and a generic
+                # call per frame): the same rules, a malformed frame breaks the decoder.
+                try:
+                    event = self._decode_hot(view)
+                    frame = decode_frame(view) if event is None else None
+                except MalformedFrameError as malformed:
+                    decoder.broken(malformed)
             except FrameChecksumMismatchError as error:
                 self._mark_received(now_ms)
                 events.append(self._checksum_failure(error))

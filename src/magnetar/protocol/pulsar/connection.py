@@ -40,6 +40,7 @@ import enum
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from google.protobuf.message import Message
 
@@ -173,36 +174,88 @@ class CommandReceived:
     body: Message
 
 
-@dataclass(frozen=True, slots=True)
+# The events made per message (SEND; FLOW and ACK on the consume path) are plain classes with
+# ``__slots__``, not frozen dataclasses: compiled, a frozen dataclass's generated ``__init__`` runs
+# interpreted (``object.__setattr__`` per field); this one is native (docs/performance.md,
+# session 13). Immutable (``Final`` fields); equal when their fields are, as before.
+
+
 class SendReceived:
     """A SEND with its message. ``message.headers_and_payload`` is what the broker stores."""
 
-    command: SendCommand
-    message: MessagePayload
+    __slots__ = ("command", "message")
+
+    def __init__(self, command: SendCommand, message: MessagePayload) -> None:
+        self.command: Final = command
+        self.message: Final = message
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SendReceived):
+            return NotImplemented
+        return self.command == other.command and self.message == other.message
+
+    def __repr__(self) -> str:
+        return f"SendReceived(command={self.command!r}, message={self.message!r})"
 
 
-@dataclass(frozen=True, slots=True)
 class CorruptSend:
     """A SEND whose checksum did not match. Answer SEND_ERROR(ChecksumError) in receipt order."""
 
-    command: SendCommand
+    __slots__ = ("command",)
+
+    def __init__(self, command: SendCommand) -> None:
+        self.command: Final = command
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CorruptSend):
+            return NotImplemented
+        return self.command == other.command
+
+    def __repr__(self) -> str:
+        return f"CorruptSend(command={self.command!r})"
 
 
-@dataclass(frozen=True, slots=True)
 class FlowReceived:
     """FLOW: ``permits`` more messages for consumer ``consumer_id``."""
 
-    consumer_id: int
-    permits: int
+    __slots__ = ("consumer_id", "permits")
+
+    def __init__(self, consumer_id: int, permits: int) -> None:
+        self.consumer_id: Final = consumer_id
+        self.permits: Final = permits
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FlowReceived):
+            return NotImplemented
+        return self.consumer_id == other.consumer_id and self.permits == other.permits
+
+    def __hash__(self) -> int:
+        return hash((self.consumer_id, self.permits))
+
+    def __repr__(self) -> str:
+        return f"FlowReceived(consumer_id={self.consumer_id!r}, permits={self.permits!r})"
 
 
-@dataclass(frozen=True, slots=True)
 class AckReceived:
     """ACK. ``command`` is the BaseCommand's bytes: ``decoded()`` gives every field (the broker
     acts on ``ack`` only)."""
 
-    ack: AckCommand
-    command: bytes
+    __slots__ = ("ack", "command")
+
+    def __init__(self, ack: AckCommand, command: bytes) -> None:
+        self.ack: Final = ack
+        self.command: Final = command
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AckReceived):
+            return NotImplemented
+        return self.ack == other.ack and self.command == other.command
+
+    def __hash__(self) -> int:
+        return hash((self.ack, self.command))
+
+    def __repr__(self) -> str:
+        return f"AckReceived(ack={self.ack!r}, command={self.command!r})"
 
     def decoded(self) -> pb.CommandAck:
         base = pb.BaseCommand()

@@ -32,8 +32,7 @@ import collections
 import enum
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import NoReturn, TypeVar
+from typing import Final, NoReturn, TypeVar
 
 from google.protobuf.message import DecodeError, EncodeError
 
@@ -95,7 +94,12 @@ def make_command(command_type: int, body: object) -> pb.BaseCommand:
     return command
 
 
-@dataclass(frozen=True, slots=True)
+# Plain classes with ``__slots__``, not frozen dataclasses: compiled (mypyc), a frozen
+# dataclass's generated ``__init__`` runs interpreted (``object.__setattr__`` per field, ~2 us);
+# this ``__init__`` is native. One ``MessagePayload`` is made per SEND (docs/performance.md,
+# session 13). Immutable: ``Final`` fields (read-only attributes when compiled).
+
+
 class MessagePayload:
     """What follows the command in a SEND or MESSAGE frame.
 
@@ -104,11 +108,27 @@ class MessagePayload:
     it as the ledger entry and sends it back in MESSAGE frames unchanged.
     """
 
-    metadata: pb.MessageMetadata
-    payload: memoryview  # the (possibly compressed, possibly batched) message bytes
-    headers_and_payload: memoryview
-    checksum: int | None  # the CRC32C found on the wire; None when the sender sent none
-    broker_entry_metadata: pb.BrokerEntryMetadata | None
+    __slots__ = ("broker_entry_metadata", "checksum", "headers_and_payload", "metadata", "payload")
+
+    def __init__(self, metadata: pb.MessageMetadata, payload: memoryview, headers_and_payload: memoryview,
+                 checksum: int | None, broker_entry_metadata: pb.BrokerEntryMetadata | None) -> None:
+        self.metadata: Final = metadata
+        self.payload: Final = payload  # the (possibly compressed, possibly batched) message bytes
+        self.headers_and_payload: Final = headers_and_payload
+        self.checksum: Final = checksum  # the CRC32C found on the wire; None when the sender sent none
+        self.broker_entry_metadata: Final = broker_entry_metadata
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.metadata, self.payload, self.headers_and_payload, self.checksum, self.broker_entry_metadata)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MessagePayload):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return ("MessagePayload(metadata={!r}, payload={!r}, headers_and_payload={!r}, checksum={!r}, "
+                "broker_entry_metadata={!r})".format(*self._fields()))
 
     def checksummed(self) -> Buffer:
         """``headers_and_payload`` with a 0x0e01 checksum block, adding one if it was absent."""
@@ -117,13 +137,24 @@ class MessagePayload:
         return _MAGIC_CRC.pack(MAGIC_CRC32C, crc32c(self.headers_and_payload)) + bytes(self.headers_and_payload)
 
 
-@dataclass(frozen=True, slots=True)
 class Frame:
     """One decoded frame: the envelope command and, for SEND/MESSAGE, its message."""
 
-    command: pb.BaseCommand
-    message: MessagePayload | None
-    size_bytes: int  # on the wire, including the 4-byte total_size field
+    __slots__ = ("command", "message", "size_bytes")
+
+    def __init__(self, command: pb.BaseCommand, message: MessagePayload | None, size_bytes: int) -> None:
+        self.command: Final = command
+        self.message: Final = message
+        self.size_bytes: Final = size_bytes  # on the wire, including the 4-byte total_size field
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Frame):
+            return NotImplemented
+        return (self.command == other.command and self.message == other.message
+                and self.size_bytes == other.size_bytes)
+
+    def __repr__(self) -> str:
+        return f"Frame(command={self.command!r}, message={self.message!r}, size_bytes={self.size_bytes!r})"
 
     @property
     def type(self) -> int:
@@ -270,6 +301,11 @@ class FrameDecoder:
         except MalformedFrameError as error:
             self._break(error)
 
+    def broken(self, error: MalformedFrameError) -> NoReturn:
+        """Raise ``error`` for the frame just taken, breaking the decoder (sticky), as ``decoded``
+        does for a ``MalformedFrameError``: for a caller that decodes the frame itself."""
+        self._break(error)
+
     def _check_open(self) -> None:
         if self._state is _DecoderState.BROKEN:
             invariant(self._error is not None, "a broken decoder remembers its error")
@@ -317,35 +353,45 @@ def decode_frame(frame: memoryview) -> Frame:
 
 def decode_message(rest: memoryview) -> MessagePayload:
     """What follows the command of a SEND/MESSAGE frame (``rest`` non-empty). Raises
-    ``MalformedFrameError`` or ``FrameChecksumMismatchError`` (``command`` not set)."""
+    ``MalformedFrameError`` or ``FrameChecksumMismatchError`` (``command`` not set).
+
+    Once per SEND: each magic is read once, the metadata is parsed here (not through
+    ``_metadata_at``'s tuple) and a message without broker entry metadata keeps ``rest`` itself as
+    its ``headers_and_payload`` (one view fewer; docs/performance.md, session 13)."""
+    size = len(rest)
     offset = 0
     broker_entry_metadata = None
-    if len(rest) >= 2 and _U16.unpack_from(rest, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
-        if len(rest) < 6:
+    magic = _U16.unpack_from(rest, 0)[0] if size >= 2 else 0
+    if magic == MAGIC_BROKER_ENTRY_METADATA:
+        if size < 6:
             raise MalformedFrameError("truncated broker entry metadata header")
-        (size,) = _U32.unpack_from(rest, 2)
-        if 6 + size > len(rest):
-            raise MalformedFrameError(f"broker entry metadata size {size} exceeds the frame")
-        broker_entry_metadata = _parse(pb.BrokerEntryMetadata(), rest[6 : 6 + size], "BrokerEntryMetadata")
-        offset = 6 + size
+        (entry_metadata_size,) = _U32.unpack_from(rest, 2)
+        if 6 + entry_metadata_size > size:
+            raise MalformedFrameError(f"broker entry metadata size {entry_metadata_size} exceeds the frame")
+        broker_entry_metadata = _parse(pb.BrokerEntryMetadata(), rest[6 : 6 + entry_metadata_size],
+                                       "BrokerEntryMetadata")
+        offset = 6 + entry_metadata_size
+        magic = _U16.unpack_from(rest, offset)[0] if size - offset >= 2 else 0
     headers_start = offset
     checksum = None
-    if len(rest) - offset >= 2 and _U16.unpack_from(rest, offset)[0] == MAGIC_CRC32C:
-        if len(rest) - offset < _MAGIC_CRC.size:
+    if magic == MAGIC_CRC32C:
+        if size - offset < _MAGIC_CRC.size:
             raise MalformedFrameError("truncated checksum block")
         checksum = _U32.unpack_from(rest, offset + 2)[0]
         offset += _MAGIC_CRC.size
         computed = crc32c(rest[offset:])
         if computed != checksum:
             raise FrameChecksumMismatchError(checksum, computed)
-    metadata, payload_offset = _metadata_at(rest, offset)
-    return MessagePayload(
-        metadata=metadata,
-        payload=rest[payload_offset:],
-        headers_and_payload=rest[headers_start:],
-        checksum=checksum,
-        broker_entry_metadata=broker_entry_metadata,
-    )
+    if size - offset < 4:
+        raise MalformedFrameError("truncated metadata_size")
+    (metadata_size,) = _U32.unpack_from(rest, offset)
+    offset += 4
+    payload_start = offset + metadata_size
+    if payload_start > size:
+        raise MalformedFrameError(f"metadata_size {metadata_size} exceeds the frame")
+    metadata = _parse(pb.MessageMetadata(), rest[offset:payload_start], "MessageMetadata")
+    return MessagePayload(metadata, rest[payload_start:], rest[headers_start:] if headers_start else rest,
+                          checksum, broker_entry_metadata)
 
 
 def _metadata_at(data: memoryview, offset: int) -> tuple[pb.MessageMetadata, int]:
