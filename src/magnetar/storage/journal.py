@@ -66,7 +66,7 @@ from functools import partial
 
 from magnetar import faults
 from magnetar.base.checksum import crc32c, crc32c_update
-from magnetar.base.clock import Clock
+from magnetar.base.clock import Clock, Timer
 from magnetar.base.errors import ClosedError, CorruptDataError, LimitExceededError
 from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes, Disk, DiskFile
@@ -384,7 +384,7 @@ class Journal:
         self._grouping = False
         self._wait_queued = 0  # records queued when the group wait began
         self._waited_due = False  # the wait ended: the next ``_look`` starts the group at once
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._appending = False
         self._rotation: asyncio.Task[None] | None = None
         self._wait_policy = GroupWaitPolicy(config.journal_group_wait_ms_max * 1_000_000)
@@ -523,7 +523,7 @@ class Journal:
 
     def _wait_for_group(self) -> bool:
         """Group commit at a modest rate: when the arrivals say more adds are coming
-        (``journal_wait``), a timer (the loop's, whose time is the ``Clock``'s, real or simulated)
+        (``journal_wait``), a timer of the ``Clock`` (real, simulated or a test's manual time)
         for when the oldest queued record is ``journal_group_wait_ms_max`` old, so the adds that
         arrive meanwhile share the group's write and sync (``submit`` does not wake a grouping
         journal); whether it set one. Records that already waited that long go at once."""
@@ -535,7 +535,7 @@ class Journal:
         self.waits_count += 1
         self._wait_queued = len(self._queue)
         self._grouping = True
-        self._timer = self._loop.call_later(wait_ns / 1e9, self._waited)
+        self._timer = self._clock.call_later(wait_ns / 1e9, self._waited)
         return True
 
     def _waited(self) -> None:
