@@ -7,6 +7,7 @@ moves (so they reach their sleep) and after (so woken tasks reach their next awa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 SETTLE_ROUNDS = 200
 
@@ -15,6 +16,14 @@ async def settle(rounds: int = SETTLE_ROUNDS) -> None:
     """Let every runnable task run (fakes never block on time)."""
     for _ in range(rounds):
         await asyncio.sleep(0)
+
+
+class _ManualTimer:
+    def __init__(self, future: asyncio.Future[None]) -> None:
+        self._future = future
+
+    def cancel(self) -> None:
+        self._future.cancel()
 
 
 class ManualClock:
@@ -32,6 +41,13 @@ class ManualClock:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._sleepers.append((self._now_ns + int(duration_s * 1e9), future))
         await future
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> _ManualTimer:
+        """``callback`` runs when ``advance`` reaches ``delay_s`` from now (with the sleepers)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self._now_ns + int(delay_s * 1e9), future))
+        future.add_done_callback(lambda done: None if done.cancelled() else callback())
+        return _ManualTimer(future)
 
     async def advance(self, duration_s: float) -> None:
         await settle()

@@ -365,3 +365,34 @@ def test_seek_sends_close_consumer_and_moves_the_cursor() -> None:
         await sub.close(delete=False)
 
     asyncio.run(run())
+
+
+async def _counts_seen_while_dispatching(config: BrokerConfig, entries: int) -> list[int]:
+    """Messages sent, as seen by a task that runs once per loop pass while a consumer's permits
+    go out over a backlog (stops once all are sent; bounded in passes)."""
+    sub, _ = await _subscription([entry(sequence_id=i) for i in range(entries)], config)
+    channel = FakeChannel()
+    consumer = _consumer(1, SubType.EXCLUSIVE, channel)
+    sub.add_consumer(consumer)
+    await settle()
+    seen: list[int] = []
+    sub.flow(consumer, entries)
+    for _ in range(200):
+        await asyncio.sleep(0)  # one loop pass: the dispatcher's steps run between these
+        seen.append(len(channel.messages))
+        if seen[-1] == entries:
+            break
+    await sub.close(delete=False)
+    return seen
+
+
+def test_a_backlog_goes_out_one_read_per_loop_turn() -> None:
+    """A read from the log does not suspend: after a pass that sent a read's worth, the dispatcher
+    gives the loop a pass before its next read (else the whole permit count went out in one
+    callback). Negative control: with one read covering the backlog, nothing runs in between."""
+    entries = 250
+    seen = asyncio.run(_counts_seen_while_dispatching(BrokerConfig(dispatch_read_count_max=100), entries))
+    assert seen[-1] == entries
+    assert 100 in seen and 200 in seen, seen  # other callbacks ran after each read of 100
+    seen = asyncio.run(_counts_seen_while_dispatching(BrokerConfig(dispatch_read_count_max=1000), entries))
+    assert [count for count in seen if 0 < count < entries] == [], seen

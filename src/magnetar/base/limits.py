@@ -234,6 +234,16 @@ SCHEMA_DATA_BYTES_MAX = 512 * 1024
 POLICY_CACHE_NODES_COUNT_MAX = 2 * 100_000
 #: Entries one TTL-expiry or backlog-eviction pass of a subscription reads (the next pass goes on).
 BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX = 100_000
+#: Message ids of one ACK command a subscription applies per event-loop pass (individual acks;
+#: the rest follow in the next passes, in order). The official client sends its grouped acks every
+#: 100 ms, ~200 ids at 2,000 msg/s and thousands at its top rate: one pass over all of them held
+#: the loop for 1-2 ms (issue 22, "Session 13: the acknowledgement pass" in docs/performance.md).
+BROKER_ACK_SLICE_IDS_COUNT_MAX = 256
+#: Entries a dispatch pass (one read, up to ``dispatch_read_count_max``) must have sent for the
+#: dispatcher to give the event loop one pass before its next read: a consumer's permits over a
+#: backlog otherwise went out in one callback (reads from the entry cache do not suspend); passes
+#: of a few entries, the steady state, go on without it (issue 22, session 13).
+BROKER_DISPATCH_YIELD_ENTRIES_COUNT = 16
 #: Entries one admin ``skip/{n}`` may skip.
 ADMIN_SKIP_ENTRIES_COUNT_MAX = 1_000_000
 #: Partitions one partitioned topic may have (Pulsar: maxNumPartitionsPerPartitionedTopic, 0 = none).

@@ -24,12 +24,12 @@ from mypy_extensions import mypyc_attr
 from magnetar.base.clock import Clock
 from magnetar.base.entry import Entry
 from magnetar.base.invariant import invariant
-from magnetar.base.limits import BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX
+from magnetar.base.limits import BROKER_ACK_SLICE_IDS_COUNT_MAX, BROKER_EXPIRY_SCAN_ENTRIES_COUNT_MAX
 from magnetar.base.types import Position
 from magnetar.broker.compaction import CompactedView
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.consumer import Consumer, SubType
-from magnetar.broker.dispatcher import Dispatcher
+from magnetar.broker.dispatcher import Dispatcher, next_loop_pass
 from magnetar.broker.dispatcher_key_shared import KeySharedDispatcher
 from magnetar.broker.dispatcher_shared import SharedDispatcher
 from magnetar.broker.dispatcher_single import SingleActiveDispatcher
@@ -159,7 +159,25 @@ class Subscription:
 
     async def acknowledge(self, cumulative: bool, positions: Sequence[tuple[Position, Sequence[int]]]) -> None:
         """An ACK's ids: each a position and its ack set (empty for the whole entry; for a batch
-        entry, the wire words, bit = 1 still unacknowledged)."""
+        entry, the wire words, bit = 1 still unacknowledged).
+
+        Individual acks beyond ``BROKER_ACK_SLICE_IDS_COUNT_MAX`` ids are applied in slices of
+        that many, one event-loop pass each (``next_loop_pass`` between them; issue 22, the
+        acknowledgement pass), in the order given; the caller's next ACK waits for the last slice
+        (the connection reads on only then), so one consumer's acks never overtake each other. A
+        subscription closed meanwhile takes no further slice (its cursor is closed)."""
+        slice_max = BROKER_ACK_SLICE_IDS_COUNT_MAX
+        if cumulative or len(positions) <= slice_max:
+            await self._acknowledge(cumulative, positions)
+            return
+        for start in range(0, len(positions), slice_max):
+            if start:
+                await next_loop_pass()
+                if self._state is not SubscriptionState.ACTIVE:
+                    return
+            await self._acknowledge(False, positions[start:start + slice_max])
+
+    async def _acknowledge(self, cumulative: bool, positions: Sequence[tuple[Position, Sequence[int]]]) -> None:
         dispatcher = self.dispatcher
         if cumulative:
             if not positions:

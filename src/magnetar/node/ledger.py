@@ -67,6 +67,10 @@ class _LocalRun:
     def done(self, indexes: Sequence[int], status: Status) -> None:
         if self.handing_over:
             asyncio.get_running_loop().call_soon(self._answer, indexes, status)
+        elif status is Status.OK:  # the journal's answer, once per group: no call more than needed
+            on_reply = self.on_reply
+            for index in indexes:
+                on_reply(index, None)
         else:
             self._answer(indexes, status)
 

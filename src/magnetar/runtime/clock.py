@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 
 from magnetar.base.rng import SeededRng
 
@@ -20,6 +21,9 @@ class SystemClock:
 
     async def sleep(self, duration_s: float) -> None:
         await asyncio.sleep(duration_s)
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(delay_s, callback)
 
 
 def system_rng() -> SeededRng:

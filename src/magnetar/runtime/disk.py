@@ -360,6 +360,9 @@ def _sync_workers() -> _SyncThreads:
     """The threads of ``append_and_sync_then`` (made on first use, shared by every file); on
     first use the process's switch interval goes down to ``SYNC_SWITCH_INTERVAL_S``."""
     global _workers
+    workers = _workers
+    if workers is not None:  # made already: no lock per journal group
+        return workers
     with _workers_lock:
         if _workers is None:
             if sys.getswitchinterval() > SYNC_SWITCH_INTERVAL_S:

@@ -8,8 +8,9 @@ and never goes back. ``sleep`` sleeps in virtual time.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-from magnetar.sim.incarnation import check_alive
+from magnetar.sim.incarnation import check_alive, current_incarnation
 from magnetar.sim.loop import SimLoop
 
 #: 2023-11-14T22:13:20Z: every simulated run starts its wall clock here.
@@ -37,6 +38,18 @@ class SimClock:
         check_alive()
         await asyncio.sleep(max(0.0, duration_s))
         check_alive()
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        """A timer in virtual time; it runs only while this node's incarnation is alive (a
+        crashed node's timers do nothing, as its sleeping tasks never wake)."""
+        check_alive()
+        incarnation = current_incarnation.get()
+
+        def fire() -> None:
+            if incarnation is None or incarnation.alive:
+                callback()
+
+        return asyncio.get_running_loop().call_later(max(0.0, delay_s), fire)
 
     def jump(self, delta_ms: int) -> None:
         """Step the wall clock (``now_ms``) by ``delta_ms``; ``monotonic_ns`` is unaffected."""

@@ -284,6 +284,7 @@ class Bookie:
         parts: list[Bytes] = []
         indexes: list[int] = []
         size = 0
+        run_ledger = -1
         for index, entry in enumerate(entries):
             status = self._check_entry(entry, master_key)
             if status is Status.OK:
@@ -299,8 +300,10 @@ class Bookie:
             header = add_record_from(prefix, prefix_crc, raw)
             record_size = len(header) + len(raw)
             if parts and size + record_size > limit:
-                journal.submit_run(parts, size, partial(self._journaled_run, indexes, on_done))
+                journal.submit_run(parts, size, partial(self._journaled_run, indexes, on_done), run_ledger)
                 parts, indexes, size = [], [], 0
+            if not parts:
+                run_ledger = entry.ledger_id  # the run's reply lane: its first record's ledger
             ledgers[entry.ledger_id].note_entry(entry.entry_id, entry.lac)
             put(entry.ledger_id, entry.entry_id, raw)
             parts.append(header)
@@ -309,7 +312,7 @@ class Bookie:
             size += record_size
         self.stats.adds_count += len(entries) - len(refused)
         if parts:
-            journal.submit_run(parts, size, partial(self._journaled_run, indexes, on_done))
+            journal.submit_run(parts, size, partial(self._journaled_run, indexes, on_done), run_ledger)
 
     def _journaled_run(self, indexes: list[int], on_done: OnRunDone, error: BaseException | None) -> None:
         if error is not None:

@@ -29,14 +29,48 @@ that stays longest waits only for shorter lanes, which each ledger's window boun
 from __future__ import annotations
 
 import collections
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from magnetar.base.io import Bytes
 
 #: What a record's submitter gets: ``None`` once the record is durable, or the error.
 Reply = Callable[[BaseException | None], None]
 #: The lane of records that name no ledger (the journal's stop marker, or a group whose framing
 #: could not be read): one more lane, answered in submission order like the others.
 NO_LEDGER = -1
+#: The journal's record framing (``storage.journal``: u32 body length, u32 CRC) and a ledger id.
+_RECORD_HEADER = struct.Struct(">II")
+_LEDGER = struct.Struct(">Q")
+
+
+def queued_lane(item: bytes | tuple[bytes, bytes] | list[Bytes]) -> tuple[int, int]:
+    """A queued item's reply lane and weight: the ledger of its (first) record, read from its
+    framing (the ledger id after the master key of an ADD, i.e. its entry's first field, a FENCE
+    or a LAC; ``NO_LEDGER`` for the stop marker or a record that names none), and how many
+    records its one callback answers. A run (``submit_run``: framing + prefix, then the entry, per
+    record) is one item: its first record's ledger stands for the run (a run is one ledger's
+    adds), its weight is its records."""
+    weight = 1
+    first: Bytes
+    second: Bytes
+    if isinstance(item, tuple):
+        first, second = item
+    elif isinstance(item, list):
+        first, second = (item[0], item[1]) if len(item) >= 2 else (item[0] if item else b"", b"")
+        weight = max(1, len(item) // 2)
+    else:
+        first, second = item, b""
+    header = _RECORD_HEADER.size
+    if len(first) < header + 2:
+        return NO_LEDGER, weight
+    body_len = _RECORD_HEADER.unpack_from(first)[0]
+    rest_at = header + 2 + first[header + 1]  # after kind, key length and the key
+    if len(first) - header == body_len:  # a whole record: the ledger follows the key
+        whole = len(first) >= rest_at + _LEDGER.size
+        return (int(_LEDGER.unpack_from(first, rest_at)[0]) if whole else NO_LEDGER), weight
+    return (int(_LEDGER.unpack_from(second)[0]) if len(second) >= _LEDGER.size else NO_LEDGER), weight
 
 
 @dataclass(eq=False, slots=True)
