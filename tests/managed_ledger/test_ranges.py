@@ -19,6 +19,17 @@ def log_of(sizes: list[int]) -> list[Position]:
     return [Position(lid * 3 + 1, e) for lid, size in enumerate(sizes) for e in range(size)]
 
 
+def successor_in(log: list[Position]) -> Callable[[Position], Position]:
+    """The next entry of ``log`` after a position of it (past its end: the next entry id)."""
+    index = {p: i for i, p in enumerate(log)}
+
+    def successor(p: Position) -> Position:
+        i = index[p] + 1
+        return log[i] if i < len(log) else Position(p.ledger_id, p.entry_id + 1)
+
+    return successor
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     sizes=st.lists(st.integers(0, 5), min_size=1, max_size=5),
@@ -29,11 +40,7 @@ def test_range_set_matches_a_set_model(sizes: list[int], picks: list[int], cut: 
     log = log_of(sizes)
     if not log:
         return
-    index = {p: i for i, p in enumerate(log)}
-
-    def successor(p: Position) -> Position:
-        i = index[p] + 1
-        return log[i] if i < len(log) else Position(p.ledger_id, p.entry_id + 1)
+    successor = successor_in(log)
 
     ranges = PositionRangeSet(10_000)
     model: set[Position] = set()
@@ -81,11 +88,7 @@ def test_add_run_matches_a_set_model(sizes: list[int], runs: list[tuple[int, int
     log = log_of(sizes)
     if not log:
         return
-    index = {p: i for i, p in enumerate(log)}
-
-    def successor(p: Position) -> Position:
-        i = index[p] + 1
-        return log[i] if i < len(log) else Position(p.ledger_id, p.entry_id + 1)
+    successor = successor_in(log)
 
     ranges = PositionRangeSet(10_000)
     model: set[Position] = set()
@@ -106,11 +109,7 @@ def test_the_model_check_catches_a_lost_entry_and_an_unmerged_range() -> None:
     """Negative control for the check above: a set missing an added entry, or two adjacent ranges
     left unmerged, fail it."""
     log = log_of([5])
-    index = {p: i for i, p in enumerate(log)}
-
-    def successor(p: Position) -> Position:
-        i = index[p] + 1
-        return log[i] if i < len(log) else Position(p.ledger_id, p.entry_id + 1)
+    successor = successor_in(log)
 
     ranges = PositionRangeSet(100)
     ranges.add_run(log[0], log[2], successor)
