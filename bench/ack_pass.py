@@ -196,6 +196,8 @@ def probe_child(args: argparse.Namespace) -> dict[str, Any]:
     lateness: list[float] = []
 
     async def lag_probe() -> None:
+        # The 1 ms sleep is the measurement (how late the loop wakes it), not a wait for a
+        # condition; the probe lives on the bench's daemon loop thread and ends with the process.
         while True:
             before = time.perf_counter()
             await asyncio.sleep(0.001)
