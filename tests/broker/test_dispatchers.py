@@ -6,6 +6,7 @@ import asyncio
 
 from magnetar.base.types import EARLIEST, Position
 from magnetar.broker import BrokerConfig, Consumer, MemoryLogStore, SubType
+from magnetar.broker.dispatcher import next_loop_pass
 from magnetar.broker.dispatcher_key_shared import KEY_HASH_SLOTS, key_slot
 from magnetar.broker.subscription import Subscription
 from tests.broker.fakes import FakeChannel, append, entry, settle
@@ -378,7 +379,7 @@ async def _counts_seen_while_dispatching(config: BrokerConfig, entries: int) -> 
     seen: list[int] = []
     sub.flow(consumer, entries)
     for _ in range(200):
-        await asyncio.sleep(0)  # one loop pass: the dispatcher's steps run between these
+        await next_loop_pass()  # one loop pass: the dispatcher's steps run between these
         seen.append(len(channel.messages))
         if seen[-1] == entries:
             break

@@ -59,6 +59,13 @@ def _manager(cluster: Cluster, transport: _HeldTransport) -> LedgerManager:
                          placement=RandomPlacement(SeededRng(1)), clock=cluster.clock, config=CONFIG)
 
 
+async def _two_ledgers() -> tuple[_HeldTransport, LedgerManager, LedgerHandle, LedgerHandle]:
+    """One ledger client over held bookies, and two of its ledgers: the heavy and the light one."""
+    transport = _HeldTransport()
+    manager = _manager(make_cluster(1), transport)
+    return transport, manager, await manager.create_ledger(1, 1, 1), await manager.create_ledger(1, 1, 1)
+
+
 def _add(handle: LedgerHandle, count: int, payload: bytes = b"x") -> list[int | None]:
     told: list[int | None] = []
     handle.append_run([(payload, lambda entry_id, _error: told.append(entry_id))] * count)
@@ -95,9 +102,7 @@ async def test_a_lone_busy_ledger_fills_the_whole_window() -> None:
 
 
 async def test_beside_a_light_ledger_the_busy_one_refills_only_to_its_share() -> None:
-    transport = _HeldTransport()
-    manager = _manager(make_cluster(1), transport)
-    heavy, light = await manager.create_ledger(1, 1, 1), await manager.create_ledger(1, 1, 1)
+    transport, manager, heavy, light = await _two_ledgers()
     _add(heavy, WINDOW)
     light_told = _add(light, 1)
     assert manager.window.busy == 2 and manager.window.window() == WINDOW // 2
@@ -114,9 +119,7 @@ async def test_beside_a_light_ledger_the_busy_one_refills_only_to_its_share() ->
 
 
 async def test_a_waiting_caller_is_woken_when_the_other_ledger_goes_idle() -> None:
-    transport = _HeldTransport()
-    manager = _manager(make_cluster(1), transport)
-    heavy, light = await manager.create_ledger(1, 1, 1), await manager.create_ledger(1, 1, 1)
+    transport, _, heavy, light = await _two_ledgers()
     _add(heavy, WINDOW // 2)
     _add(light, 1)
     waiting = asyncio.ensure_future(heavy.wait_for_room())
@@ -128,9 +131,7 @@ async def test_a_waiting_caller_is_woken_when_the_other_ledger_goes_idle() -> No
 
 
 async def test_a_failed_ledger_gives_its_share_back() -> None:
-    transport = _HeldTransport()
-    manager = _manager(make_cluster(1), transport)
-    heavy, light = await manager.create_ledger(1, 1, 1), await manager.create_ledger(1, 1, 1)
+    transport, manager, heavy, light = await _two_ledgers()
     _add(heavy, WINDOW)
     told = _add(light, 1)
     transport.answer(light.ledger_id, 1, FencedError("fenced by another writer"))
@@ -188,9 +189,7 @@ async def test_negative_control_small_adds_keep_the_count_window() -> None:
 
 
 async def test_beside_a_light_ledger_large_adds_get_the_count_share() -> None:
-    transport = _HeldTransport()
-    manager = _manager(make_cluster(1), transport)
-    heavy, light = await manager.create_ledger(1, 1, 1), await manager.create_ledger(1, 1, 1)
+    transport, _, heavy, light = await _two_ledgers()
     _add(heavy, WINDOW, LARGE)
     _add(heavy, heavy.room(), LARGE)
     in_flight = heavy.pending_count

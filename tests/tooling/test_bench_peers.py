@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -73,9 +74,12 @@ def test_server_cpu_splits_the_main_thread_from_the_others_and_counts_context_sw
     deadline = time.perf_counter() + 0.05
     while time.perf_counter() < deadline:  # some CPU on this (the main) thread
         pass
-    # A real wait is the point here, not a wait for something: a thread that blocks in sleep is
-    # switched out, which the kernel counts as the voluntary context switch this test checks is read.
-    time.sleep(0.001)
+    # Block this thread on a condition (start() waits until the new thread signals it runs, join()
+    # until it ends): a thread that blocks is switched out, which the kernel counts as the
+    # voluntary context switch this test checks is read.
+    waited = threading.Thread(target=lambda: None)
+    waited.start()
+    waited.join()
     server("end")
     loop_s, others_s = server.thread_seconds(os.getpid())
     assert loop_s >= 0 and others_s >= 0
