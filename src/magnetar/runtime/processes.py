@@ -8,6 +8,7 @@ always stopped by its own PID (SIGTERM, then SIGKILL after a grace period).
 from __future__ import annotations
 
 import os
+import random
 import selectors
 import signal
 import socket
@@ -21,8 +22,38 @@ READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 30.0
 
 
+#: Ports for nodes that restart on the same address come from below the kernel's ephemeral range
+#: (``ip_local_port_range``), not from it: while such a node is down (killed, restarting), a port
+#: from that range can become the local port of any outbound connection on the machine, and the
+#: restart then finds it taken (seen in a chaos run beside other tests: three restarts of a
+#: standalone refused with "port ... already in use"). At or above this floor.
+FIXED_PORT_FLOOR = 10_000
+FIXED_PORT_ATTEMPTS_MAX = 200
+_EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (0 if unknown)."""
+    try:
+        with open(_EPHEMERAL_RANGE) as file:
+            return int(file.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (for nodes whose identity is their address)."""
+    """A port that was free a moment ago (for nodes whose identity is their address): below the
+    ephemeral range where the machine has one (``FIXED_PORT_FLOOR``), else any the OS picks."""
+    low = _ephemeral_low()
+    if low > FIXED_PORT_FLOOR:
+        for _ in range(FIXED_PORT_ATTEMPTS_MAX):
+            port = random.randrange(FIXED_PORT_FLOOR, low)
+            with socket.socket() as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
