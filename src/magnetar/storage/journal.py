@@ -40,8 +40,8 @@ counts as one arrival for ``journal_wait`` (a run is one burst, not a stream of 
 could gather).
 
 Up to ``journal_groups_in_flight_max`` groups are in flight at once (the next group's write
-overlaps the previous group's fsync, as BookKeeper's force-write thread does); they complete in
-order. Invariants: a callback runs with ``None`` only after the sync that covers its record
+overlaps the previous group's fsync, as BookKeeper's force-write thread does), plus one of lone
+records beside full slots (``storage.journal_express``); they complete in order. Invariants: a callback runs with ``None`` only after the sync that covers its record
 returned and after its group passed ``bookie.after_fsync_before_reply`` (so after every earlier
 group passed it), and after every earlier record of its ledger's callback; groups pass each gate
 in order, and a held gate holds every later one (a held ``bookie.after_reply`` also every answer
@@ -73,12 +73,22 @@ from magnetar.base.io import Bytes, Disk, DiskFile
 from magnetar.base.limits import (
     BOOKIE_JOURNAL_RECORD_BYTES_MAX,
     BOOKIE_MASTER_KEY_BYTES_MAX,
-    DISK_DIRECT_ALIGNMENT_BYTES,
     JOURNAL_REPLY_SLICE_COUNT,
 )
 from magnetar.faults import breaks
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, EncodedEntry
 from magnetar.storage.config import BookieConfig
+from magnetar.storage.journal_express import (
+    EXPRESS_GROUPS_IN_FLIGHT_MAX,
+    LedgerLoad,
+    Queued,
+    QueueItem,
+    Taken,
+    run_ledgers,
+    take_group,
+    take_lone,
+)
+from magnetar.storage.journal_pad import KIND_PAD, pad_record, padding_for
 from magnetar.storage.journal_replies import NO_LEDGER, GroupReplies, ReplyLanes, queued_lane
 from magnetar.storage.journal_wait import GroupWaitPolicy
 from magnetar.storage.waits import watch_task
@@ -94,7 +104,6 @@ _LEDGER_LAC = struct.Struct(">Qq")
 KIND_ADD = 1
 KIND_FENCE = 2
 KIND_LAC = 3
-KIND_PAD = 4
 KIND_ADD_DIGESTED = 5
 _REPLAY_WINDOW_BYTES = 8 * 1024 * 1024
 
@@ -102,9 +111,6 @@ Callback = Callable[[BaseException | None], None]
 #: A framed record, whole or as (framing + prefix, entry): an add's entry is then copied once,
 #: into the group's write, instead of once per concatenation.
 Record = bytes | tuple[bytes, bytes]
-#: What the queue holds per submit: one record, or a run's records as one flat list of parts
-#: (``submit_run``), which always go into the same group.
-_Queued = Record | list[Bytes]
 
 
 def _answered(_error: BaseException | None) -> None:
@@ -180,36 +186,6 @@ class JournalRecord:
     entry_raw: bytes = b""
     ledger_id: int = -1
     lac: int = -1
-
-
-#: A PAD record's body, as long as any PAD needs (kind then zeros; a PAD's body is a prefix of it,
-#: sliced without a copy), and the CRC of each body length used so far (at most one alignment's
-#: worth of lengths): a group's PAD costs no allocation, zero fill or CRC pass over its bytes.
-_PAD_BODY = bytes((KIND_PAD,)) + bytes(2 * DISK_DIRECT_ALIGNMENT_BYTES)
-_PAD_CRCS: dict[int, int] = {}
-
-
-def pad_record(size: int) -> tuple[bytes, Bytes]:
-    """A PAD record of exactly ``size`` bytes (``size`` > the record header) as (header, body)."""
-    invariant(size > _RECORD_HEADER.size, "a PAD record needs room for its header and kind")
-    body_len = size - _RECORD_HEADER.size
-    if body_len > len(_PAD_BODY):  # a file aligned to more than twice the direct I/O alignment
-        long_body = bytes((KIND_PAD,)) + bytes(body_len - 1)
-        return _RECORD_HEADER.pack(body_len, crc32c(long_body)), long_body
-    body = memoryview(_PAD_BODY)[:body_len]
-    crc = _PAD_CRCS.get(body_len)
-    if crc is None:
-        crc = _PAD_CRCS[body_len] = crc32c(body)
-    return _RECORD_HEADER.pack(body_len, crc), body
-
-
-def padding_for(end: int, alignment: int) -> int:
-    """Bytes of PAD record that make a group ending at ``end`` end on a multiple of ``alignment``
-    (0 when it already does; one alignment more when the gap is too small for a record)."""
-    gap = -end % alignment
-    if gap and gap <= _RECORD_HEADER.size:
-        gap += alignment
-    return gap
 
 
 def parse_body(body: bytes) -> JournalRecord:
@@ -359,6 +335,7 @@ class _Group:
 
     callbacks: list[Callback]
     lanes: list[tuple[int, int]]
+    express: bool = False  # a lone record's group (``journal_express``), beside the ordinary slots
     synced: bool = False
     answered: bool = False
 
@@ -373,8 +350,12 @@ class Journal:
         self._file_id = first_file_id
         self._file: DiskFile | None = None
         # Queued items: (record or run, bytes, callback, when queued, (reply lane, weight)).
-        self._queue: collections.deque[tuple[_Queued, int, Callback, int, tuple[int, int]]] = collections.deque()
+        self._queue: collections.deque[QueueItem] = collections.deque()
         self._queued_bytes = 0
+        # Items per ledger queued or in flight, and the express groups in flight (``journal_express``).
+        self._load = LedgerLoad()
+        self._express_inflight = 0
+        self._express_next = False  # the group past ``bookie.before_journal_append`` is an express one
         # Driven by callbacks, not a task (a future, a task step and a loop pass less per group):
         # ``_wake`` schedules one ``_look`` per loop pass; ``_grouping`` while the group-wait
         # timer runs, ``_appending`` while ``bookie.before_journal_append`` holds a group.
@@ -408,6 +389,7 @@ class Journal:
         self.groups_count = 0
         self.syncs_count = 0
         self.waits_count = 0  # groups that waited for more adds (``journal_wait``)
+        self.express_groups_count = 0  # groups of lone records started beside full slots
         self.reply_slices_count = 0  # slices of answers deferred to a later loop pass
 
     def _transition(self, to: JournalStatus) -> None:
@@ -452,7 +434,7 @@ class Journal:
         lane = (ledger_id, max(1, len(parts) // 2)) if ledger_id != NO_LEDGER else queued_lane(parts)
         self._enqueue(parts, size, callback, lane)
 
-    def _enqueue(self, record: _Queued, size: int, callback: Callback, lane: tuple[int, int]) -> None:
+    def _enqueue(self, record: Queued, size: int, callback: Callback, lane: tuple[int, int]) -> None:
         if self.status is not JournalStatus.RUNNING:
             callback(self._failure or ClosedError(f"journal is {self.status.value}"))
             return
@@ -462,12 +444,19 @@ class Journal:
         now_ns = self._clock.monotonic_ns()
         self._wait_policy.arrived(now_ns, bool(self._queue) or bool(self._inflight))
         self._queue.append((record, size, callback, now_ns, lane))
+        others = run_ledgers(record, lane[0]) if isinstance(record, list) else set()
+        if others is None or others:  # a run of several ledgers: counted under each while queued
+            self._load.queued_mixed(id(record), others)
+        lone = self._load.queued(lane[0])
         self._queued_bytes += size
         if self._queued_bytes >= self._config.journal_queue_bytes_max:
             self._room.clear()
-        # Look for work only if a group can start now: a grouping journal looks by its timer,
-        # one waiting for a free slot from the completion that frees it.
-        if not self._grouping and len(self._inflight) < self._config.journal_groups_in_flight_max:
+        # Look for work only if a group can start now: a grouping journal looks by its timer, one
+        # waiting for a free slot from the completion that frees it (a lone record: the express slot).
+        if len(self._inflight) - self._express_inflight < self._config.journal_groups_in_flight_max:
+            if not self._grouping:
+                self._wake()
+        elif lone and self._express_inflight < EXPRESS_GROUPS_IN_FLIGHT_MAX:
             self._wake()
 
     def _wake(self) -> None:
@@ -496,30 +485,16 @@ class Journal:
         """Backpressure: wait while the queue holds ``journal_queue_bytes_max`` or more."""
         await self._room.wait()
 
-    def _take_group(self) -> tuple[list[Bytes], list[Callback], list[tuple[int, int]], int]:
-        """The next group: its bytes as parts to join, the callbacks of its queued items and the
-        reply lane of each (``queued_lane``), its size."""
-        parts: list[Bytes] = []
-        callbacks: list[Callback] = []
-        lanes: list[tuple[int, int]] = []
-        group_bytes = 0
-        limit = self._config.journal_group_bytes_max
-        queue = self._queue
-        while queue and (not callbacks or group_bytes + queue[0][1] <= limit):
-            record, size, callback, _, lane = queue.popleft()
-            if isinstance(record, bytes):
-                parts.append(record)
-            elif not parts and isinstance(record, list):
-                parts = record  # a run's own list (``submit_run``): the journal owns it now
-            else:
-                parts.extend(record)
-            callbacks.append(callback)
-            lanes.append(lane)
-            group_bytes += size
-        self._queued_bytes -= group_bytes
+    def _take_group(self, express: bool) -> Taken:
+        """The queue's head up to ``journal_group_bytes_max``, or its lone records (express)."""
+        if express:
+            taken = take_lone(self._queue, self._load)
+        else:
+            taken = take_group(self._queue, self._config.journal_group_bytes_max, self._load)
+        self._queued_bytes -= taken[3]
         if self._queued_bytes < self._config.journal_queue_bytes_max:
             self._room.set()
-        return parts, callbacks, lanes, group_bytes
+        return taken
 
     def _wait_for_group(self) -> bool:
         """Group commit at a modest rate: when the arrivals say more adds are coming
@@ -573,11 +548,15 @@ class Journal:
                     self._rotation = watch_task(asyncio.get_running_loop().create_task(
                         self._rotate(), name="bookie-journal-rotate"), log)
                     return
-                if rotation_due or not self._queue or len(inflight) >= self._config.journal_groups_in_flight_max:
+                if rotation_due or not self._queue:
                     return
-                if not waited and self._wait_for_group():
+                express = len(inflight) - self._express_inflight >= self._config.journal_groups_in_flight_max
+                if express and not (self._load.lone_due and self._express_inflight < EXPRESS_GROUPS_IN_FLIGHT_MAX):
                     return
-                waited = False
+                if not express and not waited and self._wait_for_group():
+                    return
+                waited = waited and express  # an express group leaves the ended wait to the next one
+                self._express_next = express
                 self._appending = True
                 faults.gate("bookie.before_journal_append", self._append)
                 if self._appending:
@@ -593,7 +572,10 @@ class Journal:
             return
         if self.status is not JournalStatus.RUNNING or not self._queue:
             return
-        self._start_group(*self._take_group())
+        express, self._express_next = self._express_next, False
+        parts, callbacks, lanes, group_bytes = self._take_group(express)
+        if callbacks:  # an express group finds none when the lone records went in an ordinary one
+            self._start_group(parts, callbacks, lanes, group_bytes, express)
         if not self._looking:  # the point held the group: look for the next one
             self._wake()
 
@@ -610,7 +592,7 @@ class Journal:
             self._wake()
 
     def _start_group(self, parts: list[Bytes], callbacks: list[Callback], lanes: list[tuple[int, int]],
-                     group_bytes: int) -> None:
+                     group_bytes: int, express: bool) -> None:
         """Write and sync ``parts`` with one ``append_and_sync_then`` (the disk's writer thread in
         production, past the fault points of the write); ``_on_synced`` answers the group."""
         file = self._file
@@ -621,8 +603,11 @@ class Journal:
             pad = padding_for(self._written.offset + group_bytes, alignment)
             if pad:
                 parts.extend(pad_record(pad))
-        group = _Group(callbacks, lanes)
+        group = _Group(callbacks, lanes, express)
         self._inflight.append(group)
+        if express:
+            self._express_inflight += 1
+            self.express_groups_count += 1
         try:
             file.append_and_sync_then(parts, partial(self._on_synced, group),
                                       torn_point="bookie.journal.mid_write",
@@ -665,8 +650,11 @@ class Journal:
                     break
         finally:
             self._answer_loop = False
-        if self._lanes and not (self._after_reply or self._slicing or self._slice_due):
-            self._reply_slice()
+        if self._lanes and not (self._after_reply or self._slicing):
+            if not self._slice_due:
+                self._reply_slice()
+            elif self._lanes.lone_waiting:
+                self._reply_lone()
         if self._queue or self._rotation_due():  # else ``_look`` would find nothing to do
             self._wake()
 
@@ -680,6 +668,8 @@ class Journal:
             return
         invariant(self._inflight[0] is group, "journal groups pass their reply gates in order")
         self._inflight.popleft()
+        self._load.left(group.lanes)
+        self._express_inflight -= group.express
         group.answered = True
         callbacks = group.callbacks
         replies = GroupReplies(len(callbacks))
@@ -705,6 +695,15 @@ class Journal:
             self.reply_slices_count += 1
             asyncio.get_running_loop().call_soon(self._reply_slice)
         self._answer_synced()
+
+    def _reply_lone(self) -> None:
+        """While a slice of answers is due in a later pass: the lanes of one answer run now (a
+        light ledger's add, ``ReplyLanes.run_lone``), in the pass its sync completion is seen."""
+        self._slicing = True
+        try:
+            self._lanes.run_lone(self.reply_slice_count)
+        finally:
+            self._slicing = False
 
     def _replied(self, error: BaseException | None) -> None:
         if error is not None:
@@ -744,6 +743,8 @@ class Journal:
 
     def _fail_inflight(self, error: BaseException) -> None:
         self._answering = self._after_reply = False
+        self._express_inflight = 0
+        self._load.clear()  # the journal ends: every queued record is failed next
         while self._inflight:
             group = self._inflight.popleft()
             group.answered = True

@@ -19,6 +19,10 @@ answers (10-20 ms) and no socket is read meanwhile.
   records, and a slice runs at least one reply); the journal runs one slice per
   loop pass (``JOURNAL_REPLY_SLICE_COUNT``), so between two slices the loop reads the sockets and
   writes the receipts the slice produced.
+* **A lone answer at once**: while a slice is due in a later pass (a busy ledger's answers
+  left over), the journal still runs the lanes that hold a single answer when a group's answers
+  join (``run_lone``: a light ledger's add, in the pass its sync completion is seen, instead of
+  one pass later behind the slice's reads and writes).
 * **Groups counted**: each group's ``GroupReplies.unanswered`` counts its answers that have not
   run; the journal passes a group's ``bookie.after_reply`` gate once it is zero, oldest first.
 
@@ -83,10 +87,11 @@ class GroupReplies:
 class ReplyLanes:
     """Answers of synced groups waiting to run, one lane (FIFO) per ledger."""
 
-    __slots__ = ("_lanes",)
+    __slots__ = ("_lanes", "lone_waiting")
 
     def __init__(self) -> None:
         self._lanes: dict[int, collections.deque[tuple[Reply, GroupReplies, int]]] = {}
+        self.lone_waiting = False  # an ``add`` made a lane of one answer since ``run_lone`` ran
 
     def __bool__(self) -> bool:
         return bool(self._lanes)
@@ -95,11 +100,15 @@ class ReplyLanes:
         """Queue a synced group's ``replies`` (in submission order), each in its ledger's lane
         with its weight (the records it answers: a run's one reply answers all of the run's)."""
         lanes = self._lanes
+        made = 0
         for reply, (ledger, weight) in zip(replies, lanes_of, strict=True):
             lane = lanes.get(ledger)
             if lane is None:
                 lane = lanes[ledger] = collections.deque()
+                made += 1
             lane.append((reply, group, weight))
+        if made:
+            self.lone_waiting = True
 
     def _length(self, ledger: int) -> int:
         return len(self._lanes[ledger])
@@ -124,6 +133,23 @@ class ReplyLanes:
             if ran >= budget:
                 break
         return ran
+
+    def run_lone(self, budget: int) -> int:
+        """Answer the lanes that hold one reply of one record (a light ledger's add; oldest lane
+        first), at most ``budget`` of them; how many ran. Each is its ledger's oldest answer, so
+        per-ledger order holds; a longer lane waits for the next ``run``."""
+        self.lone_waiting = False
+        lanes = self._lanes
+        lone = [ledger for ledger, lane in lanes.items() if len(lane) == 1 and lane[0][2] == 1][:budget]
+        for ledger in lone:
+            lane = lanes.get(ledger)
+            if lane is None or len(lane) != 1:
+                continue  # emptied by ``run_all`` from inside an answer (the journal failed)
+            reply, group, _ = lane.popleft()
+            del lanes[ledger]
+            group.unanswered -= 1
+            reply(None)
+        return len(lone)
 
     def run_all(self) -> int:
         """Answer every queued record now (the journal stops or failed: they are durable)."""
