@@ -41,10 +41,10 @@ could gather).
 
 Up to ``journal_groups_in_flight_max`` groups are in flight at once (the next group's write
 overlaps the previous group's fsync, as BookKeeper's force-write thread does), plus one of lone
-records beside full slots (``storage.journal_express``); they complete in order. Invariants: a callback runs with ``None`` only after the sync that covers its record
-returned and after its group passed ``bookie.after_fsync_before_reply`` (so after every earlier
-group passed it), and after every earlier record of its ledger's callback; groups pass each gate
-in order, and a held gate holds every later one (a held ``bookie.after_reply`` also every answer
+records beside full slots (``storage.journal_express``); they complete in order. Invariants:
+a callback runs with ``None`` only after the sync that covers its record returned and after its
+group passed ``bookie.after_fsync_before_reply`` (so after every earlier group passed it), and after
+every earlier record of its ledger's callback; groups pass each gate in order, and a held gate holds every later one (a held ``bookie.after_reply`` also every answer
 not yet run); ``stop`` and a failure answer the records past their first gate (durable) before
 they fail the rest. A file is synced (nothing in flight) before
 the journal moves to the next one, so only the last file can have a torn tail. A crash may
@@ -77,17 +77,8 @@ from magnetar.base.limits import (
 )
 from magnetar.faults import breaks
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, EncodedEntry
+from magnetar.storage import journal_express
 from magnetar.storage.config import BookieConfig
-from magnetar.storage.journal_express import (
-    EXPRESS_GROUPS_IN_FLIGHT_MAX,
-    LedgerLoad,
-    Queued,
-    QueueItem,
-    Taken,
-    run_ledgers,
-    take_group,
-    take_lone,
-)
 from magnetar.storage.journal_pad import KIND_PAD, pad_record, padding_for
 from magnetar.storage.journal_replies import NO_LEDGER, GroupReplies, ReplyLanes, queued_lane
 from magnetar.storage.journal_wait import GroupWaitPolicy
@@ -350,12 +341,13 @@ class Journal:
         self._file_id = first_file_id
         self._file: DiskFile | None = None
         # Queued items: (record or run, bytes, callback, when queued, (reply lane, weight)).
-        self._queue: collections.deque[QueueItem] = collections.deque()
+        self._queue: collections.deque[journal_express.QueueItem] = collections.deque()
         self._queued_bytes = 0
         # Items per ledger queued or in flight, and the express groups in flight (``journal_express``).
-        self._load = LedgerLoad()
+        self._load = journal_express.LedgerLoad()
         self._express_inflight = 0
         self._express_next = False  # the group past ``bookie.before_journal_append`` is an express one
+        self.express_groups_max = journal_express.EXPRESS_GROUPS_IN_FLIGHT_MAX  # 0: no express slot
         # Driven by callbacks, not a task (a future, a task step and a loop pass less per group):
         # ``_wake`` schedules one ``_look`` per loop pass; ``_grouping`` while the group-wait
         # timer runs, ``_appending`` while ``bookie.before_journal_append`` holds a group.
@@ -378,6 +370,7 @@ class Journal:
         self._lanes = ReplyLanes()
         self._replying: collections.deque[GroupReplies] = collections.deque()
         self.reply_slice_count = JOURNAL_REPLY_SLICE_COUNT  # answers run per loop pass
+        self.lone_replies = True  # a lone answer runs in the pass its group's answers join (``_reply_lone``)
         self._answering = False  # a reply gate is in progress (held by a fault point, or inline)
         self._after_reply = False  # ... and it is ``bookie.after_reply``: no answer runs meanwhile
         self._answer_loop = False  # ``_answer_synced`` is on the stack (a gate passed inline)
@@ -434,7 +427,7 @@ class Journal:
         lane = (ledger_id, max(1, len(parts) // 2)) if ledger_id != NO_LEDGER else queued_lane(parts)
         self._enqueue(parts, size, callback, lane)
 
-    def _enqueue(self, record: Queued, size: int, callback: Callback, lane: tuple[int, int]) -> None:
+    def _enqueue(self, record: journal_express.Queued, size: int, callback: Callback, lane: tuple[int, int]) -> None:
         if self.status is not JournalStatus.RUNNING:
             callback(self._failure or ClosedError(f"journal is {self.status.value}"))
             return
@@ -444,7 +437,7 @@ class Journal:
         now_ns = self._clock.monotonic_ns()
         self._wait_policy.arrived(now_ns, bool(self._queue) or bool(self._inflight))
         self._queue.append((record, size, callback, now_ns, lane))
-        others = run_ledgers(record, lane[0]) if isinstance(record, list) else set()
+        others = journal_express.run_ledgers(record, lane[0]) if isinstance(record, list) else set()
         if others is None or others:  # a run of several ledgers: counted under each while queued
             self._load.queued_mixed(id(record), others)
         lone = self._load.queued(lane[0])
@@ -456,7 +449,7 @@ class Journal:
         if len(self._inflight) - self._express_inflight < self._config.journal_groups_in_flight_max:
             if not self._grouping:
                 self._wake()
-        elif lone and self._express_inflight < EXPRESS_GROUPS_IN_FLIGHT_MAX:
+        elif lone and self._express_inflight < self.express_groups_max:
             self._wake()
 
     def _wake(self) -> None:
@@ -485,12 +478,12 @@ class Journal:
         """Backpressure: wait while the queue holds ``journal_queue_bytes_max`` or more."""
         await self._room.wait()
 
-    def _take_group(self, express: bool) -> Taken:
+    def _take_group(self, express: bool) -> journal_express.Taken:
         """The queue's head up to ``journal_group_bytes_max``, or its lone records (express)."""
         if express:
-            taken = take_lone(self._queue, self._load)
+            taken = journal_express.take_lone(self._queue, self._load)
         else:
-            taken = take_group(self._queue, self._config.journal_group_bytes_max, self._load)
+            taken = journal_express.take_group(self._queue, self._config.journal_group_bytes_max, self._load)
         self._queued_bytes -= taken[3]
         if self._queued_bytes < self._config.journal_queue_bytes_max:
             self._room.set()
@@ -551,7 +544,7 @@ class Journal:
                 if rotation_due or not self._queue:
                     return
                 express = len(inflight) - self._express_inflight >= self._config.journal_groups_in_flight_max
-                if express and not (self._load.lone_due and self._express_inflight < EXPRESS_GROUPS_IN_FLIGHT_MAX):
+                if express and not (self._load.lone_due and self._express_inflight < self.express_groups_max):
                     return
                 if not express and not waited and self._wait_for_group():
                     return
@@ -653,7 +646,7 @@ class Journal:
         if self._lanes and not (self._after_reply or self._slicing):
             if not self._slice_due:
                 self._reply_slice()
-            elif self._lanes.lone_waiting:
+            elif self._lanes.lone_waiting and self.lone_replies:
                 self._reply_lone()
         if self._queue or self._rotation_due():  # else ``_look`` would find nothing to do
             self._wake()
