@@ -382,3 +382,38 @@ def test_the_journal_answers_a_lone_add_in_the_pass_its_sync_is_seen_and_the_con
     control = _slice_then_lone(lone_replies=False)
     assert control.count("heavy") == 100
     assert _ticks_before_light(control) >= 1  # the slice due in the next pass
+
+
+def test_a_busy_ledgers_run_counts_its_records_when_lanes_are_ordered() -> None:
+    # One reply answering a run of 32 adds, then a light add's reply, in one group: the light
+    # lane (1 record) goes first. Ordered by replies (1 each) the run went first, appearing first,
+    # and took the whole slice: the light answer waited a loop pass (the session-14 trace).
+    lanes = ReplyLanes()
+    ran: list[str] = []
+    lanes.add([lambda e: ran.append("run"), lambda e: ran.append("light")], [(HEAVY, 32), (LIGHT, 1)],
+              GroupReplies(2))
+    assert lanes.run(32) == 33
+    assert ran == ["light", "run"]
+
+
+def test_the_journal_answers_a_light_add_before_a_busy_run_in_its_group() -> None:
+    async def scenario() -> list[str]:
+        parts = _parts()
+        journal = await parts.start()
+        prefix, prefix_crc = add_record_prefix(KEY)
+        run_parts: list[Bytes] = []
+        for entry_id in range(32):
+            raw = entry(HEAVY, entry_id).raw
+            run_parts += [add_record_from(prefix, prefix_crc, raw), raw]
+        events: list[str] = []
+        journal.submit_run(run_parts, sum(len(p) for p in run_parts), lambda e: events.append("run"), HEAVY)
+        journal.submit(add_record(KEY, entry(LIGHT, 0).raw), lambda e: events.append("light"))
+        for _ in range(1000):
+            if len(events) == 2:
+                break
+            await parts.clock.sleep(0.00005)  # virtual time (simulated clock/loop)
+        assert journal.groups_count == 1
+        await journal.stop()
+        return events
+
+    assert run(scenario()) == ["light", "run"]
