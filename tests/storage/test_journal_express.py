@@ -417,3 +417,53 @@ def test_the_journal_answers_a_light_add_before_a_busy_run_in_its_group() -> Non
         return events
 
     assert run(scenario()) == ["light", "run"]
+
+
+def _behind_a_backlog(express_max: int | None) -> dict[int, float]:
+    """One ordinary slot, groups of 16 KiB, a busy ledger's twelve runs of 8 KiB queued (six
+    groups); then a light ledger's add (the express slot takes it) and, a pass later, another
+    light ledger's add while the express slot is busy (the next express group takes it). Each
+    light add's time to its answer, us."""
+
+    async def scenario() -> dict[int, float]:
+        parts = _parts(journal_group_bytes_max=16 * 1024, journal_groups_in_flight_max=1)
+        journal = await parts.start()
+        if express_max is not None:
+            journal.express_groups_max = express_max
+        prefix, prefix_crc = add_record_prefix(KEY)
+        answered: dict[int, float] = {}
+        heavy_answers: list[int] = []
+        for run_id in range(12):
+            run_parts: list[Bytes] = []
+            for entry_id in range(run_id * 8, run_id * 8 + 8):
+                raw = entry(HEAVY, entry_id, b"h" * 960).raw
+                run_parts += [add_record_from(prefix, prefix_crc, raw), raw]
+            journal.submit_run(run_parts, sum(len(p) for p in run_parts),
+                               lambda e, r=run_id: heavy_answers.append(r), HEAVY)
+        await parts.clock.sleep(0)  # one loop pass: the first group starts
+
+        def light(ledger: int) -> None:
+            start = parts.clock.monotonic_ns()
+            journal.submit(add_record(KEY, entry(ledger, 0).raw),
+                           lambda e: answered.__setitem__(ledger, (parts.clock.monotonic_ns() - start) / 1000))
+
+        light(LIGHT)
+        await parts.clock.sleep(0)
+        light(OTHER)
+        for _ in range(100_000):
+            if len(answered) == 2 and len(heavy_answers) == 12:
+                break
+            await parts.clock.sleep(0.00005)  # virtual time (simulated clock/loop)
+        assert heavy_answers == list(range(12))
+        await journal.stop()
+        return answered
+
+    return run(scenario())
+
+
+def test_a_lone_add_rides_in_the_next_group_not_behind_a_busy_ledgers_backlog() -> None:
+    answered = _behind_a_backlog(express_max=None)
+    assert answered[LIGHT] < 1.5 * SYNC_US  # the express slot
+    assert answered[OTHER] < 3 * SYNC_US  # the next express group, ahead of the backlog
+    control = _behind_a_backlog(express_max=0)  # lone records in queue order: behind six groups
+    assert control[LIGHT] >= 5 * SYNC_US and control[OTHER] >= 5 * SYNC_US
