@@ -142,16 +142,19 @@ def test_seed_1092_a_topic_whose_ledger_autorecovery_fenced_takes_writes_again()
 
 def test_a_stuck_producer_is_reported_as_a_liveness_failure_naming_its_message(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the fix of seed 1092 undone, the checker names the stuck producer, the message it waits
-    for and its reconnects, and nothing else: the producer is stopped before the drains, its
-    message unknown, so the drains agree (before, a late receipt made them disagree)."""
+    """With the fix of seed 1092 undone, the checker names the stuck producers, the message each
+    waits for and its reconnects, and nothing else: the producers are stopped before the drains,
+    their messages unknown, so the drains agree (before, a late receipt made them disagree).
+    Seed 6423 (found with 1092 by the soak): since the journal's express slot (session 14) the
+    schedule of seed 1092 no longer has AutoRecovery fence the open ledger; 6423's still does,
+    with and without it, and leaves two producers of the fenced topic stuck."""
     from magnetar.broker.service import BrokerService
 
     monkeypatch.setattr(BrokerService, "_unload_fenced", lambda _self, _topic: None)
     options = ClusterOptions(messages_per_producer=6, producers_s_max=10.0)
-    verdict = run_cluster_result(new_world(1092), options).verdict
+    verdict = run_cluster_result(new_world(6423), options).verdict
     assert not verdict.ok
-    assert len(verdict.violations) == 1, verdict.text()
-    assert verdict.violations[0].startswith("run: liveness: producer p0-dedup stuck: p0-dedup:5 unacknowledged"), \
+    assert all(v.startswith("run: liveness: producer ") and " stuck: " in v and "connections meanwhile" in v
+               for v in verdict.violations), verdict.text()
+    assert verdict.violations[0].startswith("run: liveness: producer p0-dedup stuck: p0-dedup:0 unacknowledged"), \
         verdict.text()
-    assert "connections meanwhile" in verdict.violations[0]
