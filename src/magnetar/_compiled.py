@@ -56,6 +56,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.protocol.pulsar.connection",
     "magnetar.protocol.bookie.codec",
     "magnetar.storage.journal",
+    "magnetar.storage.journal_express",  # session 14: per queued item (ledger counts, group taking)
     "magnetar.storage.bookie",
     "magnetar.ledger.handle",
     "magnetar.ledger.quorum",
