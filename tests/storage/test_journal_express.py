@@ -467,3 +467,37 @@ def test_a_lone_add_rides_in_the_next_group_not_behind_a_busy_ledgers_backlog() 
     assert answered[OTHER] < 3 * SYNC_US  # the next express group, ahead of the backlog
     control = _behind_a_backlog(express_max=0)  # lone records in queue order: behind six groups
     assert control[LIGHT] >= 5 * SYNC_US and control[OTHER] >= 5 * SYNC_US
+
+
+def test_a_run_of_several_records_is_not_lone_even_with_nothing_of_its_ledger_in_flight() -> None:
+    # A partitioned heavy producer: each of its ledgers often has nothing in flight when its next
+    # run of adds arrives. Such a run is not a light ledger's lone record: no express group.
+    async def scenario() -> int:
+        parts = _parts()
+        journal = await parts.start()
+        trace = Trace(parts, journal)
+        heavy = 0
+        for _ in range(2):  # both ordinary slots taken
+            for _ in range(10):
+                trace.submit(HEAVY, heavy)
+                heavy += 1
+            await parts.clock.sleep(0)
+        prefix, prefix_crc = add_record_prefix(KEY)
+        run_parts: list[Bytes] = []
+        for entry_id in range(8):
+            raw = entry(OTHER, entry_id).raw
+            run_parts += [add_record_from(prefix, prefix_crc, raw), raw]
+        answered: list[int] = []
+        journal.submit_run(run_parts, sum(len(p) for p in run_parts), lambda e: answered.append(1), OTHER)
+        await trace.settle(heavy)
+        for _ in range(1000):
+            if answered:
+                break
+            await parts.clock.sleep(0.00005)  # virtual time (simulated clock/loop)
+        await journal.stop()
+        return journal.express_groups_count
+
+    assert run(scenario()) == 0
+    # Control: the same ledger's one record in that place takes the express slot.
+    _trace, journal = _beside_full_slots()
+    assert journal.express_groups_count == 1

@@ -440,7 +440,7 @@ class Journal:
         others = journal_express.run_ledgers(record, lane[0]) if isinstance(record, list) else set()
         if others is None or others:  # a run of several ledgers: counted under each while queued
             self._load.queued_mixed(id(record), others)
-        lone = self._load.queued(lane[0])
+        lone = self._load.queued(lane[0], lane[1])
         self._queued_bytes += size
         if self._queued_bytes >= self._config.journal_queue_bytes_max:
             self._room.clear()

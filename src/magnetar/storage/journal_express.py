@@ -8,9 +8,13 @@ group's and its sync came after that one's: about three syncs in a row on one jo
 (docs/performance.md, "Session 13 (issue 22): isolation and ingest", the trace).
 
 ``LedgerLoad`` counts, per ledger, the items (``submit``: one record; ``submit_run``: one run)
-queued or in a group in flight. An item is **lone** when it is the only one of its ledger counted
-(nothing of its ledger queued before it, nothing of it in flight): a synchronous producer's add,
-never a busy ledger's (its window keeps some in flight). While every ordinary slot is taken,
+queued or in a group in flight. An item is **lone** when it is one record (a run of one, or one
+``submit``) and the only item of its ledger counted (nothing of its ledger queued before it,
+nothing of it in flight): a synchronous producer's add, never a busy ledger's. One record only:
+a partitioned heavy producer's ledgers (each with a share of the window) often have nothing in
+flight when their next run of adds arrives; counted as lone, those runs took the express slot
+as a third heavy one (measured: the light producer's loaded p50 1-2 ms worse with 4 heavy
+partitions, docs/performance.md, session 14). While every ordinary slot is taken,
 the journal starts one more group, an *express* group (at most ``EXPRESS_GROUPS_IN_FLIGHT_MAX``
 in flight), holding only lone items (``take_lone``, at most ``EXPRESS_GROUP_BYTES_MAX``): its
 write goes out beside the heavy groups' at once, so its sync is the heavy group's in flight or
@@ -74,14 +78,15 @@ class LedgerLoad:
         self._in_mixed: dict[int, int] = {}
         self._unknown = 0
 
-    def queued(self, ledger: int) -> bool:
-        """An item of ``ledger`` was queued; whether it is lone (none of its ledger counted)."""
+    def queued(self, ledger: int, records: int = 1) -> bool:
+        """An item of ``ledger`` (``records`` records) was queued; whether it is lone (one record,
+        none of its ledger counted)."""
         if ledger == NO_LEDGER:
             return False
         counts = self._counts
         count = counts.get(ledger, 0)
         counts[ledger] = count + 1
-        if count == 0:
+        if count == 0 and records == 1:
             self.lone_due = True
             return True
         return False
@@ -201,7 +206,7 @@ def take_lone(queue: collections.deque[QueueItem], load: LedgerLoad,
     group_bytes = 0
     for item in scanned:
         record, size, callback, _, lane = item
-        if (load.is_lone(lane[0]) and not load.is_mixed(id(record))
+        if (lane[1] == 1 and load.is_lone(lane[0]) and not load.is_mixed(id(record))
                 and (not callbacks or group_bytes + size <= limit)):
             parts = _add_parts(parts, record)
             callbacks.append(callback)
