@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -419,6 +420,11 @@ def test_the_journal_answers_a_light_add_before_a_busy_run_in_its_group() -> Non
     assert run(scenario()) == ["light", "run"]
 
 
+def _note(answers: list[int], run_id: int, error: BaseException | None) -> None:
+    assert error is None
+    answers.append(run_id)
+
+
 def _behind_a_backlog(express_max: int | None) -> dict[int, float]:
     """One ordinary slot, groups of 16 KiB, a busy ledger's twelve runs of 8 KiB queued (six
     groups); then a light ledger's add (the express slot takes it) and, a pass later, another
@@ -439,7 +445,7 @@ def _behind_a_backlog(express_max: int | None) -> dict[int, float]:
                 raw = entry(HEAVY, entry_id, b"h" * 960).raw
                 run_parts += [add_record_from(prefix, prefix_crc, raw), raw]
             journal.submit_run(run_parts, sum(len(p) for p in run_parts),
-                               lambda e, r=run_id: heavy_answers.append(r), HEAVY)
+                               functools.partial(_note, heavy_answers, run_id), HEAVY)
         await parts.clock.sleep(0)  # one loop pass: the first group starts
 
         def light(ledger: int) -> None:
