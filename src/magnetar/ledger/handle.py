@@ -34,7 +34,6 @@ import asyncio
 import enum
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -81,22 +80,26 @@ WRITER_TRANSITIONS: dict[WriterState, frozenset[WriterState]] = {
 AddCallback = Callable[[int | None, BaseException | None], None]
 
 
-@dataclass(eq=False, slots=True)
 class PendingAdd:
     """One in-flight add (BookKeeper's ``PendingAddOp``): which bookies acknowledged it, which
-    requests are outstanding, and how far it got through its fault-point gates."""
+    requests are outstanding, and how far it got through its fault-point gates. A plain class
+    (compiled: a dataclass's generated ``__init__`` runs interpreted, one per message)."""
 
-    entry_id: int
-    payload: bytes
-    on_done: AddCallback  # told once: (entry id, None) or (None, the error)
-    told: bool = False
-    entry: EncodedEntry | None = None  # built when sent, carrying the LAC known then
-    acked: int = 0  # ensemble slots (bit i: ``ensemble[i]``) that stored it, in its write set
-    inflight: int = 0  # ensemble slots asked and not answered yet
-    sent_ns: int = 0  # when it was last sent to its write set (the add timeout counts from here)
-    sent: bool = False  # past ``ledger.after_send_before_reply``: its replies may complete it
-    quorum_gated: bool = False  # reached its ack quorum once: ``ledger.after_quorum_before_ack`` entered
-    quorum_passed: bool = False  # ... and passed
+    __slots__ = ("acked", "entry", "entry_id", "inflight", "on_done", "payload", "quorum_gated", "quorum_passed",
+                 "sent", "sent_ns", "told")
+
+    def __init__(self, entry_id: int, payload: bytes, on_done: AddCallback) -> None:
+        self.entry_id = entry_id
+        self.payload = payload
+        self.on_done = on_done  # told once: (entry id, None) or (None, the error)
+        self.told = False
+        self.entry: EncodedEntry | None = None  # built when sent, carrying the LAC known then
+        self.acked = 0  # ensemble slots (bit i: ``ensemble[i]``) that stored it, in its write set
+        self.inflight = 0  # ensemble slots asked and not answered yet
+        self.sent_ns = 0  # when it was last sent to its write set (the add timeout counts from here)
+        self.sent = False  # past ``ledger.after_send_before_reply``: its replies may complete it
+        self.quorum_gated = False  # reached its ack quorum once: ``ledger.after_quorum_before_ack`` entered
+        self.quorum_passed = False  # ... and passed
 
 
 class LedgerHandle:

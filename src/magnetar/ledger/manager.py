@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from magnetar.base.clock import Clock
 from magnetar.base.limits import LEDGER_FRAGMENTS_COUNT_MAX
 from magnetar.base.types import NO_ENTRY
+from magnetar.ledger.add_timeouts import AddTimeouts
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.ledger_metadata import Fragment, LedgerMetadata, LedgerState
@@ -23,7 +24,6 @@ from magnetar.ledger.quorum import validate_quorum
 from magnetar.ledger.reader import LedgerReader
 from magnetar.ledger.recovery import LedgerRecovery, RecoveryMode
 from magnetar.ledger.transport import BookieTransport
-from magnetar.ledger.add_timeouts import AddTimeouts
 from magnetar.ledger.window import WindowShare
 
 __all__ = ["LEDGER_FRAGMENTS_COUNT_MAX", "LedgerManager"]
