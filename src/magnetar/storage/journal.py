@@ -465,9 +465,13 @@ class Journal:
         self._queued_bytes += size
         if self._queued_bytes >= self._config.journal_queue_bytes_max:
             self._room.clear()
-        # Look for work only if a group can start now: a grouping journal looks by its timer,
-        # one waiting for a free slot from the completion that frees it.
-        if not self._grouping and len(self._inflight) < self._config.journal_groups_in_flight_max:
+        # Look for work only if a group can start now: a grouping journal looks by its timer or
+        # once its wait gained what the arrivals promise (``journal_wait``), one waiting for a
+        # free slot from the completion that frees it.
+        if self._grouping:
+            if self._wait_policy.gained_enough(len(self._queue) - self._wait_queued):
+                self._end_wait()
+        elif len(self._inflight) < self._config.journal_groups_in_flight_max:
             self._wake()
 
     def _wake(self) -> None:
@@ -537,6 +541,13 @@ class Journal:
         self._grouping = True
         self._timer = self._clock.call_later(wait_ns / 1e9, self._waited)
         return True
+
+    def _end_wait(self) -> None:
+        """The wait gained enough before its timer: the group starts from the next loop pass."""
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        self._waited()
 
     def _waited(self) -> None:
         self._timer = None
