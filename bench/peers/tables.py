@@ -67,7 +67,8 @@ def disk_table(systems: dict[str, dict[str, Any]]) -> list[str]:
     lines = ["| data dir of | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for name, system in systems.items():
         if system.get("rows"):
-            lines.append(f"| {name} | " + " | ".join(cell(system["stats"].get(k)) for k in keys) + " |")
+            lines.append(f"| {name} | " + " | ".join(cell(system["stats"].get(k), 2 if k.startswith("disk_sync_") else 0)
+                                                   for k in keys) + " |")
     return lines
 
 
