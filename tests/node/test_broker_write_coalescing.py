@@ -25,8 +25,10 @@ import struct
 from types import SimpleNamespace
 
 from magnetar import sim
-from magnetar.broker import BrokerConfig, MemoryLogStore
+from magnetar.base.types import EARLIEST
+from magnetar.broker import BrokerConfig, Consumer, MemoryLogStore, SubType
 from magnetar.broker.service import BrokerService
+from magnetar.broker.subscription import Subscription
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.node.broker import BrokerServer, _ConnectionLoop
 from magnetar.protocol.pulsar import State, encode_command, pb
@@ -255,7 +257,12 @@ def _answered_with_consumer(*, answering: bool, other_pending: int = 0) -> tuple
     async def main() -> tuple[list[int], int]:
         conn = _Conn(vectored=True)
         loop, service = await _connected(conn)
-        loop.session.consumers[5] = (SimpleNamespace(), SimpleNamespace(dispatcher=None))  # type: ignore[assignment]
+        # Real objects: the write made from this call runs ``notify_writable`` over them (a
+        # compiled session checks their types).
+        log = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
+        cursor = await log.open_cursor("s", durable=True, initial_mark_delete=EARLIEST)
+        subscription = Subscription("s", log, cursor, BrokerConfig(), -1, lambda _s: None)
+        loop.session.consumers[5] = (Consumer(5, "c", SubType.EXCLUSIVE, loop.session), subscription)
         loop.session._pending_sends += other_pending
         loop._answering = answering
         conn.wrote = asyncio.get_running_loop().create_future()
