@@ -24,7 +24,8 @@ when the standalone's RSS passes ``--rss-max-mb``, the machine's MemAvailable fa
 ``--mem-available-min-mb`` or creation took ``--create-seconds-max``. Writes
 ``bench/results/topic_scale_100k.json``.
 
-Run: ``.venv/bin/python bench/topic_scale_100k.py [--topics 1,10000,100000] [--seconds 5] [--repeats 3]``.
+Run: ``.venv/bin/python bench/topic_scale_100k.py [--topics 1,10000,100000] [--seconds 5] [--repeats 3]``;
+``--src /other/checkout/src`` runs the standalones from another tree (A/B, the generator unchanged).
 """
 
 from __future__ import annotations
@@ -260,6 +261,9 @@ def main() -> None:
     parser.add_argument("--mem-available-min-mb", type=int, default=6000)
     parser.add_argument("--dir", default=str(REPO / "bench" / "results"))
     parser.add_argument("--standalone-log", default="", help="file for the standalone's stderr (default: none)")
+    parser.add_argument("--src", default=str(REPO / "src"),
+                        help="the source tree the standalones run (its own build/mypyc for compiled mode): "
+                             "an A/B against another checkout; the load generator stays this tree's")
     args = parser.parse_args()
     counts = sorted(int(n) for n in args.topics.split(","))
     args.modes = [m for m in args.modes.split(",") if m]
@@ -269,7 +273,7 @@ def main() -> None:
     print(f"command: {command}", flush=True)
     os.makedirs(args.dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="topic_scale_100k.") as tmp:
-        env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+        env = dict(os.environ, PYTHONPATH=str(Path(args.src).resolve()))
         env.pop("MAGNETAR_FAULTS", None)
         results: dict[str, Any] = {}
         for phase in ("baseline", "scale"):

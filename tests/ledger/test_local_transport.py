@@ -171,6 +171,7 @@ class _RunCore:
 
     def __init__(self) -> None:
         self.runs: list[tuple[list[EncodedEntry], Any]] = []
+        self.calls: list[int] = []  # runs per ``add_entries_runs`` call
         self.room = asyncio.Event()
         self.room.set()
 
@@ -180,10 +181,12 @@ class _RunCore:
     async def wait_for_room(self) -> None:
         await self.room.wait()
 
-    def add_entries(self, entries: Any, master_key: bytes, recovery: bool, on_done: Any) -> None:
-        self.runs.append((list(entries), on_done))
-        if entries[0].entry_id == 666:  # refused at once, while the run is handed over
-            on_done(range(len(entries)), Status.FENCED)
+    def add_entries_runs(self, runs: Any) -> None:
+        self.calls.append(len(runs))
+        for entries, _key, _recovery, on_done in runs:
+            self.runs.append((list(entries), on_done))
+            if entries[0].entry_id == 666:  # refused at once, while the run is handed over
+                on_done(range(len(entries)), Status.FENCED)
 
 
 def _transport(core: _RunCore) -> tuple[LocalFirstTransport, BookieId]:
@@ -203,6 +206,53 @@ def test_a_run_is_one_call_into_the_bookie_and_its_answer_one_call_per_entry() -
         core.runs[0][1]([0, 1, 2, 3, 4, 5], Status.OK)  # the journal group's fsync returned
         assert replies == [(i, None) for i in range(6)]
         await transport.close()
+
+    asyncio.run(body())
+
+
+def test_the_runs_of_one_loop_pass_for_many_ledgers_reach_the_bookie_in_one_call() -> None:
+    async def body() -> None:
+        core = _RunCore()
+        transport, bookie = _transport(core)
+        replies: list[tuple[int, int]] = []
+
+        def on_reply(ledger: int, index: int, _error: BaseException | None) -> None:
+            replies.append((ledger, index))
+
+        for round_ in range(2):  # a receive's SENDs for 4 topics, twice: 8 runs of one entry
+            for ledger in range(4):
+                transport.add_run(bookie, [_entry(ledger, round_, round_ - 1)], recovery=False, master_key=KEY,
+                                  on_reply=partial(on_reply, ledger))
+        assert core.calls == [1]  # the pass's first run at once (its journal look is scheduled)
+        await _until(lambda: len(core.calls) == 2)
+        assert core.calls == [1, 7] and transport.gathered_runs_count == 7  # the rest in one call
+        order = [(entries[0].ledger_id, entries[0].entry_id) for entries, _ in core.runs]
+        for ledger in range(4):  # per ledger in call order
+            assert [e for lid, e in order if lid == ledger] == [0, 1]
+        core.runs[5][1]([0], Status.OK)  # answers stay per run
+        assert replies == [(1, 0)]
+        await transport.close()
+
+    asyncio.run(body())
+
+
+def test_closing_answers_the_runs_gathered_and_not_yet_handed_over() -> None:
+    async def body() -> None:
+        core = _RunCore()
+        transport, bookie = _transport(core)
+        replies: list[tuple[int, str]] = []
+
+        def on_reply(ledger: int, _index: int, error: BaseException | None) -> None:
+            replies.append((ledger, type(error).__name__))
+
+        for ledger in range(3):
+            transport.add_run(bookie, [_entry(ledger, 0, -1)], recovery=False, master_key=KEY,
+                              on_reply=partial(on_reply, ledger))
+        await transport.close()
+        assert core.calls == [1]  # the gathered two never reach the bookie ...
+        assert replies == [(1, "BookieUnavailableError"), (2, "BookieUnavailableError")]  # ... and are answered
+        await settle(PASSES)
+        assert core.calls == [1]
 
     asyncio.run(body())
 

@@ -232,3 +232,32 @@ def test_a_bookie_not_writable_refuses_the_whole_run() -> None:
         await bookie.stop()
 
     sim(scenario)
+
+
+def test_several_runs_in_one_call_keep_their_own_answers_and_a_refused_run_harms_no_other() -> None:
+    """``add_entries_runs`` (a local transport's runs of one loop pass, of many ledgers): each run
+    is answered on its own, per ledger in order; a run with the wrong key is refused whole and the
+    runs beside it (before and after) are stored and answered after the fsync."""
+    async def scenario() -> None:
+        node = Node()
+        bookie = await node.boot()
+        await bookie.add(entry(2, 0), KEY)  # ledger 2 belongs to KEY: a run with another key is refused
+        first, refused, last, again = Answers(), Answers(), Answers(), Answers()
+        bookie.add_entries_runs([
+            ([entry(1, 0), entry(1, 1, lac=0)], KEY, False, first),
+            ([entry(2, 1, lac=0)], b"wrong", False, refused),
+            ([entry(3, 0)], KEY, False, last),
+            ([entry(1, 2, lac=1)], KEY, False, again),  # ledger 1 again, behind its first run
+        ])
+        assert refused.statuses(1) == [Status.UNAUTHORIZED]  # at once
+        assert first.statuses(2) == [None, None] and last.statuses(1) == [None]  # not before the fsync
+        await bookie.add(entry(9, 0), KEY)  # a later add: answered after the runs' group
+        assert first.statuses(2) == [Status.OK, Status.OK] and first.calls == 1
+        assert last.statuses(1) == [Status.OK] and again.statuses(1) == [Status.OK]
+        for ledger, entry_id in ((1, 0), (1, 1), (1, 2), (3, 0)):
+            assert bookie.read_entry(ledger, entry_id).status is Status.OK
+        assert bookie.read_entry(2, 1).status is Status.NO_SUCH_ENTRY
+        assert bookie.stats.add_rejects_count == 1
+        await bookie.stop()
+
+    sim(scenario)

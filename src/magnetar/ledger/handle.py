@@ -19,7 +19,8 @@ wraps it in a future for callers that await) and the add moves on through callba
 transport's reply futures), passing its fault points as gates
 (``faults.gate``: inline when unarmed, held by a hang or delay, the same code either way).
 Backpressure is an explicit wait: ``wait_for_room`` before ``append``. A bookie that does not
-answer within ``add_timeout_ms`` fails (one timeout task per handle, nothing per add).
+answer within ``add_timeout_ms`` fails (``AddTimeouts``: one timer per ledger client, shared by
+its writers; nothing per add).
 
 Invariants: ``lac`` only grows; every pending entry id is > ``lac``; the pending table holds
 at most ``config.pending_adds_count_max`` adds (up to ``ledger.window.LARGE_WINDOW_FACTOR`` times
@@ -33,7 +34,6 @@ import asyncio
 import enum
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -49,6 +49,7 @@ from magnetar.base.limits import (
 )
 from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.ledger._deadline import with_deadline
+from magnetar.ledger.add_timeouts import AddTimeouts
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import BookieUnavailableError, LedgerStateError
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
@@ -79,22 +80,26 @@ WRITER_TRANSITIONS: dict[WriterState, frozenset[WriterState]] = {
 AddCallback = Callable[[int | None, BaseException | None], None]
 
 
-@dataclass(eq=False, slots=True)
 class PendingAdd:
     """One in-flight add (BookKeeper's ``PendingAddOp``): which bookies acknowledged it, which
-    requests are outstanding, and how far it got through its fault-point gates."""
+    requests are outstanding, and how far it got through its fault-point gates. A plain class
+    (compiled: a dataclass's generated ``__init__`` runs interpreted, one per message)."""
 
-    entry_id: int
-    payload: bytes
-    on_done: AddCallback  # told once: (entry id, None) or (None, the error)
-    told: bool = False
-    entry: EncodedEntry | None = None  # built when sent, carrying the LAC known then
-    acked: int = 0  # ensemble slots (bit i: ``ensemble[i]``) that stored it, in its write set
-    inflight: int = 0  # ensemble slots asked and not answered yet
-    sent_ns: int = 0  # when it was last sent to its write set (the add timeout counts from here)
-    sent: bool = False  # past ``ledger.after_send_before_reply``: its replies may complete it
-    quorum_gated: bool = False  # reached its ack quorum once: ``ledger.after_quorum_before_ack`` entered
-    quorum_passed: bool = False  # ... and passed
+    __slots__ = ("acked", "entry", "entry_id", "inflight", "on_done", "payload", "quorum_gated", "quorum_passed",
+                 "sent", "sent_ns", "told")
+
+    def __init__(self, entry_id: int, payload: bytes, on_done: AddCallback) -> None:
+        self.entry_id = entry_id
+        self.payload = payload
+        self.on_done = on_done  # told once: (entry id, None) or (None, the error)
+        self.told = False
+        self.entry: EncodedEntry | None = None  # built when sent, carrying the LAC known then
+        self.acked = 0  # ensemble slots (bit i: ``ensemble[i]``) that stored it, in its write set
+        self.inflight = 0  # ensemble slots asked and not answered yet
+        self.sent_ns = 0  # when it was last sent to its write set (the add timeout counts from here)
+        self.sent = False  # past ``ledger.after_send_before_reply``: its replies may complete it
+        self.quorum_gated = False  # reached its ack quorum once: ``ledger.after_quorum_before_ack`` entered
+        self.quorum_passed = False  # ... and passed
 
 
 class LedgerHandle:
@@ -112,6 +117,7 @@ class LedgerHandle:
         config: LedgerClientConfig,
         master_key: bytes = b"",
         window: WindowShare | None = None,
+        timeouts: AddTimeouts | None = None,
     ) -> None:
         invariant(metadata.metadata.state is LedgerState.OPEN, "a writer needs an OPEN ledger")
         self._meta = metadata
@@ -143,7 +149,10 @@ class LedgerHandle:
         self._batch: list[PendingAdd] | None = None  # while ``append_run`` gathers its sends
         self._drained = LazyEvent(is_set=True)  # no deque per idle ledger (base/lazy_event.py)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._timeouts: asyncio.Task[None] | None = None
+        #: The add timeout: the client's one timer for all its writers (alone: one of its own).
+        self._timeouts = timeouts if timeouts is not None else AddTimeouts(clock)
+        self._watched = False  # in ``_timeouts``' watch (adds in flight since it last looked)
+        self._timeout_suspects: set[tuple[int, int]] = set()
         self._lac_flusher: asyncio.Task[None] | None = None
         self._explicit_lac_sent: int = NO_ENTRY
         if config.explicit_lac_interval_ms > 0:
@@ -272,8 +281,9 @@ class LedgerHandle:
             count_max = window_now
         if len(self._pending) + len(adds) > count_max:
             raise LimitExceededError("pending_adds_count_max", len(self._pending) + len(adds), count_max)
-        if self._timeouts is None and self._config.add_timeout_ms > 0:
-            self._timeouts = self._spawn(self._time_out_adds())  # at most once per add timeout
+        if not self._watched and self._config.add_timeout_ms > 0:
+            self._watched = True  # watched by the client's one timer until nothing is in flight
+            self._timeouts.watch(self, self._clock.monotonic_ns() + self._config.add_timeout_ms * 1_000_000)
         self._drained.clear()
         if not self._occupying and adds:
             self._occupying = True
@@ -433,30 +443,22 @@ class LedgerHandle:
         op.quorum_passed = True
         self._complete_in_order()
 
-    async def _time_out_adds(self) -> None:
-        """The add timeout (BookKeeper's timeout monitor): a bookie that has not answered an add
-        ``add_timeout_ms`` after it was sent counts as failed (it is replaced). One task per
-        handle, sleeping until the earliest deadline (it ends when it wakes to no pending add):
-        nothing per add. An add is failed only when it was overdue at two checks
-        ``LEDGER_ADD_TIMEOUT_CONFIRM_MS`` apart (see the limit)."""
-        try:
-            await self._watch_add_deadlines()
-        finally:
-            if self._timeouts is asyncio.current_task():
-                self._timeouts = None
-
-    async def _watch_add_deadlines(self) -> None:
-        timeout_ns = self._config.add_timeout_ms * 1_000_000
-        confirm_s = LEDGER_ADD_TIMEOUT_CONFIRM_MS / 1000
-        suspects: set[tuple[int, int]] = set()  # (entry id, sent_ns) overdue at the last check
-        while self._pending and self._state in (WriterState.OPEN, WriterState.CLOSING):
-            now = self._clock.monotonic_ns()
-            wake_ns = now + timeout_ns
+    def check_add_deadlines(self, now_ns: int) -> int | None:
+        """The add timeout (BookKeeper's timeout monitor), called by the client's ``AddTimeouts``
+        (one timer for all its writers, nothing per add): a bookie that has not answered an add
+        ``add_timeout_ms`` after it was sent counts as failed (it is replaced). An add is failed
+        only when it was overdue at two checks ``LEDGER_ADD_TIMEOUT_CONFIRM_MS`` apart (see the
+        limit). Returns when to be checked next, or None (nothing in flight: it leaves the watch
+        until its next add)."""
+        if self._pending and self._state in (WriterState.OPEN, WriterState.CLOSING):
+            timeout_ns = self._config.add_timeout_ms * 1_000_000
+            wake_ns = now_ns + timeout_ns
+            suspects = self._timeout_suspects  # (entry id, sent_ns) overdue at the last check
             overdue: set[tuple[int, int]] = set()
             for op in list(self._pending.values()):
                 if not op.inflight:
                     continue
-                if op.sent_ns + timeout_ns > now:
+                if op.sent_ns + timeout_ns > now_ns:
                     wake_ns = min(wake_ns, op.sent_ns + timeout_ns)
                 elif (op.entry_id, op.sent_ns) not in suspects:
                     overdue.add((op.entry_id, op.sent_ns))
@@ -468,8 +470,12 @@ class LedgerHandle:
                         self._on_add_error(op, slot, BookieUnavailableError(
                             f"add {self.ledger_id}:{op.entry_id} to {bookie} took longer than "
                             f"{self._config.add_timeout_ms} ms"))
-            suspects = overdue
-            await self._clock.sleep(confirm_s if overdue else (wake_ns - now) / 1e9)
+            self._timeout_suspects = overdue
+            if self._pending and self._state in (WriterState.OPEN, WriterState.CLOSING):
+                return now_ns + LEDGER_ADD_TIMEOUT_CONFIRM_MS * 1_000_000 if overdue else wake_ns
+        self._timeout_suspects = set()
+        self._watched = False
+        return None
 
     def _has_ack_quorum(self, op: PendingAdd) -> bool:
         # ``acked`` holds only slots of its write set whose bookie is still the one that stored

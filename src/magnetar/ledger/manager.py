@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from magnetar.base.clock import Clock
 from magnetar.base.limits import LEDGER_FRAGMENTS_COUNT_MAX
 from magnetar.base.types import NO_ENTRY
+from magnetar.ledger.add_timeouts import AddTimeouts
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.ledger_metadata import Fragment, LedgerMetadata, LedgerState
@@ -52,6 +53,8 @@ class LedgerManager:
         #: Every writer this client hands out shares one add window (issue 22, isolation): a
         #: lone busy ledger fills all of it, busy ledgers side by side a share each.
         self.window = WindowShare(self.config.pending_adds_count_max, self.config.pending_adds_share_count_min)
+        #: ... and one add-timeout timer (issue 22: no task or timer per writer's busy spell).
+        self.add_timeouts = AddTimeouts(clock)
 
     async def create_ledger(
         self,
@@ -88,6 +91,7 @@ class LedgerManager:
             config=self.config,
             master_key=self._master_key,
             window=self.window,
+            timeouts=self.add_timeouts,
         )
 
     async def recover_ledger(self, ledger_id: int, *, mode: RecoveryMode = RecoveryMode.CORRECT) -> LedgerMetadata:
@@ -128,5 +132,6 @@ class LedgerManager:
     async def close(self) -> None:
         """Release what the composition root handed over (e.g. bookie connections). Idempotent."""
         on_close, self._on_close = self._on_close, None
+        self.add_timeouts.close()
         if on_close is not None:
             await on_close()

@@ -71,18 +71,21 @@ log = logging.getLogger(__name__)
 AppendCallback = Callable[[Position | None, BaseException | None], None]
 
 
-@dataclass(eq=False, slots=True)
 class _OpAdd:
-    """One append: queued, then in flight on a ledger, then told to its caller in order."""
+    """One append: queued, then in flight on a ledger, then told to its caller in order. A plain
+    class (compiled: a dataclass's generated ``__init__`` runs interpreted, one per message)."""
 
-    data: bytes
-    on_done: AppendCallback
-    told: bool = False
-    position: Position | None = None
-    error: MagnetarError | None = None
-    finished: bool = False
-    entry_id: int = -1  # its entry id in the ledger it was last started on
-    attempts: int = 0  # ledgers it was started on
+    __slots__ = ("attempts", "data", "entry_id", "error", "finished", "on_done", "position", "told")
+
+    def __init__(self, data: bytes, on_done: AppendCallback) -> None:
+        self.data = data
+        self.on_done = on_done
+        self.told = False
+        self.position: Position | None = None
+        self.error: MagnetarError | None = None
+        self.finished = False
+        self.entry_id = -1  # its entry id in the ledger it was last started on
+        self.attempts = 0  # ledgers it was started on
 
 
 @dataclass(slots=True)

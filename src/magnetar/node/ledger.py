@@ -49,9 +49,10 @@ from magnetar.storage import Bookie
 class _LocalRun:
     """One ``add_run`` (or ``add``) to a local bookie: its entries, how it is stored
     (``recovery``, ``master_key``) and who is told each entry's outcome, ``on_reply(index,
-    error)``. The bookie answers it through ``done`` (``Bookie.add_entries``: a run of indexes
-    per call); an answer given while the run is being handed over (a refusal) waits for the next
-    loop pass, so the caller is never called back from inside its own ``add_run``."""
+    error)``. The bookie answers it through ``done`` (``Bookie.add_entries_runs``: a run of
+    indexes per call), never from inside the caller's ``add_run`` (the runs are handed to the
+    bookie from the transport's own callback, or the first one of a pass right away with
+    ``handing_over`` set: an answer given then, a refusal, waits for the next loop pass)."""
 
     __slots__ = ("bookie", "entries", "handing_over", "master_key", "on_reply", "recovery")
 
@@ -62,7 +63,7 @@ class _LocalRun:
         self.recovery = recovery
         self.master_key = master_key
         self.on_reply = on_reply
-        self.handing_over = True
+        self.handing_over = False
 
     def done(self, indexes: Sequence[int], status: Status) -> None:
         if self.handing_over:
@@ -103,6 +104,11 @@ class LocalFirstTransport:
         self._local = dict(local)
         self._remote = remote
         self._waiting: dict[BookieId, deque[_LocalRun]] = {}
+        #: Runs of this loop pass not yet handed to their bookie (``add_run``), and the callback
+        #: that hands them over together.
+        self._gathered: dict[BookieId, list[_LocalRun]] = {}
+        self._flush_handle: asyncio.Handle | None = None
+        self.gathered_runs_count = 0  # runs handed over by ``_flush`` (tests, the performance notes)
         self._background: set[asyncio.Task[Any]] = set()
 
     @property
@@ -110,6 +116,13 @@ class LocalFirstTransport:
         return frozenset(self._local)
 
     async def close(self) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        gathered, self._gathered = self._gathered, {}
+        for runs in gathered.values():  # not handed over: the bookie is no longer reachable
+            for run in runs:
+                run.done(range(len(run.entries)), Status.UNAVAILABLE)
         for task in list(self._background):
             task.cancel()
         self._local.clear()  # the bookies are their runner's to stop
@@ -125,20 +138,51 @@ class LocalFirstTransport:
 
     def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
                 on_reply: AddReplyCallback) -> None:
-        """A local bookie with room stores the whole run now in one call (``Bookie.add_entries``:
-        its ledger checked once, its records one journal submit, one answer per journal group);
-        otherwise the run waits in line behind the runs before it, as the server stops reading
-        while the bookie is full, and goes whole once the bookie has room again."""
+        """A local bookie stores the runs of one loop pass (the SENDs of a receive for many
+        topics: a run per ledger) in one call (``Bookie.add_entries_runs``: each run checked,
+        noted and journaled as its own run, one answer per run per journal group): the first run
+        of a pass for a bookie goes at once and schedules ``_flush``, the later ones wait for it
+        (one call for all of them; ``_flush`` runs before the journal's look that the first
+        run scheduled, so they share its group and no answer comes later than it would have).
+        A bookie without room takes nothing: the runs wait in line behind the runs before
+        them, as the server stops reading while the bookie is full, and go whole once it has
+        room again. Per ledger (per caller) the runs reach the bookie in call order."""
         core = self._local.get(bookie)
         if core is None:
             self._remote.add_run(bookie, entries, recovery=recovery, master_key=master_key, on_reply=on_reply)
             return
         run = _LocalRun(bookie, entries, recovery, master_key, on_reply)
+        gathered = self._gathered.get(bookie)
+        if gathered is not None:
+            gathered.append(run)  # handed over by ``_flush`` with the pass's other runs
+            return
+        if self._flush_handle is None:  # scheduled before the first run's journal look
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+        self._gathered[bookie] = []
         if (self._waiting and bookie in self._waiting) or core.needs_backpressure():
             self._wait_for_room(core, bookie, run)
-        else:
-            core.add_entries(entries, master_key, recovery, run.done)
+            return
+        run.handing_over = True  # a refusal is answered from the next pass, not from in here
+        core.add_entries_runs(((entries, master_key, recovery, run.done),))
         run.handing_over = False
+
+    def _flush(self) -> None:
+        """Hand the runs gathered in the last pass to their bookies, one call per bookie."""
+        self._flush_handle = None
+        gathered, self._gathered = self._gathered, {}
+        for bookie, runs in gathered.items():
+            if not runs:
+                continue
+            self.gathered_runs_count += len(runs)
+            core = self._local.get(bookie)
+            if core is None:  # closed meanwhile
+                for run in runs:
+                    run.done(range(len(run.entries)), Status.UNAVAILABLE)
+            elif (self._waiting and bookie in self._waiting) or core.needs_backpressure():
+                for run in runs:
+                    self._wait_for_room(core, bookie, run)
+            else:
+                core.add_entries_runs([(run.entries, run.master_key, run.recovery, run.done) for run in runs])
 
     def _wait_for_room(self, core: Bookie, bookie: BookieId, run: _LocalRun) -> None:
         waiting = self._waiting.get(bookie)
@@ -155,7 +199,7 @@ class LocalFirstTransport:
                     await core.wait_for_room()
                     continue
                 run = waiting.popleft()
-                core.add_entries(run.entries, run.master_key, run.recovery, run.done)
+                core.add_entries_runs(((run.entries, run.master_key, run.recovery, run.done),))
         finally:
             if self._waiting.get(bookie) is waiting:
                 del self._waiting[bookie]

@@ -77,6 +77,8 @@ log = logging.getLogger(__name__)
 OnDone = Callable[[Status], None]
 #: How ``add_entries`` answers: ``(indexes into the run, their status)``, once per index.
 OnRunDone = Callable[[Sequence[int], Status], None]
+#: One run of ``Bookie.add_entries_runs``: (entries, master key, recovery, on_done).
+AddRun = tuple[Sequence[EncodedEntry], bytes, bool, OnRunDone]
 
 
 class BookieStatus(enum.Enum):
@@ -261,30 +263,48 @@ class Bookie:
         record list (``Journal.submit_run``: one group part, one callback) per
         ``journal_group_bytes_max`` of records. ``on_done(indexes, status)`` tells each index of
         the run its status exactly once, OK only after the journal fsync covering it."""
-        refused: list[tuple[int, Status]] = []
+        self.add_entries_runs(((entries, master_key, recovery, on_done),))
+
+    def add_entries_runs(self, runs: Sequence[AddRun]) -> None:
+        """``add_entries`` for several runs in one call, ``(entries, master_key, recovery,
+        on_done)`` each, in order (a local transport's runs of one loop pass, of many ledgers):
+        the bookie's state is read once, each run is checked, noted and journaled as
+        ``add_entries`` does it (its own records, its own callback and reply lane: replies stay
+        per ledger and in order), and the refusals of every run are answered after the journal
+        has them all (one run's refusal neither fails nor delays another run)."""
+        refused: list[tuple[OnRunDone, int, Status]] = []
         bookie_status = self._bookie_add_status()
         if bookie_status is not Status.OK:
-            refused = [(index, bookie_status) for index in range(len(entries))]
+            for entries, _, _, on_done in runs:
+                refused.extend((on_done, index, bookie_status) for index in range(len(entries)))
         else:
-            self._add_checked_run(entries, master_key, recovery, on_done, refused)
+            journal = self._journal
+            assert journal is not None
+            key: bytes | None = None
+            prefix, prefix_crc = b"", 0
+            for entries, master_key, recovery, on_done in runs:
+                if master_key != key:  # once per key (one writer's runs share theirs)
+                    key = master_key
+                    prefix, prefix_crc = (add_record_prefix(master_key) if len(master_key) <= BOOKIE_MASTER_KEY_BYTES_MAX
+                                          else (b"", 0))
+                self._add_checked_run(journal, entries, master_key, recovery, on_done, refused, prefix, prefix_crc)
         if refused:
             self.stats.add_rejects_count += len(refused)
-            for index, status in refused:
+            for on_done, index, status in refused:
                 on_done((index,), status)
 
-    def _add_checked_run(self, entries: Sequence[EncodedEntry], master_key: bytes, recovery: bool,
-                         on_done: OnRunDone, refused: list[tuple[int, Status]]) -> None:
-        journal = self._journal
-        assert journal is not None
+    def _add_checked_run(self, journal: Journal, entries: Sequence[EncodedEntry], master_key: bytes, recovery: bool,
+                         on_done: OnRunDone, refused: list[tuple[OnRunDone, int, Status]], prefix: bytes,
+                         prefix_crc: int) -> None:
         put = self.checkpointer.put
         ledgers = self._ledgers
         limit = self.config.journal_group_bytes_max
-        prefix, prefix_crc = add_record_prefix(master_key) if len(master_key) <= BOOKIE_MASTER_KEY_BYTES_MAX else (b"", 0)
         checked_ledger, ledger_status = -1, Status.OK  # the last ledger checked, and its status
         parts: list[Bytes] = []
         indexes: list[int] = []
         size = 0
         run_ledger = -1
+        rejected = 0
         for index, entry in enumerate(entries):
             status = self._check_entry(entry, master_key)
             if status is Status.OK:
@@ -294,7 +314,8 @@ class Bookie:
                     ledger_status = self._check_ledger(checked_ledger, master_key, recovery)
                 status = ledger_status
             if status is not Status.OK:
-                refused.append((index, status))
+                refused.append((on_done, index, status))
+                rejected += 1
                 continue
             raw = entry.raw
             header = add_record_from(prefix, prefix_crc, raw)
@@ -310,7 +331,7 @@ class Bookie:
             parts.append(raw)
             indexes.append(index)
             size += record_size
-        self.stats.adds_count += len(entries) - len(refused)
+        self.stats.adds_count += len(entries) - rejected
         if parts:
             journal.submit_run(parts, size, partial(self._journaled_run, indexes, on_done), run_ledger)
 
