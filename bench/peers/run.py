@@ -32,7 +32,12 @@ Magnetar variants (``--variants pure,compiled``): ``pure`` runs the standalone w
 ``MAGNETAR_PURE_PYTHON=1``, ``compiled`` without it on this tree's ``build/mypyc`` (``make
 compile`` or ``scripts/build_compiled.py``); the mode the standalone's interpreter will load is
 checked first (``magnetar._compiled.MODE``) and a variant that would not run as named is
-reported unavailable. ``--clients N`` drives each durable publish from N client processes.
+reported unavailable. A variant ``LABEL=SRC_DIR`` runs another tree's compiled build (the tree
+before a change, for an A/B in one run). ``--clients N`` drives each durable publish from N
+client processes. ``--phases`` picks the measured phases (``publish``: batched and unbatched;
+``e2e``), e.g. ``--phases e2e --blast-seconds 0`` for the latency alone. Beside the fsync'd
+bandwidth, each repeat measures the disk's 4 KiB ``pwritev(RWF_DSYNC)`` latency at 1,000/s
+(``--sync-seconds``; ``disk_sync_4k_p50_ms``/``_p99_ms``): the sync an fsync'd ack waits for.
 The load average is recorded per repeat. Writes ``bench/results/peers.json`` (rows, min/median/
 max, targets) and ``bench/results/peers.md`` (the tables).
 
@@ -63,7 +68,16 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(HERE))
 
 from bookie_append import machine_busy_seconds  # noqa: E402
-from measures import PerfStat, busiest, descendants, fsync_bandwidth, load_average, perf_probe, sample_cpu  # noqa: E402
+from measures import (  # noqa: E402
+    PerfStat,
+    busiest,
+    descendants,
+    dsync_latency,
+    fsync_bandwidth,
+    load_average,
+    perf_probe,
+    sample_cpu,
+)
 from servers import STARTERS, PeerUnavailable  # noqa: E402
 from tables import markdown  # noqa: E402
 from targets import bound_by, per_message, stats, system_key, targets  # noqa: E402
@@ -75,6 +89,7 @@ from magnetar.runtime.processes import StandaloneProcess  # noqa: E402
 
 SYSTEMS = ("rabbitmq", "nats", "redis", "magnetar-1-bookie", "magnetar-3-bookies")
 VARIANTS = ("pure", "compiled")
+PHASES = ("publish", "e2e")
 MIB = 1024 * 1024
 
 
@@ -116,7 +131,7 @@ class Phase:
 def peer_repeat(name: str, port: int, pids: list[int], args: argparse.Namespace, tag: str) -> dict[str, Any]:
     row: dict[str, Any] = {}
     bound = 3 * args.seconds + 60  # connect, measure, drain, close
-    for label, group in (("batched", args.group), ("unbatched", 1)):
+    for label, group in (("batched", args.group), ("unbatched", 1)) if "publish" in args.phase_list else ():
         server = Phase(pids, args.events)
         stream = f"b{tag}{label}"
         if args.clients > 1:
@@ -136,6 +151,8 @@ def peer_repeat(name: str, port: int, pids: list[int], args: argparse.Namespace,
         row[f"{label}_mb_s"] = figures["mb_s"]
         row.update(server.figures(label, int(figures["acked"])))
         row[f"{label}_client_us_msg"] = 1e6 * figures["client_cpu_s"] / max(1, figures["acked"])
+    if "e2e" not in args.phase_list:
+        return row
 
     async def e2e() -> dict[str, float]:
         driver = DRIVERS[name](port, f"e{tag}")
@@ -181,7 +198,7 @@ def blast_phases(url: str, pids: list[int], args: argparse.Namespace, tag: str) 
 
 def magnetar_repeat(url: str, pids: list[int], args: argparse.Namespace, tag: str) -> dict[str, Any]:
     row: dict[str, Any] = {}
-    for label, batching in (("batched", True), ("unbatched", False)):
+    for label, batching in (("batched", True), ("unbatched", False)) if "publish" in args.phase_list else ():
         server = Phase(pids, args.events)
         result = run_perf(PerfSettings(service_url=url, topic=f"{label}-{tag}", size=args.size,
                                        batching=batching, duration_s=args.seconds, processes=args.clients),
@@ -190,13 +207,23 @@ def magnetar_repeat(url: str, pids: list[int], args: argparse.Namespace, tag: st
         row[f"{label}_mb_s"] = result["publish"]["mb_s"]
         row.update(server.figures(label, result["publish"]["count"]))
         row[f"{label}_client_us_msg"] = result["client_cpu_us_per_msg"]
-    result = run_perf(PerfSettings(mode="e2e", service_url=url, topic=f"e2e-{tag}", size=args.size,
-                                   batching=False, rate=args.rate, duration_s=args.seconds))
-    row.update(e2e_p50_ms=result["receive"]["latency_ms"]["p50"], e2e_p99_ms=result["receive"]["latency_ms"]["p99"],
-               e2e_received=result["receive"]["count"], e2e_sent=result["publish"]["sent"])
+    if "e2e" in args.phase_list:
+        result = run_perf(PerfSettings(mode="e2e", service_url=url, topic=f"e2e-{tag}", size=args.size,
+                                       batching=False, rate=args.rate, duration_s=args.seconds))
+        row.update(e2e_p50_ms=result["receive"]["latency_ms"]["p50"],
+                   e2e_p99_ms=result["receive"]["latency_ms"]["p99"],
+                   e2e_received=result["receive"]["count"], e2e_sent=result["publish"]["sent"])
     if args.blast_seconds > 0:
         row.update(blast_phases(url, pids, args, tag))
     return row
+
+
+def tree_variant(variant: str) -> tuple[str, str]:
+    """A Magnetar variant's label and source tree: ``pure`` and ``compiled`` run this tree;
+    ``LABEL=SRC_DIR`` runs the compiled build of another tree (its own ``build/mypyc``), e.g. the
+    tree before a change for an A/B in one run (``git archive`` and ``scripts/build_compiled.py``)."""
+    label, sep, tree = variant.partition("=")
+    return label, (tree if sep else str(REPO / "src"))
 
 
 def compiled_mode(env: dict[str, str]) -> tuple[str, str]:
@@ -215,20 +242,28 @@ def disk_figures(directory: str, args: argparse.Namespace) -> dict[str, float]:
         row[f"disk_fsync_{block // 1024}k_mb_s"] = figures["mb_s"]
     row["disk_fsync_mb_s"] = max(row.values())
     row["raw_disk_mb_s"] = row.get("disk_fsync_1024k_mb_s", row["disk_fsync_mb_s"])
+    if args.sync_seconds > 0:  # the sync's own latency bounds the e2e latency an fsync'd ack can reach
+        sync = dsync_latency(directory, 4096, 1000.0, args.sync_seconds)
+        if sync:
+            row["disk_sync_4k_p50_ms"], row["disk_sync_4k_p99_ms"] = sync["p50_ms"], sync["p99_ms"]
     return row
 
 
 def start_system(system: str, variant: str | None, data: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Start one system: its note, its stop and its one-repeat runner (or why it is unavailable)."""
     if system.startswith("magnetar"):
-        env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+        assert variant is not None
+        label, tree = tree_variant(variant)
+        env = dict(os.environ, PYTHONPATH=tree)
         env.pop("MAGNETAR_FAULTS", None)
         env.pop("MAGNETAR_PURE_PYTHON", None)
-        if variant == "pure":
+        wanted = "pure" if label == "pure" else "compiled"
+        if wanted == "pure":
             env["MAGNETAR_PURE_PYTHON"] = "1"
         mode, reason = compiled_mode(env)
-        if mode != variant:
+        if mode != wanted:
             raise PeerUnavailable(f"the {variant} variant would run {mode} here: {reason}")
+        reason = reason if tree == str(REPO / "src") else f"{reason}; sources {tree}"
         bookies = 3 if "3" in system else 1
         standalone = StandaloneProcess(str(data / "standalone"), bookies_count=bookies, env=env,
                                        stderr=subprocess.DEVNULL)
@@ -290,7 +325,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=1,
                         help="client processes driving each durable publish, for every system")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="Magnetar: pure, compiled or both")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="Magnetar: pure, compiled, and LABEL=SRC_DIR (another tree's compiled build)")
+    parser.add_argument("--phases", default=",".join(PHASES),
+                        help="measured phases: publish (batched and unbatched), e2e; the blast: --blast-seconds")
+    parser.add_argument("--sync-seconds", type=float, default=1.0,
+                        help="the disk's 4 KiB pwritev(RWF_DSYNC) latency at 1,000/s per repeat (0 = off)")
     parser.add_argument("--blast-seconds", type=float, default=5.0, help="each blast phase (0 = no blast)")
     parser.add_argument("--blast-processes", type=int, default=2)
     parser.add_argument("--blast-window", type=int, default=1000, help="messages in flight per blast process")
@@ -307,11 +347,14 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     args.system_list = [s for s in args.systems.split(",") if s]
     args.variant_list = [v for v in args.variants.split(",") if v]
+    args.phase_list = [p for p in args.phases.split(",") if p]
     args.disk_blocks = [int(b) for b in args.disk_blocks.split(",") if b]
-    unknown = (set(args.system_list) - set(SYSTEMS)) | (set(args.variant_list) - set(VARIANTS))
-    if (unknown or args.repeats < 1 or args.seconds <= 0 or not 1 <= args.clients <= 16 or not args.variant_list
-            or not args.disk_blocks or args.blast_seconds < 0 or not 1 <= args.blast_processes <= 16):
-        parser.error(f"systems from {SYSTEMS}, variants from {VARIANTS}; repeats >= 1; seconds > 0; clients "
+    unknown = ((set(args.system_list) - set(SYSTEMS)) | (set(args.phase_list) - set(PHASES))
+               | {v for v in args.variant_list if v not in VARIANTS and "=" not in v})
+    if (unknown or not args.phase_list or args.sync_seconds < 0 or args.repeats < 1 or args.seconds <= 0
+            or not 1 <= args.clients <= 16 or not args.variant_list or not args.disk_blocks or args.blast_seconds < 0 or not 1 <= args.blast_processes <= 16):
+        parser.error(f"systems from {SYSTEMS}, variants from {VARIANTS} or LABEL=SRC_DIR, phases from {PHASES}; "
+                     f"repeats >= 1; seconds > 0; clients "
                      f"and blast processes 1..16; disk blocks given (unknown: {sorted(unknown)})")
     return args
 

@@ -60,14 +60,15 @@ def per_message_table(systems: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def disk_table(systems: dict[str, dict[str, Any]]) -> list[str]:
-    keys = sorted({k for system in systems.values() for k in system.get("stats", {}) if k.startswith("disk_fsync_")},
-                  key=lambda k: (len(k), k))
+    keys = sorted({k for system in systems.values() for k in system.get("stats", {})
+                   if k.startswith(("disk_fsync_", "disk_sync_"))}, key=lambda k: (k.startswith("disk_sync_"), len(k), k))
     if not keys:
         return []
     lines = ["| data dir of | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for name, system in systems.items():
         if system.get("rows"):
-            lines.append(f"| {name} | " + " | ".join(cell(system["stats"].get(k)) for k in keys) + " |")
+            lines.append(f"| {name} | " + " | ".join(cell(system["stats"].get(k), 2 if k.startswith("disk_sync_") else 0)
+                                                   for k in keys) + " |")
     return lines
 
 
@@ -82,7 +83,8 @@ def markdown(result: dict[str, Any]) -> str:
     disk = disk_table(systems)
     if disk:
         lines += ["", "The disk: MB/s of `write(block)` + `fdatasync` in a loop, in each system's data directory "
-                      "before its repeat (`disk_fsync_mb_s`: the best block size):", "", *disk]
+                      "before its repeat (`disk_fsync_mb_s`: the best block size); `disk_sync_4k_p50_ms`/`_p99_ms`: the latency "
+                      "of a 4 KiB `pwritev(RWF_DSYNC)` at 1,000/s (what an fsync'd ack waits for):", "", *disk]
     found = [Target(**{**{k: v for k, v in t.items() if k not in ("ratio", "verdict")},
                        "pairs": tuple(t.get("pairs", ()))}) for t in result.get("targets", [])]
     if found:

@@ -51,3 +51,24 @@ async def test_a_factorys_managed_ledgers_share_its_budget_and_closing_gives_byt
     for ml in mls:
         await ml.close()
     assert factory.cache_budget.bytes == 0
+
+
+async def test_the_cached_tail_is_read_without_a_suspension_and_a_miss_says_so() -> None:
+    """``read_cached`` (the dispatcher's send at add): the current ledger's tail from the cache,
+    the same entries ``read_entries`` gives; None where only ``read_entries`` can answer."""
+    world = make_world()
+    factory = await world.broker(config())
+    ml = await factory.open("public/default/persistent/tail")
+    positions = [await ml.add_entry(b"e%d" % i) for i in range(5)]
+    ledger = positions[0].ledger_id
+    tail = ml.read_cached(positions[2], 100)
+    assert tail is not None and tail == await ml.read_entries(positions[2], 100)
+    assert [e.payload for e in tail] == [b"e2", b"e3", b"e4"]
+    assert [e.position for e in ml.read_cached(positions[0], 2) or []] == positions[:2]  # count bound
+    assert ml.read_cached(Position(ledger, 5), 10) == []  # past the last confirmed entry
+    assert ml.read_cached(Position(ledger - 1, 0), 10) is None  # not the current ledger
+    factory.cache_budget.bytes_max = 0  # control: a cache miss is None, never a short read
+    await ml.add_entry(b"e5")
+    assert ml.read_cached(positions[0], 10) is None
+    assert len(await ml.read_entries(positions[0], 10)) == 6
+    await ml.close()

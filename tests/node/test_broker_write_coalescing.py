@@ -25,8 +25,10 @@ import struct
 from types import SimpleNamespace
 
 from magnetar import sim
-from magnetar.broker import BrokerConfig, MemoryLogStore
+from magnetar.base.types import EARLIEST
+from magnetar.broker import BrokerConfig, Consumer, MemoryLogStore, SubType
 from magnetar.broker.service import BrokerService
+from magnetar.broker.subscription import Subscription
 from magnetar.metadata import MemoryMetadataServer
 from magnetar.node.broker import BrokerServer, _ConnectionLoop
 from magnetar.protocol.pulsar import State, encode_command, pb
@@ -244,3 +246,51 @@ def test_a_receipt_on_a_connection_with_a_consumer_waits_for_the_pass_flush() ->
 
 def test_without_writelines_a_lone_receipt_keeps_the_pass_flush() -> None:
     assert _lone_receipt(vectored=False) == (0, 1)  # the simulated network's schedule is unchanged
+
+
+def _answered_with_consumer(*, answering: bool, other_pending: int = 0) -> tuple[list[int], int]:
+    """SENDs read on a connection that also has a consumer (``answering``: as a read that left
+    them unanswered sets it); their adds complete in one pass: each add's MESSAGE is queued first
+    (the dispatcher's send at add), then its receipt. (The command types written right after the
+    last receipt was queued, the writes once the loop pass ran.)"""
+
+    async def main() -> tuple[list[int], int]:
+        conn = _Conn(vectored=True)
+        loop, service = await _connected(conn)
+        # Real objects: the write made from this call runs ``notify_writable`` over them (a
+        # compiled session checks their types).
+        log = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
+        cursor = await log.open_cursor("s", durable=True, initial_mark_delete=EARLIEST)
+        subscription = Subscription("s", log, cursor, BrokerConfig(), -1, lambda _s: None)
+        loop.session.consumers[5] = (Consumer(5, "c", SubType.EXCLUSIVE, loop.session), subscription)
+        loop.session._pending_sends += other_pending
+        loop._answering = answering
+        conn.wrote = asyncio.get_running_loop().create_future()
+        session = loop.session
+        session._pending_sends += 2
+        for sequence_id in range(2):
+            session.send_message(5, 7, sequence_id, -1, b"stored entry", 0, ())
+            session._send_answered()
+            session.send_receipt(1, sequence_id, 7, sequence_id, None)
+        at_once = [t for _, parts in conn.calls for t in _command_types(parts)]
+        await asyncio.wait_for(conn.wrote, timeout=5)
+        after_pass = len(conn.calls)
+        loop.session.consumers.clear()
+        await service.close()
+        return at_once, after_pass
+
+    return sim.run(main(), steps_max=100_000)
+
+
+def test_the_last_receipt_of_the_sends_read_goes_at_once_with_the_messages_queued_before_it() -> None:
+    at_once, writes = _answered_with_consumer(answering=True)
+    receipt, message = pb.BaseCommand.SEND_RECEIPT, pb.BaseCommand.MESSAGE
+    assert at_once == [message, receipt, message, receipt]  # written in the pass, in queue order
+    assert writes == 1  # one write for all of it; the pass's flush finds nothing left
+
+
+def test_negative_control_without_sends_read_or_beside_unanswered_ones_the_pass_flush_writes() -> None:
+    # A consumer's connection without SENDs read (a dispatcher task's messages) keeps one write
+    # per pass; so does one whose other SENDs are still unanswered.
+    assert _answered_with_consumer(answering=False) == ([], 1)
+    assert _answered_with_consumer(answering=True, other_pending=3) == ([], 1)

@@ -57,6 +57,15 @@ def test_fsync_bandwidth_is_bounded_by_bytes_and_leaves_no_file(tmp_path: Path) 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.skipif(not hasattr(os, "RWF_DSYNC"), reason="pwritev(RWF_DSYNC) needs Linux >= 4.7")
+def test_the_sync_latency_probe_is_paced_bounded_and_leaves_no_file(tmp_path: Path) -> None:
+    started = time.perf_counter()
+    figures = measures.dsync_latency(str(tmp_path), 4096, rate=200.0, seconds=0.05)  # 10 syncs
+    assert time.perf_counter() - started >= 0.04  # paced: 10 writes at 200/s take >= 45 ms
+    assert 0 < figures["p50_ms"] <= figures["p99_ms"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_process_tree_holds_this_process_and_its_busiest_thread_is_found() -> None:
     assert os.getpid() in measures.descendants([os.getpid()])
     assert measures.descendants([2**22 + 12345]) == []  # no such process

@@ -136,6 +136,10 @@ class ManagedTopicLog:
     async def read(self, start: Position, count_max: int) -> list[Entry]:
         return await self._ml.read_entries(start, count_max)  # the one Entry type: passed as is
 
+    def read_cached(self, start: Position, count_max: int) -> list[Entry] | None:
+        """The entries from ``start`` on if the entry cache holds them (None: ``read``)."""
+        return self._ml.read_cached(start, count_max)
+
     async def open_cursor(self, name: str, *, durable: bool,
                           initial_mark_delete: Position) -> ManagedSubscriptionCursor:
         if durable:

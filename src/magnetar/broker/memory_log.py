@@ -215,6 +215,10 @@ class MemoryTopicLog:
         return position
 
     async def read(self, start: Position, count_max: int) -> list[Entry]:
+        return self.read_cached(start, count_max)
+
+    def read_cached(self, start: Position, count_max: int) -> list[Entry]:
+        """``read`` without a suspension: everything is in memory (the dispatcher's send at add)."""
         state = self._state
         index = bisect.bisect_left(state.positions, start)
         stop = min(len(state.positions), index + count_max)

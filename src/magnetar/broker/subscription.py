@@ -153,7 +153,7 @@ class Subscription:
 
     def notify_entries_added(self) -> None:
         if self.dispatcher is not None:
-            self.dispatcher.wake()
+            self.dispatcher.entries_added()
 
     # --- acks and redelivery --------------------------------------------------------------------
 

@@ -104,6 +104,28 @@ class EntryReader:
             out.append(data)
         return out
 
+    def read_cached(self, start: Position, last_confirmed: Position, count_max: int) -> list[Entry] | None:
+        """``read`` without a suspension, for the tail of the current ledger only: the entries
+        ``start`` .. ``last_confirmed`` (at most ``count_max``) when ``start`` is in
+        ``last_confirmed``'s ledger and every one of them is in the cache; else None (``read``
+        decides: another ledger, a cache miss). ``[]`` when ``start`` is past it. The dispatcher's
+        send in the pass an add completed (``Dispatcher.entries_added``)."""
+        ledger_id, first = start.ledger_id, start.entry_id
+        if ledger_id != last_confirmed.ledger_id or first < 0 or count_max < 1:
+            return None
+        last = min(last_confirmed.entry_id, first + count_max - 1)
+        if last < first:
+            return []
+        cache = self._cache
+        out: list[Entry] = []
+        for entry_id in range(first, last + 1):
+            position = Position(ledger_id, entry_id)
+            data = cache.get(position)
+            if data is None:
+                return None
+            out.append(Entry(position, data))
+        return out
+
     def evict_oldest(self) -> bool:
         """Drop the oldest cached entry (the shared budget is over); whether there was one."""
         if not self._cache:

@@ -330,9 +330,8 @@ class ManagedLedger(_WeaklyReferenced):
     @property
     def first_position(self) -> Position:
         """The position just before the oldest stored entry (where an 'earliest' cursor starts)."""
-        if not self._list.ids:
-            return self._appends.last_confirmed
-        return Position(self._list.ids[0], -1)
+        ids = self._list.ids
+        return Position(ids[0], -1) if ids else self._appends.last_confirmed
 
     def first_at_or_after(self, position: Position) -> Position | None:
         """The first stored, acknowledged entry at or after ``position``; None past the end."""
@@ -501,17 +500,19 @@ class ManagedLedger(_WeaklyReferenced):
                 last = min(last, lce.entry_id)
             last = min(last, position.entry_id + count_max - len(result) - 1)
             current = appends.current
-            result.extend(await self._entries.read(
-                    position.ledger_id, position.entry_id, last, current.handle if current else None,
-                    self._list.info_of(position.ledger_id).offload,
-                ))
+            result.extend(await self._entries.read(position.ledger_id, position.entry_id, last,
+                                                   current.handle if current else None,
+                                                   self._list.info_of(position.ledger_id).offload))
             position = self.first_at_or_after(Position(position.ledger_id, last + 1))
         return result
 
     def cached_entries(self, ledger_id: int, first: int, last: int) -> list[bytes] | None:
-        """Acknowledged entries ``first..last`` of ``ledger_id`` if all are still in the entry
-        cache (the owner sends fresh ones along with its read-only position feed), else None."""
+        """Entries ``first..last`` of ``ledger_id`` if all are cached, else None (read-only feed)."""
         return self._entries.cached(ledger_id, first, last)
+
+    def read_cached(self, start: Position, count_max: int) -> list[Entry] | None:
+        """``read_entries`` without a suspension, or None (``EntryReader.read_cached``)."""
+        return self._entries.read_cached(start, self._appends.last_confirmed, count_max)
 
     async def read_ledger_from_bookies(self, ledger_id: int, first: int, last: int) -> list[Entry]:
         """Entries ``first..last`` of a sealed ledger from its bookies (what an offload copies)."""
@@ -643,12 +644,11 @@ class ManagedLedger(_WeaklyReferenced):
     async def _delete_offloaded_quietly(self, ledger_id: int) -> None:
         # Orphan files only waste space; the next pass's orphan collection removes them.
         offloader = self.offload.offloader
-        if offloader is None:
-            return
-        try:
-            await offloader.delete_ledger(self.name, ledger_id)
-        except MagnetarError:
-            return
+        if offloader is not None:
+            try:
+                await offloader.delete_ledger(self.name, ledger_id)
+            except MagnetarError:
+                pass
 
     # --- offload ---------------------------------------------------------------------------------
 

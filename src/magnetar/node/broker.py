@@ -167,6 +167,9 @@ class _ConnectionLoop:
         self._done = asyncio.Event()
         self._linger: asyncio.Task[None] | None = None
         self._write_soon_scheduled = False
+        #: SENDs read on this connection are being answered: ``pending_sends`` was above 0 after
+        #: a read and no write has gone out since it came back to 0.
+        self._answering = False
         #: One socket write per flush: ``writelines`` (TCP: one ``writev``) where the connection
         #: has it (``_write_chunks``).
         self._writelines: Callable[[list[Buffer]], None] | None = getattr(conn, "writelines", None)
@@ -190,9 +193,17 @@ class _ConnectionLoop:
         # Once per loop pass at most: what the session queued meanwhile (receipts of a journal
         # group, say) goes out with one write, from a plain callback; waking the writer task
         # per receipt cost an Event, a future and a task step each (docs/performance.md).
+        session = self.session
+        if self._answering and session.pending_sends == 0 and self._writelines is not None:
+            # The last receipt of the SENDs read: the MESSAGEs the same adds dispatched were
+            # queued before it (``Dispatcher.entries_added``), so all of it goes now, in the pass
+            # the adds completed, not a pass later behind the reads that pass polls (issue 22,
+            # e2e latency at a modest rate; a connection with consumers waited for that pass).
+            self._answering = False
+            self._write_soon()
+            return
         if self._write_soon_scheduled:
             return
-        session = self.session
         if session.pending_sends == 0 and not session.consumers and self._writelines is not None:
             # Nothing to batch it with: no other SEND of this connection is unanswered and no
             # consumer is dispatched to (a synchronous producer's receipt, a request's answer).
@@ -293,6 +304,7 @@ class _ConnectionLoop:
                     return  # ConnectionTerminated
             elif await self._handle_within_bound(events):
                 return
+            self._answering = self._answering or session.pending_sends > 0
             if self.session.refusal is not None and self._linger is None:
                 self._linger = asyncio.get_running_loop().create_task(self._close_refused())
             self._wake_writer()

@@ -444,9 +444,13 @@ class Journal:
         self._queued_bytes += size
         if self._queued_bytes >= self._config.journal_queue_bytes_max:
             self._room.clear()
-        # Look for work only if a group can start now: a grouping journal looks by its timer, one
-        # waiting for a free slot from the completion that frees it (a lone record: the express slot).
-        if len(self._inflight) - self._express_inflight < self._config.journal_groups_in_flight_max:
+        # Look for work only if a group can start now: a grouping journal by its timer or once its wait
+        # gained what the arrivals promise (``journal_wait``), one waiting for a free slot from the
+        # completion that frees it (a lone record: the express slot).
+        if (timer := self._timer) is not None and self._wait_policy.gained_enough(len(self._queue) - self._wait_queued):
+            timer.cancel()
+            self._waited()
+        elif len(self._inflight) - self._express_inflight < self._config.journal_groups_in_flight_max:
             if not self._grouping:
                 self._wake()
         elif lone and self._express_inflight < self.express_groups_max:
@@ -509,9 +513,8 @@ class Journal:
     def _waited(self) -> None:
         self._timer = None
         self._grouping = False
-        # Fruitless: no add arrived during the wait. The records queued before it do not count:
-        # a burst the caller handed over in one pass (a ledger's window of adds) is all there is
-        # until its acks, so waiting for more would only delay it, round after round.
+        # Fruitless: no add arrived during the wait. The records queued before it do not count: a burst
+        # handed over in one pass (a ledger's window of adds) is all until its acks: waiting only delays it.
         self._wait_policy.waited(len(self._queue) > self._wait_queued)
         # The group starts from the next loop pass, not from this timer callback: that pass polls
         # the sockets first, and the adds it reads join the group (started from here, groups
