@@ -12,6 +12,7 @@ from magnetar import faults
 from magnetar.base.errors import FencedError
 from magnetar.base.rng import SeededRng
 from magnetar.base.types import BookieId
+from magnetar.broker.dispatcher import next_loop_pass
 from magnetar.faults.points import InjectedFaultError
 from magnetar.ledger.handle import LedgerHandle, WriterState
 from magnetar.ledger.manager import LedgerManager
@@ -57,7 +58,7 @@ async def _until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
     """Wait for ``condition`` (journal fsyncs are real), failing after ``seconds``."""
     async def poll() -> None:
         while not condition():
-            await asyncio.sleep(0)  # one loop pass; the fsync completes on its own thread
+            await next_loop_pass()  # the fsync completes on its own thread; its answer in a pass
     await asyncio.wait_for(poll(), seconds)
 
 
