@@ -209,6 +209,16 @@ def test_dispatched_messages_and_receipts_of_one_pass_share_the_write_in_queue_o
     assert _command_types(calls[0][1]) == [receipt, message, message, receipt]
 
 
+async def _writes_after_the_pass(conn: _Conn, loop: _ConnectionLoop, service: BrokerService) -> int:
+    """The writes once the loop pass that flushes ran; then the connection's service is closed."""
+    assert conn.wrote is not None  # armed by the caller before its first answer
+    await asyncio.wait_for(conn.wrote, timeout=5)
+    writes = len(conn.calls)
+    loop.session.consumers.clear()
+    await service.close()
+    return writes
+
+
 def _lone_receipt(vectored: bool, *, other_pending: int = 0, consumer: bool = False) -> tuple[int, int]:
     """A producer's one SEND answered (beside ``other_pending`` unanswered ones, with or without
     a consumer on the connection): (writes right after its receipt was queued, writes once the
@@ -223,11 +233,7 @@ def _lone_receipt(vectored: bool, *, other_pending: int = 0, consumer: bool = Fa
         conn.wrote = asyncio.get_running_loop().create_future()
         _answer_sends(loop, range(0, 1))
         at_once = len(conn.calls)
-        await asyncio.wait_for(conn.wrote, timeout=5)
-        after_pass = len(conn.calls)
-        loop.session.consumers.clear()
-        await service.close()
-        return at_once, after_pass
+        return at_once, await _writes_after_the_pass(conn, loop, service)
 
     return sim.run(main(), steps_max=100_000)
 
@@ -273,11 +279,7 @@ def _answered_with_consumer(*, answering: bool, other_pending: int = 0) -> tuple
             session._send_answered()
             session.send_receipt(1, sequence_id, 7, sequence_id, None)
         at_once = [t for _, parts in conn.calls for t in _command_types(parts)]
-        await asyncio.wait_for(conn.wrote, timeout=5)
-        after_pass = len(conn.calls)
-        loop.session.consumers.clear()
-        await service.close()
-        return at_once, after_pass
+        return at_once, await _writes_after_the_pass(conn, loop, service)
 
     return sim.run(main(), steps_max=100_000)
 
