@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pytest
@@ -34,6 +34,15 @@ from tests.storage.harness import CONFIG, KEY, Parts, entry
 
 HEAVY, LIGHT, OTHER = 7, 9, 11  # ledger ids
 SYNC_US = 200
+
+
+def _run_parts(raws: Iterable[bytes]) -> list[Bytes]:
+    """The parts of one ``submit_run``: each entry's add-record framing, then the entry."""
+    prefix, prefix_crc = add_record_prefix(KEY)
+    parts: list[Bytes] = []
+    for raw in raws:
+        parts += [add_record_from(prefix, prefix_crc, raw), raw]
+    return parts
 
 
 @pytest.fixture(autouse=True)
@@ -260,10 +269,7 @@ def test_a_lone_add_never_passes_a_queued_mixed_run_holding_its_ledger() -> None
             if entry_id == 9:
                 await parts.clock.sleep(0)
         await parts.clock.sleep(0)
-        prefix, prefix_crc = add_record_prefix(KEY)
-        mixed: list[Bytes] = []
-        for raw in (entry(HEAVY, 20).raw, entry(LIGHT, 0).raw, entry(HEAVY, 21).raw):
-            mixed += [add_record_from(prefix, prefix_crc, raw), raw]
+        mixed = _run_parts([entry(HEAVY, 20).raw, entry(LIGHT, 0).raw, entry(HEAVY, 21).raw])
         answered: list[int] = []
         journal.submit_run(mixed, sum(len(p) for p in mixed), lambda error: answered.append(1), HEAVY)
         trace.submit(LIGHT, 1)
@@ -277,14 +283,8 @@ def test_a_lone_add_never_passes_a_queued_mixed_run_holding_its_ledger() -> None
 
 
 def test_run_ledgers_reads_every_record_of_a_run() -> None:
-    prefix, prefix_crc = add_record_prefix(KEY)
-
     def run_of(*ledgers: int) -> list[Bytes]:
-        parts: list[Bytes] = []
-        for index, ledger in enumerate(ledgers):
-            raw = entry(ledger, index).raw
-            parts += [add_record_from(prefix, prefix_crc, raw), raw]
-        return parts
+        return _run_parts([entry(ledger, index).raw for index, ledger in enumerate(ledgers)])
 
     assert run_ledgers(run_of(HEAVY, HEAVY, HEAVY), HEAVY) == set()
     assert run_ledgers(run_of(HEAVY, LIGHT, HEAVY, OTHER), HEAVY) == {LIGHT, OTHER}
@@ -401,11 +401,7 @@ def test_the_journal_answers_a_light_add_before_a_busy_run_in_its_group() -> Non
     async def scenario() -> list[str]:
         parts = _parts()
         journal = await parts.start()
-        prefix, prefix_crc = add_record_prefix(KEY)
-        run_parts: list[Bytes] = []
-        for entry_id in range(32):
-            raw = entry(HEAVY, entry_id).raw
-            run_parts += [add_record_from(prefix, prefix_crc, raw), raw]
+        run_parts = _run_parts([entry(HEAVY, entry_id).raw for entry_id in range(32)])
         events: list[str] = []
         journal.submit_run(run_parts, sum(len(p) for p in run_parts), lambda e: events.append("run"), HEAVY)
         journal.submit(add_record(KEY, entry(LIGHT, 0).raw), lambda e: events.append("light"))
@@ -436,14 +432,11 @@ def _behind_a_backlog(express_max: int | None) -> dict[int, float]:
         journal = await parts.start()
         if express_max is not None:
             journal.express_groups_max = express_max
-        prefix, prefix_crc = add_record_prefix(KEY)
         answered: dict[int, float] = {}
         heavy_answers: list[int] = []
         for run_id in range(12):
-            run_parts: list[Bytes] = []
-            for entry_id in range(run_id * 8, run_id * 8 + 8):
-                raw = entry(HEAVY, entry_id, b"h" * 960).raw
-                run_parts += [add_record_from(prefix, prefix_crc, raw), raw]
+            run_parts = _run_parts([entry(HEAVY, entry_id, b"h" * 960).raw
+                                    for entry_id in range(run_id * 8, run_id * 8 + 8)])
             journal.submit_run(run_parts, sum(len(p) for p in run_parts),
                                functools.partial(_note, heavy_answers, run_id), HEAVY)
         await parts.clock.sleep(0)  # one loop pass: the first group starts
@@ -488,11 +481,7 @@ def test_a_run_of_several_records_is_not_lone_even_with_nothing_of_its_ledger_in
                 trace.submit(HEAVY, heavy)
                 heavy += 1
             await parts.clock.sleep(0)
-        prefix, prefix_crc = add_record_prefix(KEY)
-        run_parts: list[Bytes] = []
-        for entry_id in range(8):
-            raw = entry(OTHER, entry_id).raw
-            run_parts += [add_record_from(prefix, prefix_crc, raw), raw]
+        run_parts = _run_parts([entry(OTHER, entry_id).raw for entry_id in range(8)])
         answered: list[int] = []
         journal.submit_run(run_parts, sum(len(p) for p in run_parts), lambda e: answered.append(1), OTHER)
         await trace.settle(heavy)
