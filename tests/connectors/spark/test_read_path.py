@@ -527,23 +527,27 @@ def test_a_workers_first_tasks_freeze_long_lived_objects_and_nothing_else_does(m
     from magnetar.connectors.spark import source
 
     monkeypatch.setattr(source, "_freezes", 0)
-    # Start from an empty permanent generation: objects frozen by earlier tests in this process
-    # can die meanwhile (the count then falls), so counts are compared from zero.
+
+    def tracked(objects: list[list[int]]) -> int:
+        """How many of ``objects`` the collector still walks: frozen objects are in the permanent
+        generation, which ``gc.get_objects()`` leaves out. (Not ``gc.get_freeze_count()``: frozen
+        objects of other tests and threads may die meanwhile and make the count fall.)"""
+        walked = {id(o) for o in gc.get_objects()}
+        return sum(id(o) in walked for o in objects)
+
     gc.unfreeze()
     try:
+        before_any_task = [[] for _ in range(100)]
         source._freeze_long_lived()
-        assert gc.get_freeze_count() == 0  # no TaskContext: not a Spark task
+        assert tracked(before_any_task) == 100  # no TaskContext: not a Spark task
         monkeypatch.setattr(source.TaskContext, "get", classmethod(lambda cls: object()))
         source._freeze_long_lived()
-        after_first = gc.get_freeze_count()
-        assert after_first > 0
+        assert tracked(before_any_task) == 0
         first_tasks_import = [[] for _ in range(100)]  # alive at the second task's start: frozen
         source._freeze_long_lived()
-        after_second = gc.get_freeze_count()
-        assert after_second >= after_first + 100
+        assert tracked(first_tasks_import) == 0
         later_task = [[] for _ in range(100)]  # what a later task allocates is not frozen
         source._freeze_long_lived()
-        assert gc.get_freeze_count() <= after_second  # nothing added (frozen objects may die)
-        assert len(first_tasks_import) == len(later_task) == 100
+        assert tracked(later_task) == 100
     finally:
         gc.unfreeze()
