@@ -22,7 +22,7 @@ import asyncio
 from collections import deque
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import MagnetarError
@@ -44,6 +44,24 @@ from magnetar.ledger.transport import AddReplyCallback, LastEntryReply
 from magnetar.metadata.api import MetadataStore
 from magnetar.protocol.bookie.codec import EncodedEntry, ReadResponse, Status
 from magnetar.storage import Bookie
+from magnetar.storage.bookie import AddRun, ReadResult
+
+
+class LocalBookie(Protocol):
+    """What ``LocalFirstTransport`` calls on a bookie's storage core (``storage.Bookie``): the
+    operations the bookie server serves, without frames."""
+
+    def needs_backpressure(self) -> bool: ...
+
+    async def wait_for_room(self) -> None: ...
+
+    def add_entries_runs(self, runs: Sequence[AddRun]) -> None: ...
+
+    def read_entry_or_last(self, ledger_id: int, entry_id: int | None) -> ReadResult: ...
+
+    async def fence_and_read(self, ledger_id: int, entry_id: int | None, master_key: bytes) -> ReadResult: ...
+
+    async def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> tuple[Status, int]: ...
 
 
 class _LocalRun:
@@ -100,7 +118,7 @@ class LocalFirstTransport:
     """``BookieTransport``: the bookies in ``local`` by direct calls into
     their storage core, every other one through ``remote``."""
 
-    def __init__(self, local: Mapping[BookieId, Bookie], remote: BookieClientTransport) -> None:
+    def __init__(self, local: Mapping[BookieId, LocalBookie], remote: BookieClientTransport) -> None:
         self._local = dict(local)
         self._remote = remote
         self._waiting: dict[BookieId, deque[_LocalRun]] = {}
@@ -184,7 +202,7 @@ class LocalFirstTransport:
             else:
                 core.add_entries_runs([(run.entries, run.master_key, run.recovery, run.done) for run in runs])
 
-    def _wait_for_room(self, core: Bookie, bookie: BookieId, run: _LocalRun) -> None:
+    def _wait_for_room(self, core: LocalBookie, bookie: BookieId, run: _LocalRun) -> None:
         waiting = self._waiting.get(bookie)
         if waiting is None:
             waiting = self._waiting[bookie] = deque()
@@ -192,7 +210,7 @@ class LocalFirstTransport:
             keep_in_background(task, self._background)
         waiting.append(run)
 
-    async def _add_when_room(self, core: Bookie, bookie: BookieId, waiting: deque[_LocalRun]) -> None:
+    async def _add_when_room(self, core: LocalBookie, bookie: BookieId, waiting: deque[_LocalRun]) -> None:
         try:
             while waiting:
                 if core.needs_backpressure():
@@ -232,7 +250,7 @@ class LocalFirstTransport:
             raise status_error(bookie, status, f"write_lac {ledger_id}")
 
 
-async def _read_local(core: Bookie, bookie: BookieId, what: str, ledger_id: int, entry_id: int | None,
+async def _read_local(core: LocalBookie, bookie: BookieId, what: str, ledger_id: int, entry_id: int | None,
                       fence: bool, master_key: bytes) -> ReadResponse:
     """The storage core's answer as the bookie server gives it, checked as ``BookieClient``
     checks a received one (ids, digest): a damaged entry is the bookie's failure."""
