@@ -7,10 +7,20 @@ import os
 import time
 from collections.abc import Callable
 
+from mypy_extensions import mypyc_attr
+
 from magnetar.base.rng import SeededRng
 
 
-class SystemClock:
+@mypyc_attr(native_class=False)
+class _WeaklyReferenced:
+    """A Python base class, so that ``SystemClock`` has a ``__weakref__`` when compiled (the
+    ledger client's deadline reapers are kept per clock in a ``WeakKeyDictionary``,
+    ``ledger/_deadline.py``; mypyc's native classes have no weak references unless they derive
+    from a Python class)."""
+
+
+class SystemClock(_WeaklyReferenced):
     """``Clock`` over ``time`` and the running event loop."""
 
     def now_ms(self) -> int:
