@@ -93,7 +93,8 @@ COMPILED_MODULES: tuple[str, ...] = (
     # Session 15: the loop thread's remaining interpreted frames at 2,000 msg/s and at the maximum
     # rate (py-spy): the local bookie transport, the journal's reply lanes and PAD record, a
     # file's loop side of its group writes (split from runtime/disk.py), the system clock, the
-    # shared add window, and the bookie's per-entry write cache, ledger state and index keys.
+    # shared add window, the bookie's per-entry write cache, ledger state and index keys, and the
+    # lazy events set and cleared per message.
     # Not storage/entry_log.py (tests replace EntryLogger.append_many on an instance, which a
     # native class refuses) nor broker/managed_log.py (ReadOnlyTopicLog, an interpreted subclass,
     # hands it a ReadOnlyManagedLedger where a ManagedLedger is declared; its own share was 0.2%).
@@ -106,6 +107,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.storage.caches",
     "magnetar.storage.bookie_ledger",
     "magnetar.storage.index",
+    "magnetar.base.lazy_event",  # 5 calls per message (a producer's room, the pipeline's flags)
 )
 
 

@@ -7,7 +7,7 @@ its completion on the loop thread, and as interpreted code that was the largest 
 loop's interpreted frames (docs/performance.md, session 15). ``runtime/disk.py`` keeps what runs
 on the worker threads and what tests replace in its namespace: ``_write_job`` (the write and
 sync), ``_sync_workers`` (the writer threads), ``_sync_job``, ``_AlignedBuffer`` (the page-aligned
-memory); this module looks them up there at each call (``from magnetar.runtime import disk``),
+memory); this module looks them up there at each call (``import magnetar.runtime.disk``),
 so a replaced one is the one called, compiled or not. ``runtime/disk.py``'s docstring describes
 the write paths; ``LocalFile`` is used through it (``LocalDisk.open``).
 """
@@ -198,7 +198,7 @@ class AlignedBuffers:
         if best is not None:
             self._idle.remove(best)
             return best
-        from magnetar.runtime import disk  # the buffer's memory mapping is the disk module's
+        import magnetar.runtime.disk as disk  # the buffer's memory mapping is the disk module's
 
         return disk._AlignedBuffer(-(-total // MIB) * MIB)
 
@@ -293,7 +293,10 @@ class LocalFile:
         # The worker thread hands its result to the loop with one ``call_soon_threadsafe``:
         # ``run_in_executor`` + an awaiting task took four more loop passes (future chaining,
         # the task's step, its done callbacks), each behind whatever else the loop runs.
-        from magnetar.runtime import disk  # its worker-thread side, as it is now (see the docstring)
+        # Its worker-thread side, as it is now (the module docstring). A plain ``import``, not
+        # ``from ... import``: compiled, it is one check of a cached module (``from`` called
+        # importlib's ``_handle_fromlist`` in Python once per journal group).
+        import magnetar.runtime.disk as disk
 
         offset = self._size
         total = 0
@@ -332,7 +335,7 @@ class LocalFile:
         return offset
 
     async def _write_in_worker(self, parts: Sequence[Bytes], *, sync: bool) -> int:
-        from magnetar.runtime import disk
+        import magnetar.runtime.disk as disk
 
         offset = self._size
         total = sum(len(part) for part in parts)
@@ -375,7 +378,7 @@ class LocalFile:
             self._direct_ok = written_direct
 
     async def sync(self) -> None:
-        from magnetar.runtime import disk
+        import magnetar.runtime.disk as disk
 
         self._descriptors.acquire()
         await asyncio.get_running_loop().run_in_executor(None, disk._sync_job, self._descriptors)
