@@ -48,7 +48,10 @@ class LazyEvent:
             await waiter
             return True
         finally:
-            waiters = self._waiters
+            # Declared, not inferred: mypy keeps ``self._waiters`` narrowed to a list across the
+            # ``await``, but ``set`` may have dropped it meanwhile (compiled, the inferred list
+            # type made the read of None a TypeError).
+            waiters: list[asyncio.Future[None]] | None = self._waiters
             if waiters is not None and waiter in waiters:
                 waiters.remove(waiter)
                 if not waiters:
