@@ -37,21 +37,25 @@ class LazyEvent:
     def clear(self) -> None:
         self._flag = False
 
+    def _add_waiter(self, waiter: asyncio.Future[None]) -> None:
+        # Not inline in ``wait``: there mypy kept ``self._waiters`` narrowed to a list across the
+        # ``await`` (the list made here), but ``set`` may drop it meanwhile; compiled, the read
+        # after the ``await`` then checked for a list and raised ``TypeError`` on ``None``.
+        waiters = self._waiters
+        if waiters is None:
+            waiters = self._waiters = []
+        waiters.append(waiter)
+
     async def wait(self) -> bool:
         if self._flag:
             return True
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._waiters is None:
-            self._waiters = []
-        self._waiters.append(waiter)
+        self._add_waiter(waiter)
         try:
             await waiter
             return True
         finally:
-            # Declared, not inferred: mypy keeps ``self._waiters`` narrowed to a list across the
-            # ``await``, but ``set`` may have dropped it meanwhile (compiled, the inferred list
-            # type made the read of None a TypeError).
-            waiters: list[asyncio.Future[None]] | None = self._waiters
+            waiters = self._waiters
             if waiters is not None and waiter in waiters:
                 waiters.remove(waiter)
                 if not waiters:
