@@ -27,7 +27,6 @@ from magnetar.protocol.bookie import (
     encode,
 )
 from magnetar.runtime import disk as runtime_disk
-from magnetar.runtime import disk_file
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.disk import LocalDisk, pwritev_all
 from magnetar.runtime.network import TcpNetwork
@@ -401,13 +400,13 @@ def test_local_file_views_are_mapped_reads_valid_after_growth_close_and_removal(
 
 @pytest.mark.parametrize("seed", range(6))
 def test_aligned_copy_lays_mixed_parts_back_to_back(seed: int) -> None:
-    """``copy_into`` writes large parts straight into the aligned buffer and joins the runs of
+    """``_copy_into`` writes large parts straight into the aligned buffer and joins the runs of
     small parts between them: the buffer holds exactly the parts' bytes in order, for small-only,
     large-only and mixed lists (runs of small parts first, between and last, empty parts too)."""
     import mmap
 
     rng = random.Random(seed)
-    size_min = disk_file._PART_COPY_BYTES_MIN
+    size_min = runtime_disk._PART_COPY_BYTES_MIN
     shapes = [lambda: rng.randint(0, 40), lambda: rng.randint(size_min, 5 * size_min),
               lambda: rng.choice([0, 30, size_min - 1, size_min, 100_000])]
     parts: list[Bytes] = []
@@ -417,7 +416,7 @@ def test_aligned_copy_lays_mixed_parts_back_to_back(seed: int) -> None:
     total = sum(len(part) for part in parts)
     buffer = mmap.mmap(-1, total + 4096)
     buffer.write(b"\xff" * len(buffer))
-    view = disk_file.copy_into(buffer, parts, total)
+    view = runtime_disk._copy_into(buffer, parts, total)
     assert len(view) == total and bytes(view) == b"".join(parts)
     assert buffer[total:] == b"\xff" * 4096  # nothing written past the parts
     view.release()

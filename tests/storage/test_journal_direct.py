@@ -14,7 +14,6 @@ import pytest
 
 from magnetar.protocol.bookie import EncodedEntry
 from magnetar.runtime import disk as runtime_disk
-from magnetar.runtime import disk_file
 from magnetar.runtime.disk import LocalDisk
 from magnetar.sim import SimClock
 from magnetar.storage.config import BookieConfig
@@ -182,8 +181,8 @@ def test_an_aligned_group_is_one_write_that_syncs_itself(tmp_path: Path, monkeyp
 
 
 def test_sync_threads_start_only_when_no_thread_is_idle() -> None:
-    """``SyncThreads`` runs every job; a second thread starts only while the first is busy."""
-    threads = disk_file.SyncThreads(4, "t")
+    """``_SyncThreads`` runs every job; a second thread starts only while the first is busy."""
+    threads = runtime_disk._SyncThreads(4, "t")
     release, started, done = threading.Event(), threading.Event(), threading.Semaphore(0)
 
     def blocking() -> None:
