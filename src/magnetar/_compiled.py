@@ -90,6 +90,12 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.broker.topic",
     "magnetar.managed_ledger.managed_ledger",
     "magnetar.managed_ledger.cursor",
+    # Session 15 (remote helper): per entry per bookie, three times per message with three
+    # bookies: the ledger state each add notes, the write cache, the checkpoint flush's framing
+    # and index rows.
+    "magnetar.storage.bookie_ledger",
+    "magnetar.storage.caches",
+    "magnetar.storage.flush_rows",
 )
 
 
