@@ -92,9 +92,10 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.managed_ledger.cursor",
     # Session 15 (remote helper): per entry per bookie, three times per message with three
     # bookies: the ledger state each add notes, the write cache, the checkpoint flush's framing
-    # and index rows.
+    # and index rows, the checkpointer (its ``put`` per add, its flush per entry).
     "magnetar.storage.bookie_ledger",
     "magnetar.storage.caches",
+    "magnetar.storage.checkpointer",
     "magnetar.storage.flush_rows",
 )
 
