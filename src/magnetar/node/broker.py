@@ -299,8 +299,10 @@ class _ConnectionLoop:
             self._reading_held = False  # read again: the keep-alive counts from this data
             session = self.session
             if len(events) <= BROKER_SENDS_PER_TURN_COUNT_MAX and session.pending_sends + len(events) <= bound:
-                # One turn, with room for all of them (a light producer's receive: the usual case)
-                if await session.handle_all(events):  # SENDs of one receive go as runs
+                # One turn, with room for all of them (a light producer's receive: the usual case).
+                # SENDs of one receive go as runs, handed over in this call unless one must wait.
+                started = session.start_handle_all(events)
+                if started if isinstance(started, bool) else await started:
                     return  # ConnectionTerminated
             elif await self._handle_within_bound(events):
                 return
