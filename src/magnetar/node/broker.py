@@ -204,6 +204,11 @@ class _ConnectionLoop:
             return
         if self._write_soon_scheduled:
             return
+        if self._writelines is not None and not self.protocol.outbound_bytes and self.protocol.state is not State.CLOSED:
+            # Nothing queued (a receive's SENDs handed over, their receipts to come): no callback
+            # and no loop pass of its own that would find nothing to write (issue 22, a pass per
+            # receive at a modest rate). A simulated connection keeps its schedule (see below).
+            return
         if session.pending_sends == 0 and not session.consumers and self._writelines is not None:
             # Nothing to batch it with: no other SEND of this connection is unanswered and no
             # consumer is dispatched to (a synchronous producer's receipt, a request's answer).
