@@ -118,8 +118,9 @@ class Session:
         #: Of those, the ones to non-persistent topics (dropped ones included, until answered):
         #: at ``max_concurrent_non_persistent_messages_per_connection`` further ones are dropped.
         self._non_persistent_pending = 0
-        self._send_room = asyncio.Event()
-        self._send_room.set()
+        #: Set when half of the SENDs a full connection holds were answered; made only while the
+        #: runtime waits for it (``wait_send_room``): no Event call per answered SEND.
+        self._send_room: asyncio.Event | None = None
         #: What the run ``_hand_run`` just handed over still waits for (None: nothing).
         self._waiting: Awaitable[None] | None = None
         #: PRODUCER, SUBSCRIBE and lookups being answered from their own tasks.
@@ -160,13 +161,16 @@ class Session:
         """Returns once this connection may take more SENDs: at ``pending_sends_per_connection_max``
         unanswered ones the runtime stops reading until half of them were answered."""
         while self._pending_sends >= self.service.config.pending_sends_per_connection_max and not self._closed:
-            self._send_room.clear()
+            if self._send_room is None:
+                self._send_room = asyncio.Event()
             await self._send_room.wait()
 
     def _send_answered(self) -> None:
         self._pending_sends -= 1
-        if not self._send_room.is_set() and self._pending_sends <= self.service.config.pending_sends_per_connection_max // 2:
-            self._send_room.set()
+        room = self._send_room
+        if room is not None and self._pending_sends <= self.service.config.pending_sends_per_connection_max // 2:
+            self._send_room = None
+            room.set()
 
     def _non_persistent_send_answered(self) -> None:
         self._non_persistent_pending -= 1
@@ -222,11 +226,9 @@ class Session:
         runs (``_on_sends``), the rest one at a time (``handle``). True once the connection
         terminated (the events after that one are not looked at).
 
-        Synchronous while nothing has to wait: a receive of SENDs that no producer or topic
-        holds back is handed over in this call, which returns False (no coroutine frame per
-        receive). Otherwise the rest, from the first event that waits or is not a SEND on, is
-        returned as an awaitable of that answer (``_handle_rest``), to be awaited before the
-        connection's next events."""
+        Synchronous while nothing waits: SENDs no producer or topic holds back are handed over in
+        this call (False; no coroutine frame per receive). Else the rest, from the first event
+        that waits or is not a SEND, is an awaitable of the answer (``_handle_rest``)."""
         index, count = 0, len(events)
         while index < count:
             if type(events[index]) is not SendReceived:
@@ -752,7 +754,9 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        self._send_room.set()
+        room, self._send_room = self._send_room, None
+        if room is not None:
+            room.set()
         self.requests.abandon_all()  # their tasks end by themselves and attach nothing
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)

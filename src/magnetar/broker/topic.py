@@ -408,6 +408,7 @@ class Topic:
         log = self.log
         batch: list[tuple[bytes, AppendCallback]] = []
         callers: list[PublishCallback] = []  # who is told if the log refuses the batch
+        started_ns = self.clock.monotonic_ns() if self.clock is not None else 0  # one reading per run
         index, count = 0, len(run)
         while index < count:
             data, on_done, messages = run[index]
@@ -417,7 +418,7 @@ class Topic:
             elif not log.has_room(len(batch) + 1):
                 return self._publish_rest(run, index, batch, callers, policies)
             else:
-                self._add_to_batch(data, on_done, messages or _message_count(data), batch, callers)
+                self._add_to_batch(data, on_done, messages or _message_count(data), started_ns, batch, callers)
             index += 1
         self._append_run(batch, callers)
         return None
@@ -433,9 +434,8 @@ class Topic:
             return BrokerError(pb.NotAllowedError, f"Exceed maximum message size: {len(data)} > {size_max} bytes")
         return None
 
-    def _add_to_batch(self, data: bytes, on_done: PublishCallback, messages: int,
+    def _add_to_batch(self, data: bytes, on_done: PublishCallback, messages: int, started_ns: int,
                       batch: list[tuple[bytes, AppendCallback]], callers: list[PublishCallback]) -> None:
-        started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
         batch.append((data, partial(self._published, len(data), messages, started_ns, on_done)))
         callers.append(on_done)
 
@@ -472,7 +472,8 @@ class Topic:
             except Exception as error:  # refused before anything was appended
                 on_done(None, error)
                 continue
-            self._add_to_batch(data, on_done, messages, batch, callers)
+            started_ns = self.clock.monotonic_ns() if self.clock is not None else 0  # after its waits
+            self._add_to_batch(data, on_done, messages, started_ns, batch, callers)
         self._append_run(batch, callers)
 
     def _append_run(self, batch: list[tuple[bytes, AppendCallback]], callers: list[PublishCallback]) -> None:

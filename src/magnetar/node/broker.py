@@ -162,8 +162,9 @@ class _ConnectionLoop:
         self.session = Session(server.service, self.protocol, self._wake_writer, tls_peer_cn=conn_tls_peer_cn(conn))
         self.session.peer_address = conn.peer
         self._output = asyncio.Event()
-        self._writable = asyncio.Event()
-        self._writable.set()
+        #: Set once the session is writable again; made only while the reader waits for it (no
+        #: Event call per flush).
+        self._writable: asyncio.Event | None = None
         self._done = asyncio.Event()
         self._linger: asyncio.Task[None] | None = None
         self._write_soon_scheduled = False
@@ -240,8 +241,13 @@ class _ConnectionLoop:
             self._output.set()
             return
         if self.session.writable():
-            self._writable.set()
+            self._wake_reader_writable()
             self.session.notify_writable()
+
+    def _wake_reader_writable(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None:
+            writable.set()
 
     def _write_chunks(self, chunks: list[Buffer]) -> None:
         """Everything queued since the last flush (receipts, dispatches, replies of one or more
@@ -284,7 +290,8 @@ class _ConnectionLoop:
         bound = self.server.service.config.pending_sends_per_connection_max
         while self._open():
             while not self.session.writable() and self._open():
-                self._writable.clear()
+                if self._writable is None:
+                    self._writable = asyncio.Event()
                 self._output.set()
                 await self._writable.wait()
             if self.session.pending_sends >= bound:
@@ -356,7 +363,7 @@ class _ConnectionLoop:
                     self._draining = False
                 self.session.set_transport_backlog(0)
             if self.session.writable():
-                self._writable.set()
+                self._wake_reader_writable()
                 self.session.notify_writable()
             if self.protocol.state is State.CLOSED and not self.protocol.outbound_bytes:
                 self.conn.close()
