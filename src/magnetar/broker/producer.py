@@ -128,7 +128,9 @@ class Producer:
         #: Called once per SEND taken off the FIFO (answered, or dropped once closed): the
         #: connection's count of unanswered SENDs.
         self.on_answered: Callable[[], None] | None = None
-        self._room = LazyEvent(is_set=True)  # no deque per idle producer (base/lazy_event.py)
+        #: Set when a SEND leaves the full FIFO; made only while the send path waits for room
+        #: (``_send_rest``): no call per answered SEND (base/lazy_event.py).
+        self._room: LazyEvent | None = None
         self._answering = False  # a receipt is between its two fault-point gates
         self._flush_loop = False  # ``_flush`` is on the stack (a gate passed inline)
         self._state = ProducerState.ACTIVE
@@ -161,7 +163,7 @@ class Producer:
     def close(self) -> None:
         invariant((self._state, ProducerState.CLOSED) in _TRANSITIONS, "producer state table")
         self._state = ProducerState.CLOSED
-        self._room.set()
+        self._wake_room()
 
     async def send(self, command: SendCommand, data: bytes | None, *, records_sequence: bool = True,
                    source: tuple[str, int] | None = None) -> None:
@@ -226,7 +228,8 @@ class Producer:
                     await self._publish(run)
                     run = []
                 while len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
-                    self._room.clear()
+                    if self._room is None:
+                        self._room = LazyEvent()
                     await self._room.wait()
             behind = self._queue_send(send, True, run)
             if behind is not None:  # behind an append in flight: maybe one of this run
@@ -356,7 +359,8 @@ class Producer:
         try:
             while not self._answering and self._pending and self._pending[0].done:
                 op = self._pending.popleft()
-                self._room.set()
+                if self._room is not None:
+                    self._wake_room()
                 if self.on_answered is not None:
                     self.on_answered()
                 if self._state is not ProducerState.ACTIVE or not self.channel.is_open():
@@ -368,6 +372,11 @@ class Producer:
                 faults.gate("broker.after_persist_before_receipt", self._receipt_then, op)
         finally:
             self._flush_loop = False
+
+    def _wake_room(self) -> None:
+        room, self._room = self._room, None
+        if room is not None:
+            room.set()
 
     def _receipt(self, error: BaseException | None, op: _PendingSend) -> None:
         # An ``error`` at the gate loses the receipt (the client's send times out and it resends).
