@@ -447,7 +447,8 @@ class Journal:
         # Look for work only if a group can start now: a grouping journal by its timer or once its wait
         # gained what the arrivals promise (``journal_wait``), one waiting for a free slot from the
         # completion that frees it (a lone record: the express slot).
-        if (timer := self._timer) is not None and self._wait_policy.gained_enough(len(self._queue) - self._wait_queued):
+        if (timer := self._timer) is not None and self._wait_policy.gained_enough(
+                len(self._queue) - self._wait_queued, self._queued_bytes):
             timer.cancel()
             self._waited()
         elif len(self._inflight) - self._express_inflight < self._config.journal_groups_in_flight_max:
