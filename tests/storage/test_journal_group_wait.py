@@ -13,8 +13,8 @@ import pytest
 
 from magnetar.faults import breaks
 from magnetar.sim import SimDisk, SimDiskConfig, run
-from magnetar.storage.journal import Journal, add_record, journal_path
 from magnetar.storage import journal_wait
+from magnetar.storage.journal import Journal, add_record, journal_path
 from magnetar.storage.journal_wait import EARLY_END_BYTES_MAX, SKIPS_MAX, GroupWaitPolicy
 from tests.storage.harness import CONFIG, KEY, Parts, entry
 
