@@ -152,11 +152,11 @@ def test_control_a_wait_ended_only_by_its_timer_costs_the_whole_bound(monkeypatc
 
 
 def test_large_entries_keep_the_whole_wait() -> None:
-    # The same 2,000 adds/s, each a 40 KiB entry (a batching producer's): the queue holds more
+    # The same 2,000 adds/s, each a 100 KiB entry (a batching producer's): the queue holds more
     # than EARLY_END_BYTES_MAX once the second one arrives, so the wait runs to its timer and a
     # group gathers every add the bound brings (the small adds above go at their second add).
     count = 48
-    large = _open_loop(1, [500] * count, payload_bytes=40 * 1024)
+    large = _open_loop(1, [500] * count, payload_bytes=100 * 1024)
     _in_order_and_durable(large, count)
     latencies = sorted(large.acks.latency_ns(i) for i in range(1, count + 1))
     assert latencies[-1] >= 1 * MS + SYNC_NS  # a head waits the timer, not the second add
@@ -169,7 +169,7 @@ def test_control_large_entries_without_the_byte_bound_end_early(monkeypatch: pyt
     # at the second add, so its latency check would fail.
     monkeypatch.setattr(journal_wait, "EARLY_END_BYTES_MAX", 1 << 40)
     count = 48
-    large = _open_loop(1, [500] * count, payload_bytes=40 * 1024)
+    large = _open_loop(1, [500] * count, payload_bytes=100 * 1024)
     _in_order_and_durable(large, count)
     latencies = sorted(large.acks.latency_ns(i) for i in range(1, count + 1))
     assert sum(latencies) / count <= 300 * US + SYNC_NS
