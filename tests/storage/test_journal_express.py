@@ -566,3 +566,49 @@ def test_a_run_of_several_records_is_not_lone_even_with_nothing_of_its_ledger_in
     # Control: the same ledger's one record in that place takes the express slot.
     _trace, journal = _beside_full_slots()
     assert journal.express_groups_count == 1
+
+
+STREAM_SYNC_US = 500
+
+
+def _light_beside_a_stream(lone_goes_at_once: bool) -> tuple[list[float], Trace]:
+    """A busy ledger's add every 100 us (virtual) with 1 ms group waits and 500 us syncs; a light
+    ledger's add whenever one heavy group is in flight, nothing is queued and no wait runs (the
+    moment a look would start a wait for the light add), every 3 ms. The light adds' latencies, us."""
+
+    async def scenario() -> tuple[list[float], Trace]:
+        parts = Parts(dataclasses.replace(CONFIG, journal_group_wait_ms_max=1),
+                      disk=SimDisk(SimDiskConfig(sync_latency_us_min=STREAM_SYNC_US, sync_latency_us_max=STREAM_SYNC_US)))
+        journal = await parts.start()
+        journal.lone_goes_at_once = lone_goes_at_once
+        trace = Trace(parts, journal)
+        heavy = light = 0
+        last_light = 0
+        for step in range(400):
+            trace.submit(HEAVY, heavy)
+            heavy += 1
+            for _ in range(10):
+                await parts.clock.sleep(0.00001)  # virtual time (simulated clock/loop)
+                now = parts.clock.monotonic_ns()
+                if (step > 20 and light < 8 and now - last_light >= 3_000_000 and not journal._queue
+                        and not journal._grouping and len(journal._inflight) == 1):
+                    trace.submit(LIGHT, light)
+                    light, last_light = light + 1, now
+        await trace.settle(heavy + light)
+        await journal.stop()
+        return [trace.latency_us[(LIGHT, i)] for i in range(light)], trace
+
+    return run(scenario())
+
+
+def test_a_lone_add_beside_another_ledgers_group_in_flight_does_not_wait_for_its_adds() -> None:
+    # The group wait would gather the busy ledger's adds (at 100 us apart it ends after ~9 of
+    # them): the light add goes at once and is answered after its own sync.
+    latencies, trace = _light_beside_a_stream(lone_goes_at_once=True)
+    assert len(latencies) == 8
+    assert max(latencies) <= STREAM_SYNC_US + 10  # its own sync, no wait
+    assert all(trace.durable.values())
+    assert [e for ledger, e in trace.order if ledger == HEAVY] == list(range(400))
+    # Control: with the rule off the same light adds wait for the busy ledger's adds.
+    control, _ = _light_beside_a_stream(lone_goes_at_once=False)
+    assert min(control) >= STREAM_SYNC_US + 500

@@ -37,7 +37,9 @@ group. The same code runs whether a point is armed or not. A run of records (``s
 bookie's ``add_entries``) is queued as one item: its records always share one group (and so
 every fault point of that group), one callback answers them (in its ledger's lane), and it
 counts as one arrival for ``journal_wait`` (a run is one burst, not a stream of adds that a wait
-could gather).
+could gather); the runs of several ledgers that the bookie's ``add_entries_runs`` hands over
+together (``submit_runs``) are one arrival too, each run its own item. The queue and these
+submission calls are ``storage.journal_submit`` (``JournalSubmitter``, this class's base).
 
 Up to ``journal_groups_in_flight_max`` groups are in flight at once (the next group's write
 overlaps the previous group's fsync, as BookKeeper's force-write thread does), plus one of lone

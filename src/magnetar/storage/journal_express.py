@@ -170,6 +170,18 @@ def take_group(queue: collections.deque[QueueItem], limit: int, load: LedgerLoad
     return parts, callbacks, lanes, group_bytes
 
 
+def has_lone(queue: collections.deque[QueueItem], load: LedgerLoad) -> bool:
+    """Whether one of the newest ``EXPRESS_SCAN_ITEMS_MAX`` queued items is lone (a light
+    ledger's one add, nothing else of its ledger queued or in flight)."""
+    for scanned, item in enumerate(reversed(queue)):
+        if scanned >= EXPRESS_SCAN_ITEMS_MAX:
+            break
+        record, _, _, _, lane = item
+        if lane[1] == 1 and load.is_lone(lane[0]) and not load.is_mixed(id(record)):
+            return True
+    return False
+
+
 def take_lone(queue: collections.deque[QueueItem], load: LedgerLoad,
               limit: int = EXPRESS_GROUP_BYTES_MAX) -> Taken:
     """An express group: the lone items among the newest ``EXPRESS_SCAN_ITEMS_MAX`` of ``queue``

@@ -101,6 +101,7 @@ class JournalSubmitter:
         self._load = journal_express.LedgerLoad()
         self._express_inflight = 0
         self.express_groups_max = journal_express.EXPRESS_GROUPS_IN_FLIGHT_MAX  # 0: no express slot
+        self.lone_goes_at_once = True  # no group wait for a lone record beside a group in flight
         # Groups being written and synced, oldest first; they pass their reply gates in order.
         self._inflight: collections.deque[Group] = collections.deque()
         # ``_wake`` schedules one look per loop pass; ``_grouping`` while the group-wait timer runs.
@@ -262,6 +263,12 @@ class JournalSubmitter:
             return False
         wait_ns = self._wait_policy.wait_ns(self._clock.monotonic_ns(), self._queue[0][3])
         if wait_ns <= 0 or self._loop is None:
+            return False
+        if self.lone_goes_at_once and self._inflight and journal_express.has_lone(self._queue, self._load):
+            # A light ledger's add beside another ledger's group in flight: the adds a wait would
+            # gather are the busy ledger's, and the light one would pay the wait for them
+            # (docs/performance.md, session 15, isolation). One producer's stream (e2e) keeps
+            # its waits: while its previous add is in flight, its next one is not lone.
             return False
         self.waits_count += 1
         self._wait_arrivals = self._arrivals
