@@ -603,12 +603,13 @@ def _light_beside_a_stream(lone_goes_at_once: bool) -> tuple[list[float], Trace]
 
 def test_a_lone_add_beside_another_ledgers_group_in_flight_does_not_wait_for_its_adds() -> None:
     # The group wait would gather the busy ledger's adds (at 100 us apart it ends after ~9 of
-    # them): the light add goes at once and is answered after its own sync.
+    # them): the light add goes at once, in an express group (no ordinary slot taken from the
+    # busy ledger), and is answered after its own sync.
     latencies, trace = _light_beside_a_stream(lone_goes_at_once=True)
-    assert len(latencies) == 8
+    assert len(latencies) == 8 and trace.journal.express_groups_count >= 8
     assert max(latencies) <= STREAM_SYNC_US + 10  # its own sync, no wait
     assert all(trace.durable.values())
     assert [e for ledger, e in trace.order if ledger == HEAVY] == list(range(400))
     # Control: with the rule off the same light adds wait for the busy ledger's adds.
-    control, _ = _light_beside_a_stream(lone_goes_at_once=False)
-    assert min(control) >= STREAM_SYNC_US + 500
+    control, control_trace = _light_beside_a_stream(lone_goes_at_once=False)
+    assert min(control) >= STREAM_SYNC_US + 500 and control_trace.journal.express_groups_count == 0

@@ -373,13 +373,15 @@ class Journal(JournalSubmitter):
                 if express and not (self._load.lone_due and self._express_inflight < self.express_groups_max):
                     return
                 if not express and not waited and self._wait_for_group():
-                    return
+                    if not self._lone_beside_wait():
+                        return
+                    express = True  # its lone records go now, the others wait (``_lone_beside_wait``)
                 waited = waited and express  # an express group leaves the ended wait to the next one
                 self._express_next = express
                 self._appending = True
                 faults.gate("bookie.before_journal_append", self._append)
-                if self._appending:
-                    return  # held by its fault point: ``_append`` carries on
+                if self._appending or self._grouping:
+                    return  # held by its fault point (``_append`` carries on), or a wait runs
         finally:
             self._looking = False
 

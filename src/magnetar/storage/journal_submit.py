@@ -101,7 +101,7 @@ class JournalSubmitter:
         self._load = journal_express.LedgerLoad()
         self._express_inflight = 0
         self.express_groups_max = journal_express.EXPRESS_GROUPS_IN_FLIGHT_MAX  # 0: no express slot
-        self.lone_goes_at_once = True  # no group wait for a lone record beside a group in flight
+        self.lone_goes_at_once = True  # a lone record beside a group in flight goes in an express group, not in a wait
         # Groups being written and synced, oldest first; they pass their reply gates in order.
         self._inflight: collections.deque[Group] = collections.deque()
         # ``_wake`` schedules one look per loop pass; ``_grouping`` while the group-wait timer runs.
@@ -264,17 +264,21 @@ class JournalSubmitter:
         wait_ns = self._wait_policy.wait_ns(self._clock.monotonic_ns(), self._queue[0][3])
         if wait_ns <= 0 or self._loop is None:
             return False
-        if self.lone_goes_at_once and self._inflight and journal_express.has_lone(self._queue, self._load):
-            # A light ledger's add beside another ledger's group in flight: the adds a wait would
-            # gather are the busy ledger's, and the light one would pay the wait for them
-            # (docs/performance.md, session 15, isolation). One producer's stream (e2e) keeps
-            # its waits: while its previous add is in flight, its next one is not lone.
-            return False
         self.waits_count += 1
         self._wait_arrivals = self._arrivals
         self._grouping = True
         self._timer = self._clock.call_later(wait_ns / 1e9, self._waited)
         return True
+
+    def _lone_beside_wait(self) -> bool:
+        """A group wait just began: whether its lone records go now, in an express group beside it.
+        Only beside another group in flight: the adds the wait gathers are then a busy ledger's,
+        and a light ledger's add would pay the wait for them (docs/performance.md, session 15,
+        isolation); in an express group it takes no ordinary slot from the busy ledger. One
+        producer's stream (e2e) keeps its waits: while its previous add is in flight, its next
+        one is not lone."""
+        return (self.lone_goes_at_once and bool(self._inflight) and self._express_inflight < self.express_groups_max
+                and journal_express.has_lone(self._queue, self._load))
 
     def _waited(self) -> None:
         self._timer = None
