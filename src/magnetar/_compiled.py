@@ -57,6 +57,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.protocol.bookie.codec",
     "magnetar.storage.journal",
     "magnetar.storage.journal_express",  # session 14: per queued item (ledger counts, group taking)
+    "magnetar.storage.journal_submit",  # session 15: the journal's submission side (Journal's base class)
     "magnetar.storage.bookie",
     "magnetar.ledger.handle",
     "magnetar.ledger.quorum",
