@@ -57,6 +57,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.protocol.bookie.codec",
     "magnetar.storage.journal",
     "magnetar.storage.journal_express",  # session 14: per queued item (ledger counts, group taking)
+    "magnetar.storage.journal_submit",  # session 15: the journal's submission side (Journal's base class)
     "magnetar.storage.bookie",
     "magnetar.ledger.handle",
     "magnetar.ledger.quorum",
@@ -90,10 +91,17 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.broker.topic",
     "magnetar.managed_ledger.managed_ledger",
     "magnetar.managed_ledger.cursor",
+    # Session 15 (remote helper): per entry per bookie, three times per message with three
+    # bookies: the ledger state each add notes, the write cache, the checkpoint flush's framing
+    # and index rows, the checkpointer (its ``put`` per add, its flush per entry).
+    "magnetar.storage.bookie_ledger",
+    "magnetar.storage.caches",
+    "magnetar.storage.checkpointer",
+    "magnetar.storage.flush_rows",
     # Session 15: the loop thread's remaining interpreted frames at 2,000 msg/s and at the maximum
     # rate (py-spy): the local bookie transport, the journal's reply lanes and PAD record, the
-    # system clock, the shared add window, the bookie's per-entry write cache, ledger state and
-    # index keys, and the lazy events set and cleared per message.
+    # system clock, the shared add window, the bookie's index keys, and the lazy events set and
+    # cleared per message (the write cache and ledger state: the remote helper's lines above).
     # Not runtime/disk.py's loop side: compiled (split into a module of its own, with the writer
     # threads' loop), the e2e p99 at 2,000 msg/s rose from ~2.7 to 8-11 ms in A/B runs (session 15).
     # Not storage/entry_log.py (tests replace EntryLogger.append_many on an instance, which a
@@ -104,8 +112,6 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.storage.journal_pad",
     "magnetar.runtime.clock",
     "magnetar.ledger.window",
-    "magnetar.storage.caches",
-    "magnetar.storage.bookie_ledger",
     "magnetar.storage.index",
     "magnetar.base.lazy_event",  # 5 calls per message (a producer's room, the pipeline's flags)
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import replace
 
 import pytest
@@ -117,9 +117,9 @@ class _CountingTopic(Topic):
 
     runs: list[int]
 
-    async def publish_run(self, run: Sequence[tuple[bytes, PublishCallback, int]]) -> None:
+    def start_publish_run(self, run: Sequence[tuple[bytes, PublishCallback, int]]) -> Awaitable[None] | None:
         self.runs.append(len(run))
-        await super().publish_run(run)
+        return super().start_publish_run(run)
 
 
 async def _counting(dedup: bool = False) -> tuple[_CountingTopic, Producer, FakeChannel]:

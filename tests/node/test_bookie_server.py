@@ -7,6 +7,8 @@ import asyncio
 
 from magnetar.ledger.bookie_client import BookieClient
 from magnetar.protocol.bookie import (
+    AddRequest,
+    AddResponse,
     EncodedEntry,
     FrameDecoder,
     GetInfoRequest,
@@ -168,3 +170,65 @@ def test_write_lac_over_the_wire() -> None:
 
 def _fields(config: BookieConfig) -> dict[str, object]:
     return {name: getattr(config, name) for name in config.__dataclass_fields__}
+
+
+def test_the_adds_of_one_read_are_stored_as_runs_and_each_answered_with_its_own_status() -> None:
+    """One client write holding adds of three ledgers, a request between them, a wrong key and a
+    fenced ledger: the server hands each stretch of one ledger's adds to the bookie as a run
+    (``Bookie.add_entries_runs``); every add gets exactly its own answer, a refused one does not
+    fail its neighbours, and each ledger's answers come in order."""
+    world = SimWorld(11)
+    seen: dict[str, object] = {}
+
+    async def bookie_main(ctx: NodeContext) -> None:
+        bookie = Bookie(ctx.disk, ctx.kv("index"), ctx.clock, SMALL)
+        await bookie.start()
+        assert await bookie.fence(3, KEY) is Status.OK
+        await BookieServer(bookie, ctx.network).start(ctx.host, 3181)
+        await ctx.clock.sleep(3600)
+
+    async def client_main(ctx: NodeContext) -> None:
+        requests = [
+            AddRequest(1, EncodedEntry.build(1, 0, -1, b"a"), KEY),
+            AddRequest(2, EncodedEntry.build(1, 1, 0, b"b"), KEY),
+            GetInfoRequest(3),
+            AddRequest(4, EncodedEntry.build(2, 0, -1, b"c"), KEY),
+            AddRequest(5, EncodedEntry.build(1, 2, 1, b"d"), b"wrong"),
+            AddRequest(6, EncodedEntry.build(2, 1, 0, b"e"), KEY),
+            AddRequest(7, EncodedEntry.build(3, 0, -1, b"f"), KEY),
+            AddRequest(8, EncodedEntry.build(1, 3, 1, b"g"), KEY),
+        ]
+        connection = await ctx.network.connect("bookie", 3181)
+        connection.write(b"".join(encode(request) for request in requests))
+        decoder = FrameDecoder()
+        replies: list[object] = []
+        while len(replies) < len(requests):
+            data = await connection.read(65536)
+            if not data:
+                break
+            replies.extend(decoder.feed(data))
+        seen["adds"] = [(r.request_id, r.status, r.ledger_id, r.entry_id) for r in replies if isinstance(r, AddResponse)]
+        seen["info"] = [r.request_id for r in replies if isinstance(r, GetInfoResponse)]
+        seen["done"] = True
+
+    async def controller() -> None:
+        world.add_node("bookie", bookie_main)
+        await world.sleep(0.1)
+        world.add_node("client", client_main)
+        for _ in range(1000):
+            if seen.get("done") or world.failures:
+                break
+            await world.sleep(0.1)
+
+    world.run(controller())
+    assert not world.failures, world.failures
+    adds = seen["adds"]
+    assert isinstance(adds, list)
+    assert sorted(adds) == [
+        (1, Status.OK, 1, 0), (2, Status.OK, 1, 1), (4, Status.OK, 2, 0), (5, Status.UNAUTHORIZED, 1, 2),
+        (6, Status.OK, 2, 1), (7, Status.FENCED, 3, 0), (8, Status.OK, 1, 3),
+    ]
+    assert seen["info"] == [3]
+    for ledger in (1, 2):  # each ledger's OK answers in entry order
+        oks = [entry_id for _, status, ledger_id, entry_id in adds if ledger_id == ledger and status is Status.OK]
+        assert oks == sorted(oks)

@@ -296,3 +296,25 @@ def test_negative_control_without_sends_read_or_beside_unanswered_ones_the_pass_
     # per pass; so does one whose other SENDs are still unanswered.
     assert _answered_with_consumer(answering=False) == ([], 1)
     assert _answered_with_consumer(answering=True, other_pending=3) == ([], 1)
+
+
+def test_a_wake_with_nothing_queued_schedules_no_flush_over_tcp() -> None:
+    """A receive's SENDs handed over (one unanswered, its receipt to come, nothing queued): the
+    wake-up schedules no flush callback, so the loop runs no pass that finds nothing to write
+    (issue 22, the per-run work at a modest rate). Controls: with a frame queued it is scheduled;
+    without ``writelines`` (the simulated network) it is scheduled as before (seeded schedules)."""
+
+    async def main(vectored: bool, queued: bool) -> bool:
+        conn = _Conn(vectored)
+        loop, service = await _connected(conn)
+        loop.session._pending_sends = 2  # SENDs in flight: nothing is written at once
+        if queued:
+            loop.session.send_receipt(1, 0, 7, 0, None)  # wakes the writer itself
+        loop._wake_writer()
+        scheduled = loop._write_soon_scheduled
+        await service.close()
+        return scheduled
+
+    assert sim.run(main(vectored=True, queued=False), steps_max=100_000) is False
+    assert sim.run(main(vectored=True, queued=True), steps_max=100_000) is True
+    assert sim.run(main(vectored=False, queued=False), steps_max=100_000) is True

@@ -267,3 +267,27 @@ def test_several_runs_in_one_call_keep_their_own_answers_and_a_refused_run_harms
         await bookie.stop()
 
     sim(scenario)
+
+
+def test_the_journal_hears_each_runs_other_ledgers_from_the_bookie() -> None:
+    """``add_entries_runs`` names each run's other ledgers to the journal (the journal no longer
+    reads them back from the framing): while the runs are queued, a mixed run's other ledgers
+    are counted (no lone add of theirs may pass it, ``journal_express``), a one-ledger run adds
+    none; once written, none is left."""
+    async def scenario() -> None:
+        node = Node()
+        bookie = await node.boot()
+        journal = bookie._journal
+        assert journal is not None
+        mixed, alone = Answers(), Answers()
+        bookie.add_entries_runs([
+            ([entry(1, 0), entry(2, 0), entry(1, 1, lac=0), entry(3, 0)], KEY, False, mixed),
+            ([entry(4, 0), entry(4, 1, lac=0)], KEY, False, alone),
+        ])
+        assert journal._load._in_mixed == {2: 1, 3: 1}
+        await bookie.add(entry(9, 0), KEY)
+        assert mixed.statuses(4) == [Status.OK] * 4 and alone.statuses(2) == [Status.OK] * 2
+        assert journal._load._in_mixed == {} and not journal._load.mixed
+        await bookie.stop()
+
+    sim(scenario)

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import itertools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -90,13 +90,13 @@ async def _checkpoint_trace(paced: bool) -> tuple[list[int], list[tuple[str, int
         assert await bookie.add(entry(1, i, lac=i - 1), KEY) is Status.OK
     writes: list[int] = []
     entry_log = bookie._entry_log
-    real_append_many = entry_log.append_many
+    real_append_chunk = entry_log.append_chunk
 
-    async def append_many(raws: list[bytes], *, sync: bool = False) -> list[tuple[int, int]]:
+    async def append_chunk(raws: Sequence[bytes], *, sync: bool = False) -> tuple[int, list[int]]:
         writes.append(node.clock.monotonic_ns())
-        return await real_append_many(raws, sync=sync)
+        return await real_append_chunk(raws, sync=sync)
 
-    entry_log.append_many = append_many  # type: ignore[method-assign]
+    entry_log.append_chunk = append_chunk  # type: ignore[method-assign]
     store.calls.clear()
     await bookie.checkpointer.checkpoint(paced=paced)
     return writes, list(store.calls), bookie
@@ -140,13 +140,13 @@ def test_background_checkpoint_spreads_entry_log_writes_and_syncs_index_batches(
 def _entry_log_write_times(bookie: Bookie, clock: SimClock) -> list[int]:
     """The (virtual) times of the bookie's entry-log writes from now on, filled as they happen."""
     writes: list[int] = []
-    real_append_many = bookie._entry_log.append_many
+    real_append_chunk = bookie._entry_log.append_chunk
 
-    async def append_many(raws: list[bytes], *, sync: bool = False) -> list[tuple[int, int]]:
+    async def append_chunk(raws: Sequence[bytes], *, sync: bool = False) -> tuple[int, list[int]]:
         writes.append(clock.monotonic_ns())
-        return await real_append_many(raws, sync=sync)
+        return await real_append_chunk(raws, sync=sync)
 
-    bookie._entry_log.append_many = append_many  # type: ignore[method-assign]
+    bookie._entry_log.append_chunk = append_chunk  # type: ignore[method-assign]
     return writes
 
 

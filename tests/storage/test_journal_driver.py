@@ -15,7 +15,8 @@ from magnetar.protocol.bookie import EncodedEntry
 from magnetar.runtime.disk import LocalDisk
 from magnetar.sim import SimClock
 from magnetar.storage.config import BookieConfig
-from magnetar.storage.journal import Journal, JournalStatus, add_record
+from magnetar.storage.journal import Journal, add_record
+from magnetar.storage.journal_submit import JournalStatus
 from tests.manual_clock import settle
 
 POINT = "bookie.before_journal_append"

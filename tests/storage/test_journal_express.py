@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from magnetar import faults
+from magnetar.base.errors import ClosedError
 from magnetar.base.io import Bytes
 from magnetar.base.rng import SeededRng
 from magnetar.sim import SimDisk, SimDiskConfig, run
@@ -28,7 +29,7 @@ from magnetar.storage.journal import (
     journal_path,
     replay,
 )
-from magnetar.storage.journal_express import LedgerLoad, run_ledgers
+from magnetar.storage.journal_express import LedgerLoad
 from magnetar.storage.journal_replies import NO_LEDGER, GroupReplies, ReplyLanes
 from tests.storage.harness import CONFIG, KEY, Parts, entry
 
@@ -257,9 +258,11 @@ def test_replay_after_express_groups_has_each_ledger_in_submission_order() -> No
     assert by_ledger[LIGHT] == list(range(6))
 
 
-def test_a_lone_add_never_passes_a_queued_mixed_run_holding_its_ledger() -> None:
-    # A run of the heavy ledger that also holds an add of the light ledger is queued behind the
-    # full slots; the light ledger's next add is then not lone (it would pass that record).
+def _beside_a_mixed_run(how: str) -> tuple[list[tuple[int, int]], int]:
+    """A run of the heavy ledger that also holds an add of the light ledger, queued behind the
+    full slots (submitted ``how``: naming its other ledgers, without its ledger, or claiming one
+    ledger), then the light ledger's next add. The answers' order and the express groups."""
+
     async def scenario() -> tuple[list[tuple[int, int]], int]:
         parts = _parts()
         journal = await parts.start()
@@ -271,24 +274,91 @@ def test_a_lone_add_never_passes_a_queued_mixed_run_holding_its_ledger() -> None
         await parts.clock.sleep(0)
         mixed = _run_parts([entry(HEAVY, 20).raw, entry(LIGHT, 0).raw, entry(HEAVY, 21).raw])
         answered: list[int] = []
-        journal.submit_run(mixed, sum(len(p) for p in mixed), lambda error: answered.append(1), HEAVY)
+        size = sum(len(p) for p in mixed)
+        if how == "others":
+            journal.submit_run(mixed, size, lambda error: answered.append(1), HEAVY, {LIGHT})
+        elif how == "no ledger":
+            journal.submit_run(mixed, size, lambda error: answered.append(1))
+        else:
+            journal.submit_run(mixed, size, lambda error: answered.append(1), HEAVY)
         trace.submit(LIGHT, 1)
         await trace.settle(21)
         await journal.stop()
         return trace.order, journal.express_groups_count
 
-    order, groups = run(scenario())
+    return run(scenario())
+
+
+@pytest.mark.parametrize("how", ["others", "no ledger"])
+def test_a_lone_add_never_passes_a_queued_mixed_run_holding_its_ledger(how: str) -> None:
+    # Named by its submitter (``Bookie`` knows each entry's ledger), or unknown (a run submitted
+    # without its ledger blocks every express group while queued): the light add is not lone.
+    order, groups = _beside_a_mixed_run(how)
     assert groups == 0
     assert (LIGHT, 1) in order
 
 
-def test_run_ledgers_reads_every_record_of_a_run() -> None:
-    def run_of(*ledgers: int) -> list[Bytes]:
-        return _run_parts([entry(ledger, index).raw for index, ledger in enumerate(ledgers)])
+def test_control_a_mixed_run_claimed_as_one_ledgers_lets_the_light_add_pass() -> None:
+    # Control for the test above: the same run submitted as the heavy ledger's alone; the light
+    # add is then lone and takes the express slot, ahead of the queued record of its ledger.
+    _order, groups = _beside_a_mixed_run("one ledger")
+    assert groups == 1
 
-    assert run_ledgers(run_of(HEAVY, HEAVY, HEAVY), HEAVY) == set()
-    assert run_ledgers(run_of(HEAVY, LIGHT, HEAVY, OTHER), HEAVY) == {LIGHT, OTHER}
-    assert run_ledgers(run_of(HEAVY)[:1], HEAVY) is None  # not (framing, entry) pairs
+
+def test_runs_of_several_ledgers_are_one_submission_answered_per_lane() -> None:
+    # ``submit_runs``: a heavy ledger's run of 32 and two light ledgers' adds handed over in one
+    # call are one arrival for the group wait, share one group, and each run is answered in its
+    # own lane (the light ones first) after the group's sync, with every byte durable.
+    async def scenario() -> tuple[list[str], int, int, list[bool]]:
+        parts = _parts()
+        journal = await parts.start()
+        events: list[str] = []
+        durable: list[bool] = []
+        raws = {"heavy": [entry(HEAVY, i).raw for i in range(32)], "light": [entry(LIGHT, 0).raw],
+                "other": [entry(OTHER, 0).raw]}
+
+        def done(name: str, error: BaseException | None) -> None:
+            assert error is None
+            events.append(name)
+            file = parts.disk.open(journal_path(journal._file_id), create=False)
+            data = file.read_at(0, file.size())
+            durable.extend(file.durable_size() >= data.find(raw) + len(raw) for raw in raws[name])
+
+        arrivals = journal._arrivals
+        runs = []
+        for name, ledger in (("heavy", HEAVY), ("light", LIGHT), ("other", OTHER)):
+            run_parts = _run_parts(raws[name])
+            runs.append((run_parts, sum(len(p) for p in run_parts), functools.partial(done, name), ledger,
+                         len(raws[name]), frozenset[int]()))
+        journal.submit_runs(runs)
+        gained = journal._arrivals - arrivals
+        for _ in range(1000):
+            if len(events) == 3:
+                break
+            await parts.clock.sleep(0.00005)  # virtual time (simulated clock/loop)
+        groups = journal.groups_count
+        await journal.stop()
+        return events, groups, gained, durable
+
+    events, groups, arrivals, durable = run(scenario())
+    assert events == ["light", "other", "heavy"]
+    assert groups == 1 and arrivals == 1
+    assert len(durable) == 34 and all(durable)
+
+
+def test_runs_submitted_to_a_stopped_journal_are_each_refused() -> None:
+    async def scenario() -> list[BaseException | None]:
+        parts = _parts()
+        journal = await parts.start()
+        await journal.stop()
+        errors: list[BaseException | None] = []
+        run_parts = _run_parts([entry(HEAVY, 0).raw])
+        journal.submit_runs([(run_parts, sum(len(p) for p in run_parts), errors.append, HEAVY, 1, frozenset[int]()),
+                             (run_parts, sum(len(p) for p in run_parts), errors.append, LIGHT, 1, frozenset[int]())])
+        return errors
+
+    errors = run(scenario())
+    assert len(errors) == 2 and all(isinstance(error, ClosedError) for error in errors)
 
 
 def test_ledger_load_counts_queued_and_in_flight_items_and_mixed_runs() -> None:
@@ -496,3 +566,50 @@ def test_a_run_of_several_records_is_not_lone_even_with_nothing_of_its_ledger_in
     # Control: the same ledger's one record in that place takes the express slot.
     _trace, journal = _beside_full_slots()
     assert journal.express_groups_count == 1
+
+
+STREAM_SYNC_US = 500
+
+
+def _light_beside_a_stream(lone_goes_at_once: bool) -> tuple[list[float], Trace]:
+    """A busy ledger's add every 100 us (virtual) with 1 ms group waits and 500 us syncs; a light
+    ledger's add whenever one heavy group is in flight, nothing is queued and no wait runs (the
+    moment a look would start a wait for the light add), every 3 ms. The light adds' latencies, us."""
+
+    async def scenario() -> tuple[list[float], Trace]:
+        parts = Parts(dataclasses.replace(CONFIG, journal_group_wait_ms_max=1),
+                      disk=SimDisk(SimDiskConfig(sync_latency_us_min=STREAM_SYNC_US, sync_latency_us_max=STREAM_SYNC_US)))
+        journal = await parts.start()
+        journal.lone_goes_at_once = lone_goes_at_once
+        trace = Trace(parts, journal)
+        heavy = light = 0
+        last_light = 0
+        for step in range(400):
+            trace.submit(HEAVY, heavy)
+            heavy += 1
+            for _ in range(10):
+                await parts.clock.sleep(0.00001)  # virtual time (simulated clock/loop)
+                now = parts.clock.monotonic_ns()
+                if (step > 20 and light < 8 and now - last_light >= 3_000_000 and not journal._queue
+                        and not journal._grouping and len(journal._inflight) == 1):
+                    trace.submit(LIGHT, light)
+                    light, last_light = light + 1, now
+        await trace.settle(heavy + light)
+        await journal.stop()
+        return [trace.latency_us[(LIGHT, i)] for i in range(light)], trace
+
+    return run(scenario())
+
+
+def test_a_lone_add_beside_another_ledgers_group_in_flight_does_not_wait_for_its_adds() -> None:
+    # The group wait would gather the busy ledger's adds (at 100 us apart it ends after ~9 of
+    # them): the light add goes at once, in an express group (no ordinary slot taken from the
+    # busy ledger), and is answered after its own sync.
+    latencies, trace = _light_beside_a_stream(lone_goes_at_once=True)
+    assert len(latencies) == 8 and trace.journal.express_groups_count >= 8
+    assert max(latencies) <= STREAM_SYNC_US + 10  # its own sync, no wait
+    assert all(trace.durable.values())
+    assert [e for ledger, e in trace.order if ledger == HEAVY] == list(range(400))
+    # Control: with the rule off the same light adds wait for the busy ledger's adds.
+    control, control_trace = _light_beside_a_stream(lone_goes_at_once=False)
+    assert min(control) >= STREAM_SYNC_US + 500 and control_trace.journal.express_groups_count == 0

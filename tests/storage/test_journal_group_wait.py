@@ -13,8 +13,9 @@ import pytest
 
 from magnetar.faults import breaks
 from magnetar.sim import SimDisk, SimDiskConfig, run
+from magnetar.storage import journal_wait
 from magnetar.storage.journal import Journal, add_record, journal_path
-from magnetar.storage.journal_wait import SKIPS_MAX, GroupWaitPolicy
+from magnetar.storage.journal_wait import EARLY_END_BYTES_MAX, SKIPS_MAX, GroupWaitPolicy
 from tests.storage.harness import CONFIG, KEY, Parts, entry
 
 SYNC_NS = 200_000  # SimDiskConfig's sync latency without an rng
@@ -27,15 +28,17 @@ class Acks:
     """Submits adds to a journal; records, per ack, its order, its time and whether the bytes of
     its record were durable (on the simulated disk) when it ran."""
 
-    def __init__(self, parts: Parts, journal: Journal) -> None:
+    def __init__(self, parts: Parts, journal: Journal, payload_bytes: int = 0) -> None:
         self.parts, self.journal = parts, journal
+        self.payload_bytes = payload_bytes  # 0: a small default payload
         self.order: list[int] = []
         self.acked_ns: dict[int, int] = {}
         self.submitted_ns: dict[int, int] = {}
         self.durable: dict[int, bool] = {}
 
     def submit(self, entry_id: int) -> None:
-        raw = entry(1, entry_id).raw
+        payload = bytes([entry_id % 251]) * self.payload_bytes if self.payload_bytes else None
+        raw = entry(1, entry_id, payload).raw
         self.submitted_ns[entry_id] = self.parts.clock.monotonic_ns()
 
         def done(error: BaseException | None) -> None:
@@ -68,13 +71,13 @@ def _parts(wait_ms: int, sync_us: int) -> Parts:
     return Parts(dataclasses.replace(CONFIG, journal_group_wait_ms_max=wait_ms), disk=disk)
 
 
-def _open_loop(wait_ms: int, gaps_us: list[int], *, sync_us: int = 200) -> Outcome:
+def _open_loop(wait_ms: int, gaps_us: list[int], *, sync_us: int = 200, payload_bytes: int = 0) -> Outcome:
     """Adds ``1..len(gaps_us)``, each after its gap (virtual microseconds) whatever the acks do."""
 
     async def scenario() -> Outcome:
         parts = _parts(wait_ms, sync_us)
         journal = await parts.start()
-        acks = Acks(parts, journal)
+        acks = Acks(parts, journal, payload_bytes)
         before = journal.groups_count
         for entry_id, gap_us in enumerate(gaps_us, start=1):
             await parts.clock.sleep(gap_us / 1_000_000)  # virtual time (simulated clock/loop): no real wait
@@ -139,13 +142,48 @@ def test_a_wait_ends_once_it_gained_what_the_arrivals_promise() -> None:
 def test_control_a_wait_ended_only_by_its_timer_costs_the_whole_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     # Control for the test above: the same stream with the early end switched off waits the
     # bound, so the latency checks above would fail (the grouping is the same).
-    monkeypatch.setattr(GroupWaitPolicy, "gained_enough", lambda self, gained: False)
+    monkeypatch.setattr(GroupWaitPolicy, "gained_enough", lambda self, gained, queued_bytes: False)
     count = 96
     outcome = _open_loop(1, [500] * count)
     _in_order_and_durable(outcome, count)
     latencies = sorted(outcome.acks.latency_ns(i) for i in range(1, count + 1))
     assert latencies[count // 2] > 500 * US + SYNC_NS + ROUNDING_NS
     assert sum(latencies) / count > 300 * US + SYNC_NS
+
+
+def test_large_entries_keep_the_whole_wait() -> None:
+    # The same 2,000 adds/s, each a 100 KiB entry (a batching producer's): the queue holds more
+    # than EARLY_END_BYTES_MAX once the second one arrives, so the wait runs to its timer and a
+    # group gathers every add the bound brings (the small adds above go at their second add).
+    count = 48
+    large = _open_loop(1, [500] * count, payload_bytes=100 * 1024)
+    _in_order_and_durable(large, count)
+    latencies = sorted(large.acks.latency_ns(i) for i in range(1, count + 1))
+    assert latencies[-1] >= 1 * MS + SYNC_NS  # a head waits the timer, not the second add
+    assert sum(latencies) / count > 300 * US + SYNC_NS
+    assert large.groups <= count // 2 + 2
+
+
+def test_control_large_entries_without_the_byte_bound_end_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Control for the test above: with the bound lifted, the same large entries end their waits
+    # at the second add, so its latency check would fail.
+    monkeypatch.setattr(journal_wait, "EARLY_END_BYTES_MAX", 1 << 40)
+    count = 48
+    large = _open_loop(1, [500] * count, payload_bytes=100 * 1024)
+    _in_order_and_durable(large, count)
+    latencies = sorted(large.acks.latency_ns(i) for i in range(1, count + 1))
+    assert sum(latencies) / count <= 300 * US + SYNC_NS
+
+
+def test_the_early_end_needs_few_queued_bytes() -> None:
+    policy = GroupWaitPolicy(1 * MS)
+    now = 0
+    for _ in range(200):
+        now += 500 * US
+        policy.arrived(now, False)
+    assert policy.gained_enough(1, EARLY_END_BYTES_MAX)
+    assert not policy.gained_enough(1, EARLY_END_BYTES_MAX + 1)
+    assert not policy.gained_enough(50, 4 * 1024 * 1024)
 
 
 def test_the_adds_a_wait_needs_follow_the_arrival_rate() -> None:
@@ -155,9 +193,9 @@ def test_the_adds_a_wait_needs_follow_the_arrival_rate() -> None:
         for _ in range(200):  # long enough for the average to settle on the gap
             now += gap_us * US
             policy.arrived(now, False)
-        assert not policy.gained_enough(needed - 1)
-        assert policy.gained_enough(needed)
-    assert GroupWaitPolicy(1 * MS).gained_enough(1)  # no arrivals yet: the first gained add
+        assert not policy.gained_enough(needed - 1, 0)
+        assert policy.gained_enough(needed, 0)
+    assert GroupWaitPolicy(1 * MS).gained_enough(1, 0)  # no arrivals yet: the first gained add
 
 
 def test_without_a_wait_each_spaced_add_is_its_own_group() -> None:

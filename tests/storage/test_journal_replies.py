@@ -27,9 +27,8 @@ from magnetar.storage.journal import (
     journal_path,
     lac_record,
     pad_record,
-    queued_lane,
 )
-from magnetar.storage.journal_replies import NO_LEDGER
+from magnetar.storage.journal_replies import NO_LEDGER, queued_lane
 from tests.storage.harness import CONFIG, KEY, Parts, entry
 
 HEAVY, LIGHT = 7, 9  # ledger ids

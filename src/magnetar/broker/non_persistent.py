@@ -224,10 +224,10 @@ class NonPersistentTopic(Topic):
         self._admit_publish(data)
         return self._dispatch(data)
 
-    async def publish_run(self, run: Sequence[tuple[bytes, PublishCallback, int]]) -> None:
-        """The one publish path of a topic that stores nothing: each entry offered to the
-        subscriptions at once, ``on_done`` on the next loop pass; a refused one (nothing
-        dispatched) is told at once."""
+    def start_publish_run(self, run: Sequence[tuple[bytes, PublishCallback, int]]) -> None:
+        """The one publish path of a topic that stores nothing (never waits: returns None, see
+        ``Topic.start_publish_run``): each entry offered to the subscriptions at once, ``on_done``
+        on the next loop pass; a refused one (nothing dispatched) is told at once."""
         loop = asyncio.get_running_loop()
         for data, on_done, _messages in run:
             try:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from magnetar import faults
@@ -128,7 +128,9 @@ class Producer:
         #: Called once per SEND taken off the FIFO (answered, or dropped once closed): the
         #: connection's count of unanswered SENDs.
         self.on_answered: Callable[[], None] | None = None
-        self._room = LazyEvent(is_set=True)  # no deque per idle producer (base/lazy_event.py)
+        #: Set when a SEND leaves the full FIFO; made only while the send path waits for room
+        #: (``_send_rest``): no call per answered SEND (base/lazy_event.py).
+        self._room: LazyEvent | None = None
         self._answering = False  # a receipt is between its two fault-point gates
         self._flush_loop = False  # ``_flush`` is on the stack (a gate passed inline)
         self._state = ProducerState.ACTIVE
@@ -161,7 +163,7 @@ class Producer:
     def close(self) -> None:
         invariant((self._state, ProducerState.CLOSED) in _TRANSITIONS, "producer state table")
         self._state = ProducerState.CLOSED
-        self._room.set()
+        self._wake_room()
 
     async def send(self, command: SendCommand, data: bytes | None, *, records_sequence: bool = True,
                    source: tuple[str, int] | None = None) -> None:
@@ -169,11 +171,23 @@ class Producer:
         await self.send_run(((command, data, records_sequence, source),))
 
     async def send_run(self, sends: Sequence[SendItem]) -> None:
+        """``start_send_run`` awaited to its end."""
+        rest = self.start_send_run(sends)
+        if rest is not None:
+            await rest
+
+    def start_send_run(self, sends: Sequence[SendItem]) -> Awaitable[None] | None:
         """Queue SENDs of this producer in order (the run one receive brought): each
         ``(command, data, records_sequence, source)`` takes its place in the FIFO, and the ones to
-        store go to the topic as one run (``Topic.publish_run``). Waits while the FIFO is full.
-        A SEND that must wait (room in the FIFO, a duplicate check behind an append in flight)
-        first hands the run gathered so far to the topic, so order and progress hold.
+        store go to the topic as one run (``Topic.start_publish_run``).
+
+        Runs synchronously as far as no SEND has to wait: None once the whole run was handed over
+        (the usual case: no coroutine frame per run). At the first SEND that must wait (the FIFO
+        full, a duplicate check behind an append in flight), the rest of the run (that SEND on,
+        with the run gathered so far) is returned as an awaitable the caller must await before
+        it hands this producer anything else: it hands the gathered run to the topic first, so
+        order and progress hold, then waits and goes on (``_send_rest``). Each SEND is queued
+        by the one step ``_queue_send``, whichever of the two took it.
 
         ``data`` None: the SEND failed its checksum. ``source``: (source cluster, source position)
         of a replicator's SEND; it is deduplicated by that position in ``topic.repl_dedup``
@@ -184,47 +198,100 @@ class Producer:
         earlier chunks are always stored (a resent message's extra chunks never complete it again).
         """
         run: list[tuple[bytes, PublishCallback, int]] = []
-        for command, data, records_sequence, source in sends:
+        index, count = 0, len(sends)
+        while index < count:
+            if self._must_wait(sends[index]):
+                return self._send_rest(sends, index, run)
+            self._queue_send(sends[index], False, run)
+            index += 1
+        return self.topic.start_publish_run(run) if run else None  # refusals come back through the callbacks
+
+    def _must_wait(self, send: SendItem) -> bool:
+        """Whether ``send`` cannot be queued without a wait: the FIFO is full, or its duplicate
+        check is behind an append in flight (``DedupStatus.UNKNOWN``; ``check`` has no side
+        effect, so asking it here changes nothing for ``_queue_send``)."""
+        if len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
+            return True
+        command, data, records_sequence, source = send
+        if data is None or (command.is_chunk and not records_sequence and source is None):
+            return False  # no duplicate check for it
+        if source is not None:
+            return self.topic.repl_dedup.check(source[0], source[1]) is DedupStatus.UNKNOWN
+        return self.topic.dedup.check(self.name, command.sequence_id) is DedupStatus.UNKNOWN
+
+    async def _send_rest(self, sends: Sequence[SendItem], index: int, run: list[tuple[bytes, PublishCallback, int]]) -> None:
+        """``start_send_run`` from ``sends[index]`` on, waiting where it must; ``run``: the
+        entries gathered before it, not yet handed to the topic."""
+        for send in sends[index:]:
             if len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
                 if run:
-                    await self.topic.publish_run(run)
+                    await self._publish(run)
                     run = []
                 while len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
-                    self._room.clear()
+                    if self._room is None:
+                        self._room = LazyEvent()
                     await self._room.wait()
-            first = command.sequence_id
-            count = 1 if command.num_messages is None else command.num_messages
-            highest = first + max(count, 1) - 1 if command.highest_sequence_id is None else command.highest_sequence_id
-            op = _PendingSend(self, first, highest, records_sequence)
-            chunk = command.is_chunk
-            self._pending.append(op)
-            dedup, key = (self.topic.repl_dedup, source[0]) if source is not None else (self.topic.dedup, self.name)
-            if source is not None:  # each source entry (a chunk too) is one position: always checked
-                first = highest = source[1]
-                chunk, records_sequence = False, True
-            if data is None:
-                op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
-                self._flush()
-                continue
-            if (not chunk or records_sequence) and not (  # a last chunk counts
-                    source is None and self.epoch and self._reused_after_rebase(first, highest)):
-                status = dedup.check(key, first)
-                if status is DedupStatus.UNKNOWN:  # behind an append in flight: maybe one of this run
-                    if run:
-                        await self.topic.publish_run(run)
-                        run = []
-                    duplicate = await self._is_duplicate(dedup, key, first)
-                else:
-                    duplicate = status is DedupStatus.DUPLICATE
-                if duplicate:
+            behind = self._queue_send(send, True, run)
+            if behind is not None:  # behind an append in flight: maybe one of this run
+                if run:
+                    await self._publish(run)
+                    run = []
+                op, dedup, key, first, highest, records_sequence, data, count = behind
+                if await self._is_duplicate(dedup, key, first):
                     op.position = DUPLICATE
                     self._flush()
-                    continue
-            op.dedup = dedup
-            op.append = dedup.begin(key, highest, records_sequence=records_sequence)
-            run.append((data, op, max(count, 1)))
+                else:
+                    self._append(op, dedup, key, highest, records_sequence, data, count, run)
         if run:
-            await self.topic.publish_run(run)  # refusals come back through the callbacks
+            await self._publish(run)
+
+    async def _publish(self, run: list[tuple[bytes, PublishCallback, int]]) -> None:
+        rest = self.topic.start_publish_run(run)
+        if rest is not None:
+            await rest
+
+    def _queue_send(self, send: SendItem, may_wait: bool, run: list[tuple[bytes, PublishCallback, int]]
+                    ) -> tuple[_PendingSend, MessageDeduplication, str, int, int, bool, bytes, int] | None:
+        """Put ``send`` in its place in the FIFO and judge it: answered at once (a bad checksum,
+        a duplicate), or its entry added to ``run``. With ``may_wait``, a SEND whose duplicate
+        check is behind an append in flight is returned undecided, with what deciding it takes
+        (the caller waits for that append, then answers it or ``_append``s it); without, there
+        is none (``_must_wait`` said so)."""
+        command, data, records_sequence, source = send
+        first = command.sequence_id
+        count = 1 if command.num_messages is None else command.num_messages
+        highest = first + max(count, 1) - 1 if command.highest_sequence_id is None else command.highest_sequence_id
+        op = _PendingSend(self, first, highest, records_sequence)
+        chunk = command.is_chunk
+        self._pending.append(op)
+        dedup, key = (self.topic.repl_dedup, source[0]) if source is not None else (self.topic.dedup, self.name)
+        if source is not None:  # each source entry (a chunk too) is one position: always checked
+            first = highest = source[1]
+            chunk, records_sequence = False, True
+        if data is None:
+            op.error = BrokerError(pb.ChecksumError, "checksum mismatch")
+            self._flush()
+            return None
+        if (not chunk or records_sequence) and not (  # a last chunk counts
+                source is None and self.epoch and self._reused_after_rebase(first, highest)):
+            status = dedup.check(key, first)
+            if status is DedupStatus.UNKNOWN:
+                invariant(may_wait, "a send whose duplicate check must wait goes the waiting way")
+                return op, dedup, key, first, highest, records_sequence, data, count
+            if status is DedupStatus.DUPLICATE:
+                op.position = DUPLICATE
+                self._flush()
+                return None
+        self._append(op, dedup, key, highest, records_sequence, data, count, run)
+        return None
+
+    @staticmethod
+    def _append(op: _PendingSend, dedup: MessageDeduplication, key: str, highest: int, records_sequence: bool,
+                data: bytes, count: int, run: list[tuple[bytes, PublishCallback, int]]) -> None:
+        """Register ``op``'s append with its deduplication and add its entry to ``run``."""
+        op.dedup = dedup
+        op.append = dedup.begin(key, highest, records_sequence=records_sequence)
+        run.append((data, op, max(count, 1)))
 
     def drop(self, command: SendCommand, size_bytes: int) -> None:
         """Answer a SEND without publishing it (a non-persistent topic over the connection's
@@ -292,7 +359,8 @@ class Producer:
         try:
             while not self._answering and self._pending and self._pending[0].done:
                 op = self._pending.popleft()
-                self._room.set()
+                if self._room is not None:
+                    self._wake_room()
                 if self.on_answered is not None:
                     self.on_answered()
                 if self._state is not ProducerState.ACTIVE or not self.channel.is_open():
@@ -304,6 +372,11 @@ class Producer:
                 faults.gate("broker.after_persist_before_receipt", self._receipt_then, op)
         finally:
             self._flush_loop = False
+
+    def _wake_room(self) -> None:
+        room, self._room = self._room, None
+        if room is not None:
+            room.set()
 
     def _receipt(self, error: BaseException | None, op: _PendingSend) -> None:
         # An ``error`` at the gate loses the receipt (the client's send times out and it resends).

@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from magnetar.base.errors import InvalidArgumentError
-from magnetar.base.limits import BROKER_HANDLES_PER_CONNECTION_COUNT_MAX, BROKER_SEEK_SCAN_ENTRIES_COUNT_MAX
+from magnetar.base.limits import BROKER_HANDLES_PER_CONNECTION_COUNT_MAX
 from magnetar.base.types import EARLIEST, TopicName
 from magnetar.broker.authorization import Operation, authorize
 from magnetar.broker.compaction import compacted_view
@@ -59,6 +59,7 @@ from magnetar.broker.replicated import (
 )
 from magnetar.broker.requests import InFlightRequests
 from magnetar.broker.service import BrokerService
+from magnetar.broker.session_requests import get_last_message_id, seek
 from magnetar.broker.subscription import Subscription
 from magnetar.catalog.lookup import LookupKind
 from magnetar.catalog.schema import SchemaRefusedError, carries_schema, version_bytes, version_from_bytes
@@ -117,8 +118,11 @@ class Session:
         #: Of those, the ones to non-persistent topics (dropped ones included, until answered):
         #: at ``max_concurrent_non_persistent_messages_per_connection`` further ones are dropped.
         self._non_persistent_pending = 0
-        self._send_room = asyncio.Event()
-        self._send_room.set()
+        #: Set when half of the SENDs a full connection holds were answered; made only while the
+        #: runtime waits for it (``wait_send_room``): no Event call per answered SEND.
+        self._send_room: asyncio.Event | None = None
+        #: What the run ``_hand_run`` just handed over still waits for (None: nothing).
+        self._waiting: Awaitable[None] | None = None
         #: PRODUCER, SUBSCRIBE and lookups being answered from their own tasks.
         self.requests = InFlightRequests()
 
@@ -157,13 +161,16 @@ class Session:
         """Returns once this connection may take more SENDs: at ``pending_sends_per_connection_max``
         unanswered ones the runtime stops reading until half of them were answered."""
         while self._pending_sends >= self.service.config.pending_sends_per_connection_max and not self._closed:
-            self._send_room.clear()
+            if self._send_room is None:
+                self._send_room = asyncio.Event()
             await self._send_room.wait()
 
     def _send_answered(self) -> None:
         self._pending_sends -= 1
-        if not self._send_room.is_set() and self._pending_sends <= self.service.config.pending_sends_per_connection_max // 2:
-            self._send_room.set()
+        room = self._send_room
+        if room is not None and self._pending_sends <= self.service.config.pending_sends_per_connection_max // 2:
+            self._send_room = None
+            room.set()
 
     def _non_persistent_send_answered(self) -> None:
         self._non_persistent_pending -= 1
@@ -210,17 +217,48 @@ class Session:
     # --- events ---------------------------------------------------------------------------------
 
     async def handle_all(self, events: Sequence[Event]) -> bool:
+        """``start_handle_all`` awaited to its end."""
+        started = self.start_handle_all(events)
+        return started if isinstance(started, bool) else await started
+
+    def start_handle_all(self, events: Sequence[Event]) -> bool | Awaitable[bool]:
         """Act on the events of one receive, in order: each run of SENDs goes to its producers as
         runs (``_on_sends``), the rest one at a time (``handle``). True once the connection
-        terminated (the events after that one are not looked at)."""
+        terminated (the events after that one are not looked at).
+
+        Synchronous while nothing waits: SENDs no producer or topic holds back are handed over in
+        this call (False; no coroutine frame per receive). Else the rest, from the first event
+        that waits or is not a SEND, is an awaitable of the answer (``_handle_rest``)."""
         index, count = 0, len(events)
+        while index < count:
+            if type(events[index]) is not SendReceived:
+                return self._handle_rest(events, index, None)
+            end = index + 1
+            while end < count and type(events[end]) is SendReceived:
+                end += 1
+            waiting = self._on_sends(events[index:end] if index or end < count else events)  # type: ignore[arg-type]
+            self._out()
+            if waiting is not None:
+                return self._handle_rest(events, end, waiting)
+            index = end
+        return False
+
+    async def _handle_rest(self, events: Sequence[Event], index: int, waiting: Awaitable[None] | None) -> bool:
+        """``start_handle_all`` from ``events[index]`` on, once ``waiting`` (the SENDs before it
+        still being handed over) is done."""
+        if waiting is not None:
+            await waiting
+            self._out()
+        count = len(events)
         while index < count:
             event = events[index]
             if type(event) is SendReceived:
                 end = index + 1
                 while end < count and type(events[end]) is SendReceived:
                     end += 1
-                await self._on_sends(events[index:end])  # type: ignore[arg-type]
+                sends = self._on_sends(events[index:end])  # type: ignore[arg-type]
+                if sends is not None:
+                    await sends
                 self._out()
                 index = end
                 continue
@@ -233,9 +271,13 @@ class Session:
     async def handle(self, event: Event) -> None:
         """Act on one event; request failures are answered, never raised."""
         if isinstance(event, SendReceived):
-            await self._on_sends((event,))
+            waiting = self._on_sends((event,))
+            if waiting is not None:
+                await waiting
         elif isinstance(event, CorruptSend):
-            await self._on_producer_sends(event.command.producer_id, ((event.command, None, True, None),))
+            waiting = self._on_producer_sends(event.command.producer_id, ((event.command, None, True, None),))
+            if waiting is not None:
+                await waiting
         elif isinstance(event, FlowReceived):
             if self.refusal is not None:
                 self._refuse(T.FLOW, None)
@@ -461,36 +503,58 @@ class Session:
                                                   topic_epoch=producer.topic_epoch)
             self._out()
 
-    async def _on_sends(self, sends: Sequence[SendReceived]) -> None:
-        """SENDs of one receive: each producer's consecutive ones as one run."""
+    def _on_sends(self, sends: Sequence[SendReceived]) -> Awaitable[None] | None:
+        """SENDs of one receive: each producer's consecutive ones as one run. None once all were
+        handed over; else an awaitable of the rest (a producer or its topic waits)."""
         index, count = 0, len(sends)
         while index < count:
-            producer_id = sends[index].command.producer_id
-            run: list[SendItem] = []
-            metadata: list[pb.MessageMetadata] = []
-            while index < count:
-                event = sends[index]
-                command = event.command
-                if command.producer_id != producer_id:
-                    break
-                message = event.message
-                meta = message.metadata
-                last_chunk = not meta.HasField("num_chunks_from_msg") or meta.chunk_id == meta.num_chunks_from_msg - 1
-                # The stored entry: the wire form as the client checksummed it (its view copied
-                # out of the receive buffer once), with a checksum block added only if it had none.
-                data = message.headers_and_payload if message.checksum is not None else message.checksummed()
-                run.append((command, bytes(data), last_chunk, None))
-                metadata.append(meta)
-                index += 1
-            await self._on_producer_sends(producer_id, run, metadata)
+            end = self._hand_run(sends, index)
+            if self._waiting is not None:
+                waiting, self._waiting = self._waiting, None
+                return waiting if end == count else self._sends_after(waiting, sends, end)
+            index = end
+        return None
 
-    async def _on_producer_sends(self, producer_id: int, run: Sequence[SendItem],
-                                 metadata: Sequence[pb.MessageMetadata] = ()) -> None:
+    async def _sends_after(self, waiting: Awaitable[None], sends: Sequence[SendReceived], index: int) -> None:
+        """``_on_sends`` from ``sends[index]`` on, once ``waiting`` is done; each wait in turn."""
+        await waiting
+        while index < len(sends):
+            index = self._hand_run(sends, index)
+            if self._waiting is not None:
+                waiting, self._waiting = self._waiting, None
+                await waiting
+
+    def _hand_run(self, sends: Sequence[SendReceived], index: int) -> int:
+        """Hand the run of one producer's SENDs at ``sends[index]`` over; returns where it ended.
+        If the producer (or its topic) must wait, ``_waiting`` holds what to await."""
+        producer_id = sends[index].command.producer_id
+        run: list[SendItem] = []
+        metadata: list[pb.MessageMetadata] = []
+        count = len(sends)
+        while index < count:
+            event = sends[index]
+            command = event.command
+            if command.producer_id != producer_id:
+                break
+            message = event.message
+            meta = message.metadata
+            last_chunk = not meta.HasField("num_chunks_from_msg") or meta.chunk_id == meta.num_chunks_from_msg - 1
+            # The stored entry: the wire form as the client checksummed it (its view copied
+            # out of the receive buffer once), with a checksum block added only if it had none.
+            data = message.headers_and_payload if message.checksum is not None else message.checksummed()
+            run.append((command, bytes(data), last_chunk, None))
+            metadata.append(meta)
+            index += 1
+        self._waiting = self._on_producer_sends(producer_id, run, metadata)
+        return index
+
+    def _on_producer_sends(self, producer_id: int, run: Sequence[SendItem],
+                           metadata: Sequence[pb.MessageMetadata] = ()) -> Awaitable[None] | None:
         """``run``: SENDs of producer ``producer_id`` in order (``metadata``: theirs, none for a
-        bad checksum)."""
+        bad checksum). None once handed over; else an awaitable of the rest."""
         if self.refusal is not None:
             self._refuse(T.SEND, None)
-            return
+            return None
         producer = self.producers.get(producer_id)
         if producer is None:
             if producer_id in self._closed_producers:
@@ -498,15 +562,19 @@ class Session:
                 # next owner (no receipt came). Closing the connection would disconnect every
                 # other producer, consumer and lookup on it.
                 log.debug("SEND for producer %s closed by the broker: dropped", producer_id)
-                return
+                return None
             # Java closes the connection: the client then re-creates its producers and resends.
             log.warning("SEND for unknown producer %s; closing the connection", producer_id)
             self.connection.close("SEND for an unknown producer")
-            return
+            return None
         self._pending_sends += len(run)
         if producer.topic.name.is_persistent and not producer.replicator:
-            await producer.send_run(run)
-            return
+            return producer.start_send_run(run)
+        return self._send_one_by_one(producer, run, metadata)
+
+    async def _send_one_by_one(self, producer: Producer, run: Sequence[SendItem],
+                               metadata: Sequence[pb.MessageMetadata]) -> None:
+        """A non-persistent topic's or a replicator's SENDs: one at a time."""
         config = self.service.config
         for index, (command, data, records_sequence, _) in enumerate(run):  # one at a time
             if not producer.topic.name.is_persistent:
@@ -607,49 +675,6 @@ class Session:
         if found is not None:
             found[1].redeliver(found[0], [to_position(m) for m in body.message_ids])
 
-    async def _seek(self, body: pb.CommandSeek) -> None:
-        found = self._consumer(body.consumer_id)
-        if found is None:
-            raise BrokerError(pb.ConsumerNotFound, f"consumer {body.consumer_id} not found")
-        subscription = found[1]
-        topic_log = subscription.log
-        if body.HasField("message_id"):
-            target = body.message_id
-            if is_earliest(target):
-                mark_delete = EARLIEST
-            elif is_latest(target):
-                mark_delete = topic_log.last_position
-            else:
-                mark_delete = before(to_position(target))
-        elif body.HasField("message_publish_time"):
-            topic = self.service.topics.get(topic_log.name)
-            position = None if topic is None else await topic.find_by_publish_time(
-                body.message_publish_time, BROKER_SEEK_SCAN_ENTRIES_COUNT_MAX)
-            mark_delete = topic_log.last_position if position is None else before(position)
-        else:
-            raise BrokerError(pb.UnknownError, "SEEK needs a message id or a publish time")
-        detached = await subscription.reset(mark_delete)
-        for consumer in detached:  # CLOSE_CONSUMER went out before the SUCCESS below, as Java does
-            channel = consumer.connection_key
-            if isinstance(channel, Session):
-                channel.consumers.pop(consumer.consumer_id, None)
-        self.connection.send_success(body.request_id)
-
-    async def _get_last_message_id(self, body: pb.CommandGetLastMessageId) -> None:
-        found = self._consumer(body.consumer_id)
-        if found is None:
-            raise BrokerError(pb.ConsumerNotFound, f"consumer {body.consumer_id} not found")
-        subscription = found[1]
-        topic = self.service.topics.get(subscription.log.name)
-        if topic is None:
-            raise BrokerError(pb.ServiceNotReady, "topic is being unloaded")
-        last = await topic.last_message_id()
-        mark_delete = subscription.cursor.mark_delete_position
-        self.connection.send_get_last_message_id_response(
-            body.request_id, last,
-            commands.message_id(mark_delete.ledger_id, mark_delete.entry_id, partition=topic.partition_index),
-        )
-
     async def _unsubscribe(self, body: pb.CommandUnsubscribe) -> None:
         found = self._consumer(body.consumer_id)
         if found is None:
@@ -729,7 +754,9 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        self._send_room.set()
+        room, self._send_room = self._send_room, None
+        if room is not None:
+            room.set()
         self.requests.abandon_all()  # their tasks end by themselves and attach nothing
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
@@ -764,8 +791,8 @@ _HANDLERS: dict[int, Callable[[Session, Any], Awaitable[None]]] = {
     T.CLOSE_PRODUCER: Session._close_producer,
     T.SUBSCRIBE: Session._subscribe,
     T.REDELIVER_UNACKNOWLEDGED_MESSAGES: Session._redeliver,
-    T.SEEK: Session._seek,
-    T.GET_LAST_MESSAGE_ID: Session._get_last_message_id,
+    T.SEEK: seek,
+    T.GET_LAST_MESSAGE_ID: get_last_message_id,
     T.UNSUBSCRIBE: Session._unsubscribe,
     T.CLOSE_CONSUMER: Session._close_consumer,
     T.CONSUMER_STATS: Session._consumer_stats,

@@ -381,6 +381,12 @@ class Topic:
         await self.publish_run(((data, on_done, messages),))
 
     async def publish_run(self, run: Sequence[tuple[bytes, PublishCallback, int]]) -> None:
+        """``start_publish_run`` awaited to its end."""
+        rest = self.start_publish_run(run)
+        if rest is not None:
+            await rest
+
+    def start_publish_run(self, run: Sequence[tuple[bytes, PublishCallback, int]]) -> Awaitable[None] | None:
         """The one publish path, for a run of entries in order (the SENDs of one producer from one
         receive): for each ``(data, on_done, messages)``, check, wait for the publish-rate window
         and for room in the log (backpressure: the caller, the connection, stops reading
@@ -388,22 +394,64 @@ class Topic:
         error)``. An entry the topic refuses (not writable, too large, the log refuses) is told at
         once, nothing appended, and the run goes on. A write failure blocks the topic (see the
         module docstring). ``messages``: the count the SEND declared (stats; 0: read from the
-        entry). Awaits only to wait; the checks and appends of a run that needs no wait run in
-        this one call, and the entries that passed them go to the log as one ``append_run`` (one
-        append call, one send per bookie), handed over before any wait."""
+        entry). The entries that passed the checks go to the log as one ``append_run`` (one
+        append call, one send per bookie), handed over before any wait.
+
+        Runs synchronously while no entry has to wait: None once the whole run was handed over
+        (the usual case: no coroutine frame per run). At the first entry that must wait (a
+        publish rate set, no room in the log) the rest of the run is returned as an awaitable
+        (``_publish_rest``) the caller must await before it publishes anything else."""
         policies = self.policies()
+        if policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s:
+            return self._publish_rest(run, 0, [], [], policies)  # throttled: every entry may wait
         size_max = policies.max_message_size_bytes
-        throttled = bool(policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s)
         log = self.log
         batch: list[tuple[bytes, AppendCallback]] = []
         callers: list[PublishCallback] = []  # who is told if the log refuses the batch
-        for data, on_done, messages in run:
+        started_ns = self.clock.monotonic_ns() if self.clock is not None else 0  # one reading per run
+        index, count = 0, len(run)
+        while index < count:
+            data, on_done, messages = run[index]
+            refusal = self._refusal(data, size_max)
+            if refusal is not None:
+                on_done(None, refusal)
+            elif not log.has_room(len(batch) + 1):
+                return self._publish_rest(run, index, batch, callers, policies)
+            else:
+                self._add_to_batch(data, on_done, messages or _message_count(data), started_ns, batch, callers)
+            index += 1
+        self._append_run(batch, callers)
+        return None
+
+    def _refusal(self, data: bytes, size_max: int) -> Exception | None:
+        """Why this topic refuses ``data`` now, or None."""
+        if self._state is not TopicState.ACTIVE:
             try:
-                if self._state is not TopicState.ACTIVE:
-                    self._check_writable()
-                if size_max and len(data) > size_max:
-                    raise BrokerError(pb.NotAllowedError,
-                                      f"Exceed maximum message size: {len(data)} > {size_max} bytes")
+                self._check_writable()
+            except Exception as error:
+                return error
+        if size_max and len(data) > size_max:
+            return BrokerError(pb.NotAllowedError, f"Exceed maximum message size: {len(data)} > {size_max} bytes")
+        return None
+
+    def _add_to_batch(self, data: bytes, on_done: PublishCallback, messages: int, started_ns: int,
+                      batch: list[tuple[bytes, AppendCallback]], callers: list[PublishCallback]) -> None:
+        batch.append((data, partial(self._published, len(data), messages, started_ns, on_done)))
+        callers.append(on_done)
+
+    async def _publish_rest(self, run: Sequence[tuple[bytes, PublishCallback, int]], index: int,
+                            batch: list[tuple[bytes, AppendCallback]], callers: list[PublishCallback],
+                            policies: EffectivePolicies) -> None:
+        """``start_publish_run`` from ``run[index]`` on, waiting where it must; ``batch`` and
+        ``callers``: the entries before it that passed, not yet handed to the log."""
+        size_max = policies.max_message_size_bytes
+        throttled = bool(policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s)
+        log = self.log
+        for data, on_done, messages in run[index:]:
+            try:
+                refusal = self._refusal(data, size_max)
+                if refusal is not None:
+                    raise refusal
                 waited = False
                 if throttled:
                     self._append_run(batch, callers)
@@ -424,9 +472,8 @@ class Topic:
             except Exception as error:  # refused before anything was appended
                 on_done(None, error)
                 continue
-            started_ns = self.clock.monotonic_ns() if self.clock is not None else 0
-            batch.append((data, partial(self._published, len(data), messages, started_ns, on_done)))
-            callers.append(on_done)
+            started_ns = self.clock.monotonic_ns() if self.clock is not None else 0  # after its waits
+            self._add_to_batch(data, on_done, messages, started_ns, batch, callers)
         self._append_run(batch, callers)
 
     def _append_run(self, batch: list[tuple[bytes, AppendCallback]], callers: list[PublishCallback]) -> None:

@@ -18,8 +18,10 @@ the ledger layer and only sees a ``LiveLedgers`` callable. ``runtime.bookie`` gi
 ``SimDisk`` and a ``SimKeyValueStore`` (the whole-stack simulation): the same node in both worlds.
 
 ``BookieServer`` serves connections: each read chunk is decoded (``FrameDecoder``) and every
-request dispatched without waiting for the previous one (pipelining); an add's reply is written
-by the journal's callback after its fsync. A malformed or oversized frame closes that connection
+request dispatched without waiting for the previous one (pipelining); the adds of one read go to
+the storage core in one call, a run per stretch of one ledger's adds (``Bookie.add_entries_runs``,
+as the standalone's local transport hands them over), and each add's reply is written by the
+journal's callback after its fsync. A malformed or oversized frame closes that connection
 only, and so does a partial frame left idle for ``BOOKIE_PARTIAL_FRAME_IDLE_MS`` (one sweeper
 task on the injected clock checks every connection). WRITE_LAC is answered after its journal
 fsync. Replies produced in one event-loop pass are written with one socket write. Backpressure:
@@ -32,7 +34,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from functools import partial
 from typing import Any
 
 from magnetar.base.clock import Clock
@@ -68,7 +71,7 @@ from magnetar.protocol.bookie import (
 )
 from magnetar.protocol.bookie.codec import Message, ServedReadResponse
 from magnetar.storage import Bookie, BookieConfig, BookieStatus, verify_or_create_cookie
-from magnetar.storage.bookie import ReadResult
+from magnetar.storage.bookie import AddRun, ReadResult
 from magnetar.storage.garbage import LiveLedgers
 
 #: What the server sends: any response, a read answer with its stored entry as the storage core gave it.
@@ -222,10 +225,20 @@ class BookieServer:
                 except (CorruptDataError, LimitExceededError) as exc:
                     log.warning("closing %s: %s", connection.peer, exc)
                     return
+                adds: list[AddRequest] = []  # this read's adds since its last other request
                 for message in messages:
+                    if isinstance(message, AddRequest):
+                        self._begin(state)
+                        adds.append(message)
+                        continue
+                    if adds:  # the adds before it are handed over first: requests stay in order
+                        self._add_runs(state, adds)
+                        adds = []
                     if not self._dispatch(connection, state, message):
                         log.warning("closing %s: it sent a %s", connection.peer, type(message).__name__)
                         return
+                if adds:
+                    self._add_runs(state, adds)
         finally:
             self._connections.pop(connection, None)
             connection.close()
@@ -244,17 +257,40 @@ class BookieServer:
         if state.inflight >= BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX:
             state.room.clear()
 
+    def _add_runs(self, state: _ConnectionState, adds: list[AddRequest]) -> None:
+        """The adds of one read (``_begin`` counted each) to the bookie in one call
+        (``Bookie.add_entries_runs``, as the standalone's local transport hands them over): a run
+        per stretch of adds of one ledger with one master key and recovery flag, so each ledger
+        keeps its own journal reply lane and its replies come in order. Each add is answered
+        with its own ADD response, once its status is known (OK after the journal's fsync)."""
+        runs: list[AddRun] = []
+        start = 0
+        first = adds[0]
+        for at in range(1, len(adds) + 1):
+            if at < len(adds):
+                add = adds[at]
+                if (add.entry.ledger_id == first.entry.ledger_id and add.master_key == first.master_key
+                        and add.recovery == first.recovery):
+                    continue
+            requests = adds[start:at]
+            runs.append(([request.entry for request in requests], first.master_key, first.recovery,
+                         partial(self._added, state, requests)))
+            if at < len(adds):
+                start, first = at, adds[at]
+        self.bookie.add_entries_runs(runs)
+
+    @staticmethod
+    def _added(state: _ConnectionState, requests: list[AddRequest], indexes: Sequence[int], status: Status) -> None:
+        for index in indexes:
+            request = requests[index]
+            entry = request.entry
+            state.inflight -= 1
+            state.send_parts(encode_parts(AddResponse(request.request_id, status, entry.ledger_id, entry.entry_id)))
+        if state.inflight < BOOKIE_CONNECTION_INFLIGHT_COUNT_MAX:
+            state.room.set()
+
     def _dispatch(self, connection: Connection, state: _ConnectionState, message: Message) -> bool:
         bookie = self.bookie
-        if isinstance(message, AddRequest):
-            self._begin(state)
-            send = self._reply(connection, state)
-            entry = message.entry
-            rid, ledger_id, entry_id = message.request_id, entry.ledger_id, entry.entry_id
-            bookie.add_entry(
-                entry, message.master_key, message.recovery, lambda status: send(AddResponse(rid, status, ledger_id, entry_id))
-            )
-            return True
         if isinstance(message, ReadRequest | ReadLastEntryRequest):
             self._begin(state)
             send = self._reply(connection, state)

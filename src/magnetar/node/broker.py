@@ -162,8 +162,9 @@ class _ConnectionLoop:
         self.session = Session(server.service, self.protocol, self._wake_writer, tls_peer_cn=conn_tls_peer_cn(conn))
         self.session.peer_address = conn.peer
         self._output = asyncio.Event()
-        self._writable = asyncio.Event()
-        self._writable.set()
+        #: Set once the session is writable again; made only while the reader waits for it (no
+        #: Event call per flush).
+        self._writable: asyncio.Event | None = None
         self._done = asyncio.Event()
         self._linger: asyncio.Task[None] | None = None
         self._write_soon_scheduled = False
@@ -204,6 +205,11 @@ class _ConnectionLoop:
             return
         if self._write_soon_scheduled:
             return
+        if self._writelines is not None and not self.protocol.outbound_bytes and self.protocol.state is not State.CLOSED:
+            # Nothing queued (a receive's SENDs handed over, their receipts to come): no callback
+            # and no loop pass of its own that would find nothing to write (issue 22, a pass per
+            # receive at a modest rate). A simulated connection keeps its schedule (see below).
+            return
         if session.pending_sends == 0 and not session.consumers and self._writelines is not None:
             # Nothing to batch it with: no other SEND of this connection is unanswered and no
             # consumer is dispatched to (a synchronous producer's receipt, a request's answer).
@@ -235,8 +241,13 @@ class _ConnectionLoop:
             self._output.set()
             return
         if self.session.writable():
-            self._writable.set()
+            self._wake_reader_writable()
             self.session.notify_writable()
+
+    def _wake_reader_writable(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None:
+            writable.set()
 
     def _write_chunks(self, chunks: list[Buffer]) -> None:
         """Everything queued since the last flush (receipts, dispatches, replies of one or more
@@ -279,7 +290,8 @@ class _ConnectionLoop:
         bound = self.server.service.config.pending_sends_per_connection_max
         while self._open():
             while not self.session.writable() and self._open():
-                self._writable.clear()
+                if self._writable is None:
+                    self._writable = asyncio.Event()
                 self._output.set()
                 await self._writable.wait()
             if self.session.pending_sends >= bound:
@@ -299,8 +311,10 @@ class _ConnectionLoop:
             self._reading_held = False  # read again: the keep-alive counts from this data
             session = self.session
             if len(events) <= BROKER_SENDS_PER_TURN_COUNT_MAX and session.pending_sends + len(events) <= bound:
-                # One turn, with room for all of them (a light producer's receive: the usual case)
-                if await session.handle_all(events):  # SENDs of one receive go as runs
+                # One turn, with room for all of them (a light producer's receive: the usual case).
+                # SENDs of one receive go as runs, handed over in this call unless one must wait.
+                started = session.start_handle_all(events)
+                if started if isinstance(started, bool) else await started:
                     return  # ConnectionTerminated
             elif await self._handle_within_bound(events):
                 return
@@ -349,7 +363,7 @@ class _ConnectionLoop:
                     self._draining = False
                 self.session.set_transport_backlog(0)
             if self.session.writable():
-                self._writable.set()
+                self._wake_reader_writable()
                 self.session.notify_writable()
             if self.protocol.state is State.CLOSED and not self.protocol.outbound_bytes:
                 self.conn.close()

@@ -68,6 +68,7 @@ from magnetar.storage.journal import (
     journal_file_ids,
     lac_record,
 )
+from magnetar.storage.journal_submit import NO_OTHERS, Run
 from magnetar.storage.restart import repair_last_entries, replay_journal
 from magnetar.storage.stats import BookieStats
 from magnetar.storage.waits import watch_task
@@ -268,10 +269,13 @@ class Bookie:
     def add_entries_runs(self, runs: Sequence[AddRun]) -> None:
         """``add_entries`` for several runs in one call, ``(entries, master_key, recovery,
         on_done)`` each, in order (a local transport's runs of one loop pass, of many ledgers):
-        the bookie's state is read once, each run is checked, noted and journaled as
-        ``add_entries`` does it (its own records, its own callback and reply lane: replies stay
-        per ledger and in order), and the refusals of every run are answered after the journal
-        has them all (one run's refusal neither fails nor delays another run)."""
+        the bookie's state is read once, each run is checked and noted as ``add_entries`` does
+        it, and all of them go to the journal in one submission (``Journal.submit_runs``: one
+        arrival, one wake), each with its own records, its own callback and its ledger's reply
+        lane (replies stay per ledger and in order) and the other ledgers its records hold (a
+        mixed run's, which the journal's express slot must not pass). The refusals of every run
+        are answered after the journal has them all (one run's refusal neither fails nor delays
+        another run)."""
         refused: list[tuple[OnRunDone, int, Status]] = []
         bookie_status = self._bookie_add_status()
         if bookie_status is not Status.OK:
@@ -280,6 +284,7 @@ class Bookie:
         else:
             journal = self._journal
             assert journal is not None
+            submission: list[Run] = []
             key: bytes | None = None
             prefix, prefix_crc = b"", 0
             for entries, master_key, recovery, on_done in runs:
@@ -287,15 +292,18 @@ class Bookie:
                     key = master_key
                     prefix, prefix_crc = (add_record_prefix(master_key) if len(master_key) <= BOOKIE_MASTER_KEY_BYTES_MAX
                                           else (b"", 0))
-                self._add_checked_run(journal, entries, master_key, recovery, on_done, refused, prefix, prefix_crc)
+                self._add_checked_run(submission, entries, master_key, recovery, on_done, refused, prefix, prefix_crc)
+            journal.submit_runs(submission)
         if refused:
             self.stats.add_rejects_count += len(refused)
             for on_done, index, status in refused:
                 on_done((index,), status)
 
-    def _add_checked_run(self, journal: Journal, entries: Sequence[EncodedEntry], master_key: bytes, recovery: bool,
-                         on_done: OnRunDone, refused: list[tuple[OnRunDone, int, Status]], prefix: bytes,
-                         prefix_crc: int) -> None:
+    def _add_checked_run(self, submission: list[Run], entries: Sequence[EncodedEntry], master_key: bytes,
+                         recovery: bool, on_done: OnRunDone, refused: list[tuple[OnRunDone, int, Status]],
+                         prefix: bytes, prefix_crc: int) -> None:
+        """Check and note one run's entries; its records join ``submission`` as one journal run
+        per ``journal_group_bytes_max`` (each with its ledger, its records and its other ledgers)."""
         put = self.checkpointer.put
         ledgers = self._ledgers
         limit = self.config.journal_group_bytes_max
@@ -304,13 +312,15 @@ class Bookie:
         indexes: list[int] = []
         size = 0
         run_ledger = -1
+        mixed: set[int] | None = None  # the run's other ledgers (a mixed run's), if any
         rejected = 0
         for index, entry in enumerate(entries):
+            ledger_id = entry.ledger_id
             status = self._check_entry(entry, master_key)
             if status is Status.OK:
                 # Once per ledger of the run: nothing changes a ledger's answer during this call.
-                if entry.ledger_id != checked_ledger:
-                    checked_ledger = entry.ledger_id
+                if ledger_id != checked_ledger:
+                    checked_ledger = ledger_id
                     ledger_status = self._check_ledger(checked_ledger, master_key, recovery)
                 status = ledger_status
             if status is not Status.OK:
@@ -321,19 +331,25 @@ class Bookie:
             header = add_record_from(prefix, prefix_crc, raw)
             record_size = len(header) + len(raw)
             if parts and size + record_size > limit:
-                journal.submit_run(parts, size, partial(self._journaled_run, indexes, on_done), run_ledger)
-                parts, indexes, size = [], [], 0
+                submission.append((parts, size, partial(self._journaled_run, indexes, on_done), run_ledger,
+                                   len(indexes), NO_OTHERS if mixed is None else mixed))
+                parts, indexes, size, mixed = [], [], 0, None
             if not parts:
-                run_ledger = entry.ledger_id  # the run's reply lane: its first record's ledger
-            ledgers[entry.ledger_id].note_entry(entry.entry_id, entry.lac)
-            put(entry.ledger_id, entry.entry_id, raw)
+                run_ledger = ledger_id  # the run's reply lane: its first record's ledger
+            elif ledger_id != run_ledger:
+                if mixed is None:
+                    mixed = set()
+                mixed.add(ledger_id)
+            ledgers[ledger_id].note_entry(entry.entry_id, entry.lac)
+            put(ledger_id, entry.entry_id, raw)
             parts.append(header)
             parts.append(raw)
             indexes.append(index)
             size += record_size
         self.stats.adds_count += len(entries) - rejected
         if parts:
-            journal.submit_run(parts, size, partial(self._journaled_run, indexes, on_done), run_ledger)
+            submission.append((parts, size, partial(self._journaled_run, indexes, on_done), run_ledger, len(indexes),
+                               NO_OTHERS if mixed is None else mixed))
 
     def _journaled_run(self, indexes: list[int], on_done: OnRunDone, error: BaseException | None) -> None:
         if error is not None:

@@ -76,6 +76,13 @@ class WriteCache:
         return self.count
 
 
+def pop_entries(entries: dict[int, bytes], count: int) -> None:
+    """Remove ``count`` entries of ``entries`` (or all, if fewer), the last ones first: a flushed
+    half is freed a step at a time (``Checkpointer._release``)."""
+    for _ in range(min(count, len(entries))):
+        entries.popitem()
+
+
 class ReadCache:
     """LRU over entries read from entry logs, bounded by ``bytes_max``. An entry is ``bytes`` or a
     read-only view of its log mapped into memory (``EntryLogger.view``: it counts its length; the

@@ -46,10 +46,11 @@ from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.invariant import invariant
 from magnetar.storage.bookie_ledger import BookieLedger
-from magnetar.storage.caches import WriteCache
+from magnetar.storage.caches import WriteCache, pop_entries
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.entry_log import EntryLogger
-from magnetar.storage.index import MARK_KEY, Index, entry_key, location_value, log_key, state_key
+from magnetar.storage.flush_rows import chunk_raws, index_rows
+from magnetar.storage.index import MARK_KEY, Index, log_key, state_key
 from magnetar.storage.journal import Journal
 from magnetar.storage.stats import BookieStats
 from magnetar.storage.waits import wait_event_or_timeout
@@ -199,8 +200,7 @@ class Checkpointer:
         paced_bytes_per_s = cache.bytes / (steps * pause_s) if steps and pause_s > 0 else float("inf")
         for entries in cache.ledgers.values():
             while entries:
-                for _ in range(min(_RELEASE_STEP_ENTRIES, len(entries))):
-                    entries.popitem()
+                pop_entries(entries, _RELEASE_STEP_ENTRIES)
                 # Paced as the flush is, and like it at full speed while adds come in fast:
                 # the next checkpoint waits for this one.
                 slow = paced and not self._adds_would_wait(paced_bytes_per_s)
@@ -257,18 +257,12 @@ class Checkpointer:
                 await self._clock.sleep(pace.pause_s)
             # A buffered log's chunk is written and synced in one step, except the first: the
             # mid_flush point sits between its write and its sync.
-            places = await self._entry_log.append_many(
-                [raw for _, _, raw in chunk], sync=sync_each and not first
-            )
-            ledger_logs = self._log_ledgers
-            for (ledger_id, entry_id, raw), (log_id, offset) in zip(chunk, places, strict=True):
-                keys.append(entry_key(ledger_id, entry_id))
-                values.append(location_value(log_id, offset, len(raw)))
-                ledgers = ledger_logs.get(log_id)
-                if ledgers is None:
-                    ledgers = ledger_logs[log_id] = set()
-                ledgers.add(ledger_id)
-                touched_logs.add(log_id)
+            log_id, offsets = await self._entry_log.append_chunk(chunk_raws(chunk), sync=sync_each and not first)
+            ledgers = self._log_ledgers.get(log_id)
+            if ledgers is None:
+                ledgers = self._log_ledgers[log_id] = set()
+            index_rows(chunk, log_id, offsets, keys, values, ledgers)  # one compiled pass
+            touched_logs.add(log_id)
             if first:
                 first = False
                 await faults.point("bookie.entrylog.mid_flush")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from magnetar.base.errors import CorruptDataError
 from magnetar.protocol.bookie import EncodedEntry
-from magnetar.storage.entry_log import RECORD_HEADER_BYTES
+from magnetar.storage.flush_rows import RECORD_HEADER_BYTES
 from magnetar.storage.index import Index
 
 #: Locations read from the index per ledger while listing a log's live entries (a log holds at

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import collections
 import struct
+from collections.abc import Sequence
 
 from magnetar.base.errors import CorruptDataError
 from magnetar.base.io import Bytes, Disk, DiskFile
+from magnetar.storage.flush_rows import frame_entries
 
 LOG_DIR = "entrylogs"
 LOG_MAGIC = b"MGL1"
 _HEADER = struct.Struct(">4sQ")
 _LEN = struct.Struct(">I")
-RECORD_HEADER_BYTES = _LEN.size  # the u32 length before each entry
 OPEN_LOGS_COUNT_MAX = 64  # read handles kept open at once (least recently used closed first)
 
 
@@ -80,27 +81,27 @@ class EntryLogger:
         """Write several entries with one ``append_parts`` (off the event loop, from the entries'
         own buffers); returns each (log id, offset). Durable once ``sync()`` returned, or when
         this returns if ``sync`` (one ``append_and_sync``)."""
+        log_id, offsets = await self.append_chunk(raws, sync=sync)
+        return [(log_id, offset) for offset in offsets]
+
+    async def append_chunk(self, raws: Sequence[bytes], *, sync: bool = False) -> tuple[int, list[int]]:
+        """``append_many`` as the checkpoint's flush uses it: the log id once and each entry's
+        offset (``flush_rows.frame_entries``: no tuple per entry)."""
         if self._current is None or self._current.size() >= self._log_bytes_max:
             await self._open(self.current_log_id + 1)
         assert self._current is not None
         parts: list[Bytes] = []
-        places: list[tuple[int, int]] = []
         at = self._current.size()
-        log_id = self.current_log_id
-        pack = _LEN.pack
-        for raw in raws:
-            parts.append(pack(len(raw)))
-            parts.append(raw)
-            places.append((log_id, at + _LEN.size))
-            at += _LEN.size + len(raw)
-        pad = -at % self._current.write_alignment_bytes
+        offsets = frame_entries(raws, at, parts)
+        end = offsets[-1] + len(raws[-1]) if raws else at
+        pad = -end % self._current.write_alignment_bytes
         if pad:
             parts.append(_zeros(pad))
         if sync:
             await self._current.append_and_sync(parts)
         else:
             await self._current.append_parts(parts)
-        return places
+        return self.current_log_id, offsets
 
     @property
     def write_alignment_bytes(self) -> int:

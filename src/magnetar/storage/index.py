@@ -20,20 +20,21 @@ from magnetar.base.io import KeyValueStore
 from magnetar.storage.bookie_ledger import BookieLedger
 from magnetar.storage.journal import JournalPosition
 
-_ENTRY_KEY = struct.Struct(">cQQ")
+#: An entry's key (``b"E"``, ledger, entry) and its location value (log, offset, length).
+ENTRY_KEY = struct.Struct(">cQQ")
 _LEDGER_KEY = struct.Struct(">cQ")
-_LOCATION = struct.Struct(">QQI")
+LOCATION = struct.Struct(">QQI")
 _MARK = struct.Struct(">QQ")
 _U64 = struct.Struct(">Q")
 MARK_KEY = b"M"
 
 
 def entry_key(ledger_id: int, entry_id: int) -> bytes:
-    return _ENTRY_KEY.pack(b"E", ledger_id, entry_id)
+    return ENTRY_KEY.pack(b"E", ledger_id, entry_id)
 
 
 def location_value(log_id: int, offset: int, length: int) -> bytes:
-    return _LOCATION.pack(log_id, offset, length)
+    return LOCATION.pack(log_id, offset, length)
 
 
 def state_key(ledger_id: int) -> bytes:
@@ -54,7 +55,7 @@ class Index:
         value = self.kv.get(entry_key(ledger_id, entry_id))
         if value is None:
             return None
-        log_id, offset, length = _LOCATION.unpack(value)
+        log_id, offset, length = LOCATION.unpack(value)
         return log_id, offset, length
 
     def locations_from(self, ledger_id: int, entry_id: int, count_max: int) -> Iterator[tuple[int, int, int, int]]:
@@ -63,14 +64,14 @@ class Index:
         for n, (key, value) in enumerate(self.kv.scan(entry_key(ledger_id, entry_id), end)):
             if n >= count_max:
                 return
-            _, _, entry = _ENTRY_KEY.unpack(key)
-            yield (entry, *_LOCATION.unpack(value))
+            _, _, entry = ENTRY_KEY.unpack(key)
+            yield (entry, *LOCATION.unpack(value))
 
     def last_stored_entry(self, ledger_id: int) -> int:
         """The highest entry id with a location (a full scan of the ledger's keys), or -1."""
         last = -1
         for key, _ in self.kv.scan(entry_key(ledger_id, 0), entry_key(ledger_id + 1, 0)):
-            last = _ENTRY_KEY.unpack(key)[2]
+            last = ENTRY_KEY.unpack(key)[2]
         return last
 
     def entry_keys_of(self, ledger_id: int) -> list[bytes]:

@@ -37,7 +37,9 @@ group. The same code runs whether a point is armed or not. A run of records (``s
 bookie's ``add_entries``) is queued as one item: its records always share one group (and so
 every fault point of that group), one callback answers them (in its ledger's lane), and it
 counts as one arrival for ``journal_wait`` (a run is one burst, not a stream of adds that a wait
-could gather).
+could gather); the runs of several ledgers that the bookie's ``add_entries_runs`` hands over
+together (``submit_runs``) are one arrival too, each run its own item. The queue and these
+submission calls are ``storage.journal_submit`` (``JournalSubmitter``, this class's base).
 
 Up to ``journal_groups_in_flight_max`` groups are in flight at once (the next group's write
 overlaps the previous group's fsync, as BookKeeper's force-write thread does), plus one of lone
@@ -57,16 +59,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import enum
 import logging
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 
 from magnetar import faults
 from magnetar.base.checksum import crc32c, crc32c_update
-from magnetar.base.clock import Clock, Timer
+from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, CorruptDataError, LimitExceededError
 from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes, Disk, DiskFile
@@ -75,13 +76,16 @@ from magnetar.base.limits import (
     BOOKIE_MASTER_KEY_BYTES_MAX,
     JOURNAL_REPLY_SLICE_COUNT,
 )
-from magnetar.faults import breaks
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, EncodedEntry
-from magnetar.storage import journal_express
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.journal_pad import KIND_PAD, pad_record, padding_for
-from magnetar.storage.journal_replies import NO_LEDGER, GroupReplies, ReplyLanes, queued_lane
-from magnetar.storage.journal_wait import GroupWaitPolicy
+from magnetar.storage.journal_replies import GroupReplies, ReplyLanes
+from magnetar.storage.journal_submit import (
+    Callback,
+    Group,
+    JournalStatus,
+    JournalSubmitter,
+)
 from magnetar.storage.waits import watch_task
 
 log = logging.getLogger(__name__)
@@ -97,16 +101,6 @@ KIND_FENCE = 2
 KIND_LAC = 3
 KIND_ADD_DIGESTED = 5
 _REPLAY_WINDOW_BYTES = 8 * 1024 * 1024
-
-Callback = Callable[[BaseException | None], None]
-#: A framed record, whole or as (framing + prefix, entry): an add's entry is then copied once,
-#: into the group's write, instead of once per concatenation.
-Record = bytes | tuple[bytes, bytes]
-
-
-def _answered(_error: BaseException | None) -> None:
-    """The callback of a record whose caller was already answered (the ack-before-fsync break)."""
-
 
 def journal_path(file_id: int) -> str:
     return f"{JOURNAL_DIR}/{file_id:020d}.jnl"
@@ -152,10 +146,6 @@ def add_record_from(prefix: bytes, prefix_crc: int, entry_raw: bytes) -> bytes:
         raise LimitExceededError("BOOKIE_JOURNAL_RECORD_BYTES_MAX", body_len, BOOKIE_JOURNAL_RECORD_BYTES_MAX)
     crc = crc32c_update(prefix_crc, memoryview(entry_raw)[:ENTRY_HEADER_BYTES])
     return _RECORD_HEADER.pack(body_len, crc) + prefix
-
-
-def record_bytes(record: Record) -> int:
-    return len(record) if isinstance(record, bytes) else len(record[0]) + len(record[1])
 
 
 def fence_record(ledger_id: int, master_key: bytes) -> bytes:
@@ -302,69 +292,22 @@ async def replay(disk: Disk, mark: JournalPosition) -> ReplayResult:
     return ReplayResult(records, torn)
 
 
-class JournalStatus(enum.Enum):
-    CREATED = "created"
-    RUNNING = "running"
-    STOPPED = "stopped"
-    FAILED = "failed"
-
-
-_TRANSITIONS: dict[JournalStatus, frozenset[JournalStatus]] = {
-    JournalStatus.CREATED: frozenset({JournalStatus.RUNNING, JournalStatus.STOPPED}),
-    JournalStatus.RUNNING: frozenset({JournalStatus.STOPPED, JournalStatus.FAILED}),
-    JournalStatus.FAILED: frozenset({JournalStatus.STOPPED}),
-    JournalStatus.STOPPED: frozenset(),
-}
-
-
-@dataclass(eq=False, slots=True)
-class _Group:
-    """One group in flight: the callbacks of its queued items and the ledger of each
-    (``queued_lane``: its lane in the reply lanes, and how many records it answers), whether its sync returned, and whether its
-    records were answered (queued to the reply lanes, or answered with an error by a failure or
-    ``stop``)."""
-
-    callbacks: list[Callback]
-    lanes: list[tuple[int, int]]
-    express: bool = False  # a lone record's group (``journal_express``), beside the ordinary slots
-    synced: bool = False
-    answered: bool = False
-
-
-class Journal:
-    """Appends records in groups, one fsync per group, and calls back after the fsync."""
+class Journal(JournalSubmitter):
+    """Appends records in groups, one fsync per group, and calls back after the fsync
+    (the queue and the submission calls: ``JournalSubmitter``)."""
 
     def __init__(self, disk: Disk, clock: Clock, config: BookieConfig, first_file_id: int) -> None:
+        super().__init__(clock, config, self._look)
         self._disk = disk
-        self._clock = clock
-        self._config = config
         self._file_id = first_file_id
         self._file: DiskFile | None = None
-        # Queued items: (record or run, bytes, callback, when queued, (reply lane, weight)).
-        self._queue: collections.deque[journal_express.QueueItem] = collections.deque()
-        self._queued_bytes = 0
-        # Items per ledger queued or in flight, and the express groups in flight (``journal_express``).
-        self._load = journal_express.LedgerLoad()
-        self._express_inflight = 0
         self._express_next = False  # the group past ``bookie.before_journal_append`` is an express one
-        self.express_groups_max = journal_express.EXPRESS_GROUPS_IN_FLIGHT_MAX  # 0: no express slot
         # Driven by callbacks, not a task (a future, a task step and a loop pass less per group):
-        # ``_wake`` schedules one ``_look`` per loop pass; ``_grouping`` while the group-wait
-        # timer runs, ``_appending`` while ``bookie.before_journal_append`` holds a group.
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._look_due = False
+        # ``_wake`` schedules one ``_look`` per loop pass; ``_appending`` while
+        # ``bookie.before_journal_append`` holds a group.
         self._looking = False  # ``_look`` is on the stack
-        self._grouping = False
-        self._wait_queued = 0  # records queued when the group wait began
-        self._waited_due = False  # the wait ended: the next ``_look`` starts the group at once
-        self._timer: Timer | None = None
         self._appending = False
         self._rotation: asyncio.Task[None] | None = None
-        self._wait_policy = GroupWaitPolicy(config.journal_group_wait_ms_max * 1_000_000)
-        self._room = asyncio.Event()
-        self._room.set()
-        # Groups being written and synced, oldest first; they pass their reply gates in order.
-        self._inflight: collections.deque[_Group] = collections.deque()
         # Answers of the groups past ``bookie.after_fsync_before_reply``, fairly ordered
         # (``journal_replies``), and those groups, oldest first, until ``bookie.after_reply``.
         self._lanes = ReplyLanes()
@@ -377,21 +320,10 @@ class Journal:
         self._slicing = False  # ``_reply_slice`` is on the stack
         self._slice_due = False  # a ``_reply_slice`` is scheduled for the next loop pass
         self._written = JournalPosition(first_file_id, 0)
-        self._failure: BaseException | None = None
-        self.status = JournalStatus.CREATED
         self.groups_count = 0
         self.syncs_count = 0
-        self.waits_count = 0  # groups that waited for more adds (``journal_wait``)
         self.express_groups_count = 0  # groups of lone records started beside full slots
         self.reply_slices_count = 0  # slices of answers deferred to a later loop pass
-
-    def _transition(self, to: JournalStatus) -> None:
-        invariant(to in _TRANSITIONS[self.status], f"journal: illegal transition {self.status} -> {to}")
-        self.status = to
-
-    @property
-    def queued_bytes(self) -> int:
-        return self._queued_bytes
 
     def position(self) -> JournalPosition:
         """End of what has been written to the journal file so far (synced or not)."""
@@ -412,115 +344,6 @@ class Journal:
         await self._disk.sync_dir(JOURNAL_DIR)
         self._file, self._file_id = file, file_id
         self._written = JournalPosition(file_id, file.size())
-
-    def submit(self, record: Record, callback: Callback) -> None:
-        """Queue ``record``; ``callback(None)`` once durable, ``callback(exc)`` if it cannot be."""
-        self._enqueue(record, record_bytes(record), callback, queued_lane(record))
-
-    def submit_run(self, parts: list[Bytes], size: int, callback: Callback, ledger_id: int = NO_LEDGER) -> None:
-        """Queue the records of a run as one: ``parts`` is their bytes in order (each record's
-        parts, flat), ``size`` their total. They go into one group together (a run larger than
-        ``journal_group_bytes_max`` makes a group of its own), so one ``callback`` answers them
-        all: ``None`` once the fsync covering every one of them returned, or the error. The
-        caller keeps a run within ``journal_group_bytes_max`` to keep groups bounded. ``ledger_id``
-        (the run's one ledger) is its reply lane; without it, read from the run's framing."""
-        lane = (ledger_id, max(1, len(parts) // 2)) if ledger_id != NO_LEDGER else queued_lane(parts)
-        self._enqueue(parts, size, callback, lane)
-
-    def _enqueue(self, record: journal_express.Queued, size: int, callback: Callback, lane: tuple[int, int]) -> None:
-        if self.status is not JournalStatus.RUNNING:
-            callback(self._failure or ClosedError(f"journal is {self.status.value}"))
-            return
-        if breaks.active(breaks.Break.ACK_BEFORE_FSYNC):  # negative control only (faults/breaks.py):
-            callback(None)  # answer when queued, before the write
-            callback = _answered
-        now_ns = self._clock.monotonic_ns()
-        self._wait_policy.arrived(now_ns, bool(self._queue) or bool(self._inflight))
-        self._queue.append((record, size, callback, now_ns, lane))
-        others = journal_express.run_ledgers(record, lane[0]) if isinstance(record, list) else set()
-        if others is None or others:  # a run of several ledgers: counted under each while queued
-            self._load.queued_mixed(id(record), others)
-        lone = self._load.queued(lane[0], lane[1])
-        self._queued_bytes += size
-        if self._queued_bytes >= self._config.journal_queue_bytes_max:
-            self._room.clear()
-        # Look for work only if a group can start now: a grouping journal by its timer or once its wait
-        # gained what the arrivals promise (``journal_wait``), one waiting for a free slot from the
-        # completion that frees it (a lone record: the express slot).
-        if (timer := self._timer) is not None and self._wait_policy.gained_enough(len(self._queue) - self._wait_queued):
-            timer.cancel()
-            self._waited()
-        elif len(self._inflight) - self._express_inflight < self._config.journal_groups_in_flight_max:
-            if not self._grouping:
-                self._wake()
-        elif lone and self._express_inflight < self.express_groups_max:
-            self._wake()
-
-    def _wake(self) -> None:
-        """Schedule one ``_look`` for the next loop pass (the adds of this pass join its group)."""
-        if self._look_due or self._loop is None or self.status is not JournalStatus.RUNNING:
-            return
-        self._look_due = True
-        self._loop.call_soon(self._look)
-
-    async def append(self, record: Record) -> None:
-        """Queue ``record`` and return once it is durable."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def _done(error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
-
-        self.submit(record, _done)
-        await future
-
-    async def wait_for_room(self) -> None:
-        """Backpressure: wait while the queue holds ``journal_queue_bytes_max`` or more."""
-        await self._room.wait()
-
-    def _take_group(self, express: bool) -> journal_express.Taken:
-        """The queue's head up to ``journal_group_bytes_max``, or its lone records (express)."""
-        if express:
-            taken = journal_express.take_lone(self._queue, self._load)
-        else:
-            taken = journal_express.take_group(self._queue, self._config.journal_group_bytes_max, self._load)
-        self._queued_bytes -= taken[3]
-        if self._queued_bytes < self._config.journal_queue_bytes_max:
-            self._room.set()
-        return taken
-
-    def _wait_for_group(self) -> bool:
-        """Group commit at a modest rate: when the arrivals say more adds are coming
-        (``journal_wait``), a timer of the ``Clock`` (real, simulated or a test's manual time)
-        for when the oldest queued record is ``journal_group_wait_ms_max`` old, so the adds that
-        arrive meanwhile share the group's write and sync (``submit`` does not wake a grouping
-        journal); whether it set one. Records that already waited that long go at once."""
-        if self._wait_policy.bound_ns == 0 or self._queued_bytes >= self._config.journal_group_bytes_max:
-            return False
-        wait_ns = self._wait_policy.wait_ns(self._clock.monotonic_ns(), self._queue[0][3])
-        if wait_ns <= 0 or self._loop is None:
-            return False
-        self.waits_count += 1
-        self._wait_queued = len(self._queue)
-        self._grouping = True
-        self._timer = self._clock.call_later(wait_ns / 1e9, self._waited)
-        return True
-
-    def _waited(self) -> None:
-        self._timer = None
-        self._grouping = False
-        # Fruitless: no add arrived during the wait. The records queued before it do not count: a burst
-        # handed over in one pass (a ledger's window of adds) is all until its acks: waiting only delays it.
-        self._wait_policy.waited(len(self._queue) > self._wait_queued)
-        # The group starts from the next loop pass, not from this timer callback: that pass polls
-        # the sockets first, and the adds it reads join the group (started from here, groups
-        # were ~25% smaller at 2,000 adds/s: more groups, more CPU; docs/performance.md).
-        self._waited_due = True
-        self._wake()
 
     def _rotation_due(self) -> bool:
         # ``_written`` is the open file's size (only the journal appends to it): no call per look.
@@ -550,13 +373,15 @@ class Journal:
                 if express and not (self._load.lone_due and self._express_inflight < self.express_groups_max):
                     return
                 if not express and not waited and self._wait_for_group():
-                    return
+                    if not self._lone_beside_wait():
+                        return
+                    express = True  # its lone records go now, the others wait (``_lone_beside_wait``)
                 waited = waited and express  # an express group leaves the ended wait to the next one
                 self._express_next = express
                 self._appending = True
                 faults.gate("bookie.before_journal_append", self._append)
-                if self._appending:
-                    return  # held by its fault point: ``_append`` carries on
+                if self._appending or self._grouping:
+                    return  # held by its fault point (``_append`` carries on), or a wait runs
         finally:
             self._looking = False
 
@@ -599,7 +424,7 @@ class Journal:
             pad = padding_for(self._written.offset + group_bytes, alignment)
             if pad:
                 parts.extend(pad_record(pad))
-        group = _Group(callbacks, lanes, express)
+        group = Group(callbacks, lanes, express)
         self._inflight.append(group)
         if express:
             self._express_inflight += 1
@@ -613,7 +438,7 @@ class Journal:
             return
         self._written = JournalPosition(self._file_id, file.size())
 
-    def _on_synced(self, group: _Group, error: BaseException | None) -> None:
+    def _on_synced(self, group: Group, error: BaseException | None) -> None:
         if group.answered:
             return  # failed or stopped meanwhile: its records were answered then
         if error is not None:
@@ -654,7 +479,7 @@ class Journal:
         if self._queue or self._rotation_due():  # else ``_look`` would find nothing to do
             self._wake()
 
-    def _reply(self, error: BaseException | None, group: _Group) -> None:
+    def _reply(self, error: BaseException | None, group: Group) -> None:
         """Past ``bookie.after_fsync_before_reply``: the group's answers join the reply lanes
         (``journal_replies``: per ledger in order, the shortest lane first, a slice per pass)."""
         if group.answered:
@@ -722,20 +547,8 @@ class Journal:
         self._transition(JournalStatus.FAILED)
         self._answer_durable()
         self._fail_inflight(error)
-        while self._queue:
-            callback = self._queue.popleft()[2]
-            callback(error)
-        self._queued_bytes = 0
-        self._room.set()
+        self._fail_queued(error)
         self._stop_driver()
-
-    def _stop_driver(self) -> None:
-        """No group starts any more: the group-wait timer is cancelled (a ``_look`` already
-        scheduled finds the journal no longer running)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._grouping = False
 
     def _fail_inflight(self, error: BaseException) -> None:
         self._answering = self._after_reply = False
@@ -777,19 +590,4 @@ class Journal:
         if self._file is not None:
             self._file.close()
             self._file = None
-        while self._queue:
-            callback = self._queue.popleft()[2]
-            callback(ClosedError("journal stopped"))
-
-    async def _drain(self) -> None:
-        # An empty marker record: its callback runs once every record queued before it is
-        # durable (its group synced after theirs); ``stop`` then answers those still in the lanes.
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def _done(_error: BaseException | None) -> None:
-            if not future.done():
-                future.set_result(None)
-
-        self._queue.append((b"", 0, _done, self._clock.monotonic_ns(), (NO_LEDGER, 1)))
-        self._wake()
-        await future
+        self._fail_queued(ClosedError("journal stopped"))

@@ -28,9 +28,9 @@ order holds: a lone item has no earlier item of its ledger still queued, so taki
 other ledgers' queued items puts it after every record of its ledger already written, and no
 record of its ledger can be queued ahead of it. A run whose records are of several ledgers
 (``submit_run`` from ``add_entries`` of a mixed run) is counted under its reply lane's ledger and,
-while queued, under each of its other ledgers too (``run_ledgers``; a run whose parts cannot be
-read as (framing, entry) pairs blocks every express group while queued), so no lone record passes
-a queued record of its own ledger. The journal's stop marker (``NO_LEDGER``) is never lone.
+while queued, under each of its other ledgers too (the caller names them: ``Bookie`` knows each
+entry's ledger; a run submitted without them blocks every express group while queued), so no
+lone record passes a queued record of its own ledger. The journal's stop marker (``NO_LEDGER``) is never lone.
 
 Invariant: an item counted by ``queued`` stays counted until ``left`` is called for it (its group
 left the in-flight groups, answered or failed) or ``clear``.
@@ -39,8 +39,8 @@ left the in-flight groups, answered or failed) or ``clear``.
 from __future__ import annotations
 
 import collections
-import struct
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 
 from magnetar.base.io import Bytes
 from magnetar.storage.journal_replies import NO_LEDGER, Reply
@@ -53,7 +53,6 @@ EXPRESS_GROUP_BYTES_MAX = 256 * 1024
 #: Queued items ``take_lone`` looks at, newest first: a lone item has just arrived.
 EXPRESS_SCAN_ITEMS_MAX = 64
 
-_LEDGER = struct.Struct(">Q")  # an entry's first field
 #: What the journal queues per submit: one record (whole, or as framing + prefix and entry), or
 #: a run's records as one flat list of parts (``submit_run``), which always go into one group.
 Queued = bytes | tuple[bytes, bytes] | list[Bytes]
@@ -74,7 +73,7 @@ class LedgerLoad:
         self.lone_due = False
         # Queued mixed runs (by ``id`` of their parts list): their other ledgers, or None when
         # unreadable; those ledgers counted over all such runs; the unreadable runs queued.
-        self._mixed: dict[int, set[int] | None] = {}
+        self._mixed: dict[int, AbstractSet[int] | None] = {}
         self._in_mixed: dict[int, int] = {}
         self._unknown = 0
 
@@ -91,7 +90,7 @@ class LedgerLoad:
             return True
         return False
 
-    def queued_mixed(self, key: int, others: set[int] | None) -> None:
+    def queued_mixed(self, key: int, others: AbstractSet[int] | None) -> None:
         """The run queued under ``key`` (``id`` of its parts) also holds records of ``others``
         (None: unknown ledgers); ``taken(key)`` once it leaves the queue."""
         self._mixed[key] = others
@@ -151,25 +150,6 @@ class LedgerLoad:
         return bool(self._mixed)
 
 
-def run_ledgers(parts: list[Bytes], ledger: int) -> set[int] | None:
-    """The ledgers other than ``ledger`` of a run's records (``submit_run``: framing, then the
-    entry, whose first field is its ledger id, per record): empty for a one-ledger run (the common
-    case, checked without a copy), None when the parts are not such pairs."""
-    if len(parts) % 2:
-        return None
-    head = _LEDGER.pack(ledger) if ledger >= 0 else b""
-    others: set[int] = set()
-    for raw in parts[1::2]:
-        if isinstance(raw, bytes) and head and raw.startswith(head):
-            continue
-        if len(raw) < _LEDGER.size:
-            return None
-        other = int(_LEDGER.unpack_from(raw)[0])
-        if other != ledger:
-            others.add(other)
-    return others
-
-
 def take_group(queue: collections.deque[QueueItem], limit: int, load: LedgerLoad) -> Taken:
     """The next ordinary group from the head of ``queue`` (items ``(record or run, bytes,
     callback, when queued, lane)``): its bytes as parts to join, the callbacks, the lanes, its
@@ -188,6 +168,18 @@ def take_group(queue: collections.deque[QueueItem], limit: int, load: LedgerLoad
         lanes.append(lane)
         group_bytes += size
     return parts, callbacks, lanes, group_bytes
+
+
+def has_lone(queue: collections.deque[QueueItem], load: LedgerLoad) -> bool:
+    """Whether one of the newest ``EXPRESS_SCAN_ITEMS_MAX`` queued items is lone (a light
+    ledger's one add, nothing else of its ledger queued or in flight)."""
+    for scanned, item in enumerate(reversed(queue)):
+        if scanned >= EXPRESS_SCAN_ITEMS_MAX:
+            break
+        record, _, _, _, lane = item
+        if lane[1] == 1 and load.is_lone(lane[0]) and not load.is_mixed(id(record)):
+            return True
+    return False
 
 
 def take_lone(queue: collections.deque[QueueItem], load: LedgerLoad,

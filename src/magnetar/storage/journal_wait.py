@@ -32,6 +32,11 @@ seed), with ``bound_ns`` = ``journal_group_wait_ms_max``:
   milliseconds and fire on the loop's cached time, so a 1 ms timer took 1-2 ms, and the group then
   started one pass later) was paid by every group, for adds that a steady stream had already
   brought. At higher rates the group still gathers about as many adds as the bound brings.
+  **Only while the queued bytes are small** (at most ``EARLY_END_BYTES_MAX``, a modest rate of
+  small adds): a group of large entries (a batching producer's, ~100 KiB each) keeps the whole
+  wait, since ending it early there made smaller groups of large entries, more syncs for the same
+  bytes and 3-10% less batched ingest (docs/performance.md, sessions 14 and 15), while what it
+  gains (a fraction of a millisecond) is small beside such an entry's own write.
 
 A wait is fruitless when no add arrived during it (the journal counts its queue before and after):
 the adds a caller hands over together in one pass (a ledger's window) are all that comes until
@@ -55,6 +60,12 @@ SKIPS_MAX = 256
 #: Adds closer together than this are one burst (handed over in one loop pass): such an add
 #: arriving while others are pending does not end a back-off.
 BURST_GAP_NS = 50_000
+#: A wait ends early (``gained_enough``) only while the queue holds at most this many bytes.
+#: Measured where the check runs (docs/performance.md, "Session 15 (issue 22): the journal's
+#: group wait by bytes ..."): e2e at 2,000 msg/s of 1 KiB queues 2.2 KiB (max 12 KiB); a heavy
+#: unbatched producer's run of 32 adds ~35 KiB; the batched blast (100 KiB entries) 300 KiB to
+#: 2 MiB. The bound lets the first two end early and keeps the whole wait for the third.
+EARLY_END_BYTES_MAX = 128 * 1024
 
 
 class GroupWaitPolicy:
@@ -100,10 +111,14 @@ class GroupWaitPolicy:
             return 0
         return max(0, bound - (now_ns - head_arrived_ns))
 
-    def gained_enough(self, gained: int) -> bool:
-        """During a wait, ``gained`` adds arrived since it began: whether the group goes now. The
-        average gap says how many adds the whole bound would bring (``bound / gap``, rounded, the
-        head among them); once the others are here, waiting on gains nothing the arrivals promised."""
+    def gained_enough(self, gained: int, queued_bytes: int) -> bool:
+        """During a wait, ``gained`` adds arrived since it began and ``queued_bytes`` are queued:
+        whether the group goes now. The average gap says how many adds the whole bound would bring
+        (``bound / gap``, rounded, the head among them); once the others are here, waiting on gains
+        nothing the arrivals promised. Never above ``EARLY_END_BYTES_MAX`` queued: large entries
+        keep the whole wait (the group then ends by its timer or at ``journal_group_bytes_max``)."""
+        if queued_bytes > EARLY_END_BYTES_MAX:
+            return False
         gap = self._gap_avg_ns
         expected = (self._bound_ns + gap // 2) // gap - 1 if gap > 0 else 1
         return gained >= max(1, expected)

@@ -34,7 +34,7 @@ and ``truncate-to-lac`` (``RecoveryMode`` switches of the recoverers).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -59,6 +59,7 @@ from magnetar.sim.scenarios.base import Verdict
 from magnetar.sim.scenarios.ledger_matrix_check import Evidence
 from magnetar.sim.world import NodeContext, NodeMain, NodeState, SimWorld
 from magnetar.storage import Bookie, BookieConfig, BookieStatus
+from magnetar.storage.bookie import AddRun, OnRunDone
 
 FAULTS = (
     "writer-point", "bookie-point", "recovery-point", "bookie-restart", "power-cut", "partition", "zombie",
@@ -127,6 +128,29 @@ class _AckEarlyBookie(Bookie):
 
         super().add_entry(entry, master_key, recovery, once)
         once(Status.OK)
+
+    def add_entries_runs(self, runs: Sequence[AddRun]) -> None:
+        """The same for runs (``BookieServer`` hands a read's adds over as runs): every entry
+        not refused is answered OK once the runs are queued, before any journal write."""
+        early: list[AddRun] = []
+        for entries, master_key, recovery, on_done in runs:
+            early.append((entries, master_key, recovery, _answer_once(on_done)))
+        super().add_entries_runs(early)
+        for entries, _, _, once in early:
+            once(range(len(entries)), Status.OK)
+
+
+def _answer_once(on_done: OnRunDone) -> OnRunDone:
+    """``on_done`` for each index at most once (a later answer for an answered index is dropped)."""
+    answered: set[int] = set()
+
+    def once(indexes: Sequence[int], status: Status) -> None:
+        fresh = [index for index in indexes if index not in answered]
+        if fresh:
+            answered.update(fresh)
+            on_done(fresh, status)
+
+    return once
 
 
 def run_matrix(world: SimWorld, options: MatrixOptions, serve: ServerFactory) -> Verdict:
