@@ -4,6 +4,7 @@ WRITE_LAC over the wire, and the durability of an explicit LAC across a power cu
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from magnetar.ledger.bookie_client import BookieClient
 from magnetar.protocol.bookie import (
@@ -53,6 +54,17 @@ def _serve_and_probe(idle_ms: int) -> dict[str, object]:
         seen["between_after_limit"] = FrameDecoder().feed(await between.read(1024))
         seen["done"] = True
 
+    _run_bookie_then_client(world, bookie_main, client_main, seen, step_s=0.5)
+    seen["closed_count"] = servers[0].idle_partial_closed_count if servers else -1
+    return seen
+
+
+def _run_bookie_then_client(world: SimWorld, bookie_main: Callable[[NodeContext], Awaitable[None]],
+                            client_main: Callable[[NodeContext], Awaitable[None]], seen: dict[str, object],
+                            step_s: float = 0.1) -> None:
+    """The bookie node, then the client node, until the client sets ``seen["done"]`` or a node
+    fails (bounded: 1,000 steps of the world's virtual time)."""
+
     async def controller() -> None:
         world.add_node("bookie", bookie_main)
         await world.sleep(0.1)
@@ -60,12 +72,10 @@ def _serve_and_probe(idle_ms: int) -> dict[str, object]:
         for _ in range(1000):
             if seen.get("done") or world.failures:
                 break
-            await world.sleep(0.5)
-        seen["closed_count"] = servers[0].idle_partial_closed_count if servers else -1
+            await world.sleep(step_s)
 
     world.run(controller())
     assert not world.failures, world.failures
-    return seen
 
 
 async def _read_or_open(ctx: NodeContext, connection: object) -> str:
@@ -154,17 +164,7 @@ def test_write_lac_over_the_wire() -> None:
         await client.close()
         seen["done"] = True
 
-    async def controller() -> None:
-        world.add_node("bookie", bookie_main)
-        await world.sleep(0.1)
-        world.add_node("client", client_main)
-        for _ in range(1000):
-            if seen.get("done") or world.failures:
-                break
-            await world.sleep(0.1)
-
-    world.run(controller())
-    assert not world.failures, world.failures
+    _run_bookie_then_client(world, bookie_main, client_main, seen)
     assert seen == {"write": (Status.OK, 0), "read": 0, "done": True}
 
 
@@ -211,17 +211,7 @@ def test_the_adds_of_one_read_are_stored_as_runs_and_each_answered_with_its_own_
         seen["info"] = [r.request_id for r in replies if isinstance(r, GetInfoResponse)]
         seen["done"] = True
 
-    async def controller() -> None:
-        world.add_node("bookie", bookie_main)
-        await world.sleep(0.1)
-        world.add_node("client", client_main)
-        for _ in range(1000):
-            if seen.get("done") or world.failures:
-                break
-            await world.sleep(0.1)
-
-    world.run(controller())
-    assert not world.failures, world.failures
+    _run_bookie_then_client(world, bookie_main, client_main, seen)
     adds = seen["adds"]
     assert isinstance(adds, list)
     assert sorted(adds) == [
