@@ -104,6 +104,11 @@ class _PendingSend:
         self.producer._persisted(self, position, error)
 
 
+#: A queued SEND whose duplicate check waits for an append in flight, with what deciding it takes:
+#: ``(op, dedup, key, first, highest, records_sequence, data, count)`` (``Producer._queue_send``).
+_Undecided = tuple[_PendingSend, MessageDeduplication, str, int, int, bool, bytes, int]
+
+
 class Producer:
     def __init__(self, topic: Topic, producer_id: int, name: str, channel: ProducerChannel,
                  access_mode: AccessMode, pending_max: int, connection_key: object = None) -> None:
@@ -187,7 +192,8 @@ class Producer:
         with the run gathered so far) is returned as an awaitable the caller must await before
         it hands this producer anything else: it hands the gathered run to the topic first, so
         order and progress hold, then waits and goes on (``_send_rest``). Each SEND is queued
-        by the one step ``_queue_send``, whichever of the two took it.
+        and judged by the one step ``_queue_send`` (its duplicate check asked once), whichever
+        of the two took it.
 
         ``data`` None: the SEND failed its checksum. ``source``: (source cluster, source position)
         of a replicator's SEND; it is deduplicated by that position in ``topic.repl_dedup``
@@ -200,38 +206,23 @@ class Producer:
         run: list[tuple[bytes, PublishCallback, int]] = []
         index, count = 0, len(sends)
         while index < count:
-            if self._must_wait(sends[index]):
-                return self._send_rest(sends, index, run)
-            self._queue_send(sends[index], False, run)
+            if self._fifo_full():
+                return self._send_rest(sends, index, run, None)
+            behind = self._queue_send(sends[index], run)
             index += 1
+            if behind is not None:
+                return self._send_rest(sends, index, run, behind)
         return self.topic.start_publish_run(run) if run else None  # refusals come back through the callbacks
 
-    def _must_wait(self, send: SendItem) -> bool:
-        """Whether ``send`` cannot be queued without a wait: the FIFO is full, or its duplicate
-        check is behind an append in flight (``DedupStatus.UNKNOWN``; ``check`` has no side
-        effect, so asking it here changes nothing for ``_queue_send``)."""
-        if len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
-            return True
-        command, data, records_sequence, source = send
-        if data is None or (command.is_chunk and not records_sequence and source is None):
-            return False  # no duplicate check for it
-        if source is not None:
-            return self.topic.repl_dedup.check(source[0], source[1]) is DedupStatus.UNKNOWN
-        return self.topic.dedup.check(self.name, command.sequence_id) is DedupStatus.UNKNOWN
+    def _fifo_full(self) -> bool:
+        return len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE
 
-    async def _send_rest(self, sends: Sequence[SendItem], index: int, run: list[tuple[bytes, PublishCallback, int]]) -> None:
+    async def _send_rest(self, sends: Sequence[SendItem], index: int, run: list[tuple[bytes, PublishCallback, int]],
+                         behind: _Undecided | None) -> None:
         """``start_send_run`` from ``sends[index]`` on, waiting where it must; ``run``: the
-        entries gathered before it, not yet handed to the topic."""
-        for send in sends[index:]:
-            if len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
-                if run:
-                    await self._publish(run)
-                    run = []
-                while len(self._pending) >= self._pending_max and self._state is ProducerState.ACTIVE:
-                    if self._room is None:
-                        self._room = LazyEvent()
-                    await self._room.wait()
-            behind = self._queue_send(send, True, run)
+        entries gathered before it, not yet handed to the topic; ``behind``: the SEND just
+        queued whose duplicate check waits for an append in flight (None: none)."""
+        while True:
             if behind is not None:  # behind an append in flight: maybe one of this run
                 if run:
                     await self._publish(run)
@@ -242,6 +233,18 @@ class Producer:
                     self._flush()
                 else:
                     self._append(op, dedup, key, highest, records_sequence, data, count, run)
+            if index == len(sends):
+                break
+            if self._fifo_full():
+                if run:
+                    await self._publish(run)
+                    run = []
+                while self._fifo_full():
+                    if self._room is None:
+                        self._room = LazyEvent()
+                    await self._room.wait()
+            behind = self._queue_send(sends[index], run)
+            index += 1
         if run:
             await self._publish(run)
 
@@ -250,13 +253,11 @@ class Producer:
         if rest is not None:
             await rest
 
-    def _queue_send(self, send: SendItem, may_wait: bool, run: list[tuple[bytes, PublishCallback, int]]
-                    ) -> tuple[_PendingSend, MessageDeduplication, str, int, int, bool, bytes, int] | None:
+    def _queue_send(self, send: SendItem, run: list[tuple[bytes, PublishCallback, int]]) -> _Undecided | None:
         """Put ``send`` in its place in the FIFO and judge it: answered at once (a bad checksum,
-        a duplicate), or its entry added to ``run``. With ``may_wait``, a SEND whose duplicate
-        check is behind an append in flight is returned undecided, with what deciding it takes
-        (the caller waits for that append, then answers it or ``_append``s it); without, there
-        is none (``_must_wait`` said so)."""
+        a duplicate), or its entry added to ``run``. A SEND whose duplicate check is behind an
+        append in flight is returned undecided, with what deciding it takes (the caller waits
+        for that append, then answers it or ``_append``s it)."""
         command, data, records_sequence, source = send
         first = command.sequence_id
         count = 1 if command.num_messages is None else command.num_messages
@@ -276,7 +277,6 @@ class Producer:
                 source is None and self.epoch and self._reused_after_rebase(first, highest)):
             status = dedup.check(key, first)
             if status is DedupStatus.UNKNOWN:
-                invariant(may_wait, "a send whose duplicate check must wait goes the waiting way")
                 return op, dedup, key, first, highest, records_sequence, data, count
             if status is DedupStatus.DUPLICATE:
                 op.position = DUPLICATE
