@@ -411,12 +411,12 @@ class Topic:
         started_ns = self.clock.monotonic_ns() if self.clock is not None else 0  # one reading per run
         index, count = 0, len(run)
         while index < count:
+            if not log.has_room(len(batch) + 1):  # the rest judges this entry (once) and waits
+                return self._publish_rest(run, index, batch, callers, policies)
             data, on_done, messages = run[index]
             refusal = self._refusal(data, size_max)
             if refusal is not None:
                 on_done(None, refusal)
-            elif not log.has_room(len(batch) + 1):
-                return self._publish_rest(run, index, batch, callers, policies)
             else:
                 self._add_to_batch(data, on_done, messages or _message_count(data), started_ns, batch, callers)
             index += 1
