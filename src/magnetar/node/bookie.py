@@ -36,6 +36,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from functools import partial
+from itertools import groupby
 from typing import Any
 
 from magnetar.base.clock import Clock
@@ -264,19 +265,10 @@ class BookieServer:
         keeps its own journal reply lane and its replies come in order. Each add is answered
         with its own ADD response, once its status is known (OK after the journal's fsync)."""
         runs: list[AddRun] = []
-        start = 0
-        first = adds[0]
-        for at in range(1, len(adds) + 1):
-            if at < len(adds):
-                add = adds[at]
-                if (add.entry.ledger_id == first.entry.ledger_id and add.master_key == first.master_key
-                        and add.recovery == first.recovery):
-                    continue
-            requests = adds[start:at]
-            runs.append(([request.entry for request in requests], first.master_key, first.recovery,
+        for (_, master_key, recovery), stretch in groupby(adds, _run_key):
+            requests = list(stretch)
+            runs.append(([request.entry for request in requests], master_key, recovery,
                          partial(self._added, state, requests)))
-            if at < len(adds):
-                start, first = at, adds[at]
         self.bookie.add_entries_runs(runs)
 
     @staticmethod
@@ -532,3 +524,8 @@ async def start_bookie_node(
         raise
     task = asyncio.get_running_loop().create_task(registration.run(), name=f"bookie-registration-{bookie_id}")
     return RunningBookie(bookie, server, kv, bookie_id, task, registration)
+
+
+def _run_key(add: AddRequest) -> tuple[int, bytes, bool]:
+    """What one run of adds shares: its ledger, master key and recovery flag."""
+    return add.entry.ledger_id, add.master_key, add.recovery
