@@ -87,17 +87,28 @@ def _v(value: int) -> bytes:
 def encode_send_receipt(producer_id: int, sequence_id: int, ledger_id: int, entry_id: int,
                         highest_sequence_id: int | None = None) -> bytes:
     """The whole SEND_RECEIPT frame (size, command size, command) for these values: the bytes
-    ``encode_command(commands.send_receipt(...))`` gives."""
-    message_id = _ID_LEDGER + _v(ledger_id) + _ID_ENTRY + _v(entry_id)
-    body = (_R_PRODUCER + _v(producer_id) + _R_SEQUENCE + _v(sequence_id)
-            + _R_MESSAGE_ID + _SMALL[len(message_id)] + message_id)
-    if highest_sequence_id is not None:
-        body += _R_HIGHEST + _v(highest_sequence_id)
-    command = _TYPE_SEND_RECEIPT + _v(len(body)) + body
-    size = len(command)
+    ``encode_command(commands.send_receipt(...))`` gives.
+
+    Once per unbatched message: each value's varint made once and every part joined once (as
+    ``encode_message_header`` does), not a ``bytes`` per concatenation (~15 objects)."""
+    producer = _v(producer_id)
+    sequence = _v(sequence_id)
+    ledger = _v(ledger_id)
+    entry = _v(entry_id)
+    id_size = 2 + len(ledger) + len(entry)  # at most 22: its length is one byte
+    body_size = 4 + len(producer) + len(sequence) + id_size
+    if highest_sequence_id is None:
+        highest_tag, highest = b"", b""
+    else:
+        highest_tag, highest = _R_HIGHEST, _v(highest_sequence_id)
+        body_size += 1 + len(highest)
+    body_length = _varint(body_size)
+    size = len(_TYPE_SEND_RECEIPT) + len(body_length) + body_size
     if size + 8 > PULSAR_FRAME_BYTES_MAX:  # cannot happen for a receipt (< 100 bytes); kept honest
         raise ValueError(f"receipt frame of {size} bytes")
-    return _HEADER.pack(4 + size, size) + command
+    return b"".join((_HEADER.pack(4 + size, size), _TYPE_SEND_RECEIPT, body_length, _R_PRODUCER, producer,
+                     _R_SEQUENCE, sequence, _R_MESSAGE_ID, _SMALL[id_size], _ID_LEDGER, ledger, _ID_ENTRY, entry,
+                     highest_tag, highest))
 
 
 _TYPE_MESSAGE: Final = (_tag(pb.BaseCommand, "type", _VARINT) + _varint(pb.BaseCommand.MESSAGE)
