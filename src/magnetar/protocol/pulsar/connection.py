@@ -61,6 +61,9 @@ from magnetar.protocol.pulsar.errors import (
 )
 from magnetar.protocol.pulsar.fast import encode_message_header, encode_send_receipt
 from magnetar.protocol.pulsar.fast_decode import (
+    ACK,
+    FLOW,
+    SEND,
     AckCommand,
     SendCommand,
     command_type,
@@ -81,7 +84,7 @@ from magnetar.protocol.pulsar.frames import (
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
 T = pb.BaseCommand
-_COMMAND_SIZE = struct.Struct(">I")
+_COMMAND_SIZE: Final = struct.Struct(">I")
 
 PROTOCOL_VERSION_MAX = 20  # v20 "topic migration": what the 4.2.0 client sends and Java answers
 PROTOCOL_VERSION_PING_MIN = 1  # below this the client does not understand PING
@@ -354,7 +357,7 @@ class ServerConnection(FrameReceiver[Event]):
             return None
         command = bytes(frame[8:command_end])
         kind = command_type(command)
-        if kind == T.SEND:
+        if kind == SEND:  # the ints of fast_decode (``Final``): no attribute lookups per frame
             send = decode_send(command)
             if send is None or command_end == len(frame):
                 return None
@@ -364,10 +367,10 @@ class ServerConnection(FrameReceiver[Event]):
                 return CorruptSend(send)
         if command_end != len(frame):
             return None
-        if kind == T.FLOW:
+        if kind == FLOW:
             flow = decode_flow(command)
             return None if flow is None else FlowReceived(flow[0], flow[1])
-        if kind == T.ACK:
+        if kind == ACK:
             ack = decode_ack(command)
             return None if ack is None else AckReceived(ack, command)
         return None

@@ -46,17 +46,20 @@ from magnetar.protocol.pulsar.errors import (
 )
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
 
-MAGIC_CRC32C = 0x0E01
-MAGIC_BROKER_ENTRY_METADATA = 0x0E02
+MAGIC_CRC32C: Final = 0x0E01
+MAGIC_BROKER_ENTRY_METADATA: Final = 0x0E02
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_HEADER = struct.Struct(">II")
-_MAGIC_CRC = struct.Struct(">HI")
-_SIZE_FIELD_BYTES = 4
-_MIN_COMMAND_BYTES = 2  # BaseCommand.type is required: one tag byte plus one varint byte
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+_HEADER: Final = struct.Struct(">II")
+_MAGIC_CRC: Final = struct.Struct(">HI")
+_SIZE_FIELD_BYTES: Final = 4
+_MIN_COMMAND_BYTES: Final = 2  # BaseCommand.type is required: one tag byte plus one varint byte
 
 Buffer = bytes | bytearray | memoryview
+_EMPTY_VIEW: Final = memoryview(b"")
+#: ``Final`` (compiled: a C static, not a lookup of ``pb`` then of its attribute per SEND).
+_MESSAGE_METADATA: Final = pb.MessageMetadata
 
 _Decoded = TypeVar("_Decoded")
 
@@ -184,7 +187,9 @@ class FrameDecoder:
         invariant(0 < frame_bytes_max <= PULSAR_FRAME_BYTES_MAX, "frame_bytes_max out of range")
         self._frame_bytes_max = frame_bytes_max
         self._buffer_bytes_max = PULSAR_RECEIVE_BUFFER_BYTES_MAX - PULSAR_FRAME_BYTES_MAX + frame_bytes_max
-        self._buf: bytes | memoryview = b""  # the first chunk with unread bytes (from ``_pos``)
+        #: The first chunk with unread bytes (from ``_pos``), as a view: a frame inside it is one
+        #: slice of it, not a new view of the chunk and then a slice of that (per frame).
+        self._buf = _EMPTY_VIEW
         self._pos = 0
         self._more: collections.deque[bytes | memoryview] = collections.deque()  # the chunks after ``_buf``
         self._more_bytes = 0
@@ -212,7 +217,7 @@ class FrameDecoder:
         else:
             chunk = bytes(data)
         if self.buffered_bytes == 0:
-            self._buf = chunk
+            self._buf = memoryview(chunk)
             self._pos = 0
         else:
             self._more.append(chunk)
@@ -249,7 +254,7 @@ class FrameDecoder:
             return None
         end = start + frame_bytes
         if end <= len(buf):
-            view = memoryview(buf)[start:end]
+            view = buf[start:end]
             self._pos = end
         else:
             view = memoryview(self._take_spanning(frame_bytes))
@@ -269,7 +274,7 @@ class FrameDecoder:
     def _take_spanning(self, count: int) -> bytes:
         """Consume the next ``count`` bytes, which run past ``_buf`` into ``_more``, as one joined
         ``bytes`` (one copy); the chunk where they end becomes ``_buf``."""
-        parts: list[Buffer] = [memoryview(self._buf)[self._pos :]]
+        parts: list[Buffer] = [self._buf[self._pos :]]
         needed = count - len(parts[0])
         more = self._more
         while True:
@@ -277,7 +282,7 @@ class FrameDecoder:
             self._more_bytes -= len(chunk)
             if len(chunk) >= needed:
                 parts.append(memoryview(chunk)[:needed])
-                self._buf, self._pos = chunk, needed
+                self._buf, self._pos = memoryview(chunk), needed
                 return b"".join(parts)
             parts.append(chunk)
             needed -= len(chunk)
@@ -285,10 +290,10 @@ class FrameDecoder:
     def _next_chunk(self) -> None:
         """``_buf`` is used up: the next chunk takes its place (or nothing is buffered)."""
         if self._more:
-            self._buf = self._more.popleft()
+            self._buf = memoryview(self._more.popleft())
             self._more_bytes -= len(self._buf)
         else:
-            self._buf = b""
+            self._buf = _EMPTY_VIEW
         self._pos = 0
 
     def decoded(self, decode: Callable[[memoryview], _Decoded], view: memoryview) -> _Decoded:
@@ -314,7 +319,7 @@ class FrameDecoder:
     def _break(self, error: Exception) -> NoReturn:
         self._state = _DecoderState.BROKEN
         self._error = error
-        self._buf = b""
+        self._buf = _EMPTY_VIEW
         self._pos = 0
         self._more.clear()
         self._more_bytes = 0
@@ -389,7 +394,7 @@ def decode_message(rest: memoryview) -> MessagePayload:
     payload_start = offset + metadata_size
     if payload_start > size:
         raise MalformedFrameError(f"metadata_size {metadata_size} exceeds the frame")
-    metadata = _parse(pb.MessageMetadata(), rest[offset:payload_start], "MessageMetadata")
+    metadata = _parse(_MESSAGE_METADATA(), rest[offset:payload_start], "MessageMetadata")
     return MessagePayload(metadata, rest[payload_start:], rest[headers_start:] if headers_start else rest,
                           checksum, broker_entry_metadata)
 
