@@ -114,6 +114,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.ledger.window",
     "magnetar.storage.index",
     "magnetar.base.lazy_event",  # 5 calls per message (a producer's room, the pipeline's flags)
+    "magnetar.broker.entry_published",  # session 16: the log's callback per published entry
 )
 
 

@@ -77,6 +77,7 @@ from magnetar.broker.compaction import TopicCompaction
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, DedupState, MessageDeduplication, is_system_cursor
 from magnetar.broker.entry import entry_message_count
+from magnetar.broker.entry_published import EntryPublished
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import AppendCallback, SettlesFailedWrites, Terminable, TopicLog
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
@@ -436,7 +437,7 @@ class Topic:
 
     def _add_to_batch(self, data: bytes, on_done: PublishCallback, messages: int, started_ns: int,
                       batch: list[tuple[bytes, AppendCallback]], callers: list[PublishCallback]) -> None:
-        batch.append((data, partial(self._published, len(data), messages, started_ns, on_done)))
+        batch.append((data, EntryPublished(self, len(data), messages, started_ns, on_done)))
         callers.append(on_done)
 
     async def _publish_rest(self, run: Sequence[tuple[bytes, PublishCallback, int]], index: int,
@@ -491,8 +492,8 @@ class Topic:
             for on_done in callers:
                 on_done(None, error)
 
-    def _published(self, size: int, messages: int, started_ns: int, on_done: PublishCallback,
-                   position: Position | None, error: BaseException | None) -> None:
+    def entry_published(self, size: int, messages: int, started_ns: int, on_done: PublishCallback,
+                        position: Position | None, error: BaseException | None) -> None:
         if error is not None:
             if is_write_failure(error):
                 self._block(error)
