@@ -13,6 +13,7 @@ registered per topic, so an unloaded topic leaves no series behind). Metric name
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -73,12 +74,9 @@ class LatencyHistogram:
     count: int = 0
 
     def observe(self, latency_ms: float) -> None:
-        index = len(LATENCY_BUCKETS_MS)
-        for i, bound in enumerate(LATENCY_BUCKETS_MS):
-            if latency_ms <= bound:
-                index = i
-                break
-        self.counts[index] += 1
+        # Once per published entry: the first bucket whose bound is >= the latency (the last,
+        # +Inf, if none), found by ``bisect`` in C rather than a loop over the bounds.
+        self.counts[bisect_left(LATENCY_BUCKETS_MS, latency_ms)] += 1
         self.sum_ms += latency_ms
         self.count += 1
 
