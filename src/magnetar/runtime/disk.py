@@ -20,6 +20,12 @@ A write of ``_WORKER_COPY_BYTES_MIN`` or more is copied into its aligned buffer 
 thread (one ``pwritev`` into the buffer's ``memfd``, GIL released: ``_AlignedBuffer``), a
 smaller one on the event loop before the worker call.
 
+``preallocate(end)`` writes zeros past every byte reserved so far (``O_DIRECT`` from anonymous
+zero pages, in a worker thread, then ``fdatasync``) without moving ``size()``: a later synced
+write below ``end`` changes no file metadata (ext4 commits its journal for an extending or
+unwritten-extent write; ``fallocate`` measured the same as extending, docs/performance.md
+session 16). A write reserved meanwhile that may reach the zeros waits for them in its thread.
+
 ``close()`` while a worker call still runs (its caller was cancelled) defers closing the
 descriptors to the end of that call, so a call never writes into a file that reused the number.
 
@@ -49,6 +55,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from magnetar import faults
 from magnetar.base.errors import InvalidArgumentError, NotFoundError
@@ -235,6 +242,7 @@ def split_parts(parts: Sequence[Bytes], at: int) -> tuple[list[Bytes], list[Byte
 def _write_job(
     descriptors: _Descriptors, parts: Sequence[Bytes], offset: int, sync: bool, aligned: memoryview | None,
     torn_point: str = "", unsynced_point: str = "", fill: _AlignedBuffer | None = None,
+    after: threading.Event | None = None,
 ) -> bool:
     """The worker-thread write (and sync); ``aligned`` is the page-aligned buffer's view for the
     O_DIRECT descriptor, holding the parts already, or filled here first when ``fill`` is its
@@ -243,10 +251,13 @@ def _write_job(
     With ``torn_point`` armed (``faults.tears``), the bytes go in two writes with that fault point
     between them (split at half, rounded down to the alignment on the direct path: a one-page
     group is one write, the point passed before it); ``unsynced_point`` is passed between the
-    write and the sync."""
+    write and the sync. ``after``: the zeros of a ``preallocate`` that may cover these bytes,
+    written first (set once they are)."""
     if torn_point and not faults.tears(torn_point):
         torn_point = ""  # unarmed, the point half-way through the write does nothing: one write
     try:
+        if after is not None:
+            after.wait()
         if fill is not None and aligned is not None:
             fill.fill(parts, aligned)
         written_direct = False
@@ -379,6 +390,41 @@ def _forget_workers_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_workers_in_child)
+
+
+#: Bytes of zeros ``LocalFile.preallocate`` writes per system call.
+_ZEROS_CHUNK_BYTES = 1 * MIB
+_ZEROS: list[mmap.mmap] = []  # one page-aligned chunk of zeros (anonymous memory), made on first use
+
+
+def _zeros_job(descriptors: _Descriptors, start: int, end: int, done: threading.Event) -> None:
+    """Write zeros over ``[start, end)`` (``start`` page-aligned) and fdatasync; sets ``done``
+    once they are written (blocking: a worker thread's job). ``O_DIRECT`` from one chunk of
+    anonymous zero pages where the file takes it (no page-cache copy), else buffered."""
+    try:
+        if not _ZEROS:
+            _ZEROS.append(mmap.mmap(-1, _ZEROS_CHUNK_BYTES))
+        zeros = memoryview(_ZEROS[0])
+        direct = descriptors.direct_fd >= 0
+        offset = start
+        while offset < end:
+            count = min(_ZEROS_CHUNK_BYTES, end - offset)
+            if direct and count % DISK_DIRECT_ALIGNMENT_BYTES == 0:
+                try:
+                    _pwrite_all(descriptors.direct_fd, zeros[:count], offset)
+                    offset += count
+                    continue
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    direct = False  # refused after all: the same zeros, buffered
+            _pwrite_all(descriptors.fd, zeros[:count], offset)
+            offset += count
+        done.set()
+        os.fdatasync(descriptors.fd)
+    finally:
+        done.set()
+        descriptors.release()
 
 
 def _sync_job(descriptors: _Descriptors) -> None:
@@ -515,12 +561,18 @@ class LocalFile:
     # pwrite and fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and
     # the worker, which on a busy machine cost more than a copy of a few KiB. A large write's
     # copy (MiBs of batched entries) is the worker's, off the loop (``_AlignedBuffer.fill``).
-    __slots__ = ("_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size")
+    __slots__ = ("_allocated", "_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size", "_zeroing",
+                 "_zeroing_from")
 
     def __init__(self, path: str, fd: int, direct_fd: int = -1, buffers: _AlignedBuffers | None = None) -> None:
         self._path = path
         self._descriptors = _Descriptors(fd, direct_fd)
-        self._size = os.fstat(fd).st_size
+        # ``_size`` is where appends go (the file's end as this handle writes it); ``_allocated``
+        # is at least the end of the file's storage (zeros of ``preallocate`` past ``_size``).
+        self._size = self._allocated = os.fstat(fd).st_size
+        # A ``preallocate`` writing zeros from ``_zeroing_from``: set once they are written.
+        self._zeroing: threading.Event | None = None
+        self._zeroing_from = 0
         self._mapping: mmap.mmap | None = None  # ``read_view``'s map of the file, as long as it was then
         self._direct_ok = direct_fd >= 0
         # Aligned buffers not in use; a write takes one and gives it back when it returns (a
@@ -556,6 +608,7 @@ class LocalFile:
         while written < len(view):
             written += os.pwrite(self._fd, view[written:], offset + written)
         self._size = max(self._size, offset + len(view))
+        self._allocated = max(self._allocated, self._size)
 
     def read_at(self, offset: int, length: int) -> bytes:
         return os.pread(self._fd, length, offset)
@@ -575,8 +628,51 @@ class LocalFile:
         return memoryview(mapping)[offset:end]
 
     def truncate(self, size: int) -> None:
+        invariant(self._zeroing is None, "truncate while preallocate writes zeros")
         os.ftruncate(self._fd, size)
-        self._size = size
+        self._size = self._allocated = size
+
+    async def preallocate(self, end: int) -> None:
+        """Fill the file's storage with written zeros from past every byte reserved so far (and
+        past its storage's end) up to ``end``, and make them durable, without moving ``size()``
+        (where appends go): a later synced write below ``end`` then changes no file metadata.
+        On ext4 a synced write that extends a file (or fills an ``fallocate``d, unwritten
+        extent) commits the filesystem's journal too: 4 KiB ``RWF_DSYNC`` writes into written
+        zeros took p50 0.1-1 ms against ~4 ms extending on the loaded bench VM
+        (docs/performance.md, session 16). A write reserved while the zeros are written waits
+        for them (``_write_job``'s ``after``) if it may reach them, so zeros never land over a
+        write. Reopened, the file's ``size()`` includes the zeros (its owner finds its end by
+        its records). One at a time per file."""
+        invariant(self._zeroing is None, "one preallocate at a time per file")
+        start = max(self._size, self._allocated)
+        start += -start % DISK_DIRECT_ALIGNMENT_BYTES
+        if end <= start:
+            return
+        done = threading.Event()
+        descriptors = self._descriptors
+        descriptors.acquire()
+        try:
+            job = asyncio.get_running_loop().run_in_executor(None, _zeros_job, descriptors, start, end, done)
+        except BaseException:
+            descriptors.release()
+            raise
+        self._zeroing, self._zeroing_from = done, start
+        job.add_done_callback(partial(self._zeroed, done, end))
+        # A cancelled caller does not stop the job: the writes it holds back wait for its zeros.
+        await asyncio.shield(job)
+
+    def _zeroed(self, done: threading.Event, end: int, job: asyncio.Future[None]) -> None:
+        if self._zeroing is done:
+            self._zeroing = None
+        if not job.cancelled() and job.exception() is None:
+            self._allocated = max(self._allocated, end)
+
+    def _zeros_first(self, offset: int, total: int) -> threading.Event | None:
+        """The zeros a write of ``total`` bytes at ``offset`` must wait for, if any."""
+        zeroing = self._zeroing
+        if zeroing is None or offset + total <= self._zeroing_from:
+            return None
+        return zeroing
 
     async def append_parts(self, parts: Sequence[Bytes]) -> int:
         return await self._write_in_worker(parts, sync=False)
@@ -596,6 +692,7 @@ class LocalFile:
         buffer, aligned, fill = self._aligned_copy(parts, offset, total)
         loop = asyncio.get_running_loop()
         descriptors = self._descriptors
+        after = self._zeros_first(offset, total)
         descriptors.acquire()
         self._size += total
 
@@ -608,7 +705,7 @@ class LocalFile:
             written_direct = False
             try:
                 written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point,
-                                            fill)
+                                            fill, after)
             except BaseException as exc:  # handed to ``done`` on the loop
                 error = exc
             try:
@@ -628,9 +725,10 @@ class LocalFile:
         total = sum(len(part) for part in parts)
         self._size += total
         buffer, aligned, fill = self._aligned_copy(parts, offset, total)
+        after = self._zeros_first(offset, total)
         self._descriptors.acquire()
         written_direct = await asyncio.get_running_loop().run_in_executor(
-            None, _write_job, self._descriptors, parts, offset, sync, aligned, "", "", fill
+            None, _write_job, self._descriptors, parts, offset, sync, aligned, "", "", fill, after
         )
         self._aligned_done(buffer, aligned, written_direct)
         return offset
