@@ -367,6 +367,52 @@ _workers_lock = threading.Lock()
 SYNC_SWITCH_INTERVAL_S = 0.0005
 
 
+#: ``append_and_sync_then`` runs its write and sync on the event loop's own thread (no hand-off
+#: to a writer thread) only for a write of at most this many bytes, ...
+INLINE_WRITE_BYTES_MAX = 64 * 1024
+#: ... while the recent synced writes took at most this long on average (the loop stalls for
+#: the whole sync: a slow disk's writes go to the threads, as at high rates) ...
+INLINE_SYNC_NS_MAX = 250_000
+
+
+class _InlinePace:
+    """When a group's write and sync run inline, on the event loop's thread (one process-wide
+    instance, used on the loop thread only). At a modest rate a journal group is one record: in a
+    writer thread it costs a wake of that thread and a wake of the loop for the completion
+    (besides the loop's wake for the request), ~27 us of CPU each on the bench VM
+    (``bench/wake_cost.py``), against a sync of 40-250 us the loop then waits out itself. Inline
+    only while no other ``append_and_sync_then`` is in flight (its completion not yet run: a
+    higher rate's next group overlaps the previous one's sync on a writer thread, as before;
+    a closed loop's lost completions keep it at the threads), the write is small, the recent
+    synced writes were fast (``INLINE_SYNC_NS_MAX``, a moving average over both threads' writes),
+    and neither fault point of the write is armed: an armed point may hold the write (a hang),
+    which must hold that write, not the event loop. The same ``_write_job`` runs either way and
+    passes the same points; only its thread differs."""
+
+    __slots__ = ("inline_count", "pending", "sync_ns")
+
+    def __init__(self) -> None:
+        self.pending = 0  # writes started whose completion the loop has not run yet
+        self.sync_ns = 0  # moving average (1/8) of a write and sync's duration, either thread
+        self.inline_count = 0  # writes run inline so far
+
+    def inline_ok(self, total: int, plain: bool, torn_point: str, unsynced_point: str) -> bool:
+        """Whether the write starting now runs inline (counted as pending either way)."""
+        self.pending += 1
+        if (self.pending > 1 or not plain or total > INLINE_WRITE_BYTES_MAX or self.sync_ns > INLINE_SYNC_NS_MAX
+                or (torn_point and faults.tears(torn_point)) or (unsynced_point and faults.tears(unsynced_point))):
+            return False
+        self.inline_count += 1
+        return True
+
+    def finished(self, took_ns: int) -> None:
+        self.pending -= 1
+        self.sync_ns += (took_ns - self.sync_ns) >> 3
+
+
+_PACE = _InlinePace()
+
+
 def _sync_workers() -> _SyncThreads:
     """The threads of ``append_and_sync_then`` (made on first use, shared by every file); on
     first use the process's switch interval goes down to ``SYNC_SWITCH_INTERVAL_S``."""
@@ -387,6 +433,7 @@ def _forget_workers_in_child() -> None:
     global _workers, _workers_lock
     _workers = None
     _workers_lock = threading.Lock()
+    _PACE.pending = 0  # the parent's writes are not the child's
 
 
 os.register_at_fork(after_in_child=_forget_workers_in_child)
@@ -695,27 +742,46 @@ class LocalFile:
         after = self._zeros_first(offset, total)
         descriptors.acquire()
         self._size += total
+        pace = _PACE
 
-        def finished(error: BaseException | None, written_direct: bool) -> None:  # on the loop
+        def finished(error: BaseException | None, written_direct: bool, took_ns: int) -> None:
+            # On the loop, after the write and sync, whichever thread ran them.
+            pace.finished(took_ns)
             self._aligned_done(buffer, aligned, None if error is not None else written_direct)
             done(error)
+
+        if pace.inline_ok(total, after is None and fill is None, torn_point, unsynced_point):
+            # The loop's own thread writes and syncs (``_InlinePace``), and answers from the next
+            # loop pass (``call_soon``: never from inside the caller).
+            error: BaseException | None = None
+            written_direct = False
+            started = time.monotonic_ns()
+            try:
+                written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point,
+                                            fill, after)
+            except Exception as exc:  # handed to ``done`` from the next loop pass
+                error = exc
+            loop.call_soon(finished, error, written_direct, time.monotonic_ns() - started)
+            return offset
 
         def job() -> None:  # on a worker thread
             error: BaseException | None = None
             written_direct = False
+            started = time.monotonic_ns()
             try:
                 written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point,
                                             fill, after)
             except BaseException as exc:  # handed to ``done`` on the loop
                 error = exc
             try:
-                loop.call_soon_threadsafe(finished, error, written_direct)
+                loop.call_soon_threadsafe(finished, error, written_direct, time.monotonic_ns() - started)
             except RuntimeError:
                 pass  # the loop is closed: nobody waits for the answer any more
 
         try:
             _sync_workers().submit(job)
         except BaseException:
+            pace.pending -= 1
             descriptors.release()
             raise
         return offset
