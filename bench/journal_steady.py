@@ -9,7 +9,8 @@ per add, groups and waits per add, and the ack latency p50/p99 in ms. No broker 
 the journal and its disk hand-offs cost per add, with far less noise than the standalone's
 figure. Compare trees by running it with each one's ``src`` first on ``PYTHONPATH``.
 
-Run: ``PYTHONPATH=src .venv/bin/python bench/journal_steady.py --rate 2000 --seconds 4``.
+Run: ``PYTHONPATH=src .venv/bin/python bench/journal_steady.py --rate 2000 --seconds 4`` (``--threads-only``:
+no group written inline on the loop thread).
 Bounded: ``seconds + 1`` of adds, then the journal stops.
 """
 
@@ -102,6 +103,9 @@ async def run(args: argparse.Namespace, root: str) -> dict[str, float]:
     loop_cpu = cpu_after[loop_tid] - cpu_before.get(loop_tid, 0.0)
     other_cpu = sum(v - cpu_before.get(tid, 0.0) for tid, v in cpu_after.items() if tid != loop_tid)
     await journal.stop()
+    # The journal file's size on disk: past the records when it was preallocated.
+    file_bytes = max((os.path.getsize(os.path.join(root, "journal", name))
+                      for name in os.listdir(os.path.join(root, "journal"))), default=0)
     latencies.sort()
     return {
         "adds_s": round(measured / wall, 1),
@@ -112,7 +116,15 @@ async def run(args: argparse.Namespace, root: str) -> dict[str, float]:
         "waits_per_add": round((journal.waits_count - int(marks["waits"])) / measured, 3),  # type: ignore[call-overload]
         "p50_ms": round(latencies[len(latencies) // 2] * 1e3, 3),
         "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1e3, 3),
+        "inline_groups": getattr(getattr(runtime_disk_module(), "_PACE", None), "inline_count", None),
+        "file_bytes": file_bytes,
     }
+
+
+def runtime_disk_module() -> object:
+    from magnetar.runtime import disk as runtime_disk
+
+    return runtime_disk
 
 
 def main() -> None:
@@ -122,7 +134,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1100)
     parser.add_argument("--dir", default="/tmp")
     parser.add_argument("--label", default="")
+    parser.add_argument("--threads-only", action="store_true",
+                        help="every group to the writer threads (no inline write on the loop thread: the A/B of that)")
     args = parser.parse_args()
+    if args.threads_only:
+        from magnetar.runtime import disk as runtime_disk
+
+        if hasattr(runtime_disk, "INLINE_SYNC_NS_MAX"):
+            runtime_disk.INLINE_SYNC_NS_MAX = -1
     import uvloop
 
     tune_gc_for_server()  # as the standalone does after start-up

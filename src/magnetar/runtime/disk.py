@@ -20,6 +20,12 @@ A write of ``_WORKER_COPY_BYTES_MIN`` or more is copied into its aligned buffer 
 thread (one ``pwritev`` into the buffer's ``memfd``, GIL released: ``_AlignedBuffer``), a
 smaller one on the event loop before the worker call.
 
+``preallocate(end)`` writes zeros past every byte reserved so far (``O_DIRECT`` from anonymous
+zero pages, in a worker thread, then ``fdatasync``) without moving ``size()``: a later synced
+write below ``end`` changes no file metadata (ext4 commits its journal for an extending or
+unwritten-extent write; ``fallocate`` measured the same as extending, docs/performance.md
+session 16). A write reserved meanwhile that may reach the zeros waits for them in its thread.
+
 ``close()`` while a worker call still runs (its caller was cancelled) defers closing the
 descriptors to the end of that call, so a call never writes into a file that reused the number.
 
@@ -49,6 +55,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from magnetar import faults
 from magnetar.base.errors import InvalidArgumentError, NotFoundError
@@ -235,6 +242,7 @@ def split_parts(parts: Sequence[Bytes], at: int) -> tuple[list[Bytes], list[Byte
 def _write_job(
     descriptors: _Descriptors, parts: Sequence[Bytes], offset: int, sync: bool, aligned: memoryview | None,
     torn_point: str = "", unsynced_point: str = "", fill: _AlignedBuffer | None = None,
+    after: threading.Event | None = None,
 ) -> bool:
     """The worker-thread write (and sync); ``aligned`` is the page-aligned buffer's view for the
     O_DIRECT descriptor, holding the parts already, or filled here first when ``fill`` is its
@@ -243,10 +251,13 @@ def _write_job(
     With ``torn_point`` armed (``faults.tears``), the bytes go in two writes with that fault point
     between them (split at half, rounded down to the alignment on the direct path: a one-page
     group is one write, the point passed before it); ``unsynced_point`` is passed between the
-    write and the sync."""
+    write and the sync. ``after``: the zeros of a ``preallocate`` that may cover these bytes,
+    written first (set once they are)."""
     if torn_point and not faults.tears(torn_point):
         torn_point = ""  # unarmed, the point half-way through the write does nothing: one write
     try:
+        if after is not None:
+            after.wait()
         if fill is not None and aligned is not None:
             fill.fill(parts, aligned)
         written_direct = False
@@ -356,6 +367,52 @@ _workers_lock = threading.Lock()
 SYNC_SWITCH_INTERVAL_S = 0.0005
 
 
+#: ``append_and_sync_then`` runs its write and sync on the event loop's own thread (no hand-off
+#: to a writer thread) only for a write of at most this many bytes, ...
+INLINE_WRITE_BYTES_MAX = 64 * 1024
+#: ... while the recent synced writes took at most this long on average (the loop stalls for
+#: the whole sync: a slow disk's writes go to the threads, as at high rates) ...
+INLINE_SYNC_NS_MAX = 250_000
+
+
+class _InlinePace:
+    """When a group's write and sync run inline, on the event loop's thread (one process-wide
+    instance, used on the loop thread only). At a modest rate a journal group is one record: in a
+    writer thread it costs a wake of that thread and a wake of the loop for the completion
+    (besides the loop's wake for the request), ~27 us of CPU each on the bench VM
+    (``bench/wake_cost.py``), against a sync of 40-250 us the loop then waits out itself. Inline
+    only while no other ``append_and_sync_then`` is in flight (its completion not yet run: a
+    higher rate's next group overlaps the previous one's sync on a writer thread, as before;
+    a closed loop's lost completions keep it at the threads), the write is small, the recent
+    synced writes were fast (``INLINE_SYNC_NS_MAX``, a moving average over both threads' writes),
+    and neither fault point of the write is armed: an armed point may hold the write (a hang),
+    which must hold that write, not the event loop. The same ``_write_job`` runs either way and
+    passes the same points; only its thread differs."""
+
+    __slots__ = ("inline_count", "pending", "sync_ns")
+
+    def __init__(self) -> None:
+        self.pending = 0  # writes started whose completion the loop has not run yet
+        self.sync_ns = 0  # moving average (1/8) of a write and sync's duration, either thread
+        self.inline_count = 0  # writes run inline so far
+
+    def inline_ok(self, total: int, plain: bool, torn_point: str, unsynced_point: str) -> bool:
+        """Whether the write starting now runs inline (counted as pending either way)."""
+        self.pending += 1
+        if (self.pending > 1 or not plain or total > INLINE_WRITE_BYTES_MAX or self.sync_ns > INLINE_SYNC_NS_MAX
+                or (torn_point and faults.tears(torn_point)) or (unsynced_point and faults.tears(unsynced_point))):
+            return False
+        self.inline_count += 1
+        return True
+
+    def finished(self, took_ns: int) -> None:
+        self.pending -= 1
+        self.sync_ns += (took_ns - self.sync_ns) >> 3
+
+
+_PACE = _InlinePace()
+
+
 def _sync_workers() -> _SyncThreads:
     """The threads of ``append_and_sync_then`` (made on first use, shared by every file); on
     first use the process's switch interval goes down to ``SYNC_SWITCH_INTERVAL_S``."""
@@ -376,9 +433,45 @@ def _forget_workers_in_child() -> None:
     global _workers, _workers_lock
     _workers = None
     _workers_lock = threading.Lock()
+    _PACE.pending = 0  # the parent's writes are not the child's
 
 
 os.register_at_fork(after_in_child=_forget_workers_in_child)
+
+
+#: Bytes of zeros ``LocalFile.preallocate`` writes per system call.
+_ZEROS_CHUNK_BYTES = 1 * MIB
+_ZEROS: list[mmap.mmap] = []  # one page-aligned chunk of zeros (anonymous memory), made on first use
+
+
+def _zeros_job(descriptors: _Descriptors, start: int, end: int, done: threading.Event) -> None:
+    """Write zeros over ``[start, end)`` (``start`` page-aligned) and fdatasync; sets ``done``
+    once they are written (blocking: a worker thread's job). ``O_DIRECT`` from one chunk of
+    anonymous zero pages where the file takes it (no page-cache copy), else buffered."""
+    try:
+        if not _ZEROS:
+            _ZEROS.append(mmap.mmap(-1, _ZEROS_CHUNK_BYTES))
+        zeros = memoryview(_ZEROS[0])
+        direct = descriptors.direct_fd >= 0
+        offset = start
+        while offset < end:
+            count = min(_ZEROS_CHUNK_BYTES, end - offset)
+            if direct and count % DISK_DIRECT_ALIGNMENT_BYTES == 0:
+                try:
+                    _pwrite_all(descriptors.direct_fd, zeros[:count], offset)
+                    offset += count
+                    continue
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    direct = False  # refused after all: the same zeros, buffered
+            _pwrite_all(descriptors.fd, zeros[:count], offset)
+            offset += count
+        done.set()
+        os.fdatasync(descriptors.fd)
+    finally:
+        done.set()
+        descriptors.release()
 
 
 def _sync_job(descriptors: _Descriptors) -> None:
@@ -515,12 +608,18 @@ class LocalFile:
     # pwrite and fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and
     # the worker, which on a busy machine cost more than a copy of a few KiB. A large write's
     # copy (MiBs of batched entries) is the worker's, off the loop (``_AlignedBuffer.fill``).
-    __slots__ = ("_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size")
+    __slots__ = ("_allocated", "_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size", "_zeroing",
+                 "_zeroing_from")
 
     def __init__(self, path: str, fd: int, direct_fd: int = -1, buffers: _AlignedBuffers | None = None) -> None:
         self._path = path
         self._descriptors = _Descriptors(fd, direct_fd)
-        self._size = os.fstat(fd).st_size
+        # ``_size`` is where appends go (the file's end as this handle writes it); ``_allocated``
+        # is at least the end of the file's storage (zeros of ``preallocate`` past ``_size``).
+        self._size = self._allocated = os.fstat(fd).st_size
+        # A ``preallocate`` writing zeros from ``_zeroing_from``: set once they are written.
+        self._zeroing: threading.Event | None = None
+        self._zeroing_from = 0
         self._mapping: mmap.mmap | None = None  # ``read_view``'s map of the file, as long as it was then
         self._direct_ok = direct_fd >= 0
         # Aligned buffers not in use; a write takes one and gives it back when it returns (a
@@ -556,6 +655,7 @@ class LocalFile:
         while written < len(view):
             written += os.pwrite(self._fd, view[written:], offset + written)
         self._size = max(self._size, offset + len(view))
+        self._allocated = max(self._allocated, self._size)
 
     def read_at(self, offset: int, length: int) -> bytes:
         return os.pread(self._fd, length, offset)
@@ -575,8 +675,51 @@ class LocalFile:
         return memoryview(mapping)[offset:end]
 
     def truncate(self, size: int) -> None:
+        invariant(self._zeroing is None, "truncate while preallocate writes zeros")
         os.ftruncate(self._fd, size)
-        self._size = size
+        self._size = self._allocated = size
+
+    async def preallocate(self, end: int) -> None:
+        """Fill the file's storage with written zeros from past every byte reserved so far (and
+        past its storage's end) up to ``end``, and make them durable, without moving ``size()``
+        (where appends go): a later synced write below ``end`` then changes no file metadata.
+        On ext4 a synced write that extends a file (or fills an ``fallocate``d, unwritten
+        extent) commits the filesystem's journal too: 4 KiB ``RWF_DSYNC`` writes into written
+        zeros took p50 0.1-1 ms against ~4 ms extending on the loaded bench VM
+        (docs/performance.md, session 16). A write reserved while the zeros are written waits
+        for them (``_write_job``'s ``after``) if it may reach them, so zeros never land over a
+        write. Reopened, the file's ``size()`` includes the zeros (its owner finds its end by
+        its records). One at a time per file."""
+        invariant(self._zeroing is None, "one preallocate at a time per file")
+        start = max(self._size, self._allocated)
+        start += -start % DISK_DIRECT_ALIGNMENT_BYTES
+        if end <= start:
+            return
+        done = threading.Event()
+        descriptors = self._descriptors
+        descriptors.acquire()
+        try:
+            job = asyncio.get_running_loop().run_in_executor(None, _zeros_job, descriptors, start, end, done)
+        except BaseException:
+            descriptors.release()
+            raise
+        self._zeroing, self._zeroing_from = done, start
+        job.add_done_callback(partial(self._zeroed, done, end))
+        # A cancelled caller does not stop the job: the writes it holds back wait for its zeros.
+        await asyncio.shield(job)
+
+    def _zeroed(self, done: threading.Event, end: int, job: asyncio.Future[None]) -> None:
+        if self._zeroing is done:
+            self._zeroing = None
+        if not job.cancelled() and job.exception() is None:
+            self._allocated = max(self._allocated, end)
+
+    def _zeros_first(self, offset: int, total: int) -> threading.Event | None:
+        """The zeros a write of ``total`` bytes at ``offset`` must wait for, if any."""
+        zeroing = self._zeroing
+        if zeroing is None or offset + total <= self._zeroing_from:
+            return None
+        return zeroing
 
     async def append_parts(self, parts: Sequence[Bytes]) -> int:
         return await self._write_in_worker(parts, sync=False)
@@ -596,29 +739,49 @@ class LocalFile:
         buffer, aligned, fill = self._aligned_copy(parts, offset, total)
         loop = asyncio.get_running_loop()
         descriptors = self._descriptors
+        after = self._zeros_first(offset, total)
         descriptors.acquire()
         self._size += total
+        pace = _PACE
 
-        def finished(error: BaseException | None, written_direct: bool) -> None:  # on the loop
+        def finished(error: BaseException | None, written_direct: bool, took_ns: int) -> None:
+            # On the loop, after the write and sync, whichever thread ran them.
+            pace.finished(took_ns)
             self._aligned_done(buffer, aligned, None if error is not None else written_direct)
             done(error)
+
+        if pace.inline_ok(total, after is None and fill is None, torn_point, unsynced_point):
+            # The loop's own thread writes and syncs (``_InlinePace``), and answers from the next
+            # loop pass (``call_soon``: never from inside the caller).
+            error: BaseException | None = None
+            written_direct = False
+            started = time.monotonic_ns()
+            try:
+                written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point,
+                                            fill, after)
+            except Exception as exc:  # handed to ``done`` from the next loop pass
+                error = exc
+            loop.call_soon(finished, error, written_direct, time.monotonic_ns() - started)
+            return offset
 
         def job() -> None:  # on a worker thread
             error: BaseException | None = None
             written_direct = False
+            started = time.monotonic_ns()
             try:
                 written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point,
-                                            fill)
+                                            fill, after)
             except BaseException as exc:  # handed to ``done`` on the loop
                 error = exc
             try:
-                loop.call_soon_threadsafe(finished, error, written_direct)
+                loop.call_soon_threadsafe(finished, error, written_direct, time.monotonic_ns() - started)
             except RuntimeError:
                 pass  # the loop is closed: nobody waits for the answer any more
 
         try:
             _sync_workers().submit(job)
         except BaseException:
+            pace.pending -= 1
             descriptors.release()
             raise
         return offset
@@ -628,9 +791,10 @@ class LocalFile:
         total = sum(len(part) for part in parts)
         self._size += total
         buffer, aligned, fill = self._aligned_copy(parts, offset, total)
+        after = self._zeros_first(offset, total)
         self._descriptors.acquire()
         written_direct = await asyncio.get_running_loop().run_in_executor(
-            None, _write_job, self._descriptors, parts, offset, sync, aligned, "", "", fill
+            None, _write_job, self._descriptors, parts, offset, sync, aligned, "", "", fill, after
         )
         self._aligned_done(buffer, aligned, written_direct)
         return offset

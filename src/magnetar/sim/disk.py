@@ -105,7 +105,7 @@ def _is_under(path: str, directory: str) -> bool:
 class SimFile:
     """An open simulated file (``DiskFile``)."""
 
-    __slots__ = ("_alignment", "_closed", "_disk", "_generation", "_inode", "_path")
+    __slots__ = ("_alignment", "_closed", "_disk", "_end", "_generation", "_inode", "_path")
 
     def __init__(self, disk: SimDisk, path: str, inode: _Inode, alignment: int = 1) -> None:
         self._disk = disk
@@ -114,6 +114,9 @@ class SimFile:
         self._generation = disk.generation
         self._closed = False
         self._alignment = alignment
+        # Where this handle appends once it preallocated (``preallocate``: zeros past it);
+        # None: the image's end, as for any file without preallocated zeros.
+        self._end: int | None = None
 
     @property
     def path(self) -> str:
@@ -132,15 +135,11 @@ class SimFile:
         return self._inode
 
     def size(self) -> int:
-        return len(self._check().volatile)
+        inode = self._check()
+        return len(inode.volatile) if self._end is None else self._end
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
-        inode = self._check()
-        offset = len(inode.volatile)
-        self._disk._reserve(len(data))
-        inode.touch(offset)
-        inode.volatile += data
-        return offset
+        return self._append_volatile([data])
 
     def write_at(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         inode = self._check()
@@ -153,6 +152,8 @@ class SimFile:
         if offset > len(inode.volatile):
             inode.volatile += bytes(offset - len(inode.volatile))
         inode.volatile[offset:end] = data
+        if self._end is not None:
+            self._end = max(self._end, end)
 
     def read_at(self, offset: int, length: int) -> bytes:
         inode = self._check()
@@ -174,14 +175,50 @@ class SimFile:
             del inode.volatile[size:]
         else:
             inode.volatile += bytes(size - current)
+        self._end = None
+
+    async def preallocate(self, end: int) -> None:
+        """As the real disk's: zeros past this handle's end (and the image's) up to ``end``,
+        durable when it returns; ``size()`` stays where appends go. Reopened, ``size()``
+        includes them. The zeros are made durable as they are written, past every byte of the
+        file, after one yield (no sync latency drawn: the disk's random draws, and so every
+        seed's schedule, stay those of a disk without preallocation)."""
+        inode = self._check()
+        if self._end is None:
+            self._end = len(inode.volatile)
+        start = max(self._end, len(inode.volatile))
+        if end <= start:
+            return
+        self._disk._reserve(end - start)
+        await asyncio.sleep(0)
+        inode = self._check()
+        start = max(start, len(inode.volatile))
+        if end <= start:
+            return
+        zeros = bytes(end - start)
+        inode.volatile += zeros
+        if inode.dirty_low is None and len(inode.durable) == start:
+            inode.durable += zeros  # nothing unsynced before them: durable at once
+        else:
+            inode.touch(start)  # behind unsynced bytes: durable with them, at the next sync
 
     def _append_volatile(self, parts: Sequence[Bytes]) -> int:
+        """Write ``parts`` at this handle's end (over preallocated zeros, or growing the image)."""
         inode = self._check()
-        offset = len(inode.volatile)
-        self._disk._reserve(sum(len(part) for part in parts))
+        offset = len(inode.volatile) if self._end is None else self._end
+        total = sum(len(part) for part in parts)
+        self._disk._reserve(max(0, offset + total - len(inode.volatile)))
         inode.touch(offset)
-        for part in parts:
-            inode.volatile += part
+        if offset == len(inode.volatile):
+            for part in parts:
+                inode.volatile += part
+        else:
+            at = offset
+            for part in parts:
+                inode.volatile[at : at + len(part)] = part
+                at += len(part)
+        if self._end is not None:
+            self._end = offset + total
         return offset
 
     async def append_parts(self, parts: Sequence[Bytes]) -> int:

@@ -19,6 +19,12 @@ A group is padded with a PAD record so it ends on a multiple of the file's
 cache; see ``runtime.disk``). Groups never rewrite bytes of an earlier group: a torn write can
 only harm the group being written, never one already acknowledged.
 
+The open file is preallocated (``Journal._preallocate``): written zeros ahead of the journal's
+position, so a group's synced write changes no file metadata; never past
+``journal_file_bytes_max``, so a file is all records once the next one starts. Replay ends a file
+at a header of zeros (the end of its records, not a tear) and cuts the last file there; a
+restart's journal starts a new file after it.
+
 Group commit, one path: the journal's ``_look`` (a callback, scheduled once per event-loop pass
 while there is work; no task) takes queued records (a group ends at
 ``journal_group_bytes_max``, or once the oldest record waited ``journal_group_wait_ms_max``:
@@ -61,7 +67,7 @@ import asyncio
 import collections
 import logging
 import struct
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -74,6 +80,7 @@ from magnetar.base.io import Bytes, Disk, DiskFile
 from magnetar.base.limits import (
     BOOKIE_JOURNAL_RECORD_BYTES_MAX,
     BOOKIE_MASTER_KEY_BYTES_MAX,
+    DISK_DIRECT_ALIGNMENT_BYTES,
     JOURNAL_REPLY_SLICE_COUNT,
 )
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, EncodedEntry
@@ -101,6 +108,19 @@ KIND_FENCE = 2
 KIND_LAC = 3
 KIND_ADD_DIGESTED = 5
 _REPLAY_WINDOW_BYTES = 8 * 1024 * 1024
+#: Preallocation (``DiskFile.preallocate``, where the disk has it): the open file holds written
+#: zeros up to ``JOURNAL_PREALLOC_LEAD_BYTES`` past the journal's position, added
+#: ``JOURNAL_PREALLOC_CHUNK_BYTES`` at a time off the loop, so a group's synced write
+#: changes no file metadata (on ext4 an extending synced write also commits the filesystem's
+#: journal; docs/performance.md, session 16). Not while the groups average more than
+#: ``JOURNAL_PREALLOC_GROUP_BYTES_MAX``: zeros cost the disk as many bytes as the groups, and
+#: a large group's sync is mostly its own bytes.
+JOURNAL_PREALLOC_CHUNK_BYTES = 2 * 1024 * 1024
+JOURNAL_PREALLOC_LEAD_BYTES = 4 * 1024 * 1024
+JOURNAL_PREALLOC_GROUP_BYTES_MAX = 256 * 1024
+
+
+_NEVER = 1 << 62  # ``Journal._zeros_due`` once the open file gets no more zeros
 
 def journal_path(file_id: int) -> str:
     return f"{JOURNAL_DIR}/{file_id:020d}.jnl"
@@ -216,7 +236,9 @@ def _body_intact(body: bytes, crc: int) -> bool:
 
 
 def _records_in(file: DiskFile, start: int) -> Iterator[tuple[int, bytes | None]]:
-    """(offset, body) for each valid record from ``start``; (offset, None) marks a torn tail."""
+    """(offset, body) for each valid record from ``start``; (offset, None) marks a torn tail,
+    (offset, b"") the end of the records: a header of zeros (preallocated zeros, or a group
+    none of whose bytes reached the disk before a crash)."""
     size = file.size()
     window = b""
     window_start = start
@@ -230,6 +252,9 @@ def _records_in(file: DiskFile, start: int) -> Iterator[tuple[int, bytes | None]
             yield offset, None
             return
         body_len, crc = _RECORD_HEADER.unpack_from(window, rel)
+        if body_len == 0 and crc == 0:
+            yield offset, b""
+            return
         if body_len == 0 or body_len > BOOKIE_JOURNAL_RECORD_BYTES_MAX:
             yield offset, None
             return
@@ -252,14 +277,15 @@ def _records_in(file: DiskFile, start: int) -> Iterator[tuple[int, bytes | None]
 async def _replay_file(
     file: DiskFile, file_id: int, start: int, last: bool, records: list[tuple[JournalPosition, JournalRecord]]
 ) -> JournalPosition | None:
-    """Appends the file's records from ``start`` to ``records``; truncates a torn tail (returned)."""
+    """Appends the file's records from ``start`` to ``records``; truncates a torn tail (returned)
+    and the zeros after the last file's records (a preallocated file: the next one follows them)."""
     for offset, body in _records_in(file, start):
-        if body is None:
-            if not last:
+        if not body:
+            if not last:  # the journal synced it (and cut its zeros, ``_rotate``) before the next file
                 raise CorruptDataError(f"journal file {file_id} is torn at {offset} but is not the last one")
             file.truncate(offset)
             await file.sync()
-            return JournalPosition(file_id, offset)
+            return None if body is not None else JournalPosition(file_id, offset)
         record = parse_body(body)
         if record.kind != KIND_PAD:
             records.append((JournalPosition(file_id, offset), record))
@@ -320,6 +346,13 @@ class Journal(JournalSubmitter):
         self._slicing = False  # ``_reply_slice`` is on the stack
         self._slice_due = False  # a ``_reply_slice`` is scheduled for the next loop pass
         self._written = JournalPosition(first_file_id, 0)
+        # Preallocation of the open file (``_preallocate``): zeros reach ``_zeroed_to`` once
+        # ``_zeroing`` ends; the groups' bytes and count since the last decision.
+        self._zeroing: asyncio.Task[None] | None = None
+        self._zeroed_to = 0
+        self._zeros_due = 0  # ``_written.offset`` from which the next decision is made
+        self._recent_bytes = 0
+        self._recent_groups = 0
         self.groups_count = 0
         self.syncs_count = 0
         self.express_groups_count = 0  # groups of lone records started beside full slots
@@ -337,6 +370,7 @@ class Journal(JournalSubmitter):
         self._wake()
 
     async def _open_file(self, file_id: int) -> None:
+        await self._zeros_settled()  # the previous file's zeros are written before it is left
         file = self._disk.open(journal_path(file_id), direct=True)
         file.truncate(0)
         file.append(_FILE_HEADER.pack(FILE_MAGIC, file_id))
@@ -344,6 +378,58 @@ class Journal(JournalSubmitter):
         await self._disk.sync_dir(JOURNAL_DIR)
         self._file, self._file_id = file, file_id
         self._written = JournalPosition(file_id, file.size())
+        self._zeroed_to = self._zeros_due = 0
+        self._preallocate()
+
+    def _preallocate(self) -> None:
+        """Keep the open file's written zeros ``JOURNAL_PREALLOC_LEAD_BYTES`` ahead of the
+        journal's position (one ``preallocate`` of ``JOURNAL_PREALLOC_CHUNK_BYTES`` at a time,
+        never past ``journal_file_bytes_max``, so a file is all records when the next one
+        starts), while the groups are small (``JOURNAL_PREALLOC_GROUP_BYTES_MAX``)."""
+        written = self._written.offset
+        if self._zeroing is not None or written < self._zeros_due:
+            return
+        preallocate: Callable[[int], Awaitable[None]] | None = getattr(self._file, "preallocate", None)
+        limit = self._config.journal_file_bytes_max
+        limit -= limit % DISK_DIRECT_ALIGNMENT_BYTES
+        if preallocate is None or self._zeroed_to >= limit:
+            self._zeros_due = _NEVER
+            return
+        large = (self._recent_groups > 0
+                 and self._recent_bytes > self._recent_groups * JOURNAL_PREALLOC_GROUP_BYTES_MAX)
+        self._recent_bytes = self._recent_groups = 0
+        if large:
+            self._zeros_due = written + JOURNAL_PREALLOC_CHUNK_BYTES  # look again after as many bytes
+            return
+        end = min(limit, max(self._zeroed_to, written) + JOURNAL_PREALLOC_CHUNK_BYTES)
+        self._zeroing = watch_task(asyncio.get_running_loop().create_task(
+            self._zero(preallocate, end), name="bookie-journal-preallocate"), log)
+
+    async def _zero(self, preallocate: Callable[[int], Awaitable[None]], end: int) -> None:
+        try:
+            await preallocate(end)
+        except Exception as error:  # no zeros: the groups extend the file, as without them
+            log.warning("journal preallocation to %d failed: %r", end, error)
+            self._zeros_due = _NEVER  # not again in this file
+            self._zeroing = None
+            return
+        except BaseException:  # cancelled, or the (simulated) node crashed: no more zeros
+            self._zeroing = None
+            raise
+        self._zeroing = None
+        self._zeroed_to = end
+        self._zeros_due = max(self._zeros_due, end - JOURNAL_PREALLOC_LEAD_BYTES)
+        if self.status is JournalStatus.RUNNING:
+            self._preallocate()
+
+    async def _zeros_settled(self) -> None:
+        """No more zeros for the open file, and those in progress written (they must not land
+        after the file is closed or replaced)."""
+        self._zeros_due = _NEVER
+        while (zeroing := self._zeroing) is not None:
+            await asyncio.wait([zeroing])
+            if self._zeroing is zeroing:  # cancelled before it ran: its body never cleared it
+                self._zeroing = None
 
     def _rotation_due(self) -> bool:
         # ``_written`` is the open file's size (only the journal appends to it): no call per look.
@@ -437,6 +523,9 @@ class Journal(JournalSubmitter):
             self._fail(error)
             return
         self._written = JournalPosition(self._file_id, file.size())
+        self._recent_bytes += group_bytes
+        self._recent_groups += 1
+        self._preallocate()
 
     def _on_synced(self, group: Group, error: BaseException | None) -> None:
         if group.answered:
@@ -587,6 +676,7 @@ class Journal(JournalSubmitter):
                 pass
         self._answer_durable()
         self._fail_inflight(ClosedError("journal stopped"))
+        await self._zeros_settled()
         if self._file is not None:
             self._file.close()
             self._file = None

@@ -1,0 +1,132 @@
+"""``LocalFile.append_and_sync_then`` on the event loop's own thread (issue 22, session 16): a lone
+small write with nothing in flight and fast recent syncs is written and synced inline (no writer
+thread hand-off), answered from the next loop pass; otherwise, and whenever a fault point of the
+write is armed, a writer thread runs the same ``_write_job``."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from magnetar import faults
+from magnetar.runtime import disk as runtime_disk
+from magnetar.runtime.disk import LocalDisk
+
+TORN = "bookie.journal.mid_write"
+UNSYNCED = "bookie.after_write_before_fsync"
+
+
+@pytest.fixture
+def pace(monkeypatch: pytest.MonkeyPatch) -> runtime_disk._InlinePace:
+    fresh = runtime_disk._InlinePace()  # no completion lost by an earlier test's closed loop
+    monkeypatch.setattr(runtime_disk, "_PACE", fresh)
+    return fresh
+
+
+@pytest.fixture
+def job_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The thread each ``_write_job`` ran on, in order."""
+    names: list[str] = []
+    real = runtime_disk._write_job
+
+    def recorded(*args: object) -> bool:
+        names.append(threading.current_thread().name)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runtime_disk, "_write_job", recorded)
+    return names
+
+
+def test_a_lone_write_is_synced_inline_and_answered_from_the_next_loop_pass(
+        tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str]) -> None:
+    async def scenario() -> None:
+        file = LocalDisk(str(tmp_path)).open("f", direct=True)
+        answers: list[BaseException | None] = []
+        file.append_and_sync_then([b"a" * 4096], answers.append, torn_point=TORN, unsynced_point=UNSYNCED)
+        assert answers == []  # never answered from inside the call
+        assert job_threads == [threading.main_thread().name] and pace.inline_count == 1
+        assert (tmp_path / "f").read_bytes() == b"a" * 4096  # written (and synced) before it returned
+        await asyncio.sleep(0)
+        assert answers == [None] and pace.pending == 0
+        file.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_write_while_another_is_in_flight_goes_to_a_writer_thread(
+        tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str]) -> None:
+    async def scenario() -> None:
+        file = LocalDisk(str(tmp_path)).open("f", direct=True)
+        answers: list[BaseException | None] = []
+        both = asyncio.Event()
+
+        def done(error: BaseException | None) -> None:
+            answers.append(error)
+            if len(answers) == 2:
+                both.set()
+
+        file.append_and_sync_then([b"a" * 4096], done)
+        file.append_and_sync_then([b"b" * 4096], done)  # the first's completion has not run yet
+        await asyncio.wait_for(both.wait(), 10)
+        assert answers == [None, None]
+        assert job_threads[0] == threading.main_thread().name
+        assert job_threads[1] != threading.main_thread().name
+        assert file.read_at(0, 8192) == b"a" * 4096 + b"b" * 4096
+        file.close()
+
+    asyncio.run(scenario())
+
+
+def test_slow_recent_syncs_and_large_writes_go_to_writer_threads(
+        tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str]) -> None:
+    async def one(file: runtime_disk.LocalFile, data: bytes) -> None:
+        answered = asyncio.Event()
+        file.append_and_sync_then([data], lambda _error: answered.set())
+        await asyncio.wait_for(answered.wait(), 10)
+
+    async def scenario() -> None:
+        file = LocalDisk(str(tmp_path)).open("f", direct=True)
+        pace.sync_ns = runtime_disk.INLINE_SYNC_NS_MAX + 1_000_000  # the disk was slow lately
+        await one(file, b"s" * 4096)
+        pace.sync_ns = 0
+        await one(file, b"L" * (runtime_disk.INLINE_WRITE_BYTES_MAX + 4096))
+        pace.sync_ns = 0  # whatever the large write's sync took
+        await one(file, b"i" * 4096)
+        file.close()
+
+    asyncio.run(scenario())
+    main = threading.main_thread().name
+    assert [name == main for name in job_threads] == [False, False, True]
+
+
+@pytest.mark.parametrize("point", [TORN, UNSYNCED])
+def test_an_armed_hang_holds_the_write_on_a_writer_thread_not_the_loop(
+        tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str], point: str) -> None:
+    """Control: with the point unarmed the same write runs inline (first test); armed inline, a
+    hang would block the loop and this test could not release it."""
+
+    async def scenario() -> None:
+        file = LocalDisk(str(tmp_path)).open("f", direct=True)
+        faults.arm(point, "hang")
+        answered = asyncio.Event()
+        try:
+            file.append_and_sync_then([b"h" * 8192], lambda _error: answered.set(), torn_point=TORN,
+                                      unsynced_point=UNSYNCED)
+            for _ in range(200):  # the loop runs on while the write is held
+                if point in faults.reached():
+                    break
+                await asyncio.sleep(0.005)
+            assert point in faults.reached() and not answered.is_set()
+        finally:
+            faults.release(point)
+        await asyncio.wait_for(answered.wait(), 10)
+        assert job_threads and job_threads[0] != threading.main_thread().name
+        file.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        faults.disarm_all()
