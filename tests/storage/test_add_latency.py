@@ -22,7 +22,7 @@ from magnetar.runtime import disk as runtime_disk
 from magnetar.runtime.disk import TRASH, TRASH_DIR, LocalDisk
 from magnetar.sim import SimClock
 from magnetar.storage import Bookie, checkpointer
-from magnetar.storage.caches import WriteCache
+from magnetar.storage.caches import WriteCache, release_step
 from tests.storage.test_storage import KEY, SMALL, Node, entry, sim
 
 MIB = 1024 * 1024
@@ -347,3 +347,56 @@ def test_flushed_half_is_freed_a_slice_at_a_time(monkeypatch: pytest.MonkeyPatch
         assert not _freed_in_slices(await _sizes_while_freeing(5000), 5000)
 
     sim(scenario)
+
+
+# --- a flushed half of many ledgers: freed a step of entries at a time, not a step per ledger ---
+
+
+async def _release_sleeps(ledgers_count: int) -> int:
+    """The loop passes (``Clock.sleep`` calls) ``Checkpointer._release`` takes to free a half of
+    ``ledgers_count`` one-entry ledgers and one ledger of 3,000 entries (unpaced)."""
+    node = Node(SMALL)
+    bookie = await node.boot()
+    half = WriteCache()
+    for ledger_id in range(ledgers_count):
+        half.put(ledger_id, 0, b"x")
+    for entry_id in range(3000):
+        half.put(ledgers_count, entry_id, b"y")
+    sleeps: list[float] = []
+    real = bookie.checkpointer._clock
+
+    class Counting:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        async def sleep(self, duration_s: float) -> None:
+            sleeps.append(duration_s)
+            await real.sleep(duration_s)
+
+    bookie.checkpointer._clock = Counting()  # type: ignore[assignment]
+    try:
+        await bookie.checkpointer._release(half, paced=False)
+    finally:
+        bookie.checkpointer._clock = real
+    assert half.ledgers == {}
+    await bookie.stop()
+    return sleeps.count(0)  # unpaced: its steps sleep 0 (the background loop's waits are longer)
+
+
+def test_a_flushed_half_of_many_ledgers_is_freed_a_step_of_entries_at_a_time() -> None:
+    async def scenario() -> None:
+        # 5,000 + 3,000 entries in steps of 2,048: 4 passes. Freeing a ledger per step (the
+        # loop this replaced) took 5,000 + 2 passes: one per entry at 100,000 topics.
+        assert await _release_sleeps(5000) == 4
+        assert await _release_sleeps(0) == 2  # one large ledger: still a step at a time
+
+    sim(scenario)
+
+
+def test_release_step_drops_whole_ledgers_then_part_of_the_next() -> None:
+    ledgers = {1: {0: b"a", 1: b"b", 2: b"c"}, 2: {0: b"d"}, 3: {0: b"e"}}
+    assert release_step(ledgers, 3) == 3  # ledgers 3 and 2 whole, then one entry of ledger 1
+    assert ledgers == {1: {0: b"a", 1: b"b"}}
+    assert release_step(ledgers, 5) == 2
+    assert ledgers == {}
+    assert release_step(ledgers, 5) == 0

@@ -92,3 +92,40 @@ def test_dead_logs_go_live_and_current_ones_stay() -> None:
         await parts.stop()
 
     run(scenario())
+
+
+def test_a_log_worth_keeping_is_not_scanned_again_until_a_ledger_is_deleted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``compact_logs`` scans a log's live ledgers in the index to weigh it; a log it kept is
+    weighed again only after a deletion (nothing else lowers a closed log's live bytes).
+    Negative control: without the memo the second round scans as much as the first."""
+    async def scenario() -> None:
+        parts = Parts(dataclasses.replace(CONFIG, entry_log_bytes_max=64 * 1024))
+        await parts.start()
+        collector = _collector(parts)
+        for ledger in (1, 2, 3, 4):  # a checkpoint each: the log rotates between them
+            for i in range(8):
+                await parts.add(entry(ledger, i, b"k" * 10_000))
+            await parts.checkpointer.checkpoint()
+        assert len(parts.log_ledgers) >= 3
+        scans: list[bytes] = []
+        kv = parts.index.kv
+        real_scan = kv.scan
+
+        def counting_scan(start: bytes, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+            scans.append(start)
+            return real_scan(start, end)
+
+        monkeypatch.setattr(kv, "scan", counting_scan)
+        assert await collector.compact_logs() == []  # every log is all live: kept
+        first = len(scans)
+        assert first > 0
+        scans.clear()
+        assert await collector.compact_logs() == []
+        assert scans == []  # kept, and nothing deleted since: not weighed again
+        await collector.delete_ledger(2)
+        scans.clear()
+        await collector.compact_logs()
+        assert scans  # a deletion: every remaining log is weighed again
+        await parts.stop()
+
+    run(scenario())

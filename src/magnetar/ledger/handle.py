@@ -102,6 +102,27 @@ class PendingAdd:
         self.quorum_passed = False  # ... and passed
 
 
+class RunReplies:
+    """How a writer hears one bookie's answers to one ``add_run``: an ``AddReplyCallback``
+    (``self(index, error)``, once per entry) that also takes the entries of the run stored
+    together in one call, ``stored(indexes)`` (a local bookie's journal answer: one call per run
+    and bookie instead of one per entry, and the writer's in-order completion once per call)."""
+
+    __slots__ = ("bookie", "handle", "run", "slot")
+
+    def __init__(self, handle: LedgerHandle, run: list[PendingAdd], slot: int, bookie: BookieId) -> None:
+        self.handle = handle
+        self.run = run
+        self.slot = slot
+        self.bookie = bookie
+
+    def __call__(self, index: int, error: BaseException | None) -> None:
+        self.handle._on_reply(self.run, self.slot, self.bookie, index, error)
+
+    def stored(self, indexes: Sequence[int]) -> None:
+        self.handle._on_stored(self.run, self.slot, self.bookie, indexes)
+
+
 class LedgerHandle:
     """The single writer of one OPEN ledger. Create through ``LedgerManager.create_ledger``."""
 
@@ -147,6 +168,9 @@ class LedgerHandle:
         self._ensemble_change: asyncio.Task[None] | None = None
         self._ensemble_changes_count = 0
         self._batch: list[PendingAdd] | None = None  # while ``append_run`` gathers its sends
+        #: While ``_on_stored`` counts a run's replies: completions wait for its end (``_completed``).
+        self._counting_run = False
+        self._complete_after_run = False
         self._drained = LazyEvent(is_set=True)  # no deque per idle ledger (base/lazy_event.py)
         self._tasks: set[asyncio.Task[Any]] = set()
         #: The add timeout: the client's one timer for all its writers (alone: one of its own).
@@ -330,7 +354,11 @@ class LedgerHandle:
         ready = [op for op in ops if not op.told]
         for op in ready:
             op.entry = EncodedEntry.build(ledger_id, op.entry_id, lac, op.payload)
-        self._send_to_write_sets(ready)
+        meta = self._meta.metadata
+        if meta.write_quorum_size == len(self._ensemble) and not self._failed_bookies:
+            self._send_to_ensemble(ready)  # never sent before: every bookie gets every one
+        else:
+            self._send_to_write_sets(ready)
         for op in ready:
             faults.gate("ledger.after_send_before_reply", self._after_send, op)
 
@@ -368,6 +396,28 @@ class LedgerHandle:
         meta = self._meta.metadata
         return write_set(entry_id, meta.ensemble_size, meta.write_quorum_size)
 
+    def _send_to_ensemble(self, ops: list[PendingAdd]) -> None:
+        """``_send_to_write_sets`` of adds never sent, when every write set is the whole ensemble
+        (Qw == E) and no bookie failed: one run of all of them to each bookie, the lists shared
+        (read only), no write set looked up per add."""
+        ensemble = self._ensemble
+        now_ns = self._clock.monotonic_ns()
+        everyone = (1 << len(ensemble)) - 1
+        entries: list[EncodedEntry] = []
+        for op in ops:
+            entry = op.entry
+            invariant(entry is not None and not op.acked and not op.inflight, "sent to the ensemble once, built")
+            assert entry is not None
+            op.sent_ns = now_ns
+            op.inflight = everyone
+            entries.append(entry)
+        if not entries:
+            return
+        master_key = self._master_key
+        for slot, bookie in enumerate(ensemble):
+            self._transport.add_run(bookie, entries, recovery=False, master_key=master_key,
+                                    on_reply=RunReplies(self, ops, slot, bookie))
+
     def _send_to_write_sets(self, ops: Sequence[PendingAdd]) -> None:
         """Send each of ``ops`` (those built) to the slots of its write set that neither stored it
         nor were asked yet, skipping failed bookies: one ``add_run`` per bookie, in entry order."""
@@ -395,7 +445,20 @@ class LedgerHandle:
         for slot, (sent, entries) in runs.items():
             bookie = ensemble[slot]
             self._transport.add_run(bookie, entries, recovery=False, master_key=self._master_key,
-                                    on_reply=partial(self._on_reply, sent, slot, bookie))
+                                    on_reply=RunReplies(self, sent, slot, bookie))
+
+    def _on_stored(self, run: list[PendingAdd], slot: int, bookie: BookieId, indexes: Sequence[int]) -> None:
+        """``_on_reply(index, None)`` for each of ``indexes`` (``RunReplies.stored``), completing
+        in order once, after the last (each reply still passes its own gates)."""
+        self._counting_run = True
+        try:
+            for index in indexes:
+                self._on_reply(run, slot, bookie, index, None)
+        finally:
+            self._counting_run = False
+        if self._complete_after_run:
+            self._complete_after_run = False
+            self._complete_in_order()
 
     def _on_reply(self, run: list[PendingAdd], slot: int, bookie: BookieId, index: int,
                   error: BaseException | None) -> None:
@@ -434,14 +497,21 @@ class LedgerHandle:
             op.quorum_gated = True
             faults.gate("ledger.after_quorum_before_ack", self._quorum_passed, op)
             return
-        self._complete_in_order()
+        self._completed()
 
     def _quorum_passed(self, error: BaseException | None, op: PendingAdd) -> None:
         if error is not None:
             self._fail_by(error)
             return
         op.quorum_passed = True
-        self._complete_in_order()
+        self._completed()
+
+    def _completed(self) -> None:
+        """A reply counted: complete in order now, or once ``_on_stored`` counted its whole run."""
+        if self._counting_run:
+            self._complete_after_run = True
+        else:
+            self._complete_in_order()
 
     def check_add_deadlines(self, now_ns: int) -> int | None:
         """The add timeout (BookKeeper's timeout monitor), called by the client's ``AddTimeouts``

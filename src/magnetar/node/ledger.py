@@ -35,6 +35,7 @@ from magnetar.ledger.bookie_transport import BookieClientTransport, entry_of, la
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.directory import MetadataBookieDirectory
 from magnetar.ledger.errors import BookieUnavailableError
+from magnetar.ledger.handle import RunReplies
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import LedgerMetadataStore
@@ -87,18 +88,23 @@ class _LocalRun:
         if self.handing_over:
             asyncio.get_running_loop().call_soon(self._answer, indexes, status)
         elif status is Status.OK:  # the journal's answer, once per group: no call more than needed
-            on_reply = self.on_reply
-            for index in indexes:
-                on_reply(index, None)
+            self._stored(indexes)
         else:
             self._answer(indexes, status)
 
-    def _answer(self, indexes: Sequence[int], status: Status) -> None:
+    def _stored(self, indexes: Sequence[int]) -> None:
         on_reply = self.on_reply
-        if status is Status.OK:
-            for index in indexes:
-                on_reply(index, None)
+        if isinstance(on_reply, RunReplies):
+            on_reply.stored(indexes)  # a writer's run: one call for the run's stored entries
             return
+        for index in indexes:
+            on_reply(index, None)
+
+    def _answer(self, indexes: Sequence[int], status: Status) -> None:
+        if status is Status.OK:
+            self._stored(indexes)
+            return
+        on_reply = self.on_reply
         for index in indexes:
             entry = self.entries[index]
             on_reply(index, status_error(self.bookie, status, f"add {entry.ledger_id}:{entry.entry_id}"))

@@ -46,7 +46,7 @@ from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.invariant import invariant
 from magnetar.storage.bookie_ledger import BookieLedger
-from magnetar.storage.caches import WriteCache, pop_entries
+from magnetar.storage.caches import WriteCache, release_step
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.entry_log import EntryLogger
 from magnetar.storage.flush_rows import chunk_raws, index_rows
@@ -198,14 +198,13 @@ class Checkpointer:
         pause_s = self._config.flush_pause_ms / 1000
         steps = -(-cache.count // _RELEASE_STEP_ENTRIES)
         paced_bytes_per_s = cache.bytes / (steps * pause_s) if steps and pause_s > 0 else float("inf")
-        for entries in cache.ledgers.values():
-            while entries:
-                pop_entries(entries, _RELEASE_STEP_ENTRIES)
-                # Paced as the flush is, and like it at full speed while adds come in fast:
-                # the next checkpoint waits for this one.
-                slow = paced and not self._adds_would_wait(paced_bytes_per_s)
-                await self._clock.sleep(pause_s if slow else 0)
-        cache.ledgers.clear()
+        ledgers = cache.ledgers
+        while ledgers:
+            release_step(ledgers, _RELEASE_STEP_ENTRIES)  # a step of entries, over as many ledgers
+            # Paced as the flush is, and like it at full speed while adds come in fast:
+            # the next checkpoint waits for this one.
+            slow = paced and not self._adds_would_wait(paced_bytes_per_s)
+            await self._clock.sleep(pause_s if slow else 0)
 
     # --- the flush -----------------------------------------------------------------------------
 

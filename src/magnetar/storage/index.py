@@ -90,7 +90,8 @@ class Index:
 
     @staticmethod
     def log_ledgers_value(ledgers: Iterable[int]) -> bytes:
-        return b"".join(_U64.pack(ledger) for ledger in sorted(ledgers))
+        ordered = sorted(ledgers)  # one pack call: a log of 100,000 ledgers is encoded per checkpoint
+        return struct.pack(f">{len(ordered)}Q", *ordered)
 
     def mark(self) -> JournalPosition | None:
         value = self.kv.get(MARK_KEY)
