@@ -92,6 +92,11 @@ def test_a_group_that_cannot_start_fails_the_journal_instead_of_hanging(tmp_path
         journal = Journal(LocalDisk(str(tmp_path)), SimClock(), BookieConfig(), first_file_id=1)
         await journal.start()
         monkeypatch.setattr(runtime_disk, "_sync_workers", lambda: type("Refusing", (), {"submit": refuse})())
+        # The disk was slow lately: every group goes to the writer threads (a lone fast group is
+        # written on the loop's thread and never asks them, ``runtime.disk._InlinePace``).
+        slow = runtime_disk._InlinePace()
+        slow.sync_ns = runtime_disk.INLINE_SYNC_NS_MAX + 1_000_000
+        monkeypatch.setattr(runtime_disk, "_PACE", slow)
         results = await asyncio.wait_for(
             asyncio.gather(*(journal.append(_record(i)) for i in range(3)), return_exceptions=True), 10)
         assert all(isinstance(r, RuntimeError) for r in results), results
