@@ -28,7 +28,7 @@ from magnetar.storage.journal import (
     lac_record,
     pad_record,
 )
-from magnetar.storage.journal_replies import NO_LEDGER, queued_lane
+from magnetar.storage.journal_replies import NO_LEDGER, GroupReplies, ReplyLanes, queued_lane
 from tests.storage.harness import CONFIG, KEY, Parts, entry
 
 HEAVY, LIGHT = 7, 9  # ledger ids
@@ -289,3 +289,37 @@ def test_a_run_counts_its_records_against_the_slice_and_a_light_add_goes_first()
     assert log.answered()[0] == ("ack", LIGHT, 0)
     assert log.acks(HEAVY) == [0, 20, 40, 60]
     assert log.journal.reply_slices_count == 1  # light + 2 runs (41 records), then 2 runs
+
+
+def _lanes_answered(slices: list[int], adds: dict[int, list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """(ledger, n) in the order ``ReplyLanes`` answers them: before slice i, the replies of
+    ``adds[i]`` (ledger, records) join; slice i answers up to ``slices[i]`` records."""
+    lanes = ReplyLanes()
+    answered: list[tuple[int, int]] = []
+    seen: dict[int, int] = {}
+    for i, budget in enumerate(slices):
+        joining = adds.get(i, [])
+        if joining:
+            def reply_for(ledger: int) -> Callable[[BaseException | None], None]:
+                def reply(_error: BaseException | None) -> None:
+                    seen[ledger] = seen.get(ledger, 0) + 1
+                    answered.append((ledger, seen[ledger]))
+                return reply
+            group = GroupReplies(len(joining))
+            lanes.add([reply_for(ledger) for ledger, _ in joining], joining, group)
+        lanes.run(budget)
+    assert not lanes and lanes.records(1) == 0
+    return answered
+
+
+def test_the_lanes_order_is_kept_between_slices_and_made_again_after_an_add() -> None:
+    # Three lanes of 3, 2 and 1 records; slices of 2: the shortest first across slices, the
+    # half-answered lane (ledger 2) finished before the longer one. A lane of one record that
+    # joins between slices runs in the next slice, before the longer lanes left (the order is
+    # made again after an add; kept, the new lane would wait behind ledger 1's records: control).
+    first = [(1, 1), (1, 1), (1, 1), (2, 1), (2, 1), (3, 1)]
+    assert _lanes_answered([2, 2, 2], {0: first}) == [(3, 1), (2, 1), (2, 2), (1, 1), (1, 2), (1, 3)]
+    order = _lanes_answered([2, 2, 2, 2], {0: first, 1: [(4, 1)]})
+    assert order[:5] == [(3, 1), (2, 1), (2, 2), (4, 1), (1, 1)]
+    # Counted by weight: a run's one reply of 3 records is longer than two single adds.
+    assert _lanes_answered([5], {0: [(7, 3), (8, 1), (8, 1)]}) == [(8, 1), (8, 2), (7, 1)]

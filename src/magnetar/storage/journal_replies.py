@@ -88,12 +88,21 @@ class GroupReplies:
 
 
 class ReplyLanes:
-    """Answers of synced groups waiting to run, one lane (FIFO) per ledger."""
+    """Answers of synced groups waiting to run, one lane (FIFO) per ledger, with each lane's
+    records counted beside it (``_counts``, kept on every add and answer). A slice's
+    shortest-first order is sorted once by those counts and kept (``_order``, from ``_next``)
+    until the next ``add``: between two adds the lanes only shrink, and the lane a slice left
+    half-answered stays the shortest. At 100,000 topics a group's records sit in as many lanes
+    as records; sorting every lane, each walked for its length, for every slice of 32 answers
+    made the answers' cost grow with the group's size (docs/performance.md, session 16)."""
 
-    __slots__ = ("_lanes", "lone_waiting")
+    __slots__ = ("_counts", "_lanes", "_next", "_order", "lone_waiting")
 
     def __init__(self) -> None:
         self._lanes: dict[int, collections.deque[tuple[Reply, GroupReplies, int]]] = {}
+        self._counts: dict[int, int] = {}  # a lane's records (the weights of its replies)
+        self._order: list[int] | None = None  # the lanes shortest first, None after an ``add``
+        self._next = 0  # where the next slice starts in ``_order``
         self.lone_waiting = False  # an ``add`` made a lane of one answer since ``run_lone`` ran
 
     def __bool__(self) -> bool:
@@ -103,57 +112,73 @@ class ReplyLanes:
         """Queue a synced group's ``replies`` (in submission order), each in its ledger's lane
         with its weight (the records it answers: a run's one reply answers all of the run's)."""
         lanes = self._lanes
+        counts = self._counts
         made = 0
         for reply, (ledger, weight) in zip(replies, lanes_of, strict=True):
             lane = lanes.get(ledger)
             if lane is None:
                 lane = lanes[ledger] = collections.deque()
+                counts[ledger] = weight
                 made += 1
+            else:
+                counts[ledger] += weight
             lane.append((reply, group, weight))
+        self._order = None
         if made:
             self.lone_waiting = True
 
-    def _length(self, ledger: int) -> int:
-        """A lane's records (the weights of its replies)."""
-        records = 0
-        for _, _, weight in self._lanes[ledger]:
-            records += weight
-        return records
+    def records(self, ledger: int) -> int:
+        """A lane's records (the weights of its replies; 0 for no lane)."""
+        return self._counts.get(ledger, 0)
 
     def run(self, budget: int) -> int:
         """Answer (``None``) up to ``budget`` records (at least one reply), the shortest lane
-        first; how many records ran. An answer may queue more (a later group synced meanwhile):
-        they run from the next call."""
+        first (ties: the lane that appeared first); how many records ran. An answer may queue
+        more (a later group synced meanwhile): they run from the next call."""
         lanes = self._lanes
+        counts = self._counts
+        order = self._order
+        if order is None:
+            order = self._order = sorted(lanes, key=counts.__getitem__)
+            self._next = 0
+        at = self._next
         ran = 0
-        for ledger in sorted(lanes, key=self._length):
+        while at < len(order) and ran < budget:
+            ledger = order[at]
             lane = lanes.get(ledger)
-            if lane is None:
-                continue  # emptied by ``run_all`` from inside an answer (the journal failed)
+            if lane is None:  # answered by ``run_lone``, or emptied by ``run_all`` from an answer
+                at += 1
+                continue
             while lane and ran < budget:
                 reply, group, weight = lane.popleft()
                 group.unanswered -= 1
                 ran += weight
+                counts[ledger] -= weight
                 reply(None)
-            if not lane and lanes.get(ledger) is lane:
-                del lanes[ledger]
-            if ran >= budget:
-                break
+            if not lane:
+                at += 1
+                if lanes.get(ledger) is lane:
+                    del lanes[ledger]
+                    del counts[ledger]
+        if self._order is order:
+            self._next = at
         return ran
 
     def run_lone(self, budget: int) -> int:
         """Answer the lanes that hold one reply of one record (a light ledger's add; oldest lane
         first), at most ``budget`` of them; how many ran. Each is its ledger's oldest answer, so
-        per-ledger order holds; a longer lane waits for the next ``run``."""
+        per-ledger order holds; a longer lane waits for the next ``run``. A lane of one record is
+        one reply (every reply answers at least one record)."""
         self.lone_waiting = False
         lanes = self._lanes
-        lone = [ledger for ledger, lane in lanes.items() if len(lane) == 1 and lane[0][2] == 1][:budget]
+        lone = [ledger for ledger, records in self._counts.items() if records == 1][:budget]
         for ledger in lone:
             lane = lanes.get(ledger)
             if lane is None or len(lane) != 1:
                 continue  # emptied by ``run_all`` from inside an answer (the journal failed)
             reply, group, _ = lane.popleft()
             del lanes[ledger]
+            del self._counts[ledger]
             group.unanswered -= 1
             reply(None)
         return len(lone)
