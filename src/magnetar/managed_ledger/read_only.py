@@ -722,7 +722,7 @@ class ReadOnlyManagedLedger:
     def append(self, data: bytes) -> asyncio.Future[Position]:
         raise ManagedLedgerFencedError(f"managed ledger {self.name} is opened read-only")
 
-    def has_room(self) -> bool:
+    def has_room(self, count: int = 1) -> bool:
         return True  # ``append`` refuses at once rather than making a caller wait
 
     async def wait_for_room(self) -> None:
