@@ -115,6 +115,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.storage.index",
     "magnetar.base.lazy_event",  # 5 calls per message (a producer's room, the pipeline's flags)
     "magnetar.broker.entry_published",  # session 16: the log's callback per published entry
+    "magnetar.catalog.policy_cache",  # session 16: ``PolicyCache.effective``, once per publish run
 )
 
 

@@ -149,3 +149,18 @@ def test_value_types_compare_hash_and_print_as_values() -> None:
     e = Entry(Position(1, 2), b"p")
     assert e == Entry(Position(1, 2), b"p") and e != Entry(Position(1, 3), b"p") and e != Entry(Position(1, 2), b"q")
     assert hash(e) == hash(Entry(Position(1, 2), b"p")) and (e.ledger_id, e.entry_id, e.payload_bytes) == (1, 2, 1)
+
+
+def test_topic_names_hash_as_values() -> None:
+    """Two parses of one name are equal, hash alike and find each other in a dict (the policy
+    cache and the broker's topic tables are keyed by ``TopicName``); names differing in any part
+    are different keys. A hash over anything ``__eq__`` does not compare (the object's identity,
+    say) fails the first assertion."""
+    texts = ["persistent://public/default/t", "non-persistent://public/default/t",
+             "persistent://public/default/t-partition-1", "persistent://other/default/t",
+             "persistent://public/other/t", "persistent://public/c1/default/t"]
+    first = {TopicName.parse(text): text for text in texts}
+    assert len(first) == len(texts)
+    for text in texts:
+        again = TopicName.parse(text)
+        assert first[again] == text and hash(again) == hash(next(k for k in first if k == again))

@@ -22,10 +22,10 @@ from magnetar.broker.errors import BrokerError
 from magnetar.catalog.policies import (
     POLICIES_ROOT,
     AuthPolicies,
-    PolicyCache,
     decode_policies,
     namespace_path,
 )
+from magnetar.catalog.policy_cache import PolicyCache
 from magnetar.catalog.resources import TenantInfo
 from magnetar.faults import breaks
 from magnetar.protocol.pulsar import pb

@@ -69,7 +69,8 @@ from magnetar.broker.consumer import SubType
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.ids import before
 from magnetar.broker.log import AppendCallback, StorageStats, SubscriptionCursor, TopicLog
-from magnetar.catalog.policies import PolicyCache, decode_policies, namespace_path
+from magnetar.catalog.policies import decode_policies, namespace_path
+from magnetar.catalog.policy_cache import PolicyCache
 from magnetar.protocol.pulsar import pb
 from magnetar.protocol.pulsar.batch import NONE, decode_entry, encode_entry, is_batch
 from magnetar.protocol.pulsar.frames import headers_and_payload

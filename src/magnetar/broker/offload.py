@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.managed_log import ManagedTopicLog
 from magnetar.broker.topic import Topic
-from magnetar.catalog.policies import PolicyCache, decode_policies, namespace_path
+from magnetar.catalog.policies import decode_policies, namespace_path
+from magnetar.catalog.policy_cache import PolicyCache
 from magnetar.catalog.schema import SchemaRegistry
 from magnetar.managed_ledger.managed_ledger import ManagedLedger
 from magnetar.managed_ledger.offload import ManagedLedgerOffload, OffloadSchema

@@ -353,7 +353,7 @@ class Producer:
 
     def _flush(self) -> None:
         """Answer the done SENDs at the head of the FIFO, in order. A receipt passes the gates
-        ``broker.after_persist_before_receipt`` and ``broker.after_receipt`` (``faults.gate``):
+        ``broker.after_persist_before_receipt`` and ``broker.after_receipt`` (``faults.gate1``, ``gate0``):
         while one holds it, every later answer waits too."""
         self._flush_loop = True
         try:
@@ -369,7 +369,7 @@ class Producer:
                     self._answer_now(op)
                     continue
                 self._answering = True
-                faults.gate("broker.after_persist_before_receipt", self._receipt_then, op)
+                faults.gate1("broker.after_persist_before_receipt", self._receipt_then, op)
         finally:
             self._flush_loop = False
 
@@ -382,7 +382,7 @@ class Producer:
         # An ``error`` at the gate loses the receipt (the client's send times out and it resends).
         if error is None and self._state is ProducerState.ACTIVE and self.channel.is_open():
             self._answer_now(op)
-        faults.gate("broker.after_receipt", self._receipted_then)
+        faults.gate0("broker.after_receipt", self._receipted_then)
 
     def _receipted(self, _error: BaseException | None) -> None:
         self._answering = False

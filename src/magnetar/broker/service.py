@@ -41,7 +41,7 @@ from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks, PolicySchedule
 from magnetar.broker.topic import Topic
 from magnetar.catalog.listeners import Listeners
 from magnetar.catalog.lookup import LookupAnswer, PartitionedTopics, SingleBrokerLookup, TopicLookup
-from magnetar.catalog.policies import PolicyCache
+from magnetar.catalog.policy_cache import PolicyCache
 from magnetar.catalog.resources import Resources, TopicBusyError
 from magnetar.catalog.schema import SchemaRegistry
 from magnetar.catalog.schema_compat import Compatibility

@@ -9,7 +9,7 @@ Resolution (``EffectivePolicies``): a topic override wins, else the namespace va
 default from ``BrokerSettings`` (the broker's ``BrokerConfig`` is one). A partition
 ``t-partition-N`` takes the overrides of ``t``.
 
-``PolicyCache`` reads each node once, keeps it, and watches it: a change made by any broker (or
+``PolicyCache`` (``catalog/policy_cache.py``, compiled) reads each node once, keeps it, and watches it: a change made by any broker (or
 the admin API here, which also writes through) is applied without a restart. Loaded topics read
 their effective policies synchronously from the cache on each check (``effective``), so nothing
 has to be pushed to them. At most ``POLICY_CACHE_NODES_COUNT_MAX`` nodes are cached and watched.
@@ -17,24 +17,19 @@ has to be pushed to them. At most ``POLICY_CACHE_NODES_COUNT_MAX`` nodes are cac
 
 from __future__ import annotations
 
-import asyncio
 import enum
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol
 from urllib.parse import quote
 
 import msgspec
 
 from magnetar.base.errors import InvalidArgumentError
-from magnetar.base.limits import POLICY_CACHE_NODES_COUNT_MAX
 from magnetar.base.types import TopicName
-from magnetar.metadata.api import MetadataStore, Watch, WatchEvent
 from magnetar.security.authorization import AuthAction
 
 POLICIES_ROOT = "/admin/policies"
 TOPIC_POLICIES_ROOT = "/admin/topic-policies"
-D = TypeVar("D")
 
 
 class BrokerSettings(Protocol):
@@ -302,118 +297,3 @@ def resolve(config: BrokerSettings, namespace: Policies | None, topic: TopicPoli
         auto_topic_creation=auto_allowed,
         auto_topic_partitions_count=auto_partitions,
     )
-
-
-class PolicyCache:
-    """Namespace and topic policy nodes, read once, watched, written through.
-
-    ``on_change`` is called with the changed node's path after a watched change was reloaded.
-    Without a metadata store every topic runs on the broker defaults.
-    """
-
-    def __init__(self, metadata: MetadataStore | None, config: BrokerSettings) -> None:
-        self._metadata = metadata
-        self.config = config
-        self._nodes: dict[str, bytes | None] = {}
-        self._watches: dict[str, Watch] = {}
-        self._reloads: set[asyncio.Task[None]] = set()
-        self.listeners: list[Callable[[str], None]] = []
-        # topic -> (its two node paths, the raw nodes last resolved, the result): ``effective`` runs
-        # on every publish, and decoding and resolving both nodes each time cost ~7% of the loop.
-        self._resolved: dict[TopicName, tuple[tuple[str, str], bytes | None, bytes | None, EffectivePolicies]] = {}
-        self._decoded: dict[str, tuple[bytes, Callable[[bytes], Any], Any]] = {}  # path -> (raw, decode, value)
-
-    @property
-    def metadata(self) -> MetadataStore | None:
-        return self._metadata
-
-    async def _node(self, path: str) -> bytes | None:
-        if path in self._nodes or self._metadata is None:
-            return self._nodes.get(path)
-        if len(self._nodes) >= POLICY_CACHE_NODES_COUNT_MAX:
-            self._forget(next(iter(self._nodes)))
-        found = await self._metadata.get(path)
-        if path not in self._watches and len(self._watches) < POLICY_CACHE_NODES_COUNT_MAX:
-            self._watches[path] = await self._metadata.watch(path, lambda event: self._changed(event.path, event))
-        value = found.value if found is not None and found.value else None
-        self._nodes[path] = value
-        return value
-
-    def _forget(self, path: str) -> None:
-        self._nodes.pop(path, None)
-        watch = self._watches.pop(path, None)
-        if watch is not None:
-            watch.cancel()
-
-    def _changed(self, path: str, event: WatchEvent) -> None:
-        if path not in self._nodes:
-            return
-        task = asyncio.get_running_loop().create_task(self._reload(path))
-        self._reloads.add(task)
-        task.add_done_callback(self._reloads.discard)
-
-    async def _reload(self, path: str) -> None:
-        if self._metadata is None:
-            return
-        found = await self._metadata.get(path)
-        self._nodes[path] = found.value if found is not None and found.value else None
-        for listener in self.listeners:
-            listener(path)
-
-    def written(self, path: str, value: bytes | None) -> None:
-        """The admin API stored ``value`` at ``path`` (None: deleted); adopt it at once."""
-        if path in self._nodes:
-            self._nodes[path] = value
-        for listener in self.listeners:
-            listener(path)
-
-    async def decoded(self, path: str, decode: Callable[[bytes], D]) -> D | None:
-        """``decode`` of the node at ``path`` (cached and watched as the policy nodes are; None if
-        unset), run again only when the node was replaced: authorization asks this on every
-        LOOKUP, PRODUCER and SUBSCRIBE."""
-        raw = await self._node(path)
-        if raw is None:
-            return None
-        memo = self._decoded.get(path)
-        if memo is not None and memo[0] is raw and memo[1] is decode:
-            return memo[2]  # type: ignore[no-any-return]
-        value = decode(raw)
-        if memo is None and len(self._decoded) >= POLICY_CACHE_NODES_COUNT_MAX:
-            del self._decoded[next(iter(self._decoded))]
-        self._decoded[path] = (raw, decode, value)
-        return value
-
-    async def namespace_policies(self, namespace: str) -> Policies | None:
-        raw = await self._node(namespace_path(namespace))
-        return decode_policies(raw) if raw else None
-
-    async def topic_policies(self, topic: TopicName) -> TopicPolicies | None:
-        raw = await self._node(topic_policies_path(topic))
-        return decode_topic_policies(raw) if raw else None
-
-    async def load(self, topic: TopicName) -> EffectivePolicies:
-        """Read (and watch) what ``topic`` needs; later ``effective`` calls are synchronous."""
-        return resolve(self.config, await self.namespace_policies(topic.namespace), await self.topic_policies(topic))
-
-    def effective(self, topic: TopicName) -> EffectivePolicies:
-        """The policies in force for ``topic`` now: resolved again only when one of its two nodes
-        was replaced since the last call (a reload or an admin write stores a new bytes object)."""
-        memo = self._resolved.get(topic)
-        paths = memo[0] if memo is not None else (namespace_path(topic.namespace), topic_policies_path(topic))
-        ns_raw = self._nodes.get(paths[0])
-        tp_raw = self._nodes.get(paths[1])
-        if memo is not None and memo[1] is ns_raw and memo[2] is tp_raw:
-            return memo[3]
-        result = resolve(self.config, decode_policies(ns_raw) if ns_raw else None,
-                         decode_topic_policies(tp_raw) if tp_raw else None)
-        if memo is None and len(self._resolved) >= POLICY_CACHE_NODES_COUNT_MAX:
-            del self._resolved[next(iter(self._resolved))]
-        self._resolved[topic] = (paths, ns_raw, tp_raw, result)
-        return result
-
-    def close(self) -> None:
-        for watch in self._watches.values():
-            watch.cancel()
-        self._watches.clear()
-        for task in self._reloads:
-            task.cancel()

@@ -34,12 +34,12 @@ from magnetar.base.types import DEFAULT_NAMESPACE, DEFAULT_TENANT, TopicName
 from magnetar.catalog.policies import (
     POLICIES_ROOT,
     Policies,
-    PolicyCache,
     TopicPolicies,
     decode_policies,
     namespace_path,
     topic_policies_path,
 )
+from magnetar.catalog.policy_cache import PolicyCache
 from magnetar.metadata.api import MetadataStore
 
 CLUSTERS_ROOT = "/admin/clusters"

@@ -5,7 +5,8 @@ Owns: the registry of every moment where a crash matters (``REGISTRY``, see
 
 Code marks a point with ``await faults.point("bookie.after_fsync_before_reply")`` in a coroutine,
 ``faults.gate(name, then, *args)`` on a callback path (``then`` runs after the point: inline when
-unarmed, later when a hang or delay holds it) or ``faults.point_blocking(name)`` on a worker
+unarmed, later when a hang or delay holds it; ``gate0``/``gate1`` for a ``then`` of no or one
+argument, without the ``*args`` tuple, on the per-message passes) or ``faults.point_blocking(name)`` on a worker
 thread. Unarmed, each is one dictionary lookup (and the await of a completed no-op). There is
 one path per operation: a point is a gate on it, never a reason to take another path. Armed, the point can ``crash`` (a
 real process SIGKILLs itself; a simulated node loses its unsynced state), ``hang`` until
@@ -28,6 +29,8 @@ from magnetar.faults.points import (
     current_node,
     disarm_all,
     gate,
+    gate0,
+    gate1,
     hits,
     never_reached,
     observe,
@@ -52,6 +55,8 @@ __all__ = [
     "current_node",
     "disarm_all",
     "gate",
+    "gate0",
+    "gate1",
     "hits",
     "never_reached",
     "observe",

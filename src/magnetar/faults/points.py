@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, TypeVar
 
 from mypy_extensions import mypyc_attr
 
@@ -33,6 +33,8 @@ __all__ = [
     "current_node",
     "disarm_all",
     "gate",
+    "gate0",
+    "gate1",
     "hits",
     "never_reached",
     "observe",
@@ -103,6 +105,7 @@ _reached: Final[set[str]] = set()
 _observing = False
 #: Continuations of ``gate`` calls waiting out a hang or a delay (strong references).
 _deferred: Final[set[asyncio.Task[None]]] = set()
+_A = TypeVar("_A")
 
 
 def point(name: str) -> Awaitable[None]:
@@ -154,11 +157,38 @@ def gate(name: str, then: Callable[..., object], *args: Any) -> None:
     ``error`` calls ``then(InjectedFaultError, *args)`` inline; a due ``delay`` or ``hang`` calls
     ``then(None, *args)`` later from the event loop, after the delay or once released. ``then``
     runs exactly once unless the point crashes.
+
+    ``gate0`` and ``gate1`` are this gate for a ``then`` of no and of one argument besides the
+    error, for the per-message passes: unarmed, they call ``then`` with no ``*args`` tuple and no
+    star call (compiled, a vectorcall); armed, they take this path (``_gate_armed``).
     """
     spec = _armed.get(name)
     if spec is None:
         then(None, *args)
         return
+    _gate_armed(spec, then, args)
+
+
+def gate0(name: str, then: Callable[[BaseException | None], object]) -> None:
+    """``gate(name, then)``: the same point, arming and order, without the ``*args`` tuple."""
+    spec = _armed.get(name)
+    if spec is None:
+        then(None)
+        return
+    _gate_armed(spec, then, ())
+
+
+def gate1(name: str, then: Callable[[BaseException | None, _A], object], arg: _A) -> None:
+    """``gate(name, then, arg)``: the same point, arming and order, without the ``*args`` tuple."""
+    spec = _armed.get(name)
+    if spec is None:
+        then(None, arg)
+        return
+    _gate_armed(spec, then, (arg,))
+
+
+def _gate_armed(spec: FaultSpec, then: Callable[..., object], args: tuple[Any, ...]) -> None:
+    """What ``gate`` does at an armed point (``spec``): see ``gate``."""
     try:
         due = _fires(spec)
     except InjectedFaultError as fault:

@@ -1,0 +1,143 @@
+"""The watched cache of namespace and topic policy nodes (``PolicyCache``), split from
+``catalog/policies.py`` so that it can be compiled: ``effective`` runs on every publish run, and
+the policy model's ``msgspec.Struct`` classes (whose field defaults are ``msgspec.field`` calls)
+cannot be compiled with mypyc. See ``catalog/policies.py`` for the model and the resolution.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from magnetar.base.limits import POLICY_CACHE_NODES_COUNT_MAX
+from magnetar.base.types import TopicName
+from magnetar.catalog.policies import (
+    BrokerSettings,
+    EffectivePolicies,
+    Policies,
+    TopicPolicies,
+    decode_policies,
+    decode_topic_policies,
+    namespace_path,
+    resolve,
+    topic_policies_path,
+)
+from magnetar.metadata.api import MetadataStore, Watch, WatchEvent
+
+D = TypeVar("D")
+
+
+class PolicyCache:
+    """Namespace and topic policy nodes, read once, watched, written through.
+
+    ``on_change`` is called with the changed node's path after a watched change was reloaded.
+    Without a metadata store every topic runs on the broker defaults.
+    """
+
+    def __init__(self, metadata: MetadataStore | None, config: BrokerSettings) -> None:
+        self._metadata = metadata
+        self.config = config
+        self._nodes: dict[str, bytes | None] = {}
+        self._watches: dict[str, Watch] = {}
+        self._reloads: set[asyncio.Task[None]] = set()
+        self.listeners: list[Callable[[str], None]] = []
+        # topic -> (its two node paths, the raw nodes last resolved, the result): ``effective`` runs
+        # on every publish, and decoding and resolving both nodes each time cost ~7% of the loop.
+        self._resolved: dict[TopicName, tuple[tuple[str, str], bytes | None, bytes | None, EffectivePolicies]] = {}
+        self._decoded: dict[str, tuple[bytes, Callable[[bytes], Any], Any]] = {}  # path -> (raw, decode, value)
+
+    @property
+    def metadata(self) -> MetadataStore | None:
+        return self._metadata
+
+    async def _node(self, path: str) -> bytes | None:
+        if path in self._nodes or self._metadata is None:
+            return self._nodes.get(path)
+        if len(self._nodes) >= POLICY_CACHE_NODES_COUNT_MAX:
+            self._forget(next(iter(self._nodes)))
+        found = await self._metadata.get(path)
+        if path not in self._watches and len(self._watches) < POLICY_CACHE_NODES_COUNT_MAX:
+            self._watches[path] = await self._metadata.watch(path, lambda event: self._changed(event.path, event))
+        value = found.value if found is not None and found.value else None
+        self._nodes[path] = value
+        return value
+
+    def _forget(self, path: str) -> None:
+        self._nodes.pop(path, None)
+        watch = self._watches.pop(path, None)
+        if watch is not None:
+            watch.cancel()
+
+    def _changed(self, path: str, event: WatchEvent) -> None:
+        if path not in self._nodes:
+            return
+        task = asyncio.get_running_loop().create_task(self._reload(path))
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def _reload(self, path: str) -> None:
+        if self._metadata is None:
+            return
+        found = await self._metadata.get(path)
+        self._nodes[path] = found.value if found is not None and found.value else None
+        for listener in self.listeners:
+            listener(path)
+
+    def written(self, path: str, value: bytes | None) -> None:
+        """The admin API stored ``value`` at ``path`` (None: deleted); adopt it at once."""
+        if path in self._nodes:
+            self._nodes[path] = value
+        for listener in self.listeners:
+            listener(path)
+
+    async def decoded(self, path: str, decode: Callable[[bytes], D]) -> D | None:
+        """``decode`` of the node at ``path`` (cached and watched as the policy nodes are; None if
+        unset), run again only when the node was replaced: authorization asks this on every
+        LOOKUP, PRODUCER and SUBSCRIBE."""
+        raw = await self._node(path)
+        if raw is None:
+            return None
+        memo = self._decoded.get(path)
+        if memo is not None and memo[0] is raw and memo[1] is decode:
+            return memo[2]  # type: ignore[no-any-return]
+        value = decode(raw)
+        if memo is None and len(self._decoded) >= POLICY_CACHE_NODES_COUNT_MAX:
+            del self._decoded[next(iter(self._decoded))]
+        self._decoded[path] = (raw, decode, value)
+        return value
+
+    async def namespace_policies(self, namespace: str) -> Policies | None:
+        raw = await self._node(namespace_path(namespace))
+        return decode_policies(raw) if raw else None
+
+    async def topic_policies(self, topic: TopicName) -> TopicPolicies | None:
+        raw = await self._node(topic_policies_path(topic))
+        return decode_topic_policies(raw) if raw else None
+
+    async def load(self, topic: TopicName) -> EffectivePolicies:
+        """Read (and watch) what ``topic`` needs; later ``effective`` calls are synchronous."""
+        return resolve(self.config, await self.namespace_policies(topic.namespace), await self.topic_policies(topic))
+
+    def effective(self, topic: TopicName) -> EffectivePolicies:
+        """The policies in force for ``topic`` now: resolved again only when one of its two nodes
+        was replaced since the last call (a reload or an admin write stores a new bytes object)."""
+        memo = self._resolved.get(topic)
+        paths = memo[0] if memo is not None else (namespace_path(topic.namespace), topic_policies_path(topic))
+        ns_raw = self._nodes.get(paths[0])
+        tp_raw = self._nodes.get(paths[1])
+        if memo is not None and memo[1] is ns_raw and memo[2] is tp_raw:
+            return memo[3]
+        result = resolve(self.config, decode_policies(ns_raw) if ns_raw else None,
+                         decode_topic_policies(tp_raw) if tp_raw else None)
+        if memo is None and len(self._resolved) >= POLICY_CACHE_NODES_COUNT_MAX:
+            del self._resolved[next(iter(self._resolved))]
+        self._resolved[topic] = (paths, ns_raw, tp_raw, result)
+        return result
+
+    def close(self) -> None:
+        for watch in self._watches.values():
+            watch.cancel()
+        self._watches.clear()
+        for task in self._reloads:
+            task.cancel()
