@@ -141,10 +141,10 @@ def test_connectors_do_not_reach_into_broker_or_storage() -> None:
     assert not problems, problems
 
 
-#: The calls that mark a fault point (``faults.point``, ``faults.gate`` on callback paths,
+#: The calls that mark a fault point (``faults.point``, ``faults.gate``/``gate0``/``gate1`` on callback paths,
 #: ``faults.point_blocking`` on worker threads) and the keyword arguments that hand a point's name
 #: to a disk write (``DiskFile.append_and_sync_then``), which passes it there.
-POINT_CALLS = frozenset({"point", "gate", "point_blocking"})
+POINT_CALLS = frozenset({"point", "gate", "gate0", "gate1", "point_blocking"})
 POINT_KEYWORDS = frozenset({"torn_point", "unsynced_point"})
 #: The disks pass the point names their callers give (``torn_point``/``unsynced_point``).
 PASSES_GIVEN_NAMES = frozenset({"sim/disk.py", "runtime/disk.py"})

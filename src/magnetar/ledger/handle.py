@@ -322,7 +322,7 @@ class LedgerHandle:
                 self._pending[entry_id] = op
                 self._pending_bytes += len(payload)
                 if entry_id > 0:
-                    faults.gate("ledger.before_send_next_entry", self._before_send, op)
+                    faults.gate1("ledger.before_send_next_entry", self._before_send, op)
                 else:
                     self._before_send(None, op)
         finally:
@@ -334,7 +334,7 @@ class LedgerHandle:
         if error is not None:
             self._fail_by(error)
             return
-        faults.gate("ledger.before_send", self._send, op)
+        faults.gate1("ledger.before_send", self._send, op)
 
     def _send(self, error: BaseException | None, op: PendingAdd) -> None:
         if error is not None:
@@ -360,7 +360,7 @@ class LedgerHandle:
         else:
             self._send_to_write_sets(ready)
         for op in ready:
-            faults.gate("ledger.after_send_before_reply", self._after_send, op)
+            faults.gate1("ledger.after_send_before_reply", self._after_send, op)
 
     def _after_send(self, error: BaseException | None, op: PendingAdd) -> None:
         if error is not None:
@@ -495,7 +495,7 @@ class LedgerHandle:
         op.acked |= 1 << slot
         if not op.quorum_gated and self._has_ack_quorum(op):
             op.quorum_gated = True
-            faults.gate("ledger.after_quorum_before_ack", self._quorum_passed, op)
+            faults.gate1("ledger.after_quorum_before_ack", self._quorum_passed, op)
             return
         self._completed()
 

@@ -465,7 +465,7 @@ class Journal(JournalSubmitter):
                 waited = waited and express  # an express group leaves the ended wait to the next one
                 self._express_next = express
                 self._appending = True
-                faults.gate("bookie.before_journal_append", self._append)
+                faults.gate0("bookie.before_journal_append", self._append)
                 if self._appending or self._grouping:
                     return  # held by its fault point (``_append`` carries on), or a wait runs
         finally:
@@ -552,10 +552,10 @@ class Journal(JournalSubmitter):
                 if replying and replying[0].unanswered == 0:
                     replying.popleft()
                     self._answering = self._after_reply = True
-                    faults.gate("bookie.after_reply", self._replied)
+                    faults.gate0("bookie.after_reply", self._replied)
                 elif inflight and inflight[0].synced:
                     self._answering = True
-                    faults.gate("bookie.after_fsync_before_reply", self._reply, inflight[0])
+                    faults.gate1("bookie.after_fsync_before_reply", self._reply, inflight[0])
                 else:
                     break
         finally:
