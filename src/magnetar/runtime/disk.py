@@ -750,31 +750,29 @@ class LocalFile:
             self._aligned_done(buffer, aligned, None if error is not None else written_direct)
             done(error)
 
-        if pace.inline_ok(total, after is None and fill is None, torn_point, unsynced_point):
-            # The loop's own thread writes and syncs (``_InlinePace``), and answers from the next
-            # loop pass (``call_soon``: never from inside the caller).
+        def write(caught: type[BaseException]) -> tuple[BaseException | None, bool, int]:
+            # The write and sync, on whichever thread runs them: (error, written direct, took).
             error: BaseException | None = None
             written_direct = False
             started = time.monotonic_ns()
             try:
                 written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point,
                                             fill, after)
-            except Exception as exc:  # handed to ``done`` from the next loop pass
+            except caught as exc:  # handed to ``done`` on the loop
                 error = exc
-            loop.call_soon(finished, error, written_direct, time.monotonic_ns() - started)
+            return error, written_direct, time.monotonic_ns() - started
+
+        if pace.inline_ok(total, after is None and fill is None, torn_point, unsynced_point):
+            # The loop's own thread writes and syncs (``_InlinePace``), and answers from the next
+            # loop pass (``call_soon``: never from inside the caller); a BaseException that is
+            # not an Exception (an interrupt) goes up the loop's own stack.
+            loop.call_soon(finished, *write(Exception))
             return offset
 
         def job() -> None:  # on a worker thread
-            error: BaseException | None = None
-            written_direct = False
-            started = time.monotonic_ns()
+            result = write(BaseException)
             try:
-                written_direct = _write_job(descriptors, parts, offset, True, aligned, torn_point, unsynced_point,
-                                            fill, after)
-            except BaseException as exc:  # handed to ``done`` on the loop
-                error = exc
-            try:
-                loop.call_soon_threadsafe(finished, error, written_direct, time.monotonic_ns() - started)
+                loop.call_soon_threadsafe(finished, *result)
             except RuntimeError:
                 pass  # the loop is closed: nobody waits for the answer any more
 
