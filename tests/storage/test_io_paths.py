@@ -27,6 +27,7 @@ from magnetar.protocol.bookie import (
     encode,
 )
 from magnetar.runtime import disk as runtime_disk
+from magnetar.runtime import disk_buffers
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.disk import LocalDisk, pwritev_all
 from magnetar.runtime.network import TcpNetwork
@@ -406,7 +407,7 @@ def test_aligned_copy_lays_mixed_parts_back_to_back(seed: int) -> None:
     import mmap
 
     rng = random.Random(seed)
-    size_min = runtime_disk._PART_COPY_BYTES_MIN
+    size_min = disk_buffers._PART_COPY_BYTES_MIN
     shapes = [lambda: rng.randint(0, 40), lambda: rng.randint(size_min, 5 * size_min),
               lambda: rng.choice([0, 30, size_min - 1, size_min, 100_000])]
     parts: list[Bytes] = []
@@ -416,7 +417,7 @@ def test_aligned_copy_lays_mixed_parts_back_to_back(seed: int) -> None:
     total = sum(len(part) for part in parts)
     buffer = mmap.mmap(-1, total + 4096)
     buffer.write(b"\xff" * len(buffer))
-    view = runtime_disk._copy_into(buffer, parts, total)
+    view = disk_buffers._copy_into(buffer, parts, total)
     assert len(view) == total and bytes(view) == b"".join(parts)
     assert buffer[total:] == b"\xff" * 4096  # nothing written past the parts
     view.release()
@@ -452,7 +453,7 @@ def test_aligned_buffer_fill_copies_the_parts_with_or_without_a_memfd(memfd: boo
     a failing write to it) by copying in the calling thread: the same bytes either way."""
     if not memfd:
         monkeypatch.delattr(os, "memfd_create", raising=False)
-    buffer = runtime_disk._AlignedBuffer(4 * 1024 * 1024)
+    buffer = disk_buffers._AlignedBuffer(4 * 1024 * 1024)
     assert (buffer.fd >= 0) == (memfd and hasattr(os, "memfd_create"))
     rng = random.Random(3)
     parts: list[Bytes] = [rng.randbytes(rng.choice([12, 100_000])) for _ in range(30)]

@@ -53,7 +53,6 @@ import shutil
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
 
@@ -64,13 +63,15 @@ from magnetar.base.io import Bytes
 from magnetar.base.limits import (
     DISK_DIRECT_ALIGNMENT_BYTES,
     DISK_DIRECT_BUFFER_BYTES_MAX,
-    DISK_DIRECT_BUFFERS_COUNT_MAX,
     DISK_SYNC_THREADS_COUNT_MAX,
     MIB,
 )
-
-#: Buffers one ``pwritev`` call takes (the kernel's IOV_MAX); longer part lists take several.
-_IOV_COUNT_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 1024
+from magnetar.runtime.disk_buffers import (
+    _AlignedBuffer,
+    _AlignedBuffers,
+    _copy_into,
+    pwritev_all,
+)
 
 log = logging.getLogger(__name__)
 
@@ -134,26 +135,6 @@ class _Trash:
 
 
 TRASH = _Trash()
-
-
-def pwritev_all(fd: int, parts: Sequence[Bytes], offset: int) -> None:
-    """Write ``parts`` back to back at ``offset``, retrying short writes (blocking; any thread)."""
-    pending: list[Bytes] = [part for part in parts if len(part)]
-    start = 0
-    while start < len(pending):
-        batch = pending[start : start + _IOV_COUNT_MAX]
-        written = os.pwritev(fd, batch, offset)
-        if written <= 0:
-            raise OSError(errno.EIO, f"pwritev wrote nothing at offset {offset}")
-        offset += written
-        for part in batch:
-            size = len(part)
-            if written < size:
-                # A short write (rare on files: a signal, a full disk): go on from the byte after.
-                pending[start] = memoryview(part)[written:] if written else part
-                break
-            written -= size
-            start += 1
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
@@ -481,126 +462,9 @@ def _sync_job(descriptors: _Descriptors) -> None:
         descriptors.release()
 
 
-#: ``_copy_into`` copies a part of at least this many bytes straight into the aligned buffer;
-#: smaller neighbours are joined first and copied as one.
-_PART_COPY_BYTES_MIN = 2048
-
-
-def _copy_into(buffer: mmap.mmap, parts: Sequence[Bytes], total: int) -> memoryview:
-    """``parts`` back to back at the start of ``buffer``; the view of those ``total`` bytes.
-
-    Small parts on average (an unbatched journal group: a 30-byte framing and a ~1 KiB entry per
-    record): one join and one copy, as a slice assignment per part costs more in Python work than
-    the second copy of a few KiB. Large parts (batched entries of ~100 KiB, entry-log chunks of
-    MiBs) go straight into the buffer, and only runs of small parts between them are joined: the
-    joined copy was a second pass over every byte and, for a chunk of MiBs, a fresh allocation
-    whose pages faulted in on every write (docs/performance.md, session 12: 3-10x less time
-    for 100 KiB parts)."""
-    view = memoryview(buffer)
-    if total < len(parts) * _PART_COPY_BYTES_MIN:
-        view[:total] = parts[0] if len(parts) == 1 else b"".join(parts)
-        return view[:total]
-    at = run_at = 0
-    small: list[Bytes] = []  # the run of small parts since ``run_at``
-    for part in parts:
-        size = len(part)
-        if size < _PART_COPY_BYTES_MIN:
-            if not small:
-                run_at = at
-            small.append(part)
-        else:
-            if small:
-                view[run_at:at] = small[0] if len(small) == 1 else b"".join(small)
-                small = []
-            view[at : at + size] = part
-        at += size
-    if small:
-        view[run_at:at] = small[0] if len(small) == 1 else b"".join(small)
-    invariant(at == total, "the parts add up to the write's size")
-    return view[:total]
-
-
 #: A write of at least this many bytes has its aligned copy made by the worker thread
 #: (``_AlignedBuffer.fill``) instead of on the event loop.
 _WORKER_COPY_BYTES_MIN = 256 * 1024
-
-
-class _AlignedBuffer:
-    """A page-aligned buffer for ``O_DIRECT`` writes: a mapping of a ``memfd`` (where the system
-    has them, else of anonymous memory, ``fd`` -1). ``fill`` copies a write's parts into it with
-    one ``pwritev`` on the memfd: the kernel copies into the same pages the mapping shows, with
-    the GIL released, so a worker thread can make a large write's copy (a batched journal group
-    of MiBs, an entry-log chunk) without holding up the event loop; in a thread, a slice
-    assignment per part would hold the GIL for the whole copy. The copy was two passes per byte
-    per write (journal and entry log) of the broker's loop thread, which bounds a standalone's
-    batched ingest (docs/performance.md, session 12)."""
-
-    __slots__ = ("__weakref__", "fd", "map", "size")
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.fd = -1
-        if hasattr(os, "memfd_create"):
-            try:
-                self.fd = os.memfd_create("magnetar-direct", os.MFD_CLOEXEC)
-                os.ftruncate(self.fd, size)
-                self.map = mmap.mmap(self.fd, size)
-            except OSError:
-                if self.fd >= 0:
-                    os.close(self.fd)
-                self.fd = -1
-            else:
-                weakref.finalize(self, os.close, self.fd)
-                return
-        self.map = mmap.mmap(-1, size)
-
-    def fill(self, parts: Sequence[Bytes], aligned: memoryview) -> None:
-        """Copy ``parts`` to the start of the buffer (``aligned`` is its view of their length);
-        blocking, any thread. Without a memfd, or if writing to it fails (no memory for its
-        pages), the copy is made in this thread (``_copy_into``)."""
-        if self.fd >= 0:
-            try:
-                pwritev_all(self.fd, parts, 0)
-                return
-            except OSError:
-                pass  # the mapping is untouched where the write did not reach: copy it all
-        _copy_into(self.map, parts, len(aligned))
-
-
-class _AlignedBuffers:
-    """Idle page-aligned buffers for ``O_DIRECT`` writes, shared by the files of one
-    ``LocalDisk`` (used on the event loop only). A fresh buffer's pages fault in on first use,
-    on the event loop: ~10 ms for 4 MiB in the bench VM. Per-file pools were lost at every
-    journal and entry-log rotation (every second at 500 MB/s), and taking any idle buffer,
-    replacing it when too small, made mixed sizes (small journal groups, large flush chunks)
-    allocate again and again."""
-
-    __slots__ = ("_idle",)
-
-    def __init__(self) -> None:
-        self._idle: list[_AlignedBuffer] = []
-
-    def take(self, total: int) -> _AlignedBuffer:
-        """The smallest idle buffer of at least ``total`` bytes, or a new one (whole MiBs)."""
-        best: _AlignedBuffer | None = None
-        for buffer in self._idle:
-            if buffer.size >= total and (best is None or buffer.size < best.size):
-                best = buffer
-        if best is not None:
-            self._idle.remove(best)
-            return best
-        return _AlignedBuffer(-(-total // MIB) * MIB)
-
-    def give_back(self, buffer: _AlignedBuffer) -> None:
-        """Keep ``buffer`` idle; beyond DISK_DIRECT_BUFFERS_COUNT_MAX the smallest is dropped."""
-        idle = self._idle
-        if len(idle) < DISK_DIRECT_BUFFERS_COUNT_MAX:
-            idle.append(buffer)
-            return
-        smallest = min(idle, key=lambda kept: kept.size)
-        if smallest.size < buffer.size:
-            idle.remove(smallest)
-            idle.append(buffer)
 
 
 class LocalFile:
