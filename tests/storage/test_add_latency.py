@@ -19,6 +19,7 @@ import pytest
 from magnetar.base.io import KeyValueStore
 from magnetar.protocol.bookie import Status
 from magnetar.runtime import disk as runtime_disk
+from magnetar.runtime import disk_buffers
 from magnetar.runtime.disk import TRASH, TRASH_DIR, LocalDisk
 from magnetar.sim import SimClock
 from magnetar.storage import Bookie, checkpointer
@@ -270,7 +271,7 @@ def test_aligned_buffers_are_reused_across_write_sizes_and_file_rotations(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     allocated: list[int] = []
-    real_mmap = runtime_disk.mmap.mmap
+    real_mmap = disk_buffers.mmap.mmap
 
     class CountingMmap:
         @staticmethod
@@ -278,7 +279,7 @@ def test_aligned_buffers_are_reused_across_write_sizes_and_file_rotations(
             allocated.append(length)
             return real_mmap(fileno, length)
 
-    monkeypatch.setattr(runtime_disk, "mmap", CountingMmap)
+    monkeypatch.setattr(disk_buffers, "mmap", CountingMmap)  # where the aligned buffers are made
     big, small = os.urandom(4 * MIB), os.urandom(4096)
 
     async def rotate_and_write(open_file: Callable[[str], runtime_disk.LocalFile]) -> bool:
