@@ -14,22 +14,29 @@ from collections.abc import Callable
 import pytest
 
 from magnetar import faults
+from tests.managed_ledger.harness import until
 
 POINT = "broker.after_receipt"
 Calls = list[tuple[str, object]]
 
 
-def _pass(form: str, calls: Calls) -> None:
-    """Pass ``POINT`` through ``form``; ``then`` records (its error's type name or None, its arg)."""
+def _pass(form: str, calls: Calls, called: asyncio.Event | None = None) -> None:
+    """Pass ``POINT`` through ``form``; ``then`` records (its error's type name or None, its arg)
+    and sets ``called``."""
+
+    def record(error: BaseException | None, arg: object) -> None:
+        calls.append((type(error).__name__ if error else "ok", arg))
+        if called is not None:
+            called.set()
 
     def then0(error: BaseException | None) -> None:
-        calls.append((type(error).__name__ if error else "ok", None))
+        record(error, None)
 
     def then1(error: BaseException | None, arg: int) -> None:
-        calls.append((type(error).__name__ if error else "ok", arg))
+        record(error, arg)
 
     def then2(error: BaseException | None, arg: int, more: str) -> None:
-        calls.append((type(error).__name__ if error else "ok", (arg, more)))
+        record(error, (arg, more))
 
     if form == "gate0":
         faults.gate0(POINT, then0)
@@ -70,17 +77,32 @@ def test_delay_and_hang_call_then_later_once(form: str, action: str) -> None:
     calls: Calls = []
 
     async def go() -> None:
-        _pass(form, calls)
+        called = asyncio.Event()
+        _pass(form, calls, called)
         assert calls == []  # held: not inline
         if action == "hang":
-            for _ in range(5):
-                await asyncio.sleep(0)
+            await until(lambda: faults.holding(POINT))  # the held continuation waits for release
             assert calls == []
             faults.release(POINT)
-        for _ in range(1000):  # bounded: the delay is 1 ms of the loop's clock
-            if calls:
-                break
-            await asyncio.sleep(0.001)
+        await asyncio.wait_for(called.wait(), 10)  # the delay is 1 ms of the loop's clock
+
+    asyncio.run(go())
+    assert calls == [("ok", ARG[form])]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_hang_released_before_its_continuation_ran_lets_it_through(form: str) -> None:
+    """``release`` right after the pass, before the held continuation's task first ran: it must not
+    then wait for a release that already happened (it did, forever: the control, without the
+    armed check in ``points._wait``)."""
+    faults.arm(POINT, "hang")
+    calls: Calls = []
+
+    async def go() -> None:
+        called = asyncio.Event()
+        _pass(form, calls, called)
+        faults.release(POINT)  # no loop pass in between
+        await asyncio.wait_for(called.wait(), 5)
 
     asyncio.run(go())
     assert calls == [("ok", ARG[form])]
@@ -112,9 +134,11 @@ def test_crash_never_calls_then(form: str) -> None:
         async def go() -> None:
             with pytest.raises(Crashed):  # in a task: the crash propagates
                 _pass(form, calls)
-            asyncio.get_running_loop().call_soon(plain_callback)
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
+            loop = asyncio.get_running_loop()
+            after: asyncio.Future[None] = loop.create_future()
+            loop.call_soon(plain_callback)
+            loop.call_soon(after.set_result, None)  # runs after it (the ready queue is FIFO)
+            await after
 
         asyncio.run(go())
         assert calls == []

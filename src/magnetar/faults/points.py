@@ -36,6 +36,7 @@ __all__ = [
     "gate0",
     "gate1",
     "hits",
+    "holding",
     "never_reached",
     "observe",
     "parse_specs",
@@ -143,7 +144,7 @@ async def _wait(spec: FaultSpec) -> None:
     """What a due ``delay`` or ``hang`` does: sleep, or wait until ``release``."""
     if spec.action is Action.DELAY:
         await asyncio.sleep(spec.delay_ms / 1000)
-    else:
+    elif _armed.get(spec.name) is spec:  # else released before this wait began (a gate's task)
         event = _released.setdefault(spec.name, asyncio.Event())
         await event.wait()
 
@@ -364,6 +365,11 @@ def observe(on: bool) -> None:
 def reached() -> frozenset[str]:
     """The points that fired (armed in any way, ``pass`` included) since ``observe(True)``."""
     return frozenset(_reached)
+
+
+def holding(name: str) -> bool:
+    """Whether a task or a worker thread waits at point ``name`` (a ``hang``) until ``release``."""
+    return name in _released or name in _released_threads
 
 
 def never_reached(registry: dict[str, FaultPoint] | None = None) -> list[str]:
