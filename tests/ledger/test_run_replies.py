@@ -9,7 +9,6 @@ its final ``_complete_in_order``) tells nothing, and the first test fails."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator, Sequence
 
 import pytest
@@ -23,6 +22,7 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.placement import RandomPlacement
 from magnetar.protocol.bookie.codec import EncodedEntry
 from tests.ledger.fakes import make_cluster
+from tests.managed_ledger.harness import until
 
 CONFIG = LedgerClientConfig(add_timeout_ms=0)
 
@@ -102,11 +102,8 @@ async def test_a_reply_gate_still_holds_each_entry_of_a_stored_run() -> None:
     replies[0].stored(range(2))  # type: ignore[attr-defined]
     replies[1].stored(range(2))  # type: ignore[attr-defined]
     assert told == [(0, 0)]  # entry 1's second copy is held at its gate
-    await asyncio.sleep(0)  # the held reply's task starts waiting
+    await until(lambda: faults.holding("ledger.after_reply_before_count"))  # its task waits
     assert told == [(0, 0)]
     faults.release("ledger.after_reply_before_count")
-    for _ in range(100):  # bounded: the held reply is counted from the event loop
-        if len(told) == 2:
-            break
-        await asyncio.sleep(0)
+    await until(lambda: len(told) == 2)  # the held reply is counted from the event loop
     assert told == [(0, 0), (1, 1)]

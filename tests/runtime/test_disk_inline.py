@@ -49,7 +49,10 @@ def test_a_lone_write_is_synced_inline_and_answered_from_the_next_loop_pass(
         assert answers == []  # never answered from inside the call
         assert job_threads == [threading.main_thread().name] and pace.inline_count == 1
         assert (tmp_path / "f").read_bytes() == b"a" * 4096  # written (and synced) before it returned
-        await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        next_pass: asyncio.Future[None] = loop.create_future()
+        loop.call_soon(next_pass.set_result, None)  # queued after the answer (the ready queue is FIFO)
+        await next_pass
         assert answers == [None] and pace.pending == 0
         file.close()
 
@@ -115,11 +118,14 @@ def test_an_armed_hang_holds_the_write_on_a_writer_thread_not_the_loop(
         try:
             file.append_and_sync_then([b"h" * 8192], lambda _error: answered.set(), torn_point=TORN,
                                       unsynced_point=UNSYNCED)
-            for _ in range(200):  # the loop runs on while the write is held
-                if point in faults.reached():
+            # A real wait is the point here: the loop's own timers keep firing while a writer thread
+            # is held at the point (inline, the hang would stop this loop and nothing could
+            # release it). Bounded: 200 timer rounds of 5 ms at most.
+            for _ in range(200):
+                if faults.holding(point):
                     break
                 await asyncio.sleep(0.005)
-            assert point in faults.reached() and not answered.is_set()
+            assert faults.holding(point) and point in faults.reached() and not answered.is_set()
         finally:
             faults.release(point)
         await asyncio.wait_for(answered.wait(), 10)

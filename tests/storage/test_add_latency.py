@@ -370,7 +370,7 @@ async def _release_sleeps(ledgers_count: int) -> int:
         def __getattr__(self, name: str) -> object:
             return getattr(real, name)
 
-        async def sleep(self, duration_s: float) -> None:
+        async def sleep(self, duration_s: float) -> None:  # the node's virtual clock, counted
             sleeps.append(duration_s)
             await real.sleep(duration_s)
 

@@ -7,7 +7,9 @@ next journal appends after the last record (in its own file); a non-last file ne
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,7 @@ from magnetar.storage.journal import (
     journal_path,
     replay,
 )
+from tests.managed_ledger.harness import until
 
 
 def _record(i: int) -> tuple[bytes, bytes]:
@@ -79,10 +82,13 @@ def _write_during_zeros(tmp_path: Path) -> bytes:
         file = LocalDisk(str(tmp_path)).open("f", direct=True)
         file.append(bytes(4096))
         zeroing = asyncio.ensure_future(file.preallocate(1024 * 1024))
-        await asyncio.sleep(0)  # the zeros job is submitted (and held)
+        await until(lambda: file._zeroing is not None)  # the zeros job is submitted (and held)
         answered = asyncio.Event()
         file.append_and_sync_then([b"d" * 4096], lambda _error: answered.set())  # inside the zeros
-        await asyncio.sleep(0.05)  # the write's thread runs meanwhile (it must wait for the zeros)
+        # A bounded real wait is the point: the write's thread gets this long to write before the
+        # zeros if it would (the control's does, at once, and answers); this one must wait for them.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(answered.wait(), 0.2)
         release.set()
         await asyncio.wait_for(zeroing, 10)
         await asyncio.wait_for(answered.wait(), 10)
@@ -148,12 +154,20 @@ def _crash_run(alignment: int, file_bytes_max: int, count: int) -> tuple[list[in
     async def scenario() -> list[int]:
         journal = Journal(disk, SimClock(), config, first_file_id=1)
         await journal.start()
+        most = asyncio.Event()  # all but the last 3 adds acknowledged
+
+        def answered(i: int, error: BaseException | None) -> None:
+            if error is None:
+                acked.append(i)
+                if len(acked) >= count - 3:
+                    most.set()
+
         for i in range(count):
-            journal.submit(_record(i), lambda error, i=i: acked.append(i) if error is None else None)
-            if i % 7 == 6:
-                await asyncio.sleep(0.001)
-        while len(acked) < count - 3:
-            await asyncio.sleep(0.001)
+            journal.submit(_record(i), partial(answered, i))
+            if i % 7 == 6:  # every 7 adds, a group starts: several groups, some still in flight
+                started = journal.groups_count
+                await until(lambda started=started: journal.groups_count > started)
+        await asyncio.wait_for(most.wait(), 10)
         disk.crash()  # the last adds may be unsynced: lost, never acknowledged
         first = await replay(disk, JournalPosition(0, 0))
         assert first.torn_at is None
