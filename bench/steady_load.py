@@ -50,15 +50,37 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "peers"))
 
 from bookie_append import machine_busy_seconds  # noqa: E402
-from measures import ServerCpu  # noqa: E402
+from measures import PerfStat, ServerCpu, descendants, perf_probe  # noqa: E402
 from servers import STARTERS  # noqa: E402
 from workload import DRIVERS, run_uvloop  # noqa: E402
 
 from magnetar.cli.perf import PerfSettings, run_perf  # noqa: E402
 from magnetar.runtime.processes import StandaloneProcess  # noqa: E402
 
-METRICS = ("cpu_pct", "sys_pct", "us_msg", "loop_us_msg", "threads_us_msg", "csw_msg", "msgs_s", "p50_ms", "p99_ms",
-           "machine_pct")
+METRICS = ("cpu_pct", "sys_pct", "us_msg", "loop_us_msg", "threads_us_msg", "csw_msg", "kinstr_msg", "ipc", "msgs_s",
+           "p50_ms", "p99_ms", "machine_pct")
+#: ``perf stat`` events counted over the measured phase with ``--count`` (every thread of the server),
+#: where perf works here: user-space instructions per message move least with the machine's noise;
+#: instructions per cycle say whether a change of CPU is more work or the same work run cold. Off by
+#: default: on this VM the counters' save and restore at every context switch costs the kernel a lot
+#: at a modest rate (Redis's CPU at 2,000/s measured 16.7% without, 39.8% with), so ``cpu_pct`` of a
+#: counted run is not comparable with an uncounted one.
+PERF_EVENTS = ("instructions:u", "cycles:u")
+
+
+class CountedPhase(ServerCpu):
+    """``ServerCpu`` plus ``perf stat`` attached to the standalone's processes for the phase."""
+
+    def __init__(self, roots: list[int], events: tuple[str, ...]) -> None:
+        super().__init__(roots)
+        self.perf = PerfStat(events)
+
+    def __call__(self, phase: str) -> None:
+        if phase == "start":
+            self.perf.start(descendants(self.roots))
+        super().__call__(phase)
+        if phase == "end":
+            self.perf.stop()
 
 
 def parse_variant(spec: str) -> tuple[str, str, dict[str, str]]:
@@ -95,7 +117,7 @@ def one_run(src: str, extra_env: dict[str, str], args: argparse.Namespace, root:
     env.pop("MAGNETAR_FAULTS", None)
     standalone = StandaloneProcess(str(root / tag), env=env, stderr=subprocess.DEVNULL, bookies_count=args.bookies)
     try:
-        server = ServerCpu([standalone.pid])
+        server = CountedPhase([standalone.pid], args.events)
         settings = PerfSettings(service_url=standalone.broker_url, topic=f"steady-{tag}", size=args.size,
                                 batching=args.batching, rate=args.rate, duration_s=args.seconds,
                                 max_pending=args.max_pending)
@@ -121,6 +143,8 @@ def one_run(src: str, extra_env: dict[str, str], args: argparse.Namespace, root:
         "loop_us_msg": 1e6 * loop_s / max(1, count),
         "threads_us_msg": 1e6 * threads_s / max(1, count),
         "csw_msg": (server.switches["end"] - server.switches["start"]) / max(1, count),
+        "kinstr_msg": (server.perf.counts.get("instructions:u") or 0.0) / 1e3 / max(1, count),
+        "ipc": (server.perf.counts.get("instructions:u") or 0.0) / max(1.0, server.perf.counts.get("cycles:u") or 0.0),
         "msgs_s": result["publish"]["msgs_s"],
         "p50_ms": result["publish"]["latency_ms"]["p50"],
         "p99_ms": result["publish"]["latency_ms"]["p99"],
@@ -134,7 +158,7 @@ def peer_run(name: str, args: argparse.Namespace, root: Path, tag: str) -> dict[
     data.mkdir()
     peer = STARTERS[name](data)
     try:
-        server = ServerCpu([child.pid for child in peer.children])
+        server = CountedPhase([child.pid for child in peer.children], args.events)
 
         async def paced() -> dict[str, float]:
             driver = DRIVERS[name](peer.port, f"steady{tag}")
@@ -154,11 +178,13 @@ def peer_run(name: str, args: argparse.Namespace, root: Path, tag: str) -> dict[
     return {"cpu_pct": 100 * cpu_s / figures["elapsed_s"], "sys_pct": float("nan"),
             "us_msg": 1e6 * cpu_s / acked, "loop_us_msg": float("nan"), "threads_us_msg": float("nan"),
             "csw_msg": (server.switches["end"] - server.switches["start"]) / acked,
+            "kinstr_msg": (server.perf.counts.get("instructions:u") or 0.0) / 1e3 / acked,
+            "ipc": (server.perf.counts.get("instructions:u") or 0.0) / max(1.0, server.perf.counts.get("cycles:u") or 0.0),
             "msgs_s": figures["acked"] / figures["elapsed_s"],
             "p50_ms": figures["p50_ms"], "p99_ms": figures["p99_ms"], "machine_pct": machine}
 
 
-async def _paced_sends(driver: Any, args: argparse.Namespace, server: ServerCpu) -> dict[str, float]:
+async def _paced_sends(driver: Any, args: argparse.Namespace, server: CountedPhase) -> dict[str, float]:
     import asyncio
 
     payload = os.urandom(args.size)
@@ -199,6 +225,10 @@ async def _paced_sends(driver: Any, args: argparse.Namespace, server: ServerCpu)
     return {"acked": float(len(latencies)), "elapsed_s": elapsed, "p50_ms": pct(0.5), "p99_ms": pct(0.99)}
 
 
+def _digits(metric: str) -> int:
+    return 2 if metric == "ipc" else 1
+
+
 def summarize(rows: dict[str, list[dict[str, float]]], metrics: Sequence[str],
               pair_keys: Sequence[str]) -> dict[str, Any]:
     """Print and return min / median / max of ``metrics`` per variant (``rows``: label -> one row
@@ -211,7 +241,7 @@ def summarize(rows: dict[str, list[dict[str, float]]], metrics: Sequence[str],
         summary[label] = {k: {"min": min(r[k] for r in label_rows), "median": statistics.median(r[k] for r in label_rows),
                               "max": max(r[k] for r in label_rows)} for k in metrics}
         print(f"{label:>12}  " + "  ".join(
-            f"{k} {s['min']:.1f}/{s['median']:.1f}/{s['max']:.1f}" for k, s in summary[label].items()))
+            f"{k} {s['min']:.{_digits(k)}f}/{s['median']:.{_digits(k)}f}/{s['max']:.{_digits(k)}f}" for k, s in summary[label].items()))
     first = next(iter(rows))
     for label in list(rows)[1:]:
         for key in pair_keys:
@@ -233,7 +263,10 @@ def main() -> None:
     parser.add_argument("--max-pending", type=int, default=1000)
     parser.add_argument("--variant", action="append", default=[], help="label[=SRC_DIR][:KEY=VALUE,...]")
     parser.add_argument("--json", default="")
+    parser.add_argument("--count", action="store_true",
+                        help="perf stat the server: user instructions per message and per cycle (inflates cpu_pct)")
     args = parser.parse_args()
+    args.events = tuple(event for event, state in perf_probe(PERF_EVENTS).items() if state == "ok") if args.count else ()
     variants = [parse_variant(v) for v in (args.variant or ["this"])]
     rows: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in variants}
     with tempfile.TemporaryDirectory(prefix="steady-") as tmp:
@@ -244,7 +277,7 @@ def main() -> None:
                 else:
                     row = one_run(src, env, args, Path(tmp), f"{label}{repeat}")
                 rows[label].append(row)
-                print(f"{label} repeat {repeat + 1}: " + ", ".join(f"{k}={v:.1f}" for k, v in row.items()), flush=True)
+                print(f"{label} repeat {repeat + 1}: " + ", ".join(f"{k}={v:.{_digits(k)}f}" for k, v in row.items()), flush=True)
     summary = summarize(rows, METRICS, ("cpu_pct", "us_msg"))
     if args.json:
         Path(args.json).write_text(json.dumps({"argv": sys.argv, "rows": rows, "summary": summary}, indent=1))
