@@ -116,6 +116,12 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.base.lazy_event",  # 5 calls per message (a producer's room, the pipeline's flags)
     "magnetar.broker.entry_published",  # session 16: the log's callback per published entry
     "magnetar.catalog.policy_cache",  # session 16: ``PolicyCache.effective``, once per publish run
+    # Session 17 (ledger): read or called per run at one message per run (100,000 topics, a
+    # modest rate): the managed ledger's state (two reads per append run) and the ledger client's
+    # add-timeout watch (a writer joins it on its first add after an idle spell: per message at
+    # 100,000 topics round-robin).
+    "magnetar.managed_ledger.state",
+    "magnetar.ledger.add_timeouts",
 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from magnetar.base.types import Position
@@ -81,6 +83,25 @@ async def test_size_rollover_waits_for_min_age() -> None:
     await world.clock.sleep(6)
     c = await ml.add_entry(b"z")
     assert c.ledger_id > b.ledger_id
+
+
+async def test_a_replaced_config_is_what_the_next_append_run_is_held_to() -> None:
+    """The pipeline reads its limits from native copies of the config (per run, no attribute walk
+    through the dataclass): replacing ``config`` (``set_retention`` does) must replace them too.
+    Negative control: a setter that only stores the new config leaves the old 100-entry limit,
+    and the third append stays on the first ledger."""
+    world = make_world()
+    factory = await world.broker(config(max_entries_per_ledger=100))
+    ml = await factory.open(TOPIC)
+    first = await ml.add_entry(b"a")
+    ml.set_retention(3600.0, 1024)  # replaces the pipeline's config: the limits it read are unchanged
+    assert ml._appends.config.retention_time_s == 3600.0 and ml._appends.config.max_entries_per_ledger == 100
+    assert (await ml.add_entry(b"b")).ledger_id == first.ledger_id
+    ml._appends.config = dataclasses.replace(ml._appends.config, max_entries_per_ledger=2, add_queue_count_max=1)
+    assert ml.has_room() and not ml.has_room(2)  # the queue bound read from the new config too
+    third = await ml.add_entry(b"c")
+    assert third.ledger_id > first.ledger_id  # two entries started on the first: full, rolled over
+    await ml.close()
 
 
 async def test_find_newest_matching() -> None:

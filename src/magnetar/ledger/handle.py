@@ -117,10 +117,14 @@ class RunReplies:
         self.bookie = bookie
 
     def __call__(self, index: int, error: BaseException | None) -> None:
-        self.handle._on_reply(self.run, self.slot, self.bookie, index, error)
+        self.handle._on_reply(self, index, error)
 
     def stored(self, indexes: Sequence[int]) -> None:
-        self.handle._on_stored(self.run, self.slot, self.bookie, indexes)
+        self.handle._on_stored(self, indexes)
+
+    def count(self, error: BaseException | None, op: PendingAdd) -> None:
+        """Past ``ledger.after_reply_before_count`` (``faults.gate1``: no ``*args`` tuple per reply)."""
+        self.handle._count_reply(error, op, self.slot, self.bookie)
 
 
 class LedgerHandle:
@@ -149,7 +153,17 @@ class LedgerHandle:
         self._clock = clock
         self._config = config
         self._master_key = master_key
+        # Fixed for the ledger's life, read per add (no attribute walk through the metadata and
+        # the config's interpreted dataclasses per run).
+        self._ledger_id = metadata.metadata.ledger_id
+        self._ack_quorum_size = metadata.metadata.ack_quorum_size
+        self._write_quorum_size = metadata.metadata.write_quorum_size
+        self._add_timeout_ns = config.add_timeout_ms * 1_000_000
         self._state = WriterState.OPEN
+        #: ``_state`` is OPEN; ``_state`` is OPEN or CLOSING (adds in flight still count): kept by
+        #: ``_move``, read per add and per reply instead of comparing enum members.
+        self._open = True
+        self._live = True
         self._failure: MagnetarError | None = None
         self._ensemble: tuple[BookieId, ...] = metadata.metadata.last_fragment.ensemble
         self._lac: int = NO_ENTRY
@@ -186,7 +200,7 @@ class LedgerHandle:
 
     @property
     def ledger_id(self) -> int:
-        return self._meta.metadata.ledger_id
+        return self._ledger_id
 
     @property
     def metadata(self) -> LedgerMetadata:
@@ -295,7 +309,7 @@ class LedgerHandle:
         its replies ``ledger.after_reply_before_count`` and, once, ``ledger.after_quorum_before_ack``.
         An ``error`` at a gate of the send fails the handle; at a reply's gate, that bookie.
         """
-        if self._state is not WriterState.OPEN:
+        if not self._open:
             self._check_open()
         # Refused only beyond the whole window: the count window, or more for large adds
         # while this writer is alone (``WindowShare.window_for``).
@@ -305,9 +319,9 @@ class LedgerHandle:
             count_max = window_now
         if len(self._pending) + len(adds) > count_max:
             raise LimitExceededError("pending_adds_count_max", len(self._pending) + len(adds), count_max)
-        if not self._watched and self._config.add_timeout_ms > 0:
+        if not self._watched and self._add_timeout_ns > 0:
             self._watched = True  # watched by the client's one timer until nothing is in flight
-            self._timeouts.watch(self, self._clock.monotonic_ns() + self._config.add_timeout_ms * 1_000_000)
+            self._timeouts.watch(self, self._clock.monotonic_ns() + self._add_timeout_ns)
         self._drained.clear()
         if not self._occupying and adds:
             self._occupying = True
@@ -348,14 +362,13 @@ class LedgerHandle:
     def _send_batch(self, ops: Sequence[PendingAdd]) -> None:
         """Build the entries of ``ops`` (with the LAC known now) and send them; then each passes
         ``ledger.after_send_before_reply``."""
-        if self._state is not WriterState.OPEN and self._state is not WriterState.CLOSING:
+        if not self._live:
             return
-        ledger_id, lac = self._meta.metadata.ledger_id, self._lac
+        ledger_id, lac = self._ledger_id, self._lac
         ready = [op for op in ops if not op.told]
         for op in ready:
             op.entry = EncodedEntry.build(ledger_id, op.entry_id, lac, op.payload)
-        meta = self._meta.metadata
-        if meta.write_quorum_size == len(self._ensemble) and not self._failed_bookies:
+        if self._write_quorum_size == len(self._ensemble) and not self._failed_bookies:
             self._send_to_ensemble(ready)  # never sent before: every bookie gets every one
         else:
             self._send_to_write_sets(ready)
@@ -447,22 +460,22 @@ class LedgerHandle:
             self._transport.add_run(bookie, entries, recovery=False, master_key=self._master_key,
                                     on_reply=RunReplies(self, sent, slot, bookie))
 
-    def _on_stored(self, run: list[PendingAdd], slot: int, bookie: BookieId, indexes: Sequence[int]) -> None:
+    def _on_stored(self, replies: RunReplies, indexes: Sequence[int]) -> None:
         """``_on_reply(index, None)`` for each of ``indexes`` (``RunReplies.stored``), completing
         in order once, after the last (each reply still passes its own gates)."""
         self._counting_run = True
         try:
             for index in indexes:
-                self._on_reply(run, slot, bookie, index, None)
+                self._on_reply(replies, index, None)
         finally:
             self._counting_run = False
         if self._complete_after_run:
             self._complete_after_run = False
             self._complete_in_order()
 
-    def _on_reply(self, run: list[PendingAdd], slot: int, bookie: BookieId, index: int,
-                  error: BaseException | None) -> None:
-        op = run[index]
+    def _on_reply(self, replies: RunReplies, index: int, error: BaseException | None) -> None:
+        op = replies.run[index]
+        slot, bookie = replies.slot, replies.bookie
         bit = 1 << slot
         if not op.inflight & bit or self._ensemble[slot] is not bookie:
             return  # timed out, replaced or the handle ended before this answer came
@@ -471,7 +484,7 @@ class LedgerHandle:
             self._on_add_error(op, slot, error if isinstance(error, MagnetarError)
                                else BookieUnavailableError(f"add to {bookie}: {error!r}"))
             return
-        faults.gate("ledger.after_reply_before_count", self._count_reply, op, slot, bookie)
+        faults.gate1("ledger.after_reply_before_count", replies.count, op)
 
     def _on_add_error(self, op: PendingAdd, slot: int, exc: BaseException) -> None:
         """The bookie at ``slot`` did not store ``op``: fenced fails the ledger, anything else
@@ -490,7 +503,7 @@ class LedgerHandle:
         if error is not None:
             self._on_add_error(op, slot, error)  # the reply is lost at this point
             return
-        if op.told or self._state not in (WriterState.OPEN, WriterState.CLOSING):
+        if op.told or not self._live:
             return
         op.acked |= 1 << slot
         if not op.quorum_gated and self._has_ack_quorum(op):
@@ -550,13 +563,10 @@ class LedgerHandle:
     def _has_ack_quorum(self, op: PendingAdd) -> bool:
         # ``acked`` holds only slots of its write set whose bookie is still the one that stored
         # it (a reply counts only then; an ensemble change clears the replaced slots' bits).
-        return op.acked.bit_count() >= self._meta.metadata.ack_quorum_size
+        return op.acked.bit_count() >= self._ack_quorum_size
 
     def _complete_in_order(self) -> None:
-        while self._pending and self._ensemble_change is None and self._state in (
-            WriterState.OPEN,
-            WriterState.CLOSING,
-        ):
+        while self._pending and self._ensemble_change is None and self._live:
             head_id = next(iter(self._pending))
             if head_id != self._lac + 1:  # the message is formatted only when it fails
                 invariant(False, f"pending head {head_id} must follow LAC {self._lac}")
@@ -566,7 +576,8 @@ class LedgerHandle:
             del self._pending[head_id]
             self._pending_bytes -= len(op.payload)
             self._lac = head_id
-            self.wake_admission()
+            if self._admission:
+                self.wake_admission()
             if not op.told:
                 op.told = True
                 op.on_done(head_id, None)  # may add again: the loop re-reads the table
@@ -734,6 +745,8 @@ class LedgerHandle:
     def _move(self, new: WriterState) -> None:
         invariant(new in WRITER_TRANSITIONS[self._state], f"writer may not go {self._state} -> {new}")
         self._state = new
+        self._open = new is WriterState.OPEN
+        self._live = new is WriterState.OPEN or new is WriterState.CLOSING
 
     def _fail(self, error: MagnetarError) -> None:
         if self._state in (WriterState.FAILED, WriterState.CLOSED):

@@ -73,19 +73,33 @@ AppendCallback = Callable[[Position | None, BaseException | None], None]
 
 class _OpAdd:
     """One append: queued, then in flight on a ledger, then told to its caller in order. A plain
-    class (compiled: a dataclass's generated ``__init__`` runs interpreted, one per message)."""
+    class (compiled: a dataclass's generated ``__init__`` runs interpreted, one per message).
 
-    __slots__ = ("attempts", "data", "entry_id", "error", "finished", "on_done", "position", "told")
+    It is also the ledger's callback for its add (``self(entry_id, error)``: the ledger tells
+    it once), instead of a ``partial`` per add: ``current`` and ``entry_id`` are the ledger it
+    was last started on and its id there. An add is started again on a next ledger only after
+    the failed one told it (``settle_undecided``), so no answer of an earlier start can come
+    after a later start."""
 
-    def __init__(self, data: bytes, on_done: AppendCallback) -> None:
+    __slots__ = ("appends", "attempts", "current", "data", "entry_id", "error", "finished", "on_done", "position",
+                 "told")
+
+    def __init__(self, appends: AppendPipeline, data: bytes, on_done: AppendCallback) -> None:
+        self.appends = appends
         self.data = data
         self.on_done = on_done
         self.told = False
         self.position: Position | None = None
         self.error: MagnetarError | None = None
         self.finished = False
+        self.current: CurrentLedger | None = None  # the ledger it was last started on
         self.entry_id = -1  # its entry id in the ledger it was last started on
         self.attempts = 0  # ledgers it was started on
+
+    def __call__(self, entry_id: int | None, error: BaseException | None) -> None:
+        current = self.current
+        assert current is not None
+        self.appends._added(current, self, self.entry_id, entry_id, error)
 
 
 @dataclass(slots=True)
@@ -127,7 +141,8 @@ class AppendPipeline:
     def __init__(self, name: str, *, config: ManagedLedgerConfig, clock: Clock, states: MLStateMachine,
                  ledgers: LedgerList, cache: EntryReader, host: AppendHost) -> None:
         self.name = name
-        self.config = config  # the managed ledger replaces it when its retention changes
+        self._config = config
+        self._read_config(config)
         self._clock = clock
         self._states = states
         self._list = ledgers
@@ -146,6 +161,24 @@ class AppendPipeline:
         self._drained = LazyEvent(is_set=True)  # no deque per idle topic (base/lazy_event.py)
         self._kicking = False  # ``kick`` is starting adds (an append from a callback joins it)
         self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
+
+    @property
+    def config(self) -> ManagedLedgerConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: ManagedLedgerConfig) -> None:
+        """The managed ledger replaces it when its retention changes."""
+        self._config = config
+        self._read_config(config)
+
+    def _read_config(self, config: ManagedLedgerConfig) -> None:
+        # Read per run: native attributes here, not the config's (an interpreted dataclass).
+        self._queue_count_max = config.add_queue_count_max
+        self._entries_max = config.max_entries_per_ledger
+        self._bytes_max = config.max_size_bytes_per_ledger
+        self._age_s_min = config.rollover_time_s_min
+        self._age_s_max = config.rollover_time_s_max
 
     # --- admission -------------------------------------------------------------------------------
 
@@ -192,11 +225,11 @@ class AppendPipeline:
         if self._states.state not in WRITABLE or self.write_failure is not None:
             self.check_writable()
         pending = self.pending_add_count + len(run)
-        if pending > self.config.add_queue_count_max:
-            raise LimitExceededError("add_queue_count_max", pending, self.config.add_queue_count_max)
+        if pending > self._queue_count_max:
+            raise LimitExceededError("add_queue_count_max", pending, self._queue_count_max)
         queue = self._queue
         for data, on_done in run:
-            queue.append(_OpAdd(bytes(data), on_done))
+            queue.append(_OpAdd(self, bytes(data), on_done))
         if self._kicking:
             return  # the ``kick`` on the stack (a completion calling back in) takes it
         self.kick()
@@ -209,7 +242,7 @@ class AppendPipeline:
 
     def has_room(self, count: int = 1) -> bool:
         """Whether ``append_run`` can take ``count`` appends now (no one waits for room before us)."""
-        return not self._admission and self.pending_add_count + count <= self.config.add_queue_count_max
+        return not self._admission and self.pending_add_count + count <= self._queue_count_max
 
     async def wait_for_room(self) -> None:
         """Backpressure: return once ``append`` can take an append (first in, first out), or the
@@ -221,7 +254,7 @@ class AppendPipeline:
         try:
             while True:
                 await waiter
-                if (self.pending_add_count < self.config.add_queue_count_max
+                if (self.pending_add_count < self._queue_count_max
                         or self._states.state not in WRITABLE or self.write_failure is not None):
                     return
                 # Woken, but the room went to an earlier waiter: wait again in the same place.
@@ -238,7 +271,7 @@ class AppendPipeline:
         """Wake as many waiters (from the head of the line) as there is room for, or all."""
         if not self._admission:
             return
-        room = len(self._admission) if all_waiters else self.config.add_queue_count_max - self.pending_add_count
+        room = len(self._admission) if all_waiters else self._queue_count_max - self.pending_add_count
         for waiter in self._admission:
             if room <= 0:
                 return
@@ -318,17 +351,14 @@ class AppendPipeline:
         if current.failed:
             return True
         age_s = (self._clock.monotonic_ns() - current.created_ns) / 1e9
-        if current.started_count > 0 and age_s >= self.config.rollover_time_s_max:
+        if current.started_count > 0 and age_s >= self._age_s_max:
             return True
         if self.rollover_requested:
             if current.started_count > 0:
                 return True
             self.rollover_requested = False
-        full = (
-            current.started_count >= self.config.max_entries_per_ledger
-            or current.started_bytes >= self.config.max_size_bytes_per_ledger
-        )
-        return full and age_s >= self.config.rollover_time_s_min
+        full = current.started_count >= self._entries_max or current.started_bytes >= self._bytes_max
+        return full and age_s >= self._age_s_min
 
     def install(self, handle: LedgerHandle) -> None:
         """Appends go to ``handle`` from now on (listed last, none acknowledged yet)."""
@@ -360,9 +390,8 @@ class AppendPipeline:
         current = self.current
         assert current is not None
         queue = self._queue
-        entries_max, bytes_max = self.config.max_entries_per_ledger, self.config.max_size_bytes_per_ledger
-        run: list[tuple[bytes, Callable[[int | None, BaseException | None], None]]] = []
-        ops: list[_OpAdd] = []
+        entries_max, bytes_max = self._entries_max, self._bytes_max
+        run: list[tuple[bytes, _OpAdd]] = []
         while queue and len(run) < room:
             op = queue.popleft()
             expected_entry_id = current.started_count
@@ -370,17 +399,17 @@ class AppendPipeline:
             current.started_bytes += len(op.data)
             op.position, op.error, op.finished = None, None, False
             op.entry_id = expected_entry_id
+            op.current = current
             op.attempts += 1
             current.inflight.append(op)
-            ops.append(op)
-            run.append((op.data, partial(self._added, current, op, expected_entry_id)))
+            run.append((op.data, op))  # the op is the ledger's callback (``_OpAdd.__call__``)
             if current.started_count >= entries_max or current.started_bytes >= bytes_max:
                 break
         self._drained.clear()
         try:
             current.handle.append_run(run)
         except MagnetarError as exc:  # the handle failed or closed under us: as adds that failed
-            for op in ops:
+            for _, op in run:
                 self._finish_add(current, op, op.entry_id, None, exc)
 
     def _added(self, current: CurrentLedger, op: _OpAdd, expected_entry_id: int, entry_id: int | None,
@@ -421,8 +450,10 @@ class AppendPipeline:
                 op.on_done(None, op.error)
         if not current.inflight:
             self._drained.set()
-        self._wake_admission()
-        self.notify_entry_waiters()
+        if self._admission:
+            self._wake_admission()
+        if self._entry_waiters:
+            self.notify_entry_waiters()
         if current.failed and not current.inflight and current is self.current:
             self.kick()
 
