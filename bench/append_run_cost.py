@@ -108,7 +108,7 @@ async def _child(ledgers: int, appends: int, per_pass: int) -> dict[str, float]:
     for index in range(ledgers):
         states = MLStateMachine(f"t{index}")
         pipeline = AppendPipeline(f"t{index}", config=config, clock=clock, states=states, ledgers=LedgerList(),
-                                  cache=EntryReader(manager, budget), host=Host())  # type: ignore[arg-type]
+                                  cache=EntryReader(manager, budget), host=Host())
         handle = await manager.create_ledger(1, 1, 1)
         pipeline.install(handle)
         pipeline.last_confirmed = Position(handle.ledger_id, -1)
