@@ -116,6 +116,9 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.base.lazy_event",  # 5 calls per message (a producer's room, the pipeline's flags)
     "magnetar.broker.entry_published",  # session 16: the log's callback per published entry
     "magnetar.catalog.policy_cache",  # session 16: ``PolicyCache.effective``, once per publish run
+    # Session 17 (broker): per publish run at a modest rate (one message per run): the managed
+    # topic log's append (``broker/managed_log.py`` stays interpreted, see above).
+    "magnetar.broker.managed_append",
 )
 
 
