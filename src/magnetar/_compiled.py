@@ -119,6 +119,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     # Session 17 (broker): per publish run at a modest rate (one message per run): the managed
     # topic log's append (``broker/managed_log.py`` stays interpreted, see above).
     "magnetar.broker.managed_append",
+    "magnetar.protocol.pulsar.metadata_scan",  # per SEND: its MessageMetadata checked without protobuf
 )
 
 
