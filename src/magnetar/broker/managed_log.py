@@ -10,20 +10,18 @@ read" on reset and sets of acknowledged indexes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import unquote
 
 from magnetar.base.entry import Entry
 from magnetar.base.errors import NotFoundError
 from magnetar.base.types import Position, TopicName
 from magnetar.broker.compacted_ledgers import BookieCompactedLedgers
-from magnetar.broker.errors import BrokerError
 from magnetar.broker.log import AppendCallback, LedgerStats, StorageStats, ack_set_words, acked_indexes
+from magnetar.broker.managed_append import ManagedRunAppend
 from magnetar.managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
-from magnetar.managed_ledger.errors import ManagedLedgerTerminatedError
 from magnetar.managed_ledger.factory import DEFAULT_ROOT
 from magnetar.metadata.api import MetadataStore
-from magnetar.protocol.pulsar import pb
 
 
 class ManagedSubscriptionCursor:
@@ -76,11 +74,22 @@ class ManagedSubscriptionCursor:
 
 
 class ManagedTopicLog:
+    #: The port's one append, for a run of entries (``TopicLog.append_run``): the managed ledger's
+    #: ``append_run``, a terminated topic refused as ``TopicTerminatedError`` (``ManagedRunAppend``).
+    #: An attribute holding a compiled callable, not a method: this class runs interpreted, and its
+    #: frame was paid once per publish run (docs/performance.md, session 17).
+    append_run: Callable[[Sequence[tuple[bytes, AppendCallback]]], None]
+
     def __init__(self, name: str, ml: ManagedLedger) -> None:
         self._name = name
         self._ml = ml
         self._non_durable: dict[str, ManagedCursor] = {}
         self.has_room = ml.has_room  # the port's ``has_room``: the managed ledger's, unwrapped
+        self.append_run = self._appender()
+
+    def _appender(self) -> Callable[[Sequence[tuple[bytes, AppendCallback]]], None]:
+        """What ``append_run`` is (``ReadOnlyTopicLog``: a refusal)."""
+        return ManagedRunAppend(self._name, self._ml)
 
     @property
     def name(self) -> str:
@@ -109,14 +118,6 @@ class ManagedTopicLog:
     async def refresh_read_only_holds(self) -> None:
         """Read the read-only brokers' subscription positions now (backlog quotas count them)."""
         await self._ml.refresh_read_only_holds()
-
-    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
-        """The managed ledger's one append, the run and its callbacks as they are (a terminated
-        topic refuses at once, since termination waits for the appends in flight)."""
-        try:
-            self._ml.append_run(run)
-        except ManagedLedgerTerminatedError as error:
-            raise BrokerError(pb.TopicTerminatedError, f"topic {self._name} is terminated") from error
 
     async def wait_for_room(self) -> None:
         await self._ml.wait_for_room()

@@ -91,7 +91,10 @@ class ReadOnlyTopicLog(ManagedTopicLog):
     def refuse_producer(self) -> None:
         raise self._refusal()
 
-    def append_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
+    def _appender(self) -> Callable[[Sequence[tuple[bytes, AppendCallback]]], None]:
+        return self._refuse_run
+
+    def _refuse_run(self, run: Sequence[tuple[bytes, AppendCallback]]) -> None:
         raise self._refusal()
 
     async def terminate(self) -> Position:

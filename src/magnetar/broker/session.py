@@ -72,6 +72,7 @@ from magnetar.protocol.pulsar import (
     CorruptSend,
     Event,
     FlowReceived,
+    MessagePayload,
     SendReceived,
     ServerConnection,
     State,
@@ -529,7 +530,7 @@ class Session:
         If the producer (or its topic) must wait, ``_waiting`` holds what to await."""
         producer_id = sends[index].command.producer_id
         run: list[SendItem] = []
-        metadata: list[pb.MessageMetadata] = []
+        messages: list[MessagePayload] = []
         count = len(sends)
         while index < count:
             event = sends[index]
@@ -537,20 +538,18 @@ class Session:
             if command.producer_id != producer_id:
                 break
             message = event.message
-            meta = message.metadata
-            last_chunk = not meta.HasField("num_chunks_from_msg") or meta.chunk_id == meta.num_chunks_from_msg - 1
             # The stored entry: the wire form as the client checksummed it (its view copied
             # out of the receive buffer once), with a checksum block added only if it had none.
             data = message.headers_and_payload if message.checksum is not None else message.checksummed()
-            run.append((command, bytes(data), last_chunk, None))
-            metadata.append(meta)
+            run.append((command, bytes(data), message.last_chunk, None))
+            messages.append(message)
             index += 1
-        self._waiting = self._on_producer_sends(producer_id, run, metadata)
+        self._waiting = self._on_producer_sends(producer_id, run, messages)
         return index
 
     def _on_producer_sends(self, producer_id: int, run: Sequence[SendItem],
-                           metadata: Sequence[pb.MessageMetadata] = ()) -> Awaitable[None] | None:
-        """``run``: SENDs of producer ``producer_id`` in order (``metadata``: theirs, none for a
+                           messages: Sequence[MessagePayload] = ()) -> Awaitable[None] | None:
+        """``run``: SENDs of producer ``producer_id`` in order (``messages``: theirs, none for a
         bad checksum). None once handed over; else an awaitable of the rest."""
         if self.refusal is not None:
             self._refuse(T.SEND, None)
@@ -570,10 +569,10 @@ class Session:
         self._pending_sends += len(run)
         if producer.topic.name.is_persistent and not producer.replicator:
             return producer.start_send_run(run)
-        return self._send_one_by_one(producer, run, metadata)
+        return self._send_one_by_one(producer, run, messages)
 
     async def _send_one_by_one(self, producer: Producer, run: Sequence[SendItem],
-                               metadata: Sequence[pb.MessageMetadata]) -> None:
+                               messages: Sequence[MessagePayload]) -> None:
         """A non-persistent topic's or a replicator's SENDs: one at a time."""
         config = self.service.config
         for index, (command, data, records_sequence, _) in enumerate(run):  # one at a time
@@ -582,7 +581,7 @@ class Session:
                 if self._non_persistent_pending > config.max_concurrent_non_persistent_messages_per_connection:
                     producer.drop(command, len(data) if data is not None else 0)  # Pulsar drops it, receipt (-1,-1)
                     continue
-            source = replicated_source(metadata[index]) if producer.replicator and metadata else None
+            source = replicated_source(messages[index].metadata) if producer.replicator and messages else None
             await producer.send(command, data, records_sequence=records_sequence, source=source)
 
     async def _close_producer(self, body: pb.CommandCloseProducer) -> None:

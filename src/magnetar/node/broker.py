@@ -25,8 +25,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, cast
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, InvalidArgumentError
@@ -84,6 +84,14 @@ def conn_tls_peer_cn(conn: Connection) -> str | None:
     """The client certificate's CN on a TLS connection (None on plain TCP or without a certificate)."""
     peer_cn = getattr(conn, "tls_peer_cn", None)
     return peer_cn if isinstance(peer_cn, str) else None
+
+
+class DirectReads(Protocol):
+    """A connection that hands received bytes to a plain callback (``runtime.network.TcpConnection``)."""
+
+    def read_now(self, max_bytes: int) -> bytes | None: ...
+
+    def set_receiver(self, receiver: Callable[[], None] | None) -> None: ...
 
 
 class SendRoom(Protocol):
@@ -183,6 +191,15 @@ class _ConnectionLoop:
         self._reading_held = False
         #: What the next read may take: a slice (many small frames) or a whole chunk (large ones).
         self._read_bytes = BROKER_READ_SLICE_BYTES
+        #: Where the connection has them (TCP), receives are handled by a plain call from the
+        #: transport's callback while the read loop waits (``_receive_directly``); else the loop
+        #: reads (the simulated network).
+        self._direct = cast(DirectReads, conn) if hasattr(conn, "set_receiver") else None
+        #: Set while the read loop waits for the direct receiver to hand it something:
+        #: ``_handed`` (bytes to read on from) or ``_handed_outcome`` (a receive's outcome).
+        self._parked: asyncio.Future[None] | None = None
+        self._handed: bytes | None = None
+        self._handed_outcome: bool | Awaitable[bool] = False
 
     def _now_ms(self) -> int:
         return self.clock.monotonic_ns() // 1_000_000
@@ -297,31 +314,113 @@ class _ConnectionLoop:
             if self.session.pending_sends >= bound:
                 self._reading_held = True
                 await self.session.wait_send_room()
-            data = await self.conn.read(self._read_bytes)
+            if self._direct is not None:
+                data = await self._read_or_park()
+                if data is None:  # the direct receiver handled receives and handed an outcome over
+                    outcome, self._handed_outcome = self._handed_outcome, False
+                    if outcome if isinstance(outcome, bool) else await outcome:
+                        return
+                    continue
+            else:
+                data = await self.conn.read(self._read_bytes)
             if not data:
                 return
             if len(data) >= BROKER_READ_SLICE_BYTES:
                 await asyncio.sleep(0)  # a full slice: more may be buffered; other connections first
-            try:
-                events = self.protocol.receive_data(data, self._now_ms())
-            except Exception as error:  # malformed/oversized frame, protocol violation: drop this client
-                log.info("closing connection from %s: %s", self.conn.peer, error)
+            received = self._received(data)
+            if received if isinstance(received, bool) else await received:
                 return
-            self._read_bytes = read_bytes_after(len(data), len(events))
-            self._reading_held = False  # read again: the keep-alive counts from this data
-            session = self.session
-            if len(events) <= BROKER_SENDS_PER_TURN_COUNT_MAX and session.pending_sends + len(events) <= bound:
-                # One turn, with room for all of them (a light producer's receive: the usual case).
-                # SENDs of one receive go as runs, handed over in this call unless one must wait.
-                started = session.start_handle_all(events)
-                if started if isinstance(started, bool) else await started:
-                    return  # ConnectionTerminated
-            elif await self._handle_within_bound(events):
-                return
-            self._answering = self._answering or session.pending_sends > 0
-            if self.session.refusal is not None and self._linger is None:
-                self._linger = asyncio.get_running_loop().create_task(self._close_refused())
-            self._wake_writer()
+
+    def _received(self, data: bytes) -> bool | Awaitable[bool]:
+        """One read's bytes through the protocol to the session, whoever read them (the read
+        loop or the direct receiver): True once the connection is to end, False to read on; an
+        awaitable of that answer where the session must wait (``_receive_rest``)."""
+        try:
+            events = self.protocol.receive_data(data, self._now_ms())
+        except Exception as error:  # malformed/oversized frame, protocol violation: drop this client
+            log.info("closing connection from %s: %s", self.conn.peer, error)
+            return True
+        self._read_bytes = read_bytes_after(len(data), len(events))
+        self._reading_held = False  # read again: the keep-alive counts from this data
+        session = self.session
+        if len(events) <= BROKER_SENDS_PER_TURN_COUNT_MAX and session.pending_sends + len(events) <= \
+                self.server.service.config.pending_sends_per_connection_max:
+            # One turn, with room for all of them (a light producer's receive: the usual case).
+            # SENDs of one receive go as runs, handed over in this call unless one must wait.
+            started = session.start_handle_all(events)
+            if not isinstance(started, bool):
+                return self._receive_rest(started)
+            if started:
+                return True  # ConnectionTerminated
+        else:
+            return self._receive_rest(self._handle_within_bound(events))
+        self._received_done()
+        return False
+
+    async def _receive_rest(self, handling: Awaitable[bool]) -> bool:
+        """``_received`` once the session's ``handling`` of the events is done."""
+        if await handling:
+            return True
+        self._received_done()
+        return False
+
+    def _received_done(self) -> None:
+        self._answering = self._answering or self.session.pending_sends > 0
+        if self.session.refusal is not None and self._linger is None:
+            self._linger = asyncio.get_running_loop().create_task(self._close_refused())
+        self._wake_writer()
+
+    async def _read_or_park(self) -> bytes | None:
+        """The next read of a connection with a direct receiver: buffered bytes at once; else the
+        read loop waits (parked) while ``_receive_directly`` handles the receives that need no
+        wait, until one needs the loop: the bytes it is handed (a full slice, EOF, a wait before
+        reading), or None with the outcome of a receive in ``_handed_outcome``."""
+        direct = self._direct
+        assert direct is not None
+        data = direct.read_now(self._read_bytes)
+        if data is not None:
+            return data
+        parked = asyncio.get_running_loop().create_future()
+        self._parked = parked
+        direct.set_receiver(self._receive_directly)
+        try:
+            await parked
+        finally:
+            self._parked = None
+            direct.set_receiver(None)
+        data, self._handed = self._handed, None
+        return data
+
+    def _receive_directly(self) -> None:
+        """The transport has bytes (or EOF) for the parked read loop: handled here, a plain call,
+        while no wait is needed (the usual receive of a producer at a modest rate: no future, no
+        task step, no coroutine frame per message); the first one that needs the loop is handed
+        to it (``_read_or_park``). The same checks and steps as the loop's own pass."""
+        parked = self._parked
+        direct = self._direct
+        if parked is None or parked.done() or direct is None:
+            return
+        try:
+            while True:
+                if not self._open() or not self.session.writable() or \
+                        self.session.pending_sends >= self.server.service.config.pending_sends_per_connection_max:
+                    break  # the loop waits first (or ends): nothing taken
+                data = direct.read_now(self._read_bytes)
+                if data is None:
+                    return  # everything received was handled: stay parked
+                if not data or len(data) >= BROKER_READ_SLICE_BYTES:
+                    self._handed = data  # EOF, or a full slice the loop yields behind first
+                    break
+                received = self._received(data)
+                if received is not False:
+                    self._handed_outcome = received
+                    break
+        except Exception as error:  # raised in the read loop, where its own pass would have raised it
+            direct.set_receiver(None)
+            parked.set_exception(error)
+            return
+        direct.set_receiver(None)
+        parked.set_result(None)
 
     async def _handle_within_bound(self, events: list[Event]) -> bool:
         """``hand_over_within_bound`` for this connection (within the bound, in fair turns):

@@ -45,6 +45,9 @@ class _ConnectionProtocol(asyncio.Protocol):
         self.lost: BaseException | None = None
         self.reading_paused = False
         self._reader: asyncio.Future[None] | None = None
+        #: Called (a plain call) where a waiting reader would be woken: received bytes, EOF or a
+        #: lost connection (``TcpConnection.set_receiver``).
+        self.receiver: Callable[[], None] | None = None
         self._drainers: list[asyncio.Future[None]] = []
         self.writing_paused = False
 
@@ -93,6 +96,10 @@ class _ConnectionProtocol(asyncio.Protocol):
     # --- used by TcpConnection -----------------------------------------------------------------
 
     def _wake_reader(self) -> None:
+        receiver = self.receiver
+        if receiver is not None:
+            receiver()
+            return
         reader = self._reader
         if reader is not None and not reader.done():
             reader.set_result(None)
@@ -173,6 +180,22 @@ class TcpConnection:
                 return b""
             await protocol.wait_readable()
         return protocol.take(max_bytes)
+
+    def read_now(self, max_bytes: int) -> bytes | None:
+        """``read`` without waiting: up to ``max_bytes`` buffered bytes, ``b""`` once the peer
+        closed or the connection broke (nothing buffered), None while nothing is buffered."""
+        protocol = self._protocol
+        if protocol.chunks:
+            return protocol.take(max_bytes)
+        return b"" if protocol.eof else None
+
+    def set_receiver(self, receiver: Callable[[], None] | None) -> None:
+        """``receiver`` is called (a plain call, from the transport's callback) whenever bytes
+        arrive, the peer closes or the connection breaks, instead of a waiting ``read`` being
+        woken (a future, a task step and its coroutine frames per receive: what a connection
+        costs per message at a modest rate, docs/performance.md, session 17); it takes them with
+        ``read_now``. None: ``read`` again. A ``read`` must not wait while one is set."""
+        self._protocol.receiver = receiver
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._transport.is_closing():

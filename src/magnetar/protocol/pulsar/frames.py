@@ -45,6 +45,7 @@ from magnetar.protocol.pulsar.errors import (
     MalformedFrameError,
 )
 from magnetar.protocol.pulsar.generated import pulsar_api_pb2 as pb
+from magnetar.protocol.pulsar.metadata_scan import MalformedMetadataError, scan_metadata
 
 MAGIC_CRC32C: Final = 0x0E01
 MAGIC_BROKER_ENTRY_METADATA: Final = 0x0E02
@@ -111,15 +112,33 @@ class MessagePayload:
     it as the ledger entry and sends it back in MESSAGE frames unchanged.
     """
 
-    __slots__ = ("broker_entry_metadata", "checksum", "headers_and_payload", "metadata", "payload")
+    __slots__ = ("_metadata", "_metadata_bytes", "broker_entry_metadata", "checksum", "headers_and_payload",
+                 "last_chunk", "payload")
 
-    def __init__(self, metadata: pb.MessageMetadata, payload: memoryview, headers_and_payload: memoryview,
-                 checksum: int | None, broker_entry_metadata: pb.BrokerEntryMetadata | None) -> None:
-        self.metadata: Final = metadata
+    def __init__(self, metadata: pb.MessageMetadata | None, payload: memoryview, headers_and_payload: memoryview,
+                 checksum: int | None, broker_entry_metadata: pb.BrokerEntryMetadata | None,
+                 metadata_bytes: bytes = b"", last_chunk: bool = True) -> None:
+        """``metadata`` parsed, or None and ``metadata_bytes`` (checked by ``scan_metadata``, which
+        also said whether it is the ``last_chunk``): parsed when first asked for."""
+        self._metadata = metadata
+        self._metadata_bytes = metadata_bytes
         self.payload: Final = payload  # the (possibly compressed, possibly batched) message bytes
         self.headers_and_payload: Final = headers_and_payload
         self.checksum: Final = checksum  # the CRC32C found on the wire; None when the sender sent none
         self.broker_entry_metadata: Final = broker_entry_metadata
+        #: Not a chunk of a chunked message, or its last one (what completes the message).
+        self.last_chunk: Final = last_chunk if metadata is None else (
+            not metadata.HasField("num_chunks_from_msg") or metadata.chunk_id == metadata.num_chunks_from_msg - 1)
+
+    @property
+    def metadata(self) -> pb.MessageMetadata:
+        """The ``MessageMetadata``, parsed on first use: a SEND's broker reads ``last_chunk``
+        only (``decode_message`` checked the bytes as protobuf would, without an object)."""
+        metadata = self._metadata
+        if metadata is None:
+            metadata = _parse(_MESSAGE_METADATA(), memoryview(self._metadata_bytes), "MessageMetadata")
+            self._metadata = metadata
+        return metadata
 
     def _fields(self) -> tuple[object, ...]:
         return (self.metadata, self.payload, self.headers_and_payload, self.checksum, self.broker_entry_metadata)
@@ -360,9 +379,10 @@ def decode_message(rest: memoryview) -> MessagePayload:
     """What follows the command of a SEND/MESSAGE frame (``rest`` non-empty). Raises
     ``MalformedFrameError`` or ``FrameChecksumMismatchError`` (``command`` not set).
 
-    Once per SEND: each magic is read once, the metadata is parsed here (not through
-    ``_metadata_at``'s tuple) and a message without broker entry metadata keeps ``rest`` itself as
-    its ``headers_and_payload`` (one view fewer; docs/performance.md, session 13)."""
+    Once per SEND: each magic is read once, the metadata is checked here by ``scan_metadata``
+    (parsed only when ``MessagePayload.metadata`` is asked for; session 17) and a message without
+    broker entry metadata keeps ``rest`` itself as its ``headers_and_payload`` (one view fewer;
+    docs/performance.md, session 13)."""
     size = len(rest)
     offset = 0
     broker_entry_metadata = None
@@ -394,9 +414,13 @@ def decode_message(rest: memoryview) -> MessagePayload:
     payload_start = offset + metadata_size
     if payload_start > size:
         raise MalformedFrameError(f"metadata_size {metadata_size} exceeds the frame")
-    metadata = _parse(_MESSAGE_METADATA(), rest[offset:payload_start], "MessageMetadata")
-    return MessagePayload(metadata, rest[payload_start:], rest[headers_start:] if headers_start else rest,
-                          checksum, broker_entry_metadata)
+    metadata = bytes(rest[offset:payload_start])
+    try:
+        last_chunk = scan_metadata(metadata)  # what protobuf refuses, without its object (parsed if asked)
+    except MalformedMetadataError as error:
+        raise MalformedFrameError(f"unparsable MessageMetadata: {error}") from error
+    return MessagePayload(None, rest[payload_start:], rest[headers_start:] if headers_start else rest,
+                          checksum, broker_entry_metadata, metadata, last_chunk)
 
 
 def _metadata_at(data: memoryview, offset: int) -> tuple[pb.MessageMetadata, int]:
