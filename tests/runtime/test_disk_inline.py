@@ -93,6 +93,7 @@ def test_slow_recent_syncs_and_large_writes_go_to_writer_threads(
     async def scenario() -> None:
         file = LocalDisk(str(tmp_path)).open("f", direct=True)
         pace.sync_ns = runtime_disk.INLINE_SYNC_NS_MAX + 1_000_000  # the disk was slow lately
+        pace.probe_in = 1  # and the next probe is one write away
         await one(file, b"s" * 4096)
         pace.sync_ns = 0
         await one(file, b"L" * (runtime_disk.INLINE_WRITE_BYTES_MAX + 4096))
@@ -103,6 +104,112 @@ def test_slow_recent_syncs_and_large_writes_go_to_writer_threads(
     asyncio.run(scenario())
     main = threading.main_thread().name
     assert [name == main for name in job_threads] == [False, False, True]
+
+
+def test_a_write_while_zeros_are_written_to_the_file_goes_to_a_writer_thread(
+        tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While ``preallocate`` writes zeros to the file (held here until released), a lone write
+    below them (so it need not wait for them) goes to a writer thread: its sync would queue behind
+    the zeros on the device (session 17: p50 0.85-1.1 ms against ~0.2 ms). Once the zeros are
+    written, the next lone write is inline again. Negative control: without the file's zeros in
+    the rule (``self._zeroing is None`` dropped from ``append_and_sync_then``) the first write
+    runs inline and the last assertion fails (``[True, True]``)."""
+    release = threading.Event()
+    real_zeros = runtime_disk._zeros_job
+
+    def held_zeros(descriptors: runtime_disk._Descriptors, start: int, end: int, done: threading.Event) -> None:
+        release.wait(10)
+        real_zeros(descriptors, start, end, done)
+
+    async def one(file: runtime_disk.LocalFile, data: bytes) -> None:
+        answered = asyncio.Event()
+        file.append_and_sync_then([data], lambda _error: answered.set())
+        await asyncio.wait_for(answered.wait(), 10)
+
+    async def scenario() -> None:
+        file = LocalDisk(str(tmp_path)).open("f", direct=True)
+        file.append(b"h" * 4096)
+        await file.preallocate(64 * 1024)  # zeros up to 64 KiB, written
+        monkeypatch.setattr(runtime_disk, "_zeros_job", held_zeros)
+        zeros = asyncio.ensure_future(file.preallocate(128 * 1024))  # more from 64 KiB, held
+        await asyncio.sleep(0)  # the zeros job is submitted (and held)
+        assert file._zeroing is not None
+        await one(file, b"z" * 4096)  # at 4 KiB, below the zeros being written: no wait for them
+        release.set()
+        await asyncio.wait_for(zeros, 10)
+        await one(file, b"i" * 4096)
+        assert file.read_at(4096, 8192) == b"z" * 4096 + b"i" * 4096
+        file.close()
+
+    asyncio.run(scenario())
+    main = threading.main_thread().name
+    assert [name == main for name in job_threads] == [False, True]
+
+
+def test_a_writer_threads_timing_does_not_feed_the_average(
+        tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str]) -> None:
+    """A writer thread's own timing of a write includes its wait for the GIL after the system call
+    (session 17): fed into the average, it kept every later group on the threads. A write that
+    goes to a thread (the disk was slow lately) and takes long leaves the average where it was.
+    Negative control: with the thread's timing fed in (``pace.finished(took, True)`` for every
+    write, the session-16 rule) the 20 ms write below leaves the average above the bound and the
+    next lone write goes to a thread: the assertions below fail."""
+
+    async def scenario() -> None:
+        file = LocalDisk(str(tmp_path)).open("f", direct=True)
+        answered = asyncio.Event()
+        pace.pending = 1  # a write in flight: the next one goes to a thread
+        real_write_job = runtime_disk._write_job
+
+        def slow_job(*args: object) -> bool:
+            result = real_write_job(*args)  # type: ignore[arg-type]
+            threading.Event().wait(0.02)  # a thread that waited 20 ms for the GIL after its sync
+            return result
+
+        runtime_disk._write_job = slow_job  # type: ignore[assignment]
+        try:
+            file.append_and_sync_then([b"t" * 4096], lambda _error: answered.set())
+            await asyncio.wait_for(answered.wait(), 10)
+        finally:
+            runtime_disk._write_job = real_write_job
+        pace.pending -= 1  # the write "in flight" above never was
+        assert pace.sync_ns == 0
+        assert pace.inline_ok(4096, True, "", "")  # the next lone write is inline
+        pace.finished(0, True)
+        file.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_spell_probes_the_disk_inline_at_a_doubling_gap_until_a_probe_is_fast() -> None:
+    """While the inline writes' average is above the bound, one eligible write in ``probe_gap``
+    still runs inline (a probe); a slow probe doubles the gap (up to ``INLINE_PROBE_GAP_MAX``), a
+    fast one ends the spell at once. Negative control: without probes (the session-16 rule, the
+    average only fed by inline writes) no write would ever run inline again after a slow spell:
+    ``decisions`` would be all False."""
+    pace = runtime_disk._InlinePace()
+    slow, fast = 4 * runtime_disk.INLINE_SYNC_NS_MAX, runtime_disk.INLINE_SYNC_NS_MAX // 4
+
+    def write(took_ns: int) -> bool:
+        inline = pace.inline_ok(4096, True, "", "")
+        pace.finished(took_ns, inline)
+        return inline
+
+    while pace.sync_ns <= runtime_disk.INLINE_SYNC_NS_MAX:  # inline writes get slow
+        assert write(slow)
+    assert pace.probe_gap == 1 and pace.probe_in == 1
+    decisions = [write(slow) for _ in range(1 + 2 + 4 + 8 + 5)]
+    inline_at = [index for index, inline in enumerate(decisions) if inline]
+    # Probes after gaps of 1, 2, 4 and 8 writes (each probe slow); the fifth is 16 away.
+    assert inline_at == [1, 4, 9, 18] and pace.probe_gap == 16 and pace.probes_count == 4
+    for _ in range(runtime_disk.INLINE_PROBE_GAP_MAX * 3):  # the gap stops doubling at its bound
+        write(slow)
+    assert pace.probe_gap == runtime_disk.INLINE_PROBE_GAP_MAX
+    while not write(fast):  # until the next probe, which is fast
+        pass
+    assert pace.sync_ns == fast and pace.probe_gap == 1
+    assert all(write(fast) for _ in range(10))  # inline again, every write
 
 
 @pytest.mark.parametrize("point", [TORN, UNSYNCED])

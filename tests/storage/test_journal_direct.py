@@ -96,6 +96,7 @@ def test_a_group_that_cannot_start_fails_the_journal_instead_of_hanging(tmp_path
         # written on the loop's thread and never asks them, ``runtime.disk._InlinePace``).
         slow = runtime_disk._InlinePace()
         slow.sync_ns = runtime_disk.INLINE_SYNC_NS_MAX + 1_000_000
+        slow.probe_in = 1_000  # and no probe of the disk among these groups
         monkeypatch.setattr(runtime_disk, "_PACE", slow)
         results = await asyncio.wait_for(
             asyncio.gather(*(journal.append(_record(i)) for i in range(3)), return_exceptions=True), 10)

@@ -345,12 +345,14 @@ class Journal(JournalSubmitter):
         self._answer_loop = False  # ``_answer_synced`` is on the stack (a gate passed inline)
         self._slicing = False  # ``_reply_slice`` is on the stack
         self._slice_due = False  # a ``_reply_slice`` is scheduled for the next loop pass
-        self._written = JournalPosition(first_file_id, 0)
+        # The open file's end as written so far (synced or not): ``position()`` makes a
+        # ``JournalPosition`` of it when asked (once per checkpoint), not every group.
+        self._written_offset = 0
         # Preallocation of the open file (``_preallocate``): zeros reach ``_zeroed_to`` once
         # ``_zeroing`` ends; the groups' bytes and count since the last decision.
         self._zeroing: asyncio.Task[None] | None = None
         self._zeroed_to = 0
-        self._zeros_due = 0  # ``_written.offset`` from which the next decision is made
+        self._zeros_due = 0  # ``_written_offset`` from which the next decision is made
         self._recent_bytes = 0
         self._recent_groups = 0
         self.groups_count = 0
@@ -360,7 +362,7 @@ class Journal(JournalSubmitter):
 
     def position(self) -> JournalPosition:
         """End of what has been written to the journal file so far (synced or not)."""
-        return self._written
+        return JournalPosition(self._file_id, self._written_offset)
 
     async def start(self) -> None:
         self._disk.makedirs(JOURNAL_DIR)
@@ -377,7 +379,7 @@ class Journal(JournalSubmitter):
         await file.sync()
         await self._disk.sync_dir(JOURNAL_DIR)
         self._file, self._file_id = file, file_id
-        self._written = JournalPosition(file_id, file.size())
+        self._written_offset = file.size()
         self._zeroed_to = self._zeros_due = 0
         self._preallocate()
 
@@ -386,7 +388,7 @@ class Journal(JournalSubmitter):
         journal's position (one ``preallocate`` of ``JOURNAL_PREALLOC_CHUNK_BYTES`` at a time,
         never past ``journal_file_bytes_max``, so a file is all records when the next one
         starts), while the groups are small (``JOURNAL_PREALLOC_GROUP_BYTES_MAX``)."""
-        written = self._written.offset
+        written = self._written_offset
         if self._zeroing is not None or written < self._zeros_due:
             return
         preallocate: Callable[[int], Awaitable[None]] | None = getattr(self._file, "preallocate", None)
@@ -432,8 +434,8 @@ class Journal(JournalSubmitter):
                 self._zeroing = None
 
     def _rotation_due(self) -> bool:
-        # ``_written`` is the open file's size (only the journal appends to it): no call per look.
-        return self._file is not None and self._written.offset >= self._config.journal_file_bytes_max
+        # ``_written_offset`` is the open file's size (only the journal appends to it): no call per look.
+        return self._file is not None and self._written_offset >= self._config.journal_file_bytes_max
 
     def _look(self) -> None:
         """Start groups in queue order, up to ``journal_groups_in_flight_max`` at once (each one
@@ -507,7 +509,7 @@ class Journal(JournalSubmitter):
         assert file is not None  # narrowing for the type checker; the invariant above holds
         alignment = file.write_alignment_bytes
         if alignment > 1:
-            pad = padding_for(self._written.offset + group_bytes, alignment)
+            pad = padding_for(self._written_offset + group_bytes, alignment)
             if pad:
                 parts.extend(pad_record(pad))
         group = Group(callbacks, lanes, express)
@@ -522,7 +524,7 @@ class Journal(JournalSubmitter):
         except Exception as error:  # not started (no writer thread, no buffer)
             self._fail(error)
             return
-        self._written = JournalPosition(self._file_id, file.size())
+        self._written_offset = file.size()
         self._recent_bytes += group_bytes
         self._recent_groups += 1
         self._preallocate()

@@ -38,7 +38,6 @@ from __future__ import annotations
 import collections
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from magnetar.base.io import Bytes
 
@@ -80,11 +79,15 @@ def queued_lane(item: bytes | tuple[bytes, bytes] | list[Bytes]) -> tuple[int, i
     return (int(_LEDGER.unpack_from(second)[0]) if len(second) >= _LEDGER.size else NO_LEDGER), weight
 
 
-@dataclass(eq=False, slots=True)
 class GroupReplies:
-    """One synced group's answers that have not run yet."""
+    """One synced group's answers that have not run yet. A plain class, not a dataclass: one per
+    journal group, and compiled (mypyc) a dataclass's generated ``__init__`` runs interpreted
+    (session 17)."""
 
-    unanswered: int
+    __slots__ = ("unanswered",)
+
+    def __init__(self, unanswered: int) -> None:
+        self.unanswered = unanswered
 
 
 class ReplyLanes:

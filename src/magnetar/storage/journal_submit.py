@@ -25,7 +25,6 @@ import collections
 import enum
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 
 from magnetar.base.clock import Clock, Timer
 from magnetar.base.errors import ClosedError
@@ -71,18 +70,21 @@ _TRANSITIONS: dict[JournalStatus, frozenset[JournalStatus]] = {
 }
 
 
-@dataclass(eq=False, slots=True)
 class Group:
     """One group in flight: the callbacks of its queued items and the ledger of each
     (its lane in the reply lanes, and how many records it answers), whether its sync returned,
     and whether its records were answered (queued to the reply lanes, or answered with an error
-    by a failure or ``stop``)."""
+    by a failure or ``stop``). A plain class, not a dataclass: one per journal group, and
+    compiled (mypyc) a dataclass's generated ``__init__`` runs interpreted (session 17)."""
 
-    callbacks: list[Callback]
-    lanes: list[tuple[int, int]]
-    express: bool = False  # a lone record's group (``journal_express``), beside the ordinary slots
-    synced: bool = False
-    answered: bool = False
+    __slots__ = ("answered", "callbacks", "express", "lanes", "synced")
+
+    def __init__(self, callbacks: list[Callback], lanes: list[tuple[int, int]], express: bool = False) -> None:
+        self.callbacks = callbacks
+        self.lanes = lanes
+        self.express = express  # a lone record's group (``journal_express``), beside the ordinary slots
+        self.synced = False
+        self.answered = False
 
 
 class JournalSubmitter:
