@@ -40,6 +40,13 @@ def job_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return names
 
 
+async def _append_and_wait(file: runtime_disk.LocalFile, data: bytes) -> None:
+    """``data`` appended and synced; returns once it is answered (bounded)."""
+    answered = asyncio.Event()
+    file.append_and_sync_then([data], lambda _error: answered.set())
+    await asyncio.wait_for(answered.wait(), 10)
+
+
 def test_a_lone_write_is_synced_inline_and_answered_from_the_next_loop_pass(
         tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str]) -> None:
     async def scenario() -> None:
@@ -85,20 +92,15 @@ def test_a_write_while_another_is_in_flight_goes_to_a_writer_thread(
 
 def test_slow_recent_syncs_and_large_writes_go_to_writer_threads(
         tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str]) -> None:
-    async def one(file: runtime_disk.LocalFile, data: bytes) -> None:
-        answered = asyncio.Event()
-        file.append_and_sync_then([data], lambda _error: answered.set())
-        await asyncio.wait_for(answered.wait(), 10)
-
     async def scenario() -> None:
         file = LocalDisk(str(tmp_path)).open("f", direct=True)
         pace.sync_ns = runtime_disk.INLINE_SYNC_NS_MAX + 1_000_000  # the disk was slow lately
         pace.probe_in = 1  # and the next probe is one write away
-        await one(file, b"s" * 4096)
+        await _append_and_wait(file, b"s" * 4096)
         pace.sync_ns = 0
-        await one(file, b"L" * (runtime_disk.INLINE_WRITE_BYTES_MAX + 4096))
+        await _append_and_wait(file, b"L" * (runtime_disk.INLINE_WRITE_BYTES_MAX + 4096))
         pace.sync_ns = 0  # whatever the large write's sync took
-        await one(file, b"i" * 4096)
+        await _append_and_wait(file, b"i" * 4096)
         file.close()
 
     asyncio.run(scenario())
@@ -122,11 +124,6 @@ def test_a_write_while_zeros_are_written_to_the_file_goes_to_a_writer_thread(
         release.wait(10)
         real_zeros(descriptors, start, end, done)
 
-    async def one(file: runtime_disk.LocalFile, data: bytes) -> None:
-        answered = asyncio.Event()
-        file.append_and_sync_then([data], lambda _error: answered.set())
-        await asyncio.wait_for(answered.wait(), 10)
-
     async def scenario() -> None:
         file = LocalDisk(str(tmp_path)).open("f", direct=True)
         file.append(b"h" * 4096)
@@ -135,10 +132,10 @@ def test_a_write_while_zeros_are_written_to_the_file_goes_to_a_writer_thread(
         zeros = asyncio.ensure_future(file.preallocate(128 * 1024))  # more from 64 KiB, held
         await asyncio.sleep(0)  # the zeros job is submitted (and held)
         assert file._zeroing is not None
-        await one(file, b"z" * 4096)  # at 4 KiB, below the zeros being written: no wait for them
+        await _append_and_wait(file, b"z" * 4096)  # at 4 KiB, below the zeros being written: no wait for them
         release.set()
         await asyncio.wait_for(zeros, 10)
-        await one(file, b"i" * 4096)
+        await _append_and_wait(file, b"i" * 4096)
         assert file.read_at(4096, 8192) == b"z" * 4096 + b"i" * 4096
         file.close()
 

@@ -40,6 +40,9 @@ _NUM_CHUNKS_FROM_MSG: Final = 27
 _CHUNK_ID: Final = 29
 _INT32_SIGN: Final = 1 << 31
 _UINT32: Final = 1 << 32
+#: A varint is refused once its bytes reach this many bits: 5 bytes for tags and lengths, 10 for values.
+_SHIFT_TAG: Final = 35
+_SHIFT_VALUE: Final = 70
 
 
 class MalformedMetadataError(ValueError):
@@ -62,18 +65,7 @@ class _Scan:
         returns where it ended."""
         data = self.data
         while pos < end:
-            # The tag: a varint of at most 5 bytes that fits 32 bits.
-            tag = 0
-            shift = 0
-            while True:
-                if pos >= end or shift == 35:
-                    raise MalformedMetadataError("truncated or overlong tag")
-                byte = data[pos]
-                pos += 1
-                tag |= (byte & 0x7F) << shift
-                shift += 7
-                if byte < 0x80:
-                    break
+            tag, pos = _varint(data, pos, end, _SHIFT_TAG, "truncated or overlong tag")  # at most 5 bytes
             if tag >= _UINT32:
                 raise MalformedMetadataError("tag beyond 32 bits")
             field = tag >> 3
@@ -81,17 +73,7 @@ class _Scan:
             if field == 0:
                 raise MalformedMetadataError("field number 0")
             if wire_type == 0:
-                value = 0
-                shift = 0
-                while True:
-                    if pos >= end or shift == 70:
-                        raise MalformedMetadataError("truncated or overlong varint")
-                    byte = data[pos]
-                    pos += 1
-                    value |= (byte & 0x7F) << shift
-                    shift += 7
-                    if byte < 0x80:
-                        break
+                value, pos = _varint(data, pos, end, _SHIFT_VALUE, "truncated or overlong varint")
                 if kind == _METADATA:
                     if field == _NUM_CHUNKS_FROM_MSG:
                         self.num_chunks_set = True
@@ -99,17 +81,7 @@ class _Scan:
                     elif field == _CHUNK_ID:
                         self.chunk_id = _int32(value)
             elif wire_type == 2:
-                size = 0
-                shift = 0
-                while True:
-                    if pos >= end or shift == 35:
-                        raise MalformedMetadataError("truncated or overlong length")
-                    byte = data[pos]
-                    pos += 1
-                    size |= (byte & 0x7F) << shift
-                    shift += 7
-                    if byte < 0x80:
-                        break
+                size, pos = _varint(data, pos, end, _SHIFT_TAG, "truncated or overlong length")
                 if size > end - pos:
                     raise MalformedMetadataError("length beyond the message")
                 inner = _sub_message(kind, field)
@@ -139,6 +111,23 @@ class _Scan:
         if kind == _GROUP:
             raise MalformedMetadataError("group not closed")
         return pos
+
+
+def _varint(data: bytes, pos: int, end: int, shift_max: int, refusal: str) -> tuple[int, int]:
+    """The varint at ``pos`` (before ``end``) and the position after it; refused (``refusal``)
+    when truncated or when its bytes reach ``shift_max`` bits (5 bytes for tags and lengths, 10
+    for values)."""
+    value = 0
+    shift = 0
+    while True:
+        if pos >= end or shift == shift_max:
+            raise MalformedMetadataError(refusal)
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, pos
 
 
 def _sub_message(kind: int, field: int) -> int:
