@@ -13,6 +13,7 @@ import pytest
 
 from magnetar import faults
 from magnetar.runtime import disk as runtime_disk
+from magnetar.runtime import disk_pace
 from magnetar.runtime.disk import LocalDisk
 
 TORN = "bookie.journal.mid_write"
@@ -20,8 +21,8 @@ UNSYNCED = "bookie.after_write_before_fsync"
 
 
 @pytest.fixture
-def pace(monkeypatch: pytest.MonkeyPatch) -> runtime_disk._InlinePace:
-    fresh = runtime_disk._InlinePace()  # no completion lost by an earlier test's closed loop
+def pace(monkeypatch: pytest.MonkeyPatch) -> disk_pace.InlinePace:
+    fresh = disk_pace.InlinePace()  # no completion lost by an earlier test's closed loop
     monkeypatch.setattr(runtime_disk, "_PACE", fresh)
     return fresh
 
@@ -48,7 +49,7 @@ async def _append_and_wait(file: runtime_disk.LocalFile, data: bytes) -> None:
 
 
 def test_a_lone_write_is_synced_inline_and_answered_from_the_next_loop_pass(
-        tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str]) -> None:
+        tmp_path: Path, pace: disk_pace.InlinePace, job_threads: list[str]) -> None:
     async def scenario() -> None:
         file = LocalDisk(str(tmp_path)).open("f", direct=True)
         answers: list[BaseException | None] = []
@@ -67,7 +68,7 @@ def test_a_lone_write_is_synced_inline_and_answered_from_the_next_loop_pass(
 
 
 def test_a_write_while_another_is_in_flight_goes_to_a_writer_thread(
-        tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str]) -> None:
+        tmp_path: Path, pace: disk_pace.InlinePace, job_threads: list[str]) -> None:
     async def scenario() -> None:
         file = LocalDisk(str(tmp_path)).open("f", direct=True)
         answers: list[BaseException | None] = []
@@ -91,14 +92,14 @@ def test_a_write_while_another_is_in_flight_goes_to_a_writer_thread(
 
 
 def test_slow_recent_syncs_and_large_writes_go_to_writer_threads(
-        tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str]) -> None:
+        tmp_path: Path, pace: disk_pace.InlinePace, job_threads: list[str]) -> None:
     async def scenario() -> None:
         file = LocalDisk(str(tmp_path)).open("f", direct=True)
-        pace.sync_ns = runtime_disk.INLINE_SYNC_NS_MAX + 1_000_000  # the disk was slow lately
+        pace.sync_ns = disk_pace.INLINE_SYNC_NS_MAX + 1_000_000  # the disk was slow lately
         pace.probe_in = 1  # and the next probe is one write away
         await _append_and_wait(file, b"s" * 4096)
         pace.sync_ns = 0
-        await _append_and_wait(file, b"L" * (runtime_disk.INLINE_WRITE_BYTES_MAX + 4096))
+        await _append_and_wait(file, b"L" * (disk_pace.INLINE_WRITE_BYTES_MAX + 4096))
         pace.sync_ns = 0  # whatever the large write's sync took
         await _append_and_wait(file, b"i" * 4096)
         file.close()
@@ -109,7 +110,7 @@ def test_slow_recent_syncs_and_large_writes_go_to_writer_threads(
 
 
 def test_a_write_while_zeros_are_written_to_the_file_goes_to_a_writer_thread(
-        tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str],
+        tmp_path: Path, pace: disk_pace.InlinePace, job_threads: list[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """While ``preallocate`` writes zeros to the file (held here until released), a lone write
     below them (so it need not wait for them) goes to a writer thread: its sync would queue behind
@@ -145,7 +146,7 @@ def test_a_write_while_zeros_are_written_to_the_file_goes_to_a_writer_thread(
 
 
 def test_a_writer_threads_timing_does_not_feed_the_average(
-        tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str]) -> None:
+        tmp_path: Path, pace: disk_pace.InlinePace, job_threads: list[str]) -> None:
     """A writer thread's own timing of a write includes its wait for the GIL after the system call
     (session 17): fed into the average, it kept every later group on the threads. A write that
     goes to a thread (the disk was slow lately) and takes long leaves the average where it was.
@@ -185,24 +186,24 @@ def test_a_slow_spell_probes_the_disk_inline_at_a_doubling_gap_until_a_probe_is_
     fast one ends the spell at once. Negative control: without probes (the session-16 rule, the
     average only fed by inline writes) no write would ever run inline again after a slow spell:
     ``decisions`` would be all False."""
-    pace = runtime_disk._InlinePace()
-    slow, fast = 4 * runtime_disk.INLINE_SYNC_NS_MAX, runtime_disk.INLINE_SYNC_NS_MAX // 4
+    pace = disk_pace.InlinePace()
+    slow, fast = 4 * disk_pace.INLINE_SYNC_NS_MAX, disk_pace.INLINE_SYNC_NS_MAX // 4
 
     def write(took_ns: int) -> bool:
         inline = pace.inline_ok(4096, True, "", "")
         pace.finished(took_ns, inline)
         return inline
 
-    while pace.sync_ns <= runtime_disk.INLINE_SYNC_NS_MAX:  # inline writes get slow
+    while pace.sync_ns <= disk_pace.INLINE_SYNC_NS_MAX:  # inline writes get slow
         assert write(slow)
     assert pace.probe_gap == 1 and pace.probe_in == 1
     decisions = [write(slow) for _ in range(1 + 2 + 4 + 8 + 5)]
     inline_at = [index for index, inline in enumerate(decisions) if inline]
     # Probes after gaps of 1, 2, 4 and 8 writes (each probe slow); the fifth is 16 away.
     assert inline_at == [1, 4, 9, 18] and pace.probe_gap == 16 and pace.probes_count == 4
-    for _ in range(runtime_disk.INLINE_PROBE_GAP_MAX * 3):  # the gap stops doubling at its bound
+    for _ in range(disk_pace.INLINE_PROBE_GAP_MAX * 3):  # the gap stops doubling at its bound
         write(slow)
-    assert pace.probe_gap == runtime_disk.INLINE_PROBE_GAP_MAX
+    assert pace.probe_gap == disk_pace.INLINE_PROBE_GAP_MAX
     while not write(fast):  # until the next probe, which is fast
         pass
     assert pace.sync_ns == fast and pace.probe_gap == 1
@@ -211,7 +212,7 @@ def test_a_slow_spell_probes_the_disk_inline_at_a_doubling_gap_until_a_probe_is_
 
 @pytest.mark.parametrize("point", [TORN, UNSYNCED])
 def test_an_armed_hang_holds_the_write_on_a_writer_thread_not_the_loop(
-        tmp_path: Path, pace: runtime_disk._InlinePace, job_threads: list[str], point: str) -> None:
+        tmp_path: Path, pace: disk_pace.InlinePace, job_threads: list[str], point: str) -> None:
     """Control: with the point unarmed the same write runs inline (first test); armed inline, a
     hang would block the loop and this test could not release it."""
 

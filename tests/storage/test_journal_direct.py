@@ -14,6 +14,7 @@ import pytest
 
 from magnetar.protocol.bookie import EncodedEntry
 from magnetar.runtime import disk as runtime_disk
+from magnetar.runtime import disk_pace
 from magnetar.runtime.disk import LocalDisk
 from magnetar.sim import SimClock
 from magnetar.storage.config import BookieConfig
@@ -93,9 +94,9 @@ def test_a_group_that_cannot_start_fails_the_journal_instead_of_hanging(tmp_path
         await journal.start()
         monkeypatch.setattr(runtime_disk, "_sync_workers", lambda: type("Refusing", (), {"submit": refuse})())
         # The disk was slow lately: every group goes to the writer threads (a lone fast group is
-        # written on the loop's thread and never asks them, ``runtime.disk._InlinePace``).
-        slow = runtime_disk._InlinePace()
-        slow.sync_ns = runtime_disk.INLINE_SYNC_NS_MAX + 1_000_000
+        # written on the loop's thread and never asks them, ``runtime.disk_pace.InlinePace``).
+        slow = disk_pace.InlinePace()
+        slow.sync_ns = disk_pace.INLINE_SYNC_NS_MAX + 1_000_000
         slow.probe_in = 1_000  # and no probe of the disk among these groups
         monkeypatch.setattr(runtime_disk, "_PACE", slow)
         results = await asyncio.wait_for(
