@@ -113,6 +113,8 @@ def _only_loop(server: BrokerServer) -> _ConnectionLoop:
 
 
 async def _until(condition: Callable[[], bool]) -> None:
+    # A real wait: the frames cross a loopback socket between the test and the broker, whose
+    # delivery no virtual clock drives; polled in 10 ms steps.
     for _ in range(1000):  # bounded: ~10 s
         if condition():
             return

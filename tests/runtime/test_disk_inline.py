@@ -162,7 +162,9 @@ def test_a_writer_threads_timing_does_not_feed_the_average(
 
         def slow_job(*args: object) -> bool:
             result = real_write_job(*args)  # type: ignore[arg-type]
-            threading.Event().wait(0.02)  # a thread that waited 20 ms for the GIL after its sync
+            # A thread that waited 20 ms for the GIL after its sync: a real wait is the point, the
+            # thread's own timing of the write must hold it.
+            threading.Event().wait(0.02)
             return result
 
         runtime_disk._write_job = slow_job  # type: ignore[assignment]
