@@ -151,13 +151,20 @@ async def _negative_control_a_connection_without_a_receiver_is_read_by_the_loop(
         writer.close()
 
 
+async def _parked_after_one_send(server: BrokerServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A producer whose first SEND was answered, once the broker's read loop is parked again (the
+    next receive is handled directly)."""
+    reader, writer = await _producer(server)
+    loop = _only_loop(server)
+    writer.write(_send(0))
+    await _frame(reader)
+    await _until(lambda: loop._parked is not None)
+    return reader, writer
+
+
 async def _a_malformed_frame_received_directly_ends_the_connection() -> None:
     async with _broker(TcpNetwork()) as server:
-        reader, writer = await _producer(server)
-        loop = _only_loop(server)
-        writer.write(_send(0))
-        await _frame(reader)
-        await _until(lambda: loop._parked is not None)
+        reader, writer = await _parked_after_one_send(server)
         writer.write(struct.pack(">II", 8, 4) + b"\xff" * 4)  # a command that is not protobuf
         assert await asyncio.wait_for(reader.read(), _WAIT_S) == b""  # the broker closed it
         await _until(lambda: not server._loops)
@@ -166,11 +173,7 @@ async def _a_malformed_frame_received_directly_ends_the_connection() -> None:
 
 async def _eof_received_directly_ends_the_loop() -> None:
     async with _broker(TcpNetwork()) as server:
-        reader, writer = await _producer(server)
-        loop = _only_loop(server)
-        writer.write(_send(0))
-        await _frame(reader)
-        await _until(lambda: loop._parked is not None)
+        _, writer = await _parked_after_one_send(server)
         writer.write_eof()
         await _until(lambda: not server._loops)
         writer.close()
