@@ -33,6 +33,7 @@ from magnetar.protocol.pulsar.client_connection import ClientConfig, connect_com
 from magnetar.protocol.pulsar.frames import encode_payload_command
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.network import TcpConnection, TcpListener, TcpNetwork
+from tests.managed_ledger.harness import until
 
 TOPIC = "persistent://public/default/direct"
 _WAIT_S = 10.0
@@ -112,16 +113,6 @@ def _only_loop(server: BrokerServer) -> _ConnectionLoop:
     return loop
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    # A real wait: the frames cross a loopback socket between the test and the broker, whose
-    # delivery no virtual clock drives; polled in 10 ms steps.
-    for _ in range(1000):  # bounded: ~10 s
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not met in time")
-
-
 async def _sends_are_answered_while_the_read_loop_stays_parked() -> None:
     async with _broker(TcpNetwork()) as server:
         reader, writer = await _producer(server)
@@ -132,7 +123,7 @@ async def _sends_are_answered_while_the_read_loop_stays_parked() -> None:
             receipt = await _frame(reader)
             assert receipt.type == pb.BaseCommand.SEND_RECEIPT and receipt.send_receipt.sequence_id == sequence_id
             assert receipt.send_receipt.message_id.entryId == sequence_id
-            await _until(lambda: loop._parked is not None)  # the loop parks again after a wait
+            await until(lambda: loop._parked is not None)  # the loop parks again after a wait
             if parked is None:
                 parked = loop._parked
             assert parked is not None and loop._parked is parked and not parked.done()  # never woken: all direct
@@ -158,7 +149,7 @@ async def _parked_after_one_send(server: BrokerServer) -> tuple[asyncio.StreamRe
     loop = _only_loop(server)
     writer.write(_send(0))
     await _frame(reader)
-    await _until(lambda: loop._parked is not None)
+    await until(lambda: loop._parked is not None)
     return reader, writer
 
 
@@ -167,7 +158,7 @@ async def _a_malformed_frame_received_directly_ends_the_connection() -> None:
         reader, writer = await _parked_after_one_send(server)
         writer.write(struct.pack(">II", 8, 4) + b"\xff" * 4)  # a command that is not protobuf
         assert await asyncio.wait_for(reader.read(), _WAIT_S) == b""  # the broker closed it
-        await _until(lambda: not server._loops)
+        await until(lambda: not server._loops)
         writer.close()
 
 
@@ -175,7 +166,7 @@ async def _eof_received_directly_ends_the_loop() -> None:
     async with _broker(TcpNetwork()) as server:
         _, writer = await _parked_after_one_send(server)
         writer.write_eof()
-        await _until(lambda: not server._loops)
+        await until(lambda: not server._loops)
         writer.close()
 
 

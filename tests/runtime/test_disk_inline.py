@@ -15,6 +15,7 @@ from magnetar import faults
 from magnetar.runtime import disk as runtime_disk
 from magnetar.runtime import disk_pace
 from magnetar.runtime.disk import LocalDisk
+from tests.managed_ledger.harness import until
 
 TORN = "bookie.journal.mid_write"
 UNSYNCED = "bookie.after_write_before_fsync"
@@ -131,8 +132,7 @@ def test_a_write_while_zeros_are_written_to_the_file_goes_to_a_writer_thread(
         await file.preallocate(64 * 1024)  # zeros up to 64 KiB, written
         monkeypatch.setattr(runtime_disk, "_zeros_job", held_zeros)
         zeros = asyncio.ensure_future(file.preallocate(128 * 1024))  # more from 64 KiB, held
-        await asyncio.sleep(0)  # the zeros job is submitted (and held)
-        assert file._zeroing is not None
+        await until(lambda: file._zeroing is not None)  # the zeros job is submitted (and held)
         await _append_and_wait(file, b"z" * 4096)  # at 4 KiB, below the zeros being written: no wait for them
         release.set()
         await asyncio.wait_for(zeros, 10)
