@@ -271,7 +271,7 @@ def _write_job(
                 _pwrite_all(descriptors.direct_fd, aligned[half:], offset + half)
         if not written_direct:
             tear = bool(torn_point) and not torn_passed
-            half = sum(len(part) for part in parts) // 2 if tear else 0
+            half = sum(map(len, parts)) // 2 if tear else 0
             first, rest = split_parts(parts, half) if tear else ([], list(parts))
             pwritev_all(descriptors.fd, first, offset)
             if tear:
@@ -555,9 +555,7 @@ class LocalFile:
         # ``run_in_executor`` + an awaiting task took four more loop passes (future chaining,
         # the task's step, its done callbacks), each behind whatever else the loop runs.
         offset = self._size
-        total = 0
-        for part in parts:
-            total += len(part)
+        total = sum(map(len, parts))  # no Python step per part
         buffer, aligned, fill = self._aligned_copy(parts, offset, total)
         loop = asyncio.get_running_loop()
         descriptors = self._descriptors
@@ -611,7 +609,7 @@ class LocalFile:
 
     async def _write_in_worker(self, parts: Sequence[Bytes], *, sync: bool) -> int:
         offset = self._size
-        total = sum(len(part) for part in parts)
+        total = sum(map(len, parts))
         self._size += total
         buffer, aligned, fill = self._aligned_copy(parts, offset, total)
         after = self._zeros_first(offset, total)

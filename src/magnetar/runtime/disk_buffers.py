@@ -22,24 +22,39 @@ _IOV_COUNT_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") e
 
 
 def pwritev_all(fd: int, parts: Sequence[Bytes], offset: int) -> None:
-    """Write ``parts`` back to back at ``offset``, retrying short writes (blocking; any thread)."""
-    pending: list[Bytes] = [part for part in parts if len(part)]
+    """Write ``parts`` back to back at ``offset``, retrying short writes (blocking; any thread).
+
+    One ``pwritev`` per ``_IOV_COUNT_MAX`` parts and no Python step per part unless a write comes
+    back short (session 18: an entry-log chunk is two parts per entry, and the two loops over
+    every part here ran interpreted, on a writer thread holding the GIL, once per bookie)."""
     start = 0
-    while start < len(pending):
-        batch = pending[start : start + _IOV_COUNT_MAX]
+    count = len(parts)
+    while start < count:
+        batch = parts[start : start + _IOV_COUNT_MAX] if start or count > _IOV_COUNT_MAX else parts
         written = os.pwritev(fd, batch, offset)
+        size = sum(map(len, batch))
+        if written != size:
+            _pwritev_rest(fd, batch, offset, written, size)
+        offset += size
+        start += len(batch)
+
+
+def _pwritev_rest(fd: int, batch: Sequence[Bytes], offset: int, written: int, size: int) -> None:
+    """The rest of a short ``pwritev`` of ``batch`` (``written`` of its ``size`` bytes at ``offset``):
+    a signal, a full disk; rare on files, so part by part."""
+    pending: list[Bytes] = [part for part in batch if len(part)]
+    while True:
         if written <= 0:
             raise OSError(errno.EIO, f"pwritev wrote nothing at offset {offset}")
         offset += written
-        for part in batch:
-            size = len(part)
-            if written < size:
-                # A short write (rare on files: a signal, a full disk): go on from the byte after.
-                pending[start] = memoryview(part)[written:] if written else part
-                break
-            written -= size
-            start += 1
-
+        size -= written
+        if size == 0:
+            return
+        while written >= len(pending[0]):
+            written -= len(pending.pop(0))
+        if written:
+            pending[0] = memoryview(pending[0])[written:]
+        written = os.pwritev(fd, pending[:_IOV_COUNT_MAX], offset)
 
 
 #: ``_copy_into`` copies a part of at least this many bytes straight into the aligned buffer;
