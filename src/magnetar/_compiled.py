@@ -126,6 +126,12 @@ COMPILED_MODULES: tuple[str, ...] = (
     # topic log's append (``broker/managed_log.py`` stays interpreted, see above).
     "magnetar.broker.managed_append",
     "magnetar.protocol.pulsar.metadata_scan",  # per SEND: its MessageMetadata checked without protobuf
+    # Session 18 (storage): per journal submission and per journal group, once per bookie (three
+    # times per message run with three bookies): the group-wait policy (``arrived`` per
+    # submission) and the inline-write pace (``inline_ok`` and ``finished`` per group); both ran
+    # interpreted (py-spy of ``bench/bookie_storage_cost.py``).
+    "magnetar.storage.journal_wait",
+    "magnetar.runtime.disk_pace",
 )
 
 
