@@ -126,6 +126,9 @@ COMPILED_MODULES: tuple[str, ...] = (
     # topic log's append (``broker/managed_log.py`` stays interpreted, see above).
     "magnetar.broker.managed_append",
     "magnetar.protocol.pulsar.metadata_scan",  # per SEND: its MessageMetadata checked without protobuf
+    # Session 18 (ledger): the one object per add both the managed ledger (``_OpAdd``) and the
+    # ledger client's table share (a compiled class's base class is compiled too).
+    "magnetar.ledger.pending_add",
 )
 
 

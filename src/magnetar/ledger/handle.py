@@ -54,6 +54,7 @@ from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import BookieUnavailableError, LedgerStateError
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
 from magnetar.ledger.metadata_ops import LedgerMetadataStore, VersionedMetadata
+from magnetar.ledger.pending_add import AddCallback, CallbackAdd, PendingAdd
 from magnetar.ledger.placement import BookieDirectory, PlacementPolicy
 from magnetar.ledger.quorum import write_set
 from magnetar.ledger.transport import BookieTransport
@@ -74,32 +75,6 @@ WRITER_TRANSITIONS: dict[WriterState, frozenset[WriterState]] = {
     WriterState.CLOSED: frozenset(),
     WriterState.FAILED: frozenset(),
 }
-
-
-#: How an add's caller is told its outcome: ``(entry_id, None)`` or ``(None, error)``, once.
-AddCallback = Callable[[int | None, BaseException | None], None]
-
-
-class PendingAdd:
-    """One in-flight add (BookKeeper's ``PendingAddOp``): which bookies acknowledged it, which
-    requests are outstanding, and how far it got through its fault-point gates. A plain class
-    (compiled: a dataclass's generated ``__init__`` runs interpreted, one per message)."""
-
-    __slots__ = ("acked", "entry", "entry_id", "inflight", "on_done", "payload", "quorum_gated", "quorum_passed",
-                 "sent", "sent_ns", "told")
-
-    def __init__(self, entry_id: int, payload: bytes, on_done: AddCallback) -> None:
-        self.entry_id = entry_id
-        self.payload = payload
-        self.on_done = on_done  # told once: (entry id, None) or (None, the error)
-        self.told = False
-        self.entry: EncodedEntry | None = None  # built when sent, carrying the LAC known then
-        self.acked = 0  # ensemble slots (bit i: ``ensemble[i]``) that stored it, in its write set
-        self.inflight = 0  # ensemble slots asked and not answered yet
-        self.sent_ns = 0  # when it was last sent to its write set (the add timeout counts from here)
-        self.sent = False  # past ``ledger.after_send_before_reply``: its replies may complete it
-        self.quorum_gated = False  # reached its ack quorum once: ``ledger.after_quorum_before_ack`` entered
-        self.quorum_passed = False  # ... and passed
 
 
 class RunReplies:
@@ -274,7 +249,7 @@ class LedgerHandle:
 
     def append_then(self, payload: bytes, on_done: AddCallback) -> None:
         """``append_run`` of one add."""
-        self.append_run(((payload, on_done),))
+        self.append_adds((CallbackAdd(payload, on_done),))
 
     def room(self) -> int:
         """How many adds to start now: this writer's share of the window (``ledger.window``) less
@@ -291,13 +266,18 @@ class LedgerHandle:
         return self._window.window_for(len(self._pending), self._pending_bytes)
 
     def append_run(self, adds: Sequence[tuple[bytes, AddCallback]]) -> None:
+        """``append_adds`` of ``(payload, on_done)`` pairs (``CallbackAdd``s)."""
+        self.append_adds([CallbackAdd(payload, on_done) for payload, on_done in adds])
+
+    def append_adds(self, adds: Sequence[PendingAdd]) -> None:
         """The one add operation (BookKeeper's ``asyncAddEntry``), for a run of adds in order: take
-        the next entry ids now and for each ``(payload, on_done)`` call ``on_done(entry_id, None)``
-        once Qa bookies of its write set stored the entry and every lower id completed (strictly
-        in id order), or ``on_done(None, error)`` with ``FencedError`` if another client fenced
-        the ledger (the entry may or may not survive), or the error that failed the handle.
-        ``on_done`` is a plain callback, called once, from the handle's own reply processing (no
-        future, no extra loop pass per add); it may call ``append_run`` again. Raises
+        the next entry ids now (``PendingAdd.start``), keep each add in the table as it is and
+        call its ``done(entry_id, None)`` once Qa bookies of its write set stored the entry and
+        every lower id completed (strictly in id order), or ``done(None, error)`` with
+        ``FencedError`` if another client fenced the ledger (the entry may or may not survive),
+        or the error that failed the handle. ``done`` is called once per start, from the
+        handle's own reply processing (no future, no extra loop pass per add); it may call
+        ``append_adds`` again. Raises
         ``ClosedError`` (or the failure) when the handle is not open and ``LimitExceededError``
         when it has no room for the whole run (nothing is added then): see ``room`` and
         ``wait_for_room``.
@@ -329,12 +309,12 @@ class LedgerHandle:
         batch: list[PendingAdd] = []
         self._batch = batch  # ``_send`` gathers the adds that pass their gates now
         try:
-            for payload, on_done in adds:
+            for op in adds:
                 entry_id = self._last_add_pushed + 1
                 self._last_add_pushed = entry_id
-                op = PendingAdd(entry_id, payload, on_done)
+                op.start(self, entry_id)
                 self._pending[entry_id] = op
-                self._pending_bytes += len(payload)
+                self._pending_bytes += len(op.payload)
                 if entry_id > 0:
                     faults.gate1("ledger.before_send_next_entry", self._before_send, op)
                 else:
@@ -376,6 +356,8 @@ class LedgerHandle:
             faults.gate1("ledger.after_send_before_reply", self._after_send, op)
 
     def _after_send(self, error: BaseException | None, op: PendingAdd) -> None:
+        if op.owner is not self:
+            return  # started again on another ledger while a gate held it here
         if error is not None:
             self._fail_by(error)
             return
@@ -477,8 +459,8 @@ class LedgerHandle:
         op = replies.run[index]
         slot, bookie = replies.slot, replies.bookie
         bit = 1 << slot
-        if not op.inflight & bit or self._ensemble[slot] is not bookie:
-            return  # timed out, replaced or the handle ended before this answer came
+        if op.owner is not self or not op.inflight & bit or self._ensemble[slot] is not bookie:
+            return  # timed out, replaced, the handle ended or the add was started again elsewhere
         op.inflight &= ~bit
         if error is not None:
             self._on_add_error(op, slot, error if isinstance(error, MagnetarError)
@@ -498,7 +480,7 @@ class LedgerHandle:
 
     def _count_reply(self, error: BaseException | None, op: PendingAdd, slot: int, bookie: BookieId) -> None:
         """``bookie`` (at ``slot``) stored ``op``: count it and complete what reached its ack quorum."""
-        if self._ensemble[slot] is not bookie:
+        if op.owner is not self or self._ensemble[slot] is not bookie:
             return  # replaced by an ensemble change meanwhile: its copy no longer counts
         if error is not None:
             self._on_add_error(op, slot, error)  # the reply is lost at this point
@@ -513,6 +495,8 @@ class LedgerHandle:
         self._completed()
 
     def _quorum_passed(self, error: BaseException | None, op: PendingAdd) -> None:
+        if op.owner is not self:
+            return  # started again on another ledger while the gate held it here
         if error is not None:
             self._fail_by(error)
             return
@@ -580,7 +564,7 @@ class LedgerHandle:
                 self.wake_admission()
             if not op.told:
                 op.told = True
-                op.on_done(head_id, None)  # may add again: the loop re-reads the table
+                op.done(head_id, None)  # may add again: the loop re-reads the table
         if not self._pending:
             self._drained.set()
             self._release_window()
@@ -763,7 +747,7 @@ class LedgerHandle:
         for op in failed:  # told once the handle is consistent: a callback may call back in
             if not op.told:
                 op.told = True
-                op.on_done(None, error)
+                op.done(None, error)
 
     def _wake_all_admission(self) -> None:
         for waiter in self._admission:
