@@ -77,6 +77,10 @@ WRITER_TRANSITIONS: dict[WriterState, frozenset[WriterState]] = {
 }
 
 
+#: A gate's continuation (``faults.gate1``): ``(error at the gate or None, the add)``.
+_Then = Callable[[BaseException | None, PendingAdd], None]
+
+
 class RunReplies:
     """How a writer hears one bookie's answers to one ``add_run``: an ``AddReplyCallback``
     (``self(index, error)``, once per entry) that also takes the entries of the run stored
@@ -166,10 +170,19 @@ class LedgerHandle:
         self._timeouts = timeouts if timeouts is not None else AddTimeouts(clock)
         self._watched = False  # in ``_timeouts``' watch (adds in flight since it last looked)
         self._timeout_suspects: set[tuple[int, int]] = set()
+        self._bind_gates()
         self._lac_flusher: asyncio.Task[None] | None = None
         self._explicit_lac_sent: int = NO_ENTRY
         if config.explicit_lac_interval_ms > 0:
             self._lac_flusher = self._spawn(self._flush_lac_periodically())
+
+    def _bind_gates(self) -> None:
+        """The gates' continuations, bound once (compiled, ``self._send`` as a value is a new
+        bound-method object per add, called through the Python calling convention)."""
+        self._before_send_then: _Then = self._before_send
+        self._send_then: _Then = self._send
+        self._after_send_then: _Then = self._after_send
+        self._quorum_passed_then: _Then = self._quorum_passed
 
     # --- public view -----------------------------------------------------------------------------
 
@@ -316,7 +329,7 @@ class LedgerHandle:
                 self._pending[entry_id] = op
                 self._pending_bytes += len(op.payload)
                 if entry_id > 0:
-                    faults.gate1("ledger.before_send_next_entry", self._before_send, op)
+                    faults.gate1("ledger.before_send_next_entry", self._before_send_then, op)
                 else:
                     self._before_send(None, op)
         finally:
@@ -328,7 +341,7 @@ class LedgerHandle:
         if error is not None:
             self._fail_by(error)
             return
-        faults.gate1("ledger.before_send", self._send, op)
+        faults.gate1("ledger.before_send", self._send_then, op)
 
     def _send(self, error: BaseException | None, op: PendingAdd) -> None:
         if error is not None:
@@ -337,15 +350,19 @@ class LedgerHandle:
         if self._batch is not None:
             self._batch.append(op)  # ``append_run`` sends it with the rest of its run
         else:
-            self._send_batch((op,))  # held by a gate: alone
+            self._send_batch([op])  # held by a gate: alone
 
-    def _send_batch(self, ops: Sequence[PendingAdd]) -> None:
+    def _send_batch(self, ops: list[PendingAdd]) -> None:
         """Build the entries of ``ops`` (with the LAC known now) and send them; then each passes
         ``ledger.after_send_before_reply``."""
         if not self._live:
             return
         ledger_id, lac = self._ledger_id, self._lac
-        ready = [op for op in ops if not op.told]
+        ready = ops
+        for op in ops:
+            if op.told:  # failed meanwhile (a gate held it): not sent
+                ready = [op for op in ops if not op.told]
+                break
         for op in ready:
             op.entry = EncodedEntry.build(ledger_id, op.entry_id, lac, op.payload)
         if self._write_quorum_size == len(self._ensemble) and not self._failed_bookies:
@@ -353,7 +370,7 @@ class LedgerHandle:
         else:
             self._send_to_write_sets(ready)
         for op in ready:
-            faults.gate1("ledger.after_send_before_reply", self._after_send, op)
+            faults.gate1("ledger.after_send_before_reply", self._after_send_then, op)
 
     def _after_send(self, error: BaseException | None, op: PendingAdd) -> None:
         if op.owner is not self:
@@ -490,7 +507,7 @@ class LedgerHandle:
         op.acked |= 1 << slot
         if not op.quorum_gated and self._has_ack_quorum(op):
             op.quorum_gated = True
-            faults.gate1("ledger.after_quorum_before_ack", self._quorum_passed, op)
+            faults.gate1("ledger.after_quorum_before_ack", self._quorum_passed_then, op)
             return
         self._completed()
 
