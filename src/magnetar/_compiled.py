@@ -132,6 +132,9 @@ COMPILED_MODULES: tuple[str, ...] = (
     # interpreted (py-spy of ``bench/bookie_storage_cost.py``).
     "magnetar.storage.journal_wait",
     "magnetar.runtime.disk_pace",
+    # Session 18 (ledger): the one object per add both the managed ledger (``_OpAdd``) and the
+    # ledger client's table share (a compiled class's base class is compiled too).
+    "magnetar.ledger.pending_add",
 )
 
 

@@ -1,8 +1,12 @@
-"""Memory store specifics: session expiry driven by the injected clock (as the simulator does)."""
+"""Memory store specifics: session expiry driven by the injected clock (as the simulator does);
+a large parent's children kept in order once listed, and the ledger list built from them."""
 
 from __future__ import annotations
 
+from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
+from magnetar.ledger.metadata_ops import DEFAULT_ROOT, LedgerMetadataStore
 from magnetar.metadata import MemoryMetadataServer, SessionState
+from magnetar.metadata._local import _SORTED_CHILDREN_COUNT_MIN
 from tests.manual_clock import ManualClock
 from tests.metadata.conftest import run
 
@@ -42,5 +46,53 @@ def test_node_times_come_from_the_injected_clock() -> None:
         await store.put("/t", b"x", 0)
         node = server.node("/t")
         assert node is not None and node.mtime_ms - node.ctime_ms == 1_500
+
+    run(body)
+
+
+def test_a_large_parents_children_stay_in_order_after_it_was_listed() -> None:
+    """``children`` keeps a large parent's names in order once listed (a bookie's GC round lists
+    every ledger each minute): creates and deletes after that keep the kept order exact.
+    Negative control: an ``_add_kid`` that does not insert into the kept order (or a
+    ``_drop_kid`` that does not remove from it) fails the comparison after the first change."""
+    async def body() -> None:
+        server = MemoryMetadataServer(ManualClock())
+        store = await server.connect()
+        count = _SORTED_CHILDREN_COUNT_MIN + 8
+        names = {f"n{i:05d}" for i in range(0, 2 * count, 2)}  # even numbers: room between them
+        for name in sorted(names, reverse=True):
+            await store.create(f"/p/{name}", b"")
+        assert await store.children("/p") == sorted(names)
+        for name in ("n00003", "a", "z", f"n{2 * count + 1:05d}"):  # middle, both ends, past the end
+            await store.create(f"/p/{name}", b"")
+            names.add(name)
+            assert await store.children("/p") == sorted(names)
+        for name in ("n00000", "z", "n00003", f"n{2 * count - 2:05d}"):
+            await store.delete(f"/p/{name}")
+            names.discard(name)
+            assert await store.children("/p") == sorted(names)
+        await store.create("/p/n00000", b"")  # deleted and created again
+        names.add("n00000")
+        listed = await store.children("/p")
+        assert listed == sorted(names)
+        listed.clear()  # a caller's list is its own copy
+        assert await store.children("/p") == sorted(names)
+
+    run(body)
+
+
+def test_ledger_ids_are_listed_in_order_and_foreign_names_skipped() -> None:
+    """``LedgerMetadataStore.list_ids``: every ledger node's id, ascending; names that are not a
+    ledger's (another prefix, no digits, a suffix) are not ids."""
+    async def body() -> None:
+        server = MemoryMetadataServer(ManualClock())
+        store = await server.connect()
+        ledgers = LedgerMetadataStore(MetadataStoreAdapter(store))
+        ids = [7, 0, 10**12, 42, 3]
+        for ledger_id in ids:
+            await store.create(ledgers.path(ledger_id), b"")
+        for foreign in ("idgen", "L", "Lx1", "L12x", "M0000000000000000005", "L٣"):
+            await store.create(f"{DEFAULT_ROOT}/{foreign}", b"")
+        assert await ledgers.list_ids() == sorted(ids)
 
     run(body)

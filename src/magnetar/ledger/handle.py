@@ -54,6 +54,7 @@ from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import BookieUnavailableError, LedgerStateError
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
 from magnetar.ledger.metadata_ops import LedgerMetadataStore, VersionedMetadata
+from magnetar.ledger.pending_add import AddCallback, CallbackAdd, PendingAdd
 from magnetar.ledger.placement import BookieDirectory, PlacementPolicy
 from magnetar.ledger.quorum import write_set
 from magnetar.ledger.transport import BookieTransport
@@ -76,30 +77,8 @@ WRITER_TRANSITIONS: dict[WriterState, frozenset[WriterState]] = {
 }
 
 
-#: How an add's caller is told its outcome: ``(entry_id, None)`` or ``(None, error)``, once.
-AddCallback = Callable[[int | None, BaseException | None], None]
-
-
-class PendingAdd:
-    """One in-flight add (BookKeeper's ``PendingAddOp``): which bookies acknowledged it, which
-    requests are outstanding, and how far it got through its fault-point gates. A plain class
-    (compiled: a dataclass's generated ``__init__`` runs interpreted, one per message)."""
-
-    __slots__ = ("acked", "entry", "entry_id", "inflight", "on_done", "payload", "quorum_gated", "quorum_passed",
-                 "sent", "sent_ns", "told")
-
-    def __init__(self, entry_id: int, payload: bytes, on_done: AddCallback) -> None:
-        self.entry_id = entry_id
-        self.payload = payload
-        self.on_done = on_done  # told once: (entry id, None) or (None, the error)
-        self.told = False
-        self.entry: EncodedEntry | None = None  # built when sent, carrying the LAC known then
-        self.acked = 0  # ensemble slots (bit i: ``ensemble[i]``) that stored it, in its write set
-        self.inflight = 0  # ensemble slots asked and not answered yet
-        self.sent_ns = 0  # when it was last sent to its write set (the add timeout counts from here)
-        self.sent = False  # past ``ledger.after_send_before_reply``: its replies may complete it
-        self.quorum_gated = False  # reached its ack quorum once: ``ledger.after_quorum_before_ack`` entered
-        self.quorum_passed = False  # ... and passed
+#: A gate's continuation (``faults.gate1``): ``(error at the gate or None, the add)``.
+_Then = Callable[[BaseException | None, PendingAdd], None]
 
 
 class RunReplies:
@@ -191,10 +170,19 @@ class LedgerHandle:
         self._timeouts = timeouts if timeouts is not None else AddTimeouts(clock)
         self._watched = False  # in ``_timeouts``' watch (adds in flight since it last looked)
         self._timeout_suspects: set[tuple[int, int]] = set()
+        self._bind_gates()
         self._lac_flusher: asyncio.Task[None] | None = None
         self._explicit_lac_sent: int = NO_ENTRY
         if config.explicit_lac_interval_ms > 0:
             self._lac_flusher = self._spawn(self._flush_lac_periodically())
+
+    def _bind_gates(self) -> None:
+        """The gates' continuations, bound once (compiled, ``self._send`` as a value is a new
+        bound-method object per add, called through the Python calling convention)."""
+        self._before_send_then: _Then = self._before_send
+        self._send_then: _Then = self._send
+        self._after_send_then: _Then = self._after_send
+        self._quorum_passed_then: _Then = self._quorum_passed
 
     # --- public view -----------------------------------------------------------------------------
 
@@ -274,7 +262,7 @@ class LedgerHandle:
 
     def append_then(self, payload: bytes, on_done: AddCallback) -> None:
         """``append_run`` of one add."""
-        self.append_run(((payload, on_done),))
+        self.append_adds((CallbackAdd(payload, on_done),))
 
     def room(self) -> int:
         """How many adds to start now: this writer's share of the window (``ledger.window``) less
@@ -291,13 +279,18 @@ class LedgerHandle:
         return self._window.window_for(len(self._pending), self._pending_bytes)
 
     def append_run(self, adds: Sequence[tuple[bytes, AddCallback]]) -> None:
+        """``append_adds`` of ``(payload, on_done)`` pairs (``CallbackAdd``s)."""
+        self.append_adds([CallbackAdd(payload, on_done) for payload, on_done in adds])
+
+    def append_adds(self, adds: Sequence[PendingAdd]) -> None:
         """The one add operation (BookKeeper's ``asyncAddEntry``), for a run of adds in order: take
-        the next entry ids now and for each ``(payload, on_done)`` call ``on_done(entry_id, None)``
-        once Qa bookies of its write set stored the entry and every lower id completed (strictly
-        in id order), or ``on_done(None, error)`` with ``FencedError`` if another client fenced
-        the ledger (the entry may or may not survive), or the error that failed the handle.
-        ``on_done`` is a plain callback, called once, from the handle's own reply processing (no
-        future, no extra loop pass per add); it may call ``append_run`` again. Raises
+        the next entry ids now (``PendingAdd.start``), keep each add in the table as it is and
+        call its ``done(entry_id, None)`` once Qa bookies of its write set stored the entry and
+        every lower id completed (strictly in id order), or ``done(None, error)`` with
+        ``FencedError`` if another client fenced the ledger (the entry may or may not survive),
+        or the error that failed the handle. ``done`` is called once per start, from the
+        handle's own reply processing (no future, no extra loop pass per add); it may call
+        ``append_adds`` again. Raises
         ``ClosedError`` (or the failure) when the handle is not open and ``LimitExceededError``
         when it has no room for the whole run (nothing is added then): see ``room`` and
         ``wait_for_room``.
@@ -329,14 +322,14 @@ class LedgerHandle:
         batch: list[PendingAdd] = []
         self._batch = batch  # ``_send`` gathers the adds that pass their gates now
         try:
-            for payload, on_done in adds:
+            for op in adds:
                 entry_id = self._last_add_pushed + 1
                 self._last_add_pushed = entry_id
-                op = PendingAdd(entry_id, payload, on_done)
+                op.start(self, entry_id)
                 self._pending[entry_id] = op
-                self._pending_bytes += len(payload)
+                self._pending_bytes += len(op.payload)
                 if entry_id > 0:
-                    faults.gate1("ledger.before_send_next_entry", self._before_send, op)
+                    faults.gate1("ledger.before_send_next_entry", self._before_send_then, op)
                 else:
                     self._before_send(None, op)
         finally:
@@ -348,7 +341,7 @@ class LedgerHandle:
         if error is not None:
             self._fail_by(error)
             return
-        faults.gate1("ledger.before_send", self._send, op)
+        faults.gate1("ledger.before_send", self._send_then, op)
 
     def _send(self, error: BaseException | None, op: PendingAdd) -> None:
         if error is not None:
@@ -357,15 +350,19 @@ class LedgerHandle:
         if self._batch is not None:
             self._batch.append(op)  # ``append_run`` sends it with the rest of its run
         else:
-            self._send_batch((op,))  # held by a gate: alone
+            self._send_batch([op])  # held by a gate: alone
 
-    def _send_batch(self, ops: Sequence[PendingAdd]) -> None:
+    def _send_batch(self, ops: list[PendingAdd]) -> None:
         """Build the entries of ``ops`` (with the LAC known now) and send them; then each passes
         ``ledger.after_send_before_reply``."""
         if not self._live:
             return
         ledger_id, lac = self._ledger_id, self._lac
-        ready = [op for op in ops if not op.told]
+        ready = ops
+        for op in ops:
+            if op.told:  # failed meanwhile (a gate held it): not sent
+                ready = [op for op in ops if not op.told]
+                break
         for op in ready:
             op.entry = EncodedEntry.build(ledger_id, op.entry_id, lac, op.payload)
         if self._write_quorum_size == len(self._ensemble) and not self._failed_bookies:
@@ -373,9 +370,11 @@ class LedgerHandle:
         else:
             self._send_to_write_sets(ready)
         for op in ready:
-            faults.gate1("ledger.after_send_before_reply", self._after_send, op)
+            faults.gate1("ledger.after_send_before_reply", self._after_send_then, op)
 
     def _after_send(self, error: BaseException | None, op: PendingAdd) -> None:
+        if op.owner is not self:
+            return  # started again on another ledger while a gate held it here
         if error is not None:
             self._fail_by(error)
             return
@@ -477,8 +476,8 @@ class LedgerHandle:
         op = replies.run[index]
         slot, bookie = replies.slot, replies.bookie
         bit = 1 << slot
-        if not op.inflight & bit or self._ensemble[slot] is not bookie:
-            return  # timed out, replaced or the handle ended before this answer came
+        if op.owner is not self or not op.inflight & bit or self._ensemble[slot] is not bookie:
+            return  # timed out, replaced, the handle ended or the add was started again elsewhere
         op.inflight &= ~bit
         if error is not None:
             self._on_add_error(op, slot, error if isinstance(error, MagnetarError)
@@ -498,7 +497,7 @@ class LedgerHandle:
 
     def _count_reply(self, error: BaseException | None, op: PendingAdd, slot: int, bookie: BookieId) -> None:
         """``bookie`` (at ``slot``) stored ``op``: count it and complete what reached its ack quorum."""
-        if self._ensemble[slot] is not bookie:
+        if op.owner is not self or self._ensemble[slot] is not bookie:
             return  # replaced by an ensemble change meanwhile: its copy no longer counts
         if error is not None:
             self._on_add_error(op, slot, error)  # the reply is lost at this point
@@ -508,11 +507,13 @@ class LedgerHandle:
         op.acked |= 1 << slot
         if not op.quorum_gated and self._has_ack_quorum(op):
             op.quorum_gated = True
-            faults.gate1("ledger.after_quorum_before_ack", self._quorum_passed, op)
+            faults.gate1("ledger.after_quorum_before_ack", self._quorum_passed_then, op)
             return
         self._completed()
 
     def _quorum_passed(self, error: BaseException | None, op: PendingAdd) -> None:
+        if op.owner is not self:
+            return  # started again on another ledger while the gate held it here
         if error is not None:
             self._fail_by(error)
             return
@@ -580,7 +581,7 @@ class LedgerHandle:
                 self.wake_admission()
             if not op.told:
                 op.told = True
-                op.on_done(head_id, None)  # may add again: the loop re-reads the table
+                op.done(head_id, None)  # may add again: the loop re-reads the table
         if not self._pending:
             self._drained.set()
             self._release_window()
@@ -763,7 +764,7 @@ class LedgerHandle:
         for op in failed:  # told once the handle is consistent: a callback may call back in
             if not op.told:
                 op.told = True
-                op.on_done(None, error)
+                op.done(None, error)
 
     def _wake_all_admission(self) -> None:
         for waiter in self._admission:

@@ -15,6 +15,7 @@ Invariant: a stored record's state only moves along ``ledger_metadata.TRANSITION
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +30,8 @@ from magnetar.ledger.ledger_metadata import LedgerMetadata, transition_allowed
 
 DEFAULT_ROOT = "/ledgers"
 _PREFIX = "L"
+#: A ledger's node name in ``"\n".join(names)`` (ASCII digits only, as ``path`` writes them).
+_LEDGER_NAME = re.compile(rf"^{_PREFIX}(\d+)$", re.MULTILINE | re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +148,12 @@ class LedgerMetadataStore:
         await self._store.delete(self.path(ledger_id), current.version)
 
     async def list_ids(self) -> list[int]:
+        """Every ledger id, ascending. One pass over the children's names (a bookie's GC round
+        at 100,000 ledgers): one regular-expression scan of the names joined, not a slice, a
+        check and a parse per name in Python."""
         names = await self._store.children(self._root)
-        ids = sorted(int(n[len(_PREFIX):]) for n in names if n.startswith(_PREFIX) and n[len(_PREFIX):].isdigit())
+        ids = list(map(int, _LEDGER_NAME.findall("\n".join(names))))
+        ids.sort()  # the names' order is the ids' for the fixed-width names ``path`` makes: one pass
         if len(ids) > LEDGER_LIST_COUNT_MAX:
             raise LimitExceededError("LEDGER_LIST_COUNT_MAX", len(ids), LEDGER_LIST_COUNT_MAX)
         return ids

@@ -27,7 +27,7 @@ Protocol (Pulsar's ``ManagedLedgerImpl`` add path and ``OpAddEntry``):
   is ``rollover_time_s_max`` old (``check_age``, by the shared ``RolloverTimer``), or failed, or on request.
 
 The host (``ManagedLedger``) owns the ledger list and the state; the pipeline reads the shared
-``MLStateMachine`` and never moves it. Per entry: one ``_OpAdd`` and the ledger's ``PendingAdd``,
+``MLStateMachine`` and never moves it. Per entry: one ``_OpAdd``, which is also the ledger's ``PendingAdd``,
 told through plain callbacks (``append_then``; ``append`` wraps it in a future for callers that
 await one); no future, task or await of its own unless it must wait (a rollover, room on the ledger).
 
@@ -53,6 +53,7 @@ from magnetar.base.lazy_event import LazyEvent
 from magnetar.base.limits import MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX
 from magnetar.base.types import Position
 from magnetar.ledger.handle import LedgerHandle, settle
+from magnetar.ledger.pending_add import PendingAdd
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.entry_reader import EntryReader
 from magnetar.managed_ledger.errors import (
@@ -71,35 +72,36 @@ log = logging.getLogger(__name__)
 AppendCallback = Callable[[Position | None, BaseException | None], None]
 
 
-class _OpAdd:
+class _OpAdd(PendingAdd):
     """One append: queued, then in flight on a ledger, then told to its caller in order. A plain
     class (compiled: a dataclass's generated ``__init__`` runs interpreted, one per message).
 
-    It is also the ledger's callback for its add (``self(entry_id, error)``: the ledger tells
-    it once), instead of a ``partial`` per add: ``current`` and ``entry_id`` are the ledger it
-    was last started on and its id there. An add is started again on a next ledger only after
-    the failed one told it (``settle_undecided``), so no answer of an earlier start can come
-    after a later start."""
+    It is also the ledger's add (a ``PendingAdd``: the handle keeps it in its table and tells it
+    through ``done``), so one object per append serves both layers. ``current`` is the ledger it
+    was last started on and ``entry_id`` its id there (set here before the start, taken as is by
+    the handle). An add is started again on a next ledger only after the failed one told it
+    (``settle_undecided``), and a handle that ended never touches its adds again, so no answer
+    of an earlier start can come after a later start."""
 
-    __slots__ = ("appends", "attempts", "current", "data", "entry_id", "error", "finished", "on_done", "position",
-                 "told")
+    __slots__ = ("appends", "attempts", "caller_told", "current", "error", "finished", "on_done", "position")
 
     def __init__(self, appends: AppendPipeline, data: bytes, on_done: AppendCallback) -> None:
+        super().__init__(data)
         self.appends = appends
-        self.data = data
         self.on_done = on_done
-        self.told = False
+        self.caller_told = False
         self.position: Position | None = None
         self.error: MagnetarError | None = None
         self.finished = False
         self.current: CurrentLedger | None = None  # the ledger it was last started on
-        self.entry_id = -1  # its entry id in the ledger it was last started on
         self.attempts = 0  # ledgers it was started on
 
-    def __call__(self, entry_id: int | None, error: BaseException | None) -> None:
+    def done(self, entry_id: int | None, error: BaseException | None) -> None:
+        if error is not None and not isinstance(error, MagnetarError):
+            return  # not a ledger outcome (a crash unwinding): nothing to tell
         current = self.current
         assert current is not None
-        self.appends._added(current, self, self.entry_id, entry_id, error)
+        self.appends._finish_add(current, self, entry_id, error)
 
 
 @dataclass(slots=True)
@@ -390,36 +392,32 @@ class AppendPipeline:
         current = self.current
         assert current is not None
         queue = self._queue
+        handle = current.handle
         entries_max, bytes_max = self._entries_max, self._bytes_max
-        run: list[tuple[bytes, _OpAdd]] = []
+        if handle.last_add_pushed + 1 != current.started_count:  # the message is formatted only when it fails
+            invariant(False, f"ledger {handle.ledger_id} pushed {handle.last_add_pushed}, "
+                             f"{current.started_count} adds started on it")
+        run: list[_OpAdd] = []
         while queue and len(run) < room:
             op = queue.popleft()
-            expected_entry_id = current.started_count
+            op.entry_id = current.started_count  # the id the handle gives it (checked above)
             current.started_count += 1
-            current.started_bytes += len(op.data)
+            current.started_bytes += len(op.payload)
             op.position, op.error, op.finished = None, None, False
-            op.entry_id = expected_entry_id
             op.current = current
             op.attempts += 1
             current.inflight.append(op)
-            run.append((op.data, op))  # the op is the ledger's callback (``_OpAdd.__call__``)
+            run.append(op)  # the op is the ledger's add (``_OpAdd.done``)
             if current.started_count >= entries_max or current.started_bytes >= bytes_max:
                 break
         self._drained.clear()
         try:
-            current.handle.append_run(run)
+            handle.append_adds(run)
         except MagnetarError as exc:  # the handle failed or closed under us: as adds that failed
-            for _, op in run:
-                self._finish_add(current, op, op.entry_id, None, exc)
+            for op in run:
+                self._finish_add(current, op, None, exc)
 
-    def _added(self, current: CurrentLedger, op: _OpAdd, expected_entry_id: int, entry_id: int | None,
-               error: BaseException | None) -> None:
-        if error is not None and not isinstance(error, MagnetarError):
-            return  # not a ledger outcome (a crash unwinding): nothing to tell
-        self._finish_add(current, op, expected_entry_id, entry_id, error)
-
-    def _finish_add(self, current: CurrentLedger, op: _OpAdd, expected_entry_id: int, entry_id: int | None,
-                    error: BaseException | None) -> None:
+    def _finish_add(self, current: CurrentLedger, op: _OpAdd, entry_id: int | None, error: BaseException | None) -> None:
         if isinstance(error, FencedError):
             op.error = ManagedLedgerFencedError(f"managed ledger {self.name}: ledger {current.handle.ledger_id} fenced")
             self._host.become_fenced(error)
@@ -427,8 +425,8 @@ class AppendPipeline:
             op.error = error
             current.failed = True
         else:
-            if entry_id != expected_entry_id:  # the message is formatted only when it fails
-                invariant(False, f"entry id {entry_id}, expected {expected_entry_id}")
+            if entry_id != op.entry_id:  # the message is formatted only when it fails
+                invariant(False, f"entry id {entry_id}, expected {op.entry_id}")
             assert entry_id is not None
             op.position = Position(current.handle.ledger_id, entry_id)
         op.finished = True
@@ -443,10 +441,10 @@ class AppendPipeline:
                 self._complete(op)
             elif current.failed and self._states.state in WRITABLE:
                 current.undecided.append(op)  # the ledger's recovery decides (``settle_undecided``)
-            elif not op.told:
+            elif not op.caller_told:
                 invariant(op.error is not None, "a finished add has a position or an error")
                 assert op.error is not None
-                op.told = True
+                op.caller_told = True
                 op.on_done(None, op.error)
         if not current.inflight:
             self._drained.set()
@@ -464,10 +462,10 @@ class AppendPipeline:
             invariant(False, f"position {op.position} not after {self.last_confirmed}")
         self.last_confirmed = op.position
         self._list.live_count += 1
-        self._list.live_bytes += len(op.data)
-        self._cache.remember(op.position, op.data)
-        if not op.told:
-            op.told = True
+        self._list.live_bytes += len(op.payload)
+        self._cache.remember(op.position, op.payload)
+        if not op.caller_told:
+            op.caller_told = True
             op.on_done(op.position, None)
 
     # --- settlement ------------------------------------------------------------------------------
@@ -504,12 +502,12 @@ class AppendPipeline:
         undecided = list(current.undecided) if current is not None else []
         if current is not None:
             current.undecided.clear()
-        failing = [op for op in [*undecided, *self._queue] if not op.told]
+        failing = [op for op in [*undecided, *self._queue] if not op.caller_told]
         self._queue.clear()
         if failing and write_failure and self.write_failure is None:
             self.write_failure = error  # before the callbacks: one that appends again is refused
         for op in failing:
-            op.told = True
+            op.caller_told = True
             op.on_done(None, error)
         self._wake_admission(all_waiters=True)
 

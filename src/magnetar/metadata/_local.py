@@ -34,6 +34,7 @@ ephemeral nodes have no children and belong to a live session.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -70,6 +71,10 @@ from magnetar.metadata.paths import (
     validate_value,
 )
 
+#: A parent with at least this many children keeps them in order once listed (``children``):
+#: below it a sort per listing is cheaper than a second list kept per parent.
+_SORTED_CHILDREN_COUNT_MIN = 1024
+
 
 @dataclass(frozen=True, slots=True)
 class Node:
@@ -104,6 +109,9 @@ class LocalServer:
         self._persist = persist
         self._nodes: dict[str, Node] = {ROOT: Node(b"", 0, 0, 0, 0, 0)}
         self._kids: dict[str, set[str]] = {ROOT: set()}
+        #: The children of large parents in order, kept once listed (``children``): the ledger
+        #: list of a bookie's GC round is not sorted again each round (issue 22).
+        self._sorted_kids: dict[str, list[str]] = {}
         self._ephemerals: dict[int, set[str]] = {}
         self._clients: dict[int, LocalClient] = {}
         self._watches: dict[str, list[_LocalWatch]] = {}
@@ -122,7 +130,7 @@ class LocalServer:
         invariant(parent_of(path) in self._nodes, f"loaded {path} before its parent")
         self._nodes[path] = node
         self._kids[path] = set()
-        self._kids[parent_of(path)].add(path.rsplit("/", 1)[1])
+        self._add_kid(parent_of(path), path.rsplit("/", 1)[1])
 
     def load_root(self, node: Node) -> None:
         self._nodes[ROOT] = node
@@ -211,7 +219,33 @@ class LocalServer:
         return None if node is None else GetResult(node.value, node.version)
 
     def children(self, path: str) -> list[str]:
-        return sorted(self._kids.get(path, ()))
+        """The names of ``path``'s children, sorted (a large parent's order is kept: a copy)."""
+        ordered = self._sorted_kids.get(path)
+        if ordered is not None:
+            return list(ordered)
+        kids = self._kids.get(path, ())
+        names = sorted(kids)
+        if len(names) >= _SORTED_CHILDREN_COUNT_MIN:
+            self._sorted_kids[path] = list(names)  # kept in order by ``_add_kid``/``_drop_kid`` from now on
+        return names
+
+    def _add_kid(self, parent: str, name: str) -> None:
+        kids = self._kids[parent]
+        if name in kids:
+            return
+        kids.add(name)
+        ordered = self._sorted_kids.get(parent)
+        if ordered is not None:
+            bisect.insort(ordered, name)  # new ledgers' ids grow: at the end, mostly
+
+    def _drop_kid(self, parent: str, name: str) -> None:
+        kids = self._kids[parent]
+        if name not in kids:
+            return
+        kids.discard(name)
+        ordered = self._sorted_kids.get(parent)
+        if ordered is not None:
+            del ordered[bisect.bisect_left(ordered, name)]
 
     def exists(self, path: str) -> bool:
         return path in self._nodes
@@ -398,14 +432,15 @@ class LocalServer:
             if node is None:
                 del self._nodes[path]
                 del self._kids[path]
-                self._kids[parent_of(path)].discard(path.rsplit("/", 1)[1])
+                self._sorted_kids.pop(path, None)
+                self._drop_kid(parent_of(path), path.rsplit("/", 1)[1])
                 events += [WatchEvent(EventKind.DELETED, path), WatchEvent(EventKind.CHILDREN_CHANGED, parent_of(path))]
                 continue
             self._nodes[path] = node
             if old is None:
                 self._kids[path] = set()
                 if path != ROOT:
-                    self._kids[parent_of(path)].add(path.rsplit("/", 1)[1])
+                    self._add_kid(parent_of(path), path.rsplit("/", 1)[1])
                 events += [WatchEvent(EventKind.CREATED, path), WatchEvent(EventKind.CHILDREN_CHANGED, parent_of(path))]
             elif old.version != node.version:
                 events.append(WatchEvent(EventKind.DATA_CHANGED, path))
