@@ -117,7 +117,7 @@ def create_partitioned(http_url: str, topic: str, partitions: int) -> None:
 
 
 def one_repeat(root: Path, tag: str, args: argparse.Namespace, src: str, extra_env: dict[str, str]) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=src, **extra_env)
+    env = {**os.environ, "PYTHONPATH": src, **extra_env}  # a variant may extend PYTHONPATH itself
     env.pop("MAGNETAR_FAULTS", None)
     standalone = StandaloneProcess(str(root / tag), env=env, stderr=subprocess.DEVNULL)
     row: dict[str, float] = {}

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Sequence
 
 from magnetar import sim
-from magnetar.node.broker import hand_over_within_bound
+from magnetar.node.broker import SendTurn, hand_over_within_bound
 from magnetar.protocol.pulsar import FlowReceived, SendReceived, pb
 from magnetar.protocol.pulsar.fast_decode import SendCommand
 from magnetar.protocol.pulsar.frames import MessagePayload
@@ -69,7 +69,7 @@ def _handled(bound: int, events: list[object]) -> tuple[list[list[object]], bool
         session = _Session(bound)
         held: list[bool] = []
         handling = asyncio.ensure_future(hand_over_within_bound(
-            session, events, bound, lambda: held.append(True), lambda: True))  # type: ignore[arg-type]
+            session, events, bound, lambda: held.append(True), lambda: True, SendTurn()))  # type: ignore[arg-type]
         deadline = clock.monotonic_ns() + 1_000_000_000
         while not handling.done() and not held and clock.monotonic_ns() < deadline:
             await clock.sleep(0.001)  # virtual time: steps the simulated loop until it holds or ends

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from magnetar import sim
 from magnetar.base.limits import BROKER_SENDS_PER_TURN_COUNT_MAX
-from magnetar.node.broker import hand_over_within_bound
+from magnetar.node.broker import SendTurn, hand_over_within_bound
 from magnetar.protocol.pulsar import FlowReceived, SendReceived, pb
 from magnetar.protocol.pulsar.fast_decode import SendCommand
 from magnetar.protocol.pulsar.frames import MessagePayload
@@ -57,7 +57,7 @@ def _two_connections(heavy_count: int, turn: int) -> list[tuple[int, int]]:
         heavy: list[object] = [_send(1, i) for i in range(heavy_count)]
         light: list[object] = [_send(2, 0)]
         tasks = [asyncio.ensure_future(hand_over_within_bound(_Session(handed), events, BOUND,  # type: ignore[arg-type]
-                                                              lambda: None, lambda: True, turn))
+                                                              lambda: None, lambda: True, SendTurn(turn)))
                  for events in (heavy, light)]
         results = await asyncio.gather(*tasks)
         assert results == [False, False]
@@ -85,7 +85,7 @@ def test_turns_cut_runs_of_sends_and_keep_other_events_with_them() -> None:
                             _send(1, 3), _send(1, 4)]
 
     async def main() -> bool:
-        return await hand_over_within_bound(_Recording([]), events, BOUND, lambda: None, lambda: True, 2)  # type: ignore[arg-type]
+        return await hand_over_within_bound(_Recording([]), events, BOUND, lambda: None, lambda: True, SendTurn(2))  # type: ignore[arg-type]
 
     assert sim.run(main(), steps_max=10_000) is False
     # Two SENDs per turn; the FLOW rides with the SENDs before it (it needs no room).
@@ -104,7 +104,7 @@ def test_a_connection_closed_between_turns_stops_there() -> None:
     async def main() -> bool:
         events: list[object] = [_send(1, i) for i in range(10)]
         return await hand_over_within_bound(_Closing(handed), events, BOUND, lambda: None,  # type: ignore[arg-type]
-                                            lambda: open_now[0], 4)
+                                            lambda: open_now[0], SendTurn(4))
 
     assert sim.run(main(), steps_max=10_000) is True
     assert handed == [(1, 0), (1, 1), (1, 2), (1, 3)]

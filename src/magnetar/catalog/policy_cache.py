@@ -46,6 +46,10 @@ class PolicyCache:
         # on every publish, and decoding and resolving both nodes each time cost ~7% of the loop.
         self._resolved: dict[TopicName, tuple[tuple[str, str], bytes | None, bytes | None, EffectivePolicies]] = {}
         self._decoded: dict[str, tuple[bytes, Callable[[bytes], Any], Any]] = {}  # path -> (raw, decode, value)
+        #: topic -> its topic-policies node path: the broker's periodic compaction check asks for
+        #: every loaded topic's policies, and building the path (a ``quote`` of its name) was 28%
+        #: of that pass (issue 22, 100,000 topics).
+        self._topic_paths: dict[TopicName, str] = {}
 
     @property
     def metadata(self) -> MetadataStore | None:
@@ -112,7 +116,13 @@ class PolicyCache:
         return decode_policies(raw) if raw else None
 
     async def topic_policies(self, topic: TopicName) -> TopicPolicies | None:
-        raw = await self._node(topic_policies_path(topic))
+        path = self._topic_paths.get(topic)
+        if path is None:
+            path = topic_policies_path(topic)
+            if len(self._topic_paths) >= POLICY_CACHE_NODES_COUNT_MAX:
+                del self._topic_paths[next(iter(self._topic_paths))]
+            self._topic_paths[topic] = path
+        raw = await self._node(path)
         return decode_topic_policies(raw) if raw else None
 
     async def load(self, topic: TopicName) -> EffectivePolicies:

@@ -11,9 +11,9 @@ and handshake timers. Backpressure: the reader stops reading while the session i
 a client that never reads cannot grow broker memory; and it hands a connection's SENDs over only
 while fewer than ``pending_sends_per_connection_max`` are unanswered (exactly: the rest of a read
 waits), so one connection cannot fill the shared journal with its backlog; and at most
-``BROKER_SENDS_PER_TURN_COUNT_MAX`` SENDs of a receive per loop pass, the rest after the other
-connections' turns (``hand_over_within_bound``), so a light producer's SEND is not handed over
-behind a heavy producer's whole read. What a session queues
+``BROKER_SENDS_PER_TURN_COUNT_MAX`` SENDs per loop pass, across receives (``SendTurn``), the rest
+after the other connections' turns (``hand_over_within_bound``), so a light producer's SEND is not
+handed over behind a heavy producer's whole read. What a session queues
 between two flushes leaves with one socket write (``writelines``). Bad input (malformed frame,
 oversized frame, protocol violation) closes that client's connection only. At most
 ``BROKER_CONNECTIONS_COUNT_MAX`` connections are served; beyond it new ones are closed at once.
@@ -105,9 +105,34 @@ class SendRoom(Protocol):
     async def handle_all(self, events: Sequence[Event]) -> bool: ...
 
 
+class SendTurn:
+    """One connection's turn: the SENDs it handed over since it last let the loop run the other
+    connections (a yield, a wait, a park), at most ``size`` (``BROKER_SENDS_PER_TURN_COUNT_MAX``)
+    per loop pass *across receives*. Counting per receive let a heavy producer's connection hand
+    over the rest of one receive's turn and a whole turn of the next buffered receive in one pass
+    (up to twice the turn), and the loop's pass, which a light producer's SEND and its journal
+    completion each wait for, grew with it (issue 22, latency isolation)."""
+
+    __slots__ = ("size", "used")
+
+    def __init__(self, size: int = BROKER_SENDS_PER_TURN_COUNT_MAX) -> None:
+        self.size = size
+        self.used = 0  # SENDs (events, on the one-turn path) handed over in this turn
+
+    def spent(self) -> bool:
+        return self.used >= self.size
+
+    def fits(self, count: int) -> bool:
+        """``count`` more fit in this turn; counted if so."""
+        if self.used + count > self.size:
+            return False
+        self.used += count
+        return True
+
+
 async def hand_over_within_bound(session: SendRoom, events: list[Event], bound: int,
                                  hold_reading: Callable[[], None], is_open: Callable[[], bool],
-                                 turn: int = BROKER_SENDS_PER_TURN_COUNT_MAX) -> bool:
+                                 turn: SendTurn) -> bool:
     """Hand ``events`` to the session in order, never more SENDs than leave the connection
     within ``bound`` (``pending_sends_per_connection_max``) unanswered ones: at the bound the rest
     of this receive waits (``hold_reading`` first) until half of them were answered. The bound is
@@ -115,35 +140,42 @@ async def hand_over_within_bound(session: SendRoom, events: list[Event], bound: 
     connection with many partitions would otherwise put the bound plus a read's worth of adds in
     one journal group beside everyone else's (issue 22, latency isolation).
 
-    Fair turns: at most ``turn`` SENDs (``BROKER_SENDS_PER_TURN_COUNT_MAX``) are handed over per
-    loop pass; after such a run the rest waits one pass (``asyncio.sleep(0)``: what became ready
-    before, other connections' SENDs and the journal's answers among them, runs first; the ready
-    queue is FIFO, so busy connections take turns). A receive of a light producer (one SEND) never
-    waits. True once the connection terminated."""
+    Fair turns: at most ``turn.size`` SENDs (``BROKER_SENDS_PER_TURN_COUNT_MAX``) are handed over
+    per loop pass, counting those this connection handed over earlier in the same pass
+    (``turn.used``, another receive's); once the turn is spent the rest waits one pass
+    (``asyncio.sleep(0)``: what became ready before, other connections' SENDs and the journal's
+    answers among them, runs first; the ready queue is FIFO, so busy connections take turns). A
+    receive of a light producer (one SEND) never waits. True once the connection terminated."""
     start, count = 0, len(events)
     while start < count:
         room = bound - session.pending_sends
         if room <= 0:
             hold_reading()
             await session.wait_send_room()
+            turn.used = 0  # waited: a later pass
             if not is_open() or session.pending_sends >= bound:
                 return True  # closed meanwhile (the wait's other way out): the rest goes with it
             continue
-        room = room if room < turn else turn
+        left = turn.size - turn.used
+        if left <= 0:
+            await asyncio.sleep(0)  # this connection's turn is over: the others' SENDs first
+            turn.used = 0
+            if not is_open():
+                return True  # closed during the other turns: the rest goes with it
+            continue
+        room = room if room < left else left
         end = start
-        while end < count and room > 0:
+        sends = 0
+        while end < count and sends < room:
             if type(events[end]) in _SEND_EVENTS:
-                room -= 1
+                sends += 1
             end += 1
         while end < count and type(events[end]) not in _SEND_EVENTS:
             end += 1  # the non-SEND events up to the next SEND need no room
+        turn.used += sends
         if await session.handle_all(events if start == 0 and end == count else events[start:end]):
             return True
         start = end
-        if start < count and room == 0:
-            await asyncio.sleep(0)  # this connection's turn is over: the others' SENDs first
-            if not is_open():
-                return True  # closed during the other turns: the rest goes with it
     return False
 
 
@@ -191,6 +223,8 @@ class _ConnectionLoop:
         self._reading_held = False
         #: What the next read may take: a slice (many small frames) or a whole chunk (large ones).
         self._read_bytes = BROKER_READ_SLICE_BYTES
+        #: The SENDs this connection handed over in the current loop pass, across receives.
+        self._turn = SendTurn()
         #: Where the connection has them (TCP), receives are handled by a plain call from the
         #: transport's callback while the read loop waits (``_receive_directly``); else the loop
         #: reads (the simulated network).
@@ -311,9 +345,11 @@ class _ConnectionLoop:
                     self._writable = asyncio.Event()
                 self._output.set()
                 await self._writable.wait()
+                self._turn.used = 0  # waited: a later pass
             if self.session.pending_sends >= bound:
                 self._reading_held = True
                 await self.session.wait_send_room()
+                self._turn.used = 0
             if self._direct is not None:
                 data = await self._read_or_park()
                 if data is None:  # the direct receiver handled receives and handed an outcome over
@@ -323,10 +359,17 @@ class _ConnectionLoop:
                     continue
             else:
                 data = await self.conn.read(self._read_bytes)
+                # A connection without direct reads (the simulated network's) gives each receive
+                # a turn of its own, as before: its reads may wait, and its schedule stays the
+                # one the seeded simulations were found on.
+                self._turn.used = 0
             if not data:
                 return
-            if len(data) >= BROKER_READ_SLICE_BYTES:
-                await asyncio.sleep(0)  # a full slice: more may be buffered; other connections first
+            if len(data) >= BROKER_READ_SLICE_BYTES or self._turn.spent():
+                # A full slice (more may be buffered), or this pass's turn spent on earlier
+                # receives while more was buffered: other connections first.
+                await asyncio.sleep(0)
+                self._turn.used = 0
             received = self._received(data)
             if received if isinstance(received, bool) else await received:
                 return
@@ -343,10 +386,11 @@ class _ConnectionLoop:
         self._read_bytes = read_bytes_after(len(data), len(events))
         self._reading_held = False  # read again: the keep-alive counts from this data
         session = self.session
-        if len(events) <= BROKER_SENDS_PER_TURN_COUNT_MAX and session.pending_sends + len(events) <= \
-                self.server.service.config.pending_sends_per_connection_max:
-            # One turn, with room for all of them (a light producer's receive: the usual case).
-            # SENDs of one receive go as runs, handed over in this call unless one must wait.
+        if session.pending_sends + len(events) <= self.server.service.config.pending_sends_per_connection_max \
+                and self._turn.fits(len(events)):
+            # Within this pass's turn, with room for all of them (a light producer's receive: the
+            # usual case). SENDs of one receive go as runs, handed over in this call unless one
+            # must wait.
             started = session.start_handle_all(events)
             if not isinstance(started, bool):
                 return self._receive_rest(started)
@@ -400,6 +444,7 @@ class _ConnectionLoop:
         direct = self._direct
         if parked is None or parked.done() or direct is None:
             return
+        self._turn.used = 0  # the read loop parked in an earlier pass: a new turn
         try:
             while True:
                 if not self._open() or not self.session.writable() or \
@@ -408,8 +453,8 @@ class _ConnectionLoop:
                 data = direct.read_now(self._read_bytes)
                 if data is None:
                     return  # everything received was handled: stay parked
-                if not data or len(data) >= BROKER_READ_SLICE_BYTES:
-                    self._handed = data  # EOF, or a full slice the loop yields behind first
+                if not data or len(data) >= BROKER_READ_SLICE_BYTES or self._turn.spent():
+                    self._handed = data  # EOF, or a full slice or a spent turn the loop yields behind first
                     break
                 received = self._received(data)
                 if received is not False:
@@ -427,7 +472,7 @@ class _ConnectionLoop:
         reading is held while it waits for room."""
         return await hand_over_within_bound(self.session, events,
                                             self.server.service.config.pending_sends_per_connection_max,
-                                            self._hold_reading, self._open)
+                                            self._hold_reading, self._open, self._turn)
 
     def _hold_reading(self) -> None:
         self._reading_held = True
