@@ -19,6 +19,7 @@ from magnetar.base.rng import SeededRng
 from magnetar.base.types import NO_ENTRY, BookieId
 from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import BookieUnavailableError, NoSuchEntryError
+from magnetar.ledger.handle import LedgerHandle
 from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.metadata_ops import LedgerMetadataStore, Versioned
 from magnetar.ledger.placement import RandomPlacement, StaticBookieDirectory
@@ -271,3 +272,28 @@ def make_cluster(bookie_count: int, config: LedgerClientConfig | None = None) ->
         directory=StaticBookieDirectory(ids),
         config=config or LedgerClientConfig(speculative_read_timeout_ms=100),
     )
+
+
+class HeldTransport:
+    """Adds are stored nowhere: a test answers each bookie's runs itself (``runs``, ``take``)."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[BookieId, list[int], Callable[[int, BaseException | None], None]]] = []
+
+    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
+                on_reply: Callable[[int, BaseException | None], None]) -> None:
+        self.runs.append((bookie, [entry.entry_id for entry in entries], on_reply))
+
+    def take(self) -> list[Callable[[int, BaseException | None], None]]:
+        """The answers of the runs asked since the last ``take``."""
+        runs, self.runs = self.runs, []
+        return [on_reply for _, _, on_reply in runs]
+
+
+async def held_writers(transport: HeldTransport, count: int) -> list[LedgerHandle]:
+    """``count`` (3,3,2) ledgers over three bookies whose adds ``transport`` holds (no add timeout)."""
+    cluster = make_cluster(3)
+    manager = LedgerManager(store=cluster.store, transport=transport,  # type: ignore[arg-type]
+                            directory=cluster.directory, placement=RandomPlacement(SeededRng(1)),
+                            clock=cluster.clock, config=LedgerClientConfig(add_timeout_ms=0))
+    return [await manager.create_ledger(3, 3, 2) for _ in range(count)]

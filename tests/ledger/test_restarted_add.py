@@ -11,24 +11,16 @@ its own replies are then dropped as unasked, and the first test's add is never t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 
 from magnetar import faults
 from magnetar.base.errors import FencedError
-from magnetar.base.rng import SeededRng
-from magnetar.base.types import BookieId
-from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.handle import LedgerHandle, RunReplies
-from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.pending_add import CallbackAdd
-from magnetar.ledger.placement import RandomPlacement
-from magnetar.protocol.bookie.codec import EncodedEntry
-from tests.ledger.fakes import make_cluster
+from tests.ledger.fakes import HeldTransport, held_writers
 from tests.managed_ledger.harness import until
-
-CONFIG = LedgerClientConfig(add_timeout_ms=0)
 
 
 @pytest.fixture(autouse=True)
@@ -37,31 +29,13 @@ def _disarm() -> Iterator[None]:
     faults.disarm_all()
 
 
-class _HeldTransport:
-    """Adds are stored nowhere; the test answers each bookie's runs."""
-
-    def __init__(self) -> None:
-        self.runs: list[tuple[BookieId, list[int], Callable[[int, BaseException | None], None]]] = []
-
-    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
-                on_reply: Callable[[int, BaseException | None], None]) -> None:
-        self.runs.append((bookie, [entry.entry_id for entry in entries], on_reply))
-
-    def take(self) -> list[Callable[[int, BaseException | None], None]]:
-        runs, self.runs = self.runs, []
-        return [on_reply for _, _, on_reply in runs]
-
-
-async def _two_writers(transport: _HeldTransport) -> tuple[LedgerHandle, LedgerHandle]:
-    cluster = make_cluster(3)
-    manager = LedgerManager(store=cluster.store, transport=transport,  # type: ignore[arg-type]
-                            directory=cluster.directory, placement=RandomPlacement(SeededRng(1)),
-                            clock=cluster.clock, config=CONFIG)
-    return await manager.create_ledger(3, 3, 2), await manager.create_ledger(3, 3, 2)
+async def _two_writers(transport: HeldTransport) -> tuple[LedgerHandle, LedgerHandle]:
+    first, second = await held_writers(transport, 2)
+    return first, second
 
 
 async def test_a_failed_ledgers_late_replies_do_not_count_for_the_add_started_again() -> None:
-    transport = _HeldTransport()
+    transport = HeldTransport()
     first, second = await _two_writers(transport)
     told: list[tuple[int | None, str]] = []
     add = CallbackAdd(b"x", lambda entry_id, error: told.append((entry_id, type(error).__name__)))
@@ -88,7 +62,7 @@ async def test_a_gate_released_after_the_add_started_again_does_not_pass_its_quo
     starts again: its release must not mark the new start as past its quorum (one reply on the
     new ledger is below Qa). Control: without the owner check in ``_quorum_passed``,
     ``quorum_passed`` is True once the held gate goes on."""
-    transport = _HeldTransport()
+    transport = HeldTransport()
     first, second = await _two_writers(transport)
     told: list[int | None] = []
     add = CallbackAdd(b"x", lambda entry_id, _error: told.append(entry_id))

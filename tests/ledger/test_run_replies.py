@@ -9,22 +9,14 @@ its final ``_complete_in_order``) tells nothing, and the first test fails."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 
 import pytest
 
 from magnetar import faults
-from magnetar.base.rng import SeededRng
-from magnetar.base.types import BookieId
-from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.handle import LedgerHandle, RunReplies
-from magnetar.ledger.manager import LedgerManager
-from magnetar.ledger.placement import RandomPlacement
-from magnetar.protocol.bookie.codec import EncodedEntry
-from tests.ledger.fakes import make_cluster
+from tests.ledger.fakes import HeldTransport, held_writers
 from tests.managed_ledger.harness import until
-
-CONFIG = LedgerClientConfig(add_timeout_ms=0)
 
 
 @pytest.fixture(autouse=True)
@@ -33,22 +25,8 @@ def _disarm() -> Iterator[None]:
     faults.disarm_all()
 
 
-class _HeldTransport:
-    """Adds are stored nowhere; the test answers each bookie's runs."""
-
-    def __init__(self) -> None:
-        self.runs: list[tuple[BookieId, list[int], Callable[[int, BaseException | None], None]]] = []
-
-    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
-                on_reply: Callable[[int, BaseException | None], None]) -> None:
-        self.runs.append((bookie, [entry.entry_id for entry in entries], on_reply))
-
-
-async def _writer(transport: _HeldTransport) -> LedgerHandle:
-    manager = LedgerManager(store=(cluster := make_cluster(3)).store, transport=transport,  # type: ignore[arg-type]
-                            directory=cluster.directory, placement=RandomPlacement(SeededRng(1)),
-                            clock=cluster.clock, config=CONFIG)
-    return await manager.create_ledger(3, 3, 2)
+async def _writer(transport: HeldTransport) -> LedgerHandle:
+    return (await held_writers(transport, 1))[0]
 
 
 def _append(handle: LedgerHandle, count: int, told: list[tuple[int | None, int]]) -> None:
@@ -58,7 +36,7 @@ def _append(handle: LedgerHandle, count: int, told: list[tuple[int | None, int]]
 
 
 async def test_a_run_stored_by_two_of_three_bookies_completes_each_add_once_in_order() -> None:
-    transport = _HeldTransport()
+    transport = HeldTransport()
     handle = await _writer(transport)
     told: list[tuple[int | None, int]] = []
     _append(handle, 4, told)
@@ -76,7 +54,7 @@ async def test_a_run_stored_by_two_of_three_bookies_completes_each_add_once_in_o
 
 
 async def test_per_entry_replies_and_a_stored_run_mix() -> None:
-    transport = _HeldTransport()
+    transport = HeldTransport()
     handle = await _writer(transport)
     told: list[tuple[int | None, int]] = []
     _append(handle, 3, told)
@@ -93,7 +71,7 @@ async def test_per_entry_replies_and_a_stored_run_mix() -> None:
 
 
 async def test_a_reply_gate_still_holds_each_entry_of_a_stored_run() -> None:
-    transport = _HeldTransport()
+    transport = HeldTransport()
     handle = await _writer(transport)
     told: list[tuple[int | None, int]] = []
     _append(handle, 2, told)
