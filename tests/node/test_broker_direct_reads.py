@@ -30,10 +30,10 @@ from magnetar.node.broker import BrokerServer, _ConnectionLoop
 from magnetar.node.broker_generation import bootstrap_cluster
 from magnetar.protocol.pulsar import encode_command, pb
 from magnetar.protocol.pulsar.client_connection import ClientConfig, connect_command
-from magnetar.protocol.pulsar.frames import encode_payload_command
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.network import TcpConnection, TcpListener, TcpNetwork
 from tests.managed_ledger.harness import until
+from tests.node.send_frames import send_frame
 
 TOPIC = "persistent://public/default/direct"
 _WAIT_S = 10.0
@@ -91,11 +91,7 @@ async def _frame(reader: asyncio.StreamReader) -> pb.BaseCommand:
 
 
 def _send(sequence_id: int) -> bytes:
-    command = pb.BaseCommand(type=pb.BaseCommand.SEND,
-                             send=pb.CommandSend(producer_id=1, sequence_id=sequence_id, num_messages=1))
-    metadata = pb.MessageMetadata(producer_name="direct-0", sequence_id=sequence_id,
-                                  publish_time=1_700_000_000_000 + sequence_id)
-    return encode_payload_command(command, metadata, b"x" * 100)
+    return send_frame("direct-0", sequence_id, b"x" * 100)
 
 
 async def _producer(server: BrokerServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

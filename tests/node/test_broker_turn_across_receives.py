@@ -32,10 +32,10 @@ from magnetar.node.broker import BrokerServer, _ConnectionLoop
 from magnetar.node.broker_generation import bootstrap_cluster
 from magnetar.protocol.pulsar import encode_command, pb
 from magnetar.protocol.pulsar.client_connection import ClientConfig, connect_command
-from magnetar.protocol.pulsar.frames import encode_payload_command
 from magnetar.runtime.clock import SystemClock
 from magnetar.runtime.network import TcpConnection, _ConnectionProtocol
 from tests.managed_ledger.harness import until
+from tests.node.send_frames import send_frame
 
 TOPIC = "persistent://public/default/turns"
 
@@ -74,11 +74,7 @@ class _Transport:
 
 
 def _send(sequence_id: int) -> bytes:
-    command = pb.BaseCommand(type=pb.BaseCommand.SEND,
-                             send=pb.CommandSend(producer_id=1, sequence_id=sequence_id, num_messages=1))
-    metadata = pb.MessageMetadata(producer_name="turns-0", sequence_id=sequence_id,
-                                  publish_time=1_700_000_000_000 + sequence_id)
-    return encode_payload_command(command, metadata, sequence_id.to_bytes(4, "big"))
+    return send_frame("turns-0", sequence_id, sequence_id.to_bytes(4, "big"))
 
 
 def _answered(transport: _Transport, kind: int) -> bool:
