@@ -45,8 +45,11 @@ class _TickingClock:
         return self._ns
 
     async def sleep(self, duration_s: float) -> None:
-        if duration_s == 0:
-            await asyncio.sleep(0)  # a pass's yield to the loop
+        if duration_s == 0:  # a pass's yield: resumed in the next loop pass (call_soon is FIFO)
+            loop = asyncio.get_running_loop()
+            yielded = loop.create_future()
+            loop.call_soon(yielded.set_result, None)
+            await yielded
             return
         await asyncio.get_running_loop().create_future()
 

@@ -14,6 +14,7 @@ resets the handle's part of it (``start``), and a handle that ended never touche
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from magnetar.protocol.bookie.codec import EncodedEntry
@@ -22,7 +23,7 @@ from magnetar.protocol.bookie.codec import EncodedEntry
 AddCallback = Callable[[int | None, BaseException | None], None]
 
 
-class PendingAdd:
+class PendingAdd(ABC):
     """One in-flight add: which bookies acknowledged it, which requests are outstanding, and how
     far it got through its fault-point gates. A plain class (compiled: a dataclass's generated
     ``__init__`` runs interpreted, one per message). Subclasses say what ``done`` does."""
@@ -57,10 +58,10 @@ class PendingAdd:
         self.quorum_gated = False
         self.quorum_passed = False
 
+    @abstractmethod
     def done(self, entry_id: int | None, error: BaseException | None) -> None:
         """Told once per start, by the handle's reply processing: ``(entry_id, None)`` once Qa
         bookies stored it and every lower id completed, or ``(None, error)``. May add again."""
-        raise NotImplementedError
 
 
 class CallbackAdd(PendingAdd):
