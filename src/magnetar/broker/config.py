@@ -331,6 +331,12 @@ class BrokerConfig:
         )
 
     @property
+    def outbound_bytes_bound(self) -> int:
+        """The queued outgoing bytes at which a connection stops being writable: the high mark, or
+        never (a bound no connection reaches) with ``connection_outbound_bound_enabled`` off."""
+        return self.connection_outbound_bytes_high if self.connection_outbound_bound_enabled else 1 << 62
+
+    @property
     def service_url(self) -> str:
         return f"pulsar://{self.advertised_host}:{self.advertised_port}"
 

@@ -114,6 +114,7 @@ class Session:
         self._closed_producers: dict[int, None] = {}
         self.consumers: dict[int, tuple[Consumer, Subscription]] = {}
         self._transport_backlog_bytes = 0
+        self._outbound_bound = service.config.outbound_bytes_bound  # fixed while the connection is open
         self._closed = False
         self._pending_sends = 0  # SENDs handed to producers and not yet answered
         #: Of those, the ones to non-persistent topics (dropped ones included, until answered):
@@ -135,9 +136,8 @@ class Session:
     def outbound_bytes(self) -> int:
         return self.connection.outbound_bytes + self._transport_backlog_bytes
 
-    def writable(self) -> bool:
-        config = self.service.config
-        return not config.connection_outbound_bound_enabled or self.outbound_bytes() < config.connection_outbound_bytes_high
+    def writable(self) -> bool:  # per receive and write: the bound read once (no lookups by name)
+        return self.outbound_bytes() < self._outbound_bound
 
     def set_transport_backlog(self, size: int) -> None:
         """The runtime reports bytes handed to the socket and not yet drained."""

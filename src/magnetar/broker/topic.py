@@ -145,6 +145,7 @@ class Topic:
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.clock = clock  # delayed delivery, publish throttling; None: neither waits
+        self._monotonic_ns = clock.monotonic_ns if clock is not None else None  # bound once: read per run
         defaults = resolve(config, None, None)
         self.policies: Callable[[], EffectivePolicies] = policies or (lambda: defaults)
         self.dedup = MessageDeduplication(topic_log, config, enabled=lambda: self.policies().deduplication)
@@ -409,7 +410,7 @@ class Topic:
         log = self.log
         batch: list[tuple[bytes, AppendCallback]] = []
         callers: list[PublishCallback] = []  # who is told if the log refuses the batch
-        started_ns = self.clock.monotonic_ns() if self.clock is not None else 0  # one reading per run
+        started_ns = self._monotonic_ns() if self._monotonic_ns is not None else 0  # one reading per run
         index, count = 0, len(run)
         while index < count:
             if not log.has_room(len(batch) + 1):  # the rest judges this entry (once) and waits
@@ -501,8 +502,8 @@ class Topic:
             if isinstance(error, FencedError):
                 self._fenced(error)
             return
-        if self.clock is not None:
-            self.publish_latency.observe((self.clock.monotonic_ns() - started_ns) / 1e6)
+        if self._monotonic_ns is not None:
+            self.publish_latency.observe((self._monotonic_ns() - started_ns) / 1e6)
         self.published.record(messages, size)
         for subscription in self.subscriptions.values():
             subscription.notify_entries_added()

@@ -198,6 +198,11 @@ class _ConnectionLoop:
         self.server = server
         self.conn = conn
         self.clock = server.clock
+        # Read per receive and bound once (issue 22, steady load: a method or attribute looked up
+        # by name on an interpreted object, the clock capability or the service's config, per
+        # message): the clock's reading and the connection's SEND bound (fixed while it is open).
+        self._monotonic_ns: Callable[[], int] = server.clock.monotonic_ns
+        self._send_bound = server.service.config.pending_sends_per_connection_max
         self.protocol = ServerConnection(self._now_ms(), server.connection_config())
         self.session = Session(server.service, self.protocol, self._wake_writer, tls_peer_cn=conn_tls_peer_cn(conn))
         self.session.peer_address = conn.peer
@@ -229,6 +234,9 @@ class _ConnectionLoop:
         #: transport's callback while the read loop waits (``_receive_directly``); else the loop
         #: reads (the simulated network).
         self._direct = cast(DirectReads, conn) if hasattr(conn, "set_receiver") else None
+        #: Its ``read_now``, bound once: called twice per receive (issue 22, steady load).
+        self._read_now: Callable[[int], bytes | None] | None = \
+            self._direct.read_now if self._direct is not None else None
         #: Set while the read loop waits for the direct receiver to hand it something:
         #: ``_handed`` (bytes to read on from) or ``_handed_outcome`` (a receive's outcome).
         self._parked: asyncio.Future[None] | None = None
@@ -236,7 +244,7 @@ class _ConnectionLoop:
         self._handed_outcome: bool | Awaitable[bool] = False
 
     def _now_ms(self) -> int:
-        return self.clock.monotonic_ns() // 1_000_000
+        return self._monotonic_ns() // 1_000_000
 
     def _open(self) -> bool:
         return self.protocol.state is not State.CLOSED
@@ -338,7 +346,7 @@ class _ConnectionLoop:
                 self.server.expired_closed_count += 1
 
     async def _read_loop(self) -> None:
-        bound = self.server.service.config.pending_sends_per_connection_max
+        bound = self._send_bound
         while self._open():
             while not self.session.writable() and self._open():
                 if self._writable is None:
@@ -386,7 +394,7 @@ class _ConnectionLoop:
         self._read_bytes = read_bytes_after(len(data), len(events))
         self._reading_held = False  # read again: the keep-alive counts from this data
         session = self.session
-        if session.pending_sends + len(events) <= self.server.service.config.pending_sends_per_connection_max \
+        if session.pending_sends + len(events) <= self._send_bound \
                 and self._turn.fits(len(events)):
             # Within this pass's turn, with room for all of them (a light producer's receive: the
             # usual case). SENDs of one receive go as runs, handed over in this call unless one
@@ -419,9 +427,9 @@ class _ConnectionLoop:
         read loop waits (parked) while ``_receive_directly`` handles the receives that need no
         wait, until one needs the loop: the bytes it is handed (a full slice, EOF, a wait before
         reading), or None with the outcome of a receive in ``_handed_outcome``."""
-        direct = self._direct
-        assert direct is not None
-        data = direct.read_now(self._read_bytes)
+        direct, read_now = self._direct, self._read_now
+        assert direct is not None and read_now is not None
+        data = read_now(self._read_bytes)
         if data is not None:
             return data
         parked = asyncio.get_running_loop().create_future()
@@ -441,16 +449,16 @@ class _ConnectionLoop:
         task step, no coroutine frame per message); the first one that needs the loop is handed
         to it (``_read_or_park``). The same checks and steps as the loop's own pass."""
         parked = self._parked
-        direct = self._direct
-        if parked is None or parked.done() or direct is None:
+        direct, read_now = self._direct, self._read_now
+        if parked is None or parked.done() or direct is None or read_now is None:
             return
         self._turn.used = 0  # the read loop parked in an earlier pass: a new turn
         try:
             while True:
                 if not self._open() or not self.session.writable() or \
-                        self.session.pending_sends >= self.server.service.config.pending_sends_per_connection_max:
+                        self.session.pending_sends >= self._send_bound:
                     break  # the loop waits first (or ends): nothing taken
-                data = direct.read_now(self._read_bytes)
+                data = read_now(self._read_bytes)
                 if data is None:
                     return  # everything received was handled: stay parked
                 if not data or len(data) >= BROKER_READ_SLICE_BYTES or self._turn.spent():
@@ -470,9 +478,8 @@ class _ConnectionLoop:
     async def _handle_within_bound(self, events: list[Event]) -> bool:
         """``hand_over_within_bound`` for this connection (within the bound, in fair turns):
         reading is held while it waits for room."""
-        return await hand_over_within_bound(self.session, events,
-                                            self.server.service.config.pending_sends_per_connection_max,
-                                            self._hold_reading, self._open, self._turn)
+        return await hand_over_within_bound(self.session, events, self._send_bound, self._hold_reading, self._open,
+                                            self._turn)
 
     def _hold_reading(self) -> None:
         self._reading_held = True
