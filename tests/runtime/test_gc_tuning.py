@@ -62,4 +62,5 @@ def test_collection_log_records_each_collections_generation_and_pause(tmp_path: 
             gc.callbacks[:] = [entry for entry in gc.callbacks if not isinstance(entry, _CollectionLog)]
     lines = [line.split() for line in out.read_text().splitlines()]
     assert [int(fields[1]) for fields in lines] == [0, 2]
-    assert all(0 <= float(fields[2]) <= took_ms and len(fields) == 5 for fields in lines)
+    assert all(0 <= float(fields[3]) <= float(fields[2]) + 1 and len(fields) == 6 for fields in lines)
+    assert all(0 <= float(fields[2]) <= took_ms for fields in lines)
