@@ -68,7 +68,7 @@ async def _child(ledgers: int, appends: int, per_pass: int) -> dict[str, float]:
             self.waiting: list[tuple[int, Any]] = []
             self.scheduled = False
 
-        def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
+        def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], recovery: bool, master_key: bytes,
                     on_reply: Callable[[int, BaseException | None], None]) -> None:
             self.waiting.append((len(entries), on_reply))
             if not self.scheduled:

@@ -202,11 +202,11 @@ class FakeTransport:
         await asyncio.sleep(0)
         return result
 
-    def add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
+    def add(self, bookie: BookieId, entry: EncodedEntry, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
         """A future, as the real transports give (the writer chains a callback on it)."""
         return asyncio.ensure_future(self._add(bookie, entry, recovery=recovery))
 
-    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
+    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], recovery: bool, master_key: bytes,
                 on_reply: Callable[[int, BaseException | None], None]) -> None:
         """Each entry as an ``add`` of its own (its rules apply), answered through ``on_reply``."""
         self.runs.append((bookie, [entry.entry_id for entry in entries]))
@@ -280,7 +280,7 @@ class HeldTransport:
     def __init__(self) -> None:
         self.runs: list[tuple[BookieId, list[int], Callable[[int, BaseException | None], None]]] = []
 
-    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
+    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], recovery: bool, master_key: bytes,
                 on_reply: Callable[[int, BaseException | None], None]) -> None:
         self.runs.append((bookie, [entry.entry_id for entry in entries], on_reply))
 

@@ -39,7 +39,7 @@ class _HeldTransport:
         self.runs: list[tuple[list[EncodedEntry], Callable[[int, BaseException | None], None]]] = []
         self._answered: set[tuple[int, int]] = set()
 
-    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
+    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], recovery: bool, master_key: bytes,
                 on_reply: Callable[[int, BaseException | None], None]) -> None:
         self.runs.append((list(entries), on_reply))
 

@@ -96,3 +96,52 @@ def test_ledger_ids_are_listed_in_order_and_foreign_names_skipped() -> None:
         assert await ledgers.list_ids() == sorted(ids)
 
     run(body)
+
+
+class _OwnListStore:
+    """A ``VersionedStore`` slice whose ``children`` hands out its own list (and changes it
+    later): a store may, so ``list_ids`` must not keep the caller's list as its record."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    async def children(self, path: str) -> list[str]:
+        return self.names
+
+
+def test_ledger_ids_listed_again_follow_creates_and_deletes() -> None:
+    """``list_ids`` parses only the names new since its last listing when the listing starts
+    with the last one's names; every other change is parsed whole. Each listing equals a fresh
+    store's. Negative controls (run while writing it): keeping the store's own list as the
+    record (no copy) misses the ledger created after the first listing (``[1, 2]`` instead of
+    ``[1, 2, 5]``); reusing the last ids whenever the prefix matches by length alone lists the
+    deleted ledger 1 after ``L...2`` took its place."""
+    async def body() -> None:
+        server = MemoryMetadataServer(ManualClock())
+        store = await server.connect()
+        ledgers = LedgerMetadataStore(MetadataStoreAdapter(store))
+
+        async def expect(ids: list[int]) -> None:
+            assert await ledgers.list_ids() == ids
+            assert await LedgerMetadataStore(MetadataStoreAdapter(store)).list_ids() == ids
+
+        for ledger_id in (1, 2, 4):
+            await store.create(ledgers.path(ledger_id), b"")
+        await expect([1, 2, 4])
+        await expect([1, 2, 4])  # unchanged: nothing parsed again
+        await store.create(ledgers.path(9), b"")
+        await store.create(f"{DEFAULT_ROOT}/idgen", b"")  # a foreign name after the known ones
+        await expect([1, 2, 4, 9])
+        await store.delete(ledgers.path(2))  # in the middle: parsed whole
+        await expect([1, 4, 9])
+        await store.create(ledgers.path(2), b"")
+        await store.delete(ledgers.path(1))
+        await expect([2, 4, 9])
+
+        own = _OwnListStore([LedgerMetadataStore(_OwnListStore([])).path(i)[len(DEFAULT_ROOT) + 1:] for i in (1, 2)])
+        mutable = LedgerMetadataStore(own)
+        assert await mutable.list_ids() == [1, 2]
+        own.names.append(mutable.path(5)[len(DEFAULT_ROOT) + 1:])  # the store's own list changes
+        assert await mutable.list_ids() == [1, 2, 5]
+
+    run(body)

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import gc
+import time
+from pathlib import Path
 
 import pytest
 
-from magnetar.runtime.gc_tuning import SERVER_GC_THRESHOLDS, server_gc_thresholds, tune_gc_for_server
+from magnetar.runtime.gc_tuning import (
+    SERVER_GC_THRESHOLDS,
+    _CollectionLog,
+    record_collections,
+    server_gc_thresholds,
+    tune_gc_for_server,
+)
 
 
 def test_default_off_and_explicit_thresholds() -> None:
@@ -35,3 +43,24 @@ def test_tuning_freezes_and_sets_thresholds(monkeypatch: pytest.MonkeyPatch) -> 
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_collection_log_records_each_collections_generation_and_pause(tmp_path: Path) -> None:
+    """``record_collections``: one line per collection, its generation and its pause (within the
+    time the two collections took). Negative control (shown): a ``_CollectionLog`` that times
+    from ``stop`` instead of ``start`` writes a pause counted from 0 (hours), and one that is
+    not appended writes nothing."""
+    out = tmp_path / "gc.log"
+    with out.open("a", buffering=1) as handle:
+        record_collections(handle)
+        try:
+            began = time.perf_counter_ns()
+            gc.collect(0)
+            gc.collect(2)
+            took_ms = (time.perf_counter_ns() - began) / 1e6
+        finally:
+            gc.callbacks[:] = [entry for entry in gc.callbacks if not isinstance(entry, _CollectionLog)]
+    lines = [line.split() for line in out.read_text().splitlines()]
+    assert [int(fields[1]) for fields in lines] == [0, 2]
+    assert all(0 <= float(fields[3]) <= float(fields[2]) + 1 and len(fields) == 6 for fields in lines)
+    assert all(0 <= float(fields[2]) <= took_ms for fields in lines)

@@ -204,7 +204,7 @@ class BookieClientTransport:
 
     # --- BookieTransport -----------------------------------------------------------------------
 
-    def add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
+    def add(self, bookie: BookieId, entry: EncodedEntry, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
         """The one add operation: sent at once on an open connection with room, else after the
         connect or the wait for room (per bookie, in call order). The future is bounded by the
         connection's request deadline (``add_timeout_ms``); a connection lost under it is
@@ -213,7 +213,7 @@ class BookieClientTransport:
         self._submit(_Add(partial(settle_future, result), bookie, entry, recovery, master_key))
         return result
 
-    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
+    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], recovery: bool, master_key: bytes,
                 on_reply: AddReplyCallback) -> None:
         """``add`` of a run of entries told through ``on_reply(index, error)``: on an open
         connection with room for the whole run and no add waiting before it, every ADD frame of

@@ -177,8 +177,7 @@ class LedgerHandle:
             self._lac_flusher = self._spawn(self._flush_lac_periodically())
 
     def _bind_gates(self) -> None:
-        """The gates' continuations, bound once (compiled, ``self._send`` as a value is a new
-        bound-method object per add, called through the Python calling convention)."""
+        """The gates' continuations, bound once (compiled, ``self._send`` as a value is a new bound method per add)."""
         self._before_send_then: _Then = self._before_send
         self._send_then: _Then = self._send
         self._after_send_then: _Then = self._after_send
@@ -214,6 +213,10 @@ class LedgerHandle:
     @property
     def ensemble(self) -> tuple[BookieId, ...]:
         return self._ensemble
+
+    @property
+    def clock(self) -> Clock:  # the managed ledger's read of the same clock serves a run (``append_adds``)
+        return self._clock
 
     # --- adds ------------------------------------------------------------------------------------
 
@@ -282,7 +285,7 @@ class LedgerHandle:
         """``append_adds`` of ``(payload, on_done)`` pairs (``CallbackAdd``s)."""
         self.append_adds([CallbackAdd(payload, on_done) for payload, on_done in adds])
 
-    def append_adds(self, adds: Sequence[PendingAdd]) -> None:
+    def append_adds(self, adds: Sequence[PendingAdd], now_ns: int = -1) -> None:
         """The one add operation (BookKeeper's ``asyncAddEntry``), for a run of adds in order: take
         the next entry ids now (``PendingAdd.start``), keep each add in the table as it is and
         call its ``done(entry_id, None)`` once Qa bookies of its write set stored the entry and
@@ -290,10 +293,10 @@ class LedgerHandle:
         ``FencedError`` if another client fenced the ledger (the entry may or may not survive),
         or the error that failed the handle. ``done`` is called once per start, from the
         handle's own reply processing (no future, no extra loop pass per add); it may call
-        ``append_adds`` again. Raises
-        ``ClosedError`` (or the failure) when the handle is not open and ``LimitExceededError``
-        when it has no room for the whole run (nothing is added then): see ``room`` and
-        ``wait_for_room``.
+        ``append_adds`` again. Raises ``ClosedError`` (or the failure) when the handle is not open
+        and ``LimitExceededError`` when it has no room for the whole run (nothing is added then):
+        see ``room`` and ``wait_for_room``. ``now_ns``: the caller's read of ``clock`` (one per run
+        across the layers), or -1 (read here).
 
         The adds of a run that pass their send gates together go to each bookie in one transport
         call (``BookieTransport.add_run``: one write, one hand-off per bookie), each carrying the
@@ -312,9 +315,11 @@ class LedgerHandle:
             count_max = window_now
         if len(self._pending) + len(adds) > count_max:
             raise LimitExceededError("pending_adds_count_max", len(self._pending) + len(adds), count_max)
+        if now_ns < 0:
+            now_ns = self._clock.monotonic_ns()  # the run's one read: the watch's and the sends' time
         if not self._watched and self._add_timeout_ns > 0:
             self._watched = True  # watched by the client's one timer until nothing is in flight
-            self._timeouts.watch(self, self._clock.monotonic_ns() + self._add_timeout_ns)
+            self._timeouts.watch(self, now_ns + self._add_timeout_ns)
         self._drained.clear()
         if not self._occupying and adds:
             self._occupying = True
@@ -335,7 +340,7 @@ class LedgerHandle:
         finally:
             self._batch = None
         if batch:
-            self._send_batch(batch)
+            self._send_batch(batch, now_ns)
 
     def _before_send(self, error: BaseException | None, op: PendingAdd) -> None:
         if error is not None:
@@ -350,9 +355,9 @@ class LedgerHandle:
         if self._batch is not None:
             self._batch.append(op)  # ``append_run`` sends it with the rest of its run
         else:
-            self._send_batch([op])  # held by a gate: alone
+            self._send_batch([op], self._clock.monotonic_ns())  # held by a gate: alone
 
-    def _send_batch(self, ops: list[PendingAdd]) -> None:
+    def _send_batch(self, ops: list[PendingAdd], now_ns: int) -> None:
         """Build the entries of ``ops`` (with the LAC known now) and send them; then each passes
         ``ledger.after_send_before_reply``."""
         if not self._live:
@@ -366,9 +371,9 @@ class LedgerHandle:
         for op in ready:
             op.entry = EncodedEntry.build(ledger_id, op.entry_id, lac, op.payload)
         if self._write_quorum_size == len(self._ensemble) and not self._failed_bookies:
-            self._send_to_ensemble(ready)  # never sent before: every bookie gets every one
+            self._send_to_ensemble(ready, now_ns)  # never sent before: every bookie gets every one
         else:
-            self._send_to_write_sets(ready)
+            self._send_to_write_sets(ready, now_ns)
         for op in ready:
             faults.gate1("ledger.after_send_before_reply", self._after_send_then, op)
 
@@ -408,12 +413,11 @@ class LedgerHandle:
         meta = self._meta.metadata
         return write_set(entry_id, meta.ensemble_size, meta.write_quorum_size)
 
-    def _send_to_ensemble(self, ops: list[PendingAdd]) -> None:
+    def _send_to_ensemble(self, ops: list[PendingAdd], now_ns: int) -> None:
         """``_send_to_write_sets`` of adds never sent, when every write set is the whole ensemble
         (Qw == E) and no bookie failed: one run of all of them to each bookie, the lists shared
         (read only), no write set looked up per add."""
         ensemble = self._ensemble
-        now_ns = self._clock.monotonic_ns()
         everyone = (1 << len(ensemble)) - 1
         entries: list[EncodedEntry] = []
         for op in ops:
@@ -425,18 +429,15 @@ class LedgerHandle:
             entries.append(entry)
         if not entries:
             return
-        master_key = self._master_key
         for slot, bookie in enumerate(ensemble):
-            self._transport.add_run(bookie, entries, recovery=False, master_key=master_key,
-                                    on_reply=RunReplies(self, ops, slot, bookie))
+            self._transport.add_run(bookie, entries, False, self._master_key, RunReplies(self, ops, slot, bookie))
 
-    def _send_to_write_sets(self, ops: Sequence[PendingAdd]) -> None:
+    def _send_to_write_sets(self, ops: Sequence[PendingAdd], now_ns: int) -> None:
         """Send each of ``ops`` (those built) to the slots of its write set that neither stored it
         nor were asked yet, skipping failed bookies: one ``add_run`` per bookie, in entry order."""
         runs: dict[int, tuple[list[PendingAdd], list[EncodedEntry]]] = {}  # slot -> its adds, entries
         failed = self._failed_bookies
         ensemble = self._ensemble
-        now_ns = self._clock.monotonic_ns()
         for op in ops:
             entry = op.entry
             if entry is None:
@@ -456,8 +457,7 @@ class LedgerHandle:
                     run[1].append(entry)
         for slot, (sent, entries) in runs.items():
             bookie = ensemble[slot]
-            self._transport.add_run(bookie, entries, recovery=False, master_key=self._master_key,
-                                    on_reply=RunReplies(self, sent, slot, bookie))
+            self._transport.add_run(bookie, entries, False, self._master_key, RunReplies(self, sent, slot, bookie))
 
     def _on_stored(self, replies: RunReplies, indexes: Sequence[int]) -> None:
         """``_on_reply(index, None)`` for each of ``indexes`` (``RunReplies.stored``), completing
@@ -612,7 +612,7 @@ class LedgerHandle:
             return
         self._ensemble_change = None
         self._failed_bookies.clear()
-        self._send_to_write_sets(list(self._pending.values()))
+        self._send_to_write_sets(list(self._pending.values()), self._clock.monotonic_ns())
         self._complete_in_order()
 
     async def _replace_failed_bookies(self) -> None:

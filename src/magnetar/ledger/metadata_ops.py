@@ -68,6 +68,9 @@ class LedgerMetadataStore:
         self._root = root.rstrip("/")
         self._id_waiters: list[asyncio.Future[int]] = []  # callers of allocate_id, in order
         self._id_allocator: asyncio.Task[None] | None = None  # reserving ids for them, while any wait
+        #: The last listing's names and their ids (``list_ids``: only the names new since are parsed).
+        self._listed_names: list[str] = []
+        self._listed_ids: list[int] = []
 
     def path(self, ledger_id: int) -> str:
         return f"{self._root}/{_PREFIX}{ledger_id:019d}"
@@ -150,10 +153,23 @@ class LedgerMetadataStore:
     async def list_ids(self) -> list[int]:
         """Every ledger id, ascending. One pass over the children's names (a bookie's GC round
         at 100,000 ledgers): one regular-expression scan of the names joined, not a slice, a
-        check and a parse per name in Python."""
+        check and a parse per name in Python. The names of the last listing are not parsed
+        again: when this one starts with them (no ledger deleted since, new ones after: ids
+        grow), only the names after them are; a store's names come sorted, so the comparison
+        is one pass in C that stops at the first difference."""
         names = await self._store.children(self._root)
-        ids = list(map(int, _LEDGER_NAME.findall("\n".join(names))))
+        known = self._listed_names
+        if len(names) >= len(known) and names[:len(known)] == known:
+            ids = self._listed_ids + _ledger_ids(names[len(known):])
+        else:
+            ids = _ledger_ids(names)
         ids.sort()  # the names' order is the ids' for the fixed-width names ``path`` makes: one pass
         if len(ids) > LEDGER_LIST_COUNT_MAX:
             raise LimitExceededError("LEDGER_LIST_COUNT_MAX", len(ids), LEDGER_LIST_COUNT_MAX)
+        self._listed_names, self._listed_ids = list(names), ids.copy()  # copies: the store's list is not ours
         return ids
+
+
+def _ledger_ids(names: list[str]) -> list[int]:
+    """The ledger ids among ``names`` (other children, ``idgen``, skipped), in their order."""
+    return list(map(int, _LEDGER_NAME.findall("\n".join(names))))

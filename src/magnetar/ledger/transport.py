@@ -23,6 +23,8 @@ verify the writer's digest end to end. Contract for implementations (the real ad
   (``NO_ENTRY`` for none); ``fence=True`` fences first, as for ``read``.
 * Every other failure is ``BookieUnavailableError``. Calls never hang forever; callers also bound
   them with their own deadlines.
+* ``add`` and ``add_run`` take their arguments by position (the writer calls ``add_run`` once per
+  run and bookie: compiled, keyword arguments are parsed by name on every call).
 """
 
 from __future__ import annotations
@@ -49,9 +51,9 @@ AddReplyCallback = Callable[[int, BaseException | None], None]
 
 
 class BookieTransport(Protocol):
-    def add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]: ...
+    def add(self, bookie: BookieId, entry: EncodedEntry, recovery: bool, master_key: bytes) -> asyncio.Future[None]: ...
 
-    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
+    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], recovery: bool, master_key: bytes,
                 on_reply: AddReplyCallback) -> None: ...
 
     async def read(

@@ -291,12 +291,15 @@ class AppendPipeline:
         # only to wait (a rollover, or room on the ledger).
         self._kicking = True
         try:
-            while self._queue and self._states.state is MLState.LEDGER_OPENED and not self.needs_rollover():
+            while self._queue and self._states.state is MLState.LEDGER_OPENED:
+                now_ns = self._clock.monotonic_ns()  # the run's one read, here and in the ledger
+                if self.needs_rollover(now_ns):
+                    break
                 current = self.current
                 room = current.handle.room() if current is not None else 0
                 if room <= 0:
                     break
-                self._start_run(room)
+                self._start_run(room, now_ns)
         finally:
             self._kicking = False
         if (self._has_work() and self._states.state is MLState.LEDGER_OPENED
@@ -309,7 +312,8 @@ class AppendPipeline:
 
     async def _pump(self) -> None:
         while self._has_work() and self._states.state is MLState.LEDGER_OPENED:
-            if self.needs_rollover():
+            now_ns = self._clock.monotonic_ns()
+            if self.needs_rollover(now_ns):
                 try:
                     await self._host.roll_over()
                 except MagnetarError as exc:
@@ -326,7 +330,7 @@ class AppendPipeline:
                 assert current is not None
                 await current.handle.wait_for_room()  # backpressure from the ledger
                 continue
-            self._start_run(room)
+            self._start_run(room, now_ns)
 
     async def wait_pump(self) -> None:
         """Return once the pump task (if one runs) ended."""
@@ -346,13 +350,17 @@ class AppendPipeline:
         """Return once no add is in flight on the current ledger."""
         await self._drained.wait()
 
-    def needs_rollover(self) -> bool:
+    def needs_rollover(self, now_ns: int = -1) -> bool:
+        """Whether the current ledger must be replaced before the next add; ``now_ns``: the
+        caller's read of the clock (-1: read here)."""
         current = self.current
         invariant(current is not None, "an opened managed ledger has a current ledger")
         assert current is not None
         if current.failed:
             return True
-        age_s = (self._clock.monotonic_ns() - current.created_ns) / 1e9
+        if now_ns < 0:
+            now_ns = self._clock.monotonic_ns()
+        age_s = (now_ns - current.created_ns) / 1e9
         if current.started_count > 0 and age_s >= self._age_s_max:
             return True
         if self.rollover_requested:
@@ -386,9 +394,11 @@ class AppendPipeline:
 
     # --- starting adds ---------------------------------------------------------------------------
 
-    def _start_run(self, room: int) -> None:
+    def _start_run(self, room: int, now_ns: int) -> None:
         """Start up to ``room`` queued adds on the current ledger as one ``append_run``, stopping
-        after the add that makes the ledger full (``needs_rollover`` is asked again then)."""
+        after the add that makes the ledger full (``needs_rollover`` is asked again then).
+        ``now_ns`` (the clock read for ``needs_rollover``) serves the ledger too when it reads
+        the same clock."""
         current = self.current
         assert current is not None
         queue = self._queue
@@ -412,7 +422,7 @@ class AppendPipeline:
                 break
         self._drained.clear()
         try:
-            handle.append_adds(run)
+            handle.append_adds(run, now_ns if handle.clock is self._clock else -1)
         except MagnetarError as exc:  # the handle failed or closed under us: as adds that failed
             for op in run:
                 self._finish_add(current, op, None, exc)

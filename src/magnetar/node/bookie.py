@@ -469,11 +469,17 @@ def metadata_live_ledgers(store: MetadataStore | Callable[[], MetadataStore]) ->
     """The GC's source of truth: ids of ledgers whose metadata exists (the ledger layer's layout,
     ``ledger.metadata_ops``). It raises (and the GC round is skipped) if the store cannot answer
     or holds more than ``LEDGER_LIST_COUNT_MAX`` ledgers. ``store`` may be a function returning
-    the current store (a bookie that renews its session asks it every round)."""
+    the current store (a bookie that renews its session asks it every round). One
+    ``LedgerMetadataStore`` per store serves every round (it parses only the names new since the
+    last listing: ``list_ids``), a new one only when the session's store changed."""
     current = store if callable(store) else (lambda: store)
+    reader: list[tuple[MetadataStore, LedgerMetadataStore]] = []  # the store asked last, its ledger view
 
     async def live() -> list[int]:
-        return await LedgerMetadataStore(MetadataStoreAdapter(current())).list_ids()
+        now = current()
+        if not reader or reader[0][0] is not now:
+            reader[:] = [(now, LedgerMetadataStore(MetadataStoreAdapter(now)))]
+        return await reader[0][1].list_ids()
 
     return live
 

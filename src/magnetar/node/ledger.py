@@ -152,15 +152,15 @@ class LocalFirstTransport:
         self._local.clear()  # the bookies are their runner's to stop
         await self._remote.close()
 
-    def add(self, bookie: BookieId, entry: EncodedEntry, *, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
+    def add(self, bookie: BookieId, entry: EncodedEntry, recovery: bool, master_key: bytes) -> asyncio.Future[None]:
         """The one add operation: ``add_run`` of one entry, as a future."""
         if bookie not in self._local:
-            return self._remote.add(bookie, entry, recovery=recovery, master_key=master_key)
+            return self._remote.add(bookie, entry, recovery, master_key)
         result: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.add_run(bookie, (entry,), recovery=recovery, master_key=master_key, on_reply=partial(_settle_local, result))
+        self.add_run(bookie, (entry,), recovery, master_key, partial(_settle_local, result))
         return result
 
-    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], *, recovery: bool, master_key: bytes,
+    def add_run(self, bookie: BookieId, entries: Sequence[EncodedEntry], recovery: bool, master_key: bytes,
                 on_reply: AddReplyCallback) -> None:
         """A local bookie stores the runs of one loop pass (the SENDs of a receive for many
         topics: a run per ledger) in one call (``Bookie.add_entries_runs``: each run checked,
@@ -173,7 +173,7 @@ class LocalFirstTransport:
         room again. Per ledger (per caller) the runs reach the bookie in call order."""
         core = self._local.get(bookie)
         if core is None:
-            self._remote.add_run(bookie, entries, recovery=recovery, master_key=master_key, on_reply=on_reply)
+            self._remote.add_run(bookie, entries, recovery, master_key, on_reply)
             return
         run = _LocalRun(bookie, entries, recovery, master_key, on_reply)
         gathered = self._gathered.get(bookie)
