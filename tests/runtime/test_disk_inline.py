@@ -190,7 +190,8 @@ def test_a_slow_spell_probes_the_disk_inline_at_a_doubling_gap_until_a_probe_is_
     average only fed by inline writes) no write would ever run inline again after a slow spell:
     ``decisions`` would be all False."""
     pace = disk_pace.InlinePace()
-    slow, fast = 4 * disk_pace.INLINE_SYNC_NS_MAX, disk_pace.INLINE_SYNC_NS_MAX // 4
+    # Slow, but less than twice the bound: the first gap is 1 (a slower write's is longer: below).
+    slow, fast = 3 * disk_pace.INLINE_SYNC_NS_MAX // 2, disk_pace.INLINE_SYNC_NS_MAX // 4
 
     def write(took_ns: int) -> bool:
         inline = pace.inline_ok(4096, True, "", "")
@@ -244,3 +245,28 @@ def test_an_armed_hang_holds_the_write_on_a_writer_thread_not_the_loop(
         asyncio.run(scenario())
     finally:
         faults.disarm_all()
+
+
+def test_a_very_slow_inline_sync_keeps_the_next_writes_off_the_loop_for_as_long_as_it_took() -> None:
+    """An inline sync that took 20 ms stalled the loop for 20 ms; in a slow spell the next sync is
+    likely as slow, so the next probe comes one write per bound later (80 writes, ~40 ms at
+    2,000 groups/s), not after one write, and a slow probe after it waits at least as long as it
+    took. Negative control shown: with the session-17 rule (the gap 1, doubling after slow probes)
+    the gap after the slow sync is 1 (the second write after it a probe inline) and the first
+    assertion on the gap fails, ``assert (1 == 80)``."""
+    pace = disk_pace.InlinePace()
+    bound = disk_pace.INLINE_SYNC_NS_MAX
+
+    def write(took_ns: int) -> bool:
+        inline = pace.inline_ok(4096, True, "", "")
+        pace.finished(took_ns, inline)
+        return inline
+
+    assert all(write(bound // 2) for _ in range(8))  # a fast disk: every lone write inline
+    assert write(20_000_000)  # a 20 ms sync, inline: the loop stood still for it
+    assert pace.probe_gap == 80 and pace.probe_in == 80
+    decisions = [write(bound // 2) for _ in range(81)]
+    assert decisions.index(True) == 80 and pace.probe_gap == 1  # the probe, fast: the spell is over
+    assert write(40_000_000) and pace.probe_gap == 160  # at the next slow sync, as long again
+    assert [write(50_000_000) for _ in range(161)].index(True) == 160  # a slow probe ...
+    assert pace.probe_gap == disk_pace.INLINE_PROBE_GAP_MAX  # ... doubles the gap, capped at the bound
