@@ -71,18 +71,23 @@ class _GroupWrite:
     def inline(self, loop: asyncio.AbstractEventLoop) -> None:
         """Write and sync on the loop's own thread; answered from the next loop pass. A
         BaseException that is not an Exception (an interrupt) goes up the loop's own stack."""
-        error: BaseException | None = None
-        written_direct = False
-        started = time.monotonic_ns()
-        try:
-            written_direct = _write_job(self.descriptors, self.parts, self.offset, True, self.aligned,
-                                        self.torn_point, self.unsynced_point, self.fill, self.after)
-        except Exception as exc:  # handed to ``done`` on the loop
-            error = exc
-        loop.call_soon(self.finished, error, written_direct, time.monotonic_ns() - started, True)
+        error, written_direct, took_ns = self.write()
+        if error is not None and not isinstance(error, Exception):
+            raise error
+        loop.call_soon(self.finished, error, written_direct, took_ns, True)
 
     def on_thread(self) -> None:
         """The writer thread's job: write and sync, then hand the outcome to the loop."""
+        error, written_direct, took_ns = self.write()
+        loop = self.loop
+        assert loop is not None
+        try:
+            loop.call_soon_threadsafe(self.finished, error, written_direct, took_ns, False)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits for the answer any more
+
+    def write(self) -> tuple[BaseException | None, bool, int]:
+        """The write and sync, on whichever thread runs them: (error, written direct, took)."""
         error: BaseException | None = None
         written_direct = False
         started = time.monotonic_ns()
@@ -91,13 +96,7 @@ class _GroupWrite:
                                         self.torn_point, self.unsynced_point, self.fill, self.after)
         except BaseException as exc:  # handed to ``done`` on the loop
             error = exc
-        took_ns = time.monotonic_ns() - started
-        loop = self.loop
-        assert loop is not None
-        try:
-            loop.call_soon_threadsafe(self.finished, error, written_direct, took_ns, False)
-        except RuntimeError:
-            pass  # the loop is closed: nobody waits for the answer any more
+        return error, written_direct, time.monotonic_ns() - started
 
     def finished(self, error: BaseException | None, written_direct: bool, took_ns: int, inline: bool) -> None:
         """On the loop, after the write and sync, whichever thread ran them."""
