@@ -135,6 +135,13 @@ COMPILED_MODULES: tuple[str, ...] = (
     # Session 18 (ledger): the one object per add both the managed ledger (``_OpAdd``) and the
     # ledger client's table share (a compiled class's base class is compiled too).
     "magnetar.ledger.pending_add",
+    # Session 19 (storage): per journal group on the loop thread (one group per message at 2,000
+    # msg/s): ``LocalFile.append_and_sync_then``, the aligned copy, the inline write and sync
+    # (``write_job``) and the completion, split out of ``runtime/disk.py``, whose interpreted
+    # frames were the loop's largest interpreted share (the lead's profile). The writer threads'
+    # loop stays interpreted (``runtime/disk_threads.py``, session 15's p99 finding).
+    "magnetar.runtime.disk_io",
+    "magnetar.runtime.disk_file",
 )
 
 

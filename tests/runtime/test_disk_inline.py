@@ -13,8 +13,9 @@ import pytest
 
 from magnetar import faults
 from magnetar.runtime import disk as runtime_disk
-from magnetar.runtime import disk_pace
+from magnetar.runtime import disk_file, disk_pace, disk_threads
 from magnetar.runtime.disk import LocalDisk
+from magnetar.runtime.disk_io import _Descriptors
 from tests.managed_ledger.harness import until
 
 TORN = "bookie.journal.mid_write"
@@ -24,7 +25,7 @@ UNSYNCED = "bookie.after_write_before_fsync"
 @pytest.fixture
 def pace(monkeypatch: pytest.MonkeyPatch) -> disk_pace.InlinePace:
     fresh = disk_pace.InlinePace()  # no completion lost by an earlier test's closed loop
-    monkeypatch.setattr(runtime_disk, "_PACE", fresh)
+    monkeypatch.setattr(disk_file, "_PACE", fresh)
     return fresh
 
 
@@ -32,13 +33,13 @@ def pace(monkeypatch: pytest.MonkeyPatch) -> disk_pace.InlinePace:
 def job_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The thread each ``_write_job`` ran on, in order."""
     names: list[str] = []
-    real = runtime_disk._write_job
+    real = disk_file._write_job
 
     def recorded(*args: object) -> bool:
         names.append(threading.current_thread().name)
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(runtime_disk, "_write_job", recorded)
+    monkeypatch.setattr(disk_file, "_write_job", recorded)
     return names
 
 
@@ -120,9 +121,9 @@ def test_a_write_while_zeros_are_written_to_the_file_goes_to_a_writer_thread(
     the rule (``self._zeroing is None`` dropped from ``append_and_sync_then``) the first write
     runs inline and the last assertion fails (``[True, True]``)."""
     release = threading.Event()
-    real_zeros = runtime_disk._zeros_job
+    real_zeros = disk_threads._zeros_job
 
-    def held_zeros(descriptors: runtime_disk._Descriptors, start: int, end: int, done: threading.Event) -> None:
+    def held_zeros(descriptors: _Descriptors, start: int, end: int, done: threading.Event) -> None:
         release.wait(10)
         real_zeros(descriptors, start, end, done)
 
@@ -130,7 +131,7 @@ def test_a_write_while_zeros_are_written_to_the_file_goes_to_a_writer_thread(
         file = LocalDisk(str(tmp_path)).open("f", direct=True)
         file.append(b"h" * 4096)
         await file.preallocate(64 * 1024)  # zeros up to 64 KiB, written
-        monkeypatch.setattr(runtime_disk, "_zeros_job", held_zeros)
+        monkeypatch.setattr(disk_threads, "_zeros_job", held_zeros)
         zeros = asyncio.ensure_future(file.preallocate(128 * 1024))  # more from 64 KiB, held
         await until(lambda: file._zeroing is not None)  # the zeros job is submitted (and held)
         await _append_and_wait(file, b"z" * 4096)  # at 4 KiB, below the zeros being written: no wait for them
@@ -158,7 +159,7 @@ def test_a_writer_threads_timing_does_not_feed_the_average(
         file = LocalDisk(str(tmp_path)).open("f", direct=True)
         answered = asyncio.Event()
         pace.pending = 1  # a write in flight: the next one goes to a thread
-        real_write_job = runtime_disk._write_job
+        real_write_job = disk_file._write_job
 
         def slow_job(*args: object) -> bool:
             result = real_write_job(*args)  # type: ignore[arg-type]
@@ -167,12 +168,12 @@ def test_a_writer_threads_timing_does_not_feed_the_average(
             threading.Event().wait(0.02)
             return result
 
-        runtime_disk._write_job = slow_job  # type: ignore[assignment]
+        disk_file._write_job = slow_job  # type: ignore[assignment]
         try:
             file.append_and_sync_then([b"t" * 4096], lambda _error: answered.set())
             await asyncio.wait_for(answered.wait(), 10)
         finally:
-            runtime_disk._write_job = real_write_job
+            disk_file._write_job = real_write_job
         pace.pending -= 1  # the write "in flight" above never was
         assert pace.sync_ns == 0
         assert pace.inline_ok(4096, True, "", "")  # the next lone write is inline
@@ -189,7 +190,8 @@ def test_a_slow_spell_probes_the_disk_inline_at_a_doubling_gap_until_a_probe_is_
     average only fed by inline writes) no write would ever run inline again after a slow spell:
     ``decisions`` would be all False."""
     pace = disk_pace.InlinePace()
-    slow, fast = 4 * disk_pace.INLINE_SYNC_NS_MAX, disk_pace.INLINE_SYNC_NS_MAX // 4
+    # Slow, but less than twice the bound: the first gap is 1 (a slower write's is longer: below).
+    slow, fast = 3 * disk_pace.INLINE_SYNC_NS_MAX // 2, disk_pace.INLINE_SYNC_NS_MAX // 4
 
     def write(took_ns: int) -> bool:
         inline = pace.inline_ok(4096, True, "", "")
@@ -243,3 +245,28 @@ def test_an_armed_hang_holds_the_write_on_a_writer_thread_not_the_loop(
         asyncio.run(scenario())
     finally:
         faults.disarm_all()
+
+
+def test_a_very_slow_inline_sync_keeps_the_next_writes_off_the_loop_for_as_long_as_it_took() -> None:
+    """An inline sync that took 20 ms stalled the loop for 20 ms; in a slow spell the next sync is
+    likely as slow, so the next probe comes one write per bound later (80 writes, ~40 ms at
+    2,000 groups/s), not after one write, and a slow probe after it waits at least as long as it
+    took. Negative control shown: with the session-17 rule (the gap 1, doubling after slow probes)
+    the gap after the slow sync is 1 (the second write after it a probe inline) and the first
+    assertion on the gap fails, ``assert (1 == 80)``."""
+    pace = disk_pace.InlinePace()
+    bound = disk_pace.INLINE_SYNC_NS_MAX
+
+    def write(took_ns: int) -> bool:
+        inline = pace.inline_ok(4096, True, "", "")
+        pace.finished(took_ns, inline)
+        return inline
+
+    assert all(write(bound // 2) for _ in range(8))  # a fast disk: every lone write inline
+    assert write(20_000_000)  # a 20 ms sync, inline: the loop stood still for it
+    assert pace.probe_gap == 80 and pace.probe_in == 80
+    decisions = [write(bound // 2) for _ in range(81)]
+    assert decisions.index(True) == 80 and pace.probe_gap == 1  # the probe, fast: the spell is over
+    assert write(40_000_000) and pace.probe_gap == 160  # at the next slow sync, as long again
+    assert [write(50_000_000) for _ in range(161)].index(True) == 160  # a slow probe ...
+    assert pace.probe_gap == disk_pace.INLINE_PROBE_GAP_MAX  # ... doubles the gap, capped at the bound

@@ -29,7 +29,8 @@ from magnetar.protocol.bookie import (
 from magnetar.runtime import disk as runtime_disk
 from magnetar.runtime import disk_buffers
 from magnetar.runtime.clock import SystemClock
-from magnetar.runtime.disk import LocalDisk, pwritev_all
+from magnetar.runtime.disk import LocalDisk
+from magnetar.runtime.disk_buffers import pwritev_all
 from magnetar.runtime.network import TcpNetwork
 from magnetar.sim import SimClock, SimDisk, SimDiskConfig, SimKeyValueStore, run
 from magnetar.storage import Bookie

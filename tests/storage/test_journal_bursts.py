@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from magnetar.runtime import disk as runtime_disk
+from magnetar.runtime import disk_threads
 from magnetar.sim import SimDisk, SimDiskConfig, run
 from tests.storage.harness import CONFIG, Parts
 from tests.storage.test_journal_group_wait import Acks
@@ -74,15 +74,15 @@ def test_the_writer_threads_shorten_the_switch_interval_once_made(monkeypatch: p
     # A writer thread's answer waits for the GIL while the loop works a pass; with the writer
     # threads the process switches at most every SYNC_SWITCH_INTERVAL_S (CPython's 5 ms before).
     before = sys.getswitchinterval()
-    monkeypatch.setattr(runtime_disk, "_workers", None)
+    monkeypatch.setattr(disk_threads, "_workers", None)
     try:
         sys.setswitchinterval(0.005)
-        runtime_disk._sync_workers()
-        assert sys.getswitchinterval() == pytest.approx(runtime_disk.SYNC_SWITCH_INTERVAL_S)
+        disk_threads._sync_workers()
+        assert sys.getswitchinterval() == pytest.approx(disk_threads.SYNC_SWITCH_INTERVAL_S)
         # A process already switching more often is left as it is.
-        monkeypatch.setattr(runtime_disk, "_workers", None)
+        monkeypatch.setattr(disk_threads, "_workers", None)
         sys.setswitchinterval(0.0001)
-        runtime_disk._sync_workers()
+        disk_threads._sync_workers()
         assert sys.getswitchinterval() == pytest.approx(0.0001)
     finally:
         sys.setswitchinterval(before)

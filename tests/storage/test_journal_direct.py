@@ -14,7 +14,7 @@ import pytest
 
 from magnetar.protocol.bookie import EncodedEntry
 from magnetar.runtime import disk as runtime_disk
-from magnetar.runtime import disk_pace
+from magnetar.runtime import disk_file, disk_pace, disk_threads
 from magnetar.runtime.disk import LocalDisk
 from magnetar.sim import SimClock
 from magnetar.storage.config import BookieConfig
@@ -63,7 +63,7 @@ def test_local_append_and_sync_then_hands_a_write_error_to_done(tmp_path: Path,
         assert isinstance(error, OSError) and error.errno == errno.EIO
         file.close()  # the worker released the descriptors
 
-    monkeypatch.setattr(runtime_disk, "_write_job", _failing_job)
+    monkeypatch.setattr(disk_file, "_write_job", _failing_job)
     asyncio.run(scenario())
 
 
@@ -72,7 +72,7 @@ def test_a_failed_direct_group_fails_the_journal_and_answers_its_records_with_th
     async def scenario() -> None:
         journal = Journal(LocalDisk(str(tmp_path)), SimClock(), BookieConfig(), first_file_id=1)
         await journal.start()
-        monkeypatch.setattr(runtime_disk, "_write_job", _failing_job)
+        monkeypatch.setattr(disk_file, "_write_job", _failing_job)
         results = await asyncio.wait_for(
             asyncio.gather(*(journal.append(_record(i)) for i in range(5)), return_exceptions=True), 10)
         assert all(isinstance(r, OSError) and r.errno == errno.EIO for r in results), results
@@ -92,13 +92,13 @@ def test_a_group_that_cannot_start_fails_the_journal_instead_of_hanging(tmp_path
     async def scenario() -> None:
         journal = Journal(LocalDisk(str(tmp_path)), SimClock(), BookieConfig(), first_file_id=1)
         await journal.start()
-        monkeypatch.setattr(runtime_disk, "_sync_workers", lambda: type("Refusing", (), {"submit": refuse})())
+        monkeypatch.setattr(disk_threads, "_sync_workers", lambda: type("Refusing", (), {"submit": refuse})())
         # The disk was slow lately: every group goes to the writer threads (a lone fast group is
         # written on the loop's thread and never asks them, ``runtime.disk_pace.InlinePace``).
         slow = disk_pace.InlinePace()
         slow.sync_ns = disk_pace.INLINE_SYNC_NS_MAX + 1_000_000
         slow.probe_in = 1_000  # and no probe of the disk among these groups
-        monkeypatch.setattr(runtime_disk, "_PACE", slow)
+        monkeypatch.setattr(disk_file, "_PACE", slow)
         results = await asyncio.wait_for(
             asyncio.gather(*(journal.append(_record(i)) for i in range(3)), return_exceptions=True), 10)
         assert all(isinstance(r, RuntimeError) for r in results), results
@@ -189,7 +189,7 @@ def test_an_aligned_group_is_one_write_that_syncs_itself(tmp_path: Path, monkeyp
 
 def test_sync_threads_start_only_when_no_thread_is_idle() -> None:
     """``_SyncThreads`` runs every job; a second thread starts only while the first is busy."""
-    threads = runtime_disk._SyncThreads(4, "t")
+    threads = disk_threads._SyncThreads(4, "t")
     release, started, done = threading.Event(), threading.Event(), threading.Semaphore(0)
 
     def blocking() -> None:

@@ -13,8 +13,9 @@ INLINE_WRITE_BYTES_MAX = 64 * 1024
 #: loop stalls for the whole sync: a slow disk's writes go to the threads, as at high rates) ...
 INLINE_SYNC_NS_MAX = 250_000
 #: ... and while they did not, one write in ``probe gap`` eligible ones still runs inline, to see
-#: whether the disk is fast again: the gap starts at 1 and doubles after every slow probe, up to
-#: this many writes (at 2,000 groups/s about a tenth of a second), and is 1 again after a fast one.
+#: whether the disk is fast again: the gap starts at 1, or at one write per ``INLINE_SYNC_NS_MAX``
+#: the slow write took (session 19), and doubles after every slow probe, up to this many writes (at
+#: 2,000 groups/s about a tenth of a second), and is 1 again after a fast one.
 INLINE_PROBE_GAP_MAX = 256
 
 
@@ -78,6 +79,11 @@ class InlinePace:
             return
         self.sync_ns += (took_ns - self.sync_ns) >> 3
         if self.sync_ns > INLINE_SYNC_NS_MAX:
-            if slow:  # a slow probe: wait twice as long for the next one
-                self.probe_gap = min(2 * self.probe_gap, INLINE_PROBE_GAP_MAX)
+            # A slow probe: wait twice as long for the next one. And at least one write per bound
+            # the sync took (a 20 ms sync: 80 writes, ~40 ms at 2,000 groups/s): the loop stood
+            # still for the whole sync, and in a slow spell the next one is slow too (session 17:
+            # 72% of the time); probing again after one write held the loop once more per probe,
+            # each stall ~40-100 messages at 2,000 msg/s, the e2e tail (session 19).
+            gap = 2 * self.probe_gap if slow else self.probe_gap
+            self.probe_gap = min(max(gap, took_ns // INLINE_SYNC_NS_MAX), INLINE_PROBE_GAP_MAX)
             self.probe_in = self.probe_gap

@@ -48,12 +48,14 @@ class RocksKeyValueStore:
         return None if value is None else bytes(value)
 
     def write(self, puts: Iterable[tuple[bytes, bytes | None]], *, sync: bool) -> None:
+        # Item assignment, not ``put``/``delete``: no method looked up by name per row (a
+        # checkpoint writes one row per entry, once per bookie: 8-12% of this loop, session 19).
         batch = WriteBatch(raw_mode=True)
         for key, value in puts:
             if value is None:
-                batch.delete(key)
+                del batch[key]
             else:
-                batch.put(key, value)
+                batch[key] = value
         self._db.write(batch, self._sync if sync else self._nosync)
 
     def write_durable(self, puts: Iterable[tuple[bytes, bytes | None]]) -> Awaitable[None]:

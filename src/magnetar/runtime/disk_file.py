@@ -1,0 +1,319 @@
+"""``LocalFile``, a file of ``runtime.disk``'s ``LocalDisk`` (split from ``runtime.disk`` and
+compiled, ``magnetar._compiled``): its appends, reads, preallocated zeros and the journal's
+``append_and_sync_then``, whose per-group work runs on the event loop's thread once per journal
+group (session 19: at 2,000 msg/s, one group per message, ``runtime/disk.py``'s interpreted frames
+called from ``Journal._start_group`` were most of the loop's own interpreted share). The
+blocking writes are ``runtime.disk_io``'s, the writer threads ``runtime.disk_threads``' (kept
+interpreted); the docstring of ``runtime.disk`` describes the paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from magnetar.base.invariant import invariant
+from magnetar.base.io import Bytes
+from magnetar.base.limits import DISK_DIRECT_ALIGNMENT_BYTES, DISK_DIRECT_BUFFER_BYTES_MAX
+from magnetar.runtime import disk_threads
+from magnetar.runtime.disk_buffers import _AlignedBuffer, _AlignedBuffers, _copy_into
+from magnetar.runtime.disk_io import _Descriptors, write_job
+from magnetar.runtime.disk_pace import InlinePace
+
+#: The write (and sync) of a group, as ``append_and_sync_then`` and the bulk writes call it: a
+#: module variable looked up at each call, so a test can wrap it (record the thread that ran it,
+#: fail it, slow it) in both modes; production never replaces it.
+_write_job: Callable[[_Descriptors, Sequence[Bytes], int, bool, memoryview | None, str, str,
+                      _AlignedBuffer | None, threading.Event | None], bool] = write_job
+
+#: The process's inline-write pace (``runtime.disk_pace``), used on the event loop's thread only.
+_PACE = InlinePace()
+
+
+def _forget_pace_in_child() -> None:
+    _PACE.pending = 0  # a forked child: the parent's writes are not the child's
+
+
+os.register_at_fork(after_in_child=_forget_pace_in_child)
+
+
+class _GroupWrite:
+    """One ``append_and_sync_then``: the write and sync (``_write_job``) on the loop's thread
+    (``inline``) or a writer thread (``on_thread``), then ``finished`` on the loop. One native
+    object per group where three closures were made per group (session 19)."""
+
+    __slots__ = ("after", "aligned", "buffer", "descriptors", "done", "file", "fill", "loop", "offset", "pace",
+                 "parts", "torn_point", "unsynced_point")
+
+    def __init__(self, file: LocalFile, descriptors: _Descriptors, parts: Sequence[Bytes], offset: int,
+                 buffer: _AlignedBuffer | None, aligned: memoryview | None, fill: _AlignedBuffer | None,
+                 after: threading.Event | None, torn_point: str, unsynced_point: str,
+                 done: Callable[[BaseException | None], None], pace: InlinePace) -> None:
+        self.file = file
+        self.descriptors = descriptors
+        self.parts = parts
+        self.offset = offset
+        self.buffer = buffer
+        self.aligned = aligned
+        self.fill = fill
+        self.after = after
+        self.torn_point = torn_point
+        self.unsynced_point = unsynced_point
+        self.done = done
+        self.pace = pace
+        self.loop: asyncio.AbstractEventLoop | None = None  # a writer thread's: the loop to answer on
+
+    def inline(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Write and sync on the loop's own thread; answered from the next loop pass. A
+        BaseException that is not an Exception (an interrupt) goes up the loop's own stack."""
+        error, written_direct, took_ns = self.write()
+        if error is not None and not isinstance(error, Exception):
+            raise error
+        loop.call_soon(self.finished, error, written_direct, took_ns, True)
+
+    def on_thread(self) -> None:
+        """The writer thread's job: write and sync, then hand the outcome to the loop."""
+        error, written_direct, took_ns = self.write()
+        loop = self.loop
+        assert loop is not None
+        try:
+            loop.call_soon_threadsafe(self.finished, error, written_direct, took_ns, False)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits for the answer any more
+
+    def write(self) -> tuple[BaseException | None, bool, int]:
+        """The write and sync, on whichever thread runs them: (error, written direct, took)."""
+        error: BaseException | None = None
+        written_direct = False
+        started = time.monotonic_ns()
+        try:
+            written_direct = _write_job(self.descriptors, self.parts, self.offset, True, self.aligned,
+                                        self.torn_point, self.unsynced_point, self.fill, self.after)
+        except BaseException as exc:  # handed to ``done`` on the loop
+            error = exc
+        return error, written_direct, time.monotonic_ns() - started
+
+    def finished(self, error: BaseException | None, written_direct: bool, took_ns: int, inline: bool) -> None:
+        """On the loop, after the write and sync, whichever thread ran them."""
+        self.pace.finished(took_ns, inline)
+        self.file._aligned_done(self.buffer, self.aligned, None if error is not None else written_direct)
+        self.done(error)
+
+
+#: (``_AlignedBuffer.fill``) instead of on the event loop.
+_WORKER_COPY_BYTES_MIN = 256 * 1024
+
+
+class LocalFile:
+    # A small write's aligned copy is made on the event loop, so the worker call only runs
+    # pwrite and fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and
+    # the worker, which on a busy machine cost more than a copy of a few KiB. A large write's
+    # copy (MiBs of batched entries) is the worker's, off the loop (``_AlignedBuffer.fill``).
+    __slots__ = ("_allocated", "_buffers", "_descriptors", "_direct_ok", "_mapping", "_path", "_size", "_zeroing",
+                 "_zeroing_from")
+
+    def __init__(self, path: str, fd: int, direct_fd: int = -1, buffers: _AlignedBuffers | None = None) -> None:
+        self._path = path
+        self._descriptors = _Descriptors(fd, direct_fd)
+        # ``_size`` is where appends go (the file's end as this handle writes it); ``_allocated``
+        # is at least the end of the file's storage (zeros of ``preallocate`` past ``_size``).
+        self._size = self._allocated = os.fstat(fd).st_size
+        # A ``preallocate`` writing zeros from ``_zeroing_from``: set once they are written.
+        self._zeroing: threading.Event | None = None
+        self._zeroing_from = 0
+        self._mapping: mmap.mmap | None = None  # ``read_view``'s map of the file, as long as it was then
+        self._direct_ok = direct_fd >= 0
+        # Aligned buffers not in use; a write takes one and gives it back when it returns (a
+        # write whose caller was cancelled keeps its own). Several writes may be in flight.
+        self._buffers = buffers if buffers is not None else _AlignedBuffers()
+
+    @property
+    def _fd(self) -> int:
+        return self._descriptors.fd
+
+    @property
+    def write_alignment_bytes(self) -> int:
+        return DISK_DIRECT_ALIGNMENT_BYTES if self._direct_ok else 1
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def size(self) -> int:
+        return self._size
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        offset = self._size
+        self._write_all(offset, data)
+        return offset
+
+    def write_at(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        self._write_all(offset, data)
+
+    def _write_all(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self._fd, view[written:], offset + written)
+        self._size = max(self._size, offset + len(view))
+        self._allocated = max(self._allocated, self._size)
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        return os.pread(self._fd, length, offset)
+
+    def read_view(self, offset: int, length: int) -> Bytes:
+        """A view of the file mapped read-only (``mmap`` keeps its own descriptor, and a view keeps
+        its map alive: valid after ``close`` or removal). A read past the map maps the file again
+        at its current length (earlier maps live on in their views); a read past the end of the
+        file is ``read_at``'s short copy."""
+        end = offset + length
+        mapping = self._mapping
+        if mapping is None or end > len(mapping):
+            size = os.fstat(self._fd).st_size
+            if end > size or offset < 0 or length <= 0:
+                return self.read_at(offset, length)
+            mapping = self._mapping = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ)
+        return memoryview(mapping)[offset:end]
+
+    def truncate(self, size: int) -> None:
+        invariant(self._zeroing is None, "truncate while preallocate writes zeros")
+        os.ftruncate(self._fd, size)
+        self._size = self._allocated = size
+
+    async def preallocate(self, end: int) -> None:
+        """Fill the file's storage with written zeros from past every byte reserved so far (and
+        past its storage's end) up to ``end``, and make them durable, without moving ``size()``
+        (where appends go): a later synced write below ``end`` then changes no file metadata.
+        On ext4 a synced write that extends a file (or fills an ``fallocate``d, unwritten
+        extent) commits the filesystem's journal too: 4 KiB ``RWF_DSYNC`` writes into written
+        zeros took p50 0.1-1 ms against ~4 ms extending on the loaded bench VM
+        (docs/performance.md, session 16). A write reserved while the zeros are written waits
+        for them (``_write_job``'s ``after``) if it may reach them, so zeros never land over a
+        write. Reopened, the file's ``size()`` includes the zeros (its owner finds its end by
+        its records). One at a time per file."""
+        invariant(self._zeroing is None, "one preallocate at a time per file")
+        start = max(self._size, self._allocated)
+        start += -start % DISK_DIRECT_ALIGNMENT_BYTES
+        if end <= start:
+            return
+        done = threading.Event()
+        descriptors = self._descriptors
+        descriptors.acquire()
+        try:
+            job = asyncio.get_running_loop().run_in_executor(None, disk_threads._zeros_job, descriptors, start, end, done)
+        except BaseException:
+            descriptors.release()
+            raise
+        self._zeroing, self._zeroing_from = done, start
+        job.add_done_callback(partial(self._zeroed, done, end))
+        # A cancelled caller does not stop the job: the writes it holds back wait for its zeros.
+        await asyncio.shield(job)
+
+    def _zeroed(self, done: threading.Event, end: int, job: asyncio.Future[None]) -> None:
+        if self._zeroing is done:
+            self._zeroing = None
+        if not job.cancelled() and job.exception() is None:
+            self._allocated = max(self._allocated, end)
+
+    def _zeros_first(self, offset: int, total: int) -> threading.Event | None:
+        """The zeros a write of ``total`` bytes at ``offset`` must wait for, if any."""
+        zeroing = self._zeroing
+        if zeroing is None or offset + total <= self._zeroing_from:
+            return None
+        return zeroing
+
+    async def append_parts(self, parts: Sequence[Bytes]) -> int:
+        return await self._write_in_worker(parts, sync=False)
+
+    async def append_and_sync(self, parts: Sequence[Bytes]) -> int:
+        return await self._write_in_worker(parts, sync=True)
+
+    def append_and_sync_then(self, parts: Sequence[Bytes], done: Callable[[BaseException | None], None], *,
+                             torn_point: str = "", unsynced_point: str = "") -> int:
+        # The worker thread hands its result to the loop with one ``call_soon_threadsafe``:
+        # ``run_in_executor`` + an awaiting task took four more loop passes (future chaining,
+        # the task's step, its done callbacks), each behind whatever else the loop runs.
+        offset = self._size
+        total = 0
+        for part in parts:  # compiled: no Python step per part
+            total += len(part)
+        buffer, aligned, fill = self._aligned_copy(parts, offset, total)
+        descriptors = self._descriptors
+        after = self._zeros_first(offset, total)
+        descriptors.acquire()
+        self._size += total
+        pace = _PACE
+        group = _GroupWrite(self, descriptors, parts, offset, buffer, aligned, fill, after, torn_point,
+                            unsynced_point, done, pace)
+        # Not while zeros are being written to this file (``preallocate``): a sync queued behind
+        # them took 4-5x as long (p50 0.85-1.1 ms against 0.19-0.21 inline otherwise, session 17).
+        if pace.inline_ok(total, after is None and fill is None and self._zeroing is None, torn_point,
+                          unsynced_point):
+            # The loop's own thread writes and syncs (``runtime.disk_pace``), and answers from the next
+            # loop pass (``call_soon``: never from inside the caller); a BaseException that is
+            # not an Exception (an interrupt) goes up the loop's own stack.
+            group.inline(asyncio.get_running_loop())
+            return offset
+        group.loop = asyncio.get_running_loop()
+        try:
+            disk_threads._sync_workers().submit(group.on_thread)
+        except BaseException:
+            pace.pending -= 1
+            descriptors.release()
+            raise
+        return offset
+
+    async def _write_in_worker(self, parts: Sequence[Bytes], *, sync: bool) -> int:
+        offset = self._size
+        total = sum(map(len, parts))
+        self._size += total
+        buffer, aligned, fill = self._aligned_copy(parts, offset, total)
+        after = self._zeros_first(offset, total)
+        self._descriptors.acquire()
+        written_direct = await asyncio.get_running_loop().run_in_executor(
+            None, _write_job, self._descriptors, parts, offset, sync, aligned, "", "", fill, after
+        )
+        self._aligned_done(buffer, aligned, written_direct)
+        return offset
+
+    def _aligned_copy(self, parts: Sequence[Bytes], offset: int, total: int) -> tuple[
+            _AlignedBuffer | None, memoryview | None, _AlignedBuffer | None]:
+        """When the write can go through O_DIRECT: a pooled aligned buffer, its view of ``total``
+        bytes, and (for a write of ``_WORKER_COPY_BYTES_MIN`` or more) the same buffer again as
+        the one the worker thread fills first; a smaller write is copied here, on the loop (a
+        worker's copy costs it one more GIL hand-off, more than copying a few KiB)."""
+        if (
+            self._direct_ok
+            and 0 < total <= DISK_DIRECT_BUFFER_BYTES_MAX
+            and not (offset | total) % DISK_DIRECT_ALIGNMENT_BYTES
+        ):
+            buffer = self._buffers.take(total)
+            if total >= _WORKER_COPY_BYTES_MIN and buffer.fd >= 0:
+                return buffer, memoryview(buffer.map)[:total], buffer
+            return buffer, _copy_into(buffer.map, parts, total), None
+        return None, None, None
+
+    def _aligned_done(self, buffer: _AlignedBuffer | None, aligned: memoryview | None,
+                      written_direct: bool | None) -> None:
+        """Give the buffer back after the write; ``written_direct`` (None: the write failed)
+        says whether the file still takes O_DIRECT writes."""
+        if aligned is None:
+            return
+        aligned.release()
+        if buffer is not None:
+            self._buffers.give_back(buffer)
+        if written_direct is not None:
+            self._direct_ok = written_direct
+
+    async def sync(self) -> None:
+        self._descriptors.acquire()
+        await asyncio.get_running_loop().run_in_executor(None, disk_threads._sync_job, self._descriptors)
+
+    def close(self) -> None:
+        self._mapping = None  # unmapped once no view refers to it
+        self._descriptors.close()
