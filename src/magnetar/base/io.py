@@ -38,6 +38,19 @@ from typing import Protocol
 Bytes = bytes | bytearray | memoryview
 
 
+def split_parts(parts: Sequence[Bytes], at: int) -> tuple[list[Bytes], list[Bytes]]:
+    """``parts`` as two lists holding their first ``at`` bytes and the rest (views, no copy): where a
+    torn write splits its parts, on a real disk (``runtime.disk_io``) and a simulated one (``sim.disk``)."""
+    first: list[Bytes] = []
+    for index, part in enumerate(parts):
+        if at < len(part):
+            view = memoryview(part)
+            return [*first, view[:at]], [view[at:], *parts[index + 1 :]]
+        first.append(part)
+        at -= len(part)
+    return first, []
+
+
 class DiskFile(Protocol):
     """An open file: appends and positional reads, explicit durability."""
 

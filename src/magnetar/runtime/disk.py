@@ -61,9 +61,8 @@ from magnetar.base.errors import InvalidArgumentError, NotFoundError
 from magnetar.base.limits import MIB
 from magnetar.runtime.disk_buffers import _AlignedBuffers
 from magnetar.runtime.disk_file import LocalFile
-from magnetar.runtime.disk_io import split_parts
 
-__all__ = ["TRASH", "TRASH_DIR", "LocalDisk", "LocalFile", "delete_gently", "split_parts"]
+__all__ = ["TRASH", "TRASH_DIR", "LocalDisk", "LocalFile", "delete_gently"]
 
 log = logging.getLogger(__name__)
 

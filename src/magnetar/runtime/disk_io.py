@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from magnetar import faults
 from magnetar.base.invariant import invariant
-from magnetar.base.io import Bytes
+from magnetar.base.io import Bytes, split_parts
 from magnetar.base.limits import DISK_DIRECT_ALIGNMENT_BYTES
 from magnetar.runtime.disk_buffers import _AlignedBuffer, pwritev_all
 
@@ -90,18 +90,6 @@ class _Descriptors:
         for fd in (self.fd, self.direct_fd):
             if fd >= 0:
                 os.close(fd)
-
-
-def split_parts(parts: Sequence[Bytes], at: int) -> tuple[list[Bytes], list[Bytes]]:
-    """``parts`` as two lists holding their first ``at`` bytes and the rest (views, no copy)."""
-    first: list[Bytes] = []
-    for index, part in enumerate(parts):
-        if at < len(part):
-            view = memoryview(part)
-            return [*first, view[:at]], [view[at:], *parts[index + 1 :]]
-        first.append(part)
-        at -= len(part)
-    return first, []
 
 
 def write_job(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from magnetar import faults
 from magnetar.base.errors import ClosedError, InvalidArgumentError, NotFoundError
-from magnetar.base.io import Bytes
+from magnetar.base.io import Bytes, split_parts
 from magnetar.base.limits import MIB, SIM_DISK_SECTOR_BYTES
 from magnetar.base.rng import Rng
 from magnetar.sim.errors import SimCrashError
@@ -73,18 +73,6 @@ class _Inode:
         del self.durable[self.dirty_low :]
         self.durable += self.volatile[self.dirty_low :]
         self.dirty_low = None
-
-
-def _split(parts: Sequence[Bytes], at: int) -> tuple[list[Bytes], list[Bytes]]:
-    """``parts`` as their first ``at`` bytes and the rest."""
-    first: list[Bytes] = []
-    for index, part in enumerate(parts):
-        if at < len(part):
-            view = memoryview(part)
-            return [*first, view[:at]], [view[at:], *parts[index + 1 :]]
-        first.append(part)
-        at -= len(part)
-    return first, []
 
 
 def _normalize(path: str) -> str:
@@ -243,7 +231,7 @@ class SimFile:
         # second half (zeros until then) only after that point: a crash there leaves a torn write.
         total = sum(len(part) for part in parts)
         half = total // 2 if torn_point else total
-        first, rest = _split(parts, half)
+        first, rest = split_parts(parts, half)
         offset = self._append_volatile([*first, bytes(total - half)])
 
         async def sync_then() -> None:
