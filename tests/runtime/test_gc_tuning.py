@@ -64,3 +64,22 @@ def test_collection_log_records_each_collections_generation_and_pause(tmp_path: 
     assert [int(fields[1]) for fields in lines] == [0, 2]
     assert all(0 <= float(fields[3]) <= float(fields[2]) + 1 and len(fields) == 6 for fields in lines)
     assert all(0 <= float(fields[2]) <= took_ms for fields in lines)
+
+
+def test_collection_log_is_kept_with_the_tuning_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``MAGNETAR_GC_LOG`` measures the interpreter's defaults too (``MAGNETAR_GC_TUNING=off``, the
+    comparison a GC measurement needs). Negative control (shown): with the log installed after the
+    tuning's early return for ``off`` (session 19's first version) the file stays empty."""
+    out = tmp_path / "gc.log"
+    monkeypatch.setenv("MAGNETAR_GC_TUNING", "off")
+    monkeypatch.setenv("MAGNETAR_GC_LOG", str(out))
+    before = list(gc.callbacks)
+    try:
+        assert tune_gc_for_server() is None
+        gc.collect(1)
+    finally:
+        for entry in gc.callbacks:
+            if entry not in before and isinstance(entry, _CollectionLog):
+                entry.out.close()
+        gc.callbacks[:] = before
+    assert [line.split()[1] for line in out.read_text().splitlines()] == ["1"]

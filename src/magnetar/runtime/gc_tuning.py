@@ -53,7 +53,11 @@ def server_gc_thresholds(setting: str | None) -> tuple[int, int, int] | None:
 
 def tune_gc_for_server() -> tuple[int, int, int] | None:
     """Call once start-up is done: collect, freeze what exists, set the server thresholds.
-    Returns the thresholds set (None when ``MAGNETAR_GC_TUNING=off`` left the defaults)."""
+    Returns the thresholds set (None when ``MAGNETAR_GC_TUNING=off`` left the defaults). With
+    ``MAGNETAR_GC_LOG`` set, collections are logged either way (the log measures ``off`` too)."""
+    path = os.environ.get(GC_LOG_ENV)
+    if path:
+        record_collections(open(path, "a", buffering=1))  # noqa: SIM115 (the process's life)
     thresholds = server_gc_thresholds(os.environ.get(GC_TUNING_ENV))
     if thresholds is None:
         return None
@@ -61,9 +65,6 @@ def tune_gc_for_server() -> tuple[int, int, int] | None:
     gc.freeze()
     gc.set_threshold(*thresholds)
     log.debug("gc: %d start-up objects frozen, thresholds %s", gc.get_freeze_count(), thresholds)
-    path = os.environ.get(GC_LOG_ENV)
-    if path:
-        record_collections(open(path, "a", buffering=1))  # noqa: SIM115 (the process's life)
     return thresholds
 
 
