@@ -3,10 +3,13 @@ a large parent's children kept in order once listed, and the ledger list built f
 
 from __future__ import annotations
 
+import asyncio
+
 from magnetar.ledger.metadata_adapter import MetadataStoreAdapter
 from magnetar.ledger.metadata_ops import DEFAULT_ROOT, LedgerMetadataStore
 from magnetar.metadata import MemoryMetadataServer, SessionState
 from magnetar.metadata._local import _SORTED_CHILDREN_COUNT_MIN
+from magnetar.metadata.api import WatchEvent
 from tests.manual_clock import ManualClock
 from tests.metadata.conftest import run
 
@@ -143,5 +146,34 @@ def test_ledger_ids_listed_again_follow_creates_and_deletes() -> None:
         assert await mutable.list_ids() == [1, 2]
         own.names.append(mutable.path(5)[len(DEFAULT_ROOT) + 1:])  # the store's own list changes
         assert await mutable.list_ids() == [1, 2, 5]
+
+    run(body)
+
+
+def test_a_watch_keeps_its_state_in_slots() -> None:
+    """One watch per watched node (the broker watches each topic's policies: 100,000 of them at
+    100,000 topics): no instance dict each, and it still delivers and cancels. Negative control
+    (shown): without ``__slots__ = ()`` on ``Watch`` (or on ``_LocalWatch``) the watch has a
+    ``__dict__``."""
+    async def body() -> None:
+        server = MemoryMetadataServer(ManualClock())
+        client = await server.connect()
+        seen: list[str] = []
+        delivered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def changed(event: WatchEvent) -> None:
+            seen.append(event.path)
+            if not delivered.done():
+                delivered.set_result(None)
+
+        watch = await client.watch("/w", changed)
+        assert not hasattr(watch, "__dict__")
+        await client.create("/w", b"")
+        await asyncio.wait_for(delivered, 10)  # bounded: the event is delivered by the next loop pass
+        assert seen == ["/w"]
+        watch.cancel()
+        await client.create("/w/x", b"")
+        await client.delete("/w/x")
+        assert seen == ["/w"] and not watch.active  # type: ignore[attr-defined]
 
     run(body)

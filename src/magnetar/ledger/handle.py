@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from typing import Any, TypeVar
@@ -79,6 +78,8 @@ WRITER_TRANSITIONS: dict[WriterState, frozenset[WriterState]] = {
 
 #: A gate's continuation (``faults.gate1``): ``(error at the gate or None, the add)``.
 _Then = Callable[[BaseException | None, PendingAdd], None]
+#: A writer's empty sets (failed and excluded bookies, timeout suspects): shared, replaced on a change.
+_NONE: frozenset[Any] = frozenset()
 
 
 class RunReplies:
@@ -132,8 +133,7 @@ class LedgerHandle:
         self._clock = clock
         self._config = config
         self._master_key = master_key
-        # Fixed for the ledger's life, read per add (no attribute walk through the metadata and
-        # the config's interpreted dataclasses per run).
+        # Fixed for the ledger's life, read per add (not walked to through interpreted dataclasses).
         self._ledger_id = metadata.metadata.ledger_id
         self._ack_quorum_size = metadata.metadata.ack_quorum_size
         self._write_quorum_size = metadata.metadata.write_quorum_size
@@ -149,15 +149,15 @@ class LedgerHandle:
         self._last_add_pushed: int = NO_ENTRY
         self._pending: dict[int, PendingAdd] = {}
         self._pending_bytes = 0  # the payload bytes of ``_pending`` (``WindowShare.window_for``)
-        self._admission: deque[asyncio.Future[None]] = deque()
+        self._admission: list[asyncio.Future[None]] = []  # a list: no deque block per idle ledger
         #: The window this writer shares with the other writers of its ledger client (alone: a
         #: share of its own, always the whole ``pending_adds_count_max``); ``_occupying`` while
         #: it counts as busy there (its table holds adds).
         self._window = window if window is not None else WindowShare(config.pending_adds_count_max,
                                                                       config.pending_adds_share_count_min)
         self._occupying = False
-        self._failed_bookies: set[BookieId] = set()
-        self._excluded_bookies: set[BookieId] = set()
+        self._failed_bookies: frozenset[BookieId] = _NONE  # replaced, not changed: none per idle ledger
+        self._excluded_bookies: frozenset[BookieId] = _NONE
         self._ensemble_change: asyncio.Task[None] | None = None
         self._ensemble_changes_count = 0
         self._batch: list[PendingAdd] | None = None  # while ``append_run`` gathers its sends
@@ -165,11 +165,11 @@ class LedgerHandle:
         self._counting_run = False
         self._complete_after_run = False
         self._drained = LazyEvent(is_set=True)  # no deque per idle ledger (base/lazy_event.py)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[Any]] | None = None  # made by the first ``_spawn``
         #: The add timeout: the client's one timer for all its writers (alone: one of its own).
         self._timeouts = timeouts if timeouts is not None else AddTimeouts(clock)
         self._watched = False  # in ``_timeouts``' watch (adds in flight since it last looked)
-        self._timeout_suspects: set[tuple[int, int]] = set()
+        self._timeout_suspects: set[tuple[int, int]] | frozenset[tuple[int, int]] = _NONE
         self._bind_gates()
         self._lac_flusher: asyncio.Task[None] | None = None
         self._explicit_lac_sent: int = NO_ENTRY
@@ -557,7 +557,7 @@ class LedgerHandle:
             self._timeout_suspects = overdue
             if self._pending and self._state in (WriterState.OPEN, WriterState.CLOSING):
                 return now_ns + LEDGER_ADD_TIMEOUT_CONFIRM_MS * 1_000_000 if overdue else wake_ns
-        self._timeout_suspects = set()
+        self._timeout_suspects = _NONE
         self._watched = False
         return None
 
@@ -597,8 +597,8 @@ class LedgerHandle:
     def _on_bookie_failure(self, bookie: BookieId) -> None:
         if self._state not in (WriterState.OPEN, WriterState.CLOSING) or bookie not in self._ensemble:
             return
-        self._failed_bookies.add(bookie)
-        self._excluded_bookies.add(bookie)
+        self._failed_bookies = self._failed_bookies | {bookie}
+        self._excluded_bookies = self._excluded_bookies | {bookie}
         if self._ensemble_change is None:
             self._ensemble_change = self._spawn(self._change_ensemble())
 
@@ -611,7 +611,7 @@ class LedgerHandle:
             self._fail(exc)
             return
         self._ensemble_change = None
-        self._failed_bookies.clear()
+        self._failed_bookies = _NONE
         self._send_to_write_sets(list(self._pending.values()), self._clock.monotonic_ns())
         self._complete_in_order()
 
@@ -773,13 +773,14 @@ class LedgerHandle:
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        tasks = self._tasks = self._tasks if self._tasks is not None else set()
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
         return task
 
     def _cancel_tasks(self) -> None:
         current = asyncio.current_task()
-        for task in list(self._tasks):
+        for task in list(self._tasks or ()):
             if task is not current and task is not self._ensemble_change:
                 task.cancel()
 

@@ -115,8 +115,9 @@ class CurrentLedger:
     started_bytes: int = 0
     failed: bool = False  # the handle failed for a reason other than fencing: roll over
     inflight: deque[_OpAdd] = field(default_factory=deque)
-    #: Adds that failed on this (failed) ledger, in entry-id order: recovery decides their outcome.
-    undecided: deque[_OpAdd] = field(default_factory=deque)
+    #: Adds that failed on this (failed) ledger, in entry-id order: recovery decides their outcome
+    #: (a list: no deque block per idle ledger).
+    undecided: list[_OpAdd] = field(default_factory=list)
 
 
 class AppendHost(Protocol):
@@ -154,7 +155,7 @@ class AppendPipeline:
         #: The last acknowledged entry; ``(ledger, -1)`` before the first entry of an empty log.
         self.last_confirmed = Position(-1, -1)
         self._queue: deque[_OpAdd] = deque()
-        self._admission: deque[asyncio.Future[None]] = deque()
+        self._admission: list[asyncio.Future[None]] = []  # waiters for room (a list: lighter than a deque)
         self._pump_task: asyncio.Task[None] | None = None
         #: Set when adds failed to their callers after a write failure: later adds are refused
         #: until ``settle_failed_writes`` (their order behind the failed ones could not be kept).

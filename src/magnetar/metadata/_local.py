@@ -461,6 +461,8 @@ class LocalServer:
 
 
 class _LocalWatch(Watch):
+    __slots__ = ("_callback", "_client", "_loop", "active", "path")  # one per watched node (per topic)
+
     def __init__(self, client: LocalClient, path: str, callback: WatchCallback) -> None:
         self.path = path
         self._client = client

@@ -139,6 +139,7 @@ class Session:
 class Watch(ABC):
     """A registered watch; ``cancel()`` stops delivery (idempotent)."""
 
+    __slots__ = ()  # a subclass may keep its attributes in slots (``_LocalWatch``: one per watched node)
     path: str
 
     @abstractmethod

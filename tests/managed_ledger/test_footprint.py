@@ -1,0 +1,58 @@
+"""What an idle managed ledger keeps alive (issue 22: 100,000 topics on one broker).
+
+Each topic's managed ledger, its pipeline, its current ledger and the ledger's writer stay in
+memory while the topic idles, and every object the cyclic GC tracks is walked by the young
+collections that follow its creation (docs/performance.md, session 19: ~28 s of CPU to create
+100,000 topics). Empty containers are the bulk of it when idle: an empty ``deque`` is ~760 bytes,
+an empty ``set`` ~220, a ``list`` ~56 and an empty ``dict`` ~64. The writer's and the pipeline's
+waiters for room, the adds a failed ledger leaves undecided, the failed and excluded bookies,
+the timeout suspects and the tasks are absent or shared until used (session 20).
+"""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+from tests.managed_ledger.harness import TOPIC, config, make_world
+
+#: Managed ledgers opened (each with one entry appended: its first ledger created) before the
+#: measure (shared state: metadata parents, caches, interned names) and measured.
+WARM_COUNT = 20
+MEASURED_COUNT = 100
+#: Bounds per idle managed ledger, this layer's state and what the fake bookie and the metadata
+#: store keep for it. Measured in session 20: 59 objects and 10,400 bytes compiled, 60 and 11,841
+#: pure. Negative control (measured, the tree before session 20 with this test): 65 objects and
+#: 13,600 bytes compiled, 66 and 15,140 pure (its three deques and six sets per idle managed
+#: ledger), both bounds exceeded in both modes.
+TRACKED_OBJECTS_MAX = 62
+BYTES_MAX = 13_000
+
+
+async def _open_and_append(factory: object, names: list[str]) -> list[object]:
+    opened = []
+    for name in names:
+        ml = await factory.open(name)  # type: ignore[attr-defined]
+        await ml.append(b"x" * 16)
+        opened.append(ml)
+    return opened
+
+
+async def test_an_idle_managed_ledger_keeps_few_objects_and_bytes() -> None:
+    world = make_world(1)
+    factory = await world.broker(config(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1))
+    kept = await _open_and_append(factory, [f"{TOPIC}-warm-{i}" for i in range(WARM_COUNT)])
+    gc.collect()
+    objects_before = len(gc.get_objects())
+    tracemalloc.start()
+    try:
+        kept += await _open_and_append(factory, [f"{TOPIC}-{i}" for i in range(MEASURED_COUNT)])
+        gc.collect()
+        bytes_per = tracemalloc.get_traced_memory()[0] / MEASURED_COUNT
+    finally:
+        tracemalloc.stop()
+    objects_per = (len(gc.get_objects()) - objects_before) / MEASURED_COUNT
+    print(f"per idle managed ledger: {objects_per:.1f} tracked objects, {bytes_per:.0f} bytes")
+    assert objects_per <= TRACKED_OBJECTS_MAX
+    assert bytes_per <= BYTES_MAX
+    assert len(kept) == WARM_COUNT + MEASURED_COUNT
