@@ -120,6 +120,9 @@ class OffloadPolicy:
     deletion_lag_ms: int = OFFLOAD_DELETION_LAG_MS_DEFAULT
 
 
+#: The policy of a managed ledger no one set one for (frozen: one shared by every idle topic).
+_DEFAULT_POLICY = OffloadPolicy()
+
 #: (entry id, stored entry bytes) chunks of one ledger, in entry order.
 EntryChunks = AsyncIterator[Sequence[tuple[int, bytes]]]
 
@@ -179,16 +182,23 @@ class ManagedLedgerOffload:
     def __init__(self, ml: ManagedLedger, offloader: LedgerOffloader | None) -> None:
         self._ml = ml
         self.offloader = offloader
-        self.policy = OffloadPolicy()
+        self.policy = _DEFAULT_POLICY
         self.status = OffloadStatus.NOT_RUN
         self.last_error = ""
         #: The topic's schema, asked for at the start of each ledger's offload (set by the broker).
         self.schema_source: Callable[[], Awaitable[OffloadSchema | None]] | None = None
-        self._lock = asyncio.Lock()
+        self._lock_made: asyncio.Lock | None = None  # ``_lock``: made on first use (an idle topic never offloads)
         self._task: asyncio.Task[None] | None = None
         #: A rollover came while a pass ran: that pass offloads what the threshold says before it
         #: ends (its own choice was made before the newly sealed ledger existed).
         self._rollover_pending = False
+
+    @property
+    def _lock(self) -> asyncio.Lock:
+        """One offload pass or status change at a time."""
+        if self._lock_made is None:
+            self._lock_made = asyncio.Lock()
+        return self._lock_made
 
     def _move(self, new: OffloadStatus) -> None:
         invariant(new in STATUS_TRANSITIONS[self.status], f"offload of {self._ml.name}: {self.status} -> {new}")
