@@ -24,7 +24,6 @@ import enum
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import TYPE_CHECKING
 
 from magnetar.base.clock import Clock
@@ -132,8 +131,8 @@ class BrokerService:
             allowed = admin or effective.auto_topic_creation
             topic_log = await self.log_store.open_log(key, create=create and allowed)
             topic = self.topic_type(name, topic_log, self.config, clock=self.clock,
-                                    # Asked once per publish run: a partial (C), not a lambda's frame.
-                                    policies=partial(self.policies.effective, name),
+                                    # Asked once per publish run: compiled, memoized on itself.
+                                    policies=self.policies.view(name),
                                     on_log_fenced=self._unload_fenced)
             await offload.install(topic, self.policies, self.config, self.schemas)
             for hook in list(self.topic_load_hooks):
