@@ -69,8 +69,6 @@ from magnetar.broker.consumer import SubType
 from magnetar.broker.errors import BrokerError
 from magnetar.broker.ids import before
 from magnetar.broker.log import AppendCallback, StorageStats, SubscriptionCursor, TopicLog
-from magnetar.catalog.policies import decode_policies, namespace_path
-from magnetar.catalog.policy_cache import PolicyCache
 from magnetar.protocol.pulsar import pb
 from magnetar.protocol.pulsar.batch import NONE, decode_entry, encode_entry, is_batch
 from magnetar.protocol.pulsar.frames import headers_and_payload
@@ -525,15 +523,6 @@ def compacted_view(topic_log: TopicLog, compaction: TopicCompaction, topic: Topi
     return CompactedView(topic_log, compaction)
 
 
-async def compaction_threshold_bytes(policies: PolicyCache, topic: TopicName) -> int:
-    """The ``compactionThreshold`` in force: the topic's, else the namespace's, else 0 (off)."""
-    topic_policies = await policies.topic_policies(topic)
-    if topic_policies is not None and topic_policies.compaction_threshold is not None:
-        return topic_policies.compaction_threshold
-    namespace = await policies.decoded(namespace_path(topic.namespace), decode_policies)  # decoded once per change
-    return (namespace.compaction_threshold if namespace is not None else None) or 0
-
-
 __all__ = [
     "AFTER_RECORD_POINT",
     "AFTER_WRITE_POINT",
@@ -545,5 +534,4 @@ __all__ = [
     "CompactionStatus",
     "TopicCompaction",
     "compacted_view",
-    "compaction_threshold_bytes",
 ]

@@ -176,6 +176,14 @@ class ManagedTopicLog:
         self._ml.set_retention(retention_time_s, retention_size_bytes)
         return await self._ml.trim_consumed_ledgers()
 
+    def retention_may_trim(self, retention_time_s: float, retention_size_bytes: int) -> bool:
+        """Adopt the retention policy (as ``apply_retention`` does: the trim after a rollover
+        applies it) and say whether a trim now could delete a ledger: not with fewer than two
+        (the current ledger is never trimmed). The broker's policy pass skips the trim of a log
+        that says no (``broker/topic_passes.py``)."""
+        self._ml.set_retention(retention_time_s, retention_size_bytes)
+        return len(self._ml.ledger_ids) >= 2
+
     async def close(self) -> None:
         for cursor in self._non_durable.values():
             self._ml.forget_non_durable_cursor(cursor)

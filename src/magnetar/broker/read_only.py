@@ -134,6 +134,9 @@ class ReadOnlyTopicLog(ManagedTopicLog):
     async def apply_retention(self, retention_time_s: float, retention_size_bytes: int) -> list[int]:
         return []  # the owner trims, counting our cursors' persisted positions
 
+    def retention_may_trim(self, retention_time_s: float, retention_size_bytes: int) -> bool:
+        return False  # the owner trims
+
     async def _owner_compaction_cursor(self) -> ManagedSubscriptionCursor:
         """A snapshot of the owner's ``__compaction`` cursor (read, never written)."""
         found = await self._rml.store.get(f"{self._rml.path}/{cursor_node_name(COMPACTION_CURSOR_NAME)}")

@@ -221,6 +221,9 @@ class EffectivePolicies:
     delayed_delivery: bool
     auto_topic_creation: bool
     auto_topic_partitions_count: int
+    #: ``compactionThreshold`` in force: the topic's, else the namespace's, else 0 (off). Bytes
+    #: after the compaction horizon that start a compaction (the broker's periodic check).
+    compaction_threshold_bytes: int = 0
 
 
 def namespace_path(namespace: str) -> str:
@@ -296,4 +299,6 @@ def resolve(config: BrokerSettings, namespace: Policies | None, topic: TopicPoli
         delayed_delivery=delayed,
         auto_topic_creation=auto_allowed,
         auto_topic_partitions_count=auto_partitions,
+        compaction_threshold_bytes=(tp.compaction_threshold if tp.compaction_threshold is not None
+                                    else ns.compaction_threshold or 0),
     )
