@@ -107,3 +107,19 @@ def test_a_sample_reads_the_tracked_topics_not_every_loaded_one() -> None:
     sample_now(ctx, 5_000)  # type: ignore[arg-type]
     sample_now(ctx, 7_000)  # type: ignore[arg-type]
     assert len(history.tracked()) == 10 and "t0" not in history.tracked()
+
+
+def test_idle_topics_share_one_sample_and_the_sum_still_adds_every_topic() -> None:
+    # Negative control (run): a Sample built per topic, as before, makes the identity check fail;
+    # a sum that skipped the shared samples' backlog makes the broker's backlog 2, not 7.
+    history = RateHistory()
+    idle = {f"idle{i}": Counters(5, 5, 50, 1) for i in range(5)}
+    history.sample(1_000, {**idle, "busy": Counters(0, 0, 0, 2)})
+    history.sample(2_000, {**idle, "busy": Counters(10, 0, 100, 2)})
+    latest = [history.topic(f"idle{i}")[-1] for i in range(5)]
+    assert all(s is latest[0] for s in latest)  # one object for the pass's idle topics of one backlog
+    assert (latest[0].t_ms, latest[0].msg_rate_in, latest[0].backlog_count) == (2_000, 0.0, 1)
+    busy = history.topic("busy")[-1]
+    assert (busy.msg_rate_in, busy.byte_rate_in, busy.backlog_count) == (10.0, 100.0, 2)
+    total = history.broker()[-1]
+    assert (total.msg_rate_in, total.byte_rate_in, total.backlog_count) == (10.0, 100.0, 7)
