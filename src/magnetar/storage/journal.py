@@ -49,7 +49,7 @@ submission calls are ``storage.journal_submit`` (``JournalSubmitter``, this clas
 
 Up to ``journal_groups_in_flight_max`` groups are in flight at once (the next group's write
 overlaps the previous group's fsync, as BookKeeper's force-write thread does), plus one of lone
-records beside full slots or right after another ledger's items (``storage.journal_express``); they
+records beside full slots or while another ledger is at work (``storage.journal_express``); they
 complete in order. Invariants:
 a callback runs with ``None`` only after the sync that covers its record returned and after its
 group passed ``bookie.after_fsync_before_reply`` (so after every earlier group passed it), and after

@@ -13,8 +13,8 @@ a group to start. ``storage.journal`` writes, syncs and answers the groups (``Jo
   counts the arrivals since it began (``gained_enough``, with the queued bytes), not the items.
 * **Waking the writer**: ``_wake`` schedules the journal's ``_look`` once per loop pass, only when
   a group can start (a free slot, an ended wait, or a lone record and a free express slot).
-* **A lone record at once** (session 20): a lone record (``journal_express``) queued alone right
-  after another ledger's item starts its express group from its own submission (``_lone_now``),
+* **A lone record at once** (session 20): a lone record (``journal_express``) queued alone while
+  another ledger is at work (it queued an item lately) starts its express group from its own submission (``_lone_now``),
   not from the look at the pass's end, which took it with the busy ledger's adds read after it.
 
 Invariant: ``_queued_bytes`` is the sum of the queued items' sizes; ``_room`` is clear exactly
@@ -46,10 +46,11 @@ Record = bytes | tuple[bytes, bytes]
 #: No ledger besides a run's own (``submit_run``'s default ``others``).
 NO_OTHERS: frozenset[int] = frozenset()
 #: A lone item goes in an express group at its submission (``JournalSubmitter._lone_now``) only when
-#: the item queued before it was another ledger's and at most this long before: another ledger
-#: is then at work, and the rest of the loop pass (its adds) or a group wait would gather its
-#: adds, not the lone item's ledger's. One ledger's own stream (a producer's e2e) never meets it.
-OTHERS_ACTIVE_NS = 5_000_000
+#: another ledger queued an item at most this long before: another ledger is then at work, and the
+#: rest of the loop pass (its adds) or a group wait would gather its adds, not the lone item's
+#: ledger's. One ledger's own stream (a producer's e2e) meets it only within this long after
+#: another ledger's item (a cursor's flush, once per second by default).
+OTHERS_ACTIVE_NS = 10_000_000
 #: One run of ``submit_runs``: its records' parts (framing, then the entry, per record), their
 #: bytes, its callback, its ledger (its reply lane), its records, the other ledgers its records hold.
 Run = tuple[list[Bytes], int, Callback, int, int, AbstractSet[int]]
@@ -115,12 +116,14 @@ class JournalSubmitter:
         self._express_inflight = 0
         self.express_groups_max = journal_express.EXPRESS_GROUPS_IN_FLIGHT_MAX  # 0: no express slot
         self.lone_goes_at_once = True  # a lone record beside a group in flight goes in an express group, not in a wait
-        # A lone record right after another ledger's item: its express group starts at its submission
+        # A lone record queued alone while another ledger is at work: its express group starts at its submission
         # (``_lone_now``), not at the loop pass's end behind the other ledger's adds of that pass.
         self.lone_starts_at_submit = True
         self._last_ledger = NO_LEDGER  # the ledger of the item queued last, and when
         self._last_queued_ns = 0
-        self._lone_after_other = False  # the last lone item was queued right after another ledger's item
+        self._other_ledger = NO_LEDGER  # the ledger queued last before ``_last_ledger``'s items, and when
+        self._other_queued_ns = 0
+        self._lone_after_other = False  # the last item is lone, alone in the queue, another ledger at work
         # Groups being written and synced, oldest first; they pass their reply gates in order.
         self._inflight: collections.deque[Group] = collections.deque()
         # ``_wake`` schedules one look per loop pass; ``_grouping`` while the group-wait timer runs.
@@ -214,11 +217,12 @@ class JournalSubmitter:
         self._queued_bytes += size
         ledger = lane[0]
         lone = self._load.queued(ledger, lane[1])
-        last = self._last_ledger
-        # Alone in the queue, right after another ledger's item (already in a group).
-        self._lone_after_other = (lone and len(self._queue) == 1 and last != ledger and last != NO_LEDGER
-                                  and now_ns - self._last_queued_ns <= OTHERS_ACTIVE_NS)
+        if ledger != self._last_ledger:
+            self._other_ledger, self._other_queued_ns = self._last_ledger, self._last_queued_ns
         self._last_ledger, self._last_queued_ns = ledger, now_ns
+        # Alone in the queue, and another ledger queued an item lately (that item is in a group).
+        self._lone_after_other = (lone and len(self._queue) == 1 and self._other_ledger != NO_LEDGER
+                                  and now_ns - self._other_queued_ns <= OTHERS_ACTIVE_NS)
         return lone
 
     def _arrived(self, now_ns: int, pending: bool, lone: bool) -> None:
@@ -227,8 +231,8 @@ class JournalSubmitter:
         checked, and the journal looks for work only if a group can start now: a grouping
         journal by its timer or once its wait gained what the arrivals promise
         (``journal_wait``), one waiting for a free slot from the completion that frees it (a lone
-        record: the express slot). A lone record right after another ledger's item starts its
-        express group from here (``_lone_now``)."""
+        record: the express slot). A lone record queued alone while another ledger is at work
+        starts its express group from here (``_lone_now``)."""
         self._arrivals += 1
         self._wait_policy.arrived(now_ns, pending)
         if self._queued_bytes >= self._config.journal_queue_bytes_max:
@@ -247,8 +251,9 @@ class JournalSubmitter:
 
     def _lone_now(self) -> bool:
         """Whether the lone item just queued goes in an express group now, from its submission
-        (``start_lone``, the writing side's: if it can start a group from here): it came right
-        after another ledger's item (``OTHERS_ACTIVE_NS``) and the express slot is free. Otherwise
+        (``start_lone``, the writing side's: if it can start a group from here): it is alone in
+        the queue, another ledger queued an item lately (``OTHERS_ACTIVE_NS``; the item before it
+        may be its own ledger's previous add) and the express slot is free. Otherwise
         the look at the loop pass's end takes it with the other ledgers' adds read in the rest of
         that pass (a synchronous producer beside a busy one waited p50 1.4 ms for them in pure
         Python, the disk idle: docs/performance.md, session 20)."""
