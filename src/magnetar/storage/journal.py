@@ -49,7 +49,8 @@ submission calls are ``storage.journal_submit`` (``JournalSubmitter``, this clas
 
 Up to ``journal_groups_in_flight_max`` groups are in flight at once (the next group's write
 overlaps the previous group's fsync, as BookKeeper's force-write thread does), plus one of lone
-records beside full slots (``storage.journal_express``); they complete in order. Invariants:
+records beside full slots or while another ledger is at work (``storage.journal_express``); they
+complete in order. Invariants:
 a callback runs with ``None`` only after the sync that covers its record returned and after its
 group passed ``bookie.after_fsync_before_reply`` (so after every earlier group passed it), and after
 every earlier record of its ledger's callback; groups pass each gate in order, and a held gate holds every later one (a held ``bookie.after_reply`` also every answer
@@ -323,7 +324,7 @@ class Journal(JournalSubmitter):
     (the queue and the submission calls: ``JournalSubmitter``)."""
 
     def __init__(self, disk: Disk, clock: Clock, config: BookieConfig, first_file_id: int) -> None:
-        super().__init__(clock, config, self._look)
+        super().__init__(clock, config, self._look, self._start_lone)
         self._disk = disk
         self._file_id = first_file_id
         self._file: DiskFile | None = None
@@ -357,7 +358,7 @@ class Journal(JournalSubmitter):
         self._recent_groups = 0
         self.groups_count = 0
         self.syncs_count = 0
-        self.express_groups_count = 0  # groups of lone records started beside full slots
+        self.express_groups_count = 0  # groups of lone records (``journal_express``)
         self.reply_slices_count = 0  # slices of answers deferred to a later loop pass
 
     def position(self) -> JournalPosition:
@@ -472,6 +473,18 @@ class Journal(JournalSubmitter):
                     return  # held by its fault point (``_append`` carries on), or a wait runs
         finally:
             self._looking = False
+
+    def _start_lone(self) -> None:
+        """From a submission (``JournalSubmitter._lone_now``): an express group of the queued lone
+        items starts now, past ``bookie.before_journal_append`` as every group, unless a group
+        cannot start from this call (a look, a held gate, answers or a rotation in progress, or a
+        rotation due): the look at the loop pass's end then takes them, as before."""
+        if (self.status is not JournalStatus.RUNNING or self._looking or self._appending or self._answer_loop
+                or self._slicing or self._rotation is not None or self._rotation_due()):
+            return
+        self._express_next = True
+        self._appending = True
+        faults.gate0("bookie.before_journal_append", self._append)
 
     def _append(self, error: BaseException | None) -> None:
         """Past ``bookie.before_journal_append``: the next group starts."""

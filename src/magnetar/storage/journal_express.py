@@ -18,7 +18,9 @@ partitions, docs/performance.md, session 14). While every ordinary slot is taken
 the journal starts one more group, an *express* group (at most ``EXPRESS_GROUPS_IN_FLIGHT_MAX``
 in flight), holding only lone items (``take_lone``, at most ``EXPRESS_GROUP_BYTES_MAX``): its
 write goes out beside the heavy groups' at once, so its sync is the heavy group's in flight or
-the one right after, not two more.
+the one right after, not two more. A lone item queued alone while another ledger is at work
+also gets an express group, at once from its submission (``JournalSubmitter._lone_now``, session
+20): the look at the loop pass's end took it with the busy ledger's adds read after it.
 
 Durability and order are those of any group: an express group is written at the file's next
 offset like any other, joins the groups in flight in start order and is answered only after
