@@ -20,10 +20,12 @@ from magnetar.base.types import EARLIEST, TopicName
 from magnetar.broker import BrokerConfig, MemoryLogStore
 from magnetar.broker.consumer import Consumer, SubType
 from magnetar.broker.log import LogStore
+from magnetar.broker.managed_log import ManagedLogStore
 from magnetar.broker.producer import AccessMode, Producer
 from magnetar.broker.service import BrokerService
 from magnetar.broker.subscription import Subscription
 from magnetar.catalog.resources import ClusterData
+from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.metadata.memory import MemoryMetadataServer
 from magnetar.protocol.pulsar import headers_and_payload, pb
 from magnetar.runtime.security import CredentialFiles
@@ -159,3 +161,15 @@ def run_world(body: Callable[[AdminWorld], Awaitable[None]], config: BrokerConfi
             await world.close()
 
     asyncio.run(main())
+
+
+async def managed_broker(world: Any, ml_config: ManagedLedgerConfig, config: BrokerConfig | None = None) -> BrokerService:
+    """A ``BrokerService`` over managed ledgers on ``world``'s fake bookies and metadata (a
+    ``tests.managed_ledger.harness`` world, virtual time), bootstrapped as ``standalone``."""
+    factory = await world.broker(ml_config)
+    store = await world.metadata.connect()
+    service = BrokerService(config if config is not None else BrokerConfig(deduplication=False),
+                            ManagedLogStore(factory, store), store, clock=world.clock)
+    assert service.resources is not None
+    await service.resources.bootstrap("standalone", ClusterData())
+    return service

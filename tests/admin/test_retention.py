@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from magnetar import sim
 from magnetar.base.types import EARLIEST, TopicName
-from magnetar.broker import BrokerConfig
-from magnetar.broker.managed_log import ManagedLogStore, ManagedTopicLog
-from magnetar.broker.service import BrokerService
+from magnetar.broker.managed_log import ManagedTopicLog
 from magnetar.catalog.policies import Policies, RetentionPolicies
-from magnetar.catalog.resources import ClusterData
-from tests.admin.harness import message
+from tests.admin.harness import managed_broker, message
 from tests.managed_ledger.harness import config, make_world
 
 T = "persistent://public/default/retained"
@@ -19,12 +16,8 @@ T = "persistent://public/default/retained"
 def test_retention_trims_only_consumed_ledgers_that_retention_releases() -> None:
     async def main() -> None:
         world = make_world()
-        factory = await world.broker(config(max_entries_per_ledger=2))
-        store = await world.metadata.connect()
-        service = BrokerService(BrokerConfig(deduplication=False), ManagedLogStore(factory, store), store,
-                                clock=world.clock)
+        service = await managed_broker(world, config(max_entries_per_ledger=2))
         assert service.resources is not None
-        await service.resources.bootstrap("standalone", ClusterData())
 
         resources = service.resources
 

@@ -20,14 +20,12 @@ from magnetar import sim
 from magnetar.base.types import EARLIEST, TopicName
 from magnetar.broker import BrokerConfig
 from magnetar.broker import service as service_module
-from magnetar.broker.managed_log import ManagedLogStore, ManagedTopicLog
+from magnetar.broker.managed_log import ManagedTopicLog
 from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks
-from magnetar.broker.service import BrokerService
 from magnetar.broker.topic import Topic
 from magnetar.broker.topic_passes import TopicPassWork, pass_work
 from magnetar.catalog.policies import Policies, QuotaLimit, RetentionAction, TopicPolicies, resolve
-from magnetar.catalog.resources import ClusterData
-from tests.admin.harness import AdminWorld, message, run_world
+from tests.admin.harness import AdminWorld, managed_broker, message, run_world
 from tests.managed_ledger.harness import config, make_world
 
 NS = "persistent://public/default/"
@@ -109,12 +107,7 @@ def test_the_compaction_threshold_in_force_is_the_topics_else_the_namespaces() -
 def test_a_managed_log_with_one_ledger_cannot_trim_and_adopts_the_policy() -> None:
     async def main() -> None:
         world = make_world()
-        factory = await world.broker(config(max_entries_per_ledger=2))
-        store = await world.metadata.connect()
-        service = BrokerService(BrokerConfig(deduplication=False), ManagedLogStore(factory, store), store,
-                                clock=world.clock)
-        assert service.resources is not None
-        await service.resources.bootstrap("standalone", ClusterData())
+        service = await managed_broker(world, config(max_entries_per_ledger=2))
         topic = await service.get_topic(TopicName.parse(f"{NS}trimmed"), create=True)
         log = topic.log
         assert isinstance(log, ManagedTopicLog)

@@ -317,19 +317,12 @@ async def test_the_owners_backlog_counts_read_only_subscriptions() -> None:
     """Backlog quotas apply to read-only subscriptions: the owner's topic backlog (what a producer
     quota is checked against) includes them; without them it would be 0 here."""
     from magnetar.base.types import TopicName
-    from magnetar.broker import BrokerConfig
-    from magnetar.broker.managed_log import ManagedLogStore
-    from magnetar.broker.service import BrokerService
     from magnetar.catalog.policies import BacklogQuota, Policies
-    from magnetar.catalog.resources import ClusterData
+    from tests.admin.harness import managed_broker
 
     world = make_world()
-    factory = await world.broker(config())
-    store = await world.metadata.connect()
-    service = BrokerService(BrokerConfig(deduplication=False), ManagedLogStore(factory, store), store,
-                            clock=world.clock)
+    service = await managed_broker(world, config())
     assert service.resources is not None
-    await service.resources.bootstrap("standalone", ClusterData())
 
     def quota(policies: Policies) -> None:  # a quota to check against (the pass reads the positions then)
         policies.backlog_quota_map = {"destination_storage": BacklogQuota(limit_size=1 << 30)}
