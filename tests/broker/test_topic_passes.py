@@ -20,6 +20,7 @@ from magnetar import sim
 from magnetar.base.types import EARLIEST, TopicName
 from magnetar.broker import BrokerConfig
 from magnetar.broker import service as service_module
+from magnetar.broker.compaction import CompactedView
 from magnetar.broker.managed_log import ManagedTopicLog
 from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks
 from magnetar.broker.topic import Topic
@@ -113,6 +114,9 @@ def test_a_managed_log_with_one_ledger_cannot_trim_and_adopts_the_policy() -> No
         assert isinstance(log, ManagedTopicLog)
         await topic.publish(message(publish_time=world.clock.now_ms()))
         assert not log.retention_may_trim(60.0, -1)  # one ledger: the current one is never trimmed
+        # A read_compacted consumer's view answers for the log it wraps (negative control: a view
+        # answering True as the memory log does fails here).
+        assert not CompactedView(log, topic.compaction).retention_may_trim(60.0, -1)
         assert (log.managed_ledger.config.retention_time_s, log.managed_ledger.config.retention_size_bytes) == (
             60.0, -1)  # adopted all the same
         for index in range(1, 4):

@@ -508,6 +508,9 @@ class CompactedView:
     async def apply_retention(self, retention_time_s: float, retention_size_bytes: int) -> list[int]:
         return await self._log.apply_retention(retention_time_s, retention_size_bytes)
 
+    def retention_may_trim(self, retention_time_s: float, retention_size_bytes: int) -> bool:
+        return self._log.retention_may_trim(retention_time_s, retention_size_bytes)
+
     async def close(self) -> None:
         return None  # the topic owns its log
 

@@ -126,6 +126,11 @@ class TopicLog(Protocol):
         """Adopt the retention policy (-1: unbounded) and delete what every durable cursor consumed
         and retention lets go; returns the ids of the ledgers deleted."""
 
+    def retention_may_trim(self, retention_time_s: float, retention_size_bytes: int) -> bool:
+        """Whether ``apply_retention`` with this policy could delete anything now (False: the
+        broker's policy pass skips the call, ``broker/topic_passes.py``); a log that cannot tell
+        cheaply answers True and lets ``apply_retention`` decide."""
+
     async def close(self) -> None: ...
 
 

@@ -172,6 +172,9 @@ class MemoryTopicLog:
         """The reference log keeps every entry: it has no ledgers to delete."""
         return []
 
+    def retention_may_trim(self, retention_time_s: float, retention_size_bytes: int) -> bool:
+        return True  # ``apply_retention`` decides (the pass calls it, as it does a managed log's that may trim)
+
     @property
     def terminated_position(self) -> Position | None:
         return self._state.terminated_at

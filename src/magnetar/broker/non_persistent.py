@@ -149,6 +149,9 @@ class NonPersistentLog:
     async def apply_retention(self, retention_time_s: float, retention_size_bytes: int) -> list[int]:
         return []
 
+    def retention_may_trim(self, retention_time_s: float, retention_size_bytes: int) -> bool:
+        return True  # ``apply_retention`` decides
+
     async def close(self) -> None:
         return None
 

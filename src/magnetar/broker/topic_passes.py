@@ -13,9 +13,10 @@ instead of inside it, so every policy applies exactly when it did:
 * TTL expiry acts on an active topic with a TTL set and at least one subscription;
 * the backlog-quota check acts on an active topic with a size or time quota set, or whose last
   check found a quota exceeded (the check then clears it);
-* retention acts on an active topic whose log may trim: a log that says (``retention_may_trim``,
-  the managed topic log: it adopts the policy in force at once, as the check did, so a trim after
-  a rollover applies it) that it holds fewer than two ledgers cannot, any other log may;
+* retention acts on an active topic whose log may trim (``TopicLog.retention_may_trim``): the
+  managed topic log adopts the policy in force at once, as the check did, so a trim after a
+  rollover applies it, and says no while it holds fewer than two ledgers; a compacted view asks
+  the log it wraps; the memory and non-persistent logs let ``apply_retention`` decide;
 * the compaction-threshold check acts when a threshold is set (``EffectivePolicies``);
 * the offload refresh acts on a topic with an offload configured.
 
@@ -66,10 +67,7 @@ def pass_work(topic: Topic, due: DueChecks) -> TopicPassWork | None:
 
 
 def _may_trim(log: TopicLog, policies: EffectivePolicies) -> bool:
-    may_trim = getattr(log, "retention_may_trim", None)
-    if may_trim is None:
-        return True  # a log that does not say: its ``apply_retention`` decides
-    return bool(may_trim(policies.retention_time_s, policies.retention_size_bytes))
+    return log.retention_may_trim(policies.retention_time_s, policies.retention_size_bytes)
 
 
 def _offload_configured(topic: Topic) -> bool:
