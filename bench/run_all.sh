@@ -24,4 +24,13 @@ if ! "$PY" bench/peers/run.py 2>&1 | tee bench/results/peers.txt; then
   echo "benchmark bench/peers/run.py failed" >&2
   status=1
 fi
+# Instructions and context switches per message, in a run of their own: attached counters inflate
+# the server CPU that the run above reports (bench/peers/run.py's docstring).
+echo "=== bench/peers/run.py --perf-events instructions,context-switches"
+if ! "$PY" bench/peers/run.py --repeats 1 --phases publish --blast-seconds 0 --sync-seconds 0 \
+    --perf-events instructions,context-switches --out bench/results/peers_counted 2>&1 \
+    | tee bench/results/peers_counted.txt; then
+  echo "benchmark bench/peers/run.py --perf-events failed" >&2
+  status=1
+fi
 exit $status

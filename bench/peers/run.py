@@ -15,9 +15,15 @@ messages:
   system, of the server processes started here and their descendants: the standalone and its
   bookie processes, redis-server, nats-server, RabbitMQ's Erlang VM and epmd) over the measured
   phase, divided by the messages acknowledged in it; the clients' CPU per message beside it;
-* ``perf stat`` counters of the server processes per message (``--perf-events``, default
-  ``instructions`` and ``context-switches``) where perf counts them here (``measures.perf_probe``
-  says which and why not: a VM without a hardware PMU has no ``instructions``);
+* ``perf stat`` counters of the server processes per message (``--perf-events``, e.g.
+  ``instructions,context-switches``; none by default) where perf counts them here
+  (``measures.perf_probe`` says which and why not: a VM without a hardware PMU has no
+  ``instructions``). Counters are off by default because they change what they watch: in a VM a
+  hardware counter attached to the server is saved and restored at each of its context switches
+  (MSR accesses the hypervisor traps), which inflated the server's CPU per message, the more the
+  more it switches threads (session 21: 3 bookies / 1 bookie 1.809 with ``instructions`` attached,
+  1.519 without, the same tree). So the CPU figures of a run are taken without counters, and
+  instructions per message come from a separate run with ``--perf-events``;
 * Magnetar only, the blast phase (``--blast-seconds``, 0 = off): ``magnetar perf produce --blast``
   from ``--blast-processes`` processes, unbatched (1 message per SEND) and batched
   (``--blast-batch`` messages per SEND): the broker's durable ingest (msg/s, MB/s of payload), the
@@ -340,8 +346,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--disk-blocks", default="65536,1048576,4194304",
                         help="bytes per write+fdatasync (4 MiB: the journal's largest group)")
     parser.add_argument("--disk-seconds", type=float, default=3.0, help="all disk block sizes together")
-    parser.add_argument("--perf-events", default="instructions,context-switches",
-                        help="perf stat events per message of the server ('' = none)")
+    parser.add_argument("--perf-events", default="",
+                        help="perf stat events per message of the server, e.g. instructions,context-switches "
+                             "(default none: attached counters inflate the server's CPU in a VM; see above)")
     parser.add_argument("--dir", default=str(REPO / "bench" / "results"))
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "peers"))
     args = parser.parse_args()
