@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import FencedError, LimitExceededError, MagnetarError
-from magnetar.base.invariant import invariant
+from magnetar.base.invariant import InvariantViolationError, invariant
 from magnetar.base.lazy_event import LazyEvent
 from magnetar.base.limits import MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX
 from magnetar.base.types import Position
@@ -378,8 +378,8 @@ class AppendPipeline:
         """Whether the current ledger must be replaced before the next add; ``now_ns``: the
         caller's read of the clock (-1: read here)."""
         current = self.current
-        invariant(current is not None, "an opened managed ledger has a current ledger")
-        assert current is not None
+        if current is None:
+            raise InvariantViolationError("an opened managed ledger has a current ledger")
         if current.failed:
             return True
         if now_ns < 0:
@@ -453,17 +453,18 @@ class AppendPipeline:
                 self._finish_add(current, op, None, exc)
 
     def _finish_add(self, current: CurrentLedger, op: _OpAdd, entry_id: int | None, error: BaseException | None) -> None:
-        if isinstance(error, FencedError):
+        if error is None and entry_id is not None:  # stored: checked first (no isinstance per add)
+            if entry_id != op.entry_id:  # the message is formatted only when it fails
+                invariant(False, f"entry id {entry_id}, expected {op.entry_id}")
+            op.position = Position(current.handle.ledger_id, entry_id)
+        elif isinstance(error, FencedError):
             op.error = ManagedLedgerFencedError(f"managed ledger {self.name}: ledger {current.handle.ledger_id} fenced")
             self._host.become_fenced(error)
         elif isinstance(error, MagnetarError):
             op.error = error
             current.failed = True
         else:
-            if entry_id != op.entry_id:  # the message is formatted only when it fails
-                invariant(False, f"entry id {entry_id}, expected {op.entry_id}")
-            assert entry_id is not None
-            op.position = Position(current.handle.ledger_id, entry_id)
+            invariant(False, f"add {op.entry_id} finished with neither an entry id nor a ledger error: {error!r}")
         op.finished = True
         self._deliver_in_order(current)
 
