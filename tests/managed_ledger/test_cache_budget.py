@@ -3,6 +3,9 @@ broker-wide managedLedgerCacheSizeMB), on top of each one's own bound."""
 
 from __future__ import annotations
 
+import pytest
+
+from magnetar.base.invariant import InvariantViolationError
 from magnetar.base.limits import MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX
 from magnetar.base.types import Position
 from magnetar.managed_ledger.entry_reader import CacheBudget, EntryReader
@@ -72,3 +75,36 @@ async def test_the_cached_tail_is_read_without_a_suspension_and_a_miss_says_so()
     assert ml.read_cached(positions[0], 10) is None
     assert len(await ml.read_entries(positions[0], 10)) == 6
     await ml.close()
+
+
+def test_entries_are_found_by_ledger_and_id_across_runs_gaps_and_the_compaction_of_given_up_slots() -> None:
+    """The entry cache keeps consecutive entries of a ledger as one run (``_CachedRun``): a new
+    ledger or a gap starts another; the oldest entry goes first across runs; a run whose head was
+    given up is compacted (the ids after it still find their payloads); an entry remembered out
+    of log order is a bug (the pipeline's positions only grow)."""
+    budget = CacheBudget(bytes_max=10**9)
+    r = _reader(budget)
+    for i in range(5):
+        r.remember(Position(1, i), b"a%d" % i)
+    for i in (0, 1, 5, 6):  # 2..4 never remembered: a gap
+        r.remember(Position(2, i), b"b%d" % i)
+    assert r.cached(1, 0, 4) == [b"a%d" % i for i in range(5)]
+    assert r.cached(2, 0, 1) == [b"b0", b"b1"] and r.cached(2, 5, 6) == [b"b5", b"b6"]
+    assert r.cached(2, 1, 5) is None and r.cached(2, 7, 7) is None and r.cached(3, 0, 0) is None
+    for _ in range(6):  # ledger 1's five, then ledger 2's first
+        assert r.evict_oldest()
+    assert r.cached(1, 4, 4) is None and r.cached(2, 0, 0) is None and r.cached(2, 1, 1) == [b"b1"]
+    assert r.cached_bytes == budget.bytes == 6
+    r.forget_ledger(2)
+    assert r.cached_bytes == budget.bytes == 0 and not r.evict_oldest()
+    for i in range(2000):
+        r.remember(Position(3, i), bytes([i % 256]))
+    for _ in range(1500):  # past half of the run: its list is compacted on the way
+        assert r.evict_oldest()
+    assert r.cached(3, 1499, 1499) is None
+    assert r.cached(3, 1500, 1999) == [bytes([i % 256]) for i in range(1500, 2000)]
+    assert r.cached_bytes == budget.bytes == 500
+    with pytest.raises(InvariantViolationError):
+        r.remember(Position(3, 10), b"x")  # not after the cached tail
+    r.clear()
+    assert budget.bytes == 0 and r.cached(3, 1999, 1999) is None

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.errors import BadVersionError, ClosedError, FencedError, LimitExceededError, MagnetarError
-from magnetar.base.invariant import invariant
+from magnetar.base.invariant import InvariantViolationError, invariant
 from magnetar.base.lazy_event import LazyEvent
 from magnetar.base.limits import (
     LEDGER_ADD_TIMEOUT_CONFIRM_MS,
@@ -422,8 +422,8 @@ class LedgerHandle:
         entries: list[EncodedEntry] = []
         for op in ops:
             entry = op.entry
-            invariant(entry is not None and not op.acked and not op.inflight, "sent to the ensemble once, built")
-            assert entry is not None
+            if entry is None or op.acked or op.inflight:  # no call per add (the message: a constant)
+                raise InvariantViolationError("sent to the ensemble once, built")
             op.sent_ns = now_ns
             op.inflight = everyone
             entries.append(entry)
@@ -568,10 +568,10 @@ class LedgerHandle:
 
     def _complete_in_order(self) -> None:
         while self._pending and self._ensemble_change is None and self._live:
-            head_id = next(iter(self._pending))
-            if head_id != self._lac + 1:  # the message is formatted only when it fails
-                invariant(False, f"pending head {head_id} must follow LAC {self._lac}")
-            op = self._pending[head_id]
+            head_id = self._lac + 1  # the table holds exactly LAC + 1 .. last pushed (no iterator per add)
+            op = self._pending.get(head_id)
+            if op is None or len(self._pending) != self._last_add_pushed - self._lac:
+                raise InvariantViolationError(f"pending {sorted(self._pending)[:3]}... must follow LAC {self._lac}")
             if not (op.sent and op.quorum_passed and self._has_ack_quorum(op)):
                 break
             del self._pending[head_id]

@@ -1,7 +1,11 @@
 """``EntryReader``: reads entries of a managed ledger's ledgers, with two bounded caches.
 
 * Entry cache: recently appended payloads (``MANAGED_LEDGER_CACHE_BYTES_MAX``, oldest evicted
-  first), so consumers at the tail never go to a bookie — as Pulsar's entry cache. The managed
+  first), so consumers at the tail never go to a bookie — as Pulsar's entry cache. Entries are
+  remembered in log order (the pipeline's acknowledged positions only grow), so the cache is a
+  list of ``_CachedRun``s: the payloads of consecutive entries of one ledger in a list, found by
+  entry id, the oldest given up from the head (no ordered-dict node, position hash or ``popitem``
+  per message: once per message at a steady rate, when the cache is full). The managed
   ledgers of one factory share a ``CacheBudget`` (``MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX``, as
   Pulsar's broker-wide managedLedgerCacheSizeMB): beyond it the entry cache written to least
   recently gives up its oldest entries first, so thousands of topics cannot add up to gigabytes.
@@ -25,6 +29,7 @@ from typing import Protocol
 
 from magnetar.base.entry import Entry
 from magnetar.base.errors import MagnetarError, NotFoundError
+from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
     MANAGED_LEDGER_CACHE_BYTES_MAX,
     MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX,
@@ -55,27 +60,74 @@ class CacheBudget:
         self.bytes_max = bytes_max
         self.bytes = 0
         self._holders: OrderedDict[CacheHolder, None] = OrderedDict()  # least recently written first
+        #: The last of ``_holders`` (None: unknown): a holder written to again keeps its place
+        #: without two ordered-dict operations (one topic at a steady rate: every charge).
+        self._last: CacheHolder | None = None
 
     def charged(self, holder: CacheHolder, size: int) -> None:
         self.bytes += size
-        self._holders[holder] = None
-        self._holders.move_to_end(holder)
+        if holder is not self._last:
+            self._holders[holder] = None
+            self._holders.move_to_end(holder)
+            self._last = holder
         while self.bytes > self.bytes_max and self._holders:
-            victim = next(iter(self._holders))
+            victim = next(iter(self._holders))  # the least recently written
             if not victim.evict_oldest():
                 del self._holders[victim]
+                if victim is self._last:
+                    self._last = None
 
     def released(self, holder: CacheHolder, size: int, *, empty: bool) -> None:
         self.bytes -= size
         if empty:
             self._holders.pop(holder, None)
+            if holder is self._last:
+                self._last = None
+
+
+class _CachedRun:
+    """Cached payloads of consecutive entries of ledger ``ledger_id``: entry ``first + i`` is
+    ``payloads[i]`` for ``head <= i < len(payloads)`` (the ones before ``head`` were given up:
+    their slots hold ``b""`` until the list is compacted)."""
+
+    __slots__ = ("first", "head", "ledger_id", "payloads")
+
+    def __init__(self, ledger_id: int, first: int, payload: bytes) -> None:
+        self.ledger_id = ledger_id
+        self.first = first
+        self.head = 0
+        self.payloads = [payload]
+
+    def get(self, entry_id: int) -> bytes | None:
+        index = entry_id - self.first
+        if self.head <= index < len(self.payloads):
+            return self.payloads[index]
+        return None
+
+    def drop_head(self) -> bytes:
+        """Give up the oldest payload (the run must hold one); compacts the list once at least
+        half of it was given up (``_RUN_COMPACT_MIN`` or more slots): amortized O(1) per entry."""
+        payloads, head = self.payloads, self.head
+        data = payloads[head]
+        payloads[head] = b""
+        head += 1
+        if head >= _RUN_COMPACT_MIN and 2 * head >= len(payloads):
+            del payloads[:head]
+            self.first += head
+            head = 0
+        self.head = head
+        return data
+
+
+#: Given-up slots at the head of a ``_CachedRun`` before its list is compacted.
+_RUN_COMPACT_MIN = 256
 
 
 class EntryReader:
     def __init__(self, manager: LedgerManager, budget: CacheBudget | None = None) -> None:
         self._manager = manager
         self._budget = budget if budget is not None else CacheBudget()
-        self._cache: OrderedDict[Position, bytes] = OrderedDict()
+        self._runs: list[_CachedRun] = []  # the entry cache, oldest first (log order)
         self._cache_bytes = 0
         self._readers: OrderedDict[int, LedgerReader] = OrderedDict()
         self.offloaded_reader: OffloadedReader | None = None
@@ -85,20 +137,49 @@ class EntryReader:
         return self._cache_bytes
 
     def remember(self, position: Position, data: bytes) -> None:
-        self._cache[position] = data
+        """Cache ``data`` as the entry at ``position``, which comes after every cached entry
+        (the managed ledger's acknowledged positions strictly grow)."""
+        runs = self._runs
+        ledger_id, entry_id = position.ledger_id, position.entry_id
+        if runs:
+            run = runs[-1]
+            end = run.first + len(run.payloads)  # the entry id after the run's last
+            if run.ledger_id == ledger_id and end == entry_id:
+                run.payloads.append(data)
+            else:
+                if not (ledger_id > run.ledger_id or (ledger_id == run.ledger_id and entry_id > end)):
+                    invariant(False, f"cached {position} not after {run.ledger_id}:{end - 1}")
+                runs.append(_CachedRun(ledger_id, entry_id, data))
+        else:
+            runs.append(_CachedRun(ledger_id, entry_id, data))
         self._cache_bytes += len(data)
-        while self._cache_bytes > MANAGED_LEDGER_CACHE_BYTES_MAX and self._cache:
-            _, evicted = self._cache.popitem(last=False)
-            self._cache_bytes -= len(evicted)
+        while self._cache_bytes > MANAGED_LEDGER_CACHE_BYTES_MAX and runs:
+            evicted = self._drop_oldest()
             self._budget.released(self, len(evicted), empty=False)
         self._budget.charged(self, len(data))
+
+    def _drop_oldest(self) -> bytes:
+        runs = self._runs
+        run = runs[0]
+        data = run.drop_head()
+        if run.head == len(run.payloads):
+            del runs[0]
+        self._cache_bytes -= len(data)
+        return data
+
+    def _get(self, ledger_id: int, entry_id: int) -> bytes | None:
+        for run in self._runs:
+            if run.ledger_id == ledger_id:
+                data = run.get(entry_id)
+                if data is not None:
+                    return data
+        return None
 
     def cached(self, ledger_id: int, first: int, last: int) -> list[bytes] | None:
         """Entries ``first..last`` of ``ledger_id`` if every one is in the cache, else None."""
         out: list[bytes] = []
-        cache = self._cache
         for entry_id in range(first, last + 1):
-            data = cache.get(Position(ledger_id, entry_id))
+            data = self._get(ledger_id, entry_id)
             if data is None:
                 return None
             out.append(data)
@@ -116,36 +197,40 @@ class EntryReader:
         last = min(last_confirmed.entry_id, first + count_max - 1)
         if last < first:
             return []
-        cache = self._cache
         out: list[Entry] = []
         for entry_id in range(first, last + 1):
-            position = Position(ledger_id, entry_id)
-            data = cache.get(position)
+            data = self._get(ledger_id, entry_id)
             if data is None:
                 return None
-            out.append(Entry(position, data))
+            out.append(Entry(Position(ledger_id, entry_id), data))
         return out
 
     def evict_oldest(self) -> bool:
         """Drop the oldest cached entry (the shared budget is over); whether there was one."""
-        if not self._cache:
+        if not self._runs:
             return False
-        _, evicted = self._cache.popitem(last=False)
-        self._cache_bytes -= len(evicted)
-        self._budget.bytes -= len(evicted)
+        self._budget.bytes -= len(self._drop_oldest())
         return True
 
     def forget_ledger(self, ledger_id: int) -> None:
         self._readers.pop(ledger_id, None)
-        for position in [p for p in self._cache if p.ledger_id == ledger_id]:
-            size = len(self._cache.pop(position))
-            self._cache_bytes -= size
-            self._budget.released(self, size, empty=not self._cache)
+        kept: list[_CachedRun] = []
+        size = 0
+        for run in self._runs:
+            if run.ledger_id == ledger_id:
+                size += sum(len(data) for data in run.payloads[run.head:])
+            else:
+                kept.append(run)
+        if len(kept) == len(self._runs):
+            return
+        self._runs = kept
+        self._cache_bytes -= size
+        self._budget.released(self, size, empty=not kept)
 
     def clear(self) -> None:
         """Give back every cached entry (the managed ledger closed)."""
         size = self._cache_bytes
-        self._cache.clear()
+        self._runs = []
         self._cache_bytes = 0
         self._readers.clear()
         self._budget.released(self, size, empty=True)
@@ -154,9 +239,9 @@ class EntryReader:
                    offload: OffloadContext | None = None) -> list[Entry]:
         """Entries ``first..last`` of ``ledger_id`` (all acknowledged); ``writer``: our current ledger's;
         ``offload``: where the ledger was offloaded to, if it was."""
-        cached = [self._cache.get(Position(ledger_id, e)) for e in range(first, last + 1)]
-        if all(data is not None for data in cached):
-            return [Entry(Position(ledger_id, first + i), data) for i, data in enumerate(cached) if data is not None]
+        cached = self.cached(ledger_id, first, last)
+        if cached is not None:
+            return [Entry(Position(ledger_id, first + i), data) for i, data in enumerate(cached)]
         offloaded_reader = self.offloaded_reader
         if offload is not None and offload.complete and offloaded_reader is not None:
             if not offload.bookie_deleted:
