@@ -26,17 +26,17 @@ _GET_RUNNING_LOOP: Final = asyncio.get_running_loop
 
 
 class LoopRef:
-    __slots__ = ("_loop", "_thread")
+    __slots__ = ("_loop", "_thread_ident")
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = 0
+        self._thread_ident = 0
 
     def get(self) -> asyncio.AbstractEventLoop:
         """The loop running on this thread (``RuntimeError`` when none is, like asyncio's)."""
         loop = self._loop
-        if loop is not None and self._thread == _GET_IDENT() and loop.is_running():
+        if loop is not None and self._thread_ident == _GET_IDENT() and loop.is_running():
             return loop
         loop = _GET_RUNNING_LOOP()
-        self._loop, self._thread = loop, _GET_IDENT()
+        self._loop, self._thread_ident = loop, _GET_IDENT()
         return loop
