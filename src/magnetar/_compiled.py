@@ -114,6 +114,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.ledger.window",
     "magnetar.storage.index",
     "magnetar.base.lazy_event",  # 5 calls per message (a producer's room, the pipeline's flags)
+    "magnetar.base.loop_ref",  # session 21: the running loop without a getpid per lookup
     "magnetar.broker.entry_published",  # session 16: the log's callback per published entry
     "magnetar.catalog.policy_cache",  # session 16: ``PolicyCache.effective``, once per publish run
     # Session 17 (ledger): read or called per run at one message per run (100,000 topics, a
