@@ -328,3 +328,60 @@ def test_a_run_to_a_real_bookie_stores_every_accepted_entry_and_refuses_a_damage
             Status.NO_SUCH_ENTRY if i == 3 else Status.OK for i in range(8)]
 
     asyncio.run(_with_bookie(tmp_path, body))
+
+
+def test_steady_adds_to_a_local_bookie_look_the_running_loop_up_once(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """One add at a time to a local bookie (the steady path at a modest rate: a run per loop
+    pass, a journal group per add, written and synced through ``LocalFile.append_and_sync_then``)
+    looks the running loop up through its ``LoopRef``s, not ``asyncio.get_running_loop``, which
+    makes a ``getpid`` system call per lookup (~2 per message at a steady 2,000 msg/s before,
+    docs/performance.md, session 21). The group wait is off (its timer is the clock's, not this
+    path's). Negative controls (run): ``add_run`` scheduling its ``_flush`` through
+    ``asyncio.get_running_loop()`` again (42 lookups for 40 adds), or ``append_and_sync_then``
+    writing inline with it (39), fail this."""
+    adds = 40
+    lookups: list[int] = []
+    real_lookup = asyncio.get_running_loop
+
+    def counted_lookup() -> asyncio.AbstractEventLoop:
+        lookups.append(1)
+        return real_lookup()
+
+    async def body() -> None:
+        store = await open_metadata_store("memory:")
+        config = BookieConfig(host="127.0.0.1", port=0, data_dir=str(tmp_path / "bookie"), gc_interval_ms=0,
+                              disk_free_bytes_min=0, journal_group_wait_ms_max=0)
+        running = await start_bookie(config, store=store, clock=SystemClock(), network=TcpNetwork())
+        bookie = BookieId.parse(running.bookie_id)
+        transport = LocalFirstTransport({bookie: running.bookie}, BookieClientTransport(TcpNetwork(), SystemClock()))
+        loop = real_lookup()
+        try:
+            for entry_id in range(adds + 1):
+                if entry_id == 1:  # the first add looked the loop up once per object: count from here
+                    monkeypatch.setattr(asyncio, "get_running_loop", counted_lookup)
+                stored = loop.create_future()
+                transport.add_run(bookie, (_entry(21, entry_id, entry_id - 1),), recovery=False, master_key=KEY,
+                                  on_reply=partial(_settle_one, stored))
+                assert await asyncio.wait_for(stored, 10) is None
+            journal = running.bookie._journal
+            assert journal is not None and journal.groups_count >= adds  # a group per add: the path measured
+        finally:
+            monkeypatch.undo()
+            await transport.close()
+            await running.stop()
+            await store.close()
+
+    asyncio.run(body())
+    # The bookie's background work (a checkpoint, the journal's preallocated zeros) may look it up
+    # now and then (2 in one run of 40 adds on the loaded bench VM); a lookup per add is the bug.
+    assert len(lookups) <= adds // 8, f"{len(lookups)} lookups for {adds} adds"
+
+
+def _settle_one(future: asyncio.Future[None], _index: int, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)

@@ -13,6 +13,7 @@ import itertools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -273,13 +274,14 @@ def test_aligned_buffers_are_reused_across_write_sizes_and_file_rotations(
     allocated: list[int] = []
     real_mmap = disk_buffers.mmap.mmap
 
-    class CountingMmap:
-        @staticmethod
-        def mmap(fileno: int, length: int) -> object:
-            allocated.append(length)
-            return real_mmap(fileno, length)
+    def counting_mmap(fileno: int, length: int, *args: Any, **kwargs: Any) -> object:
+        allocated.append(length)
+        return real_mmap(fileno, length, *args, **kwargs)
 
-    monkeypatch.setattr(disk_buffers, "mmap", CountingMmap)  # where the aligned buffers are made
+    # Where the aligned buffers are made: the ``mmap`` module's own attribute, which the compiled
+    # ``runtime.disk_buffers`` looks up at each call too (its reference to the module is a C
+    # static: replacing the module in its namespace reaches only the interpreted build).
+    monkeypatch.setattr(disk_buffers.mmap, "mmap", counting_mmap)
     big, small = os.urandom(4 * MIB), os.urandom(4096)
 
     async def rotate_and_write(open_file: Callable[[str], runtime_disk.LocalFile]) -> bool:

@@ -1,7 +1,9 @@
 """Page-aligned buffers for ``O_DIRECT`` writes and the blocking ``pwritev`` loop
 (``runtime.disk``'s, split from it): ``_AlignedBuffer`` (a ``memfd`` mapping a worker thread fills
 with the GIL released), the pool of idle ones a ``LocalDisk``'s files share, and ``_copy_into``
-(parts back to back into a buffer, small runs joined first)."""
+(parts back to back into a buffer, small runs joined first). Compiled (``magnetar._compiled``,
+session 21): ``_AlignedBuffers.take``, ``give_back`` and ``_copy_into`` run once per journal group
+on the event loop, called from the compiled ``runtime.disk_file``."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import mmap
 import os
 import weakref
 from collections.abc import Sequence
+
+from mypy_extensions import mypyc_attr
 
 from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes
@@ -96,6 +100,7 @@ def _copy_into(buffer: mmap.mmap, parts: Sequence[Bytes], total: int) -> memoryv
     return view[:total]
 
 
+@mypyc_attr(native_class=False)  # a ``weakref.finalize`` closes its memfd: compiled, a Python class
 class _AlignedBuffer:
     """A page-aligned buffer for ``O_DIRECT`` writes: a mapping of a ``memfd`` (where the system
     has them, else of anonymous memory, ``fd`` -1). ``fill`` copies a write's parts into it with

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from magnetar import faults
 from magnetar.base.clock import Clock
 from magnetar.base.invariant import invariant
+from magnetar.base.lazy_event import LazyEvent
 from magnetar.storage.bookie_ledger import BookieLedger
 from magnetar.storage.caches import WriteCache, release_step
 from magnetar.storage.config import BookieConfig
@@ -104,9 +105,10 @@ class Checkpointer:
         #: Held by every writer of the entry log and the index.
         self.lock = asyncio.Lock()
         #: Set while the write cache has room for adds; clear while a full active half waits
-        #: for the previous flush (adds wait: backpressure).
-        self.room = asyncio.Event()
-        self.room.set()
+        #: for the previous flush (adds wait: backpressure). Asked per add run
+        #: (``Bookie.needs_backpressure``): a compiled ``LazyEvent``, where ``asyncio.Event``'s
+        #: ``is_set`` was an interpreted call (~0.9 per message at a steady 2,000 msg/s).
+        self.room = LazyEvent(is_set=True)
 
     def use_journal(self, journal: Journal) -> None:
         """The started journal: a checkpoint takes its position as the mark and deletes the

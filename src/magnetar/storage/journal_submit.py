@@ -33,6 +33,7 @@ from magnetar.base.clock import Clock, Timer
 from magnetar.base.errors import ClosedError
 from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes
+from magnetar.base.lazy_event import LazyEvent
 from magnetar.faults import breaks
 from magnetar.storage import journal_express
 from magnetar.storage.config import BookieConfig
@@ -134,8 +135,7 @@ class JournalSubmitter:
         self._waited_due = False  # the wait ended: the next look starts the group at once
         self._timer: Timer | None = None
         self._wait_policy = GroupWaitPolicy(config.journal_group_wait_ms_max * 1_000_000)
-        self._room = asyncio.Event()
-        self._room.set()
+        self._room = LazyEvent(is_set=True)  # compiled: ``_take_group`` sets it per group
         self._failure: BaseException | None = None
         self.status = JournalStatus.CREATED
         self.waits_count = 0  # groups that waited for more adds (``journal_wait``)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.base.errors import CorruptDataError, LimitExceededError
+from magnetar.base.errors import CorruptDataError, InvalidArgumentError, LimitExceededError
 from magnetar.base.limits import BOOKIE_FRAME_BYTES_MAX
 from magnetar.protocol.bookie import (
     AddRequest,
@@ -253,3 +253,26 @@ def test_a_built_entry_needs_no_crc_pass_to_pass_its_digest_check_a_received_one
     # An entry made from a built one's fields with another digest is not trusted either.
     forged = EncodedEntry(built.ledger_id, built.entry_id, built.lac, built.digest ^ 1, built.raw)
     assert not forged.digest_ok()
+
+
+@given(
+    st.integers(0, (1 << 63) - 1), st.integers(0, (1 << 63) - 1), st.integers(-1, (1 << 63) - 1),
+    st.binary(max_size=3000), st.sampled_from([bytes, bytearray, memoryview]),
+)
+def test_a_built_entry_is_the_documented_layout_whatever_the_payload_type(
+        ledger: int, entry: int, lac: int, payload: bytes, kind: type) -> None:
+    # Session 21: the header's first 24 bytes are packed once, for the digest and the header
+    # both; the layout stays the module docstring's, computed here independently.
+    fields = struct.pack(">Qqq", ledger, entry, lac)
+    digest = crc32c.crc32c(payload, crc32c.crc32c(fields))
+    built = EncodedEntry.build(ledger, entry, lac, kind(payload))
+    assert built.raw == fields + struct.pack(">II", len(payload), digest) + payload
+    assert type(built.raw) is bytes and type(built) is EncodedEntry
+    assert (built.ledger_id, built.entry_id, built.lac, built.digest) == (ledger, entry, lac, digest)
+    assert built == EncodedEntry.parse(built.raw) and EncodedEntry.parse(built.raw).digest_ok()
+
+
+@pytest.mark.parametrize(("ledger", "entry", "lac"), [(-1, 0, -1), (1 << 63, 0, -1), (1, -1, -1), (1, 0, -2)])
+def test_building_an_entry_with_ids_out_of_range_is_refused(ledger: int, entry: int, lac: int) -> None:
+    with pytest.raises(InvalidArgumentError):
+        EncodedEntry.build(ledger, entry, lac, b"x")
