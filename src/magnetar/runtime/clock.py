@@ -10,6 +10,7 @@ from typing import Final
 
 from mypy_extensions import mypyc_attr
 
+from magnetar.base.loop_ref import LoopRef
 from magnetar.base.rng import SeededRng
 
 # Bound once: compiled, a ``Final`` module global is a C static, so ``monotonic_ns`` (several
@@ -30,6 +31,11 @@ class _WeaklyReferenced:
 class SystemClock(_WeaklyReferenced):
     """``Clock`` over ``time`` and the running event loop."""
 
+    def __init__(self) -> None:
+        # ``call_later`` runs per journal group (the group wait's timer) and per add deadline:
+        # the loop from a ``LoopRef``, not ``asyncio.get_running_loop()`` and its ``getpid``.
+        self._loop = LoopRef()
+
     def now_ms(self) -> int:
         return _TIME_NS() // 1_000_000
 
@@ -40,7 +46,7 @@ class SystemClock(_WeaklyReferenced):
         await asyncio.sleep(duration_s)
 
     def call_later(self, delay_s: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        return asyncio.get_running_loop().call_later(delay_s, callback)
+        return self._loop.get().call_later(delay_s, callback)
 
 
 def system_rng() -> SeededRng:
