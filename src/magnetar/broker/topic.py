@@ -72,7 +72,8 @@ from magnetar.base.limits import (
     BROKER_TOPIC_UNBLOCK_ATTEMPTS_COUNT_MAX,
     BROKER_TOPIC_UNBLOCK_RETRY_INTERVAL_MS,
 )
-from magnetar.base.types import EARLIEST, Position, TopicName
+from magnetar.base.types import Position, TopicName
+from magnetar.broker import topic_queries
 from magnetar.broker.compaction import TopicCompaction
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, DedupState, MessageDeduplication, is_system_cursor
@@ -83,6 +84,7 @@ from magnetar.broker.log import AppendCallback, SettlesFailedWrites, Terminable,
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
 from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks
 from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.publish_throttle import PublishThrottle
 from magnetar.broker.replicated import replicated_source
 from magnetar.broker.subscription import Subscription
 from magnetar.catalog.policies import EffectivePolicies, QuotaLimit, RetentionAction, resolve
@@ -159,10 +161,7 @@ class Topic:
         self.publish_latency = LatencyHistogram()
         #: The backlog quota found exceeded by the last check (None: within every quota).
         self.quota_exceeded: QuotaLimit | None = None
-        self._throttle = asyncio.Lock()
-        self._window_end_ns = 0
-        self._window_msgs = 0
-        self._window_bytes = 0
+        self._throttle = PublishThrottle(clock) if clock is not None else None  # publishes wait only with a clock
         #: Producers fenced by an ExclusiveWithFencing one (insertion-ordered, bounded).
         self._fenced_names: dict[str, None] = {}
         #: Moved by every exclusive producer that takes the topic (Pulsar's topic epoch); None
@@ -459,7 +458,8 @@ class Topic:
                     self._append_run(batch, callers)
                     batch, callers = [], []  # the log keeps the lists it was handed
                     messages = entry_message_count(stored_entry_metadata(data))
-                    await self._throttle_publish(policies, messages, len(data))
+                    if self._throttle is not None:
+                        await self._throttle.wait(policies, messages, len(data))
                     waited = True
                 elif not messages:
                     messages = _message_count(data)
@@ -510,24 +510,6 @@ class Topic:
         for listener in self.entry_listeners:
             listener()
         on_done(position, None)
-
-    async def _throttle_publish(self, policies: EffectivePolicies, messages: int, size: int) -> None:
-        """Wait for room in the current one-second window; waiters go in arrival (SEND) order."""
-        clock = self.clock
-        if clock is None:
-            return
-        async with self._throttle:
-            rate_msgs, rate_bytes = policies.publish_rate_msgs_per_s, policies.publish_rate_bytes_per_s
-            now = clock.monotonic_ns()
-            if now >= self._window_end_ns:
-                self._window_end_ns, self._window_msgs, self._window_bytes = now + 1_000_000_000, 0, 0
-            full = (rate_msgs and self._window_msgs >= rate_msgs) or (rate_bytes and self._window_bytes >= rate_bytes)
-            if full:
-                await clock.sleep((self._window_end_ns - now) / 1e9)
-                self._window_end_ns = max(clock.monotonic_ns(), self._window_end_ns) + 1_000_000_000
-                self._window_msgs = self._window_bytes = 0
-            self._window_msgs += messages
-            self._window_bytes += size
 
     # --- subscriptions --------------------------------------------------------------------------
 
@@ -691,33 +673,13 @@ class Topic:
     # --- queries --------------------------------------------------------------------------------
 
     async def last_message_id(self) -> pb.MessageIdData:
-        """The last entry's id; batch_index = size - 1 for a batch (Java does the same)."""
-        last = self.log.last_position
-        partition = self.partition_index
-        if last.entry_id < 0:
-            return _wire_id(last, partition, None)
-        entries = await self.log.read(last, 1)
-        batch_index = None
-        if entries and entries[0].position == last:
-            metadata = stored_entry_metadata(entries[0].payload)
-            if metadata.HasField("num_messages_in_batch"):
-                batch_index = entry_message_count(metadata) - 1
-        return _wire_id(last, partition, batch_index)
+        """The last entry's id (``topic_queries.last_message_id``)."""
+        return await topic_queries.last_message_id(self.log, self.partition_index)
 
     async def find_by_publish_time(self, timestamp_ms: int, scan_max: int) -> Position | None:
         """The first entry published at or after ``timestamp_ms`` (a bounded forward scan)."""
-        start = EARLIEST
-        scanned = 0
-        while scanned < scan_max:
-            entries = await self.log.read(start, self.config.dispatch_read_count_max)
-            if not entries:
-                return None
-            for entry in entries:
-                if stored_entry_metadata(entry.payload).publish_time >= timestamp_ms:
-                    return entry.position
-            scanned += len(entries)
-            start = entries[-1].position.next()
-        raise BrokerError(pb.UnknownError, f"publish-time seek scanned {scanned} entries without a match")
+        return await topic_queries.find_by_publish_time(self.log, self.config.dispatch_read_count_max,
+                                                        timestamp_ms, scan_max)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -792,8 +754,3 @@ def _message_count(data: bytes) -> int:
     except Exception:  # counted for stats only: an unreadable entry counts as one
         return 1
 
-
-def _wire_id(position: Position, partition: int, batch_index: int | None) -> pb.MessageIdData:
-    from magnetar.protocol.pulsar import commands
-
-    return commands.message_id(position.ledger_id, position.entry_id, partition=partition, batch_index=batch_index)
