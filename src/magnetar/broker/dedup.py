@@ -151,7 +151,9 @@ class MessageDeduplication:
         self._safe: Position | None = None  # every append started up to the one here has finished
         self._since_snapshot = 0
         self._snapshot_task: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
+        # Made while a ``ready`` or ``rebuild`` runs or waits, dropped when none does (``_enter``).
+        self._lock: asyncio.Lock | None = None
+        self._lock_users = 0
         # Made only while someone waits for the appends in flight to end (not per topic: an Event
         # holds a 64-slot deque, ~0.7 KiB, and 100,000 topics kept one each; issue 22).
         self._idle: asyncio.Event | None = None
@@ -172,20 +174,40 @@ class MessageDeduplication:
 
     # --- recovery -------------------------------------------------------------------------------
 
+    def _enter(self) -> asyncio.Lock:
+        """The lock that keeps one ``ready`` or ``rebuild`` at a time, in arrival order; made for
+        the first user, dropped by ``_leave`` of the last (an idle topic holds none)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        self._lock_users += 1
+        return self._lock
+
+    def _leave(self) -> None:
+        self._lock_users -= 1
+        if not self._lock_users:
+            self._lock = None
+
     async def ready(self) -> None:
         """Recover (first call) or follow the switch; call before admitting a producer."""
-        async with self._lock:
-            enabled = self._enabled() and not breaks.active(self._negative_control)
-            if self._state in (DedupState.NEW, DedupState.DISABLED) and enabled:
-                self._move(DedupState.RECOVERING)
-                try:
-                    await self._recover()
-                except BaseException:
-                    self._move(DedupState.NEW)
-                    raise
-                self._move(DedupState.READY)
-            elif self._state in (DedupState.NEW, DedupState.READY) and not enabled:
-                await self._disable()
+        lock = self._enter()
+        try:
+            async with lock:
+                await self._follow_switch()
+        finally:
+            self._leave()
+
+    async def _follow_switch(self) -> None:
+        enabled = self._enabled() and not breaks.active(self._negative_control)
+        if self._state in (DedupState.NEW, DedupState.DISABLED) and enabled:
+            self._move(DedupState.RECOVERING)
+            try:
+                await self._recover()
+            except BaseException:
+                self._move(DedupState.NEW)
+                raise
+            self._move(DedupState.READY)
+        elif self._state in (DedupState.NEW, DedupState.READY) and not enabled:
+            await self._disable()
 
     async def _recover(self) -> None:
         cursor = await self._log.open_cursor(self._cursor_name, durable=True,
@@ -223,12 +245,16 @@ class MessageDeduplication:
     async def rebuild(self) -> None:
         """Recompute the map from the snapshot and the log (after a failed write; see the module
         docstring). Call only when no append is in flight (``wait_appends_finished``)."""
-        async with self._lock:
-            invariant(not self._in_flight, "dedup is rebuilt with no append in flight")
-            if self._state is DedupState.READY:
-                self._move(DedupState.NEW)
-                self._pushed.clear()
-                self.rebuilds += 1
+        lock = self._enter()
+        try:
+            async with lock:
+                invariant(not self._in_flight, "dedup is rebuilt with no append in flight")
+                if self._state is DedupState.READY:
+                    self._move(DedupState.NEW)
+                    self._pushed.clear()
+                    self.rebuilds += 1
+        finally:
+            self._leave()
         await self.ready()
 
     async def wait_appends_finished(self) -> None:

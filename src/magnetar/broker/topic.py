@@ -150,10 +150,11 @@ class Topic:
         self._monotonic_ns = clock.monotonic_ns if clock is not None else None  # bound once: read per run
         defaults = resolve(config, None, None)
         self.policies: Callable[[], EffectivePolicies] = policies or (lambda: defaults)
-        self.dedup = MessageDeduplication(topic_log, config, enabled=lambda: self.policies().deduplication)
+        self.dedup = MessageDeduplication(topic_log, config, enabled=self._dedup_enabled)
         self._repl_dedup: MessageDeduplication | None = None  # made for the first replicator (repl_dedup)
-        self.entry_listeners: list[Callable[[], None]] = []
-        self.close_hooks: list[Callable[[], Awaitable[None]]] = []
+        # Made on first use (``entry_listeners``, ``close_hooks``): only replicated topics have them.
+        self._entry_listeners: list[Callable[[], None]] | None = None
+        self._close_hooks: list[Callable[[], Awaitable[None]]] | None = None
         self.replicators: dict[str, ReplicatorView] = {}
         self.published = RateMeter()
         if clock is not None:
@@ -161,13 +162,13 @@ class Topic:
         self.publish_latency = LatencyHistogram()
         #: The backlog quota found exceeded by the last check (None: within every quota).
         self.quota_exceeded: QuotaLimit | None = None
-        self._throttle = PublishThrottle(clock) if clock is not None else None  # publishes wait only with a clock
+        self._throttle: PublishThrottle | None = None  # made by the first throttled publish
         #: Producers fenced by an ExclusiveWithFencing one (insertion-ordered, bounded).
         self._fenced_names: dict[str, None] = {}
         #: Moved by every exclusive producer that takes the topic (Pulsar's topic epoch); None
         #: until one does.
         self.topic_epoch: int | None = None
-        self._waiting: list[WaitingProducer] = []
+        self._waiting: tuple[WaitingProducer, ...] = ()  # WaitForExclusive producers, in arrival order
         self._unblocking: asyncio.Task[None] | None = None
         self.write_failures = 0  # times the topic was blocked after a failed write
         self.compaction = TopicCompaction(topic_log)  # see broker/compaction.py
@@ -175,6 +176,23 @@ class Topic:
         follow = getattr(topic_log, "on_entries_added", None)
         if follow is not None:  # a read-only log learns of entries its owner appended (broker/read_only.py)
             follow(self._entries_added)
+
+    @property
+    def entry_listeners(self) -> list[Callable[[], None]]:
+        """Called after every append (geo-replication's replicators)."""
+        if self._entry_listeners is None:
+            self._entry_listeners = []
+        return self._entry_listeners
+
+    @property
+    def close_hooks(self) -> list[Callable[[], Awaitable[None]]]:
+        """Awaited first thing in ``close`` (geo-replication stops its replicators)."""
+        if self._close_hooks is None:
+            self._close_hooks = []
+        return self._close_hooks
+
+    def _dedup_enabled(self) -> bool:
+        return self.policies().deduplication
 
     @property
     def repl_dedup(self) -> MessageDeduplication:
@@ -328,7 +346,7 @@ class Topic:
                 if other.channel.is_open():
                     other.channel.send_close_producer(other.producer_id)
         elif mode is AccessMode.WAIT_FOR_EXCLUSIVE and others:
-            self._waiting.append(WaitingProducer(producer, request_id, admit))
+            self._waiting += (WaitingProducer(producer, request_id, admit),)
             return False
         self._take_exclusive(producer)
         return True
@@ -362,11 +380,12 @@ class Topic:
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
-        self._waiting = [w for w in self._waiting if w.producer is not producer]
+        if self._waiting:
+            self._waiting = tuple(w for w in self._waiting if w.producer is not producer)
         if producer.state.value == "active":
             producer.close()
         if not self.producers and self._waiting:
-            waiting = self._waiting.pop(0)
+            waiting, self._waiting = self._waiting[0], self._waiting[1:]
             waiting.producer.topic_epoch = None  # it waited: it takes the next epoch
             self._take_exclusive(waiting.producer)
             waiting.admit(waiting.producer, waiting.request_id)
@@ -458,7 +477,9 @@ class Topic:
                     self._append_run(batch, callers)
                     batch, callers = [], []  # the log keeps the lists it was handed
                     messages = entry_message_count(stored_entry_metadata(data))
-                    if self._throttle is not None:
+                    if self.clock is not None:  # publishes wait only with a clock
+                        if self._throttle is None:
+                            self._throttle = PublishThrottle(self.clock)
                         await self._throttle.wait(policies, messages, len(data))
                     waited = True
                 elif not messages:
@@ -507,8 +528,9 @@ class Topic:
         self.published.record(messages, size)
         for subscription in self.subscriptions.values():
             subscription.notify_entries_added()
-        for listener in self.entry_listeners:
-            listener()
+        if self._entry_listeners is not None:
+            for listener in self._entry_listeners:
+                listener()
         on_done(position, None)
 
     # --- subscriptions --------------------------------------------------------------------------
@@ -687,7 +709,7 @@ class Topic:
         if self._state is TopicState.CLOSED:
             return
         self._move(TopicState.CLOSED)
-        for hook in list(self.close_hooks):
+        for hook in list(self._close_hooks or ()):
             try:
                 await hook()
             except Exception:  # a replicator failing to stop must not keep the log open
