@@ -127,9 +127,7 @@ class Producer:
         self.topic_epoch: int | None = None
         self._pending: deque[_PendingSend] = deque()
         self._pending_max = pending_max
-        #: Messages not published because the connection's in-flight bound for non-persistent
-        #: messages was reached (``drop``): Pulsar's publisher ``msgDropRate``.
-        self.dropped = RateMeter()
+        self._dropped: RateMeter | None = None  # ``dropped``, made on first use (non-persistent topics)
         #: Called once per SEND taken off the FIFO (answered, or dropped once closed): the
         #: connection's count of unanswered SENDs.
         self.on_answered: Callable[[], None] | None = None
@@ -292,6 +290,15 @@ class Producer:
         op.dedup = dedup
         op.append = dedup.begin(key, highest, records_sequence=records_sequence)
         run.append((data, op, max(count, 1)))
+
+    @property
+    def dropped(self) -> RateMeter:
+        """Messages not published because the connection's in-flight bound for non-persistent
+        messages was reached (``drop``): Pulsar's publisher ``msgDropRate``. Made on first use: a
+        persistent topic's producer never drops (one object less per idle producer; issue 22)."""
+        if self._dropped is None:
+            self._dropped = RateMeter()
+        return self._dropped
 
     def drop(self, command: SendCommand, size_bytes: int) -> None:
         """Answer a SEND without publishing it (a non-persistent topic over the connection's
