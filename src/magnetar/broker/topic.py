@@ -61,7 +61,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from mypy_extensions import mypyc_attr
 
@@ -93,9 +93,10 @@ from magnetar.protocol.pulsar import pb, stored_entry_metadata
 
 log = logging.getLogger(__name__)
 
-DEDUP_PRODUCER_NAMES_COUNT_MAX = 10_000
-SUBSCRIPTIONS_PER_TOPIC_COUNT_MAX = 10_000
-PRODUCERS_PER_TOPIC_COUNT_MAX = 10_000
+# ``Final``: compiled, read as constants, not looked up by name (no test patches them).
+DEDUP_PRODUCER_NAMES_COUNT_MAX: Final = 10_000
+SUBSCRIPTIONS_PER_TOPIC_COUNT_MAX: Final = 10_000
+PRODUCERS_PER_TOPIC_COUNT_MAX: Final = 10_000
 
 
 class TopicState(enum.Enum):
