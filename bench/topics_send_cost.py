@@ -18,9 +18,11 @@ and one message), the GC-tracked objects and the bytes (``tracemalloc``) per top
 is tuned as the standalone's (``runtime/gc_tuning.py``: frozen after start-up, the server
 thresholds; ``MAGNETAR_GC_TUNING=off`` keeps the interpreter's). Each
 ``--src`` tree runs in its own process (its own compiled build, if it has one), alternating.
-For instructions per SEND run one child under ``perf stat -e instructions:u`` at two
-``--messages`` counts and subtract (the set-up cancels out):
-``PYTHONPATH=<tree> perf stat -e instructions:u .venv/bin/python bench/topics_send_cost.py --child --topics 10000 --messages 40000``.
+For instructions per SEND count the measured window alone with ``perf stat``'s control fifos
+(``PERF_CTL=<control fifo>,<ack fifo>``; the set-up's loop passes vary with the machine's load):
+``mkfifo /tmp/ctl /tmp/ack; PERF_CTL=/tmp/ctl,/tmp/ack PYTHONPATH=<tree> perf stat -D -1 --control
+fifo:/tmp/ctl,/tmp/ack -e instructions:u,cycles:u .venv/bin/python bench/topics_send_cost.py --child
+--topics 10000 --messages 40000`` (divide by ``--messages``).
 
 Run: ``.venv/bin/python bench/topics_send_cost.py --topics 1,10000 --src /tmp/base21/src --src $PWD/src``.
 """
@@ -104,6 +106,19 @@ def _frames(topics: int, start: int, count: int) -> list[bytes]:
     return out
 
 
+def _perf(command: str) -> None:
+    """Tell ``perf stat --control`` (``PERF_CTL``: its control and ack fifos, comma-separated)
+    to count from or stop counting at this point."""
+    fifos = os.environ.get("PERF_CTL")
+    if not fifos:
+        return
+    control, ack = fifos.split(",")
+    with open(control, "w") as out:
+        out.write(command + "\n")
+    with open(ack) as answer:
+        answer.readline()
+
+
 async def _child(topics: int, messages: int) -> dict[str, Any]:
     from magnetar import _compiled
     from magnetar.broker import BrokerConfig, MemoryLogStore
@@ -150,9 +165,11 @@ async def _child(topics: int, messages: int) -> dict[str, Any]:
     await asyncio.wait_for(loop._read_loop(), 1800)
     frames = _frames(topics, 5 * topics, messages)
     conn.feed(frames)
+    _perf("enable")
     started = time.thread_time_ns()
     await asyncio.wait_for(loop._read_loop(), 1800)
     cpu_ns = time.thread_time_ns() - started
+    _perf("disable")
     if conn.written != messages:
         raise RuntimeError(f"{conn.written} receipts written for {messages} SENDs")
     await service.close()
