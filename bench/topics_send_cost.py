@@ -43,49 +43,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-_PASSES_MAX = 1000  # loop passes one answer may take before the run is declared stuck
 
 
-class _Conn:
-    """Hands the read loop one frame per ``read`` once every earlier frame was answered."""
-
-    peer = "127.0.0.1:9"
-    writing_paused = False
-
-    def __init__(self, frames: list[bytes]) -> None:
-        self.frames = frames
-        self.next = 0
-        self.written = 0
-
-    def feed(self, frames: list[bytes]) -> None:
-        self.frames, self.next, self.written = frames, 0, 0
-
-    async def read(self, _max_bytes: int) -> bytes:
-        passes = 0
-        while self.written < self.next:  # the previous frame's answer not written yet
-            passes += 1
-            if passes > _PASSES_MAX:
-                raise RuntimeError("an answer never came")
-            await asyncio.sleep(0)
-        if self.next == len(self.frames):
-            return b""
-        self.next += 1
-        return self.frames[self.next - 1]
-
-    def write(self, _data: object) -> None:
-        self.written += 1
-
-    def writelines(self, _parts: object) -> None:
-        self.written += 1
-
-    async def drain(self) -> None:
-        return None
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        return None
+def _feed(conn: Any, frames: list[bytes]) -> None:
+    """``bench/session_run_cost.py``'s in-memory connection, to read ``frames`` from the start."""
+    conn.frames, conn.next, conn.written, conn.passes = frames, 0, 0, 0
 
 
 def _frames(topics: int, start: int, count: int) -> list[bytes]:
@@ -135,6 +97,9 @@ async def _child(topics: int, messages: int) -> dict[str, Any]:
     service = BrokerService(BrokerConfig(), MemoryLogStore(), store, clock=clock)
     await bootstrap_cluster(service, web_url="http://127.0.0.1:9")  # tenant public, namespace public/default
     server = BrokerServer(service, network=None, clock=clock)  # type: ignore[arg-type]
+    sys.path.insert(0, str(REPO / "bench"))
+    from session_run_cost import _Conn  # one frame per read, once every earlier one was answered
+
     conn = _Conn([encode_command(connect_command(ClientConfig()))])
     loop = _ConnectionLoop(server, conn)  # type: ignore[arg-type]
     await asyncio.wait_for(loop._read_loop(), 30)
@@ -145,15 +110,15 @@ async def _child(topics: int, messages: int) -> dict[str, Any]:
     producers = [encode_command(pb.BaseCommand(type=pb.BaseCommand.PRODUCER, producer=pb.CommandProducer(
         topic=f"persistent://public/default/t-{index}", producer_id=index, request_id=index,
         producer_name=f"p-{index}"))) for index in range(1, topics + 1)]
-    conn.feed(producers[:1] + _frames(1, 0, 1))
+    _feed(conn, producers[:1] + _frames(1, 0, 1))
     await asyncio.wait_for(loop._read_loop(), 60)
     gc.collect()
     tracked = len(gc.get_objects())
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    conn.feed(producers[1:])  # each topic loaded with its producer
+    _feed(conn, producers[1:])  # each topic loaded with its producer
     await asyncio.wait_for(loop._read_loop(), 1800)
-    conn.feed([frame for index in range(1, topics) for frame in _frames(topics, index, 1)])  # one message each
+    _feed(conn, [frame for index in range(1, topics) for frame in _frames(topics, index, 1)])  # one message each
     await asyncio.wait_for(loop._read_loop(), 1800)
     gc.collect()
     per_topic_bytes = (tracemalloc.get_traced_memory()[0] - before) / max(1, topics - 1)
@@ -161,10 +126,10 @@ async def _child(topics: int, messages: int) -> dict[str, Any]:
     per_topic_objects = (len(gc.get_objects()) - tracked) / max(1, topics - 1)
     if len(service.topics) != topics:
         raise RuntimeError(f"{len(service.topics)} topics loaded for {topics}")
-    conn.feed(_frames(topics, topics, 4 * topics))  # every topic 4 times more (not --messages: perf stat's difference)
+    _feed(conn, _frames(topics, topics, 4 * topics))  # every topic 4 times more (not --messages: perf stat's difference)
     await asyncio.wait_for(loop._read_loop(), 1800)
     frames = _frames(topics, 5 * topics, messages)
-    conn.feed(frames)
+    _feed(conn, frames)
     _perf("enable")
     started = time.thread_time_ns()
     await asyncio.wait_for(loop._read_loop(), 1800)
