@@ -146,6 +146,9 @@ COMPILED_MODULES: tuple[str, ...] = (
     # checks can act on a topic, the rate samples of a run of topics): per topic every 5 s and
     # every minute at 100,000 topics.
     "magnetar.broker.topic_passes",
+    # Session 21 (broker): the FIFO step of a producer's pending SENDs and a topic's appends in
+    # flight, once per message (a list and a head index instead of a deque per idle topic).
+    "magnetar.broker.fifo",
 )
 
 

@@ -5,7 +5,8 @@ and again when it is promoted (docs/performance.md, session 20), and at 100,000 
 objects are out of cache. An idle topic's state that only some topics ever use is made on first
 use (session 21): the publish-rate throttle and its lock, the compaction's load lock, the
 replication hooks' lists, the WaitForExclusive queue; the deduplication's lock exists only while a
-``ready`` or ``rebuild`` runs; the dedup switch is a bound method (was a lambda and its cell), the
+``ready`` or ``rebuild`` runs, its appends in flight are a list and a head index (``broker/fifo.py``;
+an empty deque is ~760 bytes); the dedup switch is a bound method (was a lambda and its cell), the
 policy cache's watch callback one bound method for every watched node (was a lambda per node),
 and the service's fenced-log callback is bound once (was a bound method per topic).
 
@@ -29,12 +30,15 @@ NS = "persistent://public/default/"
 WARM_COUNT = 20
 MEASURED_COUNT = 200
 #: Bounds per idle topic (the topic, its log, deduplication, compaction, meters, histogram, its
-#: policy view and watched node). Measured in session 21: 19 tracked objects and 4,294 bytes
-#: compiled, 19 and 4,399 pure. Negative control (measured, the session-start tree with this
-#: test): 30 objects and 5,151 bytes compiled, 32 and 5,414 pure (three ``asyncio.Lock``s, three
+#: policy view and watched node). Measured in session 21: 19 tracked objects and 3,598 bytes
+#: compiled, 19 and 3,703 pure. Negative controls (measured, with this test): the session-start
+#: tree, 30 objects and 5,151 bytes compiled, 32 and 5,414 pure (three ``asyncio.Lock``s, three
 #: lists, the dedup lambda and its cell, the watch lambda and its cell, the fenced-log bound
-#: method per topic): the bound fails in both modes.
+#: method per topic, the appends-in-flight deque): both bounds fail in both modes; this branch
+#: before ``broker/fifo.py``, 19 objects and 4,294 bytes compiled, 4,399 pure (the deque, ~700
+#: bytes empty): the bytes bound fails.
 TRACKED_OBJECTS_MAX = 24
+BYTES_MAX = 4_000
 
 
 async def _load(w: AdminWorld, names: list[str]) -> list[Topic]:
@@ -62,6 +66,7 @@ def test_an_idle_topic_keeps_few_objects() -> None:
         objects_per = (len(gc.get_objects()) - before) / MEASURED_COUNT
         print(f"per idle topic: {objects_per:.1f} tracked objects, {bytes_per:.0f} bytes")
         assert objects_per <= TRACKED_OBJECTS_MAX
+        assert bytes_per <= BYTES_MAX
         assert len(kept) == WARM_COUNT + MEASURED_COUNT
         # None of an idle topic's parts holds a lock (each one is made on first use).
         locks = [o for o in gc.get_objects() if isinstance(o, asyncio.Lock)]

@@ -42,7 +42,6 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections import deque
 from collections.abc import Callable
 
 from magnetar.base.errors import CorruptDataError
@@ -54,6 +53,7 @@ from magnetar.base.limits import (
 )
 from magnetar.base.types import Position
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.fifo import fifo_advance
 from magnetar.broker.log import SubscriptionCursor, TopicLog
 from magnetar.faults import breaks
 from magnetar.protocol.pulsar import message_count, pb, stored_entry_metadata
@@ -147,7 +147,9 @@ class MessageDeduplication:
         self.highest: dict[str, int] = {}
         self._pushed: dict[str, int] = {}  # name -> highest id of an append in flight
         self._in_flight_by_name: dict[str, int] = {}  # name -> appends in flight
-        self._in_flight: deque[DedupAppend] = deque()
+        # ``_in_flight[_in_flight_head:]``, in the order started (broker/fifo.py: no deque per idle topic).
+        self._in_flight: list[DedupAppend] = []
+        self._in_flight_head = 0
         self._safe: Position | None = None  # every append started up to the one here has finished
         self._since_snapshot = 0
         self._snapshot_task: asyncio.Task[None] | None = None
@@ -290,7 +292,7 @@ class MessageDeduplication:
 
     async def wait_in_flight(self, producer_name: str, sequence_id: int) -> None:
         """Wait until no append of ``producer_name`` with an id >= ``sequence_id`` is in flight."""
-        for append in [a for a in self._in_flight
+        for append in [a for a in self._in_flight[self._in_flight_head:]
                        if a.producer_name == producer_name and a.highest_sequence_id >= sequence_id]:
             if append.done:
                 continue
@@ -315,8 +317,9 @@ class MessageDeduplication:
         append.done = True
         if position is not None and append.records_sequence:
             self._record(append.producer_name, append.highest_sequence_id)
-        while self._in_flight and self._in_flight[0].done:
-            head = self._in_flight.popleft()
+        while self._in_flight and self._in_flight[self._in_flight_head].done:
+            head = self._in_flight[self._in_flight_head]
+            self._in_flight_head = fifo_advance(self._in_flight, self._in_flight_head)
             if head.position is not None:
                 self._safe = head.position if self._safe is None else max(self._safe, head.position)
                 self._since_snapshot += 1
