@@ -151,6 +151,9 @@ COMPILED_MODULES: tuple[str, ...] = (
     # ``runtime.disk_file`` (``_AlignedBuffers.take`` and ``give_back``, ``_copy_into``: ~0.45
     # interpreted calls each per message at a steady 2,000 msg/s).
     "magnetar.runtime.disk_buffers",
+    # Session 21 (broker): the FIFO step of a producer's pending SENDs and a topic's appends in
+    # flight, once per message (a list and a head index instead of a deque per idle topic).
+    "magnetar.broker.fifo",
 )
 
 

@@ -198,7 +198,7 @@ class TopicCompaction:
         self._state: CompactedState | None = None
         self._loaded = False
         self._loaded_version = 0  # the log's compaction_version when the state was read
-        self._load_lock = asyncio.Lock()
+        self._load_lock_made: asyncio.Lock | None = None  # made by the first load (most topics never read one)
         self._task: asyncio.Task[None] | None = None
         self._reader: tuple[int, CompactedReader] | None = None
         self._hints: dict[Position, int] = {}  # topic position -> first compacted entry id at or after it
@@ -216,6 +216,12 @@ class TopicCompaction:
         if (self._status, new) not in _TRANSITIONS:
             raise BrokerError(pb.UnknownError, f"compaction status {self._status.value} -> {new.value}")
         self._status = new
+
+    @property
+    def _load_lock(self) -> asyncio.Lock:
+        if self._load_lock_made is None:
+            self._load_lock_made = asyncio.Lock()
+        return self._load_lock_made
 
     @property
     def supported(self) -> bool:

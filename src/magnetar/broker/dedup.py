@@ -42,7 +42,6 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections import deque
 from collections.abc import Callable
 
 from magnetar.base.errors import CorruptDataError
@@ -54,6 +53,7 @@ from magnetar.base.limits import (
 )
 from magnetar.base.types import Position
 from magnetar.broker.config import BrokerConfig
+from magnetar.broker.fifo import fifo_advance
 from magnetar.broker.log import SubscriptionCursor, TopicLog
 from magnetar.faults import breaks
 from magnetar.protocol.pulsar import message_count, pb, stored_entry_metadata
@@ -147,11 +147,15 @@ class MessageDeduplication:
         self.highest: dict[str, int] = {}
         self._pushed: dict[str, int] = {}  # name -> highest id of an append in flight
         self._in_flight_by_name: dict[str, int] = {}  # name -> appends in flight
-        self._in_flight: deque[DedupAppend] = deque()
+        # ``_in_flight[_in_flight_head:]``, in the order started (broker/fifo.py: no deque per idle topic).
+        self._in_flight: list[DedupAppend] = []
+        self._in_flight_head = 0
         self._safe: Position | None = None  # every append started up to the one here has finished
         self._since_snapshot = 0
         self._snapshot_task: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
+        # Made while a ``ready`` or ``rebuild`` runs or waits, dropped when none does (``_enter``).
+        self._lock: asyncio.Lock | None = None
+        self._lock_users = 0
         # Made only while someone waits for the appends in flight to end (not per topic: an Event
         # holds a 64-slot deque, ~0.7 KiB, and 100,000 topics kept one each; issue 22).
         self._idle: asyncio.Event | None = None
@@ -172,20 +176,40 @@ class MessageDeduplication:
 
     # --- recovery -------------------------------------------------------------------------------
 
+    def _enter(self) -> asyncio.Lock:
+        """The lock that keeps one ``ready`` or ``rebuild`` at a time, in arrival order; made for
+        the first user, dropped by ``_leave`` of the last (an idle topic holds none)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        self._lock_users += 1
+        return self._lock
+
+    def _leave(self) -> None:
+        self._lock_users -= 1
+        if not self._lock_users:
+            self._lock = None
+
     async def ready(self) -> None:
         """Recover (first call) or follow the switch; call before admitting a producer."""
-        async with self._lock:
-            enabled = self._enabled() and not breaks.active(self._negative_control)
-            if self._state in (DedupState.NEW, DedupState.DISABLED) and enabled:
-                self._move(DedupState.RECOVERING)
-                try:
-                    await self._recover()
-                except BaseException:
-                    self._move(DedupState.NEW)
-                    raise
-                self._move(DedupState.READY)
-            elif self._state in (DedupState.NEW, DedupState.READY) and not enabled:
-                await self._disable()
+        lock = self._enter()
+        try:
+            async with lock:
+                await self._follow_switch()
+        finally:
+            self._leave()
+
+    async def _follow_switch(self) -> None:
+        enabled = self._enabled() and not breaks.active(self._negative_control)
+        if self._state in (DedupState.NEW, DedupState.DISABLED) and enabled:
+            self._move(DedupState.RECOVERING)
+            try:
+                await self._recover()
+            except BaseException:
+                self._move(DedupState.NEW)
+                raise
+            self._move(DedupState.READY)
+        elif self._state in (DedupState.NEW, DedupState.READY) and not enabled:
+            await self._disable()
 
     async def _recover(self) -> None:
         cursor = await self._log.open_cursor(self._cursor_name, durable=True,
@@ -223,12 +247,16 @@ class MessageDeduplication:
     async def rebuild(self) -> None:
         """Recompute the map from the snapshot and the log (after a failed write; see the module
         docstring). Call only when no append is in flight (``wait_appends_finished``)."""
-        async with self._lock:
-            invariant(not self._in_flight, "dedup is rebuilt with no append in flight")
-            if self._state is DedupState.READY:
-                self._move(DedupState.NEW)
-                self._pushed.clear()
-                self.rebuilds += 1
+        lock = self._enter()
+        try:
+            async with lock:
+                invariant(not self._in_flight, "dedup is rebuilt with no append in flight")
+                if self._state is DedupState.READY:
+                    self._move(DedupState.NEW)
+                    self._pushed.clear()
+                    self.rebuilds += 1
+        finally:
+            self._leave()
         await self.ready()
 
     async def wait_appends_finished(self) -> None:
@@ -264,7 +292,7 @@ class MessageDeduplication:
 
     async def wait_in_flight(self, producer_name: str, sequence_id: int) -> None:
         """Wait until no append of ``producer_name`` with an id >= ``sequence_id`` is in flight."""
-        for append in [a for a in self._in_flight
+        for append in [a for a in self._in_flight[self._in_flight_head:]
                        if a.producer_name == producer_name and a.highest_sequence_id >= sequence_id]:
             if append.done:
                 continue
@@ -289,8 +317,9 @@ class MessageDeduplication:
         append.done = True
         if position is not None and append.records_sequence:
             self._record(append.producer_name, append.highest_sequence_id)
-        while self._in_flight and self._in_flight[0].done:
-            head = self._in_flight.popleft()
+        while self._in_flight and self._in_flight[self._in_flight_head].done:
+            head = self._in_flight[self._in_flight_head]
+            self._in_flight_head = fifo_advance(self._in_flight, self._in_flight_head)
             if head.position is not None:
                 self._safe = head.position if self._safe is None else max(self._safe, head.position)
                 self._since_snapshot += 1

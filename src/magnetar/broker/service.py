@@ -73,6 +73,7 @@ class BrokerService:
         #: ``Topic`` is compiled, its methods cannot be replaced).
         self.topic_type: type[Topic] = Topic
         self._rates_sampled_ns = -1  # the last rate sampling pass (-1: none yet)
+        self._on_log_fenced: Callable[[Topic], None] = self._unload_fenced  # bound once, not per topic
         #: A pass over the topics yields to the loop after this long (``TOPIC_PASS_SLICE_NS``).
         self.topic_pass_slice_ns = TOPIC_PASS_SLICE_NS
         self.policies = PolicyCache(metadata, config)
@@ -133,7 +134,7 @@ class BrokerService:
             topic = self.topic_type(name, topic_log, self.config, clock=self.clock,
                                     # Asked once per publish run: compiled, memoized on itself.
                                     policies=self.policies.view(name),
-                                    on_log_fenced=self._unload_fenced)
+                                    on_log_fenced=self._on_log_fenced)
             await offload.install(topic, self.policies, self.config, self.schemas)
             for hook in list(self.topic_load_hooks):
                 await hook(topic)

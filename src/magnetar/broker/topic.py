@@ -61,7 +61,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from mypy_extensions import mypyc_attr
 
@@ -72,7 +72,8 @@ from magnetar.base.limits import (
     BROKER_TOPIC_UNBLOCK_ATTEMPTS_COUNT_MAX,
     BROKER_TOPIC_UNBLOCK_RETRY_INTERVAL_MS,
 )
-from magnetar.base.types import EARLIEST, Position, TopicName
+from magnetar.base.types import Position, TopicName
+from magnetar.broker import topic_queries
 from magnetar.broker.compaction import TopicCompaction
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.dedup import REPL_DEDUP_CURSOR_NAME, DedupState, MessageDeduplication, is_system_cursor
@@ -83,6 +84,7 @@ from magnetar.broker.log import AppendCallback, SettlesFailedWrites, Terminable,
 from magnetar.broker.metrics import LatencyHistogram, RateMeter
 from magnetar.broker.policy_checks import ALL_CHECKS, DueChecks
 from magnetar.broker.producer import AccessMode, Producer
+from magnetar.broker.publish_throttle import PublishThrottle
 from magnetar.broker.replicated import replicated_source
 from magnetar.broker.subscription import Subscription
 from magnetar.catalog.policies import EffectivePolicies, QuotaLimit, RetentionAction, resolve
@@ -91,9 +93,10 @@ from magnetar.protocol.pulsar import pb, stored_entry_metadata
 
 log = logging.getLogger(__name__)
 
-DEDUP_PRODUCER_NAMES_COUNT_MAX = 10_000
-SUBSCRIPTIONS_PER_TOPIC_COUNT_MAX = 10_000
-PRODUCERS_PER_TOPIC_COUNT_MAX = 10_000
+# ``Final``: compiled, read as constants, not looked up by name (no test patches them).
+DEDUP_PRODUCER_NAMES_COUNT_MAX: Final = 10_000
+SUBSCRIPTIONS_PER_TOPIC_COUNT_MAX: Final = 10_000
+PRODUCERS_PER_TOPIC_COUNT_MAX: Final = 10_000
 
 
 class TopicState(enum.Enum):
@@ -148,10 +151,11 @@ class Topic:
         self._monotonic_ns = clock.monotonic_ns if clock is not None else None  # bound once: read per run
         defaults = resolve(config, None, None)
         self.policies: Callable[[], EffectivePolicies] = policies or (lambda: defaults)
-        self.dedup = MessageDeduplication(topic_log, config, enabled=lambda: self.policies().deduplication)
+        self.dedup = MessageDeduplication(topic_log, config, enabled=self._dedup_enabled)
         self._repl_dedup: MessageDeduplication | None = None  # made for the first replicator (repl_dedup)
-        self.entry_listeners: list[Callable[[], None]] = []
-        self.close_hooks: list[Callable[[], Awaitable[None]]] = []
+        # Made on first use (``entry_listeners``, ``close_hooks``): only replicated topics have them.
+        self._entry_listeners: list[Callable[[], None]] | None = None
+        self._close_hooks: list[Callable[[], Awaitable[None]]] | None = None
         self.replicators: dict[str, ReplicatorView] = {}
         self.published = RateMeter()
         if clock is not None:
@@ -159,16 +163,13 @@ class Topic:
         self.publish_latency = LatencyHistogram()
         #: The backlog quota found exceeded by the last check (None: within every quota).
         self.quota_exceeded: QuotaLimit | None = None
-        self._throttle = asyncio.Lock()
-        self._window_end_ns = 0
-        self._window_msgs = 0
-        self._window_bytes = 0
+        self._throttle: PublishThrottle | None = None  # made by the first throttled publish
         #: Producers fenced by an ExclusiveWithFencing one (insertion-ordered, bounded).
         self._fenced_names: dict[str, None] = {}
         #: Moved by every exclusive producer that takes the topic (Pulsar's topic epoch); None
         #: until one does.
         self.topic_epoch: int | None = None
-        self._waiting: list[WaitingProducer] = []
+        self._waiting: tuple[WaitingProducer, ...] = ()  # WaitForExclusive producers, in arrival order
         self._unblocking: asyncio.Task[None] | None = None
         self.write_failures = 0  # times the topic was blocked after a failed write
         self.compaction = TopicCompaction(topic_log)  # see broker/compaction.py
@@ -176,6 +177,23 @@ class Topic:
         follow = getattr(topic_log, "on_entries_added", None)
         if follow is not None:  # a read-only log learns of entries its owner appended (broker/read_only.py)
             follow(self._entries_added)
+
+    @property
+    def entry_listeners(self) -> list[Callable[[], None]]:
+        """Called after every append (geo-replication's replicators)."""
+        if self._entry_listeners is None:
+            self._entry_listeners = []
+        return self._entry_listeners
+
+    @property
+    def close_hooks(self) -> list[Callable[[], Awaitable[None]]]:
+        """Awaited first thing in ``close`` (geo-replication stops its replicators)."""
+        if self._close_hooks is None:
+            self._close_hooks = []
+        return self._close_hooks
+
+    def _dedup_enabled(self) -> bool:
+        return self.policies().deduplication
 
     @property
     def repl_dedup(self) -> MessageDeduplication:
@@ -329,7 +347,7 @@ class Topic:
                 if other.channel.is_open():
                     other.channel.send_close_producer(other.producer_id)
         elif mode is AccessMode.WAIT_FOR_EXCLUSIVE and others:
-            self._waiting.append(WaitingProducer(producer, request_id, admit))
+            self._waiting += (WaitingProducer(producer, request_id, admit),)
             return False
         self._take_exclusive(producer)
         return True
@@ -363,11 +381,12 @@ class Topic:
     def remove_producer(self, producer: Producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
-        self._waiting = [w for w in self._waiting if w.producer is not producer]
+        if self._waiting:
+            self._waiting = tuple(w for w in self._waiting if w.producer is not producer)
         if producer.state.value == "active":
             producer.close()
         if not self.producers and self._waiting:
-            waiting = self._waiting.pop(0)
+            waiting, self._waiting = self._waiting[0], self._waiting[1:]
             waiting.producer.topic_epoch = None  # it waited: it takes the next epoch
             self._take_exclusive(waiting.producer)
             waiting.admit(waiting.producer, waiting.request_id)
@@ -459,7 +478,10 @@ class Topic:
                     self._append_run(batch, callers)
                     batch, callers = [], []  # the log keeps the lists it was handed
                     messages = entry_message_count(stored_entry_metadata(data))
-                    await self._throttle_publish(policies, messages, len(data))
+                    if self.clock is not None:  # publishes wait only with a clock
+                        if self._throttle is None:
+                            self._throttle = PublishThrottle(self.clock)
+                        await self._throttle.wait(policies, messages, len(data))
                     waited = True
                 elif not messages:
                     messages = _message_count(data)
@@ -507,27 +529,10 @@ class Topic:
         self.published.record(messages, size)
         for subscription in self.subscriptions.values():
             subscription.notify_entries_added()
-        for listener in self.entry_listeners:
-            listener()
+        if self._entry_listeners is not None:
+            for listener in self._entry_listeners:
+                listener()
         on_done(position, None)
-
-    async def _throttle_publish(self, policies: EffectivePolicies, messages: int, size: int) -> None:
-        """Wait for room in the current one-second window; waiters go in arrival (SEND) order."""
-        clock = self.clock
-        if clock is None:
-            return
-        async with self._throttle:
-            rate_msgs, rate_bytes = policies.publish_rate_msgs_per_s, policies.publish_rate_bytes_per_s
-            now = clock.monotonic_ns()
-            if now >= self._window_end_ns:
-                self._window_end_ns, self._window_msgs, self._window_bytes = now + 1_000_000_000, 0, 0
-            full = (rate_msgs and self._window_msgs >= rate_msgs) or (rate_bytes and self._window_bytes >= rate_bytes)
-            if full:
-                await clock.sleep((self._window_end_ns - now) / 1e9)
-                self._window_end_ns = max(clock.monotonic_ns(), self._window_end_ns) + 1_000_000_000
-                self._window_msgs = self._window_bytes = 0
-            self._window_msgs += messages
-            self._window_bytes += size
 
     # --- subscriptions --------------------------------------------------------------------------
 
@@ -691,33 +696,13 @@ class Topic:
     # --- queries --------------------------------------------------------------------------------
 
     async def last_message_id(self) -> pb.MessageIdData:
-        """The last entry's id; batch_index = size - 1 for a batch (Java does the same)."""
-        last = self.log.last_position
-        partition = self.partition_index
-        if last.entry_id < 0:
-            return _wire_id(last, partition, None)
-        entries = await self.log.read(last, 1)
-        batch_index = None
-        if entries and entries[0].position == last:
-            metadata = stored_entry_metadata(entries[0].payload)
-            if metadata.HasField("num_messages_in_batch"):
-                batch_index = entry_message_count(metadata) - 1
-        return _wire_id(last, partition, batch_index)
+        """The last entry's id (``topic_queries.last_message_id``)."""
+        return await topic_queries.last_message_id(self.log, self.partition_index)
 
     async def find_by_publish_time(self, timestamp_ms: int, scan_max: int) -> Position | None:
         """The first entry published at or after ``timestamp_ms`` (a bounded forward scan)."""
-        start = EARLIEST
-        scanned = 0
-        while scanned < scan_max:
-            entries = await self.log.read(start, self.config.dispatch_read_count_max)
-            if not entries:
-                return None
-            for entry in entries:
-                if stored_entry_metadata(entry.payload).publish_time >= timestamp_ms:
-                    return entry.position
-            scanned += len(entries)
-            start = entries[-1].position.next()
-        raise BrokerError(pb.UnknownError, f"publish-time seek scanned {scanned} entries without a match")
+        return await topic_queries.find_by_publish_time(self.log, self.config.dispatch_read_count_max,
+                                                        timestamp_ms, scan_max)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -725,7 +710,7 @@ class Topic:
         if self._state is TopicState.CLOSED:
             return
         self._move(TopicState.CLOSED)
-        for hook in list(self.close_hooks):
+        for hook in list(self._close_hooks or ()):
             try:
                 await hook()
             except Exception:  # a replicator failing to stop must not keep the log open
@@ -792,8 +777,3 @@ def _message_count(data: bytes) -> int:
     except Exception:  # counted for stats only: an unreadable entry counts as one
         return 1
 
-
-def _wire_id(position: Position, partition: int, batch_index: int | None) -> pb.MessageIdData:
-    from magnetar.protocol.pulsar import commands
-
-    return commands.message_id(position.ledger_id, position.entry_id, partition=partition, batch_index=batch_index)

@@ -50,6 +50,9 @@ class PolicyCache:
         #: every loaded topic's policies, and building the path (a ``quote`` of its name) was 28%
         #: of that pass (issue 22, 100,000 topics).
         self._topic_paths: dict[TopicName, str] = {}
+        #: Every watched node's callback: one bound method for all (a lambda per watch was two
+        #: GC-tracked objects per loaded topic; issue 22).
+        self._on_watch_event: Callable[[WatchEvent], None] = self._watch_event
 
     @property
     def metadata(self) -> MetadataStore | None:
@@ -62,7 +65,7 @@ class PolicyCache:
             self._forget(next(iter(self._nodes)))
         found = await self._metadata.get(path)
         if path not in self._watches and len(self._watches) < POLICY_CACHE_NODES_COUNT_MAX:
-            self._watches[path] = await self._metadata.watch(path, lambda event: self._changed(event.path, event))
+            self._watches[path] = await self._metadata.watch(path, self._on_watch_event)
         value = found.value if found is not None and found.value else None
         self._nodes[path] = value
         return value
@@ -72,6 +75,9 @@ class PolicyCache:
         watch = self._watches.pop(path, None)
         if watch is not None:
             watch.cancel()
+
+    def _watch_event(self, event: WatchEvent) -> None:
+        self._changed(event.path, event)
 
     def _changed(self, path: str, event: WatchEvent) -> None:
         if path not in self._nodes:
