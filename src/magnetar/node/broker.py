@@ -37,6 +37,7 @@ from magnetar.base.limits import (
     BROKER_SENDS_PER_TURN_COUNT_MAX,
     PULSAR_READ_CHUNK_BYTES,
 )
+from magnetar.base.loop_ref import LoopRef
 from magnetar.broker.config import BrokerConfig
 from magnetar.broker.log import LogStore
 from magnetar.broker.managed_log import ManagedLogStore
@@ -242,6 +243,8 @@ class _ConnectionLoop:
         self._parked: asyncio.Future[None] | None = None
         self._handed: bytes | None = None
         self._handed_outcome: bool | Awaitable[bool] = False
+        #: The loop, without ``asyncio.get_running_loop()``'s ``getpid`` per writer wake-up.
+        self._loop = LoopRef()
 
     def _now_ms(self) -> int:
         return self._monotonic_ns() // 1_000_000
@@ -278,7 +281,7 @@ class _ConnectionLoop:
             self._write_soon()
             return
         self._write_soon_scheduled = True
-        asyncio.get_running_loop().call_soon(self._write_soon)
+        self._loop.get().call_soon(self._write_soon)
 
     def _write_soon(self) -> None:
         self._write_soon_scheduled = False
@@ -432,7 +435,7 @@ class _ConnectionLoop:
         data = read_now(self._read_bytes)
         if data is not None:
             return data
-        parked = asyncio.get_running_loop().create_future()
+        parked = self._loop.get().create_future()
         self._parked = parked
         direct.set_receiver(self._receive_directly)
         try:
