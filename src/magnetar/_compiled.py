@@ -153,7 +153,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "magnetar.runtime.disk_buffers",
     # Session 21 (broker): the FIFO step of a producer's pending SENDs and a topic's appends in
     # flight, once per message (a list and a head index instead of a deque per idle topic).
-    "magnetar.broker.fifo",
+    "magnetar.base.fifo",
 )
 
 

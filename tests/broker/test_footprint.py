@@ -5,7 +5,7 @@ and again when it is promoted (docs/performance.md, session 20), and at 100,000 
 objects are out of cache. An idle topic's state that only some topics ever use is made on first
 use (session 21): the publish-rate throttle and its lock, the compaction's load lock, the
 replication hooks' lists, the WaitForExclusive queue; the deduplication's lock exists only while a
-``ready`` or ``rebuild`` runs, its appends in flight are a list and a head index (``broker/fifo.py``;
+``ready`` or ``rebuild`` runs, its appends in flight are a list and a head index (``base/fifo.py``;
 an empty deque is ~760 bytes); the dedup switch is a bound method (was a lambda and its cell), the
 policy cache's watch callback one bound method for every watched node (was a lambda per node),
 and the service's fenced-log callback is bound once (was a bound method per topic).
@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import tracemalloc
+from functools import partial
 
 from magnetar.base.types import TopicName
 from magnetar.broker.topic import Topic
+from tests import footprint
 from tests.admin.harness import AdminWorld, message, run_world
 
 NS = "persistent://public/default/"
@@ -35,7 +36,7 @@ MEASURED_COUNT = 200
 #: tree, 30 objects and 5,151 bytes compiled, 32 and 5,414 pure (three ``asyncio.Lock``s, three
 #: lists, the dedup lambda and its cell, the watch lambda and its cell, the fenced-log bound
 #: method per topic, the appends-in-flight deque): both bounds fail in both modes; this branch
-#: before ``broker/fifo.py``, 19 objects and 4,294 bytes compiled, 4,399 pure (the deque, ~700
+#: before ``base/fifo.py``, 19 objects and 4,294 bytes compiled, 4,399 pure (the deque, ~700
 #: bytes empty): the bytes bound fails.
 TRACKED_OBJECTS_MAX = 24
 BYTES_MAX = 4_000
@@ -53,21 +54,10 @@ async def _load(w: AdminWorld, names: list[str]) -> list[Topic]:
 
 def test_an_idle_topic_keeps_few_objects() -> None:
     async def body(w: AdminWorld) -> None:
-        kept = await _load(w, [f"warm-{i}" for i in range(WARM_COUNT)])
-        gc.collect()
-        before = len(gc.get_objects())
-        tracemalloc.start()
-        try:
-            kept += await _load(w, [f"idle-{i}" for i in range(MEASURED_COUNT)])
-            gc.collect()
-            bytes_per = tracemalloc.get_traced_memory()[0] / MEASURED_COUNT
-        finally:
-            tracemalloc.stop()
-        objects_per = (len(gc.get_objects()) - before) / MEASURED_COUNT
+        objects_per, bytes_per = await footprint.per_item(partial(_load, w), "", WARM_COUNT, MEASURED_COUNT)
         print(f"per idle topic: {objects_per:.1f} tracked objects, {bytes_per:.0f} bytes")
         assert objects_per <= TRACKED_OBJECTS_MAX
         assert bytes_per <= BYTES_MAX
-        assert len(kept) == WARM_COUNT + MEASURED_COUNT
         # None of an idle topic's parts holds a lock (each one is made on first use).
         locks = [o for o in gc.get_objects() if isinstance(o, asyncio.Lock)]
         assert len(locks) < MEASURED_COUNT

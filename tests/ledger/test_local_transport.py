@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from magnetar.base.types import BookieId
-from magnetar.ledger.bookie_transport import BookieClientTransport
+from magnetar.ledger.bookie_transport import BookieClientTransport, settle_future
 from magnetar.node.ledger import LocalFirstTransport
 from magnetar.protocol.bookie import ENTRY_HEADER_BYTES, EncodedEntry, Status
 from magnetar.runtime.bookie import RunningBookie, start_bookie
@@ -379,9 +379,4 @@ def test_steady_adds_to_a_local_bookie_look_the_running_loop_up_once(tmp_path: P
 
 
 def _settle_one(future: asyncio.Future[None], _index: int, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
+    settle_future(future, error)

@@ -1,4 +1,4 @@
-"""The pipeline's queue and a ledger's adds in flight are lists read from a head index (``_taken``,
+"""The pipeline's queue and a ledger's adds in flight are lists read from a head index (``base.fifo.fifo_advance``,
 compacted once half of it was taken): call order and positions hold through a backlog that does
 not empty while it is worked off."""
 

@@ -12,9 +12,9 @@ shared until used (session 20).
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
+from functools import partial
 
+from tests import footprint
 from tests.managed_ledger.harness import TOPIC, config, make_world
 
 #: Managed ledgers opened (each with one entry appended: its first ledger created) before the
@@ -45,18 +45,8 @@ async def _open_and_append(factory: object, names: list[str]) -> list[object]:
 async def test_an_idle_managed_ledger_keeps_few_objects_and_bytes() -> None:
     world = make_world(1)
     factory = await world.broker(config(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1))
-    kept = await _open_and_append(factory, [f"{TOPIC}-warm-{i}" for i in range(WARM_COUNT)])
-    gc.collect()
-    objects_before = len(gc.get_objects())
-    tracemalloc.start()
-    try:
-        kept += await _open_and_append(factory, [f"{TOPIC}-{i}" for i in range(MEASURED_COUNT)])
-        gc.collect()
-        bytes_per = tracemalloc.get_traced_memory()[0] / MEASURED_COUNT
-    finally:
-        tracemalloc.stop()
-    objects_per = (len(gc.get_objects()) - objects_before) / MEASURED_COUNT
+    objects_per, bytes_per = await footprint.per_item(partial(_open_and_append, factory), f"{TOPIC}-", WARM_COUNT,
+                                                      MEASURED_COUNT)
     print(f"per idle managed ledger: {objects_per:.1f} tracked objects, {bytes_per:.0f} bytes")
     assert objects_per <= TRACKED_OBJECTS_MAX
     assert bytes_per <= BYTES_MAX
-    assert len(kept) == WARM_COUNT + MEASURED_COUNT

@@ -45,6 +45,7 @@ import logging
 from collections.abc import Callable
 
 from magnetar.base.errors import CorruptDataError
+from magnetar.base.fifo import fifo_advance
 from magnetar.base.invariant import invariant
 from magnetar.base.limits import (
     BROKER_DEDUP_PRODUCER_NAMES_COUNT_MAX,
@@ -53,7 +54,6 @@ from magnetar.base.limits import (
 )
 from magnetar.base.types import Position
 from magnetar.broker.config import BrokerConfig
-from magnetar.broker.fifo import fifo_advance
 from magnetar.broker.log import SubscriptionCursor, TopicLog
 from magnetar.faults import breaks
 from magnetar.protocol.pulsar import message_count, pb, stored_entry_metadata
@@ -147,7 +147,7 @@ class MessageDeduplication:
         self.highest: dict[str, int] = {}
         self._pushed: dict[str, int] = {}  # name -> highest id of an append in flight
         self._in_flight_by_name: dict[str, int] = {}  # name -> appends in flight
-        # ``_in_flight[_in_flight_head:]``, in the order started (broker/fifo.py: no deque per idle topic).
+        # ``_in_flight[_in_flight_head:]``, in the order started (base/fifo.py: no deque per idle topic).
         self._in_flight: list[DedupAppend] = []
         self._in_flight_head = 0
         self._safe: Position | None = None  # every append started up to the one here has finished

@@ -27,12 +27,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from magnetar import faults
+from magnetar.base.fifo import fifo_advance
 from magnetar.base.invariant import invariant
 from magnetar.base.lazy_event import LazyEvent
 from magnetar.base.types import Position
 from magnetar.broker.dedup import DedupAppend, DedupStatus, MessageDeduplication
 from magnetar.broker.errors import BrokerError, to_broker_error
-from magnetar.broker.fifo import fifo_advance
 from magnetar.broker.metrics import RateMeter
 from magnetar.broker.replicated import is_replicator_producer
 from magnetar.faults import breaks
@@ -125,7 +125,7 @@ class Producer:
         #: The topic epoch it asked for (PRODUCER.topic_epoch), then the one it holds once admitted
         #: as an exclusive producer; None for a shared producer.
         self.topic_epoch: int | None = None
-        # The SENDs awaiting their answer, in order: ``_pending[_pending_head:]`` (broker/fifo.py:
+        # The SENDs awaiting their answer, in order: ``_pending[_pending_head:]`` (base/fifo.py:
         # an empty deque is ~760 bytes per idle producer, an empty list 56).
         self._pending: list[_PendingSend] = []
         self._pending_head = 0

@@ -47,6 +47,7 @@ from typing import Any, Protocol
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import FencedError, LimitExceededError, MagnetarError
+from magnetar.base.fifo import fifo_advance
 from magnetar.base.invariant import InvariantViolationError, invariant
 from magnetar.base.lazy_event import LazyEvent
 from magnetar.base.limits import MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX
@@ -103,26 +104,6 @@ class _OpAdd(PendingAdd):
         self.appends._finish_add(current, self, entry_id, error)
 
 
-def _taken(line: list[_OpAdd], head: int) -> int:
-    """``line[head]`` was taken from a first-in first-out line of adds (the queue, a ledger's adds
-    in flight: a list read from a head index): the next head. The taken slots are let go when the
-    line empties (once per run at a modest rate) or, under a backlog that never empties, once
-    they are half of the list (amortized O(1) per add). Not a ``deque``: an empty one is ~760
-    bytes (two per idle topic) and compiled code calls its methods by name (four per message)."""
-    head += 1
-    if head == len(line):
-        line.clear()
-        return 0
-    if head >= _LINE_COMPACT_MIN and 2 * head >= len(line):
-        del line[:head]
-        return 0
-    return head
-
-
-#: Taken slots at the head of a line of adds before its list is compacted (``_taken``).
-_LINE_COMPACT_MIN = 1024
-
-
 @dataclass(slots=True)
 class CurrentLedger:
     """The ledger appends go to, and what was started and acknowledged on it."""
@@ -175,7 +156,7 @@ class AppendPipeline:
         self.current: CurrentLedger | None = None
         #: The last acknowledged entry; ``(ledger, -1)`` before the first entry of an empty log.
         self.last_confirmed = Position(-1, -1)
-        self._queue: list[_OpAdd] = []  # the adds not started yet: ``_queue[_queue_head:]`` (``_taken``)
+        self._queue: list[_OpAdd] = []  # the adds not started yet: ``_queue[_queue_head:]`` (``base.fifo.fifo_advance``)
         self._queue_head = 0
         self._admission: list[asyncio.Future[None]] = []  # waiters for room (a list: lighter than a deque)
         self._pump_task: asyncio.Task[None] | None = None
@@ -434,7 +415,7 @@ class AppendPipeline:
         run: list[_OpAdd] = []
         while len(queue) > self._queue_head and len(run) < room:
             op = queue[self._queue_head]
-            self._queue_head = _taken(queue, self._queue_head)
+            self._queue_head = fifo_advance(queue, self._queue_head)
             op.entry_id = current.started_count  # the id the handle gives it (checked above)
             current.started_count += 1
             current.started_bytes += len(op.payload)
@@ -473,7 +454,7 @@ class AppendPipeline:
         inflight = current.inflight  # a callback below may start adds (appended) or deliver (taken)
         while len(inflight) > current.inflight_head and inflight[current.inflight_head].finished:
             op = inflight[current.inflight_head]
-            current.inflight_head = _taken(inflight, current.inflight_head)
+            current.inflight_head = fifo_advance(inflight, current.inflight_head)
             if op.position is not None:
                 invariant(not current.undecided, "no add of a ledger completes after one that failed")
                 self._complete(op)

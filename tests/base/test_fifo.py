@@ -1,4 +1,4 @@
-"""``broker/fifo.py``: a list and a head index behave as a deque (the order of a producer's
+"""``base/fifo.py``: a list and a head index behave as a deque (the order of a producer's
 receipts and of a topic's appends in flight depends on it), an empty queue is an empty list, and
 the list does not grow past twice the queue once the compaction point is passed.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from magnetar.broker.fifo import FIFO_COMPACT_COUNT, fifo_advance
+from magnetar.base.fifo import FIFO_COMPACT_COUNT, fifo_advance
 
 
 def test_a_list_and_a_head_index_behave_as_a_deque() -> None:

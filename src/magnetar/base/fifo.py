@@ -1,7 +1,9 @@
 """A first-in first-out queue kept as a list and the index of its head (issue 22: 100,000 topics).
 
-A producer's SENDs awaiting their receipt and a topic's appends in flight are queues that an idle
-topic keeps empty for its whole life. An empty ``collections.deque`` allocates its first block at
+A producer's SENDs awaiting their receipt, a topic's appends in flight (``broker``), the append
+pipeline's queue and a ledger's adds in flight (``managed_ledger/append.py``) are queues that an
+idle topic keeps empty for its whole life, taken from once per message (compiled code calls a
+deque's methods by name). An empty ``collections.deque`` allocates its first block at
 once (~760 bytes on 3.11); an empty list is 56 bytes. The owner keeps ``items`` and ``head``: the
 queue is ``items[head:]``, appended to with ``items.append``, its first item ``items[head]``, taken
 with ``head = fifo_advance(items, head)``. The list is cleared when its last item is taken (so an
