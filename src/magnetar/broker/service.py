@@ -272,23 +272,24 @@ class BrokerService:
         if clock is None:
             return
         slice_end_ns = clock.monotonic_ns() + self.topic_pass_slice_ns
+        checked = False
         for index, (key, topic) in enumerate(list(self.topics.items()) if due.any() else ()):
-            # The clock read every 32 quiet topics (a look is ~0.5 us) and after every checked one.
-            if index & 31 == 0 and clock.monotonic_ns() >= slice_end_ns:
-                await clock.sleep(0)  # a yield: the loop's other work first
+            # The clock read every 32 quiet topics (a look is ~0.5 us) and after every checked one:
+            # once this slice's time is up, the loop runs its other work first.
+            if (checked or index & 31 == 0) and clock.monotonic_ns() >= slice_end_ns:
+                await clock.sleep(0)  # a yield
                 slice_end_ns = clock.monotonic_ns() + self.topic_pass_slice_ns
+            checked = False
             if self.topics.get(key) is not topic:
                 continue  # unloaded meanwhile (while the pass or an earlier topic's check waited)
             work = pass_work(topic, due)
             if work is None:
                 continue
+            checked = True
             try:
                 await self._check_topic(topic, work, clock)
             except Exception as error:
                 log.warning("policy check of %s failed: %s", topic.name, error)
-            if clock.monotonic_ns() >= slice_end_ns:  # this slice's time is up: the loop runs the rest first
-                await clock.sleep(0)
-                slice_end_ns = clock.monotonic_ns() + self.topic_pass_slice_ns
         if rates:
             await self._sample_rates(clock)
 
