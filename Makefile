@@ -40,9 +40,12 @@ venv: $(TEST_STAMP)
 # those sources changed). It never fails: without mypyc (it ships
 # with mypy, installed here if missing), a C compiler or Python's headers, or when the build fails,
 # it prints one line and Magnetar runs pure Python. MAGNETAR_PURE_PYTHON=1 runs the .py modules
-# even when a build exists; MAGNETAR_COMPILE=0 skips the build.
+# even when a build exists; MAGNETAR_COMPILE=0 skips the build. The same script builds the
+# journal's native writer (Cython, runtime/disk_cwriter.pyx, into build/cython/; session 22):
+# without it the journal's writes go to Python's writer threads.
 compile: venv-run
 	@$(PY) -c "import mypyc" 2>/dev/null || $(PIP) install -q "mypy>=1.10" || echo "magnetar compile: could not install mypy"
+	@$(PY) -c "import Cython" 2>/dev/null || $(PIP) install -q "cython>=3.0" || echo "magnetar compile: could not install cython"
 	@$(PY) scripts/build_compiled.py
 
 # The pure-Python fallback runs these tests too (the unit tests of the layers that
