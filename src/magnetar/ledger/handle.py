@@ -14,13 +14,12 @@ Protocol (``shared/reference/bookkeeper_replication.md`` 1.3-1.6):
   adds is indeterminate, as for a timeout). So does a CAS that finds the ledger no longer OPEN.
 * ``close`` stops new adds, waits for pending ones, then CASes CLOSED with lastEntry = LAC.
 
-One add path (BookKeeper's ``asyncAddEntry``): ``append_then`` takes a plain callback (``append``
-wraps it in a future for callers that await) and the add moves on through callbacks, passing its
-fault points as gates (``faults.unarmed`` then the continuation called natively, else ``faults.gate1``:
-held by a hang or delay; the same code runs after the point either way).
-Backpressure is an explicit wait: ``wait_for_room`` before ``append``. A bookie that does not
-answer within ``add_timeout_ms`` fails (``AddTimeouts``: one timer per ledger client, shared by
-its writers; nothing per add).
+One add path (BookKeeper's ``asyncAddEntry``): ``append_then`` takes a plain callback (``append`` wraps it
+in a future for callers that await) and the add moves on through callbacks, passing its fault points as
+gates (``faults.unarmed`` then the continuation called natively, else ``faults.gate1``: held by a hang or
+delay; the same code runs after the point either way). Backpressure is an explicit wait: ``wait_for_room``
+before ``append``. A bookie that does not answer within ``add_timeout_ms`` fails (``AddTimeouts``: one timer
+per ledger client, shared by its writers; nothing per add).
 
 Invariants: ``lac`` only grows; every pending entry id is > ``lac``; the pending table holds
 at most ``config.pending_adds_count_max`` adds (up to ``ledger.window.LARGE_WINDOW_FACTOR`` times
@@ -285,13 +284,13 @@ class LedgerHandle:
         handle's own reply processing (no future, no extra loop pass per add); it may call
         ``append_adds`` again. Raises ``ClosedError`` (or the failure) when the handle is not open
         and ``LimitExceededError`` when it has no room for the whole run (nothing is added then):
-        see ``room`` and ``wait_for_room``. ``now_ns``: the caller's read of ``clock`` (one per run
-        across the layers), or -1 (read here). The adds of a run that pass their send gates together go to each bookie in one transport
-        call (``BookieTransport.add_run``: one write, one hand-off per bookie), each carrying the
-        LAC known then. Each add passes ``ledger.before_send_next_entry`` (after the first entry),
-        ``ledger.before_send`` and ``ledger.after_send_before_reply`` as gates (``faults.gate1``),
-        its replies ``ledger.after_reply_before_count`` and, once, ``ledger.after_quorum_before_ack``.
-        An ``error`` at a gate of the send fails the handle; at a reply's gate, that bookie.
+        see ``room`` and ``wait_for_room``. ``now_ns``: the caller's read of ``clock`` (one per run across
+        the layers), or -1 (read here). The adds of a run that pass their send gates together go to each
+        bookie in one transport call (``BookieTransport.add_run``: one write, one hand-off per bookie), each
+        carrying the LAC known then. Each add passes ``ledger.before_send_next_entry`` (after the first
+        entry), ``ledger.before_send`` and ``ledger.after_send_before_reply`` as gates (``faults.gate1``),
+        its replies ``ledger.after_reply_before_count`` and, once, ``ledger.after_quorum_before_ack``. An
+        ``error`` at a gate of the send fails the handle; at a reply's gate, that bookie.
         """
         if not self._open:
             self._check_open()
@@ -561,9 +560,11 @@ class LedgerHandle:
         return None
 
     def _has_ack_quorum(self, op: PendingAdd) -> bool:
-        # ``acked`` holds only slots of its write set whose bookie is still the one that stored
-        # it (a reply counts only then; an ensemble change clears the replaced slots' bits).
-        return op.acked.bit_count() >= self._ack_quorum_size
+        # ``acked``: slots of its write set whose bookie still is the one that stored it (see ``_count_reply``).
+        bits, count, quorum = op.acked, 0, self._ack_quorum_size
+        while bits and count < quorum:  # compiled: native int steps (``int.bit_count`` is a call by name)
+            bits, count = bits & (bits - 1), count + 1
+        return count >= quorum
 
     def _complete_in_order(self) -> None:
         while self._pending and self._ensemble_change is None and self._live:
