@@ -1,9 +1,11 @@
-"""``faults.gate`` and its per-message forms ``gate0``/``gate1``: one point, the same behaviour.
+"""``faults.gate`` and its per-message forms ``gate0``/``gate1`` (and ``faults.unarmed`` before
+``gate1``, the continuation then called by the caller): one point, the same behaviour.
 
 Each form is driven through the same arming (unarmed, ``error``, ``delay``, ``hang``, ``crash``,
 ``@N``) and must call ``then`` with the same arguments, exactly once, at the same moment (inline or
 later), and count the same hits. A fast form that skipped the arming check (calling ``then`` inline
-whatever is armed) fails every armed case here.
+whatever is armed) fails every armed case here; so does an ``unarmed`` that answers True while the
+point is armed (run: every armed case of the ``unarmed-first`` form fails).
 """
 
 from __future__ import annotations
@@ -42,14 +44,19 @@ def _pass(form: str, calls: Calls, called: asyncio.Event | None = None) -> None:
         faults.gate0(POINT, then0)
     elif form == "gate1":
         faults.gate1(POINT, then1, 7)
+    elif form == "unarmed-first":  # the per-message pattern of compiled callers (``ledger/handle.py``)
+        if faults.unarmed(POINT):
+            then1(None, 7)
+        else:
+            faults.gate1(POINT, then1, 7)
     elif form == "gate":
         faults.gate(POINT, then2, 7, "x")
     else:
         faults.gate(POINT, then0)
 
 
-FORMS = ["gate0", "gate1", "gate", "gate-no-args"]
-ARG = {"gate0": None, "gate1": 7, "gate": (7, "x"), "gate-no-args": None}
+FORMS = ["gate0", "gate1", "unarmed-first", "gate", "gate-no-args"]
+ARG = {"gate0": None, "gate1": 7, "unarmed-first": 7, "gate": (7, "x"), "gate-no-args": None}
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -147,7 +154,7 @@ def test_crash_never_calls_then(form: str) -> None:
         faults.set_crash_hook(None)
 
 
-@pytest.mark.parametrize("form", ["gate0", "gate1"])
+@pytest.mark.parametrize("form", ["gate0", "gate1", "unarmed-first"])
 def test_observe_records_the_fast_forms(form: str) -> None:
     faults.observe(True)
     try:

@@ -6,7 +6,8 @@ Owns: the registry of every moment where a crash matters (``REGISTRY``, see
 Code marks a point with ``await faults.point("bookie.after_fsync_before_reply")`` in a coroutine,
 ``faults.gate(name, then, *args)`` on a callback path (``then`` runs after the point: inline when
 unarmed, later when a hang or delay holds it; ``gate0``/``gate1`` for a ``then`` of no or one
-argument, without the ``*args`` tuple, on the per-message passes) or ``faults.point_blocking(name)`` on a worker
+argument, without the ``*args`` tuple, on the per-message passes; ``faults.unarmed(name)`` first,
+where compiled code then calls ``then`` natively itself) or ``faults.point_blocking(name)`` on a worker
 thread. Unarmed, each is one dictionary lookup (and the await of a completed no-op). There is
 one path per operation: a point is a gate on it, never a reason to take another path. Armed, the point can ``crash`` (a
 real process SIGKILLs itself; a simulated node loses its unsynced state), ``hang`` until
@@ -42,6 +43,7 @@ from magnetar.faults.points import (
     release,
     set_crash_hook,
     tears,
+    unarmed,
 )
 
 __all__ = [
@@ -69,4 +71,5 @@ __all__ = [
     "release",
     "set_crash_hook",
     "tears",
+    "unarmed",
 ]

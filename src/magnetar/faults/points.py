@@ -46,6 +46,7 @@ __all__ = [
     "release",
     "set_crash_hook",
     "tears",
+    "unarmed",
 ]
 
 ENV_VAR = "MAGNETAR_FAULTS"
@@ -186,6 +187,16 @@ def gate1(name: str, then: Callable[[BaseException | None, _A], object], arg: _A
         then(None, arg)
         return
     _gate_armed(spec, then, (arg,))
+
+
+def unarmed(name: str) -> bool:
+    """Whether point ``name`` is unarmed now (one dictionary lookup, as in ``gate1``): a per-message
+    pass of compiled code then calls the gate's continuation itself, ``then(None, arg)`` as a
+    native call, and calls ``gate1(name, then, arg)`` only when it is armed. The same point, the
+    same continuation and the same order as ``gate1`` (whose unarmed branch is exactly this call):
+    only the call's convention differs (``gate1`` calls ``then`` as a Python object, its
+    arguments boxed and parsed per call)."""
+    return not _armed or name not in _armed  # none armed (production): no lookup
 
 
 def _gate_armed(spec: FaultSpec, then: Callable[..., object], args: tuple[Any, ...]) -> None:

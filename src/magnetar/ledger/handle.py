@@ -14,13 +14,12 @@ Protocol (``shared/reference/bookkeeper_replication.md`` 1.3-1.6):
   adds is indeterminate, as for a timeout). So does a CAS that finds the ledger no longer OPEN.
 * ``close`` stops new adds, waits for pending ones, then CASes CLOSED with lastEntry = LAC.
 
-One add path (BookKeeper's ``asyncAddEntry``): ``append_then`` takes a plain callback (``append``
-wraps it in a future for callers that await) and the add moves on through callbacks (the
-transport's reply futures), passing its fault points as gates
-(``faults.gate``: inline when unarmed, held by a hang or delay, the same code either way).
-Backpressure is an explicit wait: ``wait_for_room`` before ``append``. A bookie that does not
-answer within ``add_timeout_ms`` fails (``AddTimeouts``: one timer per ledger client, shared by
-its writers; nothing per add).
+One add path (BookKeeper's ``asyncAddEntry``): ``append_then`` takes a plain callback (``append`` wraps it
+in a future for callers that await) and the add moves on through callbacks, passing its fault points as
+gates (``faults.unarmed`` then the continuation called natively, else ``faults.gate1``: held by a hang or
+delay; the same code runs after the point either way). Backpressure is an explicit wait: ``wait_for_room``
+before ``append``. A bookie that does not answer within ``add_timeout_ms`` fails (``AddTimeouts``: one timer
+per ledger client, shared by its writers; nothing per add).
 
 Invariants: ``lac`` only grows; every pending entry id is > ``lac``; the pending table holds
 at most ``config.pending_adds_count_max`` adds (up to ``ledger.window.LARGE_WINDOW_FACTOR`` times
@@ -76,8 +75,6 @@ WRITER_TRANSITIONS: dict[WriterState, frozenset[WriterState]] = {
 }
 
 
-#: A gate's continuation (``faults.gate1``): ``(error at the gate or None, the add)``.
-_Then = Callable[[BaseException | None, PendingAdd], None]
 #: A writer's empty sets (failed and excluded bookies, timeout suspects): shared, replaced on a change.
 _NONE: frozenset[Any] = frozenset()
 
@@ -103,7 +100,7 @@ class RunReplies:
         self.handle._on_stored(self, indexes)
 
     def count(self, error: BaseException | None, op: PendingAdd) -> None:
-        """Past ``ledger.after_reply_before_count`` (``faults.gate1``: no ``*args`` tuple per reply)."""
+        """Past ``ledger.after_reply_before_count`` while it is armed (``faults.gate1``)."""
         self.handle._count_reply(error, op, self.slot, self.bookie)
 
 
@@ -170,18 +167,10 @@ class LedgerHandle:
         self._timeouts = timeouts if timeouts is not None else AddTimeouts(clock)
         self._watched = False  # in ``_timeouts``' watch (adds in flight since it last looked)
         self._timeout_suspects: set[tuple[int, int]] | frozenset[tuple[int, int]] = _NONE
-        self._bind_gates()
         self._lac_flusher: asyncio.Task[None] | None = None
         self._explicit_lac_sent: int = NO_ENTRY
         if config.explicit_lac_interval_ms > 0:
             self._lac_flusher = self._spawn(self._flush_lac_periodically())
-
-    def _bind_gates(self) -> None:
-        """The gates' continuations, bound once (compiled, ``self._send`` as a value is a new bound method per add)."""
-        self._before_send_then: _Then = self._before_send
-        self._send_then: _Then = self._send
-        self._after_send_then: _Then = self._after_send
-        self._quorum_passed_then: _Then = self._quorum_passed
 
     # --- public view -----------------------------------------------------------------------------
 
@@ -295,15 +284,13 @@ class LedgerHandle:
         handle's own reply processing (no future, no extra loop pass per add); it may call
         ``append_adds`` again. Raises ``ClosedError`` (or the failure) when the handle is not open
         and ``LimitExceededError`` when it has no room for the whole run (nothing is added then):
-        see ``room`` and ``wait_for_room``. ``now_ns``: the caller's read of ``clock`` (one per run
-        across the layers), or -1 (read here).
-
-        The adds of a run that pass their send gates together go to each bookie in one transport
-        call (``BookieTransport.add_run``: one write, one hand-off per bookie), each carrying the
-        LAC known then. Each add passes ``ledger.before_send_next_entry`` (after the first entry),
-        ``ledger.before_send`` and ``ledger.after_send_before_reply`` as gates (``faults.gate``),
-        its replies ``ledger.after_reply_before_count`` and, once, ``ledger.after_quorum_before_ack``.
-        An ``error`` at a gate of the send fails the handle; at a reply's gate, that bookie.
+        see ``room`` and ``wait_for_room``. ``now_ns``: the caller's read of ``clock`` (one per run across
+        the layers), or -1 (read here). The adds of a run that pass their send gates together go to each
+        bookie in one transport call (``BookieTransport.add_run``: one write, one hand-off per bookie), each
+        carrying the LAC known then. Each add passes ``ledger.before_send_next_entry`` (after the first
+        entry), ``ledger.before_send`` and ``ledger.after_send_before_reply`` as gates (``faults.gate1``),
+        its replies ``ledger.after_reply_before_count`` and, once, ``ledger.after_quorum_before_ack``. An
+        ``error`` at a gate of the send fails the handle; at a reply's gate, that bookie.
         """
         if not self._open:
             self._check_open()
@@ -333,8 +320,8 @@ class LedgerHandle:
                 op.start(self, entry_id)
                 self._pending[entry_id] = op
                 self._pending_bytes += len(op.payload)
-                if entry_id > 0:
-                    faults.gate1("ledger.before_send_next_entry", self._before_send_then, op)
+                if entry_id > 0 and not faults.unarmed("ledger.before_send_next_entry"):
+                    faults.gate1("ledger.before_send_next_entry", self._before_send, op)
                 else:
                     self._before_send(None, op)
         finally:
@@ -346,7 +333,10 @@ class LedgerHandle:
         if error is not None:
             self._fail_by(error)
             return
-        faults.gate1("ledger.before_send", self._send_then, op)
+        if faults.unarmed("ledger.before_send"):
+            self._send(None, op)  # the gate's continuation, called natively (``faults.unarmed``)
+        else:
+            faults.gate1("ledger.before_send", self._send, op)
 
     def _send(self, error: BaseException | None, op: PendingAdd) -> None:
         if error is not None:
@@ -375,7 +365,10 @@ class LedgerHandle:
         else:
             self._send_to_write_sets(ready, now_ns)
         for op in ready:
-            faults.gate1("ledger.after_send_before_reply", self._after_send_then, op)
+            if faults.unarmed("ledger.after_send_before_reply"):
+                self._after_send(None, op)
+            else:
+                faults.gate1("ledger.after_send_before_reply", self._after_send, op)
 
     def _after_send(self, error: BaseException | None, op: PendingAdd) -> None:
         if op.owner is not self:
@@ -483,7 +476,10 @@ class LedgerHandle:
             self._on_add_error(op, slot, error if isinstance(error, MagnetarError)
                                else BookieUnavailableError(f"add to {bookie}: {error!r}"))
             return
-        faults.gate1("ledger.after_reply_before_count", replies.count, op)
+        if faults.unarmed("ledger.after_reply_before_count"):
+            self._count_reply(None, op, slot, bookie)
+        else:
+            faults.gate1("ledger.after_reply_before_count", replies.count, op)
 
     def _on_add_error(self, op: PendingAdd, slot: int, exc: BaseException) -> None:
         """The bookie at ``slot`` did not store ``op``: fenced fails the ledger, anything else
@@ -507,8 +503,10 @@ class LedgerHandle:
         op.acked |= 1 << slot
         if not op.quorum_gated and self._has_ack_quorum(op):
             op.quorum_gated = True
-            faults.gate1("ledger.after_quorum_before_ack", self._quorum_passed_then, op)
-            return
+            if not faults.unarmed("ledger.after_quorum_before_ack"):
+                faults.gate1("ledger.after_quorum_before_ack", self._quorum_passed, op)
+                return
+            op.quorum_passed = True  # ``_quorum_passed(None, op)``, unarmed: the owner checked above
         self._completed()
 
     def _quorum_passed(self, error: BaseException | None, op: PendingAdd) -> None:
@@ -562,9 +560,11 @@ class LedgerHandle:
         return None
 
     def _has_ack_quorum(self, op: PendingAdd) -> bool:
-        # ``acked`` holds only slots of its write set whose bookie is still the one that stored
-        # it (a reply counts only then; an ensemble change clears the replaced slots' bits).
-        return op.acked.bit_count() >= self._ack_quorum_size
+        # ``acked``: slots of its write set whose bookie still is the one that stored it (see ``_count_reply``).
+        bits, count, quorum = op.acked, 0, self._ack_quorum_size
+        while bits and count < quorum:  # compiled: native int steps (``int.bit_count`` is a call by name)
+            bits, count = bits & (bits - 1), count + 1
+        return count >= quorum
 
     def _complete_in_order(self) -> None:
         while self._pending and self._ensemble_change is None and self._live:

@@ -183,8 +183,9 @@ class AppendPipeline:
         self._queue_count_max = config.add_queue_count_max
         self._entries_max = config.max_entries_per_ledger
         self._bytes_max = config.max_size_bytes_per_ledger
-        self._age_s_min = config.rollover_time_s_min
-        self._age_s_max = config.rollover_time_s_max
+        # In nanoseconds (``needs_rollover`` per run: integer compares, no float division).
+        self._age_ns_min = round(config.rollover_time_s_min * 1e9)
+        self._age_ns_max = round(config.rollover_time_s_max * 1e9)
 
     # --- admission -------------------------------------------------------------------------------
 
@@ -365,15 +366,15 @@ class AppendPipeline:
             return True
         if now_ns < 0:
             now_ns = self._clock.monotonic_ns()
-        age_s = (now_ns - current.created_ns) / 1e9
-        if current.started_count > 0 and age_s >= self._age_s_max:
+        age_ns = now_ns - current.created_ns
+        if current.started_count > 0 and age_ns >= self._age_ns_max:
             return True
         if self.rollover_requested:
             if current.started_count > 0:
                 return True
             self.rollover_requested = False
         full = current.started_count >= self._entries_max or current.started_bytes >= self._bytes_max
-        return full and age_s >= self._age_s_min
+        return full and age_ns >= self._age_ns_min
 
     def install(self, handle: LedgerHandle) -> None:
         """Appends go to ``handle`` from now on (listed last, none acknowledged yet)."""
