@@ -94,6 +94,9 @@ cdef struct Job:
     int64_t took_ns
 
 
+cdef class Writer
+
+
 cdef int64_t _now_ns() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
@@ -171,6 +174,10 @@ cdef class Port:
     @property
     def fd(self):
         return self.state.fd
+
+    def submit(self, object owner, list ops):
+        """``Writer.submit`` of a job answered on this port."""
+        self.writer.submit(self, owner, ops)
 
     def drain(self):
         """The answers of the jobs done since the last drain, in the order they finished:
