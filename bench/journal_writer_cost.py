@@ -48,7 +48,8 @@ def _task_times() -> dict[int, tuple[float, int]]:
     return out
 
 
-def _child(variant: str, files: int, writes: int, size: int, busy: bool, directory: str) -> dict[str, float]:
+def _child(variant: str, files: int, writes: int, size: int, busy: bool, directory: str,
+           tick_s: float) -> dict[str, float]:
     import uvloop
 
     from magnetar.runtime import disk_threads, disk_writer
@@ -104,7 +105,14 @@ def _child(variant: str, files: int, writes: int, size: int, busy: bool, directo
         def answered(self) -> None:
             self.next()
 
-    spinning = [busy]
+    spinning = [busy or tick_s > 0]
+
+    def tick() -> None:
+        x = 0
+        for i in range(300):  # a little Python work per tick (an add's arrival)
+            x += i
+        if spinning[0]:
+            loop.call_later(tick_s, tick)
 
     def spin() -> None:
         x = 0
@@ -120,6 +128,8 @@ def _child(variant: str, files: int, writes: int, size: int, busy: bool, directo
         streams = [Stream(k) for k in range(files)]
         if busy:
             loop.call_soon(spin)
+        if tick_s > 0:
+            loop.call_soon(tick)
         started = time.perf_counter()
         for stream in streams:
             stream.next()
@@ -149,13 +159,16 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=16384)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--busy", action="store_true", help="the loop spins in Python between its callbacks")
+    parser.add_argument("--tick-us", type=float, default=0.0,
+                        help="a timer every this many us does a little Python work (an add's arrival)")
     parser.add_argument("--variants", default="threads,native")
     parser.add_argument("--dir", default=None, help="where the files go (default: a temporary directory in .)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         directory = args.dir or "."
-        print(json.dumps(_child(args.child, args.files, args.writes, args.size, args.busy, directory)))
+        print(json.dumps(_child(args.child, args.files, args.writes, args.size, args.busy, directory,
+                                args.tick_us / 1e6)))
         return 0
     results: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(dir=args.dir or ".") as directory:
@@ -165,6 +178,8 @@ def main() -> int:
                            str(args.writes), "--size", str(args.size), "--dir", directory]
                 if args.busy:
                     command.append("--busy")
+                if args.tick_us:
+                    command += ["--tick-us", str(args.tick_us)]
                 out = subprocess.run(command, check=True, capture_output=True, text=True, timeout=300).stdout
                 row = json.loads(out.strip().splitlines()[-1])
                 results.setdefault(variant, []).append(row)

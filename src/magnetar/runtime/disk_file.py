@@ -346,11 +346,12 @@ class LocalFile:
         start += -start % DISK_DIRECT_ALIGNMENT_BYTES
         if end <= start:
             return
-        done = threading.Event()
+        loop = asyncio.get_running_loop()
+        done = disk_threads.ZerosWritten(loop, self._zeros_written)
         descriptors = self._descriptors
         descriptors.acquire()
         try:
-            job = asyncio.get_running_loop().run_in_executor(None, disk_threads._zeros_job, descriptors, start, end, done)
+            job = loop.run_in_executor(None, disk_threads._zeros_job, descriptors, start, end, done)
         except BaseException:
             descriptors.release()
             raise
@@ -364,8 +365,13 @@ class LocalFile:
             self._zeroing = None
         if not job.cancelled() and job.exception() is None:
             self._allocated = max(self._allocated, end)
+        self._zeros_written(done)  # if the job failed before it wrote them
+
+    def _zeros_written(self, done: threading.Event) -> None:
+        """The zeros ``done`` stands for are written (not yet synced: a group's own sync covers
+        them): the native writer's groups that waited for them go (``_native_write``)."""
         waiting = [group for group in self._waiting_zeros if group.after is done]
-        if waiting:  # the native writer's groups that waited for these zeros (``_native_write``)
+        if waiting:
             self._waiting_zeros = [group for group in self._waiting_zeros if group.after is not done]
             for group in waiting:
                 group.native(group.port)

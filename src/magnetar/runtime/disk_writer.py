@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from magnetar.base.limits import DISK_SYNC_THREADS_COUNT_MAX
+from magnetar.runtime import disk_threads
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,11 @@ def writer() -> Any:
         return current
     with _writer_lock:
         if _writer is None:
+            # As with Python's writer threads (``disk_threads._sync_workers``): the process's other
+            # Python threads (the zeros of ``preallocate``, the entry log's and the index's jobs)
+            # wait for the GIL the event loop holds at most this long.
+            if sys.getswitchinterval() > disk_threads.SYNC_SWITCH_INTERVAL_S:
+                sys.setswitchinterval(disk_threads.SYNC_SWITCH_INTERVAL_S)
             _writer = _native.Writer(DISK_SYNC_THREADS_COUNT_MAX, "magnetar-disk-native")
         return _writer
 
