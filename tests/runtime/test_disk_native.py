@@ -285,11 +285,14 @@ def _mode_in_child(env: dict[str, str]) -> tuple[str, str]:
 
 
 def test_without_a_build_or_with_pure_python_the_journal_uses_the_writer_threads(tmp_path: Path) -> None:
-    """The fallback: no build, ``MAGNETAR_PURE_PYTHON=1``, or a build of another source (its
-    manifest's digest differs) leave ``MODE`` at ``threads``, with the reason."""
+    """The fallback: no build, ``MAGNETAR_PURE_PYTHON=1``, ``MAGNETAR_NATIVE_WRITER=0``, or a
+    build of another source (its manifest's digest differs) leave ``MODE`` at ``threads``, with
+    the reason."""
     assert _mode_in_child({"MAGNETAR_CYTHON_DIR": str(tmp_path / "none"), "MAGNETAR_PURE_PYTHON": "0"}) == (
         "threads", f"no native writer build in {tmp_path / 'none'} (`make compile` makes one)")
     assert _mode_in_child({"MAGNETAR_PURE_PYTHON": "1"})[0] == "threads"
+    assert _mode_in_child({"MAGNETAR_NATIVE_WRITER": "0", "MAGNETAR_PURE_PYTHON": "0"}) == (
+        "threads", "MAGNETAR_NATIVE_WRITER=0")
     if disk_writer.available():
         stale = tmp_path / "stale"
         stale.mkdir()

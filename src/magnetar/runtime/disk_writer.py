@@ -4,8 +4,8 @@ gives each event loop its ``Port``, the ``eventfd`` the loop reads the writer's 
 
 ``runtime.disk_file`` hands a journal group's write and sync to the native writer when it is
 loaded (``MODE == "native"``), and to Python's writer threads (``runtime.disk_threads``)
-otherwise: without a build, a build of another source, or with ``MAGNETAR_PURE_PYTHON=1`` (the
-pure run of the test suite). ``python -c "import magnetar.runtime.disk_writer as w; print(w.MODE,
+otherwise: without a build, a build of another source, with ``MAGNETAR_PURE_PYTHON=1`` (the pure
+run of the test suite) or ``MAGNETAR_NATIVE_WRITER=0``. ``python -c "import magnetar.runtime.disk_writer as w; print(w.MODE,
 w.REASON)"`` says which one runs and why; a standalone logs it once, at its first journal group
 on a writer (``magnetar.runtime.disk_writer``: "journal writes: ...").
 
@@ -42,6 +42,9 @@ SOURCE = Path(__file__).resolve().parent / "disk_cwriter.pyx"
 BUILD_DIR = Path(os.environ.get("MAGNETAR_CYTHON_DIR") or SOURCE.parents[3] / "build" / "cython")
 MANIFEST = "manifest.json"
 PURE_ENV = "MAGNETAR_PURE_PYTHON"
+#: Set to ``0`` to keep Python's writer threads even where the native writer is built (an A/B of
+#: the two in one tree: ``bench/steady_load.py --variant threads=src:MAGNETAR_NATIVE_WRITER=0``).
+NATIVE_ENV = "MAGNETAR_NATIVE_WRITER"
 
 
 class Answered(Protocol):
@@ -65,6 +68,8 @@ def _load() -> tuple[Any, str]:
     """(the extension module or None, why)."""
     if os.environ.get(PURE_ENV, "") == "1":
         return None, f"{PURE_ENV}=1"
+    if os.environ.get(NATIVE_ENV, "") == "0":
+        return None, f"{NATIVE_ENV}=0"
     try:
         built = json.loads((BUILD_DIR / MANIFEST).read_text())
     except FileNotFoundError:
