@@ -285,21 +285,23 @@ def _mode_in_child(env: dict[str, str]) -> tuple[str, str]:
 
 
 def test_without_a_build_or_with_pure_python_the_journal_uses_the_writer_threads(tmp_path: Path) -> None:
-    """The fallback: no build, ``MAGNETAR_PURE_PYTHON=1``, ``MAGNETAR_NATIVE_WRITER=0``, or a
-    build of another source (its manifest's digest differs) leave ``MODE`` at ``threads``, with
-    the reason."""
-    assert _mode_in_child({"MAGNETAR_CYTHON_DIR": str(tmp_path / "none"), "MAGNETAR_PURE_PYTHON": "0"}) == (
+    """The fallback: no build, ``MAGNETAR_PURE_PYTHON=1``, a build of another source (its
+    manifest's digest differs), or ``MAGNETAR_NATIVE_WRITER`` not ``1`` (the default) leave
+    ``MODE`` at ``threads``, with the reason."""
+    on = {"MAGNETAR_NATIVE_WRITER": "1", "MAGNETAR_PURE_PYTHON": "0"}
+    assert _mode_in_child({"MAGNETAR_CYTHON_DIR": str(tmp_path / "none"), **on}) == (
         "threads", f"no native writer build in {tmp_path / 'none'} (`make compile` makes one)")
-    assert _mode_in_child({"MAGNETAR_PURE_PYTHON": "1"})[0] == "threads"
-    assert _mode_in_child({"MAGNETAR_NATIVE_WRITER": "0", "MAGNETAR_PURE_PYTHON": "0"}) == (
-        "threads", "MAGNETAR_NATIVE_WRITER=0")
+    assert _mode_in_child({**on, "MAGNETAR_PURE_PYTHON": "1"})[0] == "threads"
     if disk_writer.available():
+        built = {"MAGNETAR_CYTHON_DIR": str(disk_writer.BUILD_DIR)}
+        mode, reason = _mode_in_child({**built, **on, "MAGNETAR_NATIVE_WRITER": "0"})
+        assert mode == "threads" and reason.startswith("MAGNETAR_NATIVE_WRITER is not 1")
         stale = tmp_path / "stale"
         stale.mkdir()
         manifest = disk_writer.manifest()
         manifest["modules"] = {disk_writer.NATIVE_MODULE: "0" * 64}
         (stale / disk_writer.MANIFEST).write_text(json.dumps(manifest))
-        mode, reason = _mode_in_child({"MAGNETAR_CYTHON_DIR": str(stale), "MAGNETAR_PURE_PYTHON": "0"})
+        mode, reason = _mode_in_child({"MAGNETAR_CYTHON_DIR": str(stale), **on})
         assert mode == "threads" and "not of today's" in reason
-        # The control: the real build's directory loads.
-        assert _mode_in_child({"MAGNETAR_CYTHON_DIR": str(disk_writer.BUILD_DIR), "MAGNETAR_PURE_PYTHON": "0"})[0] == "native"
+        # The control: the real build's directory, enabled, loads.
+        assert _mode_in_child({**built, **on})[0] == "native"

@@ -40,9 +40,10 @@ _PACE = InlinePace()
 
 #: Whether a group not written inline goes to the native writer (``runtime.disk_writer``: its
 #: threads never take the GIL) rather than to Python's writer threads (``runtime.disk_threads``):
-#: whether the native writer is built and loaded. A module variable looked up at each group, so a
-#: test can run either in one process; production never changes it.
-_native = disk_writer.available()
+#: whether the native writer is built, loaded and enabled (``MAGNETAR_NATIVE_WRITER=1``; off by
+#: default, docs/performance.md session 22). A module variable looked up at each group, so a test
+#: can run either in one process; production never changes it.
+_native = disk_writer.enabled()
 
 #: An operation of a native writer's job: (fd, buffers, offset, ``pwritev2`` flags) writes the
 #: buffers at the offset; (fd, None, 0, 0) is an ``fdatasync``.

@@ -3,9 +3,10 @@
 gives each event loop its ``Port``, the ``eventfd`` the loop reads the writer's answers from.
 
 ``runtime.disk_file`` hands a journal group's write and sync to the native writer when it is
-loaded (``MODE == "native"``), and to Python's writer threads (``runtime.disk_threads``)
-otherwise: without a build, a build of another source, with ``MAGNETAR_PURE_PYTHON=1`` (the pure
-run of the test suite) or ``MAGNETAR_NATIVE_WRITER=0``. ``python -c "import magnetar.runtime.disk_writer as w; print(w.MODE,
+loaded and enabled (``MAGNETAR_NATIVE_WRITER=1``: ``MODE == "native"``), and to Python's writer
+threads (``runtime.disk_threads``) otherwise: by default, without a build, with a build of another
+source, or with ``MAGNETAR_PURE_PYTHON=1`` (the pure run of the test suite). Off by default:
+``NATIVE_ENV``. ``python -c "import magnetar.runtime.disk_writer as w; print(w.MODE,
 w.REASON)"`` says which one runs and why; a standalone logs it once, at its first journal group
 on a writer (``magnetar.runtime.disk_writer``: "journal writes: ...").
 
@@ -42,8 +43,9 @@ SOURCE = Path(__file__).resolve().parent / "disk_cwriter.pyx"
 BUILD_DIR = Path(os.environ.get("MAGNETAR_CYTHON_DIR") or SOURCE.parents[3] / "build" / "cython")
 MANIFEST = "manifest.json"
 PURE_ENV = "MAGNETAR_PURE_PYTHON"
-#: Set to ``0`` to keep Python's writer threads even where the native writer is built (an A/B of
-#: the two in one tree: ``bench/steady_load.py --variant threads=src:MAGNETAR_NATIVE_WRITER=0``).
+#: Set to ``1`` to hand the journal's groups to the native writer where it is built; off by
+#: default (session 22: on this VM it cut the writer threads' CPU by 30-60% but the unbatched
+#: publish rate, a closed loop bound by each group's round trip, fell ~25%: docs/performance.md).
 NATIVE_ENV = "MAGNETAR_NATIVE_WRITER"
 
 
@@ -68,8 +70,6 @@ def _load() -> tuple[Any, str]:
     """(the extension module or None, why)."""
     if os.environ.get(PURE_ENV, "") == "1":
         return None, f"{PURE_ENV}=1"
-    if os.environ.get(NATIVE_ENV, "") == "0":
-        return None, f"{NATIVE_ENV}=0"
     try:
         built = json.loads((BUILD_DIR / MANIFEST).read_text())
     except FileNotFoundError:
@@ -97,10 +97,12 @@ def _load() -> tuple[Any, str]:
     return module, f"native writer from {file}"
 
 
-_native, REASON = _load()
+_native, _LOADED = _load()
+_ENABLED = os.environ.get(NATIVE_ENV, "") == "1"
 #: ``native``: the journal's synced writes go to the Cython writer; ``threads``: to Python's
-#: writer threads (``runtime.disk_threads``).
-MODE = "native" if _native is not None else "threads"
+#: writer threads (``runtime.disk_threads``); ``REASON`` says why.
+MODE = "native" if _native is not None and _ENABLED else "threads"
+REASON = _LOADED if _ENABLED or _native is None else f"{NATIVE_ENV} is not 1 (the writer is built: {_LOADED})"
 
 _writer: Any = None
 _writer_lock = threading.Lock()
@@ -109,7 +111,13 @@ _logged = [False]
 
 
 def available() -> bool:
+    """Whether the native writer is built and loaded (used only if ``enabled()``; tests use it either way)."""
     return _native is not None
+
+
+def enabled() -> bool:
+    """Whether the journal's groups go to the native writer (``MODE == "native"``)."""
+    return MODE == "native"
 
 
 def writer() -> Any:
@@ -136,7 +144,7 @@ def port_for(loop: asyncio.AbstractEventLoop) -> Any:
         return port
     if not _logged[0]:
         _logged[0] = True
-        log.info("journal writes: %s (%s)", MODE, REASON)
+        log.info("journal writes: native writer (%s)", REASON)
     fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
     try:
         port = writer().port(fd)
