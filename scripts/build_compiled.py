@@ -45,8 +45,8 @@ def _load_compiled_module() -> ModuleType:
     return module
 
 
-def _missing_tool() -> str | None:
-    if importlib.util.find_spec("mypyc") is None:
+def _missing_tool(needs_mypyc: bool = True) -> str | None:
+    if needs_mypyc and importlib.util.find_spec("mypyc") is None:
         return "mypyc is not installed (it ships with mypy: pip install mypy)"
     compiler = os.environ.get("CC", "cc").split()[0]
     if shutil.which(compiler) is None:
@@ -171,6 +171,87 @@ def _build(compiled: ModuleType, jobs: int, multi_file: bool) -> None:
     staging.rename(compiled.BUILD_DIR)
 
 
+def _load_native_writer_module() -> ModuleType:
+    """``magnetar/runtime/disk_writer.py``'s manifest helpers, without loading a build."""
+    os.environ["MAGNETAR_PURE_PYTHON"] = "1"
+    sys.path.insert(0, str(REPO / "src"))
+    try:
+        import magnetar.runtime.disk_writer as disk_writer
+    finally:
+        sys.path.pop(0)
+    return disk_writer
+
+
+def _native_current(writer: ModuleType) -> bool:
+    try:
+        return bool(json.loads((writer.BUILD_DIR / writer.MANIFEST).read_text()) == writer.manifest())
+    except (OSError, ValueError):
+        return False
+
+
+def _build_native(writer: ModuleType) -> None:
+    """Cythonize and compile ``runtime/disk_cwriter.pyx`` into ``build/cython/`` (through a
+    staging directory: the build is replaced only once the new one imports)."""
+    from Cython.Build import cythonize
+    from setuptools import Extension, setup
+
+    build = REPO / "build"
+    staging = build / "cython-staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    manifest = writer.manifest()
+    source = writer.SOURCE.relative_to(REPO)
+    extension = Extension(writer.NATIVE_MODULE, [str(source)], extra_compile_args=["-O2"])
+    os.chdir(REPO)
+    setup(
+        name="magnetar-native-writer",
+        ext_modules=cythonize([extension], build_dir=str(build / "cython-c"), quiet=True,
+                              compiler_directives={"language_level": "3"}),
+        script_args=["-q", "build_ext", "--build-lib", str(staging), "--build-temp", str(build / "cython-tmp")],
+    )
+    if writer.manifest() != manifest:
+        raise RuntimeError("disk_cwriter.pyx changed during the build; run it again")
+    (staging / writer.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    probe = ("import magnetar.runtime.disk_writer as w\n"
+             "assert w.MODE == 'native', w.REASON\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), MAGNETAR_CYTHON_DIR=str(staging))
+    env.pop("MAGNETAR_PURE_PYTHON", None)
+    result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise RuntimeError((result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1])
+    shutil.rmtree(writer.BUILD_DIR, ignore_errors=True)
+    staging.rename(writer.BUILD_DIR)
+
+
+def _main_native(args: argparse.Namespace) -> int:
+    """The journal's native writer (Cython, ``runtime/disk_cwriter.pyx``, session 22): built
+    beside the mypyc build, used while its manifest matches the source (``runtime.disk_writer``);
+    without it the journal's writes go to Python's writer threads."""
+    failed = 1 if args.strict else 0
+    writer = _load_native_writer_module()
+    if os.environ.get("MAGNETAR_COMPILE", "1") == "0":
+        shutil.rmtree(writer.BUILD_DIR, ignore_errors=True)
+        return 0
+    if not args.force and _native_current(writer):
+        print(f"{PREFIX} the native writer is up to date in {writer.BUILD_DIR}")
+        return 0
+    shutil.rmtree(writer.BUILD_DIR, ignore_errors=True)
+    missing = _missing_tool(needs_mypyc=False)
+    if missing is None and importlib.util.find_spec("Cython") is None:
+        missing = "Cython is not installed (pip install cython)"
+    if missing is not None:
+        print(f"{PREFIX} native writer not built: {missing}; the journal uses Python's writer threads")
+        return failed
+    started = time.monotonic()
+    try:
+        _build_native(writer)
+    except (Exception, SystemExit) as exc:  # a failed build must never fail the install
+        traceback.print_exc()
+        print(f"{PREFIX} native writer build failed ({exc!r}); the journal uses Python's writer threads")
+        return failed
+    print(f"{PREFIX} native writer compiled in {time.monotonic() - started:.0f} s into {writer.BUILD_DIR}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--force", action="store_true", help="rebuild even if the build is current")
@@ -178,7 +259,13 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--one-file", action="store_true",
                         help="one C file for all modules, compiled by one cc (no --jobs; slower to build)")
+    parser.add_argument("--native-only", action="store_true", help="build only the native writer (Cython)")
     args = parser.parse_args()
+    mypyc_status = 0 if args.native_only else _main_mypyc(args)
+    return max(mypyc_status, _main_native(args))
+
+
+def _main_mypyc(args: argparse.Namespace) -> int:
     failed = 1 if args.strict else 0
     compiled = _load_compiled_module()
     if os.environ.get("MAGNETAR_COMPILE", "1") == "0":

@@ -1,7 +1,8 @@
 """``LocalFile.append_and_sync_then`` on the event loop's own thread (issue 22, session 16): a lone
 small write with nothing in flight and fast recent syncs is written and synced inline (no writer
 thread hand-off), answered from the next loop pass; otherwise, and whenever a fault point of the
-write is armed, a writer thread runs the same ``_write_job``."""
+write is armed, a writer runs it: Python's writer threads (the same ``_write_job``) or, where it is
+built, the native writer (session 22, ``runtime.disk_writer``): every test runs with each."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from magnetar import faults
 from magnetar.runtime import disk as runtime_disk
-from magnetar.runtime import disk_file, disk_pace, disk_threads
+from magnetar.runtime import disk_file, disk_pace, disk_threads, disk_writer
 from magnetar.runtime.disk import LocalDisk
 from magnetar.runtime.disk_io import _Descriptors
 from tests.managed_ledger.harness import until
@@ -29,17 +30,42 @@ def pace(monkeypatch: pytest.MonkeyPatch) -> disk_pace.InlinePace:
     return fresh
 
 
+NATIVE = "native writer"
+
+
+@pytest.fixture(params=["threads", "native"], autouse=True)
+def writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which writer takes the groups that are not written inline (``disk_file._native``)."""
+    if request.param == "native" and not disk_writer.available():
+        pytest.skip(f"no native writer: {disk_writer.REASON}")
+    monkeypatch.setattr(disk_file, "_native", request.param == "native")
+    return str(request.param)
+
+
+class _RecordingPort:
+    """A loop's native port that notes each job submitted (as ``NATIVE``) in ``names``."""
+
+    def __init__(self, port: object, names: list[str]) -> None:
+        self._port, self._names = port, names
+
+    def submit(self, owner: object, ops: list[object]) -> None:
+        self._names.append(NATIVE)
+        self._port.submit(owner, ops)  # type: ignore[attr-defined]
+
+
 @pytest.fixture
 def job_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The thread each ``_write_job`` ran on, in order."""
+    """The thread each ``_write_job`` ran on, in order (``NATIVE`` for a native writer's job)."""
     names: list[str] = []
     real = disk_file._write_job
+    real_port_for = disk_writer.port_for
 
     def recorded(*args: object) -> bool:
         names.append(threading.current_thread().name)
         return real(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(disk_file, "_write_job", recorded)
+    monkeypatch.setattr(disk_writer, "port_for", lambda loop: _RecordingPort(real_port_for(loop), names))
     return names
 
 

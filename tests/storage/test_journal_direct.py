@@ -63,12 +63,15 @@ def test_local_append_and_sync_then_hands_a_write_error_to_done(tmp_path: Path,
         assert isinstance(error, OSError) and error.errno == errno.EIO
         file.close()  # the worker released the descriptors
 
+    monkeypatch.setattr(disk_file, "_native", False)  # Python's writer threads (the native writer: test_disk_native)
     monkeypatch.setattr(disk_file, "_write_job", _failing_job)
     asyncio.run(scenario())
 
 
 def test_a_failed_direct_group_fails_the_journal_and_answers_its_records_with_the_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(disk_file, "_native", False)  # Python's writer threads (the native writer: test_disk_native)
+
     async def scenario() -> None:
         journal = Journal(LocalDisk(str(tmp_path)), SimClock(), BookieConfig(), first_file_id=1)
         await journal.start()
@@ -88,6 +91,8 @@ def test_a_group_that_cannot_start_fails_the_journal_instead_of_hanging(tmp_path
     group's records with the error (without the guard they would wait forever: the control)."""
     def refuse(*_args: object) -> object:
         raise RuntimeError("cannot schedule new futures after shutdown")
+
+    monkeypatch.setattr(disk_file, "_native", False)  # Python's writer threads (the native writer: test_disk_native)
 
     async def scenario() -> None:
         journal = Journal(LocalDisk(str(tmp_path)), SimClock(), BookieConfig(), first_file_id=1)
@@ -174,6 +179,7 @@ def test_an_aligned_group_is_one_write_that_syncs_itself(tmp_path: Path, monkeyp
 
     if not LocalDisk(str(tmp_path)).open("probe", direct=True).write_alignment_bytes > 1:
         pytest.skip("this filesystem has no O_DIRECT")
+    monkeypatch.setattr(disk_file, "_native", False)  # Python's system calls (the native writer: test_disk_native)
     counts = _count_calls(monkeypatch)
     assert _one_group(tmp_path, "plain") == b"a" * 5000 + b"b" * 3192
     assert counts == {"fdatasync": 0, "dsync_writes": 1}

@@ -10,20 +10,23 @@ interpreted); the docstring of ``runtime.disk`` describes the paths.
 from __future__ import annotations
 
 import asyncio
+import errno
 import mmap
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
+from magnetar import faults
 from magnetar.base.invariant import invariant
-from magnetar.base.io import Bytes
+from magnetar.base.io import Bytes, split_parts
 from magnetar.base.limits import DISK_DIRECT_ALIGNMENT_BYTES, DISK_DIRECT_BUFFER_BYTES_MAX
 from magnetar.base.loop_ref import LoopRef
-from magnetar.runtime import disk_threads
+from magnetar.runtime import disk_threads, disk_writer
 from magnetar.runtime.disk_buffers import _AlignedBuffer, _AlignedBuffers, _copy_into
-from magnetar.runtime.disk_io import _Descriptors, write_job
+from magnetar.runtime.disk_io import _RWF_DSYNC_WORKS, _Descriptors, write_job
 from magnetar.runtime.disk_pace import InlinePace
 
 #: The write (and sync) of a group, as ``append_and_sync_then`` and the bulk writes call it: a
@@ -34,6 +37,17 @@ _write_job: Callable[[_Descriptors, Sequence[Bytes], int, bool, memoryview | Non
 
 #: The process's inline-write pace (``runtime.disk_pace``), used on the event loop's thread only.
 _PACE = InlinePace()
+
+#: Whether a group not written inline goes to the native writer (``runtime.disk_writer``: its
+#: threads never take the GIL) rather than to Python's writer threads (``runtime.disk_threads``):
+#: whether the native writer is built, loaded and enabled (``MAGNETAR_NATIVE_WRITER=1``; off by
+#: default, docs/performance.md session 22). A module variable looked up at each group, so a test
+#: can run either in one process; production never changes it.
+_native = disk_writer.enabled()
+
+#: An operation of a native writer's job: (fd, buffers, offset, ``pwritev2`` flags) writes the
+#: buffers at the offset; (fd, None, 0, 0) is an ``fdatasync``.
+_Op = tuple[int, Sequence[Bytes] | None, int, int]
 
 
 def _forget_pace_in_child() -> None:
@@ -48,8 +62,8 @@ class _GroupWrite:
     (``inline``) or a writer thread (``on_thread``), then ``finished`` on the loop. One native
     object per group where three closures were made per group (session 19)."""
 
-    __slots__ = ("after", "aligned", "buffer", "descriptors", "done", "file", "fill", "loop", "offset", "pace",
-                 "parts", "torn_point", "unsynced_point")
+    __slots__ = ("after", "aligned", "buffer", "descriptors", "direct", "done", "file", "fill", "loop", "offset",
+                 "pace", "parts", "port", "step", "steps", "took_ns", "torn_passed", "torn_point", "unsynced_point")
 
     def __init__(self, file: LocalFile, descriptors: _Descriptors, parts: Sequence[Bytes], offset: int,
                  buffer: _AlignedBuffer | None, aligned: memoryview | None, fill: _AlignedBuffer | None,
@@ -68,6 +82,15 @@ class _GroupWrite:
         self.done = done
         self.pace = pace
         self.loop: asyncio.AbstractEventLoop | None = None  # a writer thread's: the loop to answer on
+        # The native writer's (``native``): the port it answers on, the steps (jobs, and the armed
+        # fault points between them), the next step, whether the direct write is still the plan,
+        # whether the torn point was passed, and the writer's time so far.
+        self.port: Any = None
+        self.steps: list[list[_Op] | str] = []
+        self.step = 0
+        self.direct = aligned is not None
+        self.torn_passed = False
+        self.took_ns = 0
 
     def inline(self, loop: asyncio.AbstractEventLoop) -> None:
         """Write and sync on the loop's own thread; answered from the next loop pass. A
@@ -99,6 +122,120 @@ class _GroupWrite:
             error = exc
         return error, written_direct, time.monotonic_ns() - started
 
+    def native(self, port: Any) -> None:
+        """Hand the write and sync to the native writer (``runtime.disk_writer``), answered on the
+        loop through ``port`` (``written``). Unarmed, one job: the write with ``RWF_DSYNC``
+        (a large group's copy into its aligned buffer first), or the buffered write and an
+        ``fdatasync``. With a fault point of the write armed, the same writes and syncs split
+        into jobs at the points, and each point is passed on the loop between them
+        (``faults.gate1``: a crash fires there, a hang holds this write, not the loop): the
+        bytes before a torn point are written when it fires, the write before the unsynced
+        point is not synced yet. The same points and the same splits as ``write_job``'s."""
+        self.port = port
+        self.steps = self._plan()
+        self._advance()
+
+    def _plan(self) -> list[list[_Op] | str]:
+        """The jobs and points of this write (``direct``: through the O_DIRECT descriptor)."""
+        torn_point, unsynced_point = self.torn_point, self.unsynced_point
+        tear = bool(torn_point) and faults.tears(torn_point) and not self.torn_passed
+        unsynced = bool(unsynced_point) and faults.tears(unsynced_point)
+        descriptors, offset = self.descriptors, self.offset
+        steps: list[list[_Op] | str] = []
+        ops: list[_Op] = []
+        aligned = self.aligned
+        if self.direct and aligned is not None:
+            fill = self.fill
+            if fill is not None and fill.fd >= 0:
+                ops.append((fill.fd, self.parts, 0, 0))  # the copy into the aligned buffer (its memfd)
+            half = len(aligned) // 2 if tear else 0
+            half -= half % DISK_DIRECT_ALIGNMENT_BYTES
+            if tear and not half:  # one page: the point comes before its only write
+                if ops:
+                    steps.append(ops)
+                    ops = []
+                steps.append(torn_point)
+            dsync = not half and not unsynced and _RWF_DSYNC_WORKS[0]
+            if half:
+                ops.append((descriptors.direct_fd, [aligned[:half]], offset, 0))
+                steps.append(ops)
+                steps.append(torn_point)
+                ops = [(descriptors.direct_fd, [aligned[half:]], offset + half, 0)]
+            else:
+                ops.append((descriptors.direct_fd, [aligned], offset, os.RWF_DSYNC if dsync else 0))
+            if dsync:
+                steps.append(ops)
+                return steps
+        else:
+            parts = self.parts
+            if tear:
+                half = sum(map(len, parts)) // 2
+                first, rest = split_parts(parts, half)
+                steps.append([(descriptors.fd, first, offset, 0)])
+                steps.append(torn_point)
+                ops = [(descriptors.fd, rest, offset + half, 0)]
+            else:
+                ops = [(descriptors.fd, list(parts), offset, 0)]
+        if unsynced:
+            steps.append(ops)
+            steps.append(unsynced_point)
+            ops = []
+        ops.append((descriptors.fd, None, 0, 0))
+        steps.append(ops)
+        return steps
+
+    def _advance(self) -> None:
+        """Submit the next job, or pass the next point, or finish."""
+        steps = self.steps
+        if self.step == len(steps):
+            self._native_finished(None)
+            return
+        step = steps[self.step]
+        self.step += 1
+        if isinstance(step, str):
+            if step == self.torn_point:
+                self.torn_passed = True
+            faults.gate0(step, self._passed)
+            return
+        self.port.submit(self, step)
+
+    def _passed(self, error: BaseException | None) -> None:
+        """After a point, on the loop (``error``: it was armed with ``error``)."""
+        if error is not None:
+            self._native_finished(error)
+            return
+        self._advance()
+
+    def written(self, error: int, failed: int, took_ns: int) -> None:
+        """The native writer's answer for the last job (``runtime.disk_writer``), on the loop."""
+        self.took_ns += took_ns
+        if not error:
+            self._advance()
+            return
+        step = self.steps[self.step - 1]
+        assert not isinstance(step, str)
+        fd = step[failed][0]
+        fill = self.fill
+        if fill is not None and fd == fill.fd and self.aligned is not None:
+            # The copy into the memfd failed (no memory for its pages): copied here instead, the
+            # rest of the job again (``_AlignedBuffer.fill`` does the same on a thread).
+            _copy_into(fill.map, self.parts, len(self.aligned))
+            self.port.submit(self, step[failed + 1:])
+            return
+        if error == errno.EINVAL and self.direct and fd == self.descriptors.direct_fd:
+            # The filesystem refuses O_DIRECT writes after all: the same bytes, buffered (the
+            # torn point, if it was passed already, is not passed again).
+            self.direct = False
+            self.steps = self._plan()
+            self.step = 0
+            self._advance()
+            return
+        self._native_finished(OSError(error, os.strerror(error)))
+
+    def _native_finished(self, error: BaseException | None) -> None:
+        self.descriptors.release()
+        self.finished(error, self.direct and error is None, self.took_ns, False)
+
     def finished(self, error: BaseException | None, written_direct: bool, took_ns: int, inline: bool) -> None:
         """On the loop, after the write and sync, whichever thread ran them."""
         self.pace.finished(took_ns, inline)
@@ -115,8 +252,8 @@ class LocalFile:
     # pwrite and fdatasync (the GIL released in both): fewer GIL hand-offs between the loop and
     # the worker, which on a busy machine cost more than a copy of a few KiB. A large write's
     # copy (MiBs of batched entries) is the worker's, off the loop (``_AlignedBuffer.fill``).
-    __slots__ = ("_allocated", "_buffers", "_descriptors", "_direct_ok", "_loop_ref", "_mapping", "_path", "_size",
-                 "_zeroing", "_zeroing_from")
+    __slots__ = ("_allocated", "_buffers", "_descriptors", "_direct_ok", "_loop_ref", "_mapping", "_path",
+                 "_port", "_port_loop", "_size", "_waiting_zeros", "_zeroing", "_zeroing_from")
 
     def __init__(self, path: str, fd: int, direct_fd: int = -1, buffers: _AlignedBuffers | None = None) -> None:
         self._path = path
@@ -135,6 +272,11 @@ class LocalFile:
         # The loop a group answers on, looked up once: ``asyncio.get_running_loop`` makes a
         # ``getpid`` system call per lookup (~0.4 per message at a steady 2,000 msg/s, session 21).
         self._loop_ref = LoopRef()
+        # The native writer's port of the loop last used (``runtime.disk_writer.port_for``), and
+        # the groups waiting for the zeros of ``preallocate`` before they go to it.
+        self._port: Any = None
+        self._port_loop: asyncio.AbstractEventLoop | None = None
+        self._waiting_zeros: list[_GroupWrite] = []
 
     @property
     def _fd(self) -> int:
@@ -205,11 +347,12 @@ class LocalFile:
         start += -start % DISK_DIRECT_ALIGNMENT_BYTES
         if end <= start:
             return
-        done = threading.Event()
+        loop = asyncio.get_running_loop()
+        done = disk_threads.ZerosWritten(loop, self._zeros_written)
         descriptors = self._descriptors
         descriptors.acquire()
         try:
-            job = asyncio.get_running_loop().run_in_executor(None, disk_threads._zeros_job, descriptors, start, end, done)
+            job = loop.run_in_executor(None, disk_threads._zeros_job, descriptors, start, end, done)
         except BaseException:
             descriptors.release()
             raise
@@ -223,6 +366,16 @@ class LocalFile:
             self._zeroing = None
         if not job.cancelled() and job.exception() is None:
             self._allocated = max(self._allocated, end)
+        self._zeros_written(done)  # if the job failed before it wrote them
+
+    def _zeros_written(self, done: threading.Event) -> None:
+        """The zeros ``done`` stands for are written (not yet synced: a group's own sync covers
+        them): the native writer's groups that waited for them go (``_native_write``)."""
+        waiting = [group for group in self._waiting_zeros if group.after is done]
+        if waiting:
+            self._waiting_zeros = [group for group in self._waiting_zeros if group.after is not done]
+            for group in waiting:
+                group.native(group.port)
 
     def _zeros_first(self, offset: int, total: int) -> threading.Event | None:
         """The zeros a write of ``total`` bytes at ``offset`` must wait for, if any."""
@@ -263,14 +416,31 @@ class LocalFile:
             # not an Exception (an interrupt) goes up the loop's own stack.
             group.inline(self._loop_ref.get())
             return offset
-        group.loop = self._loop_ref.get()
+        group.loop = loop = self._loop_ref.get()
         try:
-            disk_threads._sync_workers().submit(group.on_thread)
+            if _native:
+                self._native_write(group, loop)
+            else:
+                disk_threads._sync_workers().submit(group.on_thread)
         except BaseException:
             pace.pending -= 1
             descriptors.release()
             raise
         return offset
+
+    def _native_write(self, group: _GroupWrite, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand ``group`` to the native writer, answered on ``loop``; after the zeros of a
+        ``preallocate`` it may reach, if they are still being written (``_zeroed`` hands it over)."""
+        port = self._port
+        if self._port_loop is not loop:
+            port = self._port = disk_writer.port_for(loop)
+            self._port_loop = loop
+        after = group.after
+        if after is not None and not after.is_set():
+            group.port = port
+            self._waiting_zeros.append(group)
+            return
+        group.native(port)
 
     async def _write_in_worker(self, parts: Sequence[Bytes], *, sync: bool) -> int:
         offset = self._size

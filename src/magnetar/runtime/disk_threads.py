@@ -7,6 +7,7 @@ the jobs of ``LocalFile.preallocate`` (zeros) and ``LocalFile.sync``. ``runtime.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import mmap
@@ -111,6 +112,28 @@ os.register_at_fork(after_in_child=_forget_workers_in_child)
 #: Bytes of zeros ``LocalFile.preallocate`` writes per system call.
 _ZEROS_CHUNK_BYTES = 1 * MIB
 _ZEROS: list[mmap.mmap] = []  # one page-aligned chunk of zeros (anonymous memory), made on first use
+
+
+class ZerosWritten(threading.Event):
+    """The ``done`` of ``_zeros_job``: set once its zeros are written (before their sync); the
+    first ``set`` also calls ``then(self)`` on ``loop`` (``LocalFile`` hands the native writer the
+    groups that waited for these zeros then, as a writer thread's ``after.wait()`` returns then)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, then: Callable[[threading.Event], None]) -> None:
+        super().__init__()
+        self._loop = loop
+        self._then = then
+        self._told = False
+
+    def set(self) -> None:
+        super().set()
+        if self._told:
+            return
+        self._told = True
+        try:
+            self._loop.call_soon_threadsafe(self._then, self)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits any more
 
 
 def _zeros_job(descriptors: _Descriptors, start: int, end: int, done: threading.Event) -> None:
