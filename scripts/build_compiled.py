@@ -213,7 +213,7 @@ def _build_native(writer: ModuleType) -> None:
     (staging / writer.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     probe = ("import magnetar.runtime.disk_writer as w\n"
              "assert w.MODE == 'native', w.REASON\n")
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), MAGNETAR_CYTHON_DIR=str(staging))
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), MAGNETAR_CYTHON_DIR=str(staging), MAGNETAR_NATIVE_WRITER="1")
     env.pop("MAGNETAR_PURE_PYTHON", None)
     result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:

@@ -185,3 +185,19 @@ def test_the_build_compiles_the_c_files_of_one_library_in_parallel_largest_first
     with pytest.raises(RuntimeError, match="cc failed"):
         serial.compile(sources)  # type: ignore[attr-defined]
     assert serial.most_at_once == 1
+
+
+def test_a_compiled_run_has_the_journals_native_writer_built_where_cython_is_installed() -> None:
+    """``make compile`` builds the journal's native writer (Cython, ``runtime/disk_cwriter.pyx``)
+    beside the mypyc build: in a run that expects the compiled mode, with Cython installed (the dev
+    extras), the build must be there and load, or ``tests/runtime/test_disk_native.py`` would skip
+    its tests silently. The build's own probe once asked for the writer without enabling it
+    (``MAGNETAR_NATIVE_WRITER`` off by default) and so discarded every build: this test is the
+    control for that (it fails on such a tree)."""
+    import importlib.util
+
+    from magnetar.runtime import disk_writer
+
+    if os.environ.get("MAGNETAR_EXPECT_MODE") != "compiled" or importlib.util.find_spec("Cython") is None:
+        pytest.skip("not a compiled run with Cython installed")
+    assert disk_writer.available(), disk_writer.REASON
