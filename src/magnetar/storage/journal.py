@@ -37,8 +37,8 @@ passes the gate ``bookie.after_fsync_before_reply``; the group's answers then jo
 lanes (``storage.journal_replies``: per ledger in submission order, the shortest lane first, at
 most ``JOURNAL_REPLY_SLICE_COUNT`` per event-loop pass, so one busy ledger's hundreds of answers
 neither delay another ledger's one nor keep the loop from reading sockets), and once all of them
-ran, the group passes ``bookie.after_reply`` (``faults.gate``: inline when unarmed, held by a
-hang or delay). While the disk works, the event loop keeps accepting adds, which form the next
+ran, the group passes ``bookie.after_reply`` (each gate: ``faults.unarmed`` then its continuation
+called natively, else ``faults.gate0``/``gate1``: held by a hang or delay). While the disk works, the event loop keeps accepting adds, which form the next
 group. The same code runs whether a point is armed or not. A run of records (``submit_run``, the
 bookie's ``add_entries``) is queued as one item: its records always share one group (and so
 every fault point of that group), one callback answers them (in its ledger's lane), and it
@@ -468,7 +468,10 @@ class Journal(JournalSubmitter):
                 waited = waited and express  # an express group leaves the ended wait to the next one
                 self._express_next = express
                 self._appending = True
-                faults.gate0("bookie.before_journal_append", self._append)
+                if faults.unarmed("bookie.before_journal_append"):
+                    self._append(None)  # the gate's continuation, called natively (``faults.unarmed``)
+                else:
+                    faults.gate0("bookie.before_journal_append", self._append)
                 if self._appending or self._grouping:
                     return  # held by its fault point (``_append`` carries on), or a wait runs
         finally:
@@ -484,7 +487,10 @@ class Journal(JournalSubmitter):
             return
         self._express_next = True
         self._appending = True
-        faults.gate0("bookie.before_journal_append", self._append)
+        if faults.unarmed("bookie.before_journal_append"):
+            self._append(None)
+        else:
+            faults.gate0("bookie.before_journal_append", self._append)
 
     def _append(self, error: BaseException | None) -> None:
         """Past ``bookie.before_journal_append``: the next group starts."""
@@ -567,10 +573,16 @@ class Journal(JournalSubmitter):
                 if replying and replying[0].unanswered == 0:
                     replying.popleft()
                     self._answering = self._after_reply = True
-                    faults.gate0("bookie.after_reply", self._replied)
+                    if faults.unarmed("bookie.after_reply"):
+                        self._replied(None)
+                    else:
+                        faults.gate0("bookie.after_reply", self._replied)
                 elif inflight and inflight[0].synced:
                     self._answering = True
-                    faults.gate1("bookie.after_fsync_before_reply", self._reply, inflight[0])
+                    if faults.unarmed("bookie.after_fsync_before_reply"):
+                        self._reply(None, inflight[0])
+                    else:
+                        faults.gate1("bookie.after_fsync_before_reply", self._reply, inflight[0])
                 else:
                     break
         finally:

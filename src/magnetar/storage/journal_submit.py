@@ -28,6 +28,7 @@ import collections
 import enum
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
+from typing import Final
 
 from magnetar.base.clock import Clock, Timer
 from magnetar.base.errors import ClosedError
@@ -46,6 +47,9 @@ Callback = Callable[[BaseException | None], None]
 Record = bytes | tuple[bytes, bytes]
 #: No ledger besides a run's own (``submit_run``'s default ``others``).
 NO_OTHERS: frozenset[int] = frozenset()
+#: The break asked per queued item (``_queue_item``), looked up once: compiled, an attribute of an
+#: ``Enum`` class is a Python attribute lookup per read.
+_ACK_BEFORE_FSYNC: Final = breaks.Break.ACK_BEFORE_FSYNC
 #: A lone item goes in an express group at its submission (``JournalSubmitter._lone_now``) only when
 #: another ledger queued an item at most this long before: another ledger is then at work, and the
 #: rest of the loop pass (its adds) or a group wait would gather its adds, not the lone item's
@@ -210,7 +214,7 @@ class JournalSubmitter:
     def _queue_item(self, record: journal_express.Queued, size: int, callback: Callback, lane: tuple[int, int],
                     now_ns: int) -> bool:
         """Queue one item; whether it is lone (``journal_express``)."""
-        answered_early = breaks.active(breaks.Break.ACK_BEFORE_FSYNC)
+        answered_early = breaks.active(_ACK_BEFORE_FSYNC)
         if answered_early:  # negative control only (faults/breaks.py):
             callback(None)  # answer when queued, before the write
             callback = _answered
