@@ -320,8 +320,10 @@ class MessageDeduplication:
         while self._in_flight and self._in_flight[self._in_flight_head].done:
             head = self._in_flight[self._in_flight_head]
             self._in_flight_head = fifo_advance(self._in_flight, self._in_flight_head)
-            if head.position is not None:
-                self._safe = head.position if self._safe is None else max(self._safe, head.position)
+            done_at = head.position
+            if done_at is not None:
+                if self._safe is None or done_at > self._safe:  # Position's own comparison, not ``max``'s generic one
+                    self._safe = done_at
                 self._since_snapshot += 1
         if not self._in_flight and self._idle is not None:
             self._idle.set()

@@ -527,8 +527,9 @@ class Topic:
         if self._monotonic_ns is not None:
             self.publish_latency.observe((self._monotonic_ns() - started_ns) / 1e6)
         self.published.record(messages, size)
-        for subscription in self.subscriptions.values():
-            subscription.notify_entries_added()
+        if self.subscriptions:  # no values iterator per entry for a topic nobody subscribed to
+            for subscription in self.subscriptions.values():
+                subscription.notify_entries_added()
         if self._entry_listeners is not None:
             for listener in self._entry_listeners:
                 listener()

@@ -26,7 +26,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, cast
+from typing import Final, Protocol, cast
 
 from magnetar.base.clock import Clock
 from magnetar.base.errors import ClosedError, InvalidArgumentError
@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 #: A receive whose frames average at least this many bytes reads whole chunks next (``read_bytes_after``):
 #: at most 16 frames in a 256 KiB chunk, as many as one fair turn hands over.
-BROKER_LARGE_FRAME_BYTES_MIN = PULSAR_READ_CHUNK_BYTES // BROKER_SENDS_PER_TURN_COUNT_MAX
+BROKER_LARGE_FRAME_BYTES_MIN: Final = PULSAR_READ_CHUNK_BYTES // BROKER_SENDS_PER_TURN_COUNT_MAX
 CLOSE_GRACE_S = 5.0  # how long close() lets connection loops end by themselves
 _SEND_EVENTS = (SendReceived, CorruptSend)  # events a producer answers: each counts as a pending SEND
 
@@ -93,6 +93,13 @@ class DirectReads(Protocol):
     def read_now(self, max_bytes: int) -> bytes | None: ...
 
     def set_receiver(self, receiver: Callable[[], None] | None) -> None: ...
+
+
+class WriteFlow(Protocol):
+    """A connection that reports its transport's write flow control (``runtime.network.TcpConnection``)."""
+
+    @property
+    def writing_paused(self) -> bool: ...
 
 
 class SendRoom(Protocol):
@@ -189,7 +196,7 @@ def read_bytes_after(read_bytes: int, events_count: int) -> int:
     The slice bounds the frames one receive decodes before other connections get a turn (~60
     unbatched 1 KiB SENDs, not ~250); large frames need no such bound, and slicing a chunk costs
     a copy of its bytes (issue 22, "Session 13: isolation and ingest" in docs/performance.md)."""
-    if read_bytes >= BROKER_LARGE_FRAME_BYTES_MIN * max(1, events_count):
+    if read_bytes >= BROKER_LARGE_FRAME_BYTES_MIN * (events_count if events_count > 1 else 1):
         return PULSAR_READ_CHUNK_BYTES
     return BROKER_READ_SLICE_BYTES
 
@@ -220,6 +227,11 @@ class _ConnectionLoop:
         #: One socket write per flush: ``writelines`` (TCP: one ``writev``) where the connection
         #: has it (``_write_chunks``).
         self._writelines: Callable[[list[Buffer]], None] | None = getattr(conn, "writelines", None)
+        #: Its ``write``, bound once, and its write-flow flag where it has one (TCP: ``None``
+        #: elsewhere, whose flushes the writer task does): read per flush, a lookup by name with a
+        #: default each time before (issue 22, the broker's part of a lone SEND).
+        self._write: Callable[[Buffer], None] | None = getattr(conn, "write", None)
+        self._flow: WriteFlow | None = cast(WriteFlow, conn) if hasattr(conn, "writing_paused") else None
         self._draining = False  # the writer task waits in drain()
         self._drain_wanted = False  # a direct write left the transport above its high-water mark
         #: Reading stopped by us for SEND back-pressure (``pending_sends_per_connection_max``)
@@ -285,8 +297,8 @@ class _ConnectionLoop:
 
     def _write_soon(self) -> None:
         self._write_soon_scheduled = False
-        paused = getattr(self.conn, "writing_paused", None)
-        if paused is None or paused or self._draining or self.protocol.state is State.CLOSED:
+        flow = self._flow
+        if flow is None or flow.writing_paused or self._draining or self.protocol.state is State.CLOSED:
             self._output.set()  # the writer task drains, closes, or serves a connection type without the flag
             return
         chunks = self.protocol.data_to_send()
@@ -297,7 +309,7 @@ class _ConnectionLoop:
         except ClosedError:
             self._output.set()  # the writer task sees the closed connection and ends
             return
-        if getattr(self.conn, "writing_paused", False):  # now above the high-water mark
+        if flow.writing_paused:  # now above the high-water mark
             self.session.set_transport_backlog(sum(len(c) for c in chunks))
             self._drain_wanted = True
             self._output.set()
@@ -318,8 +330,9 @@ class _ConnectionLoop:
         connection without ``writelines`` (the simulated network, where each write is one
         delivery) still gets one ``write`` per frame: joining them would shift every seeded
         simulation's schedule, and the seeds the soak found would no longer reproduce."""
-        if len(chunks) == 1:
-            self.conn.write(chunks[0])
+        write = self._write
+        if len(chunks) == 1 and write is not None:
+            write(chunks[0])
         elif self._writelines is not None:
             self._writelines(chunks)
         else:

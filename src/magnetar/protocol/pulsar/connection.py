@@ -351,7 +351,7 @@ class ServerConnection(FrameReceiver[Event]):
         # which then also raise the errors for malformed bytes.
         if self._state is not State.CONNECTED:
             return None
-        command_size = _COMMAND_SIZE.unpack_from(frame, 4)[0]
+        command_size: int = _COMMAND_SIZE.unpack_from(frame, 4)[0]  # an int: native arithmetic, compiled
         command_end = 8 + command_size
         if command_size < 2 or command_end > len(frame):
             return None

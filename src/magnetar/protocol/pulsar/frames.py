@@ -54,6 +54,7 @@ _U16: Final = struct.Struct(">H")
 _U32: Final = struct.Struct(">I")
 _HEADER: Final = struct.Struct(">II")
 _MAGIC_CRC: Final = struct.Struct(">HI")
+_MAGIC_CRC_BYTES: Final = 6  # ``_MAGIC_CRC.size`` as an int constant (compiled: native arithmetic per SEND)
 _SIZE_FIELD_BYTES: Final = 4
 _MIN_COMMAND_BYTES: Final = 2  # BaseCommand.type is required: one tag byte plus one varint byte
 
@@ -260,10 +261,13 @@ class FrameDecoder:
         if available < _SIZE_FIELD_BYTES:
             return None
         buf, start = self._buf, self._pos
+        # ``int``-typed: compiled, the size arithmetic and checks below are native, not generic
+        # operations on the ``Any`` that ``struct`` returns (issue 22, per frame).
+        total_size: int
         if len(buf) - start >= _SIZE_FIELD_BYTES:
-            (total_size,) = _U32.unpack_from(buf, start)
+            total_size = _U32.unpack_from(buf, start)[0]
         else:
-            (total_size,) = _U32.unpack(self._head(_SIZE_FIELD_BYTES))
+            total_size = _U32.unpack(self._head(_SIZE_FIELD_BYTES))[0]
         frame_bytes = _SIZE_FIELD_BYTES + total_size
         if frame_bytes > self._frame_bytes_max:
             self._break(FrameTooLargeError("PULSAR_FRAME_BYTES_MAX", frame_bytes, self._frame_bytes_max))
@@ -386,11 +390,11 @@ def decode_message(rest: memoryview) -> MessagePayload:
     size = len(rest)
     offset = 0
     broker_entry_metadata = None
-    magic = _U16.unpack_from(rest, 0)[0] if size >= 2 else 0
+    magic: int = _U16.unpack_from(rest, 0)[0] if size >= 2 else 0  # ints: native compares, compiled
     if magic == MAGIC_BROKER_ENTRY_METADATA:
         if size < 6:
             raise MalformedFrameError("truncated broker entry metadata header")
-        (entry_metadata_size,) = _U32.unpack_from(rest, 2)
+        entry_metadata_size: int = _U32.unpack_from(rest, 2)[0]
         if 6 + entry_metadata_size > size:
             raise MalformedFrameError(f"broker entry metadata size {entry_metadata_size} exceeds the frame")
         broker_entry_metadata = _parse(pb.BrokerEntryMetadata(), rest[6 : 6 + entry_metadata_size],
@@ -400,16 +404,17 @@ def decode_message(rest: memoryview) -> MessagePayload:
     headers_start = offset
     checksum = None
     if magic == MAGIC_CRC32C:
-        if size - offset < _MAGIC_CRC.size:
+        if size - offset < _MAGIC_CRC_BYTES:
             raise MalformedFrameError("truncated checksum block")
-        checksum = _U32.unpack_from(rest, offset + 2)[0]
-        offset += _MAGIC_CRC.size
+        expected: int = _U32.unpack_from(rest, offset + 2)[0]
+        checksum = expected
+        offset += _MAGIC_CRC_BYTES
         computed = crc32c(rest[offset:])
-        if computed != checksum:
-            raise FrameChecksumMismatchError(checksum, computed)
+        if computed != expected:
+            raise FrameChecksumMismatchError(expected, computed)
     if size - offset < 4:
         raise MalformedFrameError("truncated metadata_size")
-    (metadata_size,) = _U32.unpack_from(rest, offset)
+    metadata_size: int = _U32.unpack_from(rest, offset)[0]
     offset += 4
     payload_start = offset + metadata_size
     if payload_start > size:
