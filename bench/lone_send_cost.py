@@ -91,14 +91,12 @@ def _client(port: int, group: int, warm: int, messages: int) -> None:
     sock.close()
 
 
-def _perf(fifos: str | None, command: str) -> None:
-    if not fifos:
-        return
-    control, ack = fifos.split(",")
-    with open(control, "w") as out:
-        out.write(command + "\n")
-    with open(ack) as answer:
-        answer.readline()
+def _perf(command: str) -> None:
+    """``bench/topics_send_cost.py``'s ``perf stat --control`` hand-off (``PERF_CTL``)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from topics_send_cost import perf_control
+
+    perf_control(command)
 
 
 async def _broker(group: int, messages: int, warm: int) -> dict[str, Any]:
@@ -125,13 +123,12 @@ async def _broker(group: int, messages: int, warm: int) -> dict[str, Any]:
     assert client.stdout is not None and client.stdin is not None
     if (await asyncio.wait_for(client.stdout.readline(), 120)).strip() != b"ready":
         raise RuntimeError("the client did not get ready")
-    fifos = os.environ.get("PERF_CTL")
-    _perf(fifos, "enable")
+    _perf("enable")
     started = time.thread_time_ns()
     client.stdin.write(b"go\n")
     line = await asyncio.wait_for(client.stdout.readline(), 600)
     cpu_ns = time.thread_time_ns() - started
-    _perf(fifos, "disable")
+    _perf("disable")
     if line.strip() != b"done":
         raise RuntimeError(f"the client ended with {line!r}")
     await client.wait()

@@ -68,7 +68,7 @@ def _frames(topics: int, start: int, count: int) -> list[bytes]:
     return out
 
 
-def _perf(command: str) -> None:
+def perf_control(command: str) -> None:
     """Tell ``perf stat --control`` (``PERF_CTL``: its control and ack fifos, comma-separated)
     to count from or stop counting at this point."""
     fifos = os.environ.get("PERF_CTL")
@@ -130,11 +130,11 @@ async def _child(topics: int, messages: int) -> dict[str, Any]:
     await asyncio.wait_for(loop._read_loop(), 1800)
     frames = _frames(topics, 5 * topics, messages)
     _feed(conn, frames)
-    _perf("enable")
+    perf_control("enable")
     started = time.thread_time_ns()
     await asyncio.wait_for(loop._read_loop(), 1800)
     cpu_ns = time.thread_time_ns() - started
-    _perf("disable")
+    perf_control("disable")
     if conn.written != messages:
         raise RuntimeError(f"{conn.written} receipts written for {messages} SENDs")
     await service.close()

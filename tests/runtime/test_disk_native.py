@@ -23,6 +23,7 @@ from magnetar import faults
 from magnetar.runtime import disk_file, disk_pace, disk_threads, disk_writer
 from magnetar.runtime.disk import LocalDisk
 from magnetar.runtime.disk_io import _Descriptors
+from tests.forking import works_in_parent_then_forked_child
 from tests.managed_ledger.harness import until
 
 TORN = "bookie.journal.mid_write"
@@ -261,17 +262,7 @@ def test_a_forked_child_gets_its_own_native_writer(tmp_path: Path, native: list[
         assert await _append(file, [b"y" * PAGE]) is None
         file.close()
 
-    asyncio.run(write_once("parent"))
-    pid = os.fork()
-    if pid == 0:  # the child: exit 0 only if its write completed
-        code = 1
-        try:
-            asyncio.run(write_once("child"))
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    works_in_parent_then_forked_child(write_once)
     assert len(native) >= 1
 
 

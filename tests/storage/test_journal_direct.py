@@ -19,6 +19,7 @@ from magnetar.runtime.disk import LocalDisk
 from magnetar.sim import SimClock
 from magnetar.storage.config import BookieConfig
 from magnetar.storage.journal import Journal, add_record
+from tests.forking import works_in_parent_then_forked_child
 
 
 def _record(i: int) -> tuple[bytes, bytes]:
@@ -116,7 +117,6 @@ def test_a_group_that_cannot_start_fails_the_journal_instead_of_hanging(tmp_path
 def test_a_forked_child_gets_its_own_sync_threads(tmp_path: Path) -> None:
     """The pool is per process: a child forked after the parent used it still gets its writes
     done (an inherited pool has no threads in the child and would never run them)."""
-    import os
 
     async def write_once(name: str) -> None:
         file = LocalDisk(str(tmp_path)).open(name)
@@ -125,17 +125,7 @@ def test_a_forked_child_gets_its_own_sync_threads(tmp_path: Path) -> None:
         assert await asyncio.wait_for(got, 10) is None
         file.close()
 
-    asyncio.run(write_once("parent"))
-    pid = os.fork()
-    if pid == 0:  # the child: exit 0 only if its write completed
-        code = 1
-        try:
-            asyncio.run(write_once("child"))
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    works_in_parent_then_forked_child(write_once)
 
 
 def _count_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
