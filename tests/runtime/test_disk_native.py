@@ -266,10 +266,12 @@ def test_a_forked_child_gets_its_own_native_writer(tmp_path: Path, native: list[
     assert len(native) >= 1
 
 
-def _mode_in_child(env: dict[str, str]) -> tuple[str, str]:
+def _mode_in_child(env: dict[str, str], unset: tuple[str, ...] = ()) -> tuple[str, str]:
     probe = "import magnetar.runtime.disk_writer as w; print(w.MODE); print(w.REASON)"
     root = Path(__file__).resolve().parents[2]
     full = dict(os.environ, PYTHONPATH=str(root / "src"), **env)
+    for name in unset:
+        full.pop(name, None)
     out = subprocess.run([sys.executable, "-c", probe], env=full, capture_output=True, text=True, timeout=60,
                          check=True).stdout.splitlines()
     return out[0], out[1]
@@ -277,7 +279,7 @@ def _mode_in_child(env: dict[str, str]) -> tuple[str, str]:
 
 def test_without_a_build_or_with_pure_python_the_journal_uses_the_writer_threads(tmp_path: Path) -> None:
     """The fallback: no build, ``MAGNETAR_PURE_PYTHON=1``, a build of another source (its
-    manifest's digest differs), or ``MAGNETAR_NATIVE_WRITER`` not ``1`` (the default) leave
+    manifest's digest differs), or ``MAGNETAR_NATIVE_WRITER=0`` leave
     ``MODE`` at ``threads``, with the reason."""
     on = {"MAGNETAR_NATIVE_WRITER": "1", "MAGNETAR_PURE_PYTHON": "0"}
     assert _mode_in_child({"MAGNETAR_CYTHON_DIR": str(tmp_path / "none"), **on}) == (
@@ -286,7 +288,9 @@ def test_without_a_build_or_with_pure_python_the_journal_uses_the_writer_threads
     if disk_writer.available():
         built = {"MAGNETAR_CYTHON_DIR": str(disk_writer.BUILD_DIR)}
         mode, reason = _mode_in_child({**built, **on, "MAGNETAR_NATIVE_WRITER": "0"})
-        assert mode == "threads" and reason.startswith("MAGNETAR_NATIVE_WRITER is not 1")
+        assert mode == "threads" and reason.startswith("MAGNETAR_NATIVE_WRITER=0")
+        # On by default: the build, the variable unset.
+        assert _mode_in_child({**built, **on}, unset=("MAGNETAR_NATIVE_WRITER",))[0] == "native"
         stale = tmp_path / "stale"
         stale.mkdir()
         manifest = disk_writer.manifest()

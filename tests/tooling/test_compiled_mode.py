@@ -192,7 +192,7 @@ def test_a_compiled_run_has_the_journals_native_writer_built_where_cython_is_ins
     beside the mypyc build: in a run that expects the compiled mode, with Cython installed (the dev
     extras), the build must be there and load, or ``tests/runtime/test_disk_native.py`` would skip
     its tests silently. The build's own probe once asked for the writer without enabling it
-    (``MAGNETAR_NATIVE_WRITER`` off by default) and so discarded every build: this test is the
+    (while ``MAGNETAR_NATIVE_WRITER`` was off by default) and so discarded every build: this test is the
     control for that (it fails on such a tree)."""
     import importlib.util
 

@@ -40,8 +40,8 @@ _PACE = InlinePace()
 
 #: Whether a group not written inline goes to the native writer (``runtime.disk_writer``: its
 #: threads never take the GIL) rather than to Python's writer threads (``runtime.disk_threads``):
-#: whether the native writer is built, loaded and enabled (``MAGNETAR_NATIVE_WRITER=1``; off by
-#: default, docs/performance.md session 22). A module variable looked up at each group, so a test
+#: whether the native writer is built, loaded and enabled (the default; ``MAGNETAR_NATIVE_WRITER=0``
+#: keeps the threads; docs/performance.md session 22). A module variable looked up at each group, so a test
 #: can run either in one process; production never changes it.
 _native = disk_writer.enabled()
 

@@ -3,10 +3,12 @@
 gives each event loop its ``Port``, the ``eventfd`` the loop reads the writer's answers from.
 
 ``runtime.disk_file`` hands a journal group's write and sync to the native writer when it is
-loaded and enabled (``MAGNETAR_NATIVE_WRITER=1``: ``MODE == "native"``), and to Python's writer
-threads (``runtime.disk_threads``) otherwise: by default, without a build, with a build of another
-source, or with ``MAGNETAR_PURE_PYTHON=1`` (the pure run of the test suite). Off by default:
-``NATIVE_ENV``. ``python -c "import magnetar.runtime.disk_writer as w; print(w.MODE,
+loaded and enabled (the default: ``MODE == "native"``), and to Python's writer threads
+(``runtime.disk_threads``) otherwise: with ``MAGNETAR_NATIVE_WRITER=0`` (``NATIVE_ENV``), without a
+build, with a build of another source, or with ``MAGNETAR_PURE_PYTHON=1`` (the pure run of the test
+suite). On by default since the lead's quiet run of session 22 (docs/performance.md: 3 bookies /
+1 bookie 1.25 against 1.55-1.9 with the threads, the e2e p99 and isolation unchanged); the helper's
+runs on a saturated machine had shown a longer round trip per group, hence the switch. ``python -c "import magnetar.runtime.disk_writer as w; print(w.MODE,
 w.REASON)"`` says which one runs and why; a standalone logs it once, at its first journal group
 on a writer (``magnetar.runtime.disk_writer``: "journal writes: ...").
 
@@ -98,11 +100,11 @@ def _load() -> tuple[Any, str]:
 
 
 _native, _LOADED = _load()
-_ENABLED = os.environ.get(NATIVE_ENV, "") == "1"
+_ENABLED = os.environ.get(NATIVE_ENV, "1") != "0"
 #: ``native``: the journal's synced writes go to the Cython writer; ``threads``: to Python's
 #: writer threads (``runtime.disk_threads``); ``REASON`` says why.
 MODE = "native" if _native is not None and _ENABLED else "threads"
-REASON = _LOADED if _ENABLED or _native is None else f"{NATIVE_ENV} is not 1 (the writer is built: {_LOADED})"
+REASON = _LOADED if _ENABLED or _native is None else f"{NATIVE_ENV}=0 (the writer is built: {_LOADED})"
 
 _writer: Any = None
 _writer_lock = threading.Lock()
