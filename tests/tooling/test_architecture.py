@@ -147,7 +147,7 @@ def test_connectors_do_not_reach_into_broker_or_storage() -> None:
 POINT_CALLS = frozenset({"point", "gate", "gate0", "gate1", "point_blocking"})
 POINT_KEYWORDS = frozenset({"torn_point", "unsynced_point"})
 #: The disks pass the point names their callers give (``torn_point``/``unsynced_point``).
-PASSES_GIVEN_NAMES = frozenset({"sim/disk.py", "runtime/disk_io.py"})
+PASSES_GIVEN_NAMES = frozenset({"sim/disk.py", "runtime/disk_io.py", "runtime/disk_file.py"})
 
 
 def fault_point_names(source: str) -> list[str]:

@@ -104,6 +104,12 @@ def _field(draw: st.DrawFn, inner: st.SearchStrategy[bytes]) -> bytes:
         size = len(body) + draw(st.sampled_from([0, 0, 0, 0, -1, 1]))
         return tag + _varint(max(0, size), draw(st.one_of(st.just(0), st.integers(1, 6)))) + body
     if wire_type == 3:
+        # A group of field 0 inside a skipped group (``0b 03 04 0c``) is where the references part:
+        # Python's protobuf (upb) skips it, Java's rejects its tag (field number 0), and the
+        # scanner rejects it as Java does. Groups get a field >= 1 here; field 0 stays in every
+        # other place a tag appears (the top level rejects it in both).
+        field = field or 1
+        tag = draw(_tag(field, wire_type))
         body = draw(inner)
         closing = draw(st.sampled_from(["same", "same", "same", "other", "none"]))
         if closing == "none":
