@@ -6,9 +6,10 @@ gives each event loop its ``Port``, the ``eventfd`` the loop reads the writer's 
 loaded and enabled (the default: ``MODE == "native"``), and to Python's writer threads
 (``runtime.disk_threads``) otherwise: with ``MAGNETAR_NATIVE_WRITER=0`` (``NATIVE_ENV``), without a
 build, with a build of another source, or with ``MAGNETAR_PURE_PYTHON=1`` (the pure run of the test
-suite). On by default since the lead's quiet run of session 22 (docs/performance.md: 3 bookies /
-1 bookie 1.25 against 1.55-1.9 with the threads, the e2e p99 and isolation unchanged); the helper's
-runs on a saturated machine had shown a longer round trip per group, hence the switch. ``python -c "import magnetar.runtime.disk_writer as w; print(w.MODE,
+suite). On by default since the lead's quiet runs of session 22 (docs/performance.md: 3 bookies /
+1 bookie 1.25 and 1.65 in two runs, 3 of 4 repeats <= 1.5, against 2 of 5 with the threads; the
+e2e p99 and isolation unchanged); the helper's runs on a saturated machine had shown a longer
+round trip per group, hence the switch. ``python -c "import magnetar.runtime.disk_writer as w; print(w.MODE,
 w.REASON)"`` says which one runs and why; a standalone logs it once, at its first journal group
 on a writer (``magnetar.runtime.disk_writer``: "journal writes: ...").
 
