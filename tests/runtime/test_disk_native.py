@@ -33,17 +33,38 @@ PAGE = 4096
 needs_native = pytest.mark.skipif(not disk_writer.available(), reason=f"no native writer: {disk_writer.REASON}")
 
 
+class _Jobs(list[list[Any]]):
+    """The jobs submitted, and ``answered``: set once the loop has handed a job's answer to its group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answered = asyncio.Event()
+
+
+class _Answering:
+    """A job's owner as the writer sees it: the group's ``written``, then ``answered`` set."""
+
+    def __init__(self, owner: Any, answered: asyncio.Event) -> None:
+        self.owner = owner
+        self.answered = answered
+
+    def written(self, error: int, failed: int, took_ns: int) -> None:
+        self.owner.written(error, failed, took_ns)
+        self.answered.set()
+
+
 @pytest.fixture
-def native(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
+def native(monkeypatch: pytest.MonkeyPatch) -> _Jobs:
     """Every group off the loop goes to the native writer (a slow disk lately, and no probe: none
     is written inline); returns the jobs submitted, in order (each a list of ops, their buffers
-    copied as ``bytes`` when submitted: the group releases its views once answered)."""
+    copied as ``bytes`` when submitted: the group releases its views once answered), and an event
+    set at each answer the loop takes (a condition to wait on, not a timer)."""
     monkeypatch.setattr(disk_file, "_native", True)
     slow = disk_pace.InlinePace()
     slow.sync_ns = disk_pace.INLINE_SYNC_NS_MAX + 1_000_000
     slow.probe_in = 1_000_000
     monkeypatch.setattr(disk_file, "_PACE", slow)
-    jobs: list[list[Any]] = []
+    jobs = _Jobs()
     real_port_for = disk_writer.port_for
 
     class Recording:
@@ -53,7 +74,7 @@ def native(monkeypatch: pytest.MonkeyPatch) -> list[list[Any]]:
         def submit(self, owner: object, ops: list[Any]) -> None:
             jobs.append([(fd, None if buffers is None else [bytes(b) for b in buffers], offset, flags)
                          for fd, buffers, offset, flags in ops])
-            self.port.submit(owner, ops)
+            self.port.submit(_Answering(owner, jobs.answered), ops)
 
     monkeypatch.setattr(disk_writer, "port_for", lambda loop: Recording(real_port_for(loop)))
     return jobs
@@ -116,10 +137,10 @@ def test_a_buffered_group_is_a_write_and_a_sync(tmp_path: Path, native: list[lis
 @needs_native
 @pytest.mark.parametrize("point", [TORN, UNSYNCED])
 def test_an_armed_point_splits_the_group_and_a_hang_holds_it_on_the_loop_not_the_writer(
-        tmp_path: Path, native: list[list[Any]], point: str) -> None:
+        tmp_path: Path, native: _Jobs, point: str) -> None:
     """Armed, the point sits between the jobs, passed on the loop: torn, the first half is on disk
     while the point hangs and the second is not; unsynced, the whole group is written (without
-    the flag) and its sync waits. The loop runs meanwhile (its timers fire), the group is not
+    the flag) and its sync waits. The loop runs meanwhile (it takes the writer's answer), the group is not
     answered until the point is released. Negative control: with the plan ignoring armed points
     (``tear`` and ``unsynced`` False) the point is never reached and ``holding`` stays False."""
     async def scenario() -> None:
@@ -129,12 +150,8 @@ def test_an_armed_point_splits_the_group_and_a_hang_holds_it_on_the_loop_not_the
         try:
             file.append_and_sync_then([b"h" * PAGE, b"t" * PAGE], answer.set_result, torn_point=TORN,
                                       unsynced_point=UNSYNCED)
-            # A real wait: the loop's own timers keep firing while the point holds the group.
-            # Bounded: 400 timer rounds of 5 ms at most.
-            for _ in range(400):
-                if faults.holding(point):
-                    break
-                await asyncio.sleep(0.005)
+            # The first job's answer passes the point on the loop, which then holds the group.
+            await asyncio.wait_for(native.answered.wait(), 10)
             assert faults.holding(point) and not answer.done()
             if point == TORN:
                 assert file.read_at(0, 2 * PAGE) == b"h" * PAGE  # the file ends after the first half
