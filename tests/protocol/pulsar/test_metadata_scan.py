@@ -87,9 +87,24 @@ def _tag(draw: st.DrawFn, field: int, wire_type: int) -> bytes:
     return _varint((field << 3) | wire_type, draw(_PADDING))
 
 
+#: Field numbers inside a group's body. A field-0 tag there (``0b 03 04 0c``: a group of field 0;
+#: ``0b 00 00 0c``: a varint of field 0) is where the references part: Python's protobuf (upb)
+#: skips a group's contents without checking their field numbers, Java's protobuf rejects the tag
+#: (field number 0), and the scanner rejects it as Java does. Field 0 stays everywhere else a tag
+#: appears: the top level and length-delimited bodies (both reject it there).
+_FIELDS_IN_GROUPS = _FIELDS.filter(lambda field: field != 0)
+
+
 @st.composite
-def _field(draw: st.DrawFn, inner: st.SearchStrategy[bytes]) -> bytes:
-    field = draw(_FIELDS)
+def _field(
+    draw: st.DrawFn,
+    inner: st.SearchStrategy[bytes],
+    fields: st.SearchStrategy[int] = _FIELDS,
+    group_bodies: st.SearchStrategy[bytes] | None = None,
+) -> bytes:
+    """One field of a stream: its tag's field number from ``fields``, a group's body from
+    ``group_bodies`` (``inner`` when None), every other body from ``inner``."""
+    field = draw(fields)
     wire_type = draw(st.integers(0, 7))
     tag = draw(_tag(field, wire_type))
     if wire_type == 0:
@@ -104,24 +119,26 @@ def _field(draw: st.DrawFn, inner: st.SearchStrategy[bytes]) -> bytes:
         size = len(body) + draw(st.sampled_from([0, 0, 0, 0, -1, 1]))
         return tag + _varint(max(0, size), draw(st.one_of(st.just(0), st.integers(1, 6)))) + body
     if wire_type == 3:
-        # A group of field 0 inside a skipped group (``0b 03 04 0c``) is where the references part:
-        # Python's protobuf (upb) skips it, Java's rejects its tag (field number 0), and the
-        # scanner rejects it as Java does. Groups get a field >= 1 here; field 0 stays in every
-        # other place a tag appears (the top level rejects it in both).
+        # Groups get a field >= 1 and a body without field 0 (``_FIELDS_IN_GROUPS``).
         field = field or 1
         tag = draw(_tag(field, wire_type))
-        body = draw(inner)
+        body = draw(inner if group_bodies is None else group_bodies)
         closing = draw(st.sampled_from(["same", "same", "same", "other", "none"]))
         if closing == "none":
             return tag + body
-        end_field = field if closing == "same" else draw(_FIELDS)
+        end_field = field if closing == "same" else draw(fields)
         return tag + body + draw(_tag(end_field, 4))
     return tag + draw(st.binary(max_size=3))  # 4 (a stray end), 6 and 7
 
 
+_GROUP_BODIES = st.recursive(
+    st.just(b""),
+    lambda inner: st.lists(_field(inner, _FIELDS_IN_GROUPS), max_size=4).map(b"".join),
+    max_leaves=12,
+)
 _STREAMS = st.recursive(
     st.just(b""),
-    lambda inner: st.lists(_field(inner), max_size=4).map(b"".join),
+    lambda inner: st.lists(_field(inner, _FIELDS, _GROUP_BODIES), max_size=4).map(b"".join),
     max_leaves=12,
 )
 
