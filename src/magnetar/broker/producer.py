@@ -382,7 +382,10 @@ class Producer:
                     continue
                 self._answering = True
                 if faults.unarmed("broker.after_persist_before_receipt"):
-                    self._receipt(None, op)  # the gate's continuation, called natively (``faults.unarmed``)
+                    # The gate's continuation (``_receipt(None, op)``), called natively
+                    # (``faults.unarmed``); its checks were made just above, nothing ran between.
+                    self._answer_now(op)
+                    self._after_receipt()
                 else:
                     faults.gate1("broker.after_persist_before_receipt", self._receipt_then, op)
         finally:
@@ -397,6 +400,9 @@ class Producer:
         # An ``error`` at the gate loses the receipt (the client's send times out and it resends).
         if error is None and self._state is ProducerState.ACTIVE and self.channel.is_open():
             self._answer_now(op)
+        self._after_receipt()
+
+    def _after_receipt(self) -> None:
         if faults.unarmed("broker.after_receipt"):
             self._receipted(None)  # the gate's continuation, called natively
         else:
