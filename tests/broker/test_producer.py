@@ -112,6 +112,34 @@ def test_a_receipt_held_at_its_gate_holds_every_later_answer(point: str) -> None
     assert asyncio.run(run(armed=False)) == [0, 1, 2, 3]
 
 
+def test_each_receipt_passes_both_gates_once_when_armed_and_none_when_unarmed() -> None:
+    """The receipt's two gates are called natively while unarmed (``faults.unarmed``) and through
+    the point when armed: with both armed ``pass`` every receipt is counted once at each, in SEND
+    order; with another point armed (the registry not empty) and with none, nothing is counted
+    and every receipt still comes. Negative control: an unarmed branch taken without asking
+    ``faults.unarmed`` (the continuation called always) counts 0 hits in the armed case."""
+    points = ("broker.after_persist_before_receipt", "broker.after_receipt")
+
+    async def run(arm: tuple[str, ...]) -> tuple[list[int], list[int]]:
+        log = await MemoryLogStore().open_log("persistent://public/default/t", create=True)
+        topic = Topic(TopicName.parse("t"), log, BrokerConfig())
+        channel = FakeChannel()
+        producer = Producer(topic, 0, "p", channel, AccessMode.SHARED, 100)
+        for name in arm:
+            faults.arm(name, "pass")
+        try:
+            await producer.send_run([(SendCommand(producer_id=0, sequence_id=seq), b"data", True, None)
+                                     for seq in range(4)])
+            await settle()
+            return [seq for _, seq, _, _ in channel.receipts], [faults.hits(name) for name in points]
+        finally:
+            faults.disarm_all()
+
+    assert asyncio.run(run(points)) == ([0, 1, 2, 3], [4, 4])
+    assert asyncio.run(run(("ledger.before_send",))) == ([0, 1, 2, 3], [0, 0])
+    assert asyncio.run(run(())) == ([0, 1, 2, 3], [0, 0])
+
+
 class _CountingTopic(Topic):
     """Records the length of every run handed to the one publish path."""
 

@@ -193,3 +193,42 @@ def test_a_topic_start_with_nothing_to_wait_for_is_none() -> None:
 
     done, told = asyncio.run(run())
     assert done and [str(p) for p in told] == ["1:0", "1:1"]
+
+
+def test_a_policy_changed_between_two_runs_applies_to_the_second() -> None:
+    """The topic keeps what a run needs of its policies (throttled or not, the size bound) from
+    the last ``policies()`` object it saw; a change is a new object, and the next run follows it:
+    a size bound set after a run refuses the next run's large entry, a publish rate set after that
+    makes the next run wait its way, and dropping both lets a run through in the call again.
+    Negative control: a memo kept without comparing the object (read once, never again) stores
+    the large entry and returns None for the throttled run."""
+
+    async def run() -> list[object]:
+        _log, topic, _unused, _channel = await _producer()
+        told: list[object] = []
+
+        def on_done(position: object, error: BaseException | None) -> None:
+            told.append(str(position) if error is None else type(error).__name__)
+
+        callback: PublishCallback = on_done
+        large, small = entry(key="k" * 200, sequence_id=1), entry(sequence_id=2)
+        plain = topic.policies()
+        seen: list[object] = []
+        seen.append(topic.start_publish_run([(large, callback, 1)]))
+        await settle()
+        bounded = replace(plain, max_message_size_bytes=len(large) - 1)
+        topic.policies = lambda: bounded  # type: ignore[method-assign]
+        seen.append(topic.start_publish_run([(large, callback, 1), (small, callback, 1)]))
+        await settle()
+        throttled = replace(plain, publish_rate_msgs_per_s=1_000_000)
+        topic.policies = lambda: throttled  # type: ignore[method-assign]
+        rest = topic.start_publish_run([(large, callback, 1)])
+        seen.append(rest is None)
+        if rest is not None:
+            await asyncio.wait_for(rest, _BOUND_S)
+        topic.policies = lambda: plain  # type: ignore[method-assign]
+        seen.append(topic.start_publish_run([(large, callback, 1)]))
+        await settle()
+        return seen + told
+
+    assert asyncio.run(run()) == [None, None, False, None, "1:0", "BrokerError", "1:1", "1:2", "1:3"]

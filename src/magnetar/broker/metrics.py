@@ -13,7 +13,6 @@ registered per topic, so an unloaded topic leaves no series behind). Metric name
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 
 #: Upper bounds (ms) of the publish latency buckets; the last bucket is +Inf. ``Final``: read
 #: per published entry by compiled code, as a constant (no test patches it).
-LATENCY_BUCKETS_MS: Final[tuple[float, ...]] = (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
+LATENCY_BUCKETS_MS: Final[tuple[float, ...]] = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0)
 
 
 @dataclass(slots=True)
@@ -76,8 +75,15 @@ class LatencyHistogram:
 
     def observe(self, latency_ms: float) -> None:
         # Once per published entry: the first bucket whose bound is >= the latency (the last,
-        # +Inf, if none), found by ``bisect`` in C rather than a loop over the bounds.
-        self.counts[bisect_left(LATENCY_BUCKETS_MS, latency_ms)] += 1
+        # +Inf, if none). Compiled, a loop from the smallest bound compares native floats and
+        # stops after a few (a publish takes a few ms); ``bisect_left`` in C compared boxed
+        # objects through the generic comparison (~1.3% of a lone SEND's broker cost, issue 22).
+        index = 0
+        for bound in LATENCY_BUCKETS_MS:
+            if latency_ms <= bound:
+                break
+            index += 1
+        self.counts[index] += 1
         self.sum_ms += latency_ms
         self.count += 1
 

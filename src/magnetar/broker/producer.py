@@ -363,8 +363,9 @@ class Producer:
 
     def _flush(self) -> None:
         """Answer the done SENDs at the head of the FIFO, in order. A receipt passes the gates
-        ``broker.after_persist_before_receipt`` and ``broker.after_receipt`` (``faults.gate1``, ``gate0``):
-        while one holds it, every later answer waits too."""
+        ``broker.after_persist_before_receipt`` and ``broker.after_receipt`` (``faults.gate1``, ``gate0``;
+        unarmed, each continuation is called natively: ``faults.unarmed``, the same point, order
+        and continuation): while one holds it, every later answer waits too."""
         self._flush_loop = True
         try:
             while not self._answering and self._pending and self._pending[self._pending_head].done:
@@ -380,7 +381,13 @@ class Producer:
                     self._answer_now(op)
                     continue
                 self._answering = True
-                faults.gate1("broker.after_persist_before_receipt", self._receipt_then, op)
+                if faults.unarmed("broker.after_persist_before_receipt"):
+                    # The gate's continuation (``_receipt(None, op)``), called natively
+                    # (``faults.unarmed``); its checks were made just above, nothing ran between.
+                    self._answer_now(op)
+                    self._after_receipt()
+                else:
+                    faults.gate1("broker.after_persist_before_receipt", self._receipt_then, op)
         finally:
             self._flush_loop = False
 
@@ -393,7 +400,13 @@ class Producer:
         # An ``error`` at the gate loses the receipt (the client's send times out and it resends).
         if error is None and self._state is ProducerState.ACTIVE and self.channel.is_open():
             self._answer_now(op)
-        faults.gate0("broker.after_receipt", self._receipted_then)
+        self._after_receipt()
+
+    def _after_receipt(self) -> None:
+        if faults.unarmed("broker.after_receipt"):
+            self._receipted(None)  # the gate's continuation, called natively
+        else:
+            faults.gate0("broker.after_receipt", self._receipted_then)
 
     def _receipted(self, _error: BaseException | None) -> None:
         self._answering = False

@@ -151,6 +151,12 @@ class Topic:
         self._monotonic_ns = clock.monotonic_ns if clock is not None else None  # bound once: read per run
         defaults = resolve(config, None, None)
         self.policies: Callable[[], EffectivePolicies] = policies or (lambda: defaults)
+        # What a publish run needs of the policies, read from ``_run_policies`` (the object
+        # ``policies()`` returned last; a change of policy is a new object): two native fields
+        # instead of three attribute reads of the interpreted ``EffectivePolicies`` per run.
+        self._run_policies: EffectivePolicies | None = None
+        self._run_throttled = False
+        self._run_size_max = 0
         self.dedup = MessageDeduplication(topic_log, config, enabled=self._dedup_enabled)
         self._repl_dedup: MessageDeduplication | None = None  # made for the first replicator (repl_dedup)
         # Made on first use (``entry_listeners``, ``close_hooks``): only replicated topics have them.
@@ -423,9 +429,11 @@ class Topic:
         publish rate set, no room in the log) the rest of the run is returned as an awaitable
         (``_publish_rest``) the caller must await before it publishes anything else."""
         policies = self.policies()
-        if policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s:
+        if policies is not self._run_policies:
+            self._note_run_policies(policies)
+        if self._run_throttled:
             return self._publish_rest(run, 0, [], [], policies)  # throttled: every entry may wait
-        size_max = policies.max_message_size_bytes
+        size_max = self._run_size_max
         log = self.log
         batch: list[tuple[bytes, AppendCallback]] = []
         callers: list[PublishCallback] = []  # who is told if the log refuses the batch
@@ -443,6 +451,11 @@ class Topic:
             index += 1
         self._append_run(batch, callers)
         return None
+
+    def _note_run_policies(self, policies: EffectivePolicies) -> None:
+        self._run_throttled = bool(policies.publish_rate_msgs_per_s or policies.publish_rate_bytes_per_s)
+        self._run_size_max = policies.max_message_size_bytes
+        self._run_policies = policies
 
     def _refusal(self, data: bytes, size_max: int) -> Exception | None:
         """Why this topic refuses ``data`` now, or None."""

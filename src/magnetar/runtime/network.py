@@ -38,8 +38,13 @@ class _ConnectionProtocol(asyncio.Protocol):
     def __init__(self, on_made: Callable[[_ConnectionProtocol], None] | None = None) -> None:
         self._on_made = on_made
         self.transport: asyncio.Transport | None = None
+        #: The oldest received chunk not yet taken (None: nothing buffered), in a field of its own:
+        #: a connection at a modest rate holds one chunk at a time, and a ``deque`` cost four
+        #: method calls per receive (append, index, popleft, a truth test; issue 22, the broker's
+        #: part of a lone SEND). ``chunks``: the ones after it, only while the reader is behind.
+        self.first: bytes | None = None
         self.chunks: collections.deque[bytes] = collections.deque()
-        self.first_offset = 0  # bytes of ``chunks[0]`` already taken (``take``)
+        self.first_offset = 0  # bytes of ``first`` already taken (``take``)
         self.buffered_bytes = 0
         self.eof = False
         self.lost: BaseException | None = None
@@ -61,7 +66,10 @@ class _ConnectionProtocol(asyncio.Protocol):
             self._on_made(self)
 
     def data_received(self, data: bytes) -> None:
-        self.chunks.append(data)
+        if self.first is None:
+            self.first = data
+        else:
+            self.chunks.append(data)
         self.buffered_bytes += len(data)
         if self.buffered_bytes > NETWORK_READ_BUFFER_BYTES_MAX and not self.reading_paused:
             assert self.transport is not None
@@ -126,8 +134,8 @@ class _ConnectionProtocol(asyncio.Protocol):
         docs/performance.md, session 12). ``bytes`` slices, not ``memoryview``s: the read contract
         (``base.io.Connection.read``) is ``bytes``, and compiled callers check it (a view there
         is a ``TypeError`` that ends the connection's reader)."""
-        chunks = self.chunks
-        first = chunks[0]
+        first = self.first
+        assert first is not None, "take() with nothing buffered"
         offset = self.first_offset
         left = len(first) - offset
         if left > max_bytes:
@@ -135,18 +143,20 @@ class _ConnectionProtocol(asyncio.Protocol):
             data = first[offset:end]
             self.first_offset = end
         else:
-            chunks.popleft()
             self.first_offset = 0
             data = first[offset:] if offset else first
-            if chunks and left + len(chunks[0]) <= max_bytes:
+            chunks = self.chunks
+            following = chunks.popleft() if chunks else None
+            if following is not None and left + len(following) <= max_bytes:
                 # The reader fell behind by several small chunks: one join instead of many reads.
                 parts = [data]
                 size = left
-                while chunks and size + len(chunks[0]) <= max_bytes:
-                    part = chunks.popleft()
-                    parts.append(part)
-                    size += len(part)
+                while following is not None and size + len(following) <= max_bytes:
+                    parts.append(following)
+                    size += len(following)
+                    following = chunks.popleft() if chunks else None
                 data = b"".join(parts)
+            self.first = following
         self.buffered_bytes -= len(data)
         if self.reading_paused and self.buffered_bytes <= NETWORK_READ_BUFFER_BYTES_MAX // 2:
             self.reading_paused = False
@@ -175,7 +185,7 @@ class TcpConnection:
 
     async def read(self, max_bytes: int) -> bytes:
         protocol = self._protocol
-        while not protocol.chunks:
+        while protocol.first is None:
             if protocol.eof:
                 return b""
             await protocol.wait_readable()
@@ -185,7 +195,7 @@ class TcpConnection:
         """``read`` without waiting: up to ``max_bytes`` buffered bytes, ``b""`` once the peer
         closed or the connection broke (nothing buffered), None while nothing is buffered."""
         protocol = self._protocol
-        if protocol.chunks:
+        if protocol.first is not None:
             return protocol.take(max_bytes)
         return b"" if protocol.eof else None
 
