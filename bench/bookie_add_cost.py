@@ -28,9 +28,11 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from journal_add_cost import per_add_ab  # the perf stat A/B of the journal's bench
 
 
 async def child(adds: int, root: str, bookies_count: int, size: int) -> None:
@@ -85,19 +87,6 @@ async def child(adds: int, root: str, bookies_count: int, size: int) -> None:
         raise SystemExit(f"{adds} adds in {groups} groups: not one add per group")
 
 
-def count(src: str, adds: int, args: argparse.Namespace) -> int:
-    """User instructions of one child of ``adds`` adds with ``src`` first on the path."""
-    with tempfile.TemporaryDirectory(dir=args.dir) as root, tempfile.NamedTemporaryFile("r") as out:
-        env = dict(os.environ, PYTHONPATH=src)
-        subprocess.run(["perf", "stat", "-x,", "-e", "instructions:u", "-o", out.name, sys.executable,
-                        __file__, "--child", str(adds), "--dir", root, "--bookies", str(args.bookies),
-                        "--size", str(args.size)], env=env, check=True, timeout=300)
-        for line in out.read().splitlines():
-            if "instructions" in line:
-                return int(line.split(",")[0])
-    raise RuntimeError("perf stat printed no instruction count")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--src", action="append", default=[], help="a source tree (repeat for an A/B)")
@@ -116,12 +105,8 @@ def main() -> None:
             uvloop.run(child(args.child or args.adds, args.dir if args.child else root, args.bookies, args.size))
         return
     srcs = [os.path.abspath(src) for src in (args.src or ["src"])]
-    small = max(1, args.adds // 5)
-    per_add: dict[str, list[float]] = {src: [] for src in srcs}
-    for _ in range(args.repeats):
-        for src in srcs:
-            big_count, small_count = count(src, args.adds, args), count(src, small, args)
-            per_add[src].append((big_count - small_count) / (args.adds - small))
+    per_add = per_add_ab(srcs, args.adds, args.repeats, args.dir, __file__,
+                         ("--bookies", str(args.bookies), "--size", str(args.size)))
     for src, values in per_add.items():
         print(f"{src}: instructions per add min {min(values):,.0f} median {statistics.median(values):,.0f} "
               f"max {max(values):,.0f} ({len(values)} repeats, {args.bookies} bookie(s), {args.size} B)")
