@@ -58,16 +58,31 @@ async def child(adds: int, root: str) -> None:
         raise SystemExit(f"{adds} adds in {invariant_groups} groups: not one add per group")
 
 
-def count(src: str, adds: int, dir_: str) -> int:
-    """User instructions of one child of ``adds`` adds with ``src`` first on the path."""
+def count(src: str, adds: int, dir_: str, script: str = __file__, extra: tuple[str, ...] = ()) -> int:
+    """User instructions of one child of ``adds`` adds (``script --child adds --dir <tmp> *extra``)
+    with ``src`` first on the path."""
     with tempfile.TemporaryDirectory(dir=dir_) as root, tempfile.NamedTemporaryFile("r") as out:
         env = dict(os.environ, PYTHONPATH=src)
         subprocess.run(["perf", "stat", "-x,", "-e", "instructions:u", "-o", out.name, sys.executable,
-                        __file__, "--child", str(adds), "--dir", root], env=env, check=True, timeout=300)
+                        script, "--child", str(adds), "--dir", root, *extra], env=env, check=True, timeout=300)
         for line in out.read().splitlines():
             if "instructions" in line:
                 return int(line.split(",")[0])
     raise RuntimeError("perf stat printed no instruction count")
+
+
+def per_add_ab(srcs: list[str], adds: int, repeats: int, dir_: str, script: str = __file__,
+               extra: tuple[str, ...] = ()) -> dict[str, list[float]]:
+    """Per tree, per repeat (the trees alternating): the instructions of a child of ``adds`` adds
+    minus one of ``adds / 5``, over the difference of adds (the start-up cancelled)."""
+    small = max(1, adds // 5)
+    per_add: dict[str, list[float]] = {src: [] for src in srcs}
+    for _ in range(repeats):
+        for src in srcs:
+            big_count = count(src, adds, dir_, script, extra)
+            small_count = count(src, small, dir_, script, extra)
+            per_add[src].append((big_count - small_count) / (adds - small))
+    return per_add
 
 
 def main() -> None:
@@ -82,12 +97,7 @@ def main() -> None:
         asyncio.run(child(args.child, args.dir))
         return
     srcs = [os.path.abspath(src) for src in (args.src or ["src"])]
-    small = max(1, args.adds // 5)
-    per_add: dict[str, list[float]] = {src: [] for src in srcs}
-    for _ in range(args.repeats):
-        for src in srcs:
-            big_count, small_count = count(src, args.adds, args.dir), count(src, small, args.dir)
-            per_add[src].append((big_count - small_count) / (args.adds - small))
+    per_add = per_add_ab(srcs, args.adds, args.repeats, args.dir)
     for src, values in per_add.items():
         print(f"{src}: instructions per add min {min(values):,.0f} median {statistics.median(values):,.0f} "
               f"max {max(values):,.0f} ({len(values)} repeats)")

@@ -291,3 +291,29 @@ def test_the_journal_hears_each_runs_other_ledgers_from_the_bookie() -> None:
         await bookie.stop()
 
     sim(scenario)
+
+
+def test_runs_of_another_master_key_in_later_calls_are_journaled_with_their_own_key() -> None:
+    """The bookie keeps the last master key's ADD record prefix between ``add_entries_runs`` calls
+    (session 23: not made again per lone add). A later call's run of another key is framed with
+    that key, and a call of the first key after it with the first key again: each ledger's
+    journal records carry its own key (negative control: a prefix kept without checking its key
+    frames ledger 2's record with ``key-a``)."""
+    from magnetar.storage.journal import KIND_ADD, JournalPosition, replay
+
+    async def scenario() -> None:
+        node = Node()
+        bookie = await node.boot()
+        calls = ((1, b"key-a"), (2, b"key-b"), (3, b"key-a"), (4, b"key-a"))
+        for ledger, key in calls:
+            answers = Answers()
+            bookie.add_entries_runs([([entry(ledger, 0)], key, False, answers)])
+            await bookie.add(entry(9, ledger - 1, lac=ledger - 2), KEY)  # answered after that run's group
+            assert answers.statuses(1) == [Status.OK]
+        await bookie.stop()
+        replayed = await replay(node.disk, JournalPosition(0, 0))
+        keys = {EncodedEntry.parse(record.entry_raw).ledger_id: record.master_key
+                for _, record in replayed.records if record.kind == KIND_ADD}
+        assert keys == {1: b"key-a", 2: b"key-b", 3: b"key-a", 4: b"key-a", 9: KEY}
+
+    sim(scenario)

@@ -206,8 +206,9 @@ def test_sync_threads_start_only_when_no_thread_is_idle() -> None:
 
 
 def test_the_pad_record_is_cached_by_size_and_replays_as_padding() -> None:
-    """``pad_record`` gives the exact size, a CRC that checks, and the same header object for a
-    size seen before (no CRC pass per group)."""
+    """``pad_record`` gives the exact size, a CRC that checks, and the same record (header and
+    body) for a size seen before: no CRC pass, packing or view per group (session 23; negative
+    control: the record made again per call, as before, is an equal header and a new view)."""
     from magnetar.base.checksum import crc32c
     from magnetar.storage.journal import KIND_PAD, pad_record, parse_body
 
@@ -218,3 +219,5 @@ def test_the_pad_record_is_cached_by_size_and_replays_as_padding() -> None:
         assert length == len(body) and crc == crc32c(bytes(body))
         assert parse_body(bytes(body)).kind == KIND_PAD
     assert pad_record(100)[0] == pad_record(100)[0]
+    first, again = pad_record(100), pad_record(100)
+    assert first[0] is again[0] and first[1] is again[1]  # (compiled, the pair itself is boxed per call)

@@ -323,3 +323,23 @@ def test_the_lanes_order_is_kept_between_slices_and_made_again_after_an_add() ->
     assert order[:5] == [(3, 1), (2, 1), (2, 2), (4, 1), (1, 1)]
     # Counted by weight: a run's one reply of 3 records is longer than two single adds.
     assert _lanes_answered([5], {0: [(7, 3), (8, 1), (8, 1)]}) == [(8, 1), (8, 2), (7, 1)]
+
+
+def test_a_group_whose_lanes_do_not_match_its_replies_is_refused_and_one_lane_keeps_its_order() -> None:
+    """``ReplyLanes.add`` walks a group's replies and lanes by index (session 23, where
+    ``zip(..., strict=True)`` checked their lengths): a lane more or fewer than the replies is a
+    bug and refused before any reply joins a lane (negative control: an index loop without the
+    check takes two replies with three lanes and drops the third lane silently). One lane
+    (``run`` sorts nothing then) answers in submission order."""
+    from magnetar.base.invariant import InvariantViolationError
+
+    ran: list[str] = []
+    lanes = ReplyLanes()
+    for lanes_of in ([(1, 1), (1, 1), (2, 1)], [(1, 1)]):
+        with pytest.raises(InvariantViolationError):
+            lanes.add([lambda _e: ran.append("x"), lambda _e: ran.append("y")], lanes_of, GroupReplies(2))
+        assert not lanes
+    group = GroupReplies(3)
+    lanes.add([lambda _e, name=name: ran.append(name) for name in "abc"], [(7, 1)] * 3, group)
+    assert lanes.run(2) == 2 and ran == ["a", "b"] and group.unanswered == 1
+    assert lanes.run(2) == 1 and ran == ["a", "b", "c"] and not lanes

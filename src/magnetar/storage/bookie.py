@@ -39,7 +39,6 @@ import enum
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 
 from mypy_extensions import mypyc_attr
 
@@ -119,6 +118,28 @@ class ReadResult:
     raw: Bytes | None = None
 
 
+class _RunJournaled:
+    """The journal's callback of one run's records (``Bookie._add_checked_run``): tells
+    ``on_done`` the run's ``indexes`` OK once durable, or UNAVAILABLE (the disk failed, and the
+    bookie with it). One native object per run, called natively by the journal's reply lanes,
+    where a ``functools.partial`` of a bound method was two objects and two generic calls per
+    run (session 23)."""
+
+    __slots__ = ("bookie", "indexes", "on_done")
+
+    def __init__(self, bookie: Bookie, indexes: list[int], on_done: OnRunDone) -> None:
+        self.bookie = bookie
+        self.indexes = indexes
+        self.on_done = on_done
+
+    def __call__(self, error: BaseException | None) -> None:
+        if error is not None:
+            self.bookie._on_disk_failure(error)
+            self.on_done(self.indexes, Status.UNAVAILABLE)
+        else:
+            self.on_done(self.indexes, Status.OK)
+
+
 # Compiled (magnetar/_compiled.py); the simulation's ack-before-fsync negative control subclasses it.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Bookie:
@@ -139,10 +160,19 @@ class Bookie:
     ) -> None:
         self._clock = clock
         self.config = config
+        # Read per add, as native ints (compiled, a config field is a generic lookup; session 23).
+        self._entry_bytes_max = config.entry_bytes_max
+        self._group_bytes_max = config.journal_group_bytes_max
         self._index = Index(kv)
         self._entry_log = EntryLogger(disk, config.entry_log_bytes_max)
         self._journal: Journal | None = None
         self._ledgers: dict[int, BookieLedger] = {}
+        # The ADD records' body prefix (``add_record_prefix``) of the master key last seen, and its
+        # CRC: one writer's ledgers share a key, so a run's records are framed without making
+        # them again per ``add_entries_runs`` call (once per lone add before; session 23).
+        self._prefix_key: bytes | None = None
+        self._prefix = b""
+        self._prefix_crc = 0
         log_ledgers: dict[int, set[int]] = {}
         self._log_ledgers = log_ledgers
         self._read_cache = ReadCache(config.read_cache_bytes_max)
@@ -285,13 +315,13 @@ class Bookie:
             journal = self._journal
             assert journal is not None
             submission: list[Run] = []
-            key: bytes | None = None
-            prefix, prefix_crc = b"", 0
+            key, prefix, prefix_crc = self._prefix_key, self._prefix, self._prefix_crc
             for entries, master_key, recovery, on_done in runs:
                 if master_key != key:  # once per key (one writer's runs share theirs)
                     key = master_key
                     prefix, prefix_crc = (add_record_prefix(master_key) if len(master_key) <= BOOKIE_MASTER_KEY_BYTES_MAX
                                           else (b"", 0))
+                    self._prefix_key, self._prefix, self._prefix_crc = key, prefix, prefix_crc
                 self._add_checked_run(submission, entries, master_key, recovery, on_done, refused, prefix, prefix_crc)
             journal.submit_runs(submission)
         if refused:
@@ -304,9 +334,9 @@ class Bookie:
                          prefix: bytes, prefix_crc: int) -> None:
         """Check and note one run's entries; its records join ``submission`` as one journal run
         per ``journal_group_bytes_max`` (each with its ledger, its records and its other ledgers)."""
-        put = self.checkpointer.put
+        checkpointer = self.checkpointer  # called natively (a bound ``put`` was a generic call per entry)
         ledgers = self._ledgers
-        limit = self.config.journal_group_bytes_max
+        limit = self._group_bytes_max
         checked_ledger, ledger_status = -1, Status.OK  # the last ledger checked, and its status
         parts: list[Bytes] = []
         indexes: list[int] = []
@@ -331,7 +361,7 @@ class Bookie:
             header = add_record_from(prefix, prefix_crc, raw)
             record_size = len(header) + len(raw)
             if parts and size + record_size > limit:
-                submission.append((parts, size, partial(self._journaled_run, indexes, on_done), run_ledger,
+                submission.append((parts, size, _RunJournaled(self, indexes, on_done), run_ledger,
                                    len(indexes), NO_OTHERS if mixed is None else mixed))
                 parts, indexes, size, mixed = [], [], 0, None
             if not parts:
@@ -341,22 +371,15 @@ class Bookie:
                     mixed = set()
                 mixed.add(ledger_id)
             ledgers[ledger_id].note_entry(entry.entry_id, entry.lac)
-            put(ledger_id, entry.entry_id, raw)
+            checkpointer.put(ledger_id, entry.entry_id, raw)
             parts.append(header)
             parts.append(raw)
             indexes.append(index)
             size += record_size
         self.stats.adds_count += len(entries) - rejected
         if parts:
-            submission.append((parts, size, partial(self._journaled_run, indexes, on_done), run_ledger, len(indexes),
+            submission.append((parts, size, _RunJournaled(self, indexes, on_done), run_ledger, len(indexes),
                                NO_OTHERS if mixed is None else mixed))
-
-    def _journaled_run(self, indexes: list[int], on_done: OnRunDone, error: BaseException | None) -> None:
-        if error is not None:
-            self._on_disk_failure(error)
-            on_done(indexes, Status.UNAVAILABLE)
-        else:
-            on_done(indexes, Status.OK)
 
     def _check_add(self, entry: EncodedEntry, master_key: bytes, recovery: bool) -> Status:
         status = self._bookie_add_status()
@@ -372,7 +395,7 @@ class Bookie:
         return Status.OK
 
     def _check_entry(self, entry: EncodedEntry, master_key: bytes) -> Status:
-        if entry.payload_bytes > self.config.entry_bytes_max:
+        if entry.payload_bytes > self._entry_bytes_max:
             return Status.TOO_LARGE
         if entry.entry_id < 0 or len(master_key) > BOOKIE_MASTER_KEY_BYTES_MAX:
             return Status.BAD_REQUEST

@@ -41,7 +41,6 @@ left the in-flight groups, answered or failed) or ``clear``.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 
 from magnetar.base.io import Bytes
@@ -123,10 +122,10 @@ class LedgerLoad:
         return (ledger != NO_LEDGER and self._counts.get(ledger, 0) == 1 and not self._unknown
                 and ledger not in self._in_mixed)
 
-    def left(self, lanes: Iterable[tuple[int, int]]) -> None:
+    def left(self, lanes: list[tuple[int, int]]) -> None:
         """The items of a group (their ``(ledger, weight)`` lanes) left the groups in flight."""
         counts = self._counts
-        for ledger, _ in lanes:
+        for ledger, _ in lanes:  # a list: compiled, no generic iterator per group (session 23)
             count = counts.get(ledger)
             if count is None:
                 continue  # the stop marker, or counted before ``clear``

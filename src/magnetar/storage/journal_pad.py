@@ -4,6 +4,7 @@ multiple of the file's ``write_alignment_bytes``; replay skips it."""
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from magnetar.base.checksum import crc32c
 from magnetar.base.invariant import invariant
@@ -12,27 +13,30 @@ from magnetar.base.limits import DISK_DIRECT_ALIGNMENT_BYTES
 
 KIND_PAD = 4
 #: The journal's record framing: u32 body length, u32 CRC32C of the body.
-_RECORD_HEADER = struct.Struct(">II")
+_RECORD_HEADER: Final = struct.Struct(">II")
 
 #: A PAD record's body, as long as any PAD needs (kind then zeros; a PAD's body is a prefix of it,
-#: sliced without a copy), and the CRC of each body length used so far (at most one alignment's
-#: worth of lengths): a group's PAD costs no allocation, zero fill or CRC pass over its bytes.
-_PAD_BODY = bytes((KIND_PAD,)) + bytes(2 * DISK_DIRECT_ALIGNMENT_BYTES)
-_PAD_CRCS: dict[int, int] = {}
+#: sliced without a copy), and each PAD record made so far by its size (at most one alignment's
+#: worth of sizes, each a header and a view): a group's PAD is one dict lookup, with no
+#: allocation, zero fill, CRC pass or packing (``Final``: compiled, a C static, not a lookup in
+#: the module's dict; session 23).
+_PAD_BODY: Final = bytes((KIND_PAD,)) + bytes(2 * DISK_DIRECT_ALIGNMENT_BYTES)
+_PADS: Final[dict[int, tuple[bytes, Bytes]]] = {}
 
 
 def pad_record(size: int) -> tuple[bytes, Bytes]:
     """A PAD record of exactly ``size`` bytes (``size`` > the record header) as (header, body)."""
+    record = _PADS.get(size)
+    if record is not None:
+        return record
     invariant(size > _RECORD_HEADER.size, "a PAD record needs room for its header and kind")
     body_len = size - _RECORD_HEADER.size
     if body_len > len(_PAD_BODY):  # a file aligned to more than twice the direct I/O alignment
         long_body = bytes((KIND_PAD,)) + bytes(body_len - 1)
         return _RECORD_HEADER.pack(body_len, crc32c(long_body)), long_body
     body = memoryview(_PAD_BODY)[:body_len]
-    crc = _PAD_CRCS.get(body_len)
-    if crc is None:
-        crc = _PAD_CRCS[body_len] = crc32c(body)
-    return _RECORD_HEADER.pack(body_len, crc), body
+    record = _PADS[size] = (_RECORD_HEADER.pack(body_len, crc32c(body)), body)
+    return record
 
 
 def padding_for(end: int, alignment: int) -> int:

@@ -38,14 +38,16 @@ from __future__ import annotations
 import collections
 import struct
 from collections.abc import Callable, Sequence
+from typing import Final
 
+from magnetar.base.invariant import invariant
 from magnetar.base.io import Bytes
 
 #: What a record's submitter gets: ``None`` once the record is durable, or the error.
 Reply = Callable[[BaseException | None], None]
 #: The lane of records that name no ledger (the journal's stop marker, or a group whose framing
 #: could not be read): one more lane, answered in submission order like the others.
-NO_LEDGER = -1
+NO_LEDGER: Final = -1
 #: The journal's record framing (``storage.journal``: u32 body length, u32 CRC) and a ledger id.
 _RECORD_HEADER = struct.Struct(">II")
 _LEDGER = struct.Struct(">Q")
@@ -117,7 +119,13 @@ class ReplyLanes:
         lanes = self._lanes
         counts = self._counts
         made = 0
-        for reply, (ledger, weight) in zip(replies, lanes_of, strict=True):
+        count = len(replies)
+        invariant(len(lanes_of) == count, "a reply lane per reply")
+        # An index loop, not ``zip(..., strict=True)``: compiled, a ``zip`` with a keyword is a
+        # generic call of the builtin and a generic iteration per group (session 23).
+        for index in range(count):
+            reply = replies[index]
+            ledger, weight = lanes_of[index]
             lane = lanes.get(ledger)
             if lane is None:
                 lane = lanes[ledger] = collections.deque()
@@ -142,7 +150,9 @@ class ReplyLanes:
         counts = self._counts
         order = self._order
         if order is None:
-            order = self._order = sorted(lanes, key=counts.__getitem__)
+            # One lane (a lone add's group, one ledger's run): its own order, no sort and no key
+            # method bound per slice (session 23).
+            order = self._order = list(lanes) if len(lanes) == 1 else sorted(lanes, key=counts.__getitem__)
             self._next = 0
         at = self._next
         ran = 0

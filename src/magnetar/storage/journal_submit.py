@@ -46,7 +46,7 @@ Callback = Callable[[BaseException | None], None]
 #: into the group's write, instead of once per concatenation.
 Record = bytes | tuple[bytes, bytes]
 #: No ledger besides a run's own (``submit_run``'s default ``others``).
-NO_OTHERS: frozenset[int] = frozenset()
+NO_OTHERS: Final[frozenset[int]] = frozenset()
 #: The break asked per queued item (``_queue_item``), looked up once: compiled, an attribute of an
 #: ``Enum`` class is a Python attribute lookup per read.
 _ACK_BEFORE_FSYNC: Final = breaks.Break.ACK_BEFORE_FSYNC
@@ -55,7 +55,7 @@ _ACK_BEFORE_FSYNC: Final = breaks.Break.ACK_BEFORE_FSYNC
 #: rest of the loop pass (its adds) or a group wait would gather its adds, not the lone item's
 #: ledger's. One ledger's own stream (a producer's e2e) meets it only within this long after
 #: another ledger's item (a cursor's flush, once per second by default).
-OTHERS_ACTIVE_NS = 10_000_000
+OTHERS_ACTIVE_NS: Final = 10_000_000
 #: One run of ``submit_runs``: its records' parts (framing, then the entry, per record), their
 #: bytes, its callback, its ledger (its reply lane), its records, the other ledgers its records hold.
 Run = tuple[list[Bytes], int, Callback, int, int, AbstractSet[int]]
@@ -91,14 +91,25 @@ class Group:
     by a failure or ``stop``). A plain class, not a dataclass: one per journal group, and
     compiled (mypyc) a dataclass's generated ``__init__`` runs interpreted (session 17)."""
 
-    __slots__ = ("answered", "callbacks", "express", "lanes", "synced")
+    __slots__ = ("answered", "callbacks", "express", "lanes", "on_synced", "synced")
 
-    def __init__(self, callbacks: list[Callback], lanes: list[tuple[int, int]], express: bool = False) -> None:
+    def __init__(self, callbacks: list[Callback], lanes: list[tuple[int, int]], express: bool = False,
+                 on_synced: Callable[[Group, BaseException | None], None] | None = None) -> None:
         self.callbacks = callbacks
         self.lanes = lanes
         self.express = express  # a lone record's group (``journal_express``), beside the ordinary slots
         self.synced = False
         self.answered = False
+        self.on_synced = on_synced  # the journal's completion of its write and sync (``__call__``)
+
+    def __call__(self, error: BaseException | None) -> None:
+        """The group's write and sync returned (``DiskFile.append_and_sync_then``'s ``done``):
+        ``on_synced(self, error)``. The group is its own callback, where a ``functools.partial``
+        was one more object and one more generic call per group (session 23)."""
+        on_synced = self.on_synced
+        invariant(on_synced is not None, "a group written without its completion")
+        assert on_synced is not None  # narrowing for the type checker; the invariant above holds
+        on_synced(self, error)
 
 
 class JournalSubmitter:
@@ -110,6 +121,11 @@ class JournalSubmitter:
                  start_lone: Callable[[], None]) -> None:
         self._clock = clock
         self._config = config
+        # The limits read per submission, look and group, as native ints: compiled, a field of the
+        # (frozen dataclass) config is a generic attribute lookup per read (session 23).
+        self._queue_bytes_max = config.journal_queue_bytes_max
+        self._group_bytes_max = config.journal_group_bytes_max
+        self._groups_in_flight_max = config.journal_groups_in_flight_max
         self._look_soon = look
         self._start_lone_now = start_lone  # an express group of the lone items now, if one can start from here
         # Queued items: (record or run, bytes, callback, when queued, (reply lane, weight)).
@@ -245,7 +261,7 @@ class JournalSubmitter:
         starts its express group from here (``_lone_now``)."""
         self._arrivals += 1
         self._wait_policy.arrived(now_ns, pending)
-        if self._queued_bytes >= self._config.journal_queue_bytes_max:
+        if self._queued_bytes >= self._queue_bytes_max:
             self._room.clear()
         if lone and self._lone_now():
             self._start_lone_now()
@@ -253,7 +269,7 @@ class JournalSubmitter:
                 self._arrivals - self._wait_arrivals, self._queued_bytes):
             timer.cancel()
             self._waited()
-        elif len(self._inflight) - self._express_inflight < self._config.journal_groups_in_flight_max:
+        elif len(self._inflight) - self._express_inflight < self._groups_in_flight_max:
             if not self._grouping:
                 self._wake()
         elif lone and self._express_inflight < self.express_groups_max:
@@ -301,9 +317,9 @@ class JournalSubmitter:
         if express:
             taken = journal_express.take_lone(self._queue, self._load)
         else:
-            taken = journal_express.take_group(self._queue, self._config.journal_group_bytes_max, self._load)
+            taken = journal_express.take_group(self._queue, self._group_bytes_max, self._load)
         self._queued_bytes -= taken[3]
-        if self._queued_bytes < self._config.journal_queue_bytes_max:
+        if self._queued_bytes < self._queue_bytes_max:
             self._room.set()
         return taken
 
@@ -313,7 +329,7 @@ class JournalSubmitter:
         for when the oldest queued record is ``journal_group_wait_ms_max`` old, so the adds that
         arrive meanwhile share the group's write and sync (a submission does not wake a grouping
         journal); whether it set one. Records that already waited that long go at once."""
-        if self._wait_policy.bound_ns == 0 or self._queued_bytes >= self._config.journal_group_bytes_max:
+        if self._wait_policy.bound_ns == 0 or self._queued_bytes >= self._group_bytes_max:
             return False
         wait_ns = self._wait_policy.wait_ns(self._clock.monotonic_ns(), self._queue[0][3])
         if wait_ns <= 0 or self._loop is None:
