@@ -33,7 +33,7 @@ import asyncio
 import enum
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from magnetar import faults
 from magnetar.base.clock import Clock
@@ -52,7 +52,7 @@ from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import BookieUnavailableError, LedgerStateError
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
 from magnetar.ledger.metadata_ops import LedgerMetadataStore, VersionedMetadata
-from magnetar.ledger.pending_add import AddCallback, CallbackAdd, PendingAdd
+from magnetar.ledger.pending_add import AddCallback, CallbackAdd, PendingAdd, settle
 from magnetar.ledger.placement import BookieDirectory, PlacementPolicy
 from magnetar.ledger.quorum import write_set
 from magnetar.ledger.transport import BookieTransport
@@ -784,17 +784,3 @@ class LedgerHandle:
             if task is not current and task is not self._ensemble_change:
                 task.cancel()
 
-
-_T = TypeVar("_T")
-
-
-def settle(future: asyncio.Future[_T], value: _T | None, error: BaseException | None) -> None:
-    """Complete ``future`` with ``value`` or ``error`` unless it is done (the append callbacks'
-    bridge to callers that await one add; shared with the managed ledger's append pipeline)."""
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-        future.exception()  # retrieved here: a caller that gave up must not log noise
-    else:
-        future.set_result(value)  # type: ignore[arg-type]

@@ -52,8 +52,8 @@ from magnetar.base.invariant import InvariantViolationError, invariant
 from magnetar.base.lazy_event import LazyEvent
 from magnetar.base.limits import MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX
 from magnetar.base.types import Position
-from magnetar.ledger.handle import LedgerHandle, settle
-from magnetar.ledger.pending_add import PendingAdd
+from magnetar.ledger.handle import LedgerHandle
+from magnetar.ledger.pending_add import PendingAdd, settle
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.entry_reader import EntryReader
 from magnetar.managed_ledger.errors import (
