@@ -236,6 +236,32 @@ def test_the_runs_of_one_loop_pass_for_many_ledgers_reach_the_bookie_in_one_call
     asyncio.run(body())
 
 
+def test_a_bookie_named_by_another_equal_instance_is_the_local_one_and_two_local_bookies_stay_apart() -> None:
+    """The transport finds a local bookie by identity first, then by equality (no ``BookieId``
+    hash per run): an ensemble whose ``BookieId`` is another instance equal to the local one
+    reaches the local core, gathered with the pass's runs for it; a second local bookie gets
+    its own call. (Negative control, run: a lookup by identity alone sends the equal instance's
+    run to the network transport, and this test fails on ``core.calls``.)"""
+    async def body() -> None:
+        core, other = _RunCore(), _RunCore()
+        bookie, second = BookieId("127.0.0.1", 1), BookieId("127.0.0.1", 2)
+        transport = LocalFirstTransport({bookie: core, second: other},  # type: ignore[dict-item]
+                                        BookieClientTransport(TcpNetwork(), SystemClock()))
+        equal = BookieId("127.0.0.1", 1)
+        assert equal == bookie and equal is not bookie
+        transport.add_run(equal, [_entry(1, 0, -1)], recovery=False, master_key=KEY, on_reply=lambda i, e: None)
+        transport.add_run(bookie, [_entry(2, 0, -1)], recovery=False, master_key=KEY, on_reply=lambda i, e: None)
+        transport.add_run(BookieId("127.0.0.1", 1), [_entry(3, 0, -1)], recovery=False, master_key=KEY,
+                          on_reply=lambda i, e: None)
+        transport.add_run(second, [_entry(4, 0, -1)], recovery=False, master_key=KEY, on_reply=lambda i, e: None)
+        await _until(lambda: len(core.calls) == 2)
+        assert core.calls == [1, 2] and [entries[0].ledger_id for entries, _ in core.runs] == [1, 2, 3]
+        assert other.calls == [1] and other.runs[0][0][0].ledger_id == 4
+        await transport.close()
+
+    asyncio.run(body())
+
+
 def test_closing_answers_the_runs_gathered_and_not_yet_handed_over() -> None:
     async def body() -> None:
         core = _RunCore()

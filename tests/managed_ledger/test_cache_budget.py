@@ -8,7 +8,7 @@ import pytest
 from magnetar.base.invariant import InvariantViolationError
 from magnetar.base.limits import MANAGED_LEDGER_CACHE_TOTAL_BYTES_MAX
 from magnetar.base.types import Position
-from magnetar.managed_ledger.entry_reader import CacheBudget, EntryReader
+from magnetar.managed_ledger.entry_reader import CacheBudget, CacheHolder, EntryReader
 from tests.managed_ledger.harness import config, make_world
 
 
@@ -108,3 +108,57 @@ def test_entries_are_found_by_ledger_and_id_across_runs_gaps_and_the_compaction_
         r.remember(Position(3, 10), b"x")  # not after the cached tail
     r.clear()
     assert budget.bytes == 0 and r.cached(3, 1999, 1999) is None
+
+
+class _Holder(CacheHolder):
+    """A ``CacheHolder`` with a number of cached entries of one byte each."""
+
+    def __init__(self, name: int, budget: CacheBudget) -> None:
+        self.name = name
+        self.budget = budget
+        self.entries = 0
+
+    def evict_oldest(self) -> bool:
+        if not self.entries:
+            return False
+        self.entries -= 1
+        self.budget.bytes -= 1  # as ``EntryReader.evict_oldest``
+        return True
+
+
+def test_the_budget_evicts_from_the_least_recently_written_holder_exactly_as_an_ordered_dict_does() -> None:
+    """The budget's order is a list with stale entries (a write appends, the holder's older entry
+    stays behind) compacted now and then: checked write by write against the reference, an
+    ``OrderedDict`` moved to the end per write, over many holders (compactions happen) with
+    evictions, holders emptied and holders leaving. (Negative control, run: ``_oldest`` without
+    its check that an entry is its holder's last one evicts from a holder written to since, and
+    the first comparison of the order fails.)"""
+    import random
+    from collections import OrderedDict
+
+    rng = random.Random(23)
+    budget = CacheBudget(bytes_max=40)
+    holders = [_Holder(i, budget) for i in range(30)]
+    model: OrderedDict[int, None] = OrderedDict()
+    for step in range(5000):
+        holder = holders[rng.randrange(len(holders)) if rng.random() < 0.7 else rng.randrange(3)]
+        if rng.random() < 0.05 and holder.entries:  # the holder gives back everything (closed)
+            budget.released(holder, holder.entries, empty=True)
+            holder.entries = 0
+            model.pop(holder.name, None)
+        else:
+            holder.entries += 1
+            model[holder.name] = None
+            model.move_to_end(holder.name)
+            before = {h.name: h.entries for h in holders}
+            budget.charged(holder, 1)
+            evicted = [name for name, count in before.items() if holders[name].entries < count]
+            while sum(before.values()) > 40:  # the reference evicts from its oldest
+                oldest = next(iter(model))
+                if before[oldest]:
+                    before[oldest] -= 1
+                else:
+                    del model[oldest]
+            assert {h.name: h.entries for h in holders} == before, f"step {step}: evicted {evicted}"
+        assert [h.name for h in budget.holders()] == list(model), f"step {step}"
+    assert len(budget._order) <= 2 * len(model) + 64 + 1  # compacted: stale entries stay bounded

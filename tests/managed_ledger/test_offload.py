@@ -276,3 +276,21 @@ async def test_offload_up_to_a_message_id() -> None:
     ml.offload.start(positions[5])  # the second ledger's last entry: it goes too
     await ml.offload.wait()
     assert [offloaded(i) for i in ml.ledger_infos()] == [True, True, False, False]
+
+
+async def test_the_policy_pass_setting_the_same_policy_keeps_its_object() -> None:
+    """The broker sets every topic's offload policy each policy pass: an unchanged one is kept
+    (the default stays the one shared by idle topics), a changed one is adopted. (Negative
+    control, run: the earlier ``set_policy``, a new ``OffloadPolicy`` per call, fails the
+    identity checks.)"""
+    world = make_world()
+    ml = await _open(world, MemoryOffloader())
+    default = ml.offload.policy
+    ml.offload.set_policy(default.threshold_bytes, default.deletion_lag_ms)
+    assert ml.offload.policy is default
+    ml.offload.set_policy(1000, -5)  # a negative lag is none
+    changed = ml.offload.policy
+    assert (changed.threshold_bytes, changed.deletion_lag_ms) == (1000, 0)
+    ml.offload.set_policy(1000, 0)
+    assert ml.offload.policy is changed
+    await ml.close()

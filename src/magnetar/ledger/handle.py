@@ -33,7 +33,7 @@ import asyncio
 import enum
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from magnetar import faults
 from magnetar.base.clock import Clock
@@ -52,7 +52,7 @@ from magnetar.ledger.config import LedgerClientConfig
 from magnetar.ledger.errors import BookieUnavailableError, LedgerStateError
 from magnetar.ledger.ledger_metadata import LedgerMetadata, LedgerState
 from magnetar.ledger.metadata_ops import LedgerMetadataStore, VersionedMetadata
-from magnetar.ledger.pending_add import AddCallback, CallbackAdd, PendingAdd
+from magnetar.ledger.pending_add import AddCallback, CallbackAdd, PendingAdd, settle
 from magnetar.ledger.placement import BookieDirectory, PlacementPolicy
 from magnetar.ledger.quorum import write_set
 from magnetar.ledger.transport import BookieTransport
@@ -146,7 +146,9 @@ class LedgerHandle:
         self._last_add_pushed: int = NO_ENTRY
         self._pending: dict[int, PendingAdd] = {}
         self._pending_bytes = 0  # the payload bytes of ``_pending`` (``WindowShare.window_for``)
-        self._admission: list[asyncio.Future[None]] = []  # a list: no deque block per idle ledger
+        #: Waiters for room, None while no one waits (read per run and per completion: None is
+        #: read on this object alone, an empty list is one more object per ledger to touch).
+        self._admission: list[asyncio.Future[None]] | None = None
         #: The window this writer shares with the other writers of its ledger client (alone: a
         #: share of its own, always the whole ``pending_adds_count_max``); ``_occupying`` while
         #: it counts as busy there (its table holds adds).
@@ -161,7 +163,8 @@ class LedgerHandle:
         #: While ``_on_stored`` counts a run's replies: completions wait for its end (``_completed``).
         self._counting_run = False
         self._complete_after_run = False
-        self._drained = LazyEvent(is_set=True)  # no deque per idle ledger (base/lazy_event.py)
+        #: What ``close`` waits on while adds are in flight (set and dropped once the table is empty).
+        self._drained: LazyEvent | None = None
         self._tasks: set[asyncio.Task[Any]] | None = None  # made by the first ``_spawn``
         #: The add timeout: the client's one timer for all its writers (alone: one of its own).
         self._timeouts = timeouts if timeouts is not None else AddTimeouts(clock)
@@ -212,7 +215,7 @@ class LedgerHandle:
     def has_room(self) -> bool:
         """Whether ``append`` can take an add now: fewer adds in flight than this writer's share
         of the window (``ledger.window``) and no one waiting for room before us."""
-        return len(self._pending) < self._window_now() and not self._admission
+        return len(self._pending) < self._window_now() and self._admission is None
 
     async def wait_for_room(self) -> None:
         """Backpressure: return once ``append`` can take an add (waiters go first in, first out),
@@ -220,7 +223,8 @@ class LedgerHandle:
         if self.has_room():
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._admission.append(waiter)
+        line = self._admission = self._admission if self._admission is not None else []
+        line.append(waiter)
         self._window.wait(self)  # a writer going idle grows the share: it wakes us then
         try:
             while True:
@@ -229,14 +233,16 @@ class LedgerHandle:
                     return
                 # Woken, but the room went to an earlier waiter: wait again in the same place.
                 fresh: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                self._admission[self._admission.index(waiter)] = fresh
+                line[line.index(waiter)] = fresh
                 waiter = fresh
         finally:
             # Waiters leave the line only here: while one is in it, ``has_room`` is False, so no
             # caller that did not wait takes the room a woken waiter is about to use.
-            if waiter in self._admission:
-                self._admission.remove(waiter)
-            if not self._admission:
+            if waiter in line:
+                line.remove(waiter)
+            if not line:
+                if self._admission is line:
+                    self._admission = None
                 self._window.done_waiting(self)
 
     async def add_entry(self, payload: bytes) -> int:
@@ -260,7 +266,7 @@ class LedgerHandle:
         """How many adds to start now: this writer's share of the window (``ledger.window``) less
         its adds in flight (0 while someone waits for room). ``append_run`` refuses only beyond
         the whole window."""
-        if self._admission:
+        if self._admission is not None:
             return 0
         room = self._window_now() - len(self._pending)
         return room if room > 0 else 0
@@ -307,7 +313,6 @@ class LedgerHandle:
         if not self._watched and self._add_timeout_ns > 0:
             self._watched = True  # watched by the client's one timer until nothing is in flight
             self._timeouts.watch(self, now_ns + self._add_timeout_ns)
-        self._drained.clear()
         if not self._occupying and adds:
             self._occupying = True
             self._window.occupy()
@@ -392,10 +397,11 @@ class LedgerHandle:
 
     def wake_admission(self) -> None:
         """Wake as many waiters (from the head of the line) as there is room for."""
-        if not self._admission:
+        line = self._admission
+        if line is None:
             return
         room = self._window_now() - len(self._pending)
-        for waiter in self._admission:
+        for waiter in line:
             if room <= 0:
                 return
             if not waiter.done():
@@ -577,14 +583,19 @@ class LedgerHandle:
             del self._pending[head_id]
             self._pending_bytes -= len(op.payload)
             self._lac = head_id
-            if self._admission:
+            if self._admission is not None:
                 self.wake_admission()
             if not op.told:
                 op.told = True
                 op.done(head_id, None)  # may add again: the loop re-reads the table
         if not self._pending:
-            self._drained.set()
+            self._set_drained()
             self._release_window()
+
+    def _set_drained(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None:
+            drained.set()
 
     def _release_window(self) -> None:
         """The table is empty: this writer no longer counts as busy (the others' share grows)."""
@@ -709,7 +720,9 @@ class LedgerHandle:
         self._check_open()
         self._move(WriterState.CLOSING)
         self._wake_all_admission()
-        await self._drained.wait()
+        if self._pending:  # drained once the table is empty (``_complete_in_order``, ``_fail``)
+            drained = self._drained = self._drained if self._drained is not None else LazyEvent()
+            await drained.wait()
         if self._state is WriterState.FAILED:
             invariant(self._failure is not None, "a failed handle records its failure")
             raise self._failure  # type: ignore[misc]
@@ -757,7 +770,7 @@ class LedgerHandle:
         failed = list(self._pending.values())
         self._pending.clear()
         self._pending_bytes = 0
-        self._drained.set()
+        self._set_drained()
         self._release_window()
         self._wake_all_admission()
         self._cancel_tasks()
@@ -767,7 +780,7 @@ class LedgerHandle:
                 op.done(None, error)
 
     def _wake_all_admission(self) -> None:
-        for waiter in self._admission:
+        for waiter in self._admission or ():
             if not waiter.done():
                 waiter.set_result(None)
 
@@ -784,17 +797,3 @@ class LedgerHandle:
             if task is not current and task is not self._ensemble_change:
                 task.cancel()
 
-
-_T = TypeVar("_T")
-
-
-def settle(future: asyncio.Future[_T], value: _T | None, error: BaseException | None) -> None:
-    """Complete ``future`` with ``value`` or ``error`` unless it is done (the append callbacks'
-    bridge to callers that await one add; shared with the managed ledger's append pipeline)."""
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-        future.exception()  # retrieved here: a caller that gave up must not log noise
-    else:
-        future.set_result(value)  # type: ignore[arg-type]

@@ -14,8 +14,10 @@ resets the handle's part of it (``start``), and a handle that ended never touche
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import TypeVar
 
 from magnetar.protocol.bookie.codec import EncodedEntry
 
@@ -75,3 +77,18 @@ class CallbackAdd(PendingAdd):
 
     def done(self, entry_id: int | None, error: BaseException | None) -> None:
         self.on_done(entry_id, error)
+
+
+_T = TypeVar("_T")
+
+
+def settle(future: asyncio.Future[_T], value: _T | None, error: BaseException | None) -> None:
+    """Complete ``future`` with ``value`` or ``error`` unless it is done (the append callbacks'
+    bridge to callers that await one add; shared with the managed ledger's append pipeline)."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+        future.exception()  # retrieved here: a caller that gave up must not log noise
+    else:
+        future.set_result(value)  # type: ignore[arg-type]

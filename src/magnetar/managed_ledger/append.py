@@ -52,8 +52,8 @@ from magnetar.base.invariant import InvariantViolationError, invariant
 from magnetar.base.lazy_event import LazyEvent
 from magnetar.base.limits import MANAGED_LEDGER_ADD_ATTEMPTS_COUNT_MAX
 from magnetar.base.types import Position
-from magnetar.ledger.handle import LedgerHandle, settle
-from magnetar.ledger.pending_add import PendingAdd
+from magnetar.ledger.handle import LedgerHandle
+from magnetar.ledger.pending_add import PendingAdd, settle
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.entry_reader import EntryReader
 from magnetar.managed_ledger.errors import (
@@ -158,15 +158,21 @@ class AppendPipeline:
         self.last_confirmed = Position(-1, -1)
         self._queue: list[_OpAdd] = []  # the adds not started yet: ``_queue[_queue_head:]`` (``base.fifo.fifo_advance``)
         self._queue_head = 0
-        self._admission: list[asyncio.Future[None]] = []  # waiters for room (a list: lighter than a deque)
+        #: Waiters for room, None while no one waits. Read per run and per completion: None
+        #: (as ``_entry_waiters``, ``_drained_event``) is read on this object alone, while an
+        #: empty list is one more object per topic to touch (a cache miss per run at 10,000 topics).
+        self._admission: list[asyncio.Future[None]] | None = None
         self._pump_task: asyncio.Task[None] | None = None
         #: Set when adds failed to their callers after a write failure: later adds are refused
         #: until ``settle_failed_writes`` (their order behind the failed ones could not be kept).
         self.write_failure: MagnetarError | None = None
         self.rollover_requested = False
-        self._drained = LazyEvent(is_set=True)  # no deque per idle topic (base/lazy_event.py)
+        #: No add in flight on the current ledger (``wait_drained``); the event exists only while
+        #: someone waits for it to become True.
+        self._drained = True
+        self._drained_event: LazyEvent | None = None
         self._kicking = False  # ``kick`` is starting adds (an append from a callback joins it)
-        self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] = []
+        self._entry_waiters: list[tuple[Position, asyncio.Future[None]]] | None = None
 
     @property
     def config(self) -> ManagedLedgerConfig:
@@ -244,12 +250,16 @@ class AppendPipeline:
     @property
     def pending_add_count(self) -> int:
         current = self.current
-        started = len(current.inflight) - current.inflight_head + len(current.undecided) if current is not None else 0
+        if current is None:
+            return len(self._queue) - self._queue_head
+        started = len(current.inflight) - current.inflight_head
+        if current.failed:  # only a failed ledger has undecided adds (``failed`` is never reset)
+            started += len(current.undecided)
         return len(self._queue) - self._queue_head + started
 
     def has_room(self, count: int = 1) -> bool:
         """Whether ``append_run`` can take ``count`` appends now (no one waits for room before us)."""
-        return not self._admission and self.pending_add_count + count <= self._queue_count_max
+        return self._admission is None and self.pending_add_count + count <= self._queue_count_max
 
     async def wait_for_room(self) -> None:
         """Backpressure: return once ``append`` can take an append (first in, first out), or the
@@ -257,7 +267,10 @@ class AppendPipeline:
         if self.has_room():
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._admission.append(waiter)
+        line = self._admission
+        if line is None:
+            line = self._admission = []
+        line.append(waiter)
         try:
             while True:
                 await waiter
@@ -266,20 +279,24 @@ class AppendPipeline:
                     return
                 # Woken, but the room went to an earlier waiter: wait again in the same place.
                 fresh: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                self._admission[self._admission.index(waiter)] = fresh
+                line[line.index(waiter)] = fresh
                 waiter = fresh
         finally:
             # Waiters leave the line only here: while one is in it, ``has_room`` is False, so no
-            # caller that did not wait takes the room a woken waiter is about to use.
-            if waiter in self._admission:
-                self._admission.remove(waiter)
+            # caller that did not wait takes the room a woken waiter is about to use. The line
+            # is this call's list until it is empty (only then is it dropped, here).
+            if waiter in line:
+                line.remove(waiter)
+            if not line and self._admission is line:
+                self._admission = None
 
     def _wake_admission(self, *, all_waiters: bool = False) -> None:
         """Wake as many waiters (from the head of the line) as there is room for, or all."""
-        if not self._admission:
+        line = self._admission
+        if line is None:
             return
-        room = len(self._admission) if all_waiters else self._queue_count_max - self.pending_add_count
-        for waiter in self._admission:
+        room = len(line) if all_waiters else self._queue_count_max - self.pending_add_count
+        for waiter in line:
             if room <= 0:
                 return
             if not waiter.done():
@@ -354,7 +371,12 @@ class AppendPipeline:
 
     async def wait_drained(self) -> None:
         """Return once no add is in flight on the current ledger."""
-        await self._drained.wait()
+        if self._drained:
+            return
+        event = self._drained_event
+        if event is None:
+            event = self._drained_event = LazyEvent()
+        await event.wait()
 
     def needs_rollover(self, now_ns: int = -1) -> bool:
         """Whether the current ledger must be replaced before the next add; ``now_ns``: the
@@ -427,7 +449,7 @@ class AppendPipeline:
             run.append(op)  # the op is the ledger's add (``_OpAdd.done``)
             if current.started_count >= entries_max or current.started_bytes >= bytes_max:
                 break
-        self._drained.clear()
+        self._drained = False  # an event, if one is waited for, is clear already (made while False)
         try:
             handle.append_adds(run, now_ns if handle.clock is self._clock else -1)
         except MagnetarError as exc:  # the handle failed or closed under us: as adds that failed
@@ -457,7 +479,8 @@ class AppendPipeline:
             op = inflight[current.inflight_head]
             current.inflight_head = fifo_advance(inflight, current.inflight_head)
             if op.position is not None:
-                invariant(not current.undecided, "no add of a ledger completes after one that failed")
+                if current.failed and current.undecided:  # ``undecided`` is empty unless it failed
+                    invariant(False, "no add of a ledger completes after one that failed")
                 self._complete(op)
             elif current.failed and self._states.state in WRITABLE:
                 current.undecided.append(op)  # the ledger's recovery decides (``settle_undecided``)
@@ -467,10 +490,14 @@ class AppendPipeline:
                 op.caller_told = True
                 op.on_done(None, op.error)
         if len(inflight) == current.inflight_head:
-            self._drained.set()
-        if self._admission:
+            self._drained = True
+            event = self._drained_event
+            if event is not None:
+                self._drained_event = None
+                event.set()
+        if self._admission is not None:
             self._wake_admission()
-        if self._entry_waiters:
+        if self._entry_waiters is not None:
             self.notify_entry_waiters()
         if current.failed and len(inflight) == current.inflight_head and current is self.current:
             self.kick()
@@ -556,22 +583,29 @@ class AppendPipeline:
         """Return once an entry after ``position`` is acknowledged (or appends stop)."""
         while self.last_confirmed <= position and self._states.state in WRITABLE:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._entry_waiters.append((position, waiter))
+            waiters = self._entry_waiters
+            if waiters is None:
+                waiters = self._entry_waiters = []
+            waiters.append((position, waiter))
             try:
                 await waiter
             finally:
-                if (position, waiter) in self._entry_waiters:
-                    self._entry_waiters.remove((position, waiter))
+                waiters = self._entry_waiters
+                if waiters is not None and (position, waiter) in waiters:
+                    waiters.remove((position, waiter))
+                    if not waiters:
+                        self._entry_waiters = None
 
     def notify_entry_waiters(self) -> None:
-        if not self._entry_waiters:
+        waiters = self._entry_waiters
+        if waiters is None:
             return
         still: list[tuple[Position, asyncio.Future[None]]] = []
-        for position, waiter in self._entry_waiters:
+        for position, waiter in waiters:
             if (self.last_confirmed > position or self._states.state not in WRITABLE) and not waiter.done():
                 waiter.set_result(None)
             elif not waiter.done():
                 still.append((position, waiter))
-        self._entry_waiters = still
+        self._entry_waiters = still if still else None
 
 

@@ -58,7 +58,7 @@ from magnetar.ledger.manager import LedgerManager
 from magnetar.ledger.reader import LedgerReader
 from magnetar.managed_ledger.config import ManagedLedgerConfig
 from magnetar.managed_ledger.cursor import CursorContext, ManagedCursor
-from magnetar.managed_ledger.entry_reader import CacheBudget
+from magnetar.managed_ledger.entry_reader import CacheBudget, CacheHolder
 from magnetar.managed_ledger.errors import ManagedLedgerClosedError, ManagedLedgerFencedError
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.managed_ledger import ManagedLedger, MLState
@@ -153,7 +153,7 @@ class ReadOnlyState(enum.Enum):
     CLOSED = "closed"
 
 
-class ReadOnlyManagedLedger:
+class ReadOnlyManagedLedger(CacheHolder):
     """A read view of an owner's managed ledger. Build through ``ReadOnlyManagedLedger.open``."""
 
     def __init__(self, topic: str, name: str, path: str, *, manager: LedgerManager, store: MetadataStore,

@@ -119,6 +119,20 @@ class _LocalRun:
             on_reply(index, status_error(self.bookie, status, f"add {entry.ledger_id}:{entry.entry_id}"))
 
 
+class _LocalSlot:
+    """A local bookie as ``add_run`` finds it: its storage core (None once the transport closed)
+    and the runs of this loop pass gathered for it (None: none went yet in this pass). Found by a
+    scan of a few slots by identity, then equality: no ``BookieId`` hash (a tuple built and
+    hashed) per run, where a dict keyed by bookie took three per run."""
+
+    __slots__ = ("bookie", "core", "gathered")
+
+    def __init__(self, bookie: BookieId, core: LocalBookie) -> None:
+        self.bookie = bookie
+        self.core: LocalBookie | None = core
+        self.gathered: list[_LocalRun] | None = None
+
+
 def _settle_local(result: asyncio.Future[None], _index: int, error: BaseException | None) -> None:
     if result.done():
         return
@@ -135,11 +149,12 @@ class LocalFirstTransport:
 
     def __init__(self, local: Mapping[BookieId, LocalBookie], remote: BookieClientTransport) -> None:
         self._local = dict(local)
+        self._slots = [_LocalSlot(bookie, core) for bookie, core in self._local.items()]
         self._remote = remote
         self._waiting: dict[BookieId, deque[_LocalRun]] = {}
-        #: Runs of this loop pass not yet handed to their bookie (``add_run``), and the callback
-        #: that hands them over together.
-        self._gathered: dict[BookieId, list[_LocalRun]] = {}
+        #: The slots with runs of this loop pass not yet handed to their bookie (``add_run``),
+        #: and the callback that hands them over together.
+        self._gathering: list[_LocalSlot] = []
         self._flush_handle: asyncio.Handle | None = None
         self._flush_then = self._flush  # bound once (compiled: ``self._flush`` as a value is a new object per pass)
         #: The running loop, looked up once (``asyncio.get_running_loop`` makes a ``getpid``
@@ -156,8 +171,12 @@ class LocalFirstTransport:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
-        gathered, self._gathered = self._gathered, {}
-        for runs in gathered.values():  # not handed over: the bookie is no longer reachable
+        gathering, self._gathering = self._gathering, []
+        for slot in self._slots:
+            slot.core = None
+        self._slots = []
+        for slot in gathering:  # not handed over: the bookie is no longer reachable
+            runs, slot.gathered = slot.gathered or [], None
             for run in runs:
                 run.done(range(len(run.entries)), Status.UNAVAILABLE)
         for task in list(self._background):
@@ -184,19 +203,25 @@ class LocalFirstTransport:
         A bookie without room takes nothing: the runs wait in line behind the runs before
         them, as the server stops reading while the bookie is full, and go whole once it has
         room again. Per ledger (per caller) the runs reach the bookie in call order."""
-        core = self._local.get(bookie)
-        if core is None:
+        slot = None
+        for local in self._slots:  # a few: identity first, equality only for another instance
+            if local.bookie is bookie or local.bookie == bookie:
+                slot = local
+                break
+        core = slot.core if slot is not None else None
+        if slot is None or core is None:
             self._remote.add_run(bookie, entries, recovery, master_key, on_reply)
             return
         run = _LocalRun(bookie, entries, recovery, master_key, on_reply)
-        gathered = self._gathered.get(bookie)
+        gathered = slot.gathered
         if gathered is not None:
             gathered.append(run)  # handed over by ``_flush`` with the pass's other runs
             return
         loop = self._loop_ref.get()
         if self._flush_handle is None:  # scheduled before the first run's journal look
             self._flush_handle = loop.call_soon(self._flush_then)
-        self._gathered[bookie] = []
+        slot.gathered = []
+        self._gathering.append(slot)
         if (self._waiting and bookie in self._waiting) or core.needs_backpressure():
             self._wait_for_room(core, bookie, run)
             return
@@ -207,12 +232,15 @@ class LocalFirstTransport:
     def _flush(self) -> None:
         """Hand the runs gathered in the last pass to their bookies, one call per bookie."""
         self._flush_handle = None
-        gathered, self._gathered = self._gathered, {}
-        for bookie, runs in gathered.items():
-            if not runs:
-                continue
+        gathering, self._gathering = self._gathering, []
+        taken: list[tuple[_LocalSlot, list[_LocalRun]]] = []
+        for slot in gathering:  # all taken first: a run added from a hand-over below is the next pass's
+            runs, slot.gathered = slot.gathered, None
+            if runs:
+                taken.append((slot, runs))
+        for slot, runs in taken:
             self.gathered_runs_count += len(runs)
-            core = self._local.get(bookie)
+            bookie, core = slot.bookie, slot.core
             if core is None:  # closed meanwhile
                 for run in runs:
                     run.done(range(len(run.entries)), Status.UNAVAILABLE)
