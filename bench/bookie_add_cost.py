@@ -36,23 +36,15 @@ from journal_add_cost import per_add_ab  # the perf stat A/B of the journal's be
 
 
 async def child(adds: int, root: str, bookies_count: int, size: int) -> None:
+    from bookie_storage_cost import start_bookies  # imported here: magnetar from this child's --src
+
     from magnetar.protocol.bookie.codec import EncodedEntry, Status
     from magnetar.runtime.clock import SystemClock
-    from magnetar.runtime.disk import LocalDisk
     from magnetar.runtime.gc_tuning import tune_gc_for_server
-    from magnetar.runtime.kv import RocksKeyValueStore
-    from magnetar.storage import Bookie, BookieConfig
 
     loop = asyncio.get_running_loop()
     clock = SystemClock()
-    config = BookieConfig(gc_interval_ms=0)
-    bookies = []
-    for index in range(bookies_count):
-        data = os.path.join(root, f"bookie-{index}")
-        disk = LocalDisk(data)
-        bookie = Bookie(disk, RocksKeyValueStore(os.path.join(data, "index")), clock, config)
-        await bookie.start()
-        bookies.append(bookie)
+    bookies = await start_bookies(root, bookies_count, clock)
     tune_gc_for_server()  # as the standalone and the bookie process do once started
     payload = os.urandom(size)
     key = b"bench-key"

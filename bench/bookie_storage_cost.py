@@ -35,8 +35,9 @@ from magnetar.storage import Bookie, BookieConfig
 MASTER_KEY = b"bench-key"
 
 
-async def drive(root: str, bookies_count: int, adds: int, run: int, ledgers: int, window: int, size: int) -> float:
-    clock = SystemClock()
+async def start_bookies(root: str, bookies_count: int, clock: SystemClock) -> list[Bookie]:
+    """``bookies_count`` started storage cores under ``root`` (``bookie-<i>``: ``LocalDisk`` and a
+    RocksDB index each, as the standalone composes them; no GC pass)."""
     config = BookieConfig(gc_interval_ms=0)
     bookies = []
     for index in range(bookies_count):
@@ -45,6 +46,12 @@ async def drive(root: str, bookies_count: int, adds: int, run: int, ledgers: int
         bookie = Bookie(disk, RocksKeyValueStore(os.path.join(data, "index")), clock, config)
         await bookie.start()
         bookies.append(bookie)
+    return bookies
+
+
+async def drive(root: str, bookies_count: int, adds: int, run: int, ledgers: int, window: int, size: int) -> float:
+    clock = SystemClock()
+    bookies = await start_bookies(root, bookies_count, clock)
     payload = os.urandom(size)
     next_entry = [0] * ledgers
     in_flight = 0
