@@ -23,6 +23,7 @@ ledger, first publishes it with an explicit-LAC write. Callers only ask for ackn
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
@@ -55,9 +56,9 @@ class CacheHolder:
 
     budget_at: int = -1
 
+    @abstractmethod
     def evict_oldest(self) -> bool:
         """Drop the oldest cached entry, taking its size off the budget's ``bytes``; whether there was one."""
-        raise NotImplementedError
 
 
 class CacheBudget:
