@@ -22,7 +22,6 @@ writes per 2,000 entries of 128 KiB).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import resource
 import statistics
