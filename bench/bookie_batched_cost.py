@@ -43,12 +43,7 @@ async def child(adds: int, root: str, size: int, window: int, cache_mib: int) ->
     from magnetar.storage import BookieConfig
 
     config = BookieConfig(gc_interval_ms=0, write_cache_bytes_max=cache_mib * 1024 * 1024)
-    original = bookie_storage_cost.BookieConfig
-    bookie_storage_cost.BookieConfig = lambda **kwargs: config  # type: ignore[assignment,misc]
-    try:
-        await bookie_storage_cost.drive(root, 1, adds, 1, 1, window, size)
-    finally:
-        bookie_storage_cost.BookieConfig = original  # type: ignore[misc]
+    await bookie_storage_cost.drive(root, 1, adds, 1, 1, window, size, config)
 
 
 def counted(src: str, adds: int, dir_: str, extra: tuple[str, ...]) -> dict[str, float]:
