@@ -35,10 +35,12 @@ from magnetar.storage import Bookie, BookieConfig
 MASTER_KEY = b"bench-key"
 
 
-async def start_bookies(root: str, bookies_count: int, clock: SystemClock) -> list[Bookie]:
+async def start_bookies(root: str, bookies_count: int, clock: SystemClock,
+                        config: BookieConfig | None = None) -> list[Bookie]:
     """``bookies_count`` started storage cores under ``root`` (``bookie-<i>``: ``LocalDisk`` and a
-    RocksDB index each, as the standalone composes them; no GC pass)."""
-    config = BookieConfig(gc_interval_ms=0)
+    RocksDB index each, as the standalone composes them; ``config``, by default no GC pass)."""
+    if config is None:
+        config = BookieConfig(gc_interval_ms=0)
     bookies = []
     for index in range(bookies_count):
         data = os.path.join(root, f"bookie-{index}")
@@ -49,9 +51,10 @@ async def start_bookies(root: str, bookies_count: int, clock: SystemClock) -> li
     return bookies
 
 
-async def drive(root: str, bookies_count: int, adds: int, run: int, ledgers: int, window: int, size: int) -> float:
+async def drive(root: str, bookies_count: int, adds: int, run: int, ledgers: int, window: int, size: int,
+                config: BookieConfig | None = None) -> float:
     clock = SystemClock()
-    bookies = await start_bookies(root, bookies_count, clock)
+    bookies = await start_bookies(root, bookies_count, clock, config)
     payload = os.urandom(size)
     next_entry = [0] * ledgers
     in_flight = 0

@@ -29,6 +29,10 @@ from magnetar.runtime.disk_buffers import _AlignedBuffer, _AlignedBuffers, _copy
 from magnetar.runtime.disk_io import _RWF_DSYNC_WORKS, _Descriptors, write_job
 from magnetar.runtime.disk_pace import InlinePace
 
+#: The pending count of the bulk writes' ``_GroupWrite``s (``LocalFile._write_native``): never
+#: asked whether to write inline (the journal's pace, ``_PACE``, is the journal groups' own).
+_BULK_PACE = InlinePace()
+
 #: The write (and sync) of a group, as ``append_and_sync_then`` and the bulk writes call it: a
 #: module variable looked up at each call, so a test can wrap it (record the thread that ran it,
 #: fail it, slow it) in both modes; production never replaces it.
@@ -63,7 +67,8 @@ class _GroupWrite:
     object per group where three closures were made per group (session 19)."""
 
     __slots__ = ("after", "aligned", "buffer", "descriptors", "direct", "done", "file", "fill", "loop", "offset",
-                 "pace", "parts", "port", "step", "steps", "took_ns", "torn_passed", "torn_point", "unsynced_point")
+                 "pace", "parts", "port", "step", "steps", "sync", "took_ns", "torn_passed", "torn_point",
+                 "unsynced_point")
 
     def __init__(self, file: LocalFile, descriptors: _Descriptors, parts: Sequence[Bytes], offset: int,
                  buffer: _AlignedBuffer | None, aligned: memoryview | None, fill: _AlignedBuffer | None,
@@ -81,6 +86,9 @@ class _GroupWrite:
         self.unsynced_point = unsynced_point
         self.done = done
         self.pace = pace
+        # Whether the write is synced (the journal's groups: always); the entry log's unsynced
+        # chunks (``LocalFile.append_parts``) are not, their log is synced once after the last.
+        self.sync = True
         self.loop: asyncio.AbstractEventLoop | None = None  # a writer thread's: the loop to answer on
         # The native writer's (``native``): the port it answers on, the steps (jobs, and the armed
         # fault points between them), the next step, whether the direct write is still the plan,
@@ -116,7 +124,7 @@ class _GroupWrite:
         written_direct = False
         started = time.monotonic_ns()
         try:
-            written_direct = _write_job(self.descriptors, self.parts, self.offset, True, self.aligned,
+            written_direct = _write_job(self.descriptors, self.parts, self.offset, self.sync, self.aligned,
                                         self.torn_point, self.unsynced_point, self.fill, self.after)
         except BaseException as exc:  # handed to ``done`` on the loop
             error = exc
@@ -155,7 +163,7 @@ class _GroupWrite:
                     steps.append(ops)
                     ops = []
                 steps.append(torn_point)
-            dsync = not half and not unsynced and _RWF_DSYNC_WORKS[0]
+            dsync = self.sync and not half and not unsynced and _RWF_DSYNC_WORKS[0]
             if half:
                 ops.append((descriptors.direct_fd, [aligned[:half]], offset, 0))
                 steps.append(ops)
@@ -180,8 +188,10 @@ class _GroupWrite:
             steps.append(ops)
             steps.append(unsynced_point)
             ops = []
-        ops.append((descriptors.fd, None, 0, 0))
-        steps.append(ops)
+        if self.sync:
+            ops.append((descriptors.fd, None, 0, 0))
+        if ops:
+            steps.append(ops)
         return steps
 
     def _advance(self) -> None:
@@ -428,13 +438,18 @@ class LocalFile:
             raise
         return offset
 
-    def _native_write(self, group: _GroupWrite, loop: asyncio.AbstractEventLoop) -> None:
-        """Hand ``group`` to the native writer, answered on ``loop``; after the zeros of a
-        ``preallocate`` it may reach, if they are still being written (``_zeroed`` hands it over)."""
+    def _port_of(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """The native writer's port of ``loop`` (``runtime.disk_writer.port_for``, remembered)."""
         port = self._port
         if self._port_loop is not loop:
             port = self._port = disk_writer.port_for(loop)
             self._port_loop = loop
+        return port
+
+    def _native_write(self, group: _GroupWrite, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand ``group`` to the native writer, answered on ``loop``; after the zeros of a
+        ``preallocate`` it may reach, if they are still being written (``_zeroed`` hands it over)."""
+        port = self._port_of(loop)
         after = group.after
         if after is not None and not after.is_set():
             group.port = port
@@ -445,6 +460,8 @@ class LocalFile:
     async def _write_in_worker(self, parts: Sequence[Bytes], *, sync: bool) -> int:
         offset = self._size
         total = sum(map(len, parts))
+        if _native:
+            return await self._write_native(parts, offset, total, sync)
         self._size += total
         buffer, aligned, fill = self._aligned_copy(parts, offset, total)
         after = self._zeros_first(offset, total)
@@ -453,6 +470,35 @@ class LocalFile:
             None, _write_job, self._descriptors, parts, offset, sync, aligned, "", "", fill, after
         )
         self._aligned_done(buffer, aligned, written_direct)
+        return offset
+
+    async def _write_native(self, parts: Sequence[Bytes], offset: int, total: int, sync: bool) -> int:
+        """``append_parts`` (``sync``: ``append_and_sync``) through the native writer: the entry
+        log's chunks, written by threads that never take the GIL and answered through the loop's
+        eventfd, where the default executor's thread took the GIL to start each job and again to
+        answer (session 24: the chunk writes were most of the bookie's Python thread hand-offs
+        per batched entry). The same plan as a journal group's (``_GroupWrite``: a large chunk's
+        copy into its aligned buffer by the writer, ``O_DIRECT`` refused: buffered), no fault
+        point inside (the entry log's points are its callers'); a cancelled caller does not stop
+        the write, which gives its buffer back when it ends."""
+        loop = self._loop_ref.get()
+        future: asyncio.Future[None] = loop.create_future()
+        buffer, aligned, fill = self._aligned_copy(parts, offset, total)
+        descriptors = self._descriptors
+        group = _GroupWrite(self, descriptors, parts, offset, buffer, aligned, fill, self._zeros_first(offset, total),
+                            "", "", partial(_settle, future), _BULK_PACE)
+        group.sync = sync
+        group.loop = loop
+        descriptors.acquire()
+        self._size += total
+        _BULK_PACE.pending += 1
+        try:
+            self._native_write(group, loop)
+        except BaseException:
+            _BULK_PACE.pending -= 1
+            descriptors.release()
+            raise
+        await future
         return offset
 
     def _aligned_copy(self, parts: Sequence[Bytes], offset: int, total: int) -> tuple[
@@ -485,9 +531,45 @@ class LocalFile:
             self._direct_ok = written_direct
 
     async def sync(self) -> None:
-        self._descriptors.acquire()
-        await asyncio.get_running_loop().run_in_executor(None, disk_threads._sync_job, self._descriptors)
+        descriptors = self._descriptors
+        descriptors.acquire()
+        if not _native:
+            await asyncio.get_running_loop().run_in_executor(None, disk_threads._sync_job, descriptors)
+            return
+        # The native writer's ``fdatasync`` (``_write_native``: no GIL on its thread).
+        loop = self._loop_ref.get()
+        synced = _Synced(descriptors, loop.create_future())
+        try:
+            self._port_of(loop).submit(synced, [(descriptors.fd, None, 0, 0)])
+        except BaseException:
+            descriptors.release()
+            raise
+        await synced.future
 
     def close(self) -> None:
         self._mapping = None  # unmapped once no view refers to it
         self._descriptors.close()
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    """A native bulk write's outcome to its caller's future (gone if the caller was cancelled)."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(None)
+
+
+class _Synced:
+    """A ``LocalFile.sync`` on the native writer: its answer (``written``) on the loop."""
+
+    __slots__ = ("descriptors", "future")
+
+    def __init__(self, descriptors: _Descriptors, future: asyncio.Future[None]) -> None:
+        self.descriptors = descriptors
+        self.future = future
+
+    def written(self, error: int, failed: int, took_ns: int) -> None:
+        self.descriptors.release()
+        _settle(self.future, OSError(error, os.strerror(error)) if error else None)

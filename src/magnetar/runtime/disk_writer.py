@@ -2,9 +2,10 @@
 (Cython, made by ``scripts/build_compiled.py`` into ``build/cython/`` beside the mypyc build) and
 gives each event loop its ``Port``, the ``eventfd`` the loop reads the writer's answers from.
 
-``runtime.disk_file`` hands a journal group's write and sync to the native writer when it is
-loaded and enabled (the default: ``MODE == "native"``), and to Python's writer threads
-(``runtime.disk_threads``) otherwise: with ``MAGNETAR_NATIVE_WRITER=0`` (``NATIVE_ENV``), without a
+``runtime.disk_file`` hands a journal group's write and sync, and (session 24) the entry log's
+chunk writes and syncs (``LocalFile.append_parts``, ``append_and_sync``, ``sync``), to the native
+writer when it is loaded and enabled (the default: ``MODE == "native"``), and otherwise to Python's
+threads (the journal's to ``runtime.disk_threads``, the entry log's to the default executor): with ``MAGNETAR_NATIVE_WRITER=0`` (``NATIVE_ENV``), without a
 build, with a build of another source, or with ``MAGNETAR_PURE_PYTHON=1`` (the pure run of the test
 suite). On by default since the lead's quiet runs of session 22 (docs/performance.md: 3 bookies /
 1 bookie 1.25 and 1.65 in two runs, 3 of 4 repeats <= 1.5, against 2 of 5 with the threads; the
@@ -119,7 +120,7 @@ def available() -> bool:
 
 
 def enabled() -> bool:
-    """Whether the journal's groups go to the native writer (``MODE == "native"``)."""
+    """Whether the journal's groups and the entry log's chunks go to the native writer (``MODE == "native"``)."""
     return MODE == "native"
 
 
