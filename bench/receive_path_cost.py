@@ -77,8 +77,10 @@ def _child(frames: int, batch: int, read_bytes: int, warm: int) -> dict[str, Any
         get_buffer = getattr(protocol, "get_buffer", None)
         buffer_updated = getattr(protocol, "buffer_updated", None)
         buffered = get_buffer is not None and buffer_updated is not None
-        if buffered and hasattr(connection, "set_unit_sink"):
-            getattr(connection, "set_unit_sink")(getattr(protocol, "expect_unit"))
+        set_unit_sink = getattr(connection, "set_unit_sink", None)
+        expect_unit = getattr(protocol, "expect_unit", None)
+        if buffered and set_unit_sink is not None and expect_unit is not None:
+            set_unit_sink(expect_unit)
         scratch = memoryview(bytearray(_READ_SCRATCH_BYTES))
         source = memoryview(data)
         events = 0

@@ -210,7 +210,7 @@ def callgrind_counts(path: str, messages: int) -> dict[str, float]:
             events = line.split()[1:]
         elif line.startswith(("totals:", "summary:")):
             totals = [float(value) for value in line.split()[1:]]
-    named = dict(zip(events, totals))
+    named = dict(zip(events, totals, strict=False))
     return {"instructions": named.get("Ir", 0) / messages, "data_reads": named.get("Dr", 0) / messages,
             "data_writes": named.get("Dw", 0) / messages,
             "ll_misses": (named.get("DLmr", 0) + named.get("DLmw", 0)) / messages}
