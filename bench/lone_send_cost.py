@@ -9,7 +9,9 @@ production TCP network (``runtime/network.py``) and uvloop, over the broker's ``
 (no ledger, no journal: an append completes one loop pass later), the cyclic GC tuned as the
 standalone's; a client process sends pre-encoded 1 KiB SENDs of one producer ``--group`` at a time
 (one write) and waits for their receipts before the next group. ``--group 1`` is the lone SEND;
-``--group 8`` the same messages eight per read.
+``--group 8`` the same messages eight per read. ``--batch 128``: each SEND a batch of 128 1 KiB
+messages (a 128 KiB frame, as the official client's batches), its bytes arriving in several reads
+(the receive path's copies per byte: issue 22, batched CPU; use ``--messages 1000 --warm 100``).
 
 Printed per tree and group: the loop thread's CPU per message (``time.thread_time_ns``) and, with
 ``--count`` (``perf stat --no-inherit`` on the broker process (its loop thread, not the client), counting the measured window alone through its
@@ -47,7 +49,26 @@ def _frames(count: int) -> list[bytes]:
     return send_frames(count)
 
 
-def _client(port: int, group: int, warm: int, messages: int) -> None:
+def _batch_frames(start: int, count: int, batch: int) -> list[bytes]:
+    """``count`` SENDs from ``start``, each a batch of ``batch`` 1 KiB messages (as the official
+    client's batches: ``--batch 128`` is a 128 KiB frame), made as they are sent (held at once,
+    the measured window's would take gigabytes)."""
+    from magnetar.protocol.pulsar import pb
+    from magnetar.protocol.pulsar.frames import encode_payload_command
+
+    payload = bytes(range(256)) * (batch * 4)
+    frames = []
+    for sequence_id in range(start, start + count):
+        command = pb.BaseCommand(type=pb.BaseCommand.SEND,
+                                 send=pb.CommandSend(producer_id=1, sequence_id=sequence_id, num_messages=batch))
+        metadata = pb.MessageMetadata(producer_name="standalone-0-1", sequence_id=sequence_id,
+                                      publish_time=1_700_000_000_000 + sequence_id, uncompressed_size=len(payload),
+                                      num_messages_in_batch=batch)
+        frames.append(encode_payload_command(command, metadata, payload))
+    return frames
+
+
+def _client(port: int, group: int, warm: int, messages: int, batch: int = 1) -> None:
     """The client process: CONNECT, PRODUCER, ``warm`` SENDs, then ``ready`` on stdout; on ``go``
     from stdin the ``messages`` measured SENDs, ``group`` per write, each group's receipts awaited;
     then ``done``."""
@@ -76,6 +97,20 @@ def _client(port: int, group: int, warm: int, messages: int) -> None:
     sock.sendall(encode_command(pb.BaseCommand(type=pb.BaseCommand.PRODUCER, producer=pb.CommandProducer(
         topic="persistent://public/default/lone", producer_id=1, request_id=1, producer_name="standalone-0-1"))))
     frames_in(1)
+    if batch > 1:
+        for start in range(0, warm, group):
+            sock.sendall(b"".join(_batch_frames(start, group, batch)))
+            frames_in(group)
+        ahead = b"".join(_batch_frames(warm, group, batch))
+        print("ready", flush=True)
+        sys.stdin.readline()
+        for start in range(warm, warm + messages, group):
+            sock.sendall(ahead)
+            ahead = b"".join(_batch_frames(start + group, group, batch))  # made while the broker works
+            frames_in(group)
+        print("done", flush=True)
+        sock.close()
+        return
     sends = _frames(warm + messages)
     groups = [b"".join(sends[start:start + group]) for start in range(0, len(sends), group)]
     warm_groups = warm // group
@@ -99,7 +134,7 @@ def _perf(command: str) -> None:
     perf_control(command)
 
 
-async def _broker(group: int, messages: int, warm: int) -> dict[str, Any]:
+async def _broker(group: int, messages: int, warm: int, batch: int) -> dict[str, Any]:
     from magnetar import _compiled
     from magnetar.broker import BrokerConfig, MemoryLogStore
     from magnetar.metadata import MemoryMetadataServer
@@ -118,7 +153,7 @@ async def _broker(group: int, messages: int, warm: int) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH", ""))
     client = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--client", "--port", str(server.port), "--groups", str(group),
-        "--messages", str(messages), "--warm", str(warm), env=env,
+        "--messages", str(messages), "--warm", str(warm), "--batch", str(batch), env=env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
     assert client.stdout is not None and client.stdin is not None
     if (await asyncio.wait_for(client.stdout.readline(), 120)).strip() != b"ready":
@@ -145,10 +180,10 @@ def _counts(path: str) -> dict[str, float]:
     return counts
 
 
-def _one(tree: str, group: int, messages: int, warm: int, count: bool) -> dict[str, Any]:
+def _one(tree: str, group: int, messages: int, warm: int, count: bool, batch: int) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve()))
     command = [sys.executable, __file__, "--child", "--groups", str(group), "--messages", str(messages),
-               "--warm", str(warm)]
+               "--warm", str(warm), "--batch", str(batch)]
     if not count:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200, check=True)
         return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -175,6 +210,8 @@ def main() -> None:
     parser.add_argument("--warm", type=int, default=2_000, help="SENDs before the measured window")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--count", action="store_true", help="count instructions and system calls (perf stat)")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="1 KiB messages per SEND (a batch; 128: the official client's 128 KiB entries)")
     parser.add_argument("--child", action="store_true", help="the broker process (PYTHONPATH picks the tree)")
     parser.add_argument("--client", action="store_true", help="the client process")
     parser.add_argument("--port", type=int, default=0)
@@ -183,24 +220,25 @@ def main() -> None:
     if any(args.messages % group or args.warm % group for group in groups):
         parser.error("--messages and --warm must be multiples of every group")
     if args.client:
-        _client(args.port, groups[0], args.warm, args.messages)
+        _client(args.port, groups[0], args.warm, args.messages, args.batch)
         return
     if args.child:
         import uvloop
 
-        print(json.dumps(uvloop.run(_broker(groups[0], args.messages, args.warm))))
+        print(json.dumps(uvloop.run(_broker(groups[0], args.messages, args.warm, args.batch))))
         return
     trees = args.src or [str(REPO / "src")]
     rows: dict[tuple[str, int], list[dict[str, Any]]] = {(tree, group): [] for tree in trees for group in groups}
     for repeat in range(args.repeats):
         for group in groups:
             for tree in trees:
-                result = _one(tree, group, args.messages, args.warm, args.count)
+                result = _one(tree, group, args.messages, args.warm, args.count, args.batch)
                 rows[tree, group].append(result)
                 print(f"repeat {repeat + 1} group {group} {tree}: "
                       + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items()),
                       flush=True)
-    print(f"\nlone_send_cost: {args.messages:,} SENDs per process, {args.repeats} processes per row; "
+    print(f"\nlone_send_cost: {args.messages:,} SENDs of {args.batch} message(s) per process, "
+          f"{args.repeats} processes per row; "
           f"load {os.getloadavg()[0]:.1f}")
     for (tree, group), results in rows.items():
         modes = "/".join(sorted({"compiled" if r["compiled"] else "pure" for r in results}))

@@ -37,6 +37,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -70,7 +71,12 @@ def _frames(topics: int, start: int, count: int) -> list[bytes]:
 
 def perf_control(command: str) -> None:
     """Tell ``perf stat --control`` (``PERF_CTL``: its control and ack fifos, comma-separated)
-    to count from or stop counting at this point."""
+    to count from or stop counting at this point. Under ``--callgrind`` (``CALLGRIND_CTL=1``):
+    callgrind's instrumentation on or off instead (``callgrind_control``)."""
+    if os.environ.get("CALLGRIND_CTL") == "1":
+        state = "on" if command == "enable" else "off"
+        subprocess.run(["callgrind_control", f"--instr={state}", str(os.getpid())], check=True, capture_output=True)
+        return
     fifos = os.environ.get("PERF_CTL")
     if not fifos:
         return
@@ -149,6 +155,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=40_000, help="SENDs measured per process")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", action="store_true", help="one measure in this process (PYTHONPATH picks the tree)")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count the measured window under valgrind --tool=callgrind --cache-sim=yes: "
+                             "instructions and last-level cache misses per SEND (deterministic, ~50x slower)")
     args = parser.parse_args()
     counts = [int(count) for count in args.topics.split(",")]
     if max(counts) > 10_000 or min(counts) < 1:
@@ -164,19 +173,47 @@ def main() -> None:
         for count in counts:
             for tree in trees:
                 env = dict(os.environ, PYTHONPATH=str(Path(tree).resolve()))
-                done = subprocess.run([sys.executable, __file__, "--child", "--topics", str(count),
-                                       "--messages", str(args.messages)], env=env, capture_output=True, text=True,
-                                      timeout=3600, check=True)
-                rows[tree, count].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                command = [sys.executable, __file__, "--child", "--topics", str(count), "--messages", str(args.messages)]
+                with tempfile.TemporaryDirectory() as tmp:
+                    if args.callgrind:
+                        env["CALLGRIND_CTL"] = "1"
+                        command = ["valgrind", "--tool=callgrind", "--cache-sim=yes", "--instr-atstart=no",
+                                   f"--callgrind-out-file={tmp}/callgrind.out", *command]
+                    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=7200, check=True)
+                    result = json.loads(done.stdout.strip().splitlines()[-1])
+                    if args.callgrind:
+                        result.update(callgrind_counts(f"{tmp}/callgrind.out", args.messages))
+                rows[tree, count].append(result)
                 print(f"repeat {repeat + 1} topics {count} {tree}: {rows[tree, count][-1]}", flush=True)
     print(f"\ntopics_send_cost: {args.messages:,} SENDs round robin per process, {args.repeats} processes per "
           f"row; load {os.getloadavg()[0]:.1f}")
     for (tree, count), results in rows.items():
         modes = "/".join(sorted({"compiled" if r["compiled"] else "pure" for r in results}))
         cost = sorted(r["us_per_send"] for r in results)
+        counted = ""
+        if args.callgrind:
+            counted = "; " + "; ".join(
+                f"{key} {statistics.median(r[key] for r in results):,.0f}"
+                for key in ("instructions", "data_reads", "data_writes", "ll_misses"))
         print(f"{tree} ({modes}) topics {count:,}: us per SEND {cost[0]:.2f} / {statistics.median(cost):.2f} / "
               f"{cost[-1]:.2f}; per topic {statistics.median(r['objects_per_topic'] for r in results):.1f} "
-              f"tracked objects, {statistics.median(r['bytes_per_topic'] for r in results):,.0f} bytes")
+              f"tracked objects, {statistics.median(r['bytes_per_topic'] for r in results):,.0f} bytes{counted}")
+
+
+def callgrind_counts(path: str, messages: int) -> dict[str, float]:
+    """Per message, from a callgrind output file: instructions (``Ir``), data reads and writes,
+    and last-level cache misses (reads and writes: ``DLmr`` + ``DLmw``)."""
+    events: list[str] = []
+    totals: list[float] = []
+    for line in Path(path).read_text().splitlines():
+        if line.startswith("events:"):
+            events = line.split()[1:]
+        elif line.startswith(("totals:", "summary:")):
+            totals = [float(value) for value in line.split()[1:]]
+    named = dict(zip(events, totals, strict=False))
+    return {"instructions": named.get("Ir", 0) / messages, "data_reads": named.get("Dr", 0) / messages,
+            "data_writes": named.get("Dw", 0) / messages,
+            "ll_misses": (named.get("DLmr", 0) + named.get("DLmw", 0)) / messages}
 
 
 if __name__ == "__main__":
