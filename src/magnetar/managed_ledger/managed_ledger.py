@@ -155,7 +155,7 @@ class ManagedLedger(_WeaklyReferenced):
         self.append_then = self._appends.append_then
         self.append_run = self._appends.append_run
         self.has_room = self._appends.has_room
-        self.offload = ManagedLedgerOffload(self, offloader)
+        self.offload = ManagedLedgerOffload(self, offloader, self._list)
         self._tasks: dict[asyncio.Task[Any], None] = {}  # a set as a dict: an empty one is 64 bytes, not 216
         # The factory's timer, shared by its managed ledgers (one task, not one per topic); a
         # managed ledger opened alone has its own.
