@@ -155,6 +155,29 @@ async def test_directory_lists_only_writable_registrations() -> None:
         await meta.close()
 
 
+async def test_directory_gives_a_registered_bookie_the_same_instance_while_it_stays_registered() -> None:
+    """Every ledger's ensemble shares one ``BookieId`` per bookie (memory per topic, and the local
+    transport's identity check): a listing reuses the last listing's instances, and forgets a
+    registration that went away. (Negative control, run: parsing every name anew fails the first
+    identity assertion.)"""
+    meta = await MemoryMetadataServer(SystemClock()).connect()
+    try:
+        await meta.create("/ledgers/available/h1:3181", b"{}", ephemeral=True)
+        await meta.create("/ledgers/available/h2:3181", b"{}", ephemeral=True)
+        directory = MetadataBookieDirectory(meta)
+        first = await directory.available_bookies()
+        second = await directory.available_bookies()
+        assert first == second == [BookieId("h1", 3181), BookieId("h2", 3181)]
+        assert all(a is b for a, b in zip(first, second, strict=True))
+        await meta.delete("/ledgers/available/h2:3181")
+        assert await directory.available_bookies() == [BookieId("h1", 3181)]
+        await meta.create("/ledgers/available/h2:3181", b"{}", ephemeral=True)
+        again = await directory.available_bookies()
+        assert again[0] is first[0] and again[1] == first[1] and again[1] is not first[1]
+    finally:
+        await meta.close()
+
+
 def test_real_bookies_in_simworld() -> None:
     world = SimWorld(7)
     meta_server = MemoryMetadataServer(SimClock())

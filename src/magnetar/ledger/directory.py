@@ -9,7 +9,10 @@ Bookies register themselves (``node/bookie.py``) with ephemeral nodes in BookKee
 ``readonly`` (and any name that is not a ``host:port``), so read-only bookies are never chosen
 for new ensembles or as replacements. A registration disappears when its bookie's session ends,
 so the list follows crashes within one session timeout. Invariant: the answer is sorted and
-holds at most ``LEDGER_DIRECTORY_BOOKIES_COUNT_MAX`` bookies.
+holds at most ``LEDGER_DIRECTORY_BOOKIES_COUNT_MAX`` bookies. A registration's name gives the
+same ``BookieId`` instance from one listing to the next while it stays registered: every ledger's
+ensemble then shares it (at 100,000 topics one instance and one host string per bookie, not one
+per ledger), and the local transport finds it by identity, not by ``BookieId.__eq__`` per run.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ class MetadataBookieDirectory:
     def __init__(self, store: MetadataStore, path: str = AVAILABLE_PATH) -> None:
         self._store = store
         self._path = path
+        #: The last listing's bookies by registration name (the next listing reuses them).
+        self._known: dict[str, BookieId] = {}
 
     async def available_bookies(self) -> list[BookieId]:
         try:
@@ -37,13 +42,20 @@ class MetadataBookieDirectory:
         except MagnetarError as exc:
             raise NotEnoughBookiesError(f"cannot list bookies at {self._path}: {exc}") from exc
         bookies: list[BookieId] = []
+        known = self._known
+        listed: dict[str, BookieId] = {}  # only the names listed now: bounded by the registrations
         for name in names:
             if name == READONLY_CHILD:
                 continue
-            try:
-                bookies.append(BookieId.parse(name))
-            except InvalidArgumentError:
-                continue  # not a registration (a stray node): ignore it rather than fail placement
+            bookie = known.get(name)
+            if bookie is None:
+                try:
+                    bookie = BookieId.parse(name)
+                except InvalidArgumentError:
+                    continue  # not a registration (a stray node): ignore it rather than fail placement
+            listed[name] = bookie
+            bookies.append(bookie)
+        self._known = listed
         if len(bookies) > LEDGER_DIRECTORY_BOOKIES_COUNT_MAX:
             raise LimitExceededError("LEDGER_DIRECTORY_BOOKIES_COUNT_MAX", len(bookies), LEDGER_DIRECTORY_BOOKIES_COUNT_MAX)
         return sorted(bookies, key=str)

@@ -135,6 +135,7 @@ class LedgerHandle:
         self._ack_quorum_size = metadata.metadata.ack_quorum_size
         self._write_quorum_size = metadata.metadata.write_quorum_size
         self._add_timeout_ns = config.add_timeout_ms * 1_000_000
+        self._pending_count_max = config.pending_adds_count_max  # a native read per run, not the config's attribute
         self._state = WriterState.OPEN
         #: ``_state`` is OPEN; ``_state`` is OPEN or CLOSING (adds in flight still count): kept by
         #: ``_move``, read per add and per reply instead of comparing enum members.
@@ -302,7 +303,7 @@ class LedgerHandle:
             self._check_open()
         # Refused only beyond the whole window: the count window, or more for large adds
         # while this writer is alone (``WindowShare.window_for``).
-        count_max = self._config.pending_adds_count_max
+        count_max = self._pending_count_max
         window_now = self._window_now()
         if window_now > count_max:
             count_max = window_now

@@ -118,8 +118,8 @@ class CurrentLedger:
     inflight: list[_OpAdd] = field(default_factory=list)
     inflight_head: int = 0
     #: Adds that failed on this (failed) ledger, in entry-id order: recovery decides their outcome
-    #: (a list: no deque block per idle ledger).
-    undecided: list[_OpAdd] = field(default_factory=list)
+    #: (a list made by the first one: none per idle ledger).
+    undecided: list[_OpAdd] | None = None
 
 
 class AppendHost(Protocol):
@@ -253,8 +253,9 @@ class AppendPipeline:
         if current is None:
             return len(self._queue) - self._queue_head
         started = len(current.inflight) - current.inflight_head
-        if current.failed:  # only a failed ledger has undecided adds (``failed`` is never reset)
-            started += len(current.undecided)
+        undecided = current.undecided
+        if undecided is not None:  # only a failed ledger has undecided adds (``failed`` is never reset)
+            started += len(undecided)
         return len(self._queue) - self._queue_head + started
 
     def has_room(self, count: int = 1) -> bool:
@@ -483,7 +484,10 @@ class AppendPipeline:
                     invariant(False, "no add of a ledger completes after one that failed")
                 self._complete(op)
             elif current.failed and self._states.state in WRITABLE:
-                current.undecided.append(op)  # the ledger's recovery decides (``settle_undecided``)
+                if current.undecided is None:  # the ledger's recovery decides (``settle_undecided``)
+                    current.undecided = [op]
+                else:
+                    current.undecided.append(op)
             elif not op.caller_told:
                 invariant(op.error is not None, "a finished add has a position or an error")
                 assert op.error is not None
@@ -522,8 +526,7 @@ class AppendPipeline:
         an entry id up to ``last`` are stored there (each wrote its own entry: one writer, ids in
         start order); the rest are not stored and go back to the head of the queue, in order.
         ``LimitExceededError`` if the first of those was written too often already."""
-        undecided = list(old.undecided)
-        old.undecided.clear()
+        undecided, old.undecided = old.undecided or [], None
         invariant(last < old.started_count, f"recovered end {last} beyond the {old.started_count} adds started")
         resend: list[_OpAdd] = []
         for op in undecided:
@@ -546,9 +549,9 @@ class AppendPipeline:
         """Fail the undecided adds, then every queued one (their order). ``write_failure``: later
         adds are refused until ``settle_failed_writes``."""
         current = self.current
-        undecided = list(current.undecided) if current is not None else []
+        undecided: list[_OpAdd] = []
         if current is not None:
-            current.undecided.clear()
+            undecided, current.undecided = current.undecided or [], None
         failing = [op for op in [*undecided, *self._queue[self._queue_head:]] if not op.caller_told]
         self._queue.clear()
         self._queue_head = 0

@@ -26,6 +26,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -129,8 +130,9 @@ class CacheBudget:
         self._head = 0
 
 
-#: Stale entries a ``CacheBudget``'s order may hold beyond as many as it has live ones.
-_ORDER_SLACK_COUNT = 64
+#: Stale entries a ``CacheBudget``'s order may hold beyond as many as it has live ones (``Final``:
+#: compiled, a constant, not a lookup in the module's dict per write).
+_ORDER_SLACK_COUNT: Final = 64
 
 
 class _CachedRun:
@@ -180,7 +182,9 @@ class EntryReader(CacheHolder):
         #: topics one object less per message to bring into the cache).
         self._tail: _CachedRun | None = None
         self._cache_bytes = 0
-        self._readers: OrderedDict[int, LedgerReader] = OrderedDict()
+        #: Readers of ledgers read from, least recently used first: made by the first read that
+        #: misses the cache (an idle topic never reads: no 128-byte ``OrderedDict`` per topic).
+        self._readers: OrderedDict[int, LedgerReader] | None = None
         self.offloaded_reader: OffloadedReader | None = None
 
     @property
@@ -267,7 +271,8 @@ class EntryReader(CacheHolder):
         return True
 
     def forget_ledger(self, ledger_id: int) -> None:
-        self._readers.pop(ledger_id, None)
+        if self._readers is not None:
+            self._readers.pop(ledger_id, None)
         kept: list[_CachedRun] = []
         size = 0
         for run in self._runs:
@@ -288,7 +293,8 @@ class EntryReader(CacheHolder):
         self._runs = []
         self._tail = None
         self._cache_bytes = 0
-        self._readers.clear()
+        if self._readers is not None:
+            self._readers.clear()
         self._budget.released(self, size, empty=True)
 
     async def read(self, ledger_id: int, first: int, last: int, writer: LedgerHandle | None,
@@ -304,7 +310,8 @@ class EntryReader(CacheHolder):
                 try:
                     return await self._read_bookies(ledger_id, first, last, writer)
                 except MagnetarError:
-                    self._readers.pop(ledger_id, None)  # the copy is gone or its bookies failed
+                    if self._readers is not None:  # the copy is gone or its bookies failed
+                        self._readers.pop(ledger_id, None)
             stored = await offloaded_reader(ledger_id, offload, first, last)
             return [Entry(Position(ledger_id, first + i), data) for i, data in enumerate(stored)]
         return await self._read_bookies(ledger_id, first, last, writer)
@@ -315,13 +322,16 @@ class EntryReader(CacheHolder):
         return await reader.read_entries(first, last)
 
     async def _reader_for(self, ledger_id: int, last: int, writer: LedgerHandle | None) -> LedgerReader:
-        reader = self._readers.get(ledger_id)
+        readers = self._readers
+        if readers is None:  # the same dict from now on (``clear`` empties it)
+            readers = self._readers = OrderedDict()
+        reader = readers.get(ledger_id)
         if reader is None or (not reader.is_closed and reader.last_add_confirmed < last):
             reader = await self._manager.open_ledger_no_recovery(ledger_id)
-            self._readers[ledger_id] = reader
-            while len(self._readers) > MANAGED_LEDGER_READERS_CACHED_COUNT_MAX:
-                self._readers.popitem(last=False)
-        self._readers.move_to_end(ledger_id)
+            readers[ledger_id] = reader
+            while len(readers) > MANAGED_LEDGER_READERS_CACHED_COUNT_MAX:
+                readers.popitem(last=False)
+        readers.move_to_end(ledger_id)
         if reader.last_add_confirmed < last and not reader.is_closed:
             await reader.read_lac()
             if reader.last_add_confirmed < last and writer is not None and writer.ledger_id == ledger_id:

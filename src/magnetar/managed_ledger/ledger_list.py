@@ -67,6 +67,18 @@ class LedgerList:
             result[-1] = LedgerInfo(last.ledger_id, self.live_count, self.live_bytes, last.timestamp_ms)
         return result
 
+    def any_offloaded(self) -> bool:
+        """Whether a listed ledger's offload is complete, as ``with_live_stats`` would say (the
+        live ledger never is): no copy of the list (the broker's policy pass asks every topic)."""
+        infos = self.infos
+        last = len(infos) - 1
+        for index, info in enumerate(infos):
+            offload = info.offload
+            if offload is not None and offload.complete and (
+                    index != last or info.ledger_id != self.live_ledger_id):
+                return True
+        return False
+
     @property
     def last_ledger_id(self) -> int:
         return self.ids[-1] if self.ids else -1

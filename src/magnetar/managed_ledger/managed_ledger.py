@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from mypy_extensions import mypyc_attr
@@ -155,7 +155,7 @@ class ManagedLedger(_WeaklyReferenced):
         self.append_then = self._appends.append_then
         self.append_run = self._appends.append_run
         self.has_room = self._appends.has_room
-        self.offload = ManagedLedgerOffload(self, offloader)
+        self.offload = ManagedLedgerOffload(self, offloader, self._list)
         self._tasks: dict[asyncio.Task[Any], None] = {}  # a set as a dict: an empty one is 64 bytes, not 216
         # The factory's timer, shared by its managed ledgers (one task, not one per topic); a
         # managed ledger opened alone has its own.
@@ -165,7 +165,7 @@ class ManagedLedger(_WeaklyReferenced):
         #: How long ``close`` took to drain the appends, close the cursors, close the ledger (ms).
         self.close_steps_ms: tuple[int, int, int] | None = None
         #: Mark-delete positions of read-only brokers' cursors, as the last trim read them.
-        self.read_only_holds: list[Position] = []
+        self.read_only_holds: Sequence[Position] = ()  # a list once read (an idle topic shares the empty tuple)
         self._non_durable: dict[ManagedCursor, None] = {}  # a set as a dict (``_tasks``)
         #: What this managed ledger's cursors are given (they never reach into it).
         self.cursor_context = CursorContext(name, path, log=self, store=store, manager=manager, clock=clock,
@@ -621,8 +621,8 @@ class ManagedLedger(_WeaklyReferenced):
 
     async def refresh_read_only_holds(self) -> list[Position]:
         """Mark-delete positions of the subscriptions read-only brokers serve, read now."""
-        self.read_only_holds = await read_only_mark_deletes(self._store, self.name)
-        return self.read_only_holds
+        holds = self.read_only_holds = await read_only_mark_deletes(self._store, self.name)
+        return holds
 
     def _trimmable(self, holds: list[Position] | None = None) -> list[int]:
         config = self.config

@@ -48,6 +48,7 @@ from magnetar.base.types import Position
 from magnetar.metadata.records import LedgerInfo, OffloadContext
 
 if TYPE_CHECKING:
+    from magnetar.managed_ledger.ledger_list import LedgerList
     from magnetar.managed_ledger.managed_ledger import ManagedLedger
 
 log = logging.getLogger(__name__)
@@ -179,8 +180,9 @@ def offloaded(info: LedgerInfo) -> bool:
 class ManagedLedgerOffload:
     """The offload state of one managed ledger: policy, status, one pass at a time."""
 
-    def __init__(self, ml: ManagedLedger, offloader: LedgerOffloader | None) -> None:
+    def __init__(self, ml: ManagedLedger, offloader: LedgerOffloader | None, ledgers: LedgerList) -> None:
         self._ml = ml
+        self._ledgers = ledgers  # the managed ledger's list (``check`` reads it without a copy)
         self.offloader = offloader
         self.policy = _DEFAULT_POLICY
         self.status = OffloadStatus.NOT_RUN
@@ -268,7 +270,7 @@ class ManagedLedgerOffload:
 
     async def check(self) -> None:
         """The broker's periodic pass: bookie copies whose deletion lag ran out are deleted."""
-        if self.offloader is None or not any(offloaded(i) for i in self._ml.ledger_infos()):
+        if self.offloader is None or not self._ledgers.any_offloaded():  # per topic per pass: no list copy
             return
         async with self._lock:
             await self._delete_due_bookie_copies()

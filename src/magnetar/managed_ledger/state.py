@@ -8,6 +8,7 @@ may start. Every transition goes through ``move`` and is checked against ``TRANS
 from __future__ import annotations
 
 import enum
+from typing import Final
 
 from magnetar.base.errors import MagnetarError
 from magnetar.base.invariant import invariant
@@ -39,7 +40,8 @@ TRANSITIONS: dict[MLState, frozenset[MLState]] = {
 }
 
 #: States in which appends are accepted (started at once in LEDGER_OPENED, queued during a rollover).
-WRITABLE = (MLState.LEDGER_OPENED, MLState.CLOSING_LEDGER, MLState.CREATING_LEDGER)
+#: ``Final``: compiled, a C static, not a lookup in the module's dict per append run.
+WRITABLE: Final = (MLState.LEDGER_OPENED, MLState.CLOSING_LEDGER, MLState.CREATING_LEDGER)
 
 
 class MLStateMachine:
