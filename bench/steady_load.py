@@ -68,6 +68,16 @@ METRICS = ("cpu_pct", "sys_pct", "us_msg", "loop_us_msg", "threads_us_msg", "csw
 PERF_EVENTS = ("instructions:u", "cycles:u")
 
 
+def counted(counts: dict[str, float | None], messages: float) -> dict[str, float]:
+    """``kinstr_msg`` and ``ipc`` from ``perf stat``'s ``counts``; NaN (printed ``nan``) where perf
+    counted nothing: ``--count`` not asked, or a machine without a PMU (perf prints ``<not
+    supported>``), so an uncounted figure never reads as 0 instructions."""
+    instructions, cycles = counts.get("instructions:u"), counts.get("cycles:u")
+    if instructions is None or not cycles:
+        return {"kinstr_msg": float("nan"), "ipc": float("nan")}
+    return {"kinstr_msg": instructions / 1e3 / messages, "ipc": instructions / cycles}
+
+
 class CountedPhase(ServerCpu):
     """``ServerCpu`` plus ``perf stat`` attached to the standalone's processes for the phase."""
 
@@ -143,8 +153,7 @@ def one_run(src: str, extra_env: dict[str, str], args: argparse.Namespace, root:
         "loop_us_msg": 1e6 * loop_s / max(1, count),
         "threads_us_msg": 1e6 * threads_s / max(1, count),
         "csw_msg": (server.switches["end"] - server.switches["start"]) / max(1, count),
-        "kinstr_msg": (server.perf.counts.get("instructions:u") or 0.0) / 1e3 / max(1, count),
-        "ipc": (server.perf.counts.get("instructions:u") or 0.0) / max(1.0, server.perf.counts.get("cycles:u") or 0.0),
+        **counted(server.perf.counts, max(1, count)),
         "msgs_s": result["publish"]["msgs_s"],
         "p50_ms": result["publish"]["latency_ms"]["p50"],
         "p99_ms": result["publish"]["latency_ms"]["p99"],
@@ -178,8 +187,7 @@ def peer_run(name: str, args: argparse.Namespace, root: Path, tag: str) -> dict[
     return {"cpu_pct": 100 * cpu_s / figures["elapsed_s"], "sys_pct": float("nan"),
             "us_msg": 1e6 * cpu_s / acked, "loop_us_msg": float("nan"), "threads_us_msg": float("nan"),
             "csw_msg": (server.switches["end"] - server.switches["start"]) / acked,
-            "kinstr_msg": (server.perf.counts.get("instructions:u") or 0.0) / 1e3 / acked,
-            "ipc": (server.perf.counts.get("instructions:u") or 0.0) / max(1.0, server.perf.counts.get("cycles:u") or 0.0),
+            **counted(server.perf.counts, acked),
             "msgs_s": figures["acked"] / figures["elapsed_s"],
             "p50_ms": figures["p50_ms"], "p99_ms": figures["p99_ms"], "machine_pct": machine}
 
@@ -266,7 +274,11 @@ def main() -> None:
     parser.add_argument("--count", action="store_true",
                         help="perf stat the server: user instructions per message and per cycle (inflates cpu_pct)")
     args = parser.parse_args()
-    args.events = tuple(event for event, state in perf_probe(PERF_EVENTS).items() if state == "ok") if args.count else ()
+    probe = perf_probe(PERF_EVENTS) if args.count else {}
+    args.events = tuple(event for event, state in probe.items() if state == "ok")
+    for event, state in probe.items():
+        if state != "ok":  # kinstr_msg / ipc print nan: say why
+            print(f"--count: {event} not counted: {state}", file=sys.stderr)
     variants = [parse_variant(v) for v in (args.variant or ["this"])]
     rows: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in variants}
     with tempfile.TemporaryDirectory(prefix="steady-") as tmp:
