@@ -14,6 +14,8 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,20 @@ def _direct_file(tmp_path: Path, name: str = "f") -> Any:
     if file.write_alignment_bytes == 1:
         pytest.skip("this filesystem has no O_DIRECT")
     return file
+
+
+@contextmanager
+def unwritable(file: Any, path: Path) -> Iterator[None]:
+    """``file``'s O_DIRECT descriptor swapped for a read-only one of ``path`` (a write fails with
+    EBADF in the writer), the real one put back after."""
+    read_only = os.open(path, os.O_RDONLY)
+    real = file._descriptors.direct_fd
+    file._descriptors.direct_fd = read_only
+    try:
+        yield
+    finally:
+        file._descriptors.direct_fd = real
+        os.close(read_only)
 
 
 async def _append(file: Any, parts: list[bytes], **points: str) -> BaseException | None:
@@ -195,14 +211,8 @@ def test_a_write_error_is_answered_with_its_errno(tmp_path: Path, native: list[l
     ``OSError`` with the errno, and the file's descriptors are released (closed with the file)."""
     async def scenario() -> None:
         file = _direct_file(tmp_path)
-        read_only = os.open(tmp_path / "f", os.O_RDONLY)
-        real = file._descriptors.direct_fd
-        file._descriptors.direct_fd = read_only
-        try:
+        with unwritable(file, tmp_path / "f"):
             error = await _append(file, [b"x" * PAGE])
-        finally:
-            file._descriptors.direct_fd = real
-            os.close(read_only)
         assert isinstance(error, OSError) and error.errno == errno.EBADF, error
         assert file._descriptors._users == 0
         file.close()

@@ -16,7 +16,7 @@ import pytest
 
 from magnetar.runtime.disk import LocalDisk
 from magnetar.storage.entry_log import EntryLogger
-from tests.runtime.test_disk_native import PAGE, _direct_file, native, needs_native
+from tests.runtime.test_disk_native import PAGE, _direct_file, native, needs_native, unwritable
 
 __all__ = ["native"]  # the fixture, used by name below
 
@@ -101,15 +101,8 @@ def test_a_failed_chunk_raises_its_errno_and_releases_the_file(tmp_path: Path, n
     as an ``OSError`` with the errno; the descriptors and the aligned buffer are released."""
     async def scenario() -> None:
         file = _direct_file(tmp_path)
-        read_only = os.open(tmp_path / "f", os.O_RDONLY)
-        real = file._descriptors.direct_fd
-        file._descriptors.direct_fd = read_only
-        try:
-            with pytest.raises(OSError) as raised:
-                await file.append_parts([b"x" * PAGE])
-        finally:
-            file._descriptors.direct_fd = real
-            os.close(read_only)
+        with unwritable(file, tmp_path / "f"), pytest.raises(OSError) as raised:
+            await file.append_parts([b"x" * PAGE])
         assert raised.value.errno == errno.EBADF
         assert file._descriptors._users == 0
         file.close()
