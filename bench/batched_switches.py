@@ -26,32 +26,22 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+
+from measures import minor_faults, sample_cpu, thread_switches
+
 from magnetar.runtime.processes import StandaloneProcess
 
 
-def threads(pid: int) -> dict[int, tuple[int, int, int]]:
-    """Each thread's (voluntary switches, involuntary switches, CPU ticks)."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as stat, open(f"/proc/{pid}/task/{tid}/status") as status:
-                fields = stat.read().rsplit(")", 1)[1].split()
-                lines = status.read().splitlines()
-        except FileNotFoundError:
-            continue  # ended meanwhile
-        counts = {line.split(":")[0]: int(line.split()[1]) for line in lines if "ctxt_switches" in line}
-        out[int(tid)] = (counts["voluntary_ctxt_switches"], counts["nonvoluntary_ctxt_switches"],
-                         int(fields[11]) + int(fields[12]))
-    return out
+def threads(pid: int) -> dict[int, tuple[int, int, float]]:
+    """Each thread's (voluntary switches, involuntary switches, CPU seconds)."""
+    cpu = sample_cpu([pid]).threads
+    return {tid: (voluntary, involuntary, cpu[f"{pid}/{tid}"])
+            for tid, (voluntary, involuntary) in thread_switches(pid).items() if f"{pid}/{tid}" in cpu}
 
 
-def minor_faults(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as stat:
-        return int(stat.read().rsplit(")", 1)[1].split()[7])
-
-
-def one_run(src: str, messages: int) -> tuple[dict[int, tuple[int, int, int]], int, int, float]:
-    """(per thread: the load's switches and CPU ticks; the loop's thread id; minor faults; seconds)."""
+def one_run(src: str, messages: int) -> tuple[dict[int, tuple[int, int, float]], int, int, float]:
+    """(per thread: the load's switches and CPU seconds; the loop's thread id; minor faults; seconds)."""
     env = dict(os.environ, PYTHONPATH=src)
     perf = [sys.executable, "-m", "magnetar.cli", "perf", "produce"]
     with tempfile.TemporaryDirectory(prefix="batched-switches-") as data:
@@ -67,9 +57,9 @@ def one_run(src: str, messages: int) -> tuple[dict[int, tuple[int, int, int]], i
         finally:
             standalone.terminate()
     delta = {}
-    for tid, (voluntary, involuntary, ticks) in after.items():
-        v0, n0, t0 = before.get(tid, (0, 0, 0))
-        delta[tid] = (voluntary - v0, involuntary - n0, ticks - t0)
+    for tid, (voluntary, involuntary, seconds) in after.items():
+        v0, n0, t0 = before.get(tid, (0, 0, 0.0))
+        delta[tid] = (voluntary - v0, involuntary - n0, seconds - t0)
     return delta, pid, faults_after - faults_before, took
 
 
@@ -81,7 +71,6 @@ def main() -> None:
     parser.add_argument("--per-entry", type=float, default=125.0, help="messages per batch entry")
     args = parser.parse_args()
     srcs = [os.path.abspath(src) for src in (args.src or ["src"])]
-    ticks_s = os.sysconf("SC_CLK_TCK")
     totals: dict[str, dict[str, list[float]]] = {src: {} for src in srcs}
     for repeat in range(args.repeats):
         for src in srcs:
@@ -91,16 +80,16 @@ def main() -> None:
                   "voluntary / involuntary switches, CPU ms")
             order = sorted(delta, key=lambda tid: (tid != loop_tid, -delta[tid][0] - delta[tid][1]))
             for tid in order:
-                voluntary, involuntary, ticks = delta[tid]
-                if voluntary + involuntary + ticks:
+                voluntary, involuntary, seconds = delta[tid]
+                if voluntary + involuntary + seconds:
                     name = "event loop" if tid == loop_tid else f"thread {tid}"
                     print(f"  {name:16} {voluntary * per_k:8.1f} {involuntary * per_k:8.1f} "
-                          f"{1000 * ticks / ticks_s * per_k:8.1f}")
+                          f"{1000 * seconds * per_k:8.1f}")
             switches = sum(v + n for v, n, _ in delta.values())
             figures = {
                 "switches per entry": switches * args.per_entry / args.messages,
                 "voluntary per entry": sum(v for v, _, _ in delta.values()) * args.per_entry / args.messages,
-                "CPU us per message": 1e6 * sum(t for _, _, t in delta.values()) / ticks_s / args.messages,
+                "CPU us per message": 1e6 * sum(t for _, _, t in delta.values()) / args.messages,
                 "minor faults per message": faults / args.messages,
             }
             for key, value in figures.items():

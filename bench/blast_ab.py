@@ -31,17 +31,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "peers"))
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from measures import busiest, descendants, load_average, sample_cpu  # noqa: E402
+from measures import busiest, descendants, load_average, minor_faults, sample_cpu  # noqa: E402
 
 from magnetar.cli.blast import run_blast  # noqa: E402
 from magnetar.runtime.processes import StandaloneProcess  # noqa: E402
 
 FIGURES = ("msgs_s", "mb_s", "server_us_msg", "thread_pct", "faults_entry")
-
-
-def minor_faults(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as handle:
-        return int(handle.read().rpartition(")")[2].split()[7])  # minflt, field 10 of proc(5)
 
 
 def tree_env(spec: str, pure: bool) -> tuple[str, dict[str, str]]:

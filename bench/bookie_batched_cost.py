@@ -29,6 +29,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers"))
+
+from measures import parse_perf_csv
+
 #: Counted with ``perf stat``; the instruction counts only where the machine has a PMU (a VM
 #: may have none: "<not supported>", then left out). User and system CPU time and the voluntary
 #: and involuntary switches come from the child's ``getrusage`` (every thread's).
@@ -60,10 +64,9 @@ def counted(src: str, adds: int, dir_: str, extra: tuple[str, ...]) -> dict[str,
             "voluntary_switches": after.ru_nvcsw - before.ru_nvcsw,
             "involuntary_switches": after.ru_nivcsw - before.ru_nivcsw,
         }
-        for line in out.read().splitlines():
-            fields = line.split(",")
-            if len(fields) > 2 and fields[2] in EVENTS and not fields[0].startswith("<"):
-                figures[fields[2]] = float(fields[0]) * (1000.0 if fields[2] == "task-clock" else 1.0)
+        for event, value in parse_perf_csv(out.read()).items():
+            if event in EVENTS and value is not None:  # None: <not supported> (no PMU) or <not counted>
+                figures[event] = value * (1000.0 if event == "task-clock" else 1.0)
     if "context-switches" not in figures:
         raise RuntimeError(f"perf stat counted only {sorted(figures)}")
     return figures

@@ -97,21 +97,34 @@ def cpu_seconds(roots: list[int]) -> float:
     return sum(sample_cpu(descendants(roots)).processes.values())
 
 
+def thread_switches(pid: int) -> dict[int, tuple[int, int]]:
+    """Per thread of ``pid``: its (voluntary, involuntary) context switches so far
+    (``/proc/<pid>/task/<tid>/status``); a thread that ended meanwhile is left out."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    out: dict[int, tuple[int, int]] = {}
+    for tid in tids:
+        counts = dict.fromkeys(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"), 0)
+        for line in (_read(f"/proc/{pid}/task/{tid}/status") or "").splitlines():
+            key, _, value = line.partition(":")
+            if key in counts:
+                counts[key] = int(value)
+        out[int(tid)] = (counts["voluntary_ctxt_switches"], counts["nonvoluntary_ctxt_switches"])
+    return out
+
+
 def context_switches(pids: list[int]) -> int:
-    """Voluntary + involuntary context switches so far of every thread of ``pids``
-    (``/proc/<pid>/task/<tid>/status``): wake-ups and preemptions, a cost per message that a
-    CPU figure hides in its kernel share."""
-    total = 0
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            for line in (_read(f"/proc/{pid}/task/{tid}/status") or "").splitlines():
-                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
-                    total += int(line.split()[1])
-    return total
+    """Voluntary + involuntary context switches so far of every thread of ``pids``: wake-ups and
+    preemptions, a cost per message that a CPU figure hides in its kernel share."""
+    return sum(v + n for pid in pids for v, n in thread_switches(pid).values())
+
+
+def minor_faults(pid: int) -> int:
+    """Minor page faults of ``pid`` so far (``minflt``, field 10 of proc(5)); 0 if it exited."""
+    text = _read(f"/proc/{pid}/stat")
+    return int(text.rpartition(")")[2].split()[7]) if text is not None else 0
 
 
 class ServerCpu:
