@@ -51,21 +51,12 @@ def _frames(count: int) -> list[bytes]:
 
 def _batch_frames(start: int, count: int, batch: int) -> list[bytes]:
     """``count`` SENDs from ``start``, each a batch of ``batch`` 1 KiB messages (as the official
-    client's batches: ``--batch 128`` is a 128 KiB frame), made as they are sent (held at once,
-    the measured window's would take gigabytes)."""
-    from magnetar.protocol.pulsar import pb
-    from magnetar.protocol.pulsar.frames import encode_payload_command
+    client's batches: ``--batch 128`` is a 128 KiB frame; ``cli.blast.SendTemplate``'s batch
+    format), made as they are sent (held at once, the measured window's would take gigabytes)."""
+    from magnetar.cli.blast import SendTemplate
 
-    payload = bytes(range(256)) * (batch * 4)
-    frames = []
-    for sequence_id in range(start, start + count):
-        command = pb.BaseCommand(type=pb.BaseCommand.SEND,
-                                 send=pb.CommandSend(producer_id=1, sequence_id=sequence_id, num_messages=batch))
-        metadata = pb.MessageMetadata(producer_name="standalone-0-1", sequence_id=sequence_id,
-                                      publish_time=1_700_000_000_000 + sequence_id, uncompressed_size=len(payload),
-                                      num_messages_in_batch=batch)
-        frames.append(encode_payload_command(command, metadata, payload))
-    return frames
+    template = SendTemplate(1, "standalone-0-1", bytes(range(256)) * 4, batch_count=batch)
+    return [template.frame(sequence_id) for sequence_id in range(start, start + count)]
 
 
 def _client(port: int, group: int, warm: int, messages: int, batch: int = 1) -> None:
