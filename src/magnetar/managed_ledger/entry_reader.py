@@ -270,9 +270,13 @@ class EntryReader(CacheHolder):
         self._budget.bytes -= len(self._drop_oldest())
         return True
 
-    def forget_ledger(self, ledger_id: int) -> None:
+    def _drop_reader(self, ledger_id: int) -> None:
+        """Forget ``ledger_id``'s cached reader, if one was ever made."""
         if self._readers is not None:
             self._readers.pop(ledger_id, None)
+
+    def forget_ledger(self, ledger_id: int) -> None:
+        self._drop_reader(ledger_id)
         kept: list[_CachedRun] = []
         size = 0
         for run in self._runs:
@@ -310,8 +314,7 @@ class EntryReader(CacheHolder):
                 try:
                     return await self._read_bookies(ledger_id, first, last, writer)
                 except MagnetarError:
-                    if self._readers is not None:  # the copy is gone or its bookies failed
-                        self._readers.pop(ledger_id, None)
+                    self._drop_reader(ledger_id)  # the copy is gone or its bookies failed
             stored = await offloaded_reader(ledger_id, offload, first, last)
             return [Entry(Position(ledger_id, first + i), data) for i, data in enumerate(stored)]
         return await self._read_bookies(ledger_id, first, last, writer)
