@@ -6,15 +6,8 @@ each, a checksum block) through the broker's receive path without sockets: the c
 protocol (``runtime/network.py`` ``_ConnectionProtocol``) gets reads of ``--read-bytes`` as the
 event loop delivers them, the reader takes what is buffered (``take``, the broker's whole-chunk
 reads) and feeds it to a ``ServerConnection`` (``receive_data``: frame decoder, checksum,
-events). The read itself is emulated the same way for both kinds of protocol, one ``memcpy``
-standing for the kernel's copy:
-
-* a plain ``asyncio.Protocol`` (as merged): the read goes into a 256 KiB buffer and is handed
-  over as a new ``bytes`` (``data_received``), as uvloop does;
-* a tree whose protocol is an ``asyncio.BufferedProtocol`` (``get_buffer``; session 24 tried one,
-  see docs/performance.md, not merged): the read goes into the buffer it returns, then
-  ``buffer_updated``; its decoder's unit sink is set as the broker would set it (``expect_unit``:
-  a large frame a read leaves incomplete is read into a buffer of its own).
+events). The read itself is emulated as uvloop makes it: one ``memcpy`` into a 256 KiB buffer
+standing for the kernel's copy, handed over as a new ``bytes`` (``data_received``).
 
 Printed per tree: thread CPU (``time.thread_time_ns``) per SEND and per KiB received, min /
 median / max over ``--repeats`` processes (trees alternate, each its own process, compiled when
@@ -65,8 +58,9 @@ def _child(frames: int, batch: int, read_bytes: int, warm: int) -> dict[str, Any
         def is_closing(self) -> bool:
             return False
 
-    stream = b"".join(send_frames(warm + frames, batch=batch))
-    warm_bytes = sum(len(frame) for frame in send_frames(warm, batch=batch)) if warm else 0
+    sends = send_frames(warm + frames, batch=batch)
+    stream = b"".join(sends)
+    warm_bytes = sum(map(len, sends[:warm]))
 
     def run(data: bytes) -> tuple[int, int]:
         protocol = _ConnectionProtocol()
@@ -74,28 +68,15 @@ def _child(frames: int, batch: int, read_bytes: int, warm: int) -> dict[str, Any
         connection = ServerConnection(0)
         connection.receive_data(encode_command(connect_command(ClientConfig())), 0)
         connection.data_to_send()
-        get_buffer = getattr(protocol, "get_buffer", None)
-        buffer_updated = getattr(protocol, "buffer_updated", None)
-        buffered = get_buffer is not None and buffer_updated is not None
-        set_unit_sink = getattr(connection, "set_unit_sink", None)
-        expect_unit = getattr(protocol, "expect_unit", None)
-        if buffered and set_unit_sink is not None and expect_unit is not None:
-            set_unit_sink(expect_unit)
         scratch = memoryview(bytearray(_READ_SCRATCH_BYTES))
         source = memoryview(data)
         events = 0
         position = 0
         started = time.thread_time_ns()
         while position < len(data):
-            if get_buffer is not None and buffer_updated is not None:
-                buffer = get_buffer(-1)
-                count = min(read_bytes, len(buffer), len(data) - position)
-                buffer[:count] = source[position:position + count]
-                buffer_updated(count)
-            else:
-                count = min(read_bytes, _READ_SCRATCH_BYTES, len(data) - position)
-                scratch[:count] = source[position:position + count]
-                protocol.data_received(bytes(scratch[:count]))
+            count = min(read_bytes, _READ_SCRATCH_BYTES, len(data) - position)
+            scratch[:count] = source[position:position + count]
+            protocol.data_received(bytes(scratch[:count]))
             position += count
             while protocol.first is not None:
                 events += len(connection.receive_data(protocol.take(PULSAR_READ_CHUNK_BYTES), 0))
